@@ -1,0 +1,171 @@
+package ttlbuckets
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Header names. None begins with "x-": a headers exchange ignores binding arguments whose
+// names begin with "x-" (https://www.rabbitmq.com/docs/exchanges#headers), so a binding on
+// such a header would match every message. Integer values are always int64: a Go int in
+// an amqp091 Table goes on the wire as a signed 32-bit value.
+const (
+	// HeaderPrefix begins every header name this package defines.
+	HeaderPrefix = "rabbitdelay-"
+	// TargetHeader (string) is the target exchange's name, matched by the dispatch
+	// exchange's bindings.
+	TargetHeader = "rabbitdelay-target"
+	// DueHeader (int64) is the due time, in Unix milliseconds.
+	DueHeader = "rabbitdelay-due"
+	// BucketHeader (int64) is a bucket's TTL in milliseconds, matched by the bucket
+	// exchange's bindings.
+	BucketHeader = "rabbitdelay-bucket"
+)
+
+const digitHeaderPrefix = HeaderPrefix + "digit-"
+
+// digitHeaders caches DigitHeader for the levels a valid ladder can have (at most 39: radix
+// 2, 1 ms unit, Max 2^39-1 ms), so EncodeDigits does not allocate names.
+var digitHeaders = func() (names [64]string) {
+	for i := range names {
+		names[i] = digitHeaderPrefix + strconv.Itoa(i)
+	}
+	return names
+}()
+
+// DigitHeader returns the name of the header carrying the digit of level, for example
+// "rabbitdelay-digit-3" for level 3. Its value is an int64 from 0 to Radix-1, matched by
+// level's ladder bindings.
+func DigitHeader(level int) string {
+	if level >= 0 && level < len(digitHeaders) {
+		return digitHeaders[level]
+	}
+	return digitHeaderPrefix + strconv.Itoa(level)
+}
+
+// IsDelayHeader reports whether name is a header that decides or records a delay: any
+// header beginning with [HeaderPrefix], the delayed-message plugin's "x-delay", and the
+// broker's dead-lettering record "x-death", "x-first-death-*" and "x-last-death-*". A
+// publisher strips exactly this set from a message (a copy of a delivery, say) before
+// sending it into a delay path: a stale "x-delay" must not decide the new delay, and
+// "x-death" entries for the ladder's queues can make the broker's dead-letter cycle
+// detection drop the message (https://www.rabbitmq.com/docs/dlx). Names are compared
+// exactly (AMQP header names are case-sensitive).
+func IsDelayHeader(name string) bool {
+	return strings.HasPrefix(name, HeaderPrefix) ||
+		name == "x-delay" ||
+		name == "x-death" ||
+		strings.HasPrefix(name, "x-first-death-") ||
+		strings.HasPrefix(name, "x-last-death-")
+}
+
+// EncodeDigits sets, in h, the digit header ([DigitHeader]) of every level of the ladder,
+// zeros included, to int64(p.Digits[level]) (0 for a level p.Digits lacks), so that
+// whichever ladder exchange the message reaches can route it. p should come from
+// l.Plan. h must not be nil. It sets nothing for an invalid ladder. It does not allocate
+// for ladders of up to 64 levels beyond the map's own growth.
+func (l Ladder) EncodeDigits(p Plan, h map[string]any) {
+	levels := l.Levels()
+	for level := range levels {
+		var v int64
+		if level < len(p.Digits) {
+			v = int64(p.Digits[level])
+		}
+		h[DigitHeader(level)] = v
+	}
+}
+
+// DecodeDigits reads the digits that [Ladder.EncodeDigits] wrote, for diagnostics: one per
+// level, len == Levels(). A value may have any Go integer type (int, int8..int64, uint,
+// uint8..uint64), as amqp091 decodes AMQP's integer types. Every problem is reported,
+// joined, each wrapping [ErrInvalidHeaders]: a digit header that is missing, not an
+// integer, or outside 0..Radix-1, and a digit header for a level the ladder does not have
+// whose value is not 0 (the message was planned on a ladder with more levels). The
+// returned digits hold what could be read (0 where a header was bad) even on error. An
+// invalid ladder returns nil and [Ladder.Validate]'s error.
+func (l Ladder) DecodeDigits(h map[string]any) ([]int, error) {
+	g, p := l.resolve()
+	if p != 0 {
+		return nil, l.Validate()
+	}
+	digits := make([]int, g.levels)
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: header %s: "+format, append([]any{ErrInvalidHeaders, name}, args...)...))
+	}
+	for level := range g.levels {
+		name := DigitHeader(level)
+		raw, ok := h[name]
+		if !ok {
+			bad(name, "missing; want an integer from 0 to %d", g.mask)
+			continue
+		}
+		v, isInt, inRange := digitValue(raw, g.mask)
+		switch {
+		case !isInt:
+			bad(name, "value %v has type %T; want an integer from 0 to %d", raw, raw, g.mask)
+		case !inRange:
+			bad(name, "value %v outside 0 to %d (Radix %d)", raw, g.mask, g.mask+1)
+		default:
+			digits[level] = int(v)
+		}
+	}
+	// Digit headers of levels this ladder does not have, in a stable order.
+	var extra []string
+	for name := range h {
+		if rest, ok := strings.CutPrefix(name, digitHeaderPrefix); ok {
+			if level, err := strconv.Atoi(rest); err != nil || level < 0 || level >= g.levels || DigitHeader(level) != name {
+				extra = append(extra, name)
+			}
+		}
+	}
+	slices.Sort(extra)
+	for _, name := range extra {
+		if v, _, inRange := digitValue(h[name], math.MaxInt64); inRange && v == 0 {
+			continue
+		}
+		bad(name, "value %v for a level this ladder does not have (levels 0 to %d)", h[name], g.levels-1)
+	}
+	return digits, errors.Join(errs...)
+}
+
+// digitValue converts an integer header value. isInt is false for a non-integer type;
+// inRange is false for a value outside 0..max.
+func digitValue(raw any, max int64) (v int64, isInt, inRange bool) {
+	var u uint64 // for unsigned types
+	switch x := raw.(type) {
+	case int:
+		v = int64(x)
+	case int8:
+		v = int64(x)
+	case int16:
+		v = int64(x)
+	case int32:
+		v = int64(x)
+	case int64:
+		v = x
+	case uint:
+		u = uint64(x)
+	case uint8:
+		u = uint64(x)
+	case uint16:
+		u = uint64(x)
+	case uint32:
+		u = uint64(x)
+	case uint64:
+		u = x
+	default:
+		return 0, false, false
+	}
+	if u > math.MaxInt64 {
+		return 0, true, false
+	}
+	if u != 0 {
+		v = int64(u)
+	}
+	return v, true, v >= 0 && v <= max
+}

@@ -1,0 +1,181 @@
+package ttlbuckets_test
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+func TestHeaderNames(t *testing.T) {
+	if got := ttlbuckets.DigitHeader(3); got != "rabbitdelay-digit-3" {
+		t.Errorf("DigitHeader(3) = %q", got)
+	}
+	if got := ttlbuckets.DigitHeader(70); got != "rabbitdelay-digit-70" {
+		t.Errorf("DigitHeader(70) = %q", got)
+	}
+	names := []string{ttlbuckets.TargetHeader, ttlbuckets.DueHeader, ttlbuckets.BucketHeader}
+	for level := range 64 {
+		names = append(names, ttlbuckets.DigitHeader(level))
+	}
+	for _, n := range names {
+		// A headers exchange ignores binding arguments that begin with "x-".
+		if strings.HasPrefix(strings.ToLower(n), "x-") || !strings.HasPrefix(n, ttlbuckets.HeaderPrefix) {
+			t.Errorf("header %q must not begin with x- and must begin with %q", n, ttlbuckets.HeaderPrefix)
+		}
+		if !ttlbuckets.IsDelayHeader(n) {
+			t.Errorf("IsDelayHeader(%q) = false", n)
+		}
+	}
+}
+
+func TestIsDelayHeader(t *testing.T) {
+	for name, want := range map[string]bool{
+		"rabbitdelay-target":            true,
+		"rabbitdelay-digit-0":           true,
+		"rabbitdelay-anything":          true,
+		"x-delay":                       true,
+		"x-death":                       true,
+		"x-first-death-exchange":        true,
+		"x-first-death-queue":           true,
+		"x-first-death-reason":          true,
+		"x-last-death-exchange":         true,
+		"x-last-death-queue":            true,
+		"x-last-death-reason":           true,
+		"x-delayed-type":                false,
+		"x-match":                       false,
+		"x-deathly":                     false,
+		"x-delay-":                      false,
+		"X-Delay":                       false,
+		"rabbitdelay":                   false,
+		"traceparent":                   false,
+		"":                              false,
+		"x-first-death":                 false,
+		"my-rabbitdelay-digit-0":        false,
+		"x-last-death-exchange-renamed": true,
+	} {
+		if got := ttlbuckets.IsDelayHeader(name); got != want {
+			t.Errorf("IsDelayHeader(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestEncodeDigits(t *testing.T) {
+	l := ttlbuckets.DefaultLadder()
+	p, err := l.Plan(90*time.Minute, ttlbuckets.RoundUp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]any{"rabbitdelay-digit-2": "stale", "other": 1}
+	l.EncodeDigits(p, h)
+	want := map[string]any{"other": 1}
+	for level, v := range []int64{0, 12, 5, 6, 2, 5, 0, 0} {
+		want[ttlbuckets.DigitHeader(level)] = v
+	}
+	if len(h) != len(want) {
+		t.Fatalf("headers = %v, want %v", h, want)
+	}
+	for k, v := range want {
+		if h[k] != v {
+			t.Errorf("header %q = %#v, want %#v", k, h[k], v)
+		}
+	}
+	// A plan with no hops (d <= 0) writes zeros; so does a Plan whose Digits are short.
+	for _, p := range []ttlbuckets.Plan{{Entry: -1}, {Digits: []int{3}}} {
+		h := map[string]any{}
+		l.EncodeDigits(p, h)
+		for level := range l.Levels() {
+			want := int64(0)
+			if level < len(p.Digits) {
+				want = int64(p.Digits[level])
+			}
+			if h[ttlbuckets.DigitHeader(level)] != want {
+				t.Errorf("%+v: level %d = %#v", p, level, h[ttlbuckets.DigitHeader(level)])
+			}
+		}
+	}
+}
+
+func TestDecodeDigitsIntegerTypes(t *testing.T) {
+	l := ttlbuckets.Ladder{Radix: 64, Max: (64*64*64 - 1) * time.Millisecond} // 3 levels
+	want := []int{63, 0, 17}
+	convs := map[string]func(int) any{
+		"int": func(v int) any { return v }, "int8": func(v int) any { return int8(v) },
+		"int16": func(v int) any { return int16(v) }, "int32": func(v int) any { return int32(v) },
+		"int64": func(v int) any { return int64(v) }, "uint": func(v int) any { return uint(v) },
+		"uint8": func(v int) any { return uint8(v) }, "uint16": func(v int) any { return uint16(v) },
+		"uint32": func(v int) any { return uint32(v) }, "uint64": func(v int) any { return uint64(v) },
+	}
+	for name, conv := range convs {
+		h := map[string]any{}
+		for level, v := range want {
+			h[ttlbuckets.DigitHeader(level)] = conv(v)
+		}
+		got, err := l.DecodeDigits(h)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: DecodeDigits = %v, %v; want %v", name, got, err, want)
+		}
+	}
+}
+
+func TestDecodeDigitsErrors(t *testing.T) {
+	l := ttlbuckets.Ladder{Max: 4095 * time.Millisecond} // 3 levels, radix 16
+	d0, d1, d2 := ttlbuckets.DigitHeader(0), ttlbuckets.DigitHeader(1), ttlbuckets.DigitHeader(2)
+	for _, tc := range []struct {
+		name    string
+		h       map[string]any
+		partial []int
+		want    []string
+	}{
+		{"nil map", nil, []int{0, 0, 0}, []string{
+			"header rabbitdelay-digit-0: missing; want an integer from 0 to 15",
+			"header rabbitdelay-digit-1: missing", "header rabbitdelay-digit-2: missing"}},
+		{"string", map[string]any{d0: "1", d1: int64(2), d2: int64(3)}, []int{0, 2, 3}, []string{
+			`header rabbitdelay-digit-0: value 1 has type string; want an integer from 0 to 15`}},
+		{"float", map[string]any{d0: int64(1), d1: 2.0, d2: int64(3)}, []int{1, 0, 3}, []string{
+			`header rabbitdelay-digit-1: value 2 has type float64`}},
+		{"too large", map[string]any{d0: int64(1), d1: int64(2), d2: int32(16)}, []int{1, 2, 0}, []string{
+			"header rabbitdelay-digit-2: value 16 outside 0 to 15 (Radix 16)"}},
+		{"negative", map[string]any{d0: int8(-1), d1: int64(2), d2: int64(3)}, []int{0, 2, 3}, []string{
+			"header rabbitdelay-digit-0: value -1 outside 0 to 15"}},
+		{"huge unsigned", map[string]any{d0: uint64(math.MaxUint64), d1: int64(2), d2: int64(3)}, []int{0, 2, 3}, []string{
+			"header rabbitdelay-digit-0: value 18446744073709551615 outside 0 to 15"}},
+		{"min int64", map[string]any{d0: int64(math.MinInt64), d1: int64(2), d2: int64(3)}, []int{0, 2, 3}, []string{
+			"value -9223372036854775808 outside 0 to 15"}},
+		{"extra level", map[string]any{d0: int64(1), d1: int64(2), d2: int64(3), "rabbitdelay-digit-3": int64(4), "rabbitdelay-digit-9": uint8(0)},
+			[]int{1, 2, 3}, []string{"header rabbitdelay-digit-3: value 4 for a level this ladder does not have (levels 0 to 2)"}},
+		{"odd digit names", map[string]any{d0: int64(1), d1: int64(2), d2: int64(3), "rabbitdelay-digit-01": int64(1), "rabbitdelay-digit-x": "?"},
+			[]int{1, 2, 3}, []string{"header rabbitdelay-digit-01: value 1", "header rabbitdelay-digit-x: value ?"}},
+		{"extra level huge", map[string]any{d0: int64(1), d1: int64(2), d2: int64(3), "rabbitdelay-digit-5": uint64(math.MaxUint64)},
+			[]int{1, 2, 3}, []string{"header rabbitdelay-digit-5"}},
+		{"many", map[string]any{d1: true}, []int{0, 0, 0}, []string{"digit-0: missing", "digit-1: value true has type bool", "digit-2: missing"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := l.DecodeDigits(tc.h)
+			if !errors.Is(err, ttlbuckets.ErrInvalidHeaders) {
+				t.Fatalf("DecodeDigits error = %v, want ErrInvalidHeaders", err)
+			}
+			if !slices.Equal(got, tc.partial) {
+				t.Errorf("digits = %v, want %v", got, tc.partial)
+			}
+			errs := unwrapAll(err)
+			if len(errs) != len(tc.want) {
+				t.Fatalf("%d problems, want %d:\n%v", len(errs), len(tc.want), err)
+			}
+			for i, e := range errs {
+				if !errors.Is(e, ttlbuckets.ErrInvalidHeaders) || !strings.Contains(e.Error(), tc.want[i]) {
+					t.Errorf("problem %d = %q, want %q", i, e, tc.want[i])
+				}
+			}
+		})
+	}
+	// Digit headers for extra levels whose value is 0 are harmless.
+	got, err := l.DecodeDigits(map[string]any{d0: int64(1), d1: int64(2), d2: int64(3), "rabbitdelay-digit-3": int64(0), "rabbitdelay-digit-4": uint32(0)})
+	if err != nil || !slices.Equal(got, []int{1, 2, 3}) {
+		t.Errorf("zero extra levels: %v, %v", got, err)
+	}
+}

@@ -1,0 +1,87 @@
+package ttlbuckets
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Order is the order in which a message travels through the ladder's levels. It decides
+// which level a message enters at ([Plan.Entry]), the order of [Plan.Hops], and where each
+// level's queues and pass-through binding hand a message on ([Ladder.Next]).
+//
+// The zero value is [ShortestFirst]. Its text form ([Order.String], [ParseOrder],
+// [Order.UnmarshalText]) is "shortest-first" or "longest-first".
+type Order int
+
+const (
+	// ShortestFirst (the default) enters at the lowest level with a non-zero digit and
+	// climbs: level L hands to level L+1, the top level to the dispatch exchange. Only
+	// the last, longest hop ends in the moments before the message is due, so a burst of
+	// messages due at the same time costs the broker one dead-lettering each in that
+	// window, not one per hop.
+	ShortestFirst Order = iota
+
+	// LongestFirst enters at the highest level with a non-zero digit and descends: level
+	// L hands to level L-1, level 0 to the dispatch exchange. This is the order of
+	// DESIGN.md's ladder; every hop but the first falls into the last Radix^top units
+	// before the message is due.
+	LongestFirst
+)
+
+const (
+	shortestFirstName = "shortest-first"
+	longestFirstName  = "longest-first"
+)
+
+// String returns "shortest-first" or "longest-first", or "Order(N)" for a value that is
+// neither.
+func (o Order) String() string {
+	switch o {
+	case ShortestFirst:
+		return shortestFirstName
+	case LongestFirst:
+		return longestFirstName
+	}
+	return "Order(" + strconv.Itoa(int(o)) + ")"
+}
+
+func (o Order) valid() bool { return o == ShortestFirst || o == LongestFirst }
+
+// ParseOrder parses "shortest-first" or "longest-first" (ASCII case and surrounding space
+// ignored). The empty string gives the default, [ShortestFirst], as the zero value does.
+// Any other text returns an error wrapping [ErrInvalidLadder] that quotes the text and
+// lists the allowed names.
+func ParseOrder(s string) (Order, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", shortestFirstName:
+		return ShortestFirst, nil
+	case longestFirstName:
+		return LongestFirst, nil
+	}
+	return ShortestFirst, fmt.Errorf("%w: Order %q: allowed %q (default) or %q",
+		ErrInvalidLadder, s, shortestFirstName, longestFirstName)
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler] with [ParseOrder], so configuration
+// loaders (envconfig, encoding/json, flag.TextVar) accept the names. On error *o is left
+// unchanged.
+func (o *Order) UnmarshalText(text []byte) error {
+	v, err := ParseOrder(string(text))
+	if err != nil {
+		return err
+	}
+	*o = v
+	return nil
+}
+
+// MarshalText implements [encoding.TextMarshaler]: the [Order.String] name. A value that
+// is neither [ShortestFirst] nor [LongestFirst] returns an error wrapping
+// [ErrInvalidLadder].
+func (o Order) MarshalText() ([]byte, error) {
+	if !o.valid() {
+		return nil, fmt.Errorf("%w: Order %d: allowed %d (%s) or %d (%s)",
+			ErrInvalidLadder, int(o), int(ShortestFirst), shortestFirstName, int(LongestFirst), longestFirstName)
+	}
+	return []byte(o.String()), nil
+}
