@@ -1,0 +1,56 @@
+package topology
+
+import "fmt"
+
+// Names is the one naming rule of the topology: every object's name is the prefix, a dot and a
+// fixed suffix, so two prefixes live side by side in one vhost.
+//
+//	<prefix>.dispatch          headers exchange D: routes a due message to its target by the
+//	                           rabbitdelay-target header; alternate exchange <prefix>.unroutable
+//	<prefix>.unroutable        fanout exchange, D's alternate exchange
+//	<prefix>.parking           queue bound to <prefix>.unroutable: due messages no target took
+//	<prefix>.ladder.LL         headers exchange of ladder level LL (two digits: 00, 01, ...)
+//	<prefix>.ladder.LL.DD      ladder queue of level LL, digit DD (x-message-ttl DD·radix^LL·unit)
+//	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)
+//	<prefix>.bucket.<ms>ms     bucket queue with x-message-ttl <ms>
+//	<prefix>.plugin            x-delayed-message exchange (x-delayed-type headers), bound to D
+type Names struct {
+	// Prefix is the name prefix; "" means DefaultPrefix.
+	Prefix string
+}
+
+func (n Names) p() string {
+	if n.Prefix == "" {
+		return DefaultPrefix
+	}
+	return n.Prefix
+}
+
+// Names returns the naming rule of s's prefix.
+func (s Spec) Names() Names { return Names{Prefix: s.WithDefaults().Prefix} }
+
+// Dispatch is the dispatch exchange D (headers).
+func (n Names) Dispatch() string { return n.p() + ".dispatch" }
+
+// Unroutable is D's alternate exchange (fanout).
+func (n Names) Unroutable() string { return n.p() + ".unroutable" }
+
+// Parking is the queue that holds messages no target took.
+func (n Names) Parking() string { return n.p() + ".parking" }
+
+// LadderExchange is the headers exchange of ladder level level.
+func (n Names) LadderExchange(level int) string { return fmt.Sprintf("%s.ladder.%02d", n.p(), level) }
+
+// LadderQueue is the queue of digit value digit at ladder level level.
+func (n Names) LadderQueue(level, digit int) string {
+	return fmt.Sprintf("%s.ladder.%02d.%02d", n.p(), level, digit)
+}
+
+// BucketExchange is the headers exchange the bucket queues are bound to.
+func (n Names) BucketExchange() string { return n.p() + ".buckets" }
+
+// BucketQueue is the queue of the bucket whose x-message-ttl is ttlMs milliseconds.
+func (n Names) BucketQueue(ttlMs int64) string { return fmt.Sprintf("%s.bucket.%dms", n.p(), ttlMs) }
+
+// PluginExchange is the x-delayed-message exchange.
+func (n Names) PluginExchange() string { return n.p() + ".plugin" }

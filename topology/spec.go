@@ -1,0 +1,308 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// EnvPrefix is the prefix of every environment variable that configures rabbitdelay
+// (AMQPDELAY_URL, AMQPDELAY_PREFIX, ...). The declare CLI and the amqpdelay client read the same
+// variables; their names are a public contract.
+const EnvPrefix = "AMQPDELAY"
+
+// DefaultPrefix is the name prefix used when Spec.Prefix is empty.
+const DefaultPrefix = "rabbitdelay"
+
+// ErrInvalidSpec is wrapped by every error about a specification's values (see [Spec.Validate]).
+var ErrInvalidSpec = errors.New("topology: invalid specification")
+
+// PluginMode says whether the topology includes the x-delayed-message plugin exchange.
+type PluginMode string
+
+// Plugin modes.
+const (
+	// PluginAuto declares the plugin exchange when the broker has the plugin, and skips it
+	// otherwise. The default.
+	PluginAuto PluginMode = "auto"
+	// PluginOff never declares the plugin exchange.
+	PluginOff PluginMode = "off"
+	// PluginOn declares it and fails when the broker does not have the plugin.
+	PluginOn PluginMode = "on"
+)
+
+// QueueType is the type of every delay, parking and ready queue the topology declares.
+type QueueType string
+
+// Queue types.
+const (
+	// Quorum queues (the default) are replicated and dead-letter at least once
+	// (x-dead-letter-strategy: at-least-once, which needs x-overflow: reject-publish):
+	// https://www.rabbitmq.com/docs/quorum-queues#dead-lettering
+	Quorum QueueType = "quorum"
+	// Classic queues dead-letter at most once: a broker crash during dead-lettering can lose a
+	// message. Faster, not replicated.
+	Classic QueueType = "classic"
+)
+
+// Target is a target exchange: where a delayed message is finally routed, with the routing key
+// it was published with.
+type Target struct {
+	// Name is the exchange name.
+	Name string
+	// Type is "" when the exchange must already exist (apply fails otherwise), or the exchange
+	// type to declare it with, durable: direct, fanout, topic or headers.
+	Type string
+}
+
+// String gives the target in its flag form: "name" or "name:type".
+func (t Target) String() string {
+	if t.Type == "" {
+		return t.Name
+	}
+	return t.Name + ":" + t.Type
+}
+
+// ReadyQueue is a queue the topology declares and binds to a target exchange, so a plain AMQP
+// consumer has somewhere to read delayed messages once they are due.
+type ReadyQueue struct {
+	// Queue is the queue name.
+	Queue string
+	// Exchange is the exchange to bind it to (normally a target).
+	Exchange string
+	// BindingKey is the binding's routing key (a pattern for topic exchanges).
+	BindingKey string
+}
+
+// String gives the ready queue in its flag form: "queue=exchange:bindingkey".
+func (r ReadyQueue) String() string { return r.Queue + "=" + r.Exchange + ":" + r.BindingKey }
+
+// Targets is a list of targets that envconfig and flags parse from "a,b:topic".
+type Targets []Target
+
+// Decode parses a comma-separated list of "name" or "name:type" (envconfig.Decoder).
+func (ts *Targets) Decode(s string) error {
+	*ts = nil
+	for _, part := range splitList(s) {
+		t, err := ParseTarget(part)
+		if err != nil {
+			return err
+		}
+		*ts = append(*ts, t)
+	}
+	return nil
+}
+
+// ParseTarget parses "name" or "name:type".
+func ParseTarget(s string) (Target, error) {
+	s = strings.TrimSpace(s)
+	name, typ, _ := strings.Cut(s, ":")
+	if name == "" {
+		return Target{}, fmt.Errorf("%w: target %q: empty exchange name (want name or name:type, e.g. orders:topic)", ErrInvalidSpec, s)
+	}
+	return Target{Name: name, Type: typ}, nil
+}
+
+// Delays is a list of bucket delays that envconfig and flags parse from "30s,5m,1h".
+type Delays []time.Duration
+
+// Decode parses a comma-separated list of Go durations (envconfig.Decoder).
+func (ds *Delays) Decode(s string) error {
+	*ds = nil
+	for _, part := range splitList(s) {
+		d, err := time.ParseDuration(part)
+		if err != nil {
+			return fmt.Errorf("%w: bucket %q: not a duration (want e.g. 30s, 5m, 1h30m)", ErrInvalidSpec, part)
+		}
+		*ds = append(*ds, d)
+	}
+	return nil
+}
+
+// ReadyQueues is a list of ready queues that envconfig and flags parse from
+// "q1=ex:key,q2=ex:key".
+type ReadyQueues []ReadyQueue
+
+// Decode parses a comma-separated list of queue=exchange:bindingkey (envconfig.Decoder).
+func (rs *ReadyQueues) Decode(s string) error {
+	*rs = nil
+	for _, part := range splitList(s) {
+		r, err := ParseReadyQueue(part)
+		if err != nil {
+			return err
+		}
+		*rs = append(*rs, r)
+	}
+	return nil
+}
+
+// ParseReadyQueue parses "queue=exchange:bindingkey" (the binding key may be empty).
+func ParseReadyQueue(s string) (ReadyQueue, error) {
+	s = strings.TrimSpace(s)
+	q, rest, ok := strings.Cut(s, "=")
+	ex, key, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 || q == "" || ex == "" {
+		return ReadyQueue{}, fmt.Errorf("%w: ready queue %q: want queue=exchange:bindingkey, e.g. orders.timeouts=orders:order.timeout.#", ErrInvalidSpec, s)
+	}
+	return ReadyQueue{Queue: q, Exchange: ex, BindingKey: key}, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Spec is what to declare: the delay topology for one prefix. Zero fields mean the documented
+// defaults ([Spec.WithDefaults]). Every field has an AMQPDELAY_* variable (see [Config]).
+type Spec struct {
+	// Prefix names every object (see [Names]); default "rabbitdelay". Letters, digits and
+	// . _ - : only, at most 200 bytes, not starting with "amq." (reserved by RabbitMQ).
+	Prefix string `envconfig:"PREFIX" default:"rabbitdelay"`
+	// Targets are the exchanges delayed messages are finally routed through.
+	Targets Targets `envconfig:"TARGETS"`
+	// Buckets are optional fixed delays, each with its own queue (whole milliseconds).
+	Buckets Delays `envconfig:"BUCKETS"`
+	// Ladder is the ladder's unit, radix, maximum and order (AMQPDELAY_LADDER_UNIT, _RADIX,
+	// _MAX, _ORDER); zero fields take ttlbuckets' defaults.
+	Ladder ttlbuckets.Ladder `envconfig:"LADDER"`
+	// Plugin is off, auto (default) or on.
+	Plugin PluginMode `envconfig:"PLUGIN" default:"auto"`
+	// QueueType is quorum (default) or classic.
+	QueueType QueueType `envconfig:"QUEUE_TYPE" default:"quorum"`
+	// ReadyQueues are optional queues to declare and bind to targets.
+	ReadyQueues ReadyQueues `envconfig:"READY_QUEUES"`
+}
+
+// Config is the whole configuration read from the environment: the connection (AMQPDELAY_URL,
+// AMQPDELAY_TLS_CA, AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY) and the [Spec].
+type Config struct {
+	amqpconn.Config
+	Spec
+}
+
+// ConfigFromEnv reads the AMQPDELAY_* variables. It returns an error wrapping ErrInvalidSpec
+// that names the variable when one does not parse; it does not validate the values (see
+// [Spec.Validate]).
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+	}
+	return c, nil
+}
+
+// WithDefaults returns s with its zero fields replaced by the defaults.
+func (s Spec) WithDefaults() Spec {
+	if s.Prefix == "" {
+		s.Prefix = DefaultPrefix
+	}
+	if s.Plugin == "" {
+		s.Plugin = PluginAuto
+	}
+	if s.QueueType == "" {
+		s.QueueType = Quorum
+	}
+	s.Ladder = s.Ladder.WithDefaults()
+	return s
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+
+// Validate checks s (after [Spec.WithDefaults]) without touching the network and returns every
+// problem at once, joined; each wraps ErrInvalidSpec (ladder problems also wrap
+// ttlbuckets.ErrInvalidLadder, bucket problems ttlbuckets.ErrInvalidBuckets).
+func (s Spec) Validate() error {
+	s = s.WithDefaults()
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...))
+	}
+	switch {
+	case !prefixRE.MatchString(s.Prefix):
+		add("prefix %q: use only letters, digits and . _ - : (it starts every exchange and queue name)", s.Prefix)
+	case len(s.Prefix) > 200:
+		add("prefix is %d bytes: at most 200 (RabbitMQ names hold at most 255 bytes, and suffixes are added)", len(s.Prefix))
+	case strings.HasPrefix(s.Prefix, "amq."):
+		add("prefix %q: names starting with \"amq.\" are reserved by RabbitMQ", s.Prefix)
+	}
+	if len(s.Targets) == 0 {
+		add("no target exchange: set AMQPDELAY_TARGETS or --target (e.g. orders, or orders:topic to declare it)")
+	}
+	seen := map[string]bool{}
+	for _, t := range s.Targets {
+		if t.Name == "" {
+			add("target with an empty name")
+			continue
+		}
+		if t.Name == "" || strings.HasPrefix(t.Name, "amq.") && t.Type != "" {
+			add("target %q: exchanges starting with \"amq.\" are RabbitMQ's own and cannot be declared; drop the :%s", t.Name, t.Type)
+		}
+		if seen[t.Name] {
+			add("target %q is listed twice", t.Name)
+		}
+		seen[t.Name] = true
+		switch t.Type {
+		case "", "direct", "fanout", "topic", "headers":
+		default:
+			add("target %q: exchange type %q: want direct, fanout, topic or headers", t.Name, t.Type)
+		}
+	}
+	if err := s.Ladder.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: ladder: %w", ErrInvalidSpec, err))
+	}
+	if _, err := ttlbuckets.NewBuckets(s.Buckets...); err != nil {
+		errs = append(errs, fmt.Errorf("%w: buckets: %w", ErrInvalidSpec, err))
+	}
+	switch s.Plugin {
+	case PluginAuto, PluginOff, PluginOn:
+	default:
+		add("plugin mode %q: want off, auto or on", s.Plugin)
+	}
+	switch s.QueueType {
+	case Quorum, Classic:
+	default:
+		add("queue type %q: want quorum or classic", s.QueueType)
+	}
+	for _, r := range s.ReadyQueues {
+		if r.Queue == "" || r.Exchange == "" {
+			add("ready queue %q: want queue=exchange:bindingkey", r.String())
+		}
+		if strings.HasPrefix(r.Queue, "amq.") {
+			add("ready queue %q: queue names starting with \"amq.\" are reserved by RabbitMQ", r.Queue)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// HasTarget reports whether name is one of s's targets.
+func (s Spec) HasTarget(name string) bool {
+	for _, t := range s.Targets {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// LadderOrBuckets returns the spec's ladder (with defaults) and its buckets. It returns the
+// buckets' error wrapped with ErrInvalidSpec when they are invalid.
+func (s Spec) LadderOrBuckets() (ttlbuckets.Ladder, ttlbuckets.Buckets, error) {
+	s = s.WithDefaults()
+	b, err := ttlbuckets.NewBuckets(s.Buckets...)
+	if err != nil {
+		return s.Ladder, ttlbuckets.Buckets{}, fmt.Errorf("%w: buckets: %w", ErrInvalidSpec, err)
+	}
+	return s.Ladder, b, nil
+}
