@@ -24,6 +24,10 @@ fuzz:
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
+## demo: a broker, `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders)
+demo:
+	$(BROKER) scripts/demo $(DEMOARGS)
+
 ## bench: the benchmarks of ./integration against a real broker (see README, Benchmarks)
 bench:
 	$(BROKER) $(GO) test ./integration -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m $(BENCHARGS)
