@@ -246,7 +246,7 @@ func (s Spec) Validate() error {
 			add("target with an empty name")
 			continue
 		}
-		if t.Name == "" || strings.HasPrefix(t.Name, "amq.") && t.Type != "" {
+		if strings.HasPrefix(t.Name, "amq.") && t.Type != "" {
 			add("target %q: exchanges starting with \"amq.\" are RabbitMQ's own and cannot be declared; drop the :%s", t.Name, t.Type)
 		}
 		if seen[t.Name] {

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 8, 2, ' ', 0) }
+
+func ttlText(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%dms (%s)", ms, time.Duration(ms)*time.Millisecond)
+}
+
+func specLine(p *topology.Plan) string {
+	l := p.Ladder
+	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%d levels, %d queues); %d buckets; queue type %s; plugin %s",
+		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, l.Levels(), len(l.Queues()), len(p.Spec.Buckets), p.Spec.QueueType, p.Spec.Plugin)
+}
+
+func cmdPlan(_ context.Context, e *invocation) error {
+	p, err := e.plan()
+	if err != nil {
+		return err
+	}
+	if e.s.output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p)
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "# %s\n", specLine(p))
+	if p.Spec.Plugin == topology.PluginAuto {
+		fmt.Fprintf(w, "# plugin auto: %s and its binding are declared only when the broker has the delayed-message plugin\n", p.Names.PluginExchange())
+	}
+	fmt.Fprintf(w, "\nEXCHANGES (%d)\n", len(p.Exchanges))
+	t := newTable(w)
+	fmt.Fprintln(t, "NAME\tTYPE\tROLE\tARGUMENTS")
+	for _, x := range p.Exchanges {
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", x.Name, x.Type, x.Role, topology.FormatArgs(x.Args))
+	}
+	_ = t.Flush()
+	fmt.Fprintf(w, "\nQUEUES (%d, all durable)\n", len(p.Queues))
+	t = newTable(w)
+	fmt.Fprintln(t, "NAME\tROLE\tTTL\tDEAD-LETTER EXCHANGE\tARGUMENTS")
+	for _, q := range p.Queues {
+		dlx := q.DeadLetterExchange
+		if dlx == "" {
+			dlx = "-"
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), dlx, topology.FormatArgs(q.Args))
+	}
+	_ = t.Flush()
+	fmt.Fprintf(w, "\nBINDINGS (%d, in declaration order)\n", len(p.Bindings))
+	t = newTable(w)
+	fmt.Fprintln(t, "SOURCE\tDESTINATION\tTYPE\tKEY\tARGUMENTS")
+	for _, b := range p.Bindings {
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", b.Source, b.Destination, b.DestinationType, b.RoutingKey, topology.FormatArgs(b.Args))
+	}
+	_ = t.Flush()
+	if len(p.Existing) > 0 {
+		fmt.Fprintf(w, "\nMUST ALREADY EXIST (not declared): %s\n", strings.Join(p.Existing, ", "))
+	}
+	return nil
+}
+
+func cmdApply(ctx context.Context, e *invocation) error {
+	p, err := e.plan()
+	if err != nil {
+		return err
+	}
+	m, err := e.management()
+	if err != nil {
+		return usageError{err}
+	}
+	conn, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// Missing targets are bad input: report them before the plugin probe declares its
+	// temporary exchange, so nothing at all is declared.
+	if err := topology.Preflight(ctx, conn, p); err != nil {
+		return err
+	}
+	if p, err = e.resolvePlugin(ctx, p, m); err != nil {
+		return err
+	}
+	e.log.Info().Str("spec", specLine(p)).Msg("applying")
+	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{DryRun: e.s.dryRun, Management: m, Logger: e.log})
+	printReport(e.stdout, rep, e.s.dryRun)
+	if err != nil {
+		return err
+	}
+	verb := "apply"
+	if e.s.dryRun {
+		verb = "apply --dry-run (nothing declared)"
+	}
+	fmt.Fprintf(e.stdout, "%s: %d created, %d unchanged", verb, rep.Count(topology.StateCreated), rep.Count(topology.StateUnchanged))
+	if n := rep.Count(topology.StateBound); n > 0 {
+		fmt.Fprintf(e.stdout, ", %d bindings bound (pass --management-url to tell created from unchanged)", n)
+	}
+	if n := rep.Count(topology.StateMissing) + rep.Count(topology.StateUnknown); e.s.dryRun && n > 0 {
+		fmt.Fprintf(e.stdout, ", %d to declare", n)
+	}
+	fmt.Fprintf(e.stdout, " in %s\n", rep.Elapsed.Round(time.Millisecond))
+	return nil
+}
+
+func printReport(w io.Writer, rep *topology.Report, dryRun bool) {
+	if rep == nil || len(rep.Results) == 0 {
+		return
+	}
+	t := newTable(w)
+	fmt.Fprintln(t, "STATE\tKIND\tNAME\tDETAIL")
+	for _, r := range rep.Results {
+		st := string(r.State)
+		if dryRun {
+			switch r.State {
+			case topology.StateMissing:
+				st = "would create"
+			case topology.StateUnknown:
+				st = "would bind"
+			case topology.StateDeleted:
+				st = "would delete"
+			}
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", st, r.Kind, r.Name, r.Detail)
+	}
+	_ = t.Flush()
+}
+
+func cmdStatus(ctx context.Context, e *invocation) error {
+	p, err := e.plan()
+	if err != nil {
+		return err
+	}
+	m, err := e.management()
+	if err != nil {
+		return usageError{err}
+	}
+	conn, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	plugin := "off (--plugin off)"
+	var pluginErr error
+	if p.Spec.Plugin != topology.PluginOff {
+		var avail bool
+		if m != nil {
+			avail, pluginErr = topology.ProbePluginManagement(ctx, m)
+		} else {
+			avail, pluginErr = topology.ProbePlugin(ctx, e.dial, p.Spec.Prefix)
+		}
+		switch {
+		case pluginErr != nil:
+			plugin = "unknown (" + pluginErr.Error() + ")"
+			e.log.Warn().Err(pluginErr).Msg("cannot tell whether the broker has the delayed-message plugin")
+		case avail:
+			plugin = "available"
+		default:
+			plugin = "not available (the ladder and buckets work without it)"
+		}
+		if (pluginErr != nil || !avail) && p.Spec.Plugin == topology.PluginAuto {
+			p = p.WithoutPlugin()
+		}
+		if !avail && pluginErr == nil && p.Spec.Plugin == topology.PluginOn {
+			plugin = "NOT AVAILABLE, but --plugin on"
+		}
+	}
+	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m, Logger: e.log})
+	if rep == nil || (err != nil && !errors.Is(err, topology.ErrIncomplete)) {
+		return err
+	}
+	if e.s.output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(struct {
+			Plugin string                 `json:"plugin"`
+			Status *topology.StatusReport `json:"status"`
+		}{plugin, rep}); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "# %s\n", specLine(p))
+	fmt.Fprintf(w, "plugin: %s\n\n", plugin)
+	count := func(n int64) string {
+		if n < 0 {
+			return "?"
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	t := newTable(w)
+	if rep.Management {
+		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)")
+	} else {
+		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS")
+	}
+	for _, q := range rep.Queues {
+		ready, cons := strconv.Itoa(q.Ready), strconv.Itoa(q.Consumers)
+		if !q.Exists {
+			ready, cons = "MISSING", "-"
+		} else if q.IsDelay() && q.Consumers > 0 {
+			cons += "  <-- WARNING: consumer on a delay queue"
+		}
+		if rep.Management {
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), count(q.MessagesDLX))
+		} else {
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons)
+		}
+	}
+	_ = t.Flush()
+	present := 0
+	for _, x := range rep.Exchanges {
+		if x.Exists {
+			present++
+		}
+	}
+	fmt.Fprintf(w, "\nexchanges: %d of %d present\n", present, len(rep.Exchanges))
+	if rep.Management {
+		present = 0
+		for _, b := range rep.Bindings {
+			if b.Exists {
+				present++
+			}
+		}
+		fmt.Fprintf(w, "bindings: %d of %d present\n", present, len(rep.Bindings))
+	} else {
+		fmt.Fprintln(w, "bindings: not checked (AMQP cannot list bindings; pass --management-url); messages_dlx: not shown (needs --management-url)")
+	}
+	park := rep.Parking()
+	fmt.Fprintf(w, "parking queue %s: %d messages ready (due messages that no target took)\n", park.Name, park.Ready)
+	var dlx []string
+	for _, q := range rep.Queues {
+		if q.MessagesDLX > 0 {
+			dlx = append(dlx, fmt.Sprintf("%s (%d)", q.Name, q.MessagesDLX))
+		}
+	}
+	if len(dlx) > 0 {
+		fmt.Fprintf(w, "WARNING: messages stuck in dead-letter state (retried forever until something routes them): %s\n", strings.Join(dlx, ", "))
+	}
+	if len(rep.ConsumedDelayQueues) > 0 {
+		fmt.Fprintf(w, "\nWARNING: CONSUMERS ARE ATTACHED TO DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
+		fmt.Fprintln(w, "WARNING: they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
+	}
+	if len(rep.Missing) > 0 {
+		fmt.Fprintf(w, "\nINCOMPLETE: %d objects missing:\n", len(rep.Missing))
+		for _, x := range rep.Missing {
+			fmt.Fprintf(w, "  %s\n", x)
+		}
+	}
+	return err
+}
+
+func cmdExport(_ context.Context, e *invocation) error {
+	p, err := e.plan()
+	if err != nil {
+		return err
+	}
+	if p.Spec.Plugin == topology.PluginAuto {
+		e.log.Info().Msg("plugin auto: export makes no connection, so the plugin exchange is left out (use --plugin on to include it)")
+		p = p.WithoutPlugin()
+	}
+	vhost := e.s.vhost
+	if vhost == "" {
+		vhost = e.vhost()
+	}
+	if len(p.Existing) > 0 {
+		e.log.Info().Strs("exchanges", p.Existing).Msg("not in the export: these exchanges must exist before the import")
+	}
+	out, err := topology.Export(p, vhost)
+	if err != nil {
+		return err
+	}
+	_, err = e.stdout.Write(out)
+	return err
+}
+
+func cmdTeardown(ctx context.Context, e *invocation) error {
+	p, err := e.plan()
+	if err != nil {
+		return err
+	}
+	m, err := e.management()
+	if err != nil {
+		return usageError{err}
+	}
+	conn, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rep, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{
+		Force: e.s.force, ReadyQueues: e.s.readyQueues, DryRun: e.s.dryRun, Management: m, Logger: e.log})
+	printReport(e.stdout, rep, e.s.dryRun)
+	if err != nil {
+		return err
+	}
+	var targets []string
+	for _, t := range p.Spec.Targets {
+		targets = append(targets, t.Name)
+	}
+	verb, deleted := "teardown", "deleted"
+	if e.s.dryRun {
+		verb, deleted = "teardown --dry-run (nothing deleted)", "to delete"
+	}
+	fmt.Fprintf(e.stdout, "%s: %d %s, %d absent; target exchanges left untouched: %s\n",
+		verb, rep.Count(topology.StateDeleted), deleted, rep.Count(topology.StateAbsent), strings.Join(targets, ", "))
+	fmt.Fprintf(e.stdout, "note: messages already held by the delayed-message plugin are NOT removed by deleting %s: "+
+		"the plugin still delivers them when they fall due if an exchange of that name exists by then.\n", p.Names.PluginExchange())
+	return nil
+}

@@ -1,0 +1,85 @@
+// Command declare declares, checks, inspects, exports and tears down rabbitdelay's delay
+// topology (see package topology for what it consists of). Operators run it once from a
+// terminal, a CI/CD job or a Kubernetes job; it is configured by flags or by the same
+// AMQPDELAY_* environment variables the amqpdelay client reads. A flag given on the command
+// line wins over its variable; a repeatable flag given once replaces the whole list of its
+// variable.
+//
+// # Usage
+//
+//	declare <command> [flags]
+//	declare --help | declare <command> --help
+//
+// # Commands
+//
+//	plan      Print every exchange, queue and binding with its arguments, in declaration order
+//	          (--output table|json). No connection needed.
+//	apply     Declare the plan; print each object as created or unchanged (bindings: "bound"
+//	          without --management-url, since AMQP cannot list bindings). Idempotent: a second
+//	          run changes nothing and exits 0. An object that exists with other arguments stops
+//	          it with exit code 2 and a message naming the object, the argument, the existing
+//	          and the wanted value; nothing is created then, and nothing is ever deleted.
+//	          Target exchanges without a type must exist, checked before anything is declared.
+//	          --dry-run checks all of that and declares nothing.
+//	status    Per queue: messages ready, consumers, TTL; a loud warning for any consumer on a
+//	          delay queue (it takes delayed messages early); the parking queue; whether the
+//	          broker has the delayed-message plugin. With --management-url also every queue's
+//	          messages held in quorum dead-letter state (messages_dlx) and the bindings.
+//	          Exit code 1 when any object is missing. --output table|json.
+//	export    Print the topology as RabbitMQ definitions JSON (the format of rabbitmqctl
+//	          export_definitions) for the URL's vhost or --vhost. `rabbitmqctl
+//	          import_definitions` (or POST /api/definitions/<vhost>) into an empty vhost gives
+//	          what apply declares. No connection: with --plugin auto the plugin exchange is left
+//	          out (use --plugin on); targets without a type are not included (they must exist).
+//	teardown  Delete the delay queues, the parking queue and the topology's exchanges, listing
+//	          each as deleted or absent. Refuses (exit 1, nothing deleted) while any of these
+//	          queues holds messages, unless --force. Never touches target exchanges; ready
+//	          queues only with --ready-queues. --dry-run deletes nothing. Messages already held
+//	          by the delayed-message plugin are not removed by deleting its exchange: the plugin
+//	          still delivers them when they fall due if an exchange of that name exists then.
+//
+// # Flags and variables
+//
+//	--url URL                     AMQPDELAY_URL             amqp://guest:guest@localhost:5672/
+//	                              broker URL; the vhost is the URL's path; amqps:// for TLS
+//	--tls-ca FILE                 AMQPDELAY_TLS_CA          CA certificates (PEM); default system roots
+//	--tls-cert FILE               AMQPDELAY_TLS_CERT        client certificate (PEM)
+//	--tls-key FILE                AMQPDELAY_TLS_KEY         client key (PEM)
+//	--prefix PREFIX               AMQPDELAY_PREFIX          rabbitdelay
+//	--target NAME[:TYPE]          AMQPDELAY_TARGETS         (required) repeatable / comma-separated;
+//	                              name:type declares the exchange (direct, fanout, topic, headers)
+//	--bucket DURATION             AMQPDELAY_BUCKETS         none; repeatable / comma-separated, e.g. 30s,5m,1h
+//	--unit DURATION               AMQPDELAY_LADDER_UNIT     1ms
+//	--radix N                     AMQPDELAY_LADDER_RADIX    16 (2, 4, 8, 16, 32, 64)
+//	--max-delay DURATION          AMQPDELAY_LADDER_MAX      2^32-1 ms (49.7 days)
+//	--order ORDER                 AMQPDELAY_LADDER_ORDER    shortest-first (or longest-first)
+//	--plugin MODE                 AMQPDELAY_PLUGIN          auto (off, auto, on)
+//	--queue-type TYPE             AMQPDELAY_QUEUE_TYPE      quorum (or classic)
+//	--ready-queue Q=EXCHANGE:KEY  AMQPDELAY_READY_QUEUES    none; repeatable / comma-separated
+//	--management-url URL          AMQPDELAY_MANAGEMENT_URL  none; http://user:password@host:15672/
+//	--timeout DURATION            AMQPDELAY_TIMEOUT         1m
+//	--log-format FORMAT           AMQPDELAY_LOG_FORMAT      console (or json)
+//	--log-level LEVEL             AMQPDELAY_LOG_LEVEL       info
+//
+// Command flags: plan and status --output table|json; apply --dry-run; export --vhost VHOST;
+// teardown --force, --ready-queues, --dry-run.
+//
+// Results go to stdout; logs (zerolog) to stderr. Passwords from URLs never appear in output.
+//
+// # Exit codes
+//
+//	0  success
+//	1  runtime failure: broker unreachable, wrong password, unknown vhost, missing permission,
+//	   incomplete topology (status), plugin required (--plugin on) but missing, teardown
+//	   refused because queues hold messages
+//	2  usage: unknown flag or command, invalid value or specification, a target exchange that
+//	   does not exist, or a topology conflict (an object exists with other arguments)
+//
+// # Permissions
+//
+// apply needs configure permission on names starting with the prefix (and on targets it
+// declares and ready queues), write permission on the target exchanges (exchange-to-exchange
+// bindings) and read on the exchanges it binds from. The plugin probe (mode auto or on, without
+// --management-url) declares and deletes a temporary exchange <prefix>.plugin-probe.<random>.
+// status declares nothing (passive declarations only), except that probe.
+package main

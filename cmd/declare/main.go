@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// Exit codes (documented in doc.go and the help).
+const (
+	exitOK      = 0
+	exitRuntime = 1 // broker unreachable or refusing, incomplete topology, teardown refused
+	exitUsage   = 2 // bad flags or specification, missing target exchange, topology conflict
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	usage   string // after "declare <name>"
+	help    string
+	extra   func(s *settings) []option
+	run     func(ctx context.Context, e *invocation) error
+}
+
+// invocation is one run of a command.
+type invocation struct {
+	s      settings
+	stdout io.Writer
+	stderr io.Writer
+	log    zerolog.Logger
+}
+
+func commands() []command {
+	return []command{
+		{name: "plan", summary: "print every object the topology declares (no connection needed)",
+			help: "Prints every exchange, queue and binding with its arguments, in declaration order.",
+			extra: func(s *settings) []option {
+				return []option{outputOption(s)}
+			}, run: cmdPlan},
+		{name: "apply", summary: "declare the topology (idempotent)",
+			help: "Declares the plan and prints each object as created or unchanged. Running it again changes nothing.\n" +
+				"When an object exists with other arguments it stops (exit 2) naming the object, the argument, the\n" +
+				"existing and wanted values; it never deletes or re-creates anything. Exchanges the topology binds to\n" +
+				"must exist (or be given as name:type) before anything is declared.",
+			extra: func(s *settings) []option {
+				return []option{boolOption("dry-run", "check everything (targets, conflicts) and show what would be created; declare nothing", &s.dryRun)}
+			}, run: cmdApply},
+		{name: "status", summary: "show messages waiting per delay queue, consumers, parking queue, plugin",
+			help: "Inspects the topology without declaring anything. Exit 1 when objects are missing. A consumer on a\n" +
+				"delay queue is flagged loudly: it takes delayed messages before they are due. With --management-url it\n" +
+				"also shows messages held in quorum queues' dead-letter state (messages_dlx), which AMQP cannot see,\n" +
+				"and checks the bindings.",
+			extra: func(s *settings) []option { return []option{outputOption(s)} }, run: cmdStatus},
+		{name: "export", summary: "print the topology as RabbitMQ definitions JSON",
+			help: "Prints the topology in the format of `rabbitmqctl export_definitions`, for `rabbitmqctl\n" +
+				"import_definitions` or the management API (POST /api/definitions/<vhost>). Importing it into an empty\n" +
+				"vhost gives what apply declares. No connection is made, so with --plugin auto the plugin exchange is\n" +
+				"left out (use --plugin on to include it). Target exchanges given without a type are not included: they\n" +
+				"must exist before the import.",
+			extra: func(s *settings) []option {
+				return []option{{name: "vhost", arg: "VHOST", def: "the URL's vhost, or /", usage: "vhost written into the definitions",
+					set: func(v string) error { s.vhost = v; return nil }}}
+			}, run: cmdExport},
+		{name: "teardown", summary: "delete the delay topology (never the target exchanges)",
+			help: "Deletes the delay queues, the parking queue and the topology's exchanges, and lists what it deleted.\n" +
+				"Refuses (exit 1, nothing deleted) while any of these queues holds messages, unless --force.\n" +
+				"Target exchanges are never touched; ready queues only with --ready-queues.\n" +
+				"Messages already held by the delayed-message plugin are not removed by deleting its exchange: they are\n" +
+				"still delivered if an exchange of that name exists when they fall due.",
+			extra: func(s *settings) []option {
+				return []option{
+					boolOption("force", "delete queues that hold messages, with their messages", &s.force),
+					boolOption("ready-queues", "also delete the ready queues (same emptiness rule)", &s.readyQueues),
+					boolOption("dry-run", "show what would be deleted; delete nothing", &s.dryRun),
+				}
+			}, run: cmdTeardown},
+	}
+}
+
+func outputOption(s *settings) option {
+	return option{name: "output", arg: "FORMAT", def: "table", usage: "table or json",
+		set: func(v string) error {
+			if v != "table" && v != "json" {
+				return fmt.Errorf("want table or json, not %q", v)
+			}
+			s.output = v
+			return nil
+		}}
+}
+
+// usageError is bad input: exit code 2.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+// run is the whole CLI: it returns the exit code. getenv reads the AMQPDELAY_* variables.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
+		if len(args) > 1 && args[0] == "help" {
+			return run(ctx, []string{args[1], "--help"}, getenv, stdout, stderr)
+		}
+		w := stdout
+		if len(args) == 0 {
+			w = stderr
+		}
+		printUsage(w)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	var cmd *command
+	for _, c := range commands() {
+		if c.name == args[0] {
+			cmd = &c
+			break
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "declare: unknown command %q (want plan, apply, status, export or teardown; see declare --help)\n", args[0])
+		return exitUsage
+	}
+	inv := &invocation{stdout: stdout, stderr: stderr}
+	inv.s = settings{timeout: time.Minute, logFormat: "console", logLevel: "info", output: "table"}
+	opts := append(commonOptions(&inv.s), cmd.extra(&inv.s)...)
+	rest, err := parse(cmd.name, opts, args[1:], getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		printCommandUsage(stdout, cmd, opts)
+		return exitOK
+	}
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("unexpected argument %q (flags only; lists are repeated flags or comma-separated variables)", rest[0])
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "declare %s: %s\nSee declare %s --help.\n", cmd.name, amqpconn.RedactText(err.Error()), cmd.name)
+		return exitUsage
+	}
+	inv.log, err = newLogger(inv.s.logFormat, inv.s.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "declare %s: %s\n", cmd.name, err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, inv.s.timeout)
+	defer cancel()
+	err = cmd.run(ctx, inv)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	msg := amqpconn.RedactText(err.Error()) + hint(err)
+	if inv.log.GetLevel() <= zerolog.ErrorLevel {
+		inv.log.Error().Int("exit_code", code).Msg(msg)
+	} else {
+		fmt.Fprintf(stderr, "declare %s: %s\n", cmd.name, msg)
+	}
+	return code
+}
+
+// exitCode maps an error to the documented exit codes.
+func exitCode(err error) int {
+	var u usageError
+	switch {
+	case errors.As(err, &u),
+		errors.Is(err, topology.ErrInvalidSpec),
+		errors.Is(err, amqpconn.ErrConfig),
+		errors.Is(err, topology.ErrManagement) && strings.Contains(err.Error(), "want http://"),
+		errors.Is(err, topology.ErrConflict),
+		errors.Is(err, topology.ErrTargetMissing):
+		return exitUsage
+	default:
+		return exitRuntime
+	}
+}
+
+// hint adds advice for broker refusals at connection time.
+func hint(err error) string {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return ""
+	}
+	switch ae.Code {
+	case amqp.AccessRefused:
+		if strings.Contains(ae.Reason, "username or password") {
+			return " (check the user name and password of --url / AMQPDELAY_URL)"
+		}
+	case amqp.NotAllowed:
+		if strings.Contains(ae.Reason, "vhost") {
+			return " (the vhost is the URL's path: create it with rabbitmqctl add_vhost, or fix --url / AMQPDELAY_URL)"
+		}
+	}
+	return ""
+}
+
+func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", level)
+	}
+	switch format {
+	case "console":
+		cw := zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05"}
+		return zerolog.New(cw).Level(lvl).With().Timestamp().Logger(), nil
+	case "json":
+		return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+	}
+	return zerolog.Nop(), fmt.Errorf("--log-format %q: want console or json", format)
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, `declare: declare, check, inspect, export and tear down rabbitdelay's delay topology.
+
+Usage: declare <command> [flags]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Every flag can also be set by its environment variable; a flag given on the command line wins.
+Flags common to every command:
+`)
+	var s settings
+	printOptions(w, commonOptions(&s))
+	fmt.Fprint(w, `
+Exit codes:
+  0  ok
+  1  runtime failure: broker unreachable or refusing (password, vhost, permissions), incomplete
+     topology (status), plugin required but missing, teardown refused because queues hold messages
+  2  usage: unknown flag, invalid specification, target exchange missing, or a topology conflict
+     (an object exists with other arguments)
+
+Run declare <command> --help for a command's own flags.
+`)
+}
+
+func printCommandUsage(w io.Writer, c *command, opts []option) {
+	fmt.Fprintf(w, "Usage: declare %s [flags]\n\n%s\n\nFlags:\n", c.name, c.help)
+	printOptions(w, opts)
+}
+
+// dial connects with the command's settings.
+func (e *invocation) dial(ctx context.Context) (*amqp.Connection, error) {
+	conn, err := amqpconn.Dial(ctx, e.s.conn, "rabbitdelay-declare")
+	if err != nil {
+		return nil, err
+	}
+	e.log.Debug().Str("url", amqpconn.Redact(e.s.conn.URLOrDefault())).Msg("connected")
+	return conn, nil
+}
+
+// vhost is the vhost of the URL.
+func (e *invocation) vhost() string {
+	u, err := amqp.ParseURI(e.s.conn.URLOrDefault())
+	if err != nil || u.Vhost == "" {
+		return "/"
+	}
+	return u.Vhost
+}
+
+// management returns the management API client, or nil without --management-url.
+func (e *invocation) management() (*topology.Management, error) {
+	if e.s.mgmtURL == "" {
+		return nil, nil
+	}
+	return topology.NewManagement(e.s.mgmtURL, e.vhost())
+}
+
+// plan validates the specification and computes the plan: usage errors.
+func (e *invocation) plan() (*topology.Plan, error) {
+	p, err := e.s.spec.Plan()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return p, nil
+}
+
+// resolvePlugin asks the broker about the plugin (unless off) and returns the plan to use.
+func (e *invocation) resolvePlugin(ctx context.Context, p *topology.Plan, m *topology.Management) (*topology.Plan, error) {
+	if p.Spec.Plugin == topology.PluginOff {
+		return p, nil
+	}
+	var avail bool
+	var err error
+	if m != nil {
+		avail, err = topology.ProbePluginManagement(ctx, m)
+	} else {
+		avail, err = topology.ProbePlugin(ctx, e.dial, p.Spec.Prefix)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if avail {
+		e.log.Info().Msg("delayed-message plugin: available")
+	} else {
+		e.log.Info().Msg("delayed-message plugin: not available on this broker (the ladder and buckets work without it)")
+	}
+	return p.ForPlugin(avail)
+}

@@ -1,0 +1,442 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+func TestMain(m *testing.M) { brokertest.Main(m) }
+
+type result struct {
+	code           int
+	stdout, stderr string
+	elapsed        time.Duration
+}
+
+// declare runs the CLI in-process with env as its only environment.
+func declare(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	code := run(ctx, args, func(k string) string { return env[k] }, &out, &errb)
+	return result{code: code, stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
+}
+
+// vars is the environment of a test: its own vhost and prefix, the management API.
+func vars(e *brokertest.Env, extra ...string) map[string]string {
+	m := map[string]string{"AMQPDELAY_URL": e.URL, "AMQPDELAY_PREFIX": e.Prefix, "AMQPDELAY_PLUGIN": "off"}
+	if e.Broker.ManagementURL != "" {
+		m["AMQPDELAY_MANAGEMENT_URL"] = e.Broker.ManagementURL
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i]] = extra[i+1]
+	}
+	return m
+}
+
+// objects lists the exchanges and queues of the env's vhost whose names start with the prefix.
+func objects(t *testing.T, e *brokertest.Env) []string {
+	t.Helper()
+	if e.Broker.ManagementURL == "" {
+		return nil
+	}
+	var out []string
+	for _, kind := range []string{"exchanges", "queues"} {
+		var list []struct{ Name string }
+		if err := e.Broker.Management("GET", "api/"+kind+"/"+url.PathEscape(e.VHost), nil, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range list {
+			if strings.HasPrefix(x.Name, e.Prefix) {
+				out = append(out, kind+" "+x.Name)
+			}
+		}
+	}
+	return out
+}
+
+// TestBadInput: every bad input gets a clear message, a non-zero exit code, and nothing is
+// declared.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	u, _ := url.Parse(env.URL)
+	host := u.Host
+	const secret = "s3cr3t-Pa55word"
+	badPassword := "amqp://guest:" + secret + "@" + host + u.EscapedPath()
+
+	// A user without configure permission on the vhost.
+	weakUser := ""
+	if env.Broker.ManagementURL != "" {
+		weakUser = env.Prefix + "-weak"
+		if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(weakUser), map[string]string{"password": "weakpw", "tags": ""}, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(weakUser), nil, nil) })
+		perm := map[string]string{"configure": "^$", "write": ".*", "read": ".*"}
+		if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(weakUser), perm, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	weakURL := "amqp://" + weakUser + ":weakpw@" + host + u.EscapedPath()
+
+	cases := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		code     int
+		want     []string
+		mgmt     bool // needs the management API
+		notWants []string
+	}{
+		{name: "unknown flag", args: []string{"apply", "--target", "o:topic", "--bogus"}, code: 2, want: []string{"-bogus"}},
+		{name: "unknown command", args: []string{"deploy"}, code: 2, want: []string{"unknown command", "deploy"}},
+		{name: "unparsable bucket", args: []string{"apply", "--target", "o:topic", "--bucket", "5x"}, code: 2, want: []string{"5x", "not a duration"}},
+		{name: "unparsable unit", args: []string{"apply", "--target", "o:topic", "--unit", "abc"}, code: 2, want: []string{"ladder unit", "abc"}},
+		{name: "unparsable variable", env: map[string]string{"AMQPDELAY_LADDER_MAX": "forever"}, args: []string{"apply", "--target", "o:topic"}, code: 2,
+			want: []string{"AMQPDELAY_LADDER_MAX", "forever"}},
+		{name: "radix 3", args: []string{"apply", "--target", "o:topic", "--radix", "3"}, code: 2, want: []string{"adix", "3"}},
+		{name: "max beyond TTL limit", args: []string{"apply", "--target", "o:topic", "--max-delay", "100000h"}, code: 2, want: []string{"ax"}},
+		{name: "no target", args: []string{"apply"}, code: 2, want: []string{"no target exchange", "AMQPDELAY_TARGETS"}},
+		{name: "target does not exist", args: []string{"apply", "--target", "nope-missing"}, code: 2, want: []string{"nope-missing", "does not exist", "nope-missing:topic"}},
+		{name: "ready queue exchange does not exist", args: []string{"apply", "--target", "o:topic", "--ready-queue", "rq=ghost:k"}, code: 2, want: []string{"ghost"}},
+		{name: "bad ready queue", args: []string{"apply", "--target", "o:topic", "--ready-queue", "rq-without-exchange"}, code: 2, want: []string{"queue=exchange:bindingkey"}},
+		{name: "bad prefix", args: []string{"apply", "--target", "o:topic", "--prefix", "bad prefix/ü"}, code: 2, want: []string{"prefix", "letters, digits"}},
+		{name: "bad queue type", args: []string{"apply", "--target", "o:topic", "--queue-type", "stream"}, code: 2, want: []string{"queue type", "stream"}},
+		{name: "broker unreachable", env: map[string]string{"AMQPDELAY_URL": "amqp://guest:" + secret + "@127.0.0.1:1/"}, args: []string{"apply", "--target", "o:topic"},
+			code: 1, want: []string{"connect to", "127.0.0.1:1"}, notWants: []string{secret}},
+		{name: "wrong password", env: map[string]string{"AMQPDELAY_URL": badPassword}, args: []string{"apply", "--target", "o:topic"},
+			code: 1, want: []string{"password"}, notWants: []string{secret}},
+		{name: "wrong password in flag", args: []string{"status", "--target", "o:topic", "--url", badPassword},
+			code: 1, want: []string{"password"}, notWants: []string{secret}},
+		{name: "vhost does not exist", env: map[string]string{"AMQPDELAY_URL": brokertest.WithVHost(env.Broker.URL, "nope-"+env.Prefix)}, args: []string{"apply", "--target", "o:topic"},
+			code: 1, want: []string{"vhost", "nope-" + env.Prefix}},
+		{name: "user without configure permission", mgmt: true, env: map[string]string{"AMQPDELAY_URL": weakURL}, args: []string{"apply", "--target", "o:topic"},
+			code: 1, want: []string{"access refused", "configure permission"}, notWants: []string{"weakpw"}},
+		{name: "user without configure permission, plugin probe", mgmt: true, env: map[string]string{"AMQPDELAY_URL": weakURL, "AMQPDELAY_PLUGIN": "auto", "AMQPDELAY_MANAGEMENT_URL": ""},
+			args: []string{"apply", "--target", "o:topic"}, code: 1, want: []string{"access refused", "configure permission"}},
+		{name: "bad management URL", args: []string{"apply", "--target", "o:topic", "--management-url", "ftp://x"}, code: 2, want: []string{"management", "http://"}},
+		{name: "bad log level", args: []string{"plan", "--target", "o", "--log-level", "loud"}, code: 2, want: []string{"log-level"}},
+		{name: "plugin on without the plugin", args: []string{"apply", "--target", "o:topic", "--plugin", "on"}, code: 1, want: []string{"plugin"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.mgmt && env.Broker.ManagementURL == "" {
+				t.Skip("needs the management API to create a user")
+			}
+			e := vars(env)
+			for k, v := range c.env {
+				e[k] = v
+			}
+			r := declare(t, e, c.args...)
+			if r.code != c.code {
+				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", r.code, c.code, r.stdout, r.stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
+			for _, nw := range c.notWants {
+				if strings.Contains(r.stderr+r.stdout, nw) {
+					t.Errorf("output contains %q:\n%s%s", nw, r.stdout, r.stderr)
+				}
+			}
+			if got := objects(t, env); len(got) != 0 {
+				t.Fatalf("objects were declared: %v", got)
+			}
+		})
+	}
+}
+
+// TestApplyTwice: apply declares the topology, a second apply reports everything unchanged;
+// flags win over variables. (The default topology's apply time is measured by
+// integration.TestApplyDeclaresExactlyThePlan and BenchmarkApplyDefault; this test keeps the
+// shared broker's load down with classic queues and a shorter ladder.)
+func TestApplyTwice(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API to report bindings as unchanged")
+	}
+	e := vars(env, "AMQPDELAY_PREFIX", "from-env", "AMQPDELAY_TARGETS", "ignored:topic", "AMQPDELAY_BUCKETS", "30s,5m",
+		"AMQPDELAY_QUEUE_TYPE", "classic", "AMQPDELAY_LADDER_RADIX", "8", "AMQPDELAY_LADDER_MAX", "24h")
+	args := []string{"apply", "--prefix", env.Prefix, "--target", "orders:topic", "--ready-queue", "orders.timeouts=orders:order.timeout.#"}
+	first := declare(t, e, args...)
+	if first.code != 0 {
+		t.Fatalf("apply: exit %d\n%s\n%s", first.code, first.stdout, first.stderr)
+	}
+	t.Logf("first apply: %v", first.elapsed)
+	if strings.Contains(first.stdout, "from-env") || strings.Contains(first.stdout, "ignored") {
+		t.Error("variables won over flags")
+	}
+	if !strings.Contains(first.stdout, env.Prefix+".bucket.300000ms") {
+		t.Error("AMQPDELAY_BUCKETS (no flag) not applied")
+	}
+	if strings.Contains(first.stdout, "\nunchanged ") || !strings.Contains(first.stdout, ", 0 unchanged") {
+		t.Errorf("first apply on an empty vhost reports unchanged objects:\n%s", first.stdout)
+	}
+	second := declare(t, e, args...)
+	if second.code != 0 {
+		t.Fatalf("second apply: exit %d\n%s", second.code, second.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(second.stdout), "\n")
+	for _, l := range lines[1 : len(lines)-1] {
+		if !strings.HasPrefix(l, "unchanged ") {
+			t.Errorf("second apply: %q", l)
+		}
+	}
+	if !strings.HasPrefix(lines[len(lines)-1], "apply: 0 created, ") || strings.Contains(lines[len(lines)-1], "bound") {
+		t.Errorf("second apply summary: %q", lines[len(lines)-1])
+	}
+	// --dry-run on an existing topology: all unchanged, nothing to declare.
+	dry := declare(t, e, append(args, "--dry-run")...)
+	if dry.code != 0 || !strings.Contains(dry.stdout, "apply --dry-run (nothing declared): 0 created, ") || strings.Contains(dry.stdout, "to declare") {
+		t.Errorf("dry run: exit %d\n%s", dry.code, dry.stdout)
+	}
+}
+
+// TestApplyConflictExit2: a queue pre-declared with another TTL: exit 2, the message names the
+// queue, the argument and both values; its message is still there; nothing else declared.
+func TestApplyConflictExit2(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ch := env.Channel(t)
+	names := topology.Names{Prefix: env.Prefix}
+	victim := names.LadderQueue(2, 3)
+	if _, err := ch.QueueDeclare(victim, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-message-ttl": int64(999_999)}); err != nil {
+		t.Fatal(err)
+	}
+	if env.VHost == "/" {
+		t.Cleanup(func() { _, _ = env.Channel(t).QueueDelete(victim, false, false, false) })
+	}
+	if err := ch.Publish("", victim, false, false, amqp.Publishing{Body: []byte("still here")}); err != nil {
+		t.Fatal(err)
+	}
+	r := declare(t, vars(env), "apply", "--target", env.Name("t")+":topic")
+	if r.code != 2 {
+		t.Fatalf("exit %d, want 2\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	// The broker names the first argument that differs (here the dead-letter exchange, which the
+	// pre-declared queue lacks); both values are quoted.
+	for _, want := range []string{victim, "exists with", "wants", "delete_queue", "apply never deletes"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stdout, "conflict") {
+		t.Errorf("report lacks the conflict:\n%s", r.stdout)
+	}
+	time.Sleep(100 * time.Millisecond)
+	q, err := env.Channel(t).QueueDeclarePassive(victim, true, false, false, false, nil)
+	if err != nil || q.Messages != 1 {
+		t.Errorf("victim: %+v %v; want its message", q, err)
+	}
+	if got := objects(t, env); len(got) != 1 {
+		t.Errorf("objects after a conflict: %v; want only the pre-declared queue", got)
+	}
+}
+
+// TestStatusTeardownCLI: status counts a waiting message and flags a consumer; teardown
+// refuses (exit 1) while a delay queue holds it, --force deletes, the target survives;
+// status then reports the topology incomplete (exit 1).
+func TestStatusTeardownCLI(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1h", "AMQPDELAY_QUEUE_TYPE", "classic")
+	if r := declare(t, e, "apply"); r.code != 0 {
+		t.Fatalf("apply: %d %s", r.code, r.stderr)
+	}
+	if env.VHost == "/" {
+		t.Cleanup(func() {
+			declare(t, e, "teardown", "--force")
+			_ = env.Channel(t).ExchangeDelete(target, false, false)
+		})
+	}
+	names := topology.Names{Prefix: env.Prefix}
+	ch := env.Channel(t)
+	if err := ch.Publish(names.LadderExchange(5), "", false, false, amqp.Publishing{
+		Headers: amqp.Table{ttlbuckets.DigitHeader(5): int64(2), ttlbuckets.TargetHeader: target}, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Channel(t).Consume(names.LadderQueue(1, 1), "", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var st result
+	for range 50 {
+		st = declare(t, e, "status")
+		if strings.Contains(st.stdout, names.LadderQueue(5, 2)+" ") && regexpLine(st.stdout, names.LadderQueue(5, 2), " 1 ") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.code != 0 {
+		t.Fatalf("status: exit %d\n%s\n%s", st.code, st.stdout, st.stderr)
+	}
+	if !regexpLine(st.stdout, names.LadderQueue(5, 2), " 1 ") {
+		t.Errorf("status does not count the waiting message:\n%s", st.stdout)
+	}
+	if !strings.Contains(st.stdout, "WARNING: CONSUMERS ARE ATTACHED TO DELAY QUEUES: "+names.LadderQueue(1, 1)) || !strings.Contains(st.stderr, "consumer is attached") {
+		t.Errorf("status does not flag the consumer loudly:\n%s\n%s", st.stdout, st.stderr)
+	}
+	js := declare(t, e, "status", "--output", "json")
+	var parsed struct {
+		Plugin string
+		Status topology.StatusReport
+	}
+	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || len(parsed.Status.ConsumedDelayQueues) != 1 {
+		t.Errorf("status --output json: %v %+v", err, parsed.Status.ConsumedDelayQueues)
+	}
+
+	td := declare(t, e, "teardown")
+	if td.code != 1 || !strings.Contains(td.stderr, names.LadderQueue(5, 2)) || !strings.Contains(td.stderr, "--force") {
+		t.Fatalf("teardown with a waiting message: exit %d\n%s", td.code, td.stderr)
+	}
+	td = declare(t, e, "teardown", "--force")
+	if td.code != 0 {
+		t.Fatalf("teardown --force: exit %d\n%s", td.code, td.stderr)
+	}
+	for _, want := range []string{"deleted  queue     " + names.LadderQueue(5, 2), "deleted  exchange  " + names.Dispatch(), "left untouched: " + target, "NOT removed"} {
+		if !strings.Contains(td.stdout, want) {
+			t.Errorf("teardown output lacks %q:\n%s", want, td.stdout)
+		}
+	}
+	if err := env.Channel(t).ExchangeDeclarePassive(target, "topic", true, false, false, false, nil); err != nil {
+		t.Errorf("target gone: %v", err)
+	}
+	st = declare(t, e, "status")
+	if st.code != 1 || !strings.Contains(st.stdout, "INCOMPLETE") {
+		t.Errorf("status after teardown: exit %d\n%s", st.code, st.stdout)
+	}
+}
+
+func regexpLine(out, prefix, contains string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix+" ") && strings.Contains(l, contains) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPlanCLI: plan needs no broker, prints JSON matching the package's plan, and takes well
+// under 50 ms.
+func TestPlanCLI(t *testing.T) {
+	t.Parallel()
+	e := map[string]string{"AMQPDELAY_URL": "amqp://guest:guest@127.0.0.1:1/", "AMQPDELAY_TARGETS": "orders"}
+	declare(t, e, "plan") // warm up
+	r := declare(t, e, "plan", "--output", "json")
+	if r.code != 0 {
+		t.Fatalf("plan: %d %s", r.code, r.stderr)
+	}
+	var p struct {
+		Exchanges []topology.Exchange
+		Queues    []topology.Queue
+		Bindings  []topology.Binding
+		Existing  []string `json:"existing_exchanges"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Exchanges) != 11 || len(p.Queues) != 121 || len(p.Bindings) != 131 || len(p.Existing) != 1 {
+		t.Errorf("plan: %d exchanges, %d queues, %d bindings, existing %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), p.Existing)
+	}
+	// Best of 5, so a busy shared machine (parallel tests, -race) does not decide the result.
+	tab := declare(t, e, "plan")
+	best := tab.elapsed
+	for range 4 {
+		best = min(best, declare(t, e, "plan").elapsed)
+	}
+	if best > 50*time.Millisecond {
+		t.Errorf("plan took %v (best of 5), target < 50 ms", best)
+	}
+	for _, want := range []string{"rabbitdelay.ladder.07.15", "rabbitdelay.dispatch", "MUST ALREADY EXIST (not declared): orders"} {
+		if !strings.Contains(tab.stdout, want) {
+			t.Errorf("plan table lacks %q", want)
+		}
+	}
+}
+
+// TestHelpListsEveryVariable: declare --help documents every AMQPDELAY_* variable that
+// envconfig reads into topology.Config (the public contract shared with the amqpdelay client),
+// and every command's help works.
+func TestHelpListsEveryVariable(t *testing.T) {
+	t.Parallel()
+	var keys bytes.Buffer
+	if err := envconfig.Usagef(topology.EnvPrefix, &topology.Config{}, &keys, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
+		t.Fatal(err)
+	}
+	r := declare(t, nil, "--help")
+	if r.code != 0 {
+		t.Fatalf("--help: exit %d", r.code)
+	}
+	vars := strings.Fields(keys.String())
+	sort.Strings(vars)
+	if len(vars) < 12 {
+		t.Fatalf("envconfig lists only %v", vars)
+	}
+	for _, v := range vars {
+		if !strings.Contains(r.stdout, "env "+v) {
+			t.Errorf("--help does not document %s", v)
+		}
+	}
+	for _, c := range commands() {
+		h := declare(t, nil, c.name, "--help")
+		if h.code != 0 || !strings.Contains(h.stdout, "Usage: declare "+c.name) || !strings.Contains(h.stdout, "--url") {
+			t.Errorf("%s --help: exit %d\n%s", c.name, h.code, h.stdout)
+		}
+	}
+	if r := declare(t, nil); r.code != 2 {
+		t.Errorf("no arguments: exit %d, want 2", r.code)
+	}
+}
+
+// TestExportCLI: export writes definitions for the URL's vhost (or --vhost), leaving out the
+// plugin exchange under --plugin auto and including it under --plugin on.
+func TestExportCLI(t *testing.T) {
+	t.Parallel()
+	e := map[string]string{"AMQPDELAY_URL": "amqp://u:p@h:5672/prod", "AMQPDELAY_TARGETS": "orders:topic"}
+	for _, c := range []struct {
+		args   []string
+		vhost  string
+		plugin bool
+	}{
+		{[]string{"export"}, "prod", false},
+		{[]string{"export", "--vhost", "other", "--plugin", "on"}, "other", true},
+	} {
+		r := declare(t, e, c.args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", c.args, r.code, r.stderr)
+		}
+		var d topology.Definitions
+		if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
+			t.Fatal(err)
+		}
+		hasPlugin := false
+		for _, x := range d.Exchanges {
+			if x.VHost != c.vhost {
+				t.Errorf("%v: exchange %s in vhost %q, want %q", c.args, x.Name, x.VHost, c.vhost)
+			}
+			hasPlugin = hasPlugin || x.Type == topology.PluginExchangeType
+		}
+		if hasPlugin != c.plugin {
+			t.Errorf("%v: plugin exchange exported: %v, want %v", c.args, hasPlugin, c.plugin)
+		}
+	}
+}

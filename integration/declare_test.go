@@ -1,0 +1,71 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+)
+
+// TestDeclareBinary builds cmd/declare and runs it as operators do, configured only through
+// AMQPDELAY_* variables, checking the documented exit codes of the real process: plan 0, apply
+// with a missing target 2, apply 0 twice (the second changes nothing), status 0, teardown
+// --force 0, status of the torn-down topology 1.
+func TestDeclareBinary(t *testing.T) {
+	t.Parallel()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH; cannot build cmd/declare")
+	}
+	env := brokertest.NewEnv(t)
+	bin := filepath.Join(t.TempDir(), "declare")
+	build := exec.Command(goTool, "build", "-o", bin, "../cmd/declare")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/declare: %v\n%s", err, out)
+	}
+	vars := []string{
+		"AMQPDELAY_URL=" + env.URL, "AMQPDELAY_PREFIX=" + env.Prefix, "AMQPDELAY_PLUGIN=off",
+		"AMQPDELAY_QUEUE_TYPE=classic", "AMQPDELAY_LADDER_RADIX=4", "AMQPDELAY_LADDER_MAX=10m",
+	}
+	target := env.Name("orders")
+	steps := []struct {
+		args   []string
+		extra  string // one more variable
+		code   int
+		stdout string // substring
+		stderr string
+	}{
+		{[]string{"plan"}, "AMQPDELAY_TARGETS=" + target, 0, "MUST ALREADY EXIST (not declared): " + target, ""},
+		{[]string{"apply"}, "AMQPDELAY_TARGETS=" + target, 2, "", "does not exist"},
+		{[]string{"apply"}, "AMQPDELAY_TARGETS=" + target + ":topic", 0, " created, 0 unchanged", ""},
+		{[]string{"apply"}, "AMQPDELAY_TARGETS=" + target + ":topic", 0, "apply: 0 created, ", ""},
+		{[]string{"status"}, "AMQPDELAY_TARGETS=" + target + ":topic", 0, "exchanges: ", ""},
+		{[]string{"teardown", "--force"}, "AMQPDELAY_TARGETS=" + target + ":topic", 0, "left untouched: " + target, ""},
+		{[]string{"status"}, "AMQPDELAY_TARGETS=" + target + ":topic", 1, "INCOMPLETE", ""},
+	}
+	for _, s := range steps {
+		cmd := exec.Command(bin, s.args...)
+		cmd.Env = append(append(os.Environ(), vars...), s.extra)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != s.code || !strings.Contains(out.String(), s.stdout) || !strings.Contains(errb.String(), s.stderr) {
+			t.Fatalf("declare %v (%s): exit %d, want %d\nstdout:\n%s\nstderr:\n%s", s.args, s.extra, code, s.code, out.String(), errb.String())
+		}
+	}
+	if env.VHost == "/" {
+		_ = env.Channel(t).ExchangeDelete(target, false, false)
+	}
+}

@@ -1,0 +1,683 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// topoNeedManagement skips tests that compare with the broker's own view through the management
+// API when the broker has none (AMQP cannot list exchanges, queues or bindings).
+func topoNeedManagement(t *testing.T, env *brokertest.Env) *topology.Management {
+	t.Helper()
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API (AMQP_MANAGEMENT_URL) to list what the broker holds")
+	}
+	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func topoTestCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// topoMgmtJSON GETs path from the management API, keeping numbers exact.
+func topoMgmtJSON(t *testing.T, env *brokertest.Env, path string, out any) {
+	t.Helper()
+	var raw json.RawMessage
+	if err := env.Broker.Management("GET", path, nil, &raw); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func topoArgsText(m map[string]any) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, m[k]))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// topoBrokerView lists the vhost's exchanges, queues and bindings as the broker reports them,
+// without RabbitMQ's own (the default exchange, amq.*, the default exchange's bindings).
+func topoBrokerView(t *testing.T, env *brokertest.Env) (ex, qs, bs []string) {
+	t.Helper()
+	vh := url.PathEscape(env.VHost)
+	var exchanges []struct {
+		Name, Type string
+		Durable    bool
+		Arguments  map[string]any
+	}
+	topoMgmtJSON(t, env, "api/exchanges/"+vh, &exchanges)
+	for _, e := range exchanges {
+		if e.Name != "" && !strings.HasPrefix(e.Name, "amq.") {
+			ex = append(ex, fmt.Sprintf("%s %s durable=%v %s", e.Name, e.Type, e.Durable, topoArgsText(e.Arguments)))
+		}
+	}
+	var queues []struct {
+		Name      string
+		Durable   bool
+		Arguments map[string]any
+	}
+	topoMgmtJSON(t, env, "api/queues/"+vh+"?columns=name,durable,arguments", &queues)
+	for _, q := range queues {
+		qs = append(qs, fmt.Sprintf("%s durable=%v %s", q.Name, q.Durable, topoArgsText(q.Arguments)))
+	}
+	var bindings []struct {
+		Source, Destination string
+		DestinationType     string `json:"destination_type"`
+		RoutingKey          string `json:"routing_key"`
+		Arguments           map[string]any
+	}
+	topoMgmtJSON(t, env, "api/bindings/"+vh, &bindings)
+	for _, b := range bindings {
+		if b.Source != "" {
+			bs = append(bs, fmt.Sprintf("%s -> %s %s key=%q %s", b.Source, b.Destination, b.DestinationType, b.RoutingKey, topoArgsText(b.Arguments)))
+		}
+	}
+	sort.Strings(ex)
+	sort.Strings(qs)
+	sort.Strings(bs)
+	return ex, qs, bs
+}
+
+// topoPlanView lists p's objects in brokerView's form, plus extra exchanges that exist apart
+// from the plan (targets the test declared).
+func topoPlanView(p *topology.Plan, extra ...string) (ex, qs, bs []string) {
+	ex = append(ex, extra...)
+	for _, e := range p.Exchanges {
+		ex = append(ex, fmt.Sprintf("%s %s durable=true %s", e.Name, e.Type, topoArgsText(e.Args)))
+	}
+	for _, q := range p.Queues {
+		qs = append(qs, fmt.Sprintf("%s durable=true %s", q.Name, topoArgsText(q.Args)))
+	}
+	for _, b := range p.Bindings {
+		bs = append(bs, fmt.Sprintf("%s -> %s %s key=%q %s", b.Source, b.Destination, b.DestinationType, b.RoutingKey, topoArgsText(b.Args)))
+	}
+	sort.Strings(ex)
+	sort.Strings(qs)
+	sort.Strings(bs)
+	return ex, qs, bs
+}
+
+func topoDiff(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if slices.Equal(got, want) {
+		return
+	}
+	var extra, missing []string
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			extra = append(extra, g)
+		}
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			missing = append(missing, w)
+		}
+	}
+	t.Errorf("%s differ from the plan (%d on the broker, %d planned)\nnot planned: %v\nmissing: %v", what, len(got), len(want), extra, missing)
+}
+
+// TestApplyDeclaresExactlyThePlan applies the default ladder with buckets, a declared target,
+// an existing target and a ready queue to an empty vhost, compares the broker's own view
+// (management API listing and passive declares) with the plan, and applies again: everything
+// must be unchanged.
+func TestApplyDeclaresExactlyThePlan(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	ctx := topoTestCtx(t, time.Minute)
+	conn := env.Dial(t)
+	ch := env.Channel(t)
+	if err := ch.ExchangeDeclare("billing", amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}},
+		Buckets:     topology.Delays{30 * time.Second, 5 * time.Minute},
+		ReadyQueues: topology.ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "order.timeout.#"}},
+		Plugin:      topology.PluginOff}
+	p, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: m})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	t.Logf("first apply of %d exchanges, %d queues, %d bindings: %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), time.Since(start))
+	total := len(p.Exchanges) + len(p.Queues) + len(p.Bindings)
+	if n := rep.Count(topology.StateCreated); n != total {
+		t.Errorf("first apply: %d created, want %d (all)", n, total)
+	}
+	gotEx, gotQ, gotB := topoBrokerView(t, env)
+	wantEx, wantQ, wantB := topoPlanView(p, "billing direct durable=true {}")
+	topoDiff(t, "exchanges", gotEx, wantEx)
+	topoDiff(t, "queues", gotQ, wantQ)
+	topoDiff(t, "bindings", gotB, wantB)
+	// And each object answers a passive declare.
+	for _, e := range p.Exchanges {
+		if err := ch.ExchangeDeclarePassive(e.Name, e.Type, true, false, false, false, nil); err != nil {
+			t.Fatalf("passive declare of exchange %s: %v", e.Name, err)
+		}
+	}
+	for _, q := range p.Queues {
+		if _, err := ch.QueueDeclarePassive(q.Name, true, false, false, false, nil); err != nil {
+			t.Fatalf("passive declare of queue %s: %v", q.Name, err)
+		}
+	}
+
+	rep, err = topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: m})
+	if err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+	if n := rep.Count(topology.StateUnchanged); n != total {
+		for _, r := range rep.Results {
+			if r.State != topology.StateUnchanged {
+				t.Logf("%s %s: %s", r.Kind, r.Name, r.State)
+			}
+		}
+		t.Errorf("second apply: %d unchanged, want %d (all)", n, total)
+	}
+	gotEx2, gotQ2, gotB2 := topoBrokerView(t, env)
+	if !slices.Equal(gotEx, gotEx2) || !slices.Equal(gotQ, gotQ2) || !slices.Equal(gotB, gotB2) {
+		t.Error("the second apply changed the broker's objects")
+	}
+}
+
+// TestApplyWithoutManagementReportsBound: without the management API objects are still
+// created/unchanged (passive declares) and bindings are "bound".
+func TestApplyWithoutManagementReportsBound(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ctx := topoTestCtx(t, time.Minute)
+	conn := env.Dial(t)
+	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("t"), Type: "direct"}},
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.VHost == "/" {
+		t.Cleanup(func() { _, _ = topology.Teardown(context.Background(), conn, p, topology.TeardownOptions{Force: true}) })
+	}
+	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, b := rep.Count(topology.StateUnchanged), rep.Count(topology.StateBound); u != len(p.Exchanges)+len(p.Queues) || b != len(p.Bindings) {
+		t.Errorf("second apply: %d unchanged, %d bound; want %d and %d", u, b, len(p.Exchanges)+len(p.Queues), len(p.Bindings))
+	}
+}
+
+// TestApplyConflictKeepsMessages pre-declares one ladder queue with another TTL and a message
+// in it: apply must stop with a ConflictError naming the queue, the argument and both values,
+// declare nothing, and leave the message where it is.
+func TestApplyConflictKeepsMessages(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ctx := topoTestCtx(t, time.Minute)
+	conn := env.Dial(t)
+	ch := env.Channel(t)
+	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("orders"), Type: "topic"}}, Plugin: topology.PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := p.Names.LadderQueue(0, 1)
+	q, _ := p.Queue(victim)
+	args := amqp.Table{}
+	for k, v := range q.Args {
+		args[k] = v
+	}
+	args["x-message-ttl"] = int64(3_600_000)
+	if _, err := ch.QueueDeclare(victim, true, false, false, false, args); err != nil {
+		t.Fatal(err)
+	}
+	if env.VHost == "/" {
+		t.Cleanup(func() { _, _ = env.Channel(t).QueueDelete(victim, false, false, false) })
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", victim, true, false, amqp.Publishing{Body: []byte("keep me"), DeliveryMode: amqp.Persistent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+		t.Fatalf("confirm: %v %v", ok, err)
+	}
+
+	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{})
+	var c *topology.ConflictError
+	if !errors.Is(err, topology.ErrConflict) || !errors.As(err, &c) {
+		t.Fatalf("apply: err %v, want a ConflictError", err)
+	}
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		t.Errorf("the broker's 406 is not reachable: %v", ae)
+	}
+	if c.Name != victim || c.Kind != "queue" || c.Argument != "x-message-ttl" || !strings.Contains(c.Existing, "3600000") || !strings.Contains(c.Wanted, "1") {
+		t.Errorf("conflict = %+v", c)
+	}
+	for _, want := range []string{victim, "x-message-ttl", "3600000", "delete_queue"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q lacks %q", err, want)
+		}
+	}
+	if n := rep.Count(topology.StateConflict); n != 1 {
+		t.Errorf("%d conflicts in the report, want 1", n)
+	}
+	if n := rep.Count(topology.StateCreated); n != 0 {
+		t.Errorf("%d objects created despite the conflict", n)
+	}
+	ch2 := env.Channel(t)
+	got, err := ch2.QueueDeclarePassive(victim, true, false, false, false, nil)
+	if err != nil || got.Messages != 1 {
+		t.Errorf("victim queue after apply: %+v, %v; want its 1 message", got, err)
+	}
+	if err := ch2.ExchangeDeclarePassive(p.Names.Dispatch(), "headers", true, false, false, false, nil); topoCode(err) != amqp.NotFound {
+		t.Errorf("dispatch exchange declared despite the conflict (passive declare: %v)", err)
+	}
+}
+
+func topoCode(err error) int {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return 0
+}
+
+// TestApplyMissingTargetDeclaresNothing: a target without a type that does not exist fails
+// with ErrTargetMissing before anything is declared.
+func TestApplyMissingTargetDeclaresNothing(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ctx := topoTestCtx(t, time.Minute)
+	conn := env.Dial(t)
+	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("absent")}},
+		ReadyQueues: topology.ReadyQueues{{Queue: env.Name("rq"), Exchange: env.Name("absent2"), BindingKey: "k"}}}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = topology.Apply(ctx, conn, p, topology.ApplyOptions{})
+	if !errors.Is(err, topology.ErrTargetMissing) || !strings.Contains(err.Error(), env.Name("absent")) || !strings.Contains(err.Error(), env.Name("absent2")) {
+		t.Fatalf("apply: %v; want ErrTargetMissing naming both exchanges", err)
+	}
+	ch := env.Channel(t)
+	if err := ch.ExchangeDeclarePassive(p.Names.Unroutable(), "fanout", true, false, false, false, nil); topoCode(err) != amqp.NotFound {
+		t.Errorf("something was declared: passive declare of %s: %v", p.Names.Unroutable(), err)
+	}
+}
+
+// TestExportImportThenApplyUnchanged exports the topology, loads it into a fresh vhost with
+// the management API's POST /api/definitions/<vhost> (the same definitions format that
+// `rabbitmqctl import_definitions` reads; rabbitmqctl needs the node's Erlang cookie, which a
+// test against a shared broker does not have), and applies: everything must be unchanged.
+func TestExportImportThenApplyUnchanged(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	ctx := topoTestCtx(t, time.Minute)
+	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "headers"}},
+		Buckets:     topology.Delays{time.Second, 90 * 24 * time.Hour},
+		ReadyQueues: topology.ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "#"}},
+		Ladder:      ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}, Plugin: topology.PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := topology.Export(p, env.VHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Broker.Management("POST", "api/definitions/"+url.PathEscape(env.VHost), json.RawMessage(defs), nil); err != nil {
+		t.Fatalf("import definitions: %v", err)
+	}
+	gotEx, gotQ, gotB := topoBrokerView(t, env)
+	wantEx, wantQ, wantB := topoPlanView(p)
+	topoDiff(t, "imported exchanges", gotEx, wantEx)
+	topoDiff(t, "imported queues", gotQ, wantQ)
+	topoDiff(t, "imported bindings", gotB, wantB)
+
+	rep, err := topology.Apply(ctx, env.Dial(t), p, topology.ApplyOptions{Management: m})
+	if err != nil {
+		t.Fatalf("apply after import: %v", err)
+	}
+	if n, total := rep.Count(topology.StateUnchanged), len(rep.Results); n != total {
+		for _, r := range rep.Results {
+			if r.State != topology.StateUnchanged {
+				t.Logf("%s %s: %s %s", r.Kind, r.Name, r.State, r.Detail)
+			}
+		}
+		t.Errorf("apply after import: %d of %d unchanged", n, total)
+	}
+}
+
+// TestTeardownRefusesThenForces: teardown refuses while a delay queue holds a message and
+// deletes nothing; with Force it deletes the topology; target exchanges survive either way.
+func TestTeardownRefusesThenForces(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ctx := topoTestCtx(t, time.Minute)
+	conn := env.Dial(t)
+	ch := env.Channel(t)
+	existing := env.Name("existing")
+	if err := ch.ExchangeDeclare(existing, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	declared := env.Name("declared")
+	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: existing}, {Name: declared, Type: "topic"}},
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour}, Buckets: topology.Delays{time.Hour}, Plugin: topology.PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if env.VHost == "/" {
+			c := env.Channel(t)
+			_ = c.ExchangeDelete(existing, false, false)
+			_ = c.ExchangeDelete(declared, false, false)
+		}
+	})
+	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A message waiting in the bucket queue (1 h).
+	if err := ch.PublishWithContext(ctx, p.Names.BucketExchange(), "", false, false, amqp.Publishing{
+		Headers: amqp.Table{ttlbuckets.BucketHeader: int64(3_600_000), ttlbuckets.TargetHeader: declared}, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	bucketQ := p.Names.BucketQueue(3_600_000)
+	topoWaitReady(t, env, bucketQ, 1)
+
+	_, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{})
+	if !errors.Is(err, topology.ErrNotEmpty) || !strings.Contains(err.Error(), bucketQ) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("teardown of a non-empty topology: %v; want ErrNotEmpty naming %s", err, bucketQ)
+	}
+	// Nothing was deleted.
+	c := env.Channel(t)
+	for _, e := range p.Exchanges {
+		if err := c.ExchangeDeclarePassive(e.Name, e.Type, true, false, false, false, nil); err != nil {
+			t.Fatalf("exchange %s gone after a refused teardown: %v", e.Name, err)
+		}
+	}
+	for _, q := range p.Queues {
+		if _, err := c.QueueDeclarePassive(q.Name, true, false, false, false, nil); err != nil {
+			t.Fatalf("queue %s gone after a refused teardown: %v", q.Name, err)
+		}
+	}
+
+	rep, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{Force: true})
+	if err != nil {
+		t.Fatalf("teardown --force: %v", err)
+	}
+	wantDeleted := len(p.Exchanges) - 1 + len(p.Queues) // every exchange but the declared target
+	if n := rep.Count(topology.StateDeleted); n != wantDeleted {
+		t.Errorf("%d deleted, want %d", n, wantDeleted)
+	}
+	if n := rep.Count(topology.StateAbsent); n != 1 { // the plugin exchange, never declared
+		t.Errorf("%d absent, want 1 (the plugin exchange)", n)
+	}
+	for _, r := range rep.Results {
+		if r.Name == existing || r.Name == declared {
+			t.Errorf("teardown touched target %s", r.Name)
+		}
+	}
+	c = env.Channel(t)
+	for _, target := range []string{existing, declared} {
+		if err := c.ExchangeDeclarePassive(target, "topic", true, false, false, false, nil); err != nil {
+			t.Errorf("target %s gone after teardown: %v", target, err)
+		}
+	}
+	for _, q := range p.Queues {
+		c, err := conn.Channel() // a 404 closes the channel: one per look-up
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.QueueDeclarePassive(q.Name, true, false, false, false, nil); topoCode(err) != amqp.NotFound {
+			t.Fatalf("queue %s still there after teardown --force (%v)", q.Name, err)
+		}
+	}
+	// Teardown again: everything absent, no error.
+	rep, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{})
+	if err != nil || rep.Count(topology.StateDeleted) != 0 {
+		t.Errorf("second teardown: %v, %d deleted", err, rep.Count(topology.StateDeleted))
+	}
+}
+
+func topoWaitReady(t *testing.T, env *brokertest.Env, queue string, n int) {
+	t.Helper()
+	ch := env.Channel(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Messages == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s holds %d messages, want %d", queue, q.Messages, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStatusCountsMessagesAndFlagsConsumers: status counts a message waiting in a delay
+// queue, flags a consumer attached to another, and reports a missing queue as incomplete.
+func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ctx := topoTestCtx(t, time.Minute)
+	conn := env.Dial(t)
+	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("t"), Type: "direct"}},
+		Ladder: ttlbuckets.Ladder{Radix: 8, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.VHost == "/" {
+		t.Cleanup(func() {
+			_, _ = topology.Teardown(context.Background(), env.Dial(t), p, topology.TeardownOptions{Force: true})
+			_ = env.Channel(t).ExchangeDelete(env.Name("t"), false, false)
+		})
+	}
+	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{})
+	if err != nil || len(rep.Missing) != 0 || len(rep.ConsumedDelayQueues) != 0 {
+		t.Fatalf("status of a fresh topology: %v, missing %v, consumed %v", err, rep.Missing, rep.ConsumedDelayQueues)
+	}
+	// One message into the longest ladder queue (through its level's exchange).
+	top := p.Ladder.Levels() - 1
+	waiting := p.Names.LadderQueue(top, 1)
+	ch := env.Channel(t)
+	headers := amqp.Table{ttlbuckets.DigitHeader(top): int64(1), ttlbuckets.TargetHeader: env.Name("t")}
+	if err := ch.PublishWithContext(ctx, p.Names.LadderExchange(top), "k", false, false, amqp.Publishing{Headers: headers, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	topoWaitReady(t, env, waiting, 1)
+	consumed := p.Names.LadderQueue(0, 3)
+	cch := env.Channel(t)
+	if _, err := cch.ConsumeWithContext(ctx, consumed, "", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err = topology.Status(ctx, conn, p, topology.StatusOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range rep.Queues {
+		switch q.Name {
+		case waiting:
+			if q.Ready != 1 || q.TTL != int64(1<<(3*top)) {
+				t.Errorf("%s: ready %d TTL %d; want 1 message, TTL %d", q.Name, q.Ready, q.TTL, 1<<(3*top))
+			}
+		case consumed:
+			if q.Consumers != 1 {
+				t.Errorf("%s: %d consumers, want 1", q.Name, q.Consumers)
+			}
+		default:
+			if q.Ready != 0 || q.Consumers != 0 {
+				t.Errorf("%s: ready %d consumers %d, want 0 and 0", q.Name, q.Ready, q.Consumers)
+			}
+		}
+	}
+	if !slices.Equal(rep.ConsumedDelayQueues, []string{consumed}) {
+		t.Errorf("consumed delay queues %v, want [%s]", rep.ConsumedDelayQueues, consumed)
+	}
+
+	if _, err := env.Channel(t).QueueDelete(p.Names.LadderQueue(1, 2), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = topology.Status(ctx, conn, p, topology.StatusOptions{})
+	if !errors.Is(err, topology.ErrIncomplete) || !slices.Contains(rep.Missing, "queue "+p.Names.LadderQueue(1, 2)) {
+		t.Errorf("status after deleting a queue: %v, missing %v; want ErrIncomplete naming it", err, rep.Missing)
+	}
+	// Apply repairs it.
+	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topology.Status(ctx, conn, p, topology.StatusOptions{}); err != nil {
+		t.Errorf("status after apply repaired the topology: %v", err)
+	}
+}
+
+// TestStatusShowsDeadLetterState: with the parking queue gone, a due message that no target
+// takes stays in its quorum bucket queue's dead-letter state (at-least-once dead-lettering
+// retries it forever); only the management API sees it (messages_dlx). The broker publishes
+// queue statistics every few seconds, so the test polls.
+func TestStatusShowsDeadLetterState(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	ctx := topoTestCtx(t, time.Minute)
+	conn := env.Dial(t)
+	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "t", Type: "direct"}}, Buckets: topology.Delays{50 * time.Millisecond},
+		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: topology.PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ch := env.Channel(t)
+	if _, err := ch.QueueDelete(p.Names.Parking(), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(ctx, p.Names.BucketExchange(), "", false, false, amqp.Publishing{
+		Headers: amqp.Table{ttlbuckets.BucketHeader: int64(50), ttlbuckets.TargetHeader: "nowhere"}, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	bucketQ := p.Names.BucketQueue(50)
+	for {
+		rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
+		if !errors.Is(err, topology.ErrIncomplete) || !slices.Contains(rep.Missing, "queue "+p.Names.Parking()) {
+			t.Fatalf("status without the parking queue: %v, missing %v", err, rep.Missing)
+		}
+		if !rep.Management || rep.Bindings == nil {
+			t.Fatal("management view not used")
+		}
+		for _, q := range rep.Queues {
+			if q.Name == bucketQ && q.MessagesDLX == 1 {
+				if q.Ready != 0 {
+					t.Errorf("ready %d: a message in dead-letter state is not ready", q.Ready)
+				}
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("messages_dlx of %s never reached 1", bucketQ)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// TestProbePluginWithoutPlugin: on a broker without the plugin the probe answers false and
+// leaves nothing behind; the connection it used is its own.
+func TestProbePluginWithoutPlugin(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ctx := topoTestCtx(t, 30*time.Second)
+	other := env.Dial(t)
+	dial := func(ctx context.Context) (*amqp.Connection, error) {
+		return amqp.DialConfig(env.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	}
+	ok, err := topology.ProbePlugin(ctx, dial, env.Prefix)
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	if ok && brokertest.InCI() {
+		t.Fatal("probe says the plugin is there; CI's broker has none")
+	}
+	if !ok && other.IsClosed() {
+		t.Error("the probe closed another connection")
+	}
+	if env.Broker.ManagementURL != "" {
+		m := topoNeedManagement(t, env)
+		viaMgmt, err := topology.ProbePluginManagement(ctx, m)
+		if err != nil || viaMgmt != ok {
+			t.Errorf("management probe %v (%v), AMQP probe %v", viaMgmt, err, ok)
+		}
+		ex, _, _ := topoBrokerView(t, env)
+		if len(ex) != 0 {
+			t.Errorf("probe left exchanges behind: %v", ex)
+		}
+	}
+}
+
+// BenchmarkApplyDefault measures apply of the default topology (8 ladder exchanges, 120
+// quorum queues) on an empty vhost with 4, 8 (the default) and 16 channels; the target is
+// under 2 s against a local broker.
+func BenchmarkApplyDefault(b *testing.B) {
+	for _, workers := range []int{4, 8, 16} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				env := brokertest.NewEnv(b)
+				conn := env.Dial(b)
+				p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Plugin: topology.PluginOff}.Plan()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if _, err := topology.Apply(context.Background(), conn, p, topology.ApplyOptions{Workers: workers}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

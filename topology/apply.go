@@ -1,0 +1,408 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// Kind is the kind of a topology object in a report.
+type Kind string
+
+// Kinds.
+const (
+	KindExchange Kind = "exchange"
+	KindQueue    Kind = "queue"
+	KindBinding  Kind = "binding"
+)
+
+// State is what happened to (or was found of) one object.
+type State string
+
+// States.
+const (
+	// StateCreated: Apply declared the object and it did not exist before.
+	StateCreated State = "created"
+	// StateUnchanged: the object existed with the plan's arguments; nothing changed.
+	StateUnchanged State = "unchanged"
+	// StateBound: Apply declared the binding; without the management API it cannot tell
+	// whether it existed (AMQP has no passive bind). Declaring a binding twice is harmless.
+	StateBound State = "bound"
+	// StateMissing: the object does not exist (Apply with DryRun: it would be created).
+	StateMissing State = "missing"
+	// StateUnknown: a binding whose existence cannot be checked without the management API.
+	StateUnknown State = "unknown"
+	// StateConflict: the object exists with other arguments (see [ConflictError]).
+	StateConflict State = "conflict"
+	// StateNotDeclared: not declared because an earlier step failed.
+	StateNotDeclared State = "not declared"
+	// StateDeleted: Teardown deleted the object.
+	StateDeleted State = "deleted"
+	// StateAbsent: Teardown found nothing to delete.
+	StateAbsent State = "absent"
+	// StateNotDeleted: Teardown did not delete the object because an earlier step failed.
+	StateNotDeleted State = "not deleted"
+)
+
+// Result is the outcome for one object.
+type Result struct {
+	Kind  Kind   `json:"kind"`
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// Detail is extra information: the conflict, the error, the messages a queue holds.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Report lists the outcome for every object, in plan order (exchanges, queues, bindings).
+type Report struct {
+	Results []Result `json:"results"`
+	// Elapsed is the wall-clock time of the whole operation.
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Count returns how many results have state s.
+func (r *Report) Count(s State) int {
+	n := 0
+	for _, x := range r.Results {
+		if x.State == s {
+			n++
+		}
+	}
+	return n
+}
+
+// ApplyOptions tune [Apply]. The zero value declares with DefaultWorkers channels and no
+// management API.
+type ApplyOptions struct {
+	// DryRun checks everything Apply checks (exchanges the plan needs, conflicts with existing
+	// objects) and reports what would be created, without creating anything.
+	DryRun bool
+	// Workers is the number of channels to declare on in parallel; 0 means DefaultWorkers.
+	Workers int
+	// Management, when set, lets Apply tell created bindings from unchanged ones (AMQP cannot);
+	// without it bindings are reported as StateBound.
+	Management *Management
+	// Logger receives debug lines for every declaration; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Preflight checks, with passive declarations only, that every exchange in p.Existing
+// exists. It returns an error wrapping ErrTargetMissing that names every missing exchange, or
+// the broker's error.
+func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
+	if len(p.Existing) == 0 {
+		return nil
+	}
+	jobs := make([]job, len(p.Existing))
+	for i, name := range p.Existing {
+		jobs[i] = func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(name, amqp.ExchangeDirect, true, false, false, false, nil)
+		}
+	}
+	errs, err := runJobs(ctx, conn, DefaultWorkers, false, jobs)
+	if err != nil {
+		return fmt.Errorf("topology: check target exchanges: %w", err)
+	}
+	var missing []string
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case code(err) == amqp.NotFound:
+			missing = append(missing, p.Existing[i])
+		default:
+			return wrapBroker(err, fmt.Sprintf("check that exchange %q exists", p.Existing[i]))
+		}
+	}
+	if len(missing) > 0 {
+		them := "it"
+		if len(missing) > 1 {
+			them = "them"
+		}
+		return fmt.Errorf("%w: %s (nothing was declared): declare %s first, or give a target as name:type (e.g. %s:topic) so apply declares it",
+			ErrTargetMissing, quoteList(missing), them, missing[0])
+	}
+	return nil
+}
+
+// Apply declares the plan on conn, idempotently, and reports every object as created or
+// unchanged. In order:
+//
+//  1. [Preflight]: the exchanges the plan binds to but does not declare must exist.
+//  2. Passive declarations find which exchanges and queues exist.
+//  3. Each existing object is declared again with the plan's arguments: equal arguments
+//     change nothing, different ones make the broker answer 406 PRECONDITION_FAILED. Every
+//     conflict is listed in the report (StateConflict) and Apply stops before creating
+//     anything, returning the first [ConflictError] (errors.Is(err, ErrConflict)).
+//  4. The missing exchanges, then the missing queues (whose dead-letter exchanges now exist),
+//     then the bindings by ascending [Binding.Tier]: a binding never routes into an exchange
+//     whose bindings are not declared yet, so a failure part-way leaves no path on which an
+//     expiring message would be dropped.
+//
+// Apply never deletes or re-declares an object with other arguments. Work is spread over
+// opts.Workers channels of conn; conn stays open. The report lists what was done even when
+// Apply fails. Errors wrap ErrTargetMissing, ErrConflict, ErrAccessRefused (403: the user
+// lacks configure permission) or the broker's *amqp091.Error; when ctx ends, Apply returns
+// ctx.Err() at once (declarations in flight finish in the background: amqp091's declare
+// methods take no context).
+func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOptions) (*Report, error) {
+	start := time.Now()
+	rep := &Report{}
+	defer func() { rep.Elapsed = time.Since(start) }()
+	log := opts.Logger
+	if err := Preflight(ctx, conn, p); err != nil {
+		return rep, err
+	}
+	ex, qs, err := survey(ctx, conn, p, opts.Workers)
+	if err != nil {
+		return rep, err
+	}
+	var bindings map[string]bool
+	if opts.Management != nil {
+		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
+			log.Warn().Err(err).Msg("cannot list bindings through the management API: bindings are reported as bound, not created/unchanged")
+		}
+	}
+
+	// Conflicts: declare the existing objects again with the plan's arguments.
+	type object struct {
+		kind Kind
+		name string
+		typ  string
+		args amqp.Table
+	}
+	var jobs []job
+	var which []object
+	for _, e := range p.Exchanges {
+		if ex[e.Name] {
+			jobs = append(jobs, declareExchange(e))
+			which = append(which, object{KindExchange, e.Name, e.Type, e.Args})
+		}
+	}
+	for _, q := range p.Queues {
+		if qs[q.Name] {
+			jobs = append(jobs, declareQueue(q))
+			which = append(which, object{KindQueue, q.Name, "", q.Args})
+		}
+	}
+	errs, err := runJobs(ctx, conn, opts.Workers, false, jobs)
+	if err != nil {
+		return rep, fmt.Errorf("topology: check existing objects: %w", err)
+	}
+	var conflicts []error
+	conflictOf := map[string]*ConflictError{}
+	var current map[string]map[string]any // from the management API, when a message was cut
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		o := which[i]
+		var c *ConflictError
+		if !errors.As(wrapBroker(err, ""), &c) {
+			return rep, wrapBroker(err, fmt.Sprintf("declare %s %q", o.kind, o.name))
+		}
+		if c.Existing == unknownValue && current == nil && opts.Management != nil {
+			if current, err = opts.Management.objects(ctx); err != nil {
+				log.Warn().Err(err).Msg("cannot read the existing arguments through the management API")
+				current = map[string]map[string]any{}
+			}
+		}
+		c.fill(o.args, o.typ, current[string(o.kind)+" "+o.name])
+		conflicts = append(conflicts, c)
+		conflictOf[string(o.kind)+" "+o.name] = c
+	}
+
+	// Report of what exists.
+	state := func(kind Kind, name string, exists bool) Result {
+		r := Result{Kind: kind, Name: name, State: StateMissing}
+		if c := conflictOf[string(kind)+" "+name]; c != nil {
+			r.State, r.Detail = StateConflict, fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
+		} else if exists {
+			r.State = StateUnchanged
+		}
+		return r
+	}
+	for _, e := range p.Exchanges {
+		rep.Results = append(rep.Results, state(KindExchange, e.Name, ex[e.Name]))
+	}
+	for _, q := range p.Queues {
+		rep.Results = append(rep.Results, state(KindQueue, q.Name, qs[q.Name]))
+	}
+	nObjects := len(rep.Results)
+	for _, b := range p.Bindings {
+		r := Result{Kind: KindBinding, Name: b.String(), State: StateUnknown}
+		if bindings != nil {
+			r.State = StateMissing
+			if bindings[b.key()] {
+				r.State = StateUnchanged
+			}
+		}
+		rep.Results = append(rep.Results, r)
+	}
+	if len(conflicts) > 0 {
+		for i := range rep.Results {
+			if s := rep.Results[i].State; s == StateMissing || s == StateUnknown {
+				rep.Results[i].State = StateNotDeclared
+			}
+		}
+		if len(conflicts) == 1 {
+			return rep, conflicts[0]
+		}
+		// The report lists every conflict; the error keeps the first one in full.
+		return rep, fmt.Errorf("%w\n(and %d more objects exist with different arguments: see the report)", conflicts[0], len(conflicts)-1)
+	}
+	if opts.DryRun {
+		return rep, nil
+	}
+
+	// Create what is missing: exchanges, queues, then bindings tier by tier.
+	fail := func(err error, from int) (*Report, error) {
+		for i := from; i < len(rep.Results); i++ {
+			if s := rep.Results[i].State; s == StateMissing || s == StateUnknown {
+				rep.Results[i].State = StateNotDeclared
+			}
+		}
+		return rep, err
+	}
+	jobs = nil
+	var idx []int
+	for i, e := range p.Exchanges {
+		if rep.Results[i].State == StateMissing {
+			jobs, idx = append(jobs, declareExchange(e)), append(idx, i)
+		}
+	}
+	if err := runCreate(ctx, conn, opts, rep, jobs, idx, StateCreated); err != nil {
+		return fail(err, 0)
+	}
+	jobs, idx = nil, nil
+	for i, q := range p.Queues {
+		if r := len(p.Exchanges) + i; rep.Results[r].State == StateMissing {
+			jobs, idx = append(jobs, declareQueue(q)), append(idx, r)
+		}
+	}
+	if err := runCreate(ctx, conn, opts, rep, jobs, idx, StateCreated); err != nil {
+		return fail(err, 0)
+	}
+	for i := 0; i < len(p.Bindings); {
+		tier := p.Bindings[i].Tier
+		jobs, idx = nil, nil
+		for ; i < len(p.Bindings) && p.Bindings[i].Tier == tier; i++ {
+			r := nObjects + i
+			switch rep.Results[r].State {
+			case StateMissing:
+				jobs, idx = append(jobs, declareBinding(p.Bindings[i])), append(idx, r)
+			case StateUnknown:
+				rep.Results[r].State = StateMissing // declared below, reported as bound
+				jobs, idx = append(jobs, declareBinding(p.Bindings[i])), append(idx, r)
+			}
+		}
+		st := StateCreated
+		if bindings == nil {
+			st = StateBound
+		}
+		if err := runCreate(ctx, conn, opts, rep, jobs, idx, st); err != nil {
+			return fail(err, 0)
+		}
+	}
+	log.Debug().Int("created", rep.Count(StateCreated)).Int("unchanged", rep.Count(StateUnchanged)).
+		Dur("elapsed", time.Since(start)).Msg("topology applied")
+	return rep, nil
+}
+
+// runCreate runs creation jobs and sets the results at idx to ok, or returns the first error.
+func runCreate(ctx context.Context, conn *amqp.Connection, opts ApplyOptions, rep *Report, jobs []job, idx []int, ok State) error {
+	errs, err := runJobs(ctx, conn, opts.Workers, true, jobs)
+	if err != nil {
+		return fmt.Errorf("topology: declare: %w", err)
+	}
+	for k, e := range errs {
+		r := &rep.Results[idx[k]]
+		if e == nil {
+			r.State = ok
+			opts.Logger.Debug().Str("kind", string(r.Kind)).Str("name", r.Name).Msg(string(ok))
+		}
+	}
+	if k, e := firstErr(errs); e != nil {
+		r := &rep.Results[idx[k]]
+		werr := wrapBroker(e, fmt.Sprintf("declare %s %q", r.Kind, r.Name))
+		var c *ConflictError
+		if errors.As(werr, &c) {
+			r.State, r.Detail = StateConflict, fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
+		} else {
+			r.Detail = werr.Error()
+		}
+		return werr
+	}
+	return nil
+}
+
+// survey finds, with passive declarations, which of the plan's exchanges and queues exist.
+func survey(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (ex, qs map[string]bool, err error) {
+	ex, qs = map[string]bool{}, map[string]bool{}
+	var jobs []job
+	for _, e := range p.Exchanges {
+		jobs = append(jobs, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(e.Name, e.Type, true, false, false, false, nil)
+		})
+	}
+	for _, q := range p.Queues {
+		jobs = append(jobs, func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
+			return err
+		})
+	}
+	errs, err := runJobs(ctx, conn, workers, false, jobs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("topology: look up existing objects: %w", err)
+	}
+	for i, e := range errs {
+		kind, name, set := KindExchange, "", ex
+		if i < len(p.Exchanges) {
+			name = p.Exchanges[i].Name
+		} else {
+			kind, name, set = KindQueue, p.Queues[i-len(p.Exchanges)].Name, qs
+		}
+		switch {
+		case e == nil:
+			set[name] = true
+		case code(e) == amqp.NotFound:
+		default:
+			return nil, nil, wrapBroker(e, fmt.Sprintf("look up %s %q", kind, name))
+		}
+	}
+	return ex, qs, nil
+}
+
+func declareExchange(e Exchange) job {
+	return func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, e.Args)
+	}
+}
+
+func declareQueue(q Queue) job {
+	return func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
+		return err
+	}
+}
+
+func declareBinding(b Binding) job {
+	return func(ch *amqp.Channel) error {
+		if b.DestinationType == DestExchange {
+			return ch.ExchangeBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
+		}
+		return ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
+	}
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}

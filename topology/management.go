@@ -1,0 +1,217 @@
+package topology
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+)
+
+// ErrManagement wraps every error from the management HTTP API.
+var ErrManagement = errors.New("topology: management API")
+
+// Management reads what AMQP cannot see from RabbitMQ's management HTTP API
+// (https://www.rabbitmq.com/docs/management#http-api): the bindings of a vhost (so Apply can
+// tell a created binding from an unchanged one), the messages held in quorum queues'
+// dead-letter state (messages_dlx), and the broker's exchange types. It only reads.
+type Management struct {
+	base  *url.URL // without user information
+	user  *url.Userinfo
+	vhost string
+	// Client is the HTTP client; nil means one with a 30 s timeout.
+	Client *http.Client
+}
+
+// NewManagement returns a client of the management API at rawURL
+// (http://user:password@host:15672/, the credentials being the broker user's) for vhost
+// ("/" when empty). It returns an error wrapping ErrManagement when rawURL does not parse or is
+// not http(s); the error never contains the password.
+func NewManagement(rawURL, vhost string) (*Management, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: URL %q: want http://user:password@host:15672/", ErrManagement, amqpconn.Redact(rawURL))
+	}
+	if vhost == "" {
+		vhost = "/"
+	}
+	m := &Management{user: u.User, vhost: vhost}
+	u.User = nil
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	m.base = u
+	return m, nil
+}
+
+// VHost returns the vhost the client reads.
+func (m *Management) VHost() string { return m.vhost }
+
+func (m *Management) get(ctx context.Context, path string, out any) error {
+	full := m.base.String() + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, full, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrManagement, err)
+	}
+	if m.user != nil {
+		pw, _ := m.user.Password()
+		req.SetBasicAuth(m.user.Username(), pw)
+	}
+	c := m.Client
+	if c == nil {
+		c = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: GET %s: %v", ErrManagement, full, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%w: GET %s: %v", ErrManagement, full, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: GET %s: %s: %.200s", ErrManagement, full, resp.Status, strings.TrimSpace(string(data)))
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // 315360000000 stays 315360000000, not 3.1536e+11
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("%w: GET %s: %v", ErrManagement, full, err)
+	}
+	return nil
+}
+
+// ManagedQueue is what the management API says about one queue. Counts are -1 when the
+// broker has not published statistics for the queue yet (it does every few seconds, see
+// collect_statistics_interval).
+type ManagedQueue struct {
+	Name string
+	// Messages is every message the queue holds: ready, unacknowledged and (quorum queues)
+	// held in the dead-letter state.
+	Messages int64
+	// MessagesDLX is the number of messages a quorum queue with at-least-once
+	// dead-lettering holds because their dead-lettering has not completed (for example no
+	// queue took them); RabbitMQ retries them forever. -1 for classic queues.
+	MessagesDLX int64
+	Consumers   int64
+	Arguments   map[string]any
+}
+
+// Queues returns the vhost's queues by name.
+func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error) {
+	var raw []struct {
+		Name        string         `json:"name"`
+		Messages    *int64         `json:"messages"`
+		MessagesDLX *int64         `json:"messages_dlx"`
+		Consumers   *int64         `json:"consumers"`
+		Arguments   map[string]any `json:"arguments"`
+	}
+	if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns=name,messages,messages_dlx,consumers,arguments", &raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string]ManagedQueue, len(raw))
+	val := func(p *int64) int64 {
+		if p == nil {
+			return -1
+		}
+		return *p
+	}
+	for _, q := range raw {
+		out[q.Name] = ManagedQueue{Name: q.Name, Messages: val(q.Messages), MessagesDLX: val(q.MessagesDLX), Consumers: val(q.Consumers), Arguments: q.Arguments}
+	}
+	return out, nil
+}
+
+// bindingKeys returns a key for every binding of the vhost (see bindingKey).
+func (m *Management) bindingKeys(ctx context.Context) (map[string]bool, error) {
+	var raw []struct {
+		Source          string         `json:"source"`
+		Destination     string         `json:"destination"`
+		DestinationType string         `json:"destination_type"`
+		RoutingKey      string         `json:"routing_key"`
+		Arguments       map[string]any `json:"arguments"`
+	}
+	if err := m.get(ctx, "api/bindings/"+url.PathEscape(m.vhost), &raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(raw))
+	for _, b := range raw {
+		out[bindingKey(b.Source, b.Destination, b.DestinationType, b.RoutingKey, b.Arguments)] = true
+	}
+	return out, nil
+}
+
+// ExchangeTypes returns the exchange types the broker knows (from /api/overview), for
+// example x-delayed-message when the plugin is enabled.
+func (m *Management) ExchangeTypes(ctx context.Context) ([]string, error) {
+	var raw struct {
+		ExchangeTypes []struct {
+			Name string `json:"name"`
+		} `json:"exchange_types"`
+	}
+	if err := m.get(ctx, "api/overview", &raw); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, t := range raw.ExchangeTypes {
+		out = append(out, t.Name)
+	}
+	return out, nil
+}
+
+// bindingKey identifies a binding by everything that makes it distinct for the broker.
+// Argument values are compared by their printed value, so an int64 7 from the plan equals
+// the JSON number 7 from the management API.
+func bindingKey(src, dst, dstType, key string, args map[string]any) string {
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%q %q %q %q", src, dst, dstType, key)
+	for _, k := range keys {
+		fmt.Fprintf(&sb, " %q=%v", k, args[k])
+	}
+	return sb.String()
+}
+
+func (b Binding) key() string {
+	return bindingKey(b.Source, b.Destination, b.DestinationType, b.RoutingKey, b.Args)
+}
+
+// objects returns the properties of every exchange and queue of the vhost, keyed "exchange
+// NAME" and "queue NAME": the arguments, plus "type" (exchanges) and "durable".
+func (m *Management) objects(ctx context.Context) (map[string]map[string]any, error) {
+	out := map[string]map[string]any{}
+	for _, kind := range []Kind{KindExchange, KindQueue} {
+		var raw []struct {
+			Name      string         `json:"name"`
+			Type      string         `json:"type"`
+			Durable   bool           `json:"durable"`
+			Arguments map[string]any `json:"arguments"`
+		}
+		if err := m.get(ctx, "api/"+string(kind)+"s/"+url.PathEscape(m.vhost)+"?columns=name,type,durable,arguments", &raw); err != nil {
+			return nil, err
+		}
+		for _, o := range raw {
+			props := map[string]any{"durable": o.Durable}
+			if kind == KindExchange {
+				props["type"] = o.Type
+			}
+			for k, v := range o.Arguments {
+				props[k] = v
+			}
+			out[string(kind)+" "+o.Name] = props
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,407 @@
+package topology
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// Role says what part of the delay topology an exchange, queue or binding plays.
+type Role string
+
+// Roles.
+const (
+	// RoleDispatch is the dispatch exchange D and its bindings to the targets.
+	RoleDispatch Role = "dispatch"
+	// RoleUnroutable is D's alternate exchange and its binding to the parking queue.
+	RoleUnroutable Role = "unroutable"
+	// RoleParking is the parking queue: due messages that no target took.
+	RoleParking Role = "parking"
+	// RoleLadder is a ladder exchange, ladder queue, or one of their bindings.
+	RoleLadder Role = "ladder"
+	// RoleBucket is the bucket exchange, a bucket queue, or a bucket binding.
+	RoleBucket Role = "bucket"
+	// RolePlugin is the x-delayed-message exchange and its binding to D.
+	RolePlugin Role = "plugin"
+	// RoleTarget is a target exchange declared by the topology (a target given as name:type).
+	RoleTarget Role = "target"
+	// RoleReady is a ready queue and its binding.
+	RoleReady Role = "ready"
+)
+
+// Exchange is one exchange of a [Plan]. Every exchange is durable, not auto-delete and not
+// internal.
+type Exchange struct {
+	// Name is the exchange name.
+	Name string `json:"name"`
+	// Type is headers, fanout, direct, topic or x-delayed-message.
+	Type string `json:"type"`
+	// Args are the exchange arguments (alternate-exchange, x-delayed-type), or nil.
+	Args amqp.Table `json:"arguments,omitempty"`
+	// Role is the exchange's part in the topology.
+	Role Role `json:"role"`
+	// Level is the ladder level of a RoleLadder exchange, -1 otherwise.
+	Level int `json:"level"`
+}
+
+// Queue is one queue of a [Plan]. Every queue is durable, not exclusive and not auto-delete,
+// and never has x-expires (an unused queue would be deleted with the messages it holds).
+type Queue struct {
+	// Name is the queue name.
+	Name string `json:"name"`
+	// Args are the queue arguments (x-queue-type, x-message-ttl, x-dead-letter-exchange,
+	// x-dead-letter-strategy, x-overflow), or nil.
+	Args amqp.Table `json:"arguments,omitempty"`
+	// Role is RoleLadder, RoleBucket (the delay queues), RoleParking or RoleReady.
+	Role Role `json:"role"`
+	// Level and Digit place a ladder queue; both are -1 for other queues.
+	Level int `json:"level"`
+	Digit int `json:"digit"`
+	// TTL is the x-message-ttl of a delay queue in milliseconds, 0 for other queues.
+	TTL int64 `json:"ttl_ms,omitempty"`
+	// DeadLetterExchange is where a delay queue dead-letters expired messages, "" for others.
+	DeadLetterExchange string `json:"dead_letter_exchange,omitempty"`
+}
+
+// IsDelay reports whether q is a delay queue (a ladder or bucket queue): a queue that must
+// never have a consumer, because a consumer would take its messages before they are due.
+func (q Queue) IsDelay() bool { return q.Role == RoleLadder || q.Role == RoleBucket }
+
+// Destination types of a [Binding], as RabbitMQ's definitions JSON spells them.
+const (
+	DestQueue    = "queue"
+	DestExchange = "exchange"
+)
+
+// Binding is one binding of a [Plan]: from the Source exchange to a queue or, for
+// exchange-to-exchange bindings (https://www.rabbitmq.com/docs/e2e), to an exchange.
+type Binding struct {
+	// Source is the exchange the binding routes from.
+	Source string `json:"source"`
+	// Destination is the queue or exchange it routes to.
+	Destination string `json:"destination"`
+	// DestinationType is DestQueue or DestExchange.
+	DestinationType string `json:"destination_type"`
+	// RoutingKey is the binding key ("" for headers and fanout exchanges).
+	RoutingKey string `json:"routing_key"`
+	// Args are the binding arguments: for headers exchanges x-match and the header values
+	// (integers as int64, see package ttlbuckets), or nil.
+	Args amqp.Table `json:"arguments,omitempty"`
+	// Role is the binding's part in the topology.
+	Role Role `json:"role"`
+	// Tier orders the bindings for declaration: tier 0 bindings lead out of the dispatch
+	// exchange and its alternate exchange; a binding of tier n routes into an exchange whose
+	// bindings are all of tier < n. Declaring by ascending tier means a binding never routes
+	// into an exchange whose own bindings are not declared yet.
+	Tier int `json:"tier"`
+}
+
+// String describes the binding: "source -> destination (queue) key=... {args}".
+func (b Binding) String() string {
+	var sb strings.Builder
+	sb.WriteString(b.Source)
+	sb.WriteString(" -> ")
+	sb.WriteString(b.Destination)
+	if b.DestinationType == DestExchange {
+		sb.WriteString(" (exchange)")
+	}
+	if b.RoutingKey != "" {
+		sb.WriteString(" key=")
+		sb.WriteString(b.RoutingKey)
+	}
+	if len(b.Args) > 0 {
+		sb.WriteString(" ")
+		sb.WriteString(FormatArgs(b.Args))
+	}
+	return sb.String()
+}
+
+// Plan is the exact set of exchanges, queues and bindings that a [Spec] declares, each list
+// in declaration order (the dependency-safe order Apply uses). Build one with [Spec.Plan];
+// do not modify its tables.
+type Plan struct {
+	// Spec is the specification, with its defaults filled in.
+	Spec Spec `json:"-"`
+	// Names is the naming rule of Spec.Prefix.
+	Names Names `json:"-"`
+	// Ladder is Spec.Ladder with its defaults filled in.
+	Ladder ttlbuckets.Ladder `json:"-"`
+	// Exchanges are the exchanges to declare: D's alternate exchange, D, targets given as
+	// name:type, ladder exchanges, the bucket exchange, the plugin exchange.
+	Exchanges []Exchange `json:"exchanges"`
+	// Queues are the queues to declare: parking, ready queues, ladder queues, bucket queues.
+	Queues []Queue `json:"queues"`
+	// Bindings are the bindings to declare, by ascending Tier.
+	Bindings []Binding `json:"bindings"`
+	// Existing are exchanges the topology binds to but does not declare: targets given
+	// without a type and the exchanges of ready queues that are not such targets. Apply
+	// fails with ErrTargetMissing, before declaring anything, when one does not exist.
+	Existing []string `json:"existing_exchanges"`
+}
+
+// Plan returns the topology s describes, computed from package ttlbuckets
+// ([ttlbuckets.DelayQueues], [ttlbuckets.Ladder.Next], [ttlbuckets.DigitHeader]). It does no
+// I/O. The plugin exchange and its binding are included unless s.Plugin is PluginOff; use
+// [Plan.ForPlugin] once the broker's answer is known. It returns an error wrapping
+// ErrInvalidSpec (with every problem of [Spec.Validate]) when s is invalid.
+func (s Spec) Plan() (*Plan, error) {
+	s = s.WithDefaults()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	ladder, buckets, err := s.LadderOrBuckets()
+	if err != nil {
+		return nil, err
+	}
+	n := s.Names()
+	p := &Plan{Spec: s, Names: n, Ladder: ladder}
+
+	// Where a level hands its messages to, and how far each level is from D (in levels).
+	levels := ladder.Levels()
+	nextExchange := func(level int) string {
+		if next, ok := ladder.Next(level); ok {
+			return n.LadderExchange(next)
+		}
+		return n.Dispatch()
+	}
+	dist := make([]int, levels)
+	for l := range levels {
+		d, cur := 1, l
+		for {
+			next, ok := ladder.Next(cur)
+			if !ok {
+				break
+			}
+			d, cur = d+1, next
+		}
+		dist[l] = d
+	}
+	// Levels nearest to D first: their downstream exists when they are declared.
+	order := make([]int, levels)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return dist[order[i]] < dist[order[j]] })
+
+	// Exchanges.
+	p.Exchanges = append(p.Exchanges,
+		Exchange{Name: n.Unroutable(), Type: amqp.ExchangeFanout, Role: RoleUnroutable, Level: -1},
+		Exchange{Name: n.Dispatch(), Type: amqp.ExchangeHeaders, Args: amqp.Table{"alternate-exchange": n.Unroutable()}, Role: RoleDispatch, Level: -1},
+	)
+	declared := map[string]bool{}
+	for _, t := range s.Targets {
+		if t.Type != "" {
+			p.Exchanges = append(p.Exchanges, Exchange{Name: t.Name, Type: t.Type, Role: RoleTarget, Level: -1})
+			declared[t.Name] = true
+		} else {
+			p.Existing = appendOnce(p.Existing, t.Name)
+		}
+	}
+	for _, r := range s.ReadyQueues {
+		if !declared[r.Exchange] {
+			p.Existing = appendOnce(p.Existing, r.Exchange)
+		}
+	}
+	for _, l := range order {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchange(l), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l})
+	}
+	if buckets.Len() > 0 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
+	}
+	if s.Plugin != PluginOff {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.PluginExchange(), Type: PluginExchangeType,
+			Args: amqp.Table{"x-delayed-type": amqp.ExchangeHeaders}, Role: RolePlugin, Level: -1})
+	}
+
+	// Queues.
+	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: s.QueueType.plainArgs(), Role: RoleParking, Level: -1, Digit: -1})
+	for _, r := range s.ReadyQueues {
+		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: s.QueueType.plainArgs(), Role: RoleReady, Level: -1, Digit: -1})
+	}
+	all := ttlbuckets.DelayQueues(ladder, buckets)
+	byLevel := make([][]ttlbuckets.DelayQueue, levels)
+	var bucketQs []ttlbuckets.DelayQueue
+	for _, q := range all {
+		if q.Kind == ttlbuckets.LadderKind {
+			byLevel[q.Level] = append(byLevel[q.Level], q)
+		} else {
+			bucketQs = append(bucketQs, q)
+		}
+	}
+	for _, l := range order {
+		for _, q := range byLevel[l] {
+			dlx := nextExchange(l)
+			p.Queues = append(p.Queues, Queue{Name: n.LadderQueue(l, q.Digit), Args: s.QueueType.delayArgs(q.TTL, dlx),
+				Role: RoleLadder, Level: l, Digit: q.Digit, TTL: q.TTL, DeadLetterExchange: dlx})
+		}
+	}
+	for _, q := range bucketQs {
+		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: s.QueueType.delayArgs(q.TTL, n.Dispatch()),
+			Role: RoleBucket, Level: -1, Digit: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
+	}
+
+	// Bindings, by tier.
+	p.Bindings = append(p.Bindings, Binding{Source: n.Unroutable(), Destination: n.Parking(), DestinationType: DestQueue, Role: RoleUnroutable})
+	for _, t := range s.Targets {
+		p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: t.Name, DestinationType: DestExchange,
+			Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}, Role: RoleDispatch})
+	}
+	for _, r := range s.ReadyQueues {
+		p.Bindings = append(p.Bindings, Binding{Source: r.Exchange, Destination: r.Queue, DestinationType: DestQueue,
+			RoutingKey: r.BindingKey, Role: RoleReady})
+	}
+	for _, q := range bucketQs {
+		p.Bindings = append(p.Bindings, Binding{Source: n.BucketExchange(), Destination: n.BucketQueue(q.TTL), DestinationType: DestQueue,
+			Args: amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: q.TTL}, Role: RoleBucket, Tier: 1})
+	}
+	if s.Plugin != PluginOff {
+		p.Bindings = append(p.Bindings, Binding{Source: n.PluginExchange(), Destination: n.Dispatch(), DestinationType: DestExchange,
+			Args: amqp.Table{"x-match": "all"}, Role: RolePlugin, Tier: 1})
+	}
+	for _, l := range order {
+		h := ttlbuckets.DigitHeader(l)
+		for _, q := range byLevel[l] {
+			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchange(l), Destination: n.LadderQueue(l, q.Digit), DestinationType: DestQueue,
+				Args: amqp.Table{"x-match": "all", h: int64(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
+		}
+		p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchange(l), Destination: nextExchange(l), DestinationType: DestExchange,
+			Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
+	}
+	sort.SliceStable(p.Bindings, func(i, j int) bool { return p.Bindings[i].Tier < p.Bindings[j].Tier })
+	return p, nil
+}
+
+// PluginExchangeType is the exchange type of the rabbitmq_delayed_message_exchange plugin.
+const PluginExchangeType = "x-delayed-message"
+
+func appendOnce(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// delayArgs are the arguments of a delay queue: per-queue TTL and dead-letter exchange, no
+// dead-letter routing key (the message keeps its own), never x-expires. Quorum queues add
+// at-least-once dead-lettering, which needs x-overflow reject-publish
+// (https://www.rabbitmq.com/docs/quorum-queues#dead-lettering).
+func (t QueueType) delayArgs(ttl int64, dlx string) amqp.Table {
+	a := amqp.Table{"x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
+	if t == Quorum {
+		a["x-queue-type"] = string(Quorum)
+		a["x-dead-letter-strategy"] = "at-least-once"
+		a["x-overflow"] = "reject-publish"
+	}
+	return a
+}
+
+// plainArgs are the arguments of parking and ready queues.
+func (t QueueType) plainArgs() amqp.Table {
+	if t == Quorum {
+		return amqp.Table{"x-queue-type": string(Quorum)}
+	}
+	return nil
+}
+
+// HasPlugin reports whether p includes the plugin exchange.
+func (p *Plan) HasPlugin() bool {
+	for _, e := range p.Exchanges {
+		if e.Role == RolePlugin {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutPlugin returns a copy of p without the plugin exchange and its binding.
+func (p *Plan) WithoutPlugin() *Plan {
+	c := *p
+	c.Exchanges = nil
+	for _, e := range p.Exchanges {
+		if e.Role != RolePlugin {
+			c.Exchanges = append(c.Exchanges, e)
+		}
+	}
+	c.Bindings = nil
+	for _, b := range p.Bindings {
+		if b.Role != RolePlugin {
+			c.Bindings = append(c.Bindings, b)
+		}
+	}
+	return &c
+}
+
+// ForPlugin returns the plan to apply once it is known whether the broker has the
+// delayed-message plugin (see [ProbePlugin]): with PluginAuto, p itself when available and p
+// without the plugin exchange otherwise; with PluginOn, p when available and an error
+// wrapping ErrPluginUnavailable otherwise; with PluginOff, p (which has no plugin exchange).
+func (p *Plan) ForPlugin(available bool) (*Plan, error) {
+	switch {
+	case p.Spec.Plugin == PluginOff || available:
+		return p, nil
+	case p.Spec.Plugin == PluginOn:
+		return nil, fmt.Errorf("%w: plugin mode is on but declaring an exchange of type %s failed: enable rabbitmq_delayed_message_exchange on the broker, or use --plugin auto (or off)",
+			ErrPluginUnavailable, PluginExchangeType)
+	default:
+		return p.WithoutPlugin(), nil
+	}
+}
+
+// DelayQueues returns the plan's delay queues (ladder and bucket queues), in plan order.
+func (p *Plan) DelayQueues() []Queue {
+	var out []Queue
+	for _, q := range p.Queues {
+		if q.IsDelay() {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// Queue returns the plan's queue named name.
+func (p *Plan) Queue(name string) (Queue, bool) {
+	for _, q := range p.Queues {
+		if q.Name == name {
+			return q, true
+		}
+	}
+	return Queue{}, false
+}
+
+// Exchange returns the plan's exchange named name.
+func (p *Plan) Exchange(name string) (Exchange, bool) {
+	for _, e := range p.Exchanges {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Exchange{}, false
+}
+
+// FormatArgs formats a table as {k=v, ...} with sorted keys, for tables and messages.
+func FormatArgs(t amqp.Table) string {
+	if len(t) == 0 {
+		return "{}"
+	}
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var sb strings.Builder
+	sb.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%s=%v", k, t[k])
+	}
+	sb.WriteByte('}')
+	return sb.String()
+}

@@ -1,0 +1,386 @@
+package topology
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+func mustPlan(t testing.TB, s Spec) *Plan {
+	t.Helper()
+	p, err := s.Plan()
+	if err != nil {
+		t.Fatalf("Plan(%+v): %v", s, err)
+	}
+	return p
+}
+
+func countRole[T any](xs []T, role func(T) Role, r Role) int {
+	n := 0
+	for _, x := range xs {
+		if role(x) == r {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPlanDefaultCounts(t *testing.T) {
+	p := mustPlan(t, Spec{Targets: Targets{{Name: "orders"}}})
+	exRole := func(e Exchange) Role { return e.Role }
+	qRole := func(q Queue) Role { return q.Role }
+	bRole := func(b Binding) Role { return b.Role }
+	checks := []struct {
+		what      string
+		got, want int
+	}{
+		{"ladder exchanges", countRole(p.Exchanges, exRole, RoleLadder), 8},
+		{"ladder queues", countRole(p.Queues, qRole, RoleLadder), 120},
+		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
+		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
+		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
+		{"exchanges", len(p.Exchanges), 8 + 2 + 1},
+		{"queues", len(p.Queues), 121},
+		{"ladder bindings", countRole(p.Bindings, bRole, RoleLadder), 120 + 8},
+		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
+		{"bindings", len(p.Bindings), 128 + 1 + 1 + 1},
+		{"existing", len(p.Existing), 1},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
+		}
+	}
+	d, ok := p.Exchange("rabbitdelay.dispatch")
+	if !ok || d.Type != amqp.ExchangeHeaders || d.Args["alternate-exchange"] != "rabbitdelay.unroutable" {
+		t.Errorf("dispatch exchange = %+v, want headers with alternate-exchange rabbitdelay.unroutable", d)
+	}
+	if u, ok := p.Exchange("rabbitdelay.unroutable"); !ok || u.Type != amqp.ExchangeFanout {
+		t.Errorf("unroutable exchange = %+v, want fanout", u)
+	}
+	if pl, ok := p.Exchange("rabbitdelay.plugin"); !ok || pl.Type != "x-delayed-message" || pl.Args["x-delayed-type"] != "headers" {
+		t.Errorf("plugin exchange = %+v", pl)
+	}
+	if p.Existing[0] != "orders" {
+		t.Errorf("Existing = %v, want [orders]", p.Existing)
+	}
+}
+
+// TestPlanQueuesFromTTLBuckets checks that every delay queue's TTL is exactly what ttlbuckets
+// computes and that every queue dead-letters to the exchange of Ladder.Next (or D), for both
+// hop orders, quorum and classic.
+func TestPlanQueuesFromTTLBuckets(t *testing.T) {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+		for _, qt := range []QueueType{Quorum, Classic} {
+			t.Run(order.String()+"/"+string(qt), func(t *testing.T) {
+				spec := Spec{Targets: Targets{{Name: "a"}, {Name: "b", Type: "topic"}}, Buckets: Delays{30 * time.Second, time.Hour},
+					Ladder: ttlbuckets.Ladder{Radix: 8, Order: order}, QueueType: qt, Plugin: PluginOff}
+				p := mustPlan(t, spec)
+				l := p.Ladder
+				n := p.Names
+				b, _ := ttlbuckets.NewBuckets(spec.Buckets...)
+				want := ttlbuckets.DelayQueues(l, b)
+				got := p.DelayQueues()
+				if len(got) != len(want) {
+					t.Fatalf("%d delay queues, want %d", len(got), len(want))
+				}
+				byName := map[string]Queue{}
+				for _, q := range got {
+					byName[q.Name] = q
+				}
+				for _, w := range want {
+					var name, dlx string
+					if w.Kind == ttlbuckets.LadderKind {
+						name = n.LadderQueue(w.Level, w.Digit)
+						dlx = n.Dispatch()
+						if next, ok := l.Next(w.Level); ok {
+							dlx = n.LadderExchange(next)
+						}
+					} else {
+						name, dlx = n.BucketQueue(w.TTL), n.Dispatch()
+					}
+					q, ok := byName[name]
+					if !ok {
+						t.Fatalf("queue %s missing", name)
+					}
+					if q.TTL != w.TTL || q.Args["x-message-ttl"] != w.TTL {
+						t.Errorf("%s: TTL %d / arg %v, want %d (int64)", name, q.TTL, q.Args["x-message-ttl"], w.TTL)
+					}
+					if q.DeadLetterExchange != dlx || q.Args["x-dead-letter-exchange"] != dlx {
+						t.Errorf("%s: dead-letters to %q / %v, want %q", name, q.DeadLetterExchange, q.Args["x-dead-letter-exchange"], dlx)
+					}
+					if _, has := q.Args["x-expires"]; has {
+						t.Errorf("%s has x-expires", name)
+					}
+					if _, has := q.Args["x-dead-letter-routing-key"]; has {
+						t.Errorf("%s has a dead-letter routing key: the message must keep its own", name)
+					}
+					if qt == Quorum {
+						if q.Args["x-queue-type"] != "quorum" || q.Args["x-dead-letter-strategy"] != "at-least-once" || q.Args["x-overflow"] != "reject-publish" {
+							t.Errorf("%s: quorum args %v", name, q.Args)
+						}
+					} else if len(q.Args) != 2 {
+						t.Errorf("%s: classic args %v, want only TTL and DLX", name, q.Args)
+					}
+				}
+				// Each level: one binding per digit with an int64 header value, and the
+				// pass-through for digit 0 to the same place the queues dead-letter to.
+				for level := range l.Levels() {
+					h := ttlbuckets.DigitHeader(level)
+					ex := n.LadderExchange(level)
+					next := n.Dispatch()
+					if nl, ok := l.Next(level); ok {
+						next = n.LadderExchange(nl)
+					}
+					var digits []int64
+					pass := 0
+					for _, bd := range p.Bindings {
+						if bd.Source != ex {
+							continue
+						}
+						v, ok := bd.Args[h].(int64)
+						if !ok || bd.Args["x-match"] != "all" || len(bd.Args) != 2 {
+							t.Errorf("binding %s: args %v, want x-match all and int64 %s", bd, bd.Args, h)
+						}
+						if bd.DestinationType == DestExchange {
+							pass++
+							if bd.Destination != next || v != 0 {
+								t.Errorf("pass-through %s: want -> %s on digit 0", bd, next)
+							}
+						} else {
+							digits = append(digits, v)
+							if bd.Destination != n.LadderQueue(level, int(v)) {
+								t.Errorf("binding %s: digit %d goes to the wrong queue", bd, v)
+							}
+						}
+					}
+					if pass != 1 || len(digits) != l.Radix-1 {
+						t.Errorf("level %d: %d pass-through, %d digit bindings; want 1 and %d", level, pass, len(digits), l.Radix-1)
+					}
+				}
+				for _, bd := range p.Bindings {
+					if bd.Role == RoleBucket {
+						ttl, ok := bd.Args[ttlbuckets.BucketHeader].(int64)
+						if !ok || bd.Destination != n.BucketQueue(ttl) {
+							t.Errorf("bucket binding %s", bd)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPlanDeclarationOrder checks the dependency-safe order: every binding's downstream
+// (the exchange its queue dead-letters to, or its destination exchange) has all its own
+// bindings in an earlier tier, and D's own bindings come first.
+func TestPlanDeclarationOrder(t *testing.T) {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+		p := mustPlan(t, Spec{Targets: Targets{{Name: "x", Type: "direct"}}, Buckets: Delays{time.Second}, Ladder: ttlbuckets.Ladder{Order: order},
+			ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "x", BindingKey: "k"}}})
+		tierOfSource := map[string]int{}
+		for i, b := range p.Bindings {
+			if i > 0 && b.Tier < p.Bindings[i-1].Tier {
+				t.Fatalf("%s: bindings not by ascending tier at %d", order, i)
+			}
+			if t0, ok := tierOfSource[b.Source]; !ok || b.Tier > t0 {
+				tierOfSource[b.Source] = b.Tier
+			}
+		}
+		for _, b := range p.Bindings {
+			down := b.Destination
+			if b.DestinationType == DestQueue {
+				q, _ := p.Queue(b.Destination)
+				down = q.DeadLetterExchange
+			}
+			if down == "" || down == "x" {
+				continue
+			}
+			if dt, ok := tierOfSource[down]; ok && dt >= b.Tier {
+				t.Errorf("%s: binding %s (tier %d) routes towards %s whose bindings have tier %d", order, b, b.Tier, down, dt)
+			}
+		}
+		// Exchanges: D before any ladder exchange, parking first among queues.
+		if p.Exchanges[1].Name != p.Names.Dispatch() || p.Queues[0].Name != p.Names.Parking() {
+			t.Errorf("%s: first exchanges %s, %s; first queue %s", order, p.Exchanges[0].Name, p.Exchanges[1].Name, p.Queues[0].Name)
+		}
+	}
+}
+
+func TestPlanTargetsBucketsReadyPlugin(t *testing.T) {
+	p := mustPlan(t, Spec{Prefix: "app1", Targets: Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}},
+		Buckets:     Delays{5 * time.Second},
+		ReadyQueues: ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "order.#"}, {Queue: "b.t", Exchange: "other", BindingKey: ""}},
+		Plugin:      PluginOn, QueueType: Classic})
+	if e, ok := p.Exchange("orders"); !ok || e.Type != "topic" || e.Role != RoleTarget {
+		t.Errorf("orders:topic not declared: %+v", e)
+	}
+	if _, ok := p.Exchange("billing"); ok {
+		t.Error("billing has no type: it must not be declared")
+	}
+	if strings.Join(p.Existing, ",") != "billing,other" {
+		t.Errorf("Existing = %v, want [billing other]", p.Existing)
+	}
+	var targets []string
+	for _, b := range p.Bindings {
+		if b.Role == RoleDispatch {
+			targets = append(targets, b.Destination)
+			if b.Source != "app1.dispatch" || b.DestinationType != DestExchange || b.Args[ttlbuckets.TargetHeader] != b.Destination || b.Args["x-match"] != "all" {
+				t.Errorf("dispatch binding %s", b)
+			}
+		}
+		if b.Role == RoleReady && b.Destination == "orders.t" && (b.Source != "orders" || b.RoutingKey != "order.#") {
+			t.Errorf("ready binding %s", b)
+		}
+		if b.Role == RolePlugin && (b.Source != "app1.plugin" || b.Destination != "app1.dispatch" || len(b.Args) != 1) {
+			t.Errorf("plugin binding %s: want app1.plugin -> app1.dispatch matching everything", b)
+		}
+	}
+	if strings.Join(targets, ",") != "orders,billing" {
+		t.Errorf("dispatch bindings to %v", targets)
+	}
+	for _, q := range p.Queues {
+		if !strings.HasPrefix(q.Name, "app1.") && q.Role != RoleReady {
+			t.Errorf("queue %s does not start with the prefix", q.Name)
+		}
+		if (q.Role == RoleParking || q.Role == RoleReady) && len(q.Args) != 0 {
+			t.Errorf("classic %s: args %v", q.Name, q.Args)
+		}
+	}
+	if q, ok := p.Queue("app1.bucket.5000ms"); !ok || q.TTL != 5000 {
+		t.Errorf("bucket queue: %+v", q)
+	}
+	// ForPlugin.
+	if _, err := p.ForPlugin(false); !errors.Is(err, ErrPluginUnavailable) {
+		t.Errorf("plugin on, unavailable: err %v, want ErrPluginUnavailable", err)
+	}
+	auto := mustPlan(t, Spec{Targets: Targets{{Name: "o"}}})
+	if q, _ := auto.ForPlugin(false); q.HasPlugin() || len(q.Bindings) != len(auto.Bindings)-1 {
+		t.Error("auto, unavailable: the plugin exchange and its binding must go")
+	}
+	if q, _ := auto.ForPlugin(true); !q.HasPlugin() {
+		t.Error("auto, available: the plugin exchange must stay")
+	}
+	if !auto.HasPlugin() {
+		t.Error("WithoutPlugin changed the original plan")
+	}
+	if off := mustPlan(t, Spec{Targets: Targets{{Name: "o"}}, Plugin: PluginOff}); off.HasPlugin() {
+		t.Error("plugin off: no plugin exchange")
+	}
+}
+
+func TestPlanInvalidSpec(t *testing.T) {
+	cases := []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"no target", Spec{}, "no target exchange"},
+		{"radix 3", Spec{Targets: Targets{{Name: "o"}}, Ladder: ttlbuckets.Ladder{Radix: 3}}, "adix"},
+		{"max beyond TTL limit", Spec{Targets: Targets{{Name: "o"}}, Ladder: ttlbuckets.Ladder{Max: 20 * 365 * 24 * time.Hour}}, "ax"},
+		{"bad prefix", Spec{Prefix: "a b/c", Targets: Targets{{Name: "o"}}}, "prefix"},
+		{"bucket not whole ms", Spec{Targets: Targets{{Name: "o"}}, Buckets: Delays{1500 * time.Microsecond}}, "bucket"},
+		{"bad queue type", Spec{Targets: Targets{{Name: "o"}}, QueueType: "stream"}, "queue type"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := c.spec.Plan()
+			if p != nil || !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Plan() = %v, %v; want ErrInvalidSpec mentioning %q", p, err, c.want)
+			}
+		})
+	}
+}
+
+func TestPlanUnder50ms(t *testing.T) {
+	spec := Spec{Targets: Targets{{Name: "orders"}}}
+	mustPlan(t, spec) // warm up
+	start := time.Now()
+	mustPlan(t, spec)
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("Plan took %v, want < 50 ms", d)
+	}
+}
+
+func BenchmarkPlanDefault(b *testing.B) {
+	spec := Spec{Targets: Targets{{Name: "orders"}}}
+	for b.Loop() {
+		if _, err := spec.Plan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestExportShape(t *testing.T) {
+	p := mustPlan(t, Spec{Targets: Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}}, Plugin: PluginOff})
+	out, err := Export(p, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Definitions
+	if err := json.Unmarshal(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Exchanges) != len(p.Exchanges) || len(d.Queues) != len(p.Queues) || len(d.Bindings) != len(p.Bindings) {
+		t.Fatalf("export has %d/%d/%d objects, plan %d/%d/%d", len(d.Exchanges), len(d.Queues), len(d.Bindings), len(p.Exchanges), len(p.Queues), len(p.Bindings))
+	}
+	if len(d.VHosts) != 1 || d.VHosts[0].Name != "v1" {
+		t.Errorf("vhosts %v", d.VHosts)
+	}
+	for _, e := range d.Exchanges {
+		if e.Name == "billing" {
+			t.Error("billing (no type) must not be exported")
+		}
+		if e.VHost != "v1" || !e.Durable || e.AutoDelete || e.Internal {
+			t.Errorf("exchange %+v", e)
+		}
+	}
+	// Integers are plain JSON numbers (imported as long), never strings or floats.
+	if !strings.Contains(string(out), `"x-message-ttl": 2147483648,`) || !strings.Contains(string(out), `"rabbitdelay-digit-7": 15`) {
+		t.Errorf("integer arguments not exported as JSON integers")
+	}
+}
+
+func TestParseConflict(t *testing.T) {
+	e := &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'rabbitdelay.ladder.00.01' in vhost 'v': received the value '1' of type 'long' but current is the value '5000' of type 'long'"}
+	c := parseConflict(e)
+	if c == nil || c.Kind != "queue" || c.Name != "rabbitdelay.ladder.00.01" || c.Argument != "x-message-ttl" || c.Existing != "5000 (long)" || c.Wanted != "1 (long)" {
+		t.Fatalf("parseConflict = %+v", c)
+	}
+	if !errors.Is(c, ErrConflict) {
+		t.Error("not ErrConflict")
+	}
+	var ae *amqp.Error
+	if !errors.As(c, &ae) || ae != e {
+		t.Error("*amqp091.Error not reachable")
+	}
+	msg := c.Error()
+	for _, want := range []string{"rabbitdelay.ladder.00.01", "x-message-ttl", "5000", "wants 1", "delete_queue"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	ex := parseConflict(&amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'orders' in vhost '/': received 'headers' but current is 'topic'"})
+	if ex == nil || ex.Kind != "exchange" || ex.Existing != "topic" || ex.Wanted != "headers" {
+		t.Fatalf("exchange conflict = %+v", ex)
+	}
+	// RabbitMQ cuts reasons at 255 bytes: the values are then filled in from what was sent and
+	// from the management API's view.
+	cut := parseConflict(&amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'x-dead-letter-exchange' for queue 'a-very-long-prefix.ladder.02.03' in vhost 'a-very-long-vhost': received the value 'a-very-long-prefix.ladder.03' of type 'lon..."})
+	if cut == nil || cut.Name != "a-very-long-prefix.ladder.02.03" || cut.Argument != "x-dead-letter-exchange" || cut.Existing != unknownValue {
+		t.Fatalf("cut conflict = %+v", cut)
+	}
+	cut.fill(amqp.Table{"x-dead-letter-exchange": "p.ladder.03"}, "", map[string]any{"x-message-ttl": 5})
+	if cut.Wanted != "p.ladder.03" || cut.Existing != "none" {
+		t.Errorf("filled conflict: wanted %q existing %q", cut.Wanted, cut.Existing)
+	}
+	if parseConflict(&amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND"}) != nil {
+		t.Error("404 parsed as a conflict")
+	}
+}

@@ -1,0 +1,212 @@
+package topology
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// TeardownOptions tune [Teardown].
+type TeardownOptions struct {
+	// Force deletes queues that hold messages (the messages are lost).
+	Force bool
+	// ReadyQueues also deletes the plan's ready queues (with the same emptiness rule). By
+	// default they are left: they belong to the applications that consume them.
+	ReadyQueues bool
+	// DryRun deletes nothing; the report gives StateDeleted to what would be deleted.
+	DryRun bool
+	// Workers is the number of channels to work on in parallel; 0 means DefaultWorkers.
+	Workers int
+	// Management, when set, counts every message a queue holds (unacknowledged and quorum
+	// dead-letter state included); without it only ready messages are seen, and the
+	// broker's if-empty check on delete catches the rest.
+	Management *Management
+	// Logger receives a debug line per deletion; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Teardown deletes the delay topology of p: the delay queues (ladder and bucket queues), the
+// parking queue, the ladder exchanges, the bucket exchange, the plugin exchange, the
+// dispatch exchange and its alternate exchange (and, with opts.ReadyQueues, the ready queues).
+// It never touches target exchanges, also those the topology declared (name:type).
+//
+// Unless opts.Force is set it first counts the messages of every queue it would delete and,
+// when any holds messages, deletes nothing and returns an error wrapping ErrNotEmpty that
+// names them; the deletions then use queue.delete's if-empty flag, so a message that arrives
+// in between makes the broker refuse (406) rather than lose it. Queues are deleted before
+// exchanges, the parking queue last.
+//
+// Messages already held by the delayed-message plugin are not removed by deleting its
+// exchange: the plugin stores them apart and still delivers them when they fall due if an
+// exchange of that name exists again by then.
+//
+// The report lists every object as deleted or absent (Detail says how many messages a
+// forced delete discarded). Errors are the broker's, wrapped (ErrAccessRefused for 403).
+func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts TeardownOptions) (*Report, error) {
+	start := time.Now()
+	rep := &Report{}
+	defer func() { rep.Elapsed = time.Since(start) }()
+
+	// What to delete, in order: queues (delay, ready, parking last), then exchanges from
+	// where messages enter (plugin, buckets, ladder) to where they leave (D, unroutable).
+	var queues []string
+	for _, q := range p.Queues {
+		if q.IsDelay() {
+			queues = append(queues, q.Name)
+		}
+	}
+	if opts.ReadyQueues {
+		for _, q := range p.Queues {
+			if q.Role == RoleReady {
+				queues = append(queues, q.Name)
+			}
+		}
+	}
+	queues = append(queues, p.Names.Parking())
+	exchanges := []string{p.Names.PluginExchange(), p.Names.BucketExchange()}
+	for _, e := range p.Exchanges {
+		if e.Role == RoleLadder {
+			exchanges = append(exchanges, e.Name)
+		}
+	}
+	exchanges = append(exchanges, p.Names.Dispatch(), p.Names.Unroutable())
+
+	// What exists, and what it holds.
+	var jobs []job
+	found := make([]amqp.Queue, len(queues))
+	for i, name := range queues {
+		jobs = append(jobs, func(ch *amqp.Channel) error {
+			var err error
+			found[i], err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			return err
+		})
+	}
+	for _, name := range exchanges {
+		jobs = append(jobs, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(name, amqp.ExchangeHeaders, true, false, false, false, nil)
+		})
+	}
+	errs, err := runJobs(ctx, conn, opts.Workers, false, jobs)
+	if err != nil {
+		return rep, fmt.Errorf("topology: teardown: %w", err)
+	}
+	var managed map[string]ManagedQueue
+	if opts.Management != nil {
+		if managed, err = opts.Management.Queues(ctx); err != nil {
+			return rep, err
+		}
+	}
+	exists := make([]bool, len(jobs))
+	held := make([]int64, len(queues))
+	var full []string
+	for i, e := range errs {
+		switch {
+		case e == nil:
+			exists[i] = true
+		case code(e) == amqp.NotFound:
+		default:
+			what := fmt.Sprintf("queue %q", queues[min(i, len(queues)-1)])
+			if i >= len(queues) {
+				what = fmt.Sprintf("exchange %q", exchanges[i-len(queues)])
+			}
+			return rep, wrapBroker(e, "look up "+what)
+		}
+		if i < len(queues) && exists[i] {
+			held[i] = int64(found[i].Messages)
+			if m, ok := managed[queues[i]]; ok && m.Messages > held[i] {
+				held[i] = m.Messages
+			}
+			if held[i] > 0 {
+				full = append(full, fmt.Sprintf("%s (%d messages)", queues[i], held[i]))
+			}
+		}
+	}
+	if len(full) > 0 && !opts.Force {
+		return rep, fmt.Errorf("%w: %s; nothing was deleted: wait until they are delivered (declare status), or use --force to delete them with their messages",
+			ErrNotEmpty, strings.Join(full, ", "))
+	}
+
+	// Delete.
+	names := append(append([]string{}, queues...), exchanges...)
+	for i, name := range names {
+		kind := KindQueue
+		if i >= len(queues) {
+			kind = KindExchange
+		}
+		r := Result{Kind: kind, Name: name, State: StateAbsent}
+		if exists[i] {
+			r.State = StateNotDeleted // until it is
+			if opts.DryRun {
+				r.State = StateDeleted // dry run: would be
+			}
+			if kind == KindQueue && held[i] > 0 {
+				r.Detail = strings.TrimPrefix(r.Detail+fmt.Sprintf("; held %d messages", held[i]), "; ")
+			}
+		}
+		rep.Results = append(rep.Results, r)
+	}
+	if opts.DryRun {
+		return rep, nil
+	}
+	del := func(from, to int) error {
+		var jobs []job
+		var idx []int
+		for i := from; i < to; i++ {
+			if !exists[i] {
+				continue
+			}
+			name := names[i]
+			idx = append(idx, i)
+			if i < len(queues) {
+				jobs = append(jobs, func(ch *amqp.Channel) error {
+					n, err := ch.QueueDelete(name, false, !opts.Force, false)
+					if err == nil && n > 0 {
+						opts.Logger.Warn().Str("queue", name).Int("messages", n).Msg("deleted a queue with its messages (--force)")
+					}
+					return err
+				})
+			} else {
+				jobs = append(jobs, func(ch *amqp.Channel) error {
+					return ch.ExchangeDelete(name, false, false)
+				})
+			}
+		}
+		errs, err := runJobs(ctx, conn, opts.Workers, true, jobs)
+		if err != nil {
+			return fmt.Errorf("topology: teardown: %w", err)
+		}
+		for k, e := range errs {
+			r := &rep.Results[idx[k]]
+			if e == nil {
+				r.State = StateDeleted
+				opts.Logger.Debug().Str("kind", string(r.Kind)).Str("name", r.Name).Msg("deleted")
+			}
+		}
+		if k, e := firstErr(errs); e != nil {
+			r := &rep.Results[idx[k]]
+			if code(e) == amqp.PreconditionFailed {
+				return fmt.Errorf("%w: %s %q received messages during teardown and was not deleted (%v); run teardown again, or with --force",
+					ErrNotEmpty, r.Kind, r.Name, e)
+			}
+			return wrapBroker(e, fmt.Sprintf("delete %s %q", r.Kind, r.Name))
+		}
+		return nil
+	}
+	// Delay and ready queues, then the parking queue, then the exchanges one by one in order.
+	if err := del(0, len(queues)-1); err != nil {
+		return rep, err
+	}
+	if err := del(len(queues)-1, len(queues)); err != nil {
+		return rep, err
+	}
+	for i := len(queues); i < len(names); i++ {
+		if err := del(i, i+1); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
