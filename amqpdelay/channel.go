@@ -1,0 +1,213 @@
+package amqpdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// pubChan is one AMQP channel in confirm mode shared by many publishing goroutines.
+//
+// Publishes are serialized only around the write itself (sem); each registers its delivery
+// tag before writing, then waits for its own confirmation without holding anything, so
+// confirms are pipelined. One dispatcher goroutine receives both basic.return and the
+// confirmations, from unbuffered Go channels: amqp091's reader goroutine hands them over one
+// at a time in wire order, and RabbitMQ sends a mandatory message's basic.return before its
+// basic.ack (https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed), so the
+// dispatcher has recorded the return before it completes the publish.
+//
+// A return carries no delivery tag, only the message's properties, so at most one publish
+// per message ID is in flight on a channel: a second one with the same ID waits for the
+// first to be confirmed.
+type pubChan struct {
+	ch  *amqp.Channel
+	sem chan struct{} // capacity 1: held while writing a publish
+
+	pmu     sync.Mutex // guards the maps; never held while calling into amqp091
+	pending map[uint64]*inflight
+	byID    map[string]*inflight
+	deadErr error // set (under pmu) when the channel is gone; then dead is closed
+
+	dead chan struct{}
+}
+
+// inflight is one publish waiting for its confirmation.
+type inflight struct {
+	id       string
+	done     chan struct{}
+	ack      bool
+	returned bool
+	retCode  uint16
+	retText  string
+	lostErr  error // non-nil: the channel closed first
+}
+
+// errNotSent reports that the channel was unusable before the message was written: the
+// publish can be retried on another channel without risk of a duplicate.
+var errNotSent = errors.New("amqpdelay: channel unusable, message not sent")
+
+func openPubChan(conn *amqp.Connection, onDead func()) (*pubChan, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	pc := &pubChan{
+		ch:      ch,
+		sem:     make(chan struct{}, 1),
+		pending: make(map[uint64]*inflight),
+		byID:    make(map[string]*inflight),
+		dead:    make(chan struct{}),
+	}
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
+	returns := ch.NotifyReturn(make(chan amqp.Return))
+	go pc.dispatch(confirms, returns, closes, onDead)
+	return pc, nil
+}
+
+func (pc *pubChan) dispatch(confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error, onDead func()) {
+	for confirms != nil || returns != nil {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			pc.pmu.Lock()
+			if f := pc.byID[r.MessageId]; f != nil {
+				f.returned, f.retCode, f.retText = true, r.ReplyCode, r.ReplyText
+			}
+			pc.pmu.Unlock()
+		case c, ok := <-confirms:
+			if !ok {
+				confirms = nil
+				continue
+			}
+			pc.pmu.Lock()
+			f := pc.pending[c.DeliveryTag]
+			if f != nil {
+				delete(pc.pending, c.DeliveryTag)
+				if pc.byID[f.id] == f {
+					delete(pc.byID, f.id)
+				}
+			}
+			pc.pmu.Unlock()
+			if f != nil {
+				f.ack = c.Ack
+				close(f.done)
+			}
+		}
+	}
+	// The channel is closed: its close error (if any) was queued before the listeners closed.
+	var cause error = amqp.ErrClosed
+	select {
+	case e, ok := <-closes:
+		if ok && e != nil {
+			cause = e
+		}
+	default:
+	}
+	pc.pmu.Lock()
+	pc.deadErr = cause
+	lost := pc.pending
+	pc.pending, pc.byID = nil, nil
+	pc.pmu.Unlock()
+	for _, f := range lost {
+		f.lostErr = cause
+		close(f.done)
+	}
+	close(pc.dead)
+	if onDead != nil {
+		onDead()
+	}
+}
+
+func (pc *pubChan) isDead() bool {
+	select {
+	case <-pc.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// publish writes m and waits for its confirmation. An error wrapping errNotSent means nothing
+// was written and the caller may use another channel.
+func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing) error {
+	f := &inflight{id: m.MessageId, done: make(chan struct{})}
+	for {
+		select {
+		case pc.sem <- struct{}{}:
+		case <-pc.dead:
+			return errNotSent
+		case <-ctx.Done():
+			return ctxErr(ctx, "waiting to publish")
+		}
+		// Read the tag before taking pmu: amqp091's reader goroutine holds the lock behind
+		// GetNextPublishSeqNo while it hands a confirmation to the dispatcher, which may be
+		// waiting for pmu. Holding sem, no other publish can change the tag meanwhile.
+		tag := pc.ch.GetNextPublishSeqNo()
+		pc.pmu.Lock()
+		if pc.deadErr != nil {
+			pc.pmu.Unlock()
+			<-pc.sem
+			return errNotSent
+		}
+		if prev := pc.byID[f.id]; prev != nil {
+			pc.pmu.Unlock()
+			<-pc.sem
+			select {
+			case <-prev.done:
+				continue
+			case <-pc.dead:
+				return errNotSent
+			case <-ctx.Done():
+				return ctxErr(ctx, "waiting for an earlier publish of the same message ID")
+			}
+		}
+		pc.pending[tag] = f
+		pc.byID[f.id] = f
+		pc.pmu.Unlock()
+		err := pc.ch.PublishWithContext(ctx, exchange, key, mandatory, false, *m)
+		if err != nil {
+			pc.pmu.Lock()
+			if pc.pending != nil && pc.pending[tag] == f {
+				delete(pc.pending, tag)
+				delete(pc.byID, f.id)
+			}
+			pc.pmu.Unlock()
+			<-pc.sem
+			if ctx.Err() != nil {
+				return ctxErr(ctx, "publishing")
+			}
+			return fmt.Errorf("%w: %w", errNotSent, err)
+		}
+		<-pc.sem
+		break
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return ctxErr(ctx, "waiting for the broker's confirmation (the message may still be stored and delivered)")
+	}
+	switch {
+	case f.lostErr != nil:
+		return fmt.Errorf("%w (exchange %q, routing key %q): %w", ErrConnectionLost, exchange, key, f.lostErr)
+	case f.returned:
+		return fmt.Errorf("%w: the broker returned it: %d %s (exchange %q, routing key %q)", ErrUnroutable, f.retCode, f.retText, exchange, key)
+	case !f.ack:
+		return fmt.Errorf("%w (exchange %q, routing key %q)", ErrNacked, exchange, key)
+	}
+	return nil
+}
+
+func ctxErr(ctx context.Context, doing string) error {
+	return fmt.Errorf("amqpdelay: context ended while %s: %w", doing, ctx.Err())
+}

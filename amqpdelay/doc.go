@@ -1,0 +1,111 @@
+// Package amqpdelay is the client of rabbitdelay: a Publisher that sends a message "to
+// exchange X with routing key K, due in d" through the delay topology that `declare apply`
+// created, and returns only when the broker has confirmed it. When the message is due, X
+// routes it with K as if it had been published then; consumers stay plain AMQP consumers of
+// their queues. [Due] tells a consumer when a delivery was due.
+//
+// # Paths
+//
+// The Publisher picks one path per message ([Receipt.Path] reports it):
+//
+//	delay <= 0                  PathDirect  published to X now (any exchange, "" included)
+//	delay equals a bucket       PathBucket  one hop through the bucket queue of that TTL
+//	                                        (every strategy but PluginOnly)
+//	Auto (default):
+//	  ladder carries d exactly  PathLadder  d a whole number of the ladder's unit, <= its max
+//	  else plugin can take d    PathPlugin  broker has the plugin exchange, d <= 2^32-1 ms
+//	  else ladder, rounded up   PathLadder  Rounded true: never early
+//	  else                      ErrDelayTooLong, stating the maximum; nothing sent
+//	PreferPlugin                PathPlugin whenever the plugin can take d; else as Auto
+//	PluginOnly                  PathPlugin, or ErrPluginUnavailable / ErrDelayTooLong
+//	LadderOnly                  PathBucket or PathLadder, never the plugin
+//	X not a target (delay > 0)  ErrUnknownTarget; nothing sent
+//
+// The choice is a pure function of the delay, the ladder, the buckets, the strategy and the
+// last plugin probe.
+//
+// # Design
+//
+// A Publisher owns one connection (named in the management UI) and a few channels in
+// publisher-confirm mode ([WithChannels], default 4), chosen round robin. Publishes on a
+// channel are serialized only around the write; each then waits for its own confirmation, so
+// many goroutines publishing at once are pipelined, not one round trip each. One goroutine
+// per channel receives both the broker's basic.return and its confirmations in wire order;
+// RabbitMQ sends a mandatory message's basic.return before its basic.ack, so a publish
+// learns it was returned before it learns it was acked. Returns are matched to publishes by
+// message ID (the Publisher sets one when the message has none; two publishes with the same
+// ID take turns on a channel).
+//
+// What the Publisher sends is a copy of the caller's message: the caller's Headers map is
+// never modified. On a delay path the copy's headers lose every header that decides or
+// records a delay (ttlbuckets.IsDelayHeader: x-death, x-first-death-*, x-last-death-*,
+// x-delay, rabbitdelay-*) and gain the target (rabbitdelay-target), the due time
+// (rabbitdelay-due, Unix ms) and the path's routing header (the ladder's digits, the bucket's
+// TTL, or x-delay as an int64). On the direct path only stale rabbitdelay-* headers are
+// replaced; x-death stays. Delivery mode is persistent unless the caller chose transient.
+// Direct, bucket and ladder publishes are mandatory; plugin publishes are not (the plugin
+// answers every delayed publish with NO_ROUTE).
+//
+// At start, [NewPublisher] checks that the dispatch exchange exists (a passive declare) and
+// probes for the plugin exchange on a connection of its own (on RabbitMQ 3.x a failed declare
+// of an unknown exchange type closes the whole connection). After a connection loss a
+// goroutine reconnects with exponential back-off ([WithReconnectBackoff], 100 ms doubling to
+// 5 s by default), probes again and replaces the channels; a channel the broker closed (a
+// publish to a missing exchange: 404) is reopened on the live connection. Publishes during an
+// outage wait for the new connection until their context ends. [WithReconnectHandler]
+// observes every change; [WithLogger] logs them.
+//
+// # Guarantees
+//
+//   - Publish returns nil only after a broker ack. A nack gives ErrNacked; a mandatory
+//     publish the broker returned gives ErrUnroutable; a channel or connection closed before
+//     the confirmation gives ErrConnectionLost (outcome unknown: the message may have been
+//     stored); a context that ends first gives its error, wrapped.
+//   - A confirmed message on the bucket and ladder paths sits in durable queues (quorum
+//     queues by default: replicated, dead-lettered at least once) as a persistent message.
+//   - No message is delivered before its due time: delays are rounded up, never down, and a
+//     queue never expires a message before its TTL has passed.
+//   - Safe for concurrent use; Close is idempotent.
+//   - Logs go only to the injected zerolog.Logger (default: none); no error or log line
+//     contains the URL's password.
+//
+// # Limits
+//
+//   - Precision: each ladder hop costs a few milliseconds of broker work (DESIGN.md measured
+//     p99 lateness of about 50 ms for quorum queues at radix 2); buckets and the plugin take
+//     one hop. A broker outage delays messages by up to its length, even messages due after
+//     it: a hop that should have ended during the outage ends when the broker is back, and the
+//     later hops start then.
+//   - Delivery.Exchange on the consumer side is the exchange the broker last published the
+//     message to (the dispatch exchange or a ladder exchange, as dead-lettering does), not X;
+//     the routing key is K, and the rabbitdelay-target header names X.
+//   - A message due with no binding on X for its key: with quorum queues the broker keeps it
+//     in the last delay queue's dead-letter state (messages_dlx in the management API and in
+//     `declare status`) and retries; with classic queues the broker drops it. Bind a queue or
+//     give X an alternate exchange. A message whose X is no longer bound to the dispatch
+//     exchange goes to the parking queue (the dispatch exchange's alternate exchange).
+//   - A publish to an exchange that does not exist makes the broker close the channel (404
+//     NOT_FOUND): that publish and any other in flight on the same channel fail with
+//     ErrConnectionLost wrapping the broker's error; the channel is reopened.
+//   - msg.Expiration (a per-message TTL) is refused on delay paths: the message would expire
+//     inside the delay queues, early.
+//   - A publish already writing to a connection the broker has blocked (memory or disk alarm)
+//     waits for the broker; other publishes still end with their contexts.
+//   - The plugin path keeps one copy of the message on one node and carries at most 2^32-1 ms
+//     (package plugin).
+//
+// # Sources
+//
+//   - Publisher confirms, and basic.return before basic.ack for unroutable mandatory
+//     messages: https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed
+//   - Dead-lettering keeps the routing key and headers, adds x-death, removes the expiration
+//     property, and drops cycles (RabbitMQ 3.x: x-death sent by a client counts):
+//     https://www.rabbitmq.com/docs/dlx (the cycle drop reproduced on 3.10.8 by
+//     TestPublisherRetryWithXDeath when x-death is kept)
+//   - Alternate exchanges: https://www.rabbitmq.com/docs/ae
+//   - Per-queue TTL and expiry from the head of a queue: https://www.rabbitmq.com/docs/ttl
+//   - Quorum-queue at-least-once dead-lettering and a due message that routes nowhere held in
+//     messages_dlx: observed on RabbitMQ 3.10.8 (shared DESIGN.md, TestPublisherUnroutable).
+//   - A publish to a missing exchange closes the channel with 404 NOT_FOUND:
+//     https://www.rabbitmq.com/docs/channels#error-handling
+package amqpdelay

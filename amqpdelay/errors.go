@@ -1,0 +1,56 @@
+package amqpdelay
+
+import "errors"
+
+// Sentinel errors. Every error the Publisher returns wraps at least one of them (test with
+// errors.Is); the wrapping message names the exchange, the delay or the broker's reply, and a
+// broker refusal stays reachable with errors.As(err, **amqp091.Error).
+var (
+	// ErrDelayTooLong: no path of the topology (and strategy) can carry the delay; the message
+	// states the maximum. Nothing was sent.
+	ErrDelayTooLong = errors.New("amqpdelay: delay too long")
+
+	// ErrUnknownTarget: a delayed message's exchange is not one of the topology's targets (or
+	// is the default exchange ""), so the dispatch exchange could never route it. Nothing was
+	// sent.
+	ErrUnknownTarget = errors.New("amqpdelay: unknown target exchange")
+
+	// ErrUnroutable: the broker returned a mandatory message (basic.return) because it reached
+	// no queue: on the direct path the target has no binding for the routing key; on the
+	// bucket and ladder paths the delay topology is incomplete (run `declare apply`). The
+	// broker did not keep the message.
+	ErrUnroutable = errors.New("amqpdelay: message unroutable")
+
+	// ErrNacked: the broker answered the publish with basic.nack (an internal error in the
+	// queue that was to store it, or a quorum queue refusing it under x-overflow:
+	// reject-publish because it is full). The message was not stored; publishing again may
+	// succeed.
+	ErrNacked = errors.New("amqpdelay: message nacked by the broker")
+
+	// ErrPluginUnavailable: the strategy needs the delayed-message plugin, and the broker does
+	// not have it (rabbitmq_delayed_message_exchange) or `declare apply --plugin on` was not
+	// run, so the topology's plugin exchange does not exist.
+	ErrPluginUnavailable = errors.New("amqpdelay: delayed-message plugin unavailable")
+
+	// ErrConnectionLost: the channel or connection closed after the message was sent and
+	// before the broker confirmed it. The outcome is unknown: the broker may or may not have
+	// stored the message; publishing again may deliver it twice. When the broker closed the
+	// channel on purpose (404 NOT_FOUND for an exchange that does not exist, say) its
+	// *amqp091.Error is wrapped too.
+	ErrConnectionLost = errors.New("amqpdelay: connection lost before the broker confirmed the message")
+
+	// ErrClosed: the Publisher was closed (before or during the call).
+	ErrClosed = errors.New("amqpdelay: publisher closed")
+
+	// ErrInvalidInput: a nil context, headers that AMQP cannot encode, or another argument the
+	// Publisher cannot use; the message names it. Nothing was sent.
+	ErrInvalidInput = errors.New("amqpdelay: invalid input")
+
+	// ErrInvalidConfig: NewPublisher refused its configuration or options; every problem is
+	// reported at once.
+	ErrInvalidConfig = errors.New("amqpdelay: invalid configuration")
+
+	// ErrTopologyMissing: NewPublisher found no dispatch exchange in the vhost: the topology
+	// has not been declared (run `declare apply` with the same AMQPDELAY_* variables).
+	ErrTopologyMissing = errors.New("amqpdelay: delay topology not declared")
+)

@@ -1,0 +1,98 @@
+package amqpdelay
+
+import (
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// delayHeaders returns a copy of h without the headers that decide or record a delay
+// (ttlbuckets.IsDelayHeader: rabbitdelay-*, x-delay, x-death, x-first-death-*,
+// x-last-death-*), with room for extra more entries. h is not modified.
+func delayHeaders(h amqp.Table, extra int) amqp.Table {
+	out := make(amqp.Table, len(h)+extra)
+	for k, v := range h {
+		if !ttlbuckets.IsDelayHeader(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// directHeaders returns a copy of h without rabbitdelay's own headers (a stale due time or
+// digit must not mislead), keeping everything else, x-death included: a direct publish is
+// the caller's message as given.
+func directHeaders(h amqp.Table) amqp.Table {
+	out := make(amqp.Table, len(h)+1)
+	for k, v := range h {
+		if len(k) < len(ttlbuckets.HeaderPrefix) || k[:len(ttlbuckets.HeaderPrefix)] != ttlbuckets.HeaderPrefix {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// buildHeaders returns the headers of the copy sent for choice c to target, due at due.
+func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, target string, due time.Time) amqp.Table {
+	var out amqp.Table
+	switch c.path {
+	case PathDirect:
+		out = directHeaders(h)
+	case PathLadder:
+		out = delayHeaders(h, len(c.plan.Digits)+2)
+		l.EncodeDigits(c.plan, out)
+		out[ttlbuckets.TargetHeader] = target
+	case PathBucket:
+		out = delayHeaders(h, 3)
+		out[ttlbuckets.BucketHeader] = c.bucketTTL
+		out[ttlbuckets.TargetHeader] = target
+	case PathPlugin:
+		out = delayHeaders(h, 3)
+		plugin.SetDelay(out, c.pluginMs)
+		out[ttlbuckets.TargetHeader] = target
+	}
+	out[ttlbuckets.DueHeader] = due.UnixMilli()
+	return out
+}
+
+// Due returns the time a delivery was due, from the rabbitdelay-due header (Unix
+// milliseconds) that the Publisher sets on every message it sends, on every path. ok is
+// false when the header is missing or not an integer (a message not published through
+// amqpdelay). The time is truncated to the millisecond, so a delivery received at or after
+// Due is on time; RabbitMQ never expires a queue's message before its TTL has passed.
+func Due(delivery amqp.Delivery) (due time.Time, ok bool) {
+	return dueFromHeaders(delivery.Headers)
+}
+
+func dueFromHeaders(h amqp.Table) (time.Time, bool) {
+	var ms int64
+	switch v := h[ttlbuckets.DueHeader].(type) {
+	case int64:
+		ms = v
+	case int32:
+		ms = int64(v)
+	case int:
+		ms = int64(v)
+	case int16:
+		ms = int64(v)
+	case int8:
+		ms = int64(v)
+	case uint32:
+		ms = int64(v)
+	case uint16:
+		ms = int64(v)
+	case uint8:
+		ms = int64(v)
+	case uint64:
+		if v > 1<<62 {
+			return time.Time{}, false
+		}
+		ms = int64(v)
+	default:
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}

@@ -1,0 +1,167 @@
+package amqpdelay
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// retryHeaders is what a consumer re-publishing a delivery (a retry) typically sends back.
+func retryHeaders() amqp.Table {
+	return amqp.Table{
+		"x-death":                 []any{amqp.Table{"queue": "rabbitdelay.ladder.00.03", "reason": "expired", "count": int64(1)}},
+		"x-first-death-queue":     "rabbitdelay.ladder.00.03",
+		"x-first-death-reason":    "expired",
+		"x-first-death-exchange":  "rabbitdelay.ladder.00",
+		"x-last-death-queue":      "rabbitdelay.ladder.01.02",
+		"x-last-death-reason":     "expired",
+		"x-last-death-exchange":   "rabbitdelay.ladder.01",
+		"x-delay":                 int32(-5000),
+		ttlbuckets.DigitHeader(0): int64(3),
+		ttlbuckets.DigitHeader(9): int64(7), // from a ladder with more levels
+		ttlbuckets.TargetHeader:   "old-target",
+		ttlbuckets.DueHeader:      int64(1),
+		ttlbuckets.BucketHeader:   int64(30000),
+		"tenant":                  "acme",
+		"attempt":                 int64(2),
+		"x-custom":                "kept",
+	}
+}
+
+func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
+	l := ttlbuckets.DefaultLadder()
+	plan, err := l.Plan(90*time.Minute, ttlbuckets.Strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.UnixMilli(1_700_000_000_123)
+	for _, c := range []choice{
+		{path: PathLadder, plan: plan, effective: plan.Effective},
+		{path: PathBucket, bucketTTL: 30000, effective: 30 * time.Second},
+		{path: PathPlugin, pluginMs: 2_592_000_000, effective: 30 * 24 * time.Hour},
+	} {
+		t.Run(c.path.String(), func(t *testing.T) {
+			in := retryHeaders()
+			before := retryHeaders()
+			out := buildHeaders(in, &c, l, "orders", due)
+			if !reflect.DeepEqual(in, before) {
+				t.Fatalf("caller's headers were modified:\n got %v\nwant %v", in, before)
+			}
+			for k := range out {
+				if ttlbuckets.IsDelayHeader(k) {
+					switch {
+					case k == ttlbuckets.TargetHeader, k == ttlbuckets.DueHeader:
+					case k == ttlbuckets.BucketHeader && c.path == PathBucket:
+					case k == plugin.DelayHeader && c.path == PathPlugin:
+					case len(k) > len("rabbitdelay-digit-") && k[:len("rabbitdelay-digit-")] == "rabbitdelay-digit-" && c.path == PathLadder:
+					default:
+						t.Errorf("stale delay header %q = %v kept", k, out[k])
+					}
+				}
+			}
+			for _, k := range []string{"tenant", "attempt", "x-custom"} {
+				if !reflect.DeepEqual(out[k], before[k]) {
+					t.Errorf("header %q = %v, want %v (the caller's)", k, out[k], before[k])
+				}
+			}
+			if out[ttlbuckets.TargetHeader] != "orders" {
+				t.Errorf("target header = %v", out[ttlbuckets.TargetHeader])
+			}
+			if got, ok := out[ttlbuckets.DueHeader].(int64); !ok || got != 1_700_000_000_123 {
+				t.Errorf("due header = %#v, want int64 1700000000123", out[ttlbuckets.DueHeader])
+			}
+			if err := out.Validate(); err != nil {
+				t.Errorf("headers do not encode: %v", err)
+			}
+			switch c.path {
+			case PathLadder:
+				digits, err := l.DecodeDigits(out)
+				if err != nil || !reflect.DeepEqual(digits, plan.Digits) {
+					t.Errorf("digits = %v, %v; want %v", digits, err, plan.Digits)
+				}
+				if _, ok := out[ttlbuckets.DigitHeader(9)]; ok {
+					t.Errorf("stale digit of level 9 kept")
+				}
+			case PathBucket:
+				if v, ok := out[ttlbuckets.BucketHeader].(int64); !ok || v != 30000 {
+					t.Errorf("bucket header = %#v, want int64 30000", out[ttlbuckets.BucketHeader])
+				}
+			}
+		})
+	}
+}
+
+// TestPluginDelayHeaderIsInt64 checks the built headers: 30 days is 2,592,000,000 ms, which a Go
+// int would send as a negative 32-bit value.
+func TestPluginDelayHeaderIsInt64(t *testing.T) {
+	c, err := chooser{ladder: ttlbuckets.DefaultLadder(), strategy: PluginOnly, pluginOK: true}.choose(30 * 24 * time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := buildHeaders(amqp.Table{"x-delay": 5}, &c, ttlbuckets.DefaultLadder(), "orders", time.Now())
+	v, ok := out[plugin.DelayHeader].(int64)
+	if !ok || v != 2_592_000_000 {
+		t.Fatalf("x-delay = %#v (%T), want int64(2592000000)", out[plugin.DelayHeader], out[plugin.DelayHeader])
+	}
+}
+
+func TestDirectHeadersKeepCallerHeaders(t *testing.T) {
+	in := retryHeaders()
+	c := choice{path: PathDirect}
+	now := time.UnixMilli(1_700_000_000_000)
+	out := buildHeaders(in, &c, ttlbuckets.DefaultLadder(), "orders", now)
+	if _, ok := out["x-death"]; !ok {
+		t.Error("direct path dropped x-death: a direct publish is the caller's message as given")
+	}
+	if _, ok := out[ttlbuckets.TargetHeader]; ok {
+		t.Error("direct path kept a stale target header")
+	}
+	if _, ok := out[ttlbuckets.DigitHeader(0)]; ok {
+		t.Error("direct path kept a stale digit header")
+	}
+	if due, ok := dueFromHeaders(out); !ok || !due.Equal(now) {
+		t.Errorf("due = %v, %v; want %v", due, ok, now)
+	}
+	if !reflect.DeepEqual(in, retryHeaders()) {
+		t.Error("caller's headers modified")
+	}
+	// nil headers get a table with the due time only.
+	out = buildHeaders(nil, &c, ttlbuckets.DefaultLadder(), "orders", now)
+	if len(out) != 1 {
+		t.Errorf("headers for a message without headers = %v", out)
+	}
+}
+
+func TestDue(t *testing.T) {
+	want := time.UnixMilli(1_700_000_000_123)
+	for _, v := range []any{int64(1_700_000_000_123), int(1_700_000_000_123), uint64(1_700_000_000_123)} {
+		got, ok := Due(amqp.Delivery{Headers: amqp.Table{ttlbuckets.DueHeader: v}})
+		if !ok || !got.Equal(want) {
+			t.Errorf("Due(%T) = %v, %v; want %v", v, got, ok, want)
+		}
+	}
+	if got, ok := Due(amqp.Delivery{Headers: amqp.Table{ttlbuckets.DueHeader: int32(1000)}}); !ok || got.UnixMilli() != 1000 {
+		t.Errorf("Due(int32) = %v, %v", got, ok)
+	}
+	for _, h := range []amqp.Table{nil, {}, {ttlbuckets.DueHeader: "1700000000123"}, {ttlbuckets.DueHeader: 1.5}, {ttlbuckets.DueHeader: uint64(1 << 63)}} {
+		if got, ok := Due(amqp.Delivery{Headers: h}); ok {
+			t.Errorf("Due(%v) = %v, true; want false", h, got)
+		}
+	}
+}
+
+func BenchmarkBuildHeadersLadder(b *testing.B) {
+	l := ttlbuckets.DefaultLadder()
+	h := amqp.Table{"tenant": "acme"}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		c, _ := chooser{ladder: l}.choose(90 * time.Minute)
+		_ = buildHeaders(h, &c, l, "orders", now)
+	}
+}

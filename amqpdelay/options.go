@@ -1,0 +1,134 @@
+package amqpdelay
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Option configures a Publisher; pass options to [NewPublisher]. An option given a value it
+// cannot use makes NewPublisher fail with an error wrapping ErrInvalidConfig.
+type Option func(*options) error
+
+type options struct {
+	logger      zerolog.Logger
+	strategy    Strategy
+	channels    int
+	name        string
+	backoffMin  time.Duration
+	backoffMax  time.Duration
+	onReconnect func(ReconnectEvent)
+}
+
+func defaultOptions() options {
+	return options{
+		logger:     zerolog.Nop(),
+		strategy:   Auto,
+		channels:   DefaultChannels,
+		name:       "rabbitdelay-publisher",
+		backoffMin: 100 * time.Millisecond,
+		backoffMax: 5 * time.Second,
+	}
+}
+
+// DefaultChannels is the number of AMQP channels a Publisher publishes on (see [WithChannels]).
+const DefaultChannels = 4
+
+// WithLogger makes the Publisher log through l: connection, reconnection and probe events at
+// info and warn level, never a message body, header or password. The default logs nothing
+// (zerolog.Nop). The Publisher never uses the global logger.
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) error { o.logger = l; return nil }
+}
+
+// WithStrategy sets how the Publisher chooses between the ladder and the plugin; the default
+// is [Auto]. See the package documentation for the whole rule.
+func WithStrategy(s Strategy) Option {
+	return func(o *options) error {
+		switch s {
+		case Auto, PreferPlugin, PluginOnly, LadderOnly:
+			o.strategy = s
+			return nil
+		}
+		return fmt.Errorf("%w: strategy %d: want Auto, PreferPlugin, PluginOnly or LadderOnly", ErrInvalidConfig, int(s))
+	}
+}
+
+// WithChannels sets how many AMQP channels (1 to 64) the Publisher spreads its publishes
+// over, round robin; the default is [DefaultChannels]. Each channel is in confirm mode and
+// pipelines its publishes, so one channel already serves many goroutines; more channels let
+// the broker process them in parallel (one Erlang process per channel).
+func WithChannels(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > 64 {
+			return fmt.Errorf("%w: %d channels: want 1 to 64", ErrInvalidConfig, n)
+		}
+		o.channels = n
+		return nil
+	}
+}
+
+// WithConnectionName sets the connection name shown in the management UI (default
+// "rabbitdelay-publisher").
+func WithConnectionName(name string) Option {
+	return func(o *options) error { o.name = name; return nil }
+}
+
+// WithReconnectBackoff sets the bounds of the exponential back-off between reconnection
+// attempts: the first wait is min, each next one doubles, up to max (defaults 100 ms and 5 s).
+// Both must be positive and min <= max.
+func WithReconnectBackoff(min, max time.Duration) Option {
+	return func(o *options) error {
+		if min <= 0 || max < min {
+			return fmt.Errorf("%w: reconnect back-off %v..%v: want 0 < min <= max", ErrInvalidConfig, min, max)
+		}
+		o.backoffMin, o.backoffMax = min, max
+		return nil
+	}
+}
+
+// WithReconnectHandler makes the Publisher call f on every connection event (lost,
+// re-established, attempt failed). f runs on the Publisher's reconnecting goroutine: it must
+// return quickly and must not call the Publisher's Close.
+func WithReconnectHandler(f func(ReconnectEvent)) Option {
+	return func(o *options) error { o.onReconnect = f; return nil }
+}
+
+// ReconnectEvent describes one change of the Publisher's connection.
+type ReconnectEvent struct {
+	// Kind says what happened.
+	Kind ReconnectKind
+	// Err is why the connection was lost or the attempt failed (nil for Reconnected); it
+	// never contains a password.
+	Err error
+	// Attempt counts the attempts since the connection was lost (1 for the first).
+	Attempt int
+	// PluginAvailable is the plugin probe's answer after a reconnection.
+	PluginAvailable bool
+}
+
+// ReconnectKind is the kind of a [ReconnectEvent].
+type ReconnectKind int
+
+const (
+	// Disconnected: the connection (or a channel) was lost; publishes wait for the next one.
+	Disconnected ReconnectKind = iota
+	// ReconnectFailed: one attempt to reconnect failed; the next one follows after the back-off.
+	ReconnectFailed
+	// Reconnected: a new connection is ready and publishes go on.
+	Reconnected
+)
+
+// String returns "disconnected", "reconnect-failed" or "reconnected".
+func (k ReconnectKind) String() string {
+	switch k {
+	case Disconnected:
+		return "disconnected"
+	case ReconnectFailed:
+		return "reconnect-failed"
+	case Reconnected:
+		return "reconnected"
+	}
+	return fmt.Sprintf("ReconnectKind(%d)", int(k))
+}

@@ -1,0 +1,510 @@
+package amqpdelay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// Config is the Publisher's configuration: the connection (URL, TLS files) and the topology
+// specification (prefix, targets, buckets, ladder, plugin mode). It is the declare CLI's
+// configuration, so one set of AMQPDELAY_* variables serves both.
+type Config = topology.Config
+
+// ConfigFromEnv reads the AMQPDELAY_* variables, exactly as the declare CLI does (see
+// topology.ConfigFromEnv). It returns an error wrapping topology.ErrInvalidSpec that names a
+// variable that does not parse; [NewPublisher] validates the values.
+func ConfigFromEnv() (Config, error) { return topology.ConfigFromEnv() }
+
+// Receipt tells how a published message travels; Publish returns it with a nil error once
+// the broker has confirmed the message.
+type Receipt struct {
+	// Path is the way the message was sent.
+	Path Path
+	// Due is when the message becomes due (publish time plus Delay), truncated to the
+	// millisecond as in the rabbitdelay-due header that [Due] reads.
+	Due time.Time
+	// Delay is the effective delay: the requested one, rounded up when Rounded, 0 on the
+	// direct path.
+	Delay time.Duration
+	// Requested is the delay asked for.
+	Requested time.Duration
+	// Rounded reports that Delay is longer than Requested: the ladder's unit (or the plugin's
+	// millisecond) is coarser than the request. Never shorter: a message is never early.
+	Rounded bool
+	// Hops is the number of ladder queues the message passes through (PathLadder), 1 for
+	// PathBucket and PathPlugin, 0 for PathDirect.
+	Hops int
+	// MessageID is the message's ID: the caller's, or one the Publisher generated.
+	MessageID string
+	// Exchange is the exchange the message was published to: the target itself (direct) or
+	// the delay topology's entry exchange.
+	Exchange string
+}
+
+// Publisher publishes delayed messages with publisher confirms over its own connection,
+// which it re-establishes after a loss. It is safe for concurrent use; create it with
+// [NewPublisher] and end it with [Publisher.Close].
+type Publisher struct {
+	cfg      Config
+	names    topology.Names
+	targets  map[string]struct{}
+	ladder   ttlbuckets.Ladder
+	buckets  ttlbuckets.Buckets
+	opts     options
+	log      zerolog.Logger
+	idPrefix string
+	idSeq    atomic.Uint64
+	rr       atomic.Uint32
+	pluginOK atomic.Bool
+
+	sess    atomic.Pointer[session]
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced whenever sess or one of its channels changes
+
+	closed    atomic.Bool
+	active    atomic.Int64 // publishes in progress
+	closing   chan struct{}
+	closeCtx  context.Context // cancelled by Close: ends a reconnection attempt
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup
+}
+
+// session is one connection and its publishing channels.
+type session struct {
+	conn      *amqp.Connection
+	slots     []atomic.Pointer[pubChan]
+	chanDied  chan struct{} // a channel of this session died (buffered, coalescing)
+	connClose chan *amqp.Error
+}
+
+// NewPublisher connects to the broker of cfg, checks that the delay topology of cfg.Spec has
+// been declared (passive declare of the dispatch exchange), probes for the delayed-message
+// plugin's exchange on a connection of its own, and opens its publishing channels. ctx bounds
+// all of that; the Publisher keeps running after ctx ends.
+//
+// Errors: ErrInvalidConfig (bad cfg.Spec, connection settings or option: every problem at
+// once), ErrTopologyMissing (run `declare apply`), ErrPluginUnavailable (strategy PluginOnly
+// and no plugin exchange), or the connection's error (never containing the password; a
+// broker refusal reachable as *amqp091.Error).
+func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidInput)
+	}
+	o := defaultOptions()
+	var errs []error
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	spec := cfg.Spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+	}
+	if err := cfg.Config.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+	}
+	if o.strategy == PluginOnly && spec.Plugin == topology.PluginOff {
+		errs = append(errs, fmt.Errorf("%w: strategy PluginOnly with AMQPDELAY_PLUGIN=off: the topology has no plugin exchange", ErrInvalidConfig))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	ladder, buckets, err := spec.LadderOrBuckets()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	cfg.Spec = spec
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	p := &Publisher{
+		cfg:      cfg,
+		names:    spec.Names(),
+		targets:  make(map[string]struct{}, len(spec.Targets)),
+		ladder:   ladder,
+		buckets:  buckets,
+		opts:     o,
+		log:      o.logger,
+		idPrefix: "rd-" + hex.EncodeToString(rnd[:]) + "-",
+		changed:  make(chan struct{}),
+		closing:  make(chan struct{}),
+	}
+	for _, t := range spec.Targets {
+		p.targets[t.Name] = struct{}{}
+	}
+	s, err := p.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.closeCtx, p.cancel = context.WithCancel(context.Background())
+	if o.strategy == PluginOnly && !p.pluginOK.Load() {
+		_ = s.conn.Close()
+		return nil, errPluginMissing()
+	}
+	p.sess.Store(s)
+	p.wg.Add(1)
+	go p.supervise(s)
+	return p, nil
+}
+
+// connect dials, checks the topology, probes the plugin and opens the channels.
+func (p *Publisher) connect(ctx context.Context) (*session, error) {
+	conn, err := amqpconn.Dial(ctx, p.cfg.Config, p.opts.name)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*session, error) {
+		_ = conn.Close()
+		return nil, err
+	}
+	if err := p.checkTopology(ctx, conn); err != nil {
+		return fail(err)
+	}
+	pluginOK := false
+	if p.opts.strategy != LadderOnly && p.cfg.Spec.Plugin != topology.PluginOff {
+		dial := func(ctx context.Context) (*amqp.Connection, error) {
+			return amqpconn.Dial(ctx, p.cfg.Config, p.opts.name+"-probe")
+		}
+		pluginOK, err = plugin.ExchangeExists(ctx, dial, p.names.PluginExchange())
+		if err != nil {
+			return fail(fmt.Errorf("amqpdelay: probe for the delayed-message plugin: %w", err))
+		}
+	}
+	p.pluginOK.Store(pluginOK)
+	s := &session{
+		conn:      conn,
+		slots:     make([]atomic.Pointer[pubChan], p.opts.channels),
+		chanDied:  make(chan struct{}, 1),
+		connClose: conn.NotifyClose(make(chan *amqp.Error, 1)),
+	}
+	for i := range s.slots {
+		pc, err := openPubChan(conn, s.onChanDied)
+		if err != nil {
+			return fail(fmt.Errorf("amqpdelay: %w", err))
+		}
+		s.slots[i].Store(pc)
+	}
+	p.log.Info().Str("url", amqpconn.Redact(p.cfg.URLOrDefault())).Bool("plugin", pluginOK).
+		Int("channels", len(s.slots)).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
+	return s, nil
+}
+
+func (s *session) onChanDied() {
+	select {
+	case s.chanDied <- struct{}{}:
+	default:
+	}
+}
+
+// checkTopology passive-declares the dispatch exchange on a channel of its own (a missing
+// exchange closes only that channel with 404 NOT_FOUND).
+func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) error {
+	done := make(chan error, 1)
+	go func() {
+		ch, err := conn.Channel()
+		if err != nil {
+			done <- fmt.Errorf("amqpdelay: open channel: %w", err)
+			return
+		}
+		err = ch.ExchangeDeclarePassive(p.names.Dispatch(), amqp.ExchangeHeaders, true, false, false, false, nil)
+		var ae *amqp.Error
+		switch {
+		case err == nil:
+			_ = ch.Close()
+			done <- nil
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+			done <- fmt.Errorf("%w: exchange %q does not exist in this vhost: run `declare apply` with the same AMQPDELAY_* variables (prefix %q): %w",
+				ErrTopologyMissing, p.names.Dispatch(), p.cfg.Spec.Prefix, err)
+		default:
+			done <- fmt.Errorf("amqpdelay: check dispatch exchange %q: %w", p.names.Dispatch(), err)
+		}
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("amqpdelay: check dispatch exchange %q: %w", p.names.Dispatch(), ctx.Err())
+	}
+}
+
+// supervise replaces dead channels and lost connections until Close.
+func (p *Publisher) supervise(s *session) {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.closing:
+			return
+		case <-s.chanDied:
+			if s.conn.IsClosed() {
+				continue // connClose follows
+			}
+			if err := p.reopenChannels(s); err != nil {
+				p.log.Warn().Err(err).Msg("amqpdelay: reopening a channel failed; reconnecting")
+				_ = s.conn.Close()
+			}
+		case e := <-s.connClose:
+			var err error = amqp.ErrClosed
+			if e != nil {
+				err = e
+			}
+			p.log.Warn().Str("error", amqpconn.RedactText(err.Error())).Msg("amqpdelay: connection lost; reconnecting")
+			p.event(ReconnectEvent{Kind: Disconnected, Err: err})
+			p.sess.Store(nil)
+			p.broadcast()
+			s = p.reconnect()
+			if s == nil {
+				return
+			}
+			p.sess.Store(s)
+			p.broadcast()
+		}
+	}
+}
+
+// reopenChannels replaces every dead channel of s (the connection is alive).
+func (p *Publisher) reopenChannels(s *session) error {
+	for i := range s.slots {
+		pc := s.slots[i].Load()
+		if pc != nil && !pc.isDead() {
+			continue
+		}
+		var cause error
+		if pc != nil {
+			cause = pc.deadErr
+		}
+		npc, err := openPubChan(s.conn, s.onChanDied)
+		if err != nil {
+			return err
+		}
+		s.slots[i].Store(npc)
+		p.log.Info().Int("slot", i).AnErr("cause", cause).Msg("amqpdelay: channel reopened")
+	}
+	p.broadcast()
+	return nil
+}
+
+// reconnect retries connect with exponential back-off until it succeeds (the new session) or
+// the Publisher is closed (nil).
+func (p *Publisher) reconnect() *session {
+	wait := p.opts.backoffMin
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-p.closing:
+			return nil
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(p.closeCtx, 30*time.Second)
+		s, err := p.connect(ctx)
+		cancel()
+		if err == nil {
+			p.log.Info().Int("attempt", attempt).Bool("plugin", p.pluginOK.Load()).Msg("amqpdelay: reconnected")
+			p.event(ReconnectEvent{Kind: Reconnected, Attempt: attempt, PluginAvailable: p.pluginOK.Load()})
+			return s
+		}
+		p.log.Warn().Int("attempt", attempt).Dur("next_in", min(2*wait, p.opts.backoffMax)).
+			Str("error", amqpconn.RedactText(err.Error())).Msg("amqpdelay: reconnect failed")
+		p.event(ReconnectEvent{Kind: ReconnectFailed, Err: err, Attempt: attempt})
+		wait = min(2*wait, p.opts.backoffMax)
+	}
+}
+
+func (p *Publisher) event(e ReconnectEvent) {
+	if p.opts.onReconnect != nil {
+		p.opts.onReconnect(e)
+	}
+}
+
+// broadcast wakes every publish waiting for a usable channel.
+func (p *Publisher) broadcast() {
+	p.mu.Lock()
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// acquire returns a live channel, waiting through an outage until ctx ends or Close.
+func (p *Publisher) acquire(ctx context.Context) (*pubChan, error) {
+	for {
+		p.mu.Lock()
+		changed := p.changed
+		p.mu.Unlock()
+		if p.closed.Load() {
+			return nil, ErrClosed
+		}
+		if s := p.sess.Load(); s != nil {
+			n := uint32(len(s.slots))
+			start := p.rr.Add(1)
+			for j := uint32(0); j < n; j++ {
+				if pc := s.slots[(start+j)%n].Load(); pc != nil && !pc.isDead() {
+					return pc, nil
+				}
+			}
+		}
+		select {
+		case <-changed:
+		case <-p.closing:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, fmt.Errorf("amqpdelay: context ended while waiting for a connection to the broker: %w", ctx.Err())
+		}
+	}
+}
+
+// Publish sends msg to exchange with routingKey, due after delay, by the path the strategy
+// chooses (see the package documentation), and returns once the broker has confirmed it.
+//
+// A delay <= 0 publishes to exchange at once (PathDirect). For a positive delay, exchange
+// must be one of the topology's targets (else ErrUnknownTarget, nothing sent). msg is not
+// modified: the Publisher sends a copy with its own headers (the target, the due time, the
+// path's routing headers) in place of any stale delay headers (x-death, x-first-death-*,
+// x-last-death-*, x-delay, rabbitdelay-*), a generated MessageId when msg has none, and
+// persistent delivery mode when msg.DeliveryMode is 0.
+//
+// It returns nil only after a broker ack. Errors: ErrInvalidInput (nil ctx, headers AMQP
+// cannot encode, msg.Expiration on a delayed message), ErrUnknownTarget, ErrDelayTooLong,
+// ErrPluginUnavailable (nothing sent for any of these), ErrUnroutable (a mandatory publish
+// came back), ErrNacked, ErrConnectionLost (closed before the confirm: outcome unknown),
+// ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
+// unreachable and the Publisher reconnects.
+func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
+	if ctx == nil {
+		return Receipt{}, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
+	}
+	p.active.Add(1)
+	defer p.active.Add(-1)
+	if p.closed.Load() {
+		return Receipt{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return Receipt{}, fmt.Errorf("amqpdelay: context ended before publishing: %w", err)
+	}
+	if delay > 0 {
+		if exchange == "" {
+			return Receipt{}, fmt.Errorf("%w: %w: a delayed message needs a target exchange; the default exchange \"\" cannot be one "+
+				"(it cannot be bound to the dispatch exchange): publish to a named target exchange", ErrInvalidInput, ErrUnknownTarget)
+		}
+		if _, ok := p.targets[exchange]; !ok {
+			return Receipt{}, fmt.Errorf("%w: %q is not among the topology's targets (%s): add it to AMQPDELAY_TARGETS and run `declare apply`",
+				ErrUnknownTarget, exchange, p.targetList())
+		}
+		if msg.Expiration != "" {
+			return Receipt{}, fmt.Errorf("%w: msg.Expiration %q: a per-message TTL would expire the message inside the delay topology, early; "+
+				"set a message TTL on the ready queue instead", ErrInvalidInput, msg.Expiration)
+		}
+	}
+	if len(msg.Headers) > 0 {
+		if err := msg.Headers.Validate(); err != nil {
+			return Receipt{}, fmt.Errorf("%w: msg.Headers: %v", ErrInvalidInput, err)
+		}
+	}
+	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load()}.choose(delay)
+	if err != nil {
+		return Receipt{}, err
+	}
+	out := msg
+	if out.MessageId == "" {
+		out.MessageId = p.idPrefix + strconv.FormatUint(p.idSeq.Add(1), 36)
+	}
+	if out.DeliveryMode == 0 {
+		out.DeliveryMode = amqp.Persistent
+	}
+	var dest string
+	mandatory := true
+	hops := 0
+	switch c.path {
+	case PathDirect:
+		dest = exchange
+	case PathBucket:
+		dest, hops = p.names.BucketExchange(), 1
+	case PathLadder:
+		dest, hops = p.names.LadderExchange(c.plan.Entry), len(c.plan.Hops)
+	case PathPlugin:
+		// The plugin answers every delayed publish with NO_ROUTE when mandatory is set.
+		dest, hops, mandatory = p.names.PluginExchange(), 1, false
+	}
+	for {
+		pc, err := p.acquire(ctx)
+		if err != nil {
+			return Receipt{}, err
+		}
+		due := time.Now().Add(c.effective)
+		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
+		err = pc.publish(ctx, dest, routingKey, mandatory, &out)
+		if errors.Is(err, errNotSent) {
+			continue // the channel died before the write; the supervisor replaces it
+		}
+		if err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{
+			Path: c.path, Due: time.UnixMilli(due.UnixMilli()), Delay: c.effective, Requested: delay,
+			Rounded: c.rounded, Hops: hops, MessageID: out.MessageId, Exchange: dest,
+		}, nil
+	}
+}
+
+// PublishAt is Publish with the delay until at (time.Until(at)); a time not in the future
+// publishes at once (PathDirect).
+func (p *Publisher) PublishAt(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, at time.Time) (Receipt, error) {
+	return p.Publish(ctx, exchange, routingKey, msg, time.Until(at))
+}
+
+// PluginAvailable reports the last probe's answer: whether the topology's delayed-message
+// plugin exchange exists (probed at start and after each reconnection).
+func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
+
+// Close stops the Publisher: new publishes fail with ErrClosed at once, publishes waiting
+// for a connection end with ErrClosed, and publishes waiting for their confirmation get up to
+// 5 s to receive it before the connection is closed (they then fail with ErrConnectionLost).
+// It closes the Publisher's connection and waits for its goroutines. Close is idempotent:
+// later calls return the first call's result.
+func (p *Publisher) Close() error {
+	p.closeOnce.Do(func() {
+		p.closed.Store(true)
+		close(p.closing)
+		p.cancel()
+		deadline := time.Now().Add(5 * time.Second)
+		for p.active.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		p.wg.Wait()
+		if s := p.sess.Load(); s != nil {
+			if err := s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+				p.closeErr = fmt.Errorf("amqpdelay: close connection: %w", err)
+			}
+		}
+		p.log.Info().Msg("amqpdelay: publisher closed")
+	})
+	return p.closeErr
+}
+
+func (p *Publisher) targetList() string {
+	s := ""
+	for _, t := range p.cfg.Spec.Targets {
+		if s != "" {
+			s += ", "
+		}
+		s += strconv.Quote(t.Name)
+	}
+	return s
+}

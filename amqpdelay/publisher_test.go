@@ -1,0 +1,81 @@
+package amqpdelay
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+func TestNewPublisherRefusesBadConfig(t *testing.T) {
+	cfg := Config{Spec: topology.Spec{
+		Prefix:  "amq.bad",
+		Ladder:  ttlbuckets.Ladder{Radix: 3},
+		Buckets: topology.Delays{-time.Second},
+	}}
+	cfg.URL = "http://user:s3cret@localhost/"
+	_, err := NewPublisher(context.Background(), cfg, WithChannels(0), WithStrategy(Strategy(42)))
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"prefix", "no target", "Radix", "bucket", "channels", "strategy", "URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not report the %s problem:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error shows the password: %v", err)
+	}
+}
+
+func TestNewPublisherNilContext(t *testing.T) {
+	//nolint:staticcheck // nil on purpose
+	if _, err := NewPublisher(nil, Config{}); !errors.Is(err, ErrInvalidInput) {
+		t.Errorf("err = %v, want ErrInvalidInput", err)
+	}
+}
+
+func TestNewPublisherPluginOnlyWithPluginOff(t *testing.T) {
+	cfg := Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}, Plugin: topology.PluginOff}}
+	_, err := NewPublisher(context.Background(), cfg, WithStrategy(PluginOnly))
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "PluginOnly") {
+		t.Errorf("err = %v, want ErrInvalidConfig about PluginOnly", err)
+	}
+}
+
+// TestNewPublisherDialErrorHidesPassword: a broker that does not answer gives an error (when
+// ctx ends at the latest) that never shows the URL's password.
+func TestNewPublisherDialErrorHidesPassword(t *testing.T) {
+	cfg := Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}}
+	cfg.URL = "amqp://user:s3cret@127.0.0.1:1/vh"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := NewPublisher(ctx, cfg)
+	if err == nil {
+		t.Fatal("NewPublisher succeeded without a broker")
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error shows the password: %v", err)
+	}
+	if time.Since(start) > 6*time.Second {
+		t.Errorf("NewPublisher took %v, past its context", time.Since(start))
+	}
+}
+
+func TestOptions(t *testing.T) {
+	o := defaultOptions()
+	for _, opt := range []Option{WithChannels(65), WithChannels(-1), WithReconnectBackoff(0, time.Second), WithReconnectBackoff(time.Second, time.Millisecond), WithStrategy(-1)} {
+		if err := opt(&o); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("option accepted a bad value: %v", err)
+		}
+	}
+	d := defaultOptions()
+	if o.channels != d.channels || o.strategy != d.strategy || o.backoffMin != d.backoffMin || o.backoffMax != d.backoffMax {
+		t.Errorf("a refused option changed the options: %+v", o)
+	}
+}

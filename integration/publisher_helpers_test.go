@@ -1,0 +1,457 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	neturl "net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// testLadder keeps each test's queue count down: radix 16, 1 ms unit, maximum 65,535 ms
+// (16^4-1): 4 levels, 60 queues.
+func testLadder() ttlbuckets.Ladder {
+	return ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
+}
+
+// testSpec is a specification with the test ladder, quorum queues, no plugin and the given
+// targets (declared as topic exchanges when they have no type).
+func testSpec(env *brokertest.Env, targets ...topology.Target) topology.Spec {
+	return topology.Spec{
+		Prefix:    env.Prefix,
+		Targets:   targets,
+		Ladder:    testLadder(),
+		Plugin:    topology.PluginOff,
+		QueueType: topology.Quorum,
+	}
+}
+
+// declareTopology declares spec's delay topology in env's vhost with amqp091 directly,
+// following topology.Names and /work/contract.md. It stands in for topology.Apply.
+func declareTopology(t testing.TB, env *brokertest.Env, spec topology.Spec) {
+	t.Helper()
+	declareTopologyAt(t, env.URL, spec)
+}
+
+func declareTopologyAt(t testing.TB, url string, spec topology.Spec) {
+	t.Helper()
+	spec = spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		t.Fatalf("declareTopology: %v", err)
+	}
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		t.Fatalf("declareTopology: dial: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("declareTopology: channel: %v", err)
+	}
+	n := spec.Names()
+	l, b, err := spec.LadderOrBuckets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("declareTopology: %s: %v", what, err)
+		}
+	}
+	queueArgs := func(ttl int64, dlx string) amqp.Table {
+		a := amqp.Table{"x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
+		if spec.QueueType == topology.Quorum {
+			a["x-queue-type"] = "quorum"
+			a["x-dead-letter-strategy"] = "at-least-once"
+			a["x-overflow"] = "reject-publish"
+		}
+		return a
+	}
+	plainQueueArgs := func() amqp.Table {
+		if spec.QueueType == topology.Quorum {
+			return amqp.Table{"x-queue-type": "quorum"}
+		}
+		return nil
+	}
+	must("dispatch exchange", ch.ExchangeDeclare(n.Dispatch(), amqp.ExchangeHeaders, true, false, false, false,
+		amqp.Table{"alternate-exchange": n.Unroutable()}))
+	must("unroutable exchange", ch.ExchangeDeclare(n.Unroutable(), amqp.ExchangeFanout, true, false, false, false, nil))
+	_, err = ch.QueueDeclare(n.Parking(), true, false, false, false, plainQueueArgs())
+	must("parking queue", err)
+	must("bind parking", ch.QueueBind(n.Parking(), "", n.Unroutable(), false, nil))
+
+	next := func(level int) string {
+		if nl, ok := l.Next(level); ok {
+			return n.LadderExchange(nl)
+		}
+		return n.Dispatch()
+	}
+	for level := 0; level < l.Levels(); level++ {
+		must("ladder exchange", ch.ExchangeDeclare(n.LadderExchange(level), amqp.ExchangeHeaders, true, false, false, false, nil))
+	}
+	for level := 0; level < l.Levels(); level++ {
+		must("pass-through binding", ch.ExchangeBind(next(level), "", n.LadderExchange(level), false,
+			amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(level): int64(0)}))
+	}
+	for _, q := range l.Queues() {
+		name := n.LadderQueue(q.Level, q.Digit)
+		_, err := ch.QueueDeclare(name, true, false, false, false, queueArgs(q.TTL, next(q.Level)))
+		must("ladder queue "+name, err)
+		must("bind "+name, ch.QueueBind(name, "", n.LadderExchange(q.Level), false,
+			amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(q.Level): int64(q.Digit)}))
+	}
+	if b.Len() > 0 {
+		must("bucket exchange", ch.ExchangeDeclare(n.BucketExchange(), amqp.ExchangeHeaders, true, false, false, false, nil))
+		for _, bk := range b.List() {
+			name := n.BucketQueue(bk.TTL)
+			_, err := ch.QueueDeclare(name, true, false, false, false, queueArgs(bk.TTL, n.Dispatch()))
+			must("bucket queue "+name, err)
+			must("bind "+name, ch.QueueBind(name, "", n.BucketExchange(), false,
+				amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: bk.TTL}))
+		}
+	}
+	if spec.Plugin == topology.PluginOn {
+		must("plugin exchange", ch.ExchangeDeclare(n.PluginExchange(), plugin.ExchangeType, true, false, false, false,
+			amqp.Table{plugin.DelayedTypeArg: amqp.ExchangeHeaders}))
+		must("bind plugin exchange", ch.ExchangeBind(n.Dispatch(), "", n.PluginExchange(), false, amqp.Table{"x-match": "all"}))
+	}
+	for _, tg := range spec.Targets {
+		if tg.Type != "" {
+			must("target "+tg.Name, ch.ExchangeDeclare(tg.Name, tg.Type, true, false, false, false, nil))
+		}
+		must("bind target "+tg.Name, ch.ExchangeBind(tg.Name, "", n.Dispatch(), false,
+			amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: tg.Name}))
+	}
+	for _, r := range spec.ReadyQueues {
+		_, err := ch.QueueDeclare(r.Queue, true, false, false, false, plainQueueArgs())
+		must("ready queue "+r.Queue, err)
+		must("bind ready queue "+r.Queue, ch.QueueBind(r.Queue, r.BindingKey, r.Exchange, false, nil))
+	}
+}
+
+// arrival is one delivery with the time the test's consumer got it.
+type arrival struct {
+	d  amqp.Delivery
+	at time.Time
+}
+
+// consume starts a consumer on queue (auto-ack) and returns its deliveries with their arrival
+// times. The consumer ends with the test.
+func consumeQueue(t testing.TB, env *brokertest.Env, queue string) <-chan arrival {
+	t.Helper()
+	return consumeQueueURL(t, env.URL, queue)
+}
+
+func consumeQueueURL(t testing.TB, url, queue string) <-chan arrival {
+	t.Helper()
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		t.Fatalf("consume: dial: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("consume: channel: %v", err)
+	}
+	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume %s: %v", queue, err)
+	}
+	out := make(chan arrival, 1024)
+	go func() {
+		defer close(out)
+		for d := range ds {
+			out <- arrival{d: d, at: time.Now()}
+		}
+	}()
+	return out
+}
+
+// maxLateness is how late a delivery may be (on a loaded CI machine) before a test fails.
+const maxLateness = time.Second
+
+// checkOnTime fails the test when r arrived before its due time (from the rabbitdelay-due
+// header) or more than maxLateness after it, and returns its lateness.
+func checkOnTime(t testing.TB, r arrival) time.Duration {
+	t.Helper()
+	due, ok := amqpdelay.Due(r.d)
+	if !ok {
+		t.Errorf("delivery %s has no due header: %v", r.d.MessageId, r.d.Headers)
+		return 0
+	}
+	late := r.at.Sub(due)
+	if late < 0 {
+		t.Errorf("delivery %s arrived %v EARLY (due %s, arrival %s)", r.d.MessageId, -late,
+			due.Format(time.StampMilli), r.at.Format(time.StampMilli))
+	}
+	if late > maxLateness {
+		t.Errorf("delivery %s arrived %v late (more than %v)", r.d.MessageId, late, maxLateness)
+	}
+	return late
+}
+
+// next waits up to within for a delivery.
+func nextDelivery(t testing.TB, c <-chan arrival, within time.Duration) arrival {
+	t.Helper()
+	select {
+	case r, ok := <-c:
+		if !ok {
+			t.Fatal("consumer closed")
+		}
+		return r
+	case <-time.After(within):
+		t.Fatalf("no delivery within %v", within)
+	}
+	panic("unreachable")
+}
+
+// none fails when a delivery arrives within d.
+func noDelivery(t testing.TB, c <-chan arrival, d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-c:
+		t.Fatalf("unexpected delivery %s (routing key %q)", r.d.MessageId, r.d.RoutingKey)
+	case <-time.After(d):
+	}
+}
+
+// newPublisher opens a Publisher on url for spec and closes it with the test.
+func newPublisherURL(t testing.TB, url string, spec topology.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
+	t.Helper()
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = url
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := amqpdelay.NewPublisher(ctx, cfg, opts...)
+	if err != nil {
+		t.Fatalf("NewPublisher: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p
+}
+
+func newPublisher(t testing.TB, env *brokertest.Env, spec topology.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
+	t.Helper()
+	return newPublisherURL(t, env.URL, spec, opts...)
+}
+
+// declareReadyQueue declares a quorum queue bound to exchange with key.
+func declareReadyQueue(t testing.TB, env *brokertest.Env, queue, exchange, key string) {
+	t.Helper()
+	ch := env.Channel(t)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatalf("declare %s: %v", queue, err)
+	}
+	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
+		t.Fatalf("bind %s: %v", queue, err)
+	}
+}
+
+func pubCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func textMsg(s string) amqp.Publishing {
+	return amqp.Publishing{ContentType: "text/plain", Body: []byte(s)}
+}
+
+// privateBroker is a RabbitMQ node of the test's own (scripts/broker with its own state
+// directory), for tests that stop and start the broker.
+type privateBroker struct {
+	state string
+	URL   string
+	root  string
+	// Broker gives the management API (for queueStats).
+	Broker *brokertest.Broker
+}
+
+var privateBrokerMu sync.Mutex
+
+// startPrivateBroker starts a node of the test's own, stopped when the test ends. It skips
+// (fails in CI) when Debian's rabbitmq-server is not installed.
+func startPrivateBroker(t testing.TB) *privateBroker {
+	t.Helper()
+	if _, err := os.Stat("/usr/lib/rabbitmq/bin/rabbitmq-server"); err != nil {
+		if brokertest.InCI() {
+			t.Fatalf("rabbitmq-server is not installed and CI=true: a private broker is needed to stop and start")
+		}
+		t.Skip("rabbitmq-server is not installed: this test starts and stops a broker of its own (apt-get install rabbitmq-server)")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(file))
+	b := &privateBroker{state: t.TempDir(), root: root}
+	// Registered first: a failed "up" may have started a node, and "down" stops only what
+	// "up" recorded.
+	t.Cleanup(func() {
+		start := time.Now()
+		defer func() { t.Logf("private broker stopped in %v", time.Since(start)) }()
+		if out, err := b.script(t, "down"); err != nil {
+			t.Errorf("scripts/broker down: %v\n%s", err, out)
+		}
+	})
+	// Two nodes booting at once on 2 cores is slow; one at a time.
+	privateBrokerMu.Lock()
+	start := time.Now()
+	out, err := b.script(t, "up")
+	privateBrokerMu.Unlock()
+	t.Logf("private broker started in %v", time.Since(start))
+	if err != nil {
+		t.Fatalf("scripts/broker up: %v\n%s", err, out)
+	}
+	url, err := b.script(t, "url")
+	if err != nil {
+		t.Fatalf("scripts/broker url: %v", err)
+	}
+	b.URL = strings.TrimSpace(url)
+	mgmt, _ := b.script(t, "mgmt-url")
+	b.Broker = &brokertest.Broker{URL: b.URL, ManagementURL: strings.TrimSpace(mgmt)}
+	return b
+}
+
+func (b *privateBroker) script(t testing.TB, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(b.root, "scripts", "broker"), args...)
+	env := []string{"BROKER_STATE=" + b.state, "BROKER_DOCKER=0"}
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "AMQP_URL=") || strings.HasPrefix(kv, "AMQP_MANAGEMENT_URL=") || strings.HasPrefix(kv, "BROKER_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return string(out), ctx.Err()
+	}
+	return string(out), err
+}
+
+// stopApp stops the RabbitMQ application (connections drop, data stays); startApp starts it
+// again and waits until it accepts connections.
+func (b *privateBroker) stopApp(t testing.TB) {
+	t.Helper()
+	start := time.Now()
+	defer func() { t.Logf("stop_app took %v", time.Since(start)) }()
+	if out, err := b.script(t, "stop-app"); err != nil {
+		t.Fatalf("scripts/broker stop-app: %v\n%s", err, out)
+	}
+}
+
+func (b *privateBroker) startApp(t testing.TB) {
+	t.Helper()
+	start := time.Now()
+	defer func() { t.Logf("start_app took %v", time.Since(start)) }()
+	if out, err := b.script(t, "start-app"); err != nil {
+		t.Fatalf("scripts/broker start-app: %v\n%s", err, out)
+	}
+}
+
+// queueStats returns the management API's message counts of every queue in env's vhost
+// whose counts are not all zero: name -> {"messages": n, "messages_dlx": n}. The management
+// API refreshes these every 5 s (collect_statistics_interval).
+func queueStats(t testing.TB, env *brokertest.Env) map[string]map[string]int {
+	t.Helper()
+	var qs []map[string]any
+	if err := env.Broker.Management("GET", "api/queues/"+neturl.PathEscape(env.VHost), nil, &qs); err != nil {
+		t.Fatalf("management API: list queues: %v", err)
+	}
+	out := map[string]map[string]int{}
+	for _, q := range qs {
+		name, _ := q["name"].(string)
+		m := map[string]int{}
+		for _, k := range []string{"messages", "messages_dlx"} {
+			if v, ok := q[k].(float64); ok && v != 0 {
+				m[k] = int(v)
+			}
+		}
+		if len(m) > 0 {
+			out[name] = m
+		}
+	}
+	return out
+}
+
+// waitStats polls queueStats until cond holds or within passes.
+func waitStats(t testing.TB, env *brokertest.Env, within time.Duration, cond func(map[string]map[string]int) bool) map[string]map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		s := queueStats(t, env)
+		if cond(s) || time.Now().After(deadline) {
+			return s
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// resilientConsumer consumes queue on url and keeps reconnecting (every 100 ms) until the
+// test ends, for tests that restart the broker.
+func resilientConsumer(t testing.TB, url, queue string) <-chan arrival {
+	t.Helper()
+	out := make(chan arrival, 1024)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			ch, err := conn.Channel()
+			var ds <-chan amqp.Delivery
+			if err == nil {
+				ds, err = ch.Consume(queue, "", true, false, false, false, nil)
+			}
+			if err != nil {
+				_ = conn.Close()
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+		loop:
+			for {
+				select {
+				case <-stop:
+					_ = conn.Close()
+					return
+				case d, ok := <-ds:
+					if !ok {
+						break loop
+					}
+					out <- arrival{d: d, at: time.Now()}
+				}
+			}
+			_ = conn.Close()
+		}
+	}()
+	return out
+}

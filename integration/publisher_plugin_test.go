@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+func dialer(url string) plugin.Dialer {
+	return func(ctx context.Context) (*amqp.Connection, error) {
+		return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	}
+}
+
+// TestPublisherWithoutPlugin: on a broker without the delayed-message plugin, Auto and
+// PreferPlugin never pick it, and PluginOnly fails with an error that says the plugin is
+// missing. The probes work on connections of their own: on RabbitMQ 3.x the failed declare
+// of the unknown exchange type closes the whole connection.
+func TestPublisherWithoutPlugin(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ctx := pubCtx(t)
+	has, err := plugin.BrokerHasPlugin(ctx, dialer(env.URL))
+	if err != nil {
+		t.Fatalf("BrokerHasPlugin: %v", err)
+	}
+	if has {
+		t.Skip("this broker has the delayed-message plugin; TestPublisherPluginPath covers it")
+	}
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	spec.Plugin = topology.PluginAuto
+	declareTopology(t, env, spec)
+	if ok, err := plugin.ExchangeExists(ctx, dialer(env.URL), spec.Names().PluginExchange()); err != nil || ok {
+		t.Fatalf("ExchangeExists(plugin exchange) = %v, %v; want false, nil", ok, err)
+	}
+	if ok, err := plugin.ExchangeExists(ctx, dialer(env.URL), spec.Names().Dispatch()); err != nil || !ok {
+		t.Fatalf("ExchangeExists(dispatch) = %v, %v; want true, nil", ok, err)
+	}
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	got := consumeQueue(t, env, q)
+	for _, s := range []amqpdelay.Strategy{amqpdelay.Auto, amqpdelay.PreferPlugin} {
+		p := newPublisher(t, env, spec, amqpdelay.WithStrategy(s))
+		if p.PluginAvailable() {
+			t.Errorf("%v: PluginAvailable() = true on a broker without the plugin", s)
+		}
+		// Not a whole ms: Auto would take the plugin if it could.
+		r, err := p.Publish(ctx, target, "k", textMsg(s.String()), 700*time.Millisecond+1)
+		if err != nil {
+			t.Fatalf("%v: %v", s, err)
+		}
+		if r.Path != amqpdelay.PathLadder || !r.Rounded || r.Delay != 701*time.Millisecond {
+			t.Errorf("%v: receipt %+v, want the ladder rounded up to 701ms", s, r)
+		}
+		checkOnTime(t, nextDelivery(t, got, 5*time.Second))
+	}
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = env.URL
+	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+	if err == nil {
+		p.Close()
+		t.Fatal("PluginOnly on a broker without the plugin: NewPublisher succeeded")
+	}
+	if !errors.Is(err, amqpdelay.ErrPluginUnavailable) || !strings.Contains(err.Error(), plugin.PluginName) {
+		t.Errorf("PluginOnly: err = %v, want ErrPluginUnavailable naming %s", err, plugin.PluginName)
+	}
+}
+
+// TestPublisherPluginPath runs where AMQP_PLUGIN_URL names a broker with the plugin: Auto and
+// PreferPlugin pick per the README's table, and the messages arrive, none early.
+func TestPublisherPluginPath(t *testing.T) {
+	url := brokertest.PluginURL(t)
+	ctx := pubCtx(t)
+	has, err := plugin.BrokerHasPlugin(ctx, dialer(url))
+	if err != nil || !has {
+		t.Fatalf("AMQP_PLUGIN_URL: BrokerHasPlugin = %v, %v; want true", has, err)
+	}
+	env := &brokertest.Env{URL: url, VHost: "/", Prefix: "rdt-plugin-" + strings.ReplaceAll(time.Now().Format("150405.000"), ".", "")}
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	spec.Plugin = topology.PluginOn
+	q := env.Name("ready")
+	spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
+	declareTopologyAt(t, url, spec)
+	t.Cleanup(func() { deleteTopologyAt(t, url, spec) })
+	got := consumeQueueURL(t, url, q)
+
+	cases := []struct {
+		strategy amqpdelay.Strategy
+		d        time.Duration
+		want     amqpdelay.Path
+	}{
+		{amqpdelay.Auto, 800 * time.Millisecond, amqpdelay.PathLadder},   // exact on the ladder
+		{amqpdelay.Auto, 800*time.Millisecond + 1, amqpdelay.PathPlugin}, // not a whole unit
+		{amqpdelay.PreferPlugin, 900 * time.Millisecond, amqpdelay.PathPlugin},
+		{amqpdelay.PluginOnly, time.Second, amqpdelay.PathPlugin},
+		{amqpdelay.LadderOnly, 700*time.Millisecond + 1, amqpdelay.PathLadder},
+	}
+	for _, c := range cases {
+		p := newPublisherURL(t, url, spec, amqpdelay.WithStrategy(c.strategy))
+		if !p.PluginAvailable() {
+			t.Fatalf("%v: PluginAvailable() = false with the plugin exchange declared", c.strategy)
+		}
+		r, err := p.Publish(ctx, target, "k", textMsg(c.strategy.String()), c.d)
+		if err != nil {
+			t.Fatalf("%v %v: %v", c.strategy, c.d, err)
+		}
+		if r.Path != c.want {
+			t.Errorf("%v %v: path %v, want %v", c.strategy, c.d, r.Path, c.want)
+		}
+		a := nextDelivery(t, got, 5*time.Second)
+		checkOnTime(t, a)
+		if string(a.d.Body) != c.strategy.String() || a.d.RoutingKey != "k" {
+			t.Errorf("delivery %q key %q", a.d.Body, a.d.RoutingKey)
+		}
+	}
+	// Beyond the ladder's maximum (65,535 ms) Auto takes the plugin; 30 days fits x-delay as
+	// an int64 (2,592,000,000 ms): the message is accepted, not routed at once.
+	p := newPublisherURL(t, url, spec)
+	for _, d := range []time.Duration{70 * time.Second, 30 * 24 * time.Hour} {
+		r, err := p.Publish(ctx, target, "k", textMsg("long"), d)
+		if err != nil || r.Path != amqpdelay.PathPlugin {
+			t.Errorf("Auto %v: %+v, %v; want the plugin", d, r, err)
+		}
+	}
+	noDelivery(t, got, 2*time.Second)
+	if _, err := p.Publish(ctx, target, "k", textMsg("x"), plugin.MaxDelay+time.Millisecond); !errors.Is(err, amqpdelay.ErrDelayTooLong) {
+		t.Errorf("beyond 2^32-1 ms: err = %v, want ErrDelayTooLong", err)
+	}
+}
+
+// deleteTopologyAt deletes what declareTopologyAt declared (for brokers without a test vhost).
+func deleteTopologyAt(t testing.TB, url string, spec topology.Spec) {
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	spec = spec.WithDefaults()
+	n := spec.Names()
+	l, b, _ := spec.LadderOrBuckets()
+	var queues []string
+	for _, q := range l.Queues() {
+		queues = append(queues, n.LadderQueue(q.Level, q.Digit))
+	}
+	for _, bk := range b.List() {
+		queues = append(queues, n.BucketQueue(bk.TTL))
+	}
+	queues = append(queues, n.Parking())
+	for _, r := range spec.ReadyQueues {
+		queues = append(queues, r.Queue)
+	}
+	for _, q := range queues {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	exchanges := []string{n.Dispatch(), n.Unroutable(), n.BucketExchange(), n.PluginExchange()}
+	for level := 0; level < l.Levels(); level++ {
+		exchanges = append(exchanges, n.LadderExchange(level))
+	}
+	for _, tg := range spec.Targets {
+		exchanges = append(exchanges, tg.Name)
+	}
+	for _, x := range exchanges {
+		_ = ch.ExchangeDelete(x, false, false)
+	}
+}

@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// restartSpec is the topology of the restart tests on a private broker's default vhost.
+func restartSpec(prefix string) topology.Spec {
+	return topology.Spec{
+		Prefix:      prefix,
+		Targets:     topology.Targets{{Name: prefix + ".orders", Type: "direct"}},
+		Buckets:     topology.Delays{3 * time.Second, 9 * time.Second},
+		Ladder:      testLadder(),
+		Plugin:      topology.PluginOff,
+		QueueType:   topology.Quorum,
+		ReadyQueues: topology.ReadyQueues{{Queue: prefix + ".ready", Exchange: prefix + ".orders", BindingKey: "k"}},
+	}
+}
+
+// events records a Publisher's reconnect events.
+type events struct {
+	mu   sync.Mutex
+	seen []amqpdelay.ReconnectEvent
+}
+
+func (e *events) add(ev amqpdelay.ReconnectEvent) {
+	e.mu.Lock()
+	e.seen = append(e.seen, ev)
+	e.mu.Unlock()
+}
+func (e *events) has(k amqpdelay.ReconnectKind) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.seen {
+		if ev.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPublisherBrokerRestart: the broker restarts (stop_app, start_app: quorum queues keep
+// their messages) while messages wait on the ladder and in buckets: every message arrives,
+// none early, and the same Publisher publishes again afterwards.
+func TestPublisherBrokerRestart(t *testing.T) {
+	t.Parallel()
+	b := startPrivateBroker(t)
+	spec := restartSpec("rdt-restart")
+	declareTopologyAt(t, b.URL, spec)
+	got := resilientConsumer(t, b.URL, "rdt-restart.ready")
+	var ev events
+	p := newPublisherURL(t, b.URL, spec, amqpdelay.WithReconnectHandler(ev.add),
+		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+	ctx := pubCtx(t)
+	target := spec.Targets[0].Name
+	// Due before, during and after the restart, through buckets and the ladder.
+	delays := []time.Duration{2 * time.Second, 3 * time.Second, 4500 * time.Millisecond, 9 * time.Second, 12 * time.Second, 15*time.Second + 7*time.Millisecond}
+	want := map[string]amqpdelay.Receipt{}
+	for i, d := range delays {
+		r, err := p.Publish(ctx, target, "k", textMsg(strconv.Itoa(i)), d)
+		if err != nil {
+			t.Fatalf("publish %v: %v", d, err)
+		}
+		want[strconv.Itoa(i)] = r
+	}
+	time.Sleep(500 * time.Millisecond)
+	stopped := time.Now()
+	b.stopApp(t)
+	b.startApp(t)
+	restarted := time.Now()
+	t.Logf("broker restarted in %v", restarted.Sub(stopped))
+
+	// The Publisher reconnects by itself.
+	r, err := p.Publish(ctx, target, "k", textMsg("after"), time.Second)
+	if err != nil {
+		t.Fatalf("publish after the restart: %v", err)
+	}
+	want["after"] = r
+	if !ev.has(amqpdelay.Disconnected) || !ev.has(amqpdelay.Reconnected) {
+		t.Errorf("reconnect events %+v: want disconnected and reconnected", ev.seen)
+	}
+	for len(want) > 0 {
+		// A message whose dead-lettering the stop interrupted can be held until the quorum
+		// queue's dead-letter worker resends it (seen once: more than 20 s); at-least-once
+		// means late, not lost, so wait for it, and say where it was.
+		var a arrival
+		select {
+		case a = <-got:
+		case <-time.After(20 * time.Second):
+			env := &brokertest.Env{Broker: b.Broker, VHost: "/"}
+			t.Logf("%d messages not there 20 s after the last one: %v; queues: %v", len(want), want, queueStats(t, env))
+			select {
+			case a = <-got:
+			case <-time.After(150 * time.Second):
+				t.Fatalf("%d messages missing: %v; queues: %v", len(want), want, queueStats(t, env))
+			}
+		}
+		rc, ok := want[string(a.d.Body)]
+		if !ok {
+			t.Fatalf("unexpected or duplicate delivery %q", a.d.Body)
+		}
+		delete(want, string(a.d.Body))
+		due, _ := amqpdelay.Due(a.d)
+		if !due.Equal(rc.Due) {
+			t.Errorf("%q: due header %v, receipt %v", a.d.Body, due, rc.Due)
+		}
+		if a.at.Before(due) {
+			t.Errorf("%q (%v, %v) arrived %v EARLY", a.d.Body, rc.Path, rc.Delay, due.Sub(a.at))
+		}
+		// A hop that should have ended while the broker was down ends when it is back, and
+		// the later hops start only then: any message may be late by up to the outage.
+		limit := maxLateness + restarted.Sub(stopped)
+		if late := a.at.Sub(due); late > limit {
+			t.Errorf("%q (%v, %v) arrived %v late (limit %v)", a.d.Body, rc.Path, rc.Delay, late, limit)
+		}
+	}
+}
+
+// TestPublisherBrokerOutage: with the broker stopped, Publish returns the context's error when
+// its context ends; once the broker is back, the same Publisher publishes successfully.
+func TestPublisherBrokerOutage(t *testing.T) {
+	t.Parallel()
+	b := startPrivateBroker(t)
+	spec := restartSpec("rdt-outage")
+	declareTopologyAt(t, b.URL, spec)
+	got := resilientConsumer(t, b.URL, "rdt-outage.ready")
+	var ev events
+	p := newPublisherURL(t, b.URL, spec, amqpdelay.WithReconnectHandler(ev.add),
+		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+	target := spec.Targets[0].Name
+	if _, err := p.Publish(pubCtx(t), target, "k", textMsg("before"), 0); err != nil {
+		t.Fatal(err)
+	}
+	checkOnTime(t, nextDelivery(t, got, 5*time.Second))
+
+	b.stopApp(t)
+	for _, d := range []time.Duration{0, time.Second} {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		start := time.Now()
+		_, err := p.Publish(ctx, target, "k", textMsg("during"), d)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("publish during the outage (delay %v): err = %v, want context.DeadlineExceeded", d, err)
+		}
+		if e := time.Since(start); e < 1400*time.Millisecond || e > 3*time.Second {
+			t.Errorf("publish during the outage returned after %v, want when its context ended (1.5 s)", e)
+		}
+	}
+	// A publish that starts during the outage and has time goes through once the broker is back.
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Publish(pubCtx(t), target, "k", textMsg("waited"), 0)
+		done <- err
+	}()
+	b.startApp(t)
+	if err := <-done; err != nil {
+		t.Errorf("publish waiting through the outage: %v", err)
+	}
+	if _, err := p.Publish(pubCtx(t), target, "k", textMsg("after"), 2*time.Second); err != nil {
+		t.Fatalf("publish after the broker came back: %v", err)
+	}
+	for _, want := range []string{"waited", "after"} {
+		a := nextDelivery(t, got, 10*time.Second)
+		checkOnTime(t, a)
+		if string(a.d.Body) != want {
+			t.Errorf("delivery %q, want %q", a.d.Body, want)
+		}
+	}
+	noDelivery(t, got, 200*time.Millisecond) // the timed-out ones were never sent
+	if !ev.has(amqpdelay.Disconnected) || !ev.has(amqpdelay.ReconnectFailed) || !ev.has(amqpdelay.Reconnected) {
+		t.Errorf("reconnect events %+v: want disconnected, reconnect-failed and reconnected", ev.seen)
+	}
+}

@@ -1,0 +1,519 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// TestPublisherHeadOfLine: A due in 10 s, then B due in 1 s, same target: B arrives at about
+// 1 s, A at about 10 s. Per-message TTLs in one queue would hold B behind A.
+func TestPublisherHeadOfLine(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	got := consumeQueue(t, env, q)
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+
+	start := time.Now()
+	ra, err := p.Publish(ctx, target, "k", textMsg("A"), 10*time.Second)
+	if err != nil {
+		t.Fatalf("publish A: %v", err)
+	}
+	rb, err := p.Publish(ctx, target, "k", textMsg("B"), time.Second)
+	if err != nil {
+		t.Fatalf("publish B: %v", err)
+	}
+	if ra.Path != amqpdelay.PathLadder || rb.Path != amqpdelay.PathLadder {
+		t.Errorf("paths = %v, %v; want ladder, ladder", ra.Path, rb.Path)
+	}
+	first := nextDelivery(t, got, 5*time.Second)
+	if string(first.d.Body) != "B" {
+		t.Fatalf("first delivery = %q, want B (head-of-line blocking?)", first.d.Body)
+	}
+	checkOnTime(t, first)
+	if e := first.at.Sub(start); e < time.Second || e > 2*time.Second {
+		t.Errorf("B arrived after %v, want about 1 s", e)
+	}
+	second := nextDelivery(t, got, 12*time.Second)
+	if string(second.d.Body) != "A" {
+		t.Fatalf("second delivery = %q, want A", second.d.Body)
+	}
+	checkOnTime(t, second)
+	if e := second.at.Sub(start); e < 10*time.Second || e > 11*time.Second {
+		t.Errorf("A arrived after %v, want about 10 s", e)
+	}
+	if second.d.MessageId != ra.MessageID {
+		t.Errorf("A's message ID = %q, receipt says %q", second.d.MessageId, ra.MessageID)
+	}
+	if second.d.DeliveryMode != amqp.Persistent {
+		t.Errorf("delivery mode = %d, want persistent", second.d.DeliveryMode)
+	}
+}
+
+// TestPublisherOrdering: 100 messages with the same delay, published one after the other,
+// arrive in publish order.
+func TestPublisherOrdering(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	got := consumeQueue(t, env, q)
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+	const n = 100
+	for i := range n {
+		if _, err := p.Publish(ctx, target, "k", textMsg(strconv.Itoa(i)), 1500*time.Millisecond); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	for i := range n {
+		r := nextDelivery(t, got, 10*time.Second)
+		checkOnTime(t, r)
+		if string(r.d.Body) != strconv.Itoa(i) {
+			t.Fatalf("delivery %d has body %q: out of publish order", i, r.d.Body)
+		}
+	}
+}
+
+// TestPublisherRouting: a topic target with two queues bound by different patterns: each gets
+// exactly its messages, with the original routing key, after the delay.
+func TestPublisherRouting(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("events")
+	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
+	spec.Buckets = topology.Delays{time.Second}
+	declareTopology(t, env, spec)
+	eu, us := env.Name("eu"), env.Name("us")
+	declareReadyQueue(t, env, eu, target, "eu.*")
+	declareReadyQueue(t, env, us, target, "us.#")
+	gotEU, gotUS := consumeQueue(t, env, eu), consumeQueue(t, env, us)
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+	sent := map[string][]string{eu: {"eu.paris", "eu.berlin"}, us: {"us.ny.brooklyn", "us.sf"}}
+	delays := []time.Duration{time.Second, 1200 * time.Millisecond} // bucket, ladder
+	for _, keys := range sent {
+		for i, k := range keys {
+			r, err := p.Publish(ctx, target, k, textMsg(k), delays[i])
+			if err != nil {
+				t.Fatalf("publish %s: %v", k, err)
+			}
+			if want := []amqpdelay.Path{amqpdelay.PathBucket, amqpdelay.PathLadder}[i]; r.Path != want {
+				t.Errorf("path for %v = %v, want %v", delays[i], r.Path, want)
+			}
+		}
+	}
+	for q, c := range map[string]<-chan arrival{eu: gotEU, us: gotUS} {
+		var keys []string
+		for range sent[q] {
+			r := nextDelivery(t, c, 5*time.Second)
+			checkOnTime(t, r)
+			if string(r.d.Body) != r.d.RoutingKey {
+				t.Errorf("queue %s: body %q arrived with routing key %q", q, r.d.Body, r.d.RoutingKey)
+			}
+			// Delivery.Exchange is the exchange the broker last published the message to (a
+			// dead-letter exchange of the delay topology); the target is in the header.
+			if r.d.Headers[ttlbuckets.TargetHeader] != target {
+				t.Errorf("queue %s: target header %v, want %q", q, r.d.Headers[ttlbuckets.TargetHeader], target)
+			}
+			keys = append(keys, r.d.RoutingKey)
+		}
+		slices.Sort(keys)
+		want := slices.Sorted(slices.Values(sent[q]))
+		if !slices.Equal(keys, want) {
+			t.Errorf("queue %s got keys %v, want %v", q, keys, want)
+		}
+	}
+	noDelivery(t, gotEU, 500*time.Millisecond)
+	noDelivery(t, gotUS, 10*time.Millisecond)
+}
+
+// TestPublisherRetryWithXDeath: a delivery re-published with its x-death headers (a retry)
+// arrives again after its new delay. The broker's dead-letter cycle detection (RabbitMQ 3.x)
+// would drop it silently if the ladder queues' x-death entries went back in.
+func TestPublisherRetryWithXDeath(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("jobs")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	spec.Buckets = topology.Delays{700 * time.Millisecond}
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "job")
+	got := consumeQueue(t, env, q)
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+	msg := textMsg("work")
+	msg.Headers = amqp.Table{"attempt": int64(1)}
+	if _, err := p.Publish(ctx, target, "job", msg, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	first := nextDelivery(t, got, 5*time.Second)
+	checkOnTime(t, first)
+	if _, ok := first.d.Headers["x-death"]; !ok {
+		t.Fatalf("first delivery has no x-death header (headers %v): the test would prove nothing", first.d.Headers)
+	}
+	// The retries re-use the delivery as it came, x-death and all: the same ladder queues
+	// (the same delay again), a different ladder route, and the bucket.
+	for i, d := range []time.Duration{500 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond} {
+		prev := first.d
+		retry := amqp.Publishing{Headers: prev.Headers, Body: prev.Body, MessageId: prev.MessageId, ContentType: prev.ContentType}
+		retry.Headers["attempt"] = int64(i + 2)
+		r, err := p.Publish(ctx, target, "job", retry, d)
+		if err != nil {
+			t.Fatalf("retry %d: %v", i, err)
+		}
+		again := nextDelivery(t, got, 5*time.Second)
+		checkOnTime(t, again)
+		if a := again.at.Sub(first.at); a < d {
+			t.Errorf("retry %d arrived %v after the previous delivery, before its delay %v", i, a, d)
+		}
+		if again.d.Headers["attempt"] != int64(i+2) {
+			t.Errorf("retry %d: attempt header = %v", i, again.d.Headers["attempt"])
+		}
+		if again.d.MessageId != prev.MessageId || r.MessageID != prev.MessageId {
+			t.Errorf("retry %d: message ID %q (receipt %q), want the caller's %q", i, again.d.MessageId, r.MessageID, prev.MessageId)
+		}
+		first = again
+	}
+}
+
+// TestPublisherUnroutable: what happens to messages no queue takes is what the README says,
+// and nothing vanishes without a trace.
+func TestPublisherUnroutable(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target, gone := env.Name("orders"), env.Name("gone")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"}, topology.Target{Name: gone, Type: "direct"})
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "bound")
+	declareReadyQueue(t, env, env.Name("gone-ready"), gone, "bound")
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+	n := spec.Names()
+
+	// Unknown target: refused, nothing sent.
+	if _, err := p.Publish(ctx, env.Name("nope"), "bound", textMsg("x"), time.Second); !errors.Is(err, amqpdelay.ErrUnknownTarget) {
+		t.Errorf("unknown target: err = %v, want ErrUnknownTarget", err)
+	}
+	// Direct publish with no binding for the key: the mandatory publish comes back.
+	_, err := p.Publish(ctx, target, "unbound", textMsg("x"), 0)
+	if !errors.Is(err, amqpdelay.ErrUnroutable) || !strings.Contains(err.Error(), "NO_ROUTE") {
+		t.Errorf("direct, unbound key: err = %v, want ErrUnroutable with NO_ROUTE", err)
+	}
+	// Direct publish to an exchange that does not exist: the broker closes the channel (404);
+	// the error says so and the Publisher goes on.
+	_, err = p.Publish(ctx, env.Name("missing"), "k", textMsg("x"), 0)
+	var ae *amqp.Error
+	if !errors.Is(err, amqpdelay.ErrConnectionLost) || !errors.As(err, &ae) || ae.Code != amqp.NotFound {
+		t.Errorf("direct to a missing exchange: err = %v, want ErrConnectionLost wrapping 404 NOT_FOUND", err)
+	}
+	if _, err := p.Publish(ctx, target, "bound", textMsg("after 404"), 0); err != nil {
+		t.Errorf("publish after the channel error: %v", err)
+	}
+
+	// Due, but the target has no binding for the key: the quorum ladder queue keeps it in its
+	// dead-letter state (messages_dlx), visible in the management API and `declare status`.
+	r, err := p.Publish(ctx, target, "unbound", textMsg("late"), 300*time.Millisecond)
+	if err != nil {
+		t.Fatalf("delayed, unbound key: %v (the key is only routed when due)", err)
+	}
+	// 300 ms = 0x12C: the last hop (shortest first) is level 2, digit 1.
+	last := n.LadderQueue(2, 1)
+	st := waitStats(t, env, 15*time.Second, func(s map[string]map[string]int) bool { return s[last]["messages_dlx"] == 1 })
+	if st[last]["messages_dlx"] != 1 {
+		t.Errorf("message %s due with no binding for its key: not held in %s's dead-letter state; queue stats: %v", r.MessageID, last, st)
+	}
+
+	// Due, but its target is no longer bound to the dispatch exchange: the dispatch exchange's
+	// alternate exchange puts it in the parking queue, headers intact.
+	unbind := env.Channel(t)
+	if err := unbind.ExchangeUnbind(gone, "", n.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: gone}); err != nil {
+		t.Fatal(err)
+	}
+	parked := consumeQueue(t, env, n.Parking())
+	r, err = p.Publish(ctx, gone, "bound", textMsg("parked"), 400*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := nextDelivery(t, parked, 5*time.Second)
+	checkOnTime(t, a)
+	if a.d.MessageId != r.MessageID || a.d.RoutingKey != "bound" || a.d.Headers[ttlbuckets.TargetHeader] != gone {
+		t.Errorf("parked message: id %q key %q target %v; want %q, bound, %q", a.d.MessageId, a.d.RoutingKey, a.d.Headers[ttlbuckets.TargetHeader], r.MessageID, gone)
+	}
+}
+
+// TestPublisherZeroNegativeAndTooLong: zero and negative delays (and PublishAt in the past)
+// arrive at once; a delay above the maximum returns ErrDelayTooLong and nothing reaches the
+// broker.
+func TestPublisherZeroNegativeAndTooLong(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	got := consumeQueue(t, env, q)
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+	for _, d := range []time.Duration{0, -time.Second, -365 * 24 * time.Hour} {
+		start := time.Now()
+		r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
+		if err != nil {
+			t.Fatalf("delay %v: %v", d, err)
+		}
+		if r.Path != amqpdelay.PathDirect || r.Delay != 0 {
+			t.Errorf("delay %v: receipt %+v, want direct with delay 0", d, r)
+		}
+		a := nextDelivery(t, got, 2*time.Second)
+		checkOnTime(t, a)
+		if e := a.at.Sub(start); e > 500*time.Millisecond {
+			t.Errorf("delay %v arrived after %v, want at once", d, e)
+		}
+	}
+	r, err := p.PublishAt(ctx, target, "k", textMsg("past"), time.Now().Add(-time.Minute))
+	if err != nil || r.Path != amqpdelay.PathDirect {
+		t.Fatalf("PublishAt in the past: %+v, %v; want direct", r, err)
+	}
+	checkOnTime(t, nextDelivery(t, got, 2*time.Second))
+
+	// Above the ladder's maximum (65,535 ms), no plugin: refused, stating the maximum.
+	max := spec.Ladder.Max
+	for _, d := range []time.Duration{max + time.Millisecond, 24 * time.Hour} {
+		_, err := p.Publish(ctx, target, "k", textMsg("too long"), d)
+		if !errors.Is(err, amqpdelay.ErrDelayTooLong) || !strings.Contains(err.Error(), max.String()) {
+			t.Errorf("delay %v: err = %v, want ErrDelayTooLong stating %v", d, err, max)
+		}
+	}
+	_, err = p.PublishAt(ctx, target, "k", textMsg("too late"), time.Now().Add(time.Hour))
+	if !errors.Is(err, amqpdelay.ErrDelayTooLong) {
+		t.Errorf("PublishAt in an hour: err = %v, want ErrDelayTooLong", err)
+	}
+	// The maximum itself is accepted (then the message is purged with the vhost).
+	if r, err := p.Publish(ctx, target, "k", textMsg("max"), max); err != nil || r.Path != amqpdelay.PathLadder {
+		t.Errorf("delay = max: %+v, %v", r, err)
+	}
+	// Nothing of the refused ones reached the broker: only the maximum's message is queued.
+	st := waitStats(t, env, 10*time.Second, func(s map[string]map[string]int) bool { return len(s) > 0 })
+	total := 0
+	for _, m := range st {
+		total += m["messages"]
+	}
+	if total != 1 {
+		t.Errorf("%d messages queued in the vhost, want 1 (the maximum's): %v", total, st)
+	}
+	noDelivery(t, got, 10*time.Millisecond)
+}
+
+// TestPublisherBadInput: nil context, the default exchange with a delay, headers AMQP cannot
+// encode and a per-message TTL on a delayed message are refused before anything is sent;
+// the caller's headers are never modified.
+func TestPublisherBadInput(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	got := consumeQueue(t, env, q)
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+
+	//nolint:staticcheck // a nil context on purpose
+	if _, err := p.Publish(nil, target, "k", textMsg("x"), time.Second); !errors.Is(err, amqpdelay.ErrInvalidInput) {
+		t.Errorf("nil context: err = %v, want ErrInvalidInput", err)
+	}
+	if _, err := p.Publish(ctx, "", q, textMsg("x"), time.Second); !errors.Is(err, amqpdelay.ErrUnknownTarget) || !strings.Contains(err.Error(), "default exchange") {
+		t.Errorf("default exchange with a delay: err = %v, want ErrUnknownTarget about the default exchange", err)
+	}
+	bad := textMsg("x")
+	bad.Headers = amqp.Table{"nested": map[string]any{"a": 1}, "u": uint(3)}
+	for _, d := range []time.Duration{0, time.Second} {
+		if _, err := p.Publish(ctx, target, "k", bad, d); !errors.Is(err, amqpdelay.ErrInvalidInput) {
+			t.Errorf("unencodable headers, delay %v: err = %v, want ErrInvalidInput", d, err)
+		}
+	}
+	exp := textMsg("x")
+	exp.Expiration = "100"
+	if _, err := p.Publish(ctx, target, "k", exp, time.Second); !errors.Is(err, amqpdelay.ErrInvalidInput) {
+		t.Errorf("expiration on a delayed message: err = %v, want ErrInvalidInput", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := p.Publish(cancelled, target, "k", textMsg("x"), time.Second); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: err = %v, want context.Canceled", err)
+	}
+	noDelivery(t, got, 1500*time.Millisecond)
+
+	// The default exchange without a delay is a plain publish to the queue named by the key.
+	h := amqp.Table{"x-death": []any{amqp.Table{"queue": "q"}}, ttlbuckets.DigitHeader(0): int64(3), "keep": "me"}
+	msg := textMsg("direct")
+	msg.Headers = h
+	if _, err := p.Publish(ctx, "", q, msg, 0); err != nil {
+		t.Fatalf("default exchange, no delay: %v", err)
+	}
+	a := nextDelivery(t, got, 2*time.Second)
+	checkOnTime(t, a)
+	if len(h) != 3 || h["keep"] != "me" || h[ttlbuckets.DigitHeader(0)] != int64(3) {
+		t.Errorf("caller's headers modified: %v", h)
+	}
+	if a.d.Headers["keep"] != "me" {
+		t.Errorf("delivered headers %v lack the caller's", a.d.Headers)
+	}
+}
+
+// TestPublisherConcurrent: many goroutines publish at once through every path, with
+// unroutable direct publishes mixed in: each publish gets its own outcome (returns are
+// matched to their own publish), every confirmed message arrives exactly once, none early.
+func TestPublisherConcurrent(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	spec.Buckets = topology.Delays{time.Second}
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	got := consumeQueue(t, env, q)
+	p := newPublisher(t, env, spec, amqpdelay.WithChannels(2))
+	ctx := pubCtx(t)
+	const workers, each = 8, 40
+	delays := []time.Duration{0, time.Second, 1200 * time.Millisecond, 1500*time.Millisecond + 1}
+	var mu sync.Mutex
+	sent := map[string]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				key := "k"
+				if i%5 == 4 {
+					key = "unbound"
+				}
+				msg := textMsg(fmt.Sprintf("%d-%d", w, i))
+				if i%7 == 0 {
+					msg.MessageId = "same-id" // several in flight with one ID
+				}
+				r, err := p.Publish(ctx, target, key, msg, delays[i%len(delays)])
+				switch {
+				case key == "unbound" && delays[i%len(delays)] <= 0:
+					if !errors.Is(err, amqpdelay.ErrUnroutable) {
+						errs <- fmt.Errorf("%s unbound direct: err = %v, want ErrUnroutable", msg.Body, err)
+					}
+				case key == "unbound":
+					if err != nil { // delayed: the key is only routed when due
+						errs <- fmt.Errorf("%s unbound delayed: %v", msg.Body, err)
+					}
+				case err != nil:
+					errs <- fmt.Errorf("%s: %v", msg.Body, err)
+				default:
+					mu.Lock()
+					sent[string(msg.Body)] = true
+					mu.Unlock()
+					_ = r
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for len(sent) > 0 {
+		a := nextDelivery(t, got, 5*time.Second)
+		checkOnTime(t, a)
+		if !sent[string(a.d.Body)] {
+			t.Fatalf("unexpected or duplicate delivery %q", a.d.Body)
+		}
+		delete(sent, string(a.d.Body))
+	}
+	noDelivery(t, got, 300*time.Millisecond)
+}
+
+// TestPublisherTopologyMissing: NewPublisher in a vhost without the topology says to run
+// `declare apply`.
+func TestPublisherTopologyMissing(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	cfg := amqpdelay.Config{Spec: testSpec(env, topology.Target{Name: env.Name("orders")})}
+	cfg.URL = env.URL
+	p, err := amqpdelay.NewPublisher(pubCtx(t), cfg)
+	if err == nil {
+		p.Close()
+		t.Fatal("NewPublisher succeeded without a topology")
+	}
+	if !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), "declare apply") {
+		t.Errorf("err = %v, want ErrTopologyMissing saying to run `declare apply`", err)
+	}
+}
+
+// TestPublisherClose: Close is idempotent, later publishes fail with ErrClosed, and the
+// Publisher's goroutines (reconnecting, one dispatcher per channel, amqp091's own) end.
+// Not parallel: it counts the process's goroutines.
+func TestPublisherClose(t *testing.T) {
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	declareReadyQueue(t, env, env.Name("ready"), target, "k")
+	ctx := pubCtx(t)
+	time.Sleep(100 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = env.URL
+	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []time.Duration{0, time.Second} {
+		if _, err := p.Publish(ctx, target, "k", textMsg("x"), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := p.Publish(ctx, target, "k", textMsg("x"), 0); !errors.Is(err, amqpdelay.ErrClosed) {
+		t.Errorf("publish after Close: err = %v, want ErrClosed", err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
