@@ -40,8 +40,8 @@ func testSpec(env *brokertest.Env, targets ...topology.Target) topology.Spec {
 	}
 }
 
-// declareTopology declares spec's delay topology in env's vhost with amqp091 directly,
-// following topology.Names and /work/contract.md. It stands in for topology.Apply.
+// declareTopology declares spec's delay topology in env's vhost with topology.Apply, the code
+// behind `declare apply`.
 func declareTopology(t testing.TB, env *brokertest.Env, spec topology.Spec) {
 	t.Helper()
 	declareTopologyAt(t, env.URL, spec)
@@ -49,98 +49,31 @@ func declareTopology(t testing.TB, env *brokertest.Env, spec topology.Spec) {
 
 func declareTopologyAt(t testing.TB, url string, spec topology.Spec) {
 	t.Helper()
-	spec = spec.WithDefaults()
-	if err := spec.Validate(); err != nil {
+	plan, err := spec.Plan()
+	if err != nil {
 		t.Fatalf("declareTopology: %v", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	if err != nil {
 		t.Fatalf("declareTopology: dial: %v", err)
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatalf("declareTopology: channel: %v", err)
-	}
-	n := spec.Names()
-	l, b, err := spec.LadderOrBuckets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	must := func(what string, err error) {
-		t.Helper()
+	if spec.WithDefaults().Plugin != topology.PluginOff {
+		dial := func(ctx context.Context) (*amqp.Connection, error) {
+			return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+		}
+		has, err := plugin.BrokerHasPlugin(ctx, dial)
 		if err != nil {
-			t.Fatalf("declareTopology: %s: %v", what, err)
+			t.Fatalf("declareTopology: probe plugin: %v", err)
+		}
+		if plan, err = plan.ForPlugin(has); err != nil {
+			t.Fatalf("declareTopology: %v", err)
 		}
 	}
-	queueArgs := func(ttl int64, dlx string) amqp.Table {
-		a := amqp.Table{"x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
-		if spec.QueueType == topology.Quorum {
-			a["x-queue-type"] = "quorum"
-			a["x-dead-letter-strategy"] = "at-least-once"
-			a["x-overflow"] = "reject-publish"
-		}
-		return a
-	}
-	plainQueueArgs := func() amqp.Table {
-		if spec.QueueType == topology.Quorum {
-			return amqp.Table{"x-queue-type": "quorum"}
-		}
-		return nil
-	}
-	must("dispatch exchange", ch.ExchangeDeclare(n.Dispatch(), amqp.ExchangeHeaders, true, false, false, false,
-		amqp.Table{"alternate-exchange": n.Unroutable()}))
-	must("unroutable exchange", ch.ExchangeDeclare(n.Unroutable(), amqp.ExchangeFanout, true, false, false, false, nil))
-	_, err = ch.QueueDeclare(n.Parking(), true, false, false, false, plainQueueArgs())
-	must("parking queue", err)
-	must("bind parking", ch.QueueBind(n.Parking(), "", n.Unroutable(), false, nil))
-
-	next := func(level int) string {
-		if nl, ok := l.Next(level); ok {
-			return n.LadderExchange(nl)
-		}
-		return n.Dispatch()
-	}
-	for level := 0; level < l.Levels(); level++ {
-		must("ladder exchange", ch.ExchangeDeclare(n.LadderExchange(level), amqp.ExchangeHeaders, true, false, false, false, nil))
-	}
-	for level := 0; level < l.Levels(); level++ {
-		must("pass-through binding", ch.ExchangeBind(next(level), "", n.LadderExchange(level), false,
-			amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(level): int64(0)}))
-	}
-	for _, q := range l.Queues() {
-		name := n.LadderQueue(q.Level, q.Digit)
-		_, err := ch.QueueDeclare(name, true, false, false, false, queueArgs(q.TTL, next(q.Level)))
-		must("ladder queue "+name, err)
-		must("bind "+name, ch.QueueBind(name, "", n.LadderExchange(q.Level), false,
-			amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(q.Level): int64(q.Digit)}))
-	}
-	if b.Len() > 0 {
-		must("bucket exchange", ch.ExchangeDeclare(n.BucketExchange(), amqp.ExchangeHeaders, true, false, false, false, nil))
-		for _, bk := range b.List() {
-			name := n.BucketQueue(bk.TTL)
-			_, err := ch.QueueDeclare(name, true, false, false, false, queueArgs(bk.TTL, n.Dispatch()))
-			must("bucket queue "+name, err)
-			must("bind "+name, ch.QueueBind(name, "", n.BucketExchange(), false,
-				amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: bk.TTL}))
-		}
-	}
-	if spec.Plugin == topology.PluginOn {
-		must("plugin exchange", ch.ExchangeDeclare(n.PluginExchange(), plugin.ExchangeType, true, false, false, false,
-			amqp.Table{plugin.DelayedTypeArg: amqp.ExchangeHeaders}))
-		must("bind plugin exchange", ch.ExchangeBind(n.Dispatch(), "", n.PluginExchange(), false, amqp.Table{"x-match": "all"}))
-	}
-	for _, tg := range spec.Targets {
-		if tg.Type != "" {
-			must("target "+tg.Name, ch.ExchangeDeclare(tg.Name, tg.Type, true, false, false, false, nil))
-		}
-		must("bind target "+tg.Name, ch.ExchangeBind(tg.Name, "", n.Dispatch(), false,
-			amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: tg.Name}))
-	}
-	for _, r := range spec.ReadyQueues {
-		_, err := ch.QueueDeclare(r.Queue, true, false, false, false, plainQueueArgs())
-		must("ready queue "+r.Queue, err)
-		must("bind ready queue "+r.Queue, ch.QueueBind(r.Queue, r.BindingKey, r.Exchange, false, nil))
+	if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{}); err != nil {
+		t.Fatalf("declareTopology: apply: %v", err)
 	}
 }
 
