@@ -139,7 +139,8 @@ func (pc *pubChan) isDead() bool {
 }
 
 // publish writes m and waits for its confirmation. An error wrapping errNotSent means nothing
-// was written and the caller may use another channel.
+// was written and the caller may use another channel; an error amqp091 gives for a message it
+// cannot encode wraps ErrInvalidInput and must not be retried.
 func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing) error {
 	f := &inflight{id: m.MessageId, done: make(chan struct{})}
 	for {
@@ -186,6 +187,12 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 			<-pc.sem
 			if ctx.Err() != nil {
 				return ctxErr(ctx, "publishing")
+			}
+			if !isIOError(err) {
+				// amqp091 could not encode the message and has closed the connection because
+				// of it; the same message would close the next connection too: never retry.
+				return fmt.Errorf("%w: amqp091 could not encode the message (exchange %s, routing key %s) and closed the connection; "+
+					"the Publisher reconnects: %w", ErrInvalidInput, preview(exchange), preview(key), err)
 			}
 			return fmt.Errorf("%w: %w", errNotSent, err)
 		}

@@ -53,7 +53,7 @@
 // 5 s by default), probes again and replaces the channels; a channel the broker closed (a
 // publish to a missing exchange: 404) is reopened on the live connection. Publishes during an
 // outage wait for the new connection until their context ends. [WithReconnectHandler]
-// observes every change; [WithLogger] logs them.
+// observes every change until Close begins; [WithLogger] logs them.
 //
 // # Guarantees
 //
@@ -89,6 +89,17 @@
 //     ErrConnectionLost wrapping the broker's error; the channel is reopened.
 //   - msg.Expiration (a per-message TTL) is refused on delay paths: the message would expire
 //     inside the delay queues, early.
+//   - Bad input that would cost the whole connection is refused with ErrInvalidInput before
+//     anything is sent, the error naming the field and the limit: a short string longer than
+//     255 bytes (the exchange, the routing key, msg.ContentType, ContentEncoding,
+//     CorrelationId, ReplyTo, Expiration, MessageId, Type, UserId, AppId, and every header
+//     key, in nested tables and arrays too), which amqp091 cannot encode and answers by
+//     closing the connection (501); and a NaN or infinite float32/float64 header value at any
+//     depth, which amqp091.Table.Validate accepts but RabbitMQ answers by closing the
+//     connection (541 INTERNAL_ERROR). Either would fail every publish in flight on the
+//     connection and, retried, every new connection. Should amqp091 still refuse to encode a
+//     message, Publish returns that error once, wrapped in ErrInvalidInput, and never retries
+//     it (the connection it closed is re-established as after any loss).
 //   - A publish already writing to a connection the broker has blocked (memory or disk alarm)
 //     waits for the broker; other publishes still end with their contexts.
 //   - The plugin path keeps one copy of the message on one node and carries at most 2^32-1 ms
@@ -108,4 +119,9 @@
 //     messages_dlx: observed on RabbitMQ 3.10.8 (shared DESIGN.md, TestPublisherUnroutable).
 //   - A publish to a missing exchange closes the channel with 404 NOT_FOUND:
 //     https://www.rabbitmq.com/docs/channels#error-handling
+//   - Short strings (shortstr) are a length octet and at most 255 bytes: AMQP 0-9-1
+//     specification, section 4.2.5.3; amqp091-go v1.16 (writeShortstr) refuses a longer one
+//     and shuts the connection down.
+//   - A NaN float header closes the connection with 541 INTERNAL_ERROR: observed on RabbitMQ
+//     3.10.8 (TestBrokerClosesConnectionOnNaNHeader).
 package amqpdelay

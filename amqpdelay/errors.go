@@ -42,8 +42,11 @@ var (
 	// ErrClosed: the Publisher was closed (before or during the call).
 	ErrClosed = errors.New("amqpdelay: publisher closed")
 
-	// ErrInvalidInput: a nil context, headers that AMQP cannot encode, or another argument the
-	// Publisher cannot use; the message names it. Nothing was sent.
+	// ErrInvalidInput: a nil context, headers that AMQP cannot encode, a short string (routing
+	// key, exchange, string property, header key) longer than 255 bytes, a NaN or infinite
+	// float header, or another argument the Publisher cannot use; the message names it and the
+	// limit. Nothing was sent (when amqp091 itself refused to encode the message, it closed the
+	// connection, and the Publisher reconnects; the message is not retried).
 	ErrInvalidInput = errors.New("amqpdelay: invalid input")
 
 	// ErrInvalidConfig: NewPublisher refused its configuration or options; every problem is

@@ -90,7 +90,8 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 
 // WithReconnectHandler makes the Publisher call f on every connection event (lost,
 // re-established, attempt failed). f runs on the Publisher's reconnecting goroutine: it must
-// return quickly and must not call the Publisher's Close.
+// return quickly and must not call the Publisher's Close. f is not called once Close has
+// begun (a reconnection attempt that Close cancels reports nothing).
 func WithReconnectHandler(f func(ReconnectEvent)) Option {
 	return func(o *options) error { o.onReconnect = f; return nil }
 }

@@ -328,8 +328,10 @@ func (p *Publisher) reconnect() *session {
 	}
 }
 
+// event reports e to the reconnect handler, unless Close has begun: a reconnection attempt
+// that Close cancels is not an event of the Publisher's connection.
 func (p *Publisher) event(e ReconnectEvent) {
-	if p.opts.onReconnect != nil {
+	if p.opts.onReconnect != nil && !p.closed.Load() {
 		p.opts.onReconnect(e)
 	}
 }
@@ -381,7 +383,10 @@ func (p *Publisher) acquire(ctx context.Context) (*pubChan, error) {
 // persistent delivery mode when msg.DeliveryMode is 0.
 //
 // It returns nil only after a broker ack. Errors: ErrInvalidInput (nil ctx, headers AMQP
-// cannot encode, msg.Expiration on a delayed message), ErrUnknownTarget, ErrDelayTooLong,
+// cannot encode, a NaN or infinite float header at any depth, an exchange, routing key,
+// string property or header key longer than 255 bytes, msg.Expiration on a delayed message;
+// each refused before anything is sent, because amqp091 or RabbitMQ would close the whole
+// connection and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
 // ErrPluginUnavailable (nothing sent for any of these), ErrUnroutable (a mandatory publish
 // came back), ErrNacked, ErrConnectionLost (closed before the confirm: outcome unknown),
 // ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
@@ -416,6 +421,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		if err := msg.Headers.Validate(); err != nil {
 			return Receipt{}, fmt.Errorf("%w: msg.Headers: %v", ErrInvalidInput, err)
 		}
+	}
+	if err := validateMessage(exchange, routingKey, &msg); err != nil {
+		return Receipt{}, err
 	}
 	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load()}.choose(delay)
 	if err != nil {

@@ -1,0 +1,129 @@
+package amqpdelay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// maxShortstr is the longest AMQP 0-9-1 short string, in bytes (not runes): an exchange
+// name, a routing key, a table (header) key and the string properties of a message (Type,
+// MessageId, CorrelationId, ReplyTo, AppId, UserId, ContentType, ContentEncoding, Expiration)
+// are short strings, a length octet and at most 255 bytes (AMQP 0-9-1 specification, 4.2.5.3
+// "shortstr"). amqp091-go refuses to encode a longer one and closes the whole connection
+// (501 FRAME_ERROR), so Publish refuses it first.
+const maxShortstr = 255
+
+// validateMessage checks what amqp091 would fail to encode, or the broker would answer by
+// closing the connection, before anything is sent: the byte length of every short string
+// (exchange, routing key, the string properties, header keys at any depth) and the float
+// header values NaN and ±Inf (RabbitMQ 3.10.8 closes the connection with 541
+// INTERNAL_ERROR; observed, TestPublisherRefusesConnectionKillers). The value types must
+// already have passed amqp.Table.Validate. It returns nil or an error wrapping
+// ErrInvalidInput that lists every problem.
+func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
+	var problems []string
+	short := func(field, s string) {
+		if len(s) > maxShortstr {
+			problems = append(problems, fmt.Sprintf("%s %s is %d bytes long, more than the AMQP short-string limit of %d bytes: shorten it",
+				field, preview(s), len(s), maxShortstr))
+		}
+	}
+	short("exchange", exchange)
+	short("routing key", routingKey)
+	short("msg.ContentType", msg.ContentType)
+	short("msg.ContentEncoding", msg.ContentEncoding)
+	short("msg.CorrelationId", msg.CorrelationId)
+	short("msg.ReplyTo", msg.ReplyTo)
+	short("msg.Expiration", msg.Expiration)
+	short("msg.MessageId", msg.MessageId)
+	short("msg.Type", msg.Type)
+	short("msg.UserId", msg.UserId)
+	short("msg.AppId", msg.AppId)
+	if len(msg.Headers) > 0 {
+		problems = append(problems, tableProblems("msg.Headers", msg.Headers)...)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidInput, strings.Join(problems, "; "))
+}
+
+// tableProblems walks t (and the tables and arrays inside it) in key order and describes
+// every key longer than maxShortstr and every NaN or infinite float.
+func tableProblems(path string, t amqp.Table) []string {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		if len(k) > maxShortstr {
+			out = append(out, fmt.Sprintf("%s key %s is %d bytes long, more than the AMQP short-string limit of %d bytes for a table key: shorten it",
+				path, preview(k), len(k), maxShortstr))
+			// Go on into the value: name it by the shortened key.
+		}
+		out = append(out, valueProblems(path+"["+preview(k)+"]", t[k])...)
+	}
+	return out
+}
+
+func valueProblems(path string, v any) []string {
+	switch v := v.(type) {
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return []string{floatProblem(path, v)}
+		}
+	case float32:
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			return []string{floatProblem(path, f)}
+		}
+	case amqp.Table:
+		return tableProblems(path, v)
+	case []any:
+		var out []string
+		for i, e := range v {
+			out = append(out, valueProblems(path+"["+strconv.Itoa(i)+"]", e)...)
+		}
+		return out
+	}
+	return nil
+}
+
+func floatProblem(path string, f float64) string {
+	return fmt.Sprintf("%s is %v: RabbitMQ closes the whole connection (541 INTERNAL_ERROR) on a NaN or infinite float; "+
+		"send a finite number, or the value as a string", path, f)
+}
+
+// preview quotes s, cut to its first 40 bytes when longer (a 300-byte key in full would
+// bury the message).
+func preview(s string) string {
+	if len(s) <= 40 {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:40]) + "..."
+}
+
+// isIOError reports whether err, from amqp091's publish, is a failure of the connection
+// itself (closed, reset, broken pipe, timed out) rather than of encoding the message. After
+// an I/O error the broker has not received the whole message; after an encoding error
+// amqp091 closes the connection, and sending the same message again would close the next
+// one too.
+func isIOError(err error) bool {
+	if errors.Is(err, amqp.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var ne net.Error
+	var errno syscall.Errno
+	return errors.As(err, &ne) || errors.As(err, &errno)
+}

@@ -1,0 +1,132 @@
+package amqpdelay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestValidateMessage(t *testing.T) {
+	long := strings.Repeat("r", 256)
+	max := strings.Repeat("m", 255)
+	// Multi-byte runes: 128 of them are 256 bytes, though only 128 characters.
+	wide := strings.Repeat("é", 128)
+	nan, inf := math.NaN(), math.Inf(1)
+	tests := []struct {
+		name     string
+		exchange string
+		key      string
+		msg      amqp.Publishing
+		want     []string // substrings of the error; nil: no error
+	}{
+		{name: "ok", exchange: "orders", key: "k", msg: amqp.Publishing{
+			Headers: amqp.Table{"f": 1.5, "f32": float32(-2), "n": amqp.Table{"a": []any{0.0, math.MaxFloat64}}, "d": amqp.Decimal{Scale: 2, Value: 5}},
+		}},
+		{name: "255 bytes everywhere", exchange: max, key: max, msg: amqp.Publishing{
+			ContentType: max, ContentEncoding: max, CorrelationId: max, ReplyTo: max, Expiration: max,
+			MessageId: max, Type: max, UserId: max, AppId: max, Headers: amqp.Table{max: amqp.Table{max: 1}},
+		}},
+		{name: "routing key", exchange: "orders", key: strings.Repeat("r", 300), want: []string{"routing key", "300 bytes", "255"}},
+		{name: "exchange", exchange: long, want: []string{"exchange", "256 bytes"}},
+		{name: "multi-byte routing key", key: wide, want: []string{"routing key", "256 bytes"}},
+		{name: "ContentType", msg: amqp.Publishing{ContentType: long}, want: []string{"msg.ContentType"}},
+		{name: "ContentEncoding", msg: amqp.Publishing{ContentEncoding: long}, want: []string{"msg.ContentEncoding"}},
+		{name: "CorrelationId", msg: amqp.Publishing{CorrelationId: long}, want: []string{"msg.CorrelationId"}},
+		{name: "ReplyTo", msg: amqp.Publishing{ReplyTo: long}, want: []string{"msg.ReplyTo"}},
+		{name: "Expiration", msg: amqp.Publishing{Expiration: long}, want: []string{"msg.Expiration"}},
+		{name: "MessageId", msg: amqp.Publishing{MessageId: long}, want: []string{"msg.MessageId"}},
+		{name: "Type", msg: amqp.Publishing{Type: long}, want: []string{"msg.Type"}},
+		{name: "UserId", msg: amqp.Publishing{UserId: long}, want: []string{"msg.UserId"}},
+		{name: "AppId", msg: amqp.Publishing{AppId: long}, want: []string{"msg.AppId"}},
+		{name: "header key", msg: amqp.Publishing{Headers: amqp.Table{long: "v"}}, want: []string{"msg.Headers key", "256 bytes", "table key"}},
+		{name: "nested table key", msg: amqp.Publishing{Headers: amqp.Table{"outer": amqp.Table{long: 1}}}, want: []string{`msg.Headers["outer"] key`}},
+		{name: "table key in array", msg: amqp.Publishing{Headers: amqp.Table{"arr": []any{"s", amqp.Table{long: 1}}}}, want: []string{`msg.Headers["arr"][1] key`}},
+		{name: "NaN float64", msg: amqp.Publishing{Headers: amqp.Table{"score": nan}}, want: []string{`msg.Headers["score"] is NaN`, "541"}},
+		{name: "+Inf float64", msg: amqp.Publishing{Headers: amqp.Table{"score": inf}}, want: []string{`msg.Headers["score"] is +Inf`}},
+		{name: "-Inf float32", msg: amqp.Publishing{Headers: amqp.Table{"score": float32(math.Inf(-1))}}, want: []string{`msg.Headers["score"] is -Inf`}},
+		{name: "NaN float32", msg: amqp.Publishing{Headers: amqp.Table{"score": float32(nan)}}, want: []string{`is NaN`}},
+		{name: "NaN nested in table", msg: amqp.Publishing{Headers: amqp.Table{"a": amqp.Table{"b": nan}}}, want: []string{`msg.Headers["a"]["b"] is NaN`}},
+		{name: "Inf nested in array", msg: amqp.Publishing{Headers: amqp.Table{"a": []any{1, []any{inf}}}}, want: []string{`msg.Headers["a"][1][0] is +Inf`}},
+		{name: "every problem at once", key: long, msg: amqp.Publishing{Type: long, Headers: amqp.Table{"x": nan, long: 1}},
+			want: []string{"routing key", "msg.Type", `msg.Headers["x"] is NaN`, "msg.Headers key"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := validateMessage(tt.exchange, tt.key, &tt.msg)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("refused a valid message: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidInput) {
+				t.Fatalf("err = %v, want ErrInvalidInput", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			if len(err.Error()) > 2000 {
+				t.Errorf("error is %d bytes long: long values should be cut", len(err.Error()))
+			}
+		})
+	}
+}
+
+// TestValidateMessageDoesNotModify: validation only reads the message.
+func TestValidateMessageDoesNotModify(t *testing.T) {
+	h := amqp.Table{"a": amqp.Table{"b": math.NaN()}, "t": time.Unix(1, 0)}
+	msg := amqp.Publishing{Headers: h}
+	_ = validateMessage("x", "k", &msg)
+	if len(h) != 2 || len(h["a"].(amqp.Table)) != 1 {
+		t.Errorf("headers modified: %v", h)
+	}
+}
+
+// TestIsIOError: connection failures may be retried on a new connection; amqp091's encoding
+// errors (the message itself is bad) must not be.
+func TestIsIOError(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{amqp.ErrClosed, true},
+		{fmt.Errorf("wrapped: %w", amqp.ErrClosed), true},
+		{io.EOF, true},
+		{io.ErrClosedPipe, true},
+		{&net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{fmt.Errorf("write: %w", syscall.EPIPE), true},
+		{net.ErrClosed, true},
+		{fmt.Errorf("amqp: shortstr %q exceeds 255 bytes", "rrr"), false},
+		{fmt.Errorf("writing key %q: %w", "k", errors.New("amqp: shortstr \"k\" exceeds 255 bytes")), false},
+		{amqp.ErrFieldType, false},
+		{errors.New("malformed frame: missing method"), false},
+	}
+	for _, tt := range tests {
+		if got := isIOError(tt.err); got != tt.want {
+			t.Errorf("isIOError(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestNoEventAfterClose: once Close has begun (a reconnection attempt it cancels fails with
+// "context canceled"), the reconnect handler hears nothing.
+func TestNoEventAfterClose(t *testing.T) {
+	var got []ReconnectEvent
+	p := &Publisher{opts: options{onReconnect: func(e ReconnectEvent) { got = append(got, e) }}}
+	p.event(ReconnectEvent{Kind: Disconnected})
+	p.closed.Store(true)
+	p.event(ReconnectEvent{Kind: ReconnectFailed, Err: errors.New("context canceled")})
+	if len(got) != 1 || got[0].Kind != Disconnected {
+		t.Errorf("events = %+v, want only the one before Close", got)
+	}
+}

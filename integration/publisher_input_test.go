@@ -1,0 +1,150 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// TestPublisherRefusesConnectionKillers: input that amqp091 cannot encode (a short string
+// over 255 bytes) or that RabbitMQ answers by closing the connection (a NaN or infinite float
+// header) is refused with ErrInvalidInput before anything is sent, at once even with
+// context.Background(); meanwhile a good publisher on the same Publisher keeps succeeding,
+// and the connection is never lost (no reconnect event).
+func TestPublisherRefusesConnectionKillers(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	got := consumeQueue(t, env, q)
+	var ev events
+	p := newPublisher(t, env, spec, amqpdelay.WithReconnectHandler(ev.add))
+
+	// The good publisher: direct publishes, one every 5 ms, until stop.
+	var ok atomic.Int64
+	var goodErrs []error
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := p.Publish(ctx, target, "k", textMsg("good"), 0)
+			cancel()
+			if err != nil {
+				mu.Lock()
+				goodErrs = append(goodErrs, err)
+				mu.Unlock()
+				continue
+			}
+			ok.Add(1)
+		}
+	}()
+
+	long := strings.Repeat("r", 300)
+	withHeaders := func(h amqp.Table) amqp.Publishing { m := textMsg("bad"); m.Headers = h; return m }
+	typed := textMsg("bad")
+	typed.Type = long
+	bad := []struct {
+		name  string
+		key   string
+		msg   amqp.Publishing
+		delay time.Duration
+		want  string
+	}{
+		{"300-byte routing key, direct", long, textMsg("bad"), 0, "routing key"},
+		{"300-byte routing key, delayed", long, textMsg("bad"), 2 * time.Second, "routing key"},
+		{"NaN header", "k", withHeaders(amqp.Table{"score": math.NaN()}), 0, `msg.Headers["score"] is NaN`},
+		{"Inf in a nested array, delayed", "k", withHeaders(amqp.Table{"a": []any{amqp.Table{"b": float32(math.Inf(1))}}}), time.Second, "+Inf"},
+		{"300-byte header key", "k", withHeaders(amqp.Table{long: "v"}), 0, "msg.Headers key"},
+		{"300-byte msg.Type", "k", typed, 0, "msg.Type"},
+	}
+	time.Sleep(100 * time.Millisecond) // the good publisher is under way
+	for _, b := range bad {
+		res := make(chan error, 1)
+		go func() {
+			_, err := p.Publish(context.Background(), target, b.key, b.msg, b.delay)
+			res <- err
+		}()
+		select {
+		case err := <-res:
+			if !errors.Is(err, amqpdelay.ErrInvalidInput) || !strings.Contains(err.Error(), b.want) {
+				t.Errorf("%s: err = %v, want ErrInvalidInput naming %s", b.name, err, b.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: Publish with context.Background() has not returned after 5 s", b.name)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a lost connection would show by now
+	close(stop)
+	<-done
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range goodErrs {
+		t.Errorf("good publish failed: %v", err)
+	}
+	if ok.Load() < 10 {
+		t.Errorf("only %d good publishes succeeded", ok.Load())
+	}
+	ev.mu.Lock()
+	if len(ev.seen) != 0 {
+		t.Errorf("the connection changed: %d reconnect events, first %v (%v)", len(ev.seen), ev.seen[0].Kind, ev.seen[0].Err)
+	}
+	ev.mu.Unlock()
+	for range ok.Load() {
+		if a := nextDelivery(t, got, 5*time.Second); string(a.d.Body) != "good" {
+			t.Fatalf("delivered %q: a refused message was sent", a.d.Body)
+		}
+	}
+	noDelivery(t, got, 2500*time.Millisecond) // the delayed bad ones were due after 1 s and 2 s
+}
+
+// TestBrokerClosesConnectionOnNaNHeader checks the broker fact behind refusing NaN headers:
+// amqp091 encodes a NaN float header, and RabbitMQ (3.10.8) closes the whole connection
+// with 541 INTERNAL_ERROR instead of refusing only the message or the channel.
+func TestBrokerClosesConnectionOnNaNHeader(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	conn := env.Dial(t)
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	h := amqp.Table{"score": math.NaN()}
+	if err := h.Validate(); err != nil {
+		t.Fatalf("amqp091 now refuses NaN itself (%v): the check in amqpdelay may be redundant", err)
+	}
+	if err := ch.PublishWithContext(pubCtx(t), "", "nowhere", false, false, amqp.Publishing{Headers: h}); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.InternalError {
+			t.Errorf("connection closed with %v, want 541 INTERNAL_ERROR", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the broker kept the connection open after a NaN header: the refusal in amqpdelay may be too strict")
+	}
+}
