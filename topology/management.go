@@ -37,8 +37,16 @@ type Management struct {
 // not http(s); the error never contains the password.
 func NewManagement(rawURL, vhost string) (*Management, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: URL %q: want http://user:password@host:15672/", ErrManagement, amqpconn.Redact(rawURL))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || amqpconn.MisplacedAt(rawURL) {
+		// Never the parser's message: net/url quotes a prefix of the URL that can end inside
+		// the password. The message quotes the URL forms so amqpconn.RedactText leaves it intact.
+		shown := "URL"
+		if strings.Contains(rawURL, "://") {
+			shown = fmt.Sprintf("URL %q", amqpconn.RedactUserinfo(rawURL))
+		}
+		return nil, fmt.Errorf("%w: %s is not a valid management API URL: want \"http://\" or \"https://\", then "+
+			"user:password@host:15672/ (percent-encode special characters such as # ? / @ : %% and space in the "+
+			"user name and password)", ErrManagement, shown)
 	}
 	if vhost == "" {
 		vhost = "/"

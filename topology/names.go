@@ -1,6 +1,9 @@
 package topology
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Names is the one naming rule of the topology: every object's name is the prefix, a dot and a
 // fixed suffix, so two prefixes live side by side in one vhost.
@@ -54,3 +57,22 @@ func (n Names) BucketQueue(ttlMs int64) string { return fmt.Sprintf("%s.bucket.%
 
 // PluginExchange is the x-delayed-message exchange.
 func (n Names) PluginExchange() string { return n.p() + ".plugin" }
+
+// Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
+// <prefix>.dispatch, .unroutable, .parking, .buckets, .plugin, or a name starting with
+// <prefix>.ladder., <prefix>.bucket. or <prefix>.plugin-probe. (the plugin probe's temporary
+// exchange, see ProbePlugin). A target, ready queue or ready-queue exchange with such
+// a name would collide with the topology's own objects (now or after a ladder change), so
+// [Spec.Validate] refuses it. Other names under the prefix, like <prefix>.orders, are free.
+func (n Names) Reserved(name string) bool {
+	switch name {
+	case n.Dispatch(), n.Unroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange():
+		return true
+	}
+	for _, under := range []string{".ladder.", ".bucket.", ".plugin-probe."} {
+		if strings.HasPrefix(name, n.p()+under) {
+			return true
+		}
+	}
+	return false
+}

@@ -3,6 +3,7 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -170,7 +171,10 @@ type Spec struct {
 	// Prefix names every object (see [Names]); default "rabbitdelay". Letters, digits and
 	// . _ - : only, at most 200 bytes, not starting with "amq." (reserved by RabbitMQ).
 	Prefix string `envconfig:"PREFIX" default:"rabbitdelay"`
-	// Targets are the exchanges delayed messages are finally routed through.
+	// Targets are the exchanges delayed messages are finally routed through. A name holds at
+	// most 255 bytes (MaxNameLen) and must not be one of the topology's own names
+	// ([Names.Reserved]: <prefix>.dispatch, .unroutable, .parking, .buckets, .plugin,
+	// <prefix>.ladder.*, <prefix>.bucket.*); other names under the prefix are fine.
 	Targets Targets `envconfig:"TARGETS"`
 	// Buckets are optional fixed delays, each with its own queue (whole milliseconds).
 	Buckets Delays `envconfig:"BUCKETS"`
@@ -181,7 +185,9 @@ type Spec struct {
 	Plugin PluginMode `envconfig:"PLUGIN" default:"auto"`
 	// QueueType is quorum (default) or classic.
 	QueueType QueueType `envconfig:"QUEUE_TYPE" default:"quorum"`
-	// ReadyQueues are optional queues to declare and bind to targets.
+	// ReadyQueues are optional queues to declare and bind to targets. Queue name, exchange
+	// name and binding key hold at most 255 bytes each (MaxNameLen); neither the queue nor the
+	// exchange name may be one of the topology's own names ([Names.Reserved]).
 	ReadyQueues ReadyQueues `envconfig:"READY_QUEUES"`
 }
 
@@ -193,12 +199,31 @@ type Config struct {
 }
 
 // ConfigFromEnv reads the AMQPDELAY_* variables. It returns an error wrapping ErrInvalidSpec
-// that names the variable when one does not parse; it does not validate the values (see
-// [Spec.Validate]).
+// that names the variable when one does not parse, or when AMQPDELAY_LADDER_UNIT, _RADIX or
+// _MAX is set to zero (unset means the default; an explicit 0 is a mistake, not a request for
+// it). It does not validate the values otherwise (see [Spec.Validate]). The error never quotes
+// AMQPDELAY_URL.
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	if err := envconfig.Process(EnvPrefix, &c); err != nil {
-		return Config{}, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+		return Config{}, fmt.Errorf("%w: %s", ErrInvalidSpec, amqpconn.RedactText(err.Error()))
+	}
+	var errs []error
+	for _, z := range []struct {
+		name, allowed string
+		zero          bool
+	}{
+		{"UNIT", "a whole number of milliseconds, at least 1ms", c.Ladder.Unit == 0},
+		{"RADIX", "2, 4, 8, 16, 32 or 64", c.Ladder.Radix == 0},
+		{"MAX", "at least one ladder unit, e.g. 24h", c.Ladder.Max == 0},
+	} {
+		name := EnvPrefix + "_LADDER_" + z.name
+		if v := os.Getenv(name); v != "" && z.zero {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want %s (leave it unset for the default)", ErrInvalidSpec, name, v, z.allowed))
+		}
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
 	}
 	return c, nil
 }
@@ -222,7 +247,12 @@ var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
 
 // Validate checks s (after [Spec.WithDefaults]) without touching the network and returns every
 // problem at once, joined; each wraps ErrInvalidSpec (ladder problems also wrap
-// ttlbuckets.ErrInvalidLadder, bucket problems ttlbuckets.ErrInvalidBuckets).
+// ttlbuckets.ErrInvalidLadder, bucket problems ttlbuckets.ErrInvalidBuckets). Besides the
+// values' own ranges it rejects names RabbitMQ or the topology cannot take: target, ready-queue
+// and ready-queue exchange names and binding keys longer than [MaxNameLen] bytes (AMQP short
+// strings; the broker would close the connection), and targets, ready queues and ready-queue
+// exchanges named like the topology's own objects ([Names.Reserved]: apply would stop half-way
+// with a conflict on one of them).
 func (s Spec) Validate() error {
 	s = s.WithDefaults()
 	var errs []error
@@ -240,11 +270,19 @@ func (s Spec) Validate() error {
 	if len(s.Targets) == 0 {
 		add("no target exchange: set AMQPDELAY_TARGETS or --target (e.g. orders, or orders:topic to declare it)")
 	}
+	names := s.Names()
 	seen := map[string]bool{}
 	for _, t := range s.Targets {
 		if t.Name == "" {
 			add("target with an empty name")
 			continue
+		}
+		if len(t.Name) > MaxNameLen {
+			add("target %q is %d bytes: exchange names hold at most %d bytes", shorten(t.Name), len(t.Name), MaxNameLen)
+		}
+		if names.Reserved(t.Name) {
+			add("target %q is a name of the topology's own objects (prefix %q; see topology.Names): "+
+				"choose another prefix (--prefix, AMQPDELAY_PREFIX) or another target name", t.Name, s.Prefix)
 		}
 		if strings.HasPrefix(t.Name, "amq.") && t.Type != "" {
 			add("target %q: exchanges starting with \"amq.\" are RabbitMQ's own and cannot be declared; drop the :%s", t.Name, t.Type)
@@ -277,13 +315,40 @@ func (s Spec) Validate() error {
 	}
 	for _, r := range s.ReadyQueues {
 		if r.Queue == "" || r.Exchange == "" {
-			add("ready queue %q: want queue=exchange:bindingkey", r.String())
+			add("ready queue %q: want queue=exchange:bindingkey", shorten(r.String()))
 		}
 		if strings.HasPrefix(r.Queue, "amq.") {
-			add("ready queue %q: queue names starting with \"amq.\" are reserved by RabbitMQ", r.Queue)
+			add("ready queue %q: queue names starting with \"amq.\" are reserved by RabbitMQ", shorten(r.Queue))
+		}
+		for _, f := range []struct{ what, v string }{{"queue name", r.Queue}, {"exchange name", r.Exchange}, {"binding key", r.BindingKey}} {
+			if len(f.v) > MaxNameLen {
+				add("ready queue %q: the %s is %d bytes: at most %d", shorten(r.String()), f.what, len(f.v), MaxNameLen)
+			}
+		}
+		if names.Reserved(r.Queue) {
+			add("ready queue %q is a name of the topology's own objects (prefix %q; see topology.Names): "+
+				"choose another prefix (--prefix, AMQPDELAY_PREFIX) or another queue name", shorten(r.Queue), s.Prefix)
+		}
+		if names.Reserved(r.Exchange) {
+			add("ready queue %q: exchange %q is one of the topology's own exchanges (prefix %q): "+
+				"bind ready queues to a target or another exchange of yours", shorten(r.Queue), shorten(r.Exchange), s.Prefix)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// MaxNameLen is the longest exchange name, queue name or routing/binding key in bytes: AMQP
+// 0-9-1 sends them as a short string (shortstr), one length byte
+// (https://www.rabbitmq.com/amqp-0-9-1-reference#domain.exchange-name).
+const MaxNameLen = 255
+
+// shorten cuts a name for an error message to at most 80 bytes (names may be longer than
+// RabbitMQ allows).
+func shorten(name string) string {
+	if len(name) <= 80 {
+		return name
+	}
+	return name[:60] + "..." + name[len(name)-17:]
 }
 
 // HasTarget reports whether name is one of s's targets.

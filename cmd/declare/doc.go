@@ -47,7 +47,9 @@
 //	--tls-key FILE                AMQPDELAY_TLS_KEY         client key (PEM)
 //	--prefix PREFIX               AMQPDELAY_PREFIX          rabbitdelay
 //	--target NAME[:TYPE]          AMQPDELAY_TARGETS         (required) repeatable / comma-separated;
-//	                              name:type declares the exchange (direct, fanout, topic, headers)
+//	                              name:type declares the exchange (direct, fanout, topic, headers);
+//	                              at most 255 bytes, not a name of the topology's own (<prefix>.dispatch,
+//	                              .unroutable, .parking, .buckets, .plugin, .ladder.*, .bucket.*)
 //	--bucket DURATION             AMQPDELAY_BUCKETS         none; repeatable / comma-separated, e.g. 30s,5m,1h
 //	--unit DURATION               AMQPDELAY_LADDER_UNIT     1ms
 //	--radix N                     AMQPDELAY_LADDER_RADIX    16 (2, 4, 8, 16, 32, 64)
@@ -55,7 +57,8 @@
 //	--order ORDER                 AMQPDELAY_LADDER_ORDER    shortest-first (or longest-first)
 //	--plugin MODE                 AMQPDELAY_PLUGIN          auto (off, auto, on)
 //	--queue-type TYPE             AMQPDELAY_QUEUE_TYPE      quorum (or classic)
-//	--ready-queue Q=EXCHANGE:KEY  AMQPDELAY_READY_QUEUES    none; repeatable / comma-separated
+//	--ready-queue Q=EXCHANGE:KEY  AMQPDELAY_READY_QUEUES    none; repeatable / comma-separated;
+//	                              names and key at most 255 bytes, names not the topology's own
 //	--management-url URL          AMQPDELAY_MANAGEMENT_URL  none; http://user:password@host:15672/
 //	--timeout DURATION            AMQPDELAY_TIMEOUT         1m
 //	--log-format FORMAT           AMQPDELAY_LOG_FORMAT      console (or json)
@@ -64,7 +67,10 @@
 // Command flags: plan and status --output table|json; apply --dry-run; export --vhost VHOST;
 // teardown --force, --ready-queues, --dry-run.
 //
-// Results go to stdout; logs (zerolog) to stderr. Passwords from URLs never appear in output.
+// Results go to stdout; logs (zerolog) to stderr. Passwords from URLs never appear in output:
+// a URL that does not parse (an unescaped # ? / % or space in the password) is reported by its
+// scheme and host only. An explicit 0 for --unit, --radix or --max-delay (or their variables)
+// is refused rather than taken for the default; --timeout must be positive.
 //
 // # Exit codes
 //

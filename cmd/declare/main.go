@@ -185,7 +185,6 @@ func exitCode(err error) int {
 	case errors.As(err, &u),
 		errors.Is(err, topology.ErrInvalidSpec),
 		errors.Is(err, amqpconn.ErrConfig),
-		errors.Is(err, topology.ErrManagement) && strings.Contains(err.Error(), "want http://"),
 		errors.Is(err, topology.ErrConflict),
 		errors.Is(err, topology.ErrTargetMissing):
 		return exitUsage

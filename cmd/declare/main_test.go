@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"sort"
 	"strings"
@@ -132,6 +133,28 @@ func TestBadInput(t *testing.T) {
 			args: []string{"apply", "--target", "o:topic"}, code: 1, want: []string{"access refused", "configure permission"}},
 		{name: "bad management URL", args: []string{"apply", "--target", "o:topic", "--management-url", "ftp://x"}, code: 2, want: []string{"management", "http://"}},
 		{name: "bad log level", args: []string{"plan", "--target", "o", "--log-level", "loud"}, code: 2, want: []string{"log-level"}},
+		{name: "target named like the topology's own exchange", args: []string{"apply", "--target", env.Prefix + ".ladder.00:topic"}, code: 2,
+			want: []string{`target "` + env.Prefix + `.ladder.00"`, "topology's own objects", "another prefix", "another target name"}},
+		{name: "ready queue named like the parking queue", args: []string{"apply", "--target", "o:topic", "--ready-queue", env.Prefix + ".parking=o:k"}, code: 2,
+			want: []string{`ready queue "` + env.Prefix + `.parking"`, "another queue name"}},
+		{name: "target name over 255 bytes", args: []string{"apply", "--target", strings.Repeat("t", 300) + ":topic"}, code: 2,
+			want: []string{"target", "300 bytes", "at most 255"}},
+		{name: "ready queue binding key over 255 bytes", args: []string{"apply", "--target", "o:topic", "--ready-queue", "rq=o:" + strings.Repeat("k", 256)}, code: 2,
+			want: []string{`ready queue "rq=o:`, "binding key is 256 bytes"}},
+		{name: "explicit radix 0", args: []string{"apply", "--target", "o:topic", "--radix", "0"}, code: 2, want: []string{"radix", "2, 4, 8, 16, 32 or 64"}},
+		{name: "explicit unit 0", args: []string{"apply", "--target", "o:topic", "--unit", "0"}, code: 2, want: []string{"unit", "at least 1ms"}},
+		{name: "explicit max-delay 0", args: []string{"apply", "--target", "o:topic", "--max-delay", "0s"}, code: 2, want: []string{"maximum delay", "at least one ladder unit"}},
+		{name: "radix variable 0", env: map[string]string{"AMQPDELAY_LADDER_RADIX": "0"}, args: []string{"apply", "--target", "o:topic"}, code: 2,
+			want: []string{"AMQPDELAY_LADDER_RADIX", "2, 4, 8, 16, 32 or 64"}},
+		{name: "timeout 0", args: []string{"apply", "--target", "o:topic", "--timeout", "0"}, code: 2, want: []string{"timeout", "positive"}},
+		{name: "negative timeout variable", env: map[string]string{"AMQPDELAY_TIMEOUT": "-1s"}, args: []string{"apply", "--target", "o:topic"}, code: 2,
+			want: []string{"AMQPDELAY_TIMEOUT", "positive"}},
+		{name: "bad log level variable", env: map[string]string{"AMQPDELAY_LOG_LEVEL": "abc"}, args: []string{"plan", "--target", "o"}, code: 2,
+			want: []string{"AMQPDELAY_LOG_LEVEL", "abc", "trace, debug, info, warn or error"}},
+		{name: "management URL with a password and a wrong scheme", args: []string{"apply", "--target", "o:topic", "--management-url", "ftp://u:mgmtpw@h/"}, code: 2,
+			want: []string{`"ftp://***@h/"`, "user:password@host:15672/"}, notWants: []string{"mgmtpw", "%22"}},
+		{name: "unescaped # in the URL password", args: []string{"apply", "--target", "o:topic", "--url", "amqp://attack-user:S3cret#PW@" + host + "/v"}, code: 2,
+			want: []string{`"amqp://***@` + host + `/v"`, "user:password@host:port/vhost", "percent-encode"}, notWants: []string{"S3c", "ret", "PW@"}},
 		{name: "plugin on without the plugin", args: []string{"apply", "--target", "o:topic", "--plugin", "on"}, code: 1, want: []string{"plugin"}},
 	}
 	for _, c := range cases {
@@ -439,4 +462,94 @@ func TestExportCLI(t *testing.T) {
 			t.Errorf("%v: plugin exchange exported: %v, want %v", c.args, hasPlugin, c.plugin)
 		}
 	}
+}
+
+// TestNoPasswordInOutput: whatever the URL password holds (# ? / @ : % space, raw or
+// percent-encoded), no 3-byte piece of it appears in the CLI's output, at log level trace in
+// both log formats (JSON-decoded too). Raw passwords with # ? / % or space fail validation
+// (exit 2, no connection); the percent-encoded wrong password reaches the broker (exit 1).
+func TestNoPasswordInOutput(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	u, _ := url.Parse(env.URL)
+	passwords := []string{"S3cretQ#PWzk", "Zq7?Kx9vWy", "Zq7/Kx9vWy", "Zq7@Kx9@vWy", "Zq7:Kx9:vWy", "Zq7%Kx9vWy", "Zq7 Kx9 vWy", "Zq#7?K/x@9:v%W y", "123/456#789"}
+	// ':' and '@' are valid raw (the last '@' ends the user information), so these URLs reach
+	// the broker, which answers a wrong password after about 3 s: one format each.
+	oneFormat := map[string]string{"Zq7@Kx9@vWy": "json", "Zq7:Kx9:vWy": "console"}
+	for _, pw := range passwords {
+		raw := "amqp://attack-user:" + pw + "@" + u.Host + u.EscapedPath()
+		encoded := (&url.URL{Scheme: "amqp", User: url.UserPassword("attack-user", pw), Host: u.Host, Path: u.Path}).String()
+		urls := []string{raw}
+		if pw == "Zq#7?K/x@9:v%W y" { // one broker round trip per format: the broker is shared
+			urls = append(urls, encoded)
+		}
+		for _, format := range []string{"json", "console"} {
+			for i, target := range urls {
+				if f, ok := oneFormat[pw]; ok && target == raw && f != format {
+					continue // valid raw: it reaches the broker, so once (in one format) is enough
+				}
+				t.Run(fmt.Sprintf("%s/%s/%d", pw, format, i), func(t *testing.T) {
+					t.Parallel() // the broker answers a wrong password after about 3 s
+					r := declare(t, vars(env), "apply", "--target", "o:topic", "--log-level", "trace", "--log-format", format, "--url", target)
+					out := r.stdout + r.stderr
+					if format == "json" {
+						out += jsonStrings(t, r.stderr)
+					}
+					if l := pieces(out, pw); len(l) > 0 {
+						t.Errorf("%s, %s: output shows password %q (pieces %q):\n%s", Redacted(target), format, pw, l, out)
+					}
+					if r.code == 0 {
+						t.Errorf("%s: exit 0", Redacted(target))
+					}
+					if target == encoded && (r.code != 1 || !strings.Contains(out, "password")) {
+						t.Errorf("encoded wrong password: exit %d\n%s", r.code, out)
+					}
+				})
+			}
+		}
+	}
+}
+
+// Redacted names a test URL in a failure message without its password.
+func Redacted(u string) string {
+	if i := strings.LastIndex(u, "@"); i >= 0 {
+		return "...@" + u[i+1:]
+	}
+	return u
+}
+
+// pieces returns the substrings of at least 3 bytes of pw that hold a letter or digit and that
+// out contains.
+func pieces(out, pw string) []string {
+	var found []string
+	for i := 0; i+3 <= len(pw); i++ {
+		for j := i + 3; j <= len(pw); j++ {
+			p := pw[i:j]
+			if strings.ContainsAny(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") && strings.Contains(out, p) {
+				found = append(found, p)
+			}
+		}
+	}
+	return found
+}
+
+// jsonStrings decodes each JSON log line and returns its string values, one a line.
+func jsonStrings(t *testing.T, logs string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("log line is not JSON: %q", line)
+			continue
+		}
+		for _, v := range m {
+			if s, ok := v.(string); ok {
+				b.WriteString(s + "\n")
+			}
+		}
+	}
+	return b.String()
 }

@@ -73,6 +73,20 @@ func commonOptions(s *settings) []option {
 			return nil
 		}
 	}
+	// nonZero wraps a duration setter: an explicit 0 is rejected rather than taken for the
+	// default (the zero value of the ladder's fields means "default").
+	nonZero := func(p *time.Duration, what, allowed string) func(string) error {
+		set := dur(p, what)
+		return func(v string) error {
+			if err := set(v); err != nil {
+				return err
+			}
+			if *p == 0 {
+				return fmt.Errorf("%s %q: want %s (leave it unset for the default)", what, v, allowed)
+			}
+			return nil
+		}
+	}
 	envLadder := topology.EnvPrefix + "_LADDER_"
 	env := func(n string) string { return topology.EnvPrefix + "_" + n }
 	return []option{
@@ -88,7 +102,8 @@ func commonOptions(s *settings) []option {
 			usage: "name prefix of every object (<prefix>.dispatch, <prefix>.ladder.LL.DD, ...); letters, digits and . _ - :"},
 		listOption("target", env("TARGETS"), "EXCHANGE[:TYPE]",
 			"target exchange delayed messages are finally routed through (repeatable; the variable is comma-separated); "+
-				"it must exist, unless given as name:type (direct, fanout, topic, headers), which declares it durable",
+				"it must exist, unless given as name:type (direct, fanout, topic, headers), which declares it durable; "+
+				"at most 255 bytes, not one of the topology's own names (<prefix>.dispatch, .unroutable, .parking, .buckets, .plugin, .ladder.*, .bucket.*)",
 			func() { s.spec.Targets = nil },
 			func(v string) error {
 				var ts topology.Targets
@@ -109,8 +124,8 @@ func commonOptions(s *settings) []option {
 				s.spec.Buckets = append(s.spec.Buckets, ds...)
 				return nil
 			}),
-		{name: "unit", env: envLadder + "UNIT", arg: "DURATION", def: ttlbuckets.DefaultUnit.String(), set: dur(&s.spec.Ladder.Unit, "ladder unit"),
-			usage: "ladder resolution: a whole number of milliseconds"},
+		{name: "unit", env: envLadder + "UNIT", arg: "DURATION", def: ttlbuckets.DefaultUnit.String(), set: nonZero(&s.spec.Ladder.Unit, "ladder unit", "a whole number of milliseconds, at least 1ms"),
+			usage: "ladder resolution: a whole number of milliseconds, at least 1ms"},
 		{name: "radix", env: envLadder + "RADIX", arg: "N", def: strconv.Itoa(ttlbuckets.DefaultRadix),
 			usage: "ladder radix: 2, 4, 8, 16, 32 or 64 (levels·(radix-1) queues, at most one hop per level)",
 			set: func(v string) error {
@@ -118,11 +133,15 @@ func commonOptions(s *settings) []option {
 				if err != nil {
 					return fmt.Errorf("radix %q is not an integer (want 2, 4, 8, 16, 32 or 64)", v)
 				}
+				if n == 0 {
+					return fmt.Errorf("radix %q: want 2, 4, 8, 16, 32 or 64 (leave it unset for the default)", v)
+				}
 				s.spec.Ladder.Radix = n
 				return nil
 			}},
 		{name: "max-delay", env: envLadder + "MAX", arg: "DURATION", def: ttlbuckets.DefaultMax.String() + " (2^32-1 ms, 49.7 days)",
-			set: dur(&s.spec.Ladder.Max, "maximum delay"), usage: "largest delay the ladder carries"},
+			set:   nonZero(&s.spec.Ladder.Max, "maximum delay", "at least one ladder unit, e.g. 24h"),
+			usage: "largest delay the ladder carries: at least one ladder unit"},
 		{name: "order", env: envLadder + "ORDER", arg: "ORDER", def: ttlbuckets.ShortestFirst.String(),
 			usage: "hop order: shortest-first (only the last, longest hop ends near the due time) or longest-first; publishers must use the same",
 			set: func(v string) error {
@@ -138,7 +157,8 @@ func commonOptions(s *settings) []option {
 		{name: "queue-type", env: env("QUEUE_TYPE"), arg: "TYPE", def: string(topology.Quorum), set: func(v string) error { s.spec.QueueType = topology.QueueType(v); return nil },
 			usage: "type of every queue declared: quorum (replicated, at-least-once dead-lettering) or classic"},
 		listOption("ready-queue", env("READY_QUEUES"), "QUEUE=EXCHANGE:KEY",
-			"queue to declare and bind to an exchange with a binding key, e.g. orders.timeouts=orders:order.timeout.# (repeatable; the variable is comma-separated)",
+			"queue to declare and bind to an exchange with a binding key, e.g. orders.timeouts=orders:order.timeout.# (repeatable; the variable is comma-separated); "+
+				"names and key at most 255 bytes, queue and exchange not one of the topology's own names (as for --target)",
 			func() { s.spec.ReadyQueues = nil },
 			func(v string) error {
 				var rs topology.ReadyQueues
@@ -150,12 +170,33 @@ func commonOptions(s *settings) []option {
 			}),
 		{name: "management-url", env: env("MANAGEMENT_URL"), arg: "URL", set: str(&s.mgmtURL),
 			usage: "management API, http://user:password@host:15672/ (optional): exact binding states, messages held in quorum queues' dead-letter state"},
-		{name: "timeout", env: env("TIMEOUT"), arg: "DURATION", def: "1m", set: dur(&s.timeout, "timeout"),
-			usage: "give up after this long"},
-		{name: "log-format", env: env("LOG_FORMAT"), arg: "FORMAT", def: "console", set: str(&s.logFormat),
-			usage: "log format on stderr: console or json"},
-		{name: "log-level", env: env("LOG_LEVEL"), arg: "LEVEL", def: "info", set: str(&s.logLevel),
-			usage: "log level: trace, debug, info, warn, error"},
+		{name: "timeout", env: env("TIMEOUT"), arg: "DURATION", def: "1m", usage: "give up after this long: a positive duration",
+			set: func(v string) error {
+				if err := dur(&s.timeout, "timeout")(v); err != nil {
+					return err
+				}
+				if s.timeout <= 0 {
+					return fmt.Errorf("timeout %q: want a positive duration, e.g. 30s or 5m", v)
+				}
+				return nil
+			}},
+		{name: "log-format", env: env("LOG_FORMAT"), arg: "FORMAT", def: "console", usage: "log format on stderr: console or json",
+			set: func(v string) error {
+				if v != "console" && v != "json" {
+					return fmt.Errorf("log format %q: want console or json", v)
+				}
+				s.logFormat = v
+				return nil
+			}},
+		{name: "log-level", env: env("LOG_LEVEL"), arg: "LEVEL", def: "info", usage: "log level: trace, debug, info, warn, error",
+			set: func(v string) error {
+				switch v {
+				case "trace", "debug", "info", "warn", "error":
+					s.logLevel = v
+					return nil
+				}
+				return fmt.Errorf("log level %q: want trace, debug, info, warn or error", v)
+			}},
 	}
 }
 

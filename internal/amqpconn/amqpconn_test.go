@@ -1,0 +1,221 @@
+package amqpconn
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// brokerPassword is the one password tried against the broker: every special character.
+const brokerPassword = "Zq#7?K/x@9:v%W y"
+
+// secretPasswords hold the characters that break a URL when written unescaped: # ? / @ : %
+// and space, alone and together. Each is distinctive, so none of its 3-byte substrings occurs
+// in the messages by chance.
+var secretPasswords = []string{
+	"S3cretQ#PWzk",
+	"Zq7?Kx9vWy",
+	"Zq7/Kx9vWy",
+	"Zq7@Kx9@vWy",
+	"Zq7:Kx9:vWy",
+	"Zq7%Kx9vWy",
+	"Zq7%41x9vWy", // a valid escape: decodes to Zq7Ax9vWy
+	"Zq7 Kx9 vWy",
+	brokerPassword,
+	"Zq7://Kx9@vWy",
+	`Zq7"Kx9'vWy`,
+	"123/456#789", // digits: read as a port when cut short
+}
+
+// leaks returns the substrings of at least 3 bytes of secret (and of its percent-decoded
+// form) that text contains, except those of punctuation only ("://" is in every URL).
+func leaks(text, secret string) []string {
+	forms := []string{secret}
+	if dec, err := url.PathUnescape(secret); err == nil && dec != secret {
+		forms = append(forms, dec)
+	}
+	var out []string
+	for _, f := range forms {
+		for i := 0; i+3 <= len(f); i++ {
+			for j := i + 3; j <= len(f); j++ {
+				if strings.Contains(text, f[i:j]) && strings.ContainsFunc(f[i:j], isAlnum) {
+					out = append(out, f[i:j])
+				}
+			}
+		}
+	}
+	return out
+}
+
+func isAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+}
+
+func assertNoLeak(t *testing.T, what, text, secret string) {
+	t.Helper()
+	if l := leaks(text, secret); len(l) > 0 {
+		t.Errorf("%s shows password %q (substrings %q):\n%s", what, secret, l, text)
+	}
+}
+
+// brokerHost is the host:port of AMQP_URL, or "" when it is not set.
+func brokerHost(t *testing.T) string {
+	raw := os.Getenv("AMQP_URL")
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("AMQP_URL: %v", err)
+	}
+	return u.Host
+}
+
+// TestNoPasswordInErrors: for passwords with each special character, written raw (malformed)
+// and percent-encoded (valid), neither Redact, RedactText (also of net/url's own error text,
+// which quotes a cut-short URL), Validate nor Dial show any 3-byte part of the password.
+// Against the broker the encoded password is wrong, so Dial fails with the broker's refusal.
+func TestNoPasswordInErrors(t *testing.T) {
+	host := brokerHost(t)
+	for _, pw := range secretPasswords {
+		// The broker answers a wrong password after a delay (about 3 s), so only one password
+		// goes there; the others dial a closed port, which still goes through Dial's errors.
+		dialHost := "127.0.0.1:1"
+		if pw == brokerPassword && host != "" {
+			dialHost = host
+		}
+		raw := "amqp://attack-user:" + pw + "@" + dialHost + "/v"
+		encoded := (&url.URL{Scheme: "amqp", User: url.UserPassword("attack-user", pw), Host: dialHost, Path: "/"}).String()
+		t.Run(pw, func(t *testing.T) {
+			for _, u := range []string{raw, encoded} {
+				assertNoLeak(t, "Redact", Redact(u), pw)
+				assertNoLeak(t, "RedactUserinfo", RedactUserinfo(u), pw)
+				for _, text := range []string{
+					"connect to " + u + ": refused",
+					"connect to " + u,
+					`URL "` + u + `": bad`,
+					`parse "` + u + `": invalid`,
+					"first " + u + " then amqp://other:pw2@h2/ end (want user:password@host)",
+				} {
+					assertNoLeak(t, "RedactText", RedactText(text), pw)
+				}
+				if _, err := url.Parse(u); err != nil {
+					assertNoLeak(t, "RedactText of net/url's error", RedactText(err.Error()), pw)
+				}
+				if _, err := amqp.ParseURI(u); err != nil {
+					assertNoLeak(t, "RedactText of amqp091's error", RedactText(err.Error()), pw)
+				}
+				verr := Config{URL: u}.Validate()
+				if verr != nil {
+					assertNoLeak(t, "Validate", verr.Error(), pw)
+					if !errors.Is(verr, ErrConfig) {
+						t.Errorf("Validate(%s): %v does not wrap ErrConfig", Redact(u), verr)
+					}
+				}
+				if u == raw && strings.ContainsAny(pw, "#?/% \"") && pw != "Zq7%41x9vWy" && verr == nil {
+					// ':', '@' (the last '@' ends the user information) and a valid escape are
+					// allowed raw; # ? / % space and quotes are refused.
+					t.Errorf("Validate accepts the raw URL with password %q", pw)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				conn, err := Dial(ctx, Config{URL: u}, "amqpconn-test")
+				cancel()
+				if err == nil {
+					conn.Close()
+					t.Fatalf("Dial with a wrong password succeeded")
+				}
+				assertNoLeak(t, "Dial", err.Error(), pw)
+				if u == encoded && dialHost == host {
+					var ae *amqp.Error
+					if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+						t.Errorf("Dial with a wrong password: %v; want the broker's ACCESS_REFUSED reachable", err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRedact: the exact output, keeping the user name, host and vhost.
+func TestRedact(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"amqp://guest:guest@localhost:5672/", "amqp://guest:***@localhost:5672/"},
+		{"amqp://guest@localhost/v", "amqp://guest@localhost/v"},
+		{"amqp://localhost:5672/v", "amqp://localhost:5672/v"},
+		{"amqp://[::1]:5672/v", "amqp://[::1]:5672/v"},
+		{"amqp://u:S3c#ret@h:1/v", "amqp://u:***@h:1/v"},
+		{"amqp://u:S3c?ret@h:1/v", "amqp://u:***@h:1/v"},
+		{"amqp://u:S3c/ret@h:1/v", "amqp://u:***@h:1/v"},
+		{"amqp://u:a@b@h:1/v", "amqp://u:***@h:1/v"},
+		{"amqp://u:p%23w@h/", "amqp://u:***@h/"},
+		{"amqp://u:@h/", "amqp://u:***@h/"},
+		{"amqp://attack-user:S3cret", "amqp://attack-user:***"},
+		{"ftp://u:pw@h/", "ftp://u:***@h/"},
+		{"not a url", "not a url"},
+	}
+	for _, c := range cases {
+		if got := Redact(c.in); got != c.want {
+			t.Errorf("Redact(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if got := RedactUserinfo("amqp://attack-user:S3c#ret@h:1/v"); got != "amqp://***@h:1/v" {
+		t.Errorf("RedactUserinfo: %q", got)
+	}
+}
+
+// TestRedactTextLeavesMessagesIntact: RedactText does not garble text that holds no password,
+// including the URL-form hints of this package's errors and a quoted URL followed by an '@',
+// and is idempotent.
+func TestRedactTextLeavesMessagesIntact(t *testing.T) {
+	intact := []string{
+		Config{URL: "amqp://u:S3c#ret@h:1/v"}.Validate().Error(),
+		Config{URL: "ftp://u:pw@h/"}.Validate().Error(),
+		Config{URL: "no-scheme"}.Validate().Error(),
+		`URL "ftp://u:***@h/": want user:password@host`,
+		`connect to "amqp://guest:***@127.0.0.1:1/": dial tcp 127.0.0.1:1: connect: connection refused`,
+		"(check the user name and password of --url / AMQPDELAY_URL)",
+		"plain text with a@b and c:d",
+	}
+	for _, s := range intact {
+		if got := RedactText(s); got != s {
+			t.Errorf("RedactText changed\n%s\nto\n%s", s, got)
+		}
+	}
+	for _, s := range []string{`"ftp://u:pw@h/": x`, "connect to amqp://u:p#w@h/: x", `parse "amqp://u:S3cret": invalid port ":S3cret" after host`} {
+		once := RedactText(s)
+		if strings.Contains(once, "%22") || RedactText(once) != once {
+			t.Errorf("RedactText(%q) = %q; again: %q", s, once, RedactText(once))
+		}
+	}
+	want := `parse "amqp://u:***": invalid port ":***" after host`
+	if got := RedactText(`parse "amqp://u:S3cret": invalid port ":S3cret" after host`); got != want {
+		t.Errorf("net/url's error: %q, want %q", got, want)
+	}
+}
+
+// TestValidateMessages: an unparsable URL is reported without the parser's text, with the
+// scheme and host, and the hint; a wrong scheme is named.
+func TestValidateMessages(t *testing.T) {
+	err := Config{URL: "amqp://attack-user:S3cret#PW@127.0.0.1:43072/v"}.Validate()
+	for _, want := range []string{`"amqp://***@127.0.0.1:43072/v"`, "not a valid amqp URL", "user:password@host:port/vhost", "percent-encode", "%23"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v; want %q", err, want)
+		}
+	}
+	if err := (Config{URL: "ftp://u:pw@h/"}).Validate(); err == nil || !strings.Contains(err.Error(), `scheme "ftp"`) {
+		t.Errorf("ftp: %v", err)
+	}
+	// An '@' after the host would dial a host and port taken from the password.
+	if err := (Config{URL: "amqp://user:12/34@h/v"}).Validate(); err == nil || !errors.Is(err, ErrConfig) {
+		t.Errorf("misplaced '@': %v", err)
+	}
+	if err := (Config{URL: "amqp://u:p%40w@h:5672/v%40x"}).Validate(); err != nil {
+		t.Errorf("encoded '@': %v", err)
+	}
+}

@@ -1,0 +1,98 @@
+package topology
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestValidateOwnNamesAndLengths: targets, ready queues and ready-queue exchanges named with
+// the topology's own prefix, and names or binding keys over 255 bytes, are refused with
+// ErrInvalidSpec naming the thing and the fix; names just inside the limits pass.
+func TestValidateOwnNamesAndLengths(t *testing.T) {
+	long := strings.Repeat("n", MaxNameLen+1)
+	limit := strings.Repeat("n", MaxNameLen)
+	cases := []struct {
+		name string
+		spec Spec
+		want []string // "" for a valid spec
+	}{
+		{"target is a ladder exchange", Spec{Prefix: "p6", Targets: Targets{{Name: "p6.ladder.00", Type: "topic"}}},
+			[]string{`target "p6.ladder.00"`, "topology's own objects", `prefix "p6"`, "another prefix", "another target name"}},
+		{"target under the default prefix", Spec{Targets: Targets{{Name: "rabbitdelay.dispatch"}}},
+			[]string{`target "rabbitdelay.dispatch"`, `prefix "rabbitdelay"`}},
+		{"target on a ladder level this ladder lacks", Spec{Prefix: "p6", Targets: Targets{{Name: "p6.ladder.42", Type: "topic"}}},
+			[]string{`target "p6.ladder.42"`}},
+		{"target named like a bucket queue", Spec{Prefix: "p6", Targets: Targets{{Name: "p6.bucket.5ms"}}},
+			[]string{`target "p6.bucket.5ms"`}},
+		{"target under the prefix, not the naming rule's", Spec{Prefix: "p6", Targets: Targets{{Name: "p6.orders", Type: "topic"}}}, nil},
+		{"target equal to the prefix", Spec{Prefix: "p6", Targets: Targets{{Name: "p6", Type: "topic"}}}, nil},
+		{"target sharing the prefix's first letters", Spec{Prefix: "p6", Targets: Targets{{Name: "p6x.orders", Type: "topic"}}}, nil},
+		{"ready queue is the parking queue", Spec{Prefix: "p6", Targets: Targets{{Name: "o"}},
+			ReadyQueues: ReadyQueues{{Queue: "p6.parking", Exchange: "o", BindingKey: "#"}}},
+			[]string{`ready queue "p6.parking"`, "another queue name"}},
+		{"ready queue bound to the topology's exchange", Spec{Prefix: "p6", Targets: Targets{{Name: "o"}},
+			ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "p6.unroutable"}}},
+			[]string{`ready queue "rq"`, `exchange "p6.unroutable"`}},
+		{"ready queue bound to a target", Spec{Prefix: "p6", Targets: Targets{{Name: "o"}},
+			ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: "k"}}}, nil},
+		{"target name too long", Spec{Targets: Targets{{Name: "t" + long, Type: "topic"}}},
+			[]string{"target", "257 bytes", "at most 255"}},
+		{"target name at the limit", Spec{Targets: Targets{{Name: limit, Type: "topic"}}}, nil},
+		{"ready queue name too long", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: long, Exchange: "o"}}},
+			[]string{"ready queue", "queue name is 256 bytes"}},
+		{"ready queue exchange too long", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: long}}},
+			[]string{`ready queue "rq=`, "exchange name is 256 bytes"}},
+		{"binding key too long", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: long}}},
+			[]string{`ready queue "rq=o:`, "binding key is 256 bytes"}},
+		{"binding key at the limit", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: limit}}}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.spec.Validate()
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("Validate: %v; want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidSpec) {
+				t.Fatalf("Validate: %v; want ErrInvalidSpec", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate: %v\nlacks %q", err, w)
+				}
+			}
+			if len(err.Error()) > 1000 {
+				t.Errorf("message of %d bytes: long names are not shortened", len(err.Error()))
+			}
+		})
+	}
+}
+
+// TestConfigFromEnvRejectsExplicitZero: AMQPDELAY_LADDER_UNIT, _RADIX and _MAX set to zero are
+// refused naming the variable and the allowed values; unset they take the defaults.
+func TestConfigFromEnvRejectsExplicitZero(t *testing.T) {
+	for _, c := range []struct{ name, value, want string }{
+		{"AMQPDELAY_LADDER_RADIX", "0", "2, 4, 8, 16, 32 or 64"},
+		{"AMQPDELAY_LADDER_UNIT", "0s", "milliseconds"},
+		{"AMQPDELAY_LADDER_MAX", "0", "at least one ladder unit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(c.name, c.value)
+			_, err := ConfigFromEnv()
+			if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.name) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("ConfigFromEnv with %s=%s: %v", c.name, c.value, err)
+			}
+		})
+	}
+	for _, name := range []string{"AMQPDELAY_LADDER_RADIX", "AMQPDELAY_LADDER_UNIT", "AMQPDELAY_LADDER_MAX"} {
+		t.Setenv(name, "") // restored after the test
+		os.Unsetenv(name)
+	}
+	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 0 {
+		t.Errorf("unset: %+v %v", c.Ladder, err)
+	}
+}
