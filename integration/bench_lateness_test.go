@@ -1,0 +1,91 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// steadyBuckets are the buckets of the bucket case: every whole second the steady delays can take.
+var steadyBuckets = []time.Duration{1 * time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second,
+	6 * time.Second, 7 * time.Second, 8 * time.Second, 9 * time.Second, 10 * time.Second}
+
+// BenchmarkLatenessSteady publishes -steady-rate messages per second (1,000) for -steady-seconds
+// (20), delays uniform in 1-10 s, and reports per path the lateness (arrival minus the due time
+// the publisher computed) p50, p99 and max in ms, and the early and lost counts. Paths: the
+// default ladder (radix 16, 1 ms, quorum) in both hop orders, the bucket path (delays rounded to
+// whole seconds, one bucket per second) and, when AMQP_PLUGIN_URL is set, the plugin. Each path
+// runs alone, in a vhost of its own, with a consumer draining its ready queue as messages arrive.
+//
+// Target (issue) for the default ladder on quorum queues: p99 <= 20 ms, 0 early, 0 lost.
+func BenchmarkLatenessSteady(b *testing.B) {
+	type scase struct {
+		name  string
+		setup func(testing.TB) setup
+		delay func() time.Duration
+	}
+	msDelay := func() time.Duration {
+		return time.Second + time.Duration(rand.Int64N(int64(9*time.Second))).Truncate(time.Millisecond)
+	}
+	cases := []scase{
+		{name: "ladder", delay: msDelay, setup: func(tb testing.TB) setup {
+			return declare(tb, defaultLadderCase("ladder"))
+		}},
+		{name: "ladder-longest", delay: msDelay, setup: func(tb testing.TB) setup {
+			return declare(tb, ladderCase("ladder-longest", ms1, 16, lf, topology.Quorum, ""))
+		}},
+		{name: "bucket", delay: func() time.Duration { return steadyBuckets[rand.IntN(len(steadyBuckets))] }, setup: func(tb testing.TB) setup {
+			return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum, buckets: steadyBuckets, path: amqpdelay.PathBucket})
+		}},
+	}
+	if p := pluginSetup(b); p != nil {
+		cases = append(cases, scase{name: "plugin", delay: msDelay, setup: p})
+	}
+	rate, secs := *steadyRate, *steadySeconds
+	n := rate * secs
+	rows := [][]string{{"path", "p50 ms", "p99 ms", "max ms", "early", "lost", "dups"}}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				s := c.setup(b)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				rec := newRecorder(n)
+				cctx, stop := context.WithCancel(ctx)
+				wait := consume(cctx, b, s.url, s.ready, rec)
+				start := time.Now().Add(100 * time.Millisecond)
+				interval := time.Second / time.Duration(rate)
+				sendAt := func(i int) time.Time { return start.Add(time.Duration(i) * interval) }
+				took, err := runWorkers(ctx, n, s.publish, rec, sendAt, func(int, time.Time) time.Duration { return c.delay() })
+				if err != nil {
+					b.Fatalf("publish: %v", err)
+				}
+				if behind := took - time.Duration(n)*interval; behind > time.Second {
+					b.Logf("publishing fell %v behind the %d msg/s schedule", behind.Round(time.Millisecond), rate)
+				}
+				waitArrivals(ctx, rec, time.Now().Add(10*time.Second+60*time.Second), 10*time.Second, nil)
+				stop()
+				wait()
+				cancel()
+				res := rec.result()
+				b.ReportMetric(res.p50, "p50_ms")
+				b.ReportMetric(res.p99, "p99_ms")
+				b.ReportMetric(res.max, "max_ms")
+				b.ReportMetric(float64(res.early), "early")
+				b.ReportMetric(float64(res.lost), "lost")
+				b.ReportMetric(float64(res.dups), "dups")
+				b.ReportMetric(0, "ns/op")
+				rows = append(rows, []string{c.name, ms(res.p50), ms(res.p99), ms(res.max), fmt.Sprint(res.early), fmt.Sprint(res.lost), fmt.Sprint(res.dups)})
+				if res.lost > 0 {
+					b.Errorf("%d of %d messages lost; queues holding messages:%s", res.lost, res.published, s.queues(10))
+				}
+			}
+		})
+	}
+	b.Logf("steady %d msg/s for %d s, delays uniform in 1-10 s:%s", rate, secs, table(rows))
+}

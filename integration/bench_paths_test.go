@@ -1,0 +1,406 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// delayCase is one way of delaying messages that a benchmark measures: a ladder (unit, radix,
+// order, queue type), the buckets, or the plugin. Its topology is declared with topology.Apply,
+// except for the experiments (variant != ""), which the benchmark declares itself; messages are
+// always published with amqpdelay.Publisher.
+type delayCase struct {
+	name   string
+	ladder ttlbuckets.Ladder
+	qtype  topology.QueueType
+	// buckets are declared too; path is the path every positive delay must take.
+	buckets []time.Duration
+	path    amqpdelay.Path
+	// variant names an experiment that topology.Apply cannot declare (see declareVariant):
+	//   "classic2":    classic queues with x-queue-version 2 on every level;
+	//   "top-classic": classic (version 2) queues on the top level, qtype on the others.
+	variant string
+	// readyClassic declares the ready queue as a classic queue (an experiment: where does the
+	// drain's limit sit?).
+	readyClassic bool
+}
+
+func ladderOf(unit time.Duration, radix int, order ttlbuckets.Order) ttlbuckets.Ladder {
+	return ttlbuckets.Ladder{Unit: unit, Radix: radix, Order: order}.WithDefaults()
+}
+
+// defaultLadderCase is the library's default: radix 16, 1 ms, shortest first, quorum queues.
+func defaultLadderCase(name string) delayCase {
+	return delayCase{name: name, ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum, path: amqpdelay.PathLadder}
+}
+
+func ladderCase(name string, unit time.Duration, radix int, order ttlbuckets.Order, qt topology.QueueType, variant string) delayCase {
+	return delayCase{name: name, ladder: ladderOf(unit, radix, order), qtype: qt, path: amqpdelay.PathLadder, variant: variant}
+}
+
+const (
+	sf  = ttlbuckets.ShortestFirst
+	lf  = ttlbuckets.LongestFirst
+	ms1 = time.Millisecond
+)
+
+// burstCatalogue is every ladder case BenchmarkBurst knows by name (-burst-cases).
+var burstCatalogue = []delayCase{
+	ladderCase("shortest", ms1, 16, sf, topology.Quorum, ""),
+	ladderCase("longest", ms1, 16, lf, topology.Quorum, ""),
+	ladderCase("classic-shortest", ms1, 16, sf, topology.Classic, ""),
+	ladderCase("classic-longest", ms1, 16, lf, topology.Classic, ""),
+	ladderCase("classic2-shortest", ms1, 16, sf, topology.Classic, "classic2"),
+	ladderCase("topclassic-shortest", ms1, 16, sf, topology.Quorum, "top-classic"),
+	ladderCase("r64-shortest", ms1, 64, sf, topology.Quorum, ""),
+	ladderCase("r64-longest", ms1, 64, lf, topology.Quorum, ""),
+	ladderCase("r4-shortest", ms1, 4, sf, topology.Quorum, ""),
+	ladderCase("u10ms-shortest", 10*ms1, 16, sf, topology.Quorum, ""),
+	ladderCase("u10ms-longest", 10*ms1, 16, lf, topology.Quorum, ""),
+	ladderCase("amo-shortest", ms1, 16, sf, topology.Quorum, "amo"),
+	ladderCase("shard3x4-shortest", ms1, 16, sf, topology.Quorum, "shard3x4"),
+	ladderCase("shard3x8-shortest", ms1, 16, sf, topology.Quorum, "shard3x8"),
+	withReadyClassic(ladderCase("shortest-readyclassic", ms1, 16, sf, topology.Quorum, "")),
+	withReadyClassic(ladderCase("classic2-shortest-readyclassic", ms1, 16, sf, topology.Classic, "classic2")),
+}
+
+// benchShardHeader spreads a sharded level's messages over its shards (variant "shardLxS").
+const benchShardHeader = "bench-shard"
+
+// shards is S of a "shardLxS" variant, else 1.
+func (c delayCase) shards() int {
+	var lv, s int
+	if _, err := fmt.Sscanf(c.variant, "shard%dx%d", &lv, &s); err == nil && s > 1 {
+		return s
+	}
+	return 1
+}
+
+func withReadyClassic(c delayCase) delayCase { c.readyClassic = true; return c }
+
+func burstCaseNames() []string {
+	var names []string
+	for _, c := range burstCatalogue {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+func casesFromFlag(tb testing.TB, list string) []delayCase {
+	var out []delayCase
+	for _, name := range strings.Split(list, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		found := false
+		for _, c := range burstCatalogue {
+			if c.name == name {
+				out, found = append(out, c), true
+			}
+		}
+		if !found {
+			tb.Fatalf("unknown case %q; known: %s", name, strings.Join(burstCaseNames(), ", "))
+		}
+	}
+	return out
+}
+
+// setup is a declared case: where to consume and how to publish.
+type setup struct {
+	broker  *brokertest.Broker // nil for the plugin's broker
+	vhost   string
+	url     string // AMQP URL of the case's vhost
+	ready   string // the ready queue to consume
+	publish publishFunc
+}
+
+// queues lists the queues of the case's vhost that hold the most messages (for traces).
+func (s setup) queues(k int) string {
+	if s.broker == nil {
+		return " (no management API)"
+	}
+	return topQueues(s.broker, s.vhost, k)
+}
+
+// declare gives case c a vhost of its own with c's delay topology, the target topic exchange
+// benchTarget and a ready quorum queue benchReady bound to it with "#" (quorum in every case, so
+// the cases differ only in their delay queues), and a Publisher (closed when tb ends) whose
+// publishes must take c.path.
+func declare(tb testing.TB, c delayCase) setup {
+	tb.Helper()
+	env := brokertest.NewEnv(tb)
+	if env.VHost == "/" {
+		tb.Skip("the benchmarks need the management API (AMQP_MANAGEMENT_URL): every case works in a vhost of its own")
+	}
+	spec := topology.Spec{
+		Prefix:    env.Prefix,
+		Targets:   topology.Targets{{Name: benchTarget, Type: "topic"}},
+		Buckets:   c.buckets,
+		Ladder:    c.ladder,
+		Plugin:    topology.PluginOff,
+		QueueType: c.qtype,
+	}
+	// Declaring hundreds of quorum queues (radix 64: 378) takes minutes on a busy 2-core machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	conn := env.Dial(tb)
+	if c.variant != "" {
+		declareVariant(tb, conn, spec, c.variant)
+	} else {
+		plan, err := spec.Plan()
+		if err != nil {
+			tb.Fatalf("plan: %v", err)
+		}
+		if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{}); err != nil {
+			tb.Fatalf("apply: %v", err)
+		}
+	}
+	if c.readyClassic {
+		declareReadyClassic(tb, conn, benchTarget, benchReady)
+	} else {
+		declareReady(tb, conn, benchTarget, benchReady)
+	}
+	strategy := amqpdelay.LadderOnly
+	if c.path == amqpdelay.PathBucket {
+		strategy = amqpdelay.Auto
+	}
+	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer pcancel()
+	pub := newBenchPublisher(tb, pctx, amqpdelay.Config{Config: amqpconn.Config{URL: env.URL}, Spec: spec}, strategy, c.path, c.shards())
+	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
+}
+
+// declareReady declares queue (quorum) and binds it to exchange with "#".
+func declareReady(tb testing.TB, conn *amqp.Connection, exchange, queue string) {
+	tb.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		tb.Fatalf("channel: %v", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		tb.Fatalf("declare ready queue %s: %v", queue, err)
+	}
+	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+		tb.Fatalf("bind ready queue %s: %v", queue, err)
+	}
+}
+
+// declareReadyClassic declares queue as a classic queue (version 2) bound to exchange with "#".
+func declareReadyClassic(tb testing.TB, conn *amqp.Connection, exchange, queue string) {
+	tb.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		tb.Fatalf("channel: %v", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-version": int64(2)}); err != nil {
+		tb.Fatalf("declare ready queue %s: %v", queue, err)
+	}
+	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+		tb.Fatalf("bind ready queue %s: %v", queue, err)
+	}
+}
+
+// newBenchPublisher starts a Publisher for cfg and returns a publishFunc that sends message i through
+// it to benchTarget and checks that it took path want (delays <= 0: the direct path).
+func newBenchPublisher(tb testing.TB, ctx context.Context, cfg amqpdelay.Config, strategy amqpdelay.Strategy, want amqpdelay.Path, shards int) publishFunc {
+	tb.Helper()
+	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithStrategy(strategy))
+	if err != nil {
+		tb.Fatalf("publisher: %v", err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	return func(ctx context.Context, _, i int, delay time.Duration) (time.Time, error) {
+		msg := benchPublishing(i)
+		if shards > 1 {
+			msg.Headers = amqp.Table{benchShardHeader: int64(i % shards)}
+		}
+		r, err := p.Publish(ctx, benchTarget, "bench.key", msg, delay)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if w := want; delay <= 0 {
+			w = amqpdelay.PathDirect
+			if r.Path != w {
+				return r.Due, fmt.Errorf("published by the %v path, want %v", r.Path, w)
+			}
+		} else if r.Path != want {
+			return r.Due, fmt.Errorf("delay %v published by the %v path, want %v", delay, r.Path, want)
+		}
+		return r.Due, nil
+	}
+}
+
+// declareVariant declares spec's topology with amqp091 directly, following topology's naming
+// rule and bindings, but with queue arguments topology.Apply does not offer: the experiments of
+// BenchmarkBurst (see delayCase.variant). The Publisher works with it unchanged: it only needs
+// the dispatch exchange and the entry exchanges to exist.
+func declareVariant(tb testing.TB, conn *amqp.Connection, spec topology.Spec, variant string) {
+	tb.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		tb.Fatalf("channel: %v", err)
+	}
+	defer ch.Close()
+	names := spec.Names()
+	must := func(what string, err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatalf("declare %s: %v", what, err)
+		}
+	}
+	queueArgs := func(classic bool, ttl int64, dlx string) amqp.Table {
+		if !classic && variant == "amo" {
+			return amqp.Table{"x-queue-type": "quorum", "x-message-ttl": ttl, "x-dead-letter-exchange": dlx,
+				"x-dead-letter-strategy": "at-most-once"}
+		}
+		if !classic {
+			return amqp.Table{"x-queue-type": "quorum", "x-message-ttl": ttl, "x-dead-letter-exchange": dlx,
+				"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+		}
+		return amqp.Table{"x-queue-version": int64(2), "x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
+	}
+	must(names.Unroutable(), ch.ExchangeDeclare(names.Unroutable(), "fanout", true, false, false, false, nil))
+	_, err = ch.QueueDeclare(names.Parking(), true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	must(names.Parking(), err)
+	must(names.Parking(), ch.QueueBind(names.Parking(), "", names.Unroutable(), false, nil))
+	must(names.Dispatch(), ch.ExchangeDeclare(names.Dispatch(), "headers", true, false, false, false, amqp.Table{"alternate-exchange": names.Unroutable()}))
+	for _, t := range spec.Targets {
+		must(t.Name, ch.ExchangeDeclare(t.Name, t.Type, true, false, false, false, nil))
+		must("dispatch binding", ch.ExchangeBind(t.Name, "", names.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}))
+	}
+	l := spec.Ladder.WithDefaults()
+	next := func(level int) string {
+		if n, ok := l.Next(level); ok {
+			return names.LadderExchange(n)
+		}
+		return names.Dispatch()
+	}
+	levels := l.Levels()
+	for level := range levels {
+		must(names.LadderExchange(level), ch.ExchangeDeclare(names.LadderExchange(level), "headers", true, false, false, false, nil))
+	}
+	for level := range levels {
+		must("pass-through", ch.ExchangeBind(next(level), "", names.LadderExchange(level), false,
+			amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(level): int64(0)}))
+	}
+	for _, q := range l.Queues() {
+		var classic bool
+		shards := 1
+		switch {
+		case variant == "classic2":
+			classic = true
+		case variant == "top-classic":
+			classic = q.Level == levels-1 || spec.QueueType == topology.Classic
+		case variant == "amo":
+		case strings.HasPrefix(variant, "shard"):
+			// "shardLxS": the queues of level L sharded S ways on the benchShardHeader.
+			var lv int
+			if _, err := fmt.Sscanf(variant, "shard%dx%d", &lv, &shards); err != nil {
+				tb.Fatalf("variant %q: %v", variant, err)
+			}
+			if q.Level != lv {
+				shards = 1
+			}
+		default:
+			tb.Fatalf("unknown variant %q", variant)
+		}
+		for k := range shards {
+			name := names.LadderQueue(q.Level, q.Digit)
+			args := amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(q.Level): int64(q.Digit)}
+			if shards > 1 {
+				name += fmt.Sprintf(".s%d", k)
+				args[benchShardHeader] = int64(k)
+			}
+			_, err := ch.QueueDeclare(name, true, false, false, false, queueArgs(classic, q.TTL, next(q.Level)))
+			must(name, err)
+			must(name, ch.QueueBind(name, "", names.LadderExchange(q.Level), false, args))
+		}
+	}
+	if len(spec.Buckets) > 0 {
+		tb.Fatalf("declareVariant does not declare buckets")
+	}
+}
+
+// pluginSetup returns what declares a plugin case on the broker of AMQP_PLUGIN_URL, or nil
+// (with a log line) when it is unset. That broker's default vhost is used with a unique prefix,
+// a target exchange and ready queue of the case's own; all are deleted when the case ends.
+func pluginSetup(b *testing.B) func(testing.TB) setup {
+	b.Helper()
+	u := os.Getenv("AMQP_PLUGIN_URL")
+	if u == "" {
+		b.Log("plugin case skipped: AMQP_PLUGIN_URL is not set")
+		return nil
+	}
+	return func(tb testing.TB) setup {
+		tb.Helper()
+		prefix := fmt.Sprintf("rdbench-%d", time.Now().UnixNano())
+		target, ready := prefix+".target", prefix+".ready"
+		spec := topology.Spec{
+			Prefix:    prefix,
+			Targets:   topology.Targets{{Name: target, Type: "topic"}},
+			Plugin:    topology.PluginOn,
+			QueueType: topology.Quorum,
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+		if err != nil {
+			tb.Fatalf("dial AMQP_PLUGIN_URL: %v", err)
+		}
+		tb.Cleanup(func() { _ = conn.Close() })
+		plan, err := spec.Plan()
+		if err != nil {
+			tb.Fatalf("plan: %v", err)
+		}
+		if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{}); err != nil {
+			tb.Fatalf("apply (plugin): %v", err)
+		}
+		declareReady(tb, conn, target, ready)
+		tb.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			ch, err := conn.Channel()
+			if err == nil {
+				_, _ = ch.QueueDelete(ready, false, false, false)
+				_ = ch.ExchangeDelete(target, false, false)
+				_ = ch.Close()
+			}
+			if _, err := topology.Teardown(ctx, conn, plan, topology.TeardownOptions{Force: true}); err != nil && !errors.Is(err, context.Canceled) {
+				tb.Logf("teardown of the plugin case: %v", err)
+			}
+		})
+		p, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{Config: amqpconn.Config{URL: u}, Spec: spec}, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+		if err != nil {
+			tb.Fatalf("publisher (plugin): %v", err)
+		}
+		tb.Cleanup(func() { _ = p.Close() })
+		pub := func(ctx context.Context, _, i int, delay time.Duration) (time.Time, error) {
+			r, err := p.Publish(ctx, target, "bench.key", benchPublishing(i), delay)
+			if err == nil && delay > 0 && r.Path != amqpdelay.PathPlugin {
+				err = fmt.Errorf("delay %v published by the %v path, want plugin", delay, r.Path)
+			}
+			return r.Due, err
+		}
+		return setup{url: u, ready: ready, publish: pub}
+	}
+}
+
+func (c delayCase) String() string {
+	return fmt.Sprintf("%s (unit %v, radix %d, %v, %s%s)", c.name, c.ladder.Unit, c.ladder.Radix, c.ladder.Order, c.qtype,
+		map[bool]string{true: ", " + c.variant}[c.variant != ""])
+}

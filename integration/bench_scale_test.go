@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+)
+
+var scaleWorkers = flag.Int("scale-workers", 64, "BenchmarkPendingScale: publishing goroutines (the Publisher pipelines their publishes over its channels)")
+
+// settledMemory waits (at most 2 minutes) until the broker's memory use stops falling - a vhost
+// deleted by the previous benchmark frees its memory over tens of seconds - and returns it.
+func settledMemory(ctx context.Context, tb testing.TB, br *brokertest.Broker) (int64, error) {
+	prev, err := brokerMemory(tb, br)
+	if err != nil {
+		return 0, err
+	}
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); {
+		select {
+		case <-ctx.Done():
+			return prev, nil
+		case <-time.After(6 * time.Second): // mem_used is refreshed every 5 s
+		}
+		m, err := brokerMemory(tb, br)
+		if err != nil {
+			return 0, err
+		}
+		if m > prev-prev/50 { // fell by less than 2 %
+			return min(m, prev), nil
+		}
+		prev = m
+	}
+	return prev, nil
+}
+
+// BenchmarkPendingScale puts -scale messages (200,000; the issue's full run: -scale=1000000) on
+// the default ladder (radix 16, 1 ms, shortest first, quorum queues) with delays uniform in
+// 60-120 s, published as fast as -scale-workers goroutines can, and waits until every one is
+// delivered. It first waits for the broker's memory use to settle (see settledMemory). While the
+// messages wait it samples the broker's memory (management API, mem_used summed
+// over nodes) every 5 s and reports the sample taken with the most messages pending: mem_MiB,
+// mem_delta_MiB over the memory before publishing, pending (how many were pending then) and
+// bytes_per_msg (delta / pending). Then drain_msg/s (arrivals per second from the first due
+// time to the last arrival), lateness p50/p99/max, early and lost counts.
+//
+// Target (issue): 0 lost.
+func BenchmarkPendingScale(b *testing.B) {
+	n := *scaleN
+	c := defaultLadderCase("ladder")
+	for range b.N {
+		s := declare(b, c)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+		rec := newRecorder(n)
+		cctx, stop := context.WithCancel(ctx)
+		wait := consume(cctx, b, s.url, s.ready, rec)
+
+		before, err := settledMemory(ctx, b, s.broker)
+		if err != nil {
+			b.Fatalf("broker memory: %v", err)
+		}
+		// Sample memory with the pending count until everything has arrived.
+		var (
+			mu                 sync.Mutex
+			peakPending, peakM int64
+		)
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			tick := time.NewTicker(5 * time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-cctx.Done():
+					return
+				case <-tick.C:
+				}
+				pending := rec.published.Load() - rec.count.Load()
+				m, err := brokerMemory(b, s.broker)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				if pending > peakPending {
+					peakPending, peakM = pending, m
+				}
+				mu.Unlock()
+			}
+		}()
+		took, err := runWorkersN(ctx, *scaleWorkers, n, s.publish, rec, nil, func(int, time.Time) time.Duration {
+			return 60*time.Second + time.Duration(rand.Int64N(int64(60*time.Second))).Truncate(time.Millisecond)
+		})
+		if err != nil {
+			b.Fatalf("publish: %v", err)
+		}
+		waitArrivals(ctx, rec, time.Now().Add(120*time.Second+60*time.Second), 10*time.Second, nil)
+		stop()
+		wait()
+		<-sampled
+		cancel()
+		res := rec.result()
+		firstDue := time.Unix(0, rec.firstDue())
+		drain := float64(res.arrived) / res.lastArrive.Sub(firstDue).Seconds()
+		const mib = 1 << 20
+		delta := peakM - before
+		b.ReportMetric(float64(n)/took.Seconds(), "pub_msg/s")
+		b.ReportMetric(float64(peakPending), "pending")
+		b.ReportMetric(float64(peakM)/mib, "mem_MiB")
+		b.ReportMetric(float64(delta)/mib, "mem_delta_MiB")
+		b.ReportMetric(float64(delta)/float64(max(peakPending, 1)), "bytes_per_msg")
+		b.ReportMetric(drain, "drain_msg/s")
+		b.ReportMetric(res.p50, "p50_ms")
+		b.ReportMetric(res.p99, "p99_ms")
+		b.ReportMetric(res.max, "max_ms")
+		b.ReportMetric(float64(res.early), "early")
+		b.ReportMetric(float64(res.lost), "lost")
+		b.ReportMetric(0, "ns/op")
+		b.Logf("%d messages on the ladder (%v), delays 60-120 s: published in %v (%.0f msg/s, %d goroutines); broker memory %.0f MiB before, "+
+			"%.0f MiB with %d pending (%.0f bytes each); drained at %.0f msg/s; lateness p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d early, %d lost, %d duplicates",
+			n, c, took.Round(time.Millisecond), float64(n)/took.Seconds(), *scaleWorkers, float64(before)/mib, float64(peakM)/mib, peakPending,
+			float64(delta)/float64(max(peakPending, 1)), drain, res.p50, res.p99, res.max, res.early, res.lost, res.dups)
+		if res.lost > 0 {
+			b.Errorf("%d of %d messages lost; queues holding messages:%s", res.lost, res.published, s.queues(10))
+		}
+	}
+}

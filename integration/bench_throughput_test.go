@@ -1,0 +1,87 @@
+package integration
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// throughputBucket is the bucket the throughput benchmark publishes to: long enough that nothing
+// falls due while it runs.
+const throughputBucket = time.Hour
+
+// BenchmarkPublishThroughput measures publishing with confirms, 100-byte persistent messages, 8
+// goroutines: raw amqp091-go to a plain quorum queue (the limit), and the ladder (both hop
+// orders), the bucket path and, when AMQP_PLUGIN_URL is set, the plugin. Ladder delays are
+// uniform in 1 min - 1 h (ms resolution), so nothing falls due during the run but the short
+// hops of the shortest-first order happen while it publishes, as they would in production. The
+// cases alternate over -throughput-rounds rounds of -throughput messages each, every case in a
+// vhost of its own per round. Reports msg/s per case and the ratio to raw (x_raw).
+//
+// Target (issue): ladder >= 0.85 x raw.
+func BenchmarkPublishThroughput(b *testing.B) {
+	type tcase struct {
+		name  string
+		setup func(testing.TB) publishFunc
+		delay func(i int) time.Duration
+	}
+	longDelay := func(i int) time.Duration {
+		return time.Minute + time.Duration(rand.Int64N(int64(59*time.Minute))).Truncate(time.Millisecond)
+	}
+	cases := []tcase{
+		{name: "raw", setup: rawQueue, delay: func(int) time.Duration { return 0 }},
+		{name: "ladder", setup: func(tb testing.TB) publishFunc {
+			return declare(tb, defaultLadderCase("ladder")).publish
+		}, delay: longDelay},
+		{name: "ladder-longest", setup: func(tb testing.TB) publishFunc {
+			return declare(tb, ladderCase("ladder-longest", ms1, 16, lf, topology.Quorum, "")).publish
+		}, delay: longDelay},
+		{name: "bucket", setup: func(tb testing.TB) publishFunc {
+			return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum,
+				buckets: []time.Duration{throughputBucket}, path: amqpdelay.PathBucket}).publish
+		}, delay: func(int) time.Duration { return throughputBucket }},
+	}
+	if p := pluginSetup(b); p != nil {
+		cases = append(cases, tcase{name: "plugin", setup: func(tb testing.TB) publishFunc { return p(tb).publish }, delay: longDelay})
+	}
+	n := *throughputN
+	took := make([]time.Duration, len(cases))
+	for range b.N {
+		for round := range *throughputRound {
+			for k, c := range cases {
+				b.Run(c.name, func(b *testing.B) {
+					pub := c.setup(b)
+					d, err := runWorkers(context.Background(), n, pub, nil, nil, func(i int, _ time.Time) time.Duration { return c.delay(i) })
+					if err != nil {
+						b.Fatalf("%s, round %d: %v", c.name, round, err)
+					}
+					took[k] += d
+					b.ReportMetric(float64(n)/d.Seconds(), "msg/s")
+					b.ReportMetric(0, "ns/op")
+				})
+			}
+		}
+	}
+	total := float64(n * *throughputRound * b.N)
+	raw := total / took[0].Seconds()
+	rows := [][]string{{"case", "msg/s", "x raw"}}
+	// A benchmark that has sub-benchmarks prints no line of its own: the totals go in "summary".
+	b.Run("summary", func(b *testing.B) {
+		for k, c := range cases {
+			rate := total / took[k].Seconds()
+			rows = append(rows, []string{c.name, num(rate), ratio(rate / raw)})
+			b.ReportMetric(rate, c.name+"_msg/s")
+			if k > 0 {
+				b.ReportMetric(rate/raw, c.name+"_x_raw")
+			}
+		}
+		b.ReportMetric(0, "ns/op")
+	})
+	b.Logf("publish throughput, %d rounds of %d messages per case, %d goroutines, 100-byte persistent messages, confirms:%s",
+		*throughputRound, n, benchWorkers, table(rows))
+}
