@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -362,9 +365,7 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Broker.Management("POST", "api/definitions/"+url.PathEscape(env.VHost), json.RawMessage(defs), nil); err != nil {
-		t.Fatalf("import definitions: %v", err)
-	}
+	importDefinitions(t, env, defs)
 	gotEx, gotQ, gotB := topoBrokerView(t, env)
 	wantEx, wantQ, wantB := topoPlanView(p)
 	topoDiff(t, "imported exchanges", gotEx, wantEx)
@@ -680,4 +681,38 @@ func BenchmarkApplyDefault(b *testing.B) {
 			}
 		})
 	}
+}
+
+// importDefinitions loads definitions JSON into the broker with `rabbitmqctl import_definitions`
+// when the broker is the private node of scripts/broker (BROKER_STATE, set by `make test`), and
+// otherwise with the management API's POST /api/definitions/<vhost>, which runs the same importer.
+func importDefinitions(t *testing.T, env *brokertest.Env, defs []byte) {
+	t.Helper()
+	state := os.Getenv("BROKER_STATE")
+	if kind, _ := os.ReadFile(filepath.Join(state, "kind")); state != "" && strings.TrimSpace(string(kind)) == "local" {
+		f, err := os.CreateTemp("", "rabbitdelay-defs-*.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(f.Name()) })
+		if _, err := f.Write(defs); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		// rabbitmqctl runs as the node's user, which must be able to read the file.
+		if err := os.Chmod(f.Name(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("../scripts/broker", "ctl", "import_definitions", f.Name())
+		cmd.Env = append(os.Environ(), "BROKER_STATE="+state)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("rabbitmqctl import_definitions: %v\n%s", err, out)
+		}
+		t.Logf("imported with rabbitmqctl import_definitions")
+		return
+	}
+	if err := env.Broker.Management("POST", "api/definitions/"+url.PathEscape(env.VHost), json.RawMessage(defs), nil); err != nil {
+		t.Fatalf("import definitions through the management API: %v", err)
+	}
+	t.Logf("imported through the management API (no private node of scripts/broker to run rabbitmqctl on)")
 }
