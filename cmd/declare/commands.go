@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -76,15 +78,7 @@ func cmdPlan(_ context.Context, e *invocation) error {
 }
 
 func cmdApply(ctx context.Context, e *invocation) error {
-	p, err := e.plan()
-	if err != nil {
-		return err
-	}
-	m, err := e.management()
-	if err != nil {
-		return usageError{err}
-	}
-	conn, err := e.dial(ctx)
+	p, m, conn, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -142,15 +136,7 @@ func printReport(w io.Writer, rep *topology.Report, dryRun bool) {
 }
 
 func cmdStatus(ctx context.Context, e *invocation) error {
-	p, err := e.plan()
-	if err != nil {
-		return err
-	}
-	m, err := e.management()
-	if err != nil {
-		return usageError{err}
-	}
-	conn, err := e.dial(ctx)
+	p, m, conn, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -292,15 +278,7 @@ func cmdExport(_ context.Context, e *invocation) error {
 }
 
 func cmdTeardown(ctx context.Context, e *invocation) error {
-	p, err := e.plan()
-	if err != nil {
-		return err
-	}
-	m, err := e.management()
-	if err != nil {
-		return usageError{err}
-	}
-	conn, err := e.dial(ctx)
+	p, m, conn, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -324,4 +302,22 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	fmt.Fprintf(e.stdout, "note: messages already held by the delayed-message plugin are NOT removed by deleting %s: "+
 		"the plugin still delivers them when they fall due if an exchange of that name exists by then.\n", p.Names.PluginExchange())
 	return nil
+}
+
+// connect builds the plan, the optional management API client and the broker connection that
+// apply, status and teardown share. The caller closes the connection.
+func (e *invocation) connect(ctx context.Context) (*topology.Plan, *topology.Management, *amqp.Connection, error) {
+	p, err := e.plan()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m, err := e.management()
+	if err != nil {
+		return nil, nil, nil, usageError{err}
+	}
+	conn, err := e.dial(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return p, m, conn, nil
 }
