@@ -219,31 +219,66 @@ func (s *session) onChanDied() {
 // checkTopology passive-declares the dispatch exchange on a channel of its own (a missing
 // exchange closes only that channel with 404 NOT_FOUND).
 func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) error {
+	// Each check is a passive declare on a channel of its own: a missing object closes the
+	// channel (404 NOT_FOUND). The ladder marker's name records the unit, radix, order and
+	// levels that `declare apply` used (topology.Names.LadderMarker): a publisher with another
+	// ladder would send messages that arrive early or never, so it must not start.
+	type check struct {
+		exchange, queue string
+		missing         func() error
+	}
+	l := p.ladder
+	checks := []check{
+		{exchange: p.names.Dispatch(), missing: func() error {
+			return fmt.Errorf("%w: exchange %q does not exist in this vhost: run `declare apply` with the same AMQPDELAY_* variables (prefix %q)",
+				ErrTopologyMissing, p.names.Dispatch(), p.cfg.Spec.Prefix)
+		}},
+		{exchange: p.names.LadderMarker(l), missing: func() error {
+			return fmt.Errorf("%w: the topology of prefix %q was declared with another ladder than this publisher's (unit %v, radix %d, order %s, %d levels; "+
+				"exchange %q is missing): use the same AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER as `declare apply`, or apply this ladder under another prefix",
+				ErrTopologyMissing, p.cfg.Spec.Prefix, l.Unit, l.Radix, l.Order, l.Levels(), p.names.LadderMarker(l))
+		}},
+	}
+	for _, b := range p.buckets.List() {
+		checks = append(checks, check{queue: p.names.BucketQueue(b.TTL), missing: func() error {
+			return fmt.Errorf("%w: bucket %v (queue %q) is not declared: use the same AMQPDELAY_BUCKETS as `declare apply`, or add %v there and apply again",
+				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL), b.Delay)
+		}})
+	}
 	done := make(chan error, 1)
 	go func() {
-		ch, err := conn.Channel()
-		if err != nil {
-			done <- fmt.Errorf("amqpdelay: open channel: %w", err)
-			return
+		for _, c := range checks {
+			ch, err := conn.Channel()
+			if err != nil {
+				done <- fmt.Errorf("amqpdelay: open channel: %w", err)
+				return
+			}
+			name := c.exchange
+			if c.queue != "" {
+				name = c.queue
+				_, err = ch.QueueDeclarePassive(c.queue, true, false, false, false, nil)
+			} else {
+				err = ch.ExchangeDeclarePassive(c.exchange, amqp.ExchangeHeaders, true, false, false, false, nil)
+			}
+			var ae *amqp.Error
+			switch {
+			case err == nil:
+				_ = ch.Close()
+			case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+				done <- fmt.Errorf("%w: %w", c.missing(), err)
+				return
+			default:
+				done <- fmt.Errorf("amqpdelay: check %q: %w", name, err)
+				return
+			}
 		}
-		err = ch.ExchangeDeclarePassive(p.names.Dispatch(), amqp.ExchangeHeaders, true, false, false, false, nil)
-		var ae *amqp.Error
-		switch {
-		case err == nil:
-			_ = ch.Close()
-			done <- nil
-		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-			done <- fmt.Errorf("%w: exchange %q does not exist in this vhost: run `declare apply` with the same AMQPDELAY_* variables (prefix %q): %w",
-				ErrTopologyMissing, p.names.Dispatch(), p.cfg.Spec.Prefix, err)
-		default:
-			done <- fmt.Errorf("amqpdelay: check dispatch exchange %q: %w", p.names.Dispatch(), err)
-		}
+		done <- nil
 	}()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("amqpdelay: check dispatch exchange %q: %w", p.names.Dispatch(), ctx.Err())
+		return fmt.Errorf("amqpdelay: check the topology: %w", ctx.Err())
 	}
 }
 

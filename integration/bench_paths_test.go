@@ -294,6 +294,7 @@ func declareVariant(tb testing.TB, conn *amqp.Connection, spec topology.Spec, va
 	for level := range levels {
 		must(names.LadderExchange(level), ch.ExchangeDeclare(names.LadderExchange(level), "headers", true, false, false, false, nil))
 	}
+	must(names.LadderMarker(l), ch.ExchangeDeclare(names.LadderMarker(l), "fanout", true, false, false, false, nil))
 	for level := range levels {
 		must("pass-through", ch.ExchangeBind(next(level), "", names.LadderExchange(level), false,
 			amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(level): int64(0)}))

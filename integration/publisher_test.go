@@ -535,3 +535,44 @@ func TestPublisherClose(t *testing.T) {
 		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestPublisherRefusesAnotherLadder: a publisher whose ladder (unit, radix, order) or buckets
+// differ from what `declare apply` declared would send messages that arrive early or never;
+// NewPublisher refuses to start, naming what differs, and nothing is sent.
+func TestPublisherRefusesAnotherLadder(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
+	spec.Buckets = topology.Delays{5 * time.Second}
+	declareTopology(t, env, spec)
+	newPublisher(t, env, spec) // the declared settings work
+
+	for _, tc := range []struct {
+		name   string
+		change func(*topology.Spec)
+		want   string
+	}{
+		{"unit", func(s *topology.Spec) { s.Ladder.Unit = 10 * time.Millisecond }, "another ladder"},
+		{"radix", func(s *topology.Spec) { s.Ladder.Radix = 32 }, "another ladder"},
+		{"order", func(s *topology.Spec) { s.Ladder.Order = ttlbuckets.LongestFirst }, "another ladder"},
+		{"bucket", func(s *topology.Spec) { s.Buckets = topology.Delays{2 * time.Second} }, "bucket 2s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			other := spec
+			tc.change(&other)
+			cfg := amqpdelay.Config{Spec: other}
+			cfg.URL = env.URL
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			p, err := amqpdelay.NewPublisher(ctx, cfg)
+			if err == nil {
+				p.Close()
+				t.Fatalf("NewPublisher with another %s: nil error, want ErrTopologyMissing", tc.name)
+			}
+			if !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("NewPublisher with another %s: %v; want ErrTopologyMissing saying %q", tc.name, err, tc.want)
+			}
+		})
+	}
+}

@@ -3,6 +3,8 @@ package topology
 import (
 	"fmt"
 	"strings"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // Names is the one naming rule of the topology: every object's name is the prefix, a dot and a
@@ -47,6 +49,17 @@ func (n Names) LadderExchange(level int) string { return fmt.Sprintf("%s.ladder.
 // LadderQueue is the queue of digit value digit at ladder level level.
 func (n Names) LadderQueue(level, digit int) string {
 	return fmt.Sprintf("%s.ladder.%02d.%02d", n.p(), level, digit)
+}
+
+// LadderMarker is an empty fanout exchange whose name records the ladder the topology was
+// declared with: <prefix>.ladder.<unit ms>ms.r<radix>.<order>.l<levels>, e.g.
+// rabbitdelay.ladder.1ms.r16.shortest-first.l08. AMQP cannot read a queue's arguments back, so a
+// publisher checks that this exchange exists (a passive declare) before it trusts the ladder's
+// TTLs and dead-letter routing: a publisher with another unit, radix, order or number of levels
+// would otherwise send messages that arrive early or never.
+func (n Names) LadderMarker(l ttlbuckets.Ladder) string {
+	l = l.WithDefaults()
+	return fmt.Sprintf("%s.ladder.%dms.r%d.%s.l%02d", n.p(), l.Unit.Milliseconds(), l.Radix, l.Order, l.Levels())
 }
 
 // BucketExchange is the headers exchange the bucket queues are bound to.

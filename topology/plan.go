@@ -209,6 +209,8 @@ func (s Spec) Plan() (*Plan, error) {
 	for _, l := range order {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchange(l), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l})
 	}
+	// The marker records the ladder's geometry for publishers to check (see Names.LadderMarker).
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderMarker(ladder), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1})
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}

@@ -40,12 +40,12 @@ func TestPlanDefaultCounts(t *testing.T) {
 		what      string
 		got, want int
 	}{
-		{"ladder exchanges", countRole(p.Exchanges, exRole, RoleLadder), 8},
+		{"ladder exchanges (8 levels and the marker)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 1},
 		{"ladder queues", countRole(p.Queues, qRole, RoleLadder), 120},
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
-		{"exchanges", len(p.Exchanges), 8 + 2 + 1},
+		{"exchanges", len(p.Exchanges), 8 + 1 + 2 + 1},
 		{"queues", len(p.Queues), 121},
 		{"ladder bindings", countRole(p.Bindings, bRole, RoleLadder), 120 + 8},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
@@ -56,6 +56,9 @@ func TestPlanDefaultCounts(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
 		}
+	}
+	if _, ok := p.Exchange("rabbitdelay.ladder.1ms.r16.shortest-first.l08"); !ok {
+		t.Errorf("no ladder marker exchange rabbitdelay.ladder.1ms.r16.shortest-first.l08")
 	}
 	d, ok := p.Exchange("rabbitdelay.dispatch")
 	if !ok || d.Type != amqp.ExchangeHeaders || d.Args["alternate-exchange"] != "rabbitdelay.unroutable" {

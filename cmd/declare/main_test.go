@@ -377,7 +377,7 @@ func TestPlanCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Exchanges) != 11 || len(p.Queues) != 121 || len(p.Bindings) != 131 || len(p.Existing) != 1 {
+	if len(p.Exchanges) != 12 || len(p.Queues) != 121 || len(p.Bindings) != 131 || len(p.Existing) != 1 {
 		t.Errorf("plan: %d exchanges, %d queues, %d bindings, existing %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), p.Existing)
 	}
 	// Best of 5, so a busy shared machine (parallel tests, -race) does not decide the result.
