@@ -388,3 +388,30 @@ func resilientConsumer(t testing.TB, url, queue string) <-chan arrival {
 	}()
 	return out
 }
+
+// directFixture is where most publisher tests start: the test's own vhost, a direct target
+// exchange and the test ladder declared with topology.Apply, a ready queue bound to the target
+// with key "k" and consumed, and a Publisher.
+type directFixture struct {
+	env    *brokertest.Env
+	target string
+	spec   topology.Spec
+	q      string
+	got    <-chan arrival
+	p      *amqpdelay.Publisher
+	ctx    context.Context
+}
+
+func newDirectFixture(t *testing.T) directFixture {
+	t.Helper()
+	f := directFixture{env: brokertest.NewEnv(t)}
+	f.target = f.env.Name("orders")
+	f.spec = testSpec(f.env, topology.Target{Name: f.target, Type: "direct"})
+	declareTopology(t, f.env, f.spec)
+	f.q = f.env.Name("ready")
+	declareReadyQueue(t, f.env, f.q, f.target, "k")
+	f.got = consumeQueue(t, f.env, f.q)
+	f.p = newPublisher(t, f.env, f.spec)
+	f.ctx = pubCtx(t)
+	return f
+}

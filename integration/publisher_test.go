@@ -24,15 +24,8 @@ import (
 // 1 s, A at about 10 s. Per-message TTLs in one queue would hold B behind A.
 func TestPublisherHeadOfLine(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	declareTopology(t, env, spec)
-	q := env.Name("ready")
-	declareReadyQueue(t, env, q, target, "k")
-	got := consumeQueue(t, env, q)
-	p := newPublisher(t, env, spec)
-	ctx := pubCtx(t)
+	f := newDirectFixture(t)
+	_, target, _, _, got, p, ctx := f.env, f.target, f.spec, f.q, f.got, f.p, f.ctx
 
 	start := time.Now()
 	ra, err := p.Publish(ctx, target, "k", textMsg("A"), 10*time.Second)
@@ -74,15 +67,8 @@ func TestPublisherHeadOfLine(t *testing.T) {
 // arrive in publish order.
 func TestPublisherOrdering(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	declareTopology(t, env, spec)
-	q := env.Name("ready")
-	declareReadyQueue(t, env, q, target, "k")
-	got := consumeQueue(t, env, q)
-	p := newPublisher(t, env, spec)
-	ctx := pubCtx(t)
+	f := newDirectFixture(t)
+	_, target, _, _, got, p, ctx := f.env, f.target, f.spec, f.q, f.got, f.p, f.ctx
 	const n = 100
 	for i := range n {
 		if _, err := p.Publish(ctx, target, "k", textMsg(strconv.Itoa(i)), 1500*time.Millisecond); err != nil {
@@ -272,15 +258,8 @@ func TestPublisherUnroutable(t *testing.T) {
 // broker.
 func TestPublisherZeroNegativeAndTooLong(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	declareTopology(t, env, spec)
-	q := env.Name("ready")
-	declareReadyQueue(t, env, q, target, "k")
-	got := consumeQueue(t, env, q)
-	p := newPublisher(t, env, spec)
-	ctx := pubCtx(t)
+	f := newDirectFixture(t)
+	env, target, spec, _, got, p, ctx := f.env, f.target, f.spec, f.q, f.got, f.p, f.ctx
 	for _, d := range []time.Duration{0, -time.Second, -365 * 24 * time.Hour} {
 		start := time.Now()
 		r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
@@ -353,15 +332,8 @@ func TestPublisherZeroNegativeAndTooLong(t *testing.T) {
 // the caller's headers are never modified.
 func TestPublisherBadInput(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	declareTopology(t, env, spec)
-	q := env.Name("ready")
-	declareReadyQueue(t, env, q, target, "k")
-	got := consumeQueue(t, env, q)
-	p := newPublisher(t, env, spec)
-	ctx := pubCtx(t)
+	f := newDirectFixture(t)
+	_, target, _, q, got, p, ctx := f.env, f.target, f.spec, f.q, f.got, f.p, f.ctx
 
 	//nolint:staticcheck // a nil context on purpose
 	if _, err := p.Publish(nil, target, "k", textMsg("x"), time.Second); !errors.Is(err, amqpdelay.ErrInvalidInput) {
