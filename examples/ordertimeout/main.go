@@ -370,4 +370,3 @@ func (p *progress) done() {
 		p.dirty = false
 	}
 }
-
