@@ -68,30 +68,8 @@ func Due(delivery amqp.Delivery) (due time.Time, ok bool) {
 }
 
 func dueFromHeaders(h amqp.Table) (time.Time, bool) {
-	var ms int64
-	switch v := h[ttlbuckets.DueHeader].(type) {
-	case int64:
-		ms = v
-	case int32:
-		ms = int64(v)
-	case int:
-		ms = int64(v)
-	case int16:
-		ms = int64(v)
-	case int8:
-		ms = int64(v)
-	case uint32:
-		ms = int64(v)
-	case uint16:
-		ms = int64(v)
-	case uint8:
-		ms = int64(v)
-	case uint64:
-		if v > 1<<62 {
-			return time.Time{}, false
-		}
-		ms = int64(v)
-	default:
+	ms, isInt, fits := ttlbuckets.HeaderInt(h[ttlbuckets.DueHeader])
+	if !isInt || !fits {
 		return time.Time{}, false
 	}
 	return time.UnixMilli(ms), true

@@ -136,18 +136,26 @@ func (l Ladder) DecodeDigits(h map[string]any) ([]int, error) {
 // digitValue converts an integer header value. isInt is false for a non-integer type;
 // inRange is false for a value outside 0..max.
 func digitValue(raw any, max int64) (v int64, isInt, inRange bool) {
+	v, isInt, fits := HeaderInt(raw)
+	return v, isInt, fits && v >= 0 && v <= max
+}
+
+// HeaderInt reads an integer header value of any Go integer type that amqp091 may decode a
+// table value into (int8..int64, uint8..uint64, int, uint). isInt is false for any other type;
+// fits is false for an unsigned value above math.MaxInt64.
+func HeaderInt(raw any) (v int64, isInt, fits bool) {
 	var u uint64 // for unsigned types
 	switch x := raw.(type) {
 	case int:
-		v = int64(x)
+		return int64(x), true, true
 	case int8:
-		v = int64(x)
+		return int64(x), true, true
 	case int16:
-		v = int64(x)
+		return int64(x), true, true
 	case int32:
-		v = int64(x)
+		return int64(x), true, true
 	case int64:
-		v = x
+		return x, true, true
 	case uint:
 		u = uint64(x)
 	case uint8:
@@ -164,8 +172,5 @@ func digitValue(raw any, max int64) (v int64, isInt, inRange bool) {
 	if u > math.MaxInt64 {
 		return 0, true, false
 	}
-	if u != 0 {
-		v = int64(u)
-	}
-	return v, true, v >= 0 && v <= max
+	return int64(u), true, true
 }

@@ -179,3 +179,26 @@ func TestDecodeDigitsErrors(t *testing.T) {
 		t.Errorf("zero extra levels: %v, %v", got, err)
 	}
 }
+
+func TestHeaderInt(t *testing.T) {
+	for _, tc := range []struct {
+		raw         any
+		v           int64
+		isInt, fits bool
+	}{
+		{int8(-3), -3, true, true},
+		{int32(7), 7, true, true},
+		{int64(1) << 40, 1 << 40, true, true},
+		{uint8(200), 200, true, true},
+		{uint64(math.MaxInt64), math.MaxInt64, true, true},
+		{uint64(math.MaxInt64) + 1, 0, true, false},
+		{"1", 0, false, false},
+		{1.0, 0, false, false},
+		{nil, 0, false, false},
+	} {
+		v, isInt, fits := ttlbuckets.HeaderInt(tc.raw)
+		if v != tc.v || isInt != tc.isInt || fits != tc.fits {
+			t.Errorf("HeaderInt(%T %v) = %d, %v, %v; want %d, %v, %v", tc.raw, tc.raw, v, isInt, fits, tc.v, tc.isInt, tc.fits)
+		}
+	}
+}
