@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,10 +19,13 @@ var steadyBuckets = []time.Duration{1 * time.Second, 2 * time.Second, 3 * time.S
 
 // BenchmarkLatenessSteady publishes -steady-rate messages per second (1,000) for -steady-seconds
 // (20), delays uniform in 1-10 s, and reports per path the lateness (arrival minus the due time
-// the publisher computed) p50, p99 and max in ms, and the early and lost counts. Paths: the
-// default ladder (radix 16, 1 ms, quorum) in both hop orders, the bucket path (delays rounded to
-// whole seconds, one bucket per second) and, when AMQP_PLUGIN_URL is set, the plugin. Each path
-// runs alone, in a vhost of its own, with a consumer draining its ready queue as messages arrive.
+// the publisher computed) p50, p99 and max in ms, and the early and lost counts. Cases
+// (-steady-cases): "raw", the baseline of the same run (a plain publish with a confirm, no delay,
+// to the target exchange: the broker's own publish-to-delivery latency at that rate), "bucket"
+// (delays rounded to whole seconds, one bucket per second), any ladder case of -burst-cases' list
+// (default: the default ladder, radix 16, 1 ms, quorum, in both hop orders) and, when
+// AMQP_PLUGIN_URL is set, the plugin. Each case runs alone, in a vhost of its own, with a
+// consumer draining its ready queue as messages arrive.
 //
 // Target (issue) for the default ladder on quorum queues: p99 <= 20 ms, 0 early, 0 lost.
 func BenchmarkLatenessSteady(b *testing.B) {
@@ -33,16 +37,22 @@ func BenchmarkLatenessSteady(b *testing.B) {
 	msDelay := func() time.Duration {
 		return time.Second + time.Duration(rand.Int64N(int64(9*time.Second))).Truncate(time.Millisecond)
 	}
-	cases := []scase{
-		{name: "ladder", delay: msDelay, setup: func(tb testing.TB) setup {
-			return declare(tb, defaultLadderCase("ladder"))
-		}},
-		{name: "ladder-longest", delay: msDelay, setup: func(tb testing.TB) setup {
-			return declare(tb, ladderCase("ladder-longest", ms1, 16, lf, topology.Quorum, ""))
-		}},
-		{name: "bucket", delay: func() time.Duration { return steadyBuckets[rand.IntN(len(steadyBuckets))] }, setup: func(tb testing.TB) setup {
-			return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum, buckets: steadyBuckets, path: amqpdelay.PathBucket})
-		}},
+	var cases []scase
+	for _, name := range strings.Split(*steadyCases, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "":
+		case "raw":
+			// The floor: a plain publish with a confirm to the target exchange, consumed from the
+			// same ready queue; lateness is arrival minus the publish call.
+			cases = append(cases, scase{name: name, delay: func() time.Duration { return 0 }, setup: rawReady})
+		case "bucket":
+			cases = append(cases, scase{name: name, delay: func() time.Duration { return steadyBuckets[rand.IntN(len(steadyBuckets))] }, setup: func(tb testing.TB) setup {
+				return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum, buckets: steadyBuckets, path: amqpdelay.PathBucket})
+			}})
+		default:
+			c := casesFromFlag(b, name)[0]
+			cases = append(cases, scase{name: name, delay: msDelay, setup: func(tb testing.TB) setup { return declare(tb, c) }})
+		}
 	}
 	if p := pluginSetup(b); p != nil {
 		cases = append(cases, scase{name: "plugin", delay: msDelay, setup: p})

@@ -65,6 +65,7 @@ var burstCatalogue = []delayCase{
 	ladderCase("classic-longest", ms1, 16, lf, topology.Classic, ""),
 	ladderCase("classic2-shortest", ms1, 16, sf, topology.Classic, "classic2"),
 	ladderCase("topclassic-shortest", ms1, 16, sf, topology.Quorum, "top-classic"),
+	ladderCase("r32-shortest", ms1, 32, sf, topology.Quorum, ""),
 	ladderCase("r64-shortest", ms1, 64, sf, topology.Quorum, ""),
 	ladderCase("r64-longest", ms1, 64, lf, topology.Quorum, ""),
 	ladderCase("r4-shortest", ms1, 4, sf, topology.Quorum, ""),

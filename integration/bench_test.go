@@ -41,6 +41,7 @@ var (
 		"0: 30 s, or 3 times as long as the raw case took to publish when that is longer (so the burst is published before it falls due)")
 	burstCases      = flag.String("burst-cases", "shortest,longest", "BenchmarkBurst: comma-separated ladder cases besides raw (and plugin, when AMQP_PLUGIN_URL is set): "+strings.Join(burstCaseNames(), ", "))
 	burstTrace      = flag.Bool("burst-trace", false, "BenchmarkBurst: log, every second of the drain, the messages arrived and the queues that hold the most messages")
+	steadyCases     = flag.String("steady-cases", "raw,shortest,longest,bucket", "BenchmarkLatenessSteady: comma-separated cases: raw, bucket, plugin (when AMQP_PLUGIN_URL is set) and the ladder cases of -burst-cases")
 	steadySeconds   = flag.Int("steady-seconds", 20, "BenchmarkLatenessSteady: seconds of publishing")
 	steadyRate      = flag.Int("steady-rate", 1000, "BenchmarkLatenessSteady: messages per second")
 	throughputN     = flag.Int("throughput", 10_000, "BenchmarkPublishThroughput: messages per case and round")
@@ -396,6 +397,26 @@ func rawQueue(tb testing.TB) publishFunc {
 	return func(ctx context.Context, w, i int, _ time.Duration) (time.Time, error) {
 		return time.Now(), publishConfirmed(ctx, chs[w], "", q, benchPublishing(i))
 	}
+}
+
+// rawReady is the raw case of BenchmarkLatenessSteady: a vhost of its own with the target exchange
+// and the ready queue of every case, and a publishFunc that publishes to that exchange with a
+// confirm and no delay. The due time it returns is the moment of the publish call, so lateness
+// is the broker's publish-to-delivery latency.
+func rawReady(tb testing.TB) setup {
+	tb.Helper()
+	env := brokertest.NewEnv(tb)
+	chs := channels(tb, env.URL)
+	if err := chs[0].ExchangeDeclare(benchTarget, "topic", true, false, false, false, nil); err != nil {
+		tb.Fatalf("declare %s: %v", benchTarget, err)
+	}
+	conn := env.Dial(tb)
+	declareReady(tb, conn, benchTarget, benchReady)
+	pub := func(ctx context.Context, w, i int, _ time.Duration) (time.Time, error) {
+		now := time.Now()
+		return now, publishConfirmed(ctx, chs[w], benchTarget, "bench.key", benchPublishing(i))
+	}
+	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
 }
 
 // measureRaw publishes n messages with rawQueue in a vhost of its own and returns msg/s.
