@@ -25,6 +25,9 @@ import (
 type pubChan struct {
 	ch  *amqp.Channel
 	sem chan struct{} // capacity 1: held while writing a publish
+	// frameMax is the connection's negotiated frame_max in bytes (0: unknown): the content
+	// header of a publish must fit in one frame.
+	frameMax int
 
 	pmu     sync.Mutex // guards the maps; never held while calling into amqp091
 	pending map[uint64]*inflight
@@ -59,11 +62,12 @@ func openPubChan(conn *amqp.Connection, onDead func()) (*pubChan, error) {
 		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
 	pc := &pubChan{
-		ch:      ch,
-		sem:     make(chan struct{}, 1),
-		pending: make(map[uint64]*inflight),
-		byID:    make(map[string]*inflight),
-		dead:    make(chan struct{}),
+		ch:       ch,
+		frameMax: conn.Config.FrameSize,
+		sem:      make(chan struct{}, 1),
+		pending:  make(map[uint64]*inflight),
+		byID:     make(map[string]*inflight),
+		dead:     make(chan struct{}),
 	}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
@@ -142,6 +146,9 @@ func (pc *pubChan) isDead() bool {
 // was written and the caller may use another channel; an error amqp091 gives for a message it
 // cannot encode wraps ErrInvalidInput and must not be retried.
 func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing) error {
+	if problem := headerTooLarge(m, pc.frameMax); problem != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidInput, problem)
+	}
 	f := &inflight{id: m.MessageId, done: make(chan struct{})}
 	for {
 		select {

@@ -44,7 +44,8 @@ var (
 
 	// ErrInvalidInput: a nil context, headers that AMQP cannot encode, a short string (routing
 	// key, exchange, string property, header key) longer than 255 bytes, a NaN or infinite
-	// float header, or another argument the Publisher cannot use; the message names it and the
+	// float header, headers too large for one frame, a body over the maximum message size,
+	// or another argument the Publisher cannot use; the message names it and the
 	// limit. Nothing was sent (when amqp091 itself refused to encode the message, it closed the
 	// connection, and the Publisher reconnects; the message is not retried).
 	ErrInvalidInput = errors.New("amqpdelay: invalid input")

@@ -19,6 +19,7 @@ type options struct {
 	backoffMin  time.Duration
 	backoffMax  time.Duration
 	onReconnect func(ReconnectEvent)
+	maxBody     int
 }
 
 func defaultOptions() options {
@@ -29,6 +30,7 @@ func defaultOptions() options {
 		name:       "rabbitdelay-publisher",
 		backoffMin: 100 * time.Millisecond,
 		backoffMax: 5 * time.Second,
+		maxBody:    DefaultMaxMessageSize,
 	}
 }
 
@@ -84,6 +86,31 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 			return fmt.Errorf("%w: reconnect back-off %v..%v: want 0 < min <= max", ErrInvalidConfig, min, max)
 		}
 		o.backoffMin, o.backoffMax = min, max
+		return nil
+	}
+}
+
+// DefaultMaxMessageSize is the largest body, in bytes (16 MiB), a Publisher sends unless
+// [WithMaxMessageSize] says otherwise: RabbitMQ's default max_message_size since 4.0
+// (https://www.rabbitmq.com/docs/configure, max_message_size; 128 MiB on 3.x). RabbitMQ
+// answers a larger body by closing the channel (406 PRECONDITION_FAILED), which would fail
+// every other publish in flight on that channel, so Publish refuses it first.
+const DefaultMaxMessageSize = 16 << 20
+
+// MaxMessageSizeLimit is the largest value [WithMaxMessageSize] accepts: RabbitMQ's own
+// ceiling for max_message_size, 512 MiB.
+const MaxMessageSizeLimit = 512 << 20
+
+// WithMaxMessageSize sets the largest message body, in bytes, that Publish sends (1 to
+// [MaxMessageSizeLimit]); a larger body gets ErrInvalidInput and nothing is sent. Set it to
+// the broker's max_message_size (default [DefaultMaxMessageSize]). Every hop of a delayed
+// message writes its body to a quorum queue's log again, so keep delayed bodies small.
+func WithMaxMessageSize(bytes int) Option {
+	return func(o *options) error {
+		if bytes < 1 || bytes > MaxMessageSizeLimit {
+			return fmt.Errorf("%w: max message size %d bytes: want 1 to %d (RabbitMQ's ceiling for max_message_size)", ErrInvalidConfig, bytes, MaxMessageSizeLimit)
+		}
+		o.maxBody = bytes
 		return nil
 	}
 }

@@ -419,9 +419,11 @@ func (p *Publisher) acquire(ctx context.Context) (*pubChan, error) {
 //
 // It returns nil only after a broker ack. Errors: ErrInvalidInput (nil ctx, headers AMQP
 // cannot encode, a NaN or infinite float header at any depth, an exchange, routing key,
-// string property or header key longer than 255 bytes, msg.Expiration on a delayed message;
-// each refused before anything is sent, because amqp091 or RabbitMQ would close the whole
-// connection and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
+// string property or header key longer than 255 bytes, properties and headers that do not
+// fit in one frame of the connection's frame_max (RabbitMQ's default 131,072 bytes), a body
+// larger than WithMaxMessageSize (default 16 MiB), msg.Expiration on a delayed message; each
+// refused before anything is sent, because amqp091 or RabbitMQ would close the whole
+// connection or channel and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
 // ErrPluginUnavailable (nothing sent for any of these), ErrUnroutable (a mandatory publish
 // came back), ErrNacked, ErrConnectionLost (closed before the confirm: outcome unknown),
 // ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
@@ -451,6 +453,11 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			return Receipt{}, fmt.Errorf("%w: msg.Expiration %q: a per-message TTL would expire the message inside the delay topology, early; "+
 				"set a message TTL on the ready queue instead", ErrInvalidInput, msg.Expiration)
 		}
+	}
+	if len(msg.Body) > p.opts.maxBody {
+		return Receipt{}, fmt.Errorf("%w: msg.Body is %d bytes, more than the largest message size of %d bytes (RabbitMQ's max_message_size "+
+			"would close the channel): send a smaller body, or raise the limit with WithMaxMessageSize if the broker allows more",
+			ErrInvalidInput, len(msg.Body), p.opts.maxBody)
 	}
 	if len(msg.Headers) > 0 {
 		if err := msg.Headers.Validate(); err != nil {

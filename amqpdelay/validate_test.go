@@ -130,3 +130,47 @@ func TestNoEventAfterClose(t *testing.T) {
 		t.Errorf("events = %+v, want only the one before Close", got)
 	}
 }
+
+// TestContentHeaderSize checks the encoded size against sums worked out by hand from AMQP
+// 0-9-1's encoding (as amqp091 writes it); TestPublisherHeaderFrameLimit checks the same
+// boundary against the broker.
+func TestContentHeaderSize(t *testing.T) {
+	const fixed = 14 // class id 2, weight 2, body size 8, property flags 2
+	tests := []struct {
+		name string
+		msg  amqp.Publishing
+		want int
+	}{
+		{"nothing set", amqp.Publishing{Body: []byte("ignored")}, fixed},
+		{"short strings", amqp.Publishing{ContentType: "text/plain", MessageId: "m1"}, fixed + 1 + 10 + 1 + 2},
+		{"delivery mode, priority, timestamp", amqp.Publishing{DeliveryMode: 2, Priority: 1, Timestamp: time.Unix(1, 0)}, fixed + 1 + 1 + 8},
+		{"empty headers are not sent", amqp.Publishing{Headers: amqp.Table{}}, fixed},
+		// table length 4; "s": key 1+1, 'S' 1 + length 4 + 3.
+		{"string header", amqp.Publishing{Headers: amqp.Table{"s": "abc"}}, fixed + 4 + 2 + 1 + 4 + 3},
+		{"scalar headers", amqp.Publishing{Headers: amqp.Table{
+			"b": true, "i8": int8(1), "i16": int16(1), "i32": int32(1), "i": 1, "i64": int64(1), "f32": float32(1), "f64": 1.0,
+			"d": amqp.Decimal{Scale: 1, Value: 1}, "t": time.Unix(1, 0), "n": nil, "x": []byte("ab"),
+		}}, fixed + 4 +
+			(2 + 2) + (3 + 2) + (4 + 3) + (4 + 5) + (2 + 5) + (4 + 9) + (4 + 5) + (4 + 9) +
+			(2 + 6) + (2 + 9) + (2 + 1) + (2 + 5 + 2)},
+		// "a": key 2, 'A' 1 + length 4 + elements ('I' 5, 'F' 1 + 4 + ("k": 2 + 'S' 5 + 1)).
+		{"nested array and table", amqp.Publishing{Headers: amqp.Table{"a": []any{int32(7), amqp.Table{"k": "v"}}}},
+			fixed + 4 + 2 + 5 + 5 + (5 + 2 + 5 + 1)},
+	}
+	for _, tt := range tests {
+		if got := contentHeaderSize(&tt.msg); got != tt.want {
+			t.Errorf("%s: contentHeaderSize = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+	big := amqp.Publishing{Headers: amqp.Table{"pad": strings.Repeat("x", 131072)}}
+	if p := headerTooLarge(&big, 131072); !strings.Contains(p, "frame_max of 131072") || !strings.Contains(p, "into the body") {
+		t.Errorf("headerTooLarge = %q, want it to name frame_max and the fix", p)
+	}
+	if p := headerTooLarge(&big, 0); p != "" {
+		t.Errorf("headerTooLarge with an unknown frame_max = %q, want no verdict", p)
+	}
+	small := amqp.Publishing{Headers: amqp.Table{"pad": "x"}}
+	if p := headerTooLarge(&small, 4096); p != "" {
+		t.Errorf("headerTooLarge of a small message = %q", p)
+	}
+}

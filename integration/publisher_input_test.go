@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -65,6 +66,8 @@ func TestPublisherRefusesConnectionKillers(t *testing.T) {
 	withHeaders := func(h amqp.Table) amqp.Publishing { m := textMsg("bad"); m.Headers = h; return m }
 	typed := textMsg("bad")
 	typed.Type = long
+	huge := textMsg("bad")
+	huge.Body = make([]byte, amqpdelay.DefaultMaxMessageSize+1)
 	bad := []struct {
 		name  string
 		key   string
@@ -78,6 +81,9 @@ func TestPublisherRefusesConnectionKillers(t *testing.T) {
 		{"Inf in a nested array, delayed", "k", withHeaders(amqp.Table{"a": []any{amqp.Table{"b": float32(math.Inf(1))}}}), time.Second, "+Inf"},
 		{"300-byte header key", "k", withHeaders(amqp.Table{long: "v"}), 0, "msg.Headers key"},
 		{"300-byte msg.Type", "k", typed, 0, "msg.Type"},
+		{"200 KB of headers, direct", "k", withHeaders(amqp.Table{"pad": strings.Repeat("p", 200_000)}), 0, "frame_max"},
+		{"200 KB of headers, delayed", "k", withHeaders(amqp.Table{"pad": strings.Repeat("p", 200_000)}), time.Second, "frame_max"},
+		{"body over the maximum message size", "k", huge, time.Second, "WithMaxMessageSize"},
 	}
 	time.Sleep(100 * time.Millisecond) // the good publisher is under way
 	for _, b := range bad {
@@ -118,6 +124,74 @@ func TestPublisherRefusesConnectionKillers(t *testing.T) {
 		}
 	}
 	noDelivery(t, got, 2500*time.Millisecond) // the delayed bad ones were due after 1 s and 2 s
+}
+
+// TestPublisherHeaderFrameLimit finds, from the Publisher's own error, the largest header the
+// direct path can carry on this connection, and checks both sides of that boundary against
+// the broker: the largest one is confirmed without losing the connection, one byte more is
+// refused by Publish with ErrInvalidInput. Publish follows the specification (a frame,
+// its 8 bytes of overhead included, fits in frame_max); RabbitMQ (3.10.8, observed) tolerates
+// 8 bytes more, a payload of frame_max itself, and closes the connection beyond that. So the
+// properties of largest+1+8 sent with plain amqp091 must close the connection: the check is
+// the specification's limit, not a cautious guess.
+func TestPublisherHeaderFrameLimit(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	var ev events
+	p := newPublisher(t, env, spec, amqpdelay.WithReconnectHandler(ev.add))
+	frameMax := env.Dial(t).Config.FrameSize
+	if frameMax <= 0 {
+		t.Fatalf("negotiated frame_max = %d", frameMax)
+	}
+	msg := func(pad int) amqp.Publishing {
+		return amqp.Publishing{MessageId: "m", DeliveryMode: amqp.Persistent, Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
+	}
+	_, err := p.Publish(pubCtx(t), target, "k", msg(frameMax), 0)
+	var size int
+	if err == nil || !errors.Is(err, amqpdelay.ErrInvalidInput) {
+		t.Fatalf("a %d-byte header: err = %v, want ErrInvalidInput", frameMax, err)
+	}
+	if _, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "encode to "):], "encode to %d bytes", &size); scanErr != nil {
+		t.Fatalf("the error does not say the size (%v): %v", scanErr, err)
+	}
+	largest := frameMax - (size - frameMax)
+	if _, err := p.Publish(pubCtx(t), target, "k", msg(largest), 0); err != nil {
+		t.Fatalf("the largest header that fits (pad %d bytes): %v", largest, err)
+	}
+	if _, err := p.Publish(pubCtx(t), target, "k", msg(largest+1), 0); !errors.Is(err, amqpdelay.ErrInvalidInput) {
+		t.Fatalf("one byte more: err = %v, want ErrInvalidInput", err)
+	}
+	ev.mu.Lock()
+	if len(ev.seen) != 0 {
+		t.Errorf("the Publisher's connection changed: %v (%v)", ev.seen[0].Kind, ev.seen[0].Err)
+	}
+	ev.mu.Unlock()
+
+	// The broker's side: what the Publisher would have sent for largest+9, sent by hand.
+	conn := env.Dial(t)
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	over := msg(largest + 1 + 8)
+	over.Headers["rabbitdelay-due"] = time.Now().UnixMilli() // the direct path's own header
+	if err := ch.PublishWithContext(pubCtx(t), target, "k", false, false, over); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.FrameError {
+			t.Errorf("connection closed with %v, want 501 FRAME_ERROR", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the broker accepted a frame payload over frame_max: the Publisher's limit is stricter than it need be")
+	}
 }
 
 // TestBrokerClosesConnectionOnNaNHeader checks the broker fact behind refusing NaN headers:
