@@ -60,6 +60,26 @@ func NewManagement(rawURL, vhost string) (*Management, error) {
 	return m, nil
 }
 
+// advice is what to do about an HTTP status the management API answered with, or "".
+func (m *Management) advice(status int) string {
+	user := "the user"
+	if m.user != nil && m.user.Username() != "" {
+		user = fmt.Sprintf("user %q", m.user.Username())
+	}
+	switch status {
+	case http.StatusUnauthorized:
+		// RabbitMQ answers 401 both to a wrong password and to a user without a management
+		// tag ("Not management user").
+		return fmt.Sprintf(" (check the password of %s in the URL, and that %s has a management tag: "+
+			"`rabbitmqctl set_user_tags <user> monitoring` suffices; or leave the management URL out)", user, user)
+	case http.StatusForbidden:
+		return fmt.Sprintf(" (%s lacks permissions on vhost %q: `rabbitmqctl set_permissions -p <vhost> <user> ...`)", user, m.vhost)
+	case http.StatusNotFound:
+		return fmt.Sprintf(" (vhost %q or the object does not exist, or the URL is not the management API's root)", m.vhost)
+	}
+	return ""
+}
+
 // VHost returns the vhost the client reads.
 func (m *Management) VHost() string { return m.vhost }
 
@@ -87,7 +107,7 @@ func (m *Management) get(ctx context.Context, path string, out any) error {
 		return fmt.Errorf("%w: GET %s: %v", ErrManagement, full, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: GET %s: %s: %.200s", ErrManagement, full, resp.Status, strings.TrimSpace(string(data)))
+		return fmt.Errorf("%w: GET %s: %s: %.200s%s", ErrManagement, full, resp.Status, strings.TrimSpace(string(data)), m.advice(resp.StatusCode))
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // 315360000000 stays 315360000000, not 3.1536e+11
