@@ -61,6 +61,10 @@ type Result struct {
 // Report lists the outcome for every object, in plan order (exchanges, queues, bindings).
 type Report struct {
 	Results []Result `json:"results"`
+	// Unplanned (Teardown with the management API only) are the exchanges and queues with
+	// the plan's prefix that the plan does not have, left in place: Teardown deletes only
+	// what its plan names.
+	Unplanned []Unplanned `json:"unplanned,omitempty"`
 	// Elapsed is the wall-clock time of the whole operation.
 	Elapsed time.Duration `json:"elapsed_ns"`
 }

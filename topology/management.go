@@ -2,6 +2,7 @@ package topology
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -241,5 +243,66 @@ func (m *Management) objects(ctx context.Context) (map[string]map[string]any, er
 			out[string(kind)+" "+o.Name] = props
 		}
 	}
+	return out, nil
+}
+
+// Unplanned is an exchange or queue that carries the plan's prefix but is not in the plan:
+// typically left by an earlier specification with the same prefix (another ladder unit,
+// radix or order, a bucket no longer listed).
+type Unplanned struct {
+	Kind Kind   `json:"kind"`
+	Name string `json:"name"`
+	// Messages is every message a queue holds (-1 for an exchange). Messages in a queue of
+	// an earlier ladder still reach their target when due, as long as that ladder's
+	// exchanges exist.
+	Messages int64 `json:"messages"`
+}
+
+// String is "queue NAME (N messages)" or "exchange NAME".
+func (u Unplanned) String() string {
+	if u.Kind == KindQueue {
+		return fmt.Sprintf("queue %s (%d messages)", u.Name, u.Messages)
+	}
+	return string(u.Kind) + " " + u.Name
+}
+
+// Unplanned lists, by kind and name, the exchanges and queues of the vhost whose names
+// start with "<prefix>." (p.Spec.Prefix) and that p does not have. AMQP cannot list objects,
+// so this needs the management API. Errors wrap ErrManagement.
+func (m *Management) Unplanned(ctx context.Context, p *Plan) ([]Unplanned, error) {
+	planned := map[string]bool{}
+	for _, e := range p.Exchanges {
+		planned["exchange "+e.Name] = true
+	}
+	for _, q := range p.Queues {
+		planned["queue "+q.Name] = true
+	}
+	prefix := p.Spec.Prefix + "."
+	var out []Unplanned
+	for _, kind := range []Kind{KindExchange, KindQueue} {
+		var raw []struct {
+			Name     string `json:"name"`
+			Messages *int64 `json:"messages"`
+		}
+		if err := m.get(ctx, "api/"+string(kind)+"s/"+url.PathEscape(m.vhost)+"?columns=name,messages", &raw); err != nil {
+			return nil, err
+		}
+		for _, o := range raw {
+			if !strings.HasPrefix(o.Name, prefix) || planned[string(kind)+" "+o.Name] {
+				continue
+			}
+			u := Unplanned{Kind: kind, Name: o.Name, Messages: -1}
+			if kind == KindQueue {
+				u.Messages = 0
+				if o.Messages != nil {
+					u.Messages = *o.Messages
+				}
+			}
+			out = append(out, u)
+		}
+	}
+	slices.SortFunc(out, func(a, b Unplanned) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
+	})
 	return out, nil
 }

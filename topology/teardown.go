@@ -45,7 +45,9 @@ type TeardownOptions struct {
 // exchange of that name exists again by then.
 //
 // The report lists every object as deleted or absent (Detail says how many messages a
-// forced delete discarded). Errors are the broker's, wrapped (ErrAccessRefused for 403).
+// forced delete discarded) and, with opts.Management, the objects with the plan's prefix that
+// the plan does not name (Report.Unplanned), which it leaves in place: tear those down with
+// the specification that declared them. Errors are the broker's, wrapped (ErrAccessRefused for 403).
 func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts TeardownOptions) (*Report, error) {
 	start := time.Now()
 	rep := &Report{}
@@ -97,6 +99,9 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	var managed map[string]ManagedQueue
 	if opts.Management != nil {
 		if managed, err = opts.Management.Queues(ctx); err != nil {
+			return rep, err
+		}
+		if rep.Unplanned, err = opts.Management.Unplanned(ctx, p); err != nil {
 			return rep, err
 		}
 	}

@@ -244,6 +244,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		fmt.Fprintf(w, "\nWARNING: CONSUMERS ARE ATTACHED TO DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
 		fmt.Fprintln(w, "WARNING: they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
 	}
+	printUnplanned(w, rep.Unplanned, "not in this specification")
 	if len(rep.Missing) > 0 {
 		fmt.Fprintf(w, "\nINCOMPLETE: %d objects missing:\n", len(rep.Missing))
 		for _, x := range rep.Missing {
@@ -301,7 +302,25 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 		verb, rep.Count(topology.StateDeleted), deleted, rep.Count(topology.StateAbsent), strings.Join(targets, ", "))
 	fmt.Fprintf(e.stdout, "note: messages already held by the delayed-message plugin are NOT removed by deleting %s: "+
 		"the plugin still delivers them when they fall due if an exchange of that name exists by then.\n", p.Names.PluginExchange())
+	if m == nil {
+		fmt.Fprintf(e.stdout, "note: only this specification's objects were looked for; pass --management-url to list other objects named %s.* "+
+			"(an earlier ladder or bucket list) that teardown leaves in place.\n", p.Spec.Prefix)
+	}
+	printUnplanned(e.stdout, rep.Unplanned, "left in place")
 	return nil
+}
+
+// printUnplanned lists objects with the topology's prefix that the specification does not
+// name (from the management API), saying what to do about them.
+func printUnplanned(w io.Writer, objs []topology.Unplanned, what string) {
+	if len(objs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%d objects with this prefix are %s (an earlier specification's, e.g. another ladder or bucket list): "+
+		"run `declare teardown` with the specification that declared them, or delete them by hand once their queues are empty:\n", len(objs), what)
+	for _, o := range objs {
+		fmt.Fprintf(w, "  %s\n", o)
+	}
 }
 
 // connect builds the plan, the optional management API client and the broker connection that

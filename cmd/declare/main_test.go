@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -552,4 +553,67 @@ func jsonStrings(t *testing.T, logs string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestTeardownReportsAnotherSpecsObjects: the operator changes the specification (radix 4 to
+// 8, one bucket fewer); apply would conflict, so they tear down first, with the new
+// specification. Status and teardown with it name the old objects it lacks (with the
+// management API) and teardown leaves them in place; teardown with the old specification then
+// removes them, and nothing with the prefix but the target is left.
+func TestTeardownReportsAnotherSpecsObjects(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API (AMQP_MANAGEMENT_URL)")
+	}
+	target := env.Name("orders")
+	common := []string{"AMQPDELAY_TARGETS", target + ":topic", "AMQPDELAY_LADDER_MAX", "1h", "AMQPDELAY_QUEUE_TYPE", "classic"}
+	old := vars(env, append(common, "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_BUCKETS", "5s,10s")...)
+	cur := vars(env, append(common, "AMQPDELAY_LADDER_RADIX", "8", "AMQPDELAY_BUCKETS", "5s")...)
+	if r := declare(t, old, "apply"); r.code != 0 {
+		t.Fatalf("apply (old): %d %s", r.code, r.stderr)
+	}
+	if env.VHost == "/" {
+		t.Cleanup(func() {
+			declare(t, old, "teardown", "--force")
+			_ = env.Channel(t).ExchangeDelete(target, false, false)
+		})
+	}
+	oldLadder := ttlbuckets.Ladder{Radix: 4, Max: time.Hour}.WithDefaults()
+	newLadder := ttlbuckets.Ladder{Radix: 8, Max: time.Hour}.WithDefaults()
+	if oldLadder.Levels() <= newLadder.Levels() {
+		t.Fatalf("test setup: the old ladder must have more levels than the new one")
+	}
+	names := topology.Names{Prefix: env.Prefix}
+	shared := names.LadderQueue(0, 3) // the same name in both ladders
+	oldOnly := names.LadderQueue(oldLadder.Levels()-1, 1)
+	oldMarker := names.LadderMarker(oldLadder)
+	oldBucket := names.BucketQueue(10_000)
+
+	st := declare(t, cur, "status")
+	for _, want := range []string{"not in this specification", "exchange " + oldMarker, "queue " + oldOnly + " (0 messages)", "queue " + oldBucket} {
+		if !strings.Contains(st.stdout, want) {
+			t.Fatalf("status with the new spec lacks %q\n%s\n%s", want, st.stdout, st.stderr)
+		}
+	}
+	td := declare(t, cur, "teardown")
+	if td.code != 0 || !strings.Contains(td.stdout, "left in place") || !strings.Contains(td.stdout, "queue "+oldOnly) {
+		t.Fatalf("teardown with the new spec: exit %d\n%s\n%s", td.code, td.stdout, td.stderr)
+	}
+	left := objects(t, env)
+	for _, want := range []string{"exchanges " + oldMarker, "queues " + oldOnly, "queues " + oldBucket} {
+		if !slices.Contains(left, want) {
+			t.Errorf("the new spec's teardown deleted %s, which it does not name; left: %v", want, left)
+		}
+	}
+	if slices.Contains(left, "queues "+shared) {
+		t.Errorf("the new spec's teardown kept %s, which it names", shared)
+	}
+	td = declare(t, old, "teardown")
+	if td.code != 0 || strings.Contains(td.stdout, "left in place") {
+		t.Fatalf("teardown with the old spec: exit %d, want 0 and nothing left\n%s\n%s", td.code, td.stdout, td.stderr)
+	}
+	if left := slices.DeleteFunc(objects(t, env), func(o string) bool { return o == "exchanges "+target }); len(left) != 0 {
+		t.Errorf("objects with the prefix after both teardowns (besides the target): %v", left)
+	}
 }
