@@ -25,7 +25,10 @@ var steadyBuckets = []time.Duration{1 * time.Second, 2 * time.Second, 3 * time.S
 // (delays rounded to whole seconds, one bucket per second), any ladder case of -burst-cases' list
 // (default: the default ladder, radix 16, 1 ms, quorum, in both hop orders) and, when
 // AMQP_PLUGIN_URL is set, the plugin. Each case runs alone, in a vhost of its own, with a
-// consumer draining its ready queue as messages arrive.
+// consumer draining its ready queue as messages arrive. When the broker runs on this machine it
+// also reports the broker's CPU time per message (broker_cpu_ms/msg, from /proc: publish, every
+// hop and the delivery) and the cores it kept busy on average (broker_cores): what each path
+// costs the broker, and how close to its CPU limit the rate is.
 //
 // Target (issue) for the default ladder on quorum queues: p99 <= 20 ms, 0 early, 0 lost.
 func BenchmarkLatenessSteady(b *testing.B) {
@@ -59,7 +62,7 @@ func BenchmarkLatenessSteady(b *testing.B) {
 	}
 	rate, secs := *steadyRate, *steadySeconds
 	n := rate * secs
-	rows := [][]string{{"path", "p50 ms", "p99 ms", "max ms", "early", "lost", "dups"}}
+	rows := [][]string{{"path", "p50 ms", "p99 ms", "max ms", "early", "lost", "dups", "broker CPU ms/msg", "broker cores"}}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
@@ -68,6 +71,12 @@ func BenchmarkLatenessSteady(b *testing.B) {
 				rec := newRecorder(n)
 				cctx, stop := context.WithCancel(ctx)
 				wait := consume(cctx, b, s.url, s.ready, rec)
+				var cpu0 time.Duration
+				cpuOK := s.broker != nil
+				if cpuOK {
+					cpu0, cpuOK = brokerCPU(s.broker)
+				}
+				wall0 := time.Now()
 				start := time.Now().Add(100 * time.Millisecond)
 				interval := time.Second / time.Duration(rate)
 				sendAt := func(i int) time.Time { return start.Add(time.Duration(i) * interval) }
@@ -79,6 +88,14 @@ func BenchmarkLatenessSteady(b *testing.B) {
 					b.Logf("publishing fell %v behind the %d msg/s schedule", behind.Round(time.Millisecond), rate)
 				}
 				waitArrivals(ctx, rec, time.Now().Add(10*time.Second+60*time.Second), 10*time.Second, nil)
+				cpuMs, cpuCores := "", ""
+				if cpu1, ok := cpuAfter(s, cpuOK); ok {
+					perMsg := float64(cpu1-cpu0) / float64(time.Millisecond) / float64(n)
+					cores := float64(cpu1-cpu0) / float64(time.Since(wall0))
+					b.ReportMetric(perMsg, "broker_cpu_ms/msg")
+					b.ReportMetric(cores, "broker_cores")
+					cpuMs, cpuCores = fmt.Sprintf("%.2f", perMsg), fmt.Sprintf("%.2f", cores)
+				}
 				stop()
 				wait()
 				cancel()
@@ -90,7 +107,7 @@ func BenchmarkLatenessSteady(b *testing.B) {
 				b.ReportMetric(float64(res.lost), "lost")
 				b.ReportMetric(float64(res.dups), "dups")
 				b.ReportMetric(0, "ns/op")
-				rows = append(rows, []string{c.name, ms(res.p50), ms(res.p99), ms(res.max), fmt.Sprint(res.early), fmt.Sprint(res.lost), fmt.Sprint(res.dups)})
+				rows = append(rows, []string{c.name, ms(res.p50), ms(res.p99), ms(res.max), fmt.Sprint(res.early), fmt.Sprint(res.lost), fmt.Sprint(res.dups), cpuMs, cpuCores})
 				if res.lost > 0 {
 					b.Errorf("%d of %d messages lost; queues holding messages:%s", res.lost, res.published, s.queues(10))
 				}
@@ -98,4 +115,12 @@ func BenchmarkLatenessSteady(b *testing.B) {
 		})
 	}
 	b.Logf("steady %d msg/s for %d s, delays uniform in 1-10 s:%s", rate, secs, table(rows))
+}
+
+// cpuAfter reads the broker's CPU time when the case could read it before (cpuOK).
+func cpuAfter(s setup, cpuOK bool) (time.Duration, bool) {
+	if !cpuOK {
+		return 0, false
+	}
+	return brokerCPU(s.broker)
 }

@@ -39,19 +39,26 @@ func settledMemory(ctx context.Context, tb testing.TB, br *brokertest.Broker) (i
 }
 
 // BenchmarkPendingScale puts -scale messages (200,000; the issue's full run: -scale=1000000) on
-// the default ladder (radix 16, 1 ms, shortest first, quorum queues) with delays uniform in
-// 60-120 s, published as fast as -scale-workers goroutines can, and waits until every one is
-// delivered. It first waits for the broker's memory use to settle (see settledMemory). While the
-// messages wait it samples the broker's memory (management API, mem_used summed
-// over nodes) every 5 s and reports the sample taken with the most messages pending: mem_MiB,
-// mem_delta_MiB over the memory before publishing, pending (how many were pending then) and
-// bytes_per_msg (delta / pending). Then drain_msg/s (arrivals per second from the first due
-// time to the last arrival), lateness p50/p99/max, early and lost counts.
+// the default ladder (radix 16, 1 ms, shortest first, quorum queues), published as fast as
+// -scale-workers goroutines can, and waits until every one is delivered. So that all of them
+// really wait at the same time, every message is due 60-120 s (uniform) after the moment
+// publishing is expected to end, hold = n / (0.4 x the raw quorum publish rate measured first in
+// the same run); a message published later than that still gets at least 60 s. It first waits
+// for the broker's memory use to settle (see settledMemory). While the messages wait it samples
+// the broker's memory (management API, mem_used summed over nodes) every 5 s and reports the
+// sample taken with the most messages pending: mem_MiB, mem_delta_MiB over the memory before
+// publishing, pending (how many were pending then; n when all waited at once) and bytes_per_msg
+// (delta / pending). Then pub_msg/s and pub_x_raw, drain_msg/s (arrivals per second from the
+// first due time to the last arrival) and drain_x_raw, lateness p50/p99/max, early and lost
+// counts.
 //
 // Target (issue): 0 lost.
 func BenchmarkPendingScale(b *testing.B) {
 	n := *scaleN
 	c := defaultLadderCase("ladder")
+	raw := measureRaw(b, min(n, 20_000))
+	hold := time.Duration(float64(n) / (0.4 * raw) * float64(time.Second)).Round(time.Second)
+	b.Logf("raw quorum publish: %.0f msg/s; every message is due 60-120 s after %v from the start of publishing", raw, hold)
 	for range b.N {
 		s := declare(b, c)
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
@@ -91,13 +98,15 @@ func BenchmarkPendingScale(b *testing.B) {
 				mu.Unlock()
 			}
 		}()
-		took, err := runWorkersN(ctx, *scaleWorkers, n, s.publish, rec, nil, func(int, time.Time) time.Duration {
-			return 60*time.Second + time.Duration(rand.Int64N(int64(60*time.Second))).Truncate(time.Millisecond)
+		windowStart := time.Now().Add(hold)
+		took, err := runWorkersN(ctx, *scaleWorkers, n, s.publish, rec, nil, func(_ int, now time.Time) time.Duration {
+			extra := 60*time.Second + time.Duration(rand.Int64N(int64(60*time.Second)))
+			return max(windowStart.Sub(now), 0).Truncate(time.Millisecond) + extra.Truncate(time.Millisecond)
 		})
 		if err != nil {
 			b.Fatalf("publish: %v", err)
 		}
-		waitArrivals(ctx, rec, time.Now().Add(120*time.Second+60*time.Second), 10*time.Second, nil)
+		waitArrivals(ctx, rec, windowStart.Add(120*time.Second+60*time.Second), 10*time.Second, nil)
 		stop()
 		wait()
 		<-sampled
@@ -108,6 +117,8 @@ func BenchmarkPendingScale(b *testing.B) {
 		const mib = 1 << 20
 		delta := peakM - before
 		b.ReportMetric(float64(n)/took.Seconds(), "pub_msg/s")
+		b.ReportMetric(float64(n)/took.Seconds()/raw, "pub_x_raw")
+		b.ReportMetric(drain/raw, "drain_x_raw")
 		b.ReportMetric(float64(peakPending), "pending")
 		b.ReportMetric(float64(peakM)/mib, "mem_MiB")
 		b.ReportMetric(float64(delta)/mib, "mem_delta_MiB")
@@ -119,7 +130,7 @@ func BenchmarkPendingScale(b *testing.B) {
 		b.ReportMetric(float64(res.early), "early")
 		b.ReportMetric(float64(res.lost), "lost")
 		b.ReportMetric(0, "ns/op")
-		b.Logf("%d messages on the ladder (%v), delays 60-120 s: published in %v (%.0f msg/s, %d goroutines); broker memory %.0f MiB before, "+
+		b.Logf("%d messages on the ladder (%v), due 60-120 s after publishing: published in %v (%.0f msg/s, %d goroutines); broker memory %.0f MiB before, "+
 			"%.0f MiB with %d pending (%.0f bytes each); drained at %.0f msg/s; lateness p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d early, %d lost, %d duplicates",
 			n, c, took.Round(time.Millisecond), float64(n)/took.Seconds(), *scaleWorkers, float64(before)/mib, float64(peakM)/mib, peakPending,
 			float64(delta)/float64(max(peakPending, 1)), drain, res.p50, res.p99, res.max, res.early, res.lost, res.dups)

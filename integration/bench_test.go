@@ -20,7 +20,9 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -451,6 +453,39 @@ func brokerMemory(tb testing.TB, br *brokertest.Broker) (int64, error) {
 		sum += n.MemUsed
 	}
 	return sum, nil
+}
+
+// brokerCPU returns the CPU time (user + system) the broker's Erlang VM has used so far, read
+// from /proc; ok is false when the broker does not run on this machine (AMQP_URL elsewhere, or
+// a container whose process IDs differ) or /proc cannot be read.
+func brokerCPU(br *brokertest.Broker) (cpu time.Duration, ok bool) {
+	var nodes []struct {
+		PID string `json:"os_pid"`
+	}
+	if err := br.Management("GET", "api/nodes?columns=os_pid", nil, &nodes); err != nil || len(nodes) != 1 {
+		return 0, false
+	}
+	comm, err := os.ReadFile("/proc/" + nodes[0].PID + "/comm")
+	if err != nil || !strings.HasPrefix(string(comm), "beam") {
+		return 0, false
+	}
+	stat, err := os.ReadFile("/proc/" + nodes[0].PID + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name (which may hold spaces, inside parentheses): state is
+	// field 3, utime field 14 and stime field 15, in clock ticks (USER_HZ, 100 on Linux).
+	rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, true
 }
 
 // queueStat is one queue as the management API lists it.
