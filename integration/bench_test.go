@@ -462,8 +462,14 @@ func brokerCPU(br *brokertest.Broker) (cpu time.Duration, ok bool) {
 	var nodes []struct {
 		PID string `json:"os_pid"`
 	}
-	if err := br.Management("GET", "api/nodes?columns=os_pid", nil, &nodes); err != nil || len(nodes) != 1 {
-		return 0, false
+	// A node that has just started lists no os_pid until its first statistics (5 s).
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if err := br.Management("GET", "api/nodes?columns=os_pid", nil, &nodes); err != nil || len(nodes) != 1 {
+			return 0, false
+		}
+		if nodes[0].PID != "" || time.Now().After(end) {
+			break
+		}
 	}
 	comm, err := os.ReadFile("/proc/" + nodes[0].PID + "/comm")
 	if err != nil || !strings.HasPrefix(string(comm), "beam") {
