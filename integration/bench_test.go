@@ -462,13 +462,15 @@ func brokerCPU(br *brokertest.Broker) (cpu time.Duration, ok bool) {
 	var nodes []struct {
 		PID string `json:"os_pid"`
 	}
-	// A node that has just started lists no os_pid until its first statistics (5 s).
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		if err := br.Management("GET", "api/nodes?columns=os_pid", nil, &nodes); err != nil || len(nodes) != 1 {
-			return 0, false
-		}
-		if nodes[0].PID != "" || time.Now().After(end) {
+	// A node that has just started lists [[]] until its first statistics (a few seconds).
+	for end := time.Now().Add(15 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		nodes = nil
+		err := br.Management("GET", "api/nodes?columns=os_pid", nil, &nodes)
+		if err == nil && len(nodes) == 1 && nodes[0].PID != "" {
 			break
+		}
+		if time.Now().After(end) {
+			return 0, false
 		}
 	}
 	comm, err := os.ReadFile("/proc/" + nodes[0].PID + "/comm")
