@@ -387,7 +387,8 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 }
 
 // TestTeardownRefusesThenForces: teardown refuses while a delay queue holds a message and
-// deletes nothing; with Force it deletes the topology; target exchanges survive either way.
+// deletes nothing; with Force it deletes the topology; target exchanges survive either way;
+// and an empty topology of quorum queues (the default) is deleted without Force.
 func TestTeardownRefusesThenForces(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -474,6 +475,18 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 	rep, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{})
 	if err != nil || rep.Count(topology.StateDeleted) != 0 {
 		t.Errorf("second teardown: %v, %d deleted", err, rep.Count(topology.StateDeleted))
+	}
+	// An empty topology of quorum queues goes without Force: RabbitMQ refuses queue.delete's
+	// if-empty flag on quorum queues (540, closing the connection), so Teardown must not use it.
+	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{})
+	if err != nil || rep.Count(topology.StateDeleted) != wantDeleted {
+		t.Fatalf("teardown of an empty quorum topology: %v, %d deleted, want %d", err, rep.Count(topology.StateDeleted), wantDeleted)
+	}
+	if conn.IsClosed() {
+		t.Error("teardown closed the connection")
 	}
 }
 

@@ -36,8 +36,11 @@ type TeardownOptions struct {
 //
 // Unless opts.Force is set it first counts the messages of every queue it would delete and,
 // when any holds messages, deletes nothing and returns an error wrapping ErrNotEmpty that
-// names them; the deletions then use queue.delete's if-empty flag, so a message that arrives
-// in between makes the broker refuse (406) rather than lose it. Queues are deleted before
+// names them. The deletions of classic queues then use queue.delete's if-empty flag, so a
+// message that arrives in between makes the broker refuse (406) rather than lose it. Quorum
+// queues do not support that flag (RabbitMQ answers 540 NOT_IMPLEMENTED and closes the
+// connection), so each is looked at again just before it is deleted: a message published in
+// that instant would be lost. Stop publishers before a teardown. Queues are deleted before
 // exchanges, the parking queue last.
 //
 // Messages already held by the delayed-message plugin are not removed by deleting its
@@ -69,6 +72,13 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		}
 	}
 	queues = append(queues, p.Names.Parking())
+	// classic marks the plan's classic queues: only they support queue.delete's if-empty.
+	classic := map[string]bool{}
+	for _, q := range p.Queues {
+		if t, _ := q.Args["x-queue-type"].(string); t == "" || t == string(Classic) {
+			classic[q.Name] = true
+		}
+	}
 	exchanges := []string{p.Names.PluginExchange(), p.Names.BucketExchange()}
 	for _, e := range p.Exchanges {
 		if e.Role == RoleLadder {
@@ -168,9 +178,23 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			idx = append(idx, i)
 			if i < len(queues) {
 				jobs = append(jobs, func(ch *amqp.Channel) error {
-					n, err := ch.QueueDelete(name, false, !opts.Force, false)
+					ifEmpty := !opts.Force
+					if ifEmpty && !classic[name] {
+						// Quorum queues refuse queue.delete's if-empty with 540 NOT_IMPLEMENTED, a
+						// connection error that ends every job in flight. Look again just before
+						// deleting instead.
+						q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+						if err != nil {
+							return err
+						}
+						if q.Messages > 0 {
+							return &amqp.Error{Code: amqp.PreconditionFailed, Reason: fmt.Sprintf("%d messages ready", q.Messages)}
+						}
+						ifEmpty = false
+					}
+					n, err := ch.QueueDelete(name, false, ifEmpty, false)
 					if err == nil && n > 0 {
-						opts.Logger.Warn().Str("queue", name).Int("messages", n).Msg("deleted a queue with its messages (--force)")
+						opts.Logger.Warn().Str("queue", name).Int("messages", n).Msg("deleted a queue with its messages")
 					}
 					return err
 				})
