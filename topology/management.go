@@ -246,7 +246,7 @@ func (m *Management) objects(ctx context.Context) (map[string]map[string]any, er
 	return out, nil
 }
 
-// Unplanned is an exchange or queue that carries the plan's prefix but is not in the plan:
+// Unplanned is an exchange or queue named by the plan's naming rule but not in the plan:
 // typically left by an earlier specification with the same prefix (another ladder unit,
 // radix or order, a bucket no longer listed).
 type Unplanned struct {
@@ -267,8 +267,10 @@ func (u Unplanned) String() string {
 }
 
 // Unplanned lists, by kind and name, the exchanges and queues of the vhost whose names
-// start with "<prefix>." (p.Spec.Prefix) and that p does not have. AMQP cannot list objects,
-// so this needs the management API. Errors wrap ErrManagement.
+// belong to p's naming rule ([Names.Reserved]: <prefix>.dispatch, .ladder.*, .bucket.*, ...)
+// and that p does not have. Other names under the prefix (an application's <prefix>.orders,
+// or another topology's <prefix>.eu.*) are not listed. AMQP cannot list objects, so this
+// needs the management API. Errors wrap ErrManagement.
 func (m *Management) Unplanned(ctx context.Context, p *Plan) ([]Unplanned, error) {
 	planned := map[string]bool{}
 	for _, e := range p.Exchanges {
@@ -277,7 +279,6 @@ func (m *Management) Unplanned(ctx context.Context, p *Plan) ([]Unplanned, error
 	for _, q := range p.Queues {
 		planned["queue "+q.Name] = true
 	}
-	prefix := p.Spec.Prefix + "."
 	var out []Unplanned
 	for _, kind := range []Kind{KindExchange, KindQueue} {
 		var raw []struct {
@@ -288,7 +289,7 @@ func (m *Management) Unplanned(ctx context.Context, p *Plan) ([]Unplanned, error
 			return nil, err
 		}
 		for _, o := range raw {
-			if !strings.HasPrefix(o.Name, prefix) || planned[string(kind)+" "+o.Name] {
+			if !p.Names.Reserved(o.Name) || planned[string(kind)+" "+o.Name] {
 				continue
 			}
 			u := Unplanned{Kind: kind, Name: o.Name, Messages: -1}

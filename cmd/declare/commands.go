@@ -303,8 +303,8 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	fmt.Fprintf(e.stdout, "note: messages already held by the delayed-message plugin are NOT removed by deleting %s: "+
 		"the plugin still delivers them when they fall due if an exchange of that name exists by then.\n", p.Names.PluginExchange())
 	if m == nil {
-		fmt.Fprintf(e.stdout, "note: only this specification's objects were looked for; pass --management-url to list other objects named %s.* "+
-			"(an earlier ladder or bucket list) that teardown leaves in place.\n", p.Spec.Prefix)
+		fmt.Fprintf(e.stdout, "note: only this specification's objects were looked for; pass --management-url to list other objects named "+
+			"like them (%s.ladder.*, %s.bucket.*, ...: an earlier ladder or bucket list) that teardown leaves in place.\n", p.Spec.Prefix, p.Spec.Prefix)
 	}
 	printUnplanned(e.stdout, rep.Unplanned, "left in place")
 	return nil
@@ -316,7 +316,7 @@ func printUnplanned(w io.Writer, objs []topology.Unplanned, what string) {
 	if len(objs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n%d objects with this prefix are %s (an earlier specification's, e.g. another ladder or bucket list): "+
+	fmt.Fprintf(w, "\n%d objects named like this topology's own are %s (an earlier specification's, e.g. another ladder or bucket list): "+
 		"run `declare teardown` with the specification that declared them, or delete them by hand once their queues are empty:\n", len(objs), what)
 	for _, o := range objs {
 		fmt.Fprintf(w, "  %s\n", o)

@@ -25,8 +25,8 @@
 //	          delay queue (it takes delayed messages early); the parking queue; whether the
 //	          broker has the delayed-message plugin. With --management-url also every queue's
 //	          messages held in quorum dead-letter state (messages_dlx), the bindings, and the
-//	          objects named <prefix>.* that the specification lacks (an earlier ladder or
-//	          bucket list). Exit code 1 when any object is missing. --output table|json.
+//	          objects named like the topology's own (<prefix>.ladder.*, <prefix>.bucket.*,
+//	          ...) that the specification lacks (an earlier ladder or bucket list). Exit code 1 when any object is missing. --output table|json.
 //	export    Print the topology as RabbitMQ definitions JSON (the format of rabbitmqctl
 //	          export_definitions) for the URL's vhost or --vhost. `rabbitmqctl
 //	          import_definitions` (or POST /api/definitions/<vhost>) into an empty vhost gives
@@ -39,7 +39,7 @@
 //	          by the delayed-message plugin are not removed by deleting its exchange: the plugin
 //	          still delivers them when they fall due if an exchange of that name exists then.
 //	          Only the specification's objects are deleted; with --management-url the other
-//	          objects named <prefix>.* (an earlier specification's) are listed as left in place.
+//	          objects named like them (an earlier specification's) are listed as left in place.
 //
 // # Flags and variables
 //

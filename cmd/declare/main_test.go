@@ -590,10 +590,22 @@ func TestTeardownReportsAnotherSpecsObjects(t *testing.T) {
 	oldMarker := names.LadderMarker(oldLadder)
 	oldBucket := names.BucketQueue(10_000)
 
+	// Not the topology's: an application's exchange under the prefix, another topology's.
+	others := []string{env.Name("orders2"), env.Name("eu.dispatch"), env.Name("eu.ladder.00")}
+	for _, x := range others {
+		if err := env.Channel(t).ExchangeDeclare(x, "fanout", false, true, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	st := declare(t, cur, "status")
 	for _, want := range []string{"not in this specification", "exchange " + oldMarker, "queue " + oldOnly + " (0 messages)", "queue " + oldBucket} {
 		if !strings.Contains(st.stdout, want) {
 			t.Fatalf("status with the new spec lacks %q\n%s\n%s", want, st.stdout, st.stderr)
+		}
+	}
+	for _, x := range append(others, target) {
+		if strings.Contains(st.stdout, "exchange "+x+"\n") {
+			t.Errorf("status lists %s, which is not the topology's, as an earlier specification's:\n%s", x, st.stdout)
 		}
 	}
 	td := declare(t, cur, "teardown")
@@ -613,7 +625,9 @@ func TestTeardownReportsAnotherSpecsObjects(t *testing.T) {
 	if td.code != 0 || strings.Contains(td.stdout, "left in place") {
 		t.Fatalf("teardown with the old spec: exit %d, want 0 and nothing left\n%s\n%s", td.code, td.stdout, td.stderr)
 	}
-	if left := slices.DeleteFunc(objects(t, env), func(o string) bool { return o == "exchanges "+target }); len(left) != 0 {
+	if left := slices.DeleteFunc(objects(t, env), func(o string) bool {
+		return o == "exchanges "+target || slices.Contains(others, strings.TrimPrefix(o, "exchanges "))
+	}); len(left) != 0 {
 		t.Errorf("objects with the prefix after both teardowns (besides the target): %v", left)
 	}
 }
