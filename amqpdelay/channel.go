@@ -142,11 +142,12 @@ func (pc *pubChan) isDead() bool {
 	}
 }
 
-// publish writes m and waits for its confirmation. An error wrapping errNotSent means nothing
+// publish writes m and waits for its confirmation; reserve is header room to leave free in
+// the frame (deadLetterReserve). An error wrapping errNotSent means nothing
 // was written and the caller may use another channel; an error amqp091 gives for a message it
 // cannot encode wraps ErrInvalidInput and must not be retried.
-func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing) error {
-	if problem := headerTooLarge(m, pc.frameMax); problem != "" {
+func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing, reserve int) error {
+	if problem := headerTooLarge(m, pc.frameMax, reserve); problem != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidInput, problem)
 	}
 	f := &inflight{id: m.MessageId, done: make(chan struct{})}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -499,7 +500,11 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		}
 		due := time.Now().Add(c.effective)
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
-		err = pc.publish(ctx, dest, routingKey, mandatory, &out)
+		reserve := 0
+		if c.path == PathLadder || c.path == PathBucket { // the plugin path does not dead-letter
+			reserve = deadLetterReserve(hops, len(strings.TrimSuffix(p.names.Dispatch(), ".dispatch")), len(routingKey))
+		}
+		err = pc.publish(ctx, dest, routingKey, mandatory, &out, reserve)
 		if errors.Is(err, errNotSent) {
 			continue // the channel died before the write; the supervisor replaces it
 		}

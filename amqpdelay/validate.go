@@ -199,16 +199,43 @@ func fieldSize(v any) int {
 	return 9 // int64, float64, time.Time
 }
 
-// headerTooLarge describes a message whose content-header frame would exceed frameMax, or
-// returns "".
-func headerTooLarge(m *amqp.Publishing, frameMax int) string {
+// deadLetterReserve is the room, in bytes, to leave in the content header of a message that
+// will be dead-lettered hops times (one per delay queue it waits in) on its way to a consumer.
+// Each dead-lettering makes RabbitMQ add to the headers (https://www.rabbitmq.com/docs/dlx,
+// "Dead-Lettered Messages"): an x-death entry per queue (count, reason, queue, time, exchange,
+// routing-keys), and x-first-death-exchange, -queue and -reason (RabbitMQ 3.13+ also
+// x-last-death-*). A message that fits in a frame when published can then no longer fit when
+// delivered, and RabbitMQ closes every consumer's connection that it is delivered to, again
+// and again. The estimate is generous: queue and exchange names are taken as the prefix plus
+// 32 and 16 bytes (the longest this package's naming rule makes are shorter), and each entry
+// gets 64 bytes more than the fields above need.
+func deadLetterReserve(hops, prefixLen, keyLen int) int {
+	if hops <= 0 {
+		return 0
+	}
+	q, x := prefixLen+32, prefixLen+16
+	perHop := 108 + 64 + q + x + keyLen // one x-death table in the array
+	once := 13 + 2*(93+x+q)             // the x-death key and array, x-first-death-* and x-last-death-*
+	return hops*perHop + once
+}
+
+// headerTooLarge describes a message whose content-header frame, with reserve bytes more
+// (see deadLetterReserve), would exceed frameMax, or returns "".
+func headerTooLarge(m *amqp.Publishing, frameMax, reserve int) string {
 	if frameMax <= 0 {
 		return ""
 	}
-	if n := contentHeaderSize(m) + frameOverhead; n > frameMax {
-		return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), more than the "+
-			"connection's frame_max of %d bytes: AMQP 0-9-1 carries them in one frame and RabbitMQ closes the whole connection "+
-			"(501 FRAME_ERROR) when they do not fit; move large values from msg.Headers into the body", n, frameMax)
+	n := contentHeaderSize(m) + frameOverhead
+	if n+reserve <= frameMax {
+		return ""
 	}
-	return ""
+	if reserve > 0 {
+		return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), and %d bytes "+
+			"must stay free for the x-death headers RabbitMQ adds at each of its delay hops: more than the connection's frame_max "+
+			"of %d bytes allows. AMQP 0-9-1 carries them in one frame, and RabbitMQ closes the connection of every consumer the "+
+			"message is delivered to when they do not fit; move large values from msg.Headers into the body", n, reserve, frameMax)
+	}
+	return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), more than the "+
+		"connection's frame_max of %d bytes: AMQP 0-9-1 carries them in one frame and RabbitMQ closes the whole connection "+
+		"(501 FRAME_ERROR) when they do not fit; move large values from msg.Headers into the body", n, frameMax)
 }

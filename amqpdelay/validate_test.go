@@ -163,14 +163,39 @@ func TestContentHeaderSize(t *testing.T) {
 		}
 	}
 	big := amqp.Publishing{Headers: amqp.Table{"pad": strings.Repeat("x", 131072)}}
-	if p := headerTooLarge(&big, 131072); !strings.Contains(p, "frame_max of 131072") || !strings.Contains(p, "into the body") {
+	if p := headerTooLarge(&big, 131072, 0); !strings.Contains(p, "frame_max of 131072") || !strings.Contains(p, "into the body") {
 		t.Errorf("headerTooLarge = %q, want it to name frame_max and the fix", p)
 	}
-	if p := headerTooLarge(&big, 0); p != "" {
+	if p := headerTooLarge(&big, 0, 0); p != "" {
 		t.Errorf("headerTooLarge with an unknown frame_max = %q, want no verdict", p)
 	}
 	small := amqp.Publishing{Headers: amqp.Table{"pad": "x"}}
-	if p := headerTooLarge(&small, 4096); p != "" {
+	if p := headerTooLarge(&small, 4096, 0); p != "" {
 		t.Errorf("headerTooLarge of a small message = %q", p)
+	}
+}
+
+// TestDeadLetterReserve: a delayed message must leave room for the x-death headers of every
+// hop; the direct path (0 hops) needs none.
+func TestDeadLetterReserve(t *testing.T) {
+	if r := deadLetterReserve(0, 11, 5); r != 0 {
+		t.Errorf("0 hops: reserve %d, want 0", r)
+	}
+	one, three := deadLetterReserve(1, 11, 5), deadLetterReserve(3, 11, 5)
+	// RabbitMQ 3.10.8 added 585 bytes to a 3-hop ladder message with prefix "rabbitdelay" and
+	// routing key "k" (measured); the reserve must cover that with room to spare (x-last-death-* on 3.13+, longer names).
+	if three < 585*3/2 || three <= one {
+		t.Errorf("reserve 1 hop %d, 3 hops %d: want growing with hops and at least 1.5 times the 585 bytes measured", one, three)
+	}
+	if longer := deadLetterReserve(3, 11, 200); longer <= three {
+		t.Errorf("a 200-byte routing key reserves %d, no more than a 5-byte one (%d)", longer, three)
+	}
+	// A message that fits with no reserve but not with it is refused, naming x-death.
+	m := amqp.Publishing{Headers: amqp.Table{"pad": strings.Repeat("p", 131072-8-14-4-(1+3)-5-500)}}
+	if p := headerTooLarge(&m, 131072, 0); p != "" {
+		t.Fatalf("the message should fit without a reserve: %s", p)
+	}
+	if p := headerTooLarge(&m, 131072, three); !strings.Contains(p, "x-death") {
+		t.Errorf("with the reserve: %q, want a refusal naming x-death", p)
 	}
 }

@@ -179,6 +179,44 @@ func TestPublisherHeaderFrameLimit(t *testing.T) {
 		"the broker accepted a frame payload over frame_max: the Publisher's limit is stricter than it need be")
 }
 
+// TestPublisherLeavesRoomForDeathHeaders: every hop of a delayed message makes RabbitMQ add
+// x-death headers, so a message that fits in a frame when published may not when delivered,
+// and then RabbitMQ closes the connection of every consumer it is delivered to. Publish
+// leaves room for them: the largest header it accepts on a 3-hop ladder delay is delivered
+// to a plain consumer, and one byte more is refused with ErrInvalidInput naming x-death.
+func TestPublisherLeavesRoomForDeathHeaders(t *testing.T) {
+	t.Parallel()
+	f := newDirectFixture(t)
+	frameMax := f.env.Dial(t).Config.FrameSize
+	const delay = 1234 * time.Millisecond // 0x4d2 ms: three hops on the radix-16 test ladder
+	msg := func(pad int) amqp.Publishing {
+		return amqp.Publishing{MessageId: "m", Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
+	}
+	_, err := f.p.Publish(f.ctx, f.target, "k", msg(frameMax), delay)
+	var size, reserve int
+	if !errors.Is(err, amqpdelay.ErrInvalidInput) || !strings.Contains(err.Error(), "x-death") {
+		t.Fatalf("a %d-byte header on the ladder: err = %v, want ErrInvalidInput naming x-death", frameMax, err)
+	}
+	if _, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "encode to "):], "encode to %d bytes (with this path's own headers), and %d bytes", &size, &reserve); scanErr != nil {
+		t.Fatalf("the error does not give the sizes (%v): %v", scanErr, err)
+	}
+	largest := frameMax - (size + reserve - frameMax)
+	r, err := f.p.Publish(f.ctx, f.target, "k", msg(largest), delay)
+	if err != nil || r.Path != amqpdelay.PathLadder || r.Hops != 3 {
+		t.Fatalf("the largest header that leaves the room (pad %d): %+v, %v; want 3 ladder hops", largest, r, err)
+	}
+	if _, err := f.p.Publish(f.ctx, f.target, "k", msg(largest+1), delay); !errors.Is(err, amqpdelay.ErrInvalidInput) {
+		t.Fatalf("one byte more: err = %v, want ErrInvalidInput", err)
+	}
+	a := nextDelivery(t, f.got, 10*time.Second) // a plain consumer: its connection must survive the delivery
+	if len(a.d.Headers["pad"].(string)) != largest {
+		t.Errorf("delivered a pad of %d bytes, want %d", len(a.d.Headers["pad"].(string)), largest)
+	}
+	if _, ok := a.d.Headers["x-death"]; !ok {
+		t.Errorf("the delivery has no x-death header: the test no longer tests what it says")
+	}
+}
+
 // brokerClosesConnection publishes msg to exchange on a connection of its own and checks
 // that the broker closes that connection with code; ifOpen is the failure when it stays open.
 func brokerClosesConnection(t *testing.T, env *brokertest.Env, exchange string, msg amqp.Publishing, code int, ifOpen string) {
