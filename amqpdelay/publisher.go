@@ -422,7 +422,8 @@ func (p *Publisher) acquire(ctx context.Context) (*pubChan, error) {
 // cannot encode, a NaN or infinite float header at any depth, an exchange, routing key,
 // string property or header key longer than 255 bytes, properties and headers that do not
 // fit in one frame of the connection's frame_max (RabbitMQ's default 131,072 bytes), a body
-// larger than WithMaxMessageSize (default 16 MiB), msg.Expiration on a delayed message; each
+// larger than WithMaxMessageSize (default 16 MiB), msg.Expiration on a delayed message or not
+// digits, msg.DeliveryMode above 2, a Go int header beyond 32 bits; each
 // refused before anything is sent, because amqp091 or RabbitMQ would close the whole
 // connection or channel and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
 // ErrPluginUnavailable (nothing sent for any of these), ErrUnroutable (a mandatory publish

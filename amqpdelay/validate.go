@@ -22,8 +22,11 @@ import (
 // (501 FRAME_ERROR), so Publish refuses it first.
 const maxShortstr = 255
 
-// validateMessage checks what amqp091 would fail to encode, or the broker would answer by
-// closing the connection, before anything is sent: the byte length of every short string
+// validateMessage checks what amqp091 would fail to encode or silently change, or the broker
+// would answer by closing the connection or channel, before anything is sent: msg.Expiration
+// that is not digits and msg.DeliveryMode above 2 (RabbitMQ 3.10.8 closes the channel with
+// 406; observed), Go int header values outside 32 bits (amqp091 writes an int as a 32-bit
+// field, truncating it), and the byte length of every short string
 // (exchange, routing key, the string properties, header keys at any depth) and the float
 // header values NaN and ±Inf (RabbitMQ 3.10.8 closes the connection with 541
 // INTERNAL_ERROR; observed, TestPublisherRefusesConnectionKillers). The value types must
@@ -48,6 +51,14 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 	short("msg.Type", msg.Type)
 	short("msg.UserId", msg.UserId)
 	short("msg.AppId", msg.AppId)
+	if e := msg.Expiration; e != "" && strings.Trim(e, "0123456789") != "" {
+		problems = append(problems, fmt.Sprintf("msg.Expiration %s is not a whole number of milliseconds: RabbitMQ closes the channel "+
+			"(406 PRECONDITION_FAILED, failing every publish in flight on it); write it as digits, e.g. \"60000\"", preview(e)))
+	}
+	if msg.DeliveryMode > amqp.Persistent {
+		problems = append(problems, fmt.Sprintf("msg.DeliveryMode %d: want 0 (the Publisher's default, persistent), 1 (amqp.Transient) "+
+			"or 2 (amqp.Persistent); RabbitMQ closes the channel on any other value", msg.DeliveryMode))
+	}
 	if len(msg.Headers) > 0 {
 		problems = append(problems, tableProblems("msg.Headers", msg.Headers)...)
 	}
@@ -86,6 +97,11 @@ func valueProblems(path string, v any) []string {
 	case float32:
 		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
 			return []string{floatProblem(path, f)}
+		}
+	case int:
+		if v > math.MaxInt32 || v < math.MinInt32 {
+			return []string{fmt.Sprintf("%s is the int %d, outside the 32-bit range amqp091 sends a Go int in: it would arrive "+
+				"changed; use int64", path, v)}
 		}
 	case amqp.Table:
 		return tableProblems(path, v)
