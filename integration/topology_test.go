@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -728,4 +729,68 @@ func importDefinitions(t *testing.T, env *brokertest.Env, defs []byte) {
 		t.Fatalf("import definitions through the management API: %v", err)
 	}
 	t.Logf("imported through the management API (no private node of scripts/broker to run rabbitmqctl on)")
+}
+
+// TestApplyMarkerOnlyAfterWholeLadder: the ladder marker, which publishers trust, exists only
+// when its apply declared every object. Two applies of different ladders racing on one prefix
+// cannot both succeed, and a ladder's marker exists exactly when its apply succeeded; an apply
+// cut off by its context leaves no marker.
+func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	ctx := topoTestCtx(t, 2*time.Minute)
+	plan := func(prefix string, radix int) *topology.Plan {
+		p, err := topology.Spec{Prefix: prefix, Targets: topology.Targets{{Name: env.Name("orders"), Type: "topic"}},
+			Ladder: ttlbuckets.Ladder{Radix: radix, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff}.Plan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	exists := func(name string) bool {
+		ch := env.Channel(t) // a 404 closes the channel: one per look-up
+		return ch.ExchangeDeclarePassive(name, amqp.ExchangeFanout, true, false, false, false, nil) == nil
+	}
+	if env.VHost == "/" {
+		t.Cleanup(func() { _ = env.Channel(t).ExchangeDelete(env.Name("orders"), false, false) })
+	}
+	for round := range 3 {
+		prefix := env.Name(fmt.Sprintf("race%d", round))
+		plans := []*topology.Plan{plan(prefix, 16), plan(prefix, 32)}
+		errs := make([]error, len(plans))
+		var wg sync.WaitGroup
+		for i, p := range plans {
+			conn := env.Dial(t)
+			wg.Go(func() { _, errs[i] = topology.Apply(ctx, conn, p, topology.ApplyOptions{}) })
+		}
+		wg.Wait()
+		if errs[0] == nil && errs[1] == nil {
+			t.Fatalf("round %d: applies of radix 16 and radix 32 on one prefix both succeeded", round)
+		}
+		for i, p := range plans {
+			if m := p.Names.LadderMarker(p.Ladder); exists(m) != (errs[i] == nil) {
+				t.Errorf("round %d: marker %s exists: %v, but its apply returned %v", round, m, exists(m), errs[i])
+			}
+		}
+		if env.VHost == "/" {
+			for _, p := range plans {
+				_, _ = topology.Teardown(ctx, env.Dial(t), p, topology.TeardownOptions{Force: true})
+			}
+		}
+	}
+
+	cut := plan(env.Name("cut"), 16)
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, err := topology.Apply(short, env.Dial(t), cut, topology.ApplyOptions{})
+	cancel()
+	if err == nil {
+		t.Skip("the apply finished within 30 ms: nothing was cut off")
+	}
+	time.Sleep(500 * time.Millisecond) // declarations in flight finish in the background
+	if m := cut.Names.LadderMarker(cut.Ladder); exists(m) {
+		t.Errorf("an apply cut off by its context (%v) left the marker %s", err, m)
+	}
+	if env.VHost == "/" {
+		_, _ = topology.Teardown(ctx, env.Dial(t), cut, topology.TeardownOptions{Force: true})
+	}
 }

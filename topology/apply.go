@@ -146,6 +146,10 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 //     then the bindings by ascending [Binding.Tier]: a binding never routes into an exchange
 //     whose bindings are not declared yet, so a failure part-way leaves no path on which an
 //     expiring message would be dropped.
+//  5. Last, the ladder marker exchange ([Names.LadderMarker]), which publishers check: it
+//     exists only once every object of the plan was declared with the plan's arguments, so
+//     an apply that fails half way, is cut off, or races an apply of another ladder (one of
+//     the two then meets a 406) leaves no marker, and no publisher trusts a mixed ladder.
 //
 // Apply never deletes or re-declares an object with other arguments. Work is spread over
 // opts.Workers channels of conn; conn stays open. The report lists what was done even when
@@ -274,7 +278,16 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	}
 	jobs = nil
 	var idx []int
+	// The ladder marker tells publishers that the ladder is declared as it says (see
+	// Names.LadderMarker), so it comes last, once every queue and binding has been declared
+	// with this plan's arguments: an apply that fails or is cut off half way (or loses a race
+	// with an apply of another ladder) leaves no marker, and publishers refuse to start.
+	marker := -1
 	for i, e := range p.Exchanges {
+		if e.Name == p.Names.LadderMarker(p.Ladder) {
+			marker = i
+			continue
+		}
 		if rep.Results[i].State == StateMissing {
 			jobs, idx = append(jobs, declareExchange(e)), append(idx, i)
 		}
@@ -309,6 +322,11 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 			st = StateBound
 		}
 		if err := runCreate(ctx, conn, opts, rep, jobs, idx, st); err != nil {
+			return fail(err, 0)
+		}
+	}
+	if marker >= 0 && rep.Results[marker].State == StateMissing {
+		if err := runCreate(ctx, conn, opts, rep, []job{declareExchange(p.Exchanges[marker])}, []int{marker}, StateCreated); err != nil {
 			return fail(err, 0)
 		}
 	}
