@@ -479,10 +479,17 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 	}
 	// An empty topology of quorum queues goes without Force: RabbitMQ refuses queue.delete's
 	// if-empty flag on quorum queues (540, closing the connection), so Teardown must not use it.
+	// Without the management API it cannot count their unacknowledged and dead-letter-state
+	// messages, so it refuses and deletes nothing.
 	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{})
+	if !errors.Is(err, topology.ErrCannotCount) || !strings.Contains(err.Error(), "--management-url") || rep.Count(topology.StateDeleted) != 0 {
+		t.Fatalf("teardown of quorum queues without the management API: %v, %d deleted; want ErrCannotCount, nothing deleted", err, rep.Count(topology.StateDeleted))
+	}
+	m := topoNeedManagement(t, env)
+	rep, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{Management: m})
 	if err != nil || rep.Count(topology.StateDeleted) != wantDeleted {
 		t.Fatalf("teardown of an empty quorum topology: %v, %d deleted, want %d", err, rep.Count(topology.StateDeleted), wantDeleted)
 	}
@@ -792,5 +799,55 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 	}
 	if env.VHost == "/" {
 		_, _ = topology.Teardown(ctx, env.Dial(t), cut, topology.TeardownOptions{Force: true})
+	}
+}
+
+// TestTeardownCountsDeadLetterState: a message a quorum delay queue holds for dead-lettering
+// (due, but no queue takes it) is invisible to AMQP; teardown counts it through the
+// management API and refuses to delete its queue without Force.
+func TestTeardownCountsDeadLetterState(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	ctx := topoTestCtx(t, time.Minute)
+	conn := env.Dial(t)
+	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "t", Type: "direct"}}, Buckets: topology.Delays{50 * time.Millisecond},
+		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: topology.PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ch := env.Channel(t)
+	// Without the parking queue, a due message for an unknown target has nowhere to go.
+	if _, err := ch.QueueDelete(p.Names.Parking(), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(ctx, p.Names.BucketExchange(), "", false, false, amqp.Publishing{
+		Headers: amqp.Table{ttlbuckets.BucketHeader: int64(50), ttlbuckets.TargetHeader: "nowhere"}, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	bucketQ := p.Names.BucketQueue(50)
+	for {
+		qs, err := m.Queues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if qs[bucketQ].MessagesDLX == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("messages_dlx of %s never reached 1", bucketQ)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	rep, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{Management: m})
+	if !errors.Is(err, topology.ErrNotEmpty) || !strings.Contains(err.Error(), bucketQ) || rep.Count(topology.StateDeleted) != 0 {
+		t.Fatalf("teardown with a message in dead-letter state: %v, %d deleted; want ErrNotEmpty naming %s", err, rep.Count(topology.StateDeleted), bucketQ)
+	}
+	if _, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{Management: m, Force: true}); err != nil {
+		t.Fatalf("teardown --force: %v", err)
 	}
 }

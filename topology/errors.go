@@ -20,6 +20,9 @@ var (
 	ErrTargetMissing = errors.New("topology: exchange does not exist")
 	// ErrNotEmpty: teardown refused because delay or parking queues hold messages.
 	ErrNotEmpty = errors.New("topology: queues hold messages")
+	// ErrCannotCount: teardown without Force and without the management API met quorum
+	// queues, whose unacknowledged and dead-letter-state messages AMQP cannot count.
+	ErrCannotCount = errors.New("topology: cannot count every message without the management API")
 	// ErrIncomplete: status found objects of the plan missing.
 	ErrIncomplete = errors.New("topology: topology incomplete")
 	// ErrPluginUnavailable: plugin mode is on and the broker has no delayed-message plugin.

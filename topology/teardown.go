@@ -36,7 +36,9 @@ type TeardownOptions struct {
 //
 // Unless opts.Force is set it first counts the messages of every queue it would delete and,
 // when any holds messages, deletes nothing and returns an error wrapping ErrNotEmpty that
-// names them. The deletions of classic queues then use queue.delete's if-empty flag, so a
+// names them. Without opts.Management it cannot count the unacknowledged and dead-letter-state
+// messages of quorum queues, so it refuses (ErrCannotCount) unless opts.Force is set. The
+// deletions of classic queues then use queue.delete's if-empty flag, so a
 // message that arrives in between makes the broker refuse (406) rather than lose it. Quorum
 // queues do not support that flag (RabbitMQ answers 540 NOT_IMPLEMENTED and closes the
 // connection), so each is looked at again just before it is deleted: a message published in
@@ -132,8 +134,8 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		}
 		if i < len(queues) && exists[i] {
 			held[i] = int64(found[i].Messages)
-			if m, ok := managed[queues[i]]; ok && m.Messages > held[i] {
-				held[i] = m.Messages
+			if m, ok := managed[queues[i]]; ok {
+				held[i] = max(held[i], m.Messages, m.MessagesDLX)
 			}
 			if held[i] > 0 {
 				full = append(full, fmt.Sprintf("%s (%d messages)", queues[i], held[i]))
@@ -143,6 +145,20 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	if len(full) > 0 && !opts.Force {
 		return rep, fmt.Errorf("%w: %s; nothing was deleted: wait until they are delivered (declare status), or use --force to delete them with their messages",
 			ErrNotEmpty, strings.Join(full, ", "))
+	}
+	if !opts.Force && opts.Management == nil {
+		var blind []string
+		for i, name := range queues {
+			if exists[i] && !classic[name] {
+				blind = append(blind, name)
+			}
+		}
+		if len(blind) > 0 {
+			return rep, fmt.Errorf("%w: %d quorum queues (the first: %s): AMQP counts only their ready messages, not the "+
+				"unacknowledged ones nor those held for dead-lettering (messages_dlx); nothing was deleted: give the management API "+
+				"(--management-url) so teardown can count them, or use --force to delete them with whatever they hold",
+				ErrCannotCount, len(blind), blind[0])
+		}
 	}
 
 	// Delete.

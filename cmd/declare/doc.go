@@ -34,7 +34,9 @@
 //	          out (use --plugin on); targets without a type are not included (they must exist).
 //	teardown  Delete the delay queues, the parking queue and the topology's exchanges, listing
 //	          each as deleted or absent. Refuses (exit 1, nothing deleted) while any of these
-//	          queues holds messages, unless --force. Never touches target exchanges; ready
+//	          queues holds messages, unless --force. Quorum queues' unacknowledged and
+//	          dead-letter-state messages are only visible through the management API, so
+//	          without --management-url a topology with quorum queues needs --force. Never touches target exchanges; ready
 //	          queues only with --ready-queues. --dry-run deletes nothing. Messages already held
 //	          by the delayed-message plugin are not removed by deleting its exchange: the plugin
 //	          still delivers them when they fall due if an exchange of that name exists then.
