@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,25 +171,25 @@ func splitList(s string) []string {
 type Spec struct {
 	// Prefix names every object (see [Names]); default "rabbitdelay". Letters, digits and
 	// . _ - : only, at most 200 bytes, not starting with "amq." (reserved by RabbitMQ).
-	Prefix string `envconfig:"PREFIX" default:"rabbitdelay"`
+	Prefix string `envconfig:"AMQPDELAY_PREFIX" default:"rabbitdelay"`
 	// Targets are the exchanges delayed messages are finally routed through. A name holds at
 	// most 255 bytes (MaxNameLen) and must not be one of the topology's own names
 	// ([Names.Reserved]: <prefix>.dispatch, .unroutable, .parking, .buckets, .plugin,
 	// <prefix>.ladder.*, <prefix>.bucket.*); other names under the prefix are fine.
-	Targets Targets `envconfig:"TARGETS"`
+	Targets Targets `envconfig:"AMQPDELAY_TARGETS"`
 	// Buckets are optional fixed delays, each with its own queue (whole milliseconds).
-	Buckets Delays `envconfig:"BUCKETS"`
+	Buckets Delays `envconfig:"AMQPDELAY_BUCKETS"`
 	// Ladder is the ladder's unit, radix, maximum and order (AMQPDELAY_LADDER_UNIT, _RADIX,
 	// _MAX, _ORDER); zero fields take ttlbuckets' defaults.
-	Ladder ttlbuckets.Ladder `envconfig:"LADDER"`
+	Ladder ttlbuckets.Ladder `envconfig:"AMQPDELAY_LADDER"`
 	// Plugin is off, auto (default) or on.
-	Plugin PluginMode `envconfig:"PLUGIN" default:"auto"`
+	Plugin PluginMode `envconfig:"AMQPDELAY_PLUGIN" default:"auto"`
 	// QueueType is quorum (default) or classic.
-	QueueType QueueType `envconfig:"QUEUE_TYPE" default:"quorum"`
+	QueueType QueueType `envconfig:"AMQPDELAY_QUEUE_TYPE" default:"quorum"`
 	// ReadyQueues are optional queues to declare and bind to targets. Queue name, exchange
 	// name and binding key hold at most 255 bytes each (MaxNameLen); neither the queue nor the
 	// exchange name may be one of the topology's own names ([Names.Reserved]).
-	ReadyQueues ReadyQueues `envconfig:"READY_QUEUES"`
+	ReadyQueues ReadyQueues `envconfig:"AMQPDELAY_READY_QUEUES"`
 }
 
 // Config is the whole configuration read from the environment: the connection (AMQPDELAY_URL,
@@ -205,10 +206,19 @@ type Config struct {
 // AMQPDELAY_URL.
 func ConfigFromEnv() (Config, error) {
 	var c Config
-	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+	// No prefix: the tags are the full names. envconfig reads an unset PREFIX_NAME from the
+	// bare tag NAME, which would pick up a stray URL, PREFIX or TARGETS variable.
+	if err := envconfig.Process("", &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalidSpec, amqpconn.RedactText(err.Error()))
 	}
 	var errs []error
+	// envconfig reads integers in any base ("010" is 8, "0x10" is 16); the CLI and the
+	// documentation mean decimal.
+	if v, ok := os.LookupEnv(EnvPrefix + "_LADDER_RADIX"); ok && v != "" {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err != nil || n != c.Ladder.Radix {
+			errs = append(errs, fmt.Errorf("%w: %s_LADDER_RADIX=%q: write the radix in decimal (2, 4, 8, 16, 32 or 64)", ErrInvalidSpec, EnvPrefix, v))
+		}
+	}
 	for _, z := range []struct {
 		name, allowed string
 		zero          bool

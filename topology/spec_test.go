@@ -96,3 +96,41 @@ func TestConfigFromEnvRejectsExplicitZero(t *testing.T) {
 		t.Errorf("unset: %+v %v", c.Ladder, err)
 	}
 }
+
+// TestConfigFromEnvReadsOnlyItsVariables: envconfig falls back from AMQPDELAY_NAME to a bare
+// NAME variable; ConfigFromEnv must not pick up a stray URL, PREFIX or TARGETS of another
+// program, and reads the radix in decimal as the CLI does.
+func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
+	for _, name := range []string{"AMQPDELAY_URL", "AMQPDELAY_PREFIX", "AMQPDELAY_TARGETS", "AMQPDELAY_BUCKETS", "AMQPDELAY_PLUGIN",
+		"AMQPDELAY_QUEUE_TYPE", "AMQPDELAY_READY_QUEUES", "AMQPDELAY_TLS_CA", "AMQPDELAY_LADDER_RADIX"} {
+		t.Setenv(name, "") // restored after the test
+		os.Unsetenv(name)
+	}
+	stray := map[string]string{"URL": "https://example.com/webhook", "PREFIX": "other", "TARGETS": "x:topic", "BUCKETS": "5s",
+		"PLUGIN": "on", "QUEUE_TYPE": "classic", "READY_QUEUES": "q=x:#", "TLS_CA": "/nowhere.pem"}
+	for k, v := range stray {
+		t.Setenv(k, v)
+	}
+	c, err := ConfigFromEnv()
+	if err != nil {
+		t.Fatalf("ConfigFromEnv with stray variables: %v", err)
+	}
+	if c.URL != "" || c.TLSCA != "" || c.Prefix != DefaultPrefix || c.Targets != nil || c.Buckets != nil || c.Plugin != PluginAuto ||
+		c.QueueType != Quorum || c.ReadyQueues != nil {
+		t.Errorf("ConfigFromEnv read variables without the AMQPDELAY_ prefix: %+v", c)
+	}
+	t.Setenv("AMQPDELAY_PREFIX", "mine")
+	if c, err := ConfigFromEnv(); err != nil || c.Prefix != "mine" {
+		t.Errorf("AMQPDELAY_PREFIX=mine: prefix %q, %v", c.Prefix, err)
+	}
+	for _, v := range []string{"010", "0x10"} {
+		t.Setenv("AMQPDELAY_LADDER_RADIX", v)
+		if _, err := ConfigFromEnv(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "decimal") {
+			t.Errorf("AMQPDELAY_LADDER_RADIX=%s: %v, want ErrInvalidSpec asking for decimal", v, err)
+		}
+	}
+	t.Setenv("AMQPDELAY_LADDER_RADIX", "32")
+	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 32 {
+		t.Errorf("AMQPDELAY_LADDER_RADIX=32: radix %d, %v", c.Ladder.Radix, err)
+	}
+}

@@ -24,18 +24,20 @@ import (
 // default guest user, which RabbitMQ only accepts from loopback.
 const DefaultURL = "amqp://guest:guest@localhost:5672/"
 
-// Config says where the broker is and how to reach it. The zero value dials DefaultURL.
+// Config says where the broker is and how to reach it. The zero value dials DefaultURL. The
+// envconfig tags are the variables' full names: envconfig falls back from PREFIX_NAME to the
+// tag alone, so a tag without the prefix would read a stray URL or PREFIX variable.
 // The vhost comes from the URL path (https://www.rabbitmq.com/docs/uri-spec).
 type Config struct {
 	// URL is an amqp:// or amqps:// URL. Empty means DefaultURL.
-	URL string `envconfig:"URL"`
+	URL string `envconfig:"AMQPDELAY_URL"`
 	// TLSCA is a PEM file of CA certificates to verify the broker with (amqps:// only).
 	// Empty means the system roots.
-	TLSCA string `envconfig:"TLS_CA"`
+	TLSCA string `envconfig:"AMQPDELAY_TLS_CA"`
 	// TLSCert and TLSKey are PEM files of a client certificate and its key, for brokers that
 	// require one (amqps:// only). Both or neither.
-	TLSCert string `envconfig:"TLS_CERT"`
-	TLSKey  string `envconfig:"TLS_KEY"`
+	TLSCert string `envconfig:"AMQPDELAY_TLS_CERT"`
+	TLSKey  string `envconfig:"AMQPDELAY_TLS_KEY"`
 }
 
 // ErrConfig is wrapped by every error about the configuration itself (as opposed to the broker).
