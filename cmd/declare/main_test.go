@@ -108,6 +108,8 @@ func TestBadInput(t *testing.T) {
 	}{
 		{name: "unknown flag", args: []string{"apply", "--target", "o:topic", "--bogus"}, code: 2, want: []string{"-bogus"}},
 		{name: "unknown command", args: []string{"deploy"}, code: 2, want: []string{"unknown command", "deploy"}},
+		{name: "export with a URL that does not parse", args: []string{"export", "--target", "o:topic", "--url", "amqp://u:p#w@h/prod"},
+			code: 2, want: []string{"percent-encode", "--vhost"}, notWants: []string{"p#w"}},
 		{name: "unparsable bucket", args: []string{"apply", "--target", "o:topic", "--bucket", "5x"}, code: 2, want: []string{"5x", "not a duration"}},
 		{name: "unparsable unit", args: []string{"apply", "--target", "o:topic", "--unit", "abc"}, code: 2, want: []string{"ladder unit", "abc"}},
 		{name: "unparsable variable", env: map[string]string{"AMQPDELAY_LADDER_MAX": "forever"}, args: []string{"apply", "--target", "o:topic"}, code: 2,
