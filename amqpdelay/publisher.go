@@ -96,7 +96,8 @@ type session struct {
 }
 
 // NewPublisher connects to the broker of cfg, checks that the delay topology of cfg.Spec has
-// been declared (passive declare of the dispatch exchange), probes for the delayed-message
+// been declared (passive declares of the dispatch exchange, the ladder marker, every bucket
+// queue and every target exchange), probes for the delayed-message
 // plugin's exchange on a connection of its own, and opens its publishing channels. ctx bounds
 // all of that; the Publisher keeps running after ctx ends.
 //
@@ -239,6 +240,15 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				"exchange %q is missing): use the same AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER as `declare apply`, or apply this ladder under another prefix",
 				ErrTopologyMissing, p.cfg.Spec.Prefix, l.Unit, l.Radix, l.Order, l.Levels(), p.names.LadderMarker(l))
 		}},
+	}
+	// A target the broker does not have would send every due message to the parking queue.
+	// (AMQP cannot list bindings, so a target that exists but is not bound to the dispatch
+	// exchange is not caught here: `declare status --management-url` shows it.)
+	for _, t := range p.cfg.Spec.Targets {
+		checks = append(checks, check{exchange: t.Name, missing: func() error {
+			return fmt.Errorf("%w: target exchange %q does not exist: declare it (AMQPDELAY_TARGETS=%s:topic, or another type, then `declare apply`), "+
+				"or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, t.Name)
+		}})
 	}
 	for _, b := range p.buckets.List() {
 		checks = append(checks, check{queue: p.names.BucketQueue(b.TTL), missing: func() error {

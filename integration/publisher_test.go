@@ -529,6 +529,9 @@ func TestPublisherRefusesAnotherLadder(t *testing.T) {
 		{"radix", func(s *topology.Spec) { s.Ladder.Radix = 32 }, "another ladder"},
 		{"order", func(s *topology.Spec) { s.Ladder.Order = ttlbuckets.LongestFirst }, "another ladder"},
 		{"bucket", func(s *topology.Spec) { s.Buckets = topology.Delays{2 * time.Second} }, "bucket 2s"},
+		{"target", func(s *topology.Spec) {
+			s.Targets = append(append(topology.Targets{}, s.Targets...), topology.Target{Name: env.Name("undeclared")})
+		}, "target exchange"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			other := spec
