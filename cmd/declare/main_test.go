@@ -405,7 +405,7 @@ func TestPlanCLI(t *testing.T) {
 func TestHelpListsEveryVariable(t *testing.T) {
 	t.Parallel()
 	var keys bytes.Buffer
-	if err := envconfig.Usagef(topology.EnvPrefix, &topology.Config{}, &keys, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
+	if err := envconfig.Usagef("", &topology.Config{}, &keys, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
 		t.Fatal(err)
 	}
 	r := declare(t, nil, "--help")
