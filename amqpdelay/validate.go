@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -126,7 +127,11 @@ func preview(s string) string {
 	if len(s) <= 40 {
 		return strconv.Quote(s)
 	}
-	return strconv.Quote(s[:40]) + "..."
+	cut := 40
+	for cut > 0 && !utf8.RuneStart(s[cut]) { // never in the middle of a character
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
 }
 
 // isIOError reports whether err, from amqp091's publish, is a failure of the connection

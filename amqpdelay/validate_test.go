@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -205,5 +206,13 @@ func TestDeadLetterReserve(t *testing.T) {
 	}
 	if p := headerTooLarge(&m, 131072, three); !strings.Contains(p, "x-death") {
 		t.Errorf("with the reserve: %q, want a refusal naming x-death", p)
+	}
+}
+
+// TestPreviewKeepsCharactersWhole: a long multi-byte value is cut between characters.
+func TestPreviewKeepsCharactersWhole(t *testing.T) {
+	got := preview(strings.Repeat("é", 100))
+	if !utf8.ValidString(got) || strings.Contains(got, `\x`) {
+		t.Errorf("preview cut a character: %s", got)
 	}
 }

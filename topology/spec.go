@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kelseyhightower/envconfig"
 
@@ -358,7 +359,14 @@ func shorten(name string) string {
 	if len(name) <= 80 {
 		return name
 	}
-	return name[:60] + "..." + name[len(name)-17:]
+	head, tail := 60, len(name)-17
+	for head > 0 && !utf8.RuneStart(name[head]) { // never in the middle of a character
+		head--
+	}
+	for tail < len(name) && !utf8.RuneStart(name[tail]) {
+		tail++
+	}
+	return name[:head] + "..." + name[tail:]
 }
 
 // HasTarget reports whether name is one of s's targets.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestValidateOwnNamesAndLengths: targets, ready queues and ready-queue exchanges named with
@@ -132,5 +133,14 @@ func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
 	t.Setenv("AMQPDELAY_LADDER_RADIX", "32")
 	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 32 {
 		t.Errorf("AMQPDELAY_LADDER_RADIX=32: radix %d, %v", c.Ladder.Radix, err)
+	}
+}
+
+// TestShortenKeepsCharactersWhole: a long multi-byte name is cut between characters.
+func TestShortenKeepsCharactersWhole(t *testing.T) {
+	for _, n := range []string{strings.Repeat("é", 100), "x" + strings.Repeat("漢", 60)} {
+		if got := shorten(n); !utf8.ValidString(got) || len(got) > 83 {
+			t.Errorf("shorten(%d bytes) = %q", len(n), got)
+		}
 	}
 }

@@ -206,7 +206,8 @@ func hint(err error) string {
 		}
 	case amqp.NotAllowed:
 		if strings.Contains(ae.Reason, "vhost") {
-			return " (the vhost is the URL's path: create it with rabbitmqctl add_vhost, or fix --url / AMQPDELAY_URL)"
+			return " (the vhost is the URL's path: it does not exist, or the user has no permissions on it: " +
+				"rabbitmqctl add_vhost / set_permissions -p <vhost> <user> '.*' '.*' '.*', or fix --url / AMQPDELAY_URL)"
 		}
 	}
 	return ""
