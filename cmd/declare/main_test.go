@@ -111,6 +111,7 @@ func TestBadInput(t *testing.T) {
 		{name: "export with a URL that does not parse", args: []string{"export", "--target", "o:topic", "--url", "amqp://u:p#w@h/prod"},
 			code: 2, want: []string{"percent-encode", "--vhost"}, notWants: []string{"p#w"}},
 		{name: "unparsable bucket", args: []string{"apply", "--target", "o:topic", "--bucket", "5x"}, code: 2, want: []string{"5x", "not a duration"}},
+		{name: "maximum delay beyond a Go duration", args: []string{"plan", "--target", "o:topic", "--max-delay", "10000000h"}, code: 2, want: []string{"too long", "2562047h"}},
 		{name: "unparsable unit", args: []string{"apply", "--target", "o:topic", "--unit", "abc"}, code: 2, want: []string{"ladder unit", "abc"}},
 		{name: "unparsable variable", env: map[string]string{"AMQPDELAY_LADDER_MAX": "forever"}, args: []string{"apply", "--target", "o:topic"}, code: 2,
 			want: []string{"AMQPDELAY_LADDER_MAX", "forever"}},

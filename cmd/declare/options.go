@@ -67,6 +67,9 @@ func commonOptions(s *settings) []option {
 		return func(v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil {
+				if strings.Contains(err.Error(), "invalid duration") && strings.Trim(v, "0123456789.hmsuµn") == "" {
+					return fmt.Errorf("%s %q is too long for a Go duration (at most about 2562047h)", what, v)
+				}
 				return fmt.Errorf("%s %q is not a duration (want e.g. 1ms, 30s, 720h)", what, v)
 			}
 			*p = d
