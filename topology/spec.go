@@ -324,7 +324,12 @@ func (s Spec) Validate() error {
 	default:
 		add("queue type %q: want quorum or classic", s.QueueType)
 	}
+	seenReady := map[ReadyQueue]bool{}
 	for _, r := range s.ReadyQueues {
+		if seenReady[r] {
+			add("ready queue %q is listed twice", shorten(r.String()))
+		}
+		seenReady[r] = true
 		if r.Queue == "" || r.Exchange == "" {
 			add("ready queue %q: want queue=exchange:bindingkey", shorten(r.String()))
 		}

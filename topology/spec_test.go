@@ -48,6 +48,9 @@ func TestValidateOwnNamesAndLengths(t *testing.T) {
 		{"binding key too long", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: long}}},
 			[]string{`ready queue "rq=o:`, "binding key is 256 bytes"}},
 		{"binding key at the limit", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: limit}}}, nil},
+		{"ready queue listed twice", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: "a"}, {Queue: "rq", Exchange: "o", BindingKey: "a"}}},
+			[]string{`ready queue "rq=o:a" is listed twice`}},
+		{"one queue, two binding keys", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: "a"}, {Queue: "rq", Exchange: "o", BindingKey: "b"}}}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
