@@ -597,33 +597,49 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 	}
 }
 
+// deadLetterFixture declares a topology with a 50 ms quorum bucket, deletes its parking queue
+// and publishes one message for an unknown target into the bucket: once due, nothing takes
+// it, and the bucket queue holds it in its dead-letter state (retried forever).
+type deadLetterFixture struct {
+	ctx     context.Context
+	conn    *amqp.Connection
+	p       *topology.Plan
+	m       *topology.Management
+	bucketQ string
+}
+
+func newDeadLetterFixture(t *testing.T, env *brokertest.Env) deadLetterFixture {
+	t.Helper()
+	f := deadLetterFixture{m: topoNeedManagement(t, env), ctx: topoTestCtx(t, time.Minute), conn: env.Dial(t)}
+	var err error
+	f.p, err = topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "t", Type: "direct"}}, Buckets: topology.Delays{50 * time.Millisecond},
+		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: topology.PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topology.Apply(f.ctx, f.conn, f.p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ch := env.Channel(t)
+	if _, err := ch.QueueDelete(f.p.Names.Parking(), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(f.ctx, f.p.Names.BucketExchange(), "", false, false, amqp.Publishing{
+		Headers: amqp.Table{ttlbuckets.BucketHeader: int64(50), ttlbuckets.TargetHeader: "nowhere"}, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	f.bucketQ = f.p.Names.BucketQueue(50)
+	return f
+}
+
 // TestStatusShowsDeadLetterState: with the parking queue gone, a due message that no target
 // takes stays in its quorum bucket queue's dead-letter state (at-least-once dead-lettering
 // retries it forever); only the management API sees it (messages_dlx). The broker publishes
 // queue statistics every few seconds, so the test polls.
 func TestStatusShowsDeadLetterState(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	m := topoNeedManagement(t, env)
-	ctx := topoTestCtx(t, time.Minute)
-	conn := env.Dial(t)
-	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "t", Type: "direct"}}, Buckets: topology.Delays{50 * time.Millisecond},
-		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: topology.PluginOff}.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ch := env.Channel(t)
-	if _, err := ch.QueueDelete(p.Names.Parking(), false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.PublishWithContext(ctx, p.Names.BucketExchange(), "", false, false, amqp.Publishing{
-		Headers: amqp.Table{ttlbuckets.BucketHeader: int64(50), ttlbuckets.TargetHeader: "nowhere"}, Body: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	bucketQ := p.Names.BucketQueue(50)
+	f := newDeadLetterFixture(t, brokertest.NewEnv(t))
+	ctx, conn, p, m, bucketQ := f.ctx, f.conn, f.p, f.m, f.bucketQ
 	for {
 		rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
 		if !errors.Is(err, topology.ErrIncomplete) || !slices.Contains(rep.Missing, "queue "+p.Names.Parking()) {
@@ -807,28 +823,8 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 // management API and refuses to delete its queue without Force.
 func TestTeardownCountsDeadLetterState(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	m := topoNeedManagement(t, env)
-	ctx := topoTestCtx(t, time.Minute)
-	conn := env.Dial(t)
-	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "t", Type: "direct"}}, Buckets: topology.Delays{50 * time.Millisecond},
-		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: topology.PluginOff}.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ch := env.Channel(t)
-	// Without the parking queue, a due message for an unknown target has nowhere to go.
-	if _, err := ch.QueueDelete(p.Names.Parking(), false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.PublishWithContext(ctx, p.Names.BucketExchange(), "", false, false, amqp.Publishing{
-		Headers: amqp.Table{ttlbuckets.BucketHeader: int64(50), ttlbuckets.TargetHeader: "nowhere"}, Body: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	bucketQ := p.Names.BucketQueue(50)
+	f := newDeadLetterFixture(t, brokertest.NewEnv(t))
+	ctx, conn, p, m, bucketQ := f.ctx, f.conn, f.p, f.m, f.bucketQ
 	for {
 		qs, err := m.Queues(ctx)
 		if err != nil {
