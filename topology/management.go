@@ -272,6 +272,32 @@ func (u Unplanned) String() string {
 // or another topology's <prefix>.eu.*) are not listed. AMQP cannot list objects, so this
 // needs the management API. Errors wrap ErrManagement.
 func (m *Management) Unplanned(ctx context.Context, p *Plan) ([]Unplanned, error) {
+	queues, err := m.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return m.unplanned(ctx, p, queues)
+}
+
+// unplanned is Unplanned with the vhost's queues already read (Status and Teardown read them
+// for their own counts).
+func (m *Management) unplanned(ctx context.Context, p *Plan, queues map[string]ManagedQueue) ([]Unplanned, error) {
+	var exchanges []struct {
+		Name string `json:"name"`
+	}
+	if err := m.get(ctx, "api/exchanges/"+url.PathEscape(m.vhost)+"?columns=name", &exchanges); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(exchanges))
+	for i, x := range exchanges {
+		names[i] = x.Name
+	}
+	return unplannedOf(p, names, queues), nil
+}
+
+// unplannedOf picks, from the vhost's exchange names and queues, the objects of p's naming
+// rule that p does not have, sorted by kind and name.
+func unplannedOf(p *Plan, exchanges []string, queues map[string]ManagedQueue) []Unplanned {
 	planned := map[string]bool{}
 	for _, e := range p.Exchanges {
 		planned["exchange "+e.Name] = true
@@ -280,30 +306,18 @@ func (m *Management) Unplanned(ctx context.Context, p *Plan) ([]Unplanned, error
 		planned["queue "+q.Name] = true
 	}
 	var out []Unplanned
-	for _, kind := range []Kind{KindExchange, KindQueue} {
-		var raw []struct {
-			Name     string `json:"name"`
-			Messages *int64 `json:"messages"`
+	for _, name := range exchanges {
+		if p.Names.Reserved(name) && !planned["exchange "+name] {
+			out = append(out, Unplanned{Kind: KindExchange, Name: name, Messages: -1})
 		}
-		if err := m.get(ctx, "api/"+string(kind)+"s/"+url.PathEscape(m.vhost)+"?columns=name,messages", &raw); err != nil {
-			return nil, err
-		}
-		for _, o := range raw {
-			if !p.Names.Reserved(o.Name) || planned[string(kind)+" "+o.Name] {
-				continue
-			}
-			u := Unplanned{Kind: kind, Name: o.Name, Messages: -1}
-			if kind == KindQueue {
-				u.Messages = 0
-				if o.Messages != nil {
-					u.Messages = *o.Messages
-				}
-			}
-			out = append(out, u)
+	}
+	for name, q := range queues {
+		if p.Names.Reserved(name) && !planned["queue "+name] {
+			out = append(out, Unplanned{Kind: KindQueue, Name: name, Messages: max(q.Messages, 0)})
 		}
 	}
 	slices.SortFunc(out, func(a, b Unplanned) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
-	return out, nil
+	return out
 }

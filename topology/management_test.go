@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,31 @@ func TestManagementErrorAdvice(t *testing.T) {
 		if tt.status == http.StatusUnauthorized && !strings.Contains(err.Error(), `user "ops"`) {
 			t.Errorf("401: the error does not name the user: %v", err)
 		}
+	}
+}
+
+// TestUnplannedOf: only names of the plan's naming rule that the plan lacks are listed; an
+// application's object under the prefix, another topology's and the plan's own are not.
+func TestUnplannedOf(t *testing.T) {
+	p, err := Spec{Prefix: "p", Targets: Targets{{Name: "p.orders", Type: "topic"}}, Plugin: PluginOff}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchanges := []string{p.Names.Dispatch(), "p.orders", "p.eu.dispatch", "p.ladder.1ms.r32.shortest-first.l07", "other"}
+	queues := map[string]ManagedQueue{
+		p.Names.Parking():   {Messages: 0},
+		"p.bucket.10000ms":  {Messages: 3},
+		"p.ladder.09.01":    {Messages: -1}, // count unknown
+		"p.eu.ladder.00.01": {Messages: 5},
+		"p.orders.ready":    {Messages: 1},
+	}
+	got := unplannedOf(p, exchanges, queues)
+	want := []Unplanned{
+		{Kind: KindExchange, Name: "p.ladder.1ms.r32.shortest-first.l07", Messages: -1},
+		{Kind: KindQueue, Name: "p.bucket.10000ms", Messages: 3},
+		{Kind: KindQueue, Name: "p.ladder.09.01", Messages: 0},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("unplannedOf = %v, want %v", got, want)
 	}
 }

@@ -114,7 +114,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
 			return rep, err
 		}
-		if rep.Unplanned, err = opts.Management.Unplanned(ctx, p); err != nil {
+		if rep.Unplanned, err = opts.Management.unplanned(ctx, p, managed); err != nil {
 			return rep, err
 		}
 		rep.Management = true

@@ -113,7 +113,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		if managed, err = opts.Management.Queues(ctx); err != nil {
 			return rep, err
 		}
-		if rep.Unplanned, err = opts.Management.Unplanned(ctx, p); err != nil {
+		if rep.Unplanned, err = opts.Management.unplanned(ctx, p, managed); err != nil {
 			return rep, err
 		}
 	}
