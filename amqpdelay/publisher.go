@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -513,7 +512,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
 		reserve := 0
 		if c.path == PathLadder || c.path == PathBucket { // the plugin path does not dead-letter
-			reserve = deadLetterReserve(hops, len(strings.TrimSuffix(p.names.Dispatch(), ".dispatch")), len(routingKey))
+			reserve = deadLetterReserve(hops, len(p.cfg.Spec.Prefix), len(routingKey)) // cfg.Spec has its defaults
 		}
 		err = pc.publish(ctx, dest, routingKey, mandatory, &out, reserve)
 		if errors.Is(err, errNotSent) {
