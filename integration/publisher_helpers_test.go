@@ -402,7 +402,9 @@ type directFixture struct {
 	ctx    context.Context
 }
 
-func newDirectFixture(t *testing.T) directFixture {
+// newDirectFixture declares a direct target "orders" with a ready queue bound by "k", consumes
+// it, and starts a Publisher with opts.
+func newDirectFixture(t *testing.T, opts ...amqpdelay.Option) directFixture {
 	t.Helper()
 	f := directFixture{env: brokertest.NewEnv(t)}
 	f.target = f.env.Name("orders")
@@ -411,7 +413,7 @@ func newDirectFixture(t *testing.T) directFixture {
 	f.q = f.env.Name("ready")
 	declareReadyQueue(t, f.env, f.q, f.target, "k")
 	f.got = consumeQueue(t, f.env, f.q)
-	f.p = newPublisher(t, f.env, f.spec)
+	f.p = newPublisher(t, f.env, f.spec, opts...)
 	f.ctx = pubCtx(t)
 	return f
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestPublisherRefusesConnectionKillers: input that amqp091 cannot encode (a short string
@@ -25,15 +24,9 @@ import (
 // and the connection is never lost (no reconnect event).
 func TestPublisherRefusesConnectionKillers(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	declareTopology(t, env, spec)
-	q := env.Name("ready")
-	declareReadyQueue(t, env, q, target, "k")
-	got := consumeQueue(t, env, q)
 	var ev events
-	p := newPublisher(t, env, spec, amqpdelay.WithReconnectHandler(ev.add))
+	f := newDirectFixture(t, amqpdelay.WithReconnectHandler(ev.add))
+	target, got, p := f.target, f.got, f.p
 
 	// The good publisher: direct publishes, one every 5 ms, until stop.
 	var ok atomic.Int64
@@ -136,14 +129,9 @@ func TestPublisherRefusesConnectionKillers(t *testing.T) {
 // the specification's limit, not a cautious guess.
 func TestPublisherHeaderFrameLimit(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	declareTopology(t, env, spec)
-	q := env.Name("ready")
-	declareReadyQueue(t, env, q, target, "k")
 	var ev events
-	p := newPublisher(t, env, spec, amqpdelay.WithReconnectHandler(ev.add))
+	f := newDirectFixture(t, amqpdelay.WithReconnectHandler(ev.add))
+	env, target, p := f.env, f.target, f.p
 	frameMax := env.Dial(t).Config.FrameSize
 	if frameMax <= 0 {
 		t.Fatalf("negotiated frame_max = %d", frameMax)

@@ -26,6 +26,21 @@ func restartSpec(prefix string) topology.Spec {
 	}
 }
 
+// newRestartFixture starts a private broker with restartSpec(prefix) declared, a consumer of
+// its ready queue that survives restarts, and a Publisher that reconnects quickly and records
+// its reconnect events; target is the spec's target exchange.
+func newRestartFixture(t *testing.T, prefix string) (b *privateBroker, got <-chan arrival, ev *events, p *amqpdelay.Publisher, target string) {
+	t.Helper()
+	b = startPrivateBroker(t)
+	spec := restartSpec(prefix)
+	declareTopologyAt(t, b.URL, spec)
+	got = resilientConsumer(t, b.URL, prefix+".ready")
+	ev = &events{}
+	p = newPublisherURL(t, b.URL, spec, amqpdelay.WithReconnectHandler(ev.add),
+		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+	return b, got, ev, p, spec.Targets[0].Name
+}
+
 // events records a Publisher's reconnect events.
 type events struct {
 	mu   sync.Mutex
@@ -53,15 +68,8 @@ func (e *events) has(k amqpdelay.ReconnectKind) bool {
 // none early, and the same Publisher publishes again afterwards.
 func TestPublisherBrokerRestart(t *testing.T) {
 	t.Parallel()
-	b := startPrivateBroker(t)
-	spec := restartSpec("rdt-restart")
-	declareTopologyAt(t, b.URL, spec)
-	got := resilientConsumer(t, b.URL, "rdt-restart.ready")
-	var ev events
-	p := newPublisherURL(t, b.URL, spec, amqpdelay.WithReconnectHandler(ev.add),
-		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+	b, got, ev, p, target := newRestartFixture(t, "rdt-restart")
 	ctx := pubCtx(t)
-	target := spec.Targets[0].Name
 	// Due before, during and after the restart, through buckets and the ladder.
 	delays := []time.Duration{2 * time.Second, 3 * time.Second, 4500 * time.Millisecond, 9 * time.Second, 12 * time.Second, 15*time.Second + 7*time.Millisecond}
 	want := map[string]amqpdelay.Receipt{}
@@ -129,14 +137,7 @@ func TestPublisherBrokerRestart(t *testing.T) {
 // its context ends; once the broker is back, the same Publisher publishes successfully.
 func TestPublisherBrokerOutage(t *testing.T) {
 	t.Parallel()
-	b := startPrivateBroker(t)
-	spec := restartSpec("rdt-outage")
-	declareTopologyAt(t, b.URL, spec)
-	got := resilientConsumer(t, b.URL, "rdt-outage.ready")
-	var ev events
-	p := newPublisherURL(t, b.URL, spec, amqpdelay.WithReconnectHandler(ev.add),
-		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
-	target := spec.Targets[0].Name
+	b, got, ev, p, target := newRestartFixture(t, "rdt-outage")
 	if _, err := p.Publish(pubCtx(t), target, "k", textMsg("before"), 0); err != nil {
 		t.Fatal(err)
 	}
