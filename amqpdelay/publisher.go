@@ -535,7 +535,8 @@ func (p *Publisher) PublishAt(ctx context.Context, exchange, routingKey string, 
 }
 
 // PluginAvailable reports the last probe's answer: whether the topology's delayed-message
-// plugin exchange exists (probed at start and after each reconnection).
+// plugin exchange exists (probed at start and after each reconnection). It is always false
+// under [LadderOnly] and with the topology's Plugin set to off, which never probe.
 func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
 
 // Close stops the Publisher: new publishes fail with ErrClosed at once, publishes waiting

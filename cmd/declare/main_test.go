@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -104,6 +105,7 @@ func TestBadInput(t *testing.T) {
 		code     int
 		want     []string
 		mgmt     bool // needs the management API
+		noPlugin bool // needs a broker without the delayed-message plugin
 		notWants []string
 	}{
 		{name: "unknown flag", args: []string{"apply", "--target", "o:topic", "--bogus"}, code: 2, want: []string{"-bogus"}},
@@ -159,12 +161,21 @@ func TestBadInput(t *testing.T) {
 			want: []string{`"ftp://***@h/"`, "user:password@host:15672/"}, notWants: []string{"mgmtpw", "%22"}},
 		{name: "unescaped # in the URL password", args: []string{"apply", "--target", "o:topic", "--url", "amqp://attack-user:S3cret#PW@" + host + "/v"}, code: 2,
 			want: []string{`"amqp://***@` + host + `/v"`, "user:password@host:port/vhost", "percent-encode"}, notWants: []string{"S3c", "ret", "PW@"}},
-		{name: "plugin on without the plugin", args: []string{"apply", "--target", "o:topic", "--plugin", "on"}, code: 1, want: []string{"plugin"}},
+		{name: "plugin on without the plugin", args: []string{"apply", "--target", "o:topic", "--plugin", "on"}, code: 1, want: []string{"plugin"}, noPlugin: true},
+	}
+	hasPlugin, err := plugin.BrokerHasPlugin(context.Background(), func(ctx context.Context) (*amqp.Connection, error) {
+		return amqp.DialConfig(env.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	})
+	if err != nil {
+		t.Fatalf("probing the broker for the delayed-message plugin: %v", err)
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.mgmt && env.Broker.ManagementURL == "" {
 				t.Skip("needs the management API to create a user")
+			}
+			if c.noPlugin && hasPlugin {
+				t.Skip("needs a broker without the delayed-message plugin; this one has it (AMQP_URL)")
 			}
 			e := vars(env)
 			for k, v := range c.env {
