@@ -121,7 +121,7 @@ func casesFromFlag(tb testing.TB, list string) []delayCase {
 
 // setup is a declared case: where to consume and how to publish.
 type setup struct {
-	broker  *brokertest.Broker // nil for the plugin's broker
+	broker  *brokertest.Broker // nil for a plugin broker other than AMQP_URL's
 	vhost   string
 	url     string // AMQP URL of the case's vhost
 	ready   string // the ready queue to consume
@@ -339,8 +339,10 @@ func declareVariant(tb testing.TB, conn *amqp.Connection, spec topology.Spec, va
 }
 
 // pluginSetup returns what declares a plugin case on the broker of AMQP_PLUGIN_URL, or nil
-// (with a log line) when it is unset. That broker's default vhost is used with a unique prefix,
-// a target exchange and ready queue of the case's own; all are deleted when the case ends.
+// (with a log line) when it is unset. When that is the broker of AMQP_URL (scripts/broker with
+// BROKER_PLUGINS_DIR), the case gets a vhost of its own like every other case, and the broker's
+// CPU is measured; on another broker its default vhost is used with a unique prefix, a target
+// exchange and ready queue of the case's own, all deleted when the case ends.
 func pluginSetup(b *testing.B) func(testing.TB) setup {
 	b.Helper()
 	u := os.Getenv("AMQP_PLUGIN_URL")
@@ -352,6 +354,14 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 		tb.Helper()
 		prefix := fmt.Sprintf("rdbench-%d", time.Now().UnixNano())
 		target, ready := prefix+".target", prefix+".ready"
+		var br *brokertest.Broker
+		vhost, u := "/", u
+		if os.Getenv("AMQP_URL") == u && brokertest.Get(tb).ManagementURL != "" {
+			env := brokertest.NewEnv(tb)
+			br, vhost, u = env.Broker, env.VHost, env.URL
+			target, ready = env.Name("target"), env.Name("ready")
+			prefix = env.Prefix
+		}
 		spec := topology.Spec{
 			Prefix:    prefix,
 			Targets:   topology.Targets{{Name: target, Type: "topic"}},
@@ -398,7 +408,7 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 			}
 			return r.Due, err
 		}
-		return setup{url: u, ready: ready, publish: pub}
+		return setup{broker: br, vhost: vhost, url: u, ready: ready, publish: pub}
 	}
 }
 
