@@ -74,6 +74,9 @@ var burstCatalogue = []delayCase{
 	ladderCase("amo-shortest", ms1, 16, sf, topology.Quorum, "amo"),
 	ladderCase("shard3x4-shortest", ms1, 16, sf, topology.Quorum, "shard3x4"),
 	ladderCase("shard3x8-shortest", ms1, 16, sf, topology.Quorum, "shard3x8"),
+	// The default ladder cut to the levels a 1-10 s delay uses (4 instead of 8): what the
+	// levels a message only passes through (digit 0, exchange to exchange) cost.
+	withMax(ladderCase("max65s-shortest", ms1, 16, sf, topology.Quorum, ""), 65535*ms1),
 	withReadyClassic(ladderCase("shortest-readyclassic", ms1, 16, sf, topology.Quorum, "")),
 	withReadyClassic(ladderCase("classic2-shortest-readyclassic", ms1, 16, sf, topology.Classic, "classic2")),
 }
@@ -91,6 +94,12 @@ func (c delayCase) shards() int {
 }
 
 func withReadyClassic(c delayCase) delayCase { c.readyClassic = true; return c }
+
+func withMax(c delayCase, max time.Duration) delayCase {
+	c.ladder.Max = max
+	c.ladder = c.ladder.WithDefaults()
+	return c
+}
 
 func burstCaseNames() []string {
 	var names []string
