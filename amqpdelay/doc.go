@@ -12,7 +12,10 @@
 //	delay equals a bucket       PathBucket  one hop through the bucket queue of that TTL
 //	                                        (every strategy but PluginOnly)
 //	Auto (default):
-//	  ladder carries d exactly  PathLadder  d a whole number of the ladder's unit, <= its max
+//	  ladder as exact as plugin PathLadder  d <= the ladder's max, and d rounded up to the
+//	                                        ladder's unit is d rounded up to the ms (always
+//	                                        so with the default 1 ms unit; Rounded when a
+//	                                        sub-ms rest was rounded up)
 //	  else plugin can take d    PathPlugin  broker has the plugin exchange, d <= 2^32-1 ms
 //	  else ladder, rounded up   PathLadder  Rounded true: never early
 //	  else                      ErrDelayTooLong, stating the maximum; nothing sent

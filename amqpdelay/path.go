@@ -121,16 +121,30 @@ func (c chooser) choose(d time.Duration) (choice, error) {
 	case LadderOnly:
 		return c.viaLadder(d)
 	default: // Auto
-		if c.ladder.Exact(d) {
-			return c.viaLadder(d)
+		// The plugin counts whole milliseconds too (x-delay), so where the ladder, rounded up to
+		// its unit, lands on the same millisecond, it is as exact and it is replicated: a sub-ms
+		// rest (90.5 s) takes the ladder, and only a ladder coarser than 1 ms leaves the plugin
+		// a delay to carry more exactly.
+		lc, lerr := c.viaLadder(d)
+		if lerr == nil && lc.effective == ceilMs(d) {
+			return lc, nil
 		}
 		if c.pluginOK {
 			if ch, err := c.viaPlugin(d); err == nil {
 				return ch, nil
 			}
 		}
-		return c.viaLadder(d)
+		return lc, lerr
 	}
+}
+
+// ceilMs rounds d (positive, at most the ladder's maximum) up to a whole millisecond.
+func ceilMs(d time.Duration) time.Duration {
+	t := d.Truncate(time.Millisecond)
+	if t < d {
+		t += time.Millisecond
+	}
+	return t
 }
 
 func (c chooser) viaPlugin(d time.Duration) (choice, error) {
