@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,10 @@ type Publisher struct {
 	idSeq    atomic.Uint64
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
+	// pluginLost is set when a publish found the plugin exchange gone (404); while it is set,
+	// publishes re-probe for the exchange at most every pluginReprobe (nextProbe: Unix ns).
+	pluginLost atomic.Bool
+	nextProbe  atomic.Int64
 
 	sess    atomic.Pointer[session]
 	mu      sync.Mutex
@@ -192,6 +197,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		}
 	}
 	p.pluginOK.Store(pluginOK)
+	p.pluginLost.Store(false)
 	s := &session{
 		conn:      conn,
 		slots:     make([]atomic.Pointer[pubChan], p.opts.channels),
@@ -478,6 +484,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 	if err := validateMessage(exchange, routingKey, &msg); err != nil {
 		return Receipt{}, err
 	}
+	if p.pluginLost.Load() {
+		p.reprobePlugin(ctx)
+	}
 	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load()}.choose(delay)
 	if err != nil {
 		return Receipt{}, err
@@ -489,20 +498,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 	if out.DeliveryMode == 0 {
 		out.DeliveryMode = amqp.Persistent
 	}
-	var dest string
-	mandatory := true
-	hops := 0
-	switch c.path {
-	case PathDirect:
-		dest = exchange
-	case PathBucket:
-		dest, hops = p.names.BucketExchange(), 1
-	case PathLadder:
-		dest, hops = p.names.LadderExchange(c.plan.Entry), len(c.plan.Hops)
-	case PathPlugin:
-		// The plugin answers every delayed publish with NO_ROUTE when mandatory is set.
-		dest, hops, mandatory = p.names.PluginExchange(), 1, false
-	}
+	dest, hops, mandatory := p.destination(c, exchange)
 	for {
 		pc, err := p.acquire(ctx)
 		if err != nil {
@@ -518,6 +514,20 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		if errors.Is(err, errNotSent) {
 			continue // the channel died before the write; the supervisor replaces it
 		}
+		if err != nil && c.path == PathPlugin && p.pluginGone(err) {
+			// RabbitMQ drops a publish to a missing exchange and closes the channel; a plugin
+			// publish processed before the exchange went had its ack sent before that close. So
+			// this message was not stored: take the next path, or fail plainly.
+			if p.opts.strategy == PluginOnly {
+				return Receipt{}, fmt.Errorf("%w: the plugin exchange %q no longer exists (RabbitMQ answered 404 NOT_FOUND; this message "+
+					"was not stored): run `declare apply` with the plugin on, then publish again: %w", ErrPluginUnavailable, dest, err)
+			}
+			if c, err = (chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}).choose(delay); err != nil {
+				return Receipt{}, err
+			}
+			dest, hops, mandatory = p.destination(c, exchange)
+			continue
+		}
 		if err != nil {
 			return Receipt{}, err
 		}
@@ -525,6 +535,64 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			Path: c.path, Due: time.UnixMilli(due.UnixMilli()), Delay: c.effective, Requested: delay,
 			Rounded: c.rounded, Hops: hops, MessageID: out.MessageId, Exchange: dest,
 		}, nil
+	}
+}
+
+// destination returns the exchange a publish on path c goes to, its hops, and whether it is
+// mandatory.
+func (p *Publisher) destination(c choice, target string) (dest string, hops int, mandatory bool) {
+	switch c.path {
+	case PathBucket:
+		return p.names.BucketExchange(), 1, true
+	case PathLadder:
+		return p.names.LadderExchange(c.plan.Entry), len(c.plan.Hops), true
+	case PathPlugin:
+		// The plugin answers every delayed publish with NO_ROUTE when mandatory is set.
+		return p.names.PluginExchange(), 1, false
+	}
+	return target, 0, true
+}
+
+// pluginReprobe is how often publishes look for a plugin exchange that a publish found gone.
+const pluginReprobe = 5 * time.Second
+
+// pluginGone reports whether err is the broker's 404 for the plugin exchange (deleted since the
+// last probe). It then marks the plugin unavailable, so that paths are chosen without it, until
+// a re-probe (reprobePlugin, or the next reconnection) finds the exchange again.
+func (p *Publisher) pluginGone(err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.NotFound || !strings.Contains(ae.Reason, "'"+p.names.PluginExchange()+"'") {
+		return false
+	}
+	if p.pluginOK.CompareAndSwap(true, false) {
+		p.nextProbe.Store(time.Now().Add(pluginReprobe).UnixNano())
+		p.pluginLost.Store(true)
+		p.log.Warn().Str("exchange", p.names.PluginExchange()).
+			Msg("amqpdelay: the plugin exchange is gone (404); publishing without the plugin until it is declared again (`declare apply`)")
+	}
+	return true
+}
+
+// reprobePlugin looks for the plugin exchange again, at most once per pluginReprobe across
+// all publishes (the others go on without waiting), on a connection of its own bounded by ctx.
+func (p *Publisher) reprobePlugin(ctx context.Context) {
+	next := p.nextProbe.Load()
+	now := time.Now()
+	if now.UnixNano() < next || !p.nextProbe.CompareAndSwap(next, now.Add(pluginReprobe).UnixNano()) {
+		return
+	}
+	dial := func(ctx context.Context) (*amqp.Connection, error) {
+		return amqpconn.Dial(ctx, p.cfg.Config, p.opts.name+"-probe")
+	}
+	pctx, cancel := context.WithTimeout(ctx, pluginReprobe)
+	defer cancel()
+	ok, err := plugin.ExchangeExists(pctx, dial, p.names.PluginExchange())
+	if err != nil || !ok {
+		return
+	}
+	if p.pluginLost.CompareAndSwap(true, false) {
+		p.pluginOK.Store(true)
+		p.log.Info().Str("exchange", p.names.PluginExchange()).Msg("amqpdelay: the plugin exchange is back")
 	}
 }
 
@@ -536,7 +604,10 @@ func (p *Publisher) PublishAt(ctx context.Context, exchange, routingKey string, 
 
 // PluginAvailable reports the last probe's answer: whether the topology's delayed-message
 // plugin exchange exists (probed at start and after each reconnection). It is always false
-// under [LadderOnly] and with the topology's Plugin set to off, which never probe.
+// under [LadderOnly] and with the topology's Plugin set to off, which never probe. When a
+// publish finds the exchange gone (RabbitMQ's 404), it turns false at once, that message takes
+// the path the strategy chooses without the plugin (PluginOnly: ErrPluginUnavailable), and
+// later publishes look for the exchange again every 5 s until it is back.
 func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
 
 // Close stops the Publisher: new publishes fail with ErrClosed at once, publishes waiting

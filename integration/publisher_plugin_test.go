@@ -79,21 +79,8 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 // TestPublisherPluginPath runs where AMQP_PLUGIN_URL names a broker with the plugin: Auto and
 // PreferPlugin pick per the README's table, and the messages arrive, none early.
 func TestPublisherPluginPath(t *testing.T) {
-	url := brokertest.PluginURL(t)
+	url, spec, target, got := newPluginFixture(t)
 	ctx := pubCtx(t)
-	has, err := plugin.BrokerHasPlugin(ctx, dialer(url))
-	if err != nil || !has {
-		t.Fatalf("AMQP_PLUGIN_URL: BrokerHasPlugin = %v, %v; want true", has, err)
-	}
-	env := &brokertest.Env{URL: url, VHost: "/", Prefix: "rdt-plugin-" + strings.ReplaceAll(time.Now().Format("150405.000"), ".", "")}
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	spec.Plugin = topology.PluginOn
-	q := env.Name("ready")
-	spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
-	declareTopologyAt(t, url, spec)
-	t.Cleanup(func() { deleteTopologyAt(t, url, spec) })
-	got := consumeQueueURL(t, url, q)
 
 	cases := []struct {
 		strategy amqpdelay.Strategy
@@ -101,7 +88,7 @@ func TestPublisherPluginPath(t *testing.T) {
 		want     amqpdelay.Path
 	}{
 		{amqpdelay.Auto, 800 * time.Millisecond, amqpdelay.PathLadder},   // exact on the ladder
-		{amqpdelay.Auto, 800*time.Millisecond + 1, amqpdelay.PathPlugin}, // not a whole unit
+		{amqpdelay.Auto, 800*time.Millisecond + 1, amqpdelay.PathLadder}, // the plugin would round up to 801 ms too
 		{amqpdelay.PreferPlugin, 900 * time.Millisecond, amqpdelay.PathPlugin},
 		{amqpdelay.PluginOnly, time.Second, amqpdelay.PathPlugin},
 		{amqpdelay.LadderOnly, 700*time.Millisecond + 1, amqpdelay.PathLadder},
@@ -137,6 +124,93 @@ func TestPublisherPluginPath(t *testing.T) {
 	noDelivery(t, got, 2*time.Second)
 	if _, err := p.Publish(ctx, target, "k", textMsg("x"), plugin.MaxDelay+time.Millisecond); !errors.Is(err, amqpdelay.ErrDelayTooLong) {
 		t.Errorf("beyond 2^32-1 ms: err = %v, want ErrDelayTooLong", err)
+	}
+}
+
+// newPluginFixture declares, on the broker of AMQP_PLUGIN_URL (its default vhost, a unique
+// prefix, deleted when t ends), the test ladder with the plugin on, a direct target exchange
+// and a ready queue bound to it with key "k", consumed by the returned channel.
+func newPluginFixture(t *testing.T) (url string, spec topology.Spec, target string, got <-chan arrival) {
+	t.Helper()
+	url = brokertest.PluginURL(t)
+	has, err := plugin.BrokerHasPlugin(pubCtx(t), dialer(url))
+	if err != nil || !has {
+		t.Fatalf("AMQP_PLUGIN_URL: BrokerHasPlugin = %v, %v; want true", has, err)
+	}
+	env := &brokertest.Env{URL: url, VHost: "/", Prefix: "rdt-plugin-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")}
+	target = env.Name("orders")
+	spec = testSpec(env, topology.Target{Name: target, Type: "direct"})
+	spec.Plugin = topology.PluginOn
+	q := env.Name("ready")
+	spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
+	declareTopologyAt(t, url, spec)
+	t.Cleanup(func() { deleteTopologyAt(t, url, spec) })
+	return url, spec, target, consumeQueueURL(t, url, q)
+}
+
+// TestPublisherPluginExchangeDeleted: when the plugin exchange is deleted under a running
+// Publisher, the publish that finds it gone (404) is not lost and not reported as of unknown
+// outcome: PreferPlugin takes the ladder for it, PluginOnly fails with ErrPluginUnavailable,
+// and once `declare apply` declares the exchange again the Publisher finds it within about 5 s.
+func TestPublisherPluginExchangeDeleted(t *testing.T) {
+	url, spec, target, got := newPluginFixture(t)
+	ctx := pubCtx(t)
+	prefer := newPublisherURL(t, url, spec, amqpdelay.WithStrategy(amqpdelay.PreferPlugin))
+	only := newPublisherURL(t, url, spec, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+	if r, err := prefer.Publish(ctx, target, "k", textMsg("before"), 300*time.Millisecond); err != nil || r.Path != amqpdelay.PathPlugin {
+		t.Fatalf("before: %+v, %v; want the plugin path", r, err)
+	}
+	checkOnTime(t, nextDelivery(t, got, 5*time.Second))
+
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDelete(spec.Names().PluginExchange(), false, false); err != nil {
+		t.Fatalf("delete the plugin exchange: %v", err)
+	}
+
+	r, err := prefer.Publish(ctx, target, "k", textMsg("after"), 300*time.Millisecond)
+	if err != nil || r.Path != amqpdelay.PathLadder {
+		t.Fatalf("PreferPlugin after the delete: %+v, %v; want the ladder path and no error", r, err)
+	}
+	if prefer.PluginAvailable() {
+		t.Errorf("PluginAvailable() = true after a publish found the plugin exchange gone")
+	}
+	a := nextDelivery(t, got, 5*time.Second)
+	checkOnTime(t, a)
+	if string(a.d.Body) != "after" {
+		t.Errorf("delivery %q, want \"after\"", a.d.Body)
+	}
+	if _, err := only.Publish(ctx, target, "k", textMsg("only"), 300*time.Millisecond); !errors.Is(err, amqpdelay.ErrPluginUnavailable) ||
+		!strings.Contains(err.Error(), "declare apply") {
+		t.Errorf("PluginOnly after the delete: err = %v, want ErrPluginUnavailable saying to run declare apply", err)
+	}
+	noDelivery(t, got, time.Second)
+
+	declareTopologyAt(t, url, spec) // `declare apply` again
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := prefer.Publish(ctx, target, "k", textMsg("again"), 300*time.Millisecond)
+		if err != nil {
+			t.Fatalf("PreferPlugin after the re-apply: %v", err)
+		}
+		checkOnTime(t, nextDelivery(t, got, 5*time.Second))
+		if r.Path == amqpdelay.PathPlugin {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Publisher did not find the re-declared plugin exchange within 15 s (last path %v)", r.Path)
+		}
+		time.Sleep(time.Second)
+	}
+	if !prefer.PluginAvailable() {
+		t.Errorf("PluginAvailable() = false after the plugin path was taken again")
 	}
 }
 
