@@ -50,7 +50,9 @@ func settledMemory(ctx context.Context, tb testing.TB, br *brokertest.Broker) (i
 // publishing, pending (how many were pending then; n when all waited at once) and bytes_per_msg
 // (delta / pending). Then pub_msg/s and pub_x_raw, drain_msg/s (arrivals per second from the
 // first due time to the last arrival) and drain_x_raw, lateness p50/p99/max, early and lost
-// counts.
+// counts. When AMQP_PLUGIN_URL is the broker of AMQP_URL, the plugin then holds the same load
+// (sub-benchmark plugin): the plugin keeps every waiting message in memory (Mnesia), the ladder
+// in its queues' logs on disk.
 //
 // Target (issue): 0 lost.
 func BenchmarkPendingScale(b *testing.B) {
@@ -61,12 +63,22 @@ func BenchmarkPendingScale(b *testing.B) {
 	b.Logf("raw quorum publish: %.0f msg/s; every message is due 60-120 s after %v from the start of publishing", raw, hold)
 	// A benchmark that runs sub-benchmarks (raw) reports no metrics of its own: the ladder
 	// is a sub-benchmark too.
-	b.Run("ladder", func(b *testing.B) { pendingScale(b, n, c, raw, hold) })
+	b.Run("ladder", func(b *testing.B) {
+		pendingScale(b, n, c.String(), func(tb testing.TB) setup { return declare(tb, c) }, raw, hold)
+	})
+	if p := pluginSetup(b); p != nil {
+		b.Run("plugin", func(b *testing.B) { pendingScale(b, n, "the plugin", p, raw, hold) })
+	}
 }
 
-func pendingScale(b *testing.B, n int, c delayCase, raw float64, hold time.Duration) {
+// pendingScale runs BenchmarkPendingScale's load on the case that setupCase declares (named
+// what in the log line).
+func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) setup, raw float64, hold time.Duration) {
 	for range b.N {
-		s := declare(b, c)
+		s := setupCase(b)
+		if s.broker == nil {
+			b.Skip("needs the management API of the case's broker to read its memory (AMQP_PLUGIN_URL is not the broker of AMQP_URL)")
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 		rec := newRecorder(n)
 		cctx, stop := context.WithCancel(ctx)
@@ -136,9 +148,9 @@ func pendingScale(b *testing.B, n int, c delayCase, raw float64, hold time.Durat
 		b.ReportMetric(float64(res.early), "early")
 		b.ReportMetric(float64(res.lost), "lost")
 		b.ReportMetric(0, "ns/op")
-		b.Logf("%d messages on the ladder (%v), due 60-120 s after publishing: published in %v (%.0f msg/s, %d goroutines); broker memory %.0f MiB before, "+
+		b.Logf("%d messages on %s, due 60-120 s after publishing: published in %v (%.0f msg/s, %d goroutines); broker memory %.0f MiB before, "+
 			"%.0f MiB with %d pending (%.0f bytes each); drained at %.0f msg/s; lateness p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d early, %d lost, %d duplicates",
-			n, c, took.Round(time.Millisecond), float64(n)/took.Seconds(), *scaleWorkers, float64(before)/mib, float64(peakM)/mib, peakPending,
+			n, what, took.Round(time.Millisecond), float64(n)/took.Seconds(), *scaleWorkers, float64(before)/mib, float64(peakM)/mib, peakPending,
 			float64(delta)/float64(max(peakPending, 1)), drain, res.p50, res.p99, res.max, res.early, res.lost, res.dups)
 		if res.lost > 0 {
 			b.Errorf("%d of %d messages lost; queues holding messages:%s", res.lost, res.published, s.queues(10))
