@@ -255,3 +255,45 @@ func deleteTopologyAt(t testing.TB, url string, spec topology.Spec) {
 		_ = ch.ExchangeDelete(x, false, false)
 	}
 }
+
+// TestApplyPluginExchangeOtherDelayedType: RabbitMQ accepts a redeclare of an
+// x-delayed-message exchange whatever its x-delayed-type, so apply reads the existing
+// exchange's arguments through the management API and reports the conflict (a plugin
+// exchange of another type would route every plugin publish nowhere).
+func TestApplyPluginExchangeOtherDelayedType(t *testing.T) {
+	url, spec, _, _ := newPluginFixture(t)
+	br := brokertest.Get(t)
+	if br.URL != url || br.ManagementURL == "" {
+		t.Skip("needs the management API of the plugin's broker: run with AMQP_PLUGIN_URL equal to AMQP_URL (scripts/broker with BROKER_PLUGINS_DIR)")
+	}
+	ctx := pubCtx(t)
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := spec.Names().PluginExchange()
+	if err := ch.ExchangeDelete(name, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(name, plugin.ExchangeType, true, false, false, false, amqp.Table{"x-delayed-type": "direct"}); err != nil {
+		t.Fatalf("declare the plugin exchange with x-delayed-type direct: %v", err)
+	}
+	m, err := topology.NewManagement(br.ManagementURL, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: m})
+	var c *topology.ConflictError
+	if !errors.As(err, &c) || c.Name != name || c.Argument != "x-delayed-type" || c.Existing != "direct" || c.Wanted != "headers" {
+		t.Fatalf("apply over a plugin exchange of x-delayed-type direct: err = %v; want a ConflictError on %s's x-delayed-type (direct, wanted headers)", err, name)
+	}
+}

@@ -223,6 +223,34 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		conflicts = append(conflicts, c)
 		conflictOf[string(o.kind)+" "+o.name] = c
 	}
+	// A redeclare of an x-delayed-message exchange compares none of the plugin's own arguments
+	// (the plugin hands the check to the delayed type, which looks at alternate-exchange only;
+	// seen on 3.10.8): an existing plugin exchange with another x-delayed-type would take every
+	// plugin publish and route it nowhere. The management API shows its arguments.
+	for _, e := range p.Exchanges {
+		if e.Role != RolePlugin || !ex[e.Name] || conflictOf[string(KindExchange)+" "+e.Name] != nil || opts.Management == nil {
+			continue
+		}
+		if current == nil {
+			if current, err = opts.Management.objects(ctx); err != nil {
+				log.Warn().Err(err).Msg("cannot read the plugin exchange's arguments through the management API")
+				current = map[string]map[string]any{}
+			}
+		}
+		got, ok := current[string(KindExchange)+" "+e.Name]
+		if !ok {
+			continue
+		}
+		have, want := "none", fmt.Sprint(e.Args["x-delayed-type"])
+		if v, ok := got["x-delayed-type"]; ok {
+			have = fmt.Sprint(v)
+		}
+		if have != want {
+			c := &ConflictError{Kind: string(KindExchange), Name: e.Name, Argument: "x-delayed-type", Existing: have, Wanted: want}
+			conflicts = append(conflicts, c)
+			conflictOf[string(KindExchange)+" "+e.Name] = c
+		}
+	}
 
 	// Report of what exists.
 	state := func(kind Kind, name string, exists bool) Result {
