@@ -48,7 +48,9 @@ func settledMemory(ctx context.Context, tb testing.TB, br *brokertest.Broker) (i
 // the broker's memory (management API, mem_used summed over nodes) every 5 s and reports the
 // sample taken with the most messages pending: mem_MiB, mem_delta_MiB over the memory before
 // publishing, pending (how many were pending then; n when all waited at once) and bytes_per_msg
-// (delta / pending). Then pub_msg/s and pub_x_raw, drain_msg/s (arrivals per second from the
+// (delta / pending), and the part of the delta in the categories where each path keeps its
+// waiting messages (mem_mnesia_delta_MiB: the plugin's Mnesia tables; mem_quorum_delta_MiB:
+// quorum queues' in-memory log tables and processes). Then pub_msg/s and pub_x_raw, drain_msg/s (arrivals per second from the
 // first due time to the last arrival) and drain_x_raw, lateness p50/p99/max, early and lost
 // counts. When AMQP_PLUGIN_URL is the broker of AMQP_URL, the plugin then holds the same load
 // (sub-benchmark plugin): the plugin keeps every waiting message in memory (Mnesia), the ladder
@@ -88,10 +90,15 @@ func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) s
 		if err != nil {
 			b.Fatalf("broker memory: %v", err)
 		}
+		partsBefore, err := brokerMemoryParts(s.broker)
+		if err != nil {
+			b.Fatalf("broker memory by category: %v", err)
+		}
 		// Sample memory with the pending count until everything has arrived.
 		var (
 			mu                 sync.Mutex
 			peakPending, peakM int64
+			peakParts          map[string]int64
 		)
 		sampled := make(chan struct{})
 		go func() {
@@ -109,9 +116,13 @@ func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) s
 				if err != nil {
 					continue
 				}
+				parts, err := brokerMemoryParts(s.broker)
+				if err != nil {
+					continue
+				}
 				mu.Lock()
 				if pending > peakPending {
-					peakPending, peakM = pending, m
+					peakPending, peakM, peakParts = pending, m, parts
 				}
 				mu.Unlock()
 			}
@@ -134,6 +145,19 @@ func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) s
 		drain := float64(res.arrived) / res.lastArrive.Sub(firstDue).Seconds()
 		const mib = 1 << 20
 		delta := peakM - before
+		// mem_used moves by hundreds of MiB as quorum queues' write-ahead log rolls over; the
+		// categories where each path keeps its waiting messages are steadier.
+		partDelta := func(names ...string) float64 {
+			var d int64
+			for _, n := range names {
+				d += peakParts[n] - partsBefore[n]
+			}
+			return float64(d) / mib
+		}
+		mnesiaDelta := partDelta("mnesia")
+		quorumDelta := partDelta("quorum_ets", "quorum_queue_procs", "quorum_queue_dlx_procs")
+		b.ReportMetric(mnesiaDelta, "mem_mnesia_delta_MiB")
+		b.ReportMetric(quorumDelta, "mem_quorum_delta_MiB")
 		b.ReportMetric(float64(n)/took.Seconds(), "pub_msg/s")
 		b.ReportMetric(float64(n)/took.Seconds()/raw, "pub_x_raw")
 		b.ReportMetric(drain/raw, "drain_x_raw")
@@ -149,9 +173,9 @@ func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) s
 		b.ReportMetric(float64(res.lost), "lost")
 		b.ReportMetric(0, "ns/op")
 		b.Logf("%d messages on %s, due 60-120 s after publishing: published in %v (%.0f msg/s, %d goroutines); broker memory %.0f MiB before, "+
-			"%.0f MiB with %d pending (%.0f bytes each); drained at %.0f msg/s; lateness p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d early, %d lost, %d duplicates",
+			"%.0f MiB with %d pending (%.0f bytes each; of the delta, Mnesia %.0f MiB, quorum queues %.0f MiB); drained at %.0f msg/s; lateness p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d early, %d lost, %d duplicates",
 			n, what, took.Round(time.Millisecond), float64(n)/took.Seconds(), *scaleWorkers, float64(before)/mib, float64(peakM)/mib, peakPending,
-			float64(delta)/float64(max(peakPending, 1)), drain, res.p50, res.p99, res.max, res.early, res.lost, res.dups)
+			float64(delta)/float64(max(peakPending, 1)), mnesiaDelta, quorumDelta, drain, res.p50, res.p99, res.max, res.early, res.lost, res.dups)
 		if res.lost > 0 {
 			b.Errorf("%d of %d messages lost; queues holding messages:%s", res.lost, res.published, s.queues(10))
 		}

@@ -455,6 +455,34 @@ func brokerMemory(tb testing.TB, br *brokertest.Broker) (int64, error) {
 	return sum, nil
 }
 
+// brokerMemoryParts returns the broker's memory by category (the management API's
+// api/nodes/NAME/memory, in bytes, summed over nodes), e.g. "mnesia" (where the delayed-message
+// plugin keeps its messages) and "quorum_ets", "quorum_queue_procs" (quorum queues' in-memory
+// log tables and processes).
+func brokerMemoryParts(br *brokertest.Broker) (map[string]int64, error) {
+	var nodes []struct {
+		Name string `json:"name"`
+	}
+	if err := br.Management("GET", "api/nodes?columns=name", nil, &nodes); err != nil {
+		return nil, err
+	}
+	sum := map[string]int64{}
+	for _, n := range nodes {
+		var m struct {
+			Memory map[string]any `json:"memory"`
+		}
+		if err := br.Management("GET", "api/nodes/"+url.PathEscape(n.Name)+"/memory", nil, &m); err != nil {
+			return nil, err
+		}
+		for k, v := range m.Memory {
+			if f, ok := v.(float64); ok {
+				sum[k] += int64(f)
+			}
+		}
+	}
+	return sum, nil
+}
+
 // brokerCPU returns the CPU time (user + system) the broker's Erlang VM has used so far, read
 // from /proc; ok is false when the broker does not run on this machine (AMQP_URL elsewhere, or
 // a container whose process IDs differ) or /proc cannot be read.

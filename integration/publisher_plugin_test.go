@@ -79,7 +79,8 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 // TestPublisherPluginPath runs where AMQP_PLUGIN_URL names a broker with the plugin: Auto and
 // PreferPlugin pick per the README's table, and the messages arrive, none early.
 func TestPublisherPluginPath(t *testing.T) {
-	url, spec, target, got := newPluginFixture(t)
+	f := newPluginFixture(t)
+	url, spec, target, got := f.env.URL, f.spec, f.target, f.got
 	ctx := pubCtx(t)
 
 	cases := []struct {
@@ -127,25 +128,33 @@ func TestPublisherPluginPath(t *testing.T) {
 	}
 }
 
+// pluginFixture is a topology with the plugin on (see newPluginFixture).
+type pluginFixture struct {
+	env    *brokertest.Env // the plugin's broker, vhost "/", the fixture's prefix
+	spec   topology.Spec
+	target string
+	got    <-chan arrival // deliveries from the ready queue
+}
+
 // newPluginFixture declares, on the broker of AMQP_PLUGIN_URL (its default vhost, a unique
 // prefix, deleted when t ends), the test ladder with the plugin on, a direct target exchange
-// and a ready queue bound to it with key "k", consumed by the returned channel.
-func newPluginFixture(t *testing.T) (url string, spec topology.Spec, target string, got <-chan arrival) {
+// and a ready queue bound to it with key "k", consumed into got.
+func newPluginFixture(t *testing.T) pluginFixture {
 	t.Helper()
-	url = brokertest.PluginURL(t)
+	url := brokertest.PluginURL(t)
 	has, err := plugin.BrokerHasPlugin(pubCtx(t), dialer(url))
 	if err != nil || !has {
 		t.Fatalf("AMQP_PLUGIN_URL: BrokerHasPlugin = %v, %v; want true", has, err)
 	}
 	env := &brokertest.Env{URL: url, VHost: "/", Prefix: "rdt-plugin-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")}
-	target = env.Name("orders")
-	spec = testSpec(env, topology.Target{Name: target, Type: "direct"})
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
 	spec.Plugin = topology.PluginOn
 	q := env.Name("ready")
 	spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
 	declareTopologyAt(t, url, spec)
 	t.Cleanup(func() { deleteTopologyAt(t, url, spec) })
-	return url, spec, target, consumeQueueURL(t, url, q)
+	return pluginFixture{env: env, spec: spec, target: target, got: consumeQueueURL(t, url, q)}
 }
 
 // TestPublisherPluginExchangeDeleted: when the plugin exchange is deleted under a running
@@ -153,7 +162,8 @@ func newPluginFixture(t *testing.T) (url string, spec topology.Spec, target stri
 // outcome: PreferPlugin takes the ladder for it, PluginOnly fails with ErrPluginUnavailable,
 // and once `declare apply` declares the exchange again the Publisher finds it within about 5 s.
 func TestPublisherPluginExchangeDeleted(t *testing.T) {
-	url, spec, target, got := newPluginFixture(t)
+	f := newPluginFixture(t)
+	url, spec, target, got := f.env.URL, f.spec, f.target, f.got
 	ctx := pubCtx(t)
 	prefer := newPublisherURL(t, url, spec, amqpdelay.WithStrategy(amqpdelay.PreferPlugin))
 	only := newPublisherURL(t, url, spec, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
@@ -162,16 +172,7 @@ func TestPublisherPluginExchangeDeleted(t *testing.T) {
 	}
 	checkOnTime(t, nextDelivery(t, got, 5*time.Second))
 
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDelete(spec.Names().PluginExchange(), false, false); err != nil {
+	if err := f.env.Channel(t).ExchangeDelete(spec.Names().PluginExchange(), false, false); err != nil {
 		t.Fatalf("delete the plugin exchange: %v", err)
 	}
 
@@ -261,21 +262,18 @@ func deleteTopologyAt(t testing.TB, url string, spec topology.Spec) {
 // exchange's arguments through the management API and reports the conflict (a plugin
 // exchange of another type would route every plugin publish nowhere).
 func TestApplyPluginExchangeOtherDelayedType(t *testing.T) {
-	url, spec, _, _ := newPluginFixture(t)
+	f := newPluginFixture(t)
 	br := brokertest.Get(t)
-	if br.URL != url || br.ManagementURL == "" {
+	if br.URL != f.env.URL || br.ManagementURL == "" {
 		t.Skip("needs the management API of the plugin's broker: run with AMQP_PLUGIN_URL equal to AMQP_URL (scripts/broker with BROKER_PLUGINS_DIR)")
 	}
 	ctx := pubCtx(t)
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := f.env.Dial(t)
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec := f.spec
 	name := spec.Names().PluginExchange()
 	if err := ch.ExchangeDelete(name, false, false); err != nil {
 		t.Fatal(err)
