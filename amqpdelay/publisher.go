@@ -32,7 +32,8 @@ type Config = topology.Config
 func ConfigFromEnv() (Config, error) { return topology.ConfigFromEnv() }
 
 // Receipt tells how a published message travels; Publish returns it with a nil error once
-// the broker has confirmed the message.
+// the broker has confirmed the message. With an error it is the zero Receipt, whose Path
+// reads PathDirect: check the error first.
 type Receipt struct {
 	// Path is the way the message was sent.
 	Path Path
