@@ -43,10 +43,11 @@ func (p Path) String() string {
 type Strategy int
 
 const (
-	// Auto (the default): the ladder when it carries the delay exactly (a whole number of its
-	// unit, at most its maximum); else the plugin when the broker has it and the delay fits
-	// x-delay (<= 2^32-1 ms); else the ladder, rounded up to its unit; else ErrDelayTooLong.
-	// A bucket that matches the delay exactly is used first.
+	// Auto (the default): the ladder when it carries the delay as exactly as the plugin would
+	// (at most its maximum, and rounded up to its unit it lands on the delay rounded up to the
+	// millisecond: always so with a 1 ms unit); else the plugin when the broker has it and the
+	// delay fits x-delay (<= 2^32-1 ms); else the ladder, rounded up to its unit; else
+	// ErrDelayTooLong. A bucket that matches the delay exactly is used first.
 	Auto Strategy = iota
 	// PreferPlugin: the plugin whenever it is available and can take the delay; else as Auto.
 	// A bucket that matches the delay exactly is used first.

@@ -198,7 +198,8 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		}
 	}
 	p.pluginOK.Store(pluginOK)
-	p.pluginLost.Store(false)
+	// A plugin exchange that a publish found gone and this probe still misses stays looked for.
+	p.pluginLost.Store(p.pluginLost.Load() && !pluginOK)
 	s := &session{
 		conn:      conn,
 		slots:     make([]atomic.Pointer[pubChan], p.opts.channels),
@@ -486,7 +487,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		return Receipt{}, err
 	}
 	if p.pluginLost.Load() {
-		p.reprobePlugin(ctx)
+		p.reprobePlugin()
 	}
 	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load()}.choose(delay)
 	if err != nil {
@@ -501,6 +502,20 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 	}
 	dest, hops, mandatory := p.destination(c, exchange)
 	for {
+		if c.path == PathPlugin && !p.pluginOK.Load() {
+			// A publish found the plugin exchange gone (404) since this path was chosen.
+			// RabbitMQ drops a publish to a missing exchange and closes the channel, and a plugin
+			// publish processed before the exchange went had its ack sent before that close; so
+			// this message was not stored: choose again without the plugin, or fail plainly.
+			if p.opts.strategy == PluginOnly {
+				return Receipt{}, fmt.Errorf("%w: the plugin exchange %q no longer exists (RabbitMQ answered 404 NOT_FOUND; this message "+
+					"was not stored): run `declare apply` with the plugin on, then publish again", ErrPluginUnavailable, dest)
+			}
+			if c, err = (chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}).choose(delay); err != nil {
+				return Receipt{}, err
+			}
+			dest, hops, mandatory = p.destination(c, exchange)
+		}
 		pc, err := p.acquire(ctx)
 		if err != nil {
 			return Receipt{}, err
@@ -516,18 +531,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			continue // the channel died before the write; the supervisor replaces it
 		}
 		if err != nil && c.path == PathPlugin && p.pluginGone(err) {
-			// RabbitMQ drops a publish to a missing exchange and closes the channel; a plugin
-			// publish processed before the exchange went had its ack sent before that close. So
-			// this message was not stored: take the next path, or fail plainly.
-			if p.opts.strategy == PluginOnly {
-				return Receipt{}, fmt.Errorf("%w: the plugin exchange %q no longer exists (RabbitMQ answered 404 NOT_FOUND; this message "+
-					"was not stored): run `declare apply` with the plugin on, then publish again: %w", ErrPluginUnavailable, dest, err)
-			}
-			if c, err = (chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}).choose(delay); err != nil {
-				return Receipt{}, err
-			}
-			dest, hops, mandatory = p.destination(c, exchange)
-			continue
+			continue // chosen again at the top, without the plugin
 		}
 		if err != nil {
 			return Receipt{}, err
@@ -561,8 +565,7 @@ const pluginReprobe = 5 * time.Second
 // last probe). It then marks the plugin unavailable, so that paths are chosen without it, until
 // a re-probe (reprobePlugin, or the next reconnection) finds the exchange again.
 func (p *Publisher) pluginGone(err error) bool {
-	var ae *amqp.Error
-	if !errors.As(err, &ae) || ae.Code != amqp.NotFound || !strings.Contains(ae.Reason, "'"+p.names.PluginExchange()+"'") {
+	if !isPluginNotFound(err, p.names.PluginExchange()) {
 		return false
 	}
 	if p.pluginOK.CompareAndSwap(true, false) {
@@ -574,27 +577,47 @@ func (p *Publisher) pluginGone(err error) bool {
 	return true
 }
 
-// reprobePlugin looks for the plugin exchange again, at most once per pluginReprobe across
-// all publishes (the others go on without waiting), on a connection of its own bounded by ctx.
-func (p *Publisher) reprobePlugin(ctx context.Context) {
+// isPluginNotFound reports whether err carries RabbitMQ's 404 NOT_FOUND for the exchange named
+// exchange ("NOT_FOUND - no exchange 'NAME' in vhost 'V'").
+func isPluginNotFound(err error, exchange string) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound && strings.Contains(ae.Reason, "'"+exchange+"'")
+}
+
+// reprobePlugin starts a look for the plugin exchange in the background, at most once per
+// pluginReprobe across all publishes; no publish waits for it. The probe uses a connection of
+// its own, bounded by pluginReprobe and by Close.
+func (p *Publisher) reprobePlugin() {
 	next := p.nextProbe.Load()
 	now := time.Now()
 	if now.UnixNano() < next || !p.nextProbe.CompareAndSwap(next, now.Add(pluginReprobe).UnixNano()) {
 		return
 	}
-	dial := func(ctx context.Context) (*amqp.Connection, error) {
-		return amqpconn.Dial(ctx, p.cfg.Config, p.opts.name+"-probe")
-	}
-	pctx, cancel := context.WithTimeout(ctx, pluginReprobe)
-	defer cancel()
-	ok, err := plugin.ExchangeExists(pctx, dial, p.names.PluginExchange())
-	if err != nil || !ok {
+	// Under mu, so that Close (which sets closed under mu before it waits) never waits on a
+	// WaitGroup that is being added to.
+	p.mu.Lock()
+	if p.closed.Load() {
+		p.mu.Unlock()
 		return
 	}
-	if p.pluginLost.CompareAndSwap(true, false) {
-		p.pluginOK.Store(true)
-		p.log.Info().Str("exchange", p.names.PluginExchange()).Msg("amqpdelay: the plugin exchange is back")
-	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		dial := func(ctx context.Context) (*amqp.Connection, error) {
+			return amqpconn.Dial(ctx, p.cfg.Config, p.opts.name+"-probe")
+		}
+		ctx, cancel := context.WithTimeout(p.closeCtx, pluginReprobe)
+		defer cancel()
+		ok, err := plugin.ExchangeExists(ctx, dial, p.names.PluginExchange())
+		if err != nil || !ok {
+			return
+		}
+		if p.pluginLost.CompareAndSwap(true, false) {
+			p.pluginOK.Store(true)
+			p.log.Info().Str("exchange", p.names.PluginExchange()).Msg("amqpdelay: the plugin exchange is back")
+		}
+	}()
 }
 
 // PublishAt is Publish with the delay until at (time.Until(at)); a time not in the future
@@ -618,7 +641,9 @@ func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
 // later calls return the first call's result.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
+		p.mu.Lock()
 		p.closed.Store(true)
+		p.mu.Unlock()
 		close(p.closing)
 		p.cancel()
 		deadline := time.Now().Add(5 * time.Second)

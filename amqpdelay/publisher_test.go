@@ -3,9 +3,12 @@ package amqpdelay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -77,5 +80,31 @@ func TestOptions(t *testing.T) {
 	d := defaultOptions()
 	if o.channels != d.channels || o.strategy != d.strategy || o.backoffMin != d.backoffMin || o.backoffMax != d.backoffMax {
 		t.Errorf("a refused option changed the options: %+v", o)
+	}
+}
+
+// TestIsPluginNotFound: only RabbitMQ's 404 naming the plugin exchange marks the plugin as gone;
+// a 404 for a target exchange (a direct publish to a missing exchange) does not.
+func TestIsPluginNotFound(t *testing.T) {
+	const x = "app.plugin"
+	notFound := func(name string) error {
+		return fmt.Errorf("%w: %w", ErrConnectionLost, &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND - no exchange '" + name + "' in vhost '/'"})
+	}
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"404 for the plugin exchange, wrapped", notFound(x), true},
+		{"404 for a target exchange", notFound("app.orders"), false},
+		{"404 for an exchange whose name contains the plugin's", notFound("x" + x), false},
+		{"another code naming the plugin exchange", &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED - exchange '" + x + "'"}, false},
+		{"no amqp error", errors.New("no exchange '" + x + "'"), false},
+		{"nil", nil, false},
+	}
+	for _, c := range cases {
+		if got := isPluginNotFound(c.err, x); got != c.want {
+			t.Errorf("%s: isPluginNotFound = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
