@@ -143,6 +143,9 @@ func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) s
 		res := rec.result()
 		firstDue := time.Unix(0, rec.firstDue())
 		drain := float64(res.arrived) / res.lastArrive.Sub(firstDue).Seconds()
+		if peakPending == 0 {
+			b.Fatal("no memory sample was taken while messages were pending: the management API did not answer")
+		}
 		const mib = 1 << 20
 		delta := peakM - before
 		// mem_used moves by hundreds of MiB as quorum queues' write-ahead log rolls over; the
