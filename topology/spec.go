@@ -181,8 +181,8 @@ type Spec struct {
 	// Buckets are optional fixed delays, each with its own queue (whole milliseconds).
 	Buckets Delays `envconfig:"AMQPDELAY_BUCKETS"`
 	// Ladder is the ladder's unit, radix, maximum and order (AMQPDELAY_LADDER_UNIT, _RADIX,
-	// _MAX, _ORDER); zero fields take ttlbuckets' defaults.
-	Ladder ttlbuckets.Ladder `envconfig:"AMQPDELAY_LADDER"`
+	// _MAX, _ORDER, which [ConfigFromEnv] reads itself); zero fields take ttlbuckets' defaults.
+	Ladder ttlbuckets.Ladder `ignored:"true"`
 	// Plugin is off, auto (default) or on.
 	Plugin PluginMode `envconfig:"AMQPDELAY_PLUGIN" default:"auto"`
 	// QueueType is quorum (default) or classic.
@@ -200,11 +200,12 @@ type Config struct {
 	Spec
 }
 
-// ConfigFromEnv reads the AMQPDELAY_* variables. It returns an error wrapping ErrInvalidSpec
-// that names the variable when one does not parse, or when AMQPDELAY_LADDER_UNIT, _RADIX or
-// _MAX is set to zero (unset means the default; an explicit 0 is a mistake, not a request for
-// it). It does not validate the values otherwise (see [Spec.Validate]). The error never quotes
-// AMQPDELAY_URL.
+// ConfigFromEnv reads the AMQPDELAY_* variables. A variable that is set but empty counts as
+// unset (its default), as in the declare CLI. It returns an error wrapping ErrInvalidSpec that
+// names the variable when one does not parse, when AMQPDELAY_LADDER_UNIT, _RADIX or _MAX is set
+// to zero (unset means the default; an explicit 0 is a mistake, not a request for it), or when
+// the radix is not written in decimal ("010"). It does not validate the values otherwise (see
+// [Spec.Validate]). The error never quotes AMQPDELAY_URL.
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	// No prefix: the tags are the full names. envconfig reads an unset PREFIX_NAME from the
@@ -212,31 +213,55 @@ func ConfigFromEnv() (Config, error) {
 	if err := envconfig.Process("", &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalidSpec, amqpconn.RedactText(err.Error()))
 	}
-	var errs []error
-	// envconfig reads integers in any base ("010" is 8, "0x10" is 16); the CLI and the
-	// documentation mean decimal.
-	if v, ok := os.LookupEnv(EnvPrefix + "_LADDER_RADIX"); ok && v != "" {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err != nil || n != c.Ladder.Radix {
-			errs = append(errs, fmt.Errorf("%w: %s_LADDER_RADIX=%q: write the radix in decimal (2, 4, 8, 16, 32 or 64)", ErrInvalidSpec, EnvPrefix, v))
-		}
-	}
-	for _, z := range []struct {
-		name, allowed string
-		zero          bool
-	}{
-		{"UNIT", "a whole number of milliseconds, at least 1ms", c.Ladder.Unit == 0},
-		{"RADIX", "2, 4, 8, 16, 32 or 64", c.Ladder.Radix == 0},
-		{"MAX", "at least one ladder unit, e.g. 24h", c.Ladder.Max == 0},
-	} {
-		name := EnvPrefix + "_LADDER_" + z.name
-		if v := os.Getenv(name); v != "" && z.zero {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want %s (leave it unset for the default)", ErrInvalidSpec, name, v, z.allowed))
-		}
-	}
+	l, errs := ladderFromEnv()
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
+	c.Ladder = l
 	return c, nil
+}
+
+// ladderFromEnv reads AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER (envconfig would refuse
+// a set-but-empty duration or integer, and read "010" as 8); every problem is returned.
+func ladderFromEnv() (ttlbuckets.Ladder, []error) {
+	var l ttlbuckets.Ladder
+	var errs []error
+	get := func(what string) (name, v string, ok bool) {
+		name = EnvPrefix + "_LADDER_" + what
+		v = strings.TrimSpace(os.Getenv(name))
+		return name, v, v != ""
+	}
+	bad := func(name, v, want string) {
+		errs = append(errs, fmt.Errorf("%w: %s=%q: want %s (leave it unset for the default)", ErrInvalidSpec, name, v, want))
+	}
+	for _, d := range []struct {
+		what, want string
+		to         *time.Duration
+	}{
+		{"UNIT", "a whole number of milliseconds, at least 1ms", &l.Unit},
+		{"MAX", "at least one ladder unit, e.g. 24h", &l.Max},
+	} {
+		if name, v, ok := get(d.what); ok {
+			if x, err := time.ParseDuration(v); err != nil || x == 0 {
+				bad(name, v, d.want)
+			} else {
+				*d.to = x
+			}
+		}
+	}
+	if name, v, ok := get("RADIX"); ok {
+		if n, err := strconv.Atoi(v); err != nil || n == 0 || strings.HasPrefix(v, "0") || strings.HasPrefix(v, "+") {
+			bad(name, v, "2, 4, 8, 16, 32 or 64, written in decimal")
+		} else {
+			l.Radix = n
+		}
+	}
+	if name, v, ok := get("ORDER"); ok {
+		if err := l.Order.UnmarshalText([]byte(v)); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: %v", ErrInvalidSpec, name, v, err))
+		}
+	}
+	return l, errs
 }
 
 // WithDefaults returns s with its zero fields replaced by the defaults.

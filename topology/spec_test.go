@@ -2,10 +2,14 @@ package topology
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // TestValidateOwnNamesAndLengths: targets, ready queues and ready-queue exchanges named with
@@ -98,6 +102,35 @@ func TestConfigFromEnvRejectsExplicitZero(t *testing.T) {
 	}
 	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 0 {
 		t.Errorf("unset: %+v %v", c.Ladder, err)
+	}
+}
+
+// TestConfigFromEnvEmptyIsUnset: a ladder variable that is set but empty takes the default, as
+// in the declare CLI (envconfig alone refused an empty duration or integer); one that does not
+// parse is refused naming it.
+func TestConfigFromEnvEmptyIsUnset(t *testing.T) {
+	for _, name := range []string{"AMQPDELAY_LADDER_UNIT", "AMQPDELAY_LADDER_RADIX", "AMQPDELAY_LADDER_MAX", "AMQPDELAY_LADDER_ORDER"} {
+		t.Setenv(name, " ")
+	}
+	c, err := ConfigFromEnv()
+	if err != nil || c.Ladder != (ttlbuckets.Ladder{}) {
+		t.Fatalf("set-but-empty ladder variables: %+v, %v; want the zero ladder (defaults) and no error", c.Ladder, err)
+	}
+	t.Setenv("AMQPDELAY_LADDER_UNIT", "10ms")
+	t.Setenv("AMQPDELAY_LADDER_MAX", "24h")
+	t.Setenv("AMQPDELAY_LADDER_ORDER", "longest-first")
+	t.Setenv("AMQPDELAY_LADDER_RADIX", "32")
+	want := ttlbuckets.Ladder{Unit: 10 * time.Millisecond, Radix: 32, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}
+	if c, err := ConfigFromEnv(); err != nil || c.Ladder != want {
+		t.Errorf("ladder variables: %+v, %v; want %+v", c.Ladder, err, want)
+	}
+	t.Setenv("AMQPDELAY_LADDER_MAX", "forever")
+	t.Setenv("AMQPDELAY_LADDER_ORDER", "sideways")
+	_, err = ConfigFromEnv()
+	for _, w := range []string{"AMQPDELAY_LADDER_MAX", "forever", "AMQPDELAY_LADDER_ORDER", "sideways"} {
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(fmt.Sprint(err), w) {
+			t.Errorf("unparsable MAX and ORDER: %v; want ErrInvalidSpec naming %q", err, w)
+		}
 	}
 }
 
