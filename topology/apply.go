@@ -127,6 +127,11 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 		if len(missing) > 1 {
 			them = "them"
 		}
+		if strings.HasPrefix(missing[0], "amq.") {
+			// RabbitMQ refuses to declare amq.* exchanges (403): only the broker creates them.
+			return fmt.Errorf("%w: %s (nothing was declared): names starting with \"amq.\" are RabbitMQ's own exchanges and cannot be declared; "+
+				"enable what creates %s on the broker, or use a target of another name", ErrTargetMissing, quoteList(missing), them)
+		}
 		return fmt.Errorf("%w: %s (nothing was declared): declare %s first, or give a target as name:type (e.g. %s:topic) so apply declares it",
 			ErrTargetMissing, quoteList(missing), them, missing[0])
 	}

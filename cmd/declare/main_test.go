@@ -161,6 +161,8 @@ func TestBadInput(t *testing.T) {
 			want: []string{`"ftp://***@h/"`, "user:password@host:15672/"}, notWants: []string{"mgmtpw", "%22"}},
 		{name: "unescaped # in the URL password", args: []string{"apply", "--target", "o:topic", "--url", "amqp://attack-user:S3cret#PW@" + host + "/v"}, code: 2,
 			want: []string{`"amqp://***@` + host + `/v"`, "user:password@host:port/vhost", "percent-encode"}, notWants: []string{"S3c", "ret", "PW@"}},
+		{name: "missing amq.* target", args: []string{"apply", "--target", "amq.rdt-missing"}, code: 2,
+			want: []string{`"amq.rdt-missing"`, "RabbitMQ's own exchanges", "another name"}, notWants: []string{"amq.rdt-missing:topic"}},
 		{name: "plugin on without the plugin", args: []string{"apply", "--target", "o:topic", "--plugin", "on"}, code: 1, want: []string{"plugin"}, noPlugin: true},
 	}
 	hasPlugin, err := plugin.BrokerHasPlugin(context.Background(), func(ctx context.Context) (*amqp.Connection, error) {
