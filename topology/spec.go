@@ -201,10 +201,11 @@ type Config struct {
 }
 
 // ConfigFromEnv reads the AMQPDELAY_* variables. A variable that is set but empty counts as
-// unset (its default), as in the declare CLI. It returns an error wrapping ErrInvalidSpec that
-// names the variable when one does not parse, when AMQPDELAY_LADDER_UNIT, _RADIX or _MAX is set
-// to zero (unset means the default; an explicit 0 is a mistake, not a request for it), or when
-// the radix is not written in decimal ("010"). It does not validate the values otherwise (see
+// unset (its default), as in the declare CLI, and the ladder variables are parsed as the CLI
+// parses them ([ParseLadderDuration], [ParseLadderRadix], ttlbuckets.ParseOrder). It returns an
+// error wrapping ErrInvalidSpec that names the variable when one does not parse, or when
+// AMQPDELAY_LADDER_UNIT, _RADIX or _MAX is set to zero (unset means the default; an explicit 0
+// is a mistake, not a request for it). It does not validate the values otherwise (see
 // [Spec.Validate]). The error never quotes AMQPDELAY_URL.
 func ConfigFromEnv() (Config, error) {
 	var c Config
@@ -221,47 +222,72 @@ func ConfigFromEnv() (Config, error) {
 	return c, nil
 }
 
-// ladderFromEnv reads AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER (envconfig would refuse
-// a set-but-empty duration or integer, and read "010" as 8); every problem is returned.
+// ladderFromEnv reads AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER with the declare CLI's
+// parsers (envconfig would refuse a set-but-empty duration or integer, and read "010" as 8);
+// every problem is returned, each naming its variable.
 func ladderFromEnv() (ttlbuckets.Ladder, []error) {
 	var l ttlbuckets.Ladder
 	var errs []error
-	get := func(what string) (name, v string, ok bool) {
-		name = EnvPrefix + "_LADDER_" + what
-		v = strings.TrimSpace(os.Getenv(name))
-		return name, v, v != ""
-	}
-	bad := func(name, v, want string) {
-		errs = append(errs, fmt.Errorf("%w: %s=%q: want %s (leave it unset for the default)", ErrInvalidSpec, name, v, want))
-	}
-	for _, d := range []struct {
-		what, want string
-		to         *time.Duration
-	}{
-		{"UNIT", "a whole number of milliseconds, at least 1ms", &l.Unit},
-		{"MAX", "at least one ladder unit, e.g. 24h", &l.Max},
-	} {
-		if name, v, ok := get(d.what); ok {
-			if x, err := time.ParseDuration(v); err != nil || x == 0 {
-				bad(name, v, d.want)
-			} else {
-				*d.to = x
+	read := func(what string, parse func(string) error) {
+		name := EnvPrefix + "_LADDER_" + what
+		if v := os.Getenv(name); v != "" {
+			if err := parse(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			}
 		}
 	}
-	if name, v, ok := get("RADIX"); ok {
-		if n, err := strconv.Atoi(v); err != nil || n == 0 || strings.HasPrefix(v, "0") || strings.HasPrefix(v, "+") {
-			bad(name, v, "2, 4, 8, 16, 32 or 64, written in decimal")
-		} else {
-			l.Radix = n
+	read("UNIT", func(v string) (err error) { l.Unit, err = ParseLadderDuration(LadderUnitValue, v); return err })
+	read("RADIX", func(v string) (err error) { l.Radix, err = ParseLadderRadix(v); return err })
+	read("MAX", func(v string) (err error) { l.Max, err = ParseLadderDuration(LadderMaxValue, v); return err })
+	read("ORDER", func(v string) (err error) {
+		if l.Order, err = ttlbuckets.ParseOrder(v); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 		}
-	}
-	if name, v, ok := get("ORDER"); ok {
-		if err := l.Order.UnmarshalText([]byte(v)); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: %v", ErrInvalidSpec, name, v, err))
-		}
-	}
+		return nil
+	})
 	return l, errs
+}
+
+// LadderValue names a ladder duration for [ParseLadderDuration]: what it is and what to write.
+type LadderValue struct{ What, Want string }
+
+var (
+	// LadderUnitValue is the ladder unit (AMQPDELAY_LADDER_UNIT, --unit).
+	LadderUnitValue = LadderValue{"ladder unit", "a whole number of milliseconds, at least 1ms"}
+	// LadderMaxValue is the ladder's maximum delay (AMQPDELAY_LADDER_MAX, --max-delay).
+	LadderMaxValue = LadderValue{"maximum delay", "at least one ladder unit, e.g. 24h"}
+)
+
+// ParseLadderDuration reads a ladder unit or maximum delay as the declare CLI and
+// [ConfigFromEnv] both do: a Go duration (time.ParseDuration, e.g. 1ms, 720h), not zero (an
+// explicit zero is a mistake, not a request for the default). Errors wrap ErrInvalidSpec and
+// name the value (what.What) and what to write instead.
+func ParseLadderDuration(what LadderValue, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		if v != "" && strings.Trim(v, "0123456789.hmsuµn") == "" {
+			return 0, fmt.Errorf("%w: %s %q is too long for a Go duration (at most about 2562047h)", ErrInvalidSpec, what.What, v)
+		}
+		return 0, fmt.Errorf("%w: %s %q is not a duration (want %s)", ErrInvalidSpec, what.What, v, what.Want)
+	}
+	if d == 0 {
+		return 0, fmt.Errorf("%w: %s %q: want %s (leave it unset for the default)", ErrInvalidSpec, what.What, v, what.Want)
+	}
+	return d, nil
+}
+
+// ParseLadderRadix reads a ladder radix as the declare CLI and [ConfigFromEnv] both do: a
+// decimal integer (strconv.Atoi: "016" is 16), not zero. It does not check the range
+// ([Spec.Validate] does). Errors wrap ErrInvalidSpec.
+func ParseLadderRadix(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: radix %q is not a decimal integer (want 2, 4, 8, 16, 32 or 64)", ErrInvalidSpec, v)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%w: radix %q: want 2, 4, 8, 16, 32 or 64 (leave it unset for the default)", ErrInvalidSpec, v)
+	}
+	return n, nil
 }
 
 // WithDefaults returns s with its zero fields replaced by the defaults.

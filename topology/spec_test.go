@@ -107,14 +107,18 @@ func TestConfigFromEnvRejectsExplicitZero(t *testing.T) {
 
 // TestConfigFromEnvEmptyIsUnset: a ladder variable that is set but empty takes the default, as
 // in the declare CLI (envconfig alone refused an empty duration or integer); one that does not
-// parse is refused naming it.
+// parse, a blank one included (the CLI refuses it too), is refused naming it.
 func TestConfigFromEnvEmptyIsUnset(t *testing.T) {
 	for _, name := range []string{"AMQPDELAY_LADDER_UNIT", "AMQPDELAY_LADDER_RADIX", "AMQPDELAY_LADDER_MAX", "AMQPDELAY_LADDER_ORDER"} {
-		t.Setenv(name, " ")
+		t.Setenv(name, "")
 	}
 	c, err := ConfigFromEnv()
 	if err != nil || c.Ladder != (ttlbuckets.Ladder{}) {
 		t.Fatalf("set-but-empty ladder variables: %+v, %v; want the zero ladder (defaults) and no error", c.Ladder, err)
+	}
+	t.Setenv("AMQPDELAY_LADDER_RADIX", " ")
+	if _, err := ConfigFromEnv(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "AMQPDELAY_LADDER_RADIX") {
+		t.Errorf("AMQPDELAY_LADDER_RADIX=\" \": %v; want ErrInvalidSpec naming it", err)
 	}
 	t.Setenv("AMQPDELAY_LADDER_UNIT", "10ms")
 	t.Setenv("AMQPDELAY_LADDER_MAX", "24h")
@@ -136,7 +140,7 @@ func TestConfigFromEnvEmptyIsUnset(t *testing.T) {
 
 // TestConfigFromEnvReadsOnlyItsVariables: envconfig falls back from AMQPDELAY_NAME to a bare
 // NAME variable; ConfigFromEnv must not pick up a stray URL, PREFIX or TARGETS of another
-// program, and reads the radix in decimal as the CLI does.
+// program, and reads the radix in decimal as the CLI does ("010" is 10, not 8).
 func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
 	for _, name := range []string{"AMQPDELAY_URL", "AMQPDELAY_PREFIX", "AMQPDELAY_TARGETS", "AMQPDELAY_BUCKETS", "AMQPDELAY_PLUGIN",
 		"AMQPDELAY_QUEUE_TYPE", "AMQPDELAY_READY_QUEUES", "AMQPDELAY_TLS_CA", "AMQPDELAY_LADDER_RADIX"} {
@@ -160,11 +164,13 @@ func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
 	if c, err := ConfigFromEnv(); err != nil || c.Prefix != "mine" {
 		t.Errorf("AMQPDELAY_PREFIX=mine: prefix %q, %v", c.Prefix, err)
 	}
-	for _, v := range []string{"010", "0x10"} {
-		t.Setenv("AMQPDELAY_LADDER_RADIX", v)
-		if _, err := ConfigFromEnv(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "decimal") {
-			t.Errorf("AMQPDELAY_LADDER_RADIX=%s: %v, want ErrInvalidSpec asking for decimal", v, err)
-		}
+	t.Setenv("AMQPDELAY_LADDER_RADIX", "0x10")
+	if _, err := ConfigFromEnv(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "decimal") {
+		t.Errorf("AMQPDELAY_LADDER_RADIX=0x10: %v, want ErrInvalidSpec asking for decimal", err)
+	}
+	t.Setenv("AMQPDELAY_LADDER_RADIX", "010")
+	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 10 {
+		t.Errorf("AMQPDELAY_LADDER_RADIX=010: radix %d, %v; want 10, read in decimal (Validate then refuses it)", c.Ladder.Radix, err)
 	}
 	t.Setenv("AMQPDELAY_LADDER_RADIX", "32")
 	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 32 {

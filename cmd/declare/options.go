@@ -76,20 +76,6 @@ func commonOptions(s *settings) []option {
 			return nil
 		}
 	}
-	// nonZero wraps a duration setter: an explicit 0 is rejected rather than taken for the
-	// default (the zero value of the ladder's fields means "default").
-	nonZero := func(p *time.Duration, what, allowed string) func(string) error {
-		set := dur(p, what)
-		return func(v string) error {
-			if err := set(v); err != nil {
-				return err
-			}
-			if *p == 0 {
-				return fmt.Errorf("%s %q: want %s (leave it unset for the default)", what, v, allowed)
-			}
-			return nil
-		}
-	}
 	envLadder := topology.EnvPrefix + "_LADDER_"
 	env := func(n string) string { return topology.EnvPrefix + "_" + n }
 	return []option{
@@ -127,23 +113,20 @@ func commonOptions(s *settings) []option {
 				s.spec.Buckets = append(s.spec.Buckets, ds...)
 				return nil
 			}),
-		{name: "unit", env: envLadder + "UNIT", arg: "DURATION", def: ttlbuckets.DefaultUnit.String(), set: nonZero(&s.spec.Ladder.Unit, "ladder unit", "a whole number of milliseconds, at least 1ms"),
+		{name: "unit", env: envLadder + "UNIT", arg: "DURATION", def: ttlbuckets.DefaultUnit.String(),
+			set: func(v string) (err error) {
+				s.spec.Ladder.Unit, err = topology.ParseLadderDuration(topology.LadderUnitValue, v)
+				return err
+			},
 			usage: "ladder resolution: a whole number of milliseconds, at least 1ms"},
 		{name: "radix", env: envLadder + "RADIX", arg: "N", def: strconv.Itoa(ttlbuckets.DefaultRadix),
 			usage: "ladder radix: 2, 4, 8, 16, 32 or 64 (levels·(radix-1) queues, at most one hop per level)",
-			set: func(v string) error {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					return fmt.Errorf("radix %q is not an integer (want 2, 4, 8, 16, 32 or 64)", v)
-				}
-				if n == 0 {
-					return fmt.Errorf("radix %q: want 2, 4, 8, 16, 32 or 64 (leave it unset for the default)", v)
-				}
-				s.spec.Ladder.Radix = n
-				return nil
-			}},
+			set:   func(v string) (err error) { s.spec.Ladder.Radix, err = topology.ParseLadderRadix(v); return err }},
 		{name: "max-delay", env: envLadder + "MAX", arg: "DURATION", def: ttlbuckets.DefaultMax.String() + " (2^32-1 ms, 49.7 days)",
-			set:   nonZero(&s.spec.Ladder.Max, "maximum delay", "at least one ladder unit, e.g. 24h"),
+			set: func(v string) (err error) {
+				s.spec.Ladder.Max, err = topology.ParseLadderDuration(topology.LadderMaxValue, v)
+				return err
+			},
 			usage: "largest delay the ladder carries: at least one ladder unit"},
 		{name: "order", env: envLadder + "ORDER", arg: "ORDER", def: ttlbuckets.ShortestFirst.String(),
 			usage: "hop order: shortest-first (only the last, longest hop ends near the due time) or longest-first; publishers must use the same",
