@@ -187,6 +187,8 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	if err := p.checkTopology(ctx, conn); err != nil {
 		return fail(err)
 	}
+	// The plugin was in use before this (re)connection, or was being looked for.
+	hadPlugin := p.pluginOK.Load() || p.pluginLost.Load()
 	pluginOK := false
 	if p.opts.strategy != LadderOnly && p.cfg.Spec.Plugin != topology.PluginOff {
 		dial := func(ctx context.Context) (*amqp.Connection, error) {
@@ -198,8 +200,10 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		}
 	}
 	p.pluginOK.Store(pluginOK)
-	// A plugin exchange that a publish found gone and this probe still misses stays looked for.
-	p.pluginLost.Store(p.pluginLost.Load() && !pluginOK)
+	// A plugin exchange that was in use and that this probe misses (deleted during the outage,
+	// or found gone by a publish) is looked for again every pluginReprobe; a broker that never
+	// had it is not.
+	p.pluginLost.Store(hadPlugin && !pluginOK)
 	s := &session{
 		conn:      conn,
 		slots:     make([]atomic.Pointer[pubChan], p.opts.channels),

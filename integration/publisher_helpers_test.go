@@ -215,6 +215,8 @@ type privateBroker struct {
 	state string
 	URL   string
 	root  string
+	// pluginsDir, when set, is passed to scripts/broker as BROKER_PLUGINS_DIR.
+	pluginsDir string
 	// Broker gives the management API (for queueStats).
 	Broker *brokertest.Broker
 }
@@ -225,6 +227,13 @@ var privateBrokerMu sync.Mutex
 // (fails in CI) when Debian's rabbitmq-server is not installed.
 func startPrivateBroker(t testing.TB) *privateBroker {
 	t.Helper()
+	return startPrivateBrokerWith(t, "")
+}
+
+// startPrivateBrokerWith is startPrivateBroker with the delayed-message plugin from
+// pluginsDir (BROKER_PLUGINS_DIR) when pluginsDir is not "".
+func startPrivateBrokerWith(t testing.TB, pluginsDir string) *privateBroker {
+	t.Helper()
 	if _, err := os.Stat("/usr/lib/rabbitmq/bin/rabbitmq-server"); err != nil {
 		if brokertest.InCI() {
 			t.Fatalf("rabbitmq-server is not installed and CI=true: a private broker is needed to stop and start")
@@ -233,7 +242,7 @@ func startPrivateBroker(t testing.TB) *privateBroker {
 	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(file))
-	b := &privateBroker{state: t.TempDir(), root: root}
+	b := &privateBroker{state: t.TempDir(), root: root, pluginsDir: pluginsDir}
 	// Registered first: a failed "up" may have started a node, and "down" stops only what
 	// "up" recorded.
 	t.Cleanup(func() {
@@ -267,6 +276,9 @@ func (b *privateBroker) script(t testing.TB, args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(b.root, "scripts", "broker"), args...)
 	env := []string{"BROKER_STATE=" + b.state, "BROKER_DOCKER=0"}
+	if b.pluginsDir != "" {
+		env = append(env, "BROKER_PLUGINS_DIR="+b.pluginsDir)
+	}
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "AMQP_URL=") || strings.HasPrefix(kv, "AMQP_MANAGEMENT_URL=") || strings.HasPrefix(kv, "BROKER_") {
 			continue

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -293,5 +294,62 @@ func TestApplyPluginExchangeOtherDelayedType(t *testing.T) {
 	var c *topology.ConflictError
 	if !errors.As(err, &c) || c.Name != name || c.Argument != "x-delayed-type" || c.Existing != "direct" || c.Wanted != "headers" {
 		t.Fatalf("apply over a plugin exchange of x-delayed-type direct: err = %v; want a ConflictError on %s's x-delayed-type (direct, wanted headers)", err, name)
+	}
+}
+
+// TestPublisherPluginBackAfterRestart: the plugin exchange is deleted while no publish uses it,
+// the broker restarts, and `declare apply` declares the exchange again: the reconnected
+// Publisher, whose probe missed the exchange, keeps looking for it and takes the plugin path
+// again within seconds. It needs the plugin on a broker of its own: set BROKER_PLUGINS_DIR.
+func TestPublisherPluginBackAfterRestart(t *testing.T) {
+	dir := os.Getenv("BROKER_PLUGINS_DIR")
+	if dir == "" {
+		t.Skip("needs BROKER_PLUGINS_DIR (a directory with the delayed-message plugin) to start a broker of its own with the plugin; see README, Development")
+	}
+	b := startPrivateBrokerWith(t, dir)
+	env := &brokertest.Env{Broker: b.Broker, URL: b.URL, VHost: "/", Prefix: "rdt-pluginback"}
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	spec.Plugin = topology.PluginOn
+	q := env.Name("ready")
+	spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
+	declareTopologyAt(t, b.URL, spec)
+	ctx := pubCtx(t)
+	p := newPublisherURL(t, b.URL, spec, amqpdelay.WithStrategy(amqpdelay.PreferPlugin))
+	if !p.PluginAvailable() {
+		t.Fatal("PluginAvailable() = false on a broker with the plugin exchange")
+	}
+	if err := env.Channel(t).ExchangeDelete(spec.Names().PluginExchange(), false, false); err != nil {
+		t.Fatal(err)
+	}
+	b.stopApp(t)
+	b.startApp(t)
+	// After the reconnection the Publisher's probe misses the exchange: the ladder.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r, err := p.Publish(ctx, target, "k", textMsg("after restart"), 200*time.Millisecond)
+		if err == nil && r.Path == amqpdelay.PathLadder {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart: %+v, %v; want the ladder path", r, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	declareTopologyAt(t, b.URL, spec) // `declare apply` again
+	applied := time.Now()
+	for {
+		r, err := p.Publish(ctx, target, "k", textMsg("re-applied"), 200*time.Millisecond)
+		if err != nil {
+			t.Fatalf("after the re-apply: %v", err)
+		}
+		if r.Path == amqpdelay.PathPlugin {
+			t.Logf("plugin path again %v after the re-apply", time.Since(applied).Round(time.Millisecond))
+			break
+		}
+		if time.Since(applied) > 15*time.Second {
+			t.Fatalf("the Publisher did not find the re-declared plugin exchange within 15 s after a restart (PluginAvailable %v)", p.PluginAvailable())
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
