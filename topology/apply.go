@@ -122,20 +122,27 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 			return wrapBroker(err, fmt.Sprintf("check that exchange %q exists", p.Existing[i]))
 		}
 	}
-	if len(missing) > 0 {
-		them := "it"
-		if len(missing) > 1 {
-			them = "them"
-		}
-		if strings.HasPrefix(missing[0], "amq.") {
-			// RabbitMQ refuses to declare amq.* exchanges (403): only the broker creates them.
-			return fmt.Errorf("%w: %s (nothing was declared): names starting with \"amq.\" are RabbitMQ's own exchanges and cannot be declared; "+
-				"enable what creates %s on the broker, or use a target of another name", ErrTargetMissing, quoteList(missing), them)
-		}
-		return fmt.Errorf("%w: %s (nothing was declared): declare %s first, or give a target as name:type (e.g. %s:topic) so apply declares it",
-			ErrTargetMissing, quoteList(missing), them, missing[0])
+	if len(missing) == 0 {
+		return nil
 	}
-	return nil
+	var own, others []string // amq.*: RabbitMQ refuses to declare them (403), only the broker creates them
+	for _, m := range missing {
+		if strings.HasPrefix(m, "amq.") {
+			own = append(own, m)
+		} else {
+			others = append(others, m)
+		}
+	}
+	var advice []string
+	if len(others) > 0 {
+		advice = append(advice, fmt.Sprintf("declare %s first, or give a target as name:type (e.g. %s:topic) so apply declares it",
+			quoteList(others), others[0]))
+	}
+	if len(own) > 0 {
+		advice = append(advice, fmt.Sprintf("%s: names starting with \"amq.\" are RabbitMQ's own exchanges and cannot be declared; "+
+			"enable what creates them on the broker, or use a target of another name", quoteList(own)))
+	}
+	return fmt.Errorf("%w: %s (nothing was declared): %s", ErrTargetMissing, quoteList(missing), strings.Join(advice, "; "))
 }
 
 // Apply declares the plan on conn, idempotently, and reports every object as created or

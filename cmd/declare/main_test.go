@@ -163,6 +163,8 @@ func TestBadInput(t *testing.T) {
 			want: []string{`"amqp://***@` + host + `/v"`, "user:password@host:port/vhost", "percent-encode"}, notWants: []string{"S3c", "ret", "PW@"}},
 		{name: "missing amq.* target", args: []string{"apply", "--target", "amq.rdt-missing"}, code: 2,
 			want: []string{`"amq.rdt-missing"`, "RabbitMQ's own exchanges", "another name"}, notWants: []string{"amq.rdt-missing:topic"}},
+		{name: "missing amq.* and other targets", args: []string{"apply", "--target", "amq.rdt-missing", "--target", "rdt-missing-x"}, code: 2,
+			want: []string{"RabbitMQ's own exchanges", "rdt-missing-x:topic"}, notWants: []string{"amq.rdt-missing:topic"}},
 		{name: "plugin on without the plugin", args: []string{"apply", "--target", "o:topic", "--plugin", "on"}, code: 1, want: []string{"plugin"}, noPlugin: true},
 	}
 	hasPlugin, err := plugin.BrokerHasPlugin(context.Background(), func(ctx context.Context) (*amqp.Connection, error) {
