@@ -191,11 +191,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	hadPlugin := p.pluginOK.Load() || p.pluginLost.Load()
 	pluginOK := false
 	if p.opts.strategy != LadderOnly && p.cfg.Spec.Plugin != topology.PluginOff {
-		dial := func(ctx context.Context) (*amqp.Connection, error) {
-			return amqpconn.Dial(ctx, p.cfg.Config, p.opts.name+"-probe")
-		}
-		pluginOK, err = plugin.ExchangeExists(ctx, dial, p.names.PluginExchange())
-		if err != nil {
+		if pluginOK, err = p.probePlugin(ctx); err != nil {
 			return fail(fmt.Errorf("amqpdelay: probe for the delayed-message plugin: %w", err))
 		}
 	}
@@ -592,6 +588,15 @@ func isPluginNotFound(err error, exchange string) bool {
 	return errors.As(err, &ae) && ae.Code == amqp.NotFound && strings.Contains(ae.Reason, "'"+exchange+"'")
 }
 
+// probePlugin reports whether the topology's plugin exchange exists, with a passive declare on
+// a connection of its own (plugin.ExchangeExists), bounded by ctx.
+func (p *Publisher) probePlugin(ctx context.Context) (bool, error) {
+	dial := func(ctx context.Context) (*amqp.Connection, error) {
+		return amqpconn.Dial(ctx, p.cfg.Config, p.opts.name+"-probe")
+	}
+	return plugin.ExchangeExists(ctx, dial, p.names.PluginExchange())
+}
+
 // reprobePlugin starts a look for the plugin exchange in the background, at most once per
 // pluginReprobe across all publishes; no publish waits for it. The probe uses a connection of
 // its own, bounded by pluginReprobe and by Close.
@@ -612,13 +617,9 @@ func (p *Publisher) reprobePlugin() {
 	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
-		dial := func(ctx context.Context) (*amqp.Connection, error) {
-			return amqpconn.Dial(ctx, p.cfg.Config, p.opts.name+"-probe")
-		}
 		ctx, cancel := context.WithTimeout(p.closeCtx, pluginReprobe)
 		defer cancel()
-		ok, err := plugin.ExchangeExists(ctx, dial, p.names.PluginExchange())
-		if err != nil || !ok {
+		if ok, err := p.probePlugin(ctx); err != nil || !ok {
 			return
 		}
 		if p.pluginLost.CompareAndSwap(true, false) {
