@@ -253,7 +253,7 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	// exchange is not caught here: `declare status --management-url` shows it.)
 	for _, t := range p.cfg.Spec.Targets {
 		checks = append(checks, check{exchange: t.Name, missing: func() error {
-			if strings.HasPrefix(t.Name, "amq.") {
+			if topology.BrokerReserved(t.Name) {
 				return fmt.Errorf("%w: target exchange %q does not exist, and names starting with \"amq.\" are RabbitMQ's own: only the broker "+
 					"creates them; enable what creates it, or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name)
 			}

@@ -127,7 +127,7 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 	}
 	var own, others []string // amq.*: RabbitMQ refuses to declare them (403), only the broker creates them
 	for _, m := range missing {
-		if strings.HasPrefix(m, "amq.") {
+		if BrokerReserved(m) {
 			own = append(own, m)
 		} else {
 			others = append(others, m)

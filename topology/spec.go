@@ -326,7 +326,7 @@ func (s Spec) Validate() error {
 		add("prefix %q: use only letters, digits and . _ - : (it starts every exchange and queue name)", s.Prefix)
 	case len(s.Prefix) > 200:
 		add("prefix is %d bytes: at most 200 (RabbitMQ names hold at most 255 bytes, and suffixes are added)", len(s.Prefix))
-	case strings.HasPrefix(s.Prefix, "amq."):
+	case BrokerReserved(s.Prefix):
 		add("prefix %q: names starting with \"amq.\" are reserved by RabbitMQ", s.Prefix)
 	}
 	if len(s.Targets) == 0 {
@@ -346,7 +346,7 @@ func (s Spec) Validate() error {
 			add("target %q is a name of the topology's own objects (prefix %q; see topology.Names): "+
 				"choose another prefix (--prefix, AMQPDELAY_PREFIX) or another target name", t.Name, s.Prefix)
 		}
-		if strings.HasPrefix(t.Name, "amq.") && t.Type != "" {
+		if BrokerReserved(t.Name) && t.Type != "" {
 			add("target %q: exchanges starting with \"amq.\" are RabbitMQ's own and cannot be declared; drop the :%s", t.Name, t.Type)
 		}
 		if seen[t.Name] {
@@ -384,7 +384,7 @@ func (s Spec) Validate() error {
 		if r.Queue == "" || r.Exchange == "" {
 			add("ready queue %q: want queue=exchange:bindingkey", shorten(r.String()))
 		}
-		if strings.HasPrefix(r.Queue, "amq.") {
+		if BrokerReserved(r.Queue) {
 			add("ready queue %q: queue names starting with \"amq.\" are reserved by RabbitMQ", shorten(r.Queue))
 		}
 		for _, f := range []struct{ what, v string }{{"queue name", r.Queue}, {"exchange name", r.Exchange}, {"binding key", r.BindingKey}} {
