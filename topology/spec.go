@@ -202,7 +202,7 @@ type Config struct {
 
 // ConfigFromEnv reads the AMQPDELAY_* variables. A variable that is set but empty counts as
 // unset (its default), as in the declare CLI, and the ladder variables are parsed as the CLI
-// parses them ([ParseLadderDuration], [ParseLadderRadix], ttlbuckets.ParseOrder). It returns an
+// parses them ([ParseLadderUnit], [ParseLadderRadix], [ParseLadderMax], ttlbuckets.ParseOrder). It returns an
 // error wrapping ErrInvalidSpec that names the variable when one does not parse, or when
 // AMQPDELAY_LADDER_UNIT, _RADIX or _MAX is set to zero (unset means the default; an explicit 0
 // is a mistake, not a request for it). It does not validate the values otherwise (see
@@ -236,9 +236,9 @@ func ladderFromEnv() (ttlbuckets.Ladder, []error) {
 			}
 		}
 	}
-	read("UNIT", func(v string) (err error) { l.Unit, err = ParseLadderDuration(LadderUnitValue, v); return err })
+	read("UNIT", func(v string) (err error) { l.Unit, err = ParseLadderUnit(v); return err })
 	read("RADIX", func(v string) (err error) { l.Radix, err = ParseLadderRadix(v); return err })
-	read("MAX", func(v string) (err error) { l.Max, err = ParseLadderDuration(LadderMaxValue, v); return err })
+	read("MAX", func(v string) (err error) { l.Max, err = ParseLadderMax(v); return err })
 	read("ORDER", func(v string) (err error) {
 		if l.Order, err = ttlbuckets.ParseOrder(v); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
@@ -248,30 +248,30 @@ func ladderFromEnv() (ttlbuckets.Ladder, []error) {
 	return l, errs
 }
 
-// LadderValue names a ladder duration for [ParseLadderDuration]: what it is and what to write.
-type LadderValue struct{ What, Want string }
-
-var (
-	// LadderUnitValue is the ladder unit (AMQPDELAY_LADDER_UNIT, --unit).
-	LadderUnitValue = LadderValue{"ladder unit", "a whole number of milliseconds, at least 1ms"}
-	// LadderMaxValue is the ladder's maximum delay (AMQPDELAY_LADDER_MAX, --max-delay).
-	LadderMaxValue = LadderValue{"maximum delay", "at least one ladder unit, e.g. 24h"}
-)
-
-// ParseLadderDuration reads a ladder unit or maximum delay as the declare CLI and
-// [ConfigFromEnv] both do: a Go duration (time.ParseDuration, e.g. 1ms, 720h), not zero (an
+// ParseLadderUnit reads a ladder unit (AMQPDELAY_LADDER_UNIT, --unit) as the declare CLI and
+// [ConfigFromEnv] both do: a Go duration (time.ParseDuration, e.g. 1ms, 10ms), not zero (an
 // explicit zero is a mistake, not a request for the default). Errors wrap ErrInvalidSpec and
-// name the value (what.What) and what to write instead.
-func ParseLadderDuration(what LadderValue, v string) (time.Duration, error) {
+// say what to write instead.
+func ParseLadderUnit(v string) (time.Duration, error) {
+	return parseLadderDuration("ladder unit", "a whole number of milliseconds, at least 1ms", v)
+}
+
+// ParseLadderMax reads a ladder's maximum delay (AMQPDELAY_LADDER_MAX, --max-delay) as
+// [ParseLadderUnit] reads a unit: a Go duration (e.g. 24h, 720h), not zero.
+func ParseLadderMax(v string) (time.Duration, error) {
+	return parseLadderDuration("maximum delay", "at least one ladder unit, e.g. 24h", v)
+}
+
+func parseLadderDuration(what, want, v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil {
 		if v != "" && strings.Trim(v, "0123456789.hmsuµn") == "" {
-			return 0, fmt.Errorf("%w: %s %q is too long for a Go duration (at most about 2562047h)", ErrInvalidSpec, what.What, v)
+			return 0, fmt.Errorf("%w: %s %q is too long for a Go duration (at most about 2562047h)", ErrInvalidSpec, what, v)
 		}
-		return 0, fmt.Errorf("%w: %s %q is not a duration (want %s)", ErrInvalidSpec, what.What, v, what.Want)
+		return 0, fmt.Errorf("%w: %s %q is not a duration (want %s)", ErrInvalidSpec, what, v, want)
 	}
 	if d == 0 {
-		return 0, fmt.Errorf("%w: %s %q: want %s (leave it unset for the default)", ErrInvalidSpec, what.What, v, what.Want)
+		return 0, fmt.Errorf("%w: %s %q: want %s (leave it unset for the default)", ErrInvalidSpec, what, v, want)
 	}
 	return d, nil
 }

@@ -115,7 +115,7 @@ func commonOptions(s *settings) []option {
 			}),
 		{name: "unit", env: envLadder + "UNIT", arg: "DURATION", def: ttlbuckets.DefaultUnit.String(),
 			set: func(v string) (err error) {
-				s.spec.Ladder.Unit, err = topology.ParseLadderDuration(topology.LadderUnitValue, v)
+				s.spec.Ladder.Unit, err = topology.ParseLadderUnit(v)
 				return err
 			},
 			usage: "ladder resolution: a whole number of milliseconds, at least 1ms"},
@@ -124,7 +124,7 @@ func commonOptions(s *settings) []option {
 			set:   func(v string) (err error) { s.spec.Ladder.Radix, err = topology.ParseLadderRadix(v); return err }},
 		{name: "max-delay", env: envLadder + "MAX", arg: "DURATION", def: ttlbuckets.DefaultMax.String() + " (2^32-1 ms, 49.7 days)",
 			set: func(v string) (err error) {
-				s.spec.Ladder.Max, err = topology.ParseLadderDuration(topology.LadderMaxValue, v)
+				s.spec.Ladder.Max, err = topology.ParseLadderMax(v)
 				return err
 			},
 			usage: "largest delay the ladder carries: at least one ladder unit"},
