@@ -40,6 +40,22 @@ func declare(t *testing.T, env map[string]string, args ...string) result {
 	return result{code: code, stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
 }
 
+// applyOrFail runs `declare apply` with the variables e and fails the test unless it exits 0.
+// Without a test vhost of its own (no management API) it tears the topology and the target
+// exchange down when the test ends.
+func applyOrFail(t *testing.T, env *brokertest.Env, e map[string]string, target string) {
+	t.Helper()
+	if r := declare(t, e, "apply"); r.code != 0 {
+		t.Fatalf("apply: %d %s", r.code, r.stderr)
+	}
+	if env.VHost == "/" {
+		t.Cleanup(func() {
+			declare(t, e, "teardown", "--force")
+			_ = env.Channel(t).ExchangeDelete(target, false, false)
+		})
+	}
+}
+
 // vars is the environment of a test: its own vhost and prefix, the management API.
 func vars(e *brokertest.Env, extra ...string) map[string]string {
 	m := map[string]string{"AMQPDELAY_URL": e.URL, "AMQPDELAY_PREFIX": e.Prefix, "AMQPDELAY_PLUGIN": "off"}
@@ -302,15 +318,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	target := env.Name("orders")
 	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1h", "AMQPDELAY_QUEUE_TYPE", "classic")
-	if r := declare(t, e, "apply"); r.code != 0 {
-		t.Fatalf("apply: %d %s", r.code, r.stderr)
-	}
-	if env.VHost == "/" {
-		t.Cleanup(func() {
-			declare(t, e, "teardown", "--force")
-			_ = env.Channel(t).ExchangeDelete(target, false, false)
-		})
-	}
+	applyOrFail(t, env, e, target)
 	names := topology.Names{Prefix: env.Prefix}
 	ch := env.Channel(t)
 	if err := ch.Publish(names.LadderExchange(5), "", false, false, amqp.Publishing{
@@ -590,15 +598,7 @@ func TestTeardownReportsAnotherSpecsObjects(t *testing.T) {
 	common := []string{"AMQPDELAY_TARGETS", target + ":topic", "AMQPDELAY_LADDER_MAX", "1h", "AMQPDELAY_QUEUE_TYPE", "classic"}
 	old := vars(env, append(common, "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_BUCKETS", "5s,10s")...)
 	cur := vars(env, append(common, "AMQPDELAY_LADDER_RADIX", "8", "AMQPDELAY_BUCKETS", "5s")...)
-	if r := declare(t, old, "apply"); r.code != 0 {
-		t.Fatalf("apply (old): %d %s", r.code, r.stderr)
-	}
-	if env.VHost == "/" {
-		t.Cleanup(func() {
-			declare(t, old, "teardown", "--force")
-			_ = env.Channel(t).ExchangeDelete(target, false, false)
-		})
-	}
+	applyOrFail(t, env, old, target)
 	oldLadder := ttlbuckets.Ladder{Radix: 4, Max: time.Hour}.WithDefaults()
 	newLadder := ttlbuckets.Ladder{Radix: 8, Max: time.Hour}.WithDefaults()
 	if oldLadder.Levels() <= newLadder.Levels() {
