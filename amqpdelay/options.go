@@ -60,7 +60,9 @@ func WithStrategy(s Strategy) Option {
 // WithChannels sets how many AMQP channels (1 to 64) the Publisher spreads its publishes
 // over, round robin; the default is [DefaultChannels]. Each channel is in confirm mode and
 // pipelines its publishes, so one channel already serves many goroutines; more channels let
-// the broker process them in parallel (one Erlang process per channel).
+// the broker process them in parallel (one Erlang process per channel). A Publisher that may
+// use the plugin (strategy other than LadderOnly, plugin not off) opens one more channel, for
+// the plugin path alone.
 func WithChannels(n int) Option {
 	return func(o *options) error {
 		if n < 1 || n > 64 {

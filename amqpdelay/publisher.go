@@ -94,8 +94,13 @@ type Publisher struct {
 
 // session is one connection and its publishing channels.
 type session struct {
-	conn      *amqp.Connection
+	conn *amqp.Connection
+	// slots are the publishing channels. When the Publisher may use the plugin, the last slot
+	// is the plugin path's own channel (plugin is true): a publish to a plugin exchange that
+	// was deleted gets 404 NOT_FOUND, which closes its channel and fails every publish still
+	// waiting for a confirm on it, so the other paths' publishes must not share that channel.
 	slots     []atomic.Pointer[pubChan]
+	plugin    bool
 	chanDied  chan struct{} // a channel of this session died (buffered, coalescing)
 	connClose chan *amqp.Error
 }
@@ -200,9 +205,17 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	// or found gone by a publish) is looked for again every pluginReprobe; a broker that never
 	// had it is not.
 	p.pluginLost.Store(hadPlugin && !pluginOK)
+	// The plugin path's channel is opened whenever the plugin may be used, even when this probe
+	// missed the exchange: a re-probe can find it later on this connection.
+	withPlugin := p.opts.strategy != LadderOnly && p.cfg.Spec.Plugin != topology.PluginOff
+	nslots := p.opts.channels
+	if withPlugin {
+		nslots++
+	}
 	s := &session{
 		conn:      conn,
-		slots:     make([]atomic.Pointer[pubChan], p.opts.channels),
+		slots:     make([]atomic.Pointer[pubChan], nslots),
+		plugin:    withPlugin,
 		chanDied:  make(chan struct{}, 1),
 		connClose: conn.NotifyClose(make(chan *amqp.Error, 1)),
 	}
@@ -214,8 +227,29 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		s.slots[i].Store(pc)
 	}
 	p.log.Info().Str("url", amqpconn.Redact(p.cfg.URLOrDefault())).Bool("plugin", pluginOK).
-		Int("channels", len(s.slots)).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
+		Int("channels", p.opts.channels).Bool("plugin_channel", s.plugin).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
+}
+
+// pick returns a live channel of s for the plugin path (plugin true: its own channel) or for
+// the others (round robin from start), or nil when none is live.
+func (s *session) pick(plugin bool, start uint32) *pubChan {
+	n := uint32(len(s.slots))
+	if s.plugin {
+		n--
+		if plugin {
+			if pc := s.slots[n].Load(); pc != nil && !pc.isDead() {
+				return pc
+			}
+			return nil
+		}
+	}
+	for j := uint32(0); j < n; j++ {
+		if pc := s.slots[(start+j)%n].Load(); pc != nil && !pc.isDead() {
+			return pc
+		}
+	}
+	return nil
 }
 
 func (s *session) onChanDied() {
@@ -401,8 +435,9 @@ func (p *Publisher) broadcast() {
 	p.mu.Unlock()
 }
 
-// acquire returns a live channel, waiting through an outage until ctx ends or Close.
-func (p *Publisher) acquire(ctx context.Context) (*pubChan, error) {
+// acquire returns a live channel, waiting through an outage until ctx ends or Close: the
+// plugin path's own channel when plugin is true, else one of the others.
+func (p *Publisher) acquire(ctx context.Context, plugin bool) (*pubChan, error) {
 	for {
 		p.mu.Lock()
 		changed := p.changed
@@ -411,12 +446,8 @@ func (p *Publisher) acquire(ctx context.Context) (*pubChan, error) {
 			return nil, ErrClosed
 		}
 		if s := p.sess.Load(); s != nil {
-			n := uint32(len(s.slots))
-			start := p.rr.Add(1)
-			for j := uint32(0); j < n; j++ {
-				if pc := s.slots[(start+j)%n].Load(); pc != nil && !pc.isDead() {
-					return pc, nil
-				}
+			if pc := s.pick(plugin, p.rr.Add(1)); pc != nil {
+				return pc, nil
 			}
 		}
 		select {
@@ -520,7 +551,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			}
 			dest, hops, mandatory = p.destination(c, exchange)
 		}
-		pc, err := p.acquire(ctx)
+		pc, err := p.acquire(ctx, c.path == PathPlugin)
 		if err != nil {
 			return Receipt{}, err
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,6 +215,71 @@ func TestPublisherPluginExchangeDeleted(t *testing.T) {
 	}
 	if !prefer.PluginAvailable() {
 		t.Errorf("PluginAvailable() = false after the plugin path was taken again")
+	}
+}
+
+// TestPublisherPluginGoneOtherPathsUntouched: the 404 for a deleted plugin exchange closes the
+// channel it came on, failing every publish still waiting for a confirm there. The plugin path
+// has a channel of its own, so direct publishes in flight at that moment (on the Publisher's
+// one other channel) still get their confirms.
+func TestPublisherPluginGoneOtherPathsUntouched(t *testing.T) {
+	f := newPluginFixture(t)
+	ctx := pubCtx(t)
+	p := newPublisherURL(t, f.env.URL, f.spec, amqpdelay.WithStrategy(amqpdelay.PreferPlugin), amqpdelay.WithChannels(1))
+	go func() {
+		for range f.got { // keep the ready queue's consumer flowing
+		}
+	}()
+	var (
+		wg             sync.WaitGroup
+		sent, failed   atomic.Int64
+		firstErr       atomic.Pointer[error]
+		stop           = make(chan struct{})
+		directWorkers  = 4
+		publishedAfter = make(chan struct{})
+	)
+	for range directWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := p.Publish(ctx, f.target, "k", textMsg("direct"), 0); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+				} else {
+					sent.Add(1)
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(publishedAfter)
+		time.Sleep(300 * time.Millisecond) // direct publishes in flight
+		if err := f.env.Channel(t).ExchangeDelete(f.spec.Names().PluginExchange(), false, false); err != nil {
+			t.Errorf("delete the plugin exchange: %v", err)
+			return
+		}
+		for i := range 3 {
+			if r, err := p.Publish(ctx, f.target, "k", textMsg("delayed"), 300*time.Millisecond); err != nil || r.Path != amqpdelay.PathLadder {
+				t.Errorf("delayed publish %d after the delete: %+v, %v; want the ladder path and no error", i, r, err)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}()
+	<-publishedAfter
+	close(stop)
+	wg.Wait()
+	if sent.Load() == 0 {
+		t.Fatalf("no direct publish succeeded")
+	}
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d direct publishes failed around the plugin exchange's deletion (first: %v); the 404 should close only the plugin path's channel",
+			n, n+sent.Load(), *firstErr.Load())
 	}
 }
 
