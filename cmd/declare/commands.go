@@ -185,8 +185,10 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	w := e.stdout
 	fmt.Fprintf(w, "# %s\n", specLine(p))
 	fmt.Fprintf(w, "plugin: %s\n\n", plugin)
+	unknown := false // a count the management API has no figure for yet
 	count := func(n int64) string {
 		if n < 0 {
+			unknown = true
 			return "?"
 		}
 		return strconv.FormatInt(n, 10)
@@ -211,6 +213,9 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		}
 	}
 	_ = t.Flush()
+	if unknown {
+		fmt.Fprintln(w, statusUnknownNote)
+	}
 	present := 0
 	for _, x := range rep.Exchanges {
 		if x.Exists {
@@ -253,6 +258,13 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	}
 	return err
 }
+
+// statusUnknownNote explains a "?" count: the management API reports a queue's message counts
+// only once it has collected statistics for it, every collect_statistics_interval (RabbitMQ's
+// default 5,000 ms; https://www.rabbitmq.com/docs/management#statistics-interval), so a queue
+// declared moments ago has none yet.
+const statusUnknownNote = "?: the management API has no figure for this queue yet (it collects statistics every " +
+	"collect_statistics_interval, 5 s by default): run status again in a few seconds"
 
 func cmdExport(_ context.Context, e *invocation) error {
 	p, err := e.plan()

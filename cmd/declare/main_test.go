@@ -331,6 +331,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 	var st result
 	for range 50 {
 		st = declare(t, e, "status")
+		checkUnknownNote(t, st.stdout, env.Prefix)
 		if strings.Contains(st.stdout, names.LadderQueue(5, 2)+" ") && regexpLine(st.stdout, names.LadderQueue(5, 2), " 1 ") {
 			break
 		}
@@ -373,6 +374,22 @@ func TestStatusTeardownCLI(t *testing.T) {
 	st = declare(t, e, "status")
 	if st.code != 1 || !strings.Contains(st.stdout, "INCOMPLETE") {
 		t.Errorf("status after teardown: exit %d\n%s", st.code, st.stdout)
+	}
+}
+
+// checkUnknownNote fails t when a status table shows a "?" count in a queue line (one starting
+// with prefix) without the note that explains it, or the note without a "?".
+func checkUnknownNote(t *testing.T, out, prefix string) {
+	t.Helper()
+	q := false
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 3 && strings.HasPrefix(l, prefix) && slices.Contains(f[2:], "?") {
+			q = true
+		}
+	}
+	if note := strings.Contains(out, statusUnknownNote); q != note {
+		t.Errorf("status: a \"?\" count: %v, its note: %v\n%s", q, note, out)
 	}
 }
 
