@@ -88,8 +88,11 @@
 //     give X an alternate exchange. A message whose X is no longer bound to the dispatch
 //     exchange goes to the parking queue (the dispatch exchange's alternate exchange).
 //   - A publish to an exchange that does not exist makes the broker close the channel (404
-//     NOT_FOUND): that publish and any other in flight on the same channel fail with
-//     ErrConnectionLost wrapping the broker's error; the channel is reopened.
+//     NOT_FOUND), failing every other publish in flight on it. So a direct publish asks
+//     first, once per exchange name (a passive declare on a channel of its own), and a
+//     missing exchange gets ErrExchangeNotFound with nothing sent. An exchange deleted after
+//     that check still gets the 404: that publish and the others in flight on its channel
+//     fail with ErrConnectionLost wrapping the broker's error, and the channel is reopened.
 //   - msg.Expiration (a per-message TTL) is refused on delay paths: the message would expire
 //     inside the delay queues, early.
 //   - Bad input that would cost the whole connection is refused with ErrInvalidInput before

@@ -39,6 +39,13 @@ var (
 	// *amqp091.Error is wrapped too.
 	ErrConnectionLost = errors.New("amqpdelay: connection lost before the broker confirmed the message")
 
+	// ErrExchangeNotFound: a direct publish (delay <= 0) named an exchange that does not exist
+	// in the vhost. The Publisher asks before the first publish to each name (a passive
+	// declare on a channel of its own), because RabbitMQ answers a publish to a missing
+	// exchange by closing the channel (404 NOT_FOUND) and so failing the other publishes in
+	// flight on it. The broker's *amqp091.Error is wrapped. Nothing was sent.
+	ErrExchangeNotFound = errors.New("amqpdelay: exchange not found")
+
 	// ErrClosed: the Publisher was closed (before or during the call).
 	ErrClosed = errors.New("amqpdelay: publisher closed")
 

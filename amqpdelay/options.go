@@ -60,9 +60,10 @@ func WithStrategy(s Strategy) Option {
 // WithChannels sets how many AMQP channels (1 to 64) the Publisher spreads its publishes
 // over, round robin; the default is [DefaultChannels]. Each channel is in confirm mode and
 // pipelines its publishes, so one channel already serves many goroutines; more channels let
-// the broker process them in parallel (one Erlang process per channel). A Publisher that may
-// use the plugin (strategy other than LadderOnly, plugin not off) opens one more channel, for
-// the plugin path alone.
+// the broker process them in parallel (one Erlang process per channel). When the broker has
+// the plugin exchange, the Publisher opens one more channel, for the plugin path alone (if the
+// broker's channel_max leaves room). NewPublisher fails with ErrInvalidConfig when the broker's
+// channel_max is below n.
 func WithChannels(n int) Option {
 	return func(o *options) error {
 		if n < 1 || n > 64 {

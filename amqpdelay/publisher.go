@@ -78,6 +78,12 @@ type Publisher struct {
 	pluginLost atomic.Bool
 	nextProbe  atomic.Int64
 
+	// exchanges holds the names of exchanges seen to exist (name -> struct{}; at most
+	// maxKnownExchanges, counted in nExchanges), so that a direct publish checks its exchange
+	// with a passive declare only once (checkExchange).
+	exchanges  sync.Map
+	nExchanges atomic.Int64
+
 	sess    atomic.Pointer[session]
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever sess or one of its channels changes
@@ -112,7 +118,7 @@ type session struct {
 // all of that; the Publisher keeps running after ctx ends.
 //
 // Errors: ErrInvalidConfig (bad cfg.Spec, connection settings or option: every problem at
-// once), ErrTopologyMissing (run `declare apply`), ErrPluginUnavailable (strategy PluginOnly
+// once; or a broker whose channel_max is below WithChannels), ErrTopologyMissing (run `declare apply`), ErrPluginUnavailable (strategy PluginOnly
 // and no plugin exchange), or the connection's error (never containing the password; a
 // broker refusal reachable as *amqp091.Error).
 func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, error) {
@@ -163,6 +169,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
+		p.knowExchange(t.Name) // checkTopology checks that it exists
 	}
 	s, err := p.connect(ctx)
 	if err != nil {
@@ -205,9 +212,16 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	// or found gone by a publish) is looked for again every pluginReprobe; a broker that never
 	// had it is not.
 	p.pluginLost.Store(hadPlugin && !pluginOK)
-	// The plugin path's channel is opened whenever the plugin may be used, even when this probe
-	// missed the exchange: a re-probe can find it later on this connection.
-	withPlugin := p.opts.strategy != LadderOnly && p.cfg.Spec.Plugin != topology.PluginOff
+	// The broker caps the channels of a connection (channel_max, negotiated at connection
+	// tuning; RabbitMQ's default 2,047).
+	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels {
+		return fail(fmt.Errorf("%w: the broker allows %d channels per connection (channel_max) and WithChannels asks for %d: "+
+			"lower WithChannels, or raise channel_max in rabbitmq.conf", ErrInvalidConfig, limit, p.opts.channels))
+	}
+	// The plugin path gets a channel of its own when this connection can use the plugin: it has
+	// the exchange, or had it and a re-probe may find it again (the broker's channel_max
+	// permitting; otherwise the plugin path shares the others').
+	withPlugin := (pluginOK || p.pluginLost.Load()) && int(conn.Config.ChannelMax) > p.opts.channels
 	nslots := p.opts.channels
 	if withPlugin {
 		nslots++
@@ -478,7 +492,8 @@ func (p *Publisher) acquire(ctx context.Context, plugin bool) (*pubChan, error) 
 // digits, msg.DeliveryMode above 2, a Go int header beyond 32 bits; each
 // refused before anything is sent, because amqp091 or RabbitMQ would close the whole
 // connection or channel and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
-// ErrPluginUnavailable (nothing sent for any of these), ErrUnroutable (a mandatory publish
+// ErrPluginUnavailable, ErrExchangeNotFound (a direct publish to a missing exchange; nothing
+// sent for any of these), ErrUnroutable (a mandatory publish
 // came back), ErrNacked, ErrConnectionLost (closed before the confirm: outcome unknown),
 // ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
 // unreachable and the Publisher reconnects.
@@ -535,6 +550,11 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 	if out.DeliveryMode == 0 {
 		out.DeliveryMode = amqp.Persistent
 	}
+	if c.path == PathDirect {
+		if err := p.checkExchange(ctx, exchange); err != nil {
+			return Receipt{}, err
+		}
+	}
 	dest, hops, mandatory := p.destination(c, exchange)
 	for {
 		if c.path == PathPlugin && !p.pluginOK.Load() {
@@ -568,6 +588,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		if err != nil && c.path == PathPlugin && p.pluginGone(err) {
 			continue // chosen again at the top, without the plugin
 		}
+		if err != nil && c.path == PathDirect && isExchangeNotFound(err, dest) {
+			p.forgetExchange(dest) // deleted since it was checked: the next publish checks again
+		}
 		if err != nil {
 			return Receipt{}, err
 		}
@@ -593,6 +616,77 @@ func (p *Publisher) destination(c choice, target string) (dest string, hops int,
 	return target, 0, true
 }
 
+// maxKnownExchanges bounds the names the Publisher remembers as existing exchanges; a direct
+// publish to a name beyond them is checked each time.
+const maxKnownExchanges = 1024
+
+// knowExchange records that exchange exists.
+func (p *Publisher) knowExchange(exchange string) {
+	if p.nExchanges.Add(1) > maxKnownExchanges {
+		p.nExchanges.Add(-1)
+		return
+	}
+	if _, loaded := p.exchanges.LoadOrStore(exchange, struct{}{}); loaded {
+		p.nExchanges.Add(-1)
+	}
+}
+
+// forgetExchange drops exchange from the names known to exist.
+func (p *Publisher) forgetExchange(exchange string) {
+	if _, loaded := p.exchanges.LoadAndDelete(exchange); loaded {
+		p.nExchanges.Add(-1)
+	}
+}
+
+// checkExchange returns an error wrapping ErrExchangeNotFound when exchange does not exist.
+// RabbitMQ answers a publish to a missing exchange by closing the channel (404 NOT_FOUND),
+// which would fail every other publish waiting for a confirm on that channel; so before the
+// first direct publish to a name, a passive declare on a channel of its own asks whether it
+// exists (the answer is remembered; the default exchange "" always exists). When the check
+// cannot be made (no connection, no free channel, another error), the publish goes ahead
+// unchecked. ctx bounds the check.
+func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
+	if exchange == "" {
+		return nil
+	}
+	if _, ok := p.exchanges.Load(exchange); ok {
+		return nil
+	}
+	s := p.sess.Load()
+	if s == nil {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		ch, err := s.conn.Channel()
+		if err != nil {
+			done <- err
+			return
+		}
+		// A passive declare compares nothing but the name; the type is not checked.
+		if err = ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil); err == nil {
+			_ = ch.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var ae *amqp.Error
+		switch {
+		case err == nil:
+			p.knowExchange(exchange)
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+			return fmt.Errorf("%w: exchange %q does not exist in this vhost (RabbitMQ's passive declare answered 404 NOT_FOUND); "+
+				"nothing was sent: declare the exchange, or correct the name: %w", ErrExchangeNotFound, exchange, err)
+		default:
+			p.log.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check that the exchange exists; publishing unchecked")
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("amqpdelay: context ended while checking that exchange %q exists: %w", exchange, ctx.Err())
+	}
+}
+
 // pluginReprobe is how often publishes look for a plugin exchange that a publish found gone.
 const pluginReprobe = 5 * time.Second
 
@@ -600,7 +694,7 @@ const pluginReprobe = 5 * time.Second
 // last probe). It then marks the plugin unavailable, so that paths are chosen without it, until
 // a re-probe (reprobePlugin, or the next reconnection) finds the exchange again.
 func (p *Publisher) pluginGone(err error) bool {
-	if !isPluginNotFound(err, p.names.PluginExchange()) {
+	if !isExchangeNotFound(err, p.names.PluginExchange()) {
 		return false
 	}
 	if p.pluginOK.CompareAndSwap(true, false) {
@@ -612,9 +706,9 @@ func (p *Publisher) pluginGone(err error) bool {
 	return true
 }
 
-// isPluginNotFound reports whether err carries RabbitMQ's 404 NOT_FOUND for the exchange named
+// isExchangeNotFound reports whether err carries RabbitMQ's 404 NOT_FOUND for the exchange named
 // exchange ("NOT_FOUND - no exchange 'NAME' in vhost 'V'").
-func isPluginNotFound(err error, exchange string) bool {
+func isExchangeNotFound(err error, exchange string) bool {
 	var ae *amqp.Error
 	return errors.As(err, &ae) && ae.Code == amqp.NotFound && strings.Contains(ae.Reason, "'"+exchange+"'")
 }

@@ -83,9 +83,9 @@ func TestOptions(t *testing.T) {
 	}
 }
 
-// TestIsPluginNotFound: only RabbitMQ's 404 naming the plugin exchange marks the plugin as gone;
+// TestIsExchangeNotFound: only RabbitMQ's 404 naming the plugin exchange marks the plugin as gone;
 // a 404 for a target exchange (a direct publish to a missing exchange) does not.
-func TestIsPluginNotFound(t *testing.T) {
+func TestIsExchangeNotFound(t *testing.T) {
 	const x = "app.plugin"
 	notFound := func(name string) error {
 		return fmt.Errorf("%w: %w", ErrConnectionLost, &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND - no exchange '" + name + "' in vhost '/'"})
@@ -103,8 +103,8 @@ func TestIsPluginNotFound(t *testing.T) {
 		{"nil", nil, false},
 	}
 	for _, c := range cases {
-		if got := isPluginNotFound(c.err, x); got != c.want {
-			t.Errorf("%s: isPluginNotFound = %v, want %v", c.name, got, c.want)
+		if got := isExchangeNotFound(c.err, x); got != c.want {
+			t.Errorf("%s: isExchangeNotFound = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net/url"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,6 +190,124 @@ func TestPublisherRetryWithXDeath(t *testing.T) {
 	}
 }
 
+// TestPublisherMissingExchangeOthersUntouched: a direct publish to an exchange that does not
+// exist is refused (ErrExchangeNotFound, after a passive declare on a channel of its own)
+// instead of being sent, so the broker's 404 never closes the channel that the ladder
+// publishes in flight share with it (one channel here). An exchange declared later is found;
+// one deleted after its check gets the broker's 404 once and is checked again afterwards.
+func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	declareReadyQueue(t, env, env.Name("ready"), target, "k")
+	p := newPublisher(t, env, spec, amqpdelay.WithChannels(1))
+	ctx := pubCtx(t)
+
+	var (
+		wg           sync.WaitGroup
+		sent, failed atomic.Int64
+		firstErr     atomic.Pointer[error]
+		stop         = make(chan struct{})
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Due in about a minute (the test ladder's maximum is 65.5 s): nothing falls due
+				// while the test runs.
+				if _, err := p.Publish(ctx, target, "k", textMsg("ladder"), time.Minute+time.Duration(rand.IntN(1000))*time.Millisecond); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+				} else {
+					sent.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i := range 5 {
+		missing := env.Name(fmt.Sprintf("missing-%d", i))
+		_, err := p.Publish(ctx, missing, "k", textMsg("direct"), 0)
+		var ae *amqp.Error
+		if !errors.Is(err, amqpdelay.ErrExchangeNotFound) || !errors.As(err, &ae) || ae.Code != amqp.NotFound || !strings.Contains(err.Error(), missing) {
+			t.Errorf("direct publish to missing exchange %s: err = %v, want ErrExchangeNotFound naming it, wrapping 404", missing, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if sent.Load() == 0 {
+		t.Fatalf("no ladder publish succeeded (%d failed; first: %v)", failed.Load(), firstErr.Load())
+	}
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d ladder publishes failed while direct publishes named missing exchanges (first: %v)", n, n+sent.Load(), *firstErr.Load())
+	}
+
+	// The refusal is not remembered: declared now, the exchange takes the publish.
+	late := env.Name("missing-0")
+	ch := env.Channel(t)
+	if err := ch.ExchangeDeclare(late, "fanout", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	declareReadyQueue(t, env, env.Name("late-ready"), late, "")
+	if _, err := p.Publish(ctx, late, "k", textMsg("late"), 0); err != nil {
+		t.Fatalf("direct publish to %s once declared: %v", late, err)
+	}
+	// Deleted after its check: the broker's 404 (outcome unknown to the Publisher), then the
+	// check again.
+	if err := ch.ExchangeDelete(late, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(ctx, late, "k", textMsg("deleted"), 0); !errors.Is(err, amqpdelay.ErrConnectionLost) {
+		t.Errorf("direct publish to %s after it was deleted: err = %v, want ErrConnectionLost (the broker's 404)", late, err)
+	}
+	if _, err := p.Publish(ctx, late, "k", textMsg("deleted"), 0); !errors.Is(err, amqpdelay.ErrExchangeNotFound) {
+		t.Errorf("second direct publish to deleted %s: err = %v, want ErrExchangeNotFound", late, err)
+	}
+}
+
+// TestPublisherChannelMax: a connection whose channel_max (here lowered by the client, with
+// the URI's channel_max parameter) cannot hold WithChannels(n) channels is refused with
+// ErrInvalidConfig naming channel_max; one that can starts and publishes.
+func TestPublisherChannelMax(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	declareTopology(t, env, spec)
+	declareReadyQueue(t, env, env.Name("ready"), target, "k")
+	u, err := url.Parse(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("channel_max", "2")
+	u.RawQuery = q.Encode()
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = u.String()
+	ctx := pubCtx(t)
+	if p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(3)); !errors.Is(err, amqpdelay.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "channel_max") {
+		if p != nil {
+			_ = p.Close()
+		}
+		t.Fatalf("WithChannels(3) on a connection with channel_max 2: err = %v, want ErrInvalidConfig naming channel_max", err)
+	}
+	p := newPublisherURL(t, u.String(), spec, amqpdelay.WithChannels(2))
+	if _, err := p.Publish(ctx, target, "k", textMsg("x"), time.Second); err != nil {
+		t.Fatalf("WithChannels(2) on a connection with channel_max 2: %v", err)
+	}
+}
+
 // TestPublisherUnroutable: what happens to messages no queue takes is what the README says,
 // and nothing vanishes without a trace.
 func TestPublisherUnroutable(t *testing.T) {
@@ -211,12 +332,13 @@ func TestPublisherUnroutable(t *testing.T) {
 	if !errors.Is(err, amqpdelay.ErrUnroutable) || !strings.Contains(err.Error(), "NO_ROUTE") {
 		t.Errorf("direct, unbound key: err = %v, want ErrUnroutable with NO_ROUTE", err)
 	}
-	// Direct publish to an exchange that does not exist: the broker closes the channel (404);
-	// the error says so and the Publisher goes on.
+	// Direct publish to an exchange that does not exist: refused after a passive declare, the
+	// broker's 404 wrapped, and the Publisher goes on.
 	_, err = p.Publish(ctx, env.Name("missing"), "k", textMsg("x"), 0)
 	var ae *amqp.Error
-	if !errors.Is(err, amqpdelay.ErrConnectionLost) || !errors.As(err, &ae) || ae.Code != amqp.NotFound {
-		t.Errorf("direct to a missing exchange: err = %v, want ErrConnectionLost wrapping 404 NOT_FOUND", err)
+	if !errors.Is(err, amqpdelay.ErrExchangeNotFound) || !errors.As(err, &ae) || ae.Code != amqp.NotFound ||
+		!strings.Contains(err.Error(), env.Name("missing")) {
+		t.Errorf("direct to a missing exchange: err = %v, want ErrExchangeNotFound naming it, wrapping 404 NOT_FOUND", err)
 	}
 	if _, err := p.Publish(ctx, target, "bound", textMsg("after 404"), 0); err != nil {
 		t.Errorf("publish after the channel error: %v", err)
