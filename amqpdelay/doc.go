@@ -89,10 +89,16 @@
 //     exchange goes to the parking queue (the dispatch exchange's alternate exchange).
 //   - A publish to an exchange that does not exist makes the broker close the channel (404
 //     NOT_FOUND), failing every other publish in flight on it. So a direct publish asks
-//     first, once per exchange name (a passive declare on a channel of its own), and a
-//     missing exchange gets ErrExchangeNotFound with nothing sent. An exchange deleted after
-//     that check still gets the 404: that publish and the others in flight on its channel
-//     fail with ErrConnectionLost wrapping the broker's error, and the channel is reopened.
+//     first, once per exchange name (a passive declare on a channel of its own, one check at
+//     a time, waiting through an outage), and a missing exchange gets ErrExchangeNotFound
+//     with nothing sent. A name that is not UTF-8 or holds a control character is refused
+//     with ErrInvalidInput (RabbitMQ would close the connection, or treat the name
+//     differently in the check and the publish). What the check cannot see still closes the
+//     channel: an exchange deleted after its check (404; that publish gets ErrConnectionLost
+//     and the name is checked again next time), an internal exchange (403 ACCESS_REFUSED), or
+//     a check the broker refuses for another reason (the publish then goes unchecked). The
+//     other publishes in flight on that channel then fail with ErrConnectionLost wrapping the
+//     broker's error, and the channel is reopened.
 //   - msg.Expiration (a per-message TTL) is refused on delay paths: the message would expire
 //     inside the delay queues, early.
 //   - Bad input that would cost the whole connection is refused with ErrInvalidInput before

@@ -62,8 +62,9 @@ func WithStrategy(s Strategy) Option {
 // pipelines its publishes, so one channel already serves many goroutines; more channels let
 // the broker process them in parallel (one Erlang process per channel). When the broker has
 // the plugin exchange, the Publisher opens one more channel, for the plugin path alone (if the
-// broker's channel_max leaves room). NewPublisher fails with ErrInvalidConfig when the broker's
-// channel_max is below n.
+// broker's channel_max leaves room), and one at a time to check that the exchange of a direct
+// publish exists. NewPublisher fails with ErrInvalidConfig when the broker's channel_max is
+// below n+1.
 func WithChannels(n int) Option {
 	return func(o *options) error {
 		if n < 1 || n > 64 {

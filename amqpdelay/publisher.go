@@ -83,6 +83,7 @@ type Publisher struct {
 	// with a passive declare only once (checkExchange).
 	exchanges  sync.Map
 	nExchanges atomic.Int64
+	checkSem   chan struct{} // capacity 1: one exchange check at a time
 
 	sess    atomic.Pointer[session]
 	mu      sync.Mutex
@@ -118,7 +119,7 @@ type session struct {
 // all of that; the Publisher keeps running after ctx ends.
 //
 // Errors: ErrInvalidConfig (bad cfg.Spec, connection settings or option: every problem at
-// once; or a broker whose channel_max is below WithChannels), ErrTopologyMissing (run `declare apply`), ErrPluginUnavailable (strategy PluginOnly
+// once; or a broker whose channel_max is below WithChannels + 1), ErrTopologyMissing (run `declare apply`), ErrPluginUnavailable (strategy PluginOnly
 // and no plugin exchange), or the connection's error (never containing the password; a
 // broker refusal reachable as *amqp091.Error).
 func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, error) {
@@ -166,6 +167,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		idPrefix: "rd-" + hex.EncodeToString(rnd[:]) + "-",
 		changed:  make(chan struct{}),
 		closing:  make(chan struct{}),
+		checkSem: make(chan struct{}, 1),
 	}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
@@ -213,15 +215,17 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	// had it is not.
 	p.pluginLost.Store(hadPlugin && !pluginOK)
 	// The broker caps the channels of a connection (channel_max, negotiated at connection
-	// tuning; RabbitMQ's default 2,047).
-	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels {
-		return fail(fmt.Errorf("%w: the broker allows %d channels per connection (channel_max) and WithChannels asks for %d: "+
-			"lower WithChannels, or raise channel_max in rabbitmq.conf", ErrInvalidConfig, limit, p.opts.channels))
+	// tuning; RabbitMQ's default 2,047). The Publisher needs its publishing channels and one
+	// for checking exchanges (checkExchange).
+	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels+1 {
+		return fail(fmt.Errorf("%w: the broker allows %d channels per connection (channel_max) and the Publisher needs %d "+
+			"(WithChannels %d, and one to check exchanges): lower WithChannels to at most %d, or raise channel_max in rabbitmq.conf",
+			ErrInvalidConfig, limit, p.opts.channels+1, p.opts.channels, max(limit-1, 0)))
 	}
 	// The plugin path gets a channel of its own when this connection can use the plugin: it has
 	// the exchange, or had it and a re-probe may find it again (the broker's channel_max
 	// permitting; otherwise the plugin path shares the others').
-	withPlugin := (pluginOK || p.pluginLost.Load()) && int(conn.Config.ChannelMax) > p.opts.channels
+	withPlugin := (pluginOK || p.pluginLost.Load()) && int(conn.Config.ChannelMax) > p.opts.channels+1
 	nslots := p.opts.channels
 	if withPlugin {
 		nslots++
@@ -642,9 +646,11 @@ func (p *Publisher) forgetExchange(exchange string) {
 // RabbitMQ answers a publish to a missing exchange by closing the channel (404 NOT_FOUND),
 // which would fail every other publish waiting for a confirm on that channel; so before the
 // first direct publish to a name, a passive declare on a channel of its own asks whether it
-// exists (the answer is remembered; the default exchange "" always exists). When the check
-// cannot be made (no connection, no free channel, another error), the publish goes ahead
-// unchecked. ctx bounds the check.
+// exists (the answer is remembered; the default exchange "" always exists). One check runs
+// at a time, so checks take at most one channel of the connection's channel_max. During an
+// outage it waits for the connection, and a check cut off by a connection loss is made again
+// on the next connection. Only when the broker refuses the check for another reason (an
+// error other than 404) does the publish go ahead unchecked. ctx bounds the check.
 func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 	if exchange == "" {
 		return nil
@@ -652,38 +658,57 @@ func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 	if _, ok := p.exchanges.Load(exchange); ok {
 		return nil
 	}
-	s := p.sess.Load()
-	if s == nil {
-		return nil
-	}
-	done := make(chan error, 1)
-	go func() {
-		ch, err := s.conn.Channel()
-		if err != nil {
-			done <- err
-			return
-		}
-		// A passive declare compares nothing but the name; the type is not checked.
-		if err = ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil); err == nil {
-			_ = ch.Close()
-		}
-		done <- err
-	}()
 	select {
-	case err := <-done:
+	case p.checkSem <- struct{}{}:
+		defer func() { <-p.checkSem }()
+	case <-p.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return fmt.Errorf("amqpdelay: context ended while waiting to check that exchange %q exists: %w", exchange, ctx.Err())
+	}
+	for {
+		if _, ok := p.exchanges.Load(exchange); ok {
+			return nil // checked meanwhile by another publish
+		}
+		if _, err := p.acquire(ctx, false); err != nil { // waits through an outage
+			return err
+		}
+		s := p.sess.Load()
+		if s == nil {
+			continue
+		}
+		done := make(chan error, 1)
+		go func() {
+			ch, err := s.conn.Channel()
+			if err != nil {
+				done <- err
+				return
+			}
+			if err = ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil); err == nil {
+				_ = ch.Close()
+			}
+			done <- err
+		}()
+		var err error
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("amqpdelay: context ended while checking that exchange %q exists: %w", exchange, ctx.Err())
+		}
 		var ae *amqp.Error
 		switch {
 		case err == nil:
 			p.knowExchange(exchange)
+			return nil
 		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
 			return fmt.Errorf("%w: exchange %q does not exist in this vhost (RabbitMQ's passive declare answered 404 NOT_FOUND); "+
 				"nothing was sent: declare the exchange, or correct the name: %w", ErrExchangeNotFound, exchange, err)
+		case s.conn.IsClosed():
+			continue // the connection went during the check: check again on the next one
 		default:
 			p.log.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check that the exchange exists; publishing unchecked")
+			return nil
 		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("amqpdelay: context ended while checking that exchange %q exists: %w", exchange, ctx.Err())
 	}
 }
 
@@ -708,9 +733,26 @@ func (p *Publisher) pluginGone(err error) bool {
 
 // isExchangeNotFound reports whether err carries RabbitMQ's 404 NOT_FOUND for the exchange named
 // exchange ("NOT_FOUND - no exchange 'NAME' in vhost 'V'").
+//
+// RabbitMQ cuts a long reply text off to fit an AMQP short string (255 bytes), ending it
+// with "..." (seen on 3.10.8), so for a long name the reason may end inside the name: a reason
+// of that length whose rest, less the "...", begins the name counts too.
 func isExchangeNotFound(err error, exchange string) bool {
 	var ae *amqp.Error
-	return errors.As(err, &ae) && ae.Code == amqp.NotFound && strings.Contains(ae.Reason, "'"+exchange+"'")
+	if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
+		return false
+	}
+	const lead = "no exchange '"
+	i := strings.Index(ae.Reason, lead)
+	if i < 0 {
+		return false
+	}
+	rest := ae.Reason[i+len(lead):]
+	if strings.HasPrefix(rest, exchange+"'") {
+		return true
+	}
+	cut, ok := strings.CutSuffix(rest, "...")
+	return ok && len(ae.Reason) >= maxShortstr-8 && cut != "" && strings.HasPrefix(exchange+"' in vhost '", cut)
 }
 
 // probePlugin reports whether the topology's plugin exchange exists, with a passive declare on

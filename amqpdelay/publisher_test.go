@@ -100,6 +100,7 @@ func TestIsExchangeNotFound(t *testing.T) {
 		{"404 for an exchange whose name contains the plugin's", notFound("x" + x), false},
 		{"another code naming the plugin exchange", &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED - exchange '" + x + "'"}, false},
 		{"no amqp error", errors.New("no exchange '" + x + "'"), false},
+		{"404 whose reply text RabbitMQ cut off inside a long name", truncated(x), true},
 		{"nil", nil, false},
 	}
 	for _, c := range cases {
@@ -107,4 +108,26 @@ func TestIsExchangeNotFound(t *testing.T) {
 			t.Errorf("%s: isExchangeNotFound = %v, want %v", c.name, got, c.want)
 		}
 	}
+	// A 240-byte name: RabbitMQ's reply text stops at 255 bytes, inside the name.
+	long := strings.Repeat("n", 240)
+	if !isExchangeNotFound(truncated(long), long) {
+		t.Errorf("the cut-off 404 of a 240-byte name does not match it")
+	}
+	// (Two names that differ only past the cut cannot be told apart: the reply does not say.)
+	if other := strings.Repeat("n", 200) + strings.Repeat("m", 40); isExchangeNotFound(truncated(other), long) {
+		t.Errorf("the cut-off 404 of another 240-byte name, different before the cut, matches")
+	}
+	if isExchangeNotFound(notFound(long[:100]), long) {
+		t.Errorf("a whole 404 for a shorter name matches a longer one that starts with it")
+	}
+}
+
+// truncated is RabbitMQ's 404 for exchange name in a vhost, its reply text cut off as RabbitMQ
+// cuts a reply text longer than an AMQP short string: to 252 bytes and "..." (3.10.8).
+func truncated(name string) error {
+	reason := "NOT_FOUND - no exchange '" + name + "' in vhost 'rdt-some-test-vhost-0123456789abcdef'"
+	if len(reason) > 255 {
+		reason = reason[:252] + "..."
+	}
+	return fmt.Errorf("%w: %w", ErrConnectionLost, &amqp.Error{Code: amqp.NotFound, Reason: reason})
 }

@@ -143,6 +143,11 @@ func TestPublisherBrokerOutage(t *testing.T) {
 	}
 	checkOnTime(t, nextDelivery(t, got, 5*time.Second))
 
+	// A second Publisher with one channel: the ladder publishes and the direct publish to a
+	// missing exchange started during the outage share it once the broker is back.
+	one := newPublisherURL(t, b.URL, restartSpec("rdt-outage"), amqpdelay.WithChannels(1),
+		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+
 	b.stopApp(t)
 	for _, d := range []time.Duration{0, time.Second} {
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
@@ -162,9 +167,38 @@ func TestPublisherBrokerOutage(t *testing.T) {
 		_, err := p.Publish(pubCtx(t), target, "k", textMsg("waited"), 0)
 		done <- err
 	}()
+	// Started during the outage: the direct publish to a missing exchange waits for the
+	// connection and is checked on it (ErrExchangeNotFound), so its 404 does not close the one
+	// channel the waiting ladder publishes go out on.
+	var wg sync.WaitGroup
+	ladderErrs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := one.Publish(pubCtx(t), target, "k", textMsg("ladder, after the test"), time.Minute)
+			ladderErrs <- err
+		}()
+	}
+	missing := make(chan error, 1)
+	go func() {
+		_, err := one.Publish(pubCtx(t), "rdt-outage.missing", "k", textMsg("x"), 0)
+		missing <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // all waiting for the connection
 	b.startApp(t)
 	if err := <-done; err != nil {
 		t.Errorf("publish waiting through the outage: %v", err)
+	}
+	if err := <-missing; !errors.Is(err, amqpdelay.ErrExchangeNotFound) {
+		t.Errorf("direct publish to a missing exchange, started during the outage: err = %v, want ErrExchangeNotFound", err)
+	}
+	wg.Wait()
+	close(ladderErrs)
+	for err := range ladderErrs {
+		if err != nil {
+			t.Errorf("ladder publish waiting through the outage beside a direct publish to a missing exchange: %v", err)
+		}
 	}
 	if _, err := p.Publish(pubCtx(t), target, "k", textMsg("after"), 2*time.Second); err != nil {
 		t.Fatalf("publish after the broker came back: %v", err)

@@ -273,11 +273,32 @@ func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 	if _, err := p.Publish(ctx, late, "k", textMsg("deleted"), 0); !errors.Is(err, amqpdelay.ErrExchangeNotFound) {
 		t.Errorf("second direct publish to deleted %s: err = %v, want ErrExchangeNotFound", late, err)
 	}
+	// The same with a 240-byte name, which RabbitMQ's 404 reply text (cut off at 255 bytes)
+	// does not hold whole.
+	long := env.Name("")
+	long += strings.Repeat("x", 240-len(long))
+	if err := ch.ExchangeDeclare(long, "fanout", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	declareReadyQueue(t, env, env.Name("long-ready"), long, "")
+	if _, err := p.Publish(ctx, long, "k", textMsg("long"), 0); err != nil {
+		t.Fatalf("direct publish to a 240-byte exchange name: %v", err)
+	}
+	if err := ch.ExchangeDelete(long, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(ctx, long, "k", textMsg("deleted"), 0); !errors.Is(err, amqpdelay.ErrConnectionLost) {
+		t.Errorf("direct publish to the 240-byte name after it was deleted: err = %v, want ErrConnectionLost (the broker's 404)", err)
+	}
+	if _, err := p.Publish(ctx, long, "k", textMsg("deleted"), 0); !errors.Is(err, amqpdelay.ErrExchangeNotFound) {
+		t.Errorf("second direct publish to the deleted 240-byte name: err = %v, want ErrExchangeNotFound", err)
+	}
 }
 
 // TestPublisherChannelMax: a connection whose channel_max (here lowered by the client, with
-// the URI's channel_max parameter) cannot hold WithChannels(n) channels is refused with
-// ErrInvalidConfig naming channel_max; one that can starts and publishes.
+// the URI's channel_max parameter) cannot hold WithChannels(n) channels and the one that checks
+// exchanges is refused with ErrInvalidConfig naming channel_max; one that can starts,
+// publishes, and checks exchanges.
 func TestPublisherChannelMax(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -295,16 +316,24 @@ func TestPublisherChannelMax(t *testing.T) {
 	cfg := amqpdelay.Config{Spec: spec}
 	cfg.URL = u.String()
 	ctx := pubCtx(t)
-	if p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(3)); !errors.Is(err, amqpdelay.ErrInvalidConfig) ||
-		!strings.Contains(err.Error(), "channel_max") {
+	if p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(2)); !errors.Is(err, amqpdelay.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "channel_max") || !strings.Contains(err.Error(), "at most 1") {
 		if p != nil {
 			_ = p.Close()
 		}
-		t.Fatalf("WithChannels(3) on a connection with channel_max 2: err = %v, want ErrInvalidConfig naming channel_max", err)
+		t.Fatalf("WithChannels(2) on a connection with channel_max 2: err = %v, want ErrInvalidConfig naming channel_max and WithChannels at most 1", err)
 	}
-	p := newPublisherURL(t, u.String(), spec, amqpdelay.WithChannels(2))
+	p := newPublisherURL(t, u.String(), spec, amqpdelay.WithChannels(1))
 	if _, err := p.Publish(ctx, target, "k", textMsg("x"), time.Second); err != nil {
-		t.Fatalf("WithChannels(2) on a connection with channel_max 2: %v", err)
+		t.Fatalf("WithChannels(1) on a connection with channel_max 2: %v", err)
+	}
+	// The one channel left checks exchanges: a missing one is refused, a new one taken, and
+	// the publishing channel is never closed by a 404.
+	if _, err := p.Publish(ctx, env.Name("missing"), "k", textMsg("x"), 0); !errors.Is(err, amqpdelay.ErrExchangeNotFound) {
+		t.Errorf("direct publish to a missing exchange with channel_max 2: err = %v, want ErrExchangeNotFound", err)
+	}
+	if _, err := p.Publish(ctx, "amq.direct", "nobody", textMsg("x"), 0); !errors.Is(err, amqpdelay.ErrUnroutable) {
+		t.Errorf("direct publish to amq.direct with an unbound key: err = %v, want ErrUnroutable", err)
 	}
 }
 
