@@ -10,10 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"unicode"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // maxShortstr is the longest AMQP 0-9-1 short string, in bytes (not runes): an exchange
@@ -43,8 +44,9 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 		}
 	}
 	short("exchange", exchange)
-	if problem := exchangeNameProblem(exchange); problem != "" {
-		problems = append(problems, problem)
+	if problem := topology.NameProblem(exchange); problem != "" {
+		problems = append(problems, fmt.Sprintf("exchange %s %s: correct the name (RabbitMQ would close the connection, "+
+			"or treat the name one way when asked whether it exists and another when publishing)", preview(exchange), problem))
 	}
 	short("routing key", routingKey)
 	short("msg.ContentType", msg.ContentType)
@@ -71,23 +73,6 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s", ErrInvalidInput, strings.Join(problems, "; "))
-}
-
-// exchangeNameProblem describes what makes exchange a name the Publisher refuses, or returns "".
-// RabbitMQ takes exchange names as UTF-8 (https://www.rabbitmq.com/docs/exchanges#names):
-// asked about a name that is not, it closes the whole connection (501 FRAME_ERROR "Malformed
-// UTF-8 in shortstr", seen on 3.10.8). A name with a control character (a CR or LF, say) is
-// treated differently by exchange.declare, which drops CR and LF, and basic.publish, which
-// keeps them (seen on 3.10.8), so no check could tell whether a publish to it would find it.
-func exchangeNameProblem(exchange string) string {
-	if !utf8.ValidString(exchange) {
-		return fmt.Sprintf("exchange %s is not valid UTF-8: RabbitMQ's exchange names are UTF-8; correct the name", preview(exchange))
-	}
-	if i := strings.IndexFunc(exchange, unicode.IsControl); i >= 0 {
-		return fmt.Sprintf("exchange %s holds a control character (%U at byte %d): RabbitMQ handles such names inconsistently "+
-			"(exchange.declare drops CR and LF, basic.publish keeps them); correct the name", preview(exchange), []rune(exchange[i:])[0], i)
-	}
-	return ""
 }
 
 // tableProblems walks t (and the tables and arrays inside it) in key order and describes

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/kelseyhightower/envconfig"
@@ -342,6 +343,9 @@ func (s Spec) Validate() error {
 		if len(t.Name) > MaxNameLen {
 			add("target %q is %d bytes: exchange names hold at most %d bytes", shorten(t.Name), len(t.Name), MaxNameLen)
 		}
+		if problem := NameProblem(t.Name); problem != "" {
+			add("target %q %s: correct the name", shorten(t.Name), problem)
+		}
 		if names.Reserved(t.Name) {
 			add("target %q is a name of the topology's own objects (prefix %q; see topology.Names): "+
 				"choose another prefix (--prefix, AMQPDELAY_PREFIX) or another target name", t.Name, s.Prefix)
@@ -391,6 +395,9 @@ func (s Spec) Validate() error {
 			if len(f.v) > MaxNameLen {
 				add("ready queue %q: the %s is %d bytes: at most %d", shorten(r.String()), f.what, len(f.v), MaxNameLen)
 			}
+			if problem := NameProblem(f.v); problem != "" && f.what != "binding key" {
+				add("ready queue %q: the %s %s: correct it", shorten(r.String()), f.what, problem)
+			}
 		}
 		if names.Reserved(r.Queue) {
 			add("ready queue %q is a name of the topology's own objects (prefix %q; see topology.Names): "+
@@ -402,6 +409,22 @@ func (s Spec) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// NameProblem says what makes name unusable as an exchange or queue name ("is not valid UTF-8",
+// "holds a control character (U+000A at byte 6)"), or returns "" when nothing does.
+// RabbitMQ takes these names as UTF-8 (https://www.rabbitmq.com/docs/exchanges#names): a
+// declare with a name that is not UTF-8 closes the whole connection (501 FRAME_ERROR
+// "Malformed UTF-8 in shortstr", seen on 3.10.8). A control character makes the name mean two
+// things: exchange.declare drops CR and LF from it, basic.publish keeps them (seen on 3.10.8).
+func NameProblem(name string) string {
+	if !utf8.ValidString(name) {
+		return "is not valid UTF-8"
+	}
+	if i := strings.IndexFunc(name, unicode.IsControl); i >= 0 {
+		return fmt.Sprintf("holds a control character (%U at byte %d)", []rune(name[i:])[0], i)
+	}
+	return ""
 }
 
 // MaxNameLen is the longest exchange name, queue name or routing/binding key in bytes: AMQP

@@ -54,6 +54,15 @@ func TestValidateOwnNamesAndLengths(t *testing.T) {
 		{"binding key at the limit", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: limit}}}, nil},
 		{"ready queue listed twice", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: "a"}, {Queue: "rq", Exchange: "o", BindingKey: "a"}}},
 			[]string{`ready queue "rq=o:a" is listed twice`}},
+		{"target not UTF-8", Spec{Targets: Targets{{Name: "bad\xff", Type: "topic"}}},
+			[]string{`target "bad\xff" is not valid UTF-8`}},
+		{"target with a line feed", Spec{Targets: Targets{{Name: "orders\n"}}},
+			[]string{`target "orders\n" holds a control character (U+000A at byte 6)`}},
+		{"target in another script", Spec{Targets: Targets{{Name: "заказы", Type: "topic"}}}, nil},
+		{"ready queue name with a tab", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "r\tq", Exchange: "o"}}},
+			[]string{"the queue name holds a control character (U+0009 at byte 1)"}},
+		{"ready queue exchange not UTF-8", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o\xfe"}}},
+			[]string{"the exchange name is not valid UTF-8"}},
 		{"one queue, two binding keys", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: "a"}, {Queue: "rq", Exchange: "o", BindingKey: "b"}}}, nil},
 	}
 	for _, c := range cases {
