@@ -95,10 +95,11 @@
 //     with ErrInvalidInput (RabbitMQ would close the connection, or treat the name
 //     differently in the check and the publish). What the check cannot see still closes the
 //     channel: an exchange deleted after its check (404; that publish gets ErrConnectionLost
-//     and the name is checked again next time), an internal exchange (403 ACCESS_REFUSED), or
-//     a check the broker refuses for another reason (the publish then goes unchecked). The
-//     other publishes in flight on that channel then fail with ErrConnectionLost wrapping the
-//     broker's error, and the channel is reopened.
+//     and the name is checked again next time), an internal exchange or one the user may not
+//     write to (403 ACCESS_REFUSED), or a check the broker refuses for another reason (the
+//     publish then goes unchecked). Direct publishes to exchanges that are not targets have a
+//     channel of their own (channel_max permitting), so only those in flight beside it fail
+//     with ErrConnectionLost wrapping the broker's error; the channel is reopened.
 //   - msg.Expiration (a per-message TTL) is refused on delay paths: the message would expire
 //     inside the delay queues, early.
 //   - Bad input that would cost the whole connection is refused with ErrInvalidInput before

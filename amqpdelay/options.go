@@ -60,11 +60,13 @@ func WithStrategy(s Strategy) Option {
 // WithChannels sets how many AMQP channels (1 to 64) the Publisher spreads its publishes
 // over, round robin; the default is [DefaultChannels]. Each channel is in confirm mode and
 // pipelines its publishes, so one channel already serves many goroutines; more channels let
-// the broker process them in parallel (one Erlang process per channel). When the broker has
-// the plugin exchange, the Publisher opens one more channel, for the plugin path alone (if the
-// broker's channel_max leaves room), and one at a time to check that the exchange of a direct
-// publish exists. NewPublisher fails with ErrInvalidConfig when the broker's channel_max is
-// below n+1.
+// the broker process them in parallel (one Erlang process per channel). Besides these, as far
+// as the broker's channel_max leaves room, the Publisher opens one channel for direct
+// publishes to exchanges that are not targets, one for the plugin path when the broker has the
+// plugin exchange (the publishes the broker may refuse by closing their channel: a 404 or a
+// 403 then costs no other publish its confirm), and, one at a time, one to check that the
+// exchange of a direct publish exists. NewPublisher fails with ErrInvalidConfig when the
+// broker's channel_max is below n+1.
 func WithChannels(n int) Option {
 	return func(o *options) error {
 		if n < 1 || n > 64 {

@@ -102,15 +102,29 @@ type Publisher struct {
 // session is one connection and its publishing channels.
 type session struct {
 	conn *amqp.Connection
-	// slots are the publishing channels. When the Publisher may use the plugin, the last slot
-	// is the plugin path's own channel (plugin is true): a publish to a plugin exchange that
-	// was deleted gets 404 NOT_FOUND, which closes its channel and fails every publish still
-	// waiting for a confirm on it, so the other paths' publishes must not share that channel.
-	slots     []atomic.Pointer[pubChan]
-	plugin    bool
-	chanDied  chan struct{} // a channel of this session died (buffered, coalescing)
-	connClose chan *amqp.Error
+	// slots are the publishing channels: general of them for the delay paths and for direct
+	// publishes to targets, then, when present (their index >= 0), one for the plugin path
+	// and one for direct publishes to other exchanges. A publish the broker refuses by closing
+	// the channel (404 NOT_FOUND for a deleted plugin exchange or another exchange, 403
+	// ACCESS_REFUSED for an exchange the user may not write to or an internal one) fails every
+	// publish still waiting for a confirm on that channel; these two kinds of publish, the
+	// ones that can meet such a refusal, each have a channel of their own.
+	slots      []atomic.Pointer[pubChan]
+	general    int
+	pluginSlot int
+	otherSlot  int
+	chanDied   chan struct{} // a channel of this session died (buffered, coalescing)
+	connClose  chan *amqp.Error
 }
+
+// slotKind says which channels of a session a publish may use.
+type slotKind int
+
+const (
+	generalSlots slotKind = iota // the delay paths, and direct publishes to targets
+	pluginSlot                   // the plugin path
+	otherSlot                    // direct publishes to exchanges that are not targets
+)
 
 // NewPublisher connects to the broker of cfg, checks that the delay topology of cfg.Spec has
 // been declared (passive declares of the dispatch exchange, the ladder marker, every bucket
@@ -222,21 +236,26 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 			"(WithChannels %d, and one to check exchanges): lower WithChannels to at most %d, or raise channel_max in rabbitmq.conf",
 			ErrInvalidConfig, limit, p.opts.channels+1, p.opts.channels, max(limit-1, 0)))
 	}
-	// The plugin path gets a channel of its own when this connection can use the plugin: it has
-	// the exchange, or had it and a re-probe may find it again (the broker's channel_max
-	// permitting; otherwise the plugin path shares the others').
-	withPlugin := (pluginOK || p.pluginLost.Load()) && int(conn.Config.ChannelMax) > p.opts.channels+1
-	nslots := p.opts.channels
-	if withPlugin {
-		nslots++
-	}
+	// Direct publishes to other exchanges get a channel of their own, and so does the plugin
+	// path when this connection can use the plugin (it has the exchange, or had it and a
+	// re-probe may find it again), as far as channel_max permits; without one, such publishes
+	// share the general channels.
 	s := &session{
-		conn:      conn,
-		slots:     make([]atomic.Pointer[pubChan], nslots),
-		plugin:    withPlugin,
-		chanDied:  make(chan struct{}, 1),
-		connClose: conn.NotifyClose(make(chan *amqp.Error, 1)),
+		conn:       conn,
+		general:    p.opts.channels,
+		pluginSlot: -1,
+		otherSlot:  -1,
+		chanDied:   make(chan struct{}, 1),
+		connClose:  conn.NotifyClose(make(chan *amqp.Error, 1)),
 	}
+	nslots, room := p.opts.channels, int(conn.Config.ChannelMax)-p.opts.channels-1
+	if room > 0 {
+		s.otherSlot, nslots, room = nslots, nslots+1, room-1
+	}
+	if room > 0 && (pluginOK || p.pluginLost.Load()) {
+		s.pluginSlot, nslots = nslots, nslots+1
+	}
+	s.slots = make([]atomic.Pointer[pubChan], nslots)
 	for i := range s.slots {
 		pc, err := openPubChan(conn, s.onChanDied)
 		if err != nil {
@@ -245,23 +264,28 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		s.slots[i].Store(pc)
 	}
 	p.log.Info().Str("url", amqpconn.Redact(p.cfg.URLOrDefault())).Bool("plugin", pluginOK).
-		Int("channels", p.opts.channels).Bool("plugin_channel", s.plugin).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
+		Int("channels", p.opts.channels).Bool("plugin_channel", s.pluginSlot >= 0).Bool("other_exchanges_channel", s.otherSlot >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
 }
 
-// pick returns a live channel of s for the plugin path (plugin true: its own channel) or for
-// the others (round robin from start), or nil when none is live.
-func (s *session) pick(plugin bool, start uint32) *pubChan {
-	n := uint32(len(s.slots))
-	if s.plugin {
-		n--
-		if plugin {
-			if pc := s.slots[n].Load(); pc != nil && !pc.isDead() {
-				return pc
-			}
-			return nil
-		}
+// pick returns a live channel of s for a publish of kind k (round robin from start among the
+// general channels), or nil when none is live. A kind without a channel of its own in s uses
+// the general ones.
+func (s *session) pick(k slotKind, start uint32) *pubChan {
+	own := -1
+	switch k {
+	case pluginSlot:
+		own = s.pluginSlot
+	case otherSlot:
+		own = s.otherSlot
 	}
+	if own >= 0 {
+		if pc := s.slots[own].Load(); pc != nil && !pc.isDead() {
+			return pc
+		}
+		return nil
+	}
+	n := uint32(s.general)
 	for j := uint32(0); j < n; j++ {
 		if pc := s.slots[(start+j)%n].Load(); pc != nil && !pc.isDead() {
 			return pc
@@ -453,9 +477,9 @@ func (p *Publisher) broadcast() {
 	p.mu.Unlock()
 }
 
-// acquire returns a live channel, waiting through an outage until ctx ends or Close: the
-// plugin path's own channel when plugin is true, else one of the others.
-func (p *Publisher) acquire(ctx context.Context, plugin bool) (*pubChan, error) {
+// acquire returns a live channel for a publish of kind k (session.pick), waiting through an
+// outage until ctx ends or Close.
+func (p *Publisher) acquire(ctx context.Context, k slotKind) (*pubChan, error) {
 	for {
 		p.mu.Lock()
 		changed := p.changed
@@ -464,7 +488,7 @@ func (p *Publisher) acquire(ctx context.Context, plugin bool) (*pubChan, error) 
 			return nil, ErrClosed
 		}
 		if s := p.sess.Load(); s != nil {
-			if pc := s.pick(plugin, p.rr.Add(1)); pc != nil {
+			if pc := s.pick(k, p.rr.Add(1)); pc != nil {
 				return pc, nil
 			}
 		}
@@ -575,7 +599,13 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			}
 			dest, hops, mandatory = p.destination(c, exchange)
 		}
-		pc, err := p.acquire(ctx, c.path == PathPlugin)
+		kind := generalSlots
+		if c.path == PathPlugin {
+			kind = pluginSlot
+		} else if _, target := p.targets[exchange]; c.path == PathDirect && !target {
+			kind = otherSlot
+		}
+		pc, err := p.acquire(ctx, kind)
 		if err != nil {
 			return Receipt{}, err
 		}
@@ -646,39 +676,45 @@ func (p *Publisher) forgetExchange(exchange string) {
 // RabbitMQ answers a publish to a missing exchange by closing the channel (404 NOT_FOUND),
 // which would fail every other publish waiting for a confirm on that channel; so before the
 // first direct publish to a name, a passive declare on a channel of its own asks whether it
-// exists (the answer is remembered; the default exchange "" always exists). One check runs
-// at a time, so checks take at most one channel of the connection's channel_max. During an
-// outage it waits for the connection, and a check cut off by a connection loss is made again
-// on the next connection. Only when the broker refuses the check for another reason (an
-// error other than 404) does the publish go ahead unchecked. ctx bounds the check.
+// exists (the answer is remembered; the default exchange "" always exists). One check is
+// outstanding at a time, even when the publishes that started them have given up, so checks
+// take at most one channel of the connection's channel_max. During an outage it waits for
+// the connection, and a check cut off by a connection loss is made again on the next
+// connection. Only when the broker refuses the check for another reason (an error other than
+// 404) does the publish go ahead unchecked (on the channel for other exchanges, which only
+// such publishes share). ctx bounds the wait; Close ends it with ErrClosed.
 func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 	if exchange == "" {
 		return nil
 	}
-	if _, ok := p.exchanges.Load(exchange); ok {
-		return nil
-	}
-	select {
-	case p.checkSem <- struct{}{}:
-		defer func() { <-p.checkSem }()
-	case <-p.closing:
-		return ErrClosed
-	case <-ctx.Done():
-		return fmt.Errorf("amqpdelay: context ended while waiting to check that exchange %q exists: %w", exchange, ctx.Err())
-	}
 	for {
 		if _, ok := p.exchanges.Load(exchange); ok {
-			return nil // checked meanwhile by another publish
+			return nil // known, or checked meanwhile by another publish
 		}
-		if _, err := p.acquire(ctx, false); err != nil { // waits through an outage
+		if _, err := p.acquire(ctx, generalSlots); err != nil { // waits through an outage
 			return err
 		}
 		s := p.sess.Load()
 		if s == nil {
 			continue
 		}
+		// The semaphore is released by the check itself, when the broker has answered (or the
+		// connection is gone), not when ctx ends: a broker that blocks its connections (a
+		// memory alarm) would otherwise collect one open check channel per timed-out publish.
+		select {
+		case p.checkSem <- struct{}{}:
+		case <-p.closing:
+			return ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("amqpdelay: context ended while waiting to check that exchange %q exists: %w", exchange, ctx.Err())
+		}
+		if _, ok := p.exchanges.Load(exchange); ok {
+			<-p.checkSem
+			return nil
+		}
 		done := make(chan error, 1)
 		go func() {
+			defer func() { <-p.checkSem }()
 			ch, err := s.conn.Channel()
 			if err != nil {
 				done <- err
@@ -692,6 +728,8 @@ func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 		var err error
 		select {
 		case err = <-done:
+		case <-p.closing:
+			return ErrClosed
 		case <-ctx.Done():
 			return fmt.Errorf("amqpdelay: context ended while checking that exchange %q exists: %w", exchange, ctx.Err())
 		}

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -428,4 +429,56 @@ func newDirectFixture(t *testing.T, opts ...amqpdelay.Option) directFixture {
 	f.p = newPublisher(t, f.env, f.spec, opts...)
 	f.ctx = pubCtx(t)
 	return f
+}
+
+// canary publishes from several goroutines until ended and counts the outcomes: a test runs it
+// beside something that must not disturb the other publishes of a Publisher.
+type canary struct {
+	stop         chan struct{}
+	wg           sync.WaitGroup
+	sent, failed atomic.Int64
+	first        atomic.Pointer[error]
+}
+
+// startCanary starts workers goroutines, each calling publish in a loop.
+func startCanary(workers int, publish func() error) *canary {
+	c := &canary{stop: make(chan struct{})}
+	for range workers {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for {
+				select {
+				case <-c.stop:
+					return
+				default:
+				}
+				if err := publish(); err != nil {
+					c.failed.Add(1)
+					c.first.CompareAndSwap(nil, &err)
+				} else {
+					c.sent.Add(1)
+				}
+			}
+		}()
+	}
+	return c
+}
+
+// check ends the canary and fails t unless some publishes succeeded and none failed; what
+// names what the canary ran beside.
+func (c *canary) check(t *testing.T, what string) {
+	t.Helper()
+	close(c.stop)
+	c.wg.Wait()
+	var first error
+	if e := c.first.Load(); e != nil {
+		first = *e
+	}
+	if c.sent.Load() == 0 {
+		t.Fatalf("no canary publish succeeded beside %s (%d failed; first: %v)", what, c.failed.Load(), first)
+	}
+	if n := c.failed.Load(); n > 0 {
+		t.Errorf("%d of %d canary publishes failed beside %s (first: %v)", n, n+c.sent.Load(), what, first)
+	}
 }

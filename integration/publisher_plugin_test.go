@@ -5,8 +5,6 @@ import (
 	"errors"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,57 +228,21 @@ func TestPublisherPluginGoneOtherPathsUntouched(t *testing.T) {
 		for range f.got { // keep the ready queue's consumer flowing
 		}
 	}()
-	var (
-		wg             sync.WaitGroup
-		sent, failed   atomic.Int64
-		firstErr       atomic.Pointer[error]
-		stop           = make(chan struct{})
-		directWorkers  = 4
-		publishedAfter = make(chan struct{})
-	)
-	for range directWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := p.Publish(ctx, f.target, "k", textMsg("direct"), 0); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, &err)
-				} else {
-					sent.Add(1)
-				}
-			}
-		}()
+	c := startCanary(4, func() error {
+		_, err := p.Publish(ctx, f.target, "k", textMsg("direct"), 0)
+		return err
+	})
+	time.Sleep(300 * time.Millisecond) // direct publishes in flight
+	if err := f.env.Channel(t).ExchangeDelete(f.spec.Names().PluginExchange(), false, false); err != nil {
+		t.Fatalf("delete the plugin exchange: %v", err)
 	}
-	go func() {
-		defer close(publishedAfter)
-		time.Sleep(300 * time.Millisecond) // direct publishes in flight
-		if err := f.env.Channel(t).ExchangeDelete(f.spec.Names().PluginExchange(), false, false); err != nil {
-			t.Errorf("delete the plugin exchange: %v", err)
-			return
+	for i := range 3 {
+		if r, err := p.Publish(ctx, f.target, "k", textMsg("delayed"), 300*time.Millisecond); err != nil || r.Path != amqpdelay.PathLadder {
+			t.Errorf("delayed publish %d after the delete: %+v, %v; want the ladder path and no error", i, r, err)
 		}
-		for i := range 3 {
-			if r, err := p.Publish(ctx, f.target, "k", textMsg("delayed"), 300*time.Millisecond); err != nil || r.Path != amqpdelay.PathLadder {
-				t.Errorf("delayed publish %d after the delete: %+v, %v; want the ladder path and no error", i, r, err)
-			}
-		}
-		time.Sleep(300 * time.Millisecond)
-	}()
-	<-publishedAfter
-	close(stop)
-	wg.Wait()
-	if sent.Load() == 0 {
-		t.Fatalf("no direct publish succeeded")
 	}
-	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d direct publishes failed around the plugin exchange's deletion (first: %v); the 404 should close only the plugin path's channel",
-			n, n+sent.Load(), *firstErr.Load())
-	}
+	time.Sleep(300 * time.Millisecond)
+	c.check(t, "the plugin exchange's deletion")
 }
 
 // deleteTopologyAt deletes what declareTopologyAt declared (for brokers without a test vhost).

@@ -214,4 +214,42 @@ func TestPublisherBrokerOutage(t *testing.T) {
 	if !ev.has(amqpdelay.Disconnected) || !ev.has(amqpdelay.ReconnectFailed) || !ev.has(amqpdelay.Reconnected) {
 		t.Errorf("reconnect events %+v: want disconnected, reconnect-failed and reconnected", ev.seen)
 	}
+
+	// A memory alarm blocks a connection once it publishes: direct publishes whose exchange
+	// checks are blocked give up with their contexts, and once the alarm ends the check answers
+	// and the blocked publish completes.
+	alarm := func(w string) {
+		if out, err := b.script(t, "ctl", "set_vm_memory_high_watermark", w); err != nil {
+			t.Fatalf("set_vm_memory_high_watermark %s: %v\n%s", w, err, out)
+		}
+	}
+	alarm("0.0000001")
+	restored := false
+	defer func() {
+		if !restored {
+			alarm("0.4")
+		}
+	}()
+	blocked := make(chan error, 1)
+	go func() { // blocks the connection
+		_, err := one.Publish(pubCtx(t), target, "k", textMsg("ladder, in the alarm"), time.Minute)
+		blocked <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		_, err := one.Publish(ctx, "rdt-outage.typo", "k", textMsg("x"), 0)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("direct publish %d to a missing exchange in the alarm: err = %v, want the context's deadline", i, err)
+		}
+	}
+	alarm("0.4")
+	restored = true
+	if err := <-blocked; err != nil {
+		t.Errorf("ladder publish blocked by the alarm: %v", err)
+	}
+	if _, err := one.Publish(pubCtx(t), "rdt-outage.typo", "k", textMsg("x"), 0); !errors.Is(err, amqpdelay.ErrExchangeNotFound) {
+		t.Errorf("direct publish to a missing exchange after the alarm: err = %v, want ErrExchangeNotFound", err)
+	}
 }

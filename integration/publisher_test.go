@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,9 +191,10 @@ func TestPublisherRetryWithXDeath(t *testing.T) {
 
 // TestPublisherMissingExchangeOthersUntouched: a direct publish to an exchange that does not
 // exist is refused (ErrExchangeNotFound, after a passive declare on a channel of its own)
-// instead of being sent, so the broker's 404 never closes the channel that the ladder
-// publishes in flight share with it (one channel here). An exchange declared later is found;
-// one deleted after its check gets the broker's 404 once and is checked again afterwards.
+// instead of being sent, and one the broker refuses (an internal exchange: 403) goes out on the
+// channel for exchanges other than targets, so neither closes the channel of the ladder
+// publishes in flight (one channel here). An exchange declared later is found; one deleted
+// after its check gets the broker's 404 once and is checked again afterwards.
 func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -205,33 +205,12 @@ func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 	p := newPublisher(t, env, spec, amqpdelay.WithChannels(1))
 	ctx := pubCtx(t)
 
-	var (
-		wg           sync.WaitGroup
-		sent, failed atomic.Int64
-		firstErr     atomic.Pointer[error]
-		stop         = make(chan struct{})
-	)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// Due in about a minute (the test ladder's maximum is 65.5 s): nothing falls due
-				// while the test runs.
-				if _, err := p.Publish(ctx, target, "k", textMsg("ladder"), time.Minute+time.Duration(rand.IntN(1000))*time.Millisecond); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, &err)
-				} else {
-					sent.Add(1)
-				}
-			}
-		}()
-	}
+	// Due in about a minute (the test ladder's maximum is 65.5 s): nothing falls due while the
+	// test runs.
+	c := startCanary(4, func() error {
+		_, err := p.Publish(ctx, target, "k", textMsg("ladder"), time.Minute+time.Duration(rand.IntN(1000))*time.Millisecond)
+		return err
+	})
 	time.Sleep(200 * time.Millisecond)
 	for i := range 5 {
 		missing := env.Name(fmt.Sprintf("missing-%d", i))
@@ -242,15 +221,21 @@ func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// An internal exchange exists, so it passes the check, and the broker refuses the publish
+	// (403) by closing the channel: the one for other exchanges, not the ladder's.
+	internal := env.Name("internal")
+	if err := env.Channel(t).ExchangeDeclare(internal, "fanout", false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		_, err := p.Publish(ctx, internal, "k", textMsg("internal"), 0)
+		var ae *amqp.Error
+		if !errors.Is(err, amqpdelay.ErrConnectionLost) || !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+			t.Errorf("direct publish to internal exchange %s: err = %v, want ErrConnectionLost wrapping 403 ACCESS_REFUSED", internal, err)
+		}
+	}
 	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	if sent.Load() == 0 {
-		t.Fatalf("no ladder publish succeeded (%d failed; first: %v)", failed.Load(), firstErr.Load())
-	}
-	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d ladder publishes failed while direct publishes named missing exchanges (first: %v)", n, n+sent.Load(), *firstErr.Load())
-	}
+	c.check(t, "direct publishes to missing and internal exchanges")
 
 	// The refusal is not remembered: declared now, the exchange takes the publish.
 	late := env.Name("missing-0")

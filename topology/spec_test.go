@@ -63,6 +63,9 @@ func TestValidateOwnNamesAndLengths(t *testing.T) {
 			[]string{"the queue name holds a control character (U+0009 at byte 1)"}},
 		{"ready queue exchange not UTF-8", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o\xfe"}}},
 			[]string{"the exchange name is not valid UTF-8"}},
+		{"binding key not UTF-8", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: "k\xff"}}},
+			[]string{"the binding key is not valid UTF-8"}},
+		{"binding key with a tab", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: "k\tx"}}}, nil},
 		{"one queue, two binding keys", Spec{Targets: Targets{{Name: "o"}}, ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "o", BindingKey: "a"}, {Queue: "rq", Exchange: "o", BindingKey: "b"}}}, nil},
 	}
 	for _, c := range cases {
