@@ -223,7 +223,19 @@ func TestPublisherBrokerOutage(t *testing.T) {
 			t.Fatalf("set_vm_memory_high_watermark %s: %v\n%s", w, err, out)
 		}
 	}
+	// Closed while the alarm blocks its connection: Close still returns, within its bounds (5 s
+	// for the publish in flight, 5 s for the broker's answer). Not newPublisherURL: its clean-up
+	// would count Close's error (the broker never answered) as a failure.
+	ccfg := amqpdelay.Config{Spec: restartSpec("rdt-outage")}
+	ccfg.URL = b.URL
+	closing, err := amqpdelay.NewPublisher(pubCtx(t), ccfg, amqpdelay.WithChannels(1))
+	if err != nil {
+		t.Fatal(err)
+	}
 	alarm("0.0000001")
+	go func() { // blocks closing's connection
+		_, _ = closing.Publish(pubCtx(t), target, "k", textMsg("ladder, in the alarm, closed"), time.Minute)
+	}()
 	restored := false
 	defer func() {
 		if !restored {
@@ -244,6 +256,12 @@ func TestPublisherBrokerOutage(t *testing.T) {
 			t.Errorf("direct publish %d to a missing exchange in the alarm: err = %v, want the context's deadline", i, err)
 		}
 	}
+	start := time.Now()
+	cerr := closing.Close()
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("Close of a Publisher whose connection the alarm blocks took %v, want about 13 s at most", took)
+	}
+	t.Logf("Close in the alarm: %v after %v", cerr, time.Since(start).Round(time.Millisecond))
 	alarm("0.4")
 	restored = true
 	if err := <-blocked; err != nil {
