@@ -419,14 +419,23 @@ type directFixture struct {
 // it, and starts a Publisher with opts.
 func newDirectFixture(t *testing.T, opts ...amqpdelay.Option) directFixture {
 	t.Helper()
+	f := declareDirectFixture(t)
+	f.got = consumeQueue(t, f.env, f.q)
+	f.p = newPublisher(t, f.env, f.spec, opts...)
+	f.ctx = pubCtx(t)
+	return f
+}
+
+// declareDirectFixture declares what newDirectFixture does, and neither consumes nor starts a
+// Publisher (got and p are nil; ctx is set).
+func declareDirectFixture(t *testing.T) directFixture {
+	t.Helper()
 	f := directFixture{env: brokertest.NewEnv(t)}
 	f.target = f.env.Name("orders")
 	f.spec = testSpec(f.env, topology.Target{Name: f.target, Type: "direct"})
 	declareTopology(t, f.env, f.spec)
 	f.q = f.env.Name("ready")
 	declareReadyQueue(t, f.env, f.q, f.target, "k")
-	f.got = consumeQueue(t, f.env, f.q)
-	f.p = newPublisher(t, f.env, f.spec, opts...)
 	f.ctx = pubCtx(t)
 	return f
 }

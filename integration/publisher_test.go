@@ -197,13 +197,8 @@ func TestPublisherRetryWithXDeath(t *testing.T) {
 // after its check gets the broker's 404 once and is checked again afterwards.
 func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	declareTopology(t, env, spec)
-	declareReadyQueue(t, env, env.Name("ready"), target, "k")
-	p := newPublisher(t, env, spec, amqpdelay.WithChannels(1))
-	ctx := pubCtx(t)
+	f := newDirectFixture(t, amqpdelay.WithChannels(1))
+	env, target, p, ctx := f.env, f.target, f.p, f.ctx
 
 	// Due in about a minute (the test ladder's maximum is 65.5 s): nothing falls due while the
 	// test runs.
@@ -286,11 +281,8 @@ func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 // publishes, and checks exchanges.
 func TestPublisherChannelMax(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	declareTopology(t, env, spec)
-	declareReadyQueue(t, env, env.Name("ready"), target, "k")
+	f := declareDirectFixture(t)
+	env, target, spec, ctx := f.env, f.target, f.spec, f.ctx
 	u, err := url.Parse(env.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -300,7 +292,6 @@ func TestPublisherChannelMax(t *testing.T) {
 	u.RawQuery = q.Encode()
 	cfg := amqpdelay.Config{Spec: spec}
 	cfg.URL = u.String()
-	ctx := pubCtx(t)
 	if p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(2)); !errors.Is(err, amqpdelay.ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "channel_max") || !strings.Contains(err.Error(), "at most 1") {
 		if p != nil {
