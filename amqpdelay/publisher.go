@@ -78,12 +78,12 @@ type Publisher struct {
 	pluginLost atomic.Bool
 	nextProbe  atomic.Int64
 
-	// exchanges holds the names of exchanges seen to exist (name -> struct{}; at most
-	// maxKnownExchanges, counted in nExchanges), so that a direct publish checks its exchange
-	// with a passive declare only once (checkExchange).
-	exchanges  sync.Map
-	nExchanges atomic.Int64
-	checkSem   chan struct{} // capacity 1: one exchange check at a time
+	// exchanges holds the names of exchanges seen to exist (at most maxKnownExchanges), so
+	// that a direct publish checks its exchange with a passive declare only once
+	// (checkExchange); exMu guards it.
+	exMu      sync.RWMutex
+	exchanges map[string]struct{}
+	checkSem  chan struct{} // capacity 1: one exchange check at a time
 
 	sess    atomic.Pointer[session]
 	mu      sync.Mutex
@@ -171,17 +171,18 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	p := &Publisher{
-		cfg:      cfg,
-		names:    spec.Names(),
-		targets:  make(map[string]struct{}, len(spec.Targets)),
-		ladder:   ladder,
-		buckets:  buckets,
-		opts:     o,
-		log:      o.logger,
-		idPrefix: "rd-" + hex.EncodeToString(rnd[:]) + "-",
-		changed:  make(chan struct{}),
-		closing:  make(chan struct{}),
-		checkSem: make(chan struct{}, 1),
+		cfg:       cfg,
+		names:     spec.Names(),
+		targets:   make(map[string]struct{}, len(spec.Targets)),
+		ladder:    ladder,
+		buckets:   buckets,
+		opts:      o,
+		log:       o.logger,
+		idPrefix:  "rd-" + hex.EncodeToString(rnd[:]) + "-",
+		changed:   make(chan struct{}),
+		closing:   make(chan struct{}),
+		checkSem:  make(chan struct{}, 1),
+		exchanges: make(map[string]struct{}, len(spec.Targets)),
 	}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
@@ -654,22 +655,28 @@ func (p *Publisher) destination(c choice, target string) (dest string, hops int,
 // publish to a name beyond them is checked each time.
 const maxKnownExchanges = 1024
 
-// knowExchange records that exchange exists.
+// knowExchange records that exchange exists, while fewer than maxKnownExchanges are known.
 func (p *Publisher) knowExchange(exchange string) {
-	if p.nExchanges.Add(1) > maxKnownExchanges {
-		p.nExchanges.Add(-1)
-		return
+	p.exMu.Lock()
+	if len(p.exchanges) < maxKnownExchanges {
+		p.exchanges[exchange] = struct{}{}
 	}
-	if _, loaded := p.exchanges.LoadOrStore(exchange, struct{}{}); loaded {
-		p.nExchanges.Add(-1)
-	}
+	p.exMu.Unlock()
+}
+
+// knownExchange reports whether exchange is known to exist.
+func (p *Publisher) knownExchange(exchange string) bool {
+	p.exMu.RLock()
+	_, ok := p.exchanges[exchange]
+	p.exMu.RUnlock()
+	return ok
 }
 
 // forgetExchange drops exchange from the names known to exist.
 func (p *Publisher) forgetExchange(exchange string) {
-	if _, loaded := p.exchanges.LoadAndDelete(exchange); loaded {
-		p.nExchanges.Add(-1)
-	}
+	p.exMu.Lock()
+	delete(p.exchanges, exchange)
+	p.exMu.Unlock()
 }
 
 // checkExchange returns an error wrapping ErrExchangeNotFound when exchange does not exist.
@@ -688,7 +695,7 @@ func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 		return nil
 	}
 	for {
-		if _, ok := p.exchanges.Load(exchange); ok {
+		if p.knownExchange(exchange) {
 			return nil // known, or checked meanwhile by another publish
 		}
 		if _, err := p.acquire(ctx, generalSlots); err != nil { // waits through an outage
@@ -708,7 +715,7 @@ func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 		case <-ctx.Done():
 			return fmt.Errorf("amqpdelay: context ended while waiting to check that exchange %q exists: %w", exchange, ctx.Err())
 		}
-		if _, ok := p.exchanges.Load(exchange); ok {
+		if p.knownExchange(exchange) {
 			<-p.checkSem
 			return nil
 		}
