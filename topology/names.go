@@ -1,6 +1,8 @@
 package topology
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -19,6 +21,12 @@ import (
 //	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)
 //	<prefix>.bucket.<ms>ms     bucket queue with x-message-ttl <ms>
 //	<prefix>.plugin            x-delayed-message exchange (x-delayed-type headers), bound to D
+//	<prefix>.due-unroutable    headers exchange, the target exchanges' alternate exchange (set by
+//	                           the policy <prefix>.targets): parks due messages a target routes nowhere
+//	<prefix>.target.<X>        empty fanout exchange: marker that target X is bound to D (hashed
+//	                           as <prefix>.target-sha256.<32 hex> when too long)
+//
+// and two policies (not exchanges or queues): <prefix>.delay-queues and <prefix>.targets.
 type Names struct {
 	// Prefix is the name prefix; "" means DefaultPrefix.
 	Prefix string
@@ -71,18 +79,48 @@ func (n Names) BucketQueue(ttlMs int64) string { return fmt.Sprintf("%s.bucket.%
 // PluginExchange is the x-delayed-message exchange.
 func (n Names) PluginExchange() string { return n.p() + ".plugin" }
 
+// DueUnroutable is the alternate exchange (headers) that the policy [Names.TargetsPolicy] gives
+// every target exchange: a due message that came through D for target X (header
+// rabbitdelay-target: X) and that X routes to no queue goes there, and on to the parking queue.
+func (n Names) DueUnroutable() string { return n.p() + ".due-unroutable" }
+
+// TargetMarker is an empty durable fanout exchange that Apply declares once target is bound to
+// the dispatch exchange D (and, with the management API, once the policy giving it its alternate
+// exchange is set): <prefix>.target.<target>, or <prefix>.target-sha256.<first 32 hex digits of
+// the SHA-256 of target> when that would exceed [MaxNameLen] bytes. AMQP cannot list bindings, so
+// a publisher checks this exchange with a passive declare (404 NOT_FOUND: the target is not bound)
+// before it sends delayed messages to target. Teardown deletes it. The marker says what Apply
+// did, not what holds now: a binding deleted by hand afterwards leaves it in place
+// ([Management.DispatchBound] reads the real binding).
+func (n Names) TargetMarker(target string) string {
+	if name := n.p() + ".target." + target; len(name) <= MaxNameLen {
+		return name
+	}
+	sum := sha256.Sum256([]byte(target))
+	return n.p() + ".target-sha256." + hex.EncodeToString(sum[:16])
+}
+
+// DelayQueuesPolicy is the name of the policy Apply sets on the delay queues and the parking
+// queue (see [Plan.Policies]).
+func (n Names) DelayQueuesPolicy() string { return n.p() + ".delay-queues" }
+
+// TargetsPolicy is the name of the policy Apply sets on the target exchanges, whose
+// alternate-exchange is [Names.DueUnroutable] (see [Plan.Policies]).
+func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
+
 // Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
-// <prefix>.dispatch, .unroutable, .parking, .buckets, .plugin, or a name starting with
-// <prefix>.ladder., <prefix>.bucket. or <prefix>.plugin-probe. (the plugin probe's temporary
-// exchange, see ProbePlugin). A target, ready queue or ready-queue exchange with such
+// <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, or a name
+// starting with <prefix>.ladder., <prefix>.bucket., <prefix>.target., <prefix>.target-sha256.
+// (target markers) or <prefix>.plugin-probe. (the plugin probe's temporary exchange, see
+// ProbePlugin). A target, ready queue or ready-queue exchange with such
 // a name would collide with the topology's own objects (now or after a ladder change), so
 // [Spec.Validate] refuses it. Other names under the prefix, like <prefix>.orders, are free.
 func (n Names) Reserved(name string) bool {
 	switch name {
-	case n.Dispatch(), n.Unroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange():
+	case n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange():
 		return true
 	}
-	for _, under := range []string{".ladder.", ".bucket.", ".plugin-probe."} {
+	for _, under := range []string{".ladder.", ".bucket.", ".plugin-probe.", ".target.", ".target-sha256."} {
 		if strings.HasPrefix(name, n.p()+under) {
 			return true
 		}

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -17,7 +18,8 @@ type Role string
 const (
 	// RoleDispatch is the dispatch exchange D and its bindings to the targets.
 	RoleDispatch Role = "dispatch"
-	// RoleUnroutable is D's alternate exchange and its binding to the parking queue.
+	// RoleUnroutable is D's alternate exchange, the targets' alternate exchange
+	// (<prefix>.due-unroutable), and their bindings to the parking queue.
 	RoleUnroutable Role = "unroutable"
 	// RoleParking is the parking queue: due messages that no target took.
 	RoleParking Role = "parking"
@@ -46,6 +48,10 @@ type Exchange struct {
 	Role Role `json:"role"`
 	// Level is the ladder level of a RoleLadder exchange, -1 otherwise.
 	Level int `json:"level"`
+	// Marker is set for the empty exchanges whose existence tells publishers what was
+	// declared: the ladder marker ([Names.LadderMarker]) and the target markers
+	// ([Names.TargetMarker]). Apply declares them last.
+	Marker bool `json:"marker,omitempty"`
 }
 
 // Queue is one queue of a [Plan]. Every queue is durable, not exclusive and not auto-delete,
@@ -141,6 +147,43 @@ type Plan struct {
 	// without a type and the exchanges of ready queues that are not such targets. Apply
 	// fails with ErrTargetMissing, before declaring anything, when one does not exist.
 	Existing []string `json:"existing_exchanges"`
+	// Policies are the policies Apply sets through the management API (AMQP cannot set
+	// policies): [Names.DelayQueuesPolicy] on the delay queues and the parking queue, and
+	// [Names.TargetsPolicy] on the target exchanges.
+	Policies []Policy `json:"policies"`
+}
+
+// Policy is one RabbitMQ policy of a [Plan] (https://www.rabbitmq.com/docs/policies), in the
+// form of the management API and the definitions format.
+type Policy struct {
+	// Name is the policy name.
+	Name string `json:"name"`
+	// Pattern is the regular expression (PCRE, matched against the whole name) selecting the
+	// queues or exchanges: the plan's own names, quoted and anchored.
+	Pattern string `json:"pattern"`
+	// ApplyTo is "queues" or "exchanges".
+	ApplyTo string `json:"apply-to"`
+	// Priority is Spec.PolicyPriority.
+	Priority int `json:"priority"`
+	// Definition is the policy's keys and values.
+	Definition map[string]any `json:"definition"`
+	// Role is RoleLadder for the delay-queue policy and RoleTarget for the target policy.
+	Role Role `json:"role"`
+}
+
+// Policy apply-to values.
+const (
+	ApplyToQueues    = "queues"
+	ApplyToExchanges = "exchanges"
+)
+
+// exactPattern returns a PCRE pattern matching exactly the given names.
+func exactPattern(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = regexp.QuoteMeta(n)
+	}
+	return "^(?:" + strings.Join(q, "|") + ")$"
 }
 
 // Plan returns the topology s describes, computed from package ttlbuckets
@@ -190,6 +233,7 @@ func (s Spec) Plan() (*Plan, error) {
 	// Exchanges.
 	p.Exchanges = append(p.Exchanges,
 		Exchange{Name: n.Unroutable(), Type: amqp.ExchangeFanout, Role: RoleUnroutable, Level: -1},
+		Exchange{Name: n.DueUnroutable(), Type: amqp.ExchangeHeaders, Role: RoleUnroutable, Level: -1},
 		Exchange{Name: n.Dispatch(), Type: amqp.ExchangeHeaders, Args: amqp.Table{"alternate-exchange": n.Unroutable()}, Role: RoleDispatch, Level: -1},
 	)
 	declared := map[string]bool{}
@@ -210,7 +254,7 @@ func (s Spec) Plan() (*Plan, error) {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchange(l), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l})
 	}
 	// The marker records the ladder's geometry for publishers to check (see Names.LadderMarker).
-	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderMarker(ladder), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1})
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderMarker(ladder), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}
@@ -219,10 +263,15 @@ func (s Spec) Plan() (*Plan, error) {
 			Args: amqp.Table{"x-delayed-type": amqp.ExchangeHeaders}, Role: RolePlugin, Level: -1})
 	}
 
+	// The target markers tell publishers that a target is bound to D (see Names.TargetMarker).
+	for _, t := range s.Targets {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.TargetMarker(t.Name), Type: amqp.ExchangeFanout, Role: RoleDispatch, Level: -1, Marker: true})
+	}
+
 	// Queues.
 	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: s.QueueType.plainArgs(), Role: RoleParking, Level: -1, Digit: -1})
 	for _, r := range s.ReadyQueues {
-		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: s.QueueType.plainArgs(), Role: RoleReady, Level: -1, Digit: -1})
+		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: s.readyArgs(n), Role: RoleReady, Level: -1, Digit: -1})
 	}
 	all := ttlbuckets.DelayQueues(ladder, buckets)
 	byLevel := make([][]ttlbuckets.DelayQueue, levels)
@@ -249,6 +298,10 @@ func (s Spec) Plan() (*Plan, error) {
 	// Bindings, by tier.
 	p.Bindings = append(p.Bindings, Binding{Source: n.Unroutable(), Destination: n.Parking(), DestinationType: DestQueue, Role: RoleUnroutable})
 	for _, t := range s.Targets {
+		p.Bindings = append(p.Bindings, Binding{Source: n.DueUnroutable(), Destination: n.Parking(), DestinationType: DestQueue,
+			Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}, Role: RoleUnroutable})
+	}
+	for _, t := range s.Targets {
 		p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: t.Name, DestinationType: DestExchange,
 			Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}, Role: RoleDispatch})
 	}
@@ -274,7 +327,52 @@ func (s Spec) Plan() (*Plan, error) {
 			Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
 	}
 	sort.SliceStable(p.Bindings, func(i, j int) bool { return p.Bindings[i].Tier < p.Bindings[j].Tier })
+
+	// Policies: see Plan.Policies and the package documentation's "Policies" section.
+	own := []string{n.Parking()}
+	for _, q := range p.Queues {
+		if q.IsDelay() {
+			own = append(own, q.Name)
+		}
+	}
+	targets := make([]string, len(s.Targets))
+	for i, t := range s.Targets {
+		targets[i] = t.Name
+	}
+	p.Policies = []Policy{
+		{Name: n.DelayQueuesPolicy(), Pattern: exactPattern(own), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+			Definition: s.QueueType.policyDefinition(), Role: RoleLadder},
+		{Name: n.TargetsPolicy(), Pattern: exactPattern(targets), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
+			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
+	}
 	return p, nil
+}
+
+// policyDefinition is the definition of the delay-queue policy: only values the queues' own
+// arguments already imply, so applying it changes nothing, and its priority shadows every
+// lower-priority policy (RabbitMQ applies one policy per queue, the highest-priority one).
+// overflow reject-publish is what quorum at-least-once dead-lettering needs (for quorum
+// queues a policy's overflow takes precedence over the x-overflow argument); on a classic
+// queue it makes a length limit set by an operator policy refuse publishes (the publisher
+// sees a nack) instead of dropping the oldest message.
+func (t QueueType) policyDefinition() map[string]any {
+	d := map[string]any{"overflow": "reject-publish"}
+	if t == Quorum {
+		d["dead-letter-strategy"] = "at-least-once"
+	}
+	return d
+}
+
+// readyArgs are the arguments of a ready queue: quorum ones get an explicit delivery limit and
+// dead-letter to <prefix>.unroutable, so a message returned too often is parked, not
+// redelivered forever (3.x) or dropped (4.x, whose default limit is 20).
+func (s Spec) readyArgs(n Names) amqp.Table {
+	a := s.QueueType.plainArgs()
+	if s.QueueType == Quorum && s.ReadyDeliveryLimit != NoReadyDeliveryLimit {
+		a["x-delivery-limit"] = int64(s.ReadyDeliveryLimit)
+		a["x-dead-letter-exchange"] = n.Unroutable()
+	}
+	return a
 }
 
 // PluginExchangeType is the exchange type of the rabbitmq_delayed_message_exchange plugin.

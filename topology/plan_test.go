@@ -3,6 +3,7 @@ package topology
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -45,11 +46,13 @@ func TestPlanDefaultCounts(t *testing.T) {
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
-		{"exchanges", len(p.Exchanges), 8 + 1 + 2 + 1},
+		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker)", len(p.Exchanges), 8 + 1 + 3 + 1 + 1},
 		{"queues", len(p.Queues), 121},
 		{"ladder bindings", countRole(p.Bindings, bRole, RoleLadder), 120 + 8},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
-		{"bindings", len(p.Bindings), 128 + 1 + 1 + 1},
+		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
+		{"bindings", len(p.Bindings), 128 + 1 + 2 + 1},
+		{"policies", len(p.Policies), 2},
 		{"existing", len(p.Existing), 1},
 	}
 	for _, c := range checks {
@@ -210,8 +213,8 @@ func TestPlanDeclarationOrder(t *testing.T) {
 			}
 		}
 		// Exchanges: D before any ladder exchange, parking first among queues.
-		if p.Exchanges[1].Name != p.Names.Dispatch() || p.Queues[0].Name != p.Names.Parking() {
-			t.Errorf("%s: first exchanges %s, %s; first queue %s", order, p.Exchanges[0].Name, p.Exchanges[1].Name, p.Queues[0].Name)
+		if p.Exchanges[2].Name != p.Names.Dispatch() || p.Queues[0].Name != p.Names.Parking() {
+			t.Errorf("%s: first exchanges %s, %s, %s; first queue %s", order, p.Exchanges[0].Name, p.Exchanges[1].Name, p.Exchanges[2].Name, p.Queues[0].Name)
 		}
 	}
 }
@@ -385,5 +388,112 @@ func TestParseConflict(t *testing.T) {
 	}
 	if parseConflict(&amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND"}) != nil {
 		t.Error("404 parsed as a conflict")
+	}
+}
+
+// TestPlanPoliciesMatchExactlyOwnNames: the delay-queue policy's pattern matches every delay
+// queue and the parking queue and nothing else (not a ready queue, not a name that only starts
+// like one); the targets policy matches exactly the targets, regular-expression characters in
+// names included.
+func TestPlanPoliciesMatchExactlyOwnNames(t *testing.T) {
+	p := mustPlan(t, Spec{Prefix: "app1", Targets: Targets{{Name: "orders", Type: "topic"}, {Name: "a.b*c"}},
+		Buckets: Delays{3 * time.Second}, ReadyQueues: ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "#"}}})
+	byName := map[string]Policy{}
+	for _, pol := range p.Policies {
+		byName[pol.Name] = pol
+		if pol.Priority != DefaultPolicyPriority {
+			t.Errorf("policy %s: priority %d, want %d", pol.Name, pol.Priority, DefaultPolicyPriority)
+		}
+	}
+	qp, ok := byName["app1.delay-queues"]
+	if !ok || qp.ApplyTo != ApplyToQueues || qp.Definition["overflow"] != "reject-publish" || qp.Definition["dead-letter-strategy"] != "at-least-once" {
+		t.Fatalf("delay-queue policy: %+v", qp)
+	}
+	re := regexp.MustCompile(qp.Pattern)
+	for _, q := range p.Queues {
+		if got, want := re.MatchString(q.Name), q.Role != RoleReady; got != want {
+			t.Errorf("queue %s (%s): policy matches %v, want %v", q.Name, q.Role, got, want)
+		}
+	}
+	for _, other := range []string{"app1.parking2", "xapp1.parking", "app1.bucket.3000ms.x", "app1Xparking"} {
+		if re.MatchString(other) {
+			t.Errorf("delay-queue policy matches %q", other)
+		}
+	}
+	tp, ok := byName["app1.targets"]
+	if !ok || tp.ApplyTo != ApplyToExchanges || tp.Definition["alternate-exchange"] != "app1.due-unroutable" {
+		t.Fatalf("targets policy: %+v", tp)
+	}
+	re = regexp.MustCompile(tp.Pattern)
+	for name, want := range map[string]bool{"orders": true, "a.b*c": true, "a.bbbc": false, "orders2": false, "app1.dispatch": false} {
+		if got := re.MatchString(name); got != want {
+			t.Errorf("targets policy matches %q: %v, want %v", name, got, want)
+		}
+	}
+	// Classic queues: no dead-letter strategy in the definition.
+	c := mustPlan(t, Spec{Targets: Targets{{Name: "orders"}}, QueueType: Classic})
+	if _, ok := c.Policies[0].Definition["dead-letter-strategy"]; ok {
+		t.Errorf("classic delay-queue policy: %v", c.Policies[0].Definition)
+	}
+}
+
+// TestPlanReadyQueueArgs: quorum ready queues get the delivery limit (default 20, configurable)
+// and dead-letter to the parking queue's exchange; -1 and classic queues get neither.
+func TestPlanReadyQueueArgs(t *testing.T) {
+	rq := ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "#"}}
+	for _, tc := range []struct {
+		name  string
+		spec  Spec
+		limit any
+		dlx   any
+	}{
+		{"default", Spec{}, int64(20), "rabbitdelay.unroutable"},
+		{"5", Spec{ReadyDeliveryLimit: 5}, int64(5), "rabbitdelay.unroutable"},
+		{"none", Spec{ReadyDeliveryLimit: NoReadyDeliveryLimit}, nil, nil},
+		{"classic", Spec{QueueType: Classic}, nil, nil},
+	} {
+		tc.spec.Targets, tc.spec.ReadyQueues = Targets{{Name: "orders"}}, rq
+		p := mustPlan(t, tc.spec)
+		q, _ := p.Queue("orders.timeouts")
+		if q.Args["x-delivery-limit"] != tc.limit || q.Args["x-dead-letter-exchange"] != tc.dlx {
+			t.Errorf("%s: ready queue args %v, want x-delivery-limit %v, x-dead-letter-exchange %v", tc.name, q.Args, tc.limit, tc.dlx)
+		}
+	}
+	if err := (Spec{Targets: Targets{{Name: "orders"}}, ReadyDeliveryLimit: -2}).Validate(); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("limit -2: %v, want ErrInvalidSpec", err)
+	}
+	for v, want := range map[string]int{"1": 1, "-1": -1, "20": 20, "0": 0, "-2": 0, "x": 0} {
+		got, err := ParseReadyDeliveryLimit(v)
+		if got != want || (want == 0) != (err != nil) {
+			t.Errorf("ParseReadyDeliveryLimit(%q) = %d, %v", v, got, err)
+		}
+	}
+}
+
+// TestTargetMarker: one marker per target, declared last with the ladder marker; a name that
+// would exceed 255 bytes is hashed, stays under the limit and differs per target; markers are
+// reserved names.
+func TestTargetMarker(t *testing.T) {
+	n := Names{Prefix: "app1"}
+	if got := n.TargetMarker("orders"); got != "app1.target.orders" {
+		t.Errorf("TargetMarker(orders) = %q", got)
+	}
+	long1, long2 := strings.Repeat("x", 250), strings.Repeat("x", 249)+"y"
+	m1, m2 := n.TargetMarker(long1), n.TargetMarker(long2)
+	if len(m1) > MaxNameLen || m1 == m2 || !strings.HasPrefix(m1, "app1.target-sha256.") {
+		t.Errorf("long markers %q, %q", m1, m2)
+	}
+	if !n.Reserved(m1) || !n.Reserved("app1.target.orders") || !n.Reserved("app1.due-unroutable") {
+		t.Error("markers and due-unroutable must be reserved names")
+	}
+	p := mustPlan(t, Spec{Prefix: "app1", Targets: Targets{{Name: "orders"}, {Name: long1}}})
+	var markers []string
+	for _, e := range p.Exchanges {
+		if e.Marker {
+			markers = append(markers, e.Name)
+		}
+	}
+	if len(markers) != 3 {
+		t.Errorf("markers %v, want the ladder's and two targets'", markers)
 	}
 }

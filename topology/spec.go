@@ -192,7 +192,37 @@ type Spec struct {
 	// name and binding key hold at most 255 bytes each (MaxNameLen); neither the queue nor the
 	// exchange name may be one of the topology's own names ([Names.Reserved]).
 	ReadyQueues ReadyQueues `envconfig:"AMQPDELAY_READY_QUEUES"`
+	// ReadyDeliveryLimit (AMQPDELAY_READY_DELIVERY_LIMIT, read by [ConfigFromEnv] with
+	// [ParseReadyDeliveryLimit]) is the x-delivery-limit of quorum ready queues: a message returned
+	// (nack or reject with requeue, or its consumer gone) more often than this is dead-lettered
+	// to <prefix>.unroutable and kept in the parking queue, with x-death reason delivery_limit,
+	// instead of being redelivered forever (RabbitMQ 3.x) or dropped after 20 returns (4.x's
+	// default limit). 0 means DefaultReadyDeliveryLimit; -1 declares ready queues without a
+	// limit and without a dead-letter exchange (as before this setting existed: use it when the
+	// ready queues already exist, or are declared by their consumers, with plain arguments).
+	// Classic ready queues have no delivery limit (RabbitMQ has none for them) and ignore it.
+	ReadyDeliveryLimit int `ignored:"true"`
+	// PolicyPriority (AMQPDELAY_POLICY_PRIORITY, read with [ParsePolicyPriority]) is the priority of the policies Apply sets (see [Plan.Policies]); 0 means
+	// DefaultPolicyPriority. Only the highest-priority policy matching a queue or exchange
+	// applies, so this must be above every other policy of the vhost that matches the
+	// topology's queues or target exchanges.
+	PolicyPriority int `ignored:"true"`
 }
+
+// DefaultReadyDeliveryLimit is the default x-delivery-limit of quorum ready queues: RabbitMQ
+// 4.x's own default for quorum queues (https://www.rabbitmq.com/docs/quorum-queues#poison-message-handling),
+// made explicit so that 3.x behaves the same and the message is kept (parked), not dropped.
+const DefaultReadyDeliveryLimit = 20
+
+// NoReadyDeliveryLimit as Spec.ReadyDeliveryLimit declares quorum ready queues without
+// x-delivery-limit and without a dead-letter exchange.
+const NoReadyDeliveryLimit = -1
+
+// DefaultPolicyPriority is the priority of the policies Apply sets when Spec.PolicyPriority is
+// 0: far above the small numbers (0-10, sometimes 100) policies are usually given. RabbitMQ
+// applies only the highest-priority policy that matches an object
+// (https://www.rabbitmq.com/docs/policies#priorities).
+const DefaultPolicyPriority = 1000000
 
 // Config is the whole configuration read from the environment: the connection (AMQPDELAY_URL,
 // AMQPDELAY_TLS_CA, AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY) and the [Spec].
@@ -220,7 +250,51 @@ func ConfigFromEnv() (Config, error) {
 		return Config{}, errors.Join(errs...)
 	}
 	c.Ladder = l
+	var errs2 []error
+	for _, v := range []struct {
+		name  string
+		parse func(string) (int, error)
+		into  *int
+	}{
+		{EnvPrefix + "_READY_DELIVERY_LIMIT", ParseReadyDeliveryLimit, &c.ReadyDeliveryLimit},
+		{EnvPrefix + "_POLICY_PRIORITY", ParsePolicyPriority, &c.PolicyPriority},
+	} {
+		if raw := os.Getenv(v.name); raw != "" {
+			n, err := v.parse(raw)
+			if err != nil {
+				errs2 = append(errs2, fmt.Errorf("%s: %w", v.name, err))
+			}
+			*v.into = n
+		}
+	}
+	if len(errs2) > 0 {
+		return Config{}, errors.Join(errs2...)
+	}
 	return c, nil
+}
+
+// ParseReadyDeliveryLimit reads a ready-queue delivery limit (AMQPDELAY_READY_DELIVERY_LIMIT,
+// --ready-delivery-limit) as the declare CLI and [ConfigFromEnv] both do: a decimal integer, at
+// least 1, or -1 for none ([NoReadyDeliveryLimit]). 0 is refused (leave it unset for the
+// default). Errors wrap ErrInvalidSpec.
+func ParseReadyDeliveryLimit(v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n == 0 || n < NoReadyDeliveryLimit {
+		return 0, fmt.Errorf("%w: ready-queue delivery limit %q: want a positive number of returns (default %d), or -1 for none",
+			ErrInvalidSpec, v, DefaultReadyDeliveryLimit)
+	}
+	return n, nil
+}
+
+// ParsePolicyPriority reads the priority of the topology's policies (AMQPDELAY_POLICY_PRIORITY,
+// --policy-priority): a positive decimal integer. Errors wrap ErrInvalidSpec.
+func ParsePolicyPriority(v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: policy priority %q: want a positive integer above every other policy's (default %d)",
+			ErrInvalidSpec, v, DefaultPolicyPriority)
+	}
+	return n, nil
 }
 
 // ladderFromEnv reads AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER with the declare CLI's
@@ -303,6 +377,12 @@ func (s Spec) WithDefaults() Spec {
 		s.QueueType = Quorum
 	}
 	s.Ladder = s.Ladder.WithDefaults()
+	if s.ReadyDeliveryLimit == 0 {
+		s.ReadyDeliveryLimit = DefaultReadyDeliveryLimit
+	}
+	if s.PolicyPriority == 0 {
+		s.PolicyPriority = DefaultPolicyPriority
+	}
 	return s
 }
 
@@ -378,6 +458,12 @@ func (s Spec) Validate() error {
 	case Quorum, Classic:
 	default:
 		add("queue type %q: want quorum or classic", s.QueueType)
+	}
+	if s.ReadyDeliveryLimit < NoReadyDeliveryLimit {
+		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
+	}
+	if s.PolicyPriority < 0 {
+		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)
 	}
 	seenReady := map[ReadyQueue]bool{}
 	for _, r := range s.ReadyQueues {
