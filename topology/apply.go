@@ -33,6 +33,9 @@ const (
 	// StateBound: Apply declared the binding; without the management API it cannot tell
 	// whether it existed (AMQP has no passive bind). Declaring a binding twice is harmless.
 	StateBound State = "bound"
+	// StateUpdated: Apply rewrote a policy of the topology that had another pattern,
+	// priority or definition.
+	StateUpdated State = "updated"
 	// StateMissing: the object does not exist (Apply with DryRun: it would be created).
 	StateMissing State = "missing"
 	// StateUnknown: a binding whose existence cannot be checked without the management API.
@@ -41,6 +44,9 @@ const (
 	StateConflict State = "conflict"
 	// StateNotDeclared: not declared because an earlier step failed.
 	StateNotDeclared State = "not declared"
+	// StateSkipped: a policy not set (Apply) or not deleted (Teardown) because there is no
+	// management API client: AMQP cannot set policies. Detail gives the rabbitmqctl command.
+	StateSkipped State = "skipped"
 	// StateDeleted: Teardown deleted the object.
 	StateDeleted State = "deleted"
 	// StateAbsent: Teardown found nothing to delete.
@@ -65,6 +71,9 @@ type Report struct {
 	// the plan's prefix that the plan does not have, left in place: Teardown deletes only
 	// what its plan names.
 	Unplanned []Unplanned `json:"unplanned,omitempty"`
+	// PolicyProblems (Apply with the management API only) are the policy keys in effect on
+	// the topology's objects once it is applied (see [Management.PolicyProblems]).
+	PolicyProblems []PolicyProblem `json:"policy_problems,omitempty"`
 	// Elapsed is the wall-clock time of the whole operation.
 	Elapsed time.Duration `json:"elapsed_ns"`
 }
@@ -88,8 +97,10 @@ type ApplyOptions struct {
 	DryRun bool
 	// Workers is the number of channels to declare on in parallel; 0 means DefaultWorkers.
 	Workers int
-	// Management, when set, lets Apply tell created bindings from unchanged ones (AMQP cannot);
-	// without it bindings are reported as StateBound.
+	// Management, when set, lets Apply tell created bindings from unchanged ones (AMQP cannot;
+	// without it bindings are reported as StateBound), set the plan's policies
+	// ([Plan.Policies]; without it they are reported as StateSkipped, with the rabbitmqctl
+	// command to run) and check the policies in effect ([Management.PolicyProblems]).
 	Management *Management
 	// Logger receives debug lines for every declaration; the zero value logs nothing.
 	Logger zerolog.Logger
@@ -158,15 +169,22 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 //     then the bindings by ascending [Binding.Tier]: a binding never routes into an exchange
 //     whose bindings are not declared yet, so a failure part-way leaves no path on which an
 //     expiring message would be dropped.
-//  5. Last, the ladder marker exchange ([Names.LadderMarker]), which publishers check: it
-//     exists only once every object of the plan was declared with the plan's arguments, so
-//     an apply that fails half way, is cut off, or races an apply of another ladder (one of
-//     the two then meets a 406) leaves no marker, and no publisher trusts a mixed ladder.
+//     Before creating anything, with opts.Management, the plan's policies are set
+//     ([Management.SetPolicies]), so a new queue never runs under another policy.
+//  5. Last, the marker exchanges ([Names.LadderMarker], [Names.TargetMarker]), which
+//     publishers check: they exist only once every object of the plan was declared with the
+//     plan's arguments, so an apply that fails half way, is cut off, or races an apply of
+//     another ladder (one of the two then meets a 406) leaves no marker, and no publisher
+//     trusts a mixed ladder or an unbound target.
+//  6. With opts.Management, the policies in effect are checked ([Management.PolicyProblems]):
+//     Report.PolicyProblems lists them, and those that break a guarantee make Apply return an
+//     error wrapping ErrPolicy (the topology is declared all the same).
 //
 // Apply never deletes or re-declares an object with other arguments. Work is spread over
 // opts.Workers channels of conn; conn stays open. The report lists what was done even when
 // Apply fails. Errors wrap ErrTargetMissing, ErrConflict, ErrAccessRefused (403: the user
-// lacks configure permission) or the broker's *amqp091.Error; when ctx ends, Apply returns
+// lacks configure permission), ErrPolicy, ErrManagement (a policy could not be set or read) or
+// the broker's *amqp091.Error; when ctx ends, Apply returns
 // ctx.Err() at once (declarations in flight finish in the background: amqp091's declare
 // methods take no context).
 func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOptions) (*Report, error) {
@@ -303,7 +321,24 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		// The report lists every conflict; the error keeps the first one in full.
 		return rep, fmt.Errorf("%w\n(and %d more objects exist with different arguments: see the report)", conflicts[0], len(conflicts)-1)
 	}
+	// The policies, before any object is created, so new queues never run under another
+	// policy; AMQP cannot set them.
+	var policyResults []Result
+	if opts.Management != nil {
+		policyResults, err = opts.Management.SetPolicies(ctx, p, opts.DryRun)
+		if err != nil {
+			rep.Results = append(rep.Results, policyResults...)
+			return rep, err
+		}
+	} else {
+		cmds := p.PolicyCommands("")
+		for i, pol := range p.Policies {
+			policyResults = append(policyResults, Result{Kind: KindPolicy, Name: pol.Name, State: StateSkipped,
+				Detail: "AMQP cannot set policies: pass the management API, or run " + cmds[i] + " (with -p <vhost>)"})
+		}
+	}
 	if opts.DryRun {
+		rep.Results = append(rep.Results, policyResults...)
 		return rep, nil
 	}
 
@@ -318,14 +353,15 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	}
 	jobs = nil
 	var idx []int
-	// The ladder marker tells publishers that the ladder is declared as it says (see
-	// Names.LadderMarker), so it comes last, once every queue and binding has been declared
-	// with this plan's arguments: an apply that fails or is cut off half way (or loses a race
-	// with an apply of another ladder) leaves no marker, and publishers refuse to start.
-	marker := -1
+	// The markers tell publishers that the ladder is declared as it says (Names.LadderMarker)
+	// and that a target is bound to D (Names.TargetMarker), so they come last, once every
+	// queue and binding has been declared with this plan's arguments and the policies are
+	// set: an apply that fails or is cut off half way (or loses a race with an apply of
+	// another ladder) leaves no marker, and publishers refuse to start.
+	var markers []int
 	for i, e := range p.Exchanges {
-		if e.Name == p.Names.LadderMarker(p.Ladder) {
-			marker = i
+		if e.Marker {
+			markers = append(markers, i)
 			continue
 		}
 		if rep.Results[i].State == StateMissing {
@@ -365,9 +401,22 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 			return fail(err, 0)
 		}
 	}
-	if marker >= 0 && rep.Results[marker].State == StateMissing {
-		if err := runCreate(ctx, conn, opts, rep, []job{declareExchange(p.Exchanges[marker])}, []int{marker}, StateCreated); err != nil {
-			return fail(err, 0)
+	jobs, idx = nil, nil
+	for _, i := range markers {
+		if rep.Results[i].State == StateMissing {
+			jobs, idx = append(jobs, declareExchange(p.Exchanges[i])), append(idx, i)
+		}
+	}
+	if err := runCreate(ctx, conn, opts, rep, jobs, idx, StateCreated); err != nil {
+		return fail(err, 0)
+	}
+	rep.Results = append(rep.Results, policyResults...)
+	if opts.Management != nil {
+		if rep.PolicyProblems, err = opts.Management.PolicyProblems(ctx, p); err != nil {
+			return rep, err
+		}
+		if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
+			return rep, policyError(failing)
 		}
 	}
 	log.Debug().Int("created", rep.Count(StateCreated)).Int("unchanged", rep.Count(StateUnchanged)).

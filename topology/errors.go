@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/plugin"
 )
 
 // Sentinel errors. Errors from this package wrap one of them (or ErrInvalidSpec, see spec.go)
@@ -26,7 +28,15 @@ var (
 	// ErrIncomplete: status found objects of the plan missing.
 	ErrIncomplete = errors.New("topology: topology incomplete")
 	// ErrPluginUnavailable: plugin mode is on and the broker has no delayed-message plugin.
-	ErrPluginUnavailable = errors.New("topology: delayed-message plugin unavailable")
+	// It is [plugin.ErrUnavailable] (one sentinel for the whole module).
+	ErrPluginUnavailable = plugin.ErrUnavailable
+	// ErrPolicy: a policy (or operator policy) in effect on the topology's queues or exchanges
+	// breaks a guarantee; see [PolicyProblem].
+	ErrPolicy = errors.New("topology: a policy in effect breaks a guarantee")
+	// ErrUnhealthy: status found the topology complete but in a state that breaks a guarantee:
+	// a consumer on a delay queue, messages held in a quorum queue's dead-letter state, or a
+	// binding the plan does not have on the topology's exchanges or queues.
+	ErrUnhealthy = errors.New("topology: topology unhealthy")
 	// ErrAccessRefused: the broker refused an operation (403 ACCESS_REFUSED), typically a
 	// user without configure permission on the vhost for the topology's names.
 	ErrAccessRefused = errors.New("topology: access refused")
@@ -145,4 +155,19 @@ func wrapBroker(err error, what string) error {
 		return fmt.Errorf("%w: %s: %w (the user needs configure permission on this vhost for names starting with the prefix, and write/read permission on the target exchanges: rabbitmqctl set_permissions)", ErrAccessRefused, what, err)
 	}
 	return fmt.Errorf("topology: %s: %w", what, err)
+}
+
+// policyError wraps ErrPolicy and lists the failing problems (at most 5 in full).
+func policyError(failing []PolicyProblem) error {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d policy keys in effect break guarantees", len(failing))
+	for i, pp := range failing {
+		if i == 5 {
+			fmt.Fprintf(&sb, "\n  ... and %d more (see the report)", len(failing)-5)
+			break
+		}
+		sb.WriteString("\n  ")
+		sb.WriteString(pp.Error())
+	}
+	return fmt.Errorf("%w: %s", ErrPolicy, sb.String())
 }

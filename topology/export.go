@@ -14,6 +14,17 @@ type Definitions struct {
 	Exchanges []DefExchange `json:"exchanges"`
 	Queues    []DefQueue    `json:"queues"`
 	Bindings  []DefBinding  `json:"bindings"`
+	Policies  []DefPolicy   `json:"policies"`
+}
+
+// DefPolicy is a policy in definitions.
+type DefPolicy struct {
+	VHost      string         `json:"vhost"`
+	Name       string         `json:"name"`
+	Pattern    string         `json:"pattern"`
+	ApplyTo    string         `json:"apply-to"`
+	Definition map[string]any `json:"definition"`
+	Priority   int            `json:"priority"`
 }
 
 // DefVHost is a vhost in definitions.
@@ -52,7 +63,7 @@ type DefBinding struct {
 }
 
 // Definitions returns p as RabbitMQ definitions for vhost ("/" when empty): every exchange,
-// queue and binding Apply would declare, with the same arguments. The vhost is listed, so
+// queue, binding and policy Apply would declare, with the same arguments. The vhost is listed, so
 // `rabbitmqctl import_definitions` creates it on an empty broker (it grants no permissions).
 // Exchanges in p.Existing (targets given without a type) are not included: they must exist
 // before the definitions are imported, as for Apply.
@@ -66,7 +77,11 @@ func (p *Plan) Definitions(vhost string) Definitions {
 		}
 		return t
 	}
-	d := Definitions{VHosts: []DefVHost{{Name: vhost}}, Exchanges: []DefExchange{}, Queues: []DefQueue{}, Bindings: []DefBinding{}}
+	d := Definitions{VHosts: []DefVHost{{Name: vhost}}, Exchanges: []DefExchange{}, Queues: []DefQueue{}, Bindings: []DefBinding{}, Policies: []DefPolicy{}}
+	for _, pol := range p.Policies {
+		d.Policies = append(d.Policies, DefPolicy{VHost: vhost, Name: pol.Name, Pattern: pol.Pattern, ApplyTo: pol.ApplyTo,
+			Definition: pol.Definition, Priority: pol.Priority})
+	}
 	for _, e := range p.Exchanges {
 		d.Exchanges = append(d.Exchanges, DefExchange{Name: e.Name, VHost: vhost, Type: e.Type, Durable: true, Arguments: args(e.Args)})
 	}

@@ -24,7 +24,10 @@ var ErrManagement = errors.New("topology: management API")
 // Management reads what AMQP cannot see from RabbitMQ's management HTTP API
 // (https://www.rabbitmq.com/docs/management#http-api): the bindings of a vhost (so Apply can
 // tell a created binding from an unchanged one), the messages held in quorum queues'
-// dead-letter state (messages_dlx), and the broker's exchange types. It only reads.
+// dead-letter state (messages_dlx), the broker's exchange types, and the policies in effect
+// ([Management.PolicyProblems]). It writes only the topology's own policies, when Apply
+// ([Management.SetPolicies]) or Teardown ([Management.DeletePolicies]) is given one; that needs
+// a user with the policymaker (or administrator) tag.
 type Management struct {
 	base  *url.URL // without user information
 	user  *url.Userinfo
@@ -86,10 +89,27 @@ func (m *Management) advice(status int) string {
 func (m *Management) VHost() string { return m.vhost }
 
 func (m *Management) get(ctx context.Context, path string, out any) error {
+	return m.do(ctx, http.MethodGet, path, nil, out)
+}
+
+// do calls the management API: method on path (relative to the base URL), with body sent as
+// JSON when not nil, decoding a JSON answer into out when not nil. 2xx answers succeed.
+func (m *Management) do(ctx context.Context, method, path string, body, out any) error {
 	full := m.base.String() + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, full, nil)
+	var rd io.Reader
+	if body != nil {
+		js, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%w: %s %s: %v", ErrManagement, method, full, err)
+		}
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, full, rd)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrManagement, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if m.user != nil {
 		pw, _ := m.user.Password()
@@ -101,22 +121,50 @@ func (m *Management) get(ctx context.Context, path string, out any) error {
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: GET %s: %v", ErrManagement, full, err)
+		return fmt.Errorf("%w: %s %s: %v", ErrManagement, method, full, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%w: GET %s: %v", ErrManagement, full, err)
+		return fmt.Errorf("%w: %s %s: %v", ErrManagement, method, full, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: GET %s: %s: %.200s%s", ErrManagement, full, resp.Status, strings.TrimSpace(string(data)), m.advice(resp.StatusCode))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return &managementStatusError{method: method, url: full, status: resp.Status, code: resp.StatusCode,
+			text: fmt.Sprintf("%.200s%s", strings.TrimSpace(string(data)), m.advice(resp.StatusCode))}
+	}
+	if out == nil || len(bytes.TrimSpace(data)) == 0 {
+		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // 315360000000 stays 315360000000, not 3.1536e+11
 	if err := dec.Decode(out); err != nil {
-		return fmt.Errorf("%w: GET %s: %v", ErrManagement, full, err)
+		return fmt.Errorf("%w: %s %s: %v", ErrManagement, method, full, err)
 	}
 	return nil
+}
+
+// managementStatusError is a non-2xx answer of the management API. It wraps ErrManagement.
+type managementStatusError struct {
+	method, url, status, text string
+	code                      int
+}
+
+func (e *managementStatusError) Error() string {
+	if e.method == http.MethodGet {
+		return fmt.Sprintf("%v: GET %s: %s: %s", ErrManagement, e.url, e.status, e.text)
+	}
+	return fmt.Sprintf("%v: %s %s: %s: %s", ErrManagement, e.method, e.url, e.status, e.text)
+}
+
+func (e *managementStatusError) Unwrap() error { return ErrManagement }
+
+// httpStatus returns the HTTP status code of a management API refusal, or 0.
+func httpStatus(err error) int {
+	var se *managementStatusError
+	if errors.As(err, &se) {
+		return se.code
+	}
+	return 0
 }
 
 // ManagedQueue is what the management API says about one queue. Counts are -1 when the
@@ -162,6 +210,19 @@ func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error
 
 // bindingKeys returns a key for every binding of the vhost (see bindingKey).
 func (m *Management) bindingKeys(ctx context.Context) (map[string]bool, error) {
+	all, err := m.bindings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(all))
+	for _, b := range all {
+		out[b.key()] = true
+	}
+	return out, nil
+}
+
+// bindings returns every binding of the vhost but the default exchange's (Role is empty).
+func (m *Management) bindings(ctx context.Context) ([]Binding, error) {
 	var raw []struct {
 		Source          string         `json:"source"`
 		Destination     string         `json:"destination"`
@@ -172,11 +233,44 @@ func (m *Management) bindingKeys(ctx context.Context) (map[string]bool, error) {
 	if err := m.get(ctx, "api/bindings/"+url.PathEscape(m.vhost), &raw); err != nil {
 		return nil, err
 	}
-	out := make(map[string]bool, len(raw))
+	out := make([]Binding, 0, len(raw))
 	for _, b := range raw {
-		out[bindingKey(b.Source, b.Destination, b.DestinationType, b.RoutingKey, b.Arguments)] = true
+		if b.Source == "" {
+			continue
+		}
+		out = append(out, Binding{Source: b.Source, Destination: b.Destination, DestinationType: b.DestinationType,
+			RoutingKey: b.RoutingKey, Args: b.Arguments})
 	}
 	return out, nil
+}
+
+// unplannedBindings picks, from the vhost's bindings, those that lead from or to the plan's
+// exchanges (targets excepted: their other bindings are the applications') or to the plan's
+// queues (ready queues included) and that the plan does not have: left by an earlier
+// specification (a ready queue's old binding key, say), or added by hand. They change where
+// messages go.
+func unplannedBindings(p *Plan, all []Binding) []Binding {
+	ownX, ownQ, planned := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, e := range p.Exchanges {
+		if e.Role != RoleTarget {
+			ownX[e.Name] = true
+		}
+	}
+	for _, q := range p.Queues {
+		ownQ[q.Name] = true
+	}
+	for _, b := range p.Bindings {
+		planned[b.key()] = true
+	}
+	var out []Binding
+	for _, b := range all {
+		ours := ownX[b.Source] || (b.DestinationType == DestQueue && ownQ[b.Destination]) ||
+			(b.DestinationType == DestExchange && ownX[b.Destination])
+		if ours && !planned[b.key()] {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // ExchangeTypes returns the exchange types the broker knows (from /api/overview), for

@@ -2,7 +2,9 @@ package topology
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
@@ -14,7 +16,8 @@ type StatusOptions struct {
 	// Workers is the number of channels to inspect on in parallel; 0 means DefaultWorkers.
 	Workers int
 	// Management, when set, adds what AMQP cannot see: messages held in quorum queues'
-	// dead-letter state (messages_dlx), unacknowledged messages, and the bindings.
+	// dead-letter state (messages_dlx), unacknowledged messages, the bindings (planned and
+	// unplanned), the topology's policies and the policies in effect.
 	Management *Management
 	// Logger receives a warning per delay queue with a consumer; the zero value logs nothing.
 	Logger zerolog.Logger
@@ -67,6 +70,33 @@ type StatusReport struct {
 	// have (management API only): left by an earlier specification. They do not make the
 	// status incomplete.
 	Unplanned []Unplanned `json:"unplanned,omitempty"`
+	// UnplannedBindings are bindings from or to the topology's exchanges (targets excepted)
+	// or to its queues (ready queues included) that the plan does not have (management API
+	// only): left by an earlier specification (a ready queue's old binding key) or added by
+	// hand. They change where messages go, so Status fails with ErrUnhealthy.
+	UnplannedBindings []Binding `json:"unplanned_bindings,omitempty"`
+	// DeadLettering names the queues holding messages in their dead-letter state
+	// (messages_dlx > 0, management API only): at-least-once dead-lettering that has not
+	// completed, because nothing routes the message (a target with no binding for it and no
+	// alternate exchange) or because a quorum queue member or leader is unreachable. A busy
+	// ladder shows small counts in passing; counts that stay make Status fail with
+	// ErrUnhealthy.
+	DeadLettering []string `json:"dead_lettering,omitempty"`
+	// Policies are the topology's own policies and whether each is set as planned
+	// (management API only).
+	Policies []PolicyStatus `json:"policies,omitempty"`
+	// PolicyProblems are the policy keys in effect that break a guarantee, and warnings
+	// (management API only; see [Management.PolicyProblems]).
+	PolicyProblems []PolicyProblem `json:"policy_problems,omitempty"`
+}
+
+// PolicyStatus is one policy of the plan and whether the broker has it as planned.
+type PolicyStatus struct {
+	Policy
+	// Exists: a policy of that name exists.
+	Exists bool `json:"exists"`
+	// Current: it exists with the plan's pattern, apply-to, priority and definition.
+	Current bool `json:"current"`
 }
 
 // Parking returns the parking queue's status.
@@ -81,10 +111,16 @@ func (r *StatusReport) Parking() QueueStatus {
 
 // Status inspects the plan's objects on conn with passive declarations (read-only: it
 // declares nothing): which exist, the messages waiting and consumers of every queue, and,
-// with opts.Management, messages in quorum queues' dead-letter state and the bindings. It
-// logs a warning for every delay queue with a consumer (a consumer takes delayed messages
-// early). It returns the report and, when objects are missing, an error wrapping
-// ErrIncomplete that names them; other errors are the broker's.
+// with opts.Management, messages in quorum queues' dead-letter state, the bindings (missing
+// and unplanned), the topology's policies and the policy keys in effect that break a
+// guarantee. It logs a warning for every delay queue with a consumer (a consumer takes
+// delayed messages early).
+//
+// It returns the report and an error joining, as found: ErrIncomplete naming the missing
+// objects (policies included); ErrUnhealthy naming the delay queues with consumers, the
+// queues holding messages in their dead-letter state, and the unplanned bindings; ErrPolicy
+// naming the policy problems (warnings excepted). errors.Is tells them apart. Other errors
+// are the broker's, or wrap ErrManagement.
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
 	rep := &StatusReport{}
 	var jobs []job
@@ -115,6 +151,22 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			return rep, err
 		}
 		if rep.Unplanned, err = opts.Management.unplanned(ctx, p, managed); err != nil {
+			return rep, err
+		}
+		all, err := opts.Management.bindings(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.UnplannedBindings = unplannedBindings(p, all)
+		have, err := opts.Management.policies(ctx, false)
+		if err != nil {
+			return rep, err
+		}
+		for _, pol := range p.Policies {
+			old, ok := have[pol.Name]
+			rep.Policies = append(rep.Policies, PolicyStatus{Policy: pol, Exists: ok, Current: ok && samePolicy(old, pol)})
+		}
+		if rep.PolicyProblems, err = opts.Management.PolicyProblems(ctx, p); err != nil {
 			return rep, err
 		}
 		rep.Management = true
@@ -148,6 +200,9 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 		if m, found := managed[q.Name]; found {
 			s.Messages, s.MessagesDLX = m.Messages, m.MessagesDLX
+			if m.MessagesDLX > 0 {
+				rep.DeadLettering = append(rep.DeadLettering, fmt.Sprintf("%s (%d)", q.Name, m.MessagesDLX))
+			}
 		}
 		if ok && q.IsDelay() && s.Consumers > 0 {
 			rep.ConsumedDelayQueues = append(rep.ConsumedDelayQueues, q.Name)
@@ -165,8 +220,37 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			rep.Bindings = append(rep.Bindings, BindingStatus{Binding: b, Exists: ok})
 		}
 	}
-	if len(rep.Missing) > 0 {
-		return rep, fmt.Errorf("%w: %d objects missing (first: %s): run declare apply", ErrIncomplete, len(rep.Missing), rep.Missing[0])
+	for _, ps := range rep.Policies {
+		switch {
+		case !ps.Exists:
+			rep.Missing = append(rep.Missing, "policy "+ps.Name)
+		case !ps.Current:
+			rep.Missing = append(rep.Missing, "policy "+ps.Name+" (exists with another pattern, priority or definition)")
+		}
 	}
-	return rep, nil
+	var problems []error
+	if len(rep.Missing) > 0 {
+		problems = append(problems, fmt.Errorf("%w: %d objects missing (first: %s): run declare apply", ErrIncomplete, len(rep.Missing), rep.Missing[0]))
+	}
+	if len(rep.ConsumedDelayQueues) > 0 {
+		problems = append(problems, fmt.Errorf("%w: consumers on delay queues (%s): they take delayed messages before they are due; "+
+			"stop them and consume from the targets' queues", ErrUnhealthy, strings.Join(rep.ConsumedDelayQueues, ", ")))
+	}
+	if len(rep.DeadLettering) > 0 {
+		problems = append(problems, fmt.Errorf("%w: messages in dead-letter state (messages_dlx) in %s: their dead-lettering has not "+
+			"completed, because nothing routes them (a target with no binding for their routing key and no alternate exchange) "+
+			"or because a quorum queue member or leader is unreachable; RabbitMQ retries them forever. A busy topology shows "+
+			"small counts in passing: run status again, and if they stay, look at the targets' bindings and the cluster's nodes",
+			ErrUnhealthy, strings.Join(rep.DeadLettering, ", ")))
+	}
+	if len(rep.UnplannedBindings) > 0 {
+		problems = append(problems, fmt.Errorf("%w: %d bindings on the topology's exchanges and queues are not in the plan (first: %s): "+
+			"left by an earlier specification or added by hand, they change where messages go; unbind them "+
+			"(rabbitmqctl has no unbind: use the management UI or API), or put them in the specification",
+			ErrUnhealthy, len(rep.UnplannedBindings), rep.UnplannedBindings[0]))
+	}
+	if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
+		problems = append(problems, policyError(failing))
+	}
+	return rep, errors.Join(problems...)
 }

@@ -30,8 +30,10 @@ type TeardownOptions struct {
 }
 
 // Teardown deletes the delay topology of p: the delay queues (ladder and bucket queues), the
-// parking queue, the ladder exchanges, the bucket exchange, the plugin exchange, the
-// dispatch exchange and its alternate exchange (and, with opts.ReadyQueues, the ready queues).
+// parking queue, the target markers, the ladder exchanges and marker, the bucket exchange,
+// the plugin exchange, the dispatch exchange, the alternate exchanges (and, with
+// opts.ReadyQueues, the ready queues), and last, with opts.Management, the topology's
+// policies (without it they are reported as StateSkipped: AMQP cannot delete policies).
 // It never touches target exchanges, also those the topology declared (name:type).
 //
 // Unless opts.Force is set it first counts the messages of every queue it would delete and,
@@ -82,13 +84,20 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			classic[q.Name] = true
 		}
 	}
-	exchanges := []string{p.Names.PluginExchange(), p.Names.BucketExchange()}
+	// The target markers first: publishers that check them stop trusting the topology.
+	var exchanges []string
+	for _, e := range p.Exchanges {
+		if e.Marker && e.Role == RoleDispatch {
+			exchanges = append(exchanges, e.Name)
+		}
+	}
+	exchanges = append(exchanges, p.Names.PluginExchange(), p.Names.BucketExchange())
 	for _, e := range p.Exchanges {
 		if e.Role == RoleLadder {
 			exchanges = append(exchanges, e.Name)
 		}
 	}
-	exchanges = append(exchanges, p.Names.Dispatch(), p.Names.Unroutable())
+	exchanges = append(exchanges, p.Names.Dispatch(), p.Names.DueUnroutable(), p.Names.Unroutable())
 
 	// What exists, and what it holds.
 	var jobs []job
@@ -182,7 +191,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		rep.Results = append(rep.Results, r)
 	}
 	if opts.DryRun {
-		return rep, nil
+		return rep, teardownPolicies(ctx, p, opts, rep)
 	}
 	del := func(from, to int) error {
 		var jobs []job
@@ -254,5 +263,20 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			return rep, err
 		}
 	}
-	return rep, nil
+	return rep, teardownPolicies(ctx, p, opts, rep)
+}
+
+// teardownPolicies deletes the plan's policies (the management API is needed) and adds
+// their results to rep.
+func teardownPolicies(ctx context.Context, p *Plan, opts TeardownOptions, rep *Report) error {
+	if opts.Management == nil {
+		for _, pol := range p.Policies {
+			rep.Results = append(rep.Results, Result{Kind: KindPolicy, Name: pol.Name, State: StateSkipped,
+				Detail: fmt.Sprintf("AMQP cannot delete policies: pass the management API, or run rabbitmqctl clear_policy -p <vhost> %s", shellQuote(pol.Name))})
+		}
+		return nil
+	}
+	res, err := opts.Management.DeletePolicies(ctx, p, opts.DryRun)
+	rep.Results = append(rep.Results, res...)
+	return err
 }

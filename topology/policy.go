@@ -1,0 +1,521 @@
+package topology
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// KindPolicy is the kind of a policy in a [Report].
+const KindPolicy Kind = "policy"
+
+// managedPolicy is a policy as GET /api/policies/<vhost> (or /api/operator-policies/<vhost>)
+// lists it.
+type managedPolicy struct {
+	Name       string         `json:"name"`
+	Pattern    string         `json:"pattern"`
+	ApplyTo    string         `json:"apply-to"`
+	Priority   json.Number    `json:"priority"`
+	Definition map[string]any `json:"definition"`
+}
+
+// policies returns the vhost's policies (operator: its operator policies) by name.
+func (m *Management) policies(ctx context.Context, operator bool) (map[string]managedPolicy, error) {
+	kind := "policies"
+	if operator {
+		kind = "operator-policies"
+	}
+	var raw []managedPolicy
+	if err := m.get(ctx, "api/"+kind+"/"+url.PathEscape(m.vhost), &raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string]managedPolicy, len(raw))
+	for _, p := range raw {
+		out[p.Name] = p
+	}
+	return out, nil
+}
+
+// samePolicy reports whether the broker's policy has the plan policy's pattern, apply-to,
+// priority and definition (values compared by their printed form: JSON numbers).
+func samePolicy(have managedPolicy, want Policy) bool {
+	if have.Pattern != want.Pattern || have.ApplyTo != want.ApplyTo || have.Priority.String() != strconv.Itoa(want.Priority) ||
+		len(have.Definition) != len(want.Definition) {
+		return false
+	}
+	for k, v := range want.Definition {
+		if fmt.Sprint(have.Definition[k]) != fmt.Sprint(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// policyAdvice is what to do when the management API refuses to write a policy.
+func policyAdvice(err error) string {
+	switch httpStatus(err) {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return ": setting policies needs a user with the policymaker (or administrator) tag and configure permission on the vhost " +
+			"(rabbitmqctl set_user_tags <user> policymaker), or set them yourself with the rabbitmqctl commands of [Plan.PolicyCommands]"
+	}
+	return ""
+}
+
+// SetPolicies creates or updates p's policies ([Plan.Policies]) in the client's vhost and
+// reports each as StateCreated, StateUnchanged or StateUpdated (with dryRun: StateMissing or
+// StateUpdated, nothing written). A policy of the same name with another pattern, priority or
+// definition is overwritten: the names are the topology's own ([Names.DelayQueuesPolicy],
+// [Names.TargetsPolicy]). Errors wrap ErrManagement; a refusal (401/403) says which user tag
+// is needed.
+func (m *Management) SetPolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
+	have, err := m.policies(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, pol := range p.Policies {
+		r := Result{Kind: KindPolicy, Name: pol.Name, State: StateCreated}
+		old, exists := have[pol.Name]
+		switch {
+		case exists && samePolicy(old, pol):
+			r.State = StateUnchanged
+		case exists:
+			r.State = StateUpdated
+			r.Detail = fmt.Sprintf("was pattern %.60q priority %s definition %v", old.Pattern, old.Priority, FormatArgs(old.Definition))
+		case dryRun:
+			r.State = StateMissing
+		}
+		if !dryRun && r.State != StateUnchanged {
+			body := map[string]any{"pattern": pol.Pattern, "apply-to": pol.ApplyTo, "priority": pol.Priority, "definition": pol.Definition}
+			if err := m.do(ctx, http.MethodPut, "api/policies/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(pol.Name), body, nil); err != nil {
+				r.State, r.Detail = StateNotDeclared, err.Error()
+				out = append(out, r)
+				return out, fmt.Errorf("topology: set policy %q: %w%s", pol.Name, err, policyAdvice(err))
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// DeletePolicies deletes p's policies and reports each as StateDeleted or StateAbsent (with
+// dryRun nothing is deleted; what exists is reported as StateDeleted). Errors wrap
+// ErrManagement.
+func (m *Management) DeletePolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
+	have, err := m.policies(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, pol := range p.Policies {
+		r := Result{Kind: KindPolicy, Name: pol.Name, State: StateAbsent}
+		if _, ok := have[pol.Name]; ok {
+			r.State = StateDeleted
+			if !dryRun {
+				err := m.do(ctx, http.MethodDelete, "api/policies/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(pol.Name), nil, nil)
+				if err != nil && httpStatus(err) != http.StatusNotFound {
+					r.State, r.Detail = StateNotDeleted, err.Error()
+					out = append(out, r)
+					return out, fmt.Errorf("topology: delete policy %q: %w%s", pol.Name, err, policyAdvice(err))
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// PolicyCommands returns the rabbitmqctl commands that set p's policies in vhost, for
+// operators who apply without the management API (AMQP cannot set policies).
+func (p *Plan) PolicyCommands(vhost string) []string {
+	if vhost == "" {
+		vhost = "/"
+	}
+	var out []string
+	for _, pol := range p.Policies {
+		def, _ := json.Marshal(pol.Definition)
+		out = append(out, fmt.Sprintf("rabbitmqctl set_policy -p %s --apply-to %s --priority %d %s %s %s",
+			shellQuote(vhost), pol.ApplyTo, pol.Priority, shellQuote(pol.Name), shellQuote(pol.Pattern), shellQuote(string(def))))
+	}
+	return out
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Breakage names the guarantee a policy key breaks (see [PolicyProblem]).
+type Breakage string
+
+// What a policy key can break.
+const (
+	// BreaksEarly: delayed messages arrive before they are due (a message-ttl below a delay
+	// queue's x-message-ttl: RabbitMQ applies the lower of the two).
+	BreaksEarly Breakage = "early"
+	// BreaksDeletes: the queue is deleted with its messages (expires: a delay queue never has
+	// a consumer, so it always counts as unused).
+	BreaksDeletes Breakage = "deletes"
+	// BreaksDrops: messages can be lost (a length limit that drops, a TTL on the parking
+	// queue, an overflow that downgrades quorum dead-lettering to at-most-once).
+	BreaksDrops Breakage = "drops"
+	// BreaksStalls: messages stop moving (a full queue refusing dead-lettered messages, which
+	// then sit in the upstream queue's dead-letter state; a due message no binding takes and
+	// no alternate exchange parks).
+	BreaksStalls Breakage = "stalls"
+	// BreaksRouting: messages go somewhere they should not (a dead-letter routing key that
+	// replaces the message's own, an alternate exchange on one of the topology's exchanges).
+	BreaksRouting Breakage = "wrong routing"
+)
+
+// PolicyProblem is one policy key in effect on a queue or exchange of the topology that breaks
+// (or, with Warning, may break) one of rabbitdelay's guarantees. It is an error: Error
+// describes the policy, the key, the value, the object and what it breaks, and what to do.
+type PolicyProblem struct {
+	// Kind is KindQueue or KindExchange.
+	Kind Kind `json:"kind"`
+	// Object is the queue or exchange name.
+	Object string `json:"object"`
+	// Policy is the name of the policy that sets Key, or "" when the value is the object's
+	// own argument, or when no policy applies where one should (the topology's policy is not
+	// set).
+	Policy string `json:"policy"`
+	// Operator is set when Policy is an operator policy (rabbitmqctl set_operator_policy):
+	// RabbitMQ merges those with the applying policy, the stricter value winning, so no
+	// policy of the topology can shadow them.
+	Operator bool `json:"operator,omitempty"`
+	// Key is the policy key (message-ttl, expires, max-length, ...) or argument.
+	Key string `json:"key"`
+	// Value is the value in effect (JSON numbers as json.Number), nil when missing.
+	Value any `json:"value"`
+	// Breaks is what it breaks.
+	Breaks Breakage `json:"breaks"`
+	// Warning is set for what does not break a guarantee by itself (a target's own alternate
+	// exchange; a delivery limit on the parking queue). Status and Apply do not fail on
+	// warnings.
+	Warning bool `json:"warning,omitempty"`
+	// Why explains the effect.
+	Why string `json:"why"`
+}
+
+// Error describes the problem: `operator policy "p" sets message-ttl = 1000 on queue "q":
+// early: ...; fix: ...`.
+func (pp PolicyProblem) Error() string {
+	var src string
+	switch {
+	case pp.Policy == "" && pp.Value == nil:
+		src = "no policy sets " + pp.Key
+	case pp.Policy == "":
+		src = fmt.Sprintf("the argument %s = %v", pp.Key, pp.Value)
+	case pp.Operator:
+		src = fmt.Sprintf("operator policy %q sets %s = %v", pp.Policy, pp.Key, pp.Value)
+	default:
+		src = fmt.Sprintf("policy %q sets %s = %v", pp.Policy, pp.Key, pp.Value)
+	}
+	return fmt.Sprintf("%s on %s %q: %s: %s", src, pp.Kind, pp.Object, pp.Breaks, pp.Why)
+}
+
+// fix is the advice common to policy problems, by source.
+func (pp PolicyProblem) fix(ours string, priority int) string {
+	switch {
+	case pp.Operator:
+		return fmt.Sprintf("change the operator policy's pattern so it does not match %q, or remove %s from it "+
+			"(operator policies are merged with every policy, the stricter value winning: no policy can shadow them)", pp.Object, pp.Key)
+	case pp.Policy == "":
+		return ""
+	case pp.Policy == ours:
+		return ""
+	default:
+		return fmt.Sprintf("policy %q has a priority at or above %d, so it applies instead of %q: lower its priority, "+
+			"or make its pattern not match %q (or raise --policy-priority above it and run declare apply)", pp.Policy, priority, ours, pp.Object)
+	}
+}
+
+// managedObject is a queue or exchange with what the management API says about its policies.
+type managedObject struct {
+	Name           string          `json:"name"`
+	Type           string          `json:"type"`
+	Arguments      map[string]any  `json:"arguments"`
+	Policy         json.RawMessage `json:"policy"`
+	OperatorPolicy json.RawMessage `json:"operator_policy"`
+}
+
+// rawName reads a policy name field, which RabbitMQ gives as a string, or null / "" / [] for
+// none.
+func rawName(r json.RawMessage) string {
+	var s string
+	if json.Unmarshal(r, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+// numeric returns v as a float64 when it is a number.
+func numeric(v any) (float64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
+	case float64:
+		return x, true
+	case int64:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// effective merges a queue's policy definition with its operator policy's as RabbitMQ does
+// (rabbit_policy: numeric keys take the lower value; operator policies may only set numeric
+// keys on 3.x), remembering which policy each key came from.
+func effective(user, op map[string]any) (def map[string]any, fromOp map[string]bool) {
+	def, fromOp = map[string]any{}, map[string]bool{}
+	for k, v := range user {
+		def[k] = v
+	}
+	for k, v := range op {
+		if u, ok := def[k]; ok {
+			a, okA := numeric(u)
+			b, okB := numeric(v)
+			if okA && okB && a <= b {
+				continue // the user policy's value is the stricter one
+			}
+		}
+		def[k], fromOp[k] = v, true
+	}
+	return def, fromOp
+}
+
+// PolicyProblems reads, through the management API, the policies in effect on p's delay
+// queues, parking queue, exchanges and target exchanges, and returns every key that breaks a
+// guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object and key. Rules
+// (RabbitMQ 3.10-4.x; rabbit_quorum_queue:ra_machine_config and rabbit_amqqueue_process take
+// the lower of a policy's and an argument's message-ttl, expires, max-length,
+// max-length-bytes and delivery-limit, a quorum queue's policy overflow over its argument, and
+// a queue's dead-letter-exchange, -routing-key and -strategy arguments over a policy's;
+// rabbit_exchange takes an exchange's alternate-exchange argument over a policy's):
+//
+//   - delay queues: message-ttl below the queue's TTL (early), expires (deletes), max-length
+//     and max-length-bytes (quorum: stalls; classic: drops), a quorum overflow other than
+//     reject-publish (drops: at-least-once dead-lettering falls back to at-most-once),
+//     dead-letter-routing-key (wrong routing);
+//   - the parking queue: message-ttl, max-length, max-length-bytes (drops), expires
+//     (deletes), delivery-limit (warning);
+//   - the topology's exchanges: alternate-exchange where the exchange has no argument of its
+//     own (wrong routing);
+//   - target exchanges: no alternate exchange in effect (the topology's targets policy not
+//     set, or shadowed by a policy without one: stalls for quorum delay queues, drops for
+//     classic), or an alternate exchange of their own (warning: due messages that the target
+//     routes nowhere go there instead of to the parking queue).
+//
+// Objects that do not exist are skipped ([Status] reports them). Errors wrap ErrManagement.
+func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
+	pols, err := m.policies(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	ops, err := m.policies(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	var queues, exchanges []managedObject
+	vh := url.PathEscape(m.vhost)
+	if err := m.get(ctx, "api/queues/"+vh+"?columns=name,type,arguments,policy,operator_policy", &queues); err != nil {
+		return nil, err
+	}
+	if err := m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges); err != nil {
+		return nil, err
+	}
+	return policyProblemsOf(p, pols, ops, queues, exchanges), nil
+}
+
+// policyProblemsOf is PolicyProblems on what the management API returned.
+func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, exchanges []managedObject) []PolicyProblem {
+	var out []PolicyProblem
+	ours := p.Names.DelayQueuesPolicy()
+	prio := p.Spec.PolicyPriority
+	stallOrDrop := BreaksStalls
+	if p.Spec.QueueType == Classic {
+		stallOrDrop = BreaksDrops
+	}
+	add := func(pp PolicyProblem, ourPolicy string) {
+		if fix := pp.fix(ourPolicy, prio); fix != "" {
+			pp.Why += "; fix: " + fix
+		}
+		out = append(out, pp)
+	}
+	for _, mq := range queues {
+		q, ok := p.Queue(mq.Name)
+		if !ok || (!q.IsDelay() && q.Role != RoleParking) {
+			continue
+		}
+		userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
+		def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
+		quorum := mq.Type == string(Quorum)
+		keys := make([]string, 0, len(def))
+		for k := range def {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			v := def[k]
+			pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
+			if fromOp[k] {
+				pp.Policy, pp.Operator = opName, true
+			}
+			n, isNum := numeric(v)
+			switch {
+			case q.IsDelay() && k == "message-ttl" && isNum && n < float64(q.TTL):
+				pp.Breaks = BreaksEarly
+				pp.Why = fmt.Sprintf("RabbitMQ applies the lower of the policy's message-ttl and the queue's x-message-ttl (%d ms), "+
+					"so messages leave this delay queue after %v ms: delayed messages arrive up to %v ms early", q.TTL, v, float64(q.TTL)-n)
+			case k == "expires":
+				pp.Breaks = BreaksDeletes
+				pp.Why = fmt.Sprintf("RabbitMQ deletes the queue, with every message it holds, once it has been unused for %v ms "+
+					"(no consumer, no basic.get, no redeclaration: a delay or parking queue is always unused)", v)
+			case q.IsDelay() && (k == "max-length" || k == "max-length-bytes"):
+				if quorum {
+					pp.Breaks = BreaksStalls
+					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (reject-publish): delayed publishes are "+
+						"nacked, and messages dead-lettered into it stay in the dead-letter state of the queue before it (messages_dlx), "+
+						"holding up the messages behind them", v)
+				} else {
+					pp.Breaks = BreaksDrops
+					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes), classic queues drop the oldest message, or "+
+						"(reject-publish) refuse new ones, and dead-lettering into it drops them", v)
+				}
+			case q.IsDelay() && quorum && k == "overflow" && fmt.Sprint(v) != "reject-publish":
+				pp.Breaks = BreaksDrops
+				pp.Why = fmt.Sprintf("for quorum queues a policy's overflow wins over x-overflow; with %v, at-least-once "+
+					"dead-lettering falls back to at-most-once: a message being dead-lettered when a broker node fails is lost", v)
+			case q.IsDelay() && k == "dead-letter-routing-key":
+				pp.Breaks = BreaksRouting
+				pp.Why = fmt.Sprintf("delay queues dead-letter with the message's own routing key (they have no "+
+					"x-dead-letter-routing-key); this policy replaces it with %q, so due messages reach their target with the wrong "+
+					"routing key", fmt.Sprint(v))
+			case q.Role == RoleParking && (k == "message-ttl" || k == "max-length" || k == "max-length-bytes"):
+				pp.Breaks = BreaksDrops
+				pp.Why = fmt.Sprintf("parked messages are kept for an operator to look at; with %s %v they expire or are dropped "+
+					"(or refused, and then stall in a delay queue's dead-letter state)", k, v)
+			case q.Role == RoleParking && k == "delivery-limit":
+				pp.Breaks, pp.Warning = BreaksDrops, true
+				pp.Why = fmt.Sprintf("a parked message returned (nack or reject with requeue) more than %v times is dropped: "+
+					"read parked messages with acknowledgements and ack them", v)
+			default:
+				continue
+			}
+			add(pp, ours)
+		}
+	}
+	targets := map[string]bool{}
+	for _, t := range p.Spec.Targets {
+		targets[t.Name] = true
+	}
+	for _, mx := range exchanges {
+		userName := rawName(mx.Policy)
+		argAE, hasArg := mx.Arguments["alternate-exchange"]
+		if targets[mx.Name] {
+			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Key: "alternate-exchange"}
+			switch {
+			case hasArg:
+				pp.Value, pp.Breaks, pp.Warning = argAE, stallOrDrop, true
+				pp.Why = fmt.Sprintf("this target exchange has its own alternate exchange %q (an argument, which wins over "+
+					"policy %q): a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
+					fmt.Sprint(argAE), p.Names.TargetsPolicy(), fmt.Sprint(argAE))
+			case userName == p.Names.TargetsPolicy():
+				continue
+			case userName != "" && pols[userName].Definition["alternate-exchange"] != nil:
+				ae := pols[userName].Definition["alternate-exchange"]
+				pp.Policy, pp.Value, pp.Breaks, pp.Warning = userName, ae, stallOrDrop, true
+				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sends what it cannot route to %q: "+
+					"a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
+					userName, p.Names.TargetsPolicy(), fmt.Sprint(ae), fmt.Sprint(ae))
+			case userName != "":
+				pp.Policy, pp.Breaks = userName, stallOrDrop
+				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sets no alternate-exchange: a due "+
+					"message the target routes to no queue is not parked; %s", userName, p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
+				pp.Why += "; fix: " + pp.fix(p.Names.TargetsPolicy(), prio)
+			default:
+				pp.Breaks = stallOrDrop
+				pp.Why = fmt.Sprintf("policy %q is not in effect on this target (not set: run declare apply with the management API, "+
+					"or the rabbitmqctl set_policy command it prints): a due message the target routes to no queue is not parked; %s",
+					p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
+			}
+			out = append(out, pp)
+			continue
+		}
+		e, ok := p.Exchange(mx.Name)
+		if !ok || e.Marker || hasArg || userName == "" {
+			continue
+		}
+		if ae := pols[userName].Definition["alternate-exchange"]; ae != nil {
+			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Policy: userName, Key: "alternate-exchange", Value: ae, Breaks: BreaksRouting,
+				Why: fmt.Sprintf("a message this exchange of the topology routes to no queue goes to %q instead of being returned to "+
+					"its publisher (mandatory) or parked; fix: make the policy's pattern not match %q", fmt.Sprint(ae), mx.Name)}
+			out = append(out, pp)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Object != out[j].Object {
+			return out[i].Object < out[j].Object
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+func stallText(t QueueType) string {
+	if t == Classic {
+		return "classic queues drop it"
+	}
+	return "quorum queues keep it in their dead-letter state and retry it forever, and once more such messages are stuck " +
+		"than the dead-letter worker's prefetch (dead_letter_worker_consumer_prefetch, 32 by default) the whole delay queue stalls"
+}
+
+// Failing returns the problems that are not warnings.
+func Failing(problems []PolicyProblem) []PolicyProblem {
+	var out []PolicyProblem
+	for _, pp := range problems {
+		if !pp.Warning {
+			out = append(out, pp)
+		}
+	}
+	return out
+}
+
+// DispatchBound reports whether the dispatch exchange of p is bound to target with the plan's
+// binding ({x-match: all, rabbitdelay-target: target}), reading the broker's bindings through
+// the management API: what [Names.TargetMarker] records at apply time, checked now. It returns
+// false for a target the plan does not have. Errors wrap ErrManagement (a missing dispatch
+// exchange answers 404).
+func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) (bool, error) {
+	var want *Binding
+	for _, b := range p.Bindings {
+		if b.Role == RoleDispatch && b.Source == p.Names.Dispatch() && b.Destination == target && b.DestinationType == DestExchange {
+			want = &b
+			break
+		}
+	}
+	if want == nil {
+		return false, nil
+	}
+	var raw []struct {
+		Destination     string         `json:"destination"`
+		DestinationType string         `json:"destination_type"`
+		RoutingKey      string         `json:"routing_key"`
+		Arguments       map[string]any `json:"arguments"`
+	}
+	path := "api/exchanges/" + url.PathEscape(m.vhost) + "/" + url.PathEscape(p.Names.Dispatch()) + "/bindings/source"
+	if err := m.get(ctx, path, &raw); err != nil {
+		return false, err
+	}
+	for _, b := range raw {
+		if bindingKey(p.Names.Dispatch(), b.Destination, b.DestinationType, b.RoutingKey, b.Arguments) == want.key() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
