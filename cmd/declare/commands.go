@@ -71,6 +71,17 @@ func cmdPlan(_ context.Context, e *invocation) error {
 		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", b.Source, b.Destination, b.DestinationType, b.RoutingKey, topology.FormatArgs(b.Args))
 	}
 	_ = t.Flush()
+	fmt.Fprintf(w, "\nPOLICIES (%d, set through the management API)\n", len(p.Policies))
+	t = newTable(w)
+	fmt.Fprintln(t, "NAME\tAPPLY-TO\tPRIORITY\tDEFINITION\tPATTERN")
+	for _, pol := range p.Policies {
+		pattern := pol.Pattern
+		if len(pattern) > 80 {
+			pattern = pattern[:77] + "..."
+		}
+		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\n", pol.Name, pol.ApplyTo, pol.Priority, topology.FormatArgs(pol.Definition), pattern)
+	}
+	_ = t.Flush()
 	if len(p.Existing) > 0 {
 		fmt.Fprintf(w, "\nMUST ALREADY EXIST (not declared): %s\n", strings.Join(p.Existing, ", "))
 	}
@@ -94,6 +105,17 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	e.log.Info().Str("spec", specLine(p)).Msg("applying")
 	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{DryRun: e.s.dryRun, Management: m, Logger: e.log})
 	printReport(e.stdout, rep, e.s.dryRun)
+	if rep != nil {
+		printPolicyProblems(e.stdout, rep.PolicyProblems)
+		if m == nil && rep.Count(topology.StateSkipped) > 0 {
+			fmt.Fprintf(e.stdout, "\nWARNING: the topology's policies are NOT set: AMQP cannot set policies. Without them a due message that a target "+
+				"routes to no queue is not parked (it stalls its delay queue), and other policies can make delays early or delete queues. "+
+				"Pass --management-url (a user with the policymaker tag), or run:\n")
+			for _, c := range p.PolicyCommands(e.vhost()) {
+				fmt.Fprintf(e.stdout, "  %s\n", c)
+			}
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -102,6 +124,9 @@ func cmdApply(ctx context.Context, e *invocation) error {
 		verb = "apply --dry-run (nothing declared)"
 	}
 	fmt.Fprintf(e.stdout, "%s: %d created, %d unchanged", verb, rep.Count(topology.StateCreated), rep.Count(topology.StateUnchanged))
+	if n := rep.Count(topology.StateUpdated); n > 0 {
+		fmt.Fprintf(e.stdout, ", %d policies updated", n)
+	}
 	if n := rep.Count(topology.StateBound); n > 0 {
 		fmt.Fprintf(e.stdout, ", %d bindings bound (pass --management-url to tell created from unchanged)", n)
 	}
@@ -168,7 +193,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		}
 	}
 	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m, Logger: e.log})
-	if rep == nil || (err != nil && !errors.Is(err, topology.ErrIncomplete)) {
+	if rep == nil || (err != nil && !errors.Is(err, topology.ErrIncomplete) && !errors.Is(err, topology.ErrUnhealthy) && !errors.Is(err, topology.ErrPolicy)) {
 		return err
 	}
 	if e.s.output == "json" {
@@ -235,20 +260,47 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		fmt.Fprintln(w, "bindings: not checked (AMQP cannot list bindings; pass --management-url); messages_dlx: not shown (needs --management-url)")
 	}
 	park := rep.Parking()
-	fmt.Fprintf(w, "parking queue %s: %d messages ready (due messages that no target took)\n", park.Name, park.Ready)
-	var dlx []string
-	for _, q := range rep.Queues {
-		if q.MessagesDLX > 0 {
-			dlx = append(dlx, fmt.Sprintf("%s (%d)", q.Name, q.MessagesDLX))
-		}
+	parked := strconv.Itoa(park.Ready) + " ready"
+	if rep.Management && park.Messages >= 0 {
+		parked = fmt.Sprintf("%d messages (%d ready)", park.Messages, park.Ready)
 	}
-	if len(dlx) > 0 {
-		fmt.Fprintf(w, "WARNING: messages stuck in dead-letter state (retried forever until something routes them): %s\n", strings.Join(dlx, ", "))
+	fmt.Fprintf(w, "parking queue %s: %s\n", park.Name, parked)
+	fmt.Fprintln(w, "  what lands there: due messages whose target has no binding on the dispatch exchange (header rabbitdelay-target, "+
+		"no x-death entry of the parking's own), due messages a target routed to no queue (through the targets' alternate exchange "+
+		p.Names.DueUnroutable()+"), and messages a quorum ready queue returned too often (x-death reason delivery_limit, queue = the ready queue) "+
+		"or that its consumer rejected without requeue (reason rejected); read them with acknowledgements (a requeue counts as a return)")
+	if len(rep.DeadLettering) > 0 {
+		fmt.Fprintf(w, "\nDEAD-LETTER STATE: messages whose dead-lettering has not completed (messages_dlx): %s\n", strings.Join(rep.DeadLettering, ", "))
+		fmt.Fprintln(w, "  cause: nothing routes them (a target with no binding for their routing key, and no alternate exchange: see the policies below), "+
+			"or a quorum queue member or leader is unreachable. RabbitMQ retries them forever; a busy topology shows small counts in passing: run status again.")
 	}
 	if len(rep.ConsumedDelayQueues) > 0 {
-		fmt.Fprintf(w, "\nWARNING: CONSUMERS ARE ATTACHED TO DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
-		fmt.Fprintln(w, "WARNING: they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
+		fmt.Fprintf(w, "\nCONSUMERS ON DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
+		fmt.Fprintln(w, "  they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
 	}
+	if len(rep.UnplannedBindings) > 0 {
+		fmt.Fprintf(w, "\nUNPLANNED BINDINGS: %d bindings on this topology's exchanges and queues are not in the specification "+
+			"(an earlier specification's, e.g. a ready queue's old key, or added by hand); they change where messages go: unbind them "+
+			"(management UI or API) or add them to the specification:\n", len(rep.UnplannedBindings))
+		for _, b := range rep.UnplannedBindings {
+			fmt.Fprintf(w, "  %s\n", b)
+		}
+	}
+	if rep.Management {
+		for _, ps := range rep.Policies {
+			st := "set"
+			switch {
+			case !ps.Exists:
+				st = "MISSING"
+			case !ps.Current:
+				st = "DIFFERS from the specification"
+			}
+			fmt.Fprintf(w, "policy %s (%s, priority %d): %s\n", ps.Name, ps.ApplyTo, ps.Priority, st)
+		}
+	} else {
+		fmt.Fprintln(w, "policies: not checked (needs --management-url)")
+	}
+	printPolicyProblems(w, rep.PolicyProblems)
 	printUnplanned(w, rep.Unplanned, "not in this specification")
 	if len(rep.Missing) > 0 {
 		fmt.Fprintf(w, "\nINCOMPLETE: %d objects missing:\n", len(rep.Missing))
@@ -324,6 +376,46 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	}
 	printUnplanned(e.stdout, rep.Unplanned, "left in place")
 	return nil
+}
+
+// printPolicyProblems prints the policy problems, one line per policy, key, value and effect,
+// with the objects it touches.
+func printPolicyProblems(w io.Writer, problems []topology.PolicyProblem) {
+	if len(problems) == 0 {
+		return
+	}
+	type group struct {
+		first   topology.PolicyProblem
+		objects []string
+	}
+	var order []string
+	groups := map[string]*group{}
+	for _, pp := range problems {
+		k := fmt.Sprintf("%s|%v|%s|%v|%s|%v|%s", pp.Policy, pp.Operator, pp.Key, pp.Value, pp.Breaks, pp.Warning, pp.Kind)
+		g, ok := groups[k]
+		if !ok {
+			g = &group{first: pp}
+			groups[k] = g
+			order = append(order, k)
+		}
+		g.objects = append(g.objects, pp.Object)
+	}
+	fmt.Fprintf(w, "\nPOLICY PROBLEMS (%d):\n", len(problems))
+	for _, k := range order {
+		g := groups[k]
+		level := "ERROR"
+		if g.first.Warning {
+			level = "WARNING"
+		}
+		fmt.Fprintf(w, "  %s %s\n", level, g.first.Error())
+		if n := len(g.objects); n > 1 {
+			shown := g.objects
+			if n > 6 {
+				shown = append(append([]string{}, g.objects[:6]...), fmt.Sprintf("... %d more", n-6))
+			}
+			fmt.Fprintf(w, "    the same on %d %ss: %s\n", n, g.first.Kind, strings.Join(shown, ", "))
+		}
+	}
 }
 
 // printUnplanned lists objects with the topology's prefix that the specification does not

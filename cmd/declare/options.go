@@ -154,8 +154,16 @@ func commonOptions(s *settings) []option {
 				s.spec.ReadyQueues = append(s.spec.ReadyQueues, rs...)
 				return nil
 			}),
+		{name: "ready-delivery-limit", env: env("READY_DELIVERY_LIMIT"), arg: "N", def: strconv.Itoa(topology.DefaultReadyDeliveryLimit),
+			usage: "x-delivery-limit of quorum ready queues: a message returned (nack/reject with requeue) more often is parked in <prefix>.parking " +
+				"(x-death reason delivery_limit); -1: no limit and no dead-letter exchange (ready queues as declared before this option)",
+			set: func(v string) (err error) { s.spec.ReadyDeliveryLimit, err = topology.ParseReadyDeliveryLimit(v); return err }},
+		{name: "policy-priority", env: env("POLICY_PRIORITY"), arg: "N", def: strconv.Itoa(topology.DefaultPolicyPriority),
+			usage: "priority of the policies apply sets (<prefix>.delay-queues, <prefix>.targets): above every other policy matching the topology's queues and target exchanges",
+			set: func(v string) (err error) { s.spec.PolicyPriority, err = topology.ParsePolicyPriority(v); return err }},
 		{name: "management-url", env: env("MANAGEMENT_URL"), arg: "URL", set: str(&s.mgmtURL),
-			usage: "management API, http://user:password@host:15672/ (optional): exact binding states, messages held in quorum queues' dead-letter state"},
+			usage: "management API, http://user:password@host:15672/ (optional, recommended): apply sets the topology's policies (user tag policymaker) " +
+				"and checks the policies in effect; exact binding states, messages held in quorum queues' dead-letter state"},
 		{name: "timeout", env: env("TIMEOUT"), arg: "DURATION", def: "1m", usage: "give up after this long: a positive duration",
 			set: func(v string) error {
 				if err := dur(&s.timeout, "timeout")(v); err != nil {
