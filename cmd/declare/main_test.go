@@ -310,9 +310,9 @@ func TestApplyConflictExit2(t *testing.T) {
 	}
 }
 
-// TestStatusTeardownCLI: status counts a waiting message and flags a consumer; teardown
-// refuses (exit 1) while a delay queue holds it, --force deletes, the target survives;
-// status then reports the topology incomplete (exit 1).
+// TestStatusTeardownCLI: status counts a waiting message and fails (exit 1) on a consumer of a
+// delay queue, naming it; teardown refuses (exit 1) while a delay queue holds it, --force
+// deletes, the target survives; status then reports the topology incomplete (exit 1).
 func TestStatusTeardownCLI(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -337,13 +337,13 @@ func TestStatusTeardownCLI(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if st.code != 0 {
-		t.Fatalf("status: exit %d\n%s\n%s", st.code, st.stdout, st.stderr)
+	if st.code != 1 || !strings.Contains(st.stderr, "consumers on delay queues ("+names.LadderQueue(1, 1)+")") {
+		t.Fatalf("status with a consumer on a delay queue: exit %d, want 1 naming it\n%s\n%s", st.code, st.stdout, st.stderr)
 	}
 	if !regexpLine(st.stdout, names.LadderQueue(5, 2), " 1 ") {
 		t.Errorf("status does not count the waiting message:\n%s", st.stdout)
 	}
-	if !strings.Contains(st.stdout, "WARNING: CONSUMERS ARE ATTACHED TO DELAY QUEUES: "+names.LadderQueue(1, 1)) || !strings.Contains(st.stderr, "consumer is attached") {
+	if !strings.Contains(st.stdout, "CONSUMERS ON DELAY QUEUES: "+names.LadderQueue(1, 1)) || !strings.Contains(st.stderr, "consumer is attached") {
 		t.Errorf("status does not flag the consumer loudly:\n%s\n%s", st.stdout, st.stderr)
 	}
 	js := declare(t, e, "status", "--output", "json")
@@ -421,7 +421,7 @@ func TestPlanCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Exchanges) != 12 || len(p.Queues) != 121 || len(p.Bindings) != 131 || len(p.Existing) != 1 {
+	if len(p.Exchanges) != 14 || len(p.Queues) != 121 || len(p.Bindings) != 132 || len(p.Existing) != 1 {
 		t.Errorf("plan: %d exchanges, %d queues, %d bindings, existing %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), p.Existing)
 	}
 	// Best of 5, so a busy shared machine (parallel tests, -race) does not decide the result.
