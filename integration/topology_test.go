@@ -180,9 +180,30 @@ func TestApplyDeclaresExactlyThePlan(t *testing.T) {
 		t.Fatalf("apply: %v", err)
 	}
 	t.Logf("first apply of %d exchanges, %d queues, %d bindings: %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), time.Since(start))
-	total := len(p.Exchanges) + len(p.Queues) + len(p.Bindings)
+	total := len(p.Exchanges) + len(p.Queues) + len(p.Bindings) + len(p.Policies)
 	if n := rep.Count(topology.StateCreated); n != total {
 		t.Errorf("first apply: %d created, want %d (all)", n, total)
+	}
+	if len(rep.PolicyProblems) != 0 {
+		t.Errorf("policy problems on a fresh vhost: %v", rep.PolicyProblems)
+	}
+	var pols []struct {
+		Name, Pattern string
+		ApplyTo       string `json:"apply-to"`
+		Priority      int
+		Definition    map[string]any
+	}
+	topoMgmtJSON(t, env, "api/policies/"+url.PathEscape(env.VHost), &pols)
+	if len(pols) != len(p.Policies) {
+		t.Errorf("broker policies %+v, want the plan's %+v", pols, p.Policies)
+	}
+	for _, want := range p.Policies {
+		for _, got := range pols {
+			if got.Name == want.Name && (got.Pattern != want.Pattern || got.ApplyTo != want.ApplyTo || got.Priority != want.Priority ||
+				topoArgsText(got.Definition) != topoArgsText(want.Definition)) {
+				t.Errorf("policy %s on the broker: %+v, want %+v", want.Name, got, want)
+			}
+		}
 	}
 	gotEx, gotQ, gotB := topoBrokerView(t, env)
 	wantEx, wantQ, wantB := topoPlanView(p, "billing direct durable=true {}")
@@ -558,8 +579,8 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 	}
 
 	rep, err = topology.Status(ctx, conn, p, topology.StatusOptions{})
-	if err != nil {
-		t.Fatal(err)
+	if !errors.Is(err, topology.ErrUnhealthy) || errors.Is(err, topology.ErrIncomplete) || !strings.Contains(err.Error(), consumed) {
+		t.Errorf("status with a consumer on %s: %v; want ErrUnhealthy naming it", consumed, err)
 	}
 	for _, q := range rep.Queues {
 		switch q.Name {
@@ -588,8 +609,11 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 	if !errors.Is(err, topology.ErrIncomplete) || !slices.Contains(rep.Missing, "queue "+p.Names.LadderQueue(1, 2)) {
 		t.Errorf("status after deleting a queue: %v, missing %v; want ErrIncomplete naming it", err, rep.Missing)
 	}
-	// Apply repairs it.
+	// Apply repairs it; without the consumer the topology is healthy again.
 	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cch.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := topology.Status(ctx, conn, p, topology.StatusOptions{}); err != nil {
