@@ -1,21 +1,39 @@
 # rabbitdelay: every target that needs a broker starts one with scripts/broker (AMQP_URL wins,
-# then a Docker engine, then Debian's rabbitmq-server) and stops what it started, even on failure.
+# then a Docker engine, then a private node of Debian's rabbitmq-server) and stops what it started,
+# even on failure. BROKER_VERSION=3|4 picks the private node's RabbitMQ (3.10 or 4.0, see
+# scripts/broker); `make demo BROKER_VERSION=4` passes it on.
 GO ?= go
 BROKER := scripts/broker run --
+# The RabbitMQ major versions `make test` runs the Go tests against, one broker each.
+TEST_VERSIONS ?= 3 4
 FUZZTIME ?= 100000x
 BENCH ?= .
 BENCHTIME ?= 1x
 
 .PHONY: test unit vet fuzz bench demo build broker-up broker-down
 
-## test: vet, race-enabled tests of every package against a real broker, short fuzz runs
-test:
-	$(BROKER) $(MAKE) --no-print-directory vet unit fuzz
+## test: vet and short fuzz runs once, then race-enabled tests of every package against a real
+## broker of each version in TEST_VERSIONS (or once against AMQP_URL when it is set). Every version
+## runs even when an earlier one fails; the summary names the failed ones.
+test: vet fuzz
+	@if [ -n "$$AMQP_URL" ]; then \
+		echo "== make test: Go tests against the broker of AMQP_URL (TEST_VERSIONS not used)"; \
+		$(BROKER) $(MAKE) --no-print-directory unit; \
+	else \
+		failed=""; \
+		for v in $(TEST_VERSIONS); do \
+			echo "== make test: Go tests against RabbitMQ $$v (BROKER_VERSION=$$v)"; \
+			BROKER_VERSION=$$v $(BROKER) $(MAKE) --no-print-directory unit || failed="$$failed $$v"; \
+		done; \
+		if [ -n "$$failed" ]; then echo "== make test: FAILED against RabbitMQ$$failed"; exit 1; fi; \
+		echo "== make test: passed against RabbitMQ $(TEST_VERSIONS)"; \
+	fi
 
 vet:
 	$(GO) vet ./...
 
 unit:
+	@if [ -n "$$RABBITMQ_VERSION" ]; then echo "== go test: the broker runs RabbitMQ $$RABBITMQ_VERSION"; fi
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # Go's -fuzztime with a duration can end in a spurious "context deadline exceeded" on go1.26
