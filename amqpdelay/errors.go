@@ -1,6 +1,10 @@
 package amqpdelay
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/delaykit/rabbitdelay/plugin"
+)
 
 // Sentinel errors. Every error the Publisher returns wraps at least one of them (test with
 // errors.Is); the wrapping message names the exchange, the delay or the broker's reply, and a
@@ -29,8 +33,9 @@ var (
 
 	// ErrPluginUnavailable: the strategy needs the delayed-message plugin, and the broker does
 	// not have it (rabbitmq_delayed_message_exchange) or `declare apply --plugin on` was not
-	// run, so the topology's plugin exchange does not exist.
-	ErrPluginUnavailable = errors.New("amqpdelay: delayed-message plugin unavailable")
+	// run, so the topology's plugin exchange does not exist. It is [plugin.ErrUnavailable]
+	// (one sentinel for the whole module).
+	ErrPluginUnavailable = plugin.ErrUnavailable
 
 	// ErrConnectionLost: the channel or connection closed after the message was sent and
 	// before the broker confirmed it. The outcome is unknown: the broker may or may not have

@@ -65,7 +65,7 @@ func declareTopologyAt(t testing.TB, url string, spec topology.Spec) {
 		dial := func(ctx context.Context) (*amqp.Connection, error) {
 			return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 		}
-		has, err := plugin.BrokerHasPlugin(ctx, dial)
+		has, err := plugin.Probe(ctx, dial, "rabbitdelay-test.plugin-probe")
 		if err != nil {
 			t.Fatalf("declareTopology: probe plugin: %v", err)
 		}

@@ -30,9 +30,9 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	ctx := pubCtx(t)
-	has, err := plugin.BrokerHasPlugin(ctx, dialer(env.URL))
+	has, err := plugin.Probe(ctx, dialer(env.URL), env.Prefix+".plugin-probe")
 	if err != nil {
-		t.Fatalf("BrokerHasPlugin: %v", err)
+		t.Fatalf("plugin.Probe: %v", err)
 	}
 	if has {
 		t.Skip("this broker has the delayed-message plugin; TestPublisherPluginPath covers it")
@@ -143,9 +143,9 @@ type pluginFixture struct {
 func newPluginFixture(t *testing.T) pluginFixture {
 	t.Helper()
 	url := brokertest.PluginURL(t)
-	has, err := plugin.BrokerHasPlugin(pubCtx(t), dialer(url))
+	has, err := plugin.Probe(pubCtx(t), dialer(url), "rabbitdelay-test.plugin-probe")
 	if err != nil || !has {
-		t.Fatalf("AMQP_PLUGIN_URL: BrokerHasPlugin = %v, %v; want true", has, err)
+		t.Fatalf("AMQP_PLUGIN_URL: plugin.Probe = %v, %v; want true", has, err)
 	}
 	env := &brokertest.Env{URL: url, VHost: "/", Prefix: "rdt-plugin-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")}
 	target := env.Name("orders")

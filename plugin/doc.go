@@ -37,17 +37,21 @@
 //
 // # Probing
 //
-// Declaring an exchange of an unknown type fails with 503 COMMAND_INVALID "unknown exchange
-// type". On RabbitMQ 3.x that is a connection-level error: it closes the whole connection,
-// every channel on it included (seen on 3.10.8); from 4.0 it is a channel error. [BrokerHasPlugin]
-// and [ExchangeExists] therefore always work on a connection of their own, which they close.
+// Declaring an exchange of an unknown type fails. On RabbitMQ 3.x the answer is 503
+// COMMAND_INVALID "unknown exchange type", a connection-level error that closes the whole
+// connection, every channel on it included (seen on 3.10.8); from 4.0 it is 406
+// PRECONDITION_FAILED "unknown exchange type" on the channel (seen on 4.0.5).
+// [IsUnknownExchangeType] recognises both. [Probe] and [ExchangeExists] therefore always work
+// on a connection of their own, which they close; [Probe] is the one probe rabbitdelay has
+// (topology.ProbePlugin and the Publisher use it).
 //
 // # Sources
 //
 //   - The plugin's README: https://github.com/rabbitmq/rabbitmq-delayed-message-exchange
 //     (x-delay in ms, x-delayed-type, the single-node copy, the scale warning, the archive note).
 //   - The 2^32-1 ms ceiling, NO_ROUTE on mandatory publishes, the stale x-delay on delivery and
-//     the connection-closing 503 on 3.x: observed on RabbitMQ 3.10.8 (shared DESIGN.md).
+//     the connection-closing 503 on 3.x: observed on RabbitMQ 3.10.8; the channel's 406 on 4.x:
+//     observed on 4.0.5 (shared DESIGN.md).
 //   - AMQP 0-9-1 field types and amqp091-go's encoding of Go int as a signed 32-bit value:
 //     https://www.rabbitmq.com/docs/amqp-0-9-1-reference and amqp091-go's types.go.
 package plugin

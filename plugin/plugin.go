@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -31,7 +32,8 @@ const MaxDelay = time.Duration(MaxDelayMs) * time.Millisecond
 
 var (
 	// ErrUnavailable is wrapped when the broker does not have the plugin, or the topology's
-	// plugin exchange has not been declared.
+	// plugin exchange has not been declared. It is rabbitdelay's one sentinel for this:
+	// topology.ErrPluginUnavailable and amqpdelay.ErrPluginUnavailable are the same value.
 	ErrUnavailable = errors.New("plugin: the delayed-message plugin is not available")
 	// ErrDelayOutOfRange is wrapped by [Delay] for a delay the plugin cannot take: not above 0,
 	// or above [MaxDelay] once rounded up to whole milliseconds.
@@ -92,37 +94,64 @@ func ExchangeExists(ctx context.Context, dial Dialer, exchange string) (bool, er
 	return exists, err
 }
 
-// BrokerHasPlugin reports whether the broker has the plugin enabled, by declaring an
-// auto-delete exchange of type [ExchangeType] with a unique name, on a connection of its own,
-// and deleting it again. Without the plugin the declare fails with 503 COMMAND_INVALID
-// "unknown exchange type", which on RabbitMQ 3.x closes the whole connection (observed on
-// 3.10.8) and from 4.0 only the channel; both give false, nil. It needs the configure
-// permission on the vhost; a refusal (403 ACCESS_REFUSED) and any other failure are returned
-// as errors. ctx bounds the whole probe.
-func BrokerHasPlugin(ctx context.Context, dial Dialer) (bool, error) {
+// Probe reports whether the broker has the plugin enabled, by declaring an auto-delete
+// exchange of type [ExchangeType] named name (give a name nobody else uses, e.g.
+// "<prefix>.plugin-probe.<random>") on a connection of its own, and deleting it again.
+//
+// Without the plugin RabbitMQ refuses the declare as an unknown exchange type, in a way that
+// depends on its version (see [IsUnknownExchangeType]); Probe returns (false, nil) for every
+// one of them. It needs the configure permission on name; a refusal (403 ACCESS_REFUSED),
+// a dial error and any other broker error are returned, the *amqp091.Error reachable with
+// errors.As. ctx bounds the whole probe, dial included.
+func Probe(ctx context.Context, dial Dialer, name string) (bool, error) {
 	if ctx == nil {
 		return false, errors.New("plugin: nil context")
 	}
-	name := fmt.Sprintf("rabbitdelay.plugin-probe.%d", time.Now().UnixNano())
 	var has bool
 	err := withChannel(ctx, dial, func(ch *amqp.Channel) error {
 		err := ch.ExchangeDeclare(name, ExchangeType, false, true, false, false, amqp.Table{DelayedTypeArg: "direct"})
-		var ae *amqp.Error
 		switch {
 		case err == nil:
 			has = true
 			_ = ch.ExchangeDelete(name, false, false)
 			return nil
-		case errors.As(err, &ae) && ae.Code == amqp.CommandInvalid:
-			return nil
-		case errors.Is(err, amqp.ErrClosed):
-			// The 3.x connection-level 503 can reach the caller as a closed channel.
+		case IsUnknownExchangeType(err):
 			return nil
 		default:
-			return fmt.Errorf("plugin: declare probe exchange of type %s: %w", ExchangeType, err)
+			return fmt.Errorf("plugin: declare probe exchange %q of type %s: %w", name, ExchangeType, err)
 		}
 	})
 	return has, err
+}
+
+// IsUnknownExchangeType reports whether err is RabbitMQ's refusal to declare an exchange of a
+// type it does not know, which is how a broker without the plugin answers a declare of type
+// [ExchangeType]:
+//
+//   - RabbitMQ 3.x: 503 COMMAND_INVALID "unknown exchange type 'x-delayed-message'", a connection error that
+//     closes the whole connection (seen on 3.10.8; rabbit_exchange:check_type raises it with
+//     rabbit_misc:protocol_error(command_invalid, ...)). amqp091-go may report it to the
+//     channel's caller as [amqp.ErrClosed] when the connection closes first.
+//   - RabbitMQ 4.x: 406 PRECONDITION_FAILED "unknown exchange type", a channel error (seen on
+//     4.0.5).
+//   - any of these codes with a reason naming the exchange type ("invalid exchange type" for
+//     a type whose module is not registered, in the same function).
+func IsUnknownExchangeType(err error) bool {
+	if errors.Is(err, amqp.ErrClosed) {
+		// The 3.x connection-level 503 can reach the caller as a closed channel.
+		return true
+	}
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Code {
+	case amqp.CommandInvalid:
+		return true
+	case amqp.PreconditionFailed, amqp.NotAllowed, amqp.NotImplemented:
+		return strings.Contains(ae.Reason, "exchange type")
+	}
+	return false
 }
 
 // withChannel dials, opens a channel, runs f and closes everything, all bounded by ctx.

@@ -183,9 +183,9 @@ func TestBadInput(t *testing.T) {
 			want: []string{"RabbitMQ's own exchanges", "rdt-missing-x:topic"}, notWants: []string{"amq.rdt-missing:topic"}},
 		{name: "plugin on without the plugin", args: []string{"apply", "--target", "o:topic", "--plugin", "on"}, code: 1, want: []string{"plugin"}, noPlugin: true},
 	}
-	hasPlugin, err := plugin.BrokerHasPlugin(context.Background(), func(ctx context.Context) (*amqp.Connection, error) {
+	hasPlugin, err := plugin.Probe(context.Background(), func(ctx context.Context) (*amqp.Connection, error) {
 		return amqp.DialConfig(env.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
-	})
+	}, env.Prefix+".plugin-probe")
 	if err != nil {
 		t.Fatalf("probing the broker for the delayed-message plugin: %v", err)
 	}
