@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -321,6 +322,13 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 	if err != nil {
 		return nil, err
 	}
+	var overview struct {
+		Version string `json:"rabbitmq_version"`
+	}
+	if err := m.get(ctx, "api/overview", &overview); err != nil {
+		return nil, err
+	}
+	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
 	var queues, exchanges []managedObject
 	vh := url.PathEscape(m.vhost)
 	if err := m.get(ctx, "api/queues/"+vh+"?columns=name,type,arguments,policy,operator_policy", &queues); err != nil {
@@ -329,7 +337,89 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 	if err := m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges); err != nil {
 		return nil, err
 	}
+	// The management API's policy names come with the queue statistics, every
+	// collect_statistics_interval (5 s by default): a queue declared or a policy changed a
+	// moment ago shows none or the old one. So the policy in effect is worked out here, as
+	// rabbit_policy does, and the reported name is used only for a pattern Go cannot compile.
+	for i := range queues {
+		queues[i].Policy = choosePolicy(pols, KindQueue, queues[i], major, rawName(queues[i].Policy))
+		queues[i].OperatorPolicy = choosePolicy(ops, KindQueue, queues[i], major, rawName(queues[i].OperatorPolicy))
+	}
+	for i := range exchanges {
+		exchanges[i].Policy = choosePolicy(pols, KindExchange, exchanges[i], major, rawName(exchanges[i].Policy))
+	}
 	return policyProblemsOf(p, pols, ops, queues, exchanges), nil
+}
+
+// unsupportedPolicyKeys are the keys that keep a policy from applying to a queue of a type at
+// all (rabbit_queue_type:is_policy_applicable and each type's capabilities/0, 3.10 and 4.0).
+var unsupportedPolicyKeys = map[string][]string{
+	"classic": {"max-age", "stream-max-segment-size-bytes", "initial-cluster-size", "delivery-limit", "dead-letter-strategy"},
+	"quorum": {"max-priority", "queue-mode", "single-active-consumer", "ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
+		"ha-promote-on-failure", "ha-sync-batch-size", "queue-master-locator", "max-age", "stream-max-segment-size-bytes", "initial-cluster-size"},
+}
+
+// choosePolicy returns, as JSON, the name of the policy of list that RabbitMQ applies to the
+// object (rabbit_policy:match_all: the right apply-to, a pattern found in the name, no key
+// the queue type does not support; the highest priority wins), or reported when a pattern
+// does not compile in Go (RE2 lacks some PCRE constructs).
+func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, major int, reported string) json.RawMessage {
+	best, bestPrio := "", 0.0
+	for _, pol := range list {
+		switch pol.ApplyTo {
+		case "all":
+		case "queues":
+			if kind != KindQueue {
+				continue
+			}
+		case "exchanges":
+			if kind != KindExchange {
+				continue
+			}
+		case "classic_queues", "quorum_queues", "streams":
+			if kind != KindQueue || strings.TrimSuffix(strings.TrimSuffix(pol.ApplyTo, "s"), "_queue") != o.Type {
+				continue
+			}
+		default:
+			continue
+		}
+		re, err := regexp.Compile(pol.Pattern)
+		if err != nil {
+			js, _ := json.Marshal(reported)
+			return js
+		}
+		if !re.MatchString(o.Name) {
+			continue
+		}
+		if kind == KindQueue && !policyApplicable(pol.Definition, o.Type, major) {
+			continue
+		}
+		prio, _ := pol.Priority.Float64()
+		if best == "" || prio > bestPrio || (prio == bestPrio && pol.Name < best) {
+			best, bestPrio = pol.Name, prio
+		}
+	}
+	js, _ := json.Marshal(best)
+	return js
+}
+
+// policyApplicable reports whether a policy with definition def may apply to a queue of type
+// typ on RabbitMQ major version major.
+func policyApplicable(def map[string]any, typ string, major int) bool {
+	unsupported := append([]string{}, unsupportedPolicyKeys[typ]...)
+	if typ == "classic" {
+		if major >= 4 {
+			unsupported = append(unsupported, "max-in-memory-length", "max-in-memory-bytes", "target-group-size")
+		} else {
+			unsupported = append(unsupported, "queue-leader-locator")
+		}
+	}
+	for _, k := range unsupported {
+		if _, ok := def[k]; ok {
+			return false
+		}
+	}
+	return true
 }
 
 // policyProblemsOf is PolicyProblems on what the management API returned.

@@ -1,0 +1,400 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// polSpec is the small topology the policy tests declare: a declared topic target "orders",
+// a 3 s bucket, a radix-4 ladder up to a minute (a few dozen queues), a ready queue taking
+// key "bound".
+func polSpec(qt topology.QueueType) topology.Spec {
+	return topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Buckets: topology.Delays{3 * time.Second},
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Minute}, QueueType: qt, Plugin: topology.PluginOff,
+		ReadyQueues: topology.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "bound"}}}
+}
+
+// polApply plans and applies spec in env's vhost with the management API.
+func polApply(t *testing.T, env *brokertest.Env, m *topology.Management, spec topology.Spec) (*topology.Plan, *topology.Report, error) {
+	t.Helper()
+	p, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := topology.Apply(topoTestCtx(t, 2*time.Minute), env.Dial(t), p, topology.ApplyOptions{Management: m})
+	return p, rep, err
+}
+
+// polSet sets a policy (kind "policies") or an operator policy (kind "operator-policies") in
+// env's vhost, as rabbitmqctl set_policy / set_operator_policy do, and returns the broker's
+// refusal, if any.
+func polSet(env *brokertest.Env, kind, name, pattern, applyTo string, priority int, def map[string]any) error {
+	return env.Broker.Management("PUT", "api/"+kind+"/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name),
+		map[string]any{"pattern": pattern, "apply-to": applyTo, "priority": priority, "definition": def}, nil)
+}
+
+func polClear(t *testing.T, env *brokertest.Env, kind, name string) {
+	t.Helper()
+	if err := env.Broker.Management("DELETE", "api/"+kind+"/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// polMajor is the broker's major version (RABBITMQ_VERSION from scripts/broker env, else the
+// management API's rabbitmq_version).
+func polMajor(t *testing.T, env *brokertest.Env) int {
+	t.Helper()
+	v := os.Getenv("RABBITMQ_VERSION")
+	if v == "" {
+		var o struct {
+			Version string `json:"rabbitmq_version"`
+		}
+		if err := env.Broker.Management("GET", "api/overview", nil, &o); err != nil {
+			t.Fatal(err)
+		}
+		v = o.Version
+	}
+	var major int
+	fmt.Sscanf(v, "%d", &major)
+	return major
+}
+
+// polWaitProblems polls PolicyProblems until cond holds (RabbitMQ applies a policy change to
+// every matching queue in the background), failing after 20 s.
+func polWaitProblems(t *testing.T, m *topology.Management, p *topology.Plan, what string, cond func([]topology.PolicyProblem) bool) []topology.PolicyProblem {
+	t.Helper()
+	ctx := topoTestCtx(t, 20*time.Second)
+	for {
+		probs, err := m.PolicyProblems(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond(probs) {
+			return probs
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: policy problems %v", what, probs)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// polFind returns the problems about key.
+func polFind(probs []topology.PolicyProblem, key string) []topology.PolicyProblem {
+	var out []topology.PolicyProblem
+	for _, pp := range probs {
+		if pp.Key == key {
+			out = append(out, pp)
+		}
+	}
+	return out
+}
+
+// TestPolicyKeysShadowedOrReported sets, for every queue policy key that can break a
+// guarantee, a catch-all policy below the topology's priority (shadowed: no effect, nothing
+// reported), one above it (reported, naming policy, key, value and what breaks; apply fails
+// with ErrPolicy), and an operator policy (reported where RabbitMQ accepts the key as an
+// operator policy: on 3.10 only message-ttl, expires, max-length, max-length-bytes and
+// delivery-limit; 4.0 adds overflow). Keys whose queue argument wins (dead-letter-exchange,
+// dead-letter-strategy) are never reported. Quorum queues (the default).
+func TestPolicyKeysShadowedOrReported(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		key    string
+		value  any
+		breaks topology.Breakage // "" when harmless even where it applies
+		object string            // a queue it is reported on
+		opOK   func(major int) bool
+	}{
+		{"message-ttl", 1000, topology.BreaksEarly, "rd.bucket.3000ms", func(int) bool { return true }},
+		{"expires", 600000, topology.BreaksDeletes, "rd.bucket.3000ms", func(int) bool { return true }},
+		{"max-length", 10, topology.BreaksStalls, "rd.bucket.3000ms", func(int) bool { return true }},
+		{"max-length-bytes", 1000, topology.BreaksStalls, "rd.bucket.3000ms", func(int) bool { return true }},
+		{"overflow", "drop-head", topology.BreaksDrops, "rd.bucket.3000ms", func(major int) bool { return major >= 4 }},
+		{"dead-letter-routing-key", "elsewhere", topology.BreaksRouting, "rd.bucket.3000ms", func(int) bool { return false }},
+		{"dead-letter-exchange", "elsewhere", "", "", func(int) bool { return false }},
+		{"dead-letter-strategy", "at-most-once", "", "", func(int) bool { return false }},
+		{"delivery-limit", 2, topology.BreaksDrops, "rd.parking", func(int) bool { return true }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.key, func(t *testing.T) {
+			t.Parallel()
+			env := brokertest.NewEnv(t)
+			m := topoNeedManagement(t, env)
+			major := polMajor(t, env)
+			p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+			if err != nil {
+				t.Fatalf("apply on a fresh vhost: %v", err)
+			}
+			def := map[string]any{tc.key: tc.value}
+
+			// Below the topology's priority: shadowed.
+			if err := polSet(env, "policies", "low", ".*", "queues", 10, def); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(500 * time.Millisecond) // let a wrong result show if there is one
+			polWaitProblems(t, m, p, "low-priority policy", func(probs []topology.PolicyProblem) bool { return len(polFind(probs, tc.key)) == 0 })
+			// The management API names the policy in effect with the queue statistics (every 5 s).
+			for start := time.Now(); ; {
+				var q struct{ Policy string }
+				topoMgmtJSON(t, env, "api/queues/"+url.PathEscape(env.VHost)+"/"+url.PathEscape("rd.bucket.3000ms"), &q)
+				if q.Policy == p.Names.DelayQueuesPolicy() {
+					break
+				}
+				if time.Since(start) > 30*time.Second {
+					t.Fatalf("policy in effect on rd.bucket.3000ms: %q, want %q (the low-priority policy shadowed)", q.Policy, p.Names.DelayQueuesPolicy())
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			polClear(t, env, "policies", "low")
+
+			// Above it: reported, and apply fails.
+			if err := polSet(env, "policies", "high", ".*", "queues", topology.DefaultPolicyPriority+1, def); err != nil {
+				t.Fatal(err)
+			}
+			if tc.breaks == "" {
+				time.Sleep(500 * time.Millisecond)
+				polWaitProblems(t, m, p, "high-priority policy with a key whose argument wins", func(probs []topology.PolicyProblem) bool {
+					return len(polFind(probs, tc.key)) == 0
+				})
+			} else {
+				probs := polWaitProblems(t, m, p, "high-priority policy", func(probs []topology.PolicyProblem) bool {
+					for _, pp := range polFind(probs, tc.key) {
+						if pp.Object == tc.object {
+							return true
+						}
+					}
+					return false
+				})
+				for _, pp := range polFind(probs, tc.key) {
+					if pp.Object != tc.object {
+						continue
+					}
+					if pp.Policy != "high" || pp.Operator || pp.Breaks != tc.breaks || fmt.Sprint(pp.Value) != fmt.Sprint(tc.value) ||
+						!strings.Contains(pp.Error(), `policy "high" sets `+tc.key) || !strings.Contains(pp.Error(), tc.object) {
+						t.Errorf("problem %+v\n%s", pp, pp)
+					}
+				}
+				_, rep, err := polApply(t, env, m, polSpec(topology.Quorum))
+				if tc.key != "delivery-limit" && (!errors.Is(err, topology.ErrPolicy) || len(rep.PolicyProblems) == 0) {
+					t.Errorf("apply under a high-priority %s policy: %v, want ErrPolicy", tc.key, err)
+				}
+				if tc.key == "delivery-limit" && err != nil {
+					t.Errorf("apply with a delivery-limit on the parking queue (a warning): %v", err)
+				}
+			}
+			polClear(t, env, "policies", "high")
+
+			// Operator policy: merged with ours, reported.
+			err = polSet(env, "operator-policies", "op", ".*", "queues", 0, def)
+			if !tc.opOK(major) {
+				if err == nil || !strings.Contains(err.Error(), "not recognised") {
+					t.Errorf("RabbitMQ %d accepted %s in an operator policy: %v", major, tc.key, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("operator policy with %s on RabbitMQ %d: %v", tc.key, major, err)
+			}
+			probs := polWaitProblems(t, m, p, "operator policy", func(probs []topology.PolicyProblem) bool {
+				for _, pp := range polFind(probs, tc.key) {
+					if pp.Object == tc.object && pp.Operator && pp.Policy == "op" {
+						return true
+					}
+				}
+				return false
+			})
+			t.Logf("RabbitMQ %d, operator policy %s=%v: %s", major, tc.key, tc.value, polFind(probs, tc.key)[0])
+			polClear(t, env, "operator-policies", "op")
+		})
+	}
+}
+
+// polArrival is a delivery and when it arrived.
+type polArrival struct {
+	d  amqp.Delivery
+	at time.Time
+}
+
+// polConsume consumes queue (auto-ack) and stamps each delivery's arrival.
+func polConsume(t *testing.T, env *brokertest.Env, queue string) <-chan polArrival {
+	t.Helper()
+	ch := env.Channel(t)
+	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume %s: %v", queue, err)
+	}
+	out := make(chan polArrival, 4096)
+	go func() {
+		for d := range ds {
+			out <- polArrival{d: d, at: time.Now()}
+		}
+		close(out)
+	}()
+	return out
+}
+
+// polPublishBucket publishes n messages for target through the bucket exchange of p (bucket
+// of ms milliseconds) with routing key key(i), persistent, and waits for every confirm.
+// It returns when the last was published.
+func polPublishBucket(t *testing.T, env *brokertest.Env, p *topology.Plan, ms int64, target string, n int, key func(i int) string) time.Time {
+	t.Helper()
+	ch := env.Channel(t)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	ctx := topoTestCtx(t, 2*time.Minute)
+	var dcs []*amqp.DeferredConfirmation
+	var last time.Time
+	for i := range n {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.Names.BucketExchange(), key(i), true, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent, MessageId: fmt.Sprint(i), Body: []byte(key(i)),
+			Headers: amqp.Table{ttlbuckets.BucketHeader: ms, ttlbuckets.TargetHeader: target}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = time.Now()
+		dcs = append(dcs, dc)
+	}
+	for _, dc := range dcs {
+		if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+			t.Fatalf("publisher confirm: %v %v", ok, err)
+		}
+	}
+	return last
+}
+
+// TestPolicyShadowedKeepsDelaysAndQueues shows on real messages what TestPolicyKeys... checks
+// in the management API: under a catch-all policy {message-ttl: 1000, expires: 3000} of a
+// lower priority, a 3 s bucket still takes 3 s and its queue outlives 3 s unused; under the
+// same values as an operator policy (which no policy can shadow) RabbitMQ delivers early and
+// deletes the queue, and both are reported.
+func TestPolicyShadowedKeepsDelaysAndQueues(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucketQ := p.Names.BucketQueue(3000)
+	if err := polSet(env, "policies", "catch-all", ".*", "queues", 100, map[string]any{"message-ttl": 1000, "expires": 3000}); err != nil {
+		t.Fatal(err)
+	}
+	got := polConsume(t, env, "orders.ready")
+	sent := polPublishBucket(t, env, p, 3000, "orders", 1, func(int) string { return "bound" })
+	select {
+	case a := <-got:
+		if a.at.Before(sent.Add(3 * time.Second)) {
+			t.Errorf("under a shadowed message-ttl policy the 3 s bucket delivered after %v", a.at.Sub(sent))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery 30 s after publishing into the 3 s bucket")
+	}
+	time.Sleep(3 * time.Second) // the queue is now unused for longer than expires
+	if _, err := env.Channel(t).QueueDeclarePassive(bucketQ, true, false, false, false, nil); err != nil {
+		t.Fatalf("%s after an unused time beyond a shadowed expires: %v", bucketQ, err)
+	}
+
+	// The same as an operator policy: merged, the lower value wins.
+	polClear(t, env, "policies", "catch-all")
+	if err := polSet(env, "operator-policies", "op-ttl", ".*", "queues", 0, map[string]any{"message-ttl": 1000}); err != nil {
+		t.Fatal(err)
+	}
+	probs := polWaitProblems(t, m, p, "operator message-ttl", func(probs []topology.PolicyProblem) bool {
+		for _, pp := range probs {
+			if pp.Object == bucketQ && pp.Key == "message-ttl" && pp.Breaks == topology.BreaksEarly && pp.Operator {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("reported: %s", polFind(probs, "message-ttl")[0])
+	sent = polPublishBucket(t, env, p, 3000, "orders", 1, func(int) string { return "bound" })
+	select {
+	case a := <-got:
+		if !a.at.Before(sent.Add(3 * time.Second)) {
+			t.Errorf("operator message-ttl 1000: the 3 s bucket delivered after %v; RabbitMQ should take the lower TTL", a.at.Sub(sent))
+		}
+		t.Logf("operator message-ttl 1000: the 3 s bucket delivered after %v (early)", a.at.Sub(sent).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery 30 s after publishing into the 3 s bucket")
+	}
+	polClear(t, env, "operator-policies", "op-ttl")
+	if err := polSet(env, "operator-policies", "op-expires", ".*", "queues", 0, map[string]any{"expires": 2000}); err != nil {
+		t.Fatal(err)
+	}
+	polWaitProblems(t, m, p, "operator expires", func(probs []topology.PolicyProblem) bool {
+		for _, pp := range probs {
+			if pp.Object == bucketQ && pp.Key == "expires" && pp.Breaks == topology.BreaksDeletes {
+				return true
+			}
+		}
+		return false
+	})
+	ctx := topoTestCtx(t, time.Minute)
+	for {
+		_, err := env.Channel(t).QueueDeclarePassive(bucketQ, true, false, false, false, nil)
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			break // RabbitMQ deleted it, as reported
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s still exists a minute after an operator policy expires 2000", bucketQ)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// TestPolicyExchangeAlternateReported: a policy giving one of the topology's own exchanges an
+// alternate exchange (which would take messages the publisher should get back) is reported as
+// wrong routing; the dispatch exchange's own argument wins over any policy and is not.
+func TestPolicyExchangeAlternateReported(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := polSet(env, "policies", "ae", `^rd\.(buckets|dispatch)$`, "exchanges", 5, map[string]any{"alternate-exchange": "elsewhere"}); err != nil {
+		t.Fatal(err)
+	}
+	probs := polWaitProblems(t, m, p, "alternate-exchange policy", func(probs []topology.PolicyProblem) bool {
+		return len(polFind(probs, "alternate-exchange")) > 0
+	})
+	got := polFind(probs, "alternate-exchange")
+	if len(got) != 1 || got[0].Object != p.Names.BucketExchange() || got[0].Breaks != topology.BreaksRouting || got[0].Policy != "ae" {
+		t.Errorf("alternate-exchange problems %v, want one on %s (wrong routing)", got, p.Names.BucketExchange())
+	}
+}
+
+// brokerCtl runs `scripts/broker ctl ARGS` on the private node the tests use, when
+// BROKER_STATE names it (scripts/broker env exports it); ok is false otherwise.
+func brokerCtl(t *testing.T, args ...string) (out string, ok bool) {
+	t.Helper()
+	if os.Getenv("BROKER_STATE") == "" {
+		return "", false
+	}
+	cmd := exec.Command("../scripts/broker", append([]string{"ctl"}, args...)...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Logf("scripts/broker ctl %v: %v\n%s", args, err, b)
+		return string(b), false
+	}
+	return string(b), true
+}
