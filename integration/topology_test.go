@@ -658,8 +658,9 @@ func newDeadLetterFixture(t *testing.T, env *brokertest.Env) deadLetterFixture {
 
 // TestStatusShowsDeadLetterState: with the parking queue gone, a due message that no target
 // takes stays in its quorum bucket queue's dead-letter state (at-least-once dead-lettering
-// retries it forever); only the management API sees it (messages_dlx). The broker publishes
-// queue statistics every few seconds, so the test polls.
+// retries it forever); only the management API sees it (messages_dlx), and status fails with
+// ErrUnhealthy naming the queue and the count. The broker publishes queue statistics every
+// few seconds, so the test polls.
 func TestStatusShowsDeadLetterState(t *testing.T) {
 	t.Parallel()
 	f := newDeadLetterFixture(t, brokertest.NewEnv(t))
@@ -676,6 +677,11 @@ func TestStatusShowsDeadLetterState(t *testing.T) {
 			if q.Name == bucketQ && q.MessagesDLX == 1 {
 				if q.Ready != 0 {
 					t.Errorf("ready %d: a message in dead-letter state is not ready", q.Ready)
+				}
+				want := fmt.Sprintf("%s (1)", bucketQ)
+				if !errors.Is(err, topology.ErrUnhealthy) || !slices.Contains(rep.DeadLettering, want) ||
+					!strings.Contains(err.Error(), "messages in dead-letter state (messages_dlx) in "+want) {
+					t.Errorf("status with a message in dead-letter state: %v, dead-lettering %v; want ErrUnhealthy naming %s", err, rep.DeadLettering, want)
 				}
 				return
 			}
@@ -869,5 +875,121 @@ func TestTeardownCountsDeadLetterState(t *testing.T) {
 	}
 	if _, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{Management: m, Force: true}); err != nil {
 		t.Fatalf("teardown --force: %v", err)
+	}
+}
+
+// TestApplyReadyQueueDeliveryLimitParks: a quorum ready queue declared with
+// --ready-delivery-limit 3 redelivers a message its consumer nacks with requeue 3 times; the
+// 4th nack dead-letters it to the parking queue, with an x-death entry of reason
+// delivery_limit naming the ready queue. Same on RabbitMQ 3.10 (no limit of its own) and 4.x
+// (default 20). Status then counts it in the parking queue.
+func TestApplyReadyQueueDeliveryLimitParks(t *testing.T) {
+	t.Parallel()
+	const limit = 3
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	spec := polSpec(topology.Quorum)
+	spec.ReadyDeliveryLimit = limit
+	p, _, err := polApply(t, env, m, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := p.Queue("orders.ready")
+	if q.Args["x-delivery-limit"] != int64(limit) || q.Args["x-dead-letter-exchange"] != p.Names.Unroutable() {
+		t.Fatalf("ready queue arguments %v", q.Args)
+	}
+	ctx := topoTestCtx(t, time.Minute)
+	ch := env.Channel(t)
+	if err := ch.PublishWithContext(ctx, "orders", "bound", false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("poison")}); err != nil {
+		t.Fatal(err)
+	}
+	cch := env.Channel(t)
+	ds, err := cch.ConsumeWithContext(ctx, "orders.ready", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked := polConsume(t, env, p.Names.Parking())
+	deliveries := 0
+	for {
+		select {
+		case d := <-ds:
+			deliveries++
+			if err := d.Nack(false, true); err != nil {
+				t.Fatal(err)
+			}
+			if deliveries > limit+1 {
+				t.Fatalf("delivered %d times with x-delivery-limit %d: the limit did not apply", deliveries, limit)
+			}
+			continue
+		case a := <-parked:
+			if deliveries != limit+1 {
+				t.Errorf("parked after %d deliveries (nacks with requeue), want %d", deliveries, limit+1)
+			}
+			deaths, _ := a.d.Headers["x-death"].([]any)
+			var reason, queue any
+			if len(deaths) > 0 {
+				if d0, ok := deaths[0].(amqp.Table); ok {
+					reason, queue = d0["reason"], d0["queue"]
+				}
+			}
+			if reason != "delivery_limit" || queue != "orders.ready" || string(a.d.Body) != "poison" {
+				t.Errorf("parked message: body %q, x-death %v; want reason delivery_limit from orders.ready", a.d.Body, a.d.Headers["x-death"])
+			}
+			t.Logf("RabbitMQ %d: parked after %d deliveries, x-death %v", polMajor(t, env), deliveries, deaths)
+			return
+		case <-ctx.Done():
+			t.Fatalf("not parked after %d deliveries", deliveries)
+		}
+	}
+}
+
+// TestApplyTargetMarkersAndDispatchBound: apply declares a marker exchange per target, which
+// a passive declare finds; DispatchBound reads the real binding (false once it is removed by
+// hand, while the marker stays); teardown deletes the markers and the policies.
+func TestApplyTargetMarkersAndDispatchBound(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	ctx := topoTestCtx(t, time.Minute)
+	spec := polSpec(topology.Quorum)
+	long := strings.Repeat("t", 250)
+	spec.Targets = append(spec.Targets, topology.Target{Name: long, Type: "direct"})
+	p, _, err := polApply(t, env, m, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := env.Channel(t)
+	for _, target := range []string{"orders", long} {
+		marker := p.Names.TargetMarker(target)
+		if err := ch.ExchangeDeclarePassive(marker, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			t.Fatalf("marker %s of target %.20s...: %v", marker, target, err)
+		}
+		if ok, err := m.DispatchBound(ctx, p, target); !ok || err != nil {
+			t.Errorf("DispatchBound(%.20s...) = %v, %v; want true", target, ok, err)
+		}
+	}
+	if ok, err := m.DispatchBound(ctx, p, "not-a-target"); ok || err != nil {
+		t.Errorf("DispatchBound(not-a-target) = %v, %v; want false", ok, err)
+	}
+	if err := ch.ExchangeUnbind("orders", "", p.Names.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := m.DispatchBound(ctx, p, "orders"); ok || err != nil {
+		t.Errorf("DispatchBound(orders) after unbinding = %v, %v; want false", ok, err)
+	}
+	rep, err := topology.Teardown(ctx, env.Dial(t), p, topology.TeardownOptions{Force: true, Management: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if (r.Kind == topology.KindPolicy || strings.HasPrefix(r.Name, "rd.target")) && r.State != topology.StateDeleted {
+			t.Errorf("teardown: %s %s %s", r.Kind, r.Name, r.State)
+		}
+	}
+	var pols []struct{ Name string }
+	topoMgmtJSON(t, env, "api/policies/"+url.PathEscape(env.VHost), &pols)
+	gotEx, _, _ := topoBrokerView(t, env)
+	if len(pols) != 0 || slices.ContainsFunc(gotEx, func(e string) bool { return strings.HasPrefix(e, "rd.") }) {
+		t.Errorf("after teardown: policies %v, exchanges %v", pols, gotEx)
 	}
 }
