@@ -25,6 +25,10 @@ import (
 type pubChan struct {
 	ch  *amqp.Channel
 	sem chan struct{} // capacity 1: held while writing a publish
+	// serial, when not nil (capacity 1), is held from before the write until the confirm: one
+	// publish at a time, so a refusal that closes the channel (403, 404, 406) can only be
+	// the answer to the one publish in flight, and costs no other publish its confirm.
+	serial chan struct{}
 	// frameMax is the connection's negotiated frame_max in bytes (0: unknown): the content
 	// header of a publish must fit in one frame.
 	frameMax int
@@ -52,7 +56,9 @@ type inflight struct {
 // publish can be retried on another channel without risk of a duplicate.
 var errNotSent = errors.New("amqpdelay: channel unusable, message not sent")
 
-func openPubChan(conn *amqp.Connection, onDead func()) (*pubChan, error) {
+// openPubChan opens a channel in confirm mode on conn; serial makes it carry one publish at
+// a time (pubChan.serial). onDead is called once the channel is gone.
+func openPubChan(conn *amqp.Connection, onDead func(), serial bool) (*pubChan, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
@@ -68,6 +74,9 @@ func openPubChan(conn *amqp.Connection, onDead func()) (*pubChan, error) {
 		pending:  make(map[uint64]*inflight),
 		byID:     make(map[string]*inflight),
 		dead:     make(chan struct{}),
+	}
+	if serial {
+		pc.serial = make(chan struct{}, 1)
 	}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
@@ -149,6 +158,16 @@ func (pc *pubChan) isDead() bool {
 func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing, reserve int) error {
 	if problem := headerTooLarge(m, pc.frameMax, reserve); problem != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidInput, problem)
+	}
+	if pc.serial != nil {
+		select {
+		case pc.serial <- struct{}{}:
+		case <-pc.dead:
+			return errNotSent
+		case <-ctx.Done():
+			return ctxErr(ctx, "waiting to publish alone on the channel for publishes the broker may refuse")
+		}
+		defer func() { <-pc.serial }()
 	}
 	f := &inflight{id: m.MessageId, done: make(chan struct{})}
 	for {

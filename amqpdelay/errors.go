@@ -51,6 +51,14 @@ var (
 	// flight on it. The broker's *amqp091.Error is wrapped. Nothing was sent.
 	ErrExchangeNotFound = errors.New("amqpdelay: exchange not found")
 
+	// ErrAccessRefused: RabbitMQ refused a publish with 403 ACCESS_REFUSED (no write
+	// permission on the exchange, no topic permission on the routing key, or an internal
+	// exchange, which only exchange-to-exchange bindings may route into). The Publisher sends
+	// such a publish alone on a channel of its own, so the refusal costs no other publish its
+	// confirm; nothing was stored. The broker's *amqp091.Error is wrapped. A direct publish to
+	// an exchange refused less than 30 s earlier gets it without being sent.
+	ErrAccessRefused = errors.New("amqpdelay: access refused")
+
 	// ErrClosed: the Publisher was closed (before or during the call).
 	ErrClosed = errors.New("amqpdelay: publisher closed")
 

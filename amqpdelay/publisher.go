@@ -84,6 +84,11 @@ type Publisher struct {
 	exMu      sync.RWMutex
 	exchanges map[string]struct{}
 	checkSem  chan struct{} // capacity 1: one exchange check at a time
+	// refusals holds what the broker has refused by closing a channel (refusal.go).
+	refusals refusals
+	// user is the user name of the connection's URL: a UserId property that differs goes
+	// on the serial channel (RabbitMQ refuses it unless the user has the impersonator tag).
+	user string
 
 	sess    atomic.Pointer[session]
 	mu      sync.Mutex
@@ -102,17 +107,17 @@ type Publisher struct {
 // session is one connection and its publishing channels.
 type session struct {
 	conn *amqp.Connection
-	// slots are the publishing channels: general of them for the delay paths and for direct
-	// publishes to targets, then, when present (their index >= 0), one for the plugin path
-	// and one for direct publishes to other exchanges. A publish the broker refuses by closing
-	// the channel (404 NOT_FOUND for a deleted plugin exchange or another exchange, 403
-	// ACCESS_REFUSED for an exchange the user may not write to or an internal one) fails every
-	// publish still waiting for a confirm on that channel; these two kinds of publish, the
-	// ones that can meet such a refusal, each have a channel of their own.
+	// slots are the publishing channels: general of them for the bucket and ladder paths,
+	// then, when present (their index >= 0), one for the plugin path, one for direct
+	// publishes, and one serial channel (one publish at a time) for publishes the broker may
+	// refuse (refusal.go). A publish the broker refuses by closing the channel (403, 404,
+	// 406) fails every publish still waiting for a confirm on that channel, so the kinds of
+	// publish that can meet such a refusal never share a channel with the delay paths.
 	slots      []atomic.Pointer[pubChan]
 	general    int
 	pluginSlot int
-	otherSlot  int
+	directSlot int
+	serialSlot int
 	chanDied   chan struct{} // a channel of this session died (buffered, coalescing)
 	connClose  chan *amqp.Error
 }
@@ -121,9 +126,10 @@ type session struct {
 type slotKind int
 
 const (
-	generalSlots slotKind = iota // the delay paths, and direct publishes to targets
+	generalSlots slotKind = iota // the bucket and ladder paths
 	pluginSlot                   // the plugin path
-	otherSlot                    // direct publishes to exchanges that are not targets
+	directSlot                   // direct publishes to exchanges that took one before
+	serialSlot                   // publishes the broker may refuse (Publisher.mayBeRefused)
 )
 
 // NewPublisher connects to the broker of cfg, checks that the delay topology of cfg.Spec has
@@ -183,6 +189,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		closing:   make(chan struct{}),
 		checkSem:  make(chan struct{}, 1),
 		exchanges: make(map[string]struct{}, len(spec.Targets)),
+		user:      urlUser(cfg.URLOrDefault()),
 	}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
@@ -237,7 +244,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 			"(WithChannels %d, and one to check exchanges): lower WithChannels to at most %d, or raise channel_max in rabbitmq.conf",
 			ErrInvalidConfig, limit, p.opts.channels+1, p.opts.channels, max(limit-1, 0)))
 	}
-	// Direct publishes to other exchanges get a channel of their own, and so does the plugin
+	// The serial channel and the direct publishes get a channel each, and so does the plugin
 	// path when this connection can use the plugin (it has the exchange, or had it and a
 	// re-probe may find it again), as far as channel_max permits; without one, such publishes
 	// share the general channels.
@@ -245,27 +252,31 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		conn:       conn,
 		general:    p.opts.channels,
 		pluginSlot: -1,
-		otherSlot:  -1,
+		directSlot: -1,
+		serialSlot: -1,
 		chanDied:   make(chan struct{}, 1),
 		connClose:  conn.NotifyClose(make(chan *amqp.Error, 1)),
 	}
 	nslots, room := p.opts.channels, int(conn.Config.ChannelMax)-p.opts.channels-1
 	if room > 0 {
-		s.otherSlot, nslots, room = nslots, nslots+1, room-1
+		s.serialSlot, nslots, room = nslots, nslots+1, room-1
+	}
+	if room > 0 {
+		s.directSlot, nslots, room = nslots, nslots+1, room-1
 	}
 	if room > 0 && (pluginOK || p.pluginLost.Load()) {
 		s.pluginSlot, nslots = nslots, nslots+1
 	}
 	s.slots = make([]atomic.Pointer[pubChan], nslots)
 	for i := range s.slots {
-		pc, err := openPubChan(conn, s.onChanDied)
+		pc, err := openPubChan(conn, s.onChanDied, i == s.serialSlot)
 		if err != nil {
 			return fail(fmt.Errorf("amqpdelay: %w", err))
 		}
 		s.slots[i].Store(pc)
 	}
 	p.log.Info().Str("url", amqpconn.Redact(p.cfg.URLOrDefault())).Bool("plugin", pluginOK).
-		Int("channels", p.opts.channels).Bool("plugin_channel", s.pluginSlot >= 0).Bool("other_exchanges_channel", s.otherSlot >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
+		Int("channels", p.opts.channels).Bool("plugin_channel", s.pluginSlot >= 0).Bool("direct_channel", s.directSlot >= 0).Bool("serial_channel", s.serialSlot >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
 }
 
@@ -277,8 +288,10 @@ func (s *session) pick(k slotKind, start uint32) *pubChan {
 	switch k {
 	case pluginSlot:
 		own = s.pluginSlot
-	case otherSlot:
-		own = s.otherSlot
+	case directSlot:
+		own = s.directSlot
+	case serialSlot:
+		own = s.serialSlot
 	}
 	if own >= 0 {
 		if pc := s.slots[own].Load(); pc != nil && !pc.isDead() {
@@ -426,7 +439,7 @@ func (p *Publisher) reopenChannels(s *session) error {
 		if pc != nil {
 			cause = pc.deadErr
 		}
-		npc, err := openPubChan(s.conn, s.onChanDied)
+		npc, err := openPubChan(s.conn, s.onChanDied, i == s.serialSlot)
 		if err != nil {
 			return err
 		}
@@ -552,10 +565,8 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 				"set a message TTL on the ready queue instead", ErrInvalidInput, msg.Expiration)
 		}
 	}
-	if len(msg.Body) > p.opts.maxBody {
-		return Receipt{}, fmt.Errorf("%w: msg.Body is %d bytes, more than the largest message size of %d bytes (RabbitMQ's max_message_size "+
-			"would close the channel): send a smaller body, or raise the limit with WithMaxMessageSize if the broker allows more",
-			ErrInvalidInput, len(msg.Body), p.opts.maxBody)
+	if err := p.checkBodySize(len(msg.Body)); err != nil {
+		return Receipt{}, err
 	}
 	if len(msg.Headers) > 0 {
 		if err := msg.Headers.Validate(); err != nil {
@@ -580,6 +591,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		out.DeliveryMode = amqp.Persistent
 	}
 	if c.path == PathDirect {
+		if err := p.refusals.earlier(exchange); err != nil {
+			return Receipt{}, err
+		}
 		if err := p.checkExchange(ctx, exchange); err != nil {
 			return Receipt{}, err
 		}
@@ -601,10 +615,13 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			dest, hops, mandatory = p.destination(c, exchange)
 		}
 		kind := generalSlots
-		if c.path == PathPlugin {
+		switch {
+		case p.mayBeRefused(c.path, dest, &out):
+			kind = serialSlot
+		case c.path == PathPlugin:
 			kind = pluginSlot
-		} else if _, target := p.targets[exchange]; c.path == PathDirect && !target {
-			kind = otherSlot
+		case c.path == PathDirect:
+			kind = directSlot
 		}
 		pc, err := p.acquire(ctx, kind)
 		if err != nil {
@@ -614,7 +631,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
 		reserve := 0
 		if c.path == PathLadder || c.path == PathBucket { // the plugin path does not dead-letter
-			reserve = deadLetterReserve(hops, len(p.cfg.Spec.Prefix), len(routingKey)) // cfg.Spec has its defaults
+			reserve = deadLetterReserve(&out, routingKey, deadLetterHops(p.names, p.ladder, &c, dest))
 		}
 		err = pc.publish(ctx, dest, routingKey, mandatory, &out, reserve)
 		if errors.Is(err, errNotSent) {
@@ -627,8 +644,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			p.forgetExchange(dest) // deleted since it was checked: the next publish checks again
 		}
 		if err != nil {
-			return Receipt{}, err
+			return Receipt{}, p.learn(err, kind == serialSlot, c.path, dest, routingKey, &out)
 		}
+		p.accepted(c.path, dest, len(out.Body))
 		return Receipt{
 			Path: c.path, Due: time.UnixMilli(due.UnixMilli()), Delay: c.effective, Requested: delay,
 			Rounded: c.rounded, Hops: hops, MessageID: out.MessageId, Exchange: dest,

@@ -25,6 +25,11 @@ import (
 // (501 FRAME_ERROR), so Publish refuses it first.
 const maxShortstr = 255
 
+// maxExpirationMs is the largest per-message TTL (the expiration property) RabbitMQ takes:
+// 10 years in milliseconds (rabbit_misc:check_expiry, 3.10 and 4.0); a larger one closes the
+// channel with 406 PRECONDITION_FAILED "invalid expiration ... value_too_large".
+const maxExpirationMs = 315_360_000_000
+
 // validateMessage checks what amqp091 would fail to encode or silently change, or the broker
 // would answer by closing the connection or channel, before anything is sent: msg.Expiration
 // that is not digits and msg.DeliveryMode above 2 (RabbitMQ 3.10.8 closes the channel with
@@ -61,6 +66,20 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 	if e := msg.Expiration; e != "" && strings.Trim(e, "0123456789") != "" {
 		problems = append(problems, fmt.Sprintf("msg.Expiration %s is not a whole number of milliseconds: RabbitMQ closes the channel "+
 			"(406 PRECONDITION_FAILED, failing every publish in flight on it); write it as digits, e.g. \"60000\"", preview(e)))
+	}
+	if e := msg.Expiration; e != "" && strings.Trim(e, "0123456789") == "" {
+		if v, err := strconv.ParseUint(e, 10, 64); err != nil || v > maxExpirationMs {
+			problems = append(problems, fmt.Sprintf("msg.Expiration %s is above RabbitMQ's maximum of %d ms (10 years): RabbitMQ closes "+
+				"the channel (406 PRECONDITION_FAILED value_too_large); use at most %d", preview(e), maxExpirationMs, maxExpirationMs))
+		}
+	}
+	for _, h := range []string{"CC", "BCC"} {
+		if v, ok := msg.Headers[h]; ok {
+			if _, isArray := v.([]any); !isArray {
+				problems = append(problems, fmt.Sprintf("msg.Headers[%q] is a %T: RabbitMQ takes the %s header only as an array of "+
+					"strings (routing keys) and closes the channel otherwise (406 invalid message); send []any{\"key\", ...}", h, v, h))
+			}
+		}
 	}
 	if msg.DeliveryMode > amqp.Persistent {
 		problems = append(problems, fmt.Sprintf("msg.DeliveryMode %d: want 0 (the Publisher's default, persistent), 1 (amqp.Transient) "+
@@ -224,45 +243,4 @@ func fieldSize(v any) int {
 		return n
 	}
 	return 9 // int64, float64, time.Time
-}
-
-// deadLetterReserve is the room, in bytes, to leave in the content header of a message that
-// will be dead-lettered hops times (one per delay queue it waits in) on its way to a consumer.
-// Each dead-lettering makes RabbitMQ add to the headers (https://www.rabbitmq.com/docs/dlx,
-// "Dead-Lettered Messages"): an x-death entry per queue (count, reason, queue, time, exchange,
-// routing-keys), and x-first-death-exchange, -queue and -reason (RabbitMQ 3.13+ also
-// x-last-death-*). A message that fits in a frame when published can then no longer fit when
-// delivered, and RabbitMQ closes every consumer's connection that it is delivered to, again
-// and again. The estimate is generous: queue and exchange names are taken as the prefix plus
-// 32 and 16 bytes (the longest this package's naming rule makes are shorter), and each entry
-// gets 64 bytes more than the fields above need.
-func deadLetterReserve(hops, prefixLen, keyLen int) int {
-	if hops <= 0 {
-		return 0
-	}
-	q, x := prefixLen+32, prefixLen+16
-	perHop := 108 + 64 + q + x + keyLen // one x-death table in the array
-	once := 13 + 2*(93+x+q)             // the x-death key and array, x-first-death-* and x-last-death-*
-	return hops*perHop + once
-}
-
-// headerTooLarge describes a message whose content-header frame, with reserve bytes more
-// (see deadLetterReserve), would exceed frameMax, or returns "".
-func headerTooLarge(m *amqp.Publishing, frameMax, reserve int) string {
-	if frameMax <= 0 {
-		return ""
-	}
-	n := contentHeaderSize(m) + frameOverhead
-	if n+reserve <= frameMax {
-		return ""
-	}
-	if reserve > 0 {
-		return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), and %d bytes "+
-			"must stay free for the x-death headers RabbitMQ adds at each of its delay hops: more than the connection's frame_max "+
-			"of %d bytes allows. AMQP 0-9-1 carries them in one frame, and RabbitMQ closes the connection of every consumer the "+
-			"message is delivered to when they do not fit; move large values from msg.Headers into the body", n, reserve, frameMax)
-	}
-	return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), more than the "+
-		"connection's frame_max of %d bytes: AMQP 0-9-1 carries them in one frame and RabbitMQ closes the whole connection "+
-		"(501 FRAME_ERROR) when they do not fit; move large values from msg.Headers into the body", n, frameMax)
 }

@@ -32,7 +32,7 @@ func TestValidateMessage(t *testing.T) {
 			Headers: amqp.Table{"f": 1.5, "f32": float32(-2), "n": amqp.Table{"a": []any{0.0, math.MaxFloat64}}, "d": amqp.Decimal{Scale: 2, Value: 5}},
 		}},
 		{name: "255 bytes everywhere", exchange: max, key: max, msg: amqp.Publishing{
-			ContentType: max, ContentEncoding: max, CorrelationId: max, ReplyTo: max, Expiration: strings.Repeat("1", 255),
+			ContentType: max, ContentEncoding: max, CorrelationId: max, ReplyTo: max, Expiration: strings.Repeat("0", 255),
 			MessageId: max, Type: max, UserId: max, AppId: max, Headers: amqp.Table{max: amqp.Table{max: 1}},
 		}},
 		{name: "routing key", exchange: "orders", key: strings.Repeat("r", 300), want: []string{"routing key", "300 bytes", "255"}},
@@ -50,6 +50,12 @@ func TestValidateMessage(t *testing.T) {
 		{name: "Expiration not digits", msg: amqp.Publishing{Expiration: "-5"}, want: []string{`msg.Expiration "-5" is not a whole number`, "406"}},
 		{name: "Expiration words", msg: amqp.Publishing{Expiration: "1m"}, want: []string{"msg.Expiration", `"60000"`}},
 		{name: "Expiration digits", msg: amqp.Publishing{Expiration: "60000"}},
+		{name: "Expiration at RabbitMQ's maximum", msg: amqp.Publishing{Expiration: "315360000000"}},
+		{name: "Expiration above RabbitMQ's maximum", msg: amqp.Publishing{Expiration: "315360000001"}, want: []string{"msg.Expiration", "315360000000 ms", "value_too_large"}},
+		{name: "Expiration beyond 64 bits", msg: amqp.Publishing{Expiration: "99999999999999999999999"}, want: []string{"msg.Expiration", "value_too_large"}},
+		{name: "CC not an array", msg: amqp.Publishing{Headers: amqp.Table{"CC": "a.b"}}, want: []string{`msg.Headers["CC"] is a string`, "array"}},
+		{name: "BCC not an array", msg: amqp.Publishing{Headers: amqp.Table{"BCC": amqp.Table{}}}, want: []string{`msg.Headers["BCC"]`}},
+		{name: "CC array", msg: amqp.Publishing{Headers: amqp.Table{"CC": []any{"a.b"}, "BCC": []any{"c"}}}},
 		{name: "DeliveryMode 7", msg: amqp.Publishing{DeliveryMode: 7}, want: []string{"msg.DeliveryMode 7", "amqp.Persistent"}},
 		{name: "DeliveryMode 1 and 2", msg: amqp.Publishing{DeliveryMode: 1, Headers: amqp.Table{"m": amqp.Persistent}}},
 		{name: "int beyond 32 bits", msg: amqp.Publishing{Headers: amqp.Table{"n": 1 << 40}}, want: []string{`msg.Headers["n"] is the int 1099511627776`, "int64"}},
@@ -185,31 +191,6 @@ func TestContentHeaderSize(t *testing.T) {
 	small := amqp.Publishing{Headers: amqp.Table{"pad": "x"}}
 	if p := headerTooLarge(&small, 4096, 0); p != "" {
 		t.Errorf("headerTooLarge of a small message = %q", p)
-	}
-}
-
-// TestDeadLetterReserve: a delayed message must leave room for the x-death headers of every
-// hop; the direct path (0 hops) needs none.
-func TestDeadLetterReserve(t *testing.T) {
-	if r := deadLetterReserve(0, 11, 5); r != 0 {
-		t.Errorf("0 hops: reserve %d, want 0", r)
-	}
-	one, three := deadLetterReserve(1, 11, 5), deadLetterReserve(3, 11, 5)
-	// RabbitMQ 3.10.8 added 585 bytes to a 3-hop ladder message with prefix "rabbitdelay" and
-	// routing key "k" (measured); the reserve must cover that with room to spare (x-last-death-* on 3.13+, longer names).
-	if three < 585*3/2 || three <= one {
-		t.Errorf("reserve 1 hop %d, 3 hops %d: want growing with hops and at least 1.5 times the 585 bytes measured", one, three)
-	}
-	if longer := deadLetterReserve(3, 11, 200); longer <= three {
-		t.Errorf("a 200-byte routing key reserves %d, no more than a 5-byte one (%d)", longer, three)
-	}
-	// A message that fits with no reserve but not with it is refused, naming x-death.
-	m := amqp.Publishing{Headers: amqp.Table{"pad": strings.Repeat("p", 131072-8-14-4-(1+3)-5-500)}}
-	if p := headerTooLarge(&m, 131072, 0); p != "" {
-		t.Fatalf("the message should fit without a reserve: %s", p)
-	}
-	if p := headerTooLarge(&m, 131072, three); !strings.Contains(p, "x-death") {
-		t.Errorf("with the reserve: %q, want a refusal naming x-death", p)
 	}
 }
 

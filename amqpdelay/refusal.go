@@ -1,0 +1,231 @@
+package amqpdelay
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// What RabbitMQ refuses by closing the channel, and how the Publisher keeps such a refusal
+// from costing other publishes their confirms.
+//
+// RabbitMQ checks every basic.publish before it routes it (rabbit_channel.erl,
+// handle_method(#'basic.publish'{}), in 3.10 and 4.0) and answers a failed check by closing
+// the channel (a soft error: rabbit_binary_generator:map_exception) — every publish still
+// waiting for its confirm on that channel then fails, outcome unknown. The checks, in the
+// broker's order, and what the Publisher does about each:
+//
+//  1. Body larger than max_message_size (406 "message size N is larger than configured max
+//     size M"; 128 MiB by default on 3.x, 16 MiB on 4.x, not advertised over AMQP 0-9-1).
+//     Refused before sending above WithMaxMessageSize or a limit learnt from such a 406; a
+//     body larger than any the broker has confirmed for this Publisher goes on the serial
+//     channel.
+//  2. No write permission on the exchange (403 "access to exchange ... refused").
+//     Direct publishes go on the serial channel until one to that exchange is confirmed; a
+//     refused exchange is remembered for refusalMemory and refused before sending.
+//  3. Exchange not found (404): checked with a passive declare before the first direct
+//     publish (checkExchange); the delay paths' exchanges are checked by NewPublisher.
+//  4. Internal exchange (403 "cannot publish to internal exchange"): as 2.
+//  5. Topic permission on the routing key, topic exchanges only (403 "access to topic ...";
+//     4.x checks CC and BCC keys too): direct publishes only (the delay paths publish to
+//     headers exchanges); the first one to an exchange goes on the serial channel, later ones
+//     share the direct publishes' channel, never the delay paths'.
+//  6. user_id property other than the connection's user (406), unless the user has the
+//     impersonator tag: such a publish goes on the serial channel.
+//  7. expiration property that is not an integer of 0 to 315,360,000,000 ms (406 "invalid
+//     expiration"; rabbit_basic:parse_expiration, rabbit_misc:check_expiry): refused before
+//     sending (validateMessage).
+//  8. CC or BCC header that is not an array (406 "invalid message"): refused before sending.
+//  9. delivery mode other than 1 or 2 (406 on 3.x): refused before sending.
+//
+// The serial channel carries one publish at a time, so its refusal is the answer to that
+// publish alone: the Publisher returns it as ErrAccessRefused, ErrExchangeNotFound or
+// ErrInvalidInput (nothing was stored) and reopens the channel. Errors that close the whole
+// connection (501 for a frame larger than frame_max, 540 for immediate, 541 for a header
+// value RabbitMQ cannot read) are refused before sending by validateMessage and
+// headerTooLarge.
+
+// refusalMemory is how long the Publisher refuses direct publishes to an exchange that the
+// broker refused (403) without asking it again: permissions can be granted meanwhile.
+const refusalMemory = 30 * time.Second
+
+// maxRemembered bounds the exchanges the Publisher remembers as trusted or refused.
+const maxRemembered = 1024
+
+// refusals is what the broker refused or accepted, learnt from confirmed and refused
+// publishes.
+type refusals struct {
+	mu      sync.Mutex
+	refused map[string]refusal  // exchange -> its 403 for direct publishes
+	trusted map[string]struct{} // exchanges a direct publish was confirmed on
+
+	bodyOK    atomic.Int64 // the largest body, in bytes, the broker has confirmed
+	brokerMax atomic.Int64 // the broker's max_message_size learnt from a 406; 0: unknown
+}
+
+type refusal struct {
+	err   *amqp.Error
+	until time.Time
+}
+
+// earlier returns an error wrapping ErrAccessRefused when the broker refused a direct publish
+// to exchange less than refusalMemory ago, or nil.
+func (r *refusals) earlier(exchange string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.refused[exchange]
+	if !ok {
+		return nil
+	}
+	if time.Now().After(f.until) {
+		delete(r.refused, exchange)
+		return nil
+	}
+	return fmt.Errorf("%w: RabbitMQ refused a publish to exchange %q less than %v ago (%d %s); nothing was sent: grant the user write "+
+		"permission on it, or publish to an exchange that is not internal: %w", ErrAccessRefused, exchange, refusalMemory, f.err.Code, f.err.Reason, f.err)
+}
+
+func (r *refusals) isTrusted(exchange string) bool {
+	r.mu.Lock()
+	_, ok := r.trusted[exchange]
+	r.mu.Unlock()
+	return ok
+}
+
+func (r *refusals) trust(exchange string) {
+	r.mu.Lock()
+	if r.trusted == nil {
+		r.trusted = make(map[string]struct{})
+	}
+	if _, ok := r.trusted[exchange]; !ok && len(r.trusted) < maxRemembered {
+		r.trusted[exchange] = struct{}{}
+	}
+	r.mu.Unlock()
+}
+
+func (r *refusals) refuse(exchange string, ae *amqp.Error) {
+	r.mu.Lock()
+	delete(r.trusted, exchange)
+	if r.refused == nil {
+		r.refused = make(map[string]refusal)
+	}
+	if len(r.refused) < maxRemembered {
+		r.refused[exchange] = refusal{err: ae, until: time.Now().Add(refusalMemory)}
+	}
+	r.mu.Unlock()
+}
+
+func (r *refusals) untrust(exchange string) {
+	r.mu.Lock()
+	delete(r.trusted, exchange)
+	r.mu.Unlock()
+}
+
+// mayBeRefused reports whether a publish of out to dest on path may meet a refusal that
+// closes the channel and so must go on the serial channel: a direct publish to an exchange no
+// direct publish was confirmed on yet, a body larger than any confirmed, or a UserId other
+// than the connection's user.
+func (p *Publisher) mayBeRefused(path Path, dest string, out *amqp.Publishing) bool {
+	return path == PathDirect && !p.refusals.isTrusted(dest) ||
+		int64(len(out.Body)) > p.refusals.bodyOK.Load() ||
+		out.UserId != "" && out.UserId != p.user
+}
+
+// accepted records a confirmed publish: its body size, and the exchange of a direct one.
+func (p *Publisher) accepted(path Path, dest string, bodyLen int) {
+	if path == PathDirect {
+		p.refusals.trust(dest)
+	}
+	for n := int64(bodyLen); ; {
+		old := p.refusals.bodyOK.Load()
+		if n <= old || p.refusals.bodyOK.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// checkBodySize returns an error wrapping ErrInvalidInput when a body of n bytes is above
+// WithMaxMessageSize or the broker's max_message_size learnt from a refusal.
+func (p *Publisher) checkBodySize(n int) error {
+	limit, from := p.opts.maxBody, "WithMaxMessageSize, default 16 MiB: RabbitMQ 4.x's default max_message_size"
+	if b := p.refusals.brokerMax.Load(); b > 0 && b < int64(limit) {
+		limit, from = int(b), "the broker's max_message_size, from its refusal of a larger message"
+	}
+	if n <= limit {
+		return nil
+	}
+	return fmt.Errorf("%w: msg.Body is %d bytes, more than the largest message size of %d bytes (%s); RabbitMQ would close the "+
+		"channel: send a smaller body, or raise the limit (WithMaxMessageSize, and max_message_size in rabbitmq.conf)", ErrInvalidInput, n, limit, from)
+}
+
+var sizeRefusal = regexp.MustCompile(`message size (\d+) is larger than (?:configured )?max size (\d+)`)
+
+// learn turns the error of a publish into what the caller gets, and learns from a refusal.
+// On the serial channel a channel closed by a 403, 404 or 406 is the broker's answer to that
+// publish alone (nothing was stored); elsewhere the outcome stays unknown (ErrConnectionLost),
+// but a 403 naming an exchange makes the next direct publish to it go on the serial channel.
+func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, out *amqp.Publishing) error {
+	var ae *amqp.Error
+	if !errors.Is(err, ErrConnectionLost) || !errors.As(err, &ae) {
+		return err
+	}
+	if !serial {
+		if ae.Code == amqp.AccessRefused {
+			if name, ok := quotedExchange(ae.Reason); ok {
+				p.refusals.untrust(name)
+			}
+		}
+		return err
+	}
+	switch ae.Code {
+	case amqp.AccessRefused:
+		if path == PathDirect && !topicRefusal.MatchString(ae.Reason) {
+			p.refusals.refuse(dest, ae)
+		}
+		return fmt.Errorf("%w: RabbitMQ refused the publish to exchange %q with routing key %q (%s); nothing was stored: grant the "+
+			"user write permission (and topic permission) on it, or publish to an exchange that is not internal: %w", ErrAccessRefused, dest, key, ae.Reason, ae)
+	case amqp.NotFound:
+		p.forgetExchange(dest)
+		return fmt.Errorf("%w: exchange %q does not exist (RabbitMQ answered the publish with 404 NOT_FOUND); nothing was stored: "+
+			"declare it, or correct the name: %w", ErrExchangeNotFound, dest, ae)
+	case amqp.PreconditionFailed:
+		if m := sizeRefusal.FindStringSubmatch(ae.Reason); m != nil {
+			if limit, perr := strconv.ParseInt(m[2], 10, 64); perr == nil && limit > 0 {
+				p.refusals.brokerMax.Store(limit)
+			}
+			return fmt.Errorf("%w: msg.Body is %d bytes and the broker's max_message_size is %s bytes (RabbitMQ answered 406); nothing "+
+				"was stored, and larger bodies are now refused before sending: send a smaller body, or raise max_message_size: %w",
+				ErrInvalidInput, len(out.Body), m[2], ae)
+		}
+		return fmt.Errorf("%w: RabbitMQ refused the message (%s); nothing was stored: correct the property it names: %w", ErrInvalidInput, ae.Reason, ae)
+	}
+	return err
+}
+
+var (
+	topicRefusal   = regexp.MustCompile(`access to topic '`)
+	quotedExchange = func(reason string) (string, bool) {
+		m := exchangeInReason.FindStringSubmatch(reason)
+		if m == nil {
+			return "", false
+		}
+		return m[1], true
+	}
+	exchangeInReason = regexp.MustCompile(`exchange '((?:[^']|'[^ ])*)' in vhost`)
+)
+
+// urlUser returns the user name of an AMQP URL (amqp091's default, guest, when it has none),
+// or "" when the URL does not parse.
+func urlUser(raw string) string {
+	u, err := amqp.ParseURI(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Username
+}
