@@ -1,0 +1,184 @@
+package amqpdelay
+
+import (
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// What dead-lettering adds to a message's headers, read in RabbitMQ's source:
+//
+//   - 3.10 (deps/rabbit/src/rabbit_dead_letter.erl, make_msg and update_x_death_header; quorum
+//     queues' at-least-once worker rabbit_fifo_dlx_worker.erl calls the same make_msg): an
+//     x-death entry per (queue, reason), prepended to the x-death array, the table
+//     {count: long, reason: longstr, queue: longstr, time: timestamp, exchange: longstr,
+//     routing-keys: array of longstr} plus original-expiration (longstr) when the message had a
+//     per-message TTL; and, at the first dead-lettering only, x-first-death-reason, -queue and
+//     -exchange (longstr). exchange is the exchange the message was last published to (by the
+//     client, or as the previous queue's dead-letter exchange; an exchange-to-exchange binding
+//     does not change it); routing-keys is the publish routing key followed by every longstr of
+//     the CC header (rabbit_basic:header_routes; BCC is stripped from the headers when the
+//     message is published, rabbit_basic:make_message). The Expiration property is removed.
+//   - 4.0 (deps/rabbit/src/mc.erl record_death, mc_amqpl.erl protocol_state and death_table):
+//     the same x-death entries, built when the message is delivered over AMQP 0-9-1 from the
+//     death records (routing-keys: the message's routing keys minus its BCC keys, i.e. the
+//     routing key and the CC list), x-first-death-* at the first death, and x-last-death-reason,
+//     -queue and -exchange (longstr) updated at every death (RabbitMQ 3.13 and later). BCC is
+//     stripped on publish (mc_amqpl:init). protocol_state also turns every other annotation
+//     whose name starts with "x-" into a header: of those, a quorum queue sets
+//     x-delivery-count (long) on a redelivery (rabbit_fifo_client.erl; 3.10 adds the same header
+//     there) and a stream x-stream-offset; neither comes from dead-lettering (deadLetterMargin).
+//
+// A consumer receives the properties and headers in one content-header frame, which must fit
+// in its connection's frame_max (AMQP 0-9-1 allows no continuation); amqp091-go closes the
+// connection (501 "frame size exceeds negotiated frame_max") when it does not, and the message,
+// back in the ready queue unacknowledged, closes the next consumer's connection too. The
+// Publisher refuses such a message (deadLetterReserve, headerTooLarge). It takes
+// the consumers' frame_max to be its own connection's negotiated frame_max: with RabbitMQ's
+// default (131,072 bytes) and the usual clients' defaults they are equal; a consumer that asks
+// for a smaller frame_max is not protected.
+
+// deadLetterMargin is room left beyond the computed size of a dead-lettered message's
+// headers: 26 bytes for the x-delivery-count header (key 1+16, type 1, long 8) that a quorum
+// ready queue adds when it redelivers the message (after a nack with requeue, or a consumer
+// that went away), or the 25-byte x-stream-offset a stream adds, and 6 bytes spare.
+const deadLetterMargin = 32
+
+// deadLetterReason is the reason RabbitMQ records when a delay queue's TTL expires a message.
+const deadLetterReason = "expired"
+
+// deadLetterHop is one dead-lettering on a delayed message's way to its target: the queue it
+// expires from and the exchange it entered that queue by, as x-death records them.
+type deadLetterHop struct {
+	queue, exchange string
+}
+
+// deadLetterHops returns the dead-letterings of a message published to dest on path c, in
+// order, with the queue and exchange names of names: a bucket's one hop (the bucket queue,
+// entered by dest, the buckets exchange); a ladder's one hop per non-zero digit (each queue
+// entered by the exchange the message was last published to: dest for the first, then the
+// previous queue's dead-letter exchange, the next level's exchange). Other paths: none.
+func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string) []deadLetterHop {
+	switch c.path {
+	case PathBucket:
+		return []deadLetterHop{{queue: names.BucketQueue(c.bucketTTL), exchange: dest}}
+	case PathLadder:
+		hops := make([]deadLetterHop, len(c.plan.Hops))
+		exchange := dest
+		for i, h := range c.plan.Hops {
+			hops[i] = deadLetterHop{queue: names.LadderQueue(h.Level, h.Digit), exchange: exchange}
+			if next, ok := l.Next(h.Level); ok {
+				exchange = names.LadderExchange(next)
+			} else {
+				exchange = names.Dispatch()
+			}
+		}
+		return hops
+	}
+	return nil
+}
+
+// Encoded sizes (AMQP 0-9-1 field tables as RabbitMQ writes them): a field is its key (a
+// length octet and the name), a type octet and the value; a longstr value is a 4-byte length
+// and the bytes, a long or timestamp 8 bytes, an array or table a 4-byte length and its
+// contents (an array element: type octet and value).
+const (
+	// longstrOverhead is what a longstr field adds to its key's and value's bytes.
+	longstrOverhead = 1 + 1 + 4 // key length, type, value length
+	// xDeathEntryFixed is one x-death table without its queue and exchange names and routing
+	// keys: 'F' 1 + length 4, count 1+5+1+8, reason 1+6+1+4+len(reason), queue 1+5+1+4,
+	// time 1+4+1+8, exchange 1+8+1+4, routing-keys 1+12+1+4.
+	xDeathEntryFixed = 5 + 15 + (1 + 6 + 1 + 4 + len(deadLetterReason)) + 11 + 14 + 14 + 18
+	// xDeathHeader is the x-death field without its entries: key 1+7, 'A' 1, length 4.
+	xDeathHeader = 1 + 7 + 1 + 4
+)
+
+// deadLetteredHeaderSize returns the size in bytes of the content-header frame payload
+// (contentHeaderSize) that a consumer receives for m, published with routingKey, after the
+// dead-letterings hops: m's properties and headers without BCC (stripped on publish), plus an
+// x-death entry per hop (its queue and exchange names, the routing key and m's CC list, and
+// original-expiration in the first one when m has an Expiration, which leaves the properties),
+// x-first-death-* (the first hop's) and x-last-death-* (the last hop's). x-last-death-* is always counted, although 3.10
+// does not add it: a message can wait for weeks, through an upgrade, and the node that
+// delivers it may not be the one it was published to. m's own x-death and x-*-death-* headers
+// (the Publisher strips them from delayed messages) are counted as kept. Without hops it is
+// contentHeaderSize(m).
+func deadLetteredHeaderSize(m *amqp.Publishing, routingKey string, hops []deadLetterHop) int {
+	n := contentHeaderSize(m)
+	if len(hops) == 0 {
+		return n
+	}
+	if len(m.Headers) == 0 {
+		n += 4 // the headers table's length: dead-lettering adds the first headers
+	}
+	if bcc, ok := m.Headers["BCC"]; ok {
+		n -= 1 + len("BCC") + fieldSize(bcc) // the table itself stays: dead-lettering adds headers
+	}
+	cc, _ := m.Headers["CC"].([]any)
+	keys := 1 + 4 + len(routingKey) // a routing-keys element: 'S' 1, length 4, the bytes
+	for _, k := range cc {
+		if s, ok := k.(string); ok { // RabbitMQ takes the longstr elements only
+			keys += 1 + 4 + len(s)
+		}
+	}
+	n += xDeathHeader
+	for i, h := range hops {
+		n += xDeathEntryFixed + len(h.queue) + len(h.exchange) + keys
+		if i == 0 && m.Expiration != "" { // 4.0 writes the TTL as an integer: no longer
+			n += 1 + len("original-expiration") + 1 + 4 + len(m.Expiration)
+		}
+	}
+	if m.Expiration != "" {
+		n -= 1 + len(m.Expiration) // the Expiration property is removed at the first hop
+	}
+	first, last := hops[0], hops[len(hops)-1]
+	n += deathSummarySize("x-first-death-", first)
+	n += deathSummarySize("x-last-death-", last)
+	return n
+}
+
+// deathSummarySize is the size of the three longstr headers prefix+reason, +queue, +exchange.
+func deathSummarySize(prefix string, h deadLetterHop) int {
+	return 3*(longstrOverhead+len(prefix)) + len("reason") + len(deadLetterReason) +
+		len("queue") + len(h.queue) + len("exchange") + len(h.exchange)
+}
+
+// deadLetterReserve is the room, in bytes, to leave free in the content-header frame of m
+// (published with routingKey, headers already final) for what RabbitMQ adds at the
+// dead-letterings hops (deadLetterHops): the growth that deadLetteredHeaderSize computes,
+// plus deadLetterMargin; never below 0 (a large BCC list, stripped on publish, can make the
+// delivered header smaller than the published one, which must fit by itself). 0 without hops.
+func deadLetterReserve(m *amqp.Publishing, routingKey string, hops []deadLetterHop) int {
+	if len(hops) == 0 {
+		return 0
+	}
+	return max(0, deadLetteredHeaderSize(m, routingKey, hops)+deadLetterMargin-contentHeaderSize(m))
+}
+
+// headerTooLarge describes a message whose content-header frame, with reserve bytes more
+// (see deadLetterReserve), would exceed frameMax, or returns "". frameMax is the Publisher's
+// connection's negotiated frame_max, taken to be the consumers' too.
+func headerTooLarge(m *amqp.Publishing, frameMax, reserve int) string {
+	if frameMax <= 0 {
+		return ""
+	}
+	n := contentHeaderSize(m) + frameOverhead
+	if n+reserve <= frameMax {
+		return ""
+	}
+	if reserve > 0 {
+		return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), and %d bytes "+
+			"must stay free for the dead-letter headers RabbitMQ adds at its delay hops (an x-death entry per hop with the queue, "+
+			"the exchange, the routing key and msg.Headers[\"CC\"], x-first-death-*, x-last-death-*, and a %d-byte margin): "+
+			"%d bytes when delivered, more than the connection's frame_max of %d bytes (consumers are taken to have the same). "+
+			"AMQP 0-9-1 carries them in one frame, and RabbitMQ closes the connection of every consumer the message is delivered "+
+			"to when they do not fit; move large values (a long CC list too) from msg.Headers into the body",
+			n, reserve, deadLetterMargin, n+reserve, frameMax)
+	}
+	return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), more than the "+
+		"connection's frame_max of %d bytes: AMQP 0-9-1 carries them in one frame and RabbitMQ closes the whole connection "+
+		"(501 FRAME_ERROR) when they do not fit; move large values from msg.Headers into the body", n, frameMax)
+}

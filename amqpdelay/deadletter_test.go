@@ -1,0 +1,219 @@
+package amqpdelay
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// TestDeadLetterHops: the hops are the queues a message waits in, each with the exchange
+// RabbitMQ records for it: the entry exchange for the first, then the dead-letter exchange
+// the topology's plan gives the previous queue.
+func TestDeadLetterHops(t *testing.T) {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+		t.Run(order.String(), func(t *testing.T) {
+			spec := topology.Spec{Prefix: "rd", Targets: []topology.Target{{Name: "orders", Type: "direct"}},
+				Ladder:  ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond, Order: order},
+				Buckets: topology.Delays{30 * time.Second}}
+			plan, err := spec.Plan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dlx := map[string]string{}
+			for _, q := range plan.Queues {
+				dlx[q.Name] = q.DeadLetterExchange
+			}
+			names, ladder := spec.Names(), spec.WithDefaults().Ladder.WithDefaults()
+			lp, err := ladder.Plan(4095*time.Millisecond, ttlbuckets.RoundUp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := choice{path: PathLadder, plan: lp}
+			dest := names.LadderExchange(lp.Entry)
+			hops := deadLetterHops(names, ladder, &c, dest)
+			levels := []int{0, 1, 2}
+			if order == ttlbuckets.LongestFirst {
+				levels = []int{2, 1, 0}
+			}
+			var want []deadLetterHop
+			for i, l := range levels {
+				x := dest
+				if i > 0 {
+					x = dlx[want[i-1].queue]
+				}
+				want = append(want, deadLetterHop{queue: fmt.Sprintf("rd.ladder.%02d.15", l), exchange: x})
+			}
+			if !slices.Equal(hops, want) {
+				t.Errorf("4,095 ms: hops %+v, want %+v", hops, want)
+			}
+			for _, h := range hops {
+				if _, ok := dlx[h.queue]; !ok {
+					t.Errorf("hop queue %s is not in the topology", h.queue)
+				}
+			}
+
+			b := choice{path: PathBucket, bucketTTL: 30000}
+			if got := deadLetterHops(names, ladder, &b, names.BucketExchange()); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets"}}) {
+				t.Errorf("bucket: hops %+v", got)
+			}
+			for _, p := range []Path{PathDirect, PathPlugin} {
+				if got := deadLetterHops(names, ladder, &choice{path: p}, "orders"); got != nil {
+					t.Errorf("%v: hops %+v, want none", p, got)
+				}
+			}
+		})
+	}
+}
+
+// delivered builds the message a consumer receives for m after hops, the way RabbitMQ 4.0's
+// mc_amqpl:protocol_state writes it: BCC gone, Expiration gone, an x-death entry per hop,
+// x-first-death-* and x-last-death-*.
+func delivered(m amqp.Publishing, routingKey string, hops []deadLetterHop) amqp.Publishing {
+	h := amqp.Table{}
+	for k, v := range m.Headers {
+		if k != "BCC" {
+			h[k] = v
+		}
+	}
+	keys := []any{routingKey}
+	if cc, ok := m.Headers["CC"].([]any); ok {
+		for _, k := range cc {
+			if s, ok := k.(string); ok {
+				keys = append(keys, s)
+			}
+		}
+	}
+	var deaths []any
+	for i, hop := range hops {
+		e := amqp.Table{"count": int64(1), "reason": "expired", "queue": hop.queue, "time": time.Unix(1700000000, 0),
+			"exchange": hop.exchange, "routing-keys": keys}
+		if i == 0 && m.Expiration != "" {
+			e["original-expiration"] = m.Expiration
+		}
+		deaths = append([]any{e}, deaths...)
+	}
+	h["x-death"] = deaths
+	first, last := hops[0], hops[len(hops)-1]
+	h["x-first-death-reason"], h["x-first-death-queue"], h["x-first-death-exchange"] = "expired", first.queue, first.exchange
+	h["x-last-death-reason"], h["x-last-death-queue"], h["x-last-death-exchange"] = "expired", last.queue, last.exchange
+	m.Headers = h
+	m.Expiration = ""
+	return m
+}
+
+func ladderHops(prefix string, levels ...int) []deadLetterHop {
+	var hops []deadLetterHop
+	for i, l := range levels {
+		x := fmt.Sprintf("%s.ladder.%02d", prefix, l)
+		if i > 0 {
+			x = fmt.Sprintf("%s.ladder.%02d", prefix, levels[i-1]+1)
+		}
+		hops = append(hops, deadLetterHop{queue: fmt.Sprintf("%s.ladder.%02d.%02d", prefix, l, 15), exchange: x})
+	}
+	return hops
+}
+
+// TestDeadLetteredHeaderSize: the computed size is that of the headers RabbitMQ delivers,
+// counted field by field by contentHeaderSize.
+func TestDeadLetteredHeaderSize(t *testing.T) {
+	three := ladderHops("rabbitdelay", 0, 1, 2)
+	one := []deadLetterHop{{queue: "p.bucket.30000ms", exchange: "p.buckets"}}
+	cc := []any{"cc.one", strings.Repeat("c", 200), []byte("not a longstr"), int32(3)}
+	tests := []struct {
+		name string
+		msg  amqp.Publishing
+		key  string
+		hops []deadLetterHop
+	}{
+		{"no headers", amqp.Publishing{DeliveryMode: 2}, "k", three},
+		{"own headers", amqp.Publishing{MessageId: "m", Headers: amqp.Table{"rabbitdelay-due": int64(1), "a": "b"}}, "order.42", three},
+		{"CC list", amqp.Publishing{Headers: amqp.Table{"CC": cc, "x": int32(1)}}, "k", three},
+		{"BCC only", amqp.Publishing{Headers: amqp.Table{"BCC": []any{"hidden", "hidden2"}}}, "k", one},
+		{"CC and BCC", amqp.Publishing{Headers: amqp.Table{"CC": cc, "BCC": []any{"b"}, "x": "y"}}, strings.Repeat("r", 255), one},
+		{"per-message TTL", amqp.Publishing{Expiration: "60000", Headers: amqp.Table{"x": "y"}}, "k", three},
+		{"one hop", amqp.Publishing{Headers: amqp.Table{"x": "y"}}, "k", one},
+	}
+	for _, tt := range tests {
+		want := contentHeaderSize(new(delivered(tt.msg, tt.key, tt.hops)))
+		if got := deadLetteredHeaderSize(&tt.msg, tt.key, tt.hops); got != want {
+			t.Errorf("%s: deadLetteredHeaderSize = %d, want %d (the delivered message's contentHeaderSize)", tt.name, got, want)
+		}
+	}
+	m := amqp.Publishing{Headers: amqp.Table{"x": "y"}}
+	if got := deadLetteredHeaderSize(&m, "k", nil); got != contentHeaderSize(&m) {
+		t.Errorf("no hops: %d, want the published size %d", got, contentHeaderSize(&m))
+	}
+	// RabbitMQ 3.10.8 added 585 bytes to a 3-hop ladder message with prefix "rabbitdelay" and
+	// routing key "k" (measured), without x-last-death-* (3.13+).
+	lastDeath := deathSummarySize("x-last-death-", three[2])
+	if growth := deadLetteredHeaderSize(&m, "k", three) - contentHeaderSize(&m) - lastDeath; growth != 585 {
+		t.Errorf("3-hop growth without x-last-death-*: %d bytes, want the 585 measured on 3.10.8", growth)
+	}
+}
+
+// TestDeadLetterReserve: the reserve is the growth plus the margin, counts the CC list at
+// every hop, is never negative, and 0 without hops.
+func TestDeadLetterReserve(t *testing.T) {
+	three := ladderHops("rabbitdelay", 0, 1, 2)
+	m := amqp.Publishing{Headers: amqp.Table{"x": "y"}}
+	if r := deadLetterReserve(&m, "k", nil); r != 0 {
+		t.Errorf("no hops: reserve %d, want 0", r)
+	}
+	base := deadLetterReserve(&m, "k", three)
+	if want := deadLetteredHeaderSize(&m, "k", three) - contentHeaderSize(&m) + deadLetterMargin; base != want {
+		t.Errorf("reserve %d, want growth + margin = %d", base, want)
+	}
+	withCC := amqp.Publishing{Headers: amqp.Table{"x": "y", "CC": []any{strings.Repeat("c", 100)}}}
+	// Published once (1+2 key, 'A' 1+4, 'S' 1+4+100), and in each of the 3 x-death entries (5+100).
+	if got := deadLetterReserve(&withCC, "k", three); got != base+3*105 {
+		t.Errorf("a 100-byte CC key: reserve %d, want %d (105 bytes more per hop)", got, base+3*105)
+	}
+	bcc := amqp.Publishing{Headers: amqp.Table{"BCC": []any{strings.Repeat("b", 5000)}}}
+	if got := deadLetterReserve(&bcc, "k", three); got != 0 {
+		t.Errorf("a 5,000-byte BCC key, stripped on publish: reserve %d, want 0 (the published size is the larger)", got)
+	}
+	if got, longer := deadLetterReserve(&m, "k", three), deadLetterReserve(&m, strings.Repeat("k", 200), three); longer != got+3*199 {
+		t.Errorf("a 200-byte routing key reserves %d, want %d", longer, got+3*199)
+	}
+}
+
+// TestHeaderTooLargeWithReserve: a message that fits without the reserve but not with it is
+// refused, naming the sizes and x-death; the sizes parse as the integration tests read them.
+func TestHeaderTooLargeWithReserve(t *testing.T) {
+	three := ladderHops("rabbitdelay", 0, 1, 2)
+	const frameMax = 131072
+	pad := func(n int) amqp.Publishing {
+		return amqp.Publishing{Headers: amqp.Table{"pad": strings.Repeat("p", n), "CC": []any{"cc"}}}
+	}
+	largest := 0
+	{
+		m := pad(0)
+		largest = frameMax - frameOverhead - contentHeaderSize(&m) - deadLetterReserve(&m, "k", three)
+	}
+	fits, over := pad(largest), pad(largest+1)
+	if p := headerTooLarge(&fits, frameMax, deadLetterReserve(&fits, "k", three)); p != "" {
+		t.Errorf("the largest pad is refused: %s", p)
+	}
+	r := deadLetterReserve(&over, "k", three)
+	p := headerTooLarge(&over, frameMax, r)
+	if !strings.Contains(p, "x-death") || !strings.Contains(p, "CC") || !strings.Contains(p, "frame_max of 131072") {
+		t.Fatalf("one byte more: %q, want a refusal naming x-death, CC and frame_max", p)
+	}
+	var size, reserve, total int
+	if _, err := fmt.Sscanf(p[strings.Index(p, "encode to "):], "encode to %d bytes (with this path's own headers), and %d bytes", &size, &reserve); err != nil {
+		t.Fatalf("sizes not found in %q: %v", p, err)
+	}
+	if _, err := fmt.Sscanf(p[strings.Index(p, "margin): "):], "margin): %d bytes when delivered", &total); err != nil {
+		t.Fatalf("delivered size not found in %q: %v", p, err)
+	}
+	if size != contentHeaderSize(&over)+frameOverhead || reserve != r || total != frameMax+1 {
+		t.Errorf("sizes %d + %d = %d, want %d + %d = %d", size, reserve, total, contentHeaderSize(&over)+frameOverhead, r, frameMax+1)
+	}
+}
