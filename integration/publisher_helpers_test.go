@@ -116,8 +116,10 @@ func consumeQueueURL(t testing.TB, url, queue string) <-chan arrival {
 	return out
 }
 
-// maxLateness is how late a delivery may be (on a loaded CI machine) before a test fails.
-const maxLateness = time.Second
+// maxLateness is how late a delivery may be before a test fails: it catches a message that is
+// stuck (held in a queue, waiting on a hop that never ends), not slow delivery on a busy
+// machine. How late messages are is a benchmark figure (bench_lateness_test.go).
+const maxLateness = 30 * time.Second
 
 // checkOnTime fails the test when r arrived before its due time (from the rabbitdelay-due
 // header) or more than maxLateness after it, and returns its lateness.
@@ -139,9 +141,11 @@ func checkOnTime(t testing.TB, r arrival) time.Duration {
 	return late
 }
 
-// next waits up to within for a delivery.
+// nextDelivery waits for a delivery up to within (when it should have arrived) plus
+// maxLateness (a busy machine delivers late; only a stuck message fails the test).
 func nextDelivery(t testing.TB, c <-chan arrival, within time.Duration) arrival {
 	t.Helper()
+	within += maxLateness
 	select {
 	case r, ok := <-c:
 		if !ok {
@@ -235,7 +239,7 @@ func startPrivateBroker(t testing.TB) *privateBroker {
 // pluginsDir (BROKER_PLUGINS_DIR) when pluginsDir is not "".
 func startPrivateBrokerWith(t testing.TB, pluginsDir string) *privateBroker {
 	t.Helper()
-	if _, err := os.Stat("/usr/lib/rabbitmq/bin/rabbitmq-server"); err != nil {
+	if _, err := os.Stat("/usr/lib/rabbitmq/bin/rabbitmq-server"); err != nil && os.Getenv("BROKER_VERSION") != "4" {
 		if brokertest.InCI() {
 			t.Fatalf("rabbitmq-server is not installed and CI=true: a private broker is needed to stop and start")
 		}
@@ -258,7 +262,7 @@ func startPrivateBrokerWith(t testing.TB, pluginsDir string) *privateBroker {
 	start := time.Now()
 	out, err := b.script(t, "up")
 	privateBrokerMu.Unlock()
-	t.Logf("private broker started in %v", time.Since(start))
+	t.Logf("private broker started in %v: %s", time.Since(start), strings.TrimSpace(lastLine(out)))
 	if err != nil {
 		t.Fatalf("scripts/broker up: %v\n%s", err, out)
 	}
@@ -281,7 +285,10 @@ func (b *privateBroker) script(t testing.TB, args ...string) (string, error) {
 		env = append(env, "BROKER_PLUGINS_DIR="+b.pluginsDir)
 	}
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "AMQP_URL=") || strings.HasPrefix(kv, "AMQP_MANAGEMENT_URL=") || strings.HasPrefix(kv, "BROKER_") {
+		// The suite's BROKER_VERSION stays: the private node runs the RabbitMQ version the
+		// suite targets (scripts/broker also reads the major version from RABBITMQ_VERSION).
+		if strings.HasPrefix(kv, "AMQP_URL=") || strings.HasPrefix(kv, "AMQP_MANAGEMENT_URL=") ||
+			strings.HasPrefix(kv, "BROKER_") && !strings.HasPrefix(kv, "BROKER_VERSION=") && !strings.HasPrefix(kv, "BROKER_CACHE=") {
 			continue
 		}
 		env = append(env, kv)
@@ -490,4 +497,15 @@ func (c *canary) check(t *testing.T, what string) {
 	if n := c.failed.Load(); n > 0 {
 		t.Errorf("%d of %d canary publishes failed beside %s (first: %v)", n, n+c.sent.Load(), what, first)
 	}
+}
+
+// lastLine returns the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "ready:") {
+			return lines[i]
+		}
+	}
+	return lines[len(lines)-1]
 }
