@@ -11,9 +11,14 @@
 //
 //   - p.unroutable, a fanout exchange, bound to the queue p.parking: due messages that no target
 //     takes end there instead of being dropped.
+//   - p.due-unroutable, a headers exchange bound to p.parking once per target X with
+//     {x-match: all, rabbitdelay-target: X}: the alternate exchange the policy p.targets gives
+//     every target (see Policies).
 //   - p.dispatch (D), a headers exchange with alternate-exchange p.unroutable, bound to each
 //     target exchange X (exchange-to-exchange) with {x-match: all, rabbitdelay-target: X}.
 //   - Targets given as name:type are declared (durable); the others must already exist.
+//   - Per target X, the empty fanout exchange p.target.X ([Names.TargetMarker]), declared last:
+//     publishers check it (a passive declare) to know X is bound to D.
 //   - Per ladder level L, the headers exchange p.ladder.LL and, per digit v in 1..radix-1, the
 //     queue p.ladder.LL.VV with x-message-ttl v·radix^L·unit ms, bound with
 //     {x-match: all, rabbitdelay-digit-L: v}, dead-lettering to the exchange of the level that
@@ -27,7 +32,11 @@
 //     headers), bound to D matching everything. With mode auto it is declared only when the
 //     broker has the plugin ([ProbePlugin], [Plan.ForPlugin]).
 //   - Ready queues (queue=exchange:key) declared and bound, so plain consumers have somewhere
-//     to read.
+//     to read. Quorum ready queues get x-delivery-limit ([Spec.ReadyDeliveryLimit], default
+//     20) and x-dead-letter-exchange p.unroutable: a message returned more often than the
+//     limit is parked (x-death reason delivery_limit), on 3.x (no limit of its own) as on 4.x
+//     (whose default limit of 20 drops it where no dead-letter exchange is set). A consumer's
+//     reject without requeue parks the message too (reason rejected).
 //
 // Everything is durable. Delay queues never get x-expires (an unused queue would be deleted
 // with its messages) nor a dead-letter routing key (the message keeps its own), and must never
@@ -35,6 +44,47 @@
 // x-dead-letter-strategy at-least-once and x-overflow reject-publish; classic queues only the
 // TTL and the dead-letter exchange. Integer arguments are int64 (amqp091 sends a Go int as a
 // 32-bit value).
+//
+// # Policies
+//
+// AMQP cannot set policies; with the management API ([Management]) Apply sets two
+// ([Plan.Policies]), at [Spec.PolicyPriority] (default [DefaultPolicyPriority], 1,000,000):
+//
+//   - p.delay-queues, apply-to queues, matching exactly the delay queues and p.parking, with
+//     a definition that only repeats what the queues' arguments already mean (overflow
+//     reject-publish; quorum: dead-letter-strategy at-least-once). RabbitMQ applies only the
+//     highest-priority policy that matches a queue, so a lower-priority policy (a catch-all
+//     {message-ttl: 1000} or {expires: 3000}, which would make delays early or delete the
+//     queues with their messages) no longer touches them.
+//   - p.targets, apply-to exchanges, matching exactly the target exchanges (amq.* ones
+//     included: policies match them), with alternate-exchange p.due-unroutable. When D routes
+//     a due message to X through the exchange-to-exchange binding and X routes it to no queue,
+//     RabbitMQ uses X's own alternate exchange (rabbit_exchange:route1 calls process_alternate
+//     per exchange on the path), so the message is parked instead of being held forever in
+//     its quorum delay queue's dead-letter state, where enough such messages (more than the
+//     dead-letter worker's prefetch, dead_letter_worker_consumer_prefetch, 32 by default)
+//     stall every message behind them. p.due-unroutable matches the rabbitdelay-target header,
+//     so another application's publish to X that no queue takes keeps its old fate
+//     (returned to a mandatory publisher, dropped otherwise). A target's own
+//     alternate-exchange argument wins over any policy (rabbit_policy:get_arg); it is
+//     reported as a warning.
+//
+// What a policy cannot prevent is reported by [Management.PolicyProblems] (Apply and Status
+// fail with ErrPolicy): operator policies, which RabbitMQ merges with the applying policy (the
+// stricter value wins) and which no priority shadows (3.10 accepts message-ttl, expires,
+// max-length, max-length-bytes, delivery-limit in them; 4.0 also overflow), and user
+// policies at or above the topology's priority. Per key, RabbitMQ takes the lower of policy
+// and argument for message-ttl, max-length, max-length-bytes and delivery-limit (and expires,
+// except on 3.10 quorum queues, where the policy wins), the policy for a quorum queue's
+// overflow, and the argument for dead-letter-exchange, -routing-key and -strategy
+// (rabbit_amqqueue_process:process_args_policy, rabbit_quorum_queue:ra_machine_config). The
+// management API names a queue's policy only with its statistics (every 5 s), so
+// PolicyProblems works out the policy in effect from the policy list itself.
+//
+// Without the management API Apply reports the policies as skipped and the declare CLI
+// prints the rabbitmqctl set_policy commands. A policy of the topology also shadows the
+// vhost's other policies on those queues and targets (a federation policy on a target, say):
+// give those a higher priority, or fold their keys into a policy of their own.
 //
 // # Declaring safely
 //
@@ -85,7 +135,15 @@
 //   - Dead-lettering, quorum at-least-once dead-lettering and its x-overflow reject-publish
 //     requirement: https://www.rabbitmq.com/docs/dlx,
 //     https://www.rabbitmq.com/docs/quorum-queues#dead-lettering
-//   - Alternate exchanges: https://www.rabbitmq.com/docs/ae
+//   - Alternate exchanges: https://www.rabbitmq.com/docs/ae; an alternate exchange applies per
+//     exchange on a path of exchange-to-exchange bindings, the argument before the policy
+//     (rabbit_exchange:route1, process_alternate; rabbit_policy:get_arg; seen on 3.10.8 and 4.0.5).
+//   - Policies, operator policies and priorities: https://www.rabbitmq.com/docs/policies; which
+//     keys an operator policy may hold and how values merge: rabbit_policies
+//     (merge_policy_value); a policy with a key the queue type does not support does not
+//     apply to that queue at all (rabbit_queue_type:is_policy_applicable).
+//   - Quorum queue delivery limit (default 20 since 4.0, none before):
+//     https://www.rabbitmq.com/docs/quorum-queues#poison-message-handling
 //   - Exchange-to-exchange bindings: https://www.rabbitmq.com/docs/e2e
 //   - Headers exchanges ignore x- binding arguments: https://www.rabbitmq.com/docs/exchanges#headers
 //   - Definitions export and import: https://www.rabbitmq.com/docs/definitions

@@ -20,13 +20,25 @@
 //	          it with exit code 2 and a message naming the object, the argument, the existing
 //	          and the wanted value; nothing is created then, and nothing is ever deleted.
 //	          Target exchanges without a type must exist, checked before anything is declared.
+//	          With --management-url it sets the policies <prefix>.delay-queues and
+//	          <prefix>.targets (see package topology, Policies) and then checks every policy in
+//	          effect on the topology: a key that breaks a guarantee (operator policies, or a
+//	          policy at or above --policy-priority) is named with its policy, value, object
+//	          and effect (early, deletes, drops, stalls, wrong routing), and apply exits 1.
+//	          Without it, apply prints the rabbitmqctl set_policy commands to run.
 //	          --dry-run checks all of that and declares nothing.
 //	status    Per queue: messages ready, consumers, TTL; a loud warning for any consumer on a
 //	          delay queue (it takes delayed messages early); the parking queue; whether the
 //	          broker has the delayed-message plugin. With --management-url also every queue's
 //	          messages held in quorum dead-letter state (messages_dlx), the bindings, and the
 //	          objects named like the topology's own (<prefix>.ladder.*, <prefix>.bucket.*,
-//	          ...) that the specification lacks (an earlier ladder or bucket list). Exit code 1 when any object is missing. --output table|json.
+//	          ...) that the specification lacks (an earlier ladder or bucket list). Exit code 1,
+//	          naming the state, when any object (or, with --management-url, policy) is missing,
+//	          a consumer is attached to a delay queue, messages sit in a queue's dead-letter
+//	          state (messages_dlx: no route, or a quorum member or leader unreachable), a
+//	          binding on the topology's exchanges or queues is not in the specification (an
+//	          earlier ready-queue key, say), or a policy in effect breaks a guarantee.
+//	          --output table|json.
 //	export    Print the topology as RabbitMQ definitions JSON (the format of rabbitmqctl
 //	          export_definitions) for the URL's vhost or --vhost. `rabbitmqctl
 //	          import_definitions` (or POST /api/definitions/<vhost>) into an empty vhost gives
@@ -64,6 +76,9 @@
 //	--queue-type TYPE             AMQPDELAY_QUEUE_TYPE      quorum (or classic)
 //	--ready-queue Q=EXCHANGE:KEY  AMQPDELAY_READY_QUEUES    none; repeatable / comma-separated;
 //	                              names and key at most 255 bytes, names not the topology's own
+//	--ready-delivery-limit N      AMQPDELAY_READY_DELIVERY_LIMIT  20; x-delivery-limit of quorum ready
+//	                              queues (then parked); -1: none, and no dead-letter exchange
+//	--policy-priority N           AMQPDELAY_POLICY_PRIORITY 1000000; priority of the topology's policies
 //	--management-url URL          AMQPDELAY_MANAGEMENT_URL  none; http://user:password@host:15672/
 //	--timeout DURATION            AMQPDELAY_TIMEOUT         1m
 //	--log-format FORMAT           AMQPDELAY_LOG_FORMAT      console (or json)
@@ -81,8 +96,9 @@
 //
 //	0  success
 //	1  runtime failure: broker unreachable, wrong password, unknown vhost, missing permission,
-//	   incomplete topology (status), plugin required (--plugin on) but missing, teardown
-//	   refused because queues hold messages
+//	   incomplete or unhealthy topology (status), a policy in effect that breaks a guarantee
+//	   (apply, status), plugin required (--plugin on) but missing, teardown refused because
+//	   queues hold messages
 //	2  usage: unknown flag or command, invalid value or specification, a target exchange that
 //	   does not exist, or a topology conflict (an object exists with other arguments)
 //
@@ -92,5 +108,7 @@
 // declares and ready queues), write permission on the target exchanges (exchange-to-exchange
 // bindings) and read on the exchanges it binds from. The plugin probe (mode auto or on, without
 // --management-url) declares and deletes a temporary exchange <prefix>.plugin-probe.<random>.
-// status declares nothing (passive declarations only), except that probe.
+// status declares nothing (passive declarations only), except that probe. Setting and deleting
+// the topology's policies (apply and teardown with --management-url) needs the user tag
+// policymaker (or administrator); reading them, the tag monitoring.
 package main

@@ -62,15 +62,18 @@ func commands() []command {
 			help: "Declares the plan and prints each object as created or unchanged. Running it again changes nothing.\n" +
 				"When an object exists with other arguments it stops (exit 2) naming the object, the argument, the\n" +
 				"existing and wanted values; it never deletes or re-creates anything. Exchanges the topology binds to\n" +
-				"must exist (or be given as name:type) before anything is declared.",
+				"must exist (or be given as name:type) before anything is declared. With --management-url it sets the\n" +
+				"policies <prefix>.delay-queues and <prefix>.targets and exits 1 when a policy in effect breaks a guarantee\n" +
+				"(naming policy, key, value, object and effect); without it, it prints the rabbitmqctl commands to set them.",
 			extra: func(s *settings) []option {
 				return []option{boolOption("dry-run", "check everything (targets, conflicts) and show what would be created; declare nothing", &s.dryRun)}
 			}, run: cmdApply},
 		{name: "status", summary: "show messages waiting per delay queue, consumers, parking queue, plugin",
-			help: "Inspects the topology without declaring anything. Exit 1 when objects are missing. A consumer on a\n" +
-				"delay queue is flagged loudly: it takes delayed messages before they are due. With --management-url it\n" +
-				"also shows messages held in quorum queues' dead-letter state (messages_dlx), which AMQP cannot see,\n" +
-				"and checks the bindings.",
+			help: "Inspects the topology without declaring anything. Exit 1, naming the state, when objects are missing or\n" +
+				"a consumer is attached to a delay queue (it takes delayed messages before they are due). With --management-url\n" +
+				"also when messages sit in a queue's dead-letter state (messages_dlx), which AMQP cannot see, when a binding on\n" +
+				"the topology's exchanges or queues is not in the specification, when a policy is missing, or when a policy in\n" +
+				"effect breaks a guarantee.",
 			extra: func(s *settings) []option { return []option{outputOption(s)} }, run: cmdStatus},
 		{name: "export", summary: "print the topology as RabbitMQ definitions JSON",
 			help: "Prints the topology in the format of `rabbitmqctl export_definitions`, for `rabbitmqctl\n" +
@@ -247,8 +250,9 @@ Flags common to every command:
 	fmt.Fprint(w, `
 Exit codes:
   0  ok
-  1  runtime failure: broker unreachable or refusing (password, vhost, permissions), incomplete
-     topology (status), plugin required but missing, teardown refused because queues hold messages
+  1  runtime failure: broker unreachable or refusing (password, vhost, permissions), incomplete or
+     unhealthy topology (status), a policy in effect that breaks a guarantee (apply, status), plugin
+     required but missing, teardown refused because queues hold messages
   2  usage: unknown flag, invalid specification, target exchange missing, or a topology conflict
      (an object exists with other arguments)
 

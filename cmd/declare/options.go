@@ -157,10 +157,13 @@ func commonOptions(s *settings) []option {
 		{name: "ready-delivery-limit", env: env("READY_DELIVERY_LIMIT"), arg: "N", def: strconv.Itoa(topology.DefaultReadyDeliveryLimit),
 			usage: "x-delivery-limit of quorum ready queues: a message returned (nack/reject with requeue) more often is parked in <prefix>.parking " +
 				"(x-death reason delivery_limit); -1: no limit and no dead-letter exchange (ready queues as declared before this option)",
-			set: func(v string) (err error) { s.spec.ReadyDeliveryLimit, err = topology.ParseReadyDeliveryLimit(v); return err }},
+			set: func(v string) (err error) {
+				s.spec.ReadyDeliveryLimit, err = topology.ParseReadyDeliveryLimit(v)
+				return err
+			}},
 		{name: "policy-priority", env: env("POLICY_PRIORITY"), arg: "N", def: strconv.Itoa(topology.DefaultPolicyPriority),
 			usage: "priority of the policies apply sets (<prefix>.delay-queues, <prefix>.targets): above every other policy matching the topology's queues and target exchanges",
-			set: func(v string) (err error) { s.spec.PolicyPriority, err = topology.ParsePolicyPriority(v); return err }},
+			set:   func(v string) (err error) { s.spec.PolicyPriority, err = topology.ParsePolicyPriority(v); return err }},
 		{name: "management-url", env: env("MANAGEMENT_URL"), arg: "URL", set: str(&s.mgmtURL),
 			usage: "management API, http://user:password@host:15672/ (optional, recommended): apply sets the topology's policies (user tag policymaker) " +
 				"and checks the policies in effect; exact binding states, messages held in quorum queues' dead-letter state"},
