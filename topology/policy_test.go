@@ -1,0 +1,123 @@
+package topology
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func jsName(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
+
+// TestPolicyProblemsOf: the rules of Management.PolicyProblems on a made-up management view:
+// what breaks is reported with its policy and effect, what the queue's argument or TTL
+// outweighs is not, operator values merge with the stricter winning, and targets without the
+// alternate exchange are reported.
+func TestPolicyProblemsOf(t *testing.T) {
+	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}, {Name: "billing"}, {Name: "own"}}, Buckets: Delays{3 * time.Second}})
+	bucket := p.Names.BucketQueue(3000)
+	pols := map[string]managedPolicy{
+		"high":            {Name: "high", Definition: map[string]any{"message-ttl": json.Number("1000"), "dead-letter-exchange": "x", "dead-letter-routing-key": "k"}},
+		"long-ttl":        {Name: "long-ttl", Definition: map[string]any{"message-ttl": json.Number("5000"), "overflow": "drop-head"}},
+		"rd.targets":      {Name: "rd.targets", Definition: map[string]any{"alternate-exchange": "rd.due-unroutable"}},
+		"no-ae":           {Name: "no-ae", Definition: map[string]any{"federation-upstream-set": "all"}},
+		"rd.delay-queues": {Name: "rd.delay-queues", Definition: map[string]any{"overflow": "reject-publish"}},
+	}
+	ops := map[string]managedPolicy{
+		"op": {Name: "op", Definition: map[string]any{"expires": json.Number("60000"), "message-ttl": json.Number("4000")}},
+	}
+	queues := []managedObject{
+		{Name: bucket, Type: "quorum", Policy: jsName("high")},
+		{Name: p.Names.LadderQueue(0, 1), Type: "quorum", Policy: jsName("long-ttl")},
+		{Name: p.Names.Parking(), Type: "quorum", Policy: jsName("rd.delay-queues"), OperatorPolicy: jsName("op")},
+		{Name: "unrelated", Type: "quorum", Policy: jsName("high")},
+	}
+	exchanges := []managedObject{
+		{Name: "orders", Policy: jsName("rd.targets")},
+		{Name: "billing", Policy: jsName("no-ae")},
+		{Name: "own", Policy: jsName("rd.targets"), Arguments: map[string]any{"alternate-exchange": "mine"}},
+		{Name: p.Names.BucketExchange(), Policy: jsName("high")},
+	}
+	got := map[string]PolicyProblem{}
+	for _, pp := range policyProblemsOf(p, pols, ops, queues, exchanges) {
+		got[pp.Object+" "+pp.Key] = pp
+	}
+	want := map[string]struct {
+		policy  string
+		breaks  Breakage
+		warning bool
+	}{
+		bucket + " message-ttl":                 {"high", BreaksEarly, false},
+		bucket + " dead-letter-routing-key":     {"high", BreaksRouting, false},
+		p.Names.LadderQueue(0, 1) + " overflow": {"long-ttl", BreaksDrops, false},
+		p.Names.Parking() + " expires":          {"op", BreaksDeletes, false},
+		p.Names.Parking() + " message-ttl":      {"op", BreaksDrops, false},
+		"billing alternate-exchange":            {"no-ae", BreaksStalls, false},
+		"own alternate-exchange":                {"", BreaksStalls, true},
+	}
+	for k, w := range want {
+		pp, ok := got[k]
+		if !ok {
+			t.Errorf("%s: not reported", k)
+			continue
+		}
+		if pp.Policy != w.policy || pp.Breaks != w.breaks || pp.Warning != w.warning {
+			t.Errorf("%s: %+v, want policy %q breaks %q warning %v", k, pp, w.policy, w.breaks, w.warning)
+		}
+		if !strings.Contains(pp.Error(), pp.Object) || !strings.Contains(pp.Error(), string(pp.Breaks)) {
+			t.Errorf("%s: message %q lacks the object or the effect", k, pp.Error())
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected problem %s: %s", k, got[k])
+		}
+	}
+	// A message-ttl above the queue's own TTL (5,000 ms against 1 ms) is harmless: the lower one wins.
+	if _, ok := got[p.Names.LadderQueue(0, 1)+" message-ttl"]; ok {
+		t.Error("message-ttl 5000 on a 1 ms ladder queue reported as early")
+	}
+}
+
+// TestChoosePolicy: the highest-priority matching policy of the right apply-to applies, and a
+// policy with a key the queue type does not support does not apply at all.
+func TestChoosePolicy(t *testing.T) {
+	list := map[string]managedPolicy{
+		"ours":        {Name: "ours", Pattern: `^rd\.bucket\.3000ms$`, ApplyTo: "queues", Priority: "1000000"},
+		"catch":       {Name: "catch", Pattern: ".*", ApplyTo: "all", Priority: "5"},
+		"higher-dl":   {Name: "higher-dl", Pattern: ".*", ApplyTo: "queues", Priority: "2000000", Definition: map[string]any{"delivery-limit": json.Number("2")}},
+		"exchanges":   {Name: "exchanges", Pattern: ".*", ApplyTo: "exchanges", Priority: "9000000"},
+		"quorum-only": {Name: "quorum-only", Pattern: "bucket", ApplyTo: "quorum_queues", Priority: "3000000"},
+	}
+	for _, tc := range []struct {
+		kind Kind
+		o    managedObject
+		want string
+	}{
+		{KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "classic"}, "ours"},       // delivery-limit unsupported on classic
+		{KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "quorum"}, "quorum-only"}, // highest applicable
+		{KindQueue, managedObject{Name: "other", Type: "classic"}, "catch"},
+		{KindExchange, managedObject{Name: "orders"}, "exchanges"},
+	} {
+		if got := rawName(choosePolicy(list, tc.kind, tc.o, 3, "")); got != tc.want {
+			t.Errorf("%s %s (%s): %q, want %q", tc.kind, tc.o.Name, tc.o.Type, got, tc.want)
+		}
+	}
+}
+
+// TestUnplannedBindings: bindings on the plan's exchanges and queues that the plan lacks are
+// listed; bindings of target exchanges to other queues are not.
+func TestUnplannedBindings(t *testing.T) {
+	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders", Type: "topic"}},
+		ReadyQueues: ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "order.*"}}})
+	all := append([]Binding{}, p.Bindings...)
+	all = append(all,
+		Binding{Source: "orders", Destination: "orders.ready", DestinationType: DestQueue, RoutingKey: "order.#"},
+		Binding{Source: "orders", Destination: "audit", DestinationType: DestQueue, RoutingKey: "#"},
+		Binding{Source: p.Names.Dispatch(), Destination: "extra", DestinationType: DestQueue},
+	)
+	got := unplannedBindings(p, all)
+	if len(got) != 2 || got[0].RoutingKey != "order.#" || got[1].Destination != "extra" {
+		t.Errorf("unplanned %v", got)
+	}
+}
