@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // Option configures a Publisher; pass options to [NewPublisher]. An option given a value it
@@ -20,6 +22,7 @@ type options struct {
 	backoffMax  time.Duration
 	onReconnect func(ReconnectEvent)
 	maxBody     int
+	mgmtURL     string
 }
 
 func defaultOptions() options {
@@ -165,4 +168,24 @@ func (k ReconnectKind) String() string {
 		return "reconnected"
 	}
 	return fmt.Sprintf("ReconnectKind(%d)", int(k))
+}
+
+// WithManagementURL gives the Publisher the broker's management API (http(s)://user:password@host:15672/,
+// the AMQPDELAY_MANAGEMENT_URL of `declare`), so that NewPublisher checks what AMQP cannot see:
+// that the dispatch exchange is bound to every target now (not only that `declare apply` bound
+// it once), and that no policy or operator policy in effect on the topology breaks a guarantee
+// (topology.Management.PolicyProblems: a message-ttl that makes delays early, an expires that
+// deletes delay queues, a length limit that drops or stalls, ...). The vhost is the AMQP URL's.
+// An empty url is no management API (the default). A URL that does not parse makes
+// NewPublisher fail with ErrInvalidConfig (the password never quoted).
+func WithManagementURL(url string) Option {
+	return func(o *options) error {
+		if url != "" {
+			if _, err := topology.NewManagement(url, "/"); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			}
+		}
+		o.mgmtURL = url
+		return nil
+	}
 }

@@ -223,6 +223,9 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	if err := p.checkTopology(ctx, conn); err != nil {
 		return fail(err)
 	}
+	if err := p.checkManaged(ctx); err != nil {
+		return fail(err)
+	}
 	// The plugin was in use before this (re)connection, or was being looked for.
 	hadPlugin := p.pluginOK.Load() || p.pluginLost.Load()
 	pluginOK := false
@@ -338,9 +341,17 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				ErrTopologyMissing, p.cfg.Spec.Prefix, l.Unit, l.Radix, l.Order, l.Levels(), p.names.LadderMarker(l))
 		}},
 	}
-	// A target the broker does not have would send every due message to the parking queue.
-	// (AMQP cannot list bindings, so a target that exists but is not bound to the dispatch
-	// exchange is not caught here: `declare status --management-url` shows it.)
+	// A target the broker does not have, or one `declare apply` did not bind to the dispatch
+	// exchange, would send every due message to the parking queue. AMQP cannot list bindings:
+	// apply declares a marker exchange per target once it is bound (topology.Names.TargetMarker);
+	// WithManagementURL checks the binding itself (checkManaged).
+	for _, t := range p.cfg.Spec.Targets {
+		checks = append(checks, check{exchange: p.names.TargetMarker(t.Name), missing: func() error {
+			return fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (marker exchange %q is missing): "+
+				"run `declare apply` with %q among AMQPDELAY_TARGETS, or leave it out of this publisher's AMQPDELAY_TARGETS",
+				ErrTopologyMissing, t.Name, p.names.Dispatch(), p.names.TargetMarker(t.Name), t.Name)
+		}})
+	}
 	for _, t := range p.cfg.Spec.Targets {
 		checks = append(checks, check{exchange: t.Name, missing: func() error {
 			if topology.BrokerReserved(t.Name) {
@@ -357,6 +368,8 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL), b.Delay)
 		}})
 	}
+	// Targets first: a missing target exchange is the more useful error than its marker.
+	checks = append(checks[:2], append(checks[2+len(p.cfg.Spec.Targets):], checks[2:2+len(p.cfg.Spec.Targets)]...)...)
 	done := make(chan error, 1)
 	go func() {
 		for _, c := range checks {

@@ -1,0 +1,57 @@
+package amqpdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// checkManaged, with WithManagementURL, asks the management API what AMQP cannot: whether
+// the dispatch exchange is bound to every target now, and whether a policy in effect breaks
+// a guarantee (topology.Management.PolicyProblems). It returns nil without a management URL,
+// an error wrapping ErrTopologyMissing or ErrTopologyUnsafe, or the management API's error.
+func (p *Publisher) checkManaged(ctx context.Context) error {
+	if p.opts.mgmtURL == "" {
+		return nil
+	}
+	vhost := "/"
+	if u, err := amqp.ParseURI(p.cfg.URLOrDefault()); err == nil && u.Vhost != "" {
+		vhost = u.Vhost
+	}
+	m, err := topology.NewManagement(p.opts.mgmtURL, vhost)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	plan, err := p.cfg.Spec.Plan()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	var problems []error
+	for _, t := range p.cfg.Spec.Targets {
+		bound, err := m.DispatchBound(ctx, plan, t.Name)
+		if err != nil {
+			return fmt.Errorf("amqpdelay: check the binding of target %q: %w", t.Name, err)
+		}
+		if !bound {
+			problems = append(problems, fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (the management API "+
+				"lists no such binding): run `declare apply` with %q among AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, p.names.Dispatch(), t.Name))
+		}
+	}
+	pps, err := m.PolicyProblems(ctx, plan)
+	if err != nil {
+		return fmt.Errorf("amqpdelay: read the policies in effect on the topology: %w", err)
+	}
+	if failing := topology.Failing(pps); len(failing) > 0 {
+		lines := make([]string, len(failing))
+		for i, pp := range failing {
+			lines[i] = pp.Error()
+		}
+		problems = append(problems, fmt.Errorf("%w: %d policy problem(s): %s", ErrTopologyUnsafe, len(failing), strings.Join(lines, "; ")))
+	}
+	return errors.Join(problems...)
+}

@@ -1,0 +1,144 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// newPublisherErr starts a Publisher and returns NewPublisher's error (closing a Publisher
+// that started).
+func newPublisherErr(t *testing.T, env *brokertest.Env, spec topology.Spec, opts ...amqpdelay.Option) error {
+	t.Helper()
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = env.URL
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := amqpdelay.NewPublisher(ctx, cfg, opts...)
+	if err == nil {
+		_ = p.Close()
+	}
+	return err
+}
+
+// TestPublisherTargetNotBound: a target that exists but that `declare apply` never bound to
+// the dispatch exchange (the Publisher's AMQPDELAY_TARGETS has it, apply's did not) makes
+// NewPublisher fail with ErrTopologyMissing naming it; the marker exchange is what AMQP sees.
+func TestPublisherTargetNotBound(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	orders := topology.Target{Name: env.Name("orders"), Type: "topic"}
+	declareTopology(t, env, testSpec(env, orders))
+
+	spec := testSpec(env, orders, topology.Target{Name: "amq.topic"})
+	err := newPublisherErr(t, env, spec)
+	if !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), `"amq.topic" is not bound`) {
+		t.Fatalf("NewPublisher with an unbound target: err = %v, want ErrTopologyMissing naming amq.topic as not bound", err)
+	}
+	if err := newPublisherErr(t, env, testSpec(env, orders)); err != nil {
+		t.Fatalf("NewPublisher with the applied targets: %v", err)
+	}
+}
+
+// TestPublisherManagedChecks: with WithManagementURL, NewPublisher refuses a topology whose
+// dispatch binding to a target was deleted by hand after apply (the marker is still there),
+// and one where a policy in effect breaks a guarantee (a message-ttl policy above the
+// topology's own priority; an expires operator policy); it starts once they are gone.
+func TestPublisherManagedChecks(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		if brokertest.InCI() {
+			t.Fatal("needs the management API, and CI's broker has one")
+		}
+		t.Skip("needs the management API (AMQP_MANAGEMENT_URL)")
+	}
+	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := topology.Target{Name: env.Name("orders"), Type: "topic"}
+	spec := testSpec(env, orders)
+	plan, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := topology.Apply(ctx, env.Dial(t), plan, topology.ApplyOptions{Management: m}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	withMgmt := amqpdelay.WithManagementURL(env.Broker.ManagementURL)
+	if err := newPublisherErr(t, env, spec, withMgmt); err != nil {
+		t.Fatalf("NewPublisher on a healthy topology: %v", err)
+	}
+
+	// A policy above the topology's own priority that makes delays early.
+	if err := polSet(env, "policies", "ttl", "^"+regexpQuote(env.Prefix)+`\.`, "queues", topology.DefaultPolicyPriority+1, map[string]any{"message-ttl": 1000}); err != nil {
+		t.Fatal(err)
+	}
+	waitErr := func(what string, want error, text string) {
+		t.Helper()
+		// RabbitMQ applies a policy to matching queues in the background.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := newPublisherErr(t, env, spec, withMgmt)
+			if errors.Is(err, want) && strings.Contains(err.Error(), text) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: err = %v, want %v naming %q", what, err, want, text)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	waitErr("message-ttl policy", amqpdelay.ErrTopologyUnsafe, "message-ttl")
+	polClear(t, env, "policies", "ttl")
+
+	if err := polSet(env, "operator-policies", "exp", "^"+regexpQuote(env.Prefix)+`\.`, "queues", 0, map[string]any{"expires": 3600000}); err != nil {
+		t.Fatal(err)
+	}
+	waitErr("expires operator policy", amqpdelay.ErrTopologyUnsafe, "expires")
+	polClear(t, env, "operator-policies", "exp")
+
+	// The binding deleted by hand: the marker exchange is still there, so only the management
+	// API can tell.
+	ch := env.Channel(t)
+	var dispatchBinding *topology.Binding
+	for _, b := range plan.Bindings {
+		if b.Role == topology.RoleDispatch && b.Destination == orders.Name {
+			dispatchBinding = &b
+		}
+	}
+	if dispatchBinding == nil {
+		t.Fatal("the plan has no dispatch binding for the target")
+	}
+	if err := ch.ExchangeUnbind(dispatchBinding.Destination, dispatchBinding.RoutingKey, dispatchBinding.Source, false, dispatchBinding.Args); err != nil {
+		t.Fatal(err)
+	}
+	waitErr("binding deleted", amqpdelay.ErrTopologyMissing, "not bound")
+	if err := newPublisherErr(t, env, spec); err != nil {
+		t.Errorf("without the management API the marker is all NewPublisher sees: err = %v, want nil", err)
+	}
+	if err := newPublisherErr(t, env, spec, amqpdelay.WithManagementURL("http://guest:s3cret@[::1")); !errors.Is(err, amqpdelay.ErrInvalidConfig) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("bad management URL: err = %v, want ErrInvalidConfig without the password", err)
+	}
+}
+
+// regexpQuote quotes s for a RabbitMQ policy pattern (PCRE).
+func regexpQuote(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`\.+*?()|[]{}^$-`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
