@@ -674,3 +674,45 @@ func TestTeardownReportsAnotherSpecsObjects(t *testing.T) {
 		t.Errorf("objects with the prefix after both teardowns (besides the target): %v", left)
 	}
 }
+
+// TestPolicyCLI: without the management API apply declares everything and prints the
+// rabbitmqctl commands for the policies it cannot set; with it, apply sets them; an operator
+// policy that makes delays early makes apply and status exit 1 naming the policy, key, value,
+// object and effect; teardown deletes the policies.
+func TestPolicyCLI(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API")
+	}
+	target := env.Name("orders")
+	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1m")
+	noMgmt := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1m")
+	delete(noMgmt, "AMQPDELAY_MANAGEMENT_URL")
+	r := declare(t, noMgmt, "apply")
+	queuesPolicy := env.Prefix + ".delay-queues"
+	if r.code != 0 || !strings.Contains(r.stdout, "policies are NOT set") ||
+		!strings.Contains(r.stdout, "rabbitmqctl set_policy -p '"+env.VHost+"' --apply-to queues --priority 1000000 '"+queuesPolicy+"'") {
+		t.Fatalf("apply without the management API: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = declare(t, e, "apply")
+	if r.code != 0 || !regexpLine(r.stdout, "created", queuesPolicy) || !regexpLine(r.stdout, "created", env.Prefix+".targets") {
+		t.Fatalf("apply with the management API: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if err := env.Broker.Management("PUT", "api/operator-policies/"+url.PathEscape(env.VHost)+"/op",
+		map[string]any{"pattern": ".*", "apply-to": "queues", "definition": map[string]any{"message-ttl": 1000}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := `operator policy "op" sets message-ttl = 1000 on queue "` + env.Prefix + `.ladder.`
+	for _, cmd := range []string{"apply", "status"} {
+		r = declare(t, e, cmd)
+		if r.code != 1 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, ": early: ") || !strings.Contains(r.stdout, "POLICY PROBLEMS") {
+			t.Errorf("%s under an operator message-ttl: exit %d, want 1 naming it\n%s\n%s", cmd, r.code, r.stdout, r.stderr)
+		}
+	}
+	r = declare(t, e, "teardown", "--force")
+	if r.code != 0 || !regexpLine(r.stdout, "deleted", queuesPolicy) {
+		t.Errorf("teardown: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	_ = env.Channel(t).ExchangeDelete(target, false, false)
+}
