@@ -265,10 +265,9 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		parked = fmt.Sprintf("%d messages (%d ready)", park.Messages, park.Ready)
 	}
 	fmt.Fprintf(w, "parking queue %s: %s\n", park.Name, parked)
-	fmt.Fprintln(w, "  what lands there: due messages whose target has no binding on the dispatch exchange (header rabbitdelay-target, "+
-		"no x-death entry of the parking's own), due messages a target routed to no queue (through the targets' alternate exchange "+
-		p.Names.DueUnroutable()+"), and messages a quorum ready queue returned too often (x-death reason delivery_limit, queue = the ready queue) "+
-		"or that its consumer rejected without requeue (reason rejected); read them with acknowledgements (a requeue counts as a return)")
+	fmt.Fprintln(w, "  holds: due messages whose target is not bound to the dispatch exchange or routed them to no queue "+
+		"(header rabbitdelay-target names it), and messages a quorum ready queue gave up on (x-death reason delivery_limit, or rejected "+
+		"without requeue). Read them with acknowledgements: a requeue counts as a delivery attempt.")
 	if len(rep.DeadLettering) > 0 {
 		fmt.Fprintf(w, "\nDEAD-LETTER STATE: messages whose dead-lettering has not completed (messages_dlx): %s\n", strings.Join(rep.DeadLettering, ", "))
 		fmt.Fprintln(w, "  cause: nothing routes them (a target with no binding for their routing key, and no alternate exchange: see the policies below), "+
