@@ -87,8 +87,9 @@ func WithConnectionName(name string) Option {
 }
 
 // WithReconnectBackoff sets the bounds of the exponential back-off between reconnection
-// attempts: the first wait is min, each next one doubles, up to max (defaults 100 ms and 5 s).
-// Both must be positive and min <= max.
+// attempts: the first wait is about min, each next one doubles, up to about max (defaults
+// 100 ms and 5 s); every wait is randomized by ±50 % (jitter). Both must be positive and
+// min <= max.
 func WithReconnectBackoff(min, max time.Duration) Option {
 	return func(o *options) error {
 		if min <= 0 || max < min {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
@@ -278,7 +279,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		}
 		s.slots[i].Store(pc)
 	}
-	p.log.Info().Str("url", amqpconn.Redact(p.cfg.URLOrDefault())).Bool("plugin", pluginOK).
+	p.log.Info().Str("urls", p.cfg.Redacted()).Str("node", conn.RemoteAddr().String()).Bool("plugin", pluginOK).
 		Int("channels", p.opts.channels).Bool("plugin_channel", s.pluginSlot >= 0).Bool("direct_channel", s.directSlot >= 0).Bool("serial_channel", s.serialSlot >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
 }
@@ -463,10 +464,16 @@ func (p *Publisher) reopenChannels(s *session) error {
 	return nil
 }
 
-// reconnect retries connect with exponential back-off until it succeeds (the new session) or
-// the Publisher is closed (nil).
+// reconnect retries connect with exponential back-off and jitter (cenkalti/backoff: from
+// WithReconnectBackoff's minimum, doubling up to its maximum, each wait randomized by ±50 % so
+// that many publishers that lost one node do not dial the others in step) until it succeeds
+// (the new session) or the Publisher is closed (nil). Each attempt dials the whole address list.
 func (p *Publisher) reconnect() *session {
-	wait := p.opts.backoffMin
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.Multiplier = p.opts.backoffMin, p.opts.backoffMax, 2
+	bo.RandomizationFactor, bo.MaxElapsedTime = 0.5, 0
+	bo.Reset()
+	wait := bo.NextBackOff()
 	for attempt := 1; ; attempt++ {
 		select {
 		case <-p.closing:
@@ -481,10 +488,10 @@ func (p *Publisher) reconnect() *session {
 			p.event(ReconnectEvent{Kind: Reconnected, Attempt: attempt, PluginAvailable: p.pluginOK.Load()})
 			return s
 		}
-		p.log.Warn().Int("attempt", attempt).Dur("next_in", min(2*wait, p.opts.backoffMax)).
+		wait = bo.NextBackOff()
+		p.log.Warn().Int("attempt", attempt).Dur("next_in", wait).
 			Str("error", amqpconn.RedactText(err.Error())).Msg("amqpdelay: reconnect failed")
 		p.event(ReconnectEvent{Kind: ReconnectFailed, Err: err, Attempt: attempt})
-		wait = min(2*wait, p.opts.backoffMax)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -29,7 +30,11 @@ const DefaultURL = "amqp://guest:guest@localhost:5672/"
 // tag alone, so a tag without the prefix would read a stray URL or PREFIX variable.
 // The vhost comes from the URL path (https://www.rabbitmq.com/docs/uri-spec).
 type Config struct {
-	// URL is an amqp:// or amqps:// URL. Empty means DefaultURL.
+	// URL is an amqp:// or amqps:// URL, or several URLs of one cluster separated by commas
+	// (an address list: each with its own credentials, all with the same user name and vhost;
+	// percent-encode a comma in a password as %2C). Dial tries them in a random order, so that
+	// many clients spread over the nodes, and a client that loses its connection dials again
+	// through the whole list. Empty means DefaultURL.
 	URL string `envconfig:"AMQPDELAY_URL"`
 	// TLSCA is a PEM file of CA certificates to verify the broker with (amqps:// only).
 	// Empty means the system roots.
@@ -43,12 +48,32 @@ type Config struct {
 // ErrConfig is wrapped by every error about the configuration itself (as opposed to the broker).
 var ErrConfig = errors.New("amqpconn: invalid connection configuration")
 
-// URLOrDefault returns c.URL, or DefaultURL when it is empty.
-func (c Config) URLOrDefault() string {
-	if c.URL == "" {
-		return DefaultURL
+// URLOrDefault returns the first URL of c.URL (see [Config.URLs]), or DefaultURL when it is
+// empty: the vhost and user name, which every URL of the list shares.
+func (c Config) URLOrDefault() string { return c.URLs()[0] }
+
+// URLs returns the URLs of c.URL's address list, in the order given, spaces around each
+// trimmed and empty entries dropped; [DefaultURL] alone when there is none.
+func (c Config) URLs() []string {
+	var out []string
+	for _, u := range strings.Split(c.URL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
 	}
-	return c.URL
+	if len(out) == 0 {
+		return []string{DefaultURL}
+	}
+	return out
+}
+
+// Redacted returns c.URL's address list with every password replaced by "***".
+func (c Config) Redacted() string {
+	urls := c.URLs()
+	for i, u := range urls {
+		urls[i] = Redact(u)
+	}
+	return strings.Join(urls, ",")
 }
 
 // Validate checks the URL and the TLS files without touching the network. Every problem is
@@ -57,12 +82,25 @@ func (c Config) URLOrDefault() string {
 // parser's message or the user information: errors never hold any part of the password.
 func (c Config) Validate() error {
 	var errs []error
-	raw := c.URLOrDefault()
-	u, err := amqp.ParseURI(raw)
-	if err != nil || MisplacedAt(raw) {
-		errs = append(errs, urlError(raw))
-		err = ErrConfig
+	var first amqp.URI
+	var err error
+	for i, raw := range c.URLs() {
+		u, uerr := amqp.ParseURI(raw)
+		if uerr != nil || MisplacedAt(raw) {
+			errs = append(errs, urlError(raw))
+			err = ErrConfig
+			continue
+		}
+		if i == 0 {
+			first = u
+			continue
+		}
+		if u.Vhost != first.Vhost || u.Username != first.Username || u.Scheme != first.Scheme {
+			errs = append(errs, fmt.Errorf("%w: URL %q of the address list differs from the first, %q, in its user name, vhost or scheme: "+
+				"the URLs of a list name the nodes of one cluster, with one user and one vhost", ErrConfig, Redact(raw), Redact(c.URLOrDefault())))
+		}
 	}
+	u := first
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, fmt.Errorf("%w: TLS client certificate and key go together: set both TLS_CERT and TLS_KEY, or neither", ErrConfig))
 	}
@@ -120,9 +158,11 @@ func MisplacedAt(raw string) bool {
 }
 
 // TLSConfig builds the TLS configuration for an amqps:// URL from the CA, certificate and key
-// files. It returns nil, nil for amqp:// URLs.
-func (c Config) TLSConfig() (*tls.Config, error) {
-	u, err := amqp.ParseURI(c.URLOrDefault())
+// files, for the host of the first URL. It returns nil, nil for amqp:// URLs.
+func (c Config) TLSConfig() (*tls.Config, error) { return c.tlsConfigFor(c.URLOrDefault()) }
+
+func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
+	u, err := amqp.ParseURI(raw)
 	if err != nil || u.Scheme != "amqps" {
 		return nil, nil
 	}
@@ -148,10 +188,12 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
-// Dial opens a connection named name (shown in the management UI's connection list). The
-// context bounds the TCP connect, TLS handshake and AMQP handshake; a context without a deadline
-// gets 30 s. Errors never contain the URL's password; broker refusals stay reachable with
-// errors.As(err, **amqp091.Error).
+// Dial opens a connection named name (shown in the management UI's connection list) to the
+// first URL of c's address list, in a random order, that accepts it. The context bounds the
+// whole dial; a context without a deadline gets 30 s, and each URL gets an even share of what
+// is left of it (so a node that does not answer cannot use up the time of the others). Errors
+// never contain a URL's password; the error of the last URL tried keeps the broker's refusal
+// reachable with errors.As(err, **amqp091.Error), and names every URL tried.
 func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrConfig)
@@ -159,14 +201,38 @@ func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) 
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	tc, err := c.TLSConfig()
-	if err != nil {
-		return nil, err
-	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(30 * time.Second)
 	}
+	urls := c.URLs()
+	rand.Shuffle(len(urls), func(i, j int) { urls[i], urls[j] = urls[j], urls[i] })
+	var errs []error
+	for i, u := range urls {
+		share := time.Until(deadline) / time.Duration(len(urls)-i)
+		conn, err := dialOne(ctx, c, u, name, time.Now().Add(share))
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, fmt.Errorf("no node of the address list answered (%d URLs): %w", len(urls), errors.Join(errs...))
+}
+
+// dialOne dials the URL raw of c, bounded by ctx and deadline.
+func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time) (*amqp.Connection, error) {
+	tc, err := c.tlsConfigFor(raw)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
 	cfg := amqp.Config{
@@ -194,13 +260,13 @@ func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		conn, err := amqp.DialConfig(c.URLOrDefault(), cfg)
+		conn, err := amqp.DialConfig(raw, cfg)
 		done <- result{conn, err}
 	}()
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("connect to %q: %w", Redact(c.URLOrDefault()), redactErr(r.err))
+			return nil, fmt.Errorf("connect to %q: %w", Redact(raw), redactErr(r.err))
 		}
 		return r.conn, nil
 	case <-ctx.Done():
@@ -209,7 +275,7 @@ func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) 
 				r.conn.Close()
 			}
 		}()
-		return nil, fmt.Errorf("connect to %q: %w", Redact(c.URLOrDefault()), ctx.Err())
+		return nil, fmt.Errorf("connect to %q: %w", Redact(raw), ctx.Err())
 	}
 }
 

@@ -3,6 +3,7 @@ package amqpconn
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -217,5 +218,54 @@ func TestValidateMessages(t *testing.T) {
 	}
 	if err := (Config{URL: "amqp://u:p%40w@h:5672/v%40x"}).Validate(); err != nil {
 		t.Errorf("encoded '@': %v", err)
+	}
+}
+
+func TestAddressList(t *testing.T) {
+	c := Config{URL: " amqp://u:p1@h1:5672/v , amqp://u:p2@h2:5673/v,,"}
+	got := c.URLs()
+	want := []string{"amqp://u:p1@h1:5672/v", "amqp://u:p2@h2:5673/v"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("URLs() = %q, want %q", got, want)
+	}
+	if c.URLOrDefault() != want[0] {
+		t.Errorf("URLOrDefault() = %q, want the first URL", c.URLOrDefault())
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	if r := c.Redacted(); strings.Contains(r, "p1") || strings.Contains(r, "p2") || !strings.Contains(r, "h1") || !strings.Contains(r, "h2") {
+		t.Errorf("Redacted() = %q: want both hosts and no password", r)
+	}
+	if got := (Config{}).URLs(); len(got) != 1 || got[0] != DefaultURL {
+		t.Errorf("empty URL: URLs() = %q, want DefaultURL", got)
+	}
+	for _, bad := range []string{
+		"amqp://u:p@h1/v,amqp://u:p@h2/other",
+		"amqp://u:p@h1/v,amqp://w:secret@h2/v",
+		"amqp://u:p@h1/v,amqps://u:p@h2/v",
+		"amqp://u:p@h1/v,http://u:secret@h2/v",
+	} {
+		err := Config{URL: bad}.Validate()
+		if !errors.Is(err, ErrConfig) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("Validate(%q) = %v, want ErrConfig without the password", Redact(bad), err)
+		}
+	}
+}
+
+// TestDialListNoneAnswers: with no node of the list answering, the error names every URL
+// tried (the integration tests connect through lists with dead nodes).
+func TestDialListNoneAnswers(t *testing.T) {
+	l1, _ := net.Listen("tcp", "127.0.0.1:0")
+	l2, _ := net.Listen("tcp", "127.0.0.1:0")
+	a1, a2 := l1.Addr().String(), l2.Addr().String()
+	l1.Close()
+	l2.Close()
+	c := Config{URL: "amqp://u:secret@" + a1 + "/,amqp://u:secret@" + a2 + "/"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, c, "t")
+	if err == nil || !strings.Contains(err.Error(), a1) || !strings.Contains(err.Error(), a2) || strings.Contains(err.Error(), "secret") {
+		t.Errorf("Dial of two closed ports: err = %v, want both addresses named, no password", err)
 	}
 }
