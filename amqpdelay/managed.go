@@ -20,7 +20,7 @@ func (p *Publisher) checkManaged(ctx context.Context) error {
 		return nil
 	}
 	vhost := "/"
-	if u, err := amqp.ParseURI(p.cfg.URLOrDefault()); err == nil && u.Vhost != "" {
+	if u, err := amqp.ParseURI(p.cfg.conn().URLOrDefault()); err == nil && u.Vhost != "" {
 		vhost = u.Vhost
 	}
 	m, err := topology.NewManagement(p.opts.mgmtURL, vhost)

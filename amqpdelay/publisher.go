@@ -22,15 +22,56 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// Config is the Publisher's configuration: the connection (URL, TLS files) and the topology
-// specification (prefix, targets, buckets, ladder, plugin mode). It is the declare CLI's
-// configuration, so one set of AMQPDELAY_* variables serves both.
-type Config = topology.Config
+// Config is the Publisher's configuration: how to reach the broker and the delay topology it
+// publishes into. The zero value dials amqp://guest:guest@localhost:5672/ with the default
+// topology (which has no targets: set at least Spec.Targets). [ConfigFromEnv] fills it from
+// the AMQPDELAY_* variables, exactly as the declare CLI reads them, so one set of variables
+// serves both.
+type Config struct {
+	// URL is an amqp:// or amqps:// URL (user:password@host:port/vhost; the vhost is the
+	// path, https://www.rabbitmq.com/docs/uri-spec), or the comma-separated URLs of one
+	// cluster's nodes (an address list: same user name and vhost; percent-encode a comma in a
+	// password as %2C). The Publisher dials them in a random order and, after a connection
+	// loss, dials the whole list again. Empty means amqp://guest:guest@localhost:5672/.
+	// AMQPDELAY_URL.
+	URL string
+	// TLSCA is a PEM file of CA certificates to verify the broker with (amqps:// only); empty
+	// means the system roots. AMQPDELAY_TLS_CA.
+	TLSCA string
+	// TLSCert and TLSKey are PEM files of a client certificate and its key, for brokers that
+	// require one (amqps:// only): both or neither. AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY.
+	TLSCert, TLSKey string
+	// Spec is the delay topology, as `declare apply` declared it (prefix, targets, buckets,
+	// ladder, plugin mode, queue type): the Publisher checks at start that the broker has it.
+	Spec topology.Spec
+}
+
+// conn returns the connection part of c in the form the internal dialer takes.
+func (c Config) conn() amqpconn.Config {
+	return amqpconn.Config{URL: c.URL, TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey}
+}
 
 // ConfigFromEnv reads the AMQPDELAY_* variables, exactly as the declare CLI does (see
 // topology.ConfigFromEnv). It returns an error wrapping topology.ErrInvalidSpec that names a
 // variable that does not parse; [NewPublisher] validates the values.
-func ConfigFromEnv() (Config, error) { return topology.ConfigFromEnv() }
+func ConfigFromEnv() (Config, error) {
+	c, err := topology.ConfigFromEnv()
+	return Config{URL: c.URL, TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey, Spec: c.Spec}, err
+}
+
+// Dial opens a connection to the broker of c, with the settings the Publisher uses (the
+// address list tried in a random order, the TLS files, a 10 s heartbeat), named name in the
+// management UI: for the consumers and other clients of an application that publishes with
+// rabbitdelay. ctx bounds the whole dial (30 s when it has no deadline). The caller owns the
+// connection and closes it. Errors wrap ErrInvalidConfig for a configuration that does not
+// validate; the others are the dial's (never holding a password; a broker refusal reachable
+// as *amqp091.Error).
+func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) {
+	if err := c.conn().Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return amqpconn.Dial(ctx, c.conn(), name)
+}
 
 // Receipt tells how a published message travels; Publish returns it with a nil error once
 // the broker has confirmed the message. With an error it is the zero Receipt, whose Path
@@ -161,7 +202,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	if err := spec.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
-	if err := cfg.Config.Validate(); err != nil {
+	if err := cfg.conn().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	if o.strategy == PluginOnly && spec.Plugin == topology.PluginOff {
@@ -190,7 +231,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		closing:   make(chan struct{}),
 		checkSem:  make(chan struct{}, 1),
 		exchanges: make(map[string]struct{}, len(spec.Targets)),
-		user:      urlUser(cfg.URLOrDefault()),
+		user:      urlUser(cfg.conn().URLOrDefault()),
 	}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
@@ -213,7 +254,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 
 // connect dials, checks the topology, probes the plugin and opens the channels.
 func (p *Publisher) connect(ctx context.Context) (*session, error) {
-	conn, err := amqpconn.Dial(ctx, p.cfg.Config, p.opts.name)
+	conn, err := amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +320,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		}
 		s.slots[i].Store(pc)
 	}
-	p.log.Info().Str("urls", p.cfg.Redacted()).Str("node", conn.RemoteAddr().String()).Bool("plugin", pluginOK).
+	p.log.Info().Str("urls", p.cfg.conn().Redacted()).Str("node", conn.RemoteAddr().String()).Bool("plugin", pluginOK).
 		Int("channels", p.opts.channels).Bool("plugin_channel", s.pluginSlot >= 0).Bool("direct_channel", s.directSlot >= 0).Bool("serial_channel", s.serialSlot >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
 }
@@ -342,6 +383,16 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				ErrTopologyMissing, p.cfg.Spec.Prefix, l.Unit, l.Radix, l.Order, l.Levels(), p.names.LadderMarker(l))
 		}},
 	}
+	for _, t := range p.cfg.Spec.Targets {
+		checks = append(checks, check{exchange: t.Name, missing: func() error {
+			if topology.BrokerReserved(t.Name) {
+				return fmt.Errorf("%w: target exchange %q does not exist, and names starting with \"amq.\" are RabbitMQ's own: only the broker "+
+					"creates them; enable what creates it, or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name)
+			}
+			return fmt.Errorf("%w: target exchange %q does not exist: declare it (AMQPDELAY_TARGETS=%s:topic, or another type, then `declare apply`), "+
+				"or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, t.Name)
+		}})
+	}
 	// A target the broker does not have, or one `declare apply` did not bind to the dispatch
 	// exchange, would send every due message to the parking queue. AMQP cannot list bindings:
 	// apply declares a marker exchange per target once it is bound (topology.Names.TargetMarker);
@@ -353,24 +404,12 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				ErrTopologyMissing, t.Name, p.names.Dispatch(), p.names.TargetMarker(t.Name), t.Name)
 		}})
 	}
-	for _, t := range p.cfg.Spec.Targets {
-		checks = append(checks, check{exchange: t.Name, missing: func() error {
-			if topology.BrokerReserved(t.Name) {
-				return fmt.Errorf("%w: target exchange %q does not exist, and names starting with \"amq.\" are RabbitMQ's own: only the broker "+
-					"creates them; enable what creates it, or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name)
-			}
-			return fmt.Errorf("%w: target exchange %q does not exist: declare it (AMQPDELAY_TARGETS=%s:topic, or another type, then `declare apply`), "+
-				"or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, t.Name)
-		}})
-	}
 	for _, b := range p.buckets.List() {
 		checks = append(checks, check{queue: p.names.BucketQueue(b.TTL), missing: func() error {
 			return fmt.Errorf("%w: bucket %v (queue %q) is not declared: use the same AMQPDELAY_BUCKETS as `declare apply`, or add %v there and apply again",
 				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL), b.Delay)
 		}})
 	}
-	// Targets first: a missing target exchange is the more useful error than its marker.
-	checks = append(checks[:2], append(checks[2+len(p.cfg.Spec.Targets):], checks[2:2+len(p.cfg.Spec.Targets)]...)...)
 	done := make(chan error, 1)
 	go func() {
 		for _, c := range checks {
@@ -842,7 +881,7 @@ func isExchangeNotFound(err error, exchange string) bool {
 // a connection of its own (plugin.ExchangeExists), bounded by ctx.
 func (p *Publisher) probePlugin(ctx context.Context) (bool, error) {
 	dial := func(ctx context.Context) (*amqp.Connection, error) {
-		return amqpconn.Dial(ctx, p.cfg.Config, p.opts.name+"-probe")
+		return amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name+"-probe")
 	}
 	return plugin.ExchangeExists(ctx, dial, p.names.PluginExchange())
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -189,7 +188,7 @@ func declare(tb testing.TB, c delayCase) setup {
 	}
 	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer pcancel()
-	pub := newBenchPublisher(tb, pctx, amqpdelay.Config{Config: amqpconn.Config{URL: env.URL}, Spec: spec}, strategy, c.path, c.shards())
+	pub := newBenchPublisher(tb, pctx, amqpdelay.Config{URL: env.URL, Spec: spec}, strategy, c.path, c.shards())
 	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
 }
 
@@ -405,7 +404,7 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 				tb.Logf("teardown of the plugin case: %v", err)
 			}
 		})
-		p, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{Config: amqpconn.Config{URL: u}, Spec: spec}, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+		p, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: u, Spec: spec}, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
 		if err != nil {
 			tb.Fatalf("publisher (plugin): %v", err)
 		}

@@ -29,7 +29,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 )
 
 type order struct {
@@ -89,7 +88,7 @@ func run() int {
 
 	// The consumer: plain amqp091-go, nothing of rabbitdelay but amqpdelay.Due to measure.
 	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := amqpconn.Dial(dialCtx, cfg.Config, "ordertimeout-consumer")
+	conn, err := amqpdelay.Dial(dialCtx, cfg, "ordertimeout-consumer")
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ordertimeout:", err)
@@ -145,7 +144,7 @@ func run() int {
 	// The delays: about a fifth exactly equal to a declared bucket (when there are buckets in
 	// range), the rest arbitrary milliseconds between -min and -max.
 	var buckets []time.Duration
-	for _, b := range cfg.Buckets {
+	for _, b := range cfg.Spec.Buckets {
 		if b >= *minDelay && b <= *maxDelay {
 			buckets = append(buckets, b)
 		}
