@@ -8,6 +8,7 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/rs/zerolog v1.35.1
 	github.com/testcontainers/testcontainers-go/modules/rabbitmq v0.40.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -136,15 +136,58 @@ type Publisher struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever sess or one of its channels changes
 
-	closed    atomic.Bool
-	active    atomic.Int64 // publishes in progress
-	closing   chan struct{}
-	closeCtx  context.Context // cancelled by Close: ends a reconnection attempt
+	// closeCtx is the one notion of "closed": Close cancels it (under mu), which ends waits for
+	// a connection, reconnection attempts and probes, and makes new publishes fail.
+	closeCtx  context.Context
 	cancel    context.CancelFunc
+	active    publishes // publishes in progress, which Close waits for
 	closeOnce sync.Once
 	closeErr  error
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // the supervisor and background probes
 }
+
+// publishes counts the publishes in progress; Close waits for them on a signal (drained).
+type publishes struct {
+	mu      sync.Mutex
+	n       int
+	closing bool
+	drained chan struct{} // closed once closing and n is 0
+}
+
+// enter counts a publish in; false once Close has begun.
+func (c *publishes) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	c.n++
+	return true
+}
+
+// leave counts a publish out.
+func (c *publishes) leave() {
+	c.mu.Lock()
+	c.n--
+	if c.closing && c.n == 0 {
+		close(c.drained)
+	}
+	c.mu.Unlock()
+}
+
+// close refuses new publishes and returns a channel closed once the last one has left.
+func (c *publishes) close() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closing = true
+	if c.n == 0 {
+		close(c.drained)
+	}
+	return c.drained
+}
+
+// isClosed reports whether Close has begun.
+func (p *Publisher) isClosed() bool { return p.closeCtx.Err() != nil }
 
 // session is one connection and its publishing channels.
 type session struct {
@@ -228,7 +271,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		log:       o.logger,
 		idPrefix:  "rd-" + hex.EncodeToString(rnd[:]) + "-",
 		changed:   make(chan struct{}),
-		closing:   make(chan struct{}),
+		active:    publishes{drained: make(chan struct{})},
 		checkSem:  make(chan struct{}, 1),
 		exchanges: make(map[string]struct{}, len(spec.Targets)),
 		user:      urlUser(cfg.conn().URLOrDefault()),
@@ -237,13 +280,15 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		p.targets[t.Name] = struct{}{}
 		p.knowExchange(t.Name) // checkTopology checks that it exists
 	}
+	p.closeCtx, p.cancel = context.WithCancel(context.Background())
 	s, err := p.connect(ctx)
 	if err != nil {
+		p.cancel()
 		return nil, err
 	}
-	p.closeCtx, p.cancel = context.WithCancel(context.Background())
 	if o.strategy == PluginOnly && !p.pluginOK.Load() {
 		_ = s.conn.Close()
+		p.cancel()
 		return nil, errPluginMissing()
 	}
 	p.sess.Store(s)
@@ -452,7 +497,7 @@ func (p *Publisher) supervise(s *session) {
 	defer p.wg.Done()
 	for {
 		select {
-		case <-p.closing:
+		case <-p.closeCtx.Done():
 			return
 		case <-s.chanDied:
 			if s.conn.IsClosed() {
@@ -515,7 +560,7 @@ func (p *Publisher) reconnect() *session {
 	wait := bo.NextBackOff()
 	for attempt := 1; ; attempt++ {
 		select {
-		case <-p.closing:
+		case <-p.closeCtx.Done():
 			return nil
 		case <-time.After(wait):
 		}
@@ -537,7 +582,7 @@ func (p *Publisher) reconnect() *session {
 // event reports e to the reconnect handler, unless Close has begun: a reconnection attempt
 // that Close cancels is not an event of the Publisher's connection.
 func (p *Publisher) event(e ReconnectEvent) {
-	if p.opts.onReconnect != nil && !p.closed.Load() {
+	if p.opts.onReconnect != nil && !p.isClosed() {
 		p.opts.onReconnect(e)
 	}
 }
@@ -557,7 +602,7 @@ func (p *Publisher) acquire(ctx context.Context, k slotKind) (*pubChan, error) {
 		p.mu.Lock()
 		changed := p.changed
 		p.mu.Unlock()
-		if p.closed.Load() {
+		if p.isClosed() {
 			return nil, ErrClosed
 		}
 		if s := p.sess.Load(); s != nil {
@@ -567,7 +612,7 @@ func (p *Publisher) acquire(ctx context.Context, k slotKind) (*pubChan, error) {
 		}
 		select {
 		case <-changed:
-		case <-p.closing:
+		case <-p.closeCtx.Done():
 			return nil, ErrClosed
 		case <-ctx.Done():
 			return nil, fmt.Errorf("amqpdelay: context ended while waiting for a connection to the broker: %w", ctx.Err())
@@ -602,11 +647,10 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 	if ctx == nil {
 		return Receipt{}, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
 	}
-	p.active.Add(1)
-	defer p.active.Add(-1)
-	if p.closed.Load() {
+	if !p.active.enter() {
 		return Receipt{}, ErrClosed
 	}
+	defer p.active.leave()
 	if err := ctx.Err(); err != nil {
 		return Receipt{}, fmt.Errorf("amqpdelay: context ended before publishing: %w", err)
 	}
@@ -787,7 +831,7 @@ func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 		// memory alarm) would otherwise collect one open check channel per timed-out publish.
 		select {
 		case p.checkSem <- struct{}{}:
-		case <-p.closing:
+		case <-p.closeCtx.Done():
 			return ErrClosed
 		case <-ctx.Done():
 			return fmt.Errorf("amqpdelay: context ended while waiting to check that exchange %q exists: %w", exchange, ctx.Err())
@@ -812,7 +856,7 @@ func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 		var err error
 		select {
 		case err = <-done:
-		case <-p.closing:
+		case <-p.closeCtx.Done():
 			return ErrClosed
 		case <-ctx.Done():
 			return fmt.Errorf("amqpdelay: context ended while checking that exchange %q exists: %w", exchange, ctx.Err())
@@ -895,10 +939,10 @@ func (p *Publisher) reprobePlugin() {
 	if now.UnixNano() < next || !p.nextProbe.CompareAndSwap(next, now.Add(pluginReprobe).UnixNano()) {
 		return
 	}
-	// Under mu, so that Close (which sets closed under mu before it waits) never waits on a
-	// WaitGroup that is being added to.
+	// Under mu, so that Close (which cancels closeCtx under mu before it waits) never waits on
+	// a WaitGroup that is being added to.
 	p.mu.Lock()
-	if p.closed.Load() {
+	if p.isClosed() {
 		p.mu.Unlock()
 		return
 	}
@@ -935,21 +979,22 @@ func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
 // Close stops the Publisher: new publishes fail with ErrClosed at once, publishes waiting
 // for a connection end with ErrClosed, and publishes waiting for their confirmation get up to
 // 5 s to receive it before the connection is closed (they then fail with ErrConnectionLost).
-// It then closes the Publisher's connection, giving the broker up to 5 s more to answer (a
-// broker that blocks the connection, in a memory or disk alarm, does not: the socket is then
-// closed anyway and Close returns the error), and waits for its goroutines: 13 s in all was
-// measured with a publish blocked by a memory alarm (before, Close waited for the alarm's end). Close is idempotent: later calls return the first call's result.
+// It then waits for its goroutines and closes the Publisher's connection, giving the broker up
+// to 5 s more to answer (a broker that blocks the connection, in a memory or disk alarm, does
+// not: the socket is then closed anyway and Close returns the error). Close is idempotent:
+// later calls return the first call's result.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
-		p.closed.Store(true)
-		p.mu.Unlock()
-		close(p.closing)
 		p.cancel()
-		deadline := time.Now().Add(5 * time.Second)
-		for p.active.Load() > 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+		p.mu.Unlock()
+		drained := p.active.close()
+		timer := time.NewTimer(5 * time.Second)
+		select {
+		case <-drained:
+		case <-timer.C:
 		}
+		timer.Stop()
 		p.wg.Wait()
 		if s := p.sess.Load(); s != nil {
 			// amqp091's Close waits for the broker's close-ok without a bound.

@@ -1,6 +1,7 @@
 package amqpdelay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -142,8 +143,9 @@ func TestIsIOError(t *testing.T) {
 func TestNoEventAfterClose(t *testing.T) {
 	var got []ReconnectEvent
 	p := &Publisher{opts: options{onReconnect: func(e ReconnectEvent) { got = append(got, e) }}}
+	p.closeCtx, p.cancel = context.WithCancel(context.Background())
 	p.event(ReconnectEvent{Kind: Disconnected})
-	p.closed.Store(true)
+	p.cancel()
 	p.event(ReconnectEvent{Kind: ReconnectFailed, Err: errors.New("context canceled")})
 	if len(got) != 1 || got[0].Kind != Disconnected {
 		t.Errorf("events = %+v, want only the one before Close", got)
@@ -199,5 +201,37 @@ func TestPreviewKeepsCharactersWhole(t *testing.T) {
 	got := preview(strings.Repeat("é", 100))
 	if !utf8.ValidString(got) || strings.Contains(got, `\x`) {
 		t.Errorf("preview cut a character: %s", got)
+	}
+}
+
+// TestPublishesDrain: Close's wait ends when the last publish in progress leaves, new ones are
+// refused from the start of Close, and a Close with none in progress does not wait.
+func TestPublishesDrain(t *testing.T) {
+	var c publishes
+	c.drained = make(chan struct{})
+	if !c.enter() || !c.enter() {
+		t.Fatal("enter refused before close")
+	}
+	drained := c.close()
+	if c.enter() {
+		t.Error("enter accepted after close")
+	}
+	c.leave()
+	select {
+	case <-drained:
+		t.Fatal("drained with a publish still in progress")
+	default:
+	}
+	c.leave()
+	select {
+	case <-drained:
+	default:
+		t.Fatal("not drained after the last publish left")
+	}
+	idle := publishes{drained: make(chan struct{})}
+	select {
+	case <-idle.close():
+	default:
+		t.Fatal("an idle Publisher's close waits")
 	}
 }
