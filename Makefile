@@ -10,7 +10,7 @@ FUZZTIME ?= 100000x
 BENCH ?= .
 BENCHTIME ?= 1x
 
-.PHONY: test unit vet fuzz bench demo build broker-up broker-down
+.PHONY: test unit vet fuzz bench demo build broker-up broker-down cluster-test
 
 ## test: vet and short fuzz runs once, then race-enabled tests of every package against a real
 ## broker of each version in TEST_VERSIONS (or once against AMQP_URL when it is set). Every version
@@ -58,3 +58,18 @@ broker-up:
 
 broker-down:
 	scripts/broker down
+
+## cluster-test: the TestCluster* integration tests against a private cluster of CLUSTER_NODES
+## (default 3) nodes (scripts/broker with BROKER_NODES) of each version in TEST_VERSIONS; like
+## `test`, every version runs even when an earlier one fails. AMQP_URL is not used: the tests kill
+## and restart nodes, which only a cluster started here allows.
+CLUSTER_NODES ?= 3
+cluster-test:
+	@failed=""; \
+	for v in $(TEST_VERSIONS); do \
+		echo "== make cluster-test: TestCluster* against a $(CLUSTER_NODES)-node RabbitMQ $$v cluster (BROKER_VERSION=$$v)"; \
+		env -u AMQP_URL -u AMQP_MANAGEMENT_URL BROKER_VERSION=$$v BROKER_NODES=$(CLUSTER_NODES) \
+			$(BROKER) $(GO) test -count=1 -timeout 30m -v -run 'TestCluster' ./integration/ || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "== make cluster-test: FAILED against RabbitMQ$$failed"; exit 1; fi; \
+	echo "== make cluster-test: passed against RabbitMQ $(TEST_VERSIONS)"
