@@ -326,6 +326,7 @@ func (s Spec) Plan() (*Plan, error) {
 		p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchange(l), Destination: nextExchange(l), DestinationType: DestExchange,
 			Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
 	}
+	p.addRetry() // retry.go: the consumer's way back to one queue
 	sort.SliceStable(p.Bindings, func(i, j int) bool { return p.Bindings[i].Tier < p.Bindings[j].Tier })
 
 	// Policies: see Plan.Policies and the package documentation's "Policies" section.

@@ -46,12 +46,13 @@ func TestPlanDefaultCounts(t *testing.T) {
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
-		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker)", len(p.Exchanges), 8 + 1 + 3 + 1 + 1},
+		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 1 + 3 + 1 + 1 + 2},
 		{"queues", len(p.Queues), 121},
 		{"ladder bindings", countRole(p.Bindings, bRole, RoleLadder), 120 + 8},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
-		{"bindings", len(p.Bindings), 128 + 1 + 2 + 1},
+		{"retry bindings (D -> retry; no ready queue)", countRole(p.Bindings, bRole, RoleRetry), 1},
+		{"bindings", len(p.Bindings), 128 + 1 + 2 + 1 + 1},
 		{"policies", len(p.Policies), 2},
 		{"existing", len(p.Existing), 1},
 	}
@@ -205,7 +206,7 @@ func TestPlanDeclarationOrder(t *testing.T) {
 				q, _ := p.Queue(b.Destination)
 				down = q.DeadLetterExchange
 			}
-			if down == "" || down == "x" {
+			if down == "" || down == "x" || down == p.Names.Retry() { // targets: their bindings lead to queues only
 				continue
 			}
 			if dt, ok := tierOfSource[down]; ok && dt >= b.Tier {
@@ -493,7 +494,7 @@ func TestTargetMarker(t *testing.T) {
 			markers = append(markers, e.Name)
 		}
 	}
-	if len(markers) != 3 {
-		t.Errorf("markers %v, want the ladder's and two targets'", markers)
+	if len(markers) != 4 {
+		t.Errorf("markers %v, want the ladder's, two targets' and the retry exchange's", markers)
 	}
 }

@@ -97,7 +97,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			exchanges = append(exchanges, e.Name)
 		}
 	}
-	exchanges = append(exchanges, p.Names.Dispatch(), p.Names.DueUnroutable(), p.Names.Unroutable())
+	exchanges = append(exchanges, p.Names.Dispatch(), p.Names.Retry(), p.Names.DueUnroutable(), p.Names.Unroutable())
 
 	// What exists, and what it holds.
 	var jobs []job

@@ -1,0 +1,47 @@
+package topology
+
+import (
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// Retry routing: the way the consumer package (github.com/delaykit/rabbitdelay/consumer) sends a
+// failed message back, after a delay, to the one queue it came from, never to the other queues
+// bound to the same target exchange.
+//
+//	<prefix>.retry          direct exchange, alternate exchange <prefix>.unroutable (-> parking)
+//	D -> <prefix>.retry     {x-match: all, rabbitdelay-target: <prefix>.retry}
+//	<prefix>.retry -> Q     binding key Q, for every ready queue Q
+//	<prefix>.target.<prefix>.retry   its target marker (declared last, like every marker)
+//
+// A consumer's retry Publisher has <prefix>.retry as its only target and publishes with the
+// queue's name as routing key: the delay paths keep the routing key, D hands the due message to
+// <prefix>.retry, which routes it by that key to Q alone. The consumer binds a queue that is not
+// a ready queue of the specification itself (the same binding). A retry whose queue has no such
+// binding goes to the alternate exchange and waits in the parking queue.
+
+// Retry is the retry exchange (direct): see the retry routing above ([Spec.Plan]).
+func (n Names) Retry() string { return n.p() + ".retry" }
+
+// addRetry adds the retry routing to p (called by Spec.Plan, before the bindings are sorted by
+// tier and before the policies are computed): the retry exchange, its target marker, D's
+// binding to it and one binding per ready queue.
+func (p *Plan) addRetry() {
+	n := p.Names
+	retry := n.Retry()
+	p.Exchanges = append(p.Exchanges,
+		Exchange{Name: retry, Type: amqp.ExchangeDirect, Args: amqp.Table{"alternate-exchange": n.Unroutable()}, Role: RoleRetry, Level: -1},
+		Exchange{Name: n.TargetMarker(retry), Type: amqp.ExchangeFanout, Role: RoleDispatch, Level: -1, Marker: true},
+	)
+	for _, r := range p.Spec.ReadyQueues {
+		p.Bindings = append(p.Bindings, Binding{Source: retry, Destination: r.Queue, DestinationType: DestQueue,
+			RoutingKey: r.Queue, Role: RoleRetry})
+	}
+	p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: retry, DestinationType: DestExchange,
+		Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: retry}, Role: RoleRetry})
+}
+
+// RoleRetry is the retry exchange and its bindings (see [Names.Retry]); its target marker has
+// RoleDispatch, like every target marker.
+const RoleRetry Role = "retry"
