@@ -50,7 +50,7 @@ func TestPublisherFailover(t *testing.T) {
 		publish("one node down")
 		arrived("one node down")
 		down.startApp(t)
-		t.Logf("round %d: events %d", i, len(ev.seen))
+		t.Logf("round %d: events %d", i, ev.count())
 	}
 
 	// Both down: a Publish waits, and resumes when one node answers.

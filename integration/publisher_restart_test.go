@@ -52,6 +52,12 @@ func (e *events) add(ev amqpdelay.ReconnectEvent) {
 	e.seen = append(e.seen, ev)
 	e.mu.Unlock()
 }
+func (e *events) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.seen)
+}
+
 func (e *events) has(k amqpdelay.ReconnectKind) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

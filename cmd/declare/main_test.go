@@ -310,7 +310,8 @@ func TestApplyConflictExit2(t *testing.T) {
 	}
 }
 
-// TestStatusTeardownCLI: status counts a waiting message and fails (exit 1) on a consumer of a
+// TestStatusTeardownCLI: status counts a waiting message (in a queue of about 35 min, so that
+// it still waits when teardown runs on a busy machine) and fails (exit 1) on a consumer of a
 // delay queue, naming it; teardown refuses (exit 1) while a delay queue holds it, --force
 // deletes, the target survives; status then reports the topology incomplete (exit 1).
 func TestStatusTeardownCLI(t *testing.T) {
@@ -321,8 +322,8 @@ func TestStatusTeardownCLI(t *testing.T) {
 	applyOrFail(t, env, e, target)
 	names := topology.Names{Prefix: env.Prefix}
 	ch := env.Channel(t)
-	if err := ch.Publish(names.LadderExchange(5), "", false, false, amqp.Publishing{
-		Headers: amqp.Table{ttlbuckets.DigitHeader(5): int64(2), ttlbuckets.TargetHeader: target}, Body: []byte("x")}); err != nil {
+	if err := ch.Publish(names.LadderExchange(10), "", false, false, amqp.Publishing{
+		Headers: amqp.Table{ttlbuckets.DigitHeader(10): int64(2), ttlbuckets.TargetHeader: target}, Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Channel(t).Consume(names.LadderQueue(1, 1), "", false, false, false, false, nil); err != nil {
@@ -332,7 +333,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 	for range 50 {
 		st = declare(t, e, "status")
 		checkUnknownNote(t, st.stdout, env.Prefix)
-		if strings.Contains(st.stdout, names.LadderQueue(5, 2)+" ") && regexpLine(st.stdout, names.LadderQueue(5, 2), " 1 ") {
+		if strings.Contains(st.stdout, names.LadderQueue(10, 2)+" ") && regexpLine(st.stdout, names.LadderQueue(10, 2), " 1 ") {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -340,7 +341,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 	if st.code != 1 || !strings.Contains(st.stderr, "consumers on delay queues ("+names.LadderQueue(1, 1)+")") {
 		t.Fatalf("status with a consumer on a delay queue: exit %d, want 1 naming it\n%s\n%s", st.code, st.stdout, st.stderr)
 	}
-	if !regexpLine(st.stdout, names.LadderQueue(5, 2), " 1 ") {
+	if !regexpLine(st.stdout, names.LadderQueue(10, 2), " 1 ") {
 		t.Errorf("status does not count the waiting message:\n%s", st.stdout)
 	}
 	if !strings.Contains(st.stdout, "CONSUMERS ON DELAY QUEUES: "+names.LadderQueue(1, 1)) || !strings.Contains(st.stderr, "consumer is attached") {
@@ -356,14 +357,14 @@ func TestStatusTeardownCLI(t *testing.T) {
 	}
 
 	td := declare(t, e, "teardown")
-	if td.code != 1 || !strings.Contains(td.stderr, names.LadderQueue(5, 2)) || !strings.Contains(td.stderr, "--force") {
+	if td.code != 1 || !strings.Contains(td.stderr, names.LadderQueue(10, 2)) || !strings.Contains(td.stderr, "--force") {
 		t.Fatalf("teardown with a waiting message: exit %d\n%s", td.code, td.stderr)
 	}
 	td = declare(t, e, "teardown", "--force")
 	if td.code != 0 {
 		t.Fatalf("teardown --force: exit %d\n%s", td.code, td.stderr)
 	}
-	for _, want := range []string{"deleted  queue     " + names.LadderQueue(5, 2), "deleted  exchange  " + names.Dispatch(), "left untouched: " + target, "NOT removed"} {
+	for _, want := range []string{"deleted  queue     " + names.LadderQueue(10, 2), "deleted  exchange  " + names.Dispatch(), "left untouched: " + target, "NOT removed"} {
 		if !strings.Contains(td.stdout, want) {
 			t.Errorf("teardown output lacks %q:\n%s", want, td.stdout)
 		}
