@@ -1,0 +1,111 @@
+package amqpdelay
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// lost wraps a broker's channel close as pubChan.publish reports it.
+func lost(code int, reason string) error {
+	return fmt.Errorf("%w (exchange %q, routing key %q): %w", ErrConnectionLost, "x", "k", &amqp.Error{Code: code, Reason: reason})
+}
+
+// TestLearn: on the serial channel each refusal becomes its own sentinel and is learnt; on a
+// shared channel the outcome stays unknown.
+func TestLearn(t *testing.T) {
+	cases := []struct {
+		name   string
+		serial bool
+		path   Path
+		err    error
+		want   error
+		check  func(t *testing.T, p *Publisher)
+	}{
+		{name: "internal exchange", serial: true, path: PathDirect,
+			err: lost(amqp.AccessRefused, "ACCESS_REFUSED - cannot publish to internal exchange 'x' in vhost '/'"), want: ErrAccessRefused,
+			check: func(t *testing.T, p *Publisher) {
+				if err := p.refusals.earlier("x"); !errors.Is(err, ErrAccessRefused) {
+					t.Errorf("the refused exchange is not remembered: %v", err)
+				}
+			}},
+		{name: "topic permission", serial: true, path: PathDirect,
+			err: lost(amqp.AccessRefused, "ACCESS_REFUSED - write access to topic 'k' in exchange 'x' in vhost '/' refused for user 'u'"), want: ErrAccessRefused,
+			check: func(t *testing.T, p *Publisher) {
+				if err := p.refusals.earlier("x"); err != nil {
+					t.Errorf("a topic refusal made the whole exchange refused: %v", err)
+				}
+			}},
+		{name: "missing exchange", serial: true, path: PathDirect,
+			err: lost(amqp.NotFound, "NOT_FOUND - no exchange 'x' in vhost '/'"), want: ErrExchangeNotFound},
+		{name: "size", serial: true, path: PathLadder,
+			err: lost(amqp.PreconditionFailed, "PRECONDITION_FAILED - message size 20000000 is larger than configured max size 16777216"), want: ErrInvalidInput,
+			check: func(t *testing.T, p *Publisher) {
+				if got := p.refusals.brokerMax.Load(); got != 16777216 {
+					t.Errorf("learnt max size %d, want 16777216", got)
+				}
+				if err := p.checkBodySize(16777217); !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), "16777216") {
+					t.Errorf("a body above the learnt size: %v", err)
+				}
+				if err := p.checkBodySize(16777216); err != nil {
+					t.Errorf("a body at the learnt size: %v", err)
+				}
+			}},
+		{name: "user_id", serial: true, path: PathLadder,
+			err: lost(amqp.PreconditionFailed, "PRECONDITION_FAILED - user_id property set to 'a' but authenticated user was 'b'"), want: ErrInvalidInput},
+		{name: "shared channel keeps the outcome unknown", serial: false, path: PathDirect,
+			err: lost(amqp.AccessRefused, "ACCESS_REFUSED - access to exchange 'y' in vhost '/' refused for user 'u'"), want: ErrConnectionLost,
+			check: func(t *testing.T, p *Publisher) {
+				if p.refusals.isTrusted("y") {
+					t.Error("an exchange named in a 403 stays trusted")
+				}
+			}},
+		{name: "connection loss on the serial channel", serial: true, path: PathDirect,
+			err: fmt.Errorf("%w: %w", ErrConnectionLost, amqp.ErrClosed), want: ErrConnectionLost},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Publisher{opts: defaultOptions(), exchanges: map[string]struct{}{}}
+			p.refusals.trust("y")
+			err := p.learn(tc.err, tc.serial, tc.path, "x", "k", &amqp.Publishing{Body: make([]byte, 10)})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("learn: %v, want %v", err, tc.want)
+			}
+			if tc.want != ErrConnectionLost && errors.Is(err, ErrConnectionLost) {
+				t.Errorf("a refusal on the serial channel reads as an unknown outcome: %v", err)
+			}
+			if tc.check != nil {
+				tc.check(t, p)
+			}
+		})
+	}
+}
+
+// TestMayBeRefused: which publishes go on the serial channel.
+func TestMayBeRefused(t *testing.T) {
+	p := &Publisher{user: "svc"}
+	p.refusals.bodyOK.Store(100)
+	p.refusals.trust("orders")
+	cases := []struct {
+		name string
+		path Path
+		dest string
+		msg  amqp.Publishing
+		want bool
+	}{
+		{"delayed, small", PathLadder, "rd.ladder.03", amqp.Publishing{Body: make([]byte, 100)}, false},
+		{"delayed, larger than any taken", PathLadder, "rd.ladder.03", amqp.Publishing{Body: make([]byte, 101)}, true},
+		{"direct to a trusted exchange", PathDirect, "orders", amqp.Publishing{}, false},
+		{"direct to a new exchange", PathDirect, "billing", amqp.Publishing{}, true},
+		{"own user id", PathBucket, "rd.buckets", amqp.Publishing{UserId: "svc"}, false},
+		{"another user id", PathBucket, "rd.buckets", amqp.Publishing{UserId: "admin"}, true},
+	}
+	for _, tc := range cases {
+		if got := p.mayBeRefused(tc.path, tc.dest, &tc.msg); got != tc.want {
+			t.Errorf("%s: mayBeRefused = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
