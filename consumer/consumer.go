@@ -1,0 +1,633 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// Handler handles one delivery. It returns nil when the message is done (the Consumer acks
+// it), an error to have it retried after the back-off, or an error wrapped with [Permanent] to
+// have it parked at once. ctx ends when the handler timeout passes or when the shutdown's
+// grace period is over; [InfoFrom] reads the delivery's attempt, due time and lateness from it.
+// A panic counts as an error. The handler must not ack, nack or reject d itself.
+type Handler func(ctx context.Context, d amqp.Delivery) error
+
+// Consumer consumes one queue and runs a Handler for each message, N at a time, with delayed
+// retries, a parking queue and, through a [Store], an exactly-once effect per message id.
+// Create it with [New] and run it with [Consumer.Run].
+type Consumer struct {
+	cfg    amqpdelay.Config
+	pubCfg amqpdelay.Config
+	queue  string
+	h      Handler
+	o      options
+	names  topology.Names
+	store  Store
+	log    zerolog.Logger
+	ran    atomic.Bool
+}
+
+// New returns a Consumer of queue that runs h, with the connection settings of cfg (dialled
+// with amqpdelay.Dial) and the delay topology of cfg.Spec (through which retries wait: the
+// topology's ladder and buckets, and the retry exchange that `declare apply` declares). It does
+// no I/O. Errors wrap ErrInvalidConfig and name every unusable value.
+func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consumer, error) {
+	o := defaultOptions()
+	var errs []error
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if queue == "" || len(queue) > topology.MaxNameLen {
+		errs = append(errs, fmt.Errorf("%w: queue name %q: want 1 to %d bytes", ErrInvalidConfig, queue, topology.MaxNameLen))
+	}
+	if h == nil {
+		errs = append(errs, fmt.Errorf("%w: nil handler", ErrInvalidConfig))
+	}
+	spec := cfg.Spec.WithDefaults()
+	names := spec.Names()
+	// The retry Publisher's topology: the caller's, with the retry exchange as its only target.
+	rspec := spec
+	rspec.Targets = topology.Targets{{Name: names.Retry()}}
+	rspec.ReadyQueues = nil
+	if err := rspec.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: cfg.Spec: %w", ErrInvalidConfig, err))
+	} else if ladder, _, err := rspec.LadderOrBuckets(); err == nil {
+		longest := time.Duration(float64(o.backoff.Max) * (1 + o.backoff.Jitter))
+		if m := ladder.WithDefaults().Max; longest > m {
+			errs = append(errs, fmt.Errorf("%w: Backoff.Max %v with jitter %v reaches %v, beyond the ladder's maximum %v: lower Backoff.Max",
+				ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, longest, m))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if o.busyDelay == 0 {
+		o.busyDelay = max(o.lease/4, time.Second)
+	}
+	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: names, log: o.logger}
+	c.pubCfg = cfg
+	c.pubCfg.Spec = rspec
+	c.store = o.store
+	if !o.storeSet {
+		c.store = NewMemoryStore(DefaultMemoryWindow)
+	}
+	return c, nil
+}
+
+// Queue returns the name of the queue the Consumer consumes.
+func (c *Consumer) Queue() string { return c.queue }
+
+// Run consumes until ctx ends, then shuts down gracefully and returns nil: it stops taking
+// messages, lets running handlers finish for up to the shutdown timeout ([WithShutdownTimeout]),
+// then cancels the contexts of those still running and gives their messages back to the queue
+// (nack with requeue), and returns once every handler has returned (a handler that ignores its
+// context delays it). After a connection loss it reconnects with exponential back-off and
+// jitter until ctx ends.
+//
+// At start it opens the retry Publisher (an amqpdelay.Publisher whose only target is the retry
+// exchange) and the consuming connection, checks that the queue exists, binds it to the retry
+// exchange (unless [WithoutRetryBinding]) and sets the prefetch to the concurrency. A failure
+// there is returned at once: ErrQueueNotFound, amqpdelay.ErrTopologyMissing (run `declare apply`
+// with this version of rabbitdelay: the retry exchange is missing), a dial error, or ctx's error.
+// Run may be called once (ErrRunning).
+func (c *Consumer) Run(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)
+	}
+	if !c.ran.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	pub, err := amqpdelay.NewPublisher(startCtx, c.pubCfg, amqpdelay.WithLogger(c.log), amqpdelay.WithChannels(1),
+		amqpdelay.WithConnectionName(c.o.name+"-retry"), amqpdelay.WithReconnectBackoff(c.o.reconnectMin, c.o.reconnectMax))
+	if err != nil {
+		return fmt.Errorf("consumer: start the retry Publisher (retries go through the delay topology to the retry exchange %q, "+
+			"which `declare apply` declares): %w", c.names.Retry(), err)
+	}
+	defer func() {
+		if err := pub.Close(); err != nil {
+			c.log.Warn().Err(err).Msg("consumer: close the retry publisher")
+		}
+	}()
+	s, err := c.open(startCtx)
+	if err != nil {
+		return err
+	}
+	for {
+		lost := c.serve(ctx, s, pub)
+		if lost == nil {
+			return nil
+		}
+		c.log.Warn().Err(lost).Str("queue", c.queue).Msg("consumer: connection lost; reconnecting")
+		c.emit(Event{Kind: Disconnected, Err: lost, At: time.Now()})
+		if s = c.reconnect(ctx); s == nil {
+			return nil
+		}
+		c.log.Info().Str("queue", c.queue).Msg("consumer: reconnected")
+		c.emit(Event{Kind: Reconnected, At: time.Now()})
+	}
+}
+
+// session is one connection and its consuming channel.
+type session struct {
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	tag        string
+	deliveries <-chan amqp.Delivery
+	closed     chan *amqp.Error
+
+	mu      sync.Mutex
+	flights map[*flight]struct{}
+}
+
+// flight states: a handler may be running; the worker settles it; shutdown gave it back.
+const (
+	stateHandling int32 = iota
+	stateSettling
+	stateReturned
+)
+
+// flight is one delivery being processed.
+type flight struct {
+	d     amqp.Delivery
+	state atomic.Int32
+}
+
+func (s *session) add(f *flight) {
+	s.mu.Lock()
+	s.flights[f] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *session) remove(f *flight) {
+	s.mu.Lock()
+	delete(s.flights, f)
+	s.mu.Unlock()
+}
+
+// open dials, checks the queue, binds it to the retry exchange and starts consuming.
+func (c *Consumer) open(ctx context.Context) (*session, error) {
+	conn, err := amqpdelay.Dial(ctx, c.cfg, c.o.name)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: dial: %w", err)
+	}
+	fail := func(err error) (*session, error) {
+		_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fail(fmt.Errorf("consumer: open a channel: %w", err))
+	}
+	if _, err := ch.QueueDeclarePassive(c.queue, true, false, false, false, nil); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fail(fmt.Errorf("%w: queue %q does not exist in this vhost (RabbitMQ's passive declare answered 404): declare it "+
+				"(a ready queue of `declare apply`, AMQPDELAY_READY_QUEUES) or correct the name: %w", ErrQueueNotFound, c.queue, err))
+		}
+		return fail(fmt.Errorf("consumer: check queue %q: %w", c.queue, err))
+	}
+	if c.o.bind {
+		if err := ch.QueueBind(c.queue, c.queue, c.names.Retry(), false, nil); err != nil {
+			return fail(fmt.Errorf("consumer: bind queue %q to the retry exchange %q with key %q (run `declare apply`, or pass "+
+				"WithoutRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err))
+		}
+	}
+	if err := ch.Qos(c.o.concurrency, 0, false); err != nil {
+		return fail(fmt.Errorf("consumer: set prefetch %d: %w", c.o.concurrency, err))
+	}
+	tag := fmt.Sprintf("%s-%s", c.o.name, newToken()[:8])
+	deliveries, err := ch.Consume(c.queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return fail(fmt.Errorf("consumer: consume queue %q: %w", c.queue, err))
+	}
+	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, flights: map[*flight]struct{}{}}
+	s.closed = conn.NotifyClose(make(chan *amqp.Error, 1))
+	return s, nil
+}
+
+// reconnect opens a new session with exponential back-off and jitter; nil once ctx has ended.
+func (c *Consumer) reconnect(ctx context.Context) *session {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = c.o.reconnectMin, c.o.reconnectMax, 0.5, 0
+	b.Reset()
+	for attempt := 1; ; attempt++ {
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		s, err := c.open(dctx)
+		cancel()
+		if err == nil {
+			return s
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn().Err(err).Int("attempt", attempt).Msg("consumer: reconnect failed")
+	}
+}
+
+// serve runs the workers of session s until ctx ends (then it shuts down gracefully and returns
+// nil) or the session's deliveries end (it returns why: a connection or channel loss).
+func (c *Consumer) serve(ctx context.Context, s *session, pub *amqpdelay.Publisher) error {
+	// Handlers' contexts end at the hard deadline of a shutdown, not when ctx ends.
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	stop := make(chan struct{})
+	var stopping atomic.Bool
+	var wg sync.WaitGroup
+	for range c.o.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case d, ok := <-s.deliveries:
+					if !ok {
+						return
+					}
+					if stopping.Load() {
+						c.giveBack(d, "shutting down")
+						continue
+					}
+					c.process(base, s, pub, d)
+				}
+			}
+		}()
+	}
+	workers := make(chan struct{})
+	go func() { wg.Wait(); close(workers) }()
+
+	select {
+	case <-workers:
+		// The deliveries ended: the channel or the connection is gone.
+		var why error = errors.New("the broker closed the consuming channel")
+		select {
+		case e := <-s.closed:
+			if e != nil {
+				why = e
+			}
+		default:
+		}
+		_ = s.conn.CloseDeadline(time.Now().Add(5 * time.Second))
+		return fmt.Errorf("consumer: consuming %q ended: %w", c.queue, why)
+	case <-ctx.Done():
+	}
+
+	// Graceful shutdown: take nothing more, let running handlers finish, give the rest back.
+	stopping.Store(true)
+	close(stop)
+	_ = s.ch.Cancel(s.tag, false)
+	grace := time.NewTimer(c.o.shutdownTimeout)
+	select {
+	case <-workers:
+	case <-grace.C:
+		s.mu.Lock()
+		for f := range s.flights {
+			if f.state.CompareAndSwap(stateHandling, stateReturned) {
+				c.giveBack(f.d, "shutdown timeout")
+			}
+		}
+		s.mu.Unlock()
+		cancelBase()
+		<-workers
+	}
+	grace.Stop()
+	// Closing the channel returns what was prefetched and never handed to a worker.
+	_ = s.ch.Close()
+	if err := s.conn.CloseDeadline(time.Now().Add(5 * time.Second)); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		c.log.Warn().Err(err).Msg("consumer: close connection")
+	}
+	return nil
+}
+
+// giveBack returns d to the queue (nack with requeue).
+func (c *Consumer) giveBack(d amqp.Delivery, why string) {
+	err := d.Nack(false, true)
+	kind := Requeued
+	if err != nil {
+		kind = Unsettled
+	}
+	c.emit(Event{Kind: kind, Info: Info{Queue: c.queue, ID: c.o.idFunc(d)}, Err: errors.Join(errors.New(why), err), At: time.Now()})
+}
+
+func (c *Consumer) emit(e Event) {
+	if c.o.observer != nil {
+		c.o.observer(e)
+	}
+}
+
+// info reads what the headers say about d, started at start.
+func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
+	in := Info{Queue: c.queue, ID: c.o.idFunc(*d), Attempt: 1, MaxAttempts: c.o.backoff.MaxAttempts}
+	if a, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderAttempt]); ok && fits && a > 1 {
+		in.Attempt = int(a)
+	}
+	if ms, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderFirstFailure]); ok && fits {
+		in.FirstFailure = time.UnixMilli(ms)
+	}
+	if due, ok := amqpdelay.Due(*d); ok {
+		in.Due, in.HasDue = due, true
+		in.Late = max(start.Sub(due), 0)
+	}
+	return in
+}
+
+// restore gives the handler the routing key and target the message first arrived with (a retry
+// travels with the queue's name as routing key and the retry exchange as target).
+func restore(d *amqp.Delivery) {
+	if rk, ok := d.Headers[HeaderRoutingKey].(string); ok {
+		d.RoutingKey = rk
+	}
+	if t, ok := d.Headers[HeaderTarget].(string); ok {
+		d.Headers[ttlbuckets.TargetHeader] = t
+	}
+}
+
+// settleCtx bounds the store writes and publishes that settle one delivery.
+func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.o.settleTimeout)
+}
+
+// process runs the whole protocol for one delivery: claim, handle, then ack, retry or park.
+func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publisher, d amqp.Delivery) {
+	start := time.Now()
+	f := &flight{d: d}
+	s.add(f)
+	defer s.remove(f)
+	in := c.info(&d, start)
+	orig := amqp.Table{} // the headers as delivered, before restore: what copies start from
+	for k, v := range d.Headers {
+		orig[k] = v
+	}
+	origKey := d.RoutingKey
+	if d.Headers == nil {
+		d.Headers = amqp.Table{}
+	}
+	restore(&d)
+
+	sctx, scancel := c.settleCtx()
+	defer scancel()
+	var token string
+	if c.store != nil && in.ID != "" {
+		st, tok, err := c.store.Claim(sctx, c.queue, in.ID, c.o.lease)
+		switch {
+		case err != nil:
+			c.log.Warn().Err(err).Str("id", in.ID).Msg("consumer: claim failed; deferring the message")
+			c.deferCopy(sctx, f, pub, orig, origKey, in, err)
+			return
+		case st == AlreadyHandled:
+			if !f.state.CompareAndSwap(stateHandling, stateSettling) {
+				return
+			}
+			c.ack(f, Event{Kind: Skipped, Info: in, At: time.Now()})
+			return
+		case st == Busy:
+			c.deferCopy(sctx, f, pub, orig, origKey, in, nil)
+			return
+		}
+		token = tok
+	}
+
+	hctx, hcancel := context.WithCancel(base)
+	if c.o.handlerTimeout > 0 {
+		hctx, hcancel = context.WithTimeout(base, c.o.handlerTimeout)
+	}
+	hctx = context.WithValue(hctx, infoKey{}, in)
+	renewed := make(chan struct{})
+	stopRenew := make(chan struct{})
+	if token != "" {
+		go c.renew(in.ID, token, hcancel, stopRenew, renewed)
+	} else {
+		close(renewed)
+	}
+	hstart := time.Now()
+	err := c.call(hctx, d)
+	took := time.Since(hstart)
+	hcancel()
+	close(stopRenew)
+	<-renewed
+
+	if !f.state.CompareAndSwap(stateHandling, stateSettling) {
+		// Shutdown gave the message back meanwhile: record what the handler did, settle nothing.
+		if token != "" {
+			if err == nil {
+				c.done(sctx, in.ID, token)
+			} else if rerr := c.store.Release(sctx, c.queue, in.ID, token); rerr != nil {
+				c.log.Warn().Err(rerr).Str("id", in.ID).Msg("consumer: release the lease")
+			}
+		}
+		return
+	}
+	if err == nil {
+		var serr error
+		if token != "" {
+			serr = c.done(sctx, in.ID, token)
+		}
+		c.ack(f, Event{Kind: Handled, Info: in, Err: serr, Duration: took, At: time.Now()})
+		return
+	}
+	c.log.Debug().Err(err).Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Msg("consumer: handler failed")
+	now := time.Now()
+	h := c.failureHeaders(orig, origKey, in, err, now)
+	if IsPermanent(err) || in.Attempt >= c.o.backoff.MaxAttempts {
+		reason := ParkAttempts
+		if IsPermanent(err) {
+			reason = ParkPermanent
+		}
+		h[HeaderAttempt] = int64(in.Attempt)
+		h[HeaderParked] = now.UnixMilli()
+		h[HeaderParkReason] = reason
+		if token != "" {
+			c.release(sctx, in.ID, token)
+		}
+		msg := publishingOf(d, h)
+		if _, perr := pub.Publish(sctx, "", c.names.Parking(), msg, 0); perr != nil {
+			c.nack(f, fmt.Errorf("consumer: park the message in %q: %w", c.names.Parking(), perr), in)
+			return
+		}
+		c.ack(f, Event{Kind: Parked, Info: in, Err: err, Duration: took, At: time.Now()})
+		return
+	}
+	h[HeaderAttempt] = int64(in.Attempt + 1)
+	if token != "" {
+		c.release(sctx, in.ID, token) // the retry copy must be able to claim it
+	}
+	delay := c.o.backoff.Delay(in.Attempt)
+	r, perr := pub.Publish(sctx, c.names.Retry(), c.queue, publishingOf(d, h), delay)
+	if perr != nil {
+		c.nack(f, fmt.Errorf("consumer: publish the retry: %w", perr), in)
+		return
+	}
+	c.ack(f, Event{Kind: Retried, Info: in, Err: err, Delay: r.Delay, Due: r.Due, Duration: took, At: time.Now()})
+}
+
+// deferCopy sends a copy of the delivery back through the delay topology after the busy delay,
+// without counting an attempt, then acks the delivery.
+func (c *Consumer) deferCopy(ctx context.Context, f *flight, pub *amqpdelay.Publisher, orig amqp.Table, origKey string, in Info, why error) {
+	if !f.state.CompareAndSwap(stateHandling, stateSettling) {
+		return
+	}
+	h := keepHeaders(orig, origKey)
+	r, err := pub.Publish(ctx, c.names.Retry(), c.queue, publishingOf(f.d, h), c.o.busyDelay)
+	if err != nil {
+		c.nack(f, fmt.Errorf("consumer: defer the message: %w", err), in)
+		return
+	}
+	c.ack(f, Event{Kind: Deferred, Info: in, Err: why, Delay: r.Delay, Due: r.Due, At: time.Now()})
+}
+
+// keepHeaders returns a copy of the delivered headers with the original routing key, target
+// and first due time recorded (once) in the Consumer's own headers.
+func keepHeaders(orig amqp.Table, origKey string) amqp.Table {
+	h := make(amqp.Table, len(orig)+8)
+	for k, v := range orig {
+		h[k] = v
+	}
+	if _, ok := h[HeaderRoutingKey]; !ok {
+		h[HeaderRoutingKey] = origKey
+	}
+	if _, ok := h[HeaderTarget]; !ok {
+		if t, ok := orig[ttlbuckets.TargetHeader].(string); ok {
+			h[HeaderTarget] = t
+		}
+	}
+	if _, ok := h[HeaderDue]; !ok {
+		if ms, ok, fits := ttlbuckets.HeaderInt(orig[ttlbuckets.DueHeader]); ok && fits {
+			h[HeaderDue] = ms
+		}
+	}
+	return h
+}
+
+// failureHeaders are keepHeaders plus the failure's record.
+func (c *Consumer) failureHeaders(orig amqp.Table, origKey string, in Info, err error, now time.Time) amqp.Table {
+	h := keepHeaders(orig, origKey)
+	if _, ok := h[HeaderFirstFailure]; !ok {
+		h[HeaderFirstFailure] = now.UnixMilli()
+	}
+	h[HeaderLastFailure] = now.UnixMilli()
+	text := err.Error()
+	if len(text) > MaxErrorLen {
+		text = text[:MaxErrorLen]
+	}
+	h[HeaderError] = text
+	h[HeaderQueue] = c.queue
+	return h
+}
+
+// publishingOf is the copy of d to publish, with headers h. Expiration and UserId are left out:
+// a per-message TTL would expire the copy inside the delay topology, and RabbitMQ refuses a
+// UserId other than the publishing connection's user.
+func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
+	return amqp.Publishing{
+		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode,
+		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
+		Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (c *Consumer) call(ctx context.Context, d amqp.Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = panicError{v: v}
+		}
+	}()
+	return c.h(ctx, d)
+}
+
+// renew extends the lease every third of it until stop is closed; when the lease is found lost
+// (another holder has it, or it was marked done), it cancels the handler's context.
+func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(c.o.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, ccancel := context.WithTimeout(context.Background(), c.o.lease/3)
+		ok, err := c.store.Extend(ctx, c.queue, id, token, c.o.lease)
+		ccancel()
+		switch {
+		case err != nil:
+			c.log.Warn().Err(err).Str("id", id).Msg("consumer: extend the lease")
+		case !ok:
+			c.log.Warn().Str("id", id).Msg("consumer: lease lost (expired and claimed by another handler); cancelling the handler")
+			cancel()
+			return
+		}
+	}
+}
+
+// done marks id handled, trying up to three times within ctx.
+func (c *Consumer) done(ctx context.Context, id, token string) error {
+	var err error
+	for i := range 3 {
+		if err = c.store.Done(ctx, c.queue, id, token, c.o.keep); err == nil || ctx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(time.Duration(i+1) * 100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if err != nil {
+		c.log.Warn().Err(err).Str("id", id).Msg("consumer: mark handled failed; a copy arriving later may run the handler again")
+	}
+	return err
+}
+
+func (c *Consumer) release(ctx context.Context, id, token string) {
+	if err := c.store.Release(ctx, c.queue, id, token); err != nil {
+		c.log.Warn().Err(err).Str("id", id).Msg("consumer: release the lease (it expires by itself)")
+	}
+}
+
+// ack acks f's delivery and reports e (Unsettled when the ack fails).
+func (c *Consumer) ack(f *flight, e Event) {
+	if err := f.d.Ack(false); err != nil {
+		e = Event{Kind: Unsettled, Info: e.Info, Err: fmt.Errorf("consumer: ack after %s: %w", e.Kind, err), At: time.Now()}
+	}
+	c.emit(e)
+}
+
+// nack gives f's delivery back to the queue after a failed retry or parking publish.
+func (c *Consumer) nack(f *flight, why error, in Info) {
+	c.log.Warn().Err(why).Str("id", in.ID).Msg("consumer: giving the message back to the queue")
+	kind := Requeued
+	if err := f.d.Nack(false, true); err != nil {
+		kind, why = Unsettled, errors.Join(why, err)
+	}
+	c.emit(Event{Kind: kind, Info: in, Err: why, At: time.Now()})
+}

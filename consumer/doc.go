@@ -1,0 +1,110 @@
+// Package consumer consumes a ready queue of rabbitdelay for those who want more than a plain
+// AMQP consumer: a handler per message, N at a time; delayed retries through rabbitdelay's own
+// delay paths, back to this queue only; a parking queue after the last attempt; and an
+// exactly-once effect per message id through a store of handled ids (in memory, or Redis for
+// several instances). Plain consumers keep working: nothing here changes the topology's
+// routing of delayed messages.
+//
+//	c, err := consumer.New(cfg, "orders.timeouts", handle,
+//		consumer.WithConcurrency(16),
+//		consumer.WithBackoff(consumer.Backoff{MaxAttempts: 5, Initial: time.Second}),
+//		consumer.WithStore(consumer.NewRedisStore(redisClient, "")))
+//	err = c.Run(ctx) // until ctx ends; then a graceful shutdown
+//
+// # Design
+//
+// A Consumer owns two connections: one consuming the queue (dialled with amqpdelay.Dial, so with
+// the Publisher's address list, TLS files and heartbeat), with a prefetch equal to its
+// concurrency, and one of an amqpdelay.Publisher for retries and parking, whose publishes return
+// only after the broker's confirm. Each delivery goes through:
+//
+//  1. Claim its id (MessageId by default) in the [Store], for the queue: an expiring lease
+//     (Redis: SET NX PX). Already handled: ack, the handler does not run ([Skipped]). Another
+//     holder's lease (a copy being handled now, or by an instance that died less than a lease
+//     ago): the message is sent back through the delay topology to wait the busy delay, then
+//     acked ([Deferred]); no attempt is counted.
+//  2. Run the handler with a context that carries [Info] (attempt, due time, lateness) and ends
+//     with the handler timeout or the shutdown's grace period. The lease is renewed every third
+//     of its length while it runs.
+//  3. nil: mark the id done in the store (a longer TTL), then ack ([Handled]).
+//  4. An error, attempts left: release the lease, publish a copy to the retry exchange
+//     (<prefix>.retry) with the queue's name as routing key and the back-off as delay, through
+//     the Publisher's delay paths (bucket or ladder); once the broker confirms it, ack the
+//     delivery ([Retried]). The copy carries the next attempt number in [HeaderAttempt], the
+//     failure record (HeaderFirstFailure, HeaderLastFailure, HeaderError) and the original
+//     routing key and target, which the Consumer gives back to the handler.
+//  5. The last attempt failed, or the handler returned a [Permanent] error: publish the message,
+//     with its headers and the reason ([HeaderParkReason], [HeaderError], the attempts, the
+//     first and last failure times, [HeaderQueue]) to the parking queue (<prefix>.parking,
+//     through the default exchange), and ack once confirmed ([Parked]). [Replay] sends parked
+//     messages back to their queue.
+//
+// A retry or parking publish that fails gives the delivery back (nack with requeue); an ack that
+// fails (the channel closed) leaves the message to be delivered again, and the store decides.
+//
+// The retry routing is part of the topology `declare apply` declares (package topology, retry
+// routing): the dispatch exchange hands a due retry to <prefix>.retry (it is its target), a
+// direct exchange bound to each ready queue with the queue's own name as key, so a retry reaches
+// that queue and no other queue bound to the same target exchange. Run binds its queue there
+// itself (the same binding; [WithoutRetryBinding] to skip it), so any queue works, not only the
+// specification's ready queues. A retry whose queue has no such binding goes to the retry
+// exchange's alternate exchange and waits in the parking queue.
+//
+// # Guarantees
+//
+//   - A delivery is acked only after its outcome is safe: the handler returned nil (and the id
+//     was marked done), or the retry copy or parked copy was confirmed by the broker. Nothing is
+//     lost by a crash of the Consumer at any point: an unacked delivery is delivered again.
+//   - Retries never requeue: they ack and re-publish, so a handler that fails forever never trips
+//     a quorum queue's delivery limit (20 by default on RabbitMQ 4.x, which drops or dead-letters
+//     the message at the 21st return) and never counts in x-delivery-count. The message is
+//     parked after MaxAttempts instead.
+//   - A retry is never early: it waits at least the back-off (the Publisher rounds delays up);
+//     [Info.Due] of a retry is its own due time.
+//   - Exactly-once effect, while the id is remembered (keep, 24 h by default) and the store
+//     answers: the handler runs to success at most once per queue and id, whatever the copies
+//     (a message published twice with one MessageId, a redelivery after a connection loss, a
+//     retry copy and a redelivered original). Two copies handled at the same time by two
+//     instances sharing a [RedisStore] do not both run: the second sees the lease and is deferred.
+//   - What is not guaranteed: when an instance dies in the middle of a handler (a crash, a kill,
+//     a network partition from Redis), its lease is no longer renewed and expires after at most
+//     the lease (1 min by default); the message, delivered again by the broker, then runs on
+//     another instance. If the dead handler had already made its effect, the effect happens
+//     twice. Make the effect itself idempotent, or transactional with the mark, where that
+//     matters. The same holds for a handler whose lease could not be renewed (the store
+//     unreachable for a whole lease): when the Consumer finds its lease taken, it cancels the
+//     handler's context. A handler that succeeded but whose done mark could not be written (the
+//     store unreachable) is acked; a copy arriving later runs again ([Event].Err says so).
+//   - Graceful shutdown (Run's context ends): no new message is taken; running handlers get the
+//     shutdown timeout to finish and settle as usual; the others' contexts are cancelled and
+//     their messages given back with a nack with requeue. A handler that returns after its
+//     message was given back still records its outcome in the store (done, or lease released),
+//     so the redelivered copy is skipped if it succeeded.
+//   - The library never logs through a global logger ([WithLogger], default none), and every
+//     blocking call is bounded by a context (Run's, the handler's, or a 30 s settle bound).
+//
+// # Limits
+//
+//   - A MemoryStore deduplicates within one process and remembers a bounded window of ids
+//     (100,000 by default): use a RedisStore for several instances.
+//   - A delivery without an id (no MessageId) is not deduplicated. The amqpdelay Publisher always
+//     sets one; other publishers should.
+//   - A message given back at shutdown, or a delivery whose ack was lost, counts as a return
+//     for the quorum queue's delivery limit (RabbitMQ counts every requeue).
+//   - Copies lose Expiration (a per-message TTL would expire them inside the delay topology) and
+//     UserId (RabbitMQ refuses a user id other than the publishing connection's).
+//   - The retry and parking copies go through the amqpdelay Publisher, which replaces every
+//     rabbitdelay-* header; that is why the Consumer's own headers begin with "rabbitdelay."
+//     (a dot), and why a retry's x-death headers only record its own delay hops.
+//   - On a connection loss, the session's running handlers finish before the Consumer
+//     reconnects; their acks fail and the store skips the redelivered copies.
+//
+// # Sources
+//
+//   - Prefetch (basic.qos) and manual acknowledgements: https://www.rabbitmq.com/docs/confirms
+//   - Quorum queues' delivery limit and its default of 20 since RabbitMQ 4.0:
+//     https://www.rabbitmq.com/docs/quorum-queues#poison-message-handling
+//   - Redis SET with NX and PX, and the single-instance lock with a random value released by a
+//     script: https://redis.io/docs/latest/commands/set/ and
+//     https://redis.io/docs/latest/develop/use/patterns/distributed-locks/
+package consumer

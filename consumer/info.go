@@ -1,0 +1,107 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Info is what the Consumer knows about the delivery a handler is running for; the handler
+// reads it with [InfoFrom].
+type Info struct {
+	// Queue is the queue consumed.
+	Queue string
+	// ID is the delivery's id for deduplication ("" when it has none: not deduplicated).
+	ID string
+	// Attempt is this delivery's attempt: 1 for the first, 2 for the first retry, ...
+	Attempt int
+	// MaxAttempts is the retry policy's limit: a failure at this attempt parks the message.
+	MaxAttempts int
+	// Due is when the delivery was due (amqpdelay.Due: the rabbitdelay-due header; for a retry,
+	// when the retry was due). Zero when HasDue is false (a message not sent by rabbitdelay).
+	Due    time.Time
+	HasDue bool
+	// Late is how long after Due the handler started (0 when HasDue is false; never negative).
+	Late time.Duration
+	// FirstFailure is when the first attempt failed (zero on the first attempt).
+	FirstFailure time.Time
+}
+
+type infoKey struct{}
+
+// InfoFrom returns the Info of the delivery whose handler ctx belongs to; ok is false for a
+// context that is not a handler's.
+func InfoFrom(ctx context.Context) (info Info, ok bool) {
+	info, ok = ctx.Value(infoKey{}).(Info)
+	return info, ok
+}
+
+// EventKind says what happened to a delivery (or to the connection).
+type EventKind int
+
+const (
+	// Handled: the handler returned nil; the message was acked.
+	Handled EventKind = iota + 1
+	// Retried: the handler failed; a copy was published to come back after Event.Delay (and
+	// confirmed), then the delivery was acked.
+	Retried
+	// Parked: the handler failed for the last time, or permanently; the message was published
+	// to the parking queue with the reason (and confirmed), then acked.
+	Parked
+	// Skipped: the id was handled before (a duplicate): acked without running the handler.
+	Skipped
+	// Deferred: another handler holds the id's lease; a copy was published to come back after
+	// Event.Delay without counting an attempt, then the delivery was acked.
+	Deferred
+	// Requeued: given back to the queue (nack with requeue) at shutdown, or because a retry or
+	// parking publish failed (Event.Err).
+	Requeued
+	// Unsettled: the outcome could not be settled with the broker (the channel closed before the
+	// ack): the broker delivers the message again, and the store decides.
+	Unsettled
+	// Disconnected and Reconnected: the Consumer's connection was lost, and is back.
+	Disconnected
+	Reconnected
+)
+
+// String returns the kind's name in lower case ("handled", "retried", ...).
+func (k EventKind) String() string {
+	switch k {
+	case Handled:
+		return "handled"
+	case Retried:
+		return "retried"
+	case Parked:
+		return "parked"
+	case Skipped:
+		return "skipped"
+	case Deferred:
+		return "deferred"
+	case Requeued:
+		return "requeued"
+	case Unsettled:
+		return "unsettled"
+	case Disconnected:
+		return "disconnected"
+	case Reconnected:
+		return "reconnected"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is one outcome that [WithObserver] reports.
+type Event struct {
+	Kind EventKind
+	// Info describes the delivery (empty for Disconnected and Reconnected).
+	Info Info
+	// Err is the handler's error (Retried, Parked), the failure (Requeued, Unsettled), or why the
+	// connection was lost (Disconnected).
+	Err error
+	// Delay is how long a Retried or Deferred copy waits, and Due when it is due.
+	Delay time.Duration
+	Due   time.Time
+	// Duration is how long the handler ran (Handled, Retried, Parked).
+	Duration time.Duration
+	// At is when the event happened.
+	At time.Time
+}

@@ -1,0 +1,207 @@
+package consumer
+
+import (
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// Option configures a Consumer; pass options to [New]. An option given a value it cannot use
+// makes New fail with an error wrapping ErrInvalidConfig.
+type Option func(*options) error
+
+type options struct {
+	concurrency     int
+	backoff         Backoff
+	store           Store
+	storeSet        bool
+	lease           time.Duration
+	keep            time.Duration
+	busyDelay       time.Duration
+	shutdownTimeout time.Duration
+	handlerTimeout  time.Duration
+	settleTimeout   time.Duration
+	logger          zerolog.Logger
+	observer        func(Event)
+	name            string
+	reconnectMin    time.Duration
+	reconnectMax    time.Duration
+	idFunc          func(amqp.Delivery) string
+	bind            bool
+}
+
+// Defaults.
+const (
+	// DefaultConcurrency is how many handlers run at once (and the prefetch count).
+	DefaultConcurrency = 8
+	// DefaultLease is how long a claim on a message id lasts before it expires on its own;
+	// the Consumer renews it every third of it while the handler runs.
+	DefaultLease = time.Minute
+	// DefaultKeep is how long a handled id is remembered.
+	DefaultKeep = 24 * time.Hour
+	// DefaultShutdownTimeout is how long Run's shutdown lets running handlers finish.
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+func defaultOptions() options {
+	return options{
+		concurrency:     DefaultConcurrency,
+		backoff:         DefaultBackoff,
+		lease:           DefaultLease,
+		keep:            DefaultKeep,
+		shutdownTimeout: DefaultShutdownTimeout,
+		settleTimeout:   30 * time.Second,
+		logger:          zerolog.Nop(),
+		name:            "rabbitdelay-consumer",
+		reconnectMin:    100 * time.Millisecond,
+		reconnectMax:    5 * time.Second,
+		idFunc:          func(d amqp.Delivery) string { return d.MessageId },
+		bind:            true,
+	}
+}
+
+// WithConcurrency sets how many handlers run at once, 1 to 10,000 (default
+// [DefaultConcurrency]); the channel's prefetch count (basic.qos) is the same number, so the
+// broker never hands the Consumer a message no handler is free for.
+func WithConcurrency(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > 10_000 {
+			return fmt.Errorf("%w: concurrency %d: want 1 to 10,000", ErrInvalidConfig, n)
+		}
+		o.concurrency = n
+		return nil
+	}
+}
+
+// WithBackoff sets the retry policy (default [DefaultBackoff]: 5 attempts, 1 s doubling to
+// 5 min, ±20 % jitter); zero fields take the defaults.
+func WithBackoff(b Backoff) Option {
+	return func(o *options) error {
+		b = b.withDefaults()
+		if err := b.validate(); err != nil {
+			return err
+		}
+		o.backoff = b
+		return nil
+	}
+}
+
+// WithStore sets the store of handled ids (default: a [MemoryStore] of [DefaultMemoryWindow]
+// keys, private to the Consumer). Pass one [RedisStore] (or one MemoryStore) to every Consumer
+// of a queue that must not handle a message twice. nil turns deduplication off: every delivery
+// runs the handler.
+func WithStore(s Store) Option {
+	return func(o *options) error { o.store, o.storeSet = s, true; return nil }
+}
+
+// WithLease sets how long a claim on a message id lasts (default [DefaultLease]; at least
+// 100 ms) and how long a handled id is remembered (default [DefaultKeep]; at least the lease).
+// The Consumer renews the lease every third of it while the handler runs, so a handler may take
+// longer than lease; a Consumer that dies stops renewing, and its claim expires after at most
+// lease (see the package documentation's Guarantees). A copy of a handled message that arrives
+// after keep runs the handler again.
+func WithLease(lease, keep time.Duration) Option {
+	return func(o *options) error {
+		if lease < 100*time.Millisecond || keep < lease {
+			return fmt.Errorf("%w: lease %v, keep %v: want lease >= 100ms and keep >= lease", ErrInvalidConfig, lease, keep)
+		}
+		o.lease, o.keep = lease, keep
+		return nil
+	}
+}
+
+// WithBusyDelay sets how long a message whose id another handler holds (a copy being handled
+// now, or by a Consumer that died less than a lease ago) waits before it is looked at again
+// (default: a quarter of the lease, at least 1 s). It waits in the delay topology, like a retry,
+// without counting as an attempt.
+func WithBusyDelay(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: busy delay %v: want 1ms or more", ErrInvalidConfig, d)
+		}
+		o.busyDelay = d
+		return nil
+	}
+}
+
+// WithShutdownTimeout sets how long Run, once its context ends, lets running handlers finish
+// (default [DefaultShutdownTimeout]; 0: none, give everything back at once). Handlers still
+// running then have their contexts cancelled and their messages given back to the queue (nack
+// with requeue).
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("%w: shutdown timeout %v: want 0 or more", ErrInvalidConfig, d)
+		}
+		o.shutdownTimeout = d
+		return nil
+	}
+}
+
+// WithHandlerTimeout bounds each handler's context (default: no bound but the shutdown's). A
+// handler that returns its context's error after the timeout has failed, and is retried.
+func WithHandlerTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("%w: handler timeout %v: want 0 (none) or more", ErrInvalidConfig, d)
+		}
+		o.handlerTimeout = d
+		return nil
+	}
+}
+
+// WithLogger makes the Consumer log through l (connection events, store failures, handler
+// errors at debug level; never a body or a password). The default logs nothing; the Consumer
+// never uses a global logger.
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) error { o.logger = l; return nil }
+}
+
+// WithObserver makes the Consumer call f for every outcome of a delivery (see [Event]) and for
+// every connection change. f runs on the handler's goroutine, after the outcome is settled with
+// the broker: keep it quick. Lateness metrics hang off it (Event.Late).
+func WithObserver(f func(Event)) Option {
+	return func(o *options) error { o.observer = f; return nil }
+}
+
+// WithConnectionName sets the name of the Consumer's connection in the management UI (default
+// "rabbitdelay-consumer"); its retry Publisher's connection gets the same name plus "-retry".
+func WithConnectionName(name string) Option {
+	return func(o *options) error { o.name = name; return nil }
+}
+
+// WithReconnectBackoff sets the bounds of the exponential back-off between reconnection
+// attempts, as for the amqpdelay Publisher: about min first, doubling to about max (defaults
+// 100 ms and 5 s), each wait randomized by ±50 %.
+func WithReconnectBackoff(min, max time.Duration) Option {
+	return func(o *options) error {
+		if min <= 0 || max < min {
+			return fmt.Errorf("%w: reconnect back-off %v..%v: want 0 < min <= max", ErrInvalidConfig, min, max)
+		}
+		o.reconnectMin, o.reconnectMax = min, max
+		return nil
+	}
+}
+
+// WithIDFunc sets how a delivery's id for deduplication is found (default: its MessageId,
+// which the amqpdelay Publisher always sets). A delivery whose id is "" runs the handler
+// without a claim: nothing deduplicates it.
+func WithIDFunc(f func(amqp.Delivery) string) Option {
+	return func(o *options) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil id function", ErrInvalidConfig)
+		}
+		o.idFunc = f
+		return nil
+	}
+}
+
+// WithoutRetryBinding stops Run from binding the queue to the retry exchange itself (by default
+// it does, with the binding `declare apply` declares for ready queues: idempotent). Use it when
+// the Consumer's user may not bind (RabbitMQ's write permission on the queue, read on the
+// exchange) and the queue is a ready queue of the topology.
+func WithoutRetryBinding() Option {
+	return func(o *options) error { o.bind = false; return nil }
+}

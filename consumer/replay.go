@@ -1,0 +1,123 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+)
+
+// HeaderReplayed (int64, Unix ms) is when [Replay] sent a parked message back to its queue.
+const HeaderReplayed = "rabbitdelay.replayed"
+
+// Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue names
+// queue) from the topology's parking queue back to queue (n <= 0: all of them), and returns how
+// many it moved. A moved message loses its failure record (attempt, failure times, error, park
+// reason) and starts again at attempt 1; it keeps its body, properties (UserId excepted) and
+// other headers, and gets HeaderReplayed. Each is published to queue through the default
+// exchange with a publisher confirm before its parked copy is acked, so a failure midway loses
+// nothing (a message may then be in both queues).
+//
+// Replay looks at each message the parking queue held when it started once. The other messages
+// there (parked for another queue, or due messages no target took) are moved to the back of the
+// parking queue the same way, unchanged but for UserId: giving them back with a nack would count
+// towards the quorum queue's delivery limit (20 by default on RabbitMQ 4.x), which would drop
+// them. Run one Replay at a time per parking queue, while no Consumer of queue needs the
+// parking queue's order.
+//
+// ctx bounds the whole call. Errors: ErrQueueNotFound (queue or the parking queue missing), a
+// dial error (amqpdelay.Dial), a refused or unconfirmed publish, or ctx's error; moved counts
+// what was moved before it.
+func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (moved int, err error) {
+	if ctx == nil {
+		return 0, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	if queue == "" {
+		return 0, fmt.Errorf("%w: empty queue name", ErrInvalidConfig)
+	}
+	parking := cfg.Spec.WithDefaults().Names().Parking()
+	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-replay")
+	if err != nil {
+		return 0, fmt.Errorf("consumer: replay: dial: %w", err)
+	}
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("consumer: replay: open a channel: %w", err)
+	}
+	var count int
+	for _, name := range []string{queue, parking} {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+				return 0, fmt.Errorf("%w: replay: queue %q does not exist (404): check the name and the prefix (AMQPDELAY_PREFIX)", ErrQueueNotFound, name)
+			}
+			return 0, fmt.Errorf("consumer: replay: check queue %q: %w", name, err)
+		}
+		count = q.Messages
+	}
+	if err := ch.Confirm(false); err != nil {
+		return 0, fmt.Errorf("consumer: replay: confirm mode: %w", err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	for range count {
+		if n > 0 && moved >= n {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return moved, fmt.Errorf("consumer: replay: %w", err)
+		}
+		d, ok, err := ch.Get(parking, false)
+		if err != nil {
+			return moved, fmt.Errorf("consumer: replay: get from %q: %w", parking, err)
+		}
+		if !ok {
+			break
+		}
+		dest, h := parking, d.Headers
+		if q, _ := d.Headers[HeaderQueue].(string); q == queue && d.Headers[HeaderParked] != nil {
+			dest, h = queue, replayHeaders(d.Headers)
+		}
+		msg := publishingOf(d, h)
+		msg.Expiration = d.Expiration
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, true, false, msg)
+		if err != nil {
+			return moved, fmt.Errorf("consumer: replay: publish to %q: %w", dest, err)
+		}
+		acked, err := dc.WaitContext(ctx)
+		if err != nil || !acked {
+			return moved, fmt.Errorf("consumer: replay: queue %q did not confirm (acked %v): %w", dest, acked, err)
+		}
+		select {
+		case r := <-returns:
+			return moved, fmt.Errorf("consumer: replay: queue %q returned the message (%d %s); it stays parked", dest, r.ReplyCode, r.ReplyText)
+		default:
+		}
+		if err := d.Ack(false); err != nil {
+			return moved, fmt.Errorf("consumer: replay: ack the parked copy (the message may now be in both queues): %w", err)
+		}
+		if dest == queue {
+			moved++
+		}
+	}
+	return moved, nil
+}
+
+// replayHeaders drops the failure record from a parked message's headers.
+func replayHeaders(h amqp.Table) amqp.Table {
+	out := make(amqp.Table, len(h)+1)
+	for k, v := range h {
+		switch k {
+		case HeaderAttempt, HeaderFirstFailure, HeaderLastFailure, HeaderError, HeaderParked, HeaderParkReason, HeaderQueue:
+		default:
+			out[k] = v
+		}
+	}
+	out[HeaderReplayed] = time.Now().UnixMilli()
+	return out
+}

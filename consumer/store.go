@@ -1,0 +1,234 @@
+package consumer
+
+import (
+	"container/list"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ClaimState is a [Store]'s answer to a claim.
+type ClaimState int
+
+const (
+	// Claimed: the caller holds the lease and may run the handler.
+	Claimed ClaimState = iota
+	// AlreadyHandled: the id was handled before (marked done and not yet forgotten): skip it.
+	AlreadyHandled
+	// Busy: another holder's lease on the id has not expired (a handler is running it now, or
+	// one died less than a lease ago): try again later.
+	Busy
+)
+
+// String returns "claimed", "already-handled" or "busy".
+func (s ClaimState) String() string {
+	switch s {
+	case Claimed:
+		return "claimed"
+	case AlreadyHandled:
+		return "already-handled"
+	case Busy:
+		return "busy"
+	}
+	return fmt.Sprintf("ClaimState(%d)", int(s))
+}
+
+// Store remembers which message ids have been handled, so that a Consumer runs its handler at
+// most once per id while the id is remembered (the exactly-once effect). Keys are a queue and a
+// message id: two queues bound to the same exchange each handle their own copy.
+//
+// The protocol: Claim takes an expiring lease on the key before the handler runs (Redis: SET NX
+// PX); Extend renews it while the handler runs; Done marks the key handled, with a longer TTL,
+// after the handler succeeded; Release drops the lease after the handler failed, so that a
+// retry can claim it. Extend, Done and Release take the token Claim returned, so that a holder
+// whose lease expired never touches another holder's lease (Done overwrites it: the handler has
+// run, which is what the mark records).
+//
+// Implementations must be safe for concurrent use. Every method is bounded by its context.
+type Store interface {
+	// Claim tries to take a lease of length lease on (queue, id). It returns Claimed and a
+	// token, AlreadyHandled, or Busy.
+	Claim(ctx context.Context, queue, id string, lease time.Duration) (ClaimState, string, error)
+	// Extend renews the lease held with token for lease more. It returns false when the lease
+	// is no longer the caller's (it expired, and another holder claimed the key or it was
+	// marked done).
+	Extend(ctx context.Context, queue, id, token string, lease time.Duration) (bool, error)
+	// Done marks (queue, id) handled for keep.
+	Done(ctx context.Context, queue, id, token string, keep time.Duration) error
+	// Release drops the lease held with token; a lease held by another token, or a done mark,
+	// is left alone.
+	Release(ctx context.Context, queue, id, token string) error
+}
+
+// newToken returns a random lease token.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// DefaultMemoryWindow is how many keys a [MemoryStore] remembers by default.
+const DefaultMemoryWindow = 100_000
+
+// MemoryStore is a [Store] in this process's memory: it deduplicates between the Consumers of
+// one process only, and remembers at most a bounded window of keys. When the window is full,
+// the oldest done marks are forgotten first (a copy of such a message arriving later is handled
+// again), then expired leases; a window full of live leases refuses new claims with Busy.
+// Create one with [NewMemoryStore]; the zero value is not usable.
+type MemoryStore struct {
+	mu     sync.Mutex
+	max    int
+	now    func() time.Time
+	keys   map[string]*list.Element
+	order  *list.List // of *memEntry, oldest first (by last write)
+	leases int
+}
+
+type memEntry struct {
+	key     string
+	done    bool
+	token   string
+	expires time.Time
+}
+
+// NewMemoryStore returns a MemoryStore that remembers at most window keys (done marks and live
+// leases together); window <= 0 means DefaultMemoryWindow.
+func NewMemoryStore(window int) *MemoryStore {
+	if window <= 0 {
+		window = DefaultMemoryWindow
+	}
+	return &MemoryStore{max: window, now: time.Now, keys: map[string]*list.Element{}, order: list.New()}
+}
+
+func memKey(queue, id string) string { return queue + "\x00" + id }
+
+// get returns the live entry of key, dropping it when it has expired.
+func (m *MemoryStore) get(key string, now time.Time) *memEntry {
+	el, ok := m.keys[key]
+	if !ok {
+		return nil
+	}
+	e := el.Value.(*memEntry)
+	if !now.Before(e.expires) {
+		m.remove(el)
+		return nil
+	}
+	return e
+}
+
+func (m *MemoryStore) remove(el *list.Element) {
+	e := el.Value.(*memEntry)
+	if !e.done {
+		m.leases--
+	}
+	delete(m.keys, e.key)
+	m.order.Remove(el)
+}
+
+// put writes e as the newest entry of its key.
+func (m *MemoryStore) put(e *memEntry) {
+	if el, ok := m.keys[e.key]; ok {
+		m.remove(el)
+	}
+	m.keys[e.key] = m.order.PushBack(e)
+	if !e.done {
+		m.leases++
+	}
+}
+
+// room makes room for one more key: it forgets expired entries, then the oldest done marks.
+// It reports false when only live leases are left.
+func (m *MemoryStore) room(now time.Time) bool {
+	if len(m.keys) < m.max {
+		return true
+	}
+	for el := m.order.Front(); el != nil && len(m.keys) >= m.max; {
+		next := el.Next()
+		if e := el.Value.(*memEntry); e.done || !now.Before(e.expires) {
+			m.remove(el)
+		}
+		el = next
+	}
+	return len(m.keys) < m.max
+}
+
+// Claim implements [Store].
+func (m *MemoryStore) Claim(ctx context.Context, queue, id string, lease time.Duration) (ClaimState, string, error) {
+	if err := ctx.Err(); err != nil {
+		return Busy, "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	key := memKey(queue, id)
+	if e := m.get(key, now); e != nil {
+		if e.done {
+			return AlreadyHandled, "", nil
+		}
+		return Busy, "", nil
+	}
+	if !m.room(now) {
+		return Busy, "", nil
+	}
+	tok := newToken()
+	m.put(&memEntry{key: key, token: tok, expires: now.Add(lease)})
+	return Claimed, tok, nil
+}
+
+// Extend implements [Store].
+func (m *MemoryStore) Extend(ctx context.Context, queue, id, token string, lease time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	e := m.get(memKey(queue, id), now)
+	if e == nil || e.done || e.token != token {
+		return false, nil
+	}
+	e.expires = now.Add(lease)
+	return true, nil
+}
+
+// Done implements [Store].
+func (m *MemoryStore) Done(ctx context.Context, queue, id, token string, keep time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	key := memKey(queue, id)
+	if m.get(key, now) == nil && !m.room(now) {
+		return nil // only live leases left: the mark is forgotten at once
+	}
+	m.put(&memEntry{key: key, done: true, expires: now.Add(keep)})
+	return nil
+}
+
+// Release implements [Store].
+func (m *MemoryStore) Release(ctx context.Context, queue, id, token string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.keys[memKey(queue, id)]; ok {
+		if e := el.Value.(*memEntry); !e.done && e.token == token {
+			m.remove(el)
+		}
+	}
+	return nil
+}
+
+// Len returns how many keys the store holds now (done marks and leases, expired ones included
+// until they are next looked at or pushed out).
+func (m *MemoryStore) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.keys)
+}
