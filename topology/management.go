@@ -181,6 +181,16 @@ type ManagedQueue struct {
 	MessagesDLX int64
 	Consumers   int64
 	Arguments   map[string]any
+	// Type is the queue type: quorum, classic or stream.
+	Type string
+	// Leader is the node of a quorum queue's leader, "" when the node recorded as leader is
+	// unreachable (no leader until the election and the queue record catch up) or the queue
+	// is not a quorum queue.
+	Leader string
+	// Members are the nodes with a replica of a quorum queue; Online those of them whose
+	// replica runs (see the package documentation's Clusters notes in cluster.go).
+	Members []string
+	Online  []string
 }
 
 // Queues returns the vhost's queues by name.
@@ -191,8 +201,12 @@ func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error
 		MessagesDLX *int64         `json:"messages_dlx"`
 		Consumers   *int64         `json:"consumers"`
 		Arguments   map[string]any `json:"arguments"`
+		Type        string         `json:"type"`
+		Leader      any            `json:"leader"`
+		Members     any            `json:"members"`
+		Online      any            `json:"online"`
 	}
-	if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns=name,messages,messages_dlx,consumers,arguments", &raw); err != nil {
+	if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns=name,messages,messages_dlx,consumers,arguments,type,leader,members,online", &raw); err != nil {
 		return nil, err
 	}
 	out := make(map[string]ManagedQueue, len(raw))
@@ -203,7 +217,8 @@ func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error
 		return *p
 	}
 	for _, q := range raw {
-		out[q.Name] = ManagedQueue{Name: q.Name, Messages: val(q.Messages), MessagesDLX: val(q.MessagesDLX), Consumers: val(q.Consumers), Arguments: q.Arguments}
+		out[q.Name] = ManagedQueue{Name: q.Name, Messages: val(q.Messages), MessagesDLX: val(q.MessagesDLX), Consumers: val(q.Consumers),
+			Arguments: q.Arguments, Type: q.Type, Leader: nodeName(q.Leader), Members: nodeNames(q.Members), Online: nodeNames(q.Online)}
 	}
 	return out, nil
 }
@@ -413,5 +428,24 @@ func unplannedOf(p *Plan, exchanges []string, queues map[string]ManagedQueue) []
 	slices.SortFunc(out, func(a, b Unplanned) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
+	return out
+}
+
+// nodeName reads a node name field of the management API: a string, or "" for the JSON null,
+// an empty string or an empty list some versions give for none.
+func nodeName(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// nodeNames reads a list of node names; anything else (null, "", a missing field) is none.
+func nodeNames(v any) []string {
+	l, _ := v.([]any)
+	var out []string
+	for _, x := range l {
+		if s, ok := x.(string); ok && s != "" {
+			out = append(out, s)
+		}
+	}
 	return out
 }

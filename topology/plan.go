@@ -356,13 +356,35 @@ func (s Spec) Plan() (*Plan, error) {
 // queues a policy's overflow takes precedence over the x-overflow argument); on a classic
 // queue it makes a length limit set by an operator policy refuse publishes (the publisher
 // sees a nack) instead of dropping the oldest message.
+//
+// Quorum queues also get queue-leader-locator balanced ([LeaderLocatorBalanced]), the one key
+// that is not already an argument of the queues: it decides only where a new queue's leader
+// is placed, so it changes nothing for existing queues, and a policy (unlike a new
+// x-queue-leader-locator argument, which an existing queue would refuse with 406
+// PRECONDITION_FAILED) can be added to a deployed topology. Classic queues never get it: on
+// 3.x a classic queue does not support the key, and a policy holding a key its queue type
+// does not support does not apply to that queue at all (rabbit_queue_type:is_policy_applicable;
+// rabbit_classic_queue:capabilities lists queue-leader-locator among its unsupported policies
+// on 3.10), which would leave the classic queues unshadowed.
 func (t QueueType) policyDefinition() map[string]any {
 	d := map[string]any{"overflow": "reject-publish"}
 	if t == Quorum {
 		d["dead-letter-strategy"] = "at-least-once"
+		d["queue-leader-locator"] = LeaderLocatorBalanced
 	}
 	return d
 }
+
+// LeaderLocatorBalanced is the queue-leader-locator value the delay-queue policy gives quorum
+// queues ([Plan.Policies]): RabbitMQ places a new quorum queue's leader on the running member
+// node that leads the fewest quorum queues (of every vhost) at that moment, or on a random
+// running member once the cluster has queue_count_start_random_selection (1,000) queues or
+// more. Without it, a new quorum queue's leader is the node the declaring client is connected
+// to ("client-local", the default), so one apply put every leader of the topology on one
+// node. The policy value wins over an x-queue-leader-locator argument. Source:
+// rabbit_queue_location (leader_locator/1, leader_node/6) in RabbitMQ 3.10.8 and 4.0.5, both
+// of which accept "balanced" (3.10 maps the older "random" and "least-leaders" to it).
+const LeaderLocatorBalanced = "balanced"
 
 // readyArgs are the arguments of a ready queue: quorum ones get an explicit delivery limit and
 // dead-letter to <prefix>.unroutable, so a message returned too often is parked, not

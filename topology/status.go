@@ -46,6 +46,12 @@ type QueueStatus struct {
 	// (at-least-once dead-lettering that has not completed, retried forever), from the
 	// management API; -1 when unknown.
 	MessagesDLX int64 `json:"messages_dlx"`
+	// Leader is the node of a quorum queue's leader ("" when none is reachable), Members the
+	// nodes with a replica and Online those whose replica runs (management API only; empty
+	// for classic queues and without the management API).
+	Leader  string   `json:"leader,omitempty"`
+	Members []string `json:"members,omitempty"`
+	Online  []string `json:"online,omitempty"`
 }
 
 // BindingStatus is one binding of the plan and whether it exists.
@@ -76,11 +82,12 @@ type StatusReport struct {
 	// hand. They change where messages go, so Status fails with ErrUnhealthy.
 	UnplannedBindings []Binding `json:"unplanned_bindings,omitempty"`
 	// DeadLettering names the queues holding messages in their dead-letter state
-	// (messages_dlx > 0, management API only): at-least-once dead-lettering that has not
-	// completed, because nothing routes the message (a target with no binding for it and no
-	// alternate exchange) or because a quorum queue member or leader is unreachable. A busy
-	// ladder shows small counts in passing; counts that stay make Status fail with
-	// ErrUnhealthy.
+	// (messages_dlx > 0, management API only) while every member of the queue and of the
+	// queues it dead-letters into is online: at-least-once dead-lettering that has not
+	// completed because nothing routes the message (a target with no binding for it and no
+	// alternate exchange) or the queue it goes to refuses it. Queues waiting on an
+	// unreachable node are in Cluster.Waits instead. A busy ladder shows small counts in
+	// passing; counts that stay make Status fail with ErrUnhealthy.
 	DeadLettering []string `json:"dead_lettering,omitempty"`
 	// Policies are the topology's own policies and whether each is set as planned
 	// (management API only).
@@ -88,6 +95,11 @@ type StatusReport struct {
 	// PolicyProblems are the policy keys in effect that break a guarantee, and warnings
 	// (management API only; see [Management.PolicyProblems]).
 	PolicyProblems []PolicyProblem `json:"policy_problems,omitempty"`
+	// Cluster is where the quorum queues live: leaders per node, queues with members offline
+	// or without a leader, dead-lettering waiting on an unreachable node (management API
+	// only; nil without it). Members offline, a missing leader and such waits make Status
+	// fail with ErrUnhealthy; unbalanced leaders do not (run [Management.Rebalance]).
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
 }
 
 // PolicyStatus is one policy of the plan and whether the broker has it as planned.
@@ -169,6 +181,11 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		if rep.PolicyProblems, err = opts.Management.PolicyProblems(ctx, p); err != nil {
 			return rep, err
 		}
+		nodes, err := opts.Management.Nodes(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.Cluster = clusterOf(p, managed, nodes, all)
 		rep.Management = true
 	}
 	check := func(i int, kind Kind, name string) (bool, error) {
@@ -189,6 +206,14 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 		rep.Exchanges = append(rep.Exchanges, ExchangeStatus{Exchange: e, Exists: ok})
 	}
+	waiting := map[string]bool{} // queues whose dead-lettering waits on an unreachable node
+	if rep.Cluster != nil {
+		for _, w := range rep.Cluster.Waits {
+			for _, q := range w.Queues {
+				waiting[q.Name] = true
+			}
+		}
+	}
 	for i, q := range p.Queues {
 		ok, err := check(len(p.Exchanges)+i, KindQueue, q.Name)
 		if err != nil {
@@ -200,7 +225,8 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 		if m, found := managed[q.Name]; found {
 			s.Messages, s.MessagesDLX = m.Messages, m.MessagesDLX
-			if m.MessagesDLX > 0 {
+			s.Leader, s.Members, s.Online = m.Leader, m.Members, m.Online
+			if m.MessagesDLX > 0 && !waiting[q.Name] {
 				rep.DeadLettering = append(rep.DeadLettering, fmt.Sprintf("%s (%d)", q.Name, m.MessagesDLX))
 			}
 		}
@@ -238,10 +264,19 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	}
 	if len(rep.DeadLettering) > 0 {
 		problems = append(problems, fmt.Errorf("%w: messages in dead-letter state (messages_dlx) in %s: their dead-lettering has not "+
-			"completed, because nothing routes them (a target with no binding for their routing key and no alternate exchange) "+
-			"or because a quorum queue member or leader is unreachable; RabbitMQ retries them forever. A busy topology shows "+
-			"small counts in passing: run status again, and if they stay, look at the targets' bindings and the cluster's nodes",
+			"completed, and every member of these queues and of the queues they dead-letter into is online, so nothing routes them "+
+			"(a target with no binding for their routing key and no alternate exchange: see the policies) or the queue they go to "+
+			"refuses them; RabbitMQ retries them forever. A busy topology shows small counts in passing: run status again, and if "+
+			"they stay, look at the targets' bindings and the policy problems",
 			ErrUnhealthy, strings.Join(rep.DeadLettering, ", ")))
+	}
+	if rep.Cluster != nil {
+		for _, w := range rep.Cluster.Waits {
+			problems = append(problems, fmt.Errorf("%w: %s", ErrUnhealthy, deadLetterWaitText(w, opts.Management.VHost())))
+		}
+		if err := degradedError(rep.Cluster); err != nil {
+			problems = append(problems, err)
+		}
 	}
 	if len(rep.UnplannedBindings) > 0 {
 		problems = append(problems, fmt.Errorf("%w: %d bindings on the topology's exchanges and queues are not in the plan (first: %s): "+
