@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -384,18 +385,31 @@ type RebalanceReport struct {
 }
 
 // RebalanceCommand returns the rabbitmq-queues command that moves the leaders of p's quorum
-// queues in vhost, and only theirs (`rabbitmq-queues rebalance quorum` with a vhost pattern and
-// a queue pattern matching exactly the plan's queues), for an operator on a cluster node.
+// queues in vhost, and only theirs, for an operator on a cluster node: `rabbitmq-queues
+// rebalance quorum` with a vhost pattern matching exactly vhost and a queue pattern (PCRE,
+// rabbit_amqqueue:rebalance matches it with re:run) matching the plan's parking and ready
+// queues by name and its ladder and bucket queues by their naming rule (<prefix>.ladder.LL.DD,
+// <prefix>.bucket.<ms>ms; an earlier ladder's queues under the same prefix match too).
 func (p *Plan) RebalanceCommand(vhost string) string {
 	if vhost == "" {
 		vhost = "/"
 	}
-	names := make([]string, 0, len(p.Queues))
+	pre := regexp.QuoteMeta(p.Spec.Prefix)
+	var alts []string
+	seen := map[Role]bool{}
 	for _, q := range p.Queues {
-		names = append(names, q.Name)
+		switch {
+		case q.Role == RoleLadder && !seen[q.Role]:
+			alts = append(alts, pre+`\.ladder\.[0-9]+\.[0-9]+`)
+		case q.Role == RoleBucket && !seen[q.Role]:
+			alts = append(alts, pre+`\.bucket\.[0-9]+ms`)
+		case q.Role != RoleLadder && q.Role != RoleBucket:
+			alts = append(alts, regexp.QuoteMeta(q.Name))
+		}
+		seen[q.Role] = true
 	}
 	return fmt.Sprintf("rabbitmq-queues rebalance quorum --vhost-pattern %s --queue-pattern %s",
-		shellQuote(exactPattern([]string{vhost})), shellQuote(exactPattern(names)))
+		shellQuote(exactPattern([]string{vhost})), shellQuote("^(?:"+strings.Join(alts, "|")+")$"))
 }
 
 // leaders returns the leader node of each of p's quorum queues ("" when none).

@@ -261,7 +261,7 @@ func TestRebalanceCommand(t *testing.T) {
 			t.Errorf("pattern does not match %s", q.Name)
 		}
 	}
-	for _, other := range []string{"cl.parking2", "orders", "xorders.ready", "cl.ladder.00.01.x"} {
+	for _, other := range []string{"cl.parking2", "orders", "xorders.ready", "cl.ladder.00.01.x", "clxladder.00.01", "cl.bucket.5s", "cl.dispatch"} {
 		if re.MatchString(other) {
 			t.Errorf("pattern matches %s", other)
 		}

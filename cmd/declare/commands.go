@@ -219,7 +219,10 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		return strconv.FormatInt(n, 10)
 	}
 	t := newTable(w)
-	if rep.Management {
+	leaders := clustered(rep) // a LEADER column: the node and the members online
+	if leaders {
+		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)\tLEADER (ONLINE/MEMBERS)")
+	} else if rep.Management {
 		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)")
 	} else {
 		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS")
@@ -231,7 +234,9 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		} else if q.IsDelay() && q.Consumers > 0 {
 			cons += "  <-- WARNING: consumer on a delay queue"
 		}
-		if rep.Management {
+		if leaders {
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), count(q.MessagesDLX), leaderText(q))
+		} else if rep.Management {
 			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), count(q.MessagesDLX))
 		} else {
 			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons)
@@ -270,9 +275,11 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		"without requeue). Read them with acknowledgements: a requeue counts as a delivery attempt.")
 	if len(rep.DeadLettering) > 0 {
 		fmt.Fprintf(w, "\nDEAD-LETTER STATE: messages whose dead-lettering has not completed (messages_dlx): %s\n", strings.Join(rep.DeadLettering, ", "))
-		fmt.Fprintln(w, "  cause: nothing routes them (a target with no binding for their routing key, and no alternate exchange: see the policies below), "+
-			"or a quorum queue member or leader is unreachable. RabbitMQ retries them forever; a busy topology shows small counts in passing: run status again.")
+		fmt.Fprintln(w, "  cause: every member of these queues and of the queues they dead-letter into is online, so nothing routes them (a target "+
+			"with no binding for their routing key, and no alternate exchange: see the policies below) or the queue they go to refuses them. "+
+			"RabbitMQ retries them forever; a busy topology shows small counts in passing: run status again.")
 	}
+	printCluster(w, rep, e.vhost())
 	if len(rep.ConsumedDelayQueues) > 0 {
 		fmt.Fprintf(w, "\nCONSUMERS ON DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
 		fmt.Fprintln(w, "  they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")

@@ -98,6 +98,7 @@ func commands() []command {
 					boolOption("dry-run", "show what would be deleted; delete nothing", &s.dryRun),
 				}
 			}, run: cmdTeardown},
+		rebalanceCommand(), // cluster.go
 	}
 }
 

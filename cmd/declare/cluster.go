@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// clustered reports whether the status has a cluster of more than one node to show.
+func clustered(rep *topology.StatusReport) bool {
+	return rep.Cluster != nil && len(rep.Cluster.Nodes) > 1
+}
+
+// leaderText is a quorum queue's leader and how many of its members are online:
+// "rabbit@b (2/3)", "NONE (1/3)", or "-" for a queue without members (classic, missing).
+func leaderText(q topology.QueueStatus) string {
+	if len(q.Members) == 0 {
+		return "-"
+	}
+	l := q.Leader
+	if l == "" {
+		l = "NONE"
+	}
+	s := fmt.Sprintf("%s (%d/%d)", l, len(q.Online), len(q.Members))
+	if len(q.Online) < len(q.Members) {
+		s += "  <-- members offline"
+	}
+	return s
+}
+
+func runningText(r *bool) string {
+	switch {
+	case r == nil:
+		return "?"
+	case *r:
+		return "running"
+	}
+	return "DOWN"
+}
+
+// printCluster prints, for a cluster, the leaders per node, the queues with members offline or
+// without a leader, and dead-lettering waiting on an unreachable node.
+func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
+	if !clustered(rep) {
+		return
+	}
+	c := rep.Cluster
+	fmt.Fprintf(w, "\nCLUSTER: %d nodes; leaders of the topology's quorum queues per node\n", len(c.Nodes))
+	t := newTable(w)
+	fmt.Fprintln(t, "NODE\tSTATE\tDELAY QUEUES LED\tQUORUM QUEUES LED\tMEMBER OF")
+	for _, n := range c.Nodes {
+		fmt.Fprintf(t, "%s\t%s\t%d\t%d\t%d\n", n.Name, runningText(n.Running), n.DelayQueues, n.Leaders, n.Members)
+	}
+	_ = t.Flush()
+	if c.Balanced {
+		fmt.Fprintln(w, "leaders: balanced over the running nodes")
+	} else {
+		fmt.Fprintln(w, "leaders: UNBALANCED: one node does most of the topology's work (leaders stay where they moved after a node "+
+			"failure or restart); run `declare rebalance`")
+	}
+	if len(c.Degraded) > 0 {
+		var noLeader int
+		for _, d := range c.Degraded {
+			if d.NoLeader() {
+				noLeader++
+			}
+		}
+		fmt.Fprintf(w, "\nMEMBERS OFFLINE: %d of the topology's quorum queues have fewer members online than members", len(c.Degraded))
+		if noLeader > 0 {
+			fmt.Fprintf(w, ", %d of them NO LEADER (they move nothing until one is elected)", noLeader)
+		}
+		fmt.Fprintln(w, ":")
+		for n, k := range c.Offline() {
+			state := "its replicas are not running"
+			for _, cn := range c.Nodes {
+				if cn.Name == n && cn.Running != nil && !*cn.Running {
+					state = "node down"
+				}
+			}
+			fmt.Fprintf(w, "  %s (%s): offline member of %d queues\n", n, state, k)
+		}
+		fmt.Fprintln(w, "  a quorum queue works while a majority of its members is online; the next node lost can stop it. Bring the node back; "+
+			"if it is gone for good, remove it properly (`rabbitmq-queues delete_member` per queue, `rabbitmqctl forget_cluster_node`) "+
+			"and add a replacement (`rabbitmq-queues grow`). Once it is back, run `declare rebalance`.")
+	}
+	for _, wt := range c.Waits {
+		var qs []string
+		for _, q := range wt.Queues {
+			qs = append(qs, q.String())
+		}
+		fmt.Fprintf(w, "\nDEAD-LETTERING WAITING ON AN UNREACHABLE NODE: %s (%s): %d messages in dead-letter state in %s\n",
+			wt.Node, runningText(wt.Running), wt.Messages, strings.Join(qs, ", "))
+		fmt.Fprintf(w, "  they cannot move on while %s, a member of these queues or of the queues they dead-letter into, is unreachable. "+
+			"Bring the node back: they then move on by themselves. If it is gone for good, remove it properly: "+
+			"`rabbitmq-queues delete_member -p %s <queue> %s` per quorum queue, then `rabbitmqctl forget_cluster_node %s` "+
+			"(on RabbitMQ 3.10.8 forget_cluster_node alone did not release messages already in dead-letter state).\n",
+			wt.Node, vhost, wt.Node, wt.Node)
+	}
+}
+
+// cmdRebalance spreads the leaders of quorum queues over the running nodes through the
+// management API and prints the topology's leaders per node before and after.
+func cmdRebalance(ctx context.Context, e *invocation) error {
+	p, err := e.plan()
+	if err != nil {
+		return err
+	}
+	m, err := e.management()
+	if err != nil {
+		return usageError{err}
+	}
+	if m == nil {
+		return usageError{errors.New("rebalance needs the management API: pass --management-url (a user with the administrator tag), " +
+			"or run on a cluster node: " + p.RebalanceCommand(e.vhost()))}
+	}
+	rep, err := m.Rebalance(ctx, p, topology.RebalanceOptions{DryRun: e.s.dryRun})
+	if rep == nil {
+		return err
+	}
+	if e.s.output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(rep); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "# %s\n", specLine(p))
+	printLeaders(w, "before", rep.Before)
+	switch {
+	case rep.Requested:
+		fmt.Fprintln(w, "\nasked RabbitMQ to rebalance (POST /api/rebalance/queues): it moves the leaders of every replicated queue of "+
+			"every vhost, not only this topology's, one Raft leadership transfer per queue (a short pause for that queue, nothing lost)")
+		if rep.After != nil {
+			printLeaders(w, "after", rep.After)
+		}
+		fmt.Fprintf(w, "%d of the topology's quorum queues have a new leader\n", rep.Moved)
+	default:
+		fmt.Fprintf(w, "\nnothing moved: %s\n", rep.Reason)
+	}
+	fmt.Fprintf(w, "to move only this topology's queues, run on a cluster node:\n  %s\n", rep.Command)
+	return err
+}
+
+func printLeaders(w io.Writer, when string, nodes []topology.NodeLeaders) {
+	fmt.Fprintf(w, "\nleaders %s:\n", when)
+	t := newTable(w)
+	fmt.Fprintln(t, "NODE\tSTATE\tDELAY QUEUES LED\tQUORUM QUEUES LED")
+	for _, n := range nodes {
+		fmt.Fprintf(t, "%s\t%s\t%d\t%d\n", n.Name, runningText(n.Running), n.DelayQueues, n.Leaders)
+	}
+	_ = t.Flush()
+}
+
+// rebalanceCommand is the rebalance subcommand (registered in commands()).
+func rebalanceCommand() command {
+	return command{name: "rebalance", summary: "spread the leaders of quorum queues over the cluster's running nodes (management API)",
+		help: "Reads where the leaders of the topology's quorum queues are (management API) and, when the delay queues'\n" +
+			"leaders are unbalanced, asks RabbitMQ to rebalance (POST /api/rebalance/queues, a user with the administrator\n" +
+			"tag), then prints the leaders per node before and after. RabbitMQ's endpoint moves the leaders of every\n" +
+			"replicated queue of every vhost, not only the topology's; to move only the topology's, run the printed\n" +
+			"`rabbitmq-queues rebalance quorum` command on a cluster node instead. Leaders stay where they moved after a\n" +
+			"node failure or restart: run it once the node is back. --dry-run only shows the leaders and the command.",
+		extra: func(s *settings) []option {
+			return []option{boolOption("dry-run", "show the leaders per node and the command; move nothing", &s.dryRun), outputOption(s)}
+		}, run: cmdRebalance}
+}
