@@ -1,0 +1,210 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// TestClusterTopology: on a 3-node cluster, declare apply spreads the leaders of the default
+// topology's 121 quorum delay queues over the nodes although it declares everything through one
+// node's connection (the delay-queue policy's queue-leader-locator balanced: each node leads at
+// least one, none more than 60 %), and status reports the leaders per node. A node killed
+// (kill -9): status fails with ErrUnhealthy, flags the queues with a member offline and names
+// the node, and the leaders move to the two others. The node started again: its members come
+// back online, and `declare rebalance` gives it leaders again. Runs under `make cluster-test`
+// (skips without AMQP_URLS of 3+ nodes and BROKER_STATE).
+//
+// No timing is asserted; every wait has a generous deadline (3 nodes on a busy 2-core machine).
+func TestClusterTopology(t *testing.T) {
+	c := getCluster(t)
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH; cannot build cmd/declare")
+	}
+	bin := filepath.Join(t.TempDir(), "declare")
+	if out, err := exec.Command(goTool, "build", "-o", bin, "../cmd/declare").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/declare: %v\n%s", err, out)
+	}
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API of node 1 (AMQP_MANAGEMENT_URL)")
+	}
+	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const step = 5 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+
+	target := env.Name("orders")
+	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: target, Type: "topic"}}, Plugin: topology.PluginOff,
+		ReadyQueues: topology.ReadyQueues{{Queue: env.Name("ready"), Exchange: target, BindingKey: "#"}}}
+	p, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nDelay := len(p.DelayQueues())
+
+	// Apply through node 2's connection only.
+	conn2, err := clusterDial(c.nodeURL(2, env.VHost))
+	if err != nil {
+		t.Fatalf("dial node 2: %v", err)
+	}
+	if _, err := topology.Apply(ctx, conn2, p, topology.ApplyOptions{Management: m}); err != nil {
+		t.Fatalf("apply through node 2: %v", err)
+	}
+	_ = conn2.Close()
+
+	// waitCluster polls the management API until cond holds for the topology's cluster view.
+	waitCluster := func(what string, cond func(*topology.ClusterStatus) bool) *topology.ClusterStatus {
+		t.Helper()
+		deadline := time.Now().Add(step)
+		for {
+			cs, err := m.Cluster(ctx, p)
+			if err == nil && cond(cs) {
+				return cs
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %v: not %s: %+v (err %v)", step, what, cs, err)
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	led := func(cs *topology.ClusterStatus) (total int, by map[string]int) {
+		by = map[string]int{}
+		for _, n := range cs.Nodes {
+			by[n.Name] = n.DelayQueues
+			total += n.DelayQueues
+		}
+		return total, by
+	}
+	spread := func(cs *topology.ClusterStatus, when string) {
+		t.Helper()
+		total, by := led(cs)
+		if len(cs.Nodes) != len(c.URLs) {
+			t.Errorf("%s: %d nodes in the report, want %d: %+v", when, len(cs.Nodes), len(c.URLs), cs.Nodes)
+		}
+		for _, n := range cs.Nodes {
+			if by[n.Name] < 1 || by[n.Name]*100 > total*60 {
+				t.Errorf("%s: node %s leads %d of %d delay queues; want at least 1 and at most 60 %%: %+v", when, n.Name, by[n.Name], total, cs.Nodes)
+			}
+		}
+	}
+	allLed := func(cs *topology.ClusterStatus) bool {
+		total, _ := led(cs)
+		return total == nDelay && len(cs.Degraded) == 0
+	}
+	cs := waitCluster(fmt.Sprintf("all %d delay queues led, every member online", nDelay), allLed)
+	t.Logf("after apply through node 2: %s", leadersLine(cs))
+	spread(cs, "after apply")
+
+	// Status reports the same per-node counts, and passes.
+	conn1, err := clusterDial(c.nodeURL(1, env.VHost))
+	if err != nil {
+		t.Fatalf("dial node 1: %v", err)
+	}
+	defer conn1.Close()
+	rep, err := topology.Status(ctx, conn1, p, topology.StatusOptions{Management: m})
+	if err != nil || rep.Cluster == nil {
+		t.Fatalf("status after apply: %v (cluster %+v)", err, rep.Cluster)
+	}
+	if total, _ := led(rep.Cluster); total != nDelay || len(rep.Cluster.Nodes) != len(c.URLs) {
+		t.Errorf("status: %s; want %d delay queues led over %d nodes", leadersLine(rep.Cluster), nDelay, len(c.URLs))
+	}
+
+	// Kill node 3 (node 1 serves the management API).
+	const victim = 3
+	var victimName string
+	for _, n := range cs.Nodes {
+		if c.nodeOf(n.Name) == victim {
+			victimName = n.Name
+		}
+	}
+	if victimName == "" {
+		t.Fatalf("no node of the report is node %d: %+v", victim, cs.Nodes)
+	}
+	c.kill(t, victim)
+	restarted := false
+	defer func() {
+		if !restarted {
+			c.startNode(t, victim)
+		}
+	}()
+	waitCluster(fmt.Sprintf("every queue led by a node other than %s, with %s offline", victimName, victimName), func(cs *topology.ClusterStatus) bool {
+		total, by := led(cs)
+		return total == nDelay && by[victimName] == 0 && cs.Offline()[victimName] == len(p.Queues)
+	})
+	deadline := time.Now().Add(step)
+	for {
+		rep, err = topology.Status(ctx, conn1, p, topology.StatusOptions{Management: m})
+		if err != nil && rep != nil && rep.Cluster != nil && len(rep.Cluster.Degraded) == len(p.Queues) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status with node %d killed: %v, cluster %+v; want every queue degraded", victim, err, rep.Cluster)
+		}
+		time.Sleep(time.Second)
+	}
+	if !errors.Is(err, topology.ErrUnhealthy) || !strings.Contains(err.Error(), victimName+" (node down)") ||
+		!strings.Contains(err.Error(), "members offline") {
+		t.Errorf("status with node %d killed: %v; want ErrUnhealthy naming %s (node down) and members offline", victim, err, victimName)
+	}
+	for _, n := range rep.Cluster.Nodes {
+		if n.Name == victimName && (n.Running == nil || *n.Running || n.DelayQueues != 0) {
+			t.Errorf("status: the killed node %+v: want not running, leading nothing", n)
+		}
+	}
+	t.Logf("node %d killed: %s; status: %v", victim, leadersLine(rep.Cluster), err)
+
+	// Start it again: every member back online.
+	c.startNode(t, victim)
+	restarted = true
+	cs = waitCluster("every member online again", allLed)
+	_, before := led(cs)
+	t.Logf("node %d back: %s (balanced %v)", victim, leadersLine(cs), cs.Balanced)
+
+	// declare rebalance (the CLI, through node 1).
+	cmd := exec.CommandContext(ctx, bin, "rebalance", "--timeout", "5m")
+	cmd.Env = append(os.Environ(), "AMQPDELAY_URL="+c.nodeURL(1, env.VHost), "AMQPDELAY_MANAGEMENT_URL="+env.Broker.ManagementURL,
+		"AMQPDELAY_PREFIX="+env.Prefix, "AMQPDELAY_TARGETS="+target+":topic", "AMQPDELAY_PLUGIN=off",
+		"AMQPDELAY_READY_QUEUES="+env.Name("ready")+"="+target+":#")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("declare rebalance: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	t.Logf("declare rebalance:\n%s", out.String())
+	if !strings.Contains(out.String(), "leaders before") || !strings.Contains(out.String(), "rabbitmq-queues rebalance quorum") {
+		t.Errorf("declare rebalance does not show the leaders and the restricted command:\n%s", out.String())
+	}
+	if !cs.Balanced && !strings.Contains(out.String(), "asked RabbitMQ to rebalance") {
+		t.Errorf("unbalanced leaders (%v), but declare rebalance asked nothing:\n%s", before, out.String())
+	}
+	cs = waitCluster(fmt.Sprintf("node %s leading again", victimName), func(cs *topology.ClusterStatus) bool {
+		_, by := led(cs)
+		return allLed(cs) && by[victimName] > 0
+	})
+	t.Logf("after rebalance: %s (balanced %v)", leadersLine(cs), cs.Balanced)
+	spread(cs, "after rebalance")
+}
+
+// leadersLine is "node: N delay queues led, ..." for logs.
+func leadersLine(cs *topology.ClusterStatus) string {
+	var parts []string
+	for _, n := range cs.Nodes {
+		parts = append(parts, fmt.Sprintf("%s leads %d delay queues (%d quorum queues)", n.Name, n.DelayQueues, n.Leaders))
+	}
+	return strings.Join(parts, ", ")
+}
