@@ -10,7 +10,7 @@ FUZZTIME ?= 100000x
 BENCH ?= .
 BENCHTIME ?= 1x
 
-.PHONY: test unit vet fuzz bench demo build broker-up broker-down cluster-test
+.PHONY: test unit vet fuzz bench demo build broker-up broker-down cluster-test soak
 
 ## test: vet and short fuzz runs once, then race-enabled tests of every package against a real
 ## broker of each version in TEST_VERSIONS (or once against AMQP_URL when it is set). Every version
@@ -42,9 +42,10 @@ fuzz:
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
-## demo: a broker, `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders)
+## demo: `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders), on the
+## broker `scripts/broker up` recorded, or else on one started for the demo (see scripts/demo)
 demo:
-	$(BROKER) scripts/demo $(DEMOARGS)
+	scripts/demo $(DEMOARGS)
 
 ## bench: the benchmarks of ./integration against a real broker (see README, Benchmarks)
 bench:
@@ -73,3 +74,18 @@ cluster-test:
 	done; \
 	if [ -n "$$failed" ]; then echo "== make cluster-test: FAILED against RabbitMQ$$failed"; exit 1; fi; \
 	echo "== make cluster-test: passed against RabbitMQ $(TEST_VERSIONS)"
+
+## soak: TestClusterSoak (integration/cluster_soak_test.go) against a private 3-node cluster of each
+## version in TEST_VERSIONS: node kills (the Publisher's node, the node leading the most delay queues,
+## the consumer's node, one kept down, then repeated kills) while delayed messages flow, with every
+## message accounted for (lost, early, duplicates, lateness). About 25 minutes per version. Knobs:
+## SOAK_FAULTS, SOAK_MESSAGES, SOAK_RATE, SOAK_KILLS, SOAK_STALL_WAIT, SOAK_REPORT (see the test).
+soak:
+	@failed=""; \
+	for v in $(TEST_VERSIONS); do \
+		echo "== make soak: TestClusterSoak against a 3-node RabbitMQ $$v cluster (BROKER_VERSION=$$v)"; \
+		env -u AMQP_URL -u AMQP_MANAGEMENT_URL BROKER_VERSION=$$v BROKER_NODES=3 \
+			$(BROKER) $(GO) test -count=1 -timeout 90m -v -run 'TestClusterSoak' ./integration/ -args -soak || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "== make soak: FAILED against RabbitMQ$$failed"; exit 1; fi; \
+	echo "== make soak: passed against RabbitMQ $(TEST_VERSIONS)"
