@@ -42,10 +42,9 @@ fuzz:
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
-## demo: `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders), on the
-## broker `scripts/broker up` recorded, or else on one started for the demo (see scripts/demo)
+## demo: a broker, `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders)
 demo:
-	scripts/demo $(DEMOARGS)
+	$(BROKER) scripts/demo $(DEMOARGS)
 
 ## bench: the benchmarks of ./integration against a real broker (see README, Benchmarks)
 bench:
