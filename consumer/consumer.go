@@ -70,7 +70,10 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 		errs = append(errs, fmt.Errorf("%w: cfg.Spec: %w", ErrInvalidConfig, err))
 	} else if ladder, _, err := rspec.LadderOrBuckets(); err == nil {
 		longest := time.Duration(float64(o.backoff.Max) * (1 + o.backoff.Jitter))
-		if m := ladder.WithDefaults().Max; longest > m {
+		if m := ladder.WithDefaults().Max; longest > m && !o.backoffSet {
+			o.backoff.Max = max(time.Duration(float64(m)/(1+o.backoff.Jitter)), time.Millisecond)
+			o.backoff.Initial = min(o.backoff.Initial, o.backoff.Max)
+		} else if longest > m {
 			errs = append(errs, fmt.Errorf("%w: Backoff.Max %v with jitter %v reaches %v, beyond the ladder's maximum %v: lower Backoff.Max",
 				ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, longest, m))
 		}
@@ -365,7 +368,11 @@ func restore(d *amqp.Delivery) {
 		d.RoutingKey = rk
 	}
 	if t, ok := d.Headers[HeaderTarget].(string); ok {
-		d.Headers[ttlbuckets.TargetHeader] = t
+		if t == "" {
+			delete(d.Headers, ttlbuckets.TargetHeader) // the first delivery had none (a direct publish)
+		} else {
+			d.Headers[ttlbuckets.TargetHeader] = t
+		}
 	}
 }
 
@@ -513,9 +520,8 @@ func keepHeaders(orig amqp.Table, origKey string) amqp.Table {
 		h[HeaderRoutingKey] = origKey
 	}
 	if _, ok := h[HeaderTarget]; !ok {
-		if t, ok := orig[ttlbuckets.TargetHeader].(string); ok {
-			h[HeaderTarget] = t
-		}
+		t, _ := orig[ttlbuckets.TargetHeader].(string)
+		h[HeaderTarget] = t // "" when the first delivery had none
 	}
 	if _, ok := h[HeaderDue]; !ok {
 		if ms, ok, fits := ttlbuckets.HeaderInt(orig[ttlbuckets.DueHeader]); ok && fits {

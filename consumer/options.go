@@ -15,6 +15,7 @@ type Option func(*options) error
 type options struct {
 	concurrency     int
 	backoff         Backoff
+	backoffSet      bool
 	store           Store
 	storeSet        bool
 	lease           time.Duration
@@ -76,14 +77,15 @@ func WithConcurrency(n int) Option {
 }
 
 // WithBackoff sets the retry policy (default [DefaultBackoff]: 5 attempts, 1 s doubling to
-// 5 min, ±20 % jitter); zero fields take the defaults.
+// 5 min, ±20 % jitter, with Max lowered to fit a ladder shorter than that); zero fields take the
+// defaults. New fails when Max with its jitter exceeds the topology's ladder maximum.
 func WithBackoff(b Backoff) Option {
 	return func(o *options) error {
 		b = b.withDefaults()
 		if err := b.validate(); err != nil {
 			return err
 		}
-		o.backoff = b
+		o.backoff, o.backoffSet = b, true
 		return nil
 	}
 }

@@ -24,9 +24,9 @@ const (
 	// HeaderQueue (string) is the queue the message was consumed from and belongs back to.
 	HeaderQueue = "rabbitdelay.queue"
 	// HeaderRoutingKey and HeaderTarget (string) keep the routing key the message first
-	// arrived with and its rabbitdelay-target header: a retry travels with the queue's name as
-	// routing key and with the retry exchange as target, and the Consumer gives the handler
-	// the original values back.
+	// arrived with and its rabbitdelay-target header ("" when it had none): a retry travels
+	// with the queue's name as routing key and with the retry exchange as target, and the
+	// Consumer gives the handler the original values back.
 	HeaderRoutingKey = "rabbitdelay.routing-key"
 	HeaderTarget     = "rabbitdelay.target"
 	// HeaderDue (int64, Unix ms) keeps the first delivery's rabbitdelay-due on a parked
