@@ -29,7 +29,7 @@ type consumerFixture struct {
 	pub   *amqpdelay.Publisher
 }
 
-func newConsumerFixture(t *testing.T) *consumerFixture {
+func newConsumerFixture(t testing.TB) *consumerFixture {
 	t.Helper()
 	env := brokertest.NewEnv(t)
 	if env.VHost == "/" {
