@@ -4,6 +4,8 @@
 # scripts/broker); `make demo BROKER_VERSION=4` passes it on.
 GO ?= go
 BROKER := scripts/broker run --
+# The consumer package's RedisStore tests need a Redis: scripts/redis starts a private one (REDIS_URL wins).
+REDIS := scripts/redis run --
 # The RabbitMQ major versions `make test` runs the Go tests against, one broker each.
 TEST_VERSIONS ?= 3 4
 FUZZTIME ?= 100000x
@@ -34,7 +36,7 @@ vet:
 
 unit:
 	@if [ -n "$$RABBITMQ_VERSION" ]; then echo "== go test: the broker runs RabbitMQ $$RABBITMQ_VERSION"; fi
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(REDIS) $(GO) test -race -count=1 -timeout 15m ./...
 
 # Go's -fuzztime with a duration can end in a spurious "context deadline exceeded" on go1.26
 # (golang/go#75804); a fixed count of executions is reliable.
