@@ -463,10 +463,11 @@ func TestPlanReadyQueueArgs(t *testing.T) {
 	if err := (Spec{Targets: Targets{{Name: "orders"}}, ReadyDeliveryLimit: -2}).Validate(); !errors.Is(err, ErrInvalidSpec) {
 		t.Errorf("limit -2: %v, want ErrInvalidSpec", err)
 	}
-	for v, want := range map[string]int{"1": 1, "-1": -1, "20": 20, "0": 0, "-2": 0, "x": 0} {
-		got, err := ParseReadyDeliveryLimit(v)
+	for v, want := range map[string]DeliveryLimit{"1": 1, "-1": -1, "20": 20, "0": 0, "-2": 0, "x": 0} {
+		var got DeliveryLimit
+		err := got.Decode(v)
 		if got != want || (want == 0) != (err != nil) {
-			t.Errorf("ParseReadyDeliveryLimit(%q) = %d, %v", v, got, err)
+			t.Errorf("DeliveryLimit.Decode(%q) = %d, %v", v, got, err)
 		}
 	}
 }

@@ -3,24 +3,14 @@ package topology
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/kelseyhightower/envconfig"
-
-	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
-
-// EnvPrefix is the prefix of every environment variable that configures rabbitdelay
-// (AMQPDELAY_URL, AMQPDELAY_PREFIX, ...). The declare CLI and the amqpdelay client read the same
-// variables; their names are a public contract.
-const EnvPrefix = "AMQPDELAY"
 
 // DefaultPrefix is the name prefix used when Spec.Prefix is empty.
 const DefaultPrefix = "rabbitdelay"
@@ -88,14 +78,15 @@ type ReadyQueue struct {
 // String gives the ready queue in its flag form: "queue=exchange:bindingkey".
 func (r ReadyQueue) String() string { return r.Queue + "=" + r.Exchange + ":" + r.BindingKey }
 
-// Targets is a list of targets that envconfig and flags parse from "a,b:topic".
+// Targets is a list of targets, as AMQPDELAY_TARGETS and repeated --target flags give it.
 type Targets []Target
 
-// Decode parses a comma-separated list of "name" or "name:type" (envconfig.Decoder).
+// Decode sets *ts from a comma-separated list of "name" or "name:type" (an envconfig.Decoder);
+// an empty list sets nil. The error names the entry that is wrong.
 func (ts *Targets) Decode(s string) error {
 	*ts = nil
 	for _, part := range splitList(s) {
-		t, err := ParseTarget(part)
+		t, err := parseTarget(part)
 		if err != nil {
 			return err
 		}
@@ -104,60 +95,81 @@ func (ts *Targets) Decode(s string) error {
 	return nil
 }
 
-// ParseTarget parses "name" or "name:type".
-func ParseTarget(s string) (Target, error) {
-	s = strings.TrimSpace(s)
-	name, typ, _ := strings.Cut(s, ":")
+// parseTarget parses "name" or "name:type".
+func parseTarget(s string) (Target, error) {
+	name, typ, hasType := strings.Cut(s, ":")
 	if name == "" {
-		return Target{}, fmt.Errorf("%w: target %q: empty exchange name (want name or name:type, e.g. orders:topic)", ErrInvalidSpec, s)
+		return Target{}, fmt.Errorf("target %q: empty exchange name (want name or name:type, e.g. orders:topic)", s)
+	}
+	switch typ {
+	case "direct", "fanout", "topic", "headers":
+	default:
+		if hasType {
+			return Target{}, fmt.Errorf("target %q: exchange type %q: want direct, fanout, topic or headers", shorten(s), typ)
+		}
 	}
 	return Target{Name: name, Type: typ}, nil
 }
 
-// Delays is a list of bucket delays that envconfig and flags parse from "30s,5m,1h".
+// Delays is a list of bucket delays, as AMQPDELAY_BUCKETS and repeated --bucket flags give it.
 type Delays []time.Duration
 
-// Decode parses a comma-separated list of Go durations (envconfig.Decoder).
+// Decode sets *ds from a comma-separated list of Go durations such as "30s,5m,1h" (an
+// envconfig.Decoder); an empty list sets nil. The error names the entry that is wrong.
 func (ds *Delays) Decode(s string) error {
 	*ds = nil
 	for _, part := range splitList(s) {
 		d, err := time.ParseDuration(part)
 		if err != nil {
-			return fmt.Errorf("%w: bucket %q: not a duration (want e.g. 30s, 5m, 1h30m)", ErrInvalidSpec, part)
+			return fmt.Errorf("bucket %q: not a duration (want e.g. 30s, 5m, 1h30m)", part)
 		}
 		*ds = append(*ds, d)
 	}
 	return nil
 }
 
-// ReadyQueues is a list of ready queues that envconfig and flags parse from
-// "q1=ex:key,q2=ex:key".
+// ReadyQueues is a list of ready queues, as AMQPDELAY_READY_QUEUES and repeated --ready-queue
+// flags give it.
 type ReadyQueues []ReadyQueue
 
-// Decode parses a comma-separated list of queue=exchange:bindingkey (envconfig.Decoder).
+// Decode sets *rs from a comma-separated list of queue=exchange:bindingkey (an
+// envconfig.Decoder; the binding key may be empty); an empty list sets nil. The error names
+// the entry that is wrong.
 func (rs *ReadyQueues) Decode(s string) error {
 	*rs = nil
 	for _, part := range splitList(s) {
-		r, err := ParseReadyQueue(part)
-		if err != nil {
-			return err
+		q, rest, ok := strings.Cut(part, "=")
+		ex, key, ok2 := strings.Cut(rest, ":")
+		if !ok || !ok2 || q == "" || ex == "" {
+			return fmt.Errorf("ready queue %q: want queue=exchange:bindingkey, e.g. orders.timeouts=orders:order.timeout.#", shorten(part))
 		}
-		*rs = append(*rs, r)
+		*rs = append(*rs, ReadyQueue{Queue: q, Exchange: ex, BindingKey: key})
 	}
 	return nil
 }
 
-// ParseReadyQueue parses "queue=exchange:bindingkey" (the binding key may be empty).
-func ParseReadyQueue(s string) (ReadyQueue, error) {
-	s = strings.TrimSpace(s)
-	q, rest, ok := strings.Cut(s, "=")
-	ex, key, ok2 := strings.Cut(rest, ":")
-	if !ok || !ok2 || q == "" || ex == "" {
-		return ReadyQueue{}, fmt.Errorf("%w: ready queue %q: want queue=exchange:bindingkey, e.g. orders.timeouts=orders:order.timeout.#", ErrInvalidSpec, s)
+// Decode sets *m from "off", "auto" or "on" (an envconfig.Decoder); "" sets "" (auto).
+func (m *PluginMode) Decode(s string) error {
+	switch PluginMode(s) {
+	case "", PluginAuto, PluginOff, PluginOn:
+		*m = PluginMode(s)
+		return nil
 	}
-	return ReadyQueue{Queue: q, Exchange: ex, BindingKey: key}, nil
+	return errors.New("want off, auto (the default) or on")
 }
 
+// Decode sets *q from "quorum" or "classic" (an envconfig.Decoder); "" sets "" (quorum).
+func (q *QueueType) Decode(s string) error {
+	switch QueueType(s) {
+	case "", Quorum, Classic:
+		*q = QueueType(s)
+		return nil
+	}
+	return errors.New("want quorum (the default) or classic")
+}
+
+// splitList splits a comma-separated list, trimming spaces around each entry and dropping
+// empty entries.
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -169,44 +181,44 @@ func splitList(s string) []string {
 }
 
 // Spec is what to declare: the delay topology for one prefix. Zero fields mean the documented
-// defaults ([Spec.WithDefaults]). Every field has an AMQPDELAY_* variable (see [Config]).
+// defaults ([Spec.WithDefaults]). [ConfigFromEnv] fills it from the AMQPDELAY_* variables
+// (see [Env], which names the variable of each field).
 type Spec struct {
 	// Prefix names every object (see [Names]); default "rabbitdelay". Letters, digits and
 	// . _ - : only, at most 200 bytes, not starting with "amq." (reserved by RabbitMQ).
-	Prefix string `envconfig:"AMQPDELAY_PREFIX" default:"rabbitdelay"`
+	Prefix string
 	// Targets are the exchanges delayed messages are finally routed through. A name holds at
 	// most 255 bytes (MaxNameLen) and must not be one of the topology's own names
 	// ([Names.Reserved]: <prefix>.dispatch, .unroutable, .parking, .buckets, .plugin,
 	// <prefix>.ladder.*, <prefix>.bucket.*); other names under the prefix are fine.
-	Targets Targets `envconfig:"AMQPDELAY_TARGETS"`
+	Targets Targets
 	// Buckets are optional fixed delays, each with its own queue (whole milliseconds).
-	Buckets Delays `envconfig:"AMQPDELAY_BUCKETS"`
-	// Ladder is the ladder's unit, radix, maximum and order (AMQPDELAY_LADDER_UNIT, _RADIX,
-	// _MAX, _ORDER, which [ConfigFromEnv] reads itself); zero fields take ttlbuckets' defaults.
-	Ladder ttlbuckets.Ladder `ignored:"true"`
+	Buckets Delays
+	// Ladder is the ladder's unit, radix, maximum and order; zero fields take ttlbuckets'
+	// defaults.
+	Ladder ttlbuckets.Ladder
 	// Plugin is off, auto (default) or on.
-	Plugin PluginMode `envconfig:"AMQPDELAY_PLUGIN" default:"auto"`
+	Plugin PluginMode
 	// QueueType is quorum (default) or classic.
-	QueueType QueueType `envconfig:"AMQPDELAY_QUEUE_TYPE" default:"quorum"`
+	QueueType QueueType
 	// ReadyQueues are optional queues to declare and bind to targets. Queue name, exchange
 	// name and binding key hold at most 255 bytes each (MaxNameLen); neither the queue nor the
 	// exchange name may be one of the topology's own names ([Names.Reserved]).
-	ReadyQueues ReadyQueues `envconfig:"AMQPDELAY_READY_QUEUES"`
-	// ReadyDeliveryLimit (AMQPDELAY_READY_DELIVERY_LIMIT, read by [ConfigFromEnv] with
-	// [ParseReadyDeliveryLimit]) is the x-delivery-limit of quorum ready queues: a message returned
+	ReadyQueues ReadyQueues
+	// ReadyDeliveryLimit is the x-delivery-limit of quorum ready queues: a message returned
 	// (nack or reject with requeue, or its consumer gone) more often than this is dead-lettered
 	// to <prefix>.unroutable and kept in the parking queue, with x-death reason delivery_limit,
 	// instead of being redelivered forever (RabbitMQ 3.x) or dropped after 20 returns (4.x's
-	// default limit). 0 means DefaultReadyDeliveryLimit; -1 declares ready queues without a
-	// limit and without a dead-letter exchange (as before this setting existed: use it when the
-	// ready queues already exist, or are declared by their consumers, with plain arguments).
-	// Classic ready queues have no delivery limit (RabbitMQ has none for them) and ignore it.
-	ReadyDeliveryLimit int `ignored:"true"`
-	// PolicyPriority (AMQPDELAY_POLICY_PRIORITY, read with [ParsePolicyPriority]) is the priority of the policies Apply sets (see [Plan.Policies]); 0 means
+	// default limit). 0 means DefaultReadyDeliveryLimit; -1 ([NoReadyDeliveryLimit]) declares
+	// ready queues without a limit and without a dead-letter exchange: use it when the ready
+	// queues already exist, or are declared by their consumers, with plain arguments. Classic
+	// ready queues have no delivery limit (RabbitMQ has none for them) and ignore it.
+	ReadyDeliveryLimit int
+	// PolicyPriority is the priority of the policies Apply sets (see [Plan.Policies]); 0 means
 	// DefaultPolicyPriority. Only the highest-priority policy matching a queue or exchange
 	// applies, so this must be above every other policy of the vhost that matches the
 	// topology's queues or target exchanges.
-	PolicyPriority int `ignored:"true"`
+	PolicyPriority int
 }
 
 // DefaultReadyDeliveryLimit is the default x-delivery-limit of quorum ready queues: RabbitMQ
@@ -223,147 +235,6 @@ const NoReadyDeliveryLimit = -1
 // applies only the highest-priority policy that matches an object
 // (https://www.rabbitmq.com/docs/policies#priorities).
 const DefaultPolicyPriority = 1000000
-
-// Config is the whole configuration read from the environment: the connection (AMQPDELAY_URL,
-// AMQPDELAY_TLS_CA, AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY) and the [Spec].
-type Config struct {
-	amqpconn.Config
-	Spec
-}
-
-// ConfigFromEnv reads the AMQPDELAY_* variables. A variable that is set but empty counts as
-// unset (its default), as in the declare CLI, and the ladder variables are parsed as the CLI
-// parses them ([ParseLadderUnit], [ParseLadderRadix], [ParseLadderMax], ttlbuckets.ParseOrder). It returns an
-// error wrapping ErrInvalidSpec that names the variable when one does not parse, or when
-// AMQPDELAY_LADDER_UNIT, _RADIX or _MAX is set to zero (unset means the default; an explicit 0
-// is a mistake, not a request for it). It does not validate the values otherwise (see
-// [Spec.Validate]). The error never quotes AMQPDELAY_URL.
-func ConfigFromEnv() (Config, error) {
-	var c Config
-	// No prefix: the tags are the full names. envconfig reads an unset PREFIX_NAME from the
-	// bare tag NAME, which would pick up a stray URL, PREFIX or TARGETS variable.
-	if err := envconfig.Process("", &c); err != nil {
-		return Config{}, fmt.Errorf("%w: %s", ErrInvalidSpec, amqpconn.RedactText(err.Error()))
-	}
-	l, errs := ladderFromEnv()
-	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
-	}
-	c.Ladder = l
-	var errs2 []error
-	for _, v := range []struct {
-		name  string
-		parse func(string) (int, error)
-		into  *int
-	}{
-		{EnvPrefix + "_READY_DELIVERY_LIMIT", ParseReadyDeliveryLimit, &c.ReadyDeliveryLimit},
-		{EnvPrefix + "_POLICY_PRIORITY", ParsePolicyPriority, &c.PolicyPriority},
-	} {
-		if raw := os.Getenv(v.name); raw != "" {
-			n, err := v.parse(raw)
-			if err != nil {
-				errs2 = append(errs2, fmt.Errorf("%s: %w", v.name, err))
-			}
-			*v.into = n
-		}
-	}
-	if len(errs2) > 0 {
-		return Config{}, errors.Join(errs2...)
-	}
-	return c, nil
-}
-
-// ParseReadyDeliveryLimit reads a ready-queue delivery limit (AMQPDELAY_READY_DELIVERY_LIMIT,
-// --ready-delivery-limit) as the declare CLI and [ConfigFromEnv] both do: a decimal integer, at
-// least 1, or -1 for none ([NoReadyDeliveryLimit]). 0 is refused (leave it unset for the
-// default). Errors wrap ErrInvalidSpec.
-func ParseReadyDeliveryLimit(v string) (int, error) {
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n == 0 || n < NoReadyDeliveryLimit {
-		return 0, fmt.Errorf("%w: ready-queue delivery limit %q: want a positive number of returns (default %d), or -1 for none",
-			ErrInvalidSpec, v, DefaultReadyDeliveryLimit)
-	}
-	return n, nil
-}
-
-// ParsePolicyPriority reads the priority of the topology's policies (AMQPDELAY_POLICY_PRIORITY,
-// --policy-priority): a positive decimal integer. Errors wrap ErrInvalidSpec.
-func ParsePolicyPriority(v string) (int, error) {
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%w: policy priority %q: want a positive integer above every other policy's (default %d)",
-			ErrInvalidSpec, v, DefaultPolicyPriority)
-	}
-	return n, nil
-}
-
-// ladderFromEnv reads AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER with the declare CLI's
-// parsers (envconfig would refuse a set-but-empty duration or integer, and read "010" as 8);
-// every problem is returned, each naming its variable.
-func ladderFromEnv() (ttlbuckets.Ladder, []error) {
-	var l ttlbuckets.Ladder
-	var errs []error
-	read := func(what string, parse func(string) error) {
-		name := EnvPrefix + "_LADDER_" + what
-		if v := os.Getenv(name); v != "" {
-			if err := parse(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			}
-		}
-	}
-	read("UNIT", func(v string) (err error) { l.Unit, err = ParseLadderUnit(v); return err })
-	read("RADIX", func(v string) (err error) { l.Radix, err = ParseLadderRadix(v); return err })
-	read("MAX", func(v string) (err error) { l.Max, err = ParseLadderMax(v); return err })
-	read("ORDER", func(v string) (err error) {
-		if l.Order, err = ttlbuckets.ParseOrder(v); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
-		}
-		return nil
-	})
-	return l, errs
-}
-
-// ParseLadderUnit reads a ladder unit (AMQPDELAY_LADDER_UNIT, --unit) as the declare CLI and
-// [ConfigFromEnv] both do: a Go duration (time.ParseDuration, e.g. 1ms, 10ms), not zero (an
-// explicit zero is a mistake, not a request for the default). Errors wrap ErrInvalidSpec and
-// say what to write instead.
-func ParseLadderUnit(v string) (time.Duration, error) {
-	return parseLadderDuration("ladder unit", "a whole number of milliseconds, at least 1ms", v)
-}
-
-// ParseLadderMax reads a ladder's maximum delay (AMQPDELAY_LADDER_MAX, --max-delay) as
-// [ParseLadderUnit] reads a unit: a Go duration (e.g. 24h, 720h), not zero.
-func ParseLadderMax(v string) (time.Duration, error) {
-	return parseLadderDuration("maximum delay", "at least one ladder unit, e.g. 24h", v)
-}
-
-func parseLadderDuration(what, want, v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		if v != "" && strings.Trim(v, "0123456789.hmsuµn") == "" {
-			return 0, fmt.Errorf("%w: %s %q is too long for a Go duration (at most about 2562047h)", ErrInvalidSpec, what, v)
-		}
-		return 0, fmt.Errorf("%w: %s %q is not a duration (want %s)", ErrInvalidSpec, what, v, want)
-	}
-	if d == 0 {
-		return 0, fmt.Errorf("%w: %s %q: want %s (leave it unset for the default)", ErrInvalidSpec, what, v, want)
-	}
-	return d, nil
-}
-
-// ParseLadderRadix reads a ladder radix as the declare CLI and [ConfigFromEnv] both do: a
-// decimal integer (strconv.Atoi: "016" is 16), not zero. It does not check the range
-// ([Spec.Validate] does). Errors wrap ErrInvalidSpec.
-func ParseLadderRadix(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("%w: radix %q is not a decimal integer (want 2, 4, 8, 16, 32 or 64)", ErrInvalidSpec, v)
-	}
-	if n == 0 {
-		return 0, fmt.Errorf("%w: radix %q: want 2, 4, 8, 16, 32 or 64 (leave it unset for the default)", ErrInvalidSpec, v)
-	}
-	return n, nil
-}
 
 // WithDefaults returns s with its zero fields replaced by the defaults.
 func (s Spec) WithDefaults() Spec {

@@ -2,12 +2,15 @@ package topology
 
 import (
 	"errors"
-	"fmt"
 	"os"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/kelseyhightower/envconfig"
 
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -92,67 +95,79 @@ func TestValidateOwnNamesAndLengths(t *testing.T) {
 	}
 }
 
-// TestConfigFromEnvRejectsExplicitZero: AMQPDELAY_LADDER_UNIT, _RADIX and _MAX set to zero are
-// refused naming the variable and the allowed values; unset they take the defaults.
-func TestConfigFromEnvRejectsExplicitZero(t *testing.T) {
+// TestConfigFromEnvRefusesBadValues: a value that does not parse, or cannot be right (an
+// explicit zero, a radix that is no power of two), is refused as a *ValueError naming the
+// variable, its value and the values allowed; unset, each takes its default.
+func TestConfigFromEnvRefusesBadValues(t *testing.T) {
 	for _, c := range []struct{ name, value, want string }{
-		{"AMQPDELAY_LADDER_RADIX", "0", "2, 4, 8, 16, 32 or 64"},
+		{"AMQPDELAY_LADDER_RADIX", "0", "2, 4, 8, 16, 32 or 64 (leave it unset"},
+		{"AMQPDELAY_LADDER_RADIX", "7", "want 2, 4, 8, 16, 32 or 64"},
+		{"AMQPDELAY_LADDER_RADIX", "0x10", "decimal"},
+		{"AMQPDELAY_LADDER_RADIX", "010", "want 2, 4, 8, 16, 32 or 64"}, // decimal 10, not octal 8
+		{"AMQPDELAY_LADDER_RADIX", " ", "decimal"},
 		{"AMQPDELAY_LADDER_UNIT", "0s", "milliseconds"},
+		{"AMQPDELAY_LADDER_UNIT", "1500us", "whole number of milliseconds"},
 		{"AMQPDELAY_LADDER_MAX", "0", "at least one ladder unit"},
+		{"AMQPDELAY_LADDER_MAX", "forever", "not a duration"},
+		{"AMQPDELAY_LADDER_MAX", "10000000h", "too long"},
+		{"AMQPDELAY_LADDER_ORDER", "sideways", "shortest-first"},
+		{"AMQPDELAY_TARGETS", "orders,:topic", `target ":topic": empty exchange name`},
+		{"AMQPDELAY_TARGETS", "orders:stream", "want direct, fanout, topic or headers"},
+		{"AMQPDELAY_BUCKETS", "5s,5x", `bucket "5x": not a duration`},
+		{"AMQPDELAY_READY_QUEUES", "q", "queue=exchange:bindingkey"},
+		{"AMQPDELAY_PLUGIN", "maybe", "off, auto (the default) or on"},
+		{"AMQPDELAY_QUEUE_TYPE", "stream", "quorum (the default) or classic"},
+		{"AMQPDELAY_READY_DELIVERY_LIMIT", "0", "-1 for none"},
+		{"AMQPDELAY_POLICY_PRIORITY", "-5", "positive integer"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.name+"="+c.value, func(t *testing.T) {
 			t.Setenv(c.name, c.value)
 			_, err := ConfigFromEnv()
-			if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.name) || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("ConfigFromEnv with %s=%s: %v", c.name, c.value, err)
+			var ve *ValueError
+			prefix := c.name + "=" + strconv.Quote(c.value) + ": "
+			if !errors.Is(err, ErrInvalidSpec) || !errors.As(err, &ve) || ve.Name != c.name ||
+				!strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("ConfigFromEnv with %s=%q: %v\nwant a *ValueError starting %q and holding %q", c.name, c.value, err, prefix, c.want)
 			}
 		})
 	}
-	for _, name := range []string{"AMQPDELAY_LADDER_RADIX", "AMQPDELAY_LADDER_UNIT", "AMQPDELAY_LADDER_MAX"} {
-		t.Setenv(name, "") // restored after the test
-		os.Unsetenv(name)
-	}
-	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 0 {
-		t.Errorf("unset: %+v %v", c.Ladder, err)
-	}
 }
 
-// TestConfigFromEnvEmptyIsUnset: a ladder variable that is set but empty takes the default, as
-// in the declare CLI (envconfig alone refused an empty duration or integer); one that does not
-// parse, a blank one included (the CLI refuses it too), is refused naming it.
+// TestConfigFromEnvEmptyIsUnset: every variable set but empty takes its default.
 func TestConfigFromEnvEmptyIsUnset(t *testing.T) {
-	for _, name := range []string{"AMQPDELAY_LADDER_UNIT", "AMQPDELAY_LADDER_RADIX", "AMQPDELAY_LADDER_MAX", "AMQPDELAY_LADDER_ORDER"} {
+	var keys strings.Builder
+	if err := envconfig.Usagef("", &Env{}, &keys, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
+		t.Fatal(err)
+	}
+	names := strings.Fields(keys.String())
+	if len(names) != 16 {
+		t.Errorf("Env has %d variables: %v", len(names), names)
+	}
+	for _, name := range names {
 		t.Setenv(name, "")
 	}
 	c, err := ConfigFromEnv()
-	if err != nil || c.Ladder != (ttlbuckets.Ladder{}) {
-		t.Fatalf("set-but-empty ladder variables: %+v, %v; want the zero ladder (defaults) and no error", c.Ladder, err)
-	}
-	t.Setenv("AMQPDELAY_LADDER_RADIX", " ")
-	if _, err := ConfigFromEnv(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "AMQPDELAY_LADDER_RADIX") {
-		t.Errorf("AMQPDELAY_LADDER_RADIX=\" \": %v; want ErrInvalidSpec naming it", err)
+	if err != nil || !reflect.DeepEqual(c, Config{}) {
+		t.Fatalf("set-but-empty variables: %+v, %v; want the zero Config (defaults) and no error", c, err)
 	}
 	t.Setenv("AMQPDELAY_LADDER_UNIT", "10ms")
 	t.Setenv("AMQPDELAY_LADDER_MAX", "24h")
 	t.Setenv("AMQPDELAY_LADDER_ORDER", "longest-first")
 	t.Setenv("AMQPDELAY_LADDER_RADIX", "32")
+	t.Setenv("AMQPDELAY_READY_DELIVERY_LIMIT", "-1")
+	t.Setenv("AMQPDELAY_POLICY_PRIORITY", "7")
+	t.Setenv("AMQPDELAY_TARGETS", "a, b:topic")
 	want := ttlbuckets.Ladder{Unit: 10 * time.Millisecond, Radix: 32, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}
-	if c, err := ConfigFromEnv(); err != nil || c.Ladder != want {
-		t.Errorf("ladder variables: %+v, %v; want %+v", c.Ladder, err, want)
-	}
-	t.Setenv("AMQPDELAY_LADDER_MAX", "forever")
-	t.Setenv("AMQPDELAY_LADDER_ORDER", "sideways")
-	_, err = ConfigFromEnv()
-	for _, w := range []string{"AMQPDELAY_LADDER_MAX", "forever", "AMQPDELAY_LADDER_ORDER", "sideways"} {
-		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(fmt.Sprint(err), w) {
-			t.Errorf("unparsable MAX and ORDER: %v; want ErrInvalidSpec naming %q", err, w)
-		}
+	c, err = ConfigFromEnv()
+	if err != nil || c.Ladder != want || c.ReadyDeliveryLimit != -1 || c.PolicyPriority != 7 ||
+		!reflect.DeepEqual(c.Targets, Targets{{Name: "a"}, {Name: "b", Type: "topic"}}) {
+		t.Errorf("variables: %+v, %v; want ladder %+v, limit -1, priority 7, targets a and b:topic", c, err, want)
 	}
 }
 
 // TestConfigFromEnvReadsOnlyItsVariables: envconfig falls back from AMQPDELAY_NAME to a bare
 // NAME variable; ConfigFromEnv must not pick up a stray URL, PREFIX or TARGETS of another
-// program, and reads the radix in decimal as the CLI does ("010" is 10, not 8).
+// program.
 func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
 	for _, name := range []string{"AMQPDELAY_URL", "AMQPDELAY_PREFIX", "AMQPDELAY_TARGETS", "AMQPDELAY_BUCKETS", "AMQPDELAY_PLUGIN",
 		"AMQPDELAY_QUEUE_TYPE", "AMQPDELAY_READY_QUEUES", "AMQPDELAY_TLS_CA", "AMQPDELAY_LADDER_RADIX"} {
@@ -160,7 +175,7 @@ func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
 		os.Unsetenv(name)
 	}
 	stray := map[string]string{"URL": "https://example.com/webhook", "PREFIX": "other", "TARGETS": "x:topic", "BUCKETS": "5s",
-		"PLUGIN": "on", "QUEUE_TYPE": "classic", "READY_QUEUES": "q=x:#", "TLS_CA": "/nowhere.pem"}
+		"PLUGIN": "on", "QUEUE_TYPE": "classic", "READY_QUEUES": "q=x:#", "TLS_CA": "/nowhere.pem", "LADDER_RADIX": "4"}
 	for k, v := range stray {
 		t.Setenv(k, v)
 	}
@@ -168,25 +183,30 @@ func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ConfigFromEnv with stray variables: %v", err)
 	}
-	if c.URL != "" || c.TLSCA != "" || c.Prefix != DefaultPrefix || c.Targets != nil || c.Buckets != nil || c.Plugin != PluginAuto ||
-		c.QueueType != Quorum || c.ReadyQueues != nil {
+	if !reflect.DeepEqual(c, Config{}) {
 		t.Errorf("ConfigFromEnv read variables without the AMQPDELAY_ prefix: %+v", c)
 	}
 	t.Setenv("AMQPDELAY_PREFIX", "mine")
 	if c, err := ConfigFromEnv(); err != nil || c.Prefix != "mine" {
 		t.Errorf("AMQPDELAY_PREFIX=mine: prefix %q, %v", c.Prefix, err)
 	}
-	t.Setenv("AMQPDELAY_LADDER_RADIX", "0x10")
-	if _, err := ConfigFromEnv(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "decimal") {
-		t.Errorf("AMQPDELAY_LADDER_RADIX=0x10: %v, want ErrInvalidSpec asking for decimal", err)
-	}
-	t.Setenv("AMQPDELAY_LADDER_RADIX", "010")
-	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 10 {
-		t.Errorf("AMQPDELAY_LADDER_RADIX=010: radix %d, %v; want 10, read in decimal (Validate then refuses it)", c.Ladder.Radix, err)
-	}
-	t.Setenv("AMQPDELAY_LADDER_RADIX", "32")
-	if c, err := ConfigFromEnv(); err != nil || c.Ladder.Radix != 32 {
-		t.Errorf("AMQPDELAY_LADDER_RADIX=32: radix %d, %v", c.Ladder.Radix, err)
+}
+
+// TestValueErrorNamesFlags: a flag's error reads "--radix 7: ...", quoting only a value that
+// needs it.
+func TestValueErrorNamesFlags(t *testing.T) {
+	for _, c := range []struct {
+		name, value, want string
+	}{
+		{"--radix", "7", "--radix 7: want 2, 4, 8, 16, 32 or 64"},
+		{"--bucket", "5 x", `--bucket "5 x": want 2, 4, 8, 16, 32 or 64`},
+		{"--unit", "", `--unit "": want 2, 4, 8, 16, 32 or 64`},
+		{"AMQPDELAY_LADDER_RADIX", "7", `AMQPDELAY_LADDER_RADIX="7": want 2, 4, 8, 16, 32 or 64`},
+	} {
+		err := &ValueError{Name: c.name, Value: c.value, Err: errors.New("want 2, 4, 8, 16, 32 or 64")}
+		if err.Error() != c.want || !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("ValueError{%q, %q}: %q, want %q wrapping ErrInvalidSpec", c.name, c.value, err, c.want)
+		}
 	}
 }
 

@@ -27,8 +27,9 @@ func ttlText(ms int64) string {
 
 func specLine(p *topology.Plan) string {
 	l := p.Ladder
-	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%d levels, %d queues); %d buckets; queue type %s; plugin %s",
-		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, l.Levels(), len(l.Queues()), len(p.Spec.Buckets), p.Spec.QueueType, p.Spec.Plugin)
+	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%s, %s); %s; queue type %s; plugin %s",
+		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(l.Queues()), "queue"),
+		plural(len(p.Spec.Buckets), "bucket"), p.Spec.QueueType, p.Spec.Plugin)
 }
 
 func cmdPlan(_ context.Context, e *invocation) error {
@@ -104,7 +105,7 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	}
 	e.log.Info().Str("spec", specLine(p)).Msg("applying")
 	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{DryRun: e.s.dryRun, Management: m, Logger: e.log})
-	printReport(e.stdout, rep, e.s.dryRun)
+	printReport(e.stdout, rep, e.s.dryRun, e.s.verbose)
 	if rep != nil {
 		printPolicyProblems(e.stdout, rep.PolicyProblems)
 		if m == nil && rep.Count(topology.StateSkipped) > 0 {
@@ -125,10 +126,10 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	}
 	fmt.Fprintf(e.stdout, "%s: %d created, %d unchanged", verb, rep.Count(topology.StateCreated), rep.Count(topology.StateUnchanged))
 	if n := rep.Count(topology.StateUpdated); n > 0 {
-		fmt.Fprintf(e.stdout, ", %d policies updated", n)
+		fmt.Fprintf(e.stdout, ", %s updated", plural(n, "policy"))
 	}
 	if n := rep.Count(topology.StateBound); n > 0 {
-		fmt.Fprintf(e.stdout, ", %d bindings bound (pass --management-url to tell created from unchanged)", n)
+		fmt.Fprintf(e.stdout, ", %s bound (pass --management-url to tell created from unchanged)", plural(n, "binding"))
 	}
 	if n := rep.Count(topology.StateMissing) + rep.Count(topology.StateUnknown); e.s.dryRun && n > 0 {
 		fmt.Fprintf(e.stdout, ", %d to declare", n)
@@ -137,13 +138,33 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	return nil
 }
 
-func printReport(w io.Writer, rep *topology.Report, dryRun bool) {
+// printReport prints a row per object of rep; unless all, the objects left as they were
+// (unchanged, or not declared because apply stopped at a conflict) only as counts.
+func printReport(w io.Writer, rep *topology.Report, dryRun, all bool) {
 	if rep == nil || len(rep.Results) == 0 {
+		return
+	}
+	var rows []topology.Result
+	for _, r := range rep.Results {
+		if all || (r.State != topology.StateUnchanged && r.State != topology.StateNotDeclared) {
+			rows = append(rows, r)
+		}
+	}
+	var hidden []string
+	for _, st := range []topology.State{topology.StateUnchanged, topology.StateNotDeclared} {
+		if n := rep.Count(st); n > 0 && !all {
+			hidden = append(hidden, plural(n, "object")+" "+string(st))
+		}
+	}
+	if len(hidden) > 0 {
+		defer fmt.Fprintf(w, "%s, not listed (--verbose lists them)\n", strings.Join(hidden, ", "))
+	}
+	if len(rows) == 0 {
 		return
 	}
 	t := newTable(w)
 	fmt.Fprintln(t, "STATE\tKIND\tNAME\tDETAIL")
-	for _, r := range rep.Results {
+	for _, r := range rows {
 		st := string(r.State)
 		if dryRun {
 			switch r.State {
@@ -267,7 +288,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	park := rep.Parking()
 	parked := strconv.Itoa(park.Ready) + " ready"
 	if rep.Management && park.Messages >= 0 {
-		parked = fmt.Sprintf("%d messages (%d ready)", park.Messages, park.Ready)
+		parked = fmt.Sprintf("%s (%d ready)", plural(int(park.Messages), "message"), park.Ready)
 	}
 	fmt.Fprintf(w, "parking queue %s: %s\n", park.Name, parked)
 	fmt.Fprintln(w, "  holds: due messages whose target is not bound to the dispatch exchange or routed them to no queue "+
@@ -285,9 +306,9 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		fmt.Fprintln(w, "  they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
 	}
 	if len(rep.UnplannedBindings) > 0 {
-		fmt.Fprintf(w, "\nUNPLANNED BINDINGS: %d bindings on this topology's exchanges and queues are not in the specification "+
+		fmt.Fprintf(w, "\nUNPLANNED BINDINGS: %s on this topology's exchanges and queues not in the specification "+
 			"(an earlier specification's, e.g. a ready queue's old key, or added by hand); they change where messages go: unbind them "+
-			"(management UI or API) or add them to the specification:\n", len(rep.UnplannedBindings))
+			"(management UI or API) or add them to the specification:\n", plural(len(rep.UnplannedBindings), "binding"))
 		for _, b := range rep.UnplannedBindings {
 			fmt.Fprintf(w, "  %s\n", b)
 		}
@@ -309,7 +330,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	printPolicyProblems(w, rep.PolicyProblems)
 	printUnplanned(w, rep.Unplanned, "not in this specification")
 	if len(rep.Missing) > 0 {
-		fmt.Fprintf(w, "\nINCOMPLETE: %d objects missing:\n", len(rep.Missing))
+		fmt.Fprintf(w, "\nINCOMPLETE: %s missing:\n", plural(len(rep.Missing), "object"))
 		for _, x := range rep.Missing {
 			fmt.Fprintf(w, "  %s\n", x)
 		}
@@ -360,7 +381,7 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	defer conn.Close()
 	rep, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{
 		Force: e.s.force, ReadyQueues: e.s.readyQueues, DryRun: e.s.dryRun, Management: m, Logger: e.log})
-	printReport(e.stdout, rep, e.s.dryRun)
+	printReport(e.stdout, rep, e.s.dryRun, true)
 	if err != nil {
 		return err
 	}
@@ -374,8 +395,12 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	}
 	fmt.Fprintf(e.stdout, "%s: %d %s, %d absent; target exchanges left untouched: %s\n",
 		verb, rep.Count(topology.StateDeleted), deleted, rep.Count(topology.StateAbsent), strings.Join(targets, ", "))
-	fmt.Fprintf(e.stdout, "note: messages already held by the delayed-message plugin are NOT removed by deleting %s: "+
-		"the plugin still delivers them when they fall due if an exchange of that name exists by then.\n", p.Names.PluginExchange())
+	for _, r := range rep.Results {
+		if r.Kind == topology.KindExchange && r.Name == p.Names.PluginExchange() && r.State == topology.StateDeleted {
+			fmt.Fprintf(e.stdout, "note: messages already held by the delayed-message plugin are NOT removed by deleting %s: "+
+				"the plugin still delivers them when they fall due if an exchange of that name exists by then.\n", r.Name)
+		}
+	}
 	if m == nil {
 		fmt.Fprintf(e.stdout, "note: only this specification's objects were looked for; pass --management-url to list other objects named "+
 			"like them (%s.ladder.*, %s.bucket.*, ...: an earlier ladder or bucket list) that teardown leaves in place.\n", p.Spec.Prefix, p.Spec.Prefix)
@@ -430,8 +455,13 @@ func printUnplanned(w io.Writer, objs []topology.Unplanned, what string) {
 	if len(objs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n%d objects named like this topology's own are %s (an earlier specification's, e.g. another ladder or bucket list): "+
-		"run `declare teardown` with the specification that declared them, or delete them by hand once their queues are empty:\n", len(objs), what)
+	verb := "are"
+	if len(objs) == 1 {
+		verb = "is"
+	}
+	fmt.Fprintf(w, "\n%s named like this topology's own %s %s (an earlier specification's, e.g. another ladder or bucket list): "+
+		"run `declare teardown` with the specification that declared them, or delete them by hand once their queues are empty:\n",
+		plural(len(objs), "object"), verb, what)
 	for _, o := range objs {
 		fmt.Fprintf(w, "  %s\n", o)
 	}

@@ -1,9 +1,10 @@
 // Command declare declares, checks, inspects, exports and tears down rabbitdelay's delay
 // topology (see package topology for what it consists of). Operators run it once from a
 // terminal, a CI/CD job or a Kubernetes job; it is configured by flags or by the same
-// AMQPDELAY_* environment variables the amqpdelay client reads. A flag given on the command
-// line wins over its variable; a repeatable flag given once replaces the whole list of its
-// variable.
+// AMQPDELAY_* environment variables the amqpdelay client reads (one reader for both:
+// topology.ReadEnv, which declare applies its own variables and then its flags over). A flag
+// given on the command line wins over its variable; a repeatable flag given once replaces the
+// whole list of its variable. A variable set but empty counts as unset.
 //
 // # Usage
 //
@@ -14,9 +15,10 @@
 //
 //	plan      Print every exchange, queue and binding with its arguments, in declaration order
 //	          (--output table|json). No connection needed.
-//	apply     Declare the plan; print each object as created or unchanged (bindings: "bound"
-//	          without --management-url, since AMQP cannot list bindings). Idempotent: a second
-//	          run changes nothing and exits 0. An object that exists with other arguments stops
+//	apply     Declare the plan; print each object it created (bindings: "bound" without
+//	          --management-url, since AMQP cannot list bindings) or found in conflict, and one
+//	          line counting the unchanged ones (-v or --verbose lists them too). Idempotent: a
+//	          second run changes nothing and exits 0. An object that exists with other arguments stops
 //	          it with exit code 2 and a message naming the object, the argument, the existing
 //	          and the wanted value; nothing is created then, and nothing is ever deleted.
 //	          Target exchanges without a type must exist, checked before anything is declared.
@@ -84,13 +86,16 @@
 //	--log-format FORMAT           AMQPDELAY_LOG_FORMAT      console (or json)
 //	--log-level LEVEL             AMQPDELAY_LOG_LEVEL       info
 //
-// Command flags: plan and status --output table|json; apply --dry-run; export --vhost VHOST;
-// teardown --force, --ready-queues, --dry-run.
+// Command flags: plan and status --output table|json; apply --dry-run, -v/--verbose; export
+// --vhost VHOST; teardown --force, --ready-queues, --dry-run.
 //
-// Results go to stdout; logs (zerolog) to stderr. Passwords from URLs never appear in output:
-// a URL that does not parse (an unescaped # ? / % or space in the password) is reported by its
-// scheme and host only. An explicit 0 for --unit, --radix or --max-delay (or their variables)
-// is refused rather than taken for the default; --timeout must be positive.
+// Results go to stdout; logs (zerolog) to stderr. A value that does not parse, or cannot be
+// right, is refused (exit 2) naming the flag or the variable it came from, with what to write
+// instead: `--radix 7: want 2, 4, 8, 16, 32 or 64`, `AMQPDELAY_LADDER_RADIX="7": ...`. An
+// explicit 0 for --unit, --radix or --max-delay (or their variables) is refused rather than
+// taken for the default; --timeout must be positive. Passwords from URLs never appear in
+// output: URLs are shown with the password replaced by ***, and a URL that does not parse (an
+// unescaped # ? / % or space in the password) without its user information.
 //
 // # Exit codes
 //

@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
@@ -28,7 +27,7 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -59,14 +58,20 @@ func commands() []command {
 				return []option{outputOption(s)}
 			}, run: cmdPlan},
 		{name: "apply", summary: "declare the topology (idempotent)",
-			help: "Declares the plan and prints each object as created or unchanged. Running it again changes nothing.\n" +
+			help: "Declares the plan and prints each object it created or found in conflict, and how many were unchanged\n" +
+				"(--verbose lists those too). Running it again changes nothing.\n" +
 				"When an object exists with other arguments it stops (exit 2) naming the object, the argument, the\n" +
 				"existing and wanted values; it never deletes or re-creates anything. Exchanges the topology binds to\n" +
 				"must exist (or be given as name:type) before anything is declared. With --management-url it sets the\n" +
 				"policies <prefix>.delay-queues and <prefix>.targets and exits 1 when a policy in effect breaks a guarantee\n" +
 				"(naming policy, key, value, object and effect); without it, it prints the rabbitmqctl commands to set them.",
 			extra: func(s *settings) []option {
-				return []option{boolOption("dry-run", "check everything (targets, conflicts) and show what would be created; declare nothing", &s.dryRun)}
+				verbose := boolOption("verbose", "also list the objects that are unchanged", &s.verbose)
+				verbose.short = "v"
+				return []option{
+					boolOption("dry-run", "check everything (targets, conflicts) and show what would be created; declare nothing", &s.dryRun),
+					verbose,
+				}
 			}, run: cmdApply},
 		{name: "status", summary: "show messages waiting per delay queue, consumers, parking queue, plugin",
 			help: "Inspects the topology without declaring anything. Exit 1, naming the state, when objects are missing or\n" +
@@ -119,11 +124,12 @@ type usageError struct{ err error }
 func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
-// run is the whole CLI: it returns the exit code. getenv reads the AMQPDELAY_* variables.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// run is the whole CLI: it returns the exit code. It reads the AMQPDELAY_* variables of the
+// process (topology.ReadEnv), then args.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
 		if len(args) > 1 && args[0] == "help" {
-			return run(ctx, []string{args[1], "--help"}, getenv, stdout, stderr)
+			return run(ctx, []string{args[1], "--help"}, stdout, stderr)
 		}
 		w := stdout
 		if len(args) == 0 {
@@ -136,20 +142,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitOK
 	}
 	var cmd *command
+	var names []string
 	for _, c := range commands() {
+		names = append(names, c.name)
 		if c.name == args[0] {
 			cmd = &c
-			break
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "declare: unknown command %q (want plan, apply, status, export or teardown; see declare --help)\n", args[0])
+		fmt.Fprintf(stderr, "declare: unknown command %q (want %s or %s; see declare --help)\n",
+			args[0], strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 		return exitUsage
 	}
 	inv := &invocation{stdout: stdout, stderr: stderr}
-	inv.s = settings{timeout: time.Minute, logFormat: "console", logLevel: "info", output: "table"}
+	inv.s = settings{output: "table"}
 	opts := append(commonOptions(&inv.s), cmd.extra(&inv.s)...)
-	rest, err := parse(cmd.name, opts, args[1:], getenv)
+	rest, err := parse(cmd.name, opts, args[1:], &inv.s)
 	if errors.Is(err, flag.ErrHelp) {
 		printCommandUsage(stdout, cmd, opts)
 		return exitOK
@@ -158,7 +166,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = fmt.Errorf("unexpected argument %q (flags only; lists are repeated flags or comma-separated variables)", rest[0])
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "declare %s: %s\nSee declare %s --help.\n", cmd.name, amqpconn.RedactText(err.Error()), cmd.name)
+		fmt.Fprintf(stderr, "declare %s: %s\nSee declare %s --help.\n", cmd.name, err, cmd.name)
 		return exitUsage
 	}
 	inv.log, err = newLogger(inv.s.logFormat, inv.s.logLevel, stderr)
@@ -173,7 +181,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitOK
 	}
 	code := exitCode(err)
-	msg := amqpconn.RedactText(err.Error()) + hint(err)
+	msg := err.Error() + hint(err)
 	if inv.log.GetLevel() <= zerolog.ErrorLevel {
 		inv.log.Error().Int("exit_code", code).Msg(msg)
 	} else {
@@ -217,10 +225,11 @@ func hint(err error) string {
 	return ""
 }
 
+// newLogger returns the logger of format (console or json) and level, writing to w.
 func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
-		return zerolog.Nop(), fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", level)
+		return zerolog.Nop(), fmt.Errorf("log level %q: want trace, debug, info, warn or error", level)
 	}
 	switch format {
 	case "console":
@@ -229,7 +238,7 @@ func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
 	case "json":
 		return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 	}
-	return zerolog.Nop(), fmt.Errorf("--log-format %q: want console or json", format)
+	return zerolog.Nop(), fmt.Errorf("log format %q: want console or json", format)
 }
 
 func printUsage(w io.Writer) {
@@ -272,7 +281,7 @@ func (e *invocation) dial(ctx context.Context) (*amqp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.log.Debug().Str("url", amqpconn.Redact(e.s.conn.URLOrDefault())).Msg("connected")
+	e.log.Debug().Str("urls", e.s.conn.Redacted()).Str("node", conn.RemoteAddr().String()).Msg("connected")
 	return conn, nil
 }
 
@@ -323,4 +332,15 @@ func (e *invocation) resolvePlugin(ctx context.Context, p *topology.Plan, m *top
 		e.log.Info().Msg("delayed-message plugin: not available on this broker (the ladder and buckets work without it)")
 	}
 	return p.ForPlugin(avail)
+}
+
+// plural gives "1 object" or "n objects" (nouns ending in a consonant and y: "2 policies").
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "y") && !strings.ContainsAny(noun[len(noun)-2:len(noun)-1], "aeiou") {
+		return fmt.Sprintf("%d %sies", n, noun[:len(noun)-1])
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

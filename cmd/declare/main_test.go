@@ -4,15 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
@@ -21,7 +22,15 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-func TestMain(m *testing.M) { brokertest.Main(m) }
+// childEnv set to 1 makes the test binary run the CLI instead of the tests (see declare).
+const childEnv = "DECLARE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		main() // os.Args[1:] are the CLI's arguments; main exits
+	}
+	brokertest.Main(m)
+}
 
 type result struct {
 	code           int
@@ -29,14 +38,28 @@ type result struct {
 	elapsed        time.Duration
 }
 
-// declare runs the CLI in-process with env as its only environment.
-func declare(t *testing.T, env map[string]string, args ...string) result {
+// declare runs the CLI as a process of its own (this test binary, see TestMain) with env as its
+// only environment, as an operator's shell would: the CLI reads the real environment.
+func declare(t testing.TB, env map[string]string, args ...string) result {
 	t.Helper()
-	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = []string{childEnv + "=1"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
-	code := run(ctx, args, func(k string) string { return env[k] }, &out, &errb)
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running declare %v: %v", args, err)
+	}
 	return result{code: code, stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
 }
 
@@ -89,8 +112,9 @@ func objects(t *testing.T, e *brokertest.Env) []string {
 	return out
 }
 
-// TestBadInput: every bad input gets a clear message, a non-zero exit code, and nothing is
-// declared.
+// TestBadInput: every bad input that only the broker can reveal (a target that does not
+// exist, a wrong password, a missing vhost or permission, ...) gets a clear message, a
+// non-zero exit code, and nothing is declared. TestUsageErrors has the others.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -124,23 +148,8 @@ func TestBadInput(t *testing.T) {
 		noPlugin bool // needs a broker without the delayed-message plugin
 		notWants []string
 	}{
-		{name: "unknown flag", args: []string{"apply", "--target", "o:topic", "--bogus"}, code: 2, want: []string{"-bogus"}},
-		{name: "unknown command", args: []string{"deploy"}, code: 2, want: []string{"unknown command", "deploy"}},
-		{name: "export with a URL that does not parse", args: []string{"export", "--target", "o:topic", "--url", "amqp://u:p#w@h/prod"},
-			code: 2, want: []string{"percent-encode", "--vhost"}, notWants: []string{"p#w"}},
-		{name: "unparsable bucket", args: []string{"apply", "--target", "o:topic", "--bucket", "5x"}, code: 2, want: []string{"5x", "not a duration"}},
-		{name: "maximum delay beyond a Go duration", args: []string{"plan", "--target", "o:topic", "--max-delay", "10000000h"}, code: 2, want: []string{"too long", "2562047h"}},
-		{name: "unparsable unit", args: []string{"apply", "--target", "o:topic", "--unit", "abc"}, code: 2, want: []string{"ladder unit", "abc"}},
-		{name: "unparsable variable", env: map[string]string{"AMQPDELAY_LADDER_MAX": "forever"}, args: []string{"apply", "--target", "o:topic"}, code: 2,
-			want: []string{"AMQPDELAY_LADDER_MAX", "forever"}},
-		{name: "radix 3", args: []string{"apply", "--target", "o:topic", "--radix", "3"}, code: 2, want: []string{"adix", "3"}},
-		{name: "max beyond TTL limit", args: []string{"apply", "--target", "o:topic", "--max-delay", "100000h"}, code: 2, want: []string{"ax"}},
-		{name: "no target", args: []string{"apply"}, code: 2, want: []string{"no target exchange", "AMQPDELAY_TARGETS"}},
 		{name: "target does not exist", args: []string{"apply", "--target", "nope-missing"}, code: 2, want: []string{"nope-missing", "does not exist", "nope-missing:topic"}},
 		{name: "ready queue exchange does not exist", args: []string{"apply", "--target", "o:topic", "--ready-queue", "rq=ghost:k"}, code: 2, want: []string{"ghost"}},
-		{name: "bad ready queue", args: []string{"apply", "--target", "o:topic", "--ready-queue", "rq-without-exchange"}, code: 2, want: []string{"queue=exchange:bindingkey"}},
-		{name: "bad prefix", args: []string{"apply", "--target", "o:topic", "--prefix", "bad prefix/ü"}, code: 2, want: []string{"prefix", "letters, digits"}},
-		{name: "bad queue type", args: []string{"apply", "--target", "o:topic", "--queue-type", "stream"}, code: 2, want: []string{"queue type", "stream"}},
 		{name: "broker unreachable", env: map[string]string{"AMQPDELAY_URL": "amqp://guest:" + secret + "@127.0.0.1:1/"}, args: []string{"apply", "--target", "o:topic"},
 			code: 1, want: []string{"connect to", "127.0.0.1:1"}, notWants: []string{secret}},
 		{name: "wrong password", env: map[string]string{"AMQPDELAY_URL": badPassword}, args: []string{"apply", "--target", "o:topic"},
@@ -153,30 +162,6 @@ func TestBadInput(t *testing.T) {
 			code: 1, want: []string{"access refused", "configure permission"}, notWants: []string{"weakpw"}},
 		{name: "user without configure permission, plugin probe", mgmt: true, env: map[string]string{"AMQPDELAY_URL": weakURL, "AMQPDELAY_PLUGIN": "auto", "AMQPDELAY_MANAGEMENT_URL": ""},
 			args: []string{"apply", "--target", "o:topic"}, code: 1, want: []string{"access refused", "configure permission"}},
-		{name: "bad management URL", args: []string{"apply", "--target", "o:topic", "--management-url", "ftp://x"}, code: 2, want: []string{"management", "http://"}},
-		{name: "bad log level", args: []string{"plan", "--target", "o", "--log-level", "loud"}, code: 2, want: []string{"log-level"}},
-		{name: "target named like the topology's own exchange", args: []string{"apply", "--target", env.Prefix + ".ladder.00:topic"}, code: 2,
-			want: []string{`target "` + env.Prefix + `.ladder.00"`, "topology's own objects", "another prefix", "another target name"}},
-		{name: "ready queue named like the parking queue", args: []string{"apply", "--target", "o:topic", "--ready-queue", env.Prefix + ".parking=o:k"}, code: 2,
-			want: []string{`ready queue "` + env.Prefix + `.parking"`, "another queue name"}},
-		{name: "target name over 255 bytes", args: []string{"apply", "--target", strings.Repeat("t", 300) + ":topic"}, code: 2,
-			want: []string{"target", "300 bytes", "at most 255"}},
-		{name: "ready queue binding key over 255 bytes", args: []string{"apply", "--target", "o:topic", "--ready-queue", "rq=o:" + strings.Repeat("k", 256)}, code: 2,
-			want: []string{`ready queue "rq=o:`, "binding key is 256 bytes"}},
-		{name: "explicit radix 0", args: []string{"apply", "--target", "o:topic", "--radix", "0"}, code: 2, want: []string{"radix", "2, 4, 8, 16, 32 or 64"}},
-		{name: "explicit unit 0", args: []string{"apply", "--target", "o:topic", "--unit", "0"}, code: 2, want: []string{"unit", "at least 1ms"}},
-		{name: "explicit max-delay 0", args: []string{"apply", "--target", "o:topic", "--max-delay", "0s"}, code: 2, want: []string{"maximum delay", "at least one ladder unit"}},
-		{name: "radix variable 0", env: map[string]string{"AMQPDELAY_LADDER_RADIX": "0"}, args: []string{"apply", "--target", "o:topic"}, code: 2,
-			want: []string{"AMQPDELAY_LADDER_RADIX", "2, 4, 8, 16, 32 or 64"}},
-		{name: "timeout 0", args: []string{"apply", "--target", "o:topic", "--timeout", "0"}, code: 2, want: []string{"timeout", "positive"}},
-		{name: "negative timeout variable", env: map[string]string{"AMQPDELAY_TIMEOUT": "-1s"}, args: []string{"apply", "--target", "o:topic"}, code: 2,
-			want: []string{"AMQPDELAY_TIMEOUT", "positive"}},
-		{name: "bad log level variable", env: map[string]string{"AMQPDELAY_LOG_LEVEL": "abc"}, args: []string{"plan", "--target", "o"}, code: 2,
-			want: []string{"AMQPDELAY_LOG_LEVEL", "abc", "trace, debug, info, warn or error"}},
-		{name: "management URL with a password and a wrong scheme", args: []string{"apply", "--target", "o:topic", "--management-url", "ftp://u:mgmtpw@h/"}, code: 2,
-			want: []string{`"ftp://***@h/"`, "user:password@host:15672/"}, notWants: []string{"mgmtpw", "%22"}},
-		{name: "unescaped # in the URL password", args: []string{"apply", "--target", "o:topic", "--url", "amqp://attack-user:S3cret#PW@" + host + "/v"}, code: 2,
-			want: []string{`"amqp://***@` + host + `/v"`, "user:password@host:port/vhost", "percent-encode"}, notWants: []string{"S3c", "ret", "PW@"}},
 		{name: "missing amq.* target", args: []string{"apply", "--target", "amq.rdt-missing"}, code: 2,
 			want: []string{`"amq.rdt-missing"`, "RabbitMQ's own exchanges", "another name"}, notWants: []string{"amq.rdt-missing:topic"}},
 		{name: "missing amq.* and other targets", args: []string{"apply", "--target", "amq.rdt-missing", "--target", "rdt-missing-x"}, code: 2,
@@ -223,9 +208,8 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestApplyTwice: apply declares the topology, a second apply reports everything unchanged;
-// flags win over variables. (The default topology's apply time is measured by
-// integration.TestApplyDeclaresExactlyThePlan and BenchmarkApplyDefault; this test keeps the
-// shared broker's load down with classic queues and a shorter ladder.)
+// flags win over variables. It uses classic queues and a shorter ladder to keep the shared
+// broker's load down; integration.BenchmarkApplyDefault times the default topology.
 func TestApplyTwice(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -246,21 +230,24 @@ func TestApplyTwice(t *testing.T) {
 	if !strings.Contains(first.stdout, env.Prefix+".bucket.300000ms") {
 		t.Error("AMQPDELAY_BUCKETS (no flag) not applied")
 	}
-	if strings.Contains(first.stdout, "\nunchanged ") || !strings.Contains(first.stdout, ", 0 unchanged") {
+	if strings.Contains(first.stdout, "unchanged,") || !strings.Contains(first.stdout, ", 0 unchanged") {
 		t.Errorf("first apply on an empty vhost reports unchanged objects:\n%s", first.stdout)
 	}
 	second := declare(t, e, args...)
 	if second.code != 0 {
 		t.Fatalf("second apply: exit %d\n%s", second.code, second.stderr)
 	}
+	// Nothing changed: no row, one line counting the unchanged objects, the summary.
 	lines := strings.Split(strings.TrimSpace(second.stdout), "\n")
-	for _, l := range lines[1 : len(lines)-1] {
-		if !strings.HasPrefix(l, "unchanged ") {
-			t.Errorf("second apply: %q", l)
-		}
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], " objects unchanged, not listed (--verbose lists them)") {
+		t.Errorf("second apply prints more than the count of unchanged objects and the summary:\n%s", second.stdout)
 	}
 	if !strings.HasPrefix(lines[len(lines)-1], "apply: 0 created, ") || strings.Contains(lines[len(lines)-1], "bound") {
 		t.Errorf("second apply summary: %q", lines[len(lines)-1])
+	}
+	verbose := declare(t, e, append(args, "-v")...)
+	if verbose.code != 0 || !regexpLine(verbose.stdout, "unchanged", "queue") || strings.Contains(verbose.stdout, "not listed") {
+		t.Errorf("apply -v lists no unchanged object: exit %d\n%s", verbose.code, verbose.stdout)
 	}
 	// --dry-run on an existing topology: all unchanged, nothing to declare.
 	dry := declare(t, e, append(args, "--dry-run")...)
@@ -297,8 +284,8 @@ func TestApplyConflictExit2(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
 	}
-	if !strings.Contains(r.stdout, "conflict") {
-		t.Errorf("report lacks the conflict:\n%s", r.stdout)
+	if !regexpLine(r.stdout, "conflict", victim) || strings.Contains(r.stdout, "\nunchanged ") {
+		t.Errorf("report lacks the conflict, or lists unchanged objects:\n%s", r.stdout)
 	}
 	time.Sleep(100 * time.Millisecond)
 	q, err := env.Channel(t).QueueDeclarePassive(victim, true, false, false, false, nil)
@@ -364,10 +351,13 @@ func TestStatusTeardownCLI(t *testing.T) {
 	if td.code != 0 {
 		t.Fatalf("teardown --force: exit %d\n%s", td.code, td.stderr)
 	}
-	for _, want := range []string{"deleted  queue     " + names.LadderQueue(10, 2), "deleted  exchange  " + names.Dispatch(), "left untouched: " + target, "NOT removed"} {
+	for _, want := range []string{"deleted  queue     " + names.LadderQueue(10, 2), "deleted  exchange  " + names.Dispatch(), "left untouched: " + target} {
 		if !strings.Contains(td.stdout, want) {
 			t.Errorf("teardown output lacks %q:\n%s", want, td.stdout)
 		}
+	}
+	if strings.Contains(td.stdout, "delayed-message plugin") {
+		t.Errorf("teardown of a topology without the plugin exchange prints the plugin note:\n%s", td.stdout)
 	}
 	if err := env.Channel(t).ExchangeDeclarePassive(target, "topic", true, false, false, false, nil); err != nil {
 		t.Errorf("target gone: %v", err)
@@ -401,80 +391,6 @@ func regexpLine(out, prefix, contains string) bool {
 		}
 	}
 	return false
-}
-
-// TestPlanCLI: plan needs no broker, prints JSON matching the package's plan, and takes well
-// under 50 ms.
-func TestPlanCLI(t *testing.T) {
-	t.Parallel()
-	e := map[string]string{"AMQPDELAY_URL": "amqp://guest:guest@127.0.0.1:1/", "AMQPDELAY_TARGETS": "orders"}
-	declare(t, e, "plan") // warm up
-	r := declare(t, e, "plan", "--output", "json")
-	if r.code != 0 {
-		t.Fatalf("plan: %d %s", r.code, r.stderr)
-	}
-	var p struct {
-		Exchanges []topology.Exchange
-		Queues    []topology.Queue
-		Bindings  []topology.Binding
-		Existing  []string `json:"existing_exchanges"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
-		t.Fatal(err)
-	}
-	if len(p.Exchanges) != 14 || len(p.Queues) != 121 || len(p.Bindings) != 132 || len(p.Existing) != 1 {
-		t.Errorf("plan: %d exchanges, %d queues, %d bindings, existing %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), p.Existing)
-	}
-	// Best of 5, so a busy shared machine (parallel tests, -race) does not decide the result.
-	tab := declare(t, e, "plan")
-	best := tab.elapsed
-	for range 4 {
-		best = min(best, declare(t, e, "plan").elapsed)
-	}
-	if best > 50*time.Millisecond {
-		t.Errorf("plan took %v (best of 5), target < 50 ms", best)
-	}
-	for _, want := range []string{"rabbitdelay.ladder.07.15", "rabbitdelay.dispatch", "MUST ALREADY EXIST (not declared): orders"} {
-		if !strings.Contains(tab.stdout, want) {
-			t.Errorf("plan table lacks %q", want)
-		}
-	}
-}
-
-// TestHelpListsEveryVariable: declare --help documents every AMQPDELAY_* variable that
-// envconfig reads into topology.Config (the public contract shared with the amqpdelay client),
-// and every command's help works.
-func TestHelpListsEveryVariable(t *testing.T) {
-	t.Parallel()
-	var keys bytes.Buffer
-	if err := envconfig.Usagef("", &topology.Config{}, &keys, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
-		t.Fatal(err)
-	}
-	r := declare(t, nil, "--help")
-	if r.code != 0 {
-		t.Fatalf("--help: exit %d", r.code)
-	}
-	// topology.ConfigFromEnv reads the four ladder variables itself (envconfig ignores Ladder).
-	vars := append(strings.Fields(keys.String()),
-		"AMQPDELAY_LADDER_UNIT", "AMQPDELAY_LADDER_RADIX", "AMQPDELAY_LADDER_MAX", "AMQPDELAY_LADDER_ORDER")
-	sort.Strings(vars)
-	if len(vars) < 14 {
-		t.Fatalf("envconfig lists only %v", vars)
-	}
-	for _, v := range vars {
-		if !strings.Contains(r.stdout, "env "+v) {
-			t.Errorf("--help does not document %s", v)
-		}
-	}
-	for _, c := range commands() {
-		h := declare(t, nil, c.name, "--help")
-		if h.code != 0 || !strings.Contains(h.stdout, "Usage: declare "+c.name) || !strings.Contains(h.stdout, "--url") {
-			t.Errorf("%s --help: exit %d\n%s", c.name, h.code, h.stdout)
-		}
-	}
-	if r := declare(t, nil); r.code != 2 {
-		t.Errorf("no arguments: exit %d, want 2", r.code)
-	}
 }
 
 // TestExportCLI: export writes definitions for the URL's vhost (or --vhost), leaving out the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,187 +14,190 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// settings is everything a command reads from its flags and the AMQPDELAY_* variables.
+// variables are the AMQPDELAY_* variables declare reads: the library's ([topology.Env]) and
+// its own. topology.ReadEnv reads them all; the flags then set the same fields with the same
+// Decode methods, so a flag and its variable take the same values.
+type variables struct {
+	topology.Env
+	ManagementURL string    `envconfig:"AMQPDELAY_MANAGEMENT_URL"`
+	Timeout       timeout   `envconfig:"AMQPDELAY_TIMEOUT"`
+	LogFormat     logFormat `envconfig:"AMQPDELAY_LOG_FORMAT"`
+	LogLevel      logLevel  `envconfig:"AMQPDELAY_LOG_LEVEL"`
+}
+
+// defaultTimeout bounds a whole command when AMQPDELAY_TIMEOUT and --timeout are unset.
+const defaultTimeout = time.Minute
+
+// timeout is how long a command may take: a positive Go duration; 0 means defaultTimeout.
+type timeout time.Duration
+
+func (t *timeout) Decode(s string) error {
+	if s == "" {
+		*t = 0
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return errors.New("want a positive duration, e.g. 30s or 5m")
+	}
+	*t = timeout(d)
+	return nil
+}
+
+// logFormat is console or json; "" means console.
+type logFormat string
+
+func (f *logFormat) Decode(s string) error {
+	switch s {
+	case "", "console", "json":
+		*f = logFormat(s)
+		return nil
+	}
+	return errors.New("want console (the default) or json")
+}
+
+// logLevel is a zerolog level name; "" means info.
+type logLevel string
+
+func (l *logLevel) Decode(s string) error {
+	switch s {
+	case "", "trace", "debug", "info", "warn", "error":
+		*l = logLevel(s)
+		return nil
+	}
+	return errors.New("want trace, debug, info (the default), warn or error")
+}
+
+// settings is everything a command reads from the AMQPDELAY_* variables and its flags.
 type settings struct {
+	vars variables // the variables, then the flags over them
+
+	// From vars once the flags are parsed.
 	conn      amqpconn.Config
 	spec      topology.Spec
 	mgmtURL   string
+	timeout   time.Duration
 	logFormat string
 	logLevel  string
-	timeout   time.Duration
-	workers   int
 
-	// command-specific
+	// Command-specific flags.
 	output      string
 	dryRun      bool
+	verbose     bool
 	vhost       string
 	force       bool
 	readyQueues bool
 }
 
-// option is one flag, with the environment variable that sets it when the flag is absent.
+// resolve fills the fields that come from s.vars, with the defaults of the CLI's own settings.
+func (s *settings) resolve() {
+	cfg := s.vars.Config()
+	s.conn, s.spec = cfg.Config, cfg.Spec
+	s.mgmtURL = s.vars.ManagementURL
+	s.timeout = time.Duration(s.vars.Timeout)
+	if s.timeout == 0 {
+		s.timeout = defaultTimeout
+	}
+	s.logFormat = cmpOr(string(s.vars.LogFormat), "console")
+	s.logLevel = cmpOr(string(s.vars.LogLevel), "info")
+}
+
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// option is one flag, with the environment variable that sets the same field (for the help).
 type option struct {
 	name  string // flag name, used as --name
+	short string // one-letter alias, used as -v; "" when none
 	env   string // variable name, "" when none
 	arg   string // placeholder in the help, "" for booleans
 	def   string // default shown in the help
 	usage string
-	set   func(string) error // from a flag
-	// setEnv, when not nil, takes the variable's value instead of set (list options).
-	setEnv func(string) error
-	list   bool // repeatable flag; the variable holds a comma-separated list
-	bool   bool
+	set   func(string) error // parses the flag's value into its field
+	bool  bool
 }
 
-// listOption builds a repeatable option: values from the variable are replaced, not extended,
-// by the first flag given on the command line (flags win).
-func listOption(name, env, arg, usage string, reset func(), add func(string) error) option {
+// listOption is a repeatable flag over a list variable: the first flag given replaces the
+// variable's list (flags win), later ones add to it. Each flag may itself be a
+// comma-separated list.
+func listOption[L ~[]E, E any, P interface {
+	*L
+	Decode(string) error
+}](name, env, arg, usage string, list *L) option {
 	flagSeen := false
-	return option{name: name, env: env, arg: arg, usage: usage, list: true,
-		setEnv: func(s string) error { reset(); return add(s) },
-		set: func(s string) error {
-			if !flagSeen {
-				reset()
-				flagSeen = true
+	return option{name: name, env: env, arg: arg, usage: usage,
+		set: func(v string) error {
+			var more L
+			if err := P(&more).Decode(v); err != nil {
+				return err
 			}
-			return add(s)
+			if !flagSeen {
+				*list, flagSeen = nil, true
+			}
+			*list = append(*list, more...)
+			return nil
 		}}
 }
 
 // commonOptions are the connection, specification and logging options every command takes.
 func commonOptions(s *settings) []option {
 	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
-	dur := func(p *time.Duration, what string) func(string) error {
-		return func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				if strings.Contains(err.Error(), "invalid duration") && strings.Trim(v, "0123456789.hmsuµn") == "" {
-					return fmt.Errorf("%s %q is too long for a Go duration (at most about 2562047h)", what, v)
-				}
-				return fmt.Errorf("%s %q is not a duration (want e.g. 1ms, 30s, 720h)", what, v)
-			}
-			*p = d
-			return nil
-		}
-	}
-	envLadder := topology.EnvPrefix + "_LADDER_"
+	v := &s.vars
 	env := func(n string) string { return topology.EnvPrefix + "_" + n }
 	return []option{
-		{name: "url", env: env("URL"), arg: "URL", def: amqpconn.DefaultURL, set: str(&s.conn.URL),
-			usage: "broker URL, amqp:// or amqps://; the vhost is the URL's path (%2F for \"/\")"},
-		{name: "tls-ca", env: env("TLS_CA"), arg: "FILE", set: str(&s.conn.TLSCA),
+		{name: "url", env: env("URL"), arg: "URL", def: amqpconn.DefaultURL, set: str(&v.URL),
+			usage: "broker URL, amqp:// or amqps://; the vhost is the URL's path (%2F for \"/\"); or the comma-separated URLs of one cluster's nodes"},
+		{name: "tls-ca", env: env("TLS_CA"), arg: "FILE", set: str(&v.TLSCA),
 			usage: "PEM file of CA certificates to verify the broker with (amqps:// only; default: system roots)"},
-		{name: "tls-cert", env: env("TLS_CERT"), arg: "FILE", set: str(&s.conn.TLSCert),
+		{name: "tls-cert", env: env("TLS_CERT"), arg: "FILE", set: str(&v.TLSCert),
 			usage: "PEM client certificate (amqps:// only; with --tls-key)"},
-		{name: "tls-key", env: env("TLS_KEY"), arg: "FILE", set: str(&s.conn.TLSKey),
+		{name: "tls-key", env: env("TLS_KEY"), arg: "FILE", set: str(&v.TLSKey),
 			usage: "PEM key of the client certificate"},
-		{name: "prefix", env: env("PREFIX"), arg: "PREFIX", def: topology.DefaultPrefix, set: str(&s.spec.Prefix),
+		{name: "prefix", env: env("PREFIX"), arg: "PREFIX", def: topology.DefaultPrefix, set: str(&v.Prefix),
 			usage: "name prefix of every object (<prefix>.dispatch, <prefix>.ladder.LL.DD, ...); letters, digits and . _ - :"},
 		listOption("target", env("TARGETS"), "EXCHANGE[:TYPE]",
 			"target exchange delayed messages are finally routed through (repeatable; the variable is comma-separated); "+
 				"it must exist, unless given as name:type (direct, fanout, topic, headers), which declares it durable; "+
 				"at most 255 bytes, not one of the topology's own names (<prefix>.dispatch, .unroutable, .parking, .buckets, .plugin, .ladder.*, .bucket.*)",
-			func() { s.spec.Targets = nil },
-			func(v string) error {
-				var ts topology.Targets
-				if err := ts.Decode(v); err != nil {
-					return err
-				}
-				s.spec.Targets = append(s.spec.Targets, ts...)
-				return nil
-			}),
+			&v.Targets),
 		listOption("bucket", env("BUCKETS"), "DURATION",
 			"fixed delay served by its own queue, one hop and exact, e.g. 30s (repeatable; the variable is comma-separated)",
-			func() { s.spec.Buckets = nil },
-			func(v string) error {
-				var ds topology.Delays
-				if err := ds.Decode(v); err != nil {
-					return err
-				}
-				s.spec.Buckets = append(s.spec.Buckets, ds...)
-				return nil
-			}),
-		{name: "unit", env: envLadder + "UNIT", arg: "DURATION", def: ttlbuckets.DefaultUnit.String(),
-			set: func(v string) (err error) {
-				s.spec.Ladder.Unit, err = topology.ParseLadderUnit(v)
-				return err
-			},
+			&v.Buckets),
+		{name: "unit", env: env("LADDER_UNIT"), arg: "DURATION", def: ttlbuckets.DefaultUnit.String(), set: v.LadderUnit.Decode,
 			usage: "ladder resolution: a whole number of milliseconds, at least 1ms"},
-		{name: "radix", env: envLadder + "RADIX", arg: "N", def: strconv.Itoa(ttlbuckets.DefaultRadix),
-			usage: "ladder radix: 2, 4, 8, 16, 32 or 64 (levels·(radix-1) queues, at most one hop per level)",
-			set:   func(v string) (err error) { s.spec.Ladder.Radix, err = topology.ParseLadderRadix(v); return err }},
-		{name: "max-delay", env: envLadder + "MAX", arg: "DURATION", def: ttlbuckets.DefaultMax.String() + " (2^32-1 ms, 49.7 days)",
-			set: func(v string) (err error) {
-				s.spec.Ladder.Max, err = topology.ParseLadderMax(v)
-				return err
-			},
+		{name: "radix", env: env("LADDER_RADIX"), arg: "N", def: strconv.Itoa(ttlbuckets.DefaultRadix), set: v.LadderRadix.Decode,
+			usage: "ladder radix: 2, 4, 8, 16, 32 or 64 (levels·(radix-1) queues, at most one hop per level)"},
+		{name: "max-delay", env: env("LADDER_MAX"), arg: "DURATION", def: ttlbuckets.DefaultMax.String() + " (2^32-1 ms, 49.7 days)", set: v.LadderMax.Decode,
 			usage: "largest delay the ladder carries: at least one ladder unit"},
-		{name: "order", env: envLadder + "ORDER", arg: "ORDER", def: ttlbuckets.ShortestFirst.String(),
-			usage: "hop order: shortest-first (only the last, longest hop ends near the due time) or longest-first; publishers must use the same",
-			set: func(v string) error {
-				o, err := ttlbuckets.ParseOrder(v)
-				if err != nil {
-					return err
-				}
-				s.spec.Ladder.Order = o
-				return nil
-			}},
-		{name: "plugin", env: env("PLUGIN"), arg: "MODE", def: string(topology.PluginAuto), set: func(v string) error { s.spec.Plugin = topology.PluginMode(v); return nil },
+		{name: "order", env: env("LADDER_ORDER"), arg: "ORDER", def: ttlbuckets.ShortestFirst.String(), set: v.LadderOrder.Decode,
+			usage: "hop order: shortest-first (only the last, longest hop ends near the due time) or longest-first; publishers must use the same"},
+		{name: "plugin", env: env("PLUGIN"), arg: "MODE", def: string(topology.PluginAuto), set: v.Plugin.Decode,
 			usage: "delayed-message plugin exchange: off, auto (declare it when the broker has the plugin) or on (fail when it does not)"},
-		{name: "queue-type", env: env("QUEUE_TYPE"), arg: "TYPE", def: string(topology.Quorum), set: func(v string) error { s.spec.QueueType = topology.QueueType(v); return nil },
+		{name: "queue-type", env: env("QUEUE_TYPE"), arg: "TYPE", def: string(topology.Quorum), set: v.QueueType.Decode,
 			usage: "type of every queue declared: quorum (replicated, at-least-once dead-lettering) or classic"},
 		listOption("ready-queue", env("READY_QUEUES"), "QUEUE=EXCHANGE:KEY",
 			"queue to declare and bind to an exchange with a binding key, e.g. orders.timeouts=orders:order.timeout.# (repeatable; the variable is comma-separated); "+
 				"names and key at most 255 bytes, queue and exchange not one of the topology's own names (as for --target)",
-			func() { s.spec.ReadyQueues = nil },
-			func(v string) error {
-				var rs topology.ReadyQueues
-				if err := rs.Decode(v); err != nil {
-					return err
-				}
-				s.spec.ReadyQueues = append(s.spec.ReadyQueues, rs...)
-				return nil
-			}),
+			&v.ReadyQueues),
 		{name: "ready-delivery-limit", env: env("READY_DELIVERY_LIMIT"), arg: "N", def: strconv.Itoa(topology.DefaultReadyDeliveryLimit),
+			set: v.ReadyDeliveryLimit.Decode,
 			usage: "x-delivery-limit of quorum ready queues: a message returned (nack/reject with requeue) more often is parked in <prefix>.parking " +
-				"(x-death reason delivery_limit); -1: no limit and no dead-letter exchange (ready queues as declared before this option)",
-			set: func(v string) (err error) {
-				s.spec.ReadyDeliveryLimit, err = topology.ParseReadyDeliveryLimit(v)
-				return err
-			}},
-		{name: "policy-priority", env: env("POLICY_PRIORITY"), arg: "N", def: strconv.Itoa(topology.DefaultPolicyPriority),
-			usage: "priority of the policies apply sets (<prefix>.delay-queues, <prefix>.targets): above every other policy matching the topology's queues and target exchanges",
-			set:   func(v string) (err error) { s.spec.PolicyPriority, err = topology.ParsePolicyPriority(v); return err }},
-		{name: "management-url", env: env("MANAGEMENT_URL"), arg: "URL", set: str(&s.mgmtURL),
+				"(x-death reason delivery_limit); -1: no limit and no dead-letter exchange (for ready queues that exist with plain arguments)"},
+		{name: "policy-priority", env: env("POLICY_PRIORITY"), arg: "N", def: strconv.Itoa(topology.DefaultPolicyPriority), set: v.PolicyPriority.Decode,
+			usage: "priority of the policies apply sets (<prefix>.delay-queues, <prefix>.targets): above every other policy matching the topology's queues and target exchanges"},
+		{name: "management-url", env: env("MANAGEMENT_URL"), arg: "URL", set: str(&v.ManagementURL),
 			usage: "management API, http://user:password@host:15672/ (optional, recommended): apply sets the topology's policies (user tag policymaker) " +
 				"and checks the policies in effect; exact binding states, messages held in quorum queues' dead-letter state"},
-		{name: "timeout", env: env("TIMEOUT"), arg: "DURATION", def: "1m", usage: "give up after this long: a positive duration",
-			set: func(v string) error {
-				if err := dur(&s.timeout, "timeout")(v); err != nil {
-					return err
-				}
-				if s.timeout <= 0 {
-					return fmt.Errorf("timeout %q: want a positive duration, e.g. 30s or 5m", v)
-				}
-				return nil
-			}},
-		{name: "log-format", env: env("LOG_FORMAT"), arg: "FORMAT", def: "console", usage: "log format on stderr: console or json",
-			set: func(v string) error {
-				if v != "console" && v != "json" {
-					return fmt.Errorf("log format %q: want console or json", v)
-				}
-				s.logFormat = v
-				return nil
-			}},
-		{name: "log-level", env: env("LOG_LEVEL"), arg: "LEVEL", def: "info", usage: "log level: trace, debug, info, warn, error",
-			set: func(v string) error {
-				switch v {
-				case "trace", "debug", "info", "warn", "error":
-					s.logLevel = v
-					return nil
-				}
-				return fmt.Errorf("log level %q: want trace, debug, info, warn or error", v)
-			}},
+		{name: "timeout", env: env("TIMEOUT"), arg: "DURATION", def: defaultTimeout.String(), set: v.Timeout.Decode,
+			usage: "give up after this long: a positive duration"},
+		{name: "log-format", env: env("LOG_FORMAT"), arg: "FORMAT", def: "console", set: v.LogFormat.Decode,
+			usage: "log format on stderr: console or json"},
+		{name: "log-level", env: env("LOG_LEVEL"), arg: "LEVEL", def: "info", set: v.LogLevel.Decode,
+			usage: "log level: trace, debug, info, warn, error"},
 	}
 }
 
@@ -202,7 +206,7 @@ func boolOption(name, usage string, p *bool) option {
 	return option{name: name, usage: usage, bool: true, set: func(v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return fmt.Errorf("want true or false, not %q", v)
+			return errors.New("want true or false")
 		}
 		*p = b
 		return nil
@@ -219,34 +223,53 @@ func (f funcValue) String() string     { return "" }
 func (f funcValue) Set(s string) error { return f.set(s) }
 func (f funcValue) IsBoolFlag() bool   { return f.isBool }
 
-// parse applies the defaults, then the variables (through getenv), then the flags of args.
-func parse(name string, opts []option, args []string, getenv func(string) string) ([]string, error) {
-	for _, o := range opts {
-		if o.env == "" {
-			continue
-		}
-		v := getenv(o.env)
-		if v == "" {
-			continue
-		}
-		set := o.set
-		if o.setEnv != nil {
-			set = o.setEnv // the whole comma-separated list; the first flag replaces it
-		}
-		if err := set(v); err != nil {
-			return nil, fmt.Errorf("%s=%q: %w", o.env, v, err)
-		}
-	}
+// parse reads the variables (topology.ReadEnv), then applies the flags of args over them, and
+// resolves s. A value that does not parse is reported as a *topology.ValueError naming the
+// variable or the flag.
+func parse(name string, opts []option, args []string, s *settings) ([]string, error) {
+	envErr := topology.ReadEnv(&s.vars)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
+	var setErr error
 	for _, o := range opts {
-		fs.Var(funcValue{set: o.set, isBool: o.bool}, o.name, o.usage)
+		v := funcValue{isBool: o.bool, set: func(val string) error {
+			if err := o.set(val); err != nil {
+				setErr = &topology.ValueError{Name: "--" + o.name, Value: val, Err: err}
+				return setErr
+			}
+			return nil
+		}}
+		fs.Var(v, o.name, o.usage)
+		if o.short != "" {
+			fs.Var(v, o.short, o.usage)
+		}
 	}
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return nil, err
+	case envErr != nil:
+		return nil, envErr
+	case setErr != nil:
+		return nil, setErr
+	case err != nil:
+		return nil, flagError(err)
 	}
+	s.resolve()
 	return fs.Args(), nil
+}
+
+// flagError rewrites the flag package's messages with the flag as the help writes it.
+func flagError(err error) error {
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return fmt.Errorf("unknown flag -%s", f)
+	}
+	if f, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return fmt.Errorf("-%s needs a value", f)
+	}
+	return err
 }
 
 // printOptions writes the options' help: flag and placeholder, then the meaning, the
@@ -254,6 +277,9 @@ func parse(name string, opts []option, args []string, getenv func(string) string
 func printOptions(w io.Writer, opts []option) {
 	for _, o := range opts {
 		flagText := "  --" + o.name
+		if o.short != "" {
+			flagText = "  -" + o.short + ", --" + o.name
+		}
 		if o.arg != "" {
 			flagText += " " + o.arg
 		}
