@@ -261,7 +261,7 @@ func (p *Publisher) supervise(s *session) {
 			if e != nil {
 				err = e
 			}
-			p.log.Warn().Str("error", amqpconn.RedactText(err.Error())).Msg("amqpdelay: connection lost; reconnecting")
+			p.log.Warn().Err(err).Msg("amqpdelay: connection lost; reconnecting")
 			p.event(ReconnectEvent{Kind: Disconnected, Err: err})
 			p.sess.Store(nil)
 			p.broadcast()
@@ -323,7 +323,7 @@ func (p *Publisher) reconnect() *session {
 		}
 		wait = bo.NextBackOff()
 		p.log.Warn().Int("attempt", attempt).Dur("next_in", wait).
-			Str("error", amqpconn.RedactText(err.Error())).Msg("amqpdelay: reconnect failed")
+			Err(err).Msg("amqpdelay: reconnect failed")
 		p.event(ReconnectEvent{Kind: ReconnectFailed, Err: err, Attempt: attempt})
 	}
 }

@@ -1,6 +1,7 @@
 // Package amqpconn dials RabbitMQ for the declare CLI and the amqpdelay client from one
-// configuration shape (the AMQPDELAY_URL and AMQPDELAY_TLS_* variables), and redacts passwords
-// from URLs before they reach a log line or an error.
+// configuration shape (the AMQPDELAY_URL and AMQPDELAY_TLS_* variables, read by
+// topology.ReadEnv), and shows URLs without their passwords ([Redact]): every message of this
+// package that names a URL is built from the redacted form, never from the URL as given.
 package amqpconn
 
 import (
@@ -14,7 +15,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,24 +25,21 @@ import (
 // default guest user, which RabbitMQ only accepts from loopback.
 const DefaultURL = "amqp://guest:guest@localhost:5672/"
 
-// Config says where the broker is and how to reach it. The zero value dials DefaultURL. The
-// envconfig tags are the variables' full names: envconfig falls back from PREFIX_NAME to the
-// tag alone, so a tag without the prefix would read a stray URL or PREFIX variable.
+// Config says where the broker is and how to reach it. The zero value dials DefaultURL.
 // The vhost comes from the URL path (https://www.rabbitmq.com/docs/uri-spec).
 type Config struct {
 	// URL is an amqp:// or amqps:// URL, or several URLs of one cluster separated by commas
 	// (an address list: each with its own credentials, all with the same user name and vhost;
 	// percent-encode a comma in a password as %2C). Dial tries them in a random order, so that
 	// many clients spread over the nodes, and a client that loses its connection dials again
-	// through the whole list. Empty means DefaultURL.
-	URL string `envconfig:"AMQPDELAY_URL"`
+	// through the whole list. Empty means DefaultURL. AMQPDELAY_URL.
+	URL string
 	// TLSCA is a PEM file of CA certificates to verify the broker with (amqps:// only).
-	// Empty means the system roots.
-	TLSCA string `envconfig:"AMQPDELAY_TLS_CA"`
+	// Empty means the system roots. AMQPDELAY_TLS_CA.
+	TLSCA string
 	// TLSCert and TLSKey are PEM files of a client certificate and its key, for brokers that
-	// require one (amqps:// only). Both or neither.
-	TLSCert string `envconfig:"AMQPDELAY_TLS_CERT"`
-	TLSKey  string `envconfig:"AMQPDELAY_TLS_KEY"`
+	// require one (amqps:// only). Both or neither. AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY.
+	TLSCert, TLSKey string
 }
 
 // ErrConfig is wrapped by every error about the configuration itself (as opposed to the broker).
@@ -78,8 +75,8 @@ func (c Config) Redacted() string {
 
 // Validate checks the URL and the TLS files without touching the network. Every problem is
 // returned, joined; each wraps ErrConfig. A URL that does not parse, or whose user information
-// is cut short by an unescaped # ? or / (see [MisplacedAt]), is reported without quoting the
-// parser's message or the user information: errors never hold any part of the password.
+// is cut short by an unescaped # ? or / (see [MisplacedAt]), is named by [Redact] (without its
+// user information) and never with the parser's message, which quotes the URL.
 func (c Config) Validate() error {
 	var errs []error
 	var first amqp.URI
@@ -118,8 +115,7 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// urlHelp describes the URL form. It quotes the schemes and writes user:password@host with no
-// "://" before it, so that [RedactText] leaves it intact.
+// urlHelp describes the URL form.
 const urlHelp = `want "amqp://" or "amqps://", then user:password@host:port/vhost; percent-encode special ` +
 	`characters such as # ? / @ : %% and space in the user name and password (%%23 for #, %%3F for ?, %%2F for /, ` +
 	`%%40 for @, %%3A for :, %%25 for %%, %%20 for space)`
@@ -132,7 +128,7 @@ func urlError(raw string) error {
 	if i < 0 {
 		return fmt.Errorf("%w: URL is not a valid amqp URL: it has no scheme; "+urlHelp, ErrConfig)
 	}
-	shown := RedactUserinfo(raw)
+	shown := Redact(raw)
 	if scheme := raw[:i]; scheme != "amqp" && scheme != "amqps" && schemeRE.MatchString(scheme) {
 		return fmt.Errorf("%w: URL %q: scheme %q: want \"amqp://\" or \"amqps://\"", ErrConfig, shown, scheme)
 	}
@@ -192,7 +188,7 @@ func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
 // first URL of c's address list, in a random order, that accepts it. The context bounds the
 // whole dial; a context without a deadline gets 30 s, and each URL gets an even share of what
 // is left of it (so a node that does not answer cannot use up the time of the others). Errors
-// never contain a URL's password; the error of the last URL tried keeps the broker's refusal
+// name URLs by [Redact], never with their passwords; the error of the last URL tried keeps the broker's refusal
 // reachable with errors.As(err, **amqp091.Error), and names every URL tried.
 func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) {
 	if ctx == nil {
@@ -266,7 +262,9 @@ func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("connect to %q: %w", Redact(raw), redactErr(r.err))
+			// amqp091's dial errors name the host and port, never the URL (Validate has parsed
+			// the URL, so DialConfig's own parse cannot fail and quote it).
+			return nil, fmt.Errorf("connect to %q: %w", Redact(raw), r.err)
 		}
 		return r.conn, nil
 	case <-ctx.Done():
@@ -279,234 +277,44 @@ func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time
 	}
 }
 
-// Redact returns u with the password of its user information replaced by "***". It works on
-// the text, not on a parsed URL, so that a password holding unescaped characters (# ? / @ :
-// % or spaces) is hidden whole even when u does not parse: the password is everything between
-// the first ':' after "://" and the LAST '@' (the user name before the ':' is kept). Without
-// an '@' there is no password, except that a non-numeric "port" right after the host (as in
-// "amqp://user:secret" cut short) is hidden too. u without "://" is returned unchanged.
-func Redact(u string) string {
-	i := strings.Index(u, "://")
-	if i < 0 {
-		return u
+// Redact returns the URL raw as it may be shown in a message or a log line, without its
+// password. A URL that parses is shown from its parts, with the password (when it has one)
+// replaced by "***": amqp://user:***@host:5672/vhost. A URL that does not parse, or that
+// [MisplacedAt] reports, is shown by [RedactUserinfo], as which part of it is the password is
+// unknown.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || MisplacedAt(raw) || u.Opaque != "" {
+		return RedactUserinfo(raw)
 	}
-	red, n, _, _ := redactAt(u, i)
-	return u[:i] + red + u[i+n:]
+	if u.User == nil {
+		return raw // no user information, so no password
+	}
+	// url.URL.Redacted writes the password as "xxxxx"; the user name before it holds no
+	// unescaped ':'.
+	return strings.Replace(u.Redacted(), ":xxxxx@", ":***@", 1)
 }
 
-// RedactUserinfo returns u with all its user information, name and password, replaced by
-// "***": everything between "://" and the last '@'. Use it to name a URL that does not parse,
-// where it is unknown which part is the password. Without an '@' it is [Redact].
-func RedactUserinfo(u string) string {
-	i := strings.Index(u, "://")
-	if i < 0 {
-		return u
+// RedactUserinfo shows raw, a URL that may not parse, with everything up to its host that
+// could hold a password replaced by "***": its scheme and "://", then "***" and what follows
+// the last '@' (amqp://***@host:5672/vhost). Without an '@' it shows the scheme and what
+// follows "://" up to the first ':' (a port that is not a number may be a password cut short:
+// amqp://user:secret), and without "://" nothing of raw but what follows its last '@'.
+func RedactUserinfo(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		scheme, rest = "", raw
+	} else {
+		scheme += "://"
 	}
-	if at := strings.LastIndexByte(u[i+3:], '@'); at >= 0 {
-		return u[:i+3] + "***" + u[i+3+at:]
-	}
-	return Redact(u)
-}
-
-// redactAt redacts the URL whose "://" starts at s[i:], reading to the end of s. It returns
-// the replacement of s[i:i+n], n, the text it hid ("" when none), and whether that text was a
-// non-numeric port (a URL cut short before its '@').
-func redactAt(s string, i int) (red string, n int, secret string, cut bool) {
-	rest := s[i+3:]
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
-			return "://" + rest[:colon+1] + "***@", 3 + at + 1, rest[colon+1 : at], false
-		}
-		return "://" + rest[:at+1], 3 + at + 1, "", false // a user name only
+		return scheme + "***" + rest[at:]
 	}
-	// No '@': the authority runs to the first delimiter. A ':' in it is followed by a port,
-	// and anything but digits there is taken for a password (a URL cut short).
-	end := strings.IndexAny(rest, "/?#\"'`()<>{},; \t\r\n")
-	if end < 0 {
-		end = len(rest)
+	if !ok {
+		return "***"
 	}
-	auth := rest[:end]
-	from := 0
-	if strings.HasPrefix(auth, "[") { // IPv6 literal: [::1]:5672
-		if j := strings.IndexByte(auth, ']'); j >= 0 {
-			from = j
-		}
+	if host, _, cut := strings.Cut(rest, ":"); cut {
+		return scheme + host + ":***"
 	}
-	colon := strings.IndexByte(auth[from:], ':')
-	if colon < 0 {
-		return "://" + auth, 3 + end, "", false
-	}
-	colon += from
-	port := auth[colon+1:]
-	if strings.Trim(port, "0123456789") == "" || port == "***" {
-		return "://" + auth, 3 + end, "", false
-	}
-	return "://" + auth[:colon+1] + "***", 3 + end, port, true
-}
-
-// redactedError keeps the wrapped error reachable while hiding any URL password in its text.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// redactErr hides passwords that amqp091 or net errors may quote from the URL.
-func redactErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	red := RedactText(msg)
-	if red == msg {
-		return err
-	}
-	return &redactedError{msg: red, err: err}
-}
-
-// RedactText replaces the password of every URL in s with "***". Use it on any text that may
-// quote a broker URL before logging or returning it.
-//
-// A URL inside a Go-quoted string ("...", as %q writes it) is redacted within the quotes
-// ([Redact] of the unquoted text), so the text after the closing quote is left alone (unless
-// the quoted URL is cut short at a ':' and an '@' follows: a quote in the password ended it,
-// and it is treated as unquoted). An unquoted URL has no known end: its password is taken to
-// run from the first ':' after "://" to the LAST '@' of s, which may hide more than the
-// password but never less. Every other occurrence in s of a hidden password of 3 bytes or more
-// (as written, percent-decoded or quoted), and every quoted string of 3 bytes or more that is
-// part of one, is replaced too, so text that repeats the password or a piece of it, like
-// net/url's `invalid port ":secret"` or `invalid URL escape "%xy"`, does not show it.
-//
-// Text without "://", or with only quoted URLs without a password, is returned unchanged:
-// messages meant to pass through intact quote URLs and their forms ("amqp://") and write
-// user:password@host only where no unquoted "://" precedes it.
-func RedactText(s string) string {
-	var secrets []string
-	out := redactText(s, &secrets)
-	if len(secrets) == 0 {
-		return out
-	}
-	for _, sec := range secrets {
-		forms := []string{sec}
-		if dec, err := url.PathUnescape(sec); err == nil && dec != sec {
-			forms = append(forms, dec)
-		}
-		if q := strconv.Quote(sec); q[1:len(q)-1] != sec {
-			forms = append(forms, q[1:len(q)-1])
-		}
-		for _, f := range forms {
-			if len(f) >= 3 && f != "***" {
-				out = strings.ReplaceAll(out, f, "***")
-			}
-		}
-	}
-	return redactPieces(out, secrets)
-}
-
-// redactText is RedactText's first pass: it redacts each URL and collects what it hid.
-func redactText(s string, secrets *[]string) string {
-	var b strings.Builder
-	pos := 0
-	for pos < len(s) {
-		c := strings.Index(s[pos:], "://")
-		if c < 0 {
-			break
-		}
-		if q := strings.IndexByte(s[pos:], '"'); q >= 0 && q < c {
-			lit, err := strconv.QuotedPrefix(s[pos+q:])
-			if err != nil { // an unbalanced quote: an ordinary character
-				b.WriteString(s[pos : pos+q+1])
-				pos += q + 1
-				continue
-			}
-			if !cutByQuote(lit, s[pos+q+len(lit):]) {
-				b.WriteString(s[pos : pos+q])
-				b.WriteString(redactQuoted(lit, secrets))
-				pos += q + len(lit)
-				continue
-			}
-		}
-		b.WriteString(s[pos : pos+c])
-		red, n, secret, _ := redactAt(s, pos+c)
-		if secret != "" {
-			*secrets = append(*secrets, secret)
-		}
-		b.WriteString(red)
-		pos += c + n
-	}
-	if pos == 0 {
-		return s
-	}
-	b.WriteString(s[pos:])
-	return b.String()
-}
-
-// cutByQuote reports whether the string literal lit holds a URL cut short at a ':' with an '@'
-// in after, the text that follows it: a password holding an unescaped quote ended lit early.
-func cutByQuote(lit, after string) bool {
-	v, err := strconv.Unquote(lit)
-	if err != nil {
-		return false
-	}
-	i := strings.Index(v, "://")
-	if i < 0 {
-		return false
-	}
-	_, _, _, cut := redactAt(v, i)
-	return cut && strings.IndexByte(after, '@') >= 0
-}
-
-// redactQuoted redacts the URLs inside the Go string literal lit.
-func redactQuoted(lit string, secrets *[]string) string {
-	v, err := strconv.Unquote(lit)
-	if err != nil {
-		return lit
-	}
-	red := redactText(v, secrets)
-	if red == v {
-		return lit
-	}
-	return strconv.Quote(red)
-}
-
-// redactPieces replaces every quoted string in s of 3 bytes or more that is part of a secret
-// (as net/url quotes a piece of the password in `invalid port ":pa"` or `invalid URL escape
-// "%xy"`).
-func redactPieces(s string, secrets []string) string {
-	var b strings.Builder
-	pos := 0
-	for {
-		q := strings.IndexByte(s[pos:], '"')
-		if q < 0 {
-			break
-		}
-		lit, err := strconv.QuotedPrefix(s[pos+q:])
-		if err != nil {
-			b.WriteString(s[pos : pos+q+1])
-			pos += q + 1
-			continue
-		}
-		b.WriteString(s[pos : pos+q])
-		pos += q + len(lit)
-		if v, err := strconv.Unquote(lit); err == nil && len(v) >= 3 && v != "***" && partOfAny(v, secrets) {
-			b.WriteString(`"***"`)
-			continue
-		}
-		b.WriteString(lit)
-	}
-	b.WriteString(s[pos:])
-	return b.String()
-}
-
-// partOfAny reports whether v, or v without a leading ':' (net/url quotes a port with it), is
-// part of one of the secrets.
-func partOfAny(v string, secrets []string) bool {
-	for _, sec := range secrets {
-		if strings.Contains(sec, v) || len(v) > 3 && v[0] == ':' && strings.Contains(sec, v[1:]) {
-			return true
-		}
-	}
-	return false
+	return scheme + rest
 }
