@@ -1,0 +1,81 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+func noop(context.Context, amqp.Delivery) error { return nil }
+
+func TestNewValidates(t *testing.T) {
+	cfg := amqpdelay.Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}}
+	_, err := New(cfg, "", nil, WithConcurrency(0), WithLease(time.Millisecond, time.Hour))
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"queue name", "nil handler", "concurrency 0", "lease 1ms"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	short := cfg
+	short.Spec.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
+	if _, err := New(short, "q", noop, WithBackoff(Backoff{Max: time.Hour})); !errors.Is(err, ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "ladder's maximum") {
+		t.Errorf("a back-off beyond the ladder: %v", err)
+	}
+	c, err := New(short, "q", noop) // the default back-off is lowered to fit
+	if err != nil {
+		t.Fatal(err)
+	}
+	if longest := time.Duration(float64(c.o.backoff.Max) * (1 + c.o.backoff.Jitter)); longest > 65535*time.Millisecond {
+		t.Errorf("default back-off reaches %v beyond the ladder", longest)
+	}
+	if c.pubCfg.Spec.Targets[0].Name != "rabbitdelay.retry" || len(c.pubCfg.Spec.Targets) != 1 {
+		t.Errorf("retry publisher targets %v", c.pubCfg.Spec.Targets)
+	}
+	if err := c.Run(nil); !errors.Is(err, ErrInvalidConfig) { //nolint:staticcheck // a nil context is refused
+		t.Errorf("Run(nil) = %v", err)
+	}
+}
+
+func TestRestoreAndHeaders(t *testing.T) {
+	c := &Consumer{queue: "work"}
+	orig := amqp.Table{ttlbuckets.TargetHeader: "orders", ttlbuckets.DueHeader: int64(1234), "app": "x"}
+	h := c.failureHeaders(orig, "o.1", Info{}, errors.New(strings.Repeat("e", 2000)), time.UnixMilli(5000))
+	if h[HeaderRoutingKey] != "o.1" || h[HeaderTarget] != "orders" || h[HeaderDue] != int64(1234) || h[HeaderQueue] != "work" ||
+		h[HeaderFirstFailure] != int64(5000) || len(h[HeaderError].(string)) != MaxErrorLen || h["app"] != "x" {
+		t.Fatalf("failure headers %v", h)
+	}
+	// A retry of a retry keeps the first values.
+	h2 := c.failureHeaders(amqp.Table(h), "work", Info{}, errors.New("again"), time.UnixMilli(9000))
+	if h2[HeaderRoutingKey] != "o.1" || h2[HeaderFirstFailure] != int64(5000) || h2[HeaderLastFailure] != int64(9000) {
+		t.Fatalf("second failure headers %v", h2)
+	}
+	d := amqp.Delivery{RoutingKey: "work", Headers: amqp.Table{HeaderRoutingKey: "o.1", HeaderTarget: "", ttlbuckets.TargetHeader: "rabbitdelay.retry"}}
+	restore(&d)
+	if d.RoutingKey != "o.1" {
+		t.Errorf("routing key %q", d.RoutingKey)
+	}
+	if _, ok := d.Headers[ttlbuckets.TargetHeader]; ok {
+		t.Errorf("target header kept although the first delivery had none: %v", d.Headers)
+	}
+	r := replayHeaders(amqp.Table(h2))
+	for _, k := range []string{HeaderAttempt, HeaderError, HeaderFirstFailure, HeaderQueue} {
+		if _, ok := r[k]; ok {
+			t.Errorf("replayed headers keep %s", k)
+		}
+	}
+	if r[HeaderRoutingKey] != "o.1" || r[HeaderReplayed] == nil {
+		t.Errorf("replayed headers %v", r)
+	}
+}
