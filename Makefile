@@ -44,9 +44,10 @@ fuzz:
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
-## demo: a broker, `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders)
+## demo: `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders), on the
+## broker `scripts/broker up` recorded, or else on one started for the demo (see scripts/demo)
 demo:
-	$(BROKER) scripts/demo $(DEMOARGS)
+	scripts/demo $(DEMOARGS)
 
 ## bench: the benchmarks of ./integration against a real broker (see README, Benchmarks)
 bench:
