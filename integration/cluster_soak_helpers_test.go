@@ -208,9 +208,13 @@ type soakLedger struct {
 	recs map[string]*soakRecord
 	// unexpected counts deliveries of ids the ledger never saw published.
 	unexpected int
+	// errs counts the Publish errors by message (digits dropped).
+	errs map[string]int
 }
 
-func newSoakLedger() *soakLedger { return &soakLedger{recs: map[string]*soakRecord{}} }
+func newSoakLedger() *soakLedger {
+	return &soakLedger{recs: map[string]*soakRecord{}, errs: map[string]int{}}
+}
 
 func (l *soakLedger) rec(id string) *soakRecord {
 	r := l.recs[id]
@@ -227,6 +231,16 @@ func (l *soakLedger) published(id string, rc amqpdelay.Receipt, err error) {
 	r := l.rec(id)
 	if err != nil {
 		r.unknown = true
+		msg := strings.Map(func(c rune) rune {
+			if c >= '0' && c <= '9' {
+				return '#'
+			}
+			return c
+		}, err.Error())
+		if len(msg) > 160 {
+			msg = msg[:160]
+		}
+		l.errs[msg]++
 		return
 	}
 	r.confirmed, r.due, r.hops, r.confirmAt = true, rc.Due, rc.Hops, time.Now()

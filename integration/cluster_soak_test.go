@@ -430,6 +430,11 @@ func (r *soakRun) run() soakResult {
 		res.Note += fmt.Sprintf("; %d parked", parked)
 	}
 	res.Note += fmt.Sprintf("; %d publisher reconnect events", r.ev.count())
+	r.l.mu.Lock()
+	for e, k := range r.l.errs {
+		r.t.Logf("Publish error x%d: %s", k, e)
+	}
+	r.l.mu.Unlock()
 	return res
 }
 
