@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -446,5 +448,130 @@ func (r *soakRun) describe(ids []string) {
 		rc := r.l.recs[id]
 		r.t.Logf("missing %s: confirmed at +%v, due at +%v, %d hops", id,
 			rc.confirmAt.Sub(r.start).Round(time.Millisecond), rc.due.Sub(r.start).Round(time.Millisecond), rc.hops)
+	}
+}
+
+// TestClusterSoakDeadLetterRepro is the plain-queue reproduction of fault "leader" of
+// TestClusterSoak, without rabbitdelay code: a chain of two quorum queues with at-least-once
+// dead-lettering (hop1: TTL 3 s -> hop2: TTL 2 s -> sink, a plain quorum queue), the hops'
+// leaders on node 2 (declared through node 2), confirmed persistent publishes to hop1 through
+// node 1 at 100/s for 40 s, node 2 killed 10 s in and started again 30 s later, the sink
+// consumed through node 3. Every confirmed body must reach the sink (duplicates counted).
+// Same gate as TestClusterSoak.
+func TestClusterSoakDeadLetterRepro(t *testing.T) {
+	if !soakEnabled() {
+		t.Skip("see TestClusterSoak")
+	}
+	c := getCluster(t)
+	mgmtURLs, _ := soakNodes(t, c)
+	m := newSoakMgmt(mgmtURLs)
+	env := brokertest.NewEnv(t)
+	hop1, hop2, sink := env.Name("hop1"), env.Name("hop2"), env.Name("sink")
+	conn, err := clusterDial(c.nodeURL(2, env.VHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := func(ttl int, next string) amqp.Table {
+		return amqp.Table{"x-queue-type": "quorum", "x-message-ttl": int32(ttl), "x-dead-letter-exchange": "",
+			"x-dead-letter-routing-key": next, "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+	}
+	for _, q := range []struct {
+		name string
+		args amqp.Table
+	}{{sink, amqp.Table{"x-queue-type": "quorum"}}, {hop2, dl(2000, sink)}, {hop1, dl(3000, hop2)}} {
+		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
+			t.Fatalf("declare %s: %v", q.name, err)
+		}
+	}
+	_ = conn.Close()
+	time.Sleep(6 * time.Second)
+	for _, q := range []string{hop1, hop2, sink} {
+		info, err := c.queueMembers(env.VHost, q)
+		t.Logf("%s: leader %s members %v (%v)", q, info.Leader, info.Members, err)
+	}
+
+	l := newSoakLedger()
+	var sinkURLs []string
+	for _, i := range []int{3, 1, 2} {
+		sinkURLs = append(sinkURLs, c.nodeURL(i, env.VHost))
+	}
+	cons := startSoakConsumer(sinkURLs, 1, sink, l)
+	defer cons.close()
+
+	// Publisher: one channel in confirm mode through node 1, a new connection after a loss; a
+	// publish whose confirm never came is unknown.
+	start := time.Now()
+	var confirmedAt sync.Map
+	pub := func() {
+		i := 0
+		for time.Since(start) < 40*time.Second {
+			conn, err := clusterDial(c.nodeURL(1, env.VHost))
+			if err != nil {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			ch, _ := conn.Channel()
+			_ = ch.Confirm(false)
+			for time.Since(start) < 40*time.Second {
+				id := fmt.Sprintf("r-%06d", i)
+				i++
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", hop1, false, false,
+					amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: id, Body: []byte(id)})
+				var ok bool
+				if err == nil {
+					ok, err = dc.WaitContext(ctx)
+				}
+				cancel()
+				l.mu.Lock()
+				r := l.rec(id)
+				if err == nil && ok {
+					r.confirmed, r.confirmAt = true, time.Now()
+					confirmedAt.Store(id, time.Since(start))
+				} else {
+					r.unknown = true
+				}
+				l.mu.Unlock()
+				if err != nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			_ = conn.Close()
+		}
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); pub() }()
+	time.Sleep(10 * time.Second)
+	m.down[1].Store(true)
+	c.kill(t, 2)
+	killedAt := time.Since(start)
+	time.Sleep(30 * time.Second)
+	c.startNode(t, 2)
+	m.down[1].Store(false)
+	<-done
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		if n, _ := l.missing(); n == 0 {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	time.Sleep(6 * time.Second)
+	msgs, dlx, where, _ := m.held(env.VHost, sink)
+	res := l.result("repro")
+	n, ids := l.missing()
+	t.Logf("repro (node 2 killed at +%v): confirmed %d, unknown %d (%d arrived), delivered %d, duplicates %d (redelivered %d), missing %d %v; queues hold %d (dlx %d) %v",
+		killedAt.Round(time.Millisecond), res.Confirmed, res.Unknown, res.UnknownArrived, res.Delivered, res.Duplicates, res.DupRedelivered, n, ids, msgs, dlx, where)
+	for _, id := range ids {
+		at, _ := confirmedAt.Load(id)
+		t.Logf("missing %s confirmed at +%v", id, at)
+	}
+	if n > msgs+dlx {
+		t.Errorf("%d confirmed messages lost", n-msgs-dlx)
 	}
 }
