@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
 // Clusters. A quorum queue has members (replicas) on several nodes and one leader among them,
@@ -97,12 +99,12 @@ func deadLetterWaitText(w DeadLetterWait, vhost string) string {
 	for i, q := range w.Queues {
 		queues[i] = q.String()
 	}
-	return fmt.Sprintf("dead-lettering waiting on unreachable node %s (%s): %d messages in dead-letter state (messages_dlx) in %s "+
+	return fmt.Sprintf("dead-lettering waiting on unreachable node %s (%s): %s in dead-letter state (messages_dlx) in %s "+
 		"cannot move on while this node, a member of these queues or of the queues they dead-letter into, is unreachable. "+
 		"Bring the node back (the messages then move on by themselves); if it is gone for good, remove it properly: "+
 		"`rabbitmq-queues delete_member -p %s <queue> %s` for each quorum queue it was a member of, then `rabbitmqctl forget_cluster_node %s` "+
 		"on a running node (on 3.10.8 forget_cluster_node alone did not release messages already in dead-letter state)",
-		w.Node, state, w.Messages, strings.Join(queues, ", "), shellQuote(vhost), w.Node, w.Node)
+		w.Node, state, text.Plural(int(w.Messages), "message"), strings.Join(queues, ", "), shellQuote(vhost), w.Node, w.Node)
 }
 
 // ClusterStatus is where the plan's quorum queues live in the cluster (management API only).
@@ -554,7 +556,7 @@ func degradedError(c *ClusterStatus) error {
 		if r := running[n]; r != nil && !*r {
 			state = "node down"
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s) for %d queues", n, state, off[n]))
+		parts = append(parts, fmt.Sprintf("%s (%s) for %s", n, state, text.Plural(off[n], "queue")))
 	}
 	msg := fmt.Sprintf("%d of the topology's quorum queues have members offline", len(c.Degraded))
 	if len(parts) > 0 {

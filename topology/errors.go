@@ -9,6 +9,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/plugin"
+
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
 // Sentinel errors. Errors from this package wrap one of them (or ErrInvalidSpec, see spec.go)
@@ -160,7 +162,7 @@ func wrapBroker(err error, what string) error {
 // policyError wraps ErrPolicy and lists the failing problems (at most 5 in full).
 func policyError(failing []PolicyProblem) error {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%d policy keys in effect break guarantees", len(failing))
+	fmt.Fprintf(&sb, "%s in effect %s guarantees", text.Plural(len(failing), "policy key"), map[bool]string{true: "breaks", false: "break"}[len(failing) == 1])
 	for i, pp := range failing {
 		if i == 5 {
 			fmt.Fprintf(&sb, "\n  ... and %d more (see the report)", len(failing)-5)

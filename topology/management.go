@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
 // ErrManagement wraps every error from the management HTTP API.
@@ -370,7 +372,7 @@ type Unplanned struct {
 // String is "queue NAME (N messages)" or "exchange NAME".
 func (u Unplanned) String() string {
 	if u.Kind == KindQueue {
-		return fmt.Sprintf("queue %s (%d messages)", u.Name, u.Messages)
+		return fmt.Sprintf("queue %s (%s)", u.Name, text.Plural(int(u.Messages), "message"))
 	}
 	return string(u.Kind) + " " + u.Name
 }

@@ -8,6 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
 // StatusOptions tune [Status]. The zero value uses DefaultWorkers channels and no
@@ -256,7 +258,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	}
 	var problems []error
 	if len(rep.Missing) > 0 {
-		problems = append(problems, fmt.Errorf("%w: %d objects missing (first: %s): run declare apply", ErrIncomplete, len(rep.Missing), rep.Missing[0]))
+		problems = append(problems, fmt.Errorf("%w: %s missing (first: %s): run declare apply", ErrIncomplete, text.Plural(len(rep.Missing), "object"), rep.Missing[0]))
 	}
 	if len(rep.ConsumedDelayQueues) > 0 {
 		problems = append(problems, fmt.Errorf("%w: consumers on delay queues (%s): they take delayed messages before they are due; "+
@@ -279,10 +281,10 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 	}
 	if len(rep.UnplannedBindings) > 0 {
-		problems = append(problems, fmt.Errorf("%w: %d bindings on the topology's exchanges and queues are not in the plan (first: %s): "+
+		problems = append(problems, fmt.Errorf("%w: %s on the topology's exchanges and queues not in the plan (first: %s): "+
 			"left by an earlier specification or added by hand, they change where messages go; unbind them "+
 			"(rabbitmqctl has no unbind: use the management UI or API), or put them in the specification",
-			ErrUnhealthy, len(rep.UnplannedBindings), rep.UnplannedBindings[0]))
+			ErrUnhealthy, text.Plural(len(rep.UnplannedBindings), "binding"), rep.UnplannedBindings[0]))
 	}
 	if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
 		problems = append(problems, policyError(failing))

@@ -8,6 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
 // TeardownOptions tune [Teardown].
@@ -148,7 +150,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 				held[i] = max(held[i], m.Messages, m.MessagesDLX)
 			}
 			if held[i] > 0 {
-				full = append(full, fmt.Sprintf("%s (%d messages)", queues[i], held[i]))
+				full = append(full, fmt.Sprintf("%s (%s)", queues[i], text.Plural(int(held[i]), "message")))
 			}
 		}
 	}
@@ -185,7 +187,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 				r.State = StateDeleted // dry run: would be
 			}
 			if kind == KindQueue && held[i] > 0 {
-				r.Detail = strings.TrimPrefix(r.Detail+fmt.Sprintf("; held %d messages", held[i]), "; ")
+				r.Detail = strings.TrimPrefix(r.Detail+"; held "+text.Plural(int(held[i]), "message"), "; ")
 			}
 		}
 		rep.Results = append(rep.Results, r)
@@ -214,7 +216,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 							return err
 						}
 						if q.Messages > 0 {
-							return &amqp.Error{Code: amqp.PreconditionFailed, Reason: fmt.Sprintf("%d messages ready", q.Messages)}
+							return &amqp.Error{Code: amqp.PreconditionFailed, Reason: text.Plural(q.Messages, "message") + " ready"}
 						}
 						ifEmpty = false
 					}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/topology"
+
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
 // Exit codes (documented in doc.go and the help).
@@ -334,13 +336,5 @@ func (e *invocation) resolvePlugin(ctx context.Context, p *topology.Plan, m *top
 	return p.ForPlugin(avail)
 }
 
-// plural gives "1 object" or "n objects" (nouns ending in a consonant and y: "2 policies").
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	if strings.HasSuffix(noun, "y") && !strings.ContainsAny(noun[len(noun)-2:len(noun)-1], "aeiou") {
-		return fmt.Sprintf("%d %sies", n, noun[:len(noun)-1])
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
+// plural gives "1 object" or "n objects" (text.Plural).
+func plural(n int, noun string) string { return text.Plural(n, noun) }
