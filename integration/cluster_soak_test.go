@@ -452,12 +452,13 @@ func (r *soakRun) describe(ids []string) {
 }
 
 // TestClusterSoakDeadLetterRepro is the plain-queue reproduction of fault "leader" of
-// TestClusterSoak, without rabbitdelay code: a chain of two quorum queues with at-least-once
-// dead-lettering (hop1: TTL 3 s -> hop2: TTL 2 s -> sink, a plain quorum queue), the hops'
-// leaders on node 2 (declared through node 2), confirmed persistent publishes to hop1 through
-// node 1 at 100/s for 40 s, node 2 killed 10 s in and started again 30 s later, the sink
-// consumed through node 3. Every confirmed body must reach the sink (duplicates counted).
-// Same gate as TestClusterSoak.
+// TestClusterSoak, without rabbitdelay code: a chain of four quorum queues with at-least-once
+// dead-lettering through the default exchange (hop1 TTL 2 s, hop2 3 s, hop3 4 s, hop4 5 s, then
+// sink, a plain quorum queue), hop1 and hop3 led by node 2, hop2 and sink by node 1, hop4 by
+// node 3 (each declared through its node's connection), confirmed persistent publishes (one
+// at a time) to hop1 through node 2, or node 1 while node 2 is down, for 60 s, node 2 killed
+// 10 s in and started again 30 s later, the sink consumed through node 3. Every confirmed body
+// must reach the sink (duplicates counted). Same gate as TestClusterSoak.
 func TestClusterSoakDeadLetterRepro(t *testing.T) {
 	if !soakEnabled() {
 		t.Skip("see TestClusterSoak")
@@ -466,61 +467,63 @@ func TestClusterSoakDeadLetterRepro(t *testing.T) {
 	mgmtURLs, _ := soakNodes(t, c)
 	m := newSoakMgmt(mgmtURLs)
 	env := brokertest.NewEnv(t)
-	hop1, hop2, sink := env.Name("hop1"), env.Name("hop2"), env.Name("sink")
-	conn, err := clusterDial(c.nodeURL(2, env.VHost))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
+	hops := []string{env.Name("hop1"), env.Name("hop2"), env.Name("hop3"), env.Name("hop4")}
+	sink := env.Name("sink")
+	declare := func(node int, name string, args amqp.Table) {
+		conn, err := clusterDial(c.nodeURL(node, env.VHost))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+			t.Fatalf("declare %s: %v", name, err)
+		}
 	}
 	dl := func(ttl int, next string) amqp.Table {
 		return amqp.Table{"x-queue-type": "quorum", "x-message-ttl": int32(ttl), "x-dead-letter-exchange": "",
 			"x-dead-letter-routing-key": next, "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
 	}
-	for _, q := range []struct {
-		name string
-		args amqp.Table
-	}{{sink, amqp.Table{"x-queue-type": "quorum"}}, {hop2, dl(2000, sink)}, {hop1, dl(3000, hop2)}} {
-		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
-			t.Fatalf("declare %s: %v", q.name, err)
-		}
-	}
-	_ = conn.Close()
+	declare(1, sink, amqp.Table{"x-queue-type": "quorum"})
+	declare(3, hops[3], dl(5000, sink))
+	declare(2, hops[2], dl(4000, hops[3]))
+	declare(1, hops[1], dl(3000, hops[2]))
+	declare(2, hops[0], dl(2000, hops[1]))
 	time.Sleep(6 * time.Second)
-	for _, q := range []string{hop1, hop2, sink} {
+	for _, q := range append(hops, sink) {
 		info, err := c.queueMembers(env.VHost, q)
 		t.Logf("%s: leader %s members %v (%v)", q, info.Leader, info.Members, err)
 	}
 
 	l := newSoakLedger()
-	var sinkURLs []string
-	for _, i := range []int{3, 1, 2} {
-		sinkURLs = append(sinkURLs, c.nodeURL(i, env.VHost))
-	}
-	cons := startSoakConsumer(sinkURLs, 1, sink, l)
+	cons := startSoakConsumer([]string{c.nodeURL(3, env.VHost), c.nodeURL(1, env.VHost), c.nodeURL(2, env.VHost)}, 1, sink, l)
 	defer cons.close()
 
-	// Publisher: one channel in confirm mode through node 1, a new connection after a loss; a
-	// publish whose confirm never came is unknown.
 	start := time.Now()
+	const publishFor = 60 * time.Second
 	var confirmedAt sync.Map
+	var pubErrs []string
 	pub := func() {
 		i := 0
-		for time.Since(start) < 40*time.Second {
-			conn, err := clusterDial(c.nodeURL(1, env.VHost))
+		for time.Since(start) < publishFor {
+			conn, err := clusterDial(c.nodeURL(2, env.VHost))
+			if err != nil {
+				conn, err = clusterDial(c.nodeURL(1, env.VHost))
+			}
 			if err != nil {
 				time.Sleep(200 * time.Millisecond)
 				continue
 			}
 			ch, _ := conn.Channel()
 			_ = ch.Confirm(false)
-			for time.Since(start) < 40*time.Second {
+			for time.Since(start) < publishFor {
 				id := fmt.Sprintf("r-%06d", i)
 				i++
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", hop1, false, false,
+				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", hops[0], false, false,
 					amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: id, Body: []byte(id)})
 				var ok bool
 				if err == nil {
@@ -534,12 +537,13 @@ func TestClusterSoakDeadLetterRepro(t *testing.T) {
 					confirmedAt.Store(id, time.Since(start))
 				} else {
 					r.unknown = true
+					pubErrs = append(pubErrs, fmt.Sprintf("%s at +%v: ack %v, %v", id, time.Since(start).Round(time.Millisecond), ok, err))
 				}
 				l.mu.Unlock()
-				if err != nil {
+				if err != nil || !ok {
 					break
 				}
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
 			}
 			_ = conn.Close()
 		}
@@ -553,6 +557,7 @@ func TestClusterSoakDeadLetterRepro(t *testing.T) {
 	time.Sleep(30 * time.Second)
 	c.startNode(t, 2)
 	m.down[1].Store(false)
+	restartedAt := time.Since(start)
 	<-done
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -565,8 +570,11 @@ func TestClusterSoakDeadLetterRepro(t *testing.T) {
 	msgs, dlx, where, _ := m.held(env.VHost, sink)
 	res := l.result("repro")
 	n, ids := l.missing()
-	t.Logf("repro (node 2 killed at +%v): confirmed %d, unknown %d (%d arrived), delivered %d, duplicates %d (redelivered %d), missing %d %v; queues hold %d (dlx %d) %v",
-		killedAt.Round(time.Millisecond), res.Confirmed, res.Unknown, res.UnknownArrived, res.Delivered, res.Duplicates, res.DupRedelivered, n, ids, msgs, dlx, where)
+	t.Logf("repro (node 2 killed at +%v, back at +%v): confirmed %d, unknown %d (%d arrived), delivered %d, duplicates %d (redelivered %d), missing %d %v; queues hold %d (dlx %d) %v",
+		killedAt.Round(time.Millisecond), restartedAt.Round(time.Millisecond), res.Confirmed, res.Unknown, res.UnknownArrived, res.Delivered, res.Duplicates, res.DupRedelivered, n, ids, msgs, dlx, where)
+	for _, e := range pubErrs {
+		t.Logf("publish error: %s", e)
+	}
 	for _, id := range ids {
 		at, _ := confirmedAt.Load(id)
 		t.Logf("missing %s confirmed at +%v", id, at)
