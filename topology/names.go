@@ -109,7 +109,9 @@ func (n Names) DelayQueuesPolicy() string { return n.p() + ".delay-queues" }
 func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
 
 // Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
-// <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, or a name
+// <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, .retry (the
+// consumer package's retry exchange: [Spec.Validate] takes it as a target without a type only,
+// meaning that exchange itself), or a name
 // starting with <prefix>.ladder., <prefix>.bucket., <prefix>.target., <prefix>.target-sha256.
 // (target markers) or <prefix>.plugin-probe. (the plugin probe's temporary exchange, see
 // ProbePlugin). A target, ready queue or ready-queue exchange with such
@@ -117,7 +119,7 @@ func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
 // [Spec.Validate] refuses it. Other names under the prefix, like <prefix>.orders, are free.
 func (n Names) Reserved(name string) bool {
 	switch name {
-	case n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange():
+	case n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange(), n.Retry():
 		return true
 	}
 	for _, under := range []string{".ladder.", ".bucket.", ".plugin-probe.", ".target.", ".target-sha256."} {

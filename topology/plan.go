@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -202,6 +203,9 @@ func (s Spec) Plan() (*Plan, error) {
 	}
 	n := s.Names()
 	p := &Plan{Spec: s, Names: n, Ladder: ladder}
+	// A target named like the topology's retry exchange (the consumer package's Publisher
+	// names it) is that exchange, which addRetry plans with its binding and marker.
+	s.Targets = slices.DeleteFunc(slices.Clone(s.Targets), func(t Target) bool { return t.Name == n.Retry() })
 
 	// Where a level hands its messages to, and how far each level is from D (in levels).
 	levels := ladder.Levels()

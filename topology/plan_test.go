@@ -499,3 +499,30 @@ func TestTargetMarker(t *testing.T) {
 		t.Errorf("markers %v, want the ladder's, two targets' and the retry exchange's", markers)
 	}
 }
+
+// TestRetryTarget: a target named like the topology's retry exchange, without a type, is that
+// exchange (planned once, never "must already exist"); with a type it is refused.
+func TestRetryTarget(t *testing.T) {
+	s := Spec{Prefix: "rt", Targets: Targets{{Name: "orders"}, {Name: "rt.retry"}}}
+	p, err := s.Plan()
+	if err != nil {
+		t.Fatalf("Plan: %v", err)
+	}
+	seen := map[string]int{}
+	for _, b := range p.Bindings {
+		seen[b.String()]++
+	}
+	for b, n := range seen {
+		if n > 1 {
+			t.Errorf("binding %s planned %d times", b, n)
+		}
+	}
+	for _, e := range p.Existing {
+		if e == "rt.retry" {
+			t.Error("the retry exchange is listed as one that must already exist")
+		}
+	}
+	if _, err := (Spec{Prefix: "rt", Targets: Targets{{Name: "rt.retry", Type: "direct"}}}).Plan(); err == nil {
+		t.Error("a typed target named like the retry exchange was accepted")
+	}
+}

@@ -297,7 +297,7 @@ func (s Spec) Validate() error {
 		if problem := NameProblem(t.Name); problem != "" {
 			add("target %q %s: correct the name", shorten(t.Name), problem)
 		}
-		if names.Reserved(t.Name) {
+		if names.Reserved(t.Name) && (t.Name != names.Retry() || t.Type != "") {
 			add("target %q is a name of the topology's own objects (prefix %q; see topology.Names): "+
 				"choose another prefix (--prefix, AMQPDELAY_PREFIX) or another target name", t.Name, s.Prefix)
 		}
