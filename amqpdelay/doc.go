@@ -74,19 +74,20 @@
 //
 // # Limits
 //
-//   - Precision: each ladder hop costs a few milliseconds of broker work (DESIGN.md measured
-//     p99 lateness of about 50 ms for quorum queues at radix 2); buckets and the plugin take
-//     one hop. A broker outage delays messages by up to its length, even messages due after
+//   - Precision: each ladder hop costs a few milliseconds of broker work (the README's
+//     Benchmarks give the lateness measured per path); buckets and the plugin take one hop. A broker outage delays messages by up to its length, even messages due after
 //     it: a hop that should have ended during the outage ends when the broker is back, and the
 //     later hops start then.
 //   - Delivery.Exchange on the consumer side is the exchange the broker last published the
 //     message to (the dispatch exchange or a ladder exchange, as dead-lettering does), not X;
 //     the routing key is K, and the rabbitdelay-target header names X.
-//   - A message due with no binding on X for its key: with quorum queues the broker keeps it
-//     in the last delay queue's dead-letter state (messages_dlx in the management API and in
-//     `declare status`) and retries; with classic queues the broker drops it. Bind a queue or
-//     give X an alternate exchange. A message whose X is no longer bound to the dispatch
-//     exchange goes to the parking queue (the dispatch exchange's alternate exchange).
+//   - A message due with no binding on X for its key goes to the parking queue, through the
+//     alternate exchange that the topology's policy <prefix>.targets gives X (`declare apply`
+//     sets it with the management API). Without that policy, quorum queues keep it in the last
+//     delay queue's dead-letter state (messages_dlx in the management API and in `declare
+//     status`) and retry it, and classic queues drop it. A message whose X is no longer bound
+//     to the dispatch exchange goes to the parking queue too (the dispatch exchange's own
+//     alternate exchange).
 //   - A publish to an exchange that does not exist makes the broker close the channel (404
 //     NOT_FOUND), failing every other publish in flight on it. So a direct publish asks
 //     first, once per exchange name (a passive declare on a channel of its own, one check at
@@ -129,7 +130,7 @@
 //   - Alternate exchanges: https://www.rabbitmq.com/docs/ae
 //   - Per-queue TTL and expiry from the head of a queue: https://www.rabbitmq.com/docs/ttl
 //   - Quorum-queue at-least-once dead-lettering and a due message that routes nowhere held in
-//     messages_dlx: observed on RabbitMQ 3.10.8 (shared DESIGN.md, TestPublisherUnroutable).
+//     messages_dlx: observed on RabbitMQ 3.10.8 (TestPublisherUnroutable).
 //   - A publish to a missing exchange closes the channel with 404 NOT_FOUND:
 //     https://www.rabbitmq.com/docs/channels#error-handling
 //   - Short strings (shortstr) are a length octet and at most 255 bytes: AMQP 0-9-1

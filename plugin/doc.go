@@ -51,7 +51,7 @@
 //     (x-delay in ms, x-delayed-type, the single-node copy, the scale warning, the archive note).
 //   - The 2^32-1 ms ceiling, NO_ROUTE on mandatory publishes, the stale x-delay on delivery and
 //     the connection-closing 503 on 3.x: observed on RabbitMQ 3.10.8; the channel's 406 on 4.x:
-//     observed on 4.0.5 (shared DESIGN.md).
+//     observed on 4.0.5 (TestProbePluginWithoutPlugin runs on both).
 //   - AMQP 0-9-1 field types and amqp091-go's encoding of Go int as a signed 32-bit value:
 //     https://www.rabbitmq.com/docs/amqp-0-9-1-reference and amqp091-go's types.go.
 package plugin

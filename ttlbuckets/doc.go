@@ -38,7 +38,7 @@
 // [Ladder.Order] chooses the direction of travel. [ShortestFirst], the default, enters at
 // the lowest level with a non-zero digit and climbs (level L hands to L+1, the top level
 // to the dispatch exchange), so only the last and longest hop ends in the moments before
-// the message is due. [LongestFirst] is DESIGN.md's original order: it enters at the
+// the message is due. [LongestFirst] is the textbook order: it enters at the
 // highest non-zero level and descends, so for a burst of messages due together every hop
 // but the first falls in the last r^top units before due, and the broker performs hops×N
 // dead-letterings in that window. Both orders apply the same total delay through the

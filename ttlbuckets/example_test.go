@@ -44,7 +44,7 @@ func ExampleLadder_Plan() {
 	// level 5 digit  5: 5242880 ms
 }
 
-// With LongestFirst (DESIGN.md's order) the same delay enters at its highest level.
+// With LongestFirst (the textbook order) the same delay enters at its highest level.
 func ExampleLadder_Plan_longestFirst() {
 	l := ttlbuckets.Ladder{Order: ttlbuckets.LongestFirst}
 	p, _ := l.Plan(90*time.Minute, ttlbuckets.RoundUp)

@@ -24,7 +24,7 @@ const (
 
 	// LongestFirst enters at the highest level with a non-zero digit and descends: level
 	// L hands to level L-1, level 0 to the dispatch exchange. This is the order of
-	// DESIGN.md's ladder; every hop but the first falls into the last Radix^top units
+	// the textbook ladder; every hop but the first falls into the last Radix^top units
 	// before the message is due.
 	LongestFirst
 )
