@@ -23,6 +23,9 @@ type managedPolicy struct {
 	ApplyTo    string         `json:"apply-to"`
 	Priority   json.Number    `json:"priority"`
 	Definition map[string]any `json:"definition"`
+	// own marks the topology's own policies (set by PolicyProblems): a tie of priorities goes
+	// against them (choosePolicy).
+	own bool
 }
 
 // policies returns the vhost's policies (operator: its operator policies) by name.
@@ -341,6 +344,12 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 	// collect_statistics_interval (5 s by default): a queue declared or a policy changed a
 	// moment ago shows none or the old one. So the policy in effect is worked out here, as
 	// rabbit_policy does, and the reported name is used only for a pattern Go cannot compile.
+	for _, pol := range p.Policies {
+		if have, ok := pols[pol.Name]; ok {
+			have.own = true
+			pols[pol.Name] = have
+		}
+	}
 	for i := range queues {
 		queues[i].Policy = choosePolicy(pols, KindQueue, queues[i], major, rawName(queues[i].Policy))
 		queues[i].OperatorPolicy = choosePolicy(ops, KindQueue, queues[i], major, rawName(queues[i].OperatorPolicy))
@@ -364,6 +373,10 @@ var unsupportedPolicyKeys = map[string][]string{
 // the queue type does not support; the highest priority wins), or reported when a pattern
 // does not compile in Go (RE2 lacks some PCRE constructs).
 func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, major int, reported string) json.RawMessage {
+	ownPolicy := func(name string) bool {
+		pol, ok := list[name]
+		return ok && pol.own
+	}
 	best, bestPrio := "", 0.0
 	for _, pol := range list {
 		switch pol.ApplyTo {
@@ -395,7 +408,11 @@ func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, maj
 			continue
 		}
 		prio, _ := pol.Priority.Float64()
-		if best == "" || prio > bestPrio || (prio == bestPrio && pol.Name < best) {
+		// RabbitMQ breaks a tie of priorities in no documented order (seen: the name that sorts
+		// last won on 4.0.5; on 3.10.8 it varied with the pattern), so a tie goes against the
+		// topology's own policies: another policy at the same priority may be the one in
+		// effect, now or after a restart, and its keys are checked.
+		if best == "" || prio > bestPrio || (prio == bestPrio && (ownPolicy(best) || !ownPolicy(pol.Name) && pol.Name < best)) {
 			best, bestPrio = pol.Name, prio
 		}
 	}

@@ -121,3 +121,18 @@ func TestUnplannedBindings(t *testing.T) {
 		t.Errorf("unplanned %v", got)
 	}
 }
+
+// TestChoosePolicyTie: a policy at the topology's own priority is taken as the one in effect,
+// whatever the names (RabbitMQ breaks ties in no documented order), so its keys are checked.
+func TestChoosePolicyTie(t *testing.T) {
+	for _, other := range []string{"aaa-tie", "zzz-tie"} {
+		list := map[string]managedPolicy{
+			"rd.delay-queues": {Name: "rd.delay-queues", Pattern: `^rd\.bucket\.3000ms$`, ApplyTo: "queues", Priority: "1000000", own: true},
+			other:             {Name: other, Pattern: `^rd\.`, ApplyTo: "queues", Priority: "1000000"},
+		}
+		got := rawName(choosePolicy(list, KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "quorum"}, 4, ""))
+		if got != other {
+			t.Errorf("tie with %q: chose %q, want the other policy", other, got)
+		}
+	}
+}
