@@ -314,6 +314,11 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			}
 			dest, hops, mandatory = p.destination(c, exchange)
 		}
+		if c.path != PathDirect { // a direct publish asked before the exchange check
+			if err := p.refusals.earlier(dest); err != nil {
+				return Receipt{}, err
+			}
+		}
 		kind := generalSlots
 		switch {
 		case p.mayBeRefused(c.path, dest, &out):

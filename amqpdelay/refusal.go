@@ -26,9 +26,12 @@ import (
 //     Refused before sending above WithMaxMessageSize or a limit learnt from such a 406; a
 //     body larger than any the broker has confirmed for this Publisher goes on the serial
 //     channel.
-//  2. No write permission on the exchange (403 "access to exchange ... refused").
-//     Direct publishes go on the serial channel until one to that exchange is confirmed; a
-//     refused exchange is remembered for refusalMemory and refused before sending.
+//  2. No write permission on the exchange (403 "access to exchange ... refused"), the
+//     target's or one of the topology's (a user may hold write permission on some of its
+//     exchanges only; a passive declare, which NewPublisher checks with, needs none). Every
+//     publish goes on the serial channel until one to its exchange (the target, or the path's
+//     entry exchange) has been confirmed on this connection; a refused exchange is remembered
+//     for refusalMemory and refused before sending.
 //  3. Exchange not found (404): checked with a passive declare before the first direct
 //     publish (checkExchange); the delay paths' exchanges are checked by NewPublisher.
 //  4. Internal exchange (403 "cannot publish to internal exchange"): as 2.
@@ -121,6 +124,16 @@ func (r *refusals) refuse(exchange string, ae *amqp.Error) {
 	r.mu.Unlock()
 }
 
+// forget drops what was learnt on a connection (trusted exchanges, the largest body taken):
+// after a reconnection the broker, or the node, may have other permissions or limits. What was
+// refused is kept for its refusalMemory.
+func (r *refusals) forget() {
+	r.mu.Lock()
+	r.trusted = nil
+	r.mu.Unlock()
+	r.bodyOK.Store(0)
+}
+
 func (r *refusals) untrust(exchange string) {
 	r.mu.Lock()
 	delete(r.trusted, exchange)
@@ -128,20 +141,18 @@ func (r *refusals) untrust(exchange string) {
 }
 
 // mayBeRefused reports whether a publish of out to dest on path may meet a refusal that
-// closes the channel and so must go on the serial channel: a direct publish to an exchange no
-// direct publish was confirmed on yet, a body larger than any confirmed, or a UserId other
-// than the connection's user.
+// closes the channel and so must go on the serial channel: a publish to an exchange no publish
+// was confirmed on yet on this connection, a body larger than any confirmed on it, or a
+// UserId other than the connection's user.
 func (p *Publisher) mayBeRefused(path Path, dest string, out *amqp.Publishing) bool {
-	return path == PathDirect && !p.refusals.isTrusted(dest) ||
+	return !p.refusals.isTrusted(dest) ||
 		int64(len(out.Body)) > p.refusals.bodyOK.Load() ||
 		out.UserId != "" && out.UserId != p.user
 }
 
-// accepted records a confirmed publish: its body size, and the exchange of a direct one.
+// accepted records a confirmed publish: its body size and its exchange.
 func (p *Publisher) accepted(path Path, dest string, bodyLen int) {
-	if path == PathDirect {
-		p.refusals.trust(dest)
-	}
+	p.refusals.trust(dest)
 	for n := int64(bodyLen); ; {
 		old := p.refusals.bodyOK.Load()
 		if n <= old || p.refusals.bodyOK.CompareAndSwap(old, n) {
@@ -185,7 +196,7 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 	}
 	switch ae.Code {
 	case amqp.AccessRefused:
-		if path == PathDirect && !topicRefusal.MatchString(ae.Reason) {
+		if !topicRefusal.MatchString(ae.Reason) {
 			p.refusals.refuse(dest, ae)
 		}
 		return fmt.Errorf("%w: RabbitMQ refused the publish to exchange %q with routing key %q (%s); nothing was stored: grant the "+

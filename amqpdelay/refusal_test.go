@@ -88,7 +88,9 @@ func TestLearn(t *testing.T) {
 func TestMayBeRefused(t *testing.T) {
 	p := &Publisher{user: "svc"}
 	p.refusals.bodyOK.Store(100)
-	p.refusals.trust("orders")
+	for _, x := range []string{"orders", "rd.ladder.03", "rd.buckets"} {
+		p.refusals.trust(x)
+	}
 	cases := []struct {
 		name string
 		path Path
@@ -101,11 +103,28 @@ func TestMayBeRefused(t *testing.T) {
 		{"direct to a trusted exchange", PathDirect, "orders", amqp.Publishing{}, false},
 		{"direct to a new exchange", PathDirect, "billing", amqp.Publishing{}, true},
 		{"own user id", PathBucket, "rd.buckets", amqp.Publishing{UserId: "svc"}, false},
+		{"delayed, to an entry exchange not yet taken", PathLadder, "rd.ladder.05", amqp.Publishing{}, true},
 		{"another user id", PathBucket, "rd.buckets", amqp.Publishing{UserId: "admin"}, true},
 	}
 	for _, tc := range cases {
 		if got := p.mayBeRefused(tc.path, tc.dest, &tc.msg); got != tc.want {
 			t.Errorf("%s: mayBeRefused = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestForgetOnReconnect: what was learnt on one connection (trusted exchanges, the largest body
+// taken) is forgotten on the next; what was refused is kept.
+func TestForgetOnReconnect(t *testing.T) {
+	var r refusals
+	r.trust("orders")
+	r.bodyOK.Store(1 << 20)
+	r.refuse("internal", &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED"})
+	r.forget()
+	if r.isTrusted("orders") || r.bodyOK.Load() != 0 {
+		t.Error("forget kept what the last connection learnt")
+	}
+	if r.earlier("internal") == nil {
+		t.Error("forget dropped a refusal")
 	}
 }

@@ -59,6 +59,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	if err := p.checkTopology(ctx, conn); err != nil {
 		return fail(err)
 	}
+	p.refusals.forget() // a new connection, maybe to another node: learn its limits anew
 	if err := p.checkManaged(ctx); err != nil {
 		return fail(err)
 	}
