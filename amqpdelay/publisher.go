@@ -68,11 +68,9 @@ type Publisher struct {
 	pluginLost atomic.Bool
 	nextProbe  atomic.Int64
 
-	// exchanges holds the names of exchanges seen to exist (at most maxKnownExchanges), so
-	// that a direct publish checks its exchange with a passive declare only once
-	// (checkExchange); exMu guards it.
-	exMu      sync.RWMutex
-	exchanges map[string]struct{}
+	// exchanges holds the names of exchanges seen to exist, so that a direct publish checks
+	// its exchange with a passive declare only once (checkExchange).
+	exchanges nameSet
 	checkSem  chan struct{} // capacity 1: one exchange check at a time
 	// refusals holds what the broker has refused by closing a channel (refusal.go).
 	refusals refusals
@@ -182,19 +180,18 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	p := &Publisher{
-		cfg:       cfg,
-		names:     spec.Names(),
-		targets:   make(map[string]struct{}, len(spec.Targets)),
-		ladder:    ladder,
-		buckets:   buckets,
-		opts:      o,
-		log:       o.logger,
-		idPrefix:  "rd-" + hex.EncodeToString(rnd[:]) + "-",
-		changed:   make(chan struct{}),
-		active:    publishes{drained: make(chan struct{})},
-		checkSem:  make(chan struct{}, 1),
-		exchanges: make(map[string]struct{}, len(spec.Targets)),
-		user:      urlUser(cfg.conn().URLOrDefault()),
+		cfg:      cfg,
+		names:    spec.Names(),
+		targets:  make(map[string]struct{}, len(spec.Targets)),
+		ladder:   ladder,
+		buckets:  buckets,
+		opts:     o,
+		log:      o.logger,
+		idPrefix: "rd-" + hex.EncodeToString(rnd[:]) + "-",
+		changed:  make(chan struct{}),
+		active:   publishes{drained: make(chan struct{})},
+		checkSem: make(chan struct{}, 1),
+		user:     urlUser(cfg.conn().URLOrDefault()),
 	}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
@@ -374,33 +371,15 @@ func (p *Publisher) destination(c choice, target string) (dest string, hops int,
 	return target, 0, true
 }
 
-// maxKnownExchanges bounds the names the Publisher remembers as existing exchanges; a direct
-// publish to a name beyond them is checked each time.
-const maxKnownExchanges = 1024
-
-// knowExchange records that exchange exists, while fewer than maxKnownExchanges are known.
-func (p *Publisher) knowExchange(exchange string) {
-	p.exMu.Lock()
-	if len(p.exchanges) < maxKnownExchanges {
-		p.exchanges[exchange] = struct{}{}
-	}
-	p.exMu.Unlock()
-}
+// knowExchange records that exchange exists (nameSet: a direct publish to a name beyond its
+// bound is checked each time).
+func (p *Publisher) knowExchange(exchange string) { p.exchanges.add(exchange) }
 
 // knownExchange reports whether exchange is known to exist.
-func (p *Publisher) knownExchange(exchange string) bool {
-	p.exMu.RLock()
-	_, ok := p.exchanges[exchange]
-	p.exMu.RUnlock()
-	return ok
-}
+func (p *Publisher) knownExchange(exchange string) bool { return p.exchanges.has(exchange) }
 
 // forgetExchange drops exchange from the names known to exist.
-func (p *Publisher) forgetExchange(exchange string) {
-	p.exMu.Lock()
-	delete(p.exchanges, exchange)
-	p.exMu.Unlock()
-}
+func (p *Publisher) forgetExchange(exchange string) { p.exchanges.remove(exchange) }
 
 // checkExchange returns an error wrapping ErrExchangeNotFound when exchange does not exist.
 // RabbitMQ answers a publish to a missing exchange by closing the channel (404 NOT_FOUND),

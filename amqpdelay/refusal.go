@@ -58,15 +58,12 @@ import (
 // broker refused (403) without asking it again: permissions can be granted meanwhile.
 const refusalMemory = 30 * time.Second
 
-// maxRemembered bounds the exchanges the Publisher remembers as trusted or refused.
-const maxRemembered = 1024
-
 // refusals is what the broker refused or accepted, learnt from confirmed and refused
 // publishes.
 type refusals struct {
 	mu      sync.Mutex
-	refused map[string]refusal  // exchange -> its 403 for direct publishes
-	trusted map[string]struct{} // exchanges a direct publish was confirmed on
+	refused map[string]refusal // exchange -> its 403, at most maxNames
+	trusted nameSet            // exchanges a publish was confirmed on, on this connection
 
 	bodyOK    atomic.Int64 // the largest body, in bytes, the broker has confirmed
 	brokerMax atomic.Int64 // the broker's max_message_size learnt from a 406; 0: unknown
@@ -94,31 +91,19 @@ func (r *refusals) earlier(exchange string) error {
 		"permission on it, or publish to an exchange that is not internal: %w", ErrAccessRefused, exchange, refusalMemory, f.err.Code, f.err.Reason, f.err)
 }
 
-func (r *refusals) isTrusted(exchange string) bool {
-	r.mu.Lock()
-	_, ok := r.trusted[exchange]
-	r.mu.Unlock()
-	return ok
-}
+func (r *refusals) isTrusted(exchange string) bool { return r.trusted.has(exchange) }
 
-func (r *refusals) trust(exchange string) {
-	r.mu.Lock()
-	if r.trusted == nil {
-		r.trusted = make(map[string]struct{})
-	}
-	if _, ok := r.trusted[exchange]; !ok && len(r.trusted) < maxRemembered {
-		r.trusted[exchange] = struct{}{}
-	}
-	r.mu.Unlock()
-}
+func (r *refusals) trust(exchange string) { r.trusted.add(exchange) }
+
+func (r *refusals) untrust(exchange string) { r.trusted.remove(exchange) }
 
 func (r *refusals) refuse(exchange string, ae *amqp.Error) {
+	r.trusted.remove(exchange)
 	r.mu.Lock()
-	delete(r.trusted, exchange)
 	if r.refused == nil {
 		r.refused = make(map[string]refusal)
 	}
-	if len(r.refused) < maxRemembered {
+	if len(r.refused) < maxNames {
 		r.refused[exchange] = refusal{err: ae, until: time.Now().Add(refusalMemory)}
 	}
 	r.mu.Unlock()
@@ -128,16 +113,8 @@ func (r *refusals) refuse(exchange string, ae *amqp.Error) {
 // after a reconnection the broker, or the node, may have other permissions or limits. What was
 // refused is kept for its refusalMemory.
 func (r *refusals) forget() {
-	r.mu.Lock()
-	r.trusted = nil
-	r.mu.Unlock()
+	r.trusted.clear()
 	r.bodyOK.Store(0)
-}
-
-func (r *refusals) untrust(exchange string) {
-	r.mu.Lock()
-	delete(r.trusted, exchange)
-	r.mu.Unlock()
 }
 
 // mayBeRefused reports whether a publish of out to dest on path may meet a refusal that
@@ -220,14 +197,7 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 }
 
 var (
-	topicRefusal   = regexp.MustCompile(`access to topic '`)
-	quotedExchange = func(reason string) (string, bool) {
-		m := exchangeInReason.FindStringSubmatch(reason)
-		if m == nil {
-			return "", false
-		}
-		return m[1], true
-	}
+	topicRefusal     = regexp.MustCompile(`access to topic '`)
 	exchangeInReason = regexp.MustCompile(`exchange '((?:[^']|'[^ ])*)' in vhost`)
 )
 
@@ -239,4 +209,13 @@ func urlUser(raw string) string {
 		return ""
 	}
 	return u.Username
+}
+
+// quotedExchange returns the exchange a broker's reply text names ("exchange 'X' in vhost").
+func quotedExchange(reason string) (string, bool) {
+	m := exchangeInReason.FindStringSubmatch(reason)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
 }

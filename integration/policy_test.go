@@ -52,23 +52,10 @@ func polClear(t *testing.T, env *brokertest.Env, kind, name string) {
 	}
 }
 
-// polMajor is the broker's major version (RABBITMQ_VERSION from scripts/broker env, else the
-// management API's rabbitmq_version).
+// polMajor is the broker's major version (brokerMajor: the connection's server properties).
 func polMajor(t *testing.T, env *brokertest.Env) int {
 	t.Helper()
-	v := os.Getenv("RABBITMQ_VERSION")
-	if v == "" {
-		var o struct {
-			Version string `json:"rabbitmq_version"`
-		}
-		if err := env.Broker.Management("GET", "api/overview", nil, &o); err != nil {
-			t.Fatal(err)
-		}
-		v = o.Version
-	}
-	var major int
-	fmt.Sscanf(v, "%d", &major)
-	return major
+	return brokerMajor(t, env)
 }
 
 // polWaitProblems polls PolicyProblems until cond holds (RabbitMQ applies a policy change to

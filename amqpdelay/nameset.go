@@ -1,0 +1,46 @@
+package amqpdelay
+
+import "sync"
+
+// maxNames bounds the exchange names a nameSet holds; a name beyond them is simply not
+// remembered (the Publisher then checks or isolates it again each time).
+const maxNames = 1024
+
+// nameSet is a set of at most maxNames exchange names, safe for concurrent use: the exchanges
+// the Publisher knows to exist (checkExchange) and those that took a publish on the connection
+// (refusals). The zero value is empty and ready to use.
+type nameSet struct {
+	mu    sync.RWMutex
+	names map[string]struct{}
+}
+
+func (s *nameSet) add(name string) {
+	s.mu.Lock()
+	if s.names == nil {
+		s.names = make(map[string]struct{})
+	}
+	if len(s.names) < maxNames {
+		s.names[name] = struct{}{}
+	}
+	s.mu.Unlock()
+}
+
+func (s *nameSet) has(name string) bool {
+	s.mu.RLock()
+	_, ok := s.names[name]
+	s.mu.RUnlock()
+	return ok
+}
+
+func (s *nameSet) remove(name string) {
+	s.mu.Lock()
+	delete(s.names, name)
+	s.mu.Unlock()
+}
+
+// clear empties the set.
+func (s *nameSet) clear() {
+	s.mu.Lock()
+	s.names = nil
+	s.mu.Unlock()
+}
