@@ -265,8 +265,9 @@ func (m *Management) bindings(ctx context.Context) ([]Binding, error) {
 // exchanges (targets excepted: their other bindings are the applications') or to the plan's
 // queues (ready queues included) and that the plan does not have: left by an earlier
 // specification (a ready queue's old binding key, say), or added by hand. They change where
-// messages go.
-func unplannedBindings(p *Plan, all []Binding) []Binding {
+// messages go. A consumer's retry binding ([Plan.ConsumerRetryBinding]) is not one of them:
+// retry lists those the plan does not have.
+func unplannedBindings(p *Plan, all []Binding) (unplanned, retry []Binding) {
 	ownX, ownQ, planned := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, e := range p.Exchanges {
 		if e.Role != RoleTarget {
@@ -279,15 +280,18 @@ func unplannedBindings(p *Plan, all []Binding) []Binding {
 	for _, b := range p.Bindings {
 		planned[b.key()] = true
 	}
-	var out []Binding
 	for _, b := range all {
 		ours := ownX[b.Source] || (b.DestinationType == DestQueue && ownQ[b.Destination]) ||
 			(b.DestinationType == DestExchange && ownX[b.Destination])
-		if ours && !planned[b.key()] {
-			out = append(out, b)
+		switch {
+		case !ours || planned[b.key()]:
+		case p.ConsumerRetryBinding(b):
+			retry = append(retry, b)
+		default:
+			unplanned = append(unplanned, b)
 		}
 	}
-	return out
+	return unplanned, retry
 }
 
 // ExchangeTypes returns the exchange types the broker knows (from /api/overview), for

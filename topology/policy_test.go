@@ -2,6 +2,7 @@ package topology
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,10 +116,24 @@ func TestUnplannedBindings(t *testing.T) {
 		Binding{Source: "orders", Destination: "orders.ready", DestinationType: DestQueue, RoutingKey: "order.#"},
 		Binding{Source: "orders", Destination: "audit", DestinationType: DestQueue, RoutingKey: "#"},
 		Binding{Source: p.Names.Dispatch(), Destination: "extra", DestinationType: DestQueue},
+		// A consumer's retry binding for a queue outside the specification: expected.
+		Binding{Source: p.Names.Retry(), Destination: "jobs", DestinationType: DestQueue, RoutingKey: "jobs", Args: map[string]any{}},
+		// Another key, arguments, an exchange: they would send a queue's retries elsewhere.
+		Binding{Source: p.Names.Retry(), Destination: "audit", DestinationType: DestQueue, RoutingKey: "jobs"},
+		Binding{Source: p.Names.Retry(), Destination: "jobs2", DestinationType: DestQueue, RoutingKey: "jobs2", Args: map[string]any{"x": 1}},
+		Binding{Source: p.Names.Retry(), Destination: "jobs3", DestinationType: DestExchange, RoutingKey: "jobs3"},
 	)
-	got := unplannedBindings(p, all)
-	if len(got) != 2 || got[0].RoutingKey != "order.#" || got[1].Destination != "extra" {
-		t.Errorf("unplanned %v", got)
+	got, retry := unplannedBindings(p, all)
+	var dests []string
+	for _, b := range got {
+		dests = append(dests, b.Destination+" "+b.RoutingKey)
+	}
+	want := []string{"orders.ready order.#", "extra ", "audit jobs", "jobs2 jobs2", "jobs3 jobs3"}
+	if !slices.Equal(dests, want) {
+		t.Errorf("unplanned %q, want %q", dests, want)
+	}
+	if len(retry) != 1 || retry[0].Destination != "jobs" {
+		t.Errorf("consumer retry bindings %v, want the one to jobs", retry)
 	}
 }
 

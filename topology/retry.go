@@ -18,8 +18,9 @@ import (
 // A consumer's retry Publisher has <prefix>.retry as its only target and publishes with the
 // queue's name as routing key: the delay paths keep the routing key, D hands the due message to
 // <prefix>.retry, which routes it by that key to Q alone. The consumer binds a queue that is not
-// a ready queue of the specification itself (the same binding). A retry whose queue has no such
-// binding goes to the alternate exchange and waits in the parking queue.
+// a ready queue of the specification itself (the same binding); [Status] lists such bindings in
+// RetryBindings, as expected, not as unplanned ([Plan.ConsumerRetryBinding]). A retry whose
+// queue has no such binding goes to the alternate exchange and waits in the parking queue.
 
 // Retry is the retry exchange (direct): see the retry routing above ([Spec.Plan]).
 func (n Names) Retry() string { return n.p() + ".retry" }
@@ -40,6 +41,17 @@ func (p *Plan) addRetry() {
 	}
 	p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: retry, DestinationType: DestExchange,
 		Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: retry}, Role: RoleRetry})
+}
+
+// ConsumerRetryBinding reports whether b is the binding a consumer makes for its queue Q when
+// Q is not a ready queue of the specification: from the retry exchange to queue Q with binding
+// key Q and no arguments (the consumer package's Run declares it unless told not to). It is
+// expected, not unplanned: the retry Publisher of Q's consumer publishes with routing key Q, so
+// the binding routes only Q's own retries, back to Q, and changes where no other message goes.
+// A binding from the retry exchange with any other key, arguments or an exchange as
+// destination would route a queue's retries elsewhere, and stays unplanned.
+func (p *Plan) ConsumerRetryBinding(b Binding) bool {
+	return b.Source == p.Names.Retry() && b.DestinationType == DestQueue && b.RoutingKey == b.Destination && len(b.Args) == 0
 }
 
 // RoleRetry is the retry exchange and its bindings (see [Names.Retry]); its target marker has

@@ -83,6 +83,10 @@ type StatusReport struct {
 	// only): left by an earlier specification (a ready queue's old binding key) or added by
 	// hand. They change where messages go, so Status fails with ErrUnhealthy.
 	UnplannedBindings []Binding `json:"unplanned_bindings,omitempty"`
+	// RetryBindings are the consumers' retry bindings for queues that are not ready queues of
+	// the specification ([Plan.ConsumerRetryBinding]; management API only): expected, they do
+	// not make Status fail.
+	RetryBindings []Binding `json:"retry_bindings,omitempty"`
 	// DeadLettering names the queues holding messages in their dead-letter state
 	// (messages_dlx > 0, management API only) while every member of the queue and of the
 	// queues it dead-letters into is online: at-least-once dead-lettering that has not
@@ -171,7 +175,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		if err != nil {
 			return rep, err
 		}
-		rep.UnplannedBindings = unplannedBindings(p, all)
+		rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, all)
 		have, err := opts.Management.policies(ctx, false)
 		if err != nil {
 			return rep, err

@@ -313,6 +313,14 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 			fmt.Fprintf(w, "  %s\n", b)
 		}
 	}
+	if len(rep.RetryBindings) > 0 {
+		var qs []string
+		for _, b := range rep.RetryBindings {
+			qs = append(qs, b.Destination)
+		}
+		fmt.Fprintf(w, "consumers' retry bindings (queues outside the specification, bound to %s by their own name): %s\n",
+			rep.RetryBindings[0].Source, strings.Join(qs, ", "))
+	}
 	if rep.Management {
 		for _, ps := range rep.Policies {
 			st := "set"
