@@ -3,11 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,8 +49,8 @@ func closeConnection(t testing.TB, env *brokertest.Env, name string) {
 // by the broker (A "dies"), so the broker delivers the message again, to B. B must not run it
 // while A's lease holds (it defers the copy); A's handler then makes its effect and marks it
 // done; the deferred copy is skipped. Also: one message id published twice. The effect of each
-// happens once. stores gives each consumer its store (one shared MemoryStore, or a RedisStore
-// client per consumer).
+// happens once. store gives each consumer its store (one shared MemoryStore). The same with a
+// RedisStore across consumer processes, and with processes killed: TestConsumerProcessesDuplicates.
 func killMidHandler(t *testing.T, consumers int, store func() consumer.Store) {
 	f := newConsumerFixture(t)
 	fx := newConsumerEffects()
@@ -115,13 +112,6 @@ func TestConsumerDuplicatesMemory(t *testing.T) {
 	killMidHandler(t, 2, func() consumer.Store { return m })
 }
 
-// TestConsumerDuplicatesRedis: three Consumers, each with its own Redis client (as three
-// processes would be).
-func TestConsumerDuplicatesRedis(t *testing.T) {
-	rs := redisStore(t)
-	killMidHandler(t, 3, func() consumer.Store { return rs() })
-}
-
 // TestConsumerLeaseExpiry: an instance that died holding a message's lease (claimed here
 // directly in Redis, with a 2 s lease, and never released): the consumers defer the message
 // until the lease expires, then one of them handles it, once.
@@ -149,66 +139,4 @@ func TestConsumerLeaseExpiry(t *testing.T) {
 		t.Fatalf("orphan handled %d times, deferred %d times; want 1 and at least 1", fx.count("orphan"), ev.n(consumer.Deferred))
 	}
 	t.Logf("handled %v after publishing (lease 2 s), deferred %d times", time.Since(start), ev.n(consumer.Deferred))
-}
-
-// TestConsumerShutdownUnderLoad: three Consumers with a RedisStore handle messages that take
-// 5-25 ms (effect, then return); one is shut down gracefully midway, one with no grace at all
-// (its running handlers are cancelled and their messages given back), and a fourth joins. Nothing
-// is lost and no effect happens twice.
-func TestConsumerShutdownUnderLoad(t *testing.T) {
-	rs := redisStore(t)
-	f := newConsumerFixture(t)
-	const n = 2000
-	fx := newConsumerEffects()
-	var requeued atomic.Int32
-	start := func(grace time.Duration) func() {
-		c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
-			select {
-			case <-time.After(time.Duration(5+rand.IntN(20)) * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err() // cancelled before the effect: nothing done
-			}
-			fx.add(d.MessageId)
-			return nil
-		}, consumer.WithStore(rs()), consumer.WithConcurrency(8), consumer.WithShutdownTimeout(grace),
-			consumer.WithBusyDelay(200*time.Millisecond), consumer.WithLease(5*time.Second, time.Hour),
-			consumer.WithObserver(func(e consumer.Event) {
-				if e.Kind == consumer.Requeued {
-					requeued.Add(1)
-				}
-			}))
-		return runConsumer(t, c)
-	}
-	stop1, stop2 := start(5*time.Second), start(0)
-	start(5 * time.Second)
-	var wg sync.WaitGroup
-	ids := make(chan int)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range ids {
-				f.publish(t, fmt.Sprintf("s%05d", i), time.Duration(1+rand.IntN(20))*time.Millisecond)
-			}
-		}()
-	}
-	for i := range n {
-		ids <- i
-		switch i {
-		case n / 4:
-			go stop1()
-		case n / 2:
-			go stop2()
-		case 3 * n / 4:
-			start(5 * time.Second)
-		}
-	}
-	close(ids)
-	wg.Wait()
-	waitFor(t, 2*time.Minute, fmt.Sprintf("%d messages handled", n), func() bool { return fx.distinct() == n })
-	time.Sleep(2 * time.Second)
-	if twice := fx.twice(); len(twice) > 0 {
-		t.Fatalf("%d effects happened twice: %v", len(twice), twice[:min(10, len(twice))])
-	}
-	t.Logf("%d handled once each; %d given back at shutdown", n, requeued.Load())
 }
