@@ -66,15 +66,25 @@
 //     (a message published twice with one MessageId, a redelivery after a connection loss, a
 //     retry copy and a redelivered original). Two copies handled at the same time by two
 //     instances sharing a [RedisStore] do not both run: the second sees the lease and is deferred.
-//   - What is not guaranteed: when an instance dies in the middle of a handler (a crash, a kill,
-//     a network partition from Redis), its lease is no longer renewed and expires after at most
-//     the lease (1 min by default); the message, delivered again by the broker, then runs on
-//     another instance. If the dead handler had already made its effect, the effect happens
-//     twice. Make the effect itself idempotent, or transactional with the mark, where that
-//     matters. The same holds for a handler whose lease could not be renewed (the store
-//     unreachable for a whole lease): when the Consumer finds its lease taken, it cancels the
-//     handler's context. A handler that succeeded but whose done mark could not be written (the
-//     store unreachable) is acked; a copy arriving later runs again ([Event].Err says so).
+//   - An instance that dies in the middle of a handler (a crash, a kill, the machine lost): the
+//     broker gives its unacked deliveries to another Consumer once it sees the connection gone
+//     (at once when the process ends, as its operating system closes the socket; after about
+//     two missed heartbeats, 10 s each, when the machine or the network goes). The dead
+//     instance's lease is no longer renewed and expires at most one lease (1 min by default)
+//     after its last renewal; until then each copy is deferred (it waits the busy delay in the
+//     delay topology, no attempt counted), and the first copy after that runs the handler.
+//     So, with a [RedisStore] (TestConsumerProcessesDuplicates kills consumer processes with
+//     SIGKILL): a handler killed before its effect has the effect once; one killed after its
+//     effect but before the Consumer wrote the done mark (its effect and the mark are not one
+//     step) has the effect TWICE; one killed after the done mark has it once (the copy is
+//     skipped). Make the effect itself idempotent, or transactional with the mark, where that
+//     matters. A [MemoryStore] dies with its process: another process runs the redelivered
+//     message at once, with the same outcome (an effect already made happens twice).
+//   - A handler that outlives its lease (the store unreachable for a whole lease, or the process
+//     paused that long): another instance may claim the id and run a copy. When the Consumer
+//     finds its lease taken it cancels the handler's context, but an effect made before then
+//     stays. A handler that succeeded but whose done mark could not be written (the store
+//     unreachable) is acked; a copy arriving later runs again ([Event].Err says so).
 //   - Graceful shutdown (Run's context ends): no new message is taken; running handlers get the
 //     shutdown timeout to finish and settle as usual; the others' contexts are cancelled and
 //     their messages given back with a nack with requeue. A handler that returns after its
@@ -89,8 +99,8 @@
 //     (100,000 by default): use a RedisStore for several instances.
 //   - A delivery without an id (no MessageId) is not deduplicated. The amqpdelay Publisher always
 //     sets one; other publishers should.
-//   - A message given back at shutdown, or a delivery whose ack was lost, counts as a return
-//     for the quorum queue's delivery limit (RabbitMQ counts every requeue).
+//   - A message given back at shutdown, held by an instance that died, or whose ack was lost,
+//     counts as a return for the quorum queue's delivery limit (RabbitMQ counts every requeue).
 //   - Copies lose Expiration (a per-message TTL would expire them inside the delay topology) and
 //     UserId (RabbitMQ refuses a user id other than the publishing connection's).
 //   - The retry and parking copies go through the amqpdelay Publisher, which replaces every
