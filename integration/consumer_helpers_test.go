@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"sync"
@@ -57,6 +58,42 @@ func (f *consumerFixture) publish(t testing.TB, id string, delay time.Duration) 
 	msg := amqp.Publishing{MessageId: id, ContentType: "text/plain", Body: []byte("body " + id)}
 	if _, err := f.pub.Publish(ctx, f.target(), "o."+id, msg, delay); err != nil {
 		t.Fatalf("publish %s: %v", id, err)
+	}
+}
+
+// publishLoad publishes n messages, ids prefix followed by the number in 5 digits, each due 1 ms
+// to maxDelay after publishing, from 8 goroutines; before handing out message i it calls at(i)
+// (nil: nothing) on the caller's goroutine. A failed publish fails the test.
+func (f *consumerFixture) publishLoad(t testing.TB, n int, prefix string, maxDelay time.Duration, at func(i int)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	ids := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range ids {
+				id := fmt.Sprintf("%s%05d", prefix, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				msg := amqp.Publishing{MessageId: id, ContentType: "text/plain", Body: []byte("body " + id)}
+				delay := time.Millisecond + rand.N(maxDelay)
+				if _, err := f.pub.Publish(ctx, f.target(), "o."+id, msg, delay); err != nil {
+					t.Errorf("publish %s: %v", id, err)
+				}
+				cancel()
+			}
+		}()
+	}
+	for i := range n {
+		if at != nil {
+			at(i)
+		}
+		ids <- i
+	}
+	close(ids)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 }
 

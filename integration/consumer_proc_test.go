@@ -376,19 +376,7 @@ func TestConsumerProcessesShutdownUnderLoad(t *testing.T) {
 	p1, p2 := r.start(5*time.Second), r.start(0)
 	r.start(5 * time.Second)
 	const n = 2000
-	var wg sync.WaitGroup
-	ids := make(chan int)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range ids {
-				f.publish(t, fmt.Sprintf("s%05d", i), time.Duration(1+rand.IntN(20))*time.Millisecond)
-			}
-		}()
-	}
-	for i := range n {
-		ids <- i
+	f.publishLoad(t, n, "s", 20*time.Millisecond, func(i int) {
 		switch i {
 		case n / 4:
 			go r.stop(p1, syscall.SIGTERM)
@@ -397,9 +385,7 @@ func TestConsumerProcessesShutdownUnderLoad(t *testing.T) {
 		case 3 * n / 4:
 			r.start(5 * time.Second)
 		}
-	}
-	close(ids)
-	wg.Wait()
+	})
 	waitFor(t, 3*time.Minute, fmt.Sprintf("%d messages handled", n), func() bool { return len(r.hash("effects")) == n })
 	time.Sleep(2 * time.Second)
 	var twice []string

@@ -70,22 +70,7 @@ func TestConsumerLoadRetries(t *testing.T) {
 	others := consumeQueue(t, f.env, f.other)
 
 	start := time.Now()
-	var wg sync.WaitGroup
-	ids := make(chan int)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range ids {
-				f.publish(t, fmt.Sprintf("m%05d", i), time.Duration(1+rand.IntN(50))*time.Millisecond)
-			}
-		}()
-	}
-	for i := range n {
-		ids <- i
-	}
-	close(ids)
-	wg.Wait()
+	f.publishLoad(t, n, "m", 50*time.Millisecond, nil)
 	t.Logf("published %d messages in %v", n, time.Since(start))
 
 	otherSeen := map[string]int{}
