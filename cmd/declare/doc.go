@@ -39,7 +39,9 @@
 //	          a consumer is attached to a delay queue, messages sit in a queue's dead-letter
 //	          state (messages_dlx: no route, or a quorum member or leader unreachable), a
 //	          binding on the topology's exchanges or queues is not in the specification (an
-//	          earlier ready-queue key, say), or a policy in effect breaks a guarantee.
+//	          earlier ready-queue key, say), or a policy in effect breaks a guarantee. A
+//	          consumer's binding of its own queue to <prefix>.retry by the queue's name (the
+//	          consumer package's, for a queue that is not a --ready-queue) is listed, not an error.
 //	          --output table|json.
 //	export    Print the topology as RabbitMQ definitions JSON (the format of rabbitmqctl
 //	          export_definitions) for the URL's vhost or --vhost. `rabbitmqctl
