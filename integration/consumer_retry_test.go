@@ -19,8 +19,9 @@ import (
 
 var consumerLoad = flag.Int("consumer-load", 10000, "messages of TestConsumerLoadRetries")
 
-// TestConsumerLoadRetries: -consumer-load messages (10,000 by default: about 70 s under -race on
-// a busy 2-core machine, on RabbitMQ 3.10.8 and 4.0.5 alike), each due 1-50 ms after
+// TestConsumerLoadRetries: -consumer-load messages (10,000 by default, the size: 66-165 s
+// under -race on the 2-core development VM, on RabbitMQ 3.10.8 and 4.0.5 alike, with the VM's
+// other load deciding where in that range), each due 1-50 ms after
 // publishing, handled by one Consumer (16 at a time, memory store) whose handler fails 20 % of
 // first attempts at random. Every message is handled successfully exactly once; every retry
 // arrives no earlier than its back-off after its failure and is due no earlier; the other queue
