@@ -306,3 +306,18 @@ func clusterTailLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// buildDeclare builds cmd/declare into a temporary directory and returns the binary's path
+// (skips when the go tool is not on PATH).
+func buildDeclare(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH; cannot build cmd/declare")
+	}
+	bin := filepath.Join(t.TempDir(), "declare")
+	if out, err := exec.Command(goTool, "build", "-o", bin, "../cmd/declare").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/declare: %v\n%s", err, out)
+	}
+	return bin
+}

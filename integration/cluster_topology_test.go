@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,14 +27,7 @@ import (
 // No timing is asserted; every wait has a generous deadline (3 nodes on a busy 2-core machine).
 func TestClusterTopology(t *testing.T) {
 	c := getCluster(t)
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go tool is not on PATH; cannot build cmd/declare")
-	}
-	bin := filepath.Join(t.TempDir(), "declare")
-	if out, err := exec.Command(goTool, "build", "-o", bin, "../cmd/declare").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/declare: %v\n%s", err, out)
-	}
+	bin := buildDeclare(t)
 	env := brokertest.NewEnv(t)
 	if env.Broker.ManagementURL == "" {
 		t.Skip("needs the management API of node 1 (AMQP_MANAGEMENT_URL)")
