@@ -214,33 +214,14 @@ func (pl *plainLadder) publishBatch(ch *amqp.Channel, returns <-chan amqp.Return
 	return err
 }
 
-// lostByPrefix counts the confirmed messages neither delivered nor parked by id prefix
-// (the part before the first '-').
-func (l *soakLedger) lostByPrefix() string {
+// byPrefix counts the messages for which count returns true by id prefix (the part before
+// the first '-'), as "plain 3, pubkills 1".
+func (l *soakLedger) byPrefix(count func(*soakRecord) bool) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := map[string]int{}
 	for id, r := range l.recs {
-		if r.confirmed && r.deliveries == 0 && r.parked == "" {
-			p, _, _ := strings.Cut(id, "-")
-			n[p]++
-		}
-	}
-	var parts []string
-	for p, k := range n {
-		parts = append(parts, fmt.Sprintf("%s %d", p, k))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ", ")
-}
-
-// confirmedByPrefix counts the confirmed messages by id prefix.
-func (l *soakLedger) confirmedByPrefix() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := map[string]int{}
-	for id, r := range l.recs {
-		if r.confirmed {
+		if count(r) {
 			p, _, _ := strings.Cut(id, "-")
 			n[p]++
 		}

@@ -458,7 +458,9 @@ func (r *soakRun) run() soakResult {
 		r.describe(ids)
 		res.Lost = max(0, res.Lost-msgs)
 	}
-	r.note("confirmed by publisher: %s; not delivered nor parked: %s", r.l.confirmedByPrefix(), r.l.lostByPrefix())
+	r.note("confirmed by publisher: %s; not delivered nor parked: %s",
+		r.l.byPrefix(func(r *soakRecord) bool { return r.confirmed }),
+		r.l.byPrefix(func(r *soakRecord) bool { return r.confirmed && r.deliveries == 0 && r.parked == "" }))
 	var ks []string
 	r.mu.Lock()
 	for _, s := range r.notes {

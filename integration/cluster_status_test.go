@@ -13,7 +13,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -34,14 +33,7 @@ import (
 func TestClusterStatusDeadLetterWait(t *testing.T) {
 	c := getCluster(t)
 	bin := buildDeclare(t)
-	env := brokertest.NewEnv(t)
-	if env.Broker.ManagementURL == "" {
-		t.Skip("needs the management API of node 1 (AMQP_MANAGEMENT_URL)")
-	}
-	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, m := clusterMgmtEnv(t)
 	const step = 5 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -28,14 +27,7 @@ import (
 func TestClusterTopology(t *testing.T) {
 	c := getCluster(t)
 	bin := buildDeclare(t)
-	env := brokertest.NewEnv(t)
-	if env.Broker.ManagementURL == "" {
-		t.Skip("needs the management API of node 1 (AMQP_MANAGEMENT_URL)")
-	}
-	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, m := clusterMgmtEnv(t)
 	const step = 5 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
