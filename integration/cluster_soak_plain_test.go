@@ -191,15 +191,18 @@ func (pl *plainLadder) publishBatch(ch *amqp.Channel, returns <-chan amqp.Return
 		}
 	}
 	returned := map[string]bool{}
+drain:
 	for {
 		select {
-		case r := <-returns:
+		case r, ok := <-returns:
+			if !ok { // the channel is closed
+				break drain
+			}
 			returned[r.MessageId] = true
 			pl.returns.Add(1)
-			continue
 		default:
+			break drain
 		}
-		break
 	}
 	pl.l.mu.Lock()
 	for i, s := range out {
