@@ -208,67 +208,9 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		}
 	}
 
-	// Conflicts: declare the existing objects again with the plan's arguments.
-	var existing []planObject
-	var redeclare []step
-	for _, o := range objects {
-		if exists[o.key()] {
-			existing, redeclare = append(existing, o), append(redeclare, o.declare())
-		}
-	}
-	errs, err := r.look(redeclare)
+	conflicts, conflictOf, err := findConflicts(r, objects, exists, opts)
 	if err != nil {
-		return rep, fmt.Errorf("topology: check existing objects: %w", err)
-	}
-	var conflicts []error
-	conflictOf := map[string]*ConflictError{}
-	var current map[string]map[string]any // from the management API, when a message was cut
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
-		o := existing[i]
-		var c *ConflictError
-		if !errors.As(wrapBroker(err, ""), &c) {
-			return rep, wrapBroker(err, fmt.Sprintf("declare %s %q", o.kind, o.name))
-		}
-		if c.Existing == unknownValue && current == nil && opts.Management != nil {
-			if current, err = opts.Management.objects(ctx); err != nil {
-				log.Warn().Err(err).Msg("cannot read the existing arguments through the management API")
-				current = map[string]map[string]any{}
-			}
-		}
-		c.fill(o.args, o.typ, current[o.key()])
-		conflicts = append(conflicts, c)
-		conflictOf[o.key()] = c
-	}
-	// A redeclare of an x-delayed-message exchange compares none of the plugin's own arguments
-	// (the plugin hands the check to the delayed type, which looks at alternate-exchange only;
-	// seen on 3.10.8): an existing plugin exchange with another x-delayed-type would take every
-	// plugin publish and route it nowhere. The management API shows its arguments.
-	for _, o := range existing {
-		if !o.plugin || conflictOf[o.key()] != nil || opts.Management == nil {
-			continue
-		}
-		if current == nil {
-			if current, err = opts.Management.objects(ctx); err != nil {
-				log.Warn().Err(err).Msg("cannot read the plugin exchange's arguments through the management API")
-				current = map[string]map[string]any{}
-			}
-		}
-		got, ok := current[o.key()]
-		if !ok {
-			continue
-		}
-		have, want := "none", fmt.Sprint(o.args["x-delayed-type"])
-		if v, ok := got["x-delayed-type"]; ok {
-			have = fmt.Sprint(v)
-		}
-		if have != want {
-			c := &ConflictError{Kind: string(KindExchange), Name: o.name, Argument: "x-delayed-type", Existing: have, Wanted: want}
-			conflicts = append(conflicts, c)
-			conflictOf[o.key()] = c
-		}
+		return rep, err
 	}
 
 	// Report of what exists.
@@ -388,6 +330,77 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	log.Debug().Int("created", rep.Count(StateCreated)).Int("unchanged", rep.Count(StateUnchanged)).
 		Dur("elapsed", time.Since(start)).Msg("topology applied")
 	return rep, nil
+}
+
+// findConflicts declares the existing objects again with the plan's arguments: equal
+// arguments change nothing, different ones make the broker answer 406 PRECONDITION_FAILED. It
+// returns every conflict (each a *ConflictError, completed from the management API when
+// opts.Management is set) in plan order, and the same keyed by planObject.key, or the first
+// other error.
+func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts ApplyOptions) ([]error, map[string]*ConflictError, error) {
+	ctx, log := r.ctx, r.log
+	var existing []planObject
+	var redeclare []step
+	for _, o := range objects {
+		if exists[o.key()] {
+			existing, redeclare = append(existing, o), append(redeclare, o.declare())
+		}
+	}
+	errs, err := r.look(redeclare)
+	if err != nil {
+		return nil, nil, fmt.Errorf("topology: check existing objects: %w", err)
+	}
+	var conflicts []error
+	conflictOf := map[string]*ConflictError{}
+	var current map[string]map[string]any // from the management API, when a message was cut
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		o := existing[i]
+		var c *ConflictError
+		if !errors.As(wrapBroker(err, ""), &c) {
+			return nil, nil, wrapBroker(err, fmt.Sprintf("declare %s %q", o.kind, o.name))
+		}
+		if c.Existing == unknownValue && current == nil && opts.Management != nil {
+			if current, err = opts.Management.objects(ctx); err != nil {
+				log.Warn().Err(err).Msg("cannot read the existing arguments through the management API")
+				current = map[string]map[string]any{}
+			}
+		}
+		c.fill(o.args, o.typ, current[o.key()])
+		conflicts = append(conflicts, c)
+		conflictOf[o.key()] = c
+	}
+	// A redeclare of an x-delayed-message exchange compares none of the plugin's own arguments
+	// (the plugin hands the check to the delayed type, which looks at alternate-exchange only;
+	// seen on 3.10.8): an existing plugin exchange with another x-delayed-type would take every
+	// plugin publish and route it nowhere. The management API shows its arguments.
+	for _, o := range existing {
+		if !o.plugin || conflictOf[o.key()] != nil || opts.Management == nil {
+			continue
+		}
+		if current == nil {
+			if current, err = opts.Management.objects(ctx); err != nil {
+				log.Warn().Err(err).Msg("cannot read the plugin exchange's arguments through the management API")
+				current = map[string]map[string]any{}
+			}
+		}
+		got, ok := current[o.key()]
+		if !ok {
+			continue
+		}
+		have, want := "none", fmt.Sprint(o.args["x-delayed-type"])
+		if v, ok := got["x-delayed-type"]; ok {
+			have = fmt.Sprint(v)
+		}
+		if have != want {
+			c := &ConflictError{Kind: string(KindExchange), Name: o.name, Argument: "x-delayed-type", Existing: have, Wanted: want}
+			conflicts = append(conflicts, c)
+			conflictOf[o.key()] = c
+		}
+	}
+	return conflicts, conflictOf, nil
 }
 
 // declareFailed records the first failed declaration of a phase in its row and returns the
