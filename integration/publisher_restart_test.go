@@ -249,8 +249,12 @@ func TestPublisherBrokerOutage(t *testing.T) {
 		}
 	}()
 	blocked := make(chan error, 1)
+	// The blocked publish waits through Close below and the rabbitmqctl call that ends the
+	// alarm (40 s under a load average of 30): its context only bounds a hang.
+	blockedCtx, cancelBlocked := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancelBlocked()
 	go func() { // blocks the connection
-		_, err := one.Publish(pubCtx(t), target, "k", textMsg("ladder, in the alarm"), time.Minute)
+		_, err := one.Publish(blockedCtx, target, "k", textMsg("ladder, in the alarm"), time.Minute)
 		blocked <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
