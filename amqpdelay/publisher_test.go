@@ -65,8 +65,8 @@ func TestNewPublisherDialErrorHidesPassword(t *testing.T) {
 	if strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("error shows the password: %v", err)
 	}
-	if time.Since(start) > 6*time.Second {
-		t.Errorf("NewPublisher took %v, past its context", time.Since(start))
+	if time.Since(start) > time.Minute { // a hang bound: the context ends after 5 s
+		t.Errorf("NewPublisher took %v, far past its context", time.Since(start))
 	}
 }
 

@@ -277,7 +277,8 @@ func startPrivateBrokerWith(t testing.TB, pluginsDir string) *privateBroker {
 }
 
 func (b *privateBroker) script(t testing.TB, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A bound on a hang: under a load average of 30 on 2 cores, "up" took over 7 minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(b.root, "scripts", "broker"), args...)
 	env := []string{"BROKER_STATE=" + b.state, "BROKER_DOCKER=0"}

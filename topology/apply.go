@@ -195,7 +195,9 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	if err := Preflight(ctx, conn, p); err != nil {
 		return rep, err
 	}
-	ex, qs, err := survey(ctx, conn, p, opts.Workers)
+	r := newRunner(ctx, conn, opts.Workers, log, "declare", rep)
+	objects := objectsOf(p)
+	exists, err := survey(r, objects)
 	if err != nil {
 		return rep, err
 	}
@@ -206,115 +208,41 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		}
 	}
 
-	// Conflicts: declare the existing objects again with the plan's arguments.
-	type object struct {
-		kind Kind
-		name string
-		typ  string
-		args amqp.Table
-	}
-	var jobs []job
-	var which []object
-	for _, e := range p.Exchanges {
-		if ex[e.Name] {
-			jobs = append(jobs, declareExchange(e))
-			which = append(which, object{KindExchange, e.Name, e.Type, e.Args})
-		}
-	}
-	for _, q := range p.Queues {
-		if qs[q.Name] {
-			jobs = append(jobs, declareQueue(q))
-			which = append(which, object{KindQueue, q.Name, "", q.Args})
-		}
-	}
-	errs, err := runJobs(ctx, conn, opts.Workers, false, jobs)
+	conflicts, conflictOf, err := findConflicts(r, objects, exists, opts)
 	if err != nil {
-		return rep, fmt.Errorf("topology: check existing objects: %w", err)
-	}
-	var conflicts []error
-	conflictOf := map[string]*ConflictError{}
-	var current map[string]map[string]any // from the management API, when a message was cut
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
-		o := which[i]
-		var c *ConflictError
-		if !errors.As(wrapBroker(err, ""), &c) {
-			return rep, wrapBroker(err, fmt.Sprintf("declare %s %q", o.kind, o.name))
-		}
-		if c.Existing == unknownValue && current == nil && opts.Management != nil {
-			if current, err = opts.Management.objects(ctx); err != nil {
-				log.Warn().Err(err).Msg("cannot read the existing arguments through the management API")
-				current = map[string]map[string]any{}
-			}
-		}
-		c.fill(o.args, o.typ, current[string(o.kind)+" "+o.name])
-		conflicts = append(conflicts, c)
-		conflictOf[string(o.kind)+" "+o.name] = c
-	}
-	// A redeclare of an x-delayed-message exchange compares none of the plugin's own arguments
-	// (the plugin hands the check to the delayed type, which looks at alternate-exchange only;
-	// seen on 3.10.8): an existing plugin exchange with another x-delayed-type would take every
-	// plugin publish and route it nowhere. The management API shows its arguments.
-	for _, e := range p.Exchanges {
-		if e.Role != RolePlugin || !ex[e.Name] || conflictOf[string(KindExchange)+" "+e.Name] != nil || opts.Management == nil {
-			continue
-		}
-		if current == nil {
-			if current, err = opts.Management.objects(ctx); err != nil {
-				log.Warn().Err(err).Msg("cannot read the plugin exchange's arguments through the management API")
-				current = map[string]map[string]any{}
-			}
-		}
-		got, ok := current[string(KindExchange)+" "+e.Name]
-		if !ok {
-			continue
-		}
-		have, want := "none", fmt.Sprint(e.Args["x-delayed-type"])
-		if v, ok := got["x-delayed-type"]; ok {
-			have = fmt.Sprint(v)
-		}
-		if have != want {
-			c := &ConflictError{Kind: string(KindExchange), Name: e.Name, Argument: "x-delayed-type", Existing: have, Wanted: want}
-			conflicts = append(conflicts, c)
-			conflictOf[string(KindExchange)+" "+e.Name] = c
-		}
+		return rep, err
 	}
 
 	// Report of what exists.
-	state := func(kind Kind, name string, exists bool) Result {
-		r := Result{Kind: kind, Name: name, State: StateMissing}
-		if c := conflictOf[string(kind)+" "+name]; c != nil {
-			r.State, r.Detail = StateConflict, fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
-		} else if exists {
-			r.State = StateUnchanged
+	for _, o := range objects {
+		row := Result{Kind: o.kind, Name: o.name, State: StateMissing}
+		if c := conflictOf[o.key()]; c != nil {
+			row.State, row.Detail = StateConflict, conflictDetail(c)
+		} else if exists[o.key()] {
+			row.State = StateUnchanged
 		}
-		return r
+		r.add(row)
 	}
-	for _, e := range p.Exchanges {
-		rep.Results = append(rep.Results, state(KindExchange, e.Name, ex[e.Name]))
-	}
-	for _, q := range p.Queues {
-		rep.Results = append(rep.Results, state(KindQueue, q.Name, qs[q.Name]))
-	}
-	nObjects := len(rep.Results)
 	for _, b := range p.Bindings {
-		r := Result{Kind: KindBinding, Name: b.String(), State: StateUnknown}
+		row := Result{Kind: KindBinding, Name: b.String(), State: StateUnknown}
 		if bindings != nil {
-			r.State = StateMissing
+			row.State = StateMissing
 			if bindings[b.key()] {
-				r.State = StateUnchanged
+				row.State = StateUnchanged
 			}
 		}
-		rep.Results = append(rep.Results, r)
+		r.add(row)
 	}
-	if len(conflicts) > 0 {
+	// notDeclared marks what is still to be declared as not declared, when Apply stops.
+	notDeclared := func() {
 		for i := range rep.Results {
 			if s := rep.Results[i].State; s == StateMissing || s == StateUnknown {
 				rep.Results[i].State = StateNotDeclared
 			}
 		}
+	}
+	if len(conflicts) > 0 {
+		notDeclared()
 		if len(conflicts) == 1 {
 			return rep, conflicts[0]
 		}
@@ -342,73 +270,53 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		return rep, nil
 	}
 
-	// Create what is missing: exchanges, queues, then bindings tier by tier.
-	fail := func(err error, from int) (*Report, error) {
-		for i := from; i < len(rep.Results); i++ {
-			if s := rep.Results[i].State; s == StateMissing || s == StateUnknown {
-				rep.Results[i].State = StateNotDeclared
-			}
-		}
-		return rep, err
+	// Create what is missing, phase by phase: exchanges, queues, the bindings tier by tier,
+	// and last the markers. The markers tell publishers that the ladder is declared as it says
+	// (Names.LadderMarker) and that a target is bound to D (Names.TargetMarker), so they come
+	// once every queue and binding has been declared with this plan's arguments and the
+	// policies are set: an apply that fails or is cut off half way (or loses a race with an
+	// apply of another ladder) leaves no marker, and publishers refuse to start.
+	type phase struct {
+		steps []step
+		done  State
 	}
-	jobs = nil
-	var idx []int
-	// The markers tell publishers that the ladder is declared as it says (Names.LadderMarker)
-	// and that a target is bound to D (Names.TargetMarker), so they come last, once every
-	// queue and binding has been declared with this plan's arguments and the policies are
-	// set: an apply that fails or is cut off half way (or loses a race with an apply of
-	// another ladder) leaves no marker, and publishers refuse to start.
-	var markers []int
-	for i, e := range p.Exchanges {
-		if e.Marker {
-			markers = append(markers, i)
-			continue
-		}
-		if rep.Results[i].State == StateMissing {
-			jobs, idx = append(jobs, declareExchange(e)), append(idx, i)
+	var exchanges, queues, markers []step
+	for _, o := range objects {
+		switch {
+		case r.row(o.declare()).State != StateMissing:
+		case o.marker:
+			markers = append(markers, o.declare())
+		case o.kind == KindExchange:
+			exchanges = append(exchanges, o.declare())
+		default:
+			queues = append(queues, o.declare())
 		}
 	}
-	if err := runCreate(ctx, conn, opts, rep, jobs, idx, StateCreated); err != nil {
-		return fail(err, 0)
+	phases := []phase{{exchanges, StateCreated}, {queues, StateCreated}}
+	bound := StateCreated
+	if bindings == nil {
+		bound = StateBound // AMQP cannot tell a created binding from an existing one
 	}
-	jobs, idx = nil, nil
-	for i, q := range p.Queues {
-		if r := len(p.Exchanges) + i; rep.Results[r].State == StateMissing {
-			jobs, idx = append(jobs, declareQueue(q)), append(idx, r)
+	for i, b := range p.Bindings {
+		if i == 0 || b.Tier != p.Bindings[i-1].Tier {
+			phases = append(phases, phase{done: bound})
+		}
+		s := step{KindBinding, b.String(), declareBinding(b)}
+		switch row := r.row(s); row.State {
+		case StateUnknown:
+			row.State = StateMissing // declared below, reported as bound
+			fallthrough
+		case StateMissing:
+			last := &phases[len(phases)-1]
+			last.steps = append(last.steps, s)
 		}
 	}
-	if err := runCreate(ctx, conn, opts, rep, jobs, idx, StateCreated); err != nil {
-		return fail(err, 0)
-	}
-	for i := 0; i < len(p.Bindings); {
-		tier := p.Bindings[i].Tier
-		jobs, idx = nil, nil
-		for ; i < len(p.Bindings) && p.Bindings[i].Tier == tier; i++ {
-			r := nObjects + i
-			switch rep.Results[r].State {
-			case StateMissing:
-				jobs, idx = append(jobs, declareBinding(p.Bindings[i])), append(idx, r)
-			case StateUnknown:
-				rep.Results[r].State = StateMissing // declared below, reported as bound
-				jobs, idx = append(jobs, declareBinding(p.Bindings[i])), append(idx, r)
-			}
+	phases = append(phases, phase{markers, StateCreated})
+	for _, ph := range phases {
+		if err := r.run(ph.steps, ph.done, declareFailed); err != nil {
+			notDeclared()
+			return rep, err
 		}
-		st := StateCreated
-		if bindings == nil {
-			st = StateBound
-		}
-		if err := runCreate(ctx, conn, opts, rep, jobs, idx, st); err != nil {
-			return fail(err, 0)
-		}
-	}
-	jobs, idx = nil, nil
-	for _, i := range markers {
-		if rep.Results[i].State == StateMissing {
-			jobs, idx = append(jobs, declareExchange(p.Exchanges[i])), append(idx, i)
-		}
-	}
-	if err := runCreate(ctx, conn, opts, rep, jobs, idx, StateCreated); err != nil {
-		return fail(err, 0)
 	}
 	rep.Results = append(rep.Results, policyResults...)
 	if opts.Management != nil {
@@ -424,68 +332,157 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	return rep, nil
 }
 
-// runCreate runs creation jobs and sets the results at idx to ok, or returns the first error.
-func runCreate(ctx context.Context, conn *amqp.Connection, opts ApplyOptions, rep *Report, jobs []job, idx []int, ok State) error {
-	errs, err := runJobs(ctx, conn, opts.Workers, true, jobs)
+// findConflicts declares the existing objects again with the plan's arguments: equal
+// arguments change nothing, different ones make the broker answer 406 PRECONDITION_FAILED. It
+// returns every conflict (each a *ConflictError, completed from the management API when
+// opts.Management is set) in plan order, and the same keyed by planObject.key, or the first
+// other error.
+func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts ApplyOptions) ([]error, map[string]*ConflictError, error) {
+	ctx, log := r.ctx, r.log
+	var existing []planObject
+	var redeclare []step
+	for _, o := range objects {
+		if exists[o.key()] {
+			existing, redeclare = append(existing, o), append(redeclare, o.declare())
+		}
+	}
+	errs, err := r.look(redeclare)
 	if err != nil {
-		return fmt.Errorf("topology: declare: %w", err)
+		return nil, nil, fmt.Errorf("topology: check existing objects: %w", err)
 	}
-	for k, e := range errs {
-		r := &rep.Results[idx[k]]
-		if e == nil {
-			r.State = ok
-			opts.Logger.Debug().Str("kind", string(r.Kind)).Str("name", r.Name).Msg(string(ok))
+	var conflicts []error
+	conflictOf := map[string]*ConflictError{}
+	var current map[string]map[string]any // from the management API, when a message was cut
+	for i, err := range errs {
+		if err == nil {
+			continue
 		}
-	}
-	if k, e := firstErr(errs); e != nil {
-		r := &rep.Results[idx[k]]
-		werr := wrapBroker(e, fmt.Sprintf("declare %s %q", r.Kind, r.Name))
+		o := existing[i]
 		var c *ConflictError
-		if errors.As(werr, &c) {
-			r.State, r.Detail = StateConflict, fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
-		} else {
-			r.Detail = werr.Error()
+		if !errors.As(wrapBroker(err, ""), &c) {
+			return nil, nil, wrapBroker(err, fmt.Sprintf("declare %s %q", o.kind, o.name))
 		}
-		return werr
+		if c.Existing == unknownValue && current == nil && opts.Management != nil {
+			if current, err = opts.Management.objects(ctx); err != nil {
+				log.Warn().Err(err).Msg("cannot read the existing arguments through the management API")
+				current = map[string]map[string]any{}
+			}
+		}
+		c.fill(o.args, o.typ, current[o.key()])
+		conflicts = append(conflicts, c)
+		conflictOf[o.key()] = c
 	}
-	return nil
+	// A redeclare of an x-delayed-message exchange compares none of the plugin's own arguments
+	// (the plugin hands the check to the delayed type, which looks at alternate-exchange only;
+	// seen on 3.10.8): an existing plugin exchange with another x-delayed-type would take every
+	// plugin publish and route it nowhere. The management API shows its arguments.
+	for _, o := range existing {
+		if !o.plugin || conflictOf[o.key()] != nil || opts.Management == nil {
+			continue
+		}
+		if current == nil {
+			if current, err = opts.Management.objects(ctx); err != nil {
+				log.Warn().Err(err).Msg("cannot read the plugin exchange's arguments through the management API")
+				current = map[string]map[string]any{}
+			}
+		}
+		got, ok := current[o.key()]
+		if !ok {
+			continue
+		}
+		have, want := "none", fmt.Sprint(o.args["x-delayed-type"])
+		if v, ok := got["x-delayed-type"]; ok {
+			have = fmt.Sprint(v)
+		}
+		if have != want {
+			c := &ConflictError{Kind: string(KindExchange), Name: o.name, Argument: "x-delayed-type", Existing: have, Wanted: want}
+			conflicts = append(conflicts, c)
+			conflictOf[o.key()] = c
+		}
+	}
+	return conflicts, conflictOf, nil
 }
 
-// survey finds, with passive declarations, which of the plan's exchanges and queues exist.
-func survey(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (ex, qs map[string]bool, err error) {
-	ex, qs = map[string]bool{}, map[string]bool{}
-	var jobs []job
+// declareFailed records the first failed declaration of a phase in its row and returns the
+// error Apply returns.
+func declareFailed(row *Result, err error) error {
+	werr := wrapBroker(err, fmt.Sprintf("declare %s %q", row.Kind, row.Name))
+	var c *ConflictError
+	if errors.As(werr, &c) {
+		row.State, row.Detail = StateConflict, conflictDetail(c)
+	} else {
+		row.Detail = werr.Error()
+	}
+	return werr
+}
+
+// conflictDetail is the Detail of a conflict's row.
+func conflictDetail(c *ConflictError) string {
+	return fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
+}
+
+// planObject is one exchange or queue of a plan, as Apply looks it up and declares it.
+type planObject struct {
+	kind   Kind
+	name   string
+	typ    string // the exchange type
+	args   amqp.Table
+	plugin bool // the delayed-message plugin's exchange
+	marker bool // a marker exchange, declared last
+	decl   job
+}
+
+// objectsOf lists the exchanges, then the queues, of p in plan order.
+func objectsOf(p *Plan) []planObject {
+	var objects []planObject
 	for _, e := range p.Exchanges {
-		jobs = append(jobs, func(ch *amqp.Channel) error {
-			return ch.ExchangeDeclarePassive(e.Name, e.Type, true, false, false, false, nil)
-		})
+		objects = append(objects, planObject{kind: KindExchange, name: e.Name, typ: e.Type, args: e.Args,
+			plugin: e.Role == RolePlugin, marker: e.Marker, decl: declareExchange(e)})
 	}
 	for _, q := range p.Queues {
-		jobs = append(jobs, func(ch *amqp.Channel) error {
-			_, err := ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
-			return err
-		})
+		objects = append(objects, planObject{kind: KindQueue, name: q.Name, args: q.Args, decl: declareQueue(q)})
 	}
-	errs, err := runJobs(ctx, conn, workers, false, jobs)
+	return objects
+}
+
+func (o planObject) key() string   { return rowKey(o.kind, o.name) }
+func (o planObject) declare() step { return step{o.kind, o.name, o.decl} }
+
+// lookup is a passive declaration: it fails with 404 NOT_FOUND when the object does not exist.
+func (o planObject) lookup() step {
+	if o.kind == KindExchange {
+		return step{o.kind, o.name, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(o.name, o.typ, true, false, false, false, nil)
+		}}
+	}
+	return step{o.kind, o.name, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclarePassive(o.name, true, false, false, false, nil)
+		return err
+	}}
+}
+
+// survey finds, with passive declarations, which of objects exist (by planObject.key).
+func survey(r *runner, objects []planObject) (map[string]bool, error) {
+	steps := make([]step, len(objects))
+	for i, o := range objects {
+		steps[i] = o.lookup()
+	}
+	errs, err := r.look(steps)
 	if err != nil {
-		return nil, nil, fmt.Errorf("topology: look up existing objects: %w", err)
+		return nil, fmt.Errorf("topology: look up existing objects: %w", err)
 	}
+	exists := map[string]bool{}
 	for i, e := range errs {
-		kind, name, set := KindExchange, "", ex
-		if i < len(p.Exchanges) {
-			name = p.Exchanges[i].Name
-		} else {
-			kind, name, set = KindQueue, p.Queues[i-len(p.Exchanges)].Name, qs
-		}
+		s := steps[i]
 		switch {
 		case e == nil:
-			set[name] = true
+			exists[s.key()] = true
 		case code(e) == amqp.NotFound:
 		default:
-			return nil, nil, wrapBroker(e, fmt.Sprintf("look up %s %q", kind, name))
+			return nil, wrapBroker(e, fmt.Sprintf("look up %s %q", s.kind, s.name))
 		}
 	}
-	return ex, qs, nil
+	return exists, nil
 }
 
 func declareExchange(e Exchange) job {

@@ -46,7 +46,7 @@ func NewManagement(rawURL, vhost string) (*Management, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || amqpconn.MisplacedAt(rawURL) {
 		// Never the parser's message: net/url quotes a prefix of the URL that can end inside
-		// the password. The message quotes the URL forms so amqpconn.RedactText leaves it intact.
+		// the password.
 		shown := "URL"
 		if strings.Contains(rawURL, "://") {
 			shown = fmt.Sprintf("URL %q", amqpconn.RedactUserinfo(rawURL))

@@ -62,23 +62,10 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	start := time.Now()
 	rep := &Report{}
 	defer func() { rep.Elapsed = time.Since(start) }()
+	r := newRunner(ctx, conn, opts.Workers, opts.Logger, "teardown", rep)
 
 	// What to delete, in order: queues (delay, ready, parking last), then exchanges from
 	// where messages enter (plugin, buckets, ladder) to where they leave (D, unroutable).
-	var queues []string
-	for _, q := range p.Queues {
-		if q.IsDelay() {
-			queues = append(queues, q.Name)
-		}
-	}
-	if opts.ReadyQueues {
-		for _, q := range p.Queues {
-			if q.Role == RoleReady {
-				queues = append(queues, q.Name)
-			}
-		}
-	}
-	queues = append(queues, p.Names.Parking())
 	// classic marks the plan's classic queues: only they support queue.delete's if-empty.
 	classic := map[string]bool{}
 	for _, q := range p.Queues {
@@ -86,37 +73,44 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			classic[q.Name] = true
 		}
 	}
+	var queues []*doomed
+	for _, q := range p.Queues {
+		if q.IsDelay() {
+			queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
+		}
+	}
+	if opts.ReadyQueues {
+		for _, q := range p.Queues {
+			if q.Role == RoleReady {
+				queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
+			}
+		}
+	}
+	parking := doomedQueue(p.Names.Parking(), classic[p.Names.Parking()], opts)
 	// The target markers first: publishers that check them stop trusting the topology.
-	var exchanges []string
+	var exchanges []*doomed
 	for _, e := range p.Exchanges {
 		if e.Marker && e.Role == RoleDispatch {
-			exchanges = append(exchanges, e.Name)
+			exchanges = append(exchanges, doomedExchange(e.Name))
 		}
 	}
-	exchanges = append(exchanges, p.Names.PluginExchange(), p.Names.BucketExchange())
+	exchanges = append(exchanges, doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange()))
 	for _, e := range p.Exchanges {
 		if e.Role == RoleLadder {
-			exchanges = append(exchanges, e.Name)
+			exchanges = append(exchanges, doomedExchange(e.Name))
 		}
 	}
-	exchanges = append(exchanges, p.Names.Dispatch(), p.Names.Retry(), p.Names.DueUnroutable(), p.Names.Unroutable())
+	for _, name := range []string{p.Names.Dispatch(), p.Names.Retry(), p.Names.DueUnroutable(), p.Names.Unroutable()} {
+		exchanges = append(exchanges, doomedExchange(name))
+	}
+	all := append(append(append([]*doomed{}, queues...), parking), exchanges...)
 
 	// What exists, and what it holds.
-	var jobs []job
-	found := make([]amqp.Queue, len(queues))
-	for i, name := range queues {
-		jobs = append(jobs, func(ch *amqp.Channel) error {
-			var err error
-			found[i], err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
-			return err
-		})
+	lookups := make([]step, len(all))
+	for i, d := range all {
+		lookups[i] = d.lookup
 	}
-	for _, name := range exchanges {
-		jobs = append(jobs, func(ch *amqp.Channel) error {
-			return ch.ExchangeDeclarePassive(name, amqp.ExchangeHeaders, true, false, false, false, nil)
-		})
-	}
-	errs, err := runJobs(ctx, conn, opts.Workers, false, jobs)
+	errs, err := r.look(lookups)
 	if err != nil {
 		return rep, fmt.Errorf("topology: teardown: %w", err)
 	}
@@ -129,28 +123,23 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			return rep, err
 		}
 	}
-	exists := make([]bool, len(jobs))
-	held := make([]int64, len(queues))
 	var full []string
 	for i, e := range errs {
+		d := all[i]
 		switch {
 		case e == nil:
-			exists[i] = true
+			d.exists = true
 		case code(e) == amqp.NotFound:
 		default:
-			what := fmt.Sprintf("queue %q", queues[min(i, len(queues)-1)])
-			if i >= len(queues) {
-				what = fmt.Sprintf("exchange %q", exchanges[i-len(queues)])
-			}
-			return rep, wrapBroker(e, "look up "+what)
+			return rep, wrapBroker(e, fmt.Sprintf("look up %s %q", d.kind, d.name))
 		}
-		if i < len(queues) && exists[i] {
-			held[i] = int64(found[i].Messages)
-			if m, ok := managed[queues[i]]; ok {
-				held[i] = max(held[i], m.Messages, m.MessagesDLX)
+		if d.kind == KindQueue && d.exists {
+			d.held = int64(d.found.Messages)
+			if m, ok := managed[d.name]; ok {
+				d.held = max(d.held, m.Messages, m.MessagesDLX)
 			}
-			if held[i] > 0 {
-				full = append(full, fmt.Sprintf("%s (%s)", queues[i], text.Plural(int(held[i]), "message")))
+			if d.held > 0 {
+				full = append(full, fmt.Sprintf("%s (%s)", d.name, text.Plural(int(d.held), "message")))
 			}
 		}
 	}
@@ -160,9 +149,9 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	}
 	if !opts.Force && opts.Management == nil {
 		var blind []string
-		for i, name := range queues {
-			if exists[i] && !classic[name] {
-				blind = append(blind, name)
+		for _, d := range all {
+			if d.kind == KindQueue && d.exists && !d.classic {
+				blind = append(blind, d.name)
 			}
 		}
 		if len(blind) > 0 {
@@ -173,99 +162,104 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		}
 	}
 
-	// Delete.
-	names := append(append([]string{}, queues...), exchanges...)
-	for i, name := range names {
-		kind := KindQueue
-		if i >= len(queues) {
-			kind = KindExchange
-		}
-		r := Result{Kind: kind, Name: name, State: StateAbsent}
-		if exists[i] {
-			r.State = StateNotDeleted // until it is
+	// The report, and the deletions.
+	for _, d := range all {
+		row := Result{Kind: d.kind, Name: d.name, State: StateAbsent}
+		if d.exists {
+			row.State = StateNotDeleted // until it is
 			if opts.DryRun {
-				r.State = StateDeleted // dry run: would be
+				row.State = StateDeleted // dry run: would be
 			}
-			if kind == KindQueue && held[i] > 0 {
-				r.Detail = strings.TrimPrefix(r.Detail+"; held "+text.Plural(int(held[i]), "message"), "; ")
+			if d.held > 0 {
+				row.Detail = "held " + text.Plural(int(d.held), "message")
 			}
 		}
-		rep.Results = append(rep.Results, r)
+		r.add(row)
 	}
 	if opts.DryRun {
 		return rep, teardownPolicies(ctx, p, opts, rep)
 	}
-	del := func(from, to int) error {
-		var jobs []job
-		var idx []int
-		for i := from; i < to; i++ {
-			if !exists[i] {
-				continue
-			}
-			name := names[i]
-			idx = append(idx, i)
-			if i < len(queues) {
-				jobs = append(jobs, func(ch *amqp.Channel) error {
-					ifEmpty := !opts.Force
-					if ifEmpty && !classic[name] {
-						// Quorum queues refuse queue.delete's if-empty with 540 NOT_IMPLEMENTED, a
-						// connection error that ends every job in flight. Look again just before
-						// deleting instead.
-						q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-						if err != nil {
-							return err
-						}
-						if q.Messages > 0 {
-							return &amqp.Error{Code: amqp.PreconditionFailed, Reason: text.Plural(q.Messages, "message") + " ready"}
-						}
-						ifEmpty = false
-					}
-					n, err := ch.QueueDelete(name, false, ifEmpty, false)
-					if err == nil && n > 0 {
-						opts.Logger.Warn().Str("queue", name).Int("messages", n).Msg("deleted a queue with its messages")
-					}
-					return err
-				})
-			} else {
-				jobs = append(jobs, func(ch *amqp.Channel) error {
-					return ch.ExchangeDelete(name, false, false)
-				})
-			}
-		}
-		errs, err := runJobs(ctx, conn, opts.Workers, true, jobs)
-		if err != nil {
-			return fmt.Errorf("topology: teardown: %w", err)
-		}
-		for k, e := range errs {
-			r := &rep.Results[idx[k]]
-			if e == nil {
-				r.State = StateDeleted
-				opts.Logger.Debug().Str("kind", string(r.Kind)).Str("name", r.Name).Msg("deleted")
-			}
-		}
-		if k, e := firstErr(errs); e != nil {
-			r := &rep.Results[idx[k]]
-			if code(e) == amqp.PreconditionFailed {
-				return fmt.Errorf("%w: %s %q received messages during teardown and was not deleted (%v); run teardown again, or with --force",
-					ErrNotEmpty, r.Kind, r.Name, e)
-			}
-			return wrapBroker(e, fmt.Sprintf("delete %s %q", r.Kind, r.Name))
-		}
-		return nil
-	}
 	// Delay and ready queues, then the parking queue, then the exchanges one by one in order.
-	if err := del(0, len(queues)-1); err != nil {
-		return rep, err
+	phases := [][]*doomed{queues, {parking}}
+	for _, d := range exchanges {
+		phases = append(phases, []*doomed{d})
 	}
-	if err := del(len(queues)-1, len(queues)); err != nil {
-		return rep, err
-	}
-	for i := len(queues); i < len(names); i++ {
-		if err := del(i, i+1); err != nil {
+	for _, ph := range phases {
+		var steps []step
+		for _, d := range ph {
+			if d.exists {
+				steps = append(steps, d.del)
+			}
+		}
+		if err := r.run(steps, StateDeleted, deleteFailed); err != nil {
 			return rep, err
 		}
 	}
 	return rep, teardownPolicies(ctx, p, opts, rep)
+}
+
+// doomed is one queue or exchange that Teardown deletes when it exists: how to look it up,
+// what the look-up found, and how to delete it.
+type doomed struct {
+	kind    Kind
+	name    string
+	classic bool // a classic queue: queue.delete's if-empty works
+	lookup  step
+	del     step
+	exists  bool
+	found   amqp.Queue // the passive declaration's answer (queues)
+	held    int64      // messages the queue holds
+}
+
+func doomedQueue(name string, classic bool, opts TeardownOptions) *doomed {
+	d := &doomed{kind: KindQueue, name: name, classic: classic}
+	d.lookup = step{KindQueue, name, func(ch *amqp.Channel) error {
+		var err error
+		d.found, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		return err
+	}}
+	d.del = step{KindQueue, name, func(ch *amqp.Channel) error {
+		ifEmpty := !opts.Force
+		if ifEmpty && !classic {
+			// Quorum queues refuse queue.delete's if-empty with 540 NOT_IMPLEMENTED, a
+			// connection error that ends every job in flight. Look again just before
+			// deleting instead.
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			if q.Messages > 0 {
+				return &amqp.Error{Code: amqp.PreconditionFailed, Reason: text.Plural(q.Messages, "message") + " ready"}
+			}
+			ifEmpty = false
+		}
+		n, err := ch.QueueDelete(name, false, ifEmpty, false)
+		if err == nil && n > 0 {
+			opts.Logger.Warn().Str("queue", name).Int("messages", n).Msg("deleted a queue with its messages")
+		}
+		return err
+	}}
+	return d
+}
+
+func doomedExchange(name string) *doomed {
+	return &doomed{kind: KindExchange, name: name,
+		lookup: step{KindExchange, name, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(name, amqp.ExchangeHeaders, true, false, false, false, nil)
+		}},
+		del: step{KindExchange, name, func(ch *amqp.Channel) error {
+			return ch.ExchangeDelete(name, false, false)
+		}},
+	}
+}
+
+// deleteFailed returns the error Teardown returns for the first failed deletion of a phase.
+func deleteFailed(row *Result, err error) error {
+	if code(err) == amqp.PreconditionFailed {
+		return fmt.Errorf("%w: %s %q received messages during teardown and was not deleted (%v); run teardown again, or with --force",
+			ErrNotEmpty, row.Kind, row.Name, err)
+	}
+	return wrapBroker(err, fmt.Sprintf("delete %s %q", row.Kind, row.Name))
 }
 
 // teardownPolicies deletes the plan's policies (the management API is needed) and adds

@@ -189,14 +189,8 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	defer conn.Close()
 
 	plugin := "off (--plugin off)"
-	var pluginErr error
 	if p.Spec.Plugin != topology.PluginOff {
-		var avail bool
-		if m != nil {
-			avail, pluginErr = topology.ProbePluginManagement(ctx, m)
-		} else {
-			avail, pluginErr = topology.ProbePlugin(ctx, e.dial, p.Spec.Prefix)
-		}
+		avail, pluginErr := e.probePlugin(ctx, p, m)
 		switch {
 		case pluginErr != nil:
 			plugin = "unknown (" + pluginErr.Error() + ")"

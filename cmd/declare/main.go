@@ -318,13 +318,7 @@ func (e *invocation) resolvePlugin(ctx context.Context, p *topology.Plan, m *top
 	if p.Spec.Plugin == topology.PluginOff {
 		return p, nil
 	}
-	var avail bool
-	var err error
-	if m != nil {
-		avail, err = topology.ProbePluginManagement(ctx, m)
-	} else {
-		avail, err = topology.ProbePlugin(ctx, e.dial, p.Spec.Prefix)
-	}
+	avail, err := e.probePlugin(ctx, p, m)
 	if err != nil {
 		return nil, err
 	}
@@ -334,6 +328,16 @@ func (e *invocation) resolvePlugin(ctx context.Context, p *topology.Plan, m *top
 		e.log.Info().Msg("delayed-message plugin: not available on this broker (the ladder and buckets work without it)")
 	}
 	return p.ForPlugin(avail)
+}
+
+// probePlugin reports whether the broker has the delayed-message plugin: from the exchange
+// types the management API lists when m is set (it declares nothing, so it suits read-only
+// users), else with an AMQP probe that declares and deletes a temporary exchange.
+func (e *invocation) probePlugin(ctx context.Context, p *topology.Plan, m *topology.Management) (bool, error) {
+	if m != nil {
+		return topology.ProbePluginManagement(ctx, m)
+	}
+	return topology.ProbePlugin(ctx, e.dial, p.Spec.Prefix)
 }
 
 // plural gives "1 object" or "n objects" (text.Plural).
