@@ -467,9 +467,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			continue
 		}
 		if q.Role == RoleReady {
-			for _, pp := range readyQueueProblems(p, q, mq, pols, ops) {
-				add(pp, "")
-			}
+			out = append(out, readyQueueProblems(p, q, mq, pols, ops)...) // with their own fix
 			continue
 		}
 		if !q.IsDelay() && q.Role != RoleParking {

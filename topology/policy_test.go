@@ -205,8 +205,8 @@ func TestReadyQueueProblems(t *testing.T) {
 			if pp.Breaks != w.breaks || pp.Warning != w.warning || pp.Operator != (tc.op != "") {
 				t.Errorf("%s: %s: %+v, want breaks %q warning %v", tc.name, k, pp, w.breaks, w.warning)
 			}
-			if !pp.Warning && !strings.Contains(pp.Error(), "fix: ") {
-				t.Errorf("%s: %s: no fix in %q", tc.name, k, pp.Error())
+			if !pp.Warning && strings.Count(pp.Error(), "fix: ") != 1 {
+				t.Errorf("%s: %s: want one fix in %q", tc.name, k, pp.Error())
 			}
 		}
 	}
