@@ -128,8 +128,9 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 			}
 			def := map[string]any{tc.key: tc.value}
 
-			// Below the topology's priority: shadowed.
-			if err := polSet(env, "policies", "low", ".*", "queues", 10, def); err != nil {
+			// Below the topology's priority: shadowed (on the topology's own queues; a ready
+			// queue has no policy of the topology: TestPolicyReadyAndParkingKeys).
+			if err := polSet(env, "policies", "low", `^rd\.`, "queues", 10, def); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(500 * time.Millisecond) // let a wrong result show if there is one
