@@ -390,7 +390,9 @@ func TestReplayParkedLargeMessageBounded(t *testing.T) {
 		}
 		return q.Messages
 	}
-	c := newConsumer(t, cfg, rq, func(context.Context, amqp.Delivery) error { return consumer.Permanent(errors.New(strings.Repeat("e", 2*consumer.MaxErrorLen))) })
+	c := newConsumer(t, cfg, rq, func(context.Context, amqp.Delivery) error {
+		return consumer.Permanent(errors.New(strings.Repeat("e", 2*consumer.MaxErrorLen)))
+	})
 	stop := runConsumer(t, c)
 	waitFor(t, time.Minute, "the consumer parks the message", func() bool { return parkedCount() == 1 })
 	stop()
