@@ -376,8 +376,10 @@ func TestReplayParkedLargeMessageBounded(t *testing.T) {
 	if _, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "encode to "):], "encode to %d bytes (with this path's own headers), and %d bytes", &size, &reserve); scanErr != nil {
 		t.Fatalf("sizes: %v (%v)", scanErr, err)
 	}
-	// Room for the consumer's failure record (its error text at most consumer.MaxErrorLen).
-	pad := frameMax - (size + reserve - frameMax) - consumer.MaxErrorLen - 1000
+	// Room for the consumer's failure record (its error text at most consumer.MaxErrorLen) and
+	// for the reserve of its park publish (a direct publish; the consumer's Publisher knows no
+	// ready queue names, so it counts a 255-byte one).
+	pad := frameMax - (size + reserve - frameMax) - consumer.MaxErrorLen - 3000
 	if _, err := p.Publish(ctx, target, "k", msg(pad), 1234*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -390,9 +392,15 @@ func TestReplayParkedLargeMessageBounded(t *testing.T) {
 		}
 		return q.Messages
 	}
+	var evMu sync.Mutex
+	var evs []string
 	c := newConsumer(t, cfg, rq, func(context.Context, amqp.Delivery) error {
 		return consumer.Permanent(errors.New(strings.Repeat("e", 2*consumer.MaxErrorLen)))
-	})
+	}, consumer.WithObserver(func(e consumer.Event) {
+		evMu.Lock()
+		evs = append(evs, fmt.Sprintf("%v: %.300v", e.Kind, e.Err))
+		evMu.Unlock()
+	}))
 	stop := runConsumer(t, c)
 	waitFor(t, time.Minute, "the consumer parks the message", func() bool { return parkedCount() == 1 })
 	stop()
@@ -400,7 +408,8 @@ func TestReplayParkedLargeMessageBounded(t *testing.T) {
 	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if moved, err := consumer.Replay(rctx, cfg, rq, 0); err != nil || moved != 1 {
-		t.Fatalf("Replay: moved %d, %v; want 1", moved, err)
+		evMu.Lock()
+		t.Fatalf("Replay: moved %d, %v; want 1 (the consumer's events: %v)", moved, err, evs)
 	}
 	// A plain consumer rejects it: the ready queue parks it.
 	ch := env.Channel(t)
