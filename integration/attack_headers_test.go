@@ -308,11 +308,8 @@ func TestAttackParkedBoundaryMessage(t *testing.T) {
 		return amqp.Publishing{MessageId: "m", Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
 	}
 	_, err := p.Publish(ctx, target, "k", msg(frameMax), delay)
-	var size, reserve int
-	if _, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "encode to "):], "encode to %d bytes (with this path's own headers), and %d bytes", &size, &reserve); scanErr != nil {
-		t.Fatalf("sizes: %v (%v)", scanErr, err)
-	}
-	largest := frameMax - (size + reserve - frameMax)
+	_, _, total := refusalSizes(t, err)
+	largest := frameMax - (total - frameMax)
 	if _, err := p.Publish(ctx, target, "k", msg(largest), delay); err != nil {
 		t.Fatal(err)
 	}
@@ -372,14 +369,11 @@ func TestReplayParkedLargeMessageBounded(t *testing.T) {
 		return amqp.Publishing{MessageId: "m", Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
 	}
 	_, err := p.Publish(ctx, target, "k", msg(frameMax), 1234*time.Millisecond)
-	var size, reserve int
-	if _, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "encode to "):], "encode to %d bytes (with this path's own headers), and %d bytes", &size, &reserve); scanErr != nil {
-		t.Fatalf("sizes: %v (%v)", scanErr, err)
-	}
+	_, _, total := refusalSizes(t, err)
 	// Room for the consumer's failure record (its error text at most consumer.MaxErrorLen) and
 	// for the reserve of its park publish (a direct publish; the consumer's Publisher knows no
 	// ready queue names, so it counts a 255-byte one).
-	pad := frameMax - (size + reserve - frameMax) - consumer.MaxErrorLen - 3000
+	pad := frameMax - (total - frameMax) - consumer.MaxErrorLen - 3000
 	if _, err := p.Publish(ctx, target, "k", msg(pad), 1234*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
