@@ -2,6 +2,8 @@ package amqpdelay
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -36,7 +38,8 @@ import (
 // in its connection's frame_max (AMQP 0-9-1 allows no continuation); amqp091-go closes the
 // connection (501 "frame size exceeds negotiated frame_max") when it does not, and the message,
 // back in the ready queue unacknowledged, closes the next consumer's connection too. The
-// Publisher refuses such a message (deadLetterReserve, headerTooLarge). It takes
+// Publisher refuses such a message (deadLetterReserve, headerTooLarge), counting the
+// dead-lettering that parks it after its path (parkRoute) on every path, the direct one too. It takes
 // the consumers' frame_max to be its own connection's negotiated frame_max: with RabbitMQ's
 // default (131,072 bytes) and the usual clients' defaults they are equal; a consumer that asks
 // for a smaller frame_max is not protected.
@@ -50,35 +53,90 @@ const deadLetterMargin = 32
 // deadLetterReason is the reason RabbitMQ records when a delay queue's TTL expires a message.
 const deadLetterReason = "expired"
 
-// deadLetterHop is one dead-lettering on a delayed message's way to its target: the queue it
-// expires from and the exchange it entered that queue by, as x-death records them.
+// parkReason is the longest reason a ready queue that `declare apply` declared records when it
+// dead-letters a message to <prefix>.unroutable, and so to the parking queue: "delivery_limit"
+// (returned more often than its x-delivery-limit; rabbit_fifo.erl on 3.10 and 4.0), longer
+// than "rejected" (a reject or nack without requeue), "maxlen" and "expired" (which only a
+// policy on the ready queue can cause; topology/policy.go reports those).
+const parkReason = "delivery_limit"
+
+// deadLetterHop is one dead-lettering on a message's way: the queue it leaves, the exchange
+// it entered that queue by, and the reason, as x-death records them.
 type deadLetterHop struct {
-	queue, exchange string
+	queue, exchange, reason string
+}
+
+// parkRoute is the one dead-lettering a message can get after it reached its target's queues:
+// a quorum ready queue declared by `declare apply` dead-letters it to <prefix>.unroutable,
+// bound to the parking queue, when a consumer rejects it or returns it more often than the
+// delivery limit (topology.Spec.ReadyDeliveryLimit). The other routes to the parking queue add
+// no x-death entry: an alternate exchange (<prefix>.unroutable of the dispatch exchange,
+// <prefix>.due-unroutable of the targets) routes without dead-lettering, and package
+// consumer's parking and consumer.Replay publish a copy, which the Publisher (or Replay's
+// own size check) measures as it is. The parking queue has no dead-letter exchange: a parked
+// message gains nothing more. queueLen is the length of the longest ready queue name of the
+// specification; ok is false when ready queues do not dead-letter (classic queue type, or
+// ReadyDeliveryLimit -1).
+type parkRoute struct {
+	ok       bool
+	queueLen int
+}
+
+// newParkRoute returns the park route of spec (defaults applied). When spec lists no ready
+// queues, the Publisher cannot know the queues `declare apply` declared elsewhere, and counts
+// a name of topology.MaxNameLen bytes, the longest RabbitMQ takes.
+func newParkRoute(spec topology.Spec) parkRoute {
+	if spec.QueueType != topology.Quorum || spec.ReadyDeliveryLimit == topology.NoReadyDeliveryLimit {
+		return parkRoute{}
+	}
+	r := parkRoute{ok: true}
+	for _, q := range spec.ReadyQueues {
+		r.queueLen = max(r.queueLen, len(q.Queue))
+	}
+	if r.queueLen == 0 {
+		r.queueLen = topology.MaxNameLen
+	}
+	return r
+}
+
+// hop returns the park route's dead-lettering of a message whose last exchange (the one
+// x-death records: the exchange it was last published to, by a client or as a dead-letter
+// exchange) is exchange, with a queue name of the longest length; ok false when there is none.
+func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
+	if !r.ok {
+		return deadLetterHop{}, false
+	}
+	return deadLetterHop{queue: strings.Repeat("q", r.queueLen), exchange: exchange, reason: parkReason}, true
 }
 
 // deadLetterHops returns the dead-letterings of a message published to dest on path c, in
 // order, with the queue and exchange names of names: a bucket's one hop (the bucket queue,
 // entered by dest, the buckets exchange); a ladder's one hop per non-zero digit (each queue
 // entered by the exchange the message was last published to: dest for the first, then the
-// previous queue's dead-letter exchange, the next level's exchange). Other paths: none.
-func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string) []deadLetterHop {
+// previous queue's dead-letter exchange, the next level's exchange). Other paths: none. last
+// is the exchange the message was last published to when it reaches its target's queues,
+// which x-death records if a ready queue parks it: the last delay queue's dead-letter exchange
+// (the dispatch exchange after a bucket; after a ladder, the next level's exchange, from which
+// exchange-to-exchange bindings pass it down without changing it), or dest on the direct and
+// plugin paths.
+func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string) (hops []deadLetterHop, last string) {
 	switch c.path {
 	case PathBucket:
-		return []deadLetterHop{{queue: names.BucketQueue(c.bucketTTL), exchange: dest}}
+		return []deadLetterHop{{queue: names.BucketQueue(c.bucketTTL), exchange: dest, reason: deadLetterReason}}, names.Dispatch()
 	case PathLadder:
 		hops := make([]deadLetterHop, len(c.plan.Hops))
 		exchange := dest
 		for i, h := range c.plan.Hops {
-			hops[i] = deadLetterHop{queue: names.LadderQueue(h.Level, h.Digit), exchange: exchange}
+			hops[i] = deadLetterHop{queue: names.LadderQueue(h.Level, h.Digit), exchange: exchange, reason: deadLetterReason}
 			if next, ok := l.Next(h.Level); ok {
 				exchange = names.LadderExchange(next)
 			} else {
 				exchange = names.Dispatch()
 			}
 		}
-		return hops
+		return hops, exchange
 	}
-	return nil
+	return nil, dest
 }
 
 // Encoded sizes (AMQP 0-9-1 field tables as RabbitMQ writes them): a field is its key (a
@@ -88,10 +146,10 @@ func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest s
 const (
 	// longstrOverhead is what a longstr field adds to its key's and value's bytes.
 	longstrOverhead = 1 + 1 + 4 // key length, type, value length
-	// xDeathEntryFixed is one x-death table without its queue and exchange names and routing
-	// keys: 'F' 1 + length 4, count 1+5+1+8, reason 1+6+1+4+len(reason), queue 1+5+1+4,
+	// xDeathEntryFixed is one x-death table without its reason, queue and exchange names and
+	// routing keys: 'F' 1 + length 4, count 1+5+1+8, reason 1+6+1+4, queue 1+5+1+4,
 	// time 1+4+1+8, exchange 1+8+1+4, routing-keys 1+12+1+4.
-	xDeathEntryFixed = 5 + 15 + (1 + 6 + 1 + 4 + len(deadLetterReason)) + 11 + 14 + 14 + 18
+	xDeathEntryFixed = 5 + 15 + 12 + 11 + 14 + 14 + 18
 	// xDeathHeader is the x-death field without its entries: key 1+7, 'A' 1, length 4.
 	xDeathHeader = 1 + 7 + 1 + 4
 )
@@ -126,7 +184,7 @@ func deadLetteredHeaderSize(m *amqp.Publishing, routingKey string, hops []deadLe
 	}
 	n += xDeathHeader
 	for i, h := range hops {
-		n += xDeathEntryFixed + len(h.queue) + len(h.exchange) + keys
+		n += xDeathEntryFixed + len(h.reason) + len(h.queue) + len(h.exchange) + keys
 		if i == 0 && m.Expiration != "" { // 4.0 writes the TTL as an integer: no longer
 			n += 1 + len("original-expiration") + 1 + 4 + len(m.Expiration)
 		}
@@ -142,20 +200,29 @@ func deadLetteredHeaderSize(m *amqp.Publishing, routingKey string, hops []deadLe
 
 // deathSummarySize is the size of the three longstr headers prefix+reason, +queue, +exchange.
 func deathSummarySize(prefix string, h deadLetterHop) int {
-	return 3*(longstrOverhead+len(prefix)) + len("reason") + len(deadLetterReason) +
+	return 3*(longstrOverhead+len(prefix)) + len("reason") + len(h.reason) +
 		len("queue") + len(h.queue) + len("exchange") + len(h.exchange)
 }
 
 // deadLetterReserve is the room, in bytes, to leave free in the content-header frame of m
 // (published with routingKey, headers already final) for what RabbitMQ adds at the
-// dead-letterings hops (deadLetterHops): the growth that deadLetteredHeaderSize computes,
-// plus deadLetterMargin; never below 0 (a large BCC list, stripped on publish, can make the
-// delivered header smaller than the published one, which must fit by itself). 0 without hops.
-func deadLetterReserve(m *amqp.Publishing, routingKey string, hops []deadLetterHop) int {
-	if len(hops) == 0 {
+// dead-letterings hops (deadLetterHops) and, when park is set, at the park route's one more
+// (parkRoute.hop), whichever is larger (x-last-death-* names the last one only): the growth
+// that deadLetteredHeaderSize computes, plus deadLetterMargin; never below 0 (a large BCC
+// list, stripped on publish, can make the delivered header smaller than the published one,
+// which must fit by itself). 0 without hops and without park.
+func deadLetterReserve(m *amqp.Publishing, routingKey string, hops []deadLetterHop, park *deadLetterHop) int {
+	worst := 0
+	if len(hops) > 0 {
+		worst = deadLetteredHeaderSize(m, routingKey, hops)
+	}
+	if park != nil {
+		worst = max(worst, deadLetteredHeaderSize(m, routingKey, append(slices.Clip(hops), *park)))
+	}
+	if worst == 0 {
 		return 0
 	}
-	return max(0, deadLetteredHeaderSize(m, routingKey, hops)+deadLetterMargin-contentHeaderSize(m))
+	return max(0, worst+deadLetterMargin-contentHeaderSize(m))
 }
 
 // headerTooLarge describes a message whose content-header frame, with reserve bytes more
@@ -171,8 +238,9 @@ func headerTooLarge(m *amqp.Publishing, frameMax, reserve int) string {
 	}
 	if reserve > 0 {
 		return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), and %d bytes "+
-			"must stay free for the dead-letter headers RabbitMQ adds at its delay hops (an x-death entry per hop with the queue, "+
-			"the exchange, the routing key and msg.Headers[\"CC\"], x-first-death-*, x-last-death-*, and a %d-byte margin): "+
+			"must stay free for the dead-letter headers RabbitMQ adds at its delay hops and when a ready queue parks it (an x-death "+
+			"entry per hop with the queue, the exchange, the routing key and msg.Headers[\"CC\"], x-first-death-*, x-last-death-*, "+
+			"and a %d-byte margin): "+
 			"%d bytes when delivered, more than the connection's frame_max of %d bytes (consumers are taken to have the same). "+
 			"AMQP 0-9-1 carries them in one frame, and RabbitMQ closes the connection of every consumer the message is delivered "+
 			"to when they do not fit; move large values (a long CC list too) from msg.Headers into the body",

@@ -37,7 +37,7 @@ func TestDeadLetterHops(t *testing.T) {
 			}
 			c := choice{path: PathLadder, plan: lp}
 			dest := names.LadderExchange(lp.Entry)
-			hops := deadLetterHops(names, ladder, &c, dest)
+			hops, last := deadLetterHops(names, ladder, &c, dest)
 			levels := []int{0, 1, 2}
 			if order == ttlbuckets.LongestFirst {
 				levels = []int{2, 1, 0}
@@ -48,10 +48,13 @@ func TestDeadLetterHops(t *testing.T) {
 				if i > 0 {
 					x = dlx[want[i-1].queue]
 				}
-				want = append(want, deadLetterHop{queue: fmt.Sprintf("rd.ladder.%02d.15", l), exchange: x})
+				want = append(want, deadLetterHop{queue: fmt.Sprintf("rd.ladder.%02d.15", l), exchange: x, reason: "expired"})
 			}
 			if !slices.Equal(hops, want) {
 				t.Errorf("4,095 ms: hops %+v, want %+v", hops, want)
+			}
+			if wantLast := dlx[hops[len(hops)-1].queue]; last != wantLast {
+				t.Errorf("4,095 ms: last exchange %q, want the last queue's dead-letter exchange %q", last, wantLast)
 			}
 			for _, h := range hops {
 				if _, ok := dlx[h.queue]; !ok {
@@ -60,12 +63,12 @@ func TestDeadLetterHops(t *testing.T) {
 			}
 
 			b := choice{path: PathBucket, bucketTTL: 30000}
-			if got := deadLetterHops(names, ladder, &b, names.BucketExchange()); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets"}}) {
-				t.Errorf("bucket: hops %+v", got)
+			if got, last := deadLetterHops(names, ladder, &b, names.BucketExchange()); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets", "expired"}}) || last != "rd.dispatch" {
+				t.Errorf("bucket: hops %+v, last exchange %q", got, last)
 			}
 			for _, p := range []Path{PathDirect, PathPlugin} {
-				if got := deadLetterHops(names, ladder, &choice{path: p}, "orders"); got != nil {
-					t.Errorf("%v: hops %+v, want none", p, got)
+				if got, last := deadLetterHops(names, ladder, &choice{path: p}, "orders"); got != nil || last != "orders" {
+					t.Errorf("%v: hops %+v, last exchange %q; want none, \"orders\"", p, got, last)
 				}
 			}
 		})
@@ -92,7 +95,7 @@ func delivered(m amqp.Publishing, routingKey string, hops []deadLetterHop) amqp.
 	}
 	var deaths []any
 	for i, hop := range hops {
-		e := amqp.Table{"count": int64(1), "reason": "expired", "queue": hop.queue, "time": time.Unix(1700000000, 0),
+		e := amqp.Table{"count": int64(1), "reason": hop.reason, "queue": hop.queue, "time": time.Unix(1700000000, 0),
 			"exchange": hop.exchange, "routing-keys": keys}
 		if i == 0 && m.Expiration != "" {
 			e["original-expiration"] = m.Expiration
@@ -101,8 +104,8 @@ func delivered(m amqp.Publishing, routingKey string, hops []deadLetterHop) amqp.
 	}
 	h["x-death"] = deaths
 	first, last := hops[0], hops[len(hops)-1]
-	h["x-first-death-reason"], h["x-first-death-queue"], h["x-first-death-exchange"] = "expired", first.queue, first.exchange
-	h["x-last-death-reason"], h["x-last-death-queue"], h["x-last-death-exchange"] = "expired", last.queue, last.exchange
+	h["x-first-death-reason"], h["x-first-death-queue"], h["x-first-death-exchange"] = first.reason, first.queue, first.exchange
+	h["x-last-death-reason"], h["x-last-death-queue"], h["x-last-death-exchange"] = last.reason, last.queue, last.exchange
 	m.Headers = h
 	m.Expiration = ""
 	return m
@@ -115,7 +118,7 @@ func ladderHops(prefix string, levels ...int) []deadLetterHop {
 		if i > 0 {
 			x = fmt.Sprintf("%s.ladder.%02d", prefix, levels[i-1]+1)
 		}
-		hops = append(hops, deadLetterHop{queue: fmt.Sprintf("%s.ladder.%02d.%02d", prefix, l, 15), exchange: x})
+		hops = append(hops, deadLetterHop{queue: fmt.Sprintf("%s.ladder.%02d.%02d", prefix, l, 15), exchange: x, reason: deadLetterReason})
 	}
 	return hops
 }
@@ -124,7 +127,9 @@ func ladderHops(prefix string, levels ...int) []deadLetterHop {
 // counted field by field by contentHeaderSize.
 func TestDeadLetteredHeaderSize(t *testing.T) {
 	three := ladderHops("rabbitdelay", 0, 1, 2)
-	one := []deadLetterHop{{queue: "p.bucket.30000ms", exchange: "p.buckets"}}
+	one := []deadLetterHop{{queue: "p.bucket.30000ms", exchange: "p.buckets", reason: deadLetterReason}}
+	parked := []deadLetterHop{{queue: "orders.timeouts", exchange: "orders", reason: parkReason}}
+	threeParked := append(slices.Clip(three), deadLetterHop{queue: "orders.timeouts", exchange: "rabbitdelay.dispatch", reason: parkReason})
 	cc := []any{"cc.one", strings.Repeat("c", 200), []byte("not a longstr"), int32(3)}
 	tests := []struct {
 		name string
@@ -139,6 +144,8 @@ func TestDeadLetteredHeaderSize(t *testing.T) {
 		{"CC and BCC", amqp.Publishing{Headers: amqp.Table{"CC": cc, "BCC": []any{"b"}, "x": "y"}}, strings.Repeat("r", 255), one},
 		{"per-message TTL", amqp.Publishing{Expiration: "60000", Headers: amqp.Table{"x": "y"}}, "k", three},
 		{"one hop", amqp.Publishing{Headers: amqp.Table{"x": "y"}}, "k", one},
+		{"parked after 3 hops", amqp.Publishing{Headers: amqp.Table{"CC": cc}}, "k", threeParked},
+		{"direct, parked", amqp.Publishing{Expiration: "5000", Headers: amqp.Table{"x": "y"}}, "k", parked},
 	}
 	for _, tt := range tests {
 		want := contentHeaderSize(new(delivered(tt.msg, tt.key, tt.hops)))
@@ -163,23 +170,23 @@ func TestDeadLetteredHeaderSize(t *testing.T) {
 func TestDeadLetterReserve(t *testing.T) {
 	three := ladderHops("rabbitdelay", 0, 1, 2)
 	m := amqp.Publishing{Headers: amqp.Table{"x": "y"}}
-	if r := deadLetterReserve(&m, "k", nil); r != 0 {
+	if r := deadLetterReserve(&m, "k", nil, nil); r != 0 {
 		t.Errorf("no hops: reserve %d, want 0", r)
 	}
-	base := deadLetterReserve(&m, "k", three)
+	base := deadLetterReserve(&m, "k", three, nil)
 	if want := deadLetteredHeaderSize(&m, "k", three) - contentHeaderSize(&m) + deadLetterMargin; base != want {
 		t.Errorf("reserve %d, want growth + margin = %d", base, want)
 	}
 	withCC := amqp.Publishing{Headers: amqp.Table{"x": "y", "CC": []any{strings.Repeat("c", 100)}}}
 	// Published once (1+2 key, 'A' 1+4, 'S' 1+4+100), and in each of the 3 x-death entries (5+100).
-	if got := deadLetterReserve(&withCC, "k", three); got != base+3*105 {
+	if got := deadLetterReserve(&withCC, "k", three, nil); got != base+3*105 {
 		t.Errorf("a 100-byte CC key: reserve %d, want %d (105 bytes more per hop)", got, base+3*105)
 	}
 	bcc := amqp.Publishing{Headers: amqp.Table{"BCC": []any{strings.Repeat("b", 5000)}}}
-	if got := deadLetterReserve(&bcc, "k", three); got != 0 {
+	if got := deadLetterReserve(&bcc, "k", three, nil); got != 0 {
 		t.Errorf("a 5,000-byte BCC key, stripped on publish: reserve %d, want 0 (the published size is the larger)", got)
 	}
-	if got, longer := deadLetterReserve(&m, "k", three), deadLetterReserve(&m, strings.Repeat("k", 200), three); longer != got+3*199 {
+	if got, longer := deadLetterReserve(&m, "k", three, nil), deadLetterReserve(&m, strings.Repeat("k", 200), three, nil); longer != got+3*199 {
 		t.Errorf("a 200-byte routing key reserves %d, want %d", longer, got+3*199)
 	}
 }
@@ -195,13 +202,13 @@ func TestHeaderTooLargeWithReserve(t *testing.T) {
 	largest := 0
 	{
 		m := pad(0)
-		largest = frameMax - frameOverhead - contentHeaderSize(&m) - deadLetterReserve(&m, "k", three)
+		largest = frameMax - frameOverhead - contentHeaderSize(&m) - deadLetterReserve(&m, "k", three, nil)
 	}
 	fits, over := pad(largest), pad(largest+1)
-	if p := headerTooLarge(&fits, frameMax, deadLetterReserve(&fits, "k", three)); p != "" {
+	if p := headerTooLarge(&fits, frameMax, deadLetterReserve(&fits, "k", three, nil)); p != "" {
 		t.Errorf("the largest pad is refused: %s", p)
 	}
-	r := deadLetterReserve(&over, "k", three)
+	r := deadLetterReserve(&over, "k", three, nil)
 	p := headerTooLarge(&over, frameMax, r)
 	if !strings.Contains(p, "x-death") || !strings.Contains(p, "CC") || !strings.Contains(p, "frame_max of 131072") {
 		t.Fatalf("one byte more: %q, want a refusal naming x-death, CC and frame_max", p)
@@ -215,5 +222,46 @@ func TestHeaderTooLargeWithReserve(t *testing.T) {
 	}
 	if size != contentHeaderSize(&over)+frameOverhead || reserve != r || total != frameMax+1 {
 		t.Errorf("sizes %d + %d = %d, want %d + %d = %d", size, reserve, total, contentHeaderSize(&over)+frameOverhead, r, frameMax+1)
+	}
+}
+
+// TestParkRoute: a quorum ready queue with a delivery limit dead-letters to the parking queue,
+// counted with the spec's longest ready-queue name (the longest name RabbitMQ takes when the
+// spec lists none); classic ready queues and limit -1 have no such route. The reserve then
+// holds one more x-death entry with reason delivery_limit, on every path.
+func TestParkRoute(t *testing.T) {
+	base := topology.Spec{Prefix: "rd", Targets: []topology.Target{{Name: "orders", Type: "direct"}}}.WithDefaults()
+	withReady := base
+	withReady.ReadyQueues = topology.ReadyQueues{{Queue: "a", Exchange: "orders"}, {Queue: "orders.timeouts", Exchange: "orders"}}
+	classic := withReady
+	classic.QueueType = topology.Classic
+	noLimit := withReady
+	noLimit.ReadyDeliveryLimit = topology.NoReadyDeliveryLimit
+	for _, tt := range []struct {
+		name string
+		spec topology.Spec
+		want parkRoute
+	}{
+		{"no ready queues listed", base, parkRoute{ok: true, queueLen: topology.MaxNameLen}},
+		{"ready queues", withReady, parkRoute{ok: true, queueLen: len("orders.timeouts")}},
+		{"classic", classic, parkRoute{}},
+		{"no delivery limit", noLimit, parkRoute{}},
+	} {
+		if got := newParkRoute(tt.spec); got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+	r := newParkRoute(withReady)
+	park, _ := r.hop("rd.dispatch")
+	three := ladderHops("rd", 0, 1, 2)
+	m := amqp.Publishing{Headers: amqp.Table{"CC": []any{"c"}}}
+	without, with := deadLetterReserve(&m, "k", three, nil), deadLetterReserve(&m, "k", three, &park)
+	want := deadLetteredHeaderSize(&m, "k", append(slices.Clip(three), park)) + deadLetterMargin - contentHeaderSize(&m)
+	if with != want || with <= without {
+		t.Errorf("3 hops then parked: reserve %d, want %d (more than the %d without parking)", with, want, without)
+	}
+	direct, _ := r.hop("orders")
+	if got := deadLetterReserve(&m, "k", nil, &direct); got <= deadLetterMargin {
+		t.Errorf("a direct publish that can be parked reserves %d bytes, want an x-death entry and the margin", got)
 	}
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // checkManaged, with WithManagementURL, asks the management API what AMQP cannot: whether
-// the dispatch exchange is bound to every target now, and whether a policy in effect breaks
-// a guarantee (topology.Management.PolicyProblems). It returns nil without a management URL,
+// the dispatch exchange is bound to every target now, whether a policy in effect breaks
+// a guarantee (topology.Management.PolicyProblems), and on which exchanges the user has
+// topic permissions (topicGuarded). It returns nil without a management URL,
 // an error wrapping ErrTopologyMissing or ErrTopologyUnsafe, or the management API's error.
 func (p *Publisher) checkManaged(ctx context.Context) error {
 	if p.opts.mgmtURL == "" {
@@ -40,6 +41,14 @@ func (p *Publisher) checkManaged(ctx context.Context) error {
 		if !bound {
 			problems = append(problems, fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (the management API "+
 				"lists no such binding): run `declare apply` with %q among AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, p.names.Dispatch(), t.Name))
+		}
+	}
+	// The exchanges with a topic permission for the Publisher's user: direct publishes to
+	// them go alone (refusal.go, check 5). A management user that may not read them (it needs
+	// the administrator tag for another user) leaves the Publisher to learn them from refusals.
+	if guarded, err := m.TopicPermissionExchanges(ctx, p.user); err == nil {
+		for _, x := range guarded {
+			p.refusals.topicGuarded.add(x)
 		}
 	}
 	pps, err := m.PolicyProblems(ctx, plan)

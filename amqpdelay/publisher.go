@@ -57,6 +57,7 @@ type Publisher struct {
 	targets  map[string]struct{}
 	ladder   ttlbuckets.Ladder
 	buckets  ttlbuckets.Buckets
+	park     parkRoute // the dead-lettering that can park a message after its path
 	opts     options
 	log      zerolog.Logger
 	idPrefix string
@@ -185,6 +186,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		targets:  make(map[string]struct{}, len(spec.Targets)),
 		ladder:   ladder,
 		buckets:  buckets,
+		park:     newParkRoute(spec),
 		opts:     o,
 		log:      o.logger,
 		idPrefix: "rd-" + hex.EncodeToString(rnd[:]) + "-",
@@ -331,10 +333,12 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		}
 		due := time.Now().Add(c.effective)
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
-		reserve := 0
-		if c.path == PathLadder || c.path == PathBucket { // the plugin path does not dead-letter
-			reserve = deadLetterReserve(&out, routingKey, deadLetterHops(p.names, p.ladder, &c, dest))
+		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest) // none on the plugin and direct paths
+		var park *deadLetterHop
+		if h, ok := p.park.hop(last); ok {
+			park = &h
 		}
+		reserve := deadLetterReserve(&out, routingKey, dlHops, park)
 		err = pc.publish(ctx, dest, routingKey, mandatory, &out, reserve)
 		if errors.Is(err, errNotSent) {
 			continue // the channel died before the write; the supervisor replaces it

@@ -33,12 +33,25 @@ import (
 //     entry exchange) has been confirmed on this connection; a refused exchange is remembered
 //     for refusalMemory and refused before sending.
 //  3. Exchange not found (404): checked with a passive declare before the first direct
-//     publish (checkExchange); the delay paths' exchanges are checked by NewPublisher.
+//     publish (checkExchange); the delay paths' exchanges are checked by NewPublisher. An
+//     exchange deleted after it took a direct publish cannot be told from AMQP without a
+//     declare per publish: the next direct publish to it closes the direct publishes' shared
+//     channel, failing those in flight there (ErrConnectionLost, outcome unknown), never a
+//     delayed publish; the exchange is then checked again, and publishes go alone until it
+//     takes one.
 //  4. Internal exchange (403 "cannot publish to internal exchange"): as 2.
 //  5. Topic permission on the routing key, topic exchanges only (403 "access to topic ...";
+//     rabbit_channel.erl check_topic_authorisation and rabbit_auth_backend_internal
+//     check_topic_access, whose write pattern may hold {username}, {vhost} and {client_id};
 //     4.x checks CC and BCC keys too): direct publishes only (the delay paths publish to
-//     headers exchanges); the first one to an exchange goes on the serial channel, later ones
-//     share the direct publishes' channel, never the delay paths'.
+//     headers exchanges, and dead-lettering is not checked). Direct publishes to an exchange
+//     with a topic permission for the user go on the serial channel, each alone: with
+//     WithManagementURL the Publisher reads those exchanges at every connection
+//     (topology.Management.TopicPermissionExchanges); without it, or when the management user
+//     may not read them, it learns an exchange from the first topic refusal there. Until then
+//     the direct publishes to an exchange that has taken one share the direct publishes'
+//     channel, so that first refusal fails the direct publishes in flight on it
+//     (ErrConnectionLost, outcome unknown), never a delayed publish.
 //  6. user_id property other than the connection's user (406), unless the user has the
 //     impersonator tag: such a publish goes on the serial channel.
 //  7. expiration property that is not an integer of 0 to 315,360,000,000 ms (406 "invalid
@@ -64,6 +77,11 @@ type refusals struct {
 	mu      sync.Mutex
 	refused map[string]refusal // exchange -> its 403, at most maxNames
 	trusted nameSet            // exchanges a publish was confirmed on, on this connection
+	// topicGuarded holds the exchanges on which the user has a topic permission (read through
+	// the management API, or learnt from a topic refusal): every direct publish to one goes
+	// alone on the serial channel. Kept across reconnections (permissions rarely change; a
+	// guarded exchange costs only speed).
+	topicGuarded nameSet
 
 	bodyOK    atomic.Int64 // the largest body, in bytes, the broker has confirmed
 	brokerMax atomic.Int64 // the broker's max_message_size learnt from a 406; 0: unknown
@@ -120,9 +138,11 @@ func (r *refusals) forget() {
 // mayBeRefused reports whether a publish of out to dest on path may meet a refusal that
 // closes the channel and so must go on the serial channel: a publish to an exchange no publish
 // was confirmed on yet on this connection, a body larger than any confirmed on it, or a
-// UserId other than the connection's user.
+// UserId other than the connection's user, or a direct publish to an exchange on which the
+// user has a topic permission.
 func (p *Publisher) mayBeRefused(path Path, dest string, out *amqp.Publishing) bool {
 	return !p.refusals.isTrusted(dest) ||
+		path == PathDirect && p.refusals.topicGuarded.has(dest) ||
 		int64(len(out.Body)) > p.refusals.bodyOK.Load() ||
 		out.UserId != "" && out.UserId != p.user
 }
@@ -163,10 +183,22 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 	if !errors.Is(err, ErrConnectionLost) || !errors.As(err, &ae) {
 		return err
 	}
+	if ae.Code == amqp.AccessRefused && topicRefusal.MatchString(ae.Reason) {
+		name, ok := quotedExchange(ae.Reason)
+		if !ok {
+			name = dest
+		}
+		p.refusals.topicGuarded.add(name) // from now on, direct publishes to it go alone
+	}
 	if !serial {
-		if ae.Code == amqp.AccessRefused {
+		switch ae.Code {
+		case amqp.AccessRefused:
 			if name, ok := quotedExchange(ae.Reason); ok {
 				p.refusals.untrust(name)
+			}
+		case amqp.NotFound:
+			if path == PathDirect {
+				p.refusals.untrust(dest) // deleted since it took a publish: the next goes alone
 			}
 		}
 		return err

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -290,13 +291,9 @@ func nest(n int) amqp.Table {
 
 // TestAttackParkedBoundaryMessage: the largest header Publish accepts for a 3-hop ladder delay
 // reaches the ready queue; the consumer rejects it (no requeue), so the ready queue parks it
-// with one more x-death entry. A plain consumer of the parking queue then gets it.
+// with one more x-death entry. A plain consumer of the parking queue then gets it, its
+// connection open (the Publisher's reserve counts that entry).
 func TestAttackParkedBoundaryMessage(t *testing.T) {
-	// A known bug (README, "Headers that grow on every hop"): the Publisher's header check does
-	// not count the x-death entry a parked message gains, so this fails until it does.
-	if os.Getenv("RABBITDELAY_KNOWN_BUGS") == "" {
-		t.Skip("known bug, not fixed yet: set RABBITDELAY_KNOWN_BUGS=1 to run it")
-	}
 	env := brokertest.NewEnv(t)
 	target := env.Name("orders")
 	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
@@ -311,11 +308,8 @@ func TestAttackParkedBoundaryMessage(t *testing.T) {
 		return amqp.Publishing{MessageId: "m", Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
 	}
 	_, err := p.Publish(ctx, target, "k", msg(frameMax), delay)
-	var size, reserve int
-	if _, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "encode to "):], "encode to %d bytes (with this path's own headers), and %d bytes", &size, &reserve); scanErr != nil {
-		t.Fatalf("sizes: %v (%v)", scanErr, err)
-	}
-	largest := frameMax - (size + reserve - frameMax)
+	_, _, total := refusalSizes(t, err)
+	largest := frameMax - (total - frameMax)
 	if _, err := p.Publish(ctx, target, "k", msg(largest), delay); err != nil {
 		t.Fatal(err)
 	}
@@ -349,5 +343,106 @@ func TestAttackParkedBoundaryMessage(t *testing.T) {
 		t.Errorf("the parking queue's consumer lost its connection: %v", e)
 	case <-time.After(20 * time.Second):
 		t.Error("nothing on the parking queue")
+	}
+}
+
+// TestReplayParkedLargeMessageBounded: a message near the header limit, with its 3 hops'
+// x-death entries, that package consumer parks (a permanent error: a copy published to the
+// parking queue with the failure record) goes back to its queue with consumer.Replay (the
+// default exchange: no dead-lettering, no x-death entry, the failure record dropped), is
+// rejected there by a plain consumer and parked by the ready queue's dead-lettering (one more
+// x-death entry, which the Publisher reserved room for): a plain consumer of the parking queue
+// gets it with its connection open, and Replay then leaves it in the parking queue (no
+// failure record: a consumer did not park it), so nothing loops.
+func TestReplayParkedLargeMessageBounded(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	rq := env.Name("ready")
+	spec.ReadyQueues = topology.ReadyQueues{{Queue: rq, Exchange: target, BindingKey: "k"}}
+	declareTopology(t, env, spec)
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+	frameMax := env.Dial(t).Config.FrameSize
+	msg := func(pad int) amqp.Publishing {
+		return amqp.Publishing{MessageId: "m", Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
+	}
+	_, err := p.Publish(ctx, target, "k", msg(frameMax), 1234*time.Millisecond)
+	_, _, total := refusalSizes(t, err)
+	// Room for the consumer's failure record (its error text at most consumer.MaxErrorLen) and
+	// for the reserve of its park publish (a direct publish; the consumer's Publisher knows no
+	// ready queue names, so it counts a 255-byte one).
+	pad := frameMax - (total - frameMax) - consumer.MaxErrorLen - 3000
+	if _, err := p.Publish(ctx, target, "k", msg(pad), 1234*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	cfg := amqpdelay.Config{URL: env.URL, Spec: spec}
+	names := spec.WithDefaults().Names()
+	parkedCount := func() int {
+		q, err := env.Channel(t).QueueDeclarePassive(names.Parking(), true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Messages
+	}
+	var evMu sync.Mutex
+	var evs []string
+	c := newConsumer(t, cfg, rq, func(context.Context, amqp.Delivery) error {
+		return consumer.Permanent(errors.New(strings.Repeat("e", 2*consumer.MaxErrorLen)))
+	}, consumer.WithObserver(func(e consumer.Event) {
+		evMu.Lock()
+		evs = append(evs, fmt.Sprintf("%v: %.300v", e.Kind, e.Err))
+		evMu.Unlock()
+	}))
+	stop := runConsumer(t, c)
+	waitFor(t, time.Minute, "the consumer parks the message", func() bool { return parkedCount() == 1 })
+	stop()
+
+	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if moved, err := consumer.Replay(rctx, cfg, rq, 0); err != nil || moved != 1 {
+		evMu.Lock()
+		t.Fatalf("Replay: moved %d, %v; want 1 (the consumer's events: %v)", moved, err, evs)
+	}
+	// A plain consumer rejects it: the ready queue parks it.
+	ch := env.Channel(t)
+	ds, err := ch.Consume(rq, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-ds:
+		if _, ok := d.Headers[consumer.HeaderReplayed]; !ok {
+			t.Errorf("the replayed delivery has no %s header", consumer.HeaderReplayed)
+		}
+		_ = d.Reject(false)
+	case <-time.After(time.Minute):
+		t.Fatal("the replayed message did not reach the ready queue")
+	}
+	waitFor(t, time.Minute, "the ready queue parks the rejected message", func() bool { return parkedCount() == 1 })
+	if moved, err := consumer.Replay(rctx, cfg, rq, 0); err != nil || moved != 0 {
+		t.Errorf("Replay of a message the ready queue parked: moved %d, %v; want 0 (it stays parked)", moved, err)
+	}
+	pc := env.Dial(t)
+	closed := pc.NotifyClose(make(chan *amqp.Error, 1))
+	pch, _ := pc.Channel()
+	pds, err := pch.Consume(names.Parking(), "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-pds:
+		deaths, _ := d.Headers["x-death"].([]any)
+		newest, _ := deaths[0].(amqp.Table)
+		if newest["queue"] != rq || newest["reason"] != "rejected" {
+			t.Errorf("parked message's newest x-death entry %v, want queue %s, reason rejected", newest, rq)
+		}
+		t.Logf("parked after a replay: %d x-death entries, newest %v %v", len(deaths), newest["queue"], newest["reason"])
+		_ = d.Ack(false)
+	case e := <-closed:
+		t.Fatalf("the parking queue's consumer lost its connection: %v", e)
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing on the parking queue")
 	}
 }

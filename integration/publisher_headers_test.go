@@ -23,14 +23,17 @@ import (
 const deadLetterMargin = 32
 
 // TestPublisherDeadLetterHeaderLimit: every hop of a delayed message makes RabbitMQ add
-// dead-letter headers, and an x-death entry repeats the routing key and the CC list. Publish
-// computes the size the headers reach after the last hop of the message's path: on a real
-// broker, for a 4,095 ms ladder delay (3 hops) and for a bucket (1 hop), a message with a CC
-// list whose headers are just under that limit is confirmed and delivered intact to a plain
-// consumer whose connection stays open (also when the message is returned to the quorum ready
-// queue and comes back with x-delivery-count, which the margin leaves room for), one byte more is refused with ErrInvalidInput and
-// nothing is sent, and the size the consumer really receives (read off the wire) is never
-// above the computed one: it is that size less the margin (4.x), or less the margin and the
+// dead-letter headers, and an x-death entry repeats the routing key and the CC list; a quorum
+// ready queue that `declare apply` declared adds one more entry when it parks the message
+// (reason delivery_limit, the longest). Publish computes the size the headers reach after the
+// last hop of the message's path and that parking: on a real broker, for a 4,095 ms ladder
+// delay (3 hops) and for a bucket (1 hop), a message with a CC list whose headers are just
+// under that limit is confirmed and delivered intact to a plain consumer whose connection stays
+// open (also when it is returned to the ready queue and comes back with x-delivery-count, which
+// the margin leaves room for), one byte more is refused with ErrInvalidInput and nothing is
+// sent. Returned once more, past the ready queue's delivery limit of 1, it is parked, and a
+// plain consumer of the parking queue gets it with its connection open: the size read off the
+// wire there is the computed one less the margin (4.x), or less the margin and the
 // x-last-death-* headers that RabbitMQ adds from 3.13 only.
 func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 	t.Parallel()
@@ -49,10 +52,12 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 			target := env.Name("orders")
 			spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
 			spec.Buckets = topology.Delays{1500 * time.Millisecond}
-			declareTopology(t, env, spec)
 			q := env.Name("ready")
-			declareReadyQueue(t, env, q, target, "k")
+			spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
+			spec.ReadyDeliveryLimit = 1 // parked at the second return
+			declareTopology(t, env, spec)
 			c := newSnoopConsumer(t, env.URL, q)
+			parking := newSnoopConsumer(t, env.URL, spec.WithDefaults().Names().Parking())
 			p := newPublisher(t, env, spec)
 			ctx := pubCtx(t)
 			frameMax := env.Dial(t).Config.FrameSize // the Publisher negotiates the same
@@ -127,6 +132,11 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 				seen[d.d.MessageId] = true
 				if d.d.MessageId == "under" {
 					again = d
+					// Returned once more: past the delivery limit, parked.
+					if err := d.d.Nack(false, true); err != nil {
+						t.Fatalf("nack: %v", err)
+					}
+					continue
 				}
 				if err := d.d.Ack(false); err != nil {
 					t.Fatalf("ack: %v", err)
@@ -143,32 +153,52 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 				t.Errorf("the redelivery added %d bytes, more than the %d-byte margin", grew, deadLetterMargin)
 			}
 
-			// The real size, off the wire, against the computation (frame_max for "under").
-			got := under.frame + 8 // the frame's type, channel, size and end octets
-			computed := frameMax
-			if got > computed {
-				t.Fatalf("RabbitMQ delivered a %d-byte header frame, more than the %d bytes the Publisher computed", got, computed)
+			parked := parking.next(t, 60*time.Second)
+			if parked.d.MessageId != "under" {
+				t.Fatalf("parked %q, want \"under\"", parked.d.MessageId)
+			}
+			if err := parked.d.Ack(false); err != nil {
+				t.Fatalf("ack the parked message: %v", err)
+			}
+			if err := parking.open(); err != nil {
+				t.Fatalf("the parking queue's consumer's connection closed: %v", err)
+			}
+			pdeaths, _ := parked.d.Headers["x-death"].([]any)
+			newest, _ := pdeaths[0].(amqp.Table)
+			if len(pdeaths) != tc.hops+1 || newest["queue"] != q || newest["reason"] != "delivery_limit" {
+				t.Fatalf("parked \"under\": %d x-death entries, newest %v; want %d, the newest for %s with reason delivery_limit",
+					len(pdeaths), newest, tc.hops+1, q)
+			}
+
+			// The real sizes, off the wire, against the computation (frame_max for "under" once
+			// parked). The delivery before parking is smaller by the park's x-death entry.
+			got, computed := parked.frame+8, frameMax // the frame's type, channel, size and end octets
+			if got > computed || under.frame+8 >= got {
+				t.Fatalf("RabbitMQ delivered %d-byte header frames (%d parked), more than the %d bytes the Publisher computed, or the parked one not larger",
+					under.frame+8, got, computed)
 			}
 			want := computed - deadLetterMargin
-			newest, _ := deaths[0].(amqp.Table)
+			if _, ok := parked.d.Headers["x-delivery-count"]; ok {
+				want += 1 + len("x-delivery-count") + 1 + 8 // kept from the returns: within the margin
+			}
 			lastQ, _ := newest["queue"].(string)
 			lastX, _ := newest["exchange"].(string)
-			_, hasLast := under.d.Headers["x-last-death-queue"]
+			_, hasLast := parked.d.Headers["x-last-death-queue"]
 			if !c.addsLastDeath() {
 				if hasLast {
 					t.Errorf("RabbitMQ %s added x-last-death-*: the test's version rule is wrong", c.version)
 				}
 				// x-last-death-reason, -queue and -exchange: longstr fields (key length 1, type 1,
 				// value length 4).
-				want -= 3*(1+1+4) + len("x-last-death-reason") + len("expired") + len("x-last-death-queue") + len(lastQ) +
+				want -= 3*(1+1+4) + len("x-last-death-reason") + len("delivery_limit") + len("x-last-death-queue") + len(lastQ) +
 					len("x-last-death-exchange") + len(lastX)
 			} else if !hasLast {
 				t.Errorf("RabbitMQ %s did not add x-last-death-*", c.version)
 			}
-			t.Logf("RabbitMQ %s, %s, %d hops: delivered header frame %d bytes (%d redelivered), computed %d (frame_max %d)",
-				c.version, tc.name, tc.hops, got, again.frame+8, computed, frameMax)
+			t.Logf("RabbitMQ %s, %s, %d hops: delivered header frame %d bytes (%d redelivered, %d parked), computed %d (frame_max %d)",
+				c.version, tc.name, tc.hops, under.frame+8, again.frame+8, got, computed, frameMax)
 			if got != want {
-				t.Errorf("delivered header frame %d bytes, want exactly %d (computed %d less the %d-byte margin%s)",
+				t.Errorf("parked header frame %d bytes, want exactly %d (computed %d less the %d-byte margin%s)",
 					got, want, computed, deadLetterMargin, map[bool]string{true: "", false: " and x-last-death-*"}[c.addsLastDeath()])
 			}
 		})

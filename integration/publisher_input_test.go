@@ -15,6 +15,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestPublisherRefusesConnectionKillers: input that amqp091 cannot encode (a short string
@@ -130,8 +131,13 @@ func TestPublisherRefusesConnectionKillers(t *testing.T) {
 func TestPublisherHeaderFrameLimit(t *testing.T) {
 	t.Parallel()
 	var ev events
-	f := newDirectFixture(t, amqpdelay.WithReconnectHandler(ev.add))
-	env, target, p := f.env, f.target, f.p
+	f := declareDirectFixture(t)
+	// Without a ready queue that parks (ReadyDeliveryLimit -1), a direct publish reserves no
+	// room for an x-death entry (TestPublisherDeadLetterHeaderLimit covers that room): the
+	// limit found is the frame's.
+	spec := f.spec
+	spec.ReadyDeliveryLimit = topology.NoReadyDeliveryLimit
+	env, target, p := f.env, f.target, newPublisher(t, f.env, spec, amqpdelay.WithReconnectHandler(ev.add))
 	frameMax := env.Dial(t).Config.FrameSize
 	if frameMax <= 0 {
 		t.Fatalf("negotiated frame_max = %d", frameMax)

@@ -26,7 +26,7 @@ import (
 
 // topoNeedManagement skips tests that compare with the broker's own view through the management
 // API when the broker has none (AMQP cannot list exchanges, queues or bindings).
-func topoNeedManagement(t *testing.T, env *brokertest.Env) *topology.Management {
+func topoNeedManagement(t testing.TB, env *brokertest.Env) *topology.Management {
 	t.Helper()
 	if env.Broker.ManagementURL == "" {
 		t.Skip("needs the management API (AMQP_MANAGEMENT_URL) to list what the broker holds")
@@ -38,14 +38,14 @@ func topoNeedManagement(t *testing.T, env *brokertest.Env) *topology.Management 
 	return m
 }
 
-func topoTestCtx(t *testing.T, d time.Duration) context.Context {
+func topoTestCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // topoMgmtJSON GETs path from the management API, keeping numbers exact.
-func topoMgmtJSON(t *testing.T, env *brokertest.Env, path string, out any) {
+func topoMgmtJSON(t testing.TB, env *brokertest.Env, path string, out any) {
 	t.Helper()
 	var raw json.RawMessage
 	if err := env.Broker.Management("GET", path, nil, &raw); err != nil {

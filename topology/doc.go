@@ -81,6 +81,15 @@
 // management API names a queue's policy only with its statistics (every 5 s), so
 // PolicyProblems works out the policy in effect from the policy list itself.
 //
+// Ready queues get no policy of the topology: they are the application's, and a policy of
+// the topology would shadow its own (a length limit, a TTL, a leader locator). PolicyProblems
+// reports what a policy or operator policy there does to due messages (expires deletes the
+// queue; a TTL, a dropping length limit or a delivery limit takes them out, parked or lost
+// depending on the queue's dead-letter exchange; a refusing length limit stalls the delay
+// queues' dead-lettering). Nor are the topology's exchanges shadowed: alternate-exchange is
+// core RabbitMQ's only exchange policy key, so there is no harmless value to shadow with; an
+// alternate exchange set on one by a policy is reported.
+//
 // Without the management API Apply reports the policies as skipped and the declare CLI
 // prints the rabbitmqctl set_policy commands. A policy of the topology also shadows the
 // vhost's other policies on those queues and targets (a federation policy on a target, say):

@@ -308,6 +308,13 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 //     dead-letter-routing-key (wrong routing);
 //   - the parking queue: message-ttl, max-length, max-length-bytes (drops), expires
 //     (deletes), delivery-limit (warning);
+//   - ready queues, on which the topology sets no policy (readyQueueProblems): expires
+//     (deletes); message-ttl, max-length and max-length-bytes with overflow drop-head, and
+//     delivery-limit: warnings where the queue parks what they take out (a quorum ready queue
+//     with a delivery limit), else drops (or, with a dead-letter-exchange from the policy, a
+//     warning); max-length or max-length-bytes with overflow reject-publish(-dlx) (stalls:
+//     dead-lettering into the full queue is refused; classic delay queues drop);
+//     dead-letter-routing-key where the queue parks (warning);
 //   - the topology's exchanges: alternate-exchange where the exchange has no argument of its
 //     own (wrong routing);
 //   - target exchanges: no alternate exchange in effect (the topology's targets policy not
@@ -456,7 +463,14 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 	}
 	for _, mq := range queues {
 		q, ok := p.Queue(mq.Name)
-		if !ok || (!q.IsDelay() && q.Role != RoleParking) {
+		if !ok {
+			continue
+		}
+		if q.Role == RoleReady {
+			out = append(out, readyQueueProblems(p, q, mq, pols, ops)...) // with their own fix
+			continue
+		}
+		if !q.IsDelay() && q.Role != RoleParking {
 			continue
 		}
 		userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
@@ -571,6 +585,89 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		}
 		return out[i].Key < out[j].Key
 	})
+	return out
+}
+
+// readyQueueProblems are the policy problems of ready queue q (see [Management.PolicyProblems]).
+// The topology sets no policy on ready queues: they belong to the application that consumes
+// them, whose own policies (a length limit, a TTL for messages nobody wants late, a leader
+// locator) are its business, and a policy of the topology would shadow them all. What is
+// reported is what loses or misroutes due messages. A quorum ready queue that `declare apply`
+// declared with a delivery limit has x-dead-letter-exchange <prefix>.unroutable (an argument,
+// which wins over a policy's), so what it expires, drops at its length limit or returns past
+// its limit is parked: a warning. Without it (classic ready queues, or ReadyDeliveryLimit -1)
+// the same is lost, unless the policy in effect gives a dead-letter-exchange of its own.
+func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy) []PolicyProblem {
+	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
+	def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
+	parks := q.Args["x-dead-letter-exchange"] == p.Names.Unroutable()
+	_, ownDLX := def["dead-letter-exchange"]
+	overflow := fmt.Sprint(def["overflow"])
+	rejects := overflow == "reject-publish" || overflow == "reject-publish-dlx"
+	stallOrDrop := BreaksStalls
+	if p.Spec.QueueType == Classic {
+		stallOrDrop = BreaksDrops
+	}
+	keys := make([]string, 0, len(def))
+	for k := range def {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []PolicyProblem
+	for _, k := range keys {
+		v := def[k]
+		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
+		if fromOp[k] {
+			pp.Policy, pp.Operator = opName, true
+		}
+		lost := func(what string) {
+			switch {
+			case parks:
+				pp.Breaks, pp.Warning = BreaksDrops, true
+				pp.Why = what + fmt.Sprintf(": this ready queue dead-letters them to %q, so they are parked in %q, not lost", p.Names.Unroutable(), p.Names.Parking())
+			case ownDLX:
+				pp.Breaks, pp.Warning = BreaksRouting, true
+				pp.Why = what + fmt.Sprintf(": they are dead-lettered to the policy's dead-letter-exchange %q", fmt.Sprint(def["dead-letter-exchange"]))
+			default:
+				pp.Breaks = BreaksDrops
+				pp.Why = what + ": this ready queue has no dead-letter exchange, so they are lost"
+			}
+		}
+		switch k {
+		case "expires":
+			pp.Breaks = BreaksDeletes
+			pp.Why = fmt.Sprintf("RabbitMQ deletes this ready queue, with every due message it holds, once it has been unused for %v ms "+
+				"(no consumer, no basic.get, no redeclaration), and due messages for it are then routed elsewhere or parked", v)
+		case "message-ttl":
+			lost(fmt.Sprintf("due messages not consumed within %v ms expire from this ready queue", v))
+		case "max-length", "max-length-bytes":
+			if rejects {
+				pp.Breaks = stallOrDrop
+				pp.Why = fmt.Sprintf("once this ready queue holds %v (messages or bytes), overflow %s refuses due messages "+
+					"dead-lettered into it: %s", v, overflow, stallText(p.Spec.QueueType))
+			} else {
+				lost(fmt.Sprintf("once this ready queue holds %v (messages or bytes), it drops the oldest due messages", v))
+			}
+		case "delivery-limit":
+			lost(fmt.Sprintf("a due message returned (nack or reject with requeue, or its consumer gone) more than %v times "+
+				"is taken out of this ready queue", v))
+		case "dead-letter-routing-key":
+			if !parks {
+				continue // the application's own dead-lettering
+			}
+			pp.Breaks, pp.Warning = BreaksRouting, true
+			pp.Why = fmt.Sprintf("messages this ready queue parks (rejected, or past its delivery limit) lose their routing key for %q", fmt.Sprint(v))
+		default:
+			continue
+		}
+		if pp.Operator {
+			pp.Why += "; fix: " + pp.fix("", 0)
+		} else if !pp.Warning {
+			pp.Why += fmt.Sprintf("; fix: remove %s from policy %q or make its pattern not match this ready queue (the topology sets no "+
+				"policy on ready queues: they are the application's)", k, pp.Policy)
+		}
+		out = append(out, pp)
+	}
 	return out
 }
 

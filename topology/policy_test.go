@@ -151,3 +151,63 @@ func TestChoosePolicyTie(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyQueueProblems: on a ready queue, what takes due messages out of it is a warning
+// where the queue parks them (quorum, delivery limit), a failure where they would be lost
+// (ReadyDeliveryLimit -1) unless the policy dead-letters them elsewhere; expires and a
+// refusing length limit always fail; the application's other keys are not reported.
+func TestReadyQueueProblems(t *testing.T) {
+	spec := Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, ReadyQueues: ReadyQueues{{Queue: "ready", Exchange: "orders", BindingKey: "#"}}}
+	parks := mustPlan(t, spec)
+	spec.ReadyDeliveryLimit = NoReadyDeliveryLimit
+	loses := mustPlan(t, spec)
+	pols := map[string]managedPolicy{
+		"ttl":    {Name: "ttl", Definition: map[string]any{"message-ttl": json.Number("1000"), "queue-leader-locator": "balanced"}},
+		"ttl-dl": {Name: "ttl-dl", Definition: map[string]any{"message-ttl": json.Number("1000"), "dead-letter-exchange": "mine"}},
+		"full":   {Name: "full", Definition: map[string]any{"max-length": json.Number("10"), "overflow": "reject-publish"}},
+		"head":   {Name: "head", Definition: map[string]any{"max-length-bytes": json.Number("10")}},
+		"exp":    {Name: "exp", Definition: map[string]any{"expires": json.Number("1000"), "dead-letter-routing-key": "x"}},
+	}
+	ops := map[string]managedPolicy{"op": {Name: "op", Definition: map[string]any{"delivery-limit": json.Number("2")}}}
+	type want struct {
+		breaks  Breakage
+		warning bool
+	}
+	for _, tc := range []struct {
+		name       string
+		plan       *Plan
+		policy, op string
+		want       map[string]want
+	}{
+		{"ttl, parks", parks, "ttl", "", map[string]want{"message-ttl": {BreaksDrops, true}}},
+		{"ttl, no dead-letter exchange", loses, "ttl", "", map[string]want{"message-ttl": {BreaksDrops, false}}},
+		{"ttl, the policy's dead-letter exchange", loses, "ttl-dl", "", map[string]want{"message-ttl": {BreaksRouting, true}}},
+		{"reject-publish", parks, "full", "", map[string]want{"max-length": {BreaksStalls, false}}},
+		{"drop-head, parks", parks, "head", "", map[string]want{"max-length-bytes": {BreaksDrops, true}}},
+		{"drop-head, lost", loses, "head", "", map[string]want{"max-length-bytes": {BreaksDrops, false}}},
+		{"expires, routing key", parks, "exp", "", map[string]want{"expires": {BreaksDeletes, false}, "dead-letter-routing-key": {BreaksRouting, true}}},
+		{"expires, own dead-lettering", loses, "exp", "", map[string]want{"expires": {BreaksDeletes, false}}},
+		{"operator delivery-limit, parks", parks, "", "op", map[string]want{"delivery-limit": {BreaksDrops, true}}},
+		{"operator delivery-limit, lost", loses, "", "op", map[string]want{"delivery-limit": {BreaksDrops, false}}},
+	} {
+		queues := []managedObject{{Name: "ready", Type: "quorum", Policy: jsName(tc.policy), OperatorPolicy: jsName(tc.op)}}
+		got := map[string]PolicyProblem{}
+		for _, pp := range policyProblemsOf(tc.plan, pols, ops, queues, nil) {
+			if pp.Object == "ready" {
+				got[pp.Key] = pp
+			}
+		}
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: problems %v, want keys %v", tc.name, got, tc.want)
+		}
+		for k, w := range tc.want {
+			pp := got[k]
+			if pp.Breaks != w.breaks || pp.Warning != w.warning || pp.Operator != (tc.op != "") {
+				t.Errorf("%s: %s: %+v, want breaks %q warning %v", tc.name, k, pp, w.breaks, w.warning)
+			}
+			if !pp.Warning && strings.Count(pp.Error(), "fix: ") != 1 {
+				t.Errorf("%s: %s: want one fix in %q", tc.name, k, pp.Error())
+			}
+		}
+	}
+}

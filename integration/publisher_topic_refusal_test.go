@@ -1,0 +1,148 @@
+package integration
+
+import (
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// TestPublisherTrustedExchangeRefusals: refusals on an exchange that has already taken direct
+// publishes on the connection, sent while 8 goroutines publish on the same one-channel
+// Publisher (4 delayed, 4 direct: to another target and to allowed keys of the same topic
+// exchange). A routing key the user's topic permission refuses (403) fails no victim when the
+// Publisher reads the topic permissions WithManagementURL; without it the first refusal may
+// fail the direct victims in flight (never a delayed one), and after it the exchange's direct
+// publishes go alone, so the next refusal fails nobody. An exchange deleted after it took
+// publishes (404): the same, learnt from the first.
+func TestPublisherTrustedExchangeRefusals(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		if brokertest.InCI() {
+			t.Fatal("needs the management API to create a user, and CI's broker has one")
+		}
+		t.Skip("needs the management API to create a user")
+	}
+	ch := env.Channel(t)
+	target, topic, doomed := env.Name("orders"), env.Name("topic-target"), env.Name("doomed")
+	for _, x := range []string{topic, doomed} {
+		if err := ch.ExchangeDeclare(x, "topic", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"}, topology.Target{Name: topic})
+	if _, _, err := polApply(t, env, topoNeedManagement(t, env), spec); err != nil { // with the policies WithManagementURL checks
+		t.Fatalf("apply: %v", err)
+	}
+	declareReadyQueue(t, env, env.Name("ready"), target, "k")
+	declareReadyQueue(t, env, env.Name("topic-ready"), topic, "#")
+	declareReadyQueue(t, env, env.Name("doomed-ready"), doomed, "#")
+
+	user := env.Prefix + "-topic"
+	if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(user), map[string]string{"password": "topicpw", "tags": ""}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(user), nil, nil) })
+	perm := map[string]string{"configure": "^$", "write": ".*", "read": ".*"}
+	if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(user), perm, nil); err != nil {
+		t.Fatal(err)
+	}
+	// {username} is expanded by the broker: the keys "allowed.<user>.*" only.
+	tp := map[string]string{"exchange": topic, "write": `^allowed\.{username}\.`, "read": ".*"}
+	if err := env.Broker.Management("PUT", "api/topic-permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(user), tp, nil); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(env.URL)
+	u.User = url.UserPassword(user, "topicpw")
+	weakURL := u.String()
+	allowed := "allowed." + user + ".1"
+
+	type victims struct{ delayed, direct *canary }
+	start := func(p *amqpdelay.Publisher, directTo string, directKey string) victims {
+		ctx := pubCtx(t)
+		v := victims{
+			delayed: startCanary(4, func() error {
+				_, err := p.Publish(ctx, target, "k", textMsg("victim"), time.Minute)
+				return err
+			}),
+			direct: startCanary(4, func() error {
+				if _, err := p.Publish(ctx, target, "k", textMsg("direct victim"), 0); err != nil {
+					return err
+				}
+				_, err := p.Publish(ctx, directTo, directKey, textMsg("direct victim"), 0)
+				return err
+			}),
+		}
+		time.Sleep(100 * time.Millisecond)
+		return v
+	}
+	// stop ends a canary that may have failed and returns how many of its publishes failed.
+	stop := func(c *canary) (failed, sent int64) {
+		close(c.stop)
+		c.wg.Wait()
+		return c.failed.Load(), c.sent.Load()
+	}
+	warm := func(p *amqpdelay.Publisher, exchange, key string) {
+		t.Helper()
+		if _, err := p.Publish(pubCtx(t), exchange, key, textMsg("warm"), 0); err != nil {
+			t.Fatalf("direct publish to %s with %q: %v", exchange, key, err)
+		}
+	}
+
+	// refusedAlone publishes to exchange with key twice beside fresh victims (their direct
+	// publishes to victimTo with victimKey): each is refused with want alone, no victim fails.
+	refusedAlone := func(t *testing.T, p *amqpdelay.Publisher, exchange, key string, want error, victimTo, victimKey, what string) {
+		t.Helper()
+		v := start(p, victimTo, victimKey)
+		for i := range 2 {
+			if _, err := p.Publish(pubCtx(t), exchange, key, textMsg("bad"), 0); !errors.Is(err, want) || errors.Is(err, amqpdelay.ErrConnectionLost) {
+				t.Errorf("%s, publish %d: %v, want %v alone", what, i+1, err, want)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		v.delayed.check(t, what+" (delayed victims)")
+		v.direct.check(t, what+" (direct victims)")
+	}
+	// refusedFirst publishes once beside fresh victims: refused with want, or, on the shared
+	// direct channel, ErrConnectionLost; the delayed victims never fail, the direct ones may.
+	refusedFirst := func(t *testing.T, p *amqpdelay.Publisher, exchange, key string, want error, victimTo, victimKey, what string) {
+		t.Helper()
+		v := start(p, victimTo, victimKey)
+		_, err := p.Publish(pubCtx(t), exchange, key, textMsg("bad"), 0)
+		if !errors.Is(err, want) && !errors.Is(err, amqpdelay.ErrConnectionLost) {
+			t.Errorf("%s: %v, want %v or (on the shared channel) ErrConnectionLost", what, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+		v.delayed.check(t, what+" (delayed victims)")
+		failed, sent := stop(v.direct)
+		t.Logf("%s (%v): %d of %d direct victims failed (allowed: stated in refusal.go)", what, err, failed, failed+sent)
+	}
+
+	t.Run("topic permission read WithManagementURL", func(t *testing.T) {
+		p := newPublisherURL(t, weakURL, spec, amqpdelay.WithChannels(1), amqpdelay.WithManagementURL(env.Broker.ManagementURL))
+		warm(p, topic, allowed)
+		refusedAlone(t, p, topic, "denied.1", amqpdelay.ErrAccessRefused, topic, allowed, "a refused topic key")
+	})
+
+	t.Run("topic permission learnt from a refusal", func(t *testing.T) {
+		p := newPublisherURL(t, weakURL, spec, amqpdelay.WithChannels(1))
+		warm(p, topic, allowed)
+		refusedFirst(t, p, topic, "denied.1", amqpdelay.ErrAccessRefused, topic, allowed, "the first refused topic key")
+		refusedAlone(t, p, topic, "denied.2", amqpdelay.ErrAccessRefused, topic, allowed, "a refused topic key after the first")
+	})
+
+	t.Run("exchange deleted after it took publishes", func(t *testing.T) {
+		p := newPublisherURL(t, env.URL, spec, amqpdelay.WithChannels(1))
+		warm(p, doomed, "k")
+		if err := env.Channel(t).ExchangeDelete(doomed, false, false); err != nil {
+			t.Fatal(err)
+		}
+		refusedFirst(t, p, doomed, "k", amqpdelay.ErrExchangeNotFound, topic, "any", "the first publish to a deleted exchange")
+		refusedAlone(t, p, doomed, "k", amqpdelay.ErrExchangeNotFound, topic, "any", "publishes to a deleted exchange after the first")
+	})
+}
