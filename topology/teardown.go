@@ -32,7 +32,8 @@ type TeardownOptions struct {
 }
 
 // Teardown deletes the delay topology of p: the delay queues (ladder and bucket queues), the
-// parking queue, the target markers, the ladder exchanges and marker, the bucket exchange,
+// revocation stream (whatever it holds: its records are about delayed messages), the parking
+// queue, the target markers, the ladder exchanges and marker, the bucket exchange,
 // the plugin exchange, the dispatch exchange, the alternate exchanges (and, with
 // opts.ReadyQueues, the ready queues), and last, with opts.Management, the topology's
 // policies (without it they are reported as StateSkipped: AMQP cannot delete policies).
@@ -76,6 +77,14 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			if q.Role == RoleReady {
 				queues = append(queues, q.Name)
 			}
+		}
+	}
+	// The revocation stream holds no delayed message, only records about them, which mean
+	// nothing once the delay queues are gone: it is deleted whatever it holds.
+	revoked := map[string]bool{}
+	for _, q := range p.Queues {
+		if q.Role == RoleRevoked {
+			queues, revoked[q.Name] = append(queues, q.Name), true
 		}
 	}
 	queues = append(queues, p.Names.Parking())
@@ -144,7 +153,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			}
 			return rep, wrapBroker(e, "look up "+what)
 		}
-		if i < len(queues) && exists[i] {
+		if i < len(queues) && exists[i] && !revoked[queues[i]] {
 			held[i] = int64(found[i].Messages)
 			if m, ok := managed[queues[i]]; ok {
 				held[i] = max(held[i], m.Messages, m.MessagesDLX)
@@ -161,7 +170,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	if !opts.Force && opts.Management == nil {
 		var blind []string
 		for i, name := range queues {
-			if exists[i] && !classic[name] {
+			if exists[i] && !classic[name] && !revoked[name] {
 				blind = append(blind, name)
 			}
 		}
@@ -206,7 +215,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			idx = append(idx, i)
 			if i < len(queues) {
 				jobs = append(jobs, func(ch *amqp.Channel) error {
-					ifEmpty := !opts.Force
+					ifEmpty := !opts.Force && !revoked[name]
 					if ifEmpty && !classic[name] {
 						// Quorum queues refuse queue.delete's if-empty with 540 NOT_IMPLEMENTED, a
 						// connection error that ends every job in flight. Look again just before
