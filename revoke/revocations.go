@@ -464,3 +464,13 @@ func (r *Revocations) Close() error {
 func (r *Revocations) String() string {
 	return "revocations of " + r.stream + " (" + strconv.Itoa(r.Stats().Known) + " known)"
 }
+
+// Wait returns once every revocation confirmed before the call has been read (it writes a fence
+// and waits until it reads it back, or for another reader's later fence). Errors: ErrClosed, or
+// ctx's error (wrapped).
+func (r *Revocations) Wait(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	return r.wait(ctx, time.Now().UnixMilli())
+}
