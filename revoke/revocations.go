@@ -25,7 +25,7 @@ const DefaultBound = 100 * time.Millisecond
 // the reader acks every ackEvery (multiple).
 const (
 	prefetch = 2000
-	ackEvery = 500
+	ackEvery = 100
 )
 
 // sweepEvery is how often the reader forgets revocations past their retention.
