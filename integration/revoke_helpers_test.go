@@ -107,30 +107,38 @@ func (f *revokeFixture) consume(t testing.TB, store consumer.Store, opts ...cons
 func (f *revokeFixture) publishMany(t testing.TB, prefix string, n int, delay func(i int) time.Duration) []amqpdelay.Receipt {
 	t.Helper()
 	out := make([]amqpdelay.Receipt, n)
+	each(t, n, func(ctx context.Context, i int) (err error) {
+		out[i], err = f.pub.Publish(ctx, f.target, "o."+prefix, amqp.Publishing{MessageId: prefix + "-" + strconv.Itoa(i), Body: []byte("x")}, delay(i))
+		return err
+	})
+	return out
+}
+
+// each runs do(ctx, i) for i in 0..n-1 from 16 goroutines (30 min for all), and fails the test
+// with the first error.
+func each(t testing.TB, n int, do func(ctx context.Context, i int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
+	errs := make(chan error, 16)
 	for w := range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			defer cancel()
 			for i := w; i < n; i += 16 {
-				r, err := f.pub.Publish(ctx, f.target, "o."+prefix, amqp.Publishing{MessageId: prefix + "-" + strconv.Itoa(i), Body: []byte("x")}, delay(i))
-				if err != nil {
+				if err := do(ctx, i); err != nil {
 					errs <- err
 					return
 				}
-				out[i] = r
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		t.Fatalf("publish: %v", err)
+		t.Fatal(err)
 	}
-	return out
 }
 
 // randomSubset returns k distinct indexes of 0..n-1.

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -244,28 +245,14 @@ func TestReschedule(t *testing.T) {
 	old := f.publishMany(t, "r", n, func(int) time.Duration { return 8 * time.Second })
 	news := make([]amqpdelay.Receipt, n)
 	done := make([]time.Time, n)
-	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			for i := w; i < n; i += 16 {
-				msg := amqp.Publishing{MessageId: old[i].ID(), Body: []byte("new")}
-				r, err := f.pub.Reschedule(ctx, f.target, "o.r", msg, 15*time.Second)
-				if err != nil {
-					t.Errorf("Reschedule %s: %v", old[i].ID(), err)
-					return
-				}
-				news[i], done[i] = r, time.Now()
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	each(t, n, func(ctx context.Context, i int) error {
+		r, err := f.pub.Reschedule(ctx, f.target, "o.r", amqp.Publishing{MessageId: old[i].ID(), Body: []byte("new")}, 15*time.Second)
+		if err != nil {
+			return fmt.Errorf("Reschedule %s: %w", old[i].ID(), err)
+		}
+		news[i], done[i] = r, time.Now()
+		return nil
+	})
 	waitFor(t, 3*time.Minute, "every rescheduled message handled", func() bool { return f.seen.total() >= n })
 	last := news[0].Due
 	for _, r := range news {
