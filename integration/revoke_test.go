@@ -235,18 +235,22 @@ func TestRevokeLateAndRestartedConsumer(t *testing.T) {
 }
 
 // TestReschedule: messages rescheduled to a later time with the same id each arrive once, at the
-// new time (the old copy never), 100 messages (the 1,000 with REVOKE_TEST_N=10000).
+// new time (the old copy never): 100 messages (the 1,000 with REVOKE_TEST_N=10000), the old copies
+// due once the reschedules are done, the new ones 7 s later.
 func TestReschedule(t *testing.T) {
 	t.Parallel()
 	f := newRevokeFixture(t)
 	n := revokeScale(100)
 	stop, _ := f.consume(t, consumer.NewMemoryStore(4*n))
 	defer stop()
-	old := f.publishMany(t, "r", n, func(int) time.Duration { return 8 * time.Second })
+	// The old copies are due once the reschedules have had time to finish on a busy machine (10 ms
+	// each); the new ones 7 s later.
+	oldDelay := 5*time.Second + time.Duration(n)*10*time.Millisecond
+	old := f.publishMany(t, "r", n, func(int) time.Duration { return oldDelay })
 	news := make([]amqpdelay.Receipt, n)
 	done := make([]time.Time, n)
 	each(t, n, func(ctx context.Context, i int) error {
-		r, err := f.pub.Reschedule(ctx, f.target, "o.r", amqp.Publishing{MessageId: old[i].ID(), Body: []byte("new")}, 15*time.Second)
+		r, err := f.pub.Reschedule(ctx, f.target, "o.r", amqp.Publishing{MessageId: old[i].ID(), Body: []byte("new")}, time.Until(old[i].Due)+7*time.Second)
 		if err != nil {
 			return fmt.Errorf("Reschedule %s: %w", old[i].ID(), err)
 		}
@@ -280,7 +284,7 @@ func TestReschedule(t *testing.T) {
 				r.ID(), got[0].at.Format(time.StampMilli), got[0].due.Format(time.StampMilli), r.Due.Format(time.StampMilli))
 		}
 	}
-	t.Logf("%d rescheduled from +8 s to +15 s; %d rescheduled later than the bound before the old due time (not checked)", n, best)
+	t.Logf("%d rescheduled from +%v to 7 s later; %d rescheduled later than the bound before the old due time (not checked)", n, oldDelay, best)
 	if best > n/2 {
 		t.Errorf("%d of %d reschedules came too late to check anything", best, n)
 	}
