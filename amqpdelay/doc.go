@@ -68,6 +68,11 @@
 //     queues by default: replicated, dead-lettered at least once) as a persistent message.
 //   - No message is delivered before its due time: delays are rounded up, never down, and a
 //     queue never expires a message before its TTL has passed.
+//   - [Publisher.Revoke] and [Publisher.Reschedule] record revocations in the stream
+//     <prefix>.revoked and return nil only after its confirm; readers (package revoke, and the
+//     consumer package by default) never hand a copy to a handler when its revocation was
+//     confirmed at least the bound (100 ms) before its due time. Which copy a revocation names:
+//     [CopyHeader] and package revoke.
 //   - Safe for concurrent use; Close is idempotent.
 //   - Logs go only to the injected zerolog.Logger (default: none); no error or log line
 //     contains the URL's password.

@@ -78,7 +78,8 @@ var (
 	// exchange, another ladder, a bucket queue, a target exchange, or a target that `declare
 	// apply` did not bind to the dispatch exchange (its marker exchange, or with
 	// WithManagementURL the binding itself); the message names it (run `declare apply` with
-	// the same AMQPDELAY_* variables).
+	// the same AMQPDELAY_* variables). Revoke and Reschedule return it when the revocation
+	// stream <prefix>.revoked does not exist, naming it.
 	ErrTopologyMissing = errors.New("amqpdelay: delay topology not declared")
 
 	// ErrTopologyUnsafe: with WithManagementURL, NewPublisher found a policy or operator

@@ -2,8 +2,6 @@ package amqpdelay
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -41,7 +39,7 @@ type Receipt struct {
 	// Hops is the number of ladder queues the message passes through (PathLadder), 1 for
 	// PathBucket and PathPlugin, 0 for PathDirect.
 	Hops int
-	// MessageID is the message's ID: the caller's, or one the Publisher generated.
+	// MessageID is the message's ID: the caller's, or a UUID the Publisher generated ([Receipt.ID]).
 	MessageID string
 	// Exchange is the exchange the message was published to: the target itself (direct) or
 	// the delay topology's entry exchange.
@@ -60,8 +58,6 @@ type Publisher struct {
 	park     parkRoute // the dead-lettering that can park a message after its path
 	opts     options
 	log      zerolog.Logger
-	idPrefix string
-	idSeq    atomic.Uint64
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
 	// pluginLost is set when a publish found the plugin exchange gone (404); while it is set,
@@ -178,8 +174,6 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	cfg.Spec = spec
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
 	p := &Publisher{
 		cfg:      cfg,
 		names:    spec.Names(),
@@ -189,7 +183,6 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		park:     newParkRoute(spec),
 		opts:     o,
 		log:      o.logger,
-		idPrefix: "rd-" + hex.EncodeToString(rnd[:]) + "-",
 		changed:  make(chan struct{}),
 		active:   publishes{drained: make(chan struct{})},
 		checkSem: make(chan struct{}, 1),
@@ -223,8 +216,9 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 // must be one of the topology's targets (else ErrUnknownTarget, nothing sent). msg is not
 // modified: the Publisher sends a copy with its own headers (the target, the due time, the
 // path's routing headers) in place of any stale delay headers (x-death, x-first-death-*,
-// x-last-death-*, x-delay, rabbitdelay-*), a generated MessageId when msg has none, and
-// persistent delivery mode when msg.DeliveryMode is 0.
+// x-last-death-*, x-delay, rabbitdelay-*), a generated MessageId (a random UUID) when msg has
+// none, its copy tag (CopyHeader: msg's own, else a new one), and persistent delivery mode when
+// msg.DeliveryMode is 0.
 //
 // It returns nil only after a broker ack. Errors: ErrInvalidInput (nil ctx, headers AMQP
 // cannot encode, a NaN or infinite float header at any depth, an exchange, routing key,
@@ -284,8 +278,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 	}
 	out := msg
 	if out.MessageId == "" {
-		out.MessageId = p.idPrefix + strconv.FormatUint(p.idSeq.Add(1), 36)
+		out.MessageId = newMessageID()
 	}
+	tag := copyTag(msg.Headers) // revoke.go
 	if out.DeliveryMode == 0 {
 		out.DeliveryMode = amqp.Persistent
 	}
@@ -333,6 +328,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		}
 		due := time.Now().Add(c.effective)
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
+		out.Headers[CopyHeader] = tag
 		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest) // none on the plugin and direct paths
 		var park *deadLetterHop
 		if h, ok := p.park.hop(last); ok {

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/revoke"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -37,6 +38,7 @@ type Consumer struct {
 	store  Store
 	log    zerolog.Logger
 	ran    atomic.Bool
+	revs   *revoke.Revocations // set by Run unless WithoutRevocations
 }
 
 // New returns a Consumer of queue that runs h, with the connection settings of cfg (dialled
@@ -108,7 +110,10 @@ func (c *Consumer) Queue() string { return c.queue }
 // exchange) and the consuming connection, checks that the queue exists, binds it to the retry
 // exchange (unless [WithoutRetryBinding]) and sets the prefetch to the concurrency. A failure
 // there is returned at once: ErrQueueNotFound, amqpdelay.ErrTopologyMissing (run `declare apply`
-// with this version of rabbitdelay: the retry exchange is missing), a dial error, or ctx's error.
+// with this version of rabbitdelay: the retry exchange is missing; or, unless
+// [WithoutRevocations], the revocation stream), a dial error, or ctx's error. With revocations
+// (the default) it first reads the revocation stream (package revoke) and then acks every
+// revoked delivery without calling the handler (Event kind Revoked).
 // Run may be called once (ErrRunning).
 func (c *Consumer) Run(ctx context.Context) error {
 	if ctx == nil {
@@ -130,6 +135,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.log.Warn().Err(err).Msg("consumer: close the retry publisher")
 		}
 	}()
+	if c.o.revocations {
+		if c.revs, err = c.openRevocations(startCtx); err != nil {
+			return err
+		}
+		defer c.revs.Close()
+	}
 	s, err := c.open(startCtx)
 	if err != nil {
 		return err
@@ -400,6 +411,11 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 
 	sctx, scancel := c.settleCtx()
 	defer scancel()
+	if c.revs != nil { // revoked.go
+		if c.revoked(sctx, f, in) {
+			return
+		}
+	}
 	var token string
 	if c.store != nil && in.ID != "" {
 		st, tok, err := c.store.Claim(sctx, c.queue, in.ID, c.o.lease)

@@ -62,6 +62,9 @@ const (
 	// Disconnected and Reconnected: the Consumer's connection was lost, and is back.
 	Disconnected
 	Reconnected
+	// Revoked: the message was revoked (amqpdelay's Publisher.Revoke or Reschedule): acked
+	// without running the handler.
+	Revoked
 )
 
 // String returns the kind's name in lower case ("handled", "retried", ...).
@@ -85,6 +88,8 @@ func (k EventKind) String() string {
 		return "disconnected"
 	case Reconnected:
 		return "reconnected"
+	case Revoked:
+		return "revoked"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

@@ -31,6 +31,7 @@ type options struct {
 	reconnectMax    time.Duration
 	idFunc          func(amqp.Delivery) string
 	bind            bool
+	revocations     bool
 }
 
 // Defaults.
@@ -60,6 +61,7 @@ func defaultOptions() options {
 		reconnectMax:    5 * time.Second,
 		idFunc:          func(d amqp.Delivery) string { return d.MessageId },
 		bind:            true,
+		revocations:     true,
 	}
 }
 
@@ -206,4 +208,12 @@ func WithIDFunc(f func(amqp.Delivery) string) Option {
 // exchange) and the queue is a ready queue of the topology.
 func WithoutRetryBinding() Option {
 	return func(o *options) error { o.bind = false; return nil }
+}
+
+// WithoutRevocations stops the Consumer from reading the revocation stream: every delivery runs
+// the handler, revoked or not (amqpdelay's Publisher.Revoke and Reschedule then have no effect on
+// this queue). By default Run reads it (package revoke) and acks revoked deliveries without
+// calling the handler.
+func WithoutRevocations() Option {
+	return func(o *options) error { o.revocations = false; return nil }
 }

@@ -23,6 +23,7 @@ import (
 //	<prefix>.plugin            x-delayed-message exchange (x-delayed-type headers), bound to D
 //	<prefix>.due-unroutable    headers exchange, the target exchanges' alternate exchange (set by
 //	                           the policy <prefix>.targets): parks due messages a target routes nowhere
+//	<prefix>.revoked           stream of revocations (see [Names.Revoked])
 //	<prefix>.target.<X>        empty fanout exchange: marker that target X is bound to D (hashed
 //	                           as <prefix>.target-sha256.<32 hex> when too long)
 //
@@ -109,7 +110,8 @@ func (n Names) DelayQueuesPolicy() string { return n.p() + ".delay-queues" }
 func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
 
 // Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
-// <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, .retry (the
+// <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, .revoked (the
+// revocation stream, [Names.Revoked]), .retry (the
 // consumer package's retry exchange: [Spec.Validate] takes it as a target without a type only,
 // meaning that exchange itself), or a name
 // starting with <prefix>.ladder., <prefix>.bucket., <prefix>.target., <prefix>.target-sha256.
@@ -119,7 +121,7 @@ func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
 // [Spec.Validate] refuses it. Other names under the prefix, like <prefix>.orders, are free.
 func (n Names) Reserved(name string) bool {
 	switch name {
-	case n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange(), n.Retry():
+	case n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange(), n.Retry(), n.Revoked():
 		return true
 	}
 	for _, under := range []string{".ladder.", ".bucket.", ".plugin-probe.", ".target.", ".target-sha256."} {

@@ -274,6 +274,7 @@ func (s Spec) Plan() (*Plan, error) {
 
 	// Queues.
 	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: s.QueueType.plainArgs(), Role: RoleParking, Level: -1, Digit: -1})
+	p.addRevoked() // revoked.go: the revocation stream
 	for _, r := range s.ReadyQueues {
 		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: s.readyArgs(n), Role: RoleReady, Level: -1, Digit: -1})
 	}

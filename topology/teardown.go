@@ -32,7 +32,8 @@ type TeardownOptions struct {
 }
 
 // Teardown deletes the delay topology of p: the delay queues (ladder and bucket queues), the
-// parking queue, the target markers, the ladder exchanges and marker, the bucket exchange,
+// revocation stream (whatever it holds: its records are about delayed messages), the parking
+// queue, the target markers, the ladder exchanges and marker, the bucket exchange,
 // the plugin exchange, the dispatch exchange, the alternate exchanges (and, with
 // opts.ReadyQueues, the ready queues), and last, with opts.Management, the topology's
 // policies (without it they are reported as StateSkipped: AMQP cannot delete policies).
@@ -86,6 +87,17 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			}
 		}
 	}
+	// The revocation stream holds no delayed message, only records about them, which mean
+	// nothing once the delay queues are gone: it is deleted whatever it holds.
+	forced := opts
+	forced.Force = true
+	for _, q := range p.Queues {
+		if q.Role == RoleRevoked {
+			d := doomedQueue(q.Name, classic[q.Name], forced)
+			d.records = true
+			queues = append(queues, d)
+		}
+	}
 	parking := doomedQueue(p.Names.Parking(), classic[p.Names.Parking()], opts)
 	// The target markers first: publishers that check them stop trusting the topology.
 	var exchanges []*doomed
@@ -133,7 +145,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		default:
 			return rep, wrapBroker(e, fmt.Sprintf("look up %s %q", d.kind, d.name))
 		}
-		if d.kind == KindQueue && d.exists {
+		if d.kind == KindQueue && d.exists && !d.records {
 			d.held = int64(d.found.Messages)
 			if m, ok := managed[d.name]; ok {
 				d.held = max(d.held, m.Messages, m.MessagesDLX)
@@ -150,7 +162,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	if !opts.Force && opts.Management == nil {
 		var blind []string
 		for _, d := range all {
-			if d.kind == KindQueue && d.exists && !d.classic {
+			if d.kind == KindQueue && d.exists && !d.classic && !d.records {
 				blind = append(blind, d.name)
 			}
 		}
@@ -209,6 +221,7 @@ type doomed struct {
 	exists  bool
 	found   amqp.Queue // the passive declaration's answer (queues)
 	held    int64      // messages the queue holds
+	records bool       // the revocation stream: deleted whatever it holds
 }
 
 func doomedQueue(name string, classic bool, opts TeardownOptions) *doomed {

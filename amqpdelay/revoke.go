@@ -1,0 +1,163 @@
+package amqpdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/revlog"
+)
+
+// Revoking and rescheduling: records in the revocation stream <prefix>.revoked (see
+// topology.Names.Revoked and package revoke, which reads them).
+
+// ID returns the message's id, the one [Publisher.Revoke] and [Publisher.Reschedule] take: the
+// caller's MessageId, or the UUID the Publisher generated and set on the copy it sent.
+func (r Receipt) ID() string { return r.MessageID }
+
+// CopyHeader is the header naming one copy of a message (a string of 1 to 64 bytes): every
+// message the Publisher sends carries one, a new random tag unless the message already has one
+// (a delivery re-published for a retry keeps its tag, so a revocation covers its retries too).
+// [Publisher.Reschedule] revokes every copy of an id but the one whose tag its revocation
+// names.
+const CopyHeader = revlog.CopyHeader
+
+// copyTag returns the copy tag of h (a string of 1 to revlog.MaxTagLen bytes), or a new one.
+func copyTag(h amqp.Table) string {
+	if s, ok := h[CopyHeader].(string); ok && s != "" && len(s) <= revlog.MaxTagLen {
+		return s
+	}
+	return newCopyTag()
+}
+
+// newCopyTag returns 64 random bits in base 36 (math/rand/v2's generator, seeded from the
+// operating system: a tag needs to be unique, not secret).
+func newCopyTag() string { return strconv.FormatUint(rand.Uint64(), 36) }
+
+// newMessageID returns a new message id: a random (version 4) UUID.
+func newMessageID() string { return uuid.NewString() }
+
+// Revoke records that the messages with these ids must not reach a handler, and returns nil once
+// the broker has confirmed the record in the revocation stream <prefix>.revoked. Every copy of
+// each id published before is revoked, and so is a copy of the id that a plain Publish sends
+// later (use [Publisher.Reschedule] to send an id again); the record is kept for the topology's
+// longest delay plus a day (topology.Spec.RevocationRetention), after which the id is free again.
+//
+// Readers (package revoke; the consumer package uses one by default) drop a revoked delivery. A
+// revocation confirmed at least the reader's bound (revoke.DefaultBound, 100 ms) before a
+// copy's due time never lets that copy reach a handler; one confirmed later may or may not (see
+// package revoke). An id nobody published is recorded all the same (nil). One call writes one
+// record per MiB of ids, so revoke many ids in one call rather than one at a time.
+//
+// Errors: ErrInvalidInput (nil ctx, no ids, an empty id, or one longer than 255 bytes, AMQP's
+// short string limit for a message id; nothing is recorded), ErrTopologyMissing (the stream does
+// not exist: run `declare apply`; the message names it), ErrNacked, ErrConnectionLost (outcome
+// unknown: revoke again, which is harmless), ErrClosed, or ctx's error.
+func (p *Publisher) Revoke(ctx context.Context, ids ...string) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("%w: Revoke without ids: name at least one message id", ErrInvalidInput)
+	}
+	entries := make([]revlog.Entry, len(ids))
+	for i, id := range ids {
+		if err := checkID(id); err != nil {
+			return fmt.Errorf("%w (ids[%d])", err, i)
+		}
+		entries[i] = revlog.Entry{ID: id}
+	}
+	return p.record(ctx, entries)
+}
+
+// checkID refuses an id that no message can carry.
+func checkID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty message id: a message's id is its MessageId (Receipt.ID)", ErrInvalidInput)
+	case len(id) > maxShortstr:
+		return fmt.Errorf("%w: message id of %d bytes: AMQP's message-id is a short string of at most %d bytes", ErrInvalidInput, len(id), maxShortstr)
+	}
+	return nil
+}
+
+// Reschedule replaces the message with id msg.MessageId by msg, due after delay: it records a
+// revocation of every copy of that id but the new one (Revoke, keeping the new copy's tag), then
+// publishes msg as [Publisher.Publish] does, with that tag in CopyHeader. The id stays the same,
+// so a business key can be the id. Whatever the order in which readers see the copies and the
+// revocation, the new copy is never dropped by it: only a later Revoke or Reschedule of the same
+// id drops it. The old copy is dropped as Revoke says (never, once due more than the bound after
+// this call returns; best effort closer to its due time).
+//
+// It returns the new copy's Receipt once both the revocation and the message are confirmed.
+// Errors: ErrInvalidInput (msg.MessageId empty or longer than 255 bytes; or Publish's), the
+// errors of Revoke (nothing published), then those of Publish: the old copy is then revoked
+// and the new one may be missing; call Reschedule again (the latest revocation of an id wins).
+func (p *Publisher) Reschedule(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
+	if ctx == nil {
+		return Receipt{}, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
+	}
+	if err := checkID(msg.MessageId); err != nil {
+		return Receipt{}, fmt.Errorf("%w: Reschedule needs the id of the message to replace in msg.MessageId", err)
+	}
+	tag := newCopyTag()
+	if err := p.record(ctx, []revlog.Entry{{ID: msg.MessageId, Keep: tag}}); err != nil {
+		return Receipt{}, err
+	}
+	h := make(amqp.Table, len(msg.Headers)+1)
+	for k, v := range msg.Headers {
+		h[k] = v
+	}
+	h[CopyHeader] = tag
+	msg.Headers = h // msg is a copy: the caller's headers are untouched
+	return p.Publish(ctx, exchange, routingKey, msg, delay)
+}
+
+// RescheduleAt is Reschedule with the delay until at (time.Until(at)).
+func (p *Publisher) RescheduleAt(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, at time.Time) (Receipt, error) {
+	return p.Reschedule(ctx, exchange, routingKey, msg, time.Until(at))
+}
+
+// record writes entries to the revocation stream, one record per revlog.MaxBody, each confirmed.
+func (p *Publisher) record(ctx context.Context, entries []revlog.Entry) error {
+	if !p.active.enter() {
+		return ErrClosed
+	}
+	defer p.active.leave()
+	stream := p.names.Revoked()
+	for _, group := range revlog.Split(entries) {
+		m := amqp.Publishing{
+			Type: revlog.TypeRevocation, MessageId: newMessageID(), DeliveryMode: amqp.Persistent,
+			Headers: amqp.Table{revlog.AtHeader: time.Now().UnixMilli()},
+			Body:    revlog.Encode(make([]byte, 0, 64), group),
+		}
+		for {
+			pc, err := p.acquire(ctx, generalSlots)
+			if err != nil {
+				return err
+			}
+			// The default exchange routes to the queue named by the routing key; a missing
+			// stream makes the mandatory publish come back (312 NO_ROUTE) without closing the
+			// channel.
+			err = pc.publish(ctx, "", stream, true, &m, 0)
+			if errors.Is(err, errNotSent) {
+				continue
+			}
+			if errors.Is(err, ErrUnroutable) {
+				return fmt.Errorf("%w: the revocation stream %q does not exist (the broker returned the record): run `declare apply` "+
+					"with the same AMQPDELAY_* variables (RabbitMQ 3.9 or later, feature flag stream_queue): %w", ErrTopologyMissing, stream, err)
+			}
+			if err != nil {
+				return fmt.Errorf("amqpdelay: record %d revocation(s) in %q: %w", len(group), stream, err)
+			}
+			break
+		}
+	}
+	return nil
+}

@@ -1,0 +1,390 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/revoke"
+)
+
+// TestRevokeBeforeDue: messages due 2-20 s ahead on the bucket and ladder paths, a random tenth
+// of them revoked at random times before due: exactly the others reach the handler, once and
+// none early; none revoked at least the bound before due does. 1,000 messages (the issue's
+// 10,000 with REVOKE_TEST_N=10000).
+func TestRevokeBeforeDue(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	n := revokeScale(1000)
+	k := n / 10
+	stop, events := f.consume(t, consumer.NewMemoryStore(4*n))
+	defer stop()
+	delays := make([]time.Duration, n)
+	for i := range delays {
+		switch i % 5 {
+		case 0:
+			delays[i] = revokeBuckets[0]
+		case 1:
+			delays[i] = revokeBuckets[1]
+		default:
+			delays[i] = 2*time.Second + rand.N(18*time.Second)
+		}
+	}
+	rs := f.publishMany(t, "m", n, func(i int) time.Duration { return delays[i] })
+	paths := map[amqpdelay.Path]int{}
+	for _, r := range rs {
+		paths[r.Path]++
+	}
+	if paths[amqpdelay.PathBucket] == 0 || paths[amqpdelay.PathLadder] == 0 {
+		t.Fatalf("paths %v: want both bucket and ladder", paths)
+	}
+	// The subset is drawn from the messages due at least 2 s from now, so that most revocations
+	// can be made at a random time before the bound.
+	var later []int
+	for i, r := range rs {
+		if time.Until(r.Due) > 2*time.Second {
+			later = append(later, i)
+		}
+	}
+	if len(later) < k {
+		t.Fatalf("only %d of %d messages are due more than 2 s after publishing ended: publishing took too long", len(later), n)
+	}
+	revoked := map[int]bool{}
+	for j := range randomSubset(len(later), k) {
+		revoked[later[j]] = true
+	}
+	var inTime sync.Map // index -> confirmed at least the bound before due
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for i := range revoked {
+		latest := time.Until(rs[i].Due.Add(-revoke.DefaultBound - time.Second))
+		wait := time.Duration(0)
+		if latest > 0 {
+			wait = rand.N(latest + 1)
+		}
+		wg.Add(1)
+		time.AfterFunc(wait, func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := f.pub.Revoke(ctx, rs[i].ID()); err != nil {
+				t.Errorf("Revoke %s: %v", rs[i].ID(), err)
+				failed.Add(1)
+				return
+			}
+			inTime.Store(i, !time.Now().After(rs[i].Due.Add(-revoke.DefaultBound)))
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.FailNow()
+	}
+	last := rs[0].Due
+	for _, r := range rs {
+		if r.Due.After(last) {
+			last = r.Due
+		}
+	}
+	waitFor(t, time.Until(last)+3*time.Minute, "every message not revoked handled", func() bool { return f.seen.total() >= n-k })
+	time.Sleep(time.Until(last) + 2*time.Second) // the revoked ones would be due by now
+	late := 0
+	for i, r := range rs {
+		got := f.seen.get(r.ID())
+		for _, c := range got {
+			if c.at.Before(r.Due) {
+				t.Errorf("%s handled %v early", r.ID(), r.Due.Sub(c.at))
+			}
+		}
+		if !revoked[i] {
+			if len(got) != 1 {
+				t.Errorf("%s (not revoked, %s path) handled %d times, want 1", r.ID(), r.Path, len(got))
+			}
+			continue
+		}
+		ok, _ := inTime.Load(i)
+		if ok == true && len(got) != 0 {
+			t.Errorf("%s (%s path) revoked at least %v before due reached the handler", r.ID(), r.Path, revoke.DefaultBound)
+		}
+		if ok != true {
+			late++
+		}
+	}
+	t.Logf("%d messages (%v), %d revoked (%d confirmed later than the bound before due: best effort), %d Revoked events",
+		n, paths, k, late, events.n(consumer.Revoked))
+	if late > k/2 {
+		t.Errorf("%d of %d revocations were confirmed later than the bound before due: the test checked too little", late, k)
+	}
+}
+
+// TestRevokeAtTheBound: many revocations, one record each, confirmed around the bound before a
+// due time shared by every message (the same millisecond): none confirmed at least the bound
+// before due reaches the handler, and every message not revoked does.
+func TestRevokeAtTheBound(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	n := revokeScale(200)
+	stop, _ := f.consume(t, consumer.NewMemoryStore(4*n))
+	defer stop()
+	due := time.UnixMilli(time.Now().Add(6 * time.Second).UnixMilli())
+	rs := f.publishMany(t, "b", n, func(int) time.Duration { return time.Until(due) })
+	revoked := randomSubset(n, n/2)
+	bound := due.Add(-revoke.DefaultBound)
+	// burst revokes the ids of these indexes at once, one record each, and returns how long the
+	// burst took; confirmed holds when each revocation was confirmed.
+	confirmed := make([]time.Time, n)
+	burst := func(ids func(i int) string) time.Duration {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range revoked {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := f.pub.Revoke(ctx, ids(i)); err != nil {
+					t.Errorf("Revoke: %v", err)
+				}
+				confirmed[i] = time.Now()
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	// A burst of unknown ids measures how long one takes on this machine now; the real burst
+	// starts so that about half its revocations are confirmed before the bound.
+	took := burst(func(i int) string { return "unknown-" + strconv.Itoa(i) })
+	time.Sleep(time.Until(bound.Add(-took / 2)))
+	burst(func(i int) string { return rs[i].ID() })
+	waitFor(t, 3*time.Minute, "every message not revoked handled", func() bool { return f.seen.total() >= n-len(revoked) })
+	time.Sleep(2 * time.Second)
+	strict, after, through := 0, 0, 0
+	for i, r := range rs {
+		got := len(f.seen.get(r.ID()))
+		switch {
+		case !revoked[i]:
+			if got != 1 {
+				t.Errorf("%s (not revoked) handled %d times, want 1", r.ID(), got)
+			}
+		case !confirmed[i].After(bound):
+			strict++
+			if got != 0 {
+				t.Errorf("%s: revocation confirmed %v before due reached the handler", r.ID(), due.Sub(confirmed[i]))
+			}
+		default:
+			after++
+			through += got
+		}
+	}
+	t.Logf("%d messages due at %s; %d revocations confirmed at least %v before due (none handled), %d later (best effort: %d handled)",
+		n, due.Format(time.StampMilli), strict, revoke.DefaultBound, after, through)
+	if strict == 0 {
+		t.Errorf("no revocation was confirmed before the bound: the machine is too busy for this test to check anything")
+	}
+}
+
+// TestRevokeLateAndRestartedConsumer: a consumer started after the revocations, stopped in the
+// middle, and a new one started: neither hands a revoked message to the handler, and every other
+// message is handled once.
+func TestRevokeLateAndRestartedConsumer(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	n := revokeScale(300)
+	rs := f.publishMany(t, "l", n, func(i int) time.Duration { return time.Second + time.Duration(i)*6*time.Second/time.Duration(n) })
+	revoked := randomSubset(n, n/3)
+	ids := make([]string, 0, len(revoked))
+	for i := range revoked {
+		ids = append(ids, rs[i].ID())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.pub.Revoke(ctx, ids...); err != nil { // one record for all
+		t.Fatal(err)
+	}
+	store := consumer.NewMemoryStore(4 * n)
+	stopA, eventsA := f.consume(t, store)
+	waitFor(t, 2*time.Minute, "a third handled by the first consumer", func() bool { return f.seen.total() >= n/3 })
+	stopA()
+	stopB, eventsB := f.consume(t, store)
+	defer stopB()
+	waitFor(t, 3*time.Minute, "every message not revoked handled", func() bool { return f.seen.total() >= n-len(revoked) })
+	time.Sleep(time.Until(rs[n-1].Due) + 2*time.Second)
+	for i, r := range rs {
+		got := len(f.seen.get(r.ID()))
+		if revoked[i] && got != 0 {
+			t.Errorf("%s was revoked before either consumer started, and was handled %d times", r.ID(), got)
+		}
+		if !revoked[i] && got != 1 {
+			t.Errorf("%s handled %d times, want 1", r.ID(), got)
+		}
+	}
+	t.Logf("first consumer: %d revoked dropped; second: %d", eventsA.n(consumer.Revoked), eventsB.n(consumer.Revoked))
+	if eventsB.n(consumer.Revoked) == 0 {
+		t.Errorf("the restarted consumer dropped no revoked message: the test did not reach it")
+	}
+}
+
+// TestReschedule: messages rescheduled to a later time with the same id each arrive once, at the
+// new time (the old copy never): 100 messages (the 1,000 with REVOKE_TEST_N=10000), the old copies
+// due once the reschedules are done, the new ones 7 s later.
+func TestReschedule(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	n := revokeScale(100)
+	stop, _ := f.consume(t, consumer.NewMemoryStore(4*n))
+	defer stop()
+	// The old copies are due once the reschedules have had time to finish on a busy machine (10 ms
+	// each); the new ones 7 s later.
+	oldDelay := 5*time.Second + time.Duration(n)*10*time.Millisecond
+	old := f.publishMany(t, "r", n, func(int) time.Duration { return oldDelay })
+	news := make([]amqpdelay.Receipt, n)
+	done := make([]time.Time, n)
+	each(t, n, func(ctx context.Context, i int) error {
+		r, err := f.pub.Reschedule(ctx, f.target, "o.r", amqp.Publishing{MessageId: old[i].ID(), Body: []byte("new")}, time.Until(old[i].Due)+7*time.Second)
+		if err != nil {
+			return fmt.Errorf("Reschedule %s: %w", old[i].ID(), err)
+		}
+		news[i], done[i] = r, time.Now()
+		return nil
+	})
+	waitFor(t, 3*time.Minute, "every rescheduled message handled", func() bool { return f.seen.total() >= n })
+	last := news[0].Due
+	for _, r := range news {
+		if r.Due.After(last) {
+			last = r.Due
+		}
+	}
+	time.Sleep(time.Until(last) + 2*time.Second)
+	best := 0
+	for i, r := range news {
+		got := f.seen.get(r.ID())
+		if r.ID() != old[i].ID() {
+			t.Fatalf("Reschedule changed the id: %s -> %s", old[i].ID(), r.ID())
+		}
+		if done[i].After(old[i].Due.Add(-revoke.DefaultBound)) {
+			best++ // the old copy's revocation came late: best effort
+			continue
+		}
+		if len(got) != 1 {
+			t.Errorf("%s handled %d times, want once (the new copy)", r.ID(), len(got))
+			continue
+		}
+		if !got[0].due.Equal(r.Due) || got[0].at.Before(r.Due) {
+			t.Errorf("%s handled at %s with due %s; want the new copy, due %s, not before",
+				r.ID(), got[0].at.Format(time.StampMilli), got[0].due.Format(time.StampMilli), r.Due.Format(time.StampMilli))
+		}
+	}
+	t.Logf("%d rescheduled from +%v to 7 s later; %d rescheduled later than the bound before the old due time (not checked)", n, oldDelay, best)
+	if best > n/2 {
+		t.Errorf("%d of %d reschedules came too late to check anything", best, n)
+	}
+}
+
+// TestRevokeBadInput: empty and too long ids, no ids, an unknown id (recorded: nil), and a
+// missing stream (ErrTopologyMissing naming it, for Revoke, Reschedule and a reader).
+func TestRevokeBadInput(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	ctx := pubCtx(t)
+	for _, c := range []struct {
+		name string
+		ids  []string
+		want string
+	}{
+		{"no ids", nil, "without ids"},
+		{"empty id", []string{"a", ""}, "ids[1]"},
+		{"id of 256 bytes", []string{strings.Repeat("x", 256)}, "256 bytes"},
+	} {
+		if err := f.pub.Revoke(ctx, c.ids...); !errors.Is(err, amqpdelay.ErrInvalidInput) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Revoke = %v, want ErrInvalidInput naming %q", c.name, err, c.want)
+		}
+	}
+	if _, err := f.pub.Reschedule(ctx, f.target, "k", amqp.Publishing{}, time.Second); !errors.Is(err, amqpdelay.ErrInvalidInput) {
+		t.Errorf("Reschedule without MessageId = %v, want ErrInvalidInput", err)
+	}
+	if err := f.pub.Revoke(ctx, strings.Repeat("y", 255), "never-published-"+strconv.Itoa(rand.Int())); err != nil {
+		t.Errorf("Revoke of ids nobody published (one of 255 bytes) = %v, want nil", err)
+	}
+
+	stream := f.spec.Names().Revoked()
+	if _, err := f.env.Channel(t).QueueDelete(stream, false, false, false); err != nil {
+		t.Fatalf("delete %s: %v", stream, err)
+	}
+	if err := f.pub.Revoke(ctx, "a"); !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), stream) {
+		t.Errorf("Revoke without the stream = %v, want ErrTopologyMissing naming %s", err, stream)
+	}
+	if _, err := f.pub.Reschedule(ctx, f.target, "k", amqp.Publishing{MessageId: "a"}, time.Second); !errors.Is(err, amqpdelay.ErrTopologyMissing) {
+		t.Errorf("Reschedule without the stream = %v, want ErrTopologyMissing", err)
+	}
+	if _, err := revoke.New(ctx, f.cfg); !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), stream) {
+		t.Errorf("revoke.New without the stream = %v, want ErrTopologyMissing naming %s", err, stream)
+	}
+	if err := f.pub.Revoke(ctx, "a"); err == nil || !errors.Is(err, amqpdelay.ErrTopologyMissing) {
+		t.Errorf("a second Revoke (the return closes no channel) = %v, want ErrTopologyMissing again", err)
+	}
+}
+
+// TestRevokePlainConsumer: revoke.Revocations next to a plain amqp091 consumer (auto-ack) of a
+// ready queue: it answers true for exactly the revoked deliveries.
+func TestRevokePlainConsumer(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	checkPlainConsumer(t, f.pub, f.cfg, f.target, consumeQueue(t, f.env, f.queue))
+}
+
+// TestRevokePluginPath: the same on the plugin path, where AMQP_PLUGIN_URL names a broker with
+// the plugin.
+func TestRevokePluginPath(t *testing.T) {
+	f := newPluginFixture(t)
+	p := newPublisherURL(t, f.env.URL, f.spec, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+	checkPlainConsumer(t, p, amqpdelay.Config{URL: f.env.URL, Spec: f.spec}, f.target, f.got)
+}
+
+// checkPlainConsumer publishes 40 messages with routing key k, revokes every other one, and checks
+// what a Revocations says of each delivery that got receives.
+func checkPlainConsumer(t *testing.T, p *amqpdelay.Publisher, cfg amqpdelay.Config, target string, got <-chan arrival) {
+	ctx := pubCtx(t)
+	revs, err := revoke.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer revs.Close()
+	n := 40
+	revoked := map[string]bool{}
+	for i := range n {
+		r, err := p.Publish(ctx, target, "k", textMsg("p"), time.Second+time.Duration(i)*50*time.Millisecond)
+		if err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		if i%2 == 0 {
+			revoked[r.ID()] = true
+			if err := p.Revoke(ctx, r.ID()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range n {
+		select {
+		case a := <-got:
+			gone, err := revs.Revoked(ctx, a.d)
+			if err != nil || gone != revoked[a.d.MessageId] {
+				t.Errorf("%s: Revoked = %v, %v; want %v", a.d.MessageId, gone, err, revoked[a.d.MessageId])
+			}
+		case <-ctx.Done():
+			t.Fatal("not every message arrived")
+		}
+	}
+	if st := revs.Stats(); st.Known < n/2 || st.Fences == 0 {
+		t.Errorf("Stats %+v: want at least %d known ids and a fence", st, n/2)
+	}
+}

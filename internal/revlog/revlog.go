@@ -1,0 +1,97 @@
+// Package revlog is the format of the revocation stream's records, shared by the writer
+// (amqpdelay's Publisher.Revoke and Reschedule) and the readers (package revoke).
+//
+// A record is one message in the stream <prefix>.revoked, published to the default exchange
+// with the stream's name as routing key:
+//
+//   - Type "rabbitdelay.revocation": the body is a list of entries, each a byte n (1 to 255),
+//     n bytes of message id, a byte k (0 to 255) and k bytes of copy tag to keep ("" keeps
+//     none). The header rabbitdelay-at (Unix ms, the writer's clock) says when it was written.
+//   - Type "rabbitdelay.fence": no body; rabbitdelay-at is when the fence was sent. A reader
+//     that reads a fence back has read every record confirmed before the fence was sent.
+//
+// Every delayed message carries its copy tag in the header rabbitdelay-copy.
+package revlog
+
+import (
+	"errors"
+	"fmt"
+)
+
+const (
+	// TypeRevocation is the AMQP type property of a revocation record.
+	TypeRevocation = "rabbitdelay.revocation"
+	// TypeFence is the AMQP type property of a fence record.
+	TypeFence = "rabbitdelay.fence"
+	// AtHeader is the header holding a record's write time (Unix ms, int64).
+	AtHeader = "rabbitdelay-at"
+	// CopyHeader is the header holding a message copy's tag (a string of 1 to 64 bytes).
+	CopyHeader = "rabbitdelay-copy"
+	// MaxTagLen is the longest copy tag, in bytes.
+	MaxTagLen = 64
+	// MaxBody is the largest record body the writer makes (1 MiB); more entries go in more
+	// records.
+	MaxBody = 1 << 20
+)
+
+// Entry is one revocation: every copy of the message ID is revoked but the one whose copy tag
+// is Keep ("" keeps none).
+type Entry struct {
+	ID   string
+	Keep string
+}
+
+// Size is the number of bytes e takes in a body.
+func (e Entry) Size() int { return 2 + len(e.ID) + len(e.Keep) }
+
+// Encode appends the entries to b and returns it; the caller has checked each ID (1 to 255
+// bytes) and Keep (0 to MaxTagLen bytes).
+func Encode(b []byte, entries []Entry) []byte {
+	for _, e := range entries {
+		b = append(b, byte(len(e.ID)))
+		b = append(b, e.ID...)
+		b = append(b, byte(len(e.Keep)))
+		b = append(b, e.Keep...)
+	}
+	return b
+}
+
+// Split cuts entries into groups whose encoded size is at most MaxBody each.
+func Split(entries []Entry) [][]Entry {
+	var out [][]Entry
+	start, size := 0, 0
+	for i, e := range entries {
+		if size+e.Size() > MaxBody && i > start {
+			out = append(out, entries[start:i])
+			start, size = i, 0
+		}
+		size += e.Size()
+	}
+	if start < len(entries) {
+		out = append(out, entries[start:])
+	}
+	return out
+}
+
+// errCorrupt reports a body that does not follow the format.
+var errCorrupt = errors.New("revlog: corrupt revocation record")
+
+// Decode calls f for every entry of body, in order. It returns an error for a body that ends
+// inside an entry or has an empty id (the entries before it were passed to f).
+func Decode(body []byte, f func(id, keep []byte)) error {
+	for i := 0; i < len(body); {
+		n := int(body[i])
+		if n == 0 || i+1+n >= len(body) {
+			return fmt.Errorf("%w at byte %d", errCorrupt, i)
+		}
+		id := body[i+1 : i+1+n]
+		i += 1 + n
+		k := int(body[i])
+		if i+1+k > len(body) {
+			return fmt.Errorf("%w at byte %d", errCorrupt, i)
+		}
+		f(id, body[i+1:i+1+k])
+		i += 1 + k
+	}
+	return nil
+}

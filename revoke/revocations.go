@@ -1,0 +1,476 @@
+package revoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/revlog"
+)
+
+// DefaultBound is the bound B of the guarantee (see the package documentation): a revocation
+// confirmed at least B before a copy's due time never lets that copy through.
+const DefaultBound = 100 * time.Millisecond
+
+// prefetch is how many stream records the broker sends ahead of the reader's acks (basic.qos);
+// the reader acks every ackEvery (multiple).
+const (
+	prefetch = 2000
+	ackEvery = 100
+)
+
+// sweepEvery is how often the reader forgets revocations past their retention.
+const sweepEvery = time.Minute
+
+// ErrClosed: the Revocations was closed (before or during the call).
+var ErrClosed = errors.New("revoke: closed")
+
+// ErrInvalidConfig: New refused its configuration or an option.
+var ErrInvalidConfig = errors.New("revoke: invalid configuration")
+
+// Option configures a [Revocations]; pass options to [New].
+type Option func(*options) error
+
+type options struct {
+	bound  time.Duration
+	logger zerolog.Logger
+	name   string
+}
+
+// WithBound sets the bound B (default [DefaultBound]; 0 to 1 minute). Every B is correct: a
+// smaller one lets later revocations count and costs more fence records (at most one per B of
+// due times while messages fall due), a larger one the reverse.
+func WithBound(b time.Duration) Option {
+	return func(o *options) error {
+		if b < 0 || b > time.Minute {
+			return fmt.Errorf("%w: bound %v: want 0 to 1m", ErrInvalidConfig, b)
+		}
+		o.bound = b
+		return nil
+	}
+}
+
+// WithLogger makes the reader log through l (connection events); the default logs nothing and
+// the package never uses a global logger.
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) error { o.logger = l; return nil }
+}
+
+// WithConnectionName sets the name of the reader's connection in the management UI (default
+// "rabbitdelay-revocations").
+func WithConnectionName(name string) Option {
+	return func(o *options) error { o.name = name; return nil }
+}
+
+// entry is one remembered revocation: every copy of its id but keep ("" none) is revoked until
+// forget (Unix ms).
+type entry struct {
+	keep   string
+	forget int64
+}
+
+// Revocations reads the revocation stream and answers whether a delivery is revoked. Create it
+// with [New], ask it with [Revocations.Revoked], end it with [Revocations.Close]. It is safe for
+// concurrent use.
+type Revocations struct {
+	cfg       amqpdelay.Config
+	stream    string
+	retention time.Duration
+	o         options
+
+	mu  sync.RWMutex
+	set map[string]entry
+
+	// Fences: covered is the send time (Unix ms) of the latest fence read back, any reader's;
+	// sent is that of the latest fence this reader sent and has not read back (0: none).
+	// progress is closed and replaced whenever covered grows or a fence fails.
+	fmu      sync.Mutex
+	covered  int64
+	sent     int64
+	progress chan struct{}
+	fenceReq chan int64
+	fences   atomic.Uint64
+
+	next    int64 // the next stream offset to read (reader goroutine only)
+	records atomic.Uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	fch    atomic.Pointer[amqp.Channel] // the fence channel of the current connection
+	conn   *amqp.Connection
+	once   sync.Once
+}
+
+// New connects to the broker of cfg (amqpdelay.Dial), reads the revocation stream of cfg.Spec
+// (topology.Names.Revoked, "<prefix>.revoked") from its start, and returns once it has read
+// everything confirmed before the call (it writes a fence record and waits until it reads it
+// back). It then follows the stream until Close, reconnecting after a connection loss and
+// resuming where it stopped. ctx bounds the start only.
+//
+// Errors: ErrInvalidConfig (an option; cfg's connection settings), an error wrapping
+// amqpdelay.ErrTopologyMissing that names the stream when it does not exist (run `declare
+// apply`), a dial error (no password in it), or ctx's error.
+func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Revocations, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)
+	}
+	o := options{bound: DefaultBound, logger: zerolog.Nop(), name: "rabbitdelay-revocations"}
+	var errs []error
+	for _, opt := range opts {
+		if opt != nil {
+			if err := opt(&o); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	spec := cfg.Spec.WithDefaults()
+	r := &Revocations{
+		cfg: cfg, stream: spec.Names().Revoked(), retention: spec.RevocationRetention(), o: o,
+		set: map[string]entry{}, progress: make(chan struct{}), fenceReq: make(chan int64, 1),
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	deliveries, closed, err := r.open(ctx, "first")
+	if err != nil {
+		r.cancel()
+		return nil, err
+	}
+	r.wg.Add(2)
+	go r.read(deliveries, closed)
+	go r.fencer()
+	if err := r.wait(ctx, time.Now().UnixMilli()); err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("revoke: catch up with %q: %w", r.stream, err)
+	}
+	return r, nil
+}
+
+// open dials, checks the stream, starts consuming it at offset and opens the fence channel.
+func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Delivery, chan *amqp.Error, error) {
+	conn, err := amqpdelay.Dial(ctx, r.cfg, r.o.name)
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (<-chan amqp.Delivery, chan *amqp.Error, error) {
+		_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fail(fmt.Errorf("revoke: open a channel: %w", err))
+	}
+	if _, err := ch.QueueDeclarePassive(r.stream, true, false, false, false, nil); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fail(fmt.Errorf("%w: the revocation stream %q does not exist: run `declare apply` with the same AMQPDELAY_* variables "+
+				"(RabbitMQ 3.9 or later, feature flag stream_queue): %w", amqpdelay.ErrTopologyMissing, r.stream, err))
+		}
+		return fail(fmt.Errorf("revoke: check stream %q: %w", r.stream, err))
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return fail(fmt.Errorf("revoke: set prefetch: %w", err))
+	}
+	// A stream is read with manual acks and a prefetch; x-stream-offset says where to start
+	// (https://www.rabbitmq.com/docs/streams#consuming).
+	deliveries, err := ch.Consume(r.stream, "", false, false, false, false, amqp.Table{"x-stream-offset": offset})
+	if err != nil {
+		return fail(fmt.Errorf("revoke: read stream %q: %w", r.stream, err))
+	}
+	fch, err := conn.Channel()
+	if err == nil {
+		err = fch.Confirm(false)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("revoke: open the fence channel: %w", err))
+	}
+	r.conn = conn
+	r.fch.Store(fch)
+	return deliveries, conn.NotifyClose(make(chan *amqp.Error, 1)), nil
+}
+
+// read applies the stream's records until Close, reconnecting after a loss.
+func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Error) {
+	defer r.wg.Done()
+	sweep := time.NewTicker(sweepEvery)
+	defer sweep.Stop()
+	n := 0
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-sweep.C:
+			r.sweep(time.Now().UnixMilli())
+		case d, ok := <-deliveries:
+			if !ok {
+				var err error = amqp.ErrClosed
+				select { // the connection's close reason, when it was the connection that closed
+				case e := <-closed:
+					if e != nil {
+						err = e
+					}
+				case <-time.After(time.Second):
+				}
+				r.o.logger.Warn().Err(err).Str("stream", r.stream).Msg("revoke: reading the revocation stream ended; reconnecting")
+				r.fch.Store(nil)
+				r.fenceFailed()
+				if deliveries, closed = r.reconnect(); deliveries == nil {
+					return
+				}
+				n = 0
+				continue
+			}
+			r.apply(&d)
+			if n++; n%ackEvery == 0 {
+				_ = d.Ack(true) // a stream's acks only make room in the prefetch window
+			}
+		}
+	}
+}
+
+// apply takes one record into the set, or a fence into covered.
+func (r *Revocations) apply(d *amqp.Delivery) {
+	if off, ok := d.Headers["x-stream-offset"].(int64); ok {
+		r.next = off + 1
+	}
+	at, ok := d.Headers[revlog.AtHeader].(int64)
+	if !ok {
+		at = time.Now().UnixMilli()
+	}
+	switch d.Type {
+	case revlog.TypeFence:
+		r.fmu.Lock()
+		if at > r.covered {
+			r.covered = at
+			close(r.progress)
+			r.progress = make(chan struct{})
+		}
+		r.fmu.Unlock()
+	case revlog.TypeRevocation:
+		forget := at + r.retention.Milliseconds()
+		if forget < time.Now().UnixMilli() {
+			return
+		}
+		r.mu.Lock()
+		err := revlog.Decode(d.Body, func(id, keep []byte) {
+			r.set[string(id)] = entry{keep: string(keep), forget: forget}
+		})
+		r.mu.Unlock()
+		r.records.Add(1)
+		if err != nil {
+			r.o.logger.Warn().Err(err).Msg("revoke: a record of the revocation stream does not decode; its readable entries were taken")
+		}
+	}
+}
+
+// sweep forgets the revocations past their retention.
+func (r *Revocations) sweep(now int64) {
+	r.mu.Lock()
+	for id, e := range r.set {
+		if e.forget < now {
+			delete(r.set, id)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// reconnect opens the stream again at the next offset, with exponential back-off and jitter;
+// nil once closed.
+func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
+	if r.conn != nil {
+		_ = r.conn.CloseDeadline(time.Now().Add(time.Second))
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0.5, 0
+	b.Reset()
+	for {
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+		d, c, err := r.open(ctx, r.next)
+		cancel()
+		if err == nil {
+			r.o.logger.Info().Str("stream", r.stream).Int64("offset", r.next).Msg("revoke: reading the revocation stream again")
+			r.fenceFailed() // wake the waiters: they send a fence on the new connection
+			return d, c
+		}
+		r.o.logger.Warn().Err(err).Msg("revoke: reconnect failed")
+	}
+}
+
+// fenceFailed forgets the fence in flight and wakes the waiters, which send another.
+func (r *Revocations) fenceFailed() {
+	r.fmu.Lock()
+	r.sent = 0
+	close(r.progress)
+	r.progress = make(chan struct{})
+	r.fmu.Unlock()
+}
+
+// fencer publishes the fences asked for (their send time), one at a time.
+func (r *Revocations) fencer() {
+	defer r.wg.Done()
+	for {
+		var at int64
+		select {
+		case <-r.ctx.Done():
+			return
+		case at = <-r.fenceReq:
+		}
+		ch := r.fch.Load()
+		if ch == nil {
+			r.fenceFailed()
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", r.stream, false, false, amqp.Publishing{
+			Type: revlog.TypeFence, DeliveryMode: amqp.Persistent, Headers: amqp.Table{revlog.AtHeader: at},
+		})
+		if err == nil {
+			var ok bool
+			if ok, err = dc.WaitContext(ctx); err == nil && !ok {
+				err = errors.New("the broker nacked the fence")
+			}
+		}
+		cancel()
+		if err != nil {
+			r.o.logger.Warn().Err(err).Msg("revoke: fence not written")
+			r.fenceFailed()
+			continue
+		}
+		r.fences.Add(1)
+	}
+}
+
+// wait returns once a fence sent at or after need (Unix ms) has been read back, sending one
+// when none is on its way; ctx bounds it.
+func (r *Revocations) wait(ctx context.Context, need int64) error {
+	for {
+		r.fmu.Lock()
+		if r.covered >= need {
+			r.fmu.Unlock()
+			return nil
+		}
+		if r.sent < need {
+			// The fence's time is taken before it is sent: every record confirmed before that
+			// time precedes the fence in the stream.
+			at := max(time.Now().UnixMilli(), need)
+			select {
+			case r.fenceReq <- at:
+				r.sent = at
+			default: // the fencer is busy with another: wait for its outcome and look again
+			}
+		}
+		progress := r.progress
+		r.fmu.Unlock()
+		select {
+		case <-progress:
+		case <-r.ctx.Done():
+			return ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("revoke: context ended while waiting for the revocation stream: %w", ctx.Err())
+		}
+	}
+}
+
+// Revoked reports whether d must not reach a handler: a revocation of its id (d.MessageId) is
+// known and does not keep d's copy (the header amqpdelay.CopyHeader). Before it answers, it makes
+// sure every revocation confirmed up to the bound before d's due time (amqpdelay.Due; the time
+// of the call for a delivery without one) has been read: it waits, at most a fence's round trip
+// (publish, confirm, read back; a few ms), when no fence read back covers that time yet. A
+// delivery without a MessageId is never revoked.
+//
+// Errors: ErrClosed, or ctx's error (wrapped) when the stream is unreachable longer than ctx
+// allows; the caller should then not settle d as handled (give it back to the queue).
+func (r *Revocations) Revoked(ctx context.Context, d amqp.Delivery) (bool, error) {
+	if ctx == nil {
+		return false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	if d.MessageId == "" {
+		return false, nil
+	}
+	now := time.Now()
+	need := now.UnixMilli()
+	if due, ok := amqpdelay.Due(d); ok {
+		need = min(due.Add(-r.o.bound).UnixMilli(), need)
+	}
+	if err := r.wait(ctx, need); err != nil {
+		return false, err
+	}
+	r.mu.RLock()
+	e, ok := r.set[d.MessageId]
+	r.mu.RUnlock()
+	if !ok || e.forget < now.UnixMilli() {
+		return false, nil
+	}
+	if e.keep == "" {
+		return true, nil
+	}
+	tag, _ := d.Headers[revlog.CopyHeader].(string)
+	return tag != e.keep, nil
+}
+
+// Stats are counts of a [Revocations], for metrics.
+type Stats struct {
+	// Known is the number of ids with a revocation in memory.
+	Known int
+	// Records is the number of revocation records read since New.
+	Records uint64
+	// Fences is the number of fences this reader wrote.
+	Fences uint64
+}
+
+// Stats returns the current counts.
+func (r *Revocations) Stats() Stats {
+	r.mu.RLock()
+	n := len(r.set)
+	r.mu.RUnlock()
+	return Stats{Known: n, Records: r.records.Load(), Fences: r.fences.Load()}
+}
+
+// Stream returns the name of the revocation stream read.
+func (r *Revocations) Stream() string { return r.stream }
+
+// Close stops reading and closes the connection; waiting Revoked calls return ErrClosed. It is
+// idempotent and returns nil.
+func (r *Revocations) Close() error {
+	r.once.Do(func() {
+		r.cancel()
+		r.wg.Wait()
+		if r.conn != nil {
+			_ = r.conn.CloseDeadline(time.Now().Add(5 * time.Second))
+		}
+	})
+	return nil
+}
+
+// String describes r for logs: the stream and how many ids it knows.
+func (r *Revocations) String() string {
+	return "revocations of " + r.stream + " (" + strconv.Itoa(r.Stats().Known) + " known)"
+}
+
+// Wait returns once every revocation confirmed before the call has been read (it writes a fence
+// and waits until it reads it back, or for another reader's later fence). Errors: ErrClosed, or
+// ctx's error (wrapped).
+func (r *Revocations) Wait(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	return r.wait(ctx, time.Now().UnixMilli())
+}

@@ -1,0 +1,38 @@
+package topology
+
+import (
+	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// TestRevokedStream: the plan has the revocation stream, a stream whose x-max-age covers the
+// topology's longest delay plus the margin, outside the delay-queue policy and reserved as a name.
+func TestRevokedStream(t *testing.T) {
+	cases := []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"default (ladder and plugin: 2^32-1 ms)", Spec{Targets: Targets{{Name: "orders"}}}, "1218h"},
+		{"short ladder, no plugin", Spec{Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, Ladder: ttlbuckets.Ladder{Max: time.Hour}}, "25h"},
+		{"a bucket beyond the ladder", Spec{Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, Ladder: ttlbuckets.Ladder{Max: time.Hour},
+			Buckets: Delays{72 * time.Hour}}, "96h"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := mustPlan(t, c.spec)
+			q, ok := p.Queue(p.Names.Revoked())
+			if !ok || q.Role != RoleRevoked {
+				t.Fatalf("no revocation stream in the plan: %+v", q)
+			}
+			if q.Args["x-queue-type"] != "stream" || q.Args["x-max-age"] != c.want {
+				t.Errorf("arguments %v, want a stream with x-max-age %s", q.Args, c.want)
+			}
+			if !p.Names.Reserved(p.Names.Revoked()) {
+				t.Errorf("%s is not reserved", p.Names.Revoked())
+			}
+		})
+	}
+}
