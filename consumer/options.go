@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 )
@@ -31,6 +32,7 @@ type options struct {
 	reconnectMax    time.Duration
 	idFunc          func(amqp.Delivery) string
 	bind            bool
+	metricsReg      prometheus.Registerer // WithMetrics (metrics.go)
 }
 
 // Defaults.

@@ -334,13 +334,11 @@ func TestStatusTeardownCLI(t *testing.T) {
 	if !strings.Contains(st.stdout, "CONSUMERS ON DELAY QUEUES: "+names.LadderQueue(1, 1)) || !strings.Contains(st.stderr, "consumer is attached") {
 		t.Errorf("status does not flag the consumer loudly:\n%s\n%s", st.stdout, st.stderr)
 	}
-	js := declare(t, e, "status", "--output", "json")
-	var parsed struct {
-		Plugin string
-		Status topology.StatusReport
-	}
-	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || len(parsed.Status.ConsumedDelayQueues) != 1 {
-		t.Errorf("status --output json: %v %+v", err, parsed.Status.ConsumedDelayQueues)
+	js := declare(t, e, "status", "--json")
+	var parsed statusJSON
+	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || len(parsed.ConsumedDelayQueues) != 1 || parsed.OK ||
+		parsed.Schema != statusSchema || js.code != 1 {
+		t.Errorf("status --json: exit %d, %v %+v\n%s", js.code, err, parsed.ConsumedDelayQueues, js.stdout)
 	}
 
 	td := declare(t, e, "teardown")
