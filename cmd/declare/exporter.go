@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -35,17 +34,12 @@ func exporterCommand() command {
 }
 
 func cmdExporter(ctx context.Context, e *invocation) error {
-	p, err := e.plan()
+	p, m, err := e.managed(func(*topology.Plan) string {
+		return "exporter reads the management API: set --management-url or AMQPDELAY_MANAGEMENT_URL " +
+			"(a user with the monitoring tag also sees the cluster's nodes)"
+	})
 	if err != nil {
 		return err
-	}
-	m, err := e.management()
-	if err != nil {
-		return usageError{err}
-	}
-	if m == nil {
-		return usageError{errors.New("exporter reads the management API: set --management-url or AMQPDELAY_MANAGEMENT_URL " +
-			"(a user with the monitoring tag also sees the cluster's nodes)")}
 	}
 	if p.Spec.Plugin == topology.PluginAuto {
 		p = p.WithoutPlugin() // the plugin holds its messages in no queue: nothing to count

@@ -309,6 +309,23 @@ func (e *invocation) management() (*topology.Management, error) {
 	return topology.NewManagement(e.s.mgmtURL, e.vhost())
 }
 
+// managed returns the plan and the management API client of a command that cannot run without
+// the latter; without --management-url it returns a usage error saying missing(plan).
+func (e *invocation) managed(missing func(p *topology.Plan) string) (*topology.Plan, *topology.Management, error) {
+	p, err := e.plan()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := e.management()
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	if m == nil {
+		return nil, nil, usageError{errors.New(missing(p))}
+	}
+	return p, m, nil
+}
+
 // plan validates the specification and computes the plan: usage errors.
 func (e *invocation) plan() (*topology.Plan, error) {
 	p, err := e.s.spec.Plan()
