@@ -29,6 +29,8 @@ import (
 //     failed reconnection attempts (the events of [WithReconnectHandler]).
 //   - rabbitdelay_publisher_plugin_available: 1 while the delayed-message plugin's exchange is
 //     in use ([Publisher.PluginAvailable]), else 0.
+//   - rabbitdelay_revocations_total{outcome}: revocations by outcome, reserved for revoking
+//     messages (no series until the first one).
 //
 // Label values are bounded (4 paths and none, 9 outcomes). One Publisher per Registerer:
 // NewPublisher fails with ErrInvalidConfig when the names are already registered there; give
