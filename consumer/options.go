@@ -165,7 +165,8 @@ func WithLogger(l zerolog.Logger) Option {
 
 // WithObserver makes the Consumer call f for every outcome of a delivery (see [Event]) and for
 // every connection change. f runs on the handler's goroutine, after the outcome is settled with
-// the broker: keep it quick. For lateness metrics, [WithMetrics] needs no observer (Event.Info.Late is the figure).
+// the broker: keep it quick. For lateness metrics, [WithMetrics] needs no observer
+// (Event.Info.Late is the figure).
 func WithObserver(f func(Event)) Option {
 	return func(o *options) error { o.observer = f; return nil }
 }
