@@ -29,7 +29,7 @@
 //     list (run `declare apply`).
 //   - rabbitdelay_policy_problems{breaks,severity}: policy keys in effect that break a
 //     guarantee (severity error) or deserve a look (warning), by what they break (early,
-//     deletes, drops, stalls, wrong routing).
+//     deletes, drops, stalls, wrong routing; each series present, 0 when none).
 //   - rabbitdelay_node_running{node}, rabbitdelay_node_leaders{node},
 //     rabbitdelay_node_delay_queue_leaders{node}, rabbitdelay_node_members{node}: per cluster
 //     node, whether it runs (when the user has the monitoring tag), and how many of the
@@ -236,6 +236,10 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	gauge(e.missing, int64(missing))
 	type problem struct{ breaks, severity string }
 	problems := map[problem]int64{}
+	for _, b := range []topology.Breakage{topology.BreaksEarly, topology.BreaksDeletes, topology.BreaksDrops, topology.BreaksStalls,
+		topology.BreaksRouting} { // every series present, at 0 when none
+		problems[problem{string(b), "error"}], problems[problem{string(b), "warning"}] = 0, 0
+	}
 	for _, pp := range s.PolicyProblems {
 		k := problem{breaks: string(pp.Breaks), severity: "error"}
 		if pp.Warning {
