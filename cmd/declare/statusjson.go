@@ -44,6 +44,9 @@ type statusJSON struct {
 	DeadLettering []statusDLXJSON `json:"dead_lettering"`
 	// UnplannedBindings are bindings on the topology that the specification lacks, as text.
 	UnplannedBindings []string `json:"unplanned_bindings"`
+	// RetryBindings are the consumers' retry bindings for queues outside the specification,
+	// as text: expected, not a problem.
+	RetryBindings []string `json:"retry_bindings"`
 	// Unplanned are objects named like the topology's own that the specification lacks.
 	Unplanned      []statusUnplannedJSON `json:"unplanned"`
 	Policies       []statusPolicyJSON    `json:"policies"`
@@ -149,7 +152,7 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 	out := statusJSON{Schema: statusSchema, OK: err == nil, Problems: []string{}, Prefix: p.Spec.Prefix, VHost: vhost,
 		Plugin: plugin, Management: rep.Management, Queues: []statusQueueJSON{}, MissingObjects: orEmpty(rep.Missing),
 		ExchangesTotal: len(rep.Exchanges), BindingsPresent: -1, BindingsTotal: -1,
-		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{},
+		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, RetryBindings: []string{},
 		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{}}
 	if err != nil {
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -190,6 +193,9 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 	}
 	for _, b := range rep.UnplannedBindings {
 		out.UnplannedBindings = append(out.UnplannedBindings, b.String())
+	}
+	for _, b := range rep.RetryBindings {
+		out.RetryBindings = append(out.RetryBindings, b.String())
 	}
 	for _, u := range rep.Unplanned {
 		out.Unplanned = append(out.Unplanned, statusUnplannedJSON{Kind: string(u.Kind), Name: u.Name, Messages: u.Messages})
