@@ -56,7 +56,8 @@
 // 5 s by default), probes again and replaces the channels; a channel the broker closed (a
 // publish to a missing exchange: 404) is reopened on the live connection. Publishes during an
 // outage wait for the new connection until their context ends. [WithReconnectHandler]
-// observes every change until Close begins; [WithLogger] logs them.
+// observes every change until Close begins; [WithLogger] logs them; [WithMetrics] counts
+// them, and every publish by path and outcome, in Prometheus metrics.
 //
 // # Guarantees
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/topology"
@@ -23,6 +24,7 @@ type options struct {
 	onReconnect func(ReconnectEvent)
 	maxBody     int
 	mgmtURL     string
+	metricsReg  prometheus.Registerer // WithMetrics (metrics.go)
 }
 
 func defaultOptions() options {

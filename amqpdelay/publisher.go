@@ -87,6 +87,7 @@ type Publisher struct {
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup // the supervisor and background probes
+	metrics   *pubMetrics    // WithMetrics (metrics.go); nil records nothing
 }
 
 // publishes counts the publishes in progress; Close waits for them on a signal (drained).
@@ -192,15 +193,20 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		p.targets[t.Name] = struct{}{}
 		p.knowExchange(t.Name) // checkTopology checks that it exists
 	}
+	if p.metrics, err = newPubMetrics(o.metricsReg, p); err != nil {
+		return nil, err
+	}
 	p.closeCtx, p.cancel = context.WithCancel(context.Background())
 	s, err := p.connect(ctx)
 	if err != nil {
 		p.cancel()
+		p.metrics.close()
 		return nil, err
 	}
 	if o.strategy == PluginOnly && !p.pluginOK.Load() {
 		_ = s.conn.Close()
 		p.cancel()
+		p.metrics.close()
 		return nil, errPluginMissing()
 	}
 	p.sess.Store(s)
@@ -233,7 +239,9 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 // came back), ErrNacked, ErrConnectionLost (closed before the confirm: outcome unknown),
 // ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
 // unreachable and the Publisher reconnects.
-func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
+func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (_ Receipt, err error) {
+	metricPath := pathNone // metrics.go: the path label, once a path is chosen
+	defer func(done func(string, error)) { done(metricPath, err) }(p.metrics.begin())
 	if ctx == nil {
 		return Receipt{}, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
 	}
@@ -335,6 +343,8 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			park = &h
 		}
 		reserve := deadLetterReserve(&out, routingKey, dlHops, park)
+		metricPath = c.path.String()
+		sent := time.Now()
 		err = pc.publish(ctx, dest, routingKey, mandatory, &out, reserve)
 		if errors.Is(err, errNotSent) {
 			continue // the channel died before the write; the supervisor replaces it
@@ -349,6 +359,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			return Receipt{}, p.learn(err, kind == serialSlot, c.path, dest, routingKey, &out)
 		}
 		p.accepted(c.path, dest, len(out.Body))
+		p.metrics.confirmed(c.path, time.Since(sent))
 		return Receipt{
 			Path: c.path, Due: time.UnixMilli(due.UnixMilli()), Delay: c.effective, Requested: delay,
 			Rounded: c.rounded, Hops: hops, MessageID: out.MessageId, Exchange: dest,
@@ -583,6 +594,7 @@ func (p *Publisher) Close() error {
 				p.closeErr = fmt.Errorf("amqpdelay: close connection (the socket is closed either way): %w", err)
 			}
 		}
+		p.metrics.close()
 		p.log.Info().Msg("amqpdelay: publisher closed")
 	})
 	return p.closeErr

@@ -125,11 +125,12 @@ func (p *Publisher) RescheduleAt(ctx context.Context, exchange, routingKey strin
 }
 
 // record writes entries to the revocation stream, one record per revlog.MaxBody, each confirmed.
-func (p *Publisher) record(ctx context.Context, entries []revlog.Entry) error {
+func (p *Publisher) record(ctx context.Context, entries []revlog.Entry) (err error) {
 	if !p.active.enter() {
 		return ErrClosed
 	}
 	defer p.active.leave()
+	defer func() { p.metrics.revoked(OutcomeOf(err), len(entries)) }()
 	stream := p.names.Revoked()
 	for _, group := range revlog.Split(entries) {
 		m := amqp.Publishing{

@@ -332,6 +332,9 @@ func (p *Publisher) reconnect() *session {
 // event reports e to the reconnect handler, unless Close has begun: a reconnection attempt
 // that Close cancels is not an event of the Publisher's connection.
 func (p *Publisher) event(e ReconnectEvent) {
+	if !p.isClosed() {
+		p.metrics.connection(e.Kind)
+	}
 	if p.opts.onReconnect != nil && !p.isClosed() {
 		p.opts.onReconnect(e)
 	}

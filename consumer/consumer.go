@@ -39,6 +39,7 @@ type Consumer struct {
 	log    zerolog.Logger
 	ran    atomic.Bool
 	revs   *revoke.Revocations // set by Run unless WithoutRevocations
+	m      *consumerMetrics    // WithMetrics (metrics.go); nil records nothing
 }
 
 // New returns a Consumer of queue that runs h, with the connection settings of cfg (dialled
@@ -80,13 +81,17 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 				ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, longest, m))
 		}
 	}
+	m, err := newConsumerMetrics(o.metricsReg)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	if o.busyDelay == 0 {
 		o.busyDelay = max(o.lease/4, time.Second)
 	}
-	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: names, log: o.logger}
+	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: names, log: o.logger, m: m}
 	c.pubCfg = cfg
 	c.pubCfg.Spec = rspec
 	c.store = o.store
@@ -351,6 +356,7 @@ func (c *Consumer) giveBack(d amqp.Delivery, why string) {
 }
 
 func (c *Consumer) emit(e Event) {
+	c.m.observe(c.queue, e)
 	if c.o.observer != nil {
 		c.o.observer(e)
 	}
@@ -365,6 +371,7 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 	if ms, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderFirstFailure]); ok && fits {
 		in.FirstFailure = time.UnixMilli(ms)
 	}
+	in.Path, _ = amqpdelay.DeliveryPath(*d)
 	if due, ok := amqpdelay.Due(*d); ok {
 		in.Due, in.HasDue = due, true
 		in.Late = max(start.Sub(due), 0)

@@ -50,6 +50,10 @@
 // specification's ready queues. A retry whose queue has no such binding goes to the retry
 // exchange's alternate exchange and waits in the parking queue.
 //
+// [WithObserver] reports every outcome as an [Event]; [WithMetrics] counts them in Prometheus
+// metrics, with each handled delivery's lateness (handling start minus its due time) by delay
+// path.
+//
 // # Guarantees
 //
 //   - Revoked messages (amqpdelay's Publisher.Revoke and Reschedule) are acked without calling

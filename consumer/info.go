@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 )
 
 // Info is what the Consumer knows about the delivery a handler is running for; the handler
@@ -23,6 +25,9 @@ type Info struct {
 	HasDue bool
 	// Late is how long after Due the handler started (0 when HasDue is false; never negative).
 	Late time.Duration
+	// Path is the delay path the delivery came through, from its headers
+	// (amqpdelay.DeliveryPath); PathDirect when HasDue is false.
+	Path amqpdelay.Path
 	// FirstFailure is when the first attempt failed (zero on the first attempt).
 	FirstFailure time.Time
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 )
@@ -32,6 +33,7 @@ type options struct {
 	idFunc          func(amqp.Delivery) string
 	bind            bool
 	revocations     bool
+	metricsReg      prometheus.Registerer // WithMetrics (metrics.go)
 }
 
 // Defaults.
@@ -165,7 +167,8 @@ func WithLogger(l zerolog.Logger) Option {
 
 // WithObserver makes the Consumer call f for every outcome of a delivery (see [Event]) and for
 // every connection change. f runs on the handler's goroutine, after the outcome is settled with
-// the broker: keep it quick. Lateness metrics hang off it (Event.Late).
+// the broker: keep it quick. For lateness metrics, [WithMetrics] needs no observer
+// (Event.Info.Late is the figure).
 func WithObserver(f func(Event)) Option {
 	return func(o *options) error { o.observer = f; return nil }
 }

@@ -342,19 +342,8 @@ func deadLetterTargets(p *Plan, bindings []Binding, dlx string) []string {
 // /api/queues, /api/nodes (skipped without the monitoring tag) and /api/bindings of the
 // client's vhost. Errors wrap ErrManagement.
 func (m *Management) Cluster(ctx context.Context, p *Plan) (*ClusterStatus, error) {
-	queues, err := m.Queues(ctx)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := m.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	bindings, err := m.bindings(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return clusterOf(p, queues, nodes, bindings), nil
+	_, c, err := m.clusterView(ctx, p) // snapshot.go
+	return c, err
 }
 
 // RebalanceOptions tune [Management.Rebalance].

@@ -324,29 +324,24 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 //
 // Objects that do not exist are skipped ([Status] reports them). Errors wrap ErrManagement.
 func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
-	pols, err := m.policies(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	ops, err := m.policies(ctx, true)
-	if err != nil {
-		return nil, err
-	}
+	var pols, ops map[string]managedPolicy
 	var overview struct {
 		Version string `json:"rabbitmq_version"`
 	}
-	if err := m.get(ctx, "api/overview", &overview); err != nil {
+	var queues, exchanges []managedObject
+	vh := url.PathEscape(m.vhost)
+	err := parallel( // snapshot.go
+		func() (err error) { pols, err = m.policies(ctx, false); return err },
+		func() (err error) { ops, err = m.policies(ctx, true); return err },
+		func() error { return m.get(ctx, "api/overview", &overview) },
+		func() error {
+			return m.get(ctx, "api/queues/"+vh+"?columns=name,type,arguments,policy,operator_policy", &queues)
+		},
+		func() error { return m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges) })
+	if err != nil {
 		return nil, err
 	}
 	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
-	var queues, exchanges []managedObject
-	vh := url.PathEscape(m.vhost)
-	if err := m.get(ctx, "api/queues/"+vh+"?columns=name,type,arguments,policy,operator_policy", &queues); err != nil {
-		return nil, err
-	}
-	if err := m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges); err != nil {
-		return nil, err
-	}
 	// The management API's policy names come with the queue statistics, every
 	// collect_statistics_interval (5 s by default): a queue declared or a policy changed a
 	// moment ago shows none or the old one. So the policy in effect is worked out here, as

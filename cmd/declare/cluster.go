@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -106,17 +105,12 @@ func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
 // cmdRebalance spreads the leaders of quorum queues over the running nodes through the
 // management API and prints the topology's leaders per node before and after.
 func cmdRebalance(ctx context.Context, e *invocation) error {
-	p, err := e.plan()
+	p, m, err := e.managed(func(p *topology.Plan) string {
+		return "rebalance needs the management API: pass --management-url (a user with the administrator tag), " +
+			"or run on a cluster node: " + p.RebalanceCommand(e.vhost())
+	})
 	if err != nil {
 		return err
-	}
-	m, err := e.management()
-	if err != nil {
-		return usageError{err}
-	}
-	if m == nil {
-		return usageError{errors.New("rebalance needs the management API: pass --management-url (a user with the administrator tag), " +
-			"or run on a cluster node: " + p.RebalanceCommand(e.vhost()))}
 	}
 	rep, err := m.Rebalance(ctx, p, topology.RebalanceOptions{DryRun: e.s.dryRun})
 	if rep == nil {

@@ -188,17 +188,17 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	}
 	defer conn.Close()
 
-	plugin := "off (--plugin off)"
+	plugin, pluginState := "off (--plugin off)", "off" // the table's text, and --json's value
 	if p.Spec.Plugin != topology.PluginOff {
 		avail, pluginErr := e.probePlugin(ctx, p, m)
 		switch {
 		case pluginErr != nil:
-			plugin = "unknown (" + pluginErr.Error() + ")"
+			plugin, pluginState = "unknown ("+pluginErr.Error()+")", "unknown"
 			e.log.Warn().Err(pluginErr).Msg("cannot tell whether the broker has the delayed-message plugin")
 		case avail:
-			plugin = "available"
+			plugin, pluginState = "available", "available"
 		default:
-			plugin = "not available (the ladder and buckets work without it)"
+			plugin, pluginState = "not available (the ladder and buckets work without it)", "not_available"
 		}
 		if (pluginErr != nil || !avail) && p.Spec.Plugin == topology.PluginAuto {
 			p = p.WithoutPlugin()
@@ -214,10 +214,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	if e.s.output == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if jerr := enc.Encode(struct {
-			Plugin string                 `json:"plugin"`
-			Status *topology.StatusReport `json:"status"`
-		}{plugin, rep}); jerr != nil {
+		if jerr := enc.Encode(newStatusJSON(p, rep, err, pluginState, e.vhost())); jerr != nil { // statusjson.go
 			return jerr
 		}
 		return err

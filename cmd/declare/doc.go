@@ -42,7 +42,14 @@
 //	          earlier ready-queue key, say), or a policy in effect breaks a guarantee. A
 //	          consumer's binding of its own queue to <prefix>.retry by the queue's name (the
 //	          consumer package's, for a queue that is not a --ready-queue) is listed, not an error.
-//	          --output table|json.
+//	          --output table|json; --json (the same as --output json) prints the documented,
+//	          stable shape of the README's Observability section (schema 1).
+//	exporter  Serve the topology's state as Prometheus metrics on /metrics (--listen ADDR,
+//	          default :9531) until interrupted, read from the management API at every scrape
+//	          (--management-url required): messages per ladder level and bucket, messages_dlx,
+//	          consumers on delay queues, parking and ready queues, policy problems, leaders
+//	          and members per node (package exporter lists them). --per-queue: one series per
+//	          delay queue. --timeout bounds each scrape, not the command.
 //	export    Print the topology as RabbitMQ definitions JSON (the format of rabbitmqctl
 //	          export_definitions) for the URL's vhost or --vhost. `rabbitmqctl
 //	          import_definitions` (or POST /api/definitions/<vhost>) into an empty vhost gives
@@ -88,8 +95,9 @@
 //	--log-format FORMAT           AMQPDELAY_LOG_FORMAT      console (or json)
 //	--log-level LEVEL             AMQPDELAY_LOG_LEVEL       info
 //
-// Command flags: plan and status --output table|json; apply --dry-run, -v/--verbose; export
-// --vhost VHOST; teardown --force, --ready-queues, --dry-run.
+// Command flags: plan and status --output table|json (status also --json); apply --dry-run,
+// -v/--verbose; export --vhost VHOST; teardown --force, --ready-queues, --dry-run; exporter
+// --listen ADDR, --per-queue.
 //
 // Results go to stdout; logs (zerolog) to stderr. A value that does not parse, or cannot be
 // right, is refused (exit 2) naming the flag or the variable it came from, with what to write

@@ -42,6 +42,7 @@ type command struct {
 	help    string
 	extra   func(s *settings) []option
 	run     func(ctx context.Context, e *invocation) error
+	long    bool // runs until interrupted: --timeout bounds each of its steps, not the command
 }
 
 // invocation is one run of a command.
@@ -81,7 +82,7 @@ func commands() []command {
 				"also when messages sit in a queue's dead-letter state (messages_dlx), which AMQP cannot see, when a binding on\n" +
 				"the topology's exchanges or queues is not in the specification, when a policy is missing, or when a policy in\n" +
 				"effect breaks a guarantee.",
-			extra: func(s *settings) []option { return []option{outputOption(s)} }, run: cmdStatus},
+			extra: func(s *settings) []option { return []option{outputOption(s), jsonOption(s)} }, run: cmdStatus},
 		{name: "export", summary: "print the topology as RabbitMQ definitions JSON",
 			help: "Prints the topology in the format of `rabbitmqctl export_definitions`, for `rabbitmqctl\n" +
 				"import_definitions` or the management API (POST /api/definitions/<vhost>). Importing it into an empty\n" +
@@ -106,6 +107,7 @@ func commands() []command {
 				}
 			}, run: cmdTeardown},
 		rebalanceCommand(), // cluster.go
+		exporterCommand(),  // exporter.go
 	}
 }
 
@@ -176,7 +178,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "declare %s: %s\n", cmd.name, err)
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(ctx, inv.s.timeout)
+	cancel := func() {}
+	if !cmd.long {
+		ctx, cancel = context.WithTimeout(ctx, inv.s.timeout)
+	}
 	defer cancel()
 	err = cmd.run(ctx, inv)
 	if err == nil {
@@ -302,6 +307,23 @@ func (e *invocation) management() (*topology.Management, error) {
 		return nil, nil
 	}
 	return topology.NewManagement(e.s.mgmtURL, e.vhost())
+}
+
+// managed returns the plan and the management API client of a command that cannot run without
+// the latter; without --management-url it returns a usage error saying missing(plan).
+func (e *invocation) managed(missing func(p *topology.Plan) string) (*topology.Plan, *topology.Management, error) {
+	p, err := e.plan()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := e.management()
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	if m == nil {
+		return nil, nil, usageError{errors.New(missing(p))}
+	}
+	return p, m, nil
 }
 
 // plan validates the specification and computes the plan: usage errors.

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -334,13 +338,11 @@ func TestStatusTeardownCLI(t *testing.T) {
 	if !strings.Contains(st.stdout, "CONSUMERS ON DELAY QUEUES: "+names.LadderQueue(1, 1)) || !strings.Contains(st.stderr, "consumer is attached") {
 		t.Errorf("status does not flag the consumer loudly:\n%s\n%s", st.stdout, st.stderr)
 	}
-	js := declare(t, e, "status", "--output", "json")
-	var parsed struct {
-		Plugin string
-		Status topology.StatusReport
-	}
-	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || len(parsed.Status.ConsumedDelayQueues) != 1 {
-		t.Errorf("status --output json: %v %+v", err, parsed.Status.ConsumedDelayQueues)
+	js := declare(t, e, "status", "--json")
+	var parsed statusJSON
+	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || len(parsed.ConsumedDelayQueues) != 1 || parsed.OK ||
+		parsed.Schema != statusSchema || js.code != 1 {
+		t.Errorf("status --json: exit %d, %v %+v\n%s", js.code, err, parsed.ConsumedDelayQueues, js.stdout)
 	}
 
 	td := declare(t, e, "teardown")
@@ -632,4 +634,70 @@ func TestPolicyCLI(t *testing.T) {
 		t.Errorf("teardown: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	_ = env.Channel(t).ExchangeDelete(target, false, false)
+}
+
+// TestExporterCommand runs `declare exporter --listen 127.0.0.1:0` as an operator would, reads
+// the address it logs, scrapes /metrics over HTTP, and stops it with SIGTERM (exit 0). Without
+// --management-url it is a usage error (exit 2).
+func TestExporterCommand(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API (AMQP_MANAGEMENT_URL)")
+	}
+	target := env.Name("orders")
+	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_MAX", "1m")
+	applyOrFail(t, env, e, target)
+	noMgmt := vars(env, "AMQPDELAY_TARGETS", target+":topic")
+	delete(noMgmt, "AMQPDELAY_MANAGEMENT_URL")
+	if r := declare(t, noMgmt, "exporter", "--listen", "127.0.0.1:0"); r.code != exitUsage || !strings.Contains(r.stderr, "--management-url") {
+		t.Errorf("exporter without the management API: exit %d, want 2 naming --management-url\n%s", r.code, r.stderr)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "exporter", "--listen", "127.0.0.1:0", "--log-format", "json")
+	cmd.Env = []string{childEnv + "=1"}
+	for k, v := range e {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	sc := bufio.NewScanner(stderr)
+	for addr == "" && sc.Scan() {
+		var line struct{ Address string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil {
+			addr = line.Address
+		}
+	}
+	if addr == "" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("exporter logged no address")
+	}
+	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{"\nrabbitdelay_up 1\n", "\nrabbitdelay_missing_queues 0\n", "\nrabbitdelay_node_delay_queue_leaders{node="} {
+		if !strings.Contains("\n"+string(body), want) {
+			t.Errorf("scrape lacks %q:\n%s", want, body)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exporter after SIGTERM: %v, want exit 0", err)
+	}
 }

@@ -87,6 +87,8 @@ type settings struct {
 	vhost       string
 	force       bool
 	readyQueues bool
+	listen      string // exporter (exporter.go)
+	perQueue    bool   // exporter
 }
 
 // resolve fills the fields that come from s.vars, with the defaults of the CLI's own settings.

@@ -1,0 +1,217 @@
+package amqpdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/metrics"
+	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// WithMetrics makes the Publisher register its Prometheus metrics on reg (nothing is
+// registered without this option, and the global registry is never touched):
+//
+//   - rabbitdelay_publisher_publishes_total{path,outcome}: every Publish and PublishAt call
+//     once it returns. path is direct, bucket, ladder, plugin, or none (refused before a path
+//     was chosen); outcome is one of [PublishOutcome]'s values: confirmed, nacked, unroutable,
+//     invalid, refused, lost, canceled, closed, failed.
+//   - rabbitdelay_publisher_confirm_duration_seconds{path}: histogram of the time from
+//     handing a message to its channel until the broker's confirm (confirmed publishes only).
+//   - rabbitdelay_publisher_publishes_in_flight: Publish calls in progress.
+//   - rabbitdelay_publisher_disconnects_total, rabbitdelay_publisher_reconnects_total and
+//     rabbitdelay_publisher_reconnect_failures_total: connection losses, reconnections, and
+//     failed reconnection attempts (the events of [WithReconnectHandler]).
+//   - rabbitdelay_publisher_plugin_available: 1 while the delayed-message plugin's exchange is
+//     in use ([Publisher.PluginAvailable]), else 0.
+//   - rabbitdelay_revocations_total{outcome}: message ids given to [Publisher.Revoke] and
+//     [Publisher.Reschedule], by the outcome of their record's publish (no series until the
+//     first one).
+//
+// Label values are bounded (4 paths and none, 9 outcomes). One Publisher per Registerer:
+// NewPublisher fails with ErrInvalidConfig when the names are already registered there; give
+// each Publisher its own label, prometheus.WrapRegistererWith(prometheus.Labels{"publisher":
+// "orders"}, reg). Close unregisters them. A nil reg is no metrics.
+func WithMetrics(reg prometheus.Registerer) Option {
+	return func(o *options) error { o.metricsReg = reg; return nil }
+}
+
+// PublishOutcome names what a Publish call came to, as the outcome label of
+// rabbitdelay_publisher_publishes_total says it.
+type PublishOutcome string
+
+// The outcomes of a Publish call, from its error (errors.Is).
+const (
+	OutcomeConfirmed  PublishOutcome = "confirmed"  // nil: the broker confirmed it
+	OutcomeNacked     PublishOutcome = "nacked"     // ErrNacked
+	OutcomeUnroutable PublishOutcome = "unroutable" // ErrUnroutable: a mandatory publish came back
+	// OutcomeInvalid: ErrInvalidInput, ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable
+	// (nothing sent).
+	OutcomeInvalid PublishOutcome = "invalid"
+	OutcomeRefused PublishOutcome = "refused" // ErrAccessRefused, ErrExchangeNotFound: the broker refused it, nothing stored
+	OutcomeLost    PublishOutcome = "lost"    // ErrConnectionLost: closed before the confirm, outcome unknown
+	// OutcomeCanceled: the caller's context ended first (context.Canceled, DeadlineExceeded),
+	// including while the broker was unreachable.
+	OutcomeCanceled PublishOutcome = "canceled"
+	OutcomeClosed   PublishOutcome = "closed" // ErrClosed
+	OutcomeFailed   PublishOutcome = "failed" // any other error
+)
+
+// OutcomeOf returns the outcome of a Publish call that returned err.
+func OutcomeOf(err error) PublishOutcome {
+	switch {
+	case err == nil:
+		return OutcomeConfirmed
+	case errors.Is(err, ErrNacked):
+		return OutcomeNacked
+	case errors.Is(err, ErrUnroutable):
+		return OutcomeUnroutable
+	case errors.Is(err, ErrInvalidInput), errors.Is(err, ErrUnknownTarget), errors.Is(err, ErrDelayTooLong),
+		errors.Is(err, ErrPluginUnavailable):
+		return OutcomeInvalid
+	case errors.Is(err, ErrAccessRefused), errors.Is(err, ErrExchangeNotFound):
+		return OutcomeRefused
+	case errors.Is(err, ErrConnectionLost):
+		return OutcomeLost
+	case errors.Is(err, ErrClosed):
+		return OutcomeClosed
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return OutcomeCanceled
+	}
+	return OutcomeFailed
+}
+
+// pathNone is the path label of a publish refused before a path was chosen.
+const pathNone = "none"
+
+// pubMetrics are a Publisher's collectors; a nil *pubMetrics records nothing.
+type pubMetrics struct {
+	publishes   *prometheus.CounterVec
+	confirm     *prometheus.HistogramVec
+	inFlight    prometheus.Gauge
+	disconnects prometheus.Counter
+	reconnects  prometheus.Counter
+	reconnFails prometheus.Counter
+	revocations *prometheus.CounterVec
+	unregister  func()
+}
+
+// newPubMetrics registers p's collectors on reg (nil: none).
+func newPubMetrics(reg prometheus.Registerer, p *Publisher) (*pubMetrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	const sub = "publisher"
+	m := &pubMetrics{
+		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "publishes_total",
+			Help: "Publish calls by delay path (none: refused before a path was chosen) and outcome (confirmed: the broker's publisher confirm)."},
+			[]string{"path", "outcome"}),
+		confirm: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "confirm_duration_seconds",
+			Help: "Time from handing a message to its channel until the broker's publisher confirm, confirmed publishes only.", Buckets: metrics.DurationBuckets},
+			[]string{"path"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "publishes_in_flight",
+			Help: "Publish calls in progress."}),
+		disconnects: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "disconnects_total",
+			Help: "Connection losses of the Publisher."}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "reconnects_total",
+			Help: "Reconnections of the Publisher after a connection loss."}),
+		reconnFails: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "reconnect_failures_total",
+			Help: "Failed reconnection attempts of the Publisher."}),
+		// Publisher.Revoke (issue 17) counts here, by outcome, through revoked. A CounterVec
+		// with no label values yet shows nothing on a scrape.
+		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "revocations_total",
+			Help: "Revocations recorded by the Publisher, by outcome (confirmed: the broker's publisher confirm)."},
+			[]string{"outcome"}),
+	}
+	plug := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "plugin_available",
+		Help: "1 while the delayed-message plugin's exchange is in use by the Publisher, else 0."},
+		func() float64 {
+			if p.pluginOK.Load() {
+				return 1
+			}
+			return 0
+		})
+	_, unregister, err := metrics.Register(reg, false, m.publishes, m.confirm, m.inFlight, m.disconnects, m.reconnects, m.reconnFails,
+		m.revocations, plug)
+	if err != nil {
+		return nil, fmt.Errorf("%w: WithMetrics: %w (one Publisher per Registerer: give each its own label with "+
+			"prometheus.WrapRegistererWith(prometheus.Labels{\"publisher\": \"<name>\"}, reg))", ErrInvalidConfig, err)
+	}
+	m.unregister = unregister
+	return m, nil
+}
+
+// begin counts a Publish call in and returns what to call when it returns.
+func (m *pubMetrics) begin() func(path string, err error) {
+	if m == nil {
+		return func(string, error) {}
+	}
+	m.inFlight.Inc()
+	return func(path string, err error) {
+		m.inFlight.Dec()
+		m.publishes.WithLabelValues(path, string(OutcomeOf(err))).Inc()
+	}
+}
+
+// confirmed records the confirm latency of a publish on path.
+func (m *pubMetrics) confirmed(path Path, took time.Duration) {
+	if m != nil {
+		m.confirm.WithLabelValues(path.String()).Observe(took.Seconds())
+	}
+}
+
+// connection records a connection event.
+func (m *pubMetrics) connection(k ReconnectKind) {
+	if m == nil {
+		return
+	}
+	switch k {
+	case Disconnected:
+		m.disconnects.Inc()
+	case Reconnected:
+		m.reconnects.Inc()
+	case ReconnectFailed:
+		m.reconnFails.Inc()
+	}
+}
+
+// revoked counts n revocations (message ids) of the given outcome (Publisher.Revoke and
+// Reschedule).
+func (m *pubMetrics) revoked(outcome PublishOutcome, n int) {
+	if m != nil {
+		m.revocations.WithLabelValues(string(outcome)).Add(float64(n))
+	}
+}
+
+// close unregisters the collectors.
+func (m *pubMetrics) close() {
+	if m != nil {
+		m.unregister()
+	}
+}
+
+// DeliveryPath returns the delay path a delivery travelled, read from the headers the
+// Publisher set: PathBucket (the bucket header), PathLadder (a digit header), PathPlugin (the
+// plugin's x-delay), PathDirect (none of them). ok is false for a delivery without the
+// rabbitdelay-due header (not published through amqpdelay). A consumer package retry travels
+// again, and reports the path of its last trip.
+func DeliveryPath(d amqp.Delivery) (path Path, ok bool) {
+	if _, ok := dueFromHeaders(d.Headers); !ok {
+		return PathDirect, false
+	}
+	if _, ok := d.Headers[ttlbuckets.BucketHeader]; ok {
+		return PathBucket, true
+	}
+	if _, ok := d.Headers[ttlbuckets.DigitHeader(0)]; ok {
+		return PathLadder, true
+	}
+	if _, ok := d.Headers[plugin.DelayHeader]; ok {
+		return PathPlugin, true
+	}
+	return PathDirect, true
+}

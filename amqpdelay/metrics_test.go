@@ -1,0 +1,60 @@
+package amqpdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+func TestOutcomeOf(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want PublishOutcome
+	}{
+		{nil, OutcomeConfirmed},
+		{fmt.Errorf("x: %w", ErrNacked), OutcomeNacked},
+		{ErrUnroutable, OutcomeUnroutable},
+		{ErrInvalidInput, OutcomeInvalid},
+		{ErrUnknownTarget, OutcomeInvalid},
+		{ErrDelayTooLong, OutcomeInvalid},
+		{ErrPluginUnavailable, OutcomeInvalid},
+		{ErrAccessRefused, OutcomeRefused},
+		{ErrExchangeNotFound, OutcomeRefused},
+		{ErrConnectionLost, OutcomeLost},
+		{ErrClosed, OutcomeClosed},
+		{fmt.Errorf("amqpdelay: context ended: %w", context.DeadlineExceeded), OutcomeCanceled},
+		{context.Canceled, OutcomeCanceled},
+		{errors.New("something else"), OutcomeFailed},
+	} {
+		if got := OutcomeOf(c.err); got != c.want {
+			t.Errorf("OutcomeOf(%v) = %s, want %s", c.err, got, c.want)
+		}
+	}
+}
+
+func TestDeliveryPath(t *testing.T) {
+	due := int64(1_700_000_000_000)
+	for _, c := range []struct {
+		name    string
+		headers amqp.Table
+		want    Path
+		ok      bool
+	}{
+		{"not rabbitdelay's", amqp.Table{"x": "y"}, PathDirect, false},
+		{"direct", amqp.Table{ttlbuckets.DueHeader: due}, PathDirect, true},
+		{"bucket", amqp.Table{ttlbuckets.DueHeader: due, ttlbuckets.BucketHeader: int64(1000)}, PathBucket, true},
+		{"ladder", amqp.Table{ttlbuckets.DueHeader: due, ttlbuckets.DigitHeader(0): int64(0), ttlbuckets.DigitHeader(1): int64(3)}, PathLadder, true},
+		{"plugin", amqp.Table{ttlbuckets.DueHeader: due, plugin.DelayHeader: int64(5000)}, PathPlugin, true},
+	} {
+		got, ok := DeliveryPath(amqp.Delivery{Headers: c.headers})
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: DeliveryPath = %s, %v; want %s, %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/exporter"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// defaultListen is where `declare exporter` listens unless --listen says otherwise.
+const defaultListen = ":9531"
+
+// exporterCommand is the exporter subcommand (registered in commands()).
+func exporterCommand() command {
+	return command{name: "exporter", summary: "serve the topology's state as Prometheus metrics on /metrics (management API)",
+		help: "Serves /metrics (Prometheus exposition format) until interrupted (SIGINT, SIGTERM). Each scrape reads the management\n" +
+			"API (--management-url, required): messages per ladder level and bucket, messages in dead-letter state\n" +
+			"(messages_dlx), consumers on delay queues, the parking and ready queues, policy problems, and leaders and\n" +
+			"members per cluster node; every name starts with rabbitdelay_ (the exporter package documents each).\n" +
+			"--timeout bounds each scrape's requests, not the command. Grafana: docs/grafana/rabbitdelay.json.",
+		long: true,
+		extra: func(s *settings) []option {
+			return []option{
+				{name: "listen", arg: "ADDR", def: defaultListen, usage: "address to serve /metrics on (host:port; port 0 picks one, logged)",
+					set: func(v string) error { s.listen = v; return nil }},
+				boolOption("per-queue", "label the delay queues' metrics with the queue (one series per queue, 120 for the default ladder) "+
+					"instead of summing them per ladder level and bucket", &s.perQueue),
+			}
+		}, run: cmdExporter}
+}
+
+func cmdExporter(ctx context.Context, e *invocation) error {
+	p, m, err := e.managed(func(*topology.Plan) string {
+		return "exporter reads the management API: set --management-url or AMQPDELAY_MANAGEMENT_URL " +
+			"(a user with the monitoring tag also sees the cluster's nodes)"
+	})
+	if err != nil {
+		return err
+	}
+	if p.Spec.Plugin == topology.PluginAuto {
+		p = p.WithoutPlugin() // the plugin holds its messages in no queue: nothing to count
+	}
+	h, err := exporter.Handler(exporter.New(m, p, exporter.Options{PerQueue: e.s.perQueue, Timeout: e.s.timeout}))
+	if err != nil {
+		return err
+	}
+	addr := e.s.listen
+	if addr == "" {
+		addr = defaultListen
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return usageError{fmt.Errorf("--listen %s: %w", addr, err)}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintln(w, "rabbitdelay exporter: metrics on /metrics")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	e.log.Info().Str("address", ln.Addr().String()).Str("prefix", p.Spec.Prefix).Str("vhost", m.VHost()).
+		Msg("exporter: serving /metrics")
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("exporter: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("exporter: shut down: %w", err)
+	}
+	e.log.Info().Msg("exporter: stopped")
+	return nil
+}

@@ -1,0 +1,115 @@
+package consumer
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaykit/rabbitdelay/internal/metrics"
+)
+
+// WithMetrics makes the Consumer record Prometheus metrics on reg (nothing is registered
+// without this option, and the global registry is never touched). Every metric has the label
+// queue, the queue consumed:
+//
+//   - rabbitdelay_consumer_messages_total{queue,outcome}: deliveries by outcome, one per
+//     [Event] of a delivery: handled, retried, parked, duplicate (a handled id, skipped),
+//     deferred, requeued, unsettled, revoked (acked without calling the handler: its message
+//     was revoked, see package revoke).
+//   - rabbitdelay_consumer_handler_failures_total{queue}: handler runs that returned an error
+//     or panicked (each is then retried or parked).
+//   - rabbitdelay_consumer_handler_duration_seconds{queue,result}: histogram of handler runs,
+//     result ok or error.
+//   - rabbitdelay_consumer_lateness_seconds{queue,path}: histogram, for every handled
+//     delivery that has the rabbitdelay-due header, of how long after its due time its
+//     handling began ([Info.Late]), by the delay path it came through
+//     (amqpdelay.DeliveryPath: direct, bucket, ladder, plugin). Its count equals the handled
+//     deliveries that were published through amqpdelay.
+//   - rabbitdelay_consumer_reconnects_total{queue}: reconnections after a connection loss.
+//
+// Several Consumers may share reg: they share the collectors, told apart by the queue label.
+// The Consumer's retry Publisher records no metrics of its own (its retries and parkings are
+// counted here). A nil reg is no metrics. New fails with ErrInvalidConfig when reg refuses the
+// collectors (names registered with other labels).
+func WithMetrics(reg prometheus.Registerer) Option {
+	return func(o *options) error { o.metricsReg = reg; return nil }
+}
+
+// consumerMetrics are the collectors shared by the Consumers of one registry.
+type consumerMetrics struct {
+	messages   *prometheus.CounterVec
+	failures   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	lateness   *prometheus.HistogramVec
+	reconnects *prometheus.CounterVec
+}
+
+// newConsumerMetrics registers the collectors on reg, or finds those already there (nil reg:
+// none).
+func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	const sub = "consumer"
+	cs := []prometheus.Collector{
+		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "messages_total",
+			Help: "Deliveries by outcome: handled, retried, parked, duplicate, deferred, requeued, unsettled, revoked."},
+			[]string{"queue", "outcome"}),
+		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "handler_failures_total",
+			Help: "Handler runs that returned an error or panicked."}, []string{"queue"}),
+		prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "handler_duration_seconds",
+			Help: "Handler run time, by result (ok or error).", Buckets: metrics.DurationBuckets}, []string{"queue", "result"}),
+		prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "lateness_seconds",
+			Help:    "How long after its rabbitdelay-due time a handled delivery's handling began, by the delay path it came through.",
+			Buckets: metrics.LatenessBuckets}, []string{"queue", "path"}),
+		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "reconnects_total",
+			Help: "Reconnections of the Consumer after a connection loss."}, []string{"queue"}),
+	}
+	in, _, err := metrics.Register(reg, true, cs...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: WithMetrics: %w", ErrInvalidConfig, err)
+	}
+	m := &consumerMetrics{}
+	var ok [5]bool
+	m.messages, ok[0] = in[0].(*prometheus.CounterVec)
+	m.failures, ok[1] = in[1].(*prometheus.CounterVec)
+	m.duration, ok[2] = in[2].(*prometheus.HistogramVec)
+	m.lateness, ok[3] = in[3].(*prometheus.HistogramVec)
+	m.reconnects, ok[4] = in[4].(*prometheus.CounterVec)
+	for i, good := range ok {
+		if !good {
+			return nil, fmt.Errorf("%w: WithMetrics: the registry already has a collector of another kind for metric %d of the consumer's",
+				ErrInvalidConfig, i+1)
+		}
+	}
+	return m, nil
+}
+
+// observe records the Event e of the Consumer of queue.
+func (m *consumerMetrics) observe(queue string, e Event) {
+	if m == nil {
+		return
+	}
+	switch e.Kind {
+	case Reconnected:
+		m.reconnects.WithLabelValues(queue).Inc()
+		return
+	case Disconnected:
+		return
+	}
+	outcome := e.Kind.String()
+	if e.Kind == Skipped {
+		outcome = "duplicate"
+	}
+	m.messages.WithLabelValues(queue, outcome).Inc()
+	switch e.Kind {
+	case Handled:
+		m.duration.WithLabelValues(queue, "ok").Observe(e.Duration.Seconds())
+		if e.Info.HasDue {
+			m.lateness.WithLabelValues(queue, e.Info.Path.String()).Observe(e.Info.Late.Seconds())
+		}
+	case Retried, Parked:
+		m.failures.WithLabelValues(queue).Inc()
+		m.duration.WithLabelValues(queue, "error").Observe(e.Duration.Seconds())
+	}
+}

@@ -1,0 +1,392 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/exporter"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// metSpec is the metrics tests' topology: target orders (topic), buckets 1 s and 1 min, a
+// radix-16 ladder up to 65,535 ms, quorum queues, and the ready queue orders.work (o.#).
+func metSpec() topology.Spec {
+	return topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}},
+		Buckets: topology.Delays{time.Second, time.Minute}, Ladder: testLadder(), QueueType: topology.Quorum,
+		Plugin: topology.PluginOff, ReadyQueues: topology.ReadyQueues{{Queue: "orders.work", Exchange: "orders", BindingKey: "o.#"}}}
+}
+
+// metValue returns the value of the sample of metric name whose labels include want (a
+// counter's or gauge's value, a histogram's count), summed over every matching sample.
+func metValue(fams []*dto.MetricFamily, name string, want map[string]string) (v float64, found bool) {
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	samples:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, w := range want {
+				if have[k] != w {
+					continue samples
+				}
+			}
+			found = true
+			switch {
+			case m.Counter != nil:
+				v += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				v += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				v += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return v, found
+}
+
+func metGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
+	t.Helper()
+	fams, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	return fams
+}
+
+// metLint fails the test for every problem testutil's linter (promtool check metrics) finds.
+func metLint(t *testing.T, g prometheus.Gatherer) {
+	t.Helper()
+	problems, err := testutil.GatherAndLint(g)
+	if err != nil {
+		t.Fatalf("lint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// metScrape GETs url and parses the text exposition format.
+func metScrape(t *testing.T, url string) []*dto.MetricFamily {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/plain")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	byName, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("scrape %s: parse: %v", url, err)
+	}
+	fams := make([]*dto.MetricFamily, 0, len(byName))
+	for _, f := range byName {
+		fams = append(fams, f)
+	}
+	return fams
+}
+
+// TestMetricsPublisherAndConsumer publishes a known mix through a Publisher with metrics and
+// consumes it with a Consumer with metrics, then reads both registries: publishes by path and
+// outcome, confirm latencies, and the consumer's outcomes, failures and lateness
+// observations (one per handled delivery, by path). Both pass the linter.
+func TestMetricsPublisherAndConsumer(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	spec := metSpec()
+	if _, _, err := polApply(t, env, m, spec); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	pub := newPublisher(t, env, spec, amqpdelay.WithMetrics(reg))
+
+	// One Publisher per Registerer: a second one is refused, and is free to register once the
+	// first is closed.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = env.URL
+	if p2, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithMetrics(reg)); !errors.Is(err, amqpdelay.ErrInvalidConfig) {
+		if p2 != nil {
+			_ = p2.Close()
+		}
+		t.Fatalf("a second Publisher on the same registry: %v, want ErrInvalidConfig", err)
+	}
+
+	publish := func(exchange, key, id string, delay time.Duration) error {
+		_, err := pub.Publish(ctx, exchange, key, amqp.Publishing{MessageId: id, Body: []byte(id)}, delay)
+		return err
+	}
+	type pubCase struct {
+		exchange, key, id string
+		delay             time.Duration
+	}
+	ok := []pubCase{
+		{"orders", "o.1", "ladder-1", 1500 * time.Millisecond},
+		{"orders", "o.2", "ladder-2", 1700 * time.Millisecond},
+		{"orders", "o.3", "fail-ladder-3", 1900 * time.Millisecond}, // the handler fails it: parked
+		{"orders", "o.4", "bucket-1", time.Second},
+		{"orders", "o.5", "bucket-2", time.Second},
+		{"orders", "o.6", "direct-1", 0},
+		{"orders", "o.7", "direct-2", 0},
+	}
+	for _, c := range ok {
+		if err := publish(c.exchange, c.key, c.id, c.delay); err != nil {
+			t.Fatalf("publish %s: %v", c.id, err)
+		}
+	}
+	if err := publish("nowhere", "o.8", "invalid", time.Second); !errors.Is(err, amqpdelay.ErrUnknownTarget) {
+		t.Fatalf("publish to an unknown target: %v", err)
+	}
+	if err := publish("orders", "unbound", "unroutable", 0); !errors.Is(err, amqpdelay.ErrUnroutable) {
+		t.Fatalf("direct publish with no binding: %v", err)
+	}
+	fams := metGather(t, reg)
+	for _, w := range []struct {
+		path, outcome string
+		n             float64
+	}{{"ladder", "confirmed", 3}, {"bucket", "confirmed", 2}, {"direct", "confirmed", 2}, {"none", "invalid", 1}, {"direct", "unroutable", 1}} {
+		if v, _ := metValue(fams, "rabbitdelay_publisher_publishes_total", map[string]string{"path": w.path, "outcome": w.outcome}); v != w.n {
+			t.Errorf("publishes_total{path=%s,outcome=%s} = %v, want %v", w.path, w.outcome, v, w.n)
+		}
+	}
+	if v, _ := metValue(fams, "rabbitdelay_publisher_publishes_total", nil); v != 9 {
+		t.Errorf("publishes_total over every label = %v, want 9", v)
+	}
+	for path, n := range map[string]float64{"ladder": 3, "bucket": 2, "direct": 2} {
+		if v, _ := metValue(fams, "rabbitdelay_publisher_confirm_duration_seconds", map[string]string{"path": path}); v != n {
+			t.Errorf("confirm_duration_seconds{path=%s} count = %v, want %v", path, v, n)
+		}
+	}
+	if v, found := metValue(fams, "rabbitdelay_publisher_publishes_in_flight", nil); !found || v != 0 {
+		t.Errorf("publishes_in_flight = %v (found %v), want 0", v, found)
+	}
+	if v, found := metValue(fams, "rabbitdelay_publisher_plugin_available", nil); !found || v != 0 {
+		t.Errorf("plugin_available = %v (found %v), want 0 (plugin off)", v, found)
+	}
+	metLint(t, reg)
+
+	creg := prometheus.NewRegistry()
+	var handled atomic.Int32
+	c := newConsumer(t, cfg, "orders.work", func(ctx context.Context, d amqp.Delivery) error {
+		if strings.HasPrefix(d.MessageId, "fail-") {
+			return consumer.Permanent(fmt.Errorf("refused %s", d.MessageId))
+		}
+		handled.Add(1)
+		return nil
+	}, consumer.WithMetrics(creg))
+	runConsumer(t, c)
+	count := func(outcome string) float64 {
+		v, _ := metValue(metGather(t, creg), "rabbitdelay_consumer_messages_total", map[string]string{"queue": "orders.work", "outcome": outcome})
+		return v
+	}
+	waitFor(t, 2*time.Minute, "6 deliveries handled and 1 parked", func() bool { return count("handled") == 6 && count("parked") == 1 })
+	cfams := metGather(t, creg)
+	if v, _ := metValue(cfams, "rabbitdelay_consumer_lateness_seconds", nil); v != float64(handled.Load()) || v != 6 {
+		t.Errorf("lateness observations = %v, want the %d handled deliveries", v, handled.Load())
+	}
+	for path, n := range map[string]float64{"ladder": 2, "bucket": 2, "direct": 2} {
+		if v, _ := metValue(cfams, "rabbitdelay_consumer_lateness_seconds", map[string]string{"queue": "orders.work", "path": path}); v != n {
+			t.Errorf("lateness_seconds{path=%s} count = %v, want %v", path, v, n)
+		}
+	}
+	if v, _ := metValue(cfams, "rabbitdelay_consumer_handler_failures_total", map[string]string{"queue": "orders.work"}); v != 1 {
+		t.Errorf("handler_failures_total = %v, want 1", v)
+	}
+	for result, n := range map[string]float64{"ok": 6, "error": 1} {
+		if v, _ := metValue(cfams, "rabbitdelay_consumer_handler_duration_seconds", map[string]string{"result": result}); v != n {
+			t.Errorf("handler_duration_seconds{result=%s} count = %v, want %v", result, v, n)
+		}
+	}
+	metLint(t, creg)
+
+	// Closing the Publisher unregisters its metrics: another may use the registry.
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p3, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithMetrics(reg))
+	if err != nil {
+		t.Fatalf("a Publisher on the registry of a closed one: %v", err)
+	}
+	_ = p3.Close()
+}
+
+// TestExporterScrape serves the exporter over HTTP and scrapes it after known operations:
+// 5 messages waiting at ladder level 3, 2 in the 1 min bucket, a due message that its target
+// routes to no queue (parked through the targets policy), and a consumer attached to a delay
+// queue. The values, the per-queue option and the linter are checked.
+func TestExporterScrape(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	spec := metSpec()
+	p, _, err := polApply(t, env, m, spec)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	pub := newPublisher(t, env, spec)
+	ctx := topoTestCtx(t, 2*time.Minute)
+	// 0xF000 ms: one hop, in the queue of digit 15 at level 3, for 61.44 s.
+	const levelThree = 0xF000 * time.Millisecond
+	for i := range 5 {
+		r, err := pub.Publish(ctx, "orders", "o.wait", amqp.Publishing{Body: []byte(fmt.Sprint(i))}, levelThree)
+		if err != nil || r.Path != amqpdelay.PathLadder {
+			t.Fatalf("publish: %v %v", r.Path, err)
+		}
+	}
+	for i := range 2 {
+		if r, err := pub.Publish(ctx, "orders", "o.wait", amqp.Publishing{Body: []byte(fmt.Sprint(i))}, time.Minute); err != nil || r.Path != amqpdelay.PathBucket {
+			t.Fatalf("publish: %v %v", r.Path, err)
+		}
+	}
+	if _, err := pub.Publish(ctx, "orders", "no.binding", amqp.Publishing{Body: []byte("lost?")}, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ch := env.Channel(t)
+	consumed := p.Names.LadderQueue(1, 5) // not on the 300 ms message's way (0x12C: 1 at level 2, 2 at level 1)
+	if _, err := ch.Consume(consumed, "", false, false, false, false, nil); err != nil {
+		t.Fatalf("consume %s: %v", consumed, err)
+	}
+
+	e := exporter.New(m, p, exporter.Options{})
+	h, err := exporter.Handler(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	type want struct {
+		name   string
+		labels map[string]string
+		v      float64
+	}
+	wants := []want{
+		{"rabbitdelay_up", nil, 1},
+		{"rabbitdelay_delay_messages", map[string]string{"path": "ladder", "level": "3"}, 5},
+		{"rabbitdelay_delay_messages", map[string]string{"path": "bucket", "bucket": "1m0s"}, 2},
+		{"rabbitdelay_delay_messages", nil, 7},
+		{"rabbitdelay_parking_messages", nil, 1},
+		{"rabbitdelay_delay_queue_consumers", map[string]string{"path": "ladder", "level": "1"}, 1},
+		{"rabbitdelay_delay_queue_consumers", nil, 1},
+		{"rabbitdelay_delay_messages_dlx", nil, 0},
+		{"rabbitdelay_missing_queues", nil, 0},
+		{"rabbitdelay_ready_queue_messages", map[string]string{"queue": "orders.work"}, 0},
+	}
+	var fams []*dto.MetricFamily
+	var failed []string
+	deadline := time.Now().Add(50 * time.Second) // the level 3 messages wait 61 s, the bucket ones 60 s; statistics lag 5 s
+	for {
+		fams = metScrape(t, srv.URL)
+		failed = failed[:0]
+		for _, w := range wants {
+			if v, found := metValue(fams, w.name, w.labels); !found || v != w.v {
+				failed = append(failed, fmt.Sprintf("%s%v = %v (found %v), want %v", w.name, w.labels, v, found, w.v))
+			}
+		}
+		if len(failed) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, f := range failed {
+		t.Error(f)
+	}
+	series := 0
+	for _, f := range fams {
+		if f.GetName() == "rabbitdelay_delay_messages" {
+			series = len(f.GetMetric())
+		}
+	}
+	if want := ttlbuckets.Ladder(spec.Ladder).WithDefaults().Levels() + len(spec.Buckets); series != want {
+		t.Errorf("rabbitdelay_delay_messages has %d series, want one per level and bucket (%d)", series, want)
+	}
+	delayQueues := 0
+	for _, q := range p.Queues {
+		if q.IsDelay() {
+			delayQueues++
+		}
+	}
+	if v, _ := metValue(fams, "rabbitdelay_node_delay_queue_leaders", nil); v != float64(delayQueues) {
+		t.Errorf("node_delay_queue_leaders over the nodes = %v, want every delay queue (%d)", v, delayQueues)
+	}
+	if v, found := metValue(fams, "rabbitdelay_node_running", nil); !found || v < 1 {
+		t.Errorf("node_running = %v (found %v), want the broker's node running", v, found)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(e)
+	metLint(t, reg)
+
+	perQueue := exporter.New(m, p, exporter.Options{PerQueue: true})
+	preg := prometheus.NewRegistry()
+	preg.MustRegister(perQueue)
+	pfams := metGather(t, preg)
+	if v, _ := metValue(pfams, "rabbitdelay_delay_messages", map[string]string{"queue": p.Names.LadderQueue(3, 15)}); v != 5 {
+		t.Errorf("per queue: delay_messages{queue=%s} = %v, want 5", p.Names.LadderQueue(3, 15), v)
+	}
+	if v, _ := metValue(pfams, "rabbitdelay_delay_queue_consumers", map[string]string{"queue": consumed}); v != 1 {
+		t.Errorf("per queue: delay_queue_consumers{queue=%s} = %v, want 1", consumed, v)
+	}
+	metLint(t, preg)
+}
+
+// TestExporterUnroutableInDeadLetterState: without the targets policy (no alternate
+// exchange), a due message that its target routes to no queue stays in its delay queue's
+// dead-letter state, and the exporter reports it in rabbitdelay_delay_messages_dlx.
+func TestExporterUnroutableInDeadLetterState(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	spec := metSpec()
+	declareTopology(t, env, spec) // AMQP only: no policies
+	p, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newPublisher(t, env, spec)
+	ctx := topoTestCtx(t, 2*time.Minute)
+	if r, err := pub.Publish(ctx, "orders", "no.binding", amqp.Publishing{Body: []byte("stuck")}, time.Second); err != nil || r.Path != amqpdelay.PathBucket {
+		t.Fatalf("publish: %v %v", r.Path, err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(exporter.New(m, p, exporter.Options{}))
+	waitFor(t, 90*time.Second, "the due message in the 1 s bucket's messages_dlx", func() bool {
+		v, _ := metValue(metGather(t, reg), "rabbitdelay_delay_messages_dlx", map[string]string{"path": "bucket", "bucket": "1s"})
+		return v == 1
+	})
+	fams := metGather(t, reg)
+	if v, _ := metValue(fams, "rabbitdelay_parking_messages", nil); v != 0 {
+		t.Errorf("parking_messages = %v, want 0 (no targets policy, so no alternate exchange)", v)
+	}
+	if v, _ := metValue(fams, "rabbitdelay_policy_problems", map[string]string{"breaks": string(topology.BreaksStalls), "severity": "error"}); v < 1 {
+		t.Errorf("policy_problems{breaks=stalls} = %v, want at least 1 (the target has no alternate exchange)", v)
+	}
+}

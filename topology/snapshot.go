@@ -1,0 +1,72 @@
+package topology
+
+import (
+	"context"
+	"sync"
+)
+
+// Snapshot is what the management API says about a plan's topology at one moment: the
+// figures `declare exporter` serves. It is read without AMQP, so it has no view of objects
+// the management API does not list (it has no "missing exchange" check; see [Status]).
+type Snapshot struct {
+	// Queues are the vhost's queues by name (every queue, not only the plan's).
+	Queues map[string]ManagedQueue
+	// Cluster is where the plan's quorum queues live (see [ClusterStatus]).
+	Cluster *ClusterStatus
+	// PolicyProblems are the policy keys in effect that break a guarantee, and warnings
+	// ([Management.PolicyProblems]).
+	PolicyProblems []PolicyProblem
+}
+
+// Snapshot reads, all at once, what [Management.Cluster] and [Management.PolicyProblems]
+// read: the vhost's queues, the cluster's nodes (skipped without the monitoring tag), the
+// vhost's bindings, exchanges and policies, the operator policies and the broker's version.
+// ctx bounds every request. Errors wrap ErrManagement.
+func (m *Management) Snapshot(ctx context.Context, p *Plan) (*Snapshot, error) {
+	var s Snapshot
+	err := parallel(
+		func() (err error) { s.PolicyProblems, err = m.PolicyProblems(ctx, p); return err },
+		func() (err error) { s.Queues, s.Cluster, err = m.clusterView(ctx, p); return err })
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// clusterView reads the vhost's queues, the cluster's nodes and the vhost's bindings (in
+// parallel), and works out where p's quorum queues live.
+func (m *Management) clusterView(ctx context.Context, p *Plan) (map[string]ManagedQueue, *ClusterStatus, error) {
+	var queues map[string]ManagedQueue
+	var nodes []ClusterNode
+	var bindings []Binding
+	err := parallel(
+		func() (err error) { queues, err = m.Queues(ctx); return err },
+		func() (err error) { nodes, err = m.Nodes(ctx); return err },
+		func() (err error) { bindings, err = m.bindings(ctx); return err })
+	if err != nil {
+		return nil, nil, err
+	}
+	return queues, clusterOf(p, queues, nodes, bindings), nil
+}
+
+// parallel runs every f at once (management API requests: the broker answers each in a
+// process of its own) and returns the first error in the order of fs (every request fails
+// alike when the API refuses the user), nil when all succeed.
+func parallel(fs ...func() error) error {
+	errs := make([]error, len(fs))
+	var wg sync.WaitGroup
+	for i, f := range fs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
