@@ -245,3 +245,19 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 func ctxErr(ctx context.Context, doing string) error {
 	return fmt.Errorf("amqpdelay: context ended while %s: %w", doing, ctx.Err())
 }
+
+// serialTurn waits until no publish holds pc's serial slot (pc must be serial), without keeping
+// the slot: a publish queued behind others can then see whether what made it risky was settled
+// by the publishes before it (refusals.go) and take a shared channel instead. An error wrapping
+// errNotSent means the channel is gone.
+func (pc *pubChan) serialTurn(ctx context.Context) error {
+	select {
+	case pc.serial <- struct{}{}:
+		<-pc.serial
+		return nil
+	case <-pc.dead:
+		return errNotSent
+	case <-ctx.Done():
+		return ctxErr(ctx, "waiting to publish alone on the channel for publishes the broker may refuse")
+	}
+}

@@ -23,17 +23,19 @@ type options struct {
 	onReconnect func(ReconnectEvent)
 	maxBody     int
 	mgmtURL     string
+	maxInFlight int
 }
 
 func defaultOptions() options {
 	return options{
-		logger:     zerolog.Nop(),
-		strategy:   Auto,
-		channels:   DefaultChannels,
-		name:       "rabbitdelay-publisher",
-		backoffMin: 100 * time.Millisecond,
-		backoffMax: 5 * time.Second,
-		maxBody:    DefaultMaxMessageSize,
+		logger:      zerolog.Nop(),
+		strategy:    Auto,
+		channels:    DefaultChannels,
+		name:        "rabbitdelay-publisher",
+		backoffMin:  100 * time.Millisecond,
+		backoffMax:  5 * time.Second,
+		maxBody:     DefaultMaxMessageSize,
+		maxInFlight: DefaultMaxInFlight,
 	}
 }
 
