@@ -79,7 +79,7 @@ func openPubChan(conn *amqp.Connection, onDead func(), serial bool) (*pubChan, e
 		pc.serial = make(chan struct{}, 1)
 	}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, confirmBuffer))
 	returns := ch.NotifyReturn(make(chan amqp.Return))
 	go pc.dispatch(confirms, returns, closes, onDead)
 	return pc, nil
@@ -261,3 +261,7 @@ func (pc *pubChan) serialTurn(ctx context.Context) error {
 		return ctxErr(ctx, "waiting to publish alone on the channel for publishes the broker may refuse")
 	}
 }
+
+// confirmBuffer is the capacity of the Go channel that receives a pubChan's confirmations, so
+// that amqp091's reader goroutine hands them over without waiting for the dispatcher.
+const confirmBuffer = 4096
