@@ -249,8 +249,12 @@ func TestPublisherBrokerOutage(t *testing.T) {
 		}
 	}()
 	blocked := make(chan error, 1)
+	// Its context outlasts the alarm, which ends only after Close below and slow rabbitmqctl
+	// calls on a busy machine.
+	longCtx, cancelLong := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancelLong()
 	go func() { // blocks the connection
-		_, err := one.Publish(pubCtx(t), target, "k", textMsg("ladder, in the alarm"), time.Minute)
+		_, err := one.Publish(longCtx, target, "k", textMsg("ladder, in the alarm"), time.Minute)
 		blocked <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
