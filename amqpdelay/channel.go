@@ -14,10 +14,13 @@ import (
 // Publishes are serialized only around the write itself (sem); each registers its delivery
 // tag before writing, then waits for its own confirmation without holding anything, so
 // confirms are pipelined. One dispatcher goroutine receives both basic.return and the
-// confirmations, from unbuffered Go channels: amqp091's reader goroutine hands them over one
-// at a time in wire order, and RabbitMQ sends a mandatory message's basic.return before its
-// basic.ack (https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed), so the
-// dispatcher has recorded the return before it completes the publish.
+// confirmations: amqp091's reader goroutine hands them over in wire order, returns through an
+// unbuffered Go channel (the reader waits until the dispatcher has taken each) and
+// confirmations through a buffered one (confirmBuffer). RabbitMQ sends a mandatory message's
+// basic.return before its basic.ack
+// (https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed), so the ack enters the
+// buffer only after the dispatcher took the return, and the dispatcher records a return before
+// it reads the next confirmation: it has recorded the return before it completes the publish.
 //
 // A return carries no delivery tag, only the message's properties, so at most one publish
 // per message ID is in flight on a channel: a second one with the same ID waits for the
@@ -79,7 +82,7 @@ func openPubChan(conn *amqp.Connection, onDead func(), serial bool) (*pubChan, e
 		pc.serial = make(chan struct{}, 1)
 	}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, confirmBuffer))
 	returns := ch.NotifyReturn(make(chan amqp.Return))
 	go pc.dispatch(confirms, returns, closes, onDead)
 	return pc, nil
@@ -245,3 +248,26 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 func ctxErr(ctx context.Context, doing string) error {
 	return fmt.Errorf("amqpdelay: context ended while %s: %w", doing, ctx.Err())
 }
+
+// serialTurn waits until no publish holds pc's serial slot (if pc has one), without keeping
+// the slot: a publish queued behind others can then see whether what made it risky was settled
+// by the publishes before it (refusals.go) and take a shared channel instead. An error wrapping
+// errNotSent means the channel is gone.
+func (pc *pubChan) serialTurn(ctx context.Context) error {
+	if pc.serial == nil {
+		return nil // a broker with too few channels: the serial slot shares a channel
+	}
+	select {
+	case pc.serial <- struct{}{}:
+		<-pc.serial
+		return nil
+	case <-pc.dead:
+		return errNotSent
+	case <-ctx.Done():
+		return ctxErr(ctx, "waiting to publish alone on the channel for publishes the broker may refuse")
+	}
+}
+
+// confirmBuffer is the capacity of the Go channel that receives a pubChan's confirmations, so
+// that amqp091's reader goroutine hands them over without waiting for the dispatcher.
+const confirmBuffer = 4096

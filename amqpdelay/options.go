@@ -25,17 +25,19 @@ type options struct {
 	maxBody     int
 	mgmtURL     string
 	metricsReg  prometheus.Registerer // WithMetrics (metrics.go)
+	maxInFlight int
 }
 
 func defaultOptions() options {
 	return options{
-		logger:     zerolog.Nop(),
-		strategy:   Auto,
-		channels:   DefaultChannels,
-		name:       "rabbitdelay-publisher",
-		backoffMin: 100 * time.Millisecond,
-		backoffMax: 5 * time.Second,
-		maxBody:    DefaultMaxMessageSize,
+		logger:      zerolog.Nop(),
+		strategy:    Auto,
+		channels:    DefaultChannels,
+		name:        "rabbitdelay-publisher",
+		backoffMin:  100 * time.Millisecond,
+		backoffMax:  5 * time.Second,
+		maxBody:     DefaultMaxMessageSize,
+		maxInFlight: DefaultMaxInFlight,
 	}
 }
 

@@ -83,7 +83,8 @@ type Publisher struct {
 	// a connection, reconnection attempts and probes, and makes new publishes fail.
 	closeCtx  context.Context
 	cancel    context.CancelFunc
-	active    publishes // publishes in progress, which Close waits for
+	active    publishes     // publishes in progress, which Close waits for
+	inFlight  chan struct{} // one slot per deferred publish in progress (WithMaxInFlight)
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup // the supervisor and background probes
@@ -187,6 +188,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		changed:  make(chan struct{}),
 		active:   publishes{drained: make(chan struct{})},
 		checkSem: make(chan struct{}, 1),
+		inFlight: make(chan struct{}, o.maxInFlight),
 		user:     urlUser(cfg.conn().URLOrDefault()),
 	}
 	for _, t := range spec.Targets {
@@ -239,16 +241,24 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 // came back), ErrNacked, ErrConnectionLost (closed before the confirm: outcome unknown),
 // ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
 // unreachable and the Publisher reconnects.
-func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (_ Receipt, err error) {
-	metricPath := pathNone // metrics.go: the path label, once a path is chosen
-	defer func(done func(string, error)) { done(metricPath, err) }(p.metrics.begin())
+func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
 	if ctx == nil {
-		return Receipt{}, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
+		err := fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
+		p.metrics.begin()(pathNone, err)
+		return Receipt{}, err
 	}
 	if !p.active.enter() {
+		p.metrics.begin()(pathNone, ErrClosed)
 		return Receipt{}, ErrClosed
 	}
 	defer p.active.leave()
+	return p.publish(ctx, exchange, routingKey, msg, delay)
+}
+
+// publish is Publish for a caller that has counted itself in p.active and checked ctx.
+func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (_ Receipt, err error) {
+	metricPath := pathNone // metrics.go: the path label, once a path is chosen
+	defer func(done func(string, error)) { done(metricPath, err) }(p.metrics.begin())
 	if err := ctx.Err(); err != nil {
 		return Receipt{}, fmt.Errorf("amqpdelay: context ended before publishing: %w", err)
 	}
@@ -333,6 +343,18 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 		pc, err := p.acquire(ctx, kind)
 		if err != nil {
 			return Receipt{}, err
+		}
+		if kind == serialSlot {
+			// Many publishes to a new exchange may queue here at once: the first one's confirm
+			// makes the exchange trusted, and the rest then go on the shared channels.
+			if err := pc.serialTurn(ctx); errors.Is(err, errNotSent) {
+				continue
+			} else if err != nil {
+				return Receipt{}, err
+			}
+			if !p.mayBeRefused(c.path, dest, &out) {
+				continue
+			}
 		}
 		due := time.Now().Add(c.effective)
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)

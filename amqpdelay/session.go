@@ -355,13 +355,15 @@ func (p *Publisher) acquire(ctx context.Context, k slotKind) (*pubChan, error) {
 		p.mu.Lock()
 		changed := p.changed
 		p.mu.Unlock()
-		if p.isClosed() {
-			return nil, ErrClosed
-		}
+		// A publish counted in before Close began may still use a live channel: Close waits
+		// for it. Only a publish that would wait for a connection ends with ErrClosed.
 		if s := p.sess.Load(); s != nil {
 			if pc := s.pick(k, p.rr.Add(1)); pc != nil {
 				return pc, nil
 			}
+		}
+		if p.isClosed() {
+			return nil, ErrClosed
 		}
 		select {
 		case <-changed:

@@ -134,6 +134,9 @@ type setup struct {
 	url     string // AMQP URL of the case's vhost
 	ready   string // the ready queue to consume
 	publish publishFunc
+	// cfg is the configuration of the Publisher behind publish (zero for raw and foreign-plugin
+	// cases): a benchmark that needs a Publisher with other options starts its own.
+	cfg amqpdelay.Config
 }
 
 // queues lists the queues of the case's vhost that hold the most messages (for traces).
@@ -188,8 +191,9 @@ func declare(tb testing.TB, c delayCase) setup {
 	}
 	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer pcancel()
-	pub := newBenchPublisher(tb, pctx, amqpdelay.Config{URL: env.URL, Spec: spec}, strategy, c.path, c.shards())
-	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
+	cfg := amqpdelay.Config{URL: env.URL, Spec: spec}
+	pub := newBenchPublisher(tb, pctx, cfg, strategy, c.path, c.shards())
+	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub, cfg: cfg}
 }
 
 // declareReady declares queue (quorum) and binds it to exchange with "#".

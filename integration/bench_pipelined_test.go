@@ -1,0 +1,185 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+var (
+	pipelinedN      = flag.Int("pipelined", 20_000, "BenchmarkPublishPipelined: messages per case and round")
+	pipelinedRounds = flag.Int("pipelined-rounds", 2, "BenchmarkPublishPipelined: rounds; the cases alternate within each round")
+	pipelinedWindow = flag.Int("pipelined-window", 1024, "BenchmarkPublishPipelined: publishes in flight (raw and WithMaxInFlight)")
+	pipelinedChans  = flag.Int("pipelined-channels", amqpdelay.DefaultChannels, "BenchmarkPublishPipelined: the Publisher's WithChannels")
+)
+
+// BenchmarkPublishPipelined measures publishing from one goroutine with many confirms in
+// flight, 100-byte persistent messages: the baseline is raw amqp091-go on one connection and one
+// channel (PublishWithDeferredConfirmWithContext, -pipelined-window in flight) to a plain quorum
+// queue; the Publisher's cases use PublishDeferred with WithMaxInFlight(-pipelined-window):
+// direct publishes (no delay) to the target exchange, whose ready queue is a quorum queue as
+// raw's is; ladder and bucket with 1 h delays (no hop falls inside the run) and the ladder with delays of
+// 1-10 s (the hops share the broker with the publishes). The cases alternate over
+// -pipelined-rounds rounds, each case in a vhost of its own per round. Reports msg/s per case
+// and the ratio to raw (x_raw) in "summary".
+//
+// Targets (issue 18): ladder >= 0.85 x raw and bucket >= 0.9 x raw with 1 h delays.
+func BenchmarkPublishPipelined(b *testing.B) {
+	type tcase struct {
+		name  string
+		setup func(testing.TB) func(ctx context.Context, i int) (wait func() error, err error)
+		delay func(i int) time.Duration
+	}
+	hour := func(int) time.Duration { return time.Hour }
+	short := func(int) time.Duration {
+		return time.Second + time.Duration(rand.Int64N(int64(9*time.Second))).Truncate(time.Millisecond)
+	}
+	deferred := func(c delayCase, delay func(int) time.Duration) func(testing.TB) func(context.Context, int) (func() error, error) {
+		return func(tb testing.TB) func(context.Context, int) (func() error, error) {
+			s := declare(tb, c)
+			p, err := amqpdelay.NewPublisher(pubCtx(tb), s.cfg,
+				amqpdelay.WithStrategy(amqpdelay.Auto), amqpdelay.WithMaxInFlight(*pipelinedWindow), amqpdelay.WithChannels(*pipelinedChans))
+			if err != nil {
+				tb.Fatalf("publisher: %v", err)
+			}
+			tb.Cleanup(func() { _ = p.Close() })
+			return func(ctx context.Context, i int) (func() error, error) {
+				d, err := p.PublishDeferred(ctx, benchTarget, "bench.key", benchPublishing(i), delay(i))
+				if err != nil {
+					return nil, err
+				}
+				return func() error {
+					r, err := d.Wait(ctx)
+					if err == nil && r.Path != c.path {
+						err = fmt.Errorf("published by the %v path, want %v", r.Path, c.path)
+					}
+					return err
+				}, nil
+			}
+		}
+	}
+	bucket := delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum,
+		buckets: []time.Duration{time.Hour}, path: amqpdelay.PathBucket}
+	cases := []tcase{
+		{name: "raw", setup: rawPipelined},
+		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 })},
+		{name: "ladder-1h", setup: deferred(defaultLadderCase("ladder"), hour)},
+		{name: "bucket-1h", setup: deferred(bucket, hour)},
+		{name: "ladder-1-10s", setup: deferred(defaultLadderCase("ladder"), short)},
+	}
+	n := *pipelinedN
+	took := make([]time.Duration, len(cases))
+	for range b.N {
+		for round := range *pipelinedRounds {
+			for k, c := range cases {
+				b.Run(c.name, func(b *testing.B) {
+					start := c.setup(b)
+					d, err := runPipelined(context.Background(), n, *pipelinedWindow, start)
+					if err != nil {
+						b.Fatalf("%s, round %d: %v", c.name, round, err)
+					}
+					took[k] += d
+					b.ReportMetric(float64(n)/d.Seconds(), "msg/s")
+					b.ReportMetric(0, "ns/op")
+				})
+			}
+		}
+	}
+	total := float64(n * *pipelinedRounds * b.N)
+	raw := total / took[0].Seconds()
+	rows := [][]string{{"case", "msg/s", "x raw"}}
+	b.Run("summary", func(b *testing.B) {
+		for k, c := range cases {
+			rate := total / took[k].Seconds()
+			rows = append(rows, []string{c.name, num(rate), ratio(rate / raw)})
+			b.ReportMetric(rate, c.name+"_msg/s")
+			if k > 0 {
+				b.ReportMetric(rate/raw, c.name+"_x_raw")
+			}
+		}
+		b.ReportMetric(0, "ns/op")
+	})
+	b.Logf("pipelined publishing, %d rounds of %d messages per case, one goroutine, %d in flight, 100-byte persistent messages:%s",
+		*pipelinedRounds, n, *pipelinedWindow, table(rows))
+}
+
+// runPipelined starts messages 0..n-1 with start from one goroutine, keeping at most window
+// outstanding (it waits for the oldest when the window is full), then waits for the rest. It
+// returns the time taken; the first error ends it.
+func runPipelined(ctx context.Context, n, window int, start func(context.Context, int) (func() error, error)) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	begin := time.Now()
+	waits := make([]func() error, 0, window)
+	for i := range n {
+		if len(waits) == window {
+			if err := waits[0](); err != nil {
+				return 0, fmt.Errorf("message %d: %w", i-window, err)
+			}
+			waits = waits[1:]
+		}
+		w, err := start(ctx, i)
+		if err != nil {
+			return 0, fmt.Errorf("message %d: %w", i, err)
+		}
+		waits = append(waits, w)
+	}
+	for k, w := range waits {
+		if err := w(); err != nil {
+			return 0, fmt.Errorf("message %d: %w", n-len(waits)+k, err)
+		}
+	}
+	return time.Since(begin), nil
+}
+
+// rawPipelined declares a plain quorum queue in a vhost of its own and returns a starter that
+// publishes to it through the default exchange on one channel in confirm mode, returning a wait
+// for the deferred confirm: the baseline of BenchmarkPublishPipelined.
+func rawPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
+	tb.Helper()
+	env := brokertest.NewEnv(tb)
+	conn, err := amqp.DialConfig(env.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		tb.Fatalf("dial: %v", err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		tb.Fatalf("channel: %v", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		tb.Fatalf("confirm mode: %v", err)
+	}
+	q := env.Name("raw")
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		tb.Fatalf("declare %s: %v", q, err)
+	}
+	if env.VHost == "/" {
+		tb.Cleanup(func() { _, _ = ch.QueueDelete(q, false, false, false) })
+	}
+	return func(ctx context.Context, i int) (func() error, error) {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, benchPublishing(i))
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			ok, err := dc.WaitContext(ctx)
+			if err == nil && !ok {
+				err = fmt.Errorf("broker nacked the publish to %q", q)
+			}
+			return err
+		}, nil
+	}
+}
+
+func withPath(c delayCase, p amqpdelay.Path) delayCase { c.path = p; return c }
