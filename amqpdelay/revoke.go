@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,9 +35,10 @@ func copyTag(h amqp.Table) string {
 	return newCopyTag()
 }
 
-// newCopyTag returns 64 random bits in base 36 (math/rand/v2's generator, seeded from the
-// operating system: a tag needs to be unique, not secret).
-func newCopyTag() string { return strconv.FormatUint(rand.Uint64(), 36) }
+// newCopyTag returns 64 random bits as 16 hex digits (math/rand/v2's generator, seeded from the
+// operating system: a tag needs to be unique, not secret). The fixed length keeps a message's
+// header size the same from one publish to the next, which the frame_max checks rely on.
+func newCopyTag() string { return fmt.Sprintf("%016x", rand.Uint64()) }
 
 // newMessageID returns a new message id: a random (version 4) UUID.
 func newMessageID() string { return uuid.NewString() }

@@ -168,7 +168,8 @@ func TestPublisherHeaderFrameLimit(t *testing.T) {
 
 	// The broker's side: what the Publisher would have sent for largest+9, sent by hand.
 	over := msg(largest + 1 + 8)
-	over.Headers["rabbitdelay-due"] = time.Now().UnixMilli() // the direct path's own header
+	over.Headers["rabbitdelay-due"] = time.Now().UnixMilli() // the direct path's own headers
+	over.Headers[amqpdelay.CopyHeader] = "0123456789abcdef"  // a copy tag: 16 hex digits
 	brokerClosesConnection(t, env, target, over, amqp.FrameError,
 		"the broker accepted a frame payload over frame_max: the Publisher's limit is stricter than it need be")
 }
