@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -142,6 +143,9 @@ func consumerProcMain() int {
 		return 2
 	}
 	if err := c.Run(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return 0 // SIGTERM before the first connection was made (a busy machine): nothing taken
+		}
 		fmt.Fprintf(os.Stderr, "consumer process: Run: %v\n", err)
 		return 1
 	}

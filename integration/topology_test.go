@@ -375,7 +375,7 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	ctx := topoTestCtx(t, time.Minute)
+	ctx := topoTestCtx(t, 10*time.Minute)
 	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "headers"}},
 		Buckets:     topology.Delays{time.Second, 90 * 24 * time.Hour},
 		ReadyQueues: topology.ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "#"}},
