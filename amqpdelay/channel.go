@@ -53,32 +53,6 @@ type inflight struct {
 	retCode  uint16
 	retText  string
 	lostErr  error // non-nil: the channel closed first
-	// dc is amqp091's deferred confirmation of this publish (set under pmu once written): its
-	// answer is the one the broker gave for this delivery tag (confirmedAck).
-	dc *amqp.DeferredConfirmation
-}
-
-// confirmedAck returns whether the broker acked f, whose confirmation c the channel's
-// NotifyPublish listener delivered. That listener is used for its order (after the publish's
-// basic.return), not for its Ack: amqp091-go v1.16 hands a listener the Ack of a later
-// basic.ack with multiple=true for a delivery tag it had already received a basic.nack for
-// out of order (confirms.Multiple confirms every tag up to the ack's, ignoring the nack it
-// holds for resequencing), which RabbitMQ sends after a nack of a higher tag while a lower one
-// was still unconfirmed (rabbit_channel's coalesce_and_send). The deferred confirmation of the
-// same tag is settled by the first answer, before any listener hears of the tag, so it holds
-// the broker's real answer. Called with pmu held.
-func confirmedAck(f *inflight, c amqp.Confirmation) bool {
-	if f.dc == nil {
-		// The confirmation overtook the return of PublishWithDeferredConfirmWithContext: the
-		// waiter reads dc itself (inflight.acked).
-		return c.Ack
-	}
-	select {
-	case <-f.dc.Done():
-		return f.dc.Acked()
-	default:
-		return c.Ack // not settled: cannot happen (the deferred confirmation is settled first)
-	}
 }
 
 // errNotSent reports that the channel was unusable before the message was written: the
@@ -139,7 +113,7 @@ func (pc *pubChan) dispatch(confirms <-chan amqp.Confirmation, returns <-chan am
 				if pc.byID[f.id] == f {
 					delete(pc.byID, f.id)
 				}
-				f.ack = confirmedAck(f, c)
+				f.ack = c.Ack
 			}
 			pc.pmu.Unlock()
 			if f != nil {
@@ -199,6 +173,7 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 		defer func() { <-pc.serial }()
 	}
 	f := &inflight{id: m.MessageId, done: make(chan struct{})}
+	var dc *amqp.DeferredConfirmation // amqp091's own record of this publish's answer
 	for {
 		select {
 		case pc.sem <- struct{}{}:
@@ -232,12 +207,8 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 		pc.pending[tag] = f
 		pc.byID[f.id] = f
 		pc.pmu.Unlock()
-		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, mandatory, false, *m)
-		if err == nil {
-			pc.pmu.Lock()
-			f.dc = dc
-			pc.pmu.Unlock()
-		}
+		var err error
+		dc, err = pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, mandatory, false, *m)
 		if err != nil {
 			pc.pmu.Lock()
 			if pc.pending != nil && pc.pending[tag] == f {
@@ -270,10 +241,28 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 		return fmt.Errorf("%w (exchange %q, routing key %q): %w", ErrConnectionLost, exchange, key, f.lostErr)
 	case f.returned:
 		return fmt.Errorf("%w: the broker returned it: %d %s (exchange %q, routing key %q)", ErrUnroutable, f.retCode, f.retText, exchange, key)
-	case !f.acked(&pc.pmu):
+	case !answer(dc, f.ack):
 		return fmt.Errorf("%w (exchange %q, routing key %q)", ErrNacked, exchange, key)
 	}
 	return nil
+}
+
+// answer returns whether the broker acked a publish whose confirmation the channel's
+// NotifyPublish listener has delivered, with listenerAck: the deferred confirmation dc's
+// answer, settled by the first basic.ack or basic.nack for its tag before any listener hears
+// of the tag. The listener is used for its order (after the publish's basic.return), not for
+// its Ack: amqp091-go v1.16 hands a listener the Ack of a later basic.ack with multiple=true
+// for a tag it had already received a basic.nack for out of order (confirms.Multiple confirms
+// every tag up to the ack's, ignoring the nack it holds for resequencing), and RabbitMQ sends
+// that order (rabbit_channel's coalesce_and_send: a nack of a higher tag while a lower one is
+// unconfirmed, then a multiple ack).
+func answer(dc *amqp.DeferredConfirmation, listenerAck bool) bool {
+	select {
+	case <-dc.Done():
+		return dc.Acked()
+	default:
+		return listenerAck // not settled: cannot happen (the deferred confirmation is settled first)
+	}
 }
 
 func ctxErr(ctx context.Context, doing string) error {
@@ -302,20 +291,3 @@ func (pc *pubChan) serialTurn(ctx context.Context) error {
 // confirmBuffer is the capacity of the Go channel that receives a pubChan's confirmations, so
 // that amqp091's reader goroutine hands them over without waiting for the dispatcher.
 const confirmBuffer = 4096
-
-// acked returns the broker's answer for f once its confirmation has arrived (f.done closed):
-// its deferred confirmation's when set (confirmedAck), else the listener's.
-func (f *inflight) acked(mu *sync.Mutex) bool {
-	mu.Lock()
-	dc, ack := f.dc, f.ack
-	mu.Unlock()
-	if dc == nil {
-		return ack
-	}
-	select {
-	case <-dc.Done():
-		return dc.Acked()
-	default:
-		return ack
-	}
-}
