@@ -294,56 +294,98 @@ func nest(n int) amqp.Table {
 // with one more x-death entry. A plain consumer of the parking queue then gets it, its
 // connection open (the Publisher's reserve counts that entry).
 func TestAttackParkedBoundaryMessage(t *testing.T) {
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	rq := env.Name("ready-with-a-fairly-long-queue-name-as-services-have-them")
-	spec.ReadyQueues = topology.ReadyQueues{{Queue: rq, Exchange: target, BindingKey: "k"}}
-	declareTopology(t, env, spec)
-	p := newPublisher(t, env, spec)
-	ctx := pubCtx(t)
-	frameMax := env.Dial(t).Config.FrameSize
-	const delay = 1234 * time.Millisecond
-	msg := func(pad int) amqp.Publishing {
-		return amqp.Publishing{MessageId: "m", Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
-	}
-	_, err := p.Publish(ctx, target, "k", msg(frameMax), delay)
-	_, _, total := refusalSizes(t, err)
-	largest := frameMax - (total - frameMax)
-	if _, err := p.Publish(ctx, target, "k", msg(largest), delay); err != nil {
+	f := newBoundaryFixture(t, "ready-with-a-fairly-long-queue-name-as-services-have-them")
+	if _, err := f.p.Publish(f.ctx, f.target, "k", padMsg(f.largest), boundaryDelay); err != nil {
 		t.Fatal(err)
 	}
-	// The ready queue's consumer rejects it.
-	conn := env.Dial(t)
-	ch, _ := conn.Channel()
-	ds, err := ch.Consume(rq, "", false, false, false, false, nil)
+	d := rejectFromReady(t, f.env, f.rq)
+	t.Logf("ready consumer got it (%d x-death entries); rejected it", len(d.Headers["x-death"].([]any)))
+	d = getParkedIntact(t, f.env, f.spec.WithDefaults().Names().Parking())
+	t.Logf("parking consumer got it: %d x-death entries", len(d.Headers["x-death"].([]any)))
+}
+
+// boundaryDelay is the delay of the boundary fixtures' messages: 3 ladder hops.
+const boundaryDelay = 1234 * time.Millisecond
+
+// boundaryFixture is a direct target "orders" with one ready queue rq bound by "k", a
+// Publisher, and largest: the largest "pad" header (padMsg) Publish accepts for a
+// boundaryDelay delay, read from its refusal of a frame_max-sized one.
+type boundaryFixture struct {
+	env      *brokertest.Env
+	target   string
+	rq       string
+	spec     topology.Spec
+	p        *amqpdelay.Publisher
+	ctx      context.Context
+	frameMax int
+	largest  int
+}
+
+func newBoundaryFixture(t *testing.T, readyQueue string) boundaryFixture {
+	t.Helper()
+	f := boundaryFixture{env: brokertest.NewEnv(t)}
+	f.target = f.env.Name("orders")
+	f.spec = testSpec(f.env, topology.Target{Name: f.target, Type: "direct"})
+	f.rq = f.env.Name(readyQueue)
+	f.spec.ReadyQueues = topology.ReadyQueues{{Queue: f.rq, Exchange: f.target, BindingKey: "k"}}
+	declareTopology(t, f.env, f.spec)
+	f.p = newPublisher(t, f.env, f.spec)
+	f.ctx = pubCtx(t)
+	f.frameMax = f.env.Dial(t).Config.FrameSize
+	_, err := f.p.Publish(f.ctx, f.target, "k", padMsg(f.frameMax), boundaryDelay)
+	_, _, total := refusalSizes(t, err)
+	f.largest = f.frameMax - (total - f.frameMax)
+	return f
+}
+
+// padMsg is a message whose headers hold pad bytes of padding.
+func padMsg(pad int) amqp.Publishing {
+	return amqp.Publishing{MessageId: "m", Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
+}
+
+// rejectFromReady consumes one delivery of queue q and rejects it without requeueing (the
+// queue then dead-letters it to the parking queue), and returns it.
+func rejectFromReady(t *testing.T, env *brokertest.Env, q string) amqp.Delivery {
+	t.Helper()
+	ds, err := env.Channel(t).Consume(q, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case d := <-ds:
-		t.Logf("ready consumer got it (%d x-death entries); rejecting", len(d.Headers["x-death"].([]any)))
 		_ = d.Reject(false)
-	case <-time.After(40 * time.Second):
-		t.Fatal("not delivered to the ready queue")
+		return d
+	case <-time.After(time.Minute):
+		t.Fatalf("nothing delivered from %s", q)
 	}
-	names := spec.WithDefaults().Names()
+	return amqp.Delivery{}
+}
+
+// getParkedIntact consumes one delivery of the parking queue on a connection of its own, acks
+// it and returns it; the test fails when that connection closes first (a header frame over
+// frame_max) or nothing comes.
+func getParkedIntact(t *testing.T, env *brokertest.Env, parking string) amqp.Delivery {
+	t.Helper()
 	pc := env.Dial(t)
 	closed := pc.NotifyClose(make(chan *amqp.Error, 1))
-	pch, _ := pc.Channel()
-	pds, err := pch.Consume(names.Parking(), "", false, false, false, false, nil)
+	pch, err := pc.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pds, err := pch.Consume(parking, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case d := <-pds:
-		t.Logf("parking consumer got it: %d x-death entries", len(d.Headers["x-death"].([]any)))
 		_ = d.Ack(false)
+		return d
 	case e := <-closed:
-		t.Errorf("the parking queue's consumer lost its connection: %v", e)
-	case <-time.After(20 * time.Second):
-		t.Error("nothing on the parking queue")
+		t.Fatalf("the parking queue's consumer lost its connection: %v", e)
+	case <-time.After(time.Minute):
+		t.Fatal("nothing on the parking queue")
 	}
+	return amqp.Delivery{}
 }
 
 // TestReplayParkedLargeMessageBounded: a message near the header limit, with its 3 hops'
@@ -356,25 +398,13 @@ func TestAttackParkedBoundaryMessage(t *testing.T) {
 // failure record: a consumer did not park it), so nothing loops.
 func TestReplayParkedLargeMessageBounded(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	rq := env.Name("ready")
-	spec.ReadyQueues = topology.ReadyQueues{{Queue: rq, Exchange: target, BindingKey: "k"}}
-	declareTopology(t, env, spec)
-	p := newPublisher(t, env, spec)
-	ctx := pubCtx(t)
-	frameMax := env.Dial(t).Config.FrameSize
-	msg := func(pad int) amqp.Publishing {
-		return amqp.Publishing{MessageId: "m", Headers: amqp.Table{"pad": strings.Repeat("p", pad)}, Body: []byte("b")}
-	}
-	_, err := p.Publish(ctx, target, "k", msg(frameMax), 1234*time.Millisecond)
-	_, _, total := refusalSizes(t, err)
+	f := newBoundaryFixture(t, "ready")
+	env, spec, rq := f.env, f.spec, f.rq
 	// Room for the consumer's failure record (its error text at most consumer.MaxErrorLen) and
 	// for the reserve of its park publish (a direct publish; the consumer's Publisher knows no
 	// ready queue names, so it counts a 255-byte one).
-	pad := frameMax - (total - frameMax) - consumer.MaxErrorLen - 3000
-	if _, err := p.Publish(ctx, target, "k", msg(pad), 1234*time.Millisecond); err != nil {
+	pad := f.largest - consumer.MaxErrorLen - 3000
+	if _, err := f.p.Publish(f.ctx, f.target, "k", padMsg(pad), boundaryDelay); err != nil {
 		t.Fatal(err)
 	}
 	cfg := amqpdelay.Config{URL: env.URL, Spec: spec}
@@ -406,43 +436,18 @@ func TestReplayParkedLargeMessageBounded(t *testing.T) {
 		t.Fatalf("Replay: moved %d, %v; want 1 (the consumer's events: %v)", moved, err, evs)
 	}
 	// A plain consumer rejects it: the ready queue parks it.
-	ch := env.Channel(t)
-	ds, err := ch.Consume(rq, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case d := <-ds:
-		if _, ok := d.Headers[consumer.HeaderReplayed]; !ok {
-			t.Errorf("the replayed delivery has no %s header", consumer.HeaderReplayed)
-		}
-		_ = d.Reject(false)
-	case <-time.After(time.Minute):
-		t.Fatal("the replayed message did not reach the ready queue")
+	if _, ok := rejectFromReady(t, env, rq).Headers[consumer.HeaderReplayed]; !ok {
+		t.Errorf("the replayed delivery has no %s header", consumer.HeaderReplayed)
 	}
 	waitFor(t, time.Minute, "the ready queue parks the rejected message", func() bool { return parkedCount() == 1 })
 	if moved, err := consumer.Replay(rctx, cfg, rq, 0); err != nil || moved != 0 {
 		t.Errorf("Replay of a message the ready queue parked: moved %d, %v; want 0 (it stays parked)", moved, err)
 	}
-	pc := env.Dial(t)
-	closed := pc.NotifyClose(make(chan *amqp.Error, 1))
-	pch, _ := pc.Channel()
-	pds, err := pch.Consume(names.Parking(), "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
+	d := getParkedIntact(t, env, names.Parking())
+	deaths, _ := d.Headers["x-death"].([]any)
+	newest, _ := deaths[0].(amqp.Table)
+	if newest["queue"] != rq || newest["reason"] != "rejected" {
+		t.Errorf("parked message's newest x-death entry %v, want queue %s, reason rejected", newest, rq)
 	}
-	select {
-	case d := <-pds:
-		deaths, _ := d.Headers["x-death"].([]any)
-		newest, _ := deaths[0].(amqp.Table)
-		if newest["queue"] != rq || newest["reason"] != "rejected" {
-			t.Errorf("parked message's newest x-death entry %v, want queue %s, reason rejected", newest, rq)
-		}
-		t.Logf("parked after a replay: %d x-death entries, newest %v %v", len(deaths), newest["queue"], newest["reason"])
-		_ = d.Ack(false)
-	case e := <-closed:
-		t.Fatalf("the parking queue's consumer lost its connection: %v", e)
-	case <-time.After(20 * time.Second):
-		t.Fatal("nothing on the parking queue")
-	}
+	t.Logf("parked after a replay: %d x-death entries, newest %v %v", len(deaths), newest["queue"], newest["reason"])
 }

@@ -95,20 +95,11 @@ func BenchmarkPublishPipelined(b *testing.B) {
 			}
 		}
 	}
-	total := float64(n * *pipelinedRounds * b.N)
-	raw := total / took[0].Seconds()
-	rows := [][]string{{"case", "msg/s", "x raw"}}
-	b.Run("summary", func(b *testing.B) {
-		for k, c := range cases {
-			rate := total / took[k].Seconds()
-			rows = append(rows, []string{c.name, num(rate), ratio(rate / raw)})
-			b.ReportMetric(rate, c.name+"_msg/s")
-			if k > 0 {
-				b.ReportMetric(rate/raw, c.name+"_x_raw")
-			}
-		}
-		b.ReportMetric(0, "ns/op")
-	})
+	names := make([]string, len(cases))
+	for k, c := range cases {
+		names[k] = c.name
+	}
+	rows := reportRates(b, names, took, float64(n**pipelinedRounds*b.N))
 	b.Logf("pipelined publishing, %d rounds of %d messages per case, one goroutine, %d in flight, 100-byte persistent messages:%s",
 		*pipelinedRounds, n, *pipelinedWindow, table(rows))
 }

@@ -579,3 +579,23 @@ func num(v float64) string { return fmt.Sprintf("%.0f", v) }
 func ratio(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
+
+// reportRates reports, in a sub-benchmark "summary" (a benchmark that has sub-benchmarks prints
+// no line of its own), each case's rate (total messages over its summed time took[k]) and its
+// ratio to the first case, the baseline, and returns the same as table rows.
+func reportRates(b *testing.B, cases []string, took []time.Duration, total float64) [][]string {
+	raw := total / took[0].Seconds()
+	rows := [][]string{{"case", "msg/s", "x raw"}}
+	b.Run("summary", func(b *testing.B) {
+		for k, name := range cases {
+			rate := total / took[k].Seconds()
+			rows = append(rows, []string{name, num(rate), ratio(rate / raw)})
+			b.ReportMetric(rate, name+"_msg/s")
+			if k > 0 {
+				b.ReportMetric(rate/raw, name+"_x_raw")
+			}
+		}
+		b.ReportMetric(0, "ns/op")
+	})
+	return rows
+}

@@ -67,21 +67,11 @@ func BenchmarkPublishThroughput(b *testing.B) {
 			}
 		}
 	}
-	total := float64(n * *throughputRound * b.N)
-	raw := total / took[0].Seconds()
-	rows := [][]string{{"case", "msg/s", "x raw"}}
-	// A benchmark that has sub-benchmarks prints no line of its own: the totals go in "summary".
-	b.Run("summary", func(b *testing.B) {
-		for k, c := range cases {
-			rate := total / took[k].Seconds()
-			rows = append(rows, []string{c.name, num(rate), ratio(rate / raw)})
-			b.ReportMetric(rate, c.name+"_msg/s")
-			if k > 0 {
-				b.ReportMetric(rate/raw, c.name+"_x_raw")
-			}
-		}
-		b.ReportMetric(0, "ns/op")
-	})
+	names := make([]string, len(cases))
+	for k, c := range cases {
+		names[k] = c.name
+	}
+	rows := reportRates(b, names, took, float64(n**throughputRound*b.N))
 	b.Logf("publish throughput, %d rounds of %d messages per case, %d goroutines, 100-byte persistent messages, confirms:%s",
 		*throughputRound, n, benchWorkers, table(rows))
 }
