@@ -41,8 +41,8 @@
 //     or no leader.
 //   - rabbitdelay_dead_letter_waiting_messages{node}: messages in dead-letter state waiting
 //     for the unreachable node.
-//   - rabbitdelay_revocation_stream_messages{queue}: messages in each stream queue of the
-//     specification (the revocation stream), when it has one.
+//   - rabbitdelay_revocation_stream_messages{queue}: messages in the revocation stream
+//     <prefix>.revoked (the queue label is its name).
 //
 // The management API refreshes its queue figures every collect_statistics_interval (5 s by
 // default), so a scrape lags the broker by up to that much; a queue without figures yet is
@@ -128,7 +128,7 @@ func New(m *topology.Management, p *topology.Plan, opts Options) *Exporter {
 		waiting: prometheus.NewDesc(name("dead_letter_waiting_messages"),
 			"Messages in dead-letter state that wait for the unreachable node.", node, nil),
 		revocations: prometheus.NewDesc(name("revocation_stream_messages"),
-			"Messages in each stream queue of the specification (the revocation stream).", []string{"queue"}, nil),
+			"Messages in the revocation stream <prefix>.revoked.", []string{"queue"}, nil),
 	}
 }
 
@@ -207,7 +207,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 			if mq.Messages >= 0 {
 				gauge(e.parking, mq.Messages)
 			}
-		case mq.Type == "stream":
+		case q.Role == topology.RoleRevoked:
 			if mq.Messages >= 0 {
 				gauge(e.revocations, mq.Messages, q.Name)
 			}

@@ -300,6 +300,7 @@ func TestExporterScrape(t *testing.T) {
 		{"rabbitdelay_delay_messages_dlx", nil, 0},
 		{"rabbitdelay_missing_queues", nil, 0},
 		{"rabbitdelay_ready_queue_messages", map[string]string{"queue": "orders.work"}, 0},
+		{"rabbitdelay_revocation_stream_messages", map[string]string{"queue": p.Names.Revoked()}, 0},
 	}
 	var fams []*dto.MetricFamily
 	var failed []string
