@@ -3,15 +3,20 @@ package integration
 import (
 	"context"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 )
 
-var scaleWorkers = flag.Int("scale-workers", 64, "BenchmarkPendingScale: publishing goroutines (the Publisher pipelines their publishes over its channels)")
+var (
+	scaleWorkers  = flag.Int("scale-workers", 64, "BenchmarkPendingScale: publishing goroutines (the Publisher pipelines their publishes over its channels)")
+	scaleDeferred = flag.Int("scale-deferred", 0, "BenchmarkPendingScale: when > 0, publish from one goroutine with PublishDeferred, this many in flight (WithMaxInFlight), instead of -scale-workers goroutines calling Publish")
+)
 
 // settledMemory waits (at most 2 minutes) until the broker's memory use stops falling - a vhost
 // deleted by the previous benchmark frees its memory over tens of seconds - and returns it.
@@ -40,7 +45,8 @@ func settledMemory(ctx context.Context, tb testing.TB, br *brokertest.Broker) (i
 
 // BenchmarkPendingScale puts -scale messages (200,000; the full run: -scale=1000000) on
 // the default ladder (radix 16, 1 ms, shortest first, quorum queues), published as fast as
-// -scale-workers goroutines can, and waits until every one is delivered. So that all of them
+// -scale-workers goroutines calling Publish can (or, with -scale-deferred=W, one goroutine
+// calling PublishDeferred with W in flight), and waits until every one is delivered. So that all of them
 // really wait at the same time, every message is due 60-120 s (uniform) after the moment
 // publishing is expected to end, hold = n / (0.4 x the raw quorum publish rate measured first in
 // the same run); a message published later than that still gets at least 60 s. It first waits
@@ -128,10 +134,16 @@ func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) s
 			}
 		}()
 		windowStart := time.Now().Add(hold)
-		took, err := runWorkersN(ctx, *scaleWorkers, n, s.publish, rec, nil, func(_ int, now time.Time) time.Duration {
+		delayOf := func(_ int, now time.Time) time.Duration {
 			extra := 60*time.Second + time.Duration(rand.Int64N(int64(60*time.Second)))
 			return max(windowStart.Sub(now), 0).Truncate(time.Millisecond) + extra.Truncate(time.Millisecond)
-		})
+		}
+		var took time.Duration
+		if *scaleDeferred > 0 {
+			took, err = publishDeferredN(ctx, b, s.cfg, n, *scaleDeferred, rec, delayOf)
+		} else {
+			took, err = runWorkersN(ctx, *scaleWorkers, n, s.publish, rec, nil, delayOf)
+		}
 		if err != nil {
 			b.Fatalf("publish: %v", err)
 		}
@@ -175,12 +187,70 @@ func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) s
 		b.ReportMetric(float64(res.early), "early")
 		b.ReportMetric(float64(res.lost), "lost")
 		b.ReportMetric(0, "ns/op")
-		b.Logf("%d messages on %s, due 60-120 s after publishing: published in %v (%.0f msg/s, %d goroutines); broker memory %.0f MiB before, "+
+		b.Logf("%d messages on %s, due 60-120 s after publishing: published in %v (%.0f msg/s, %s); broker memory %.0f MiB before, "+
 			"%.0f MiB with %d pending (%.0f bytes each; of the delta, Mnesia %.0f MiB, quorum queues %.0f MiB); drained at %.0f msg/s; lateness p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d early, %d lost, %d duplicates",
-			n, what, took.Round(time.Millisecond), float64(n)/took.Seconds(), *scaleWorkers, float64(before)/mib, float64(peakM)/mib, peakPending,
+			n, what, took.Round(time.Millisecond), float64(n)/took.Seconds(), publishers(), float64(before)/mib, float64(peakM)/mib, peakPending,
 			float64(delta)/float64(max(peakPending, 1)), mnesiaDelta, quorumDelta, drain, res.p50, res.p99, res.max, res.early, res.lost, res.dups)
 		if res.lost > 0 {
 			b.Errorf("%d of %d messages lost; queues holding messages:%s", res.lost, res.published, s.queues(10))
 		}
 	}
+}
+
+// publishers describes how BenchmarkPendingScale publishes (-scale-deferred, -scale-workers).
+func publishers() string {
+	if *scaleDeferred > 0 {
+		return fmt.Sprintf("one goroutine, PublishDeferred with %d in flight", *scaleDeferred)
+	}
+	return fmt.Sprintf("%d goroutines calling Publish", *scaleWorkers)
+}
+
+// publishDeferredN publishes messages 0..n-1 to benchTarget from one goroutine with
+// PublishDeferred on a Publisher of its own for cfg (WithMaxInFlight(window)), recording each
+// confirmed one in rec, and returns the time from the first publish to the last confirmation.
+// The first error ends it.
+func publishDeferredN(ctx context.Context, tb testing.TB, cfg amqpdelay.Config, n, window int, rec *recorder,
+	delayOf func(i int, now time.Time) time.Duration) (time.Duration, error) {
+	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithStrategy(amqpdelay.LadderOnly), amqpdelay.WithMaxInFlight(window))
+	if err != nil {
+		return 0, fmt.Errorf("publisher: %w", err)
+	}
+	defer p.Close()
+	type pending struct {
+		i   int
+		now time.Time
+		d   time.Duration
+		def *amqpdelay.Deferred
+	}
+	queue := make([]pending, 0, window)
+	settle := func(q pending) error {
+		r, err := q.def.Wait(ctx)
+		if err != nil {
+			return fmt.Errorf("message %d: %w", q.i, err)
+		}
+		rec.sent(q.i, q.now.Add(q.d), r.Due)
+		return nil
+	}
+	begin := time.Now()
+	for i := range n {
+		if len(queue) == window {
+			if err := settle(queue[0]); err != nil {
+				return 0, err
+			}
+			queue = queue[1:]
+		}
+		now := time.Now()
+		d := delayOf(i, now)
+		def, err := p.PublishDeferred(ctx, benchTarget, "bench.key", benchPublishing(i), d)
+		if err != nil {
+			return 0, fmt.Errorf("message %d: %w", i, err)
+		}
+		queue = append(queue, pending{i: i, now: now, d: d, def: def})
+	}
+	for _, q := range queue {
+		if err := settle(q); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(begin), nil
 }
