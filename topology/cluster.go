@@ -125,6 +125,8 @@ type ClusterStatus struct {
 	// declared without [ApplyOptions.Nodes], existed before, or their leaders moved (a node
 	// restart, a rebalance). It does not make Status fail.
 	SharedCopies []SharedCopies `json:"shared_copies,omitempty"`
+	// Shards is the plan's number of copies of the ladder (Spec.Shards).
+	Shards int `json:"shards"`
 }
 
 // SharedCopies is one ladder queue whose copies share a leader node: the copies (queue names,
@@ -226,6 +228,7 @@ func clusterOf(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bin
 	c.Balanced = LeadersBalanced(c.Nodes)
 	c.Waits = deadLetterWaits(p, queues, nodes, bindings)
 	c.SharedCopies = sharedCopies(p, queues)
+	c.Shards = p.Spec.Shards
 	return c
 }
 

@@ -62,6 +62,21 @@ func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
 		fmt.Fprintln(w, "leaders: UNBALANCED: one node does most of the topology's work (leaders stay where they moved after a node "+
 			"failure or restart); run `declare rebalance`")
 	}
+	if c.Shards > 1 {
+		if len(c.SharedCopies) == 0 {
+			fmt.Fprintf(w, "copies of the ladder: %d; the copies of each ladder queue lead from different nodes\n", c.Shards)
+		} else {
+			fmt.Fprintf(w, "copies of the ladder: %d; %d ladder queues have copies SHARING a leader node (that node dead-letters their share of a burst too):\n",
+				c.Shards, len(c.SharedCopies))
+			for i, s := range c.SharedCopies {
+				if i == 6 {
+					fmt.Fprintf(w, "  ... %d more\n", len(c.SharedCopies)-6)
+					break
+				}
+				fmt.Fprintf(w, "  %s: %s\n", s.Node, strings.Join(s.Queues, ", "))
+			}
+		}
+	}
 	if len(c.Degraded) > 0 {
 		var noLeader int
 		for _, d := range c.Degraded {
