@@ -15,8 +15,9 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// TestClusterShardsSpreadBurst: on a 3-node cluster, a topology with three copies of the ladder
-// applied with a connection per node has the copies of every ladder queue led by three different
+// TestClusterShardsSpreadBurst: on a 3-node cluster, three copies of the ladder added to a
+// deployed ladder (copy 0, placed by the balanced policy) by an apply with a connection per
+// node and the management API have the copies of every ladder queue led by three different
 // nodes (status reports no shared copies). A burst of messages all due at the same instant,
 // published through a Publisher with the same copies, arrives whole (0 lost, 0 early), and
 // the last hop (the dead-lettering out of the queue named first in each delivery's x-death) is
@@ -46,8 +47,19 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 		defer conn.Close()
 		nodes = append(nodes, conn)
 	}
+	// First the ladder alone (its leaders placed by the policy's balanced locator), as a
+	// deployed topology would be; then the copies are added next to it.
+	one := spec
+	one.Shards = 1
+	p1, err := one.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topology.Apply(ctx, nodes[0], p1, topology.ApplyOptions{Management: m}); err != nil {
+		t.Fatalf("apply one ladder: %v", err)
+	}
 	if _, err := topology.Apply(ctx, nodes[0], p, topology.ApplyOptions{Management: m, Nodes: nodes}); err != nil {
-		t.Fatalf("apply: %v", err)
+		t.Fatalf("apply with copies: %v", err)
 	}
 	rep, err := topology.Status(ctx, nodes[0], p, topology.StatusOptions{Management: m})
 	if err != nil || rep.Cluster == nil {

@@ -110,7 +110,11 @@ type ApplyOptions struct {
 	// connection's node (client-local, see [Queue.Slot]) and the copies of one queue lead
 	// from different nodes. Without them (or with one ladder) every queue is declared through
 	// Apply's own connection, and with copies every new ladder queue then leads from that one
-	// node. Queues that already exist keep their leaders. Apply leaves the connections open.
+	// node. Queues that already exist keep their leaders. With Management as well, Apply reads
+	// the leaders of the copies that exist and the node of each connection (matched by its
+	// local port in the management API's connection list), and declares each new copy through
+	// a node that leads no other copy of the same queue: adding copies to a deployed ladder
+	// keeps them apart from copy 0's leaders. Apply leaves the connections open.
 	Nodes []*amqp.Connection
 }
 
@@ -287,6 +291,23 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	type phase struct {
 		steps []step
 		done  State
+	}
+	// With copies of the ladder, new ladder queues lead from nodes that lead no other copy of
+	// the same queue (placeCopies), when the management API tells the nodes apart.
+	if opts.Management != nil && len(opts.Nodes) > 1 && p.Spec.Shards > 1 {
+		place, err := placeCopies(ctx, opts.Management, p, opts.Nodes, exists)
+		if err != nil {
+			log.Warn().Err(err).Msg("cannot read the leaders or connections through the management API: new copies of the ladder are placed by slot")
+		}
+		if place == nil {
+			log.Debug().Msg("the nodes of ApplyOptions.Nodes are not all found in the management API's connection list: copies placed by slot")
+		}
+		for i, o := range objects {
+			if idx, ok := place[o.name]; ok && o.kind == KindQueue {
+				q, _ := p.Queue(o.name)
+				objects[i].decl = declareQueueOn(q, opts.Nodes[idx])
+			}
+		}
 	}
 	var exchanges, queues, markers []step
 	for _, o := range objects {
