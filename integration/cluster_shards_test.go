@@ -195,4 +195,3 @@ func clusterVHostURLs(c *testCluster, env *brokertest.Env) []string {
 	}
 	return out
 }
-
