@@ -154,6 +154,10 @@ func cmdRebalance(ctx context.Context, e *invocation) error {
 		fmt.Fprintf(w, "\nnothing moved: %s\n", rep.Reason)
 	}
 	fmt.Fprintf(w, "to move only this topology's queues, run on a cluster node:\n  %s\n", rep.Command)
+	if p.Spec.Shards > 1 && rep.Requested {
+		fmt.Fprintln(w, "NOTE: RabbitMQ's rebalance does not know the copies of the ladder: copies of one queue may now share a leader node; "+
+			"`declare status` lists them")
+	}
 	return err
 }
 
