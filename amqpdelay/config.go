@@ -30,7 +30,8 @@ type Config struct {
 	// require one (amqps:// only): both or neither. AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY.
 	TLSCert, TLSKey string
 	// Spec is the delay topology, as `declare apply` declared it (prefix, targets, buckets,
-	// ladder, plugin mode, queue type): the Publisher checks at start that the broker has it.
+	// ladder, plugin mode, queue type, copies of the ladder): the Publisher checks at start that
+	// the broker has it.
 	Spec topology.Spec
 }
 

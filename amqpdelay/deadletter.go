@@ -110,7 +110,7 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 }
 
 // deadLetterHops returns the dead-letterings of a message published to dest on path c, in
-// order, with the queue and exchange names of names: a bucket's one hop (the bucket queue,
+// order, with the queue and exchange names of names (those of copy shard of the ladder): a bucket's one hop (the bucket queue,
 // entered by dest, the buckets exchange); a ladder's one hop per non-zero digit (each queue
 // entered by the exchange the message was last published to: dest for the first, then the
 // previous queue's dead-letter exchange, the next level's exchange). Other paths: none. last
@@ -119,7 +119,7 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 // (the dispatch exchange after a bucket; after a ladder, the next level's exchange, from which
 // exchange-to-exchange bindings pass it down without changing it), or dest on the direct and
 // plugin paths.
-func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string) (hops []deadLetterHop, last string) {
+func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string, shard int) (hops []deadLetterHop, last string) {
 	switch c.path {
 	case PathBucket:
 		return []deadLetterHop{{queue: names.BucketQueue(c.bucketTTL), exchange: dest, reason: deadLetterReason}}, names.Dispatch()
@@ -127,9 +127,9 @@ func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest s
 		hops := make([]deadLetterHop, len(c.plan.Hops))
 		exchange := dest
 		for i, h := range c.plan.Hops {
-			hops[i] = deadLetterHop{queue: names.LadderQueue(h.Level, h.Digit), exchange: exchange, reason: deadLetterReason}
+			hops[i] = deadLetterHop{queue: names.LadderQueueCopy(h.Level, h.Digit, shard), exchange: exchange, reason: deadLetterReason}
 			if next, ok := l.Next(h.Level); ok {
-				exchange = names.LadderExchange(next)
+				exchange = names.LadderExchangeCopy(next, shard)
 			} else {
 				exchange = names.Dispatch()
 			}

@@ -37,7 +37,7 @@ func TestDeadLetterHops(t *testing.T) {
 			}
 			c := choice{path: PathLadder, plan: lp}
 			dest := names.LadderExchange(lp.Entry)
-			hops, last := deadLetterHops(names, ladder, &c, dest)
+			hops, last := deadLetterHops(names, ladder, &c, dest, 0)
 			levels := []int{0, 1, 2}
 			if order == ttlbuckets.LongestFirst {
 				levels = []int{2, 1, 0}
@@ -63,11 +63,11 @@ func TestDeadLetterHops(t *testing.T) {
 			}
 
 			b := choice{path: PathBucket, bucketTTL: 30000}
-			if got, last := deadLetterHops(names, ladder, &b, names.BucketExchange()); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets", "expired"}}) || last != "rd.dispatch" {
+			if got, last := deadLetterHops(names, ladder, &b, names.BucketExchange(), 0); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets", "expired"}}) || last != "rd.dispatch" {
 				t.Errorf("bucket: hops %+v, last exchange %q", got, last)
 			}
 			for _, p := range []Path{PathDirect, PathPlugin} {
-				if got, last := deadLetterHops(names, ladder, &choice{path: p}, "orders"); got != nil || last != "orders" {
+				if got, last := deadLetterHops(names, ladder, &choice{path: p}, "orders", 0); got != nil || last != "orders" {
 					t.Errorf("%v: hops %+v, last exchange %q; want none, \"orders\"", p, got, last)
 				}
 			}
@@ -263,5 +263,55 @@ func TestParkRoute(t *testing.T) {
 	direct, _ := r.hop("orders")
 	if got := deadLetterReserve(&m, "k", nil, &direct); got <= deadLetterMargin {
 		t.Errorf("a direct publish that can be parked reserves %d bytes, want an x-death entry and the margin", got)
+	}
+}
+
+// TestDeadLetterHopsCopy: in copy k of the ladder, every hop is a queue of copy k entered from
+// copy k's exchanges, matching the plan's dead-letter exchanges.
+func TestDeadLetterHopsCopy(t *testing.T) {
+	spec := topology.Spec{Prefix: "rd", Targets: []topology.Target{{Name: "orders", Type: "direct"}}, Shards: 3,
+		Ladder: ttlbuckets.Ladder{Radix: 16, Max: 65535 * time.Millisecond}}
+	plan, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, ladder := spec.Names(), plan.Ladder
+	lp, err := ladder.Plan(4369*time.Millisecond, ttlbuckets.RoundUp) // 0x1111: four hops
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := choice{path: PathLadder, plan: lp}
+	dest := names.LadderExchangeCopy(lp.Entry, 2)
+	hops, last := deadLetterHops(names, ladder, &c, dest, 2)
+	if len(hops) != 4 || last != names.Dispatch() {
+		t.Fatalf("hops %v, last %s", hops, last)
+	}
+	entered := dest
+	for i, h := range hops {
+		q, ok := plan.Queue(h.queue)
+		if !ok || q.Shard != 2 || h.exchange != entered {
+			t.Fatalf("hop %d: %+v (queue in plan %v, shard %d), entered from %s", i, h, ok, q.Shard, entered)
+		}
+		entered = q.DeadLetterExchange
+	}
+}
+
+// TestShardOf: one ladder is copy 0; ids spread evenly over the copies, the same id always to
+// the same copy.
+func TestShardOf(t *testing.T) {
+	if shardOf("x", 1) != 0 || shardOf("x", 0) != 0 {
+		t.Fatal("one ladder: not copy 0")
+	}
+	counts := make([]int, 3)
+	for i := range 30000 {
+		counts[shardOf(newMessageID(), 3)]++
+		if id := fmt.Sprint("order-", i); shardOf(id, 3) != shardOf(id, 3) {
+			t.Fatal("not deterministic")
+		}
+	}
+	for k, n := range counts {
+		if n < 9000 || n > 11000 {
+			t.Errorf("copy %d: %d of 30000 ids", k, n)
+		}
 	}
 }

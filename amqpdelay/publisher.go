@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,7 +311,8 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			return Receipt{}, err
 		}
 	}
-	dest, hops, mandatory := p.destination(c, exchange)
+	shard := shardOf(out.MessageId, p.cfg.Spec.Shards) // the copy of the ladder (PathLadder)
+	dest, hops, mandatory := p.destination(c, exchange, shard)
 	for {
 		if c.path == PathPlugin && !p.pluginOK.Load() {
 			// A publish found the plugin exchange gone (404) since this path was chosen.
@@ -324,7 +326,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			if c, err = (chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}).choose(delay); err != nil {
 				return Receipt{}, err
 			}
-			dest, hops, mandatory = p.destination(c, exchange)
+			dest, hops, mandatory = p.destination(c, exchange, shard)
 		}
 		if c.path != PathDirect { // a direct publish asked before the exchange check
 			if err := p.refusals.earlier(dest); err != nil {
@@ -359,7 +361,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		due := time.Now().Add(c.effective)
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
 		out.Headers[CopyHeader] = tag
-		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest) // none on the plugin and direct paths
+		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest, shard) // none on the plugin and direct paths
 		var park *deadLetterHop
 		if h, ok := p.park.hop(last); ok {
 			park = &h
@@ -390,18 +392,31 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 }
 
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is
-// mandatory.
-func (p *Publisher) destination(c choice, target string) (dest string, hops int, mandatory bool) {
+// mandatory; a ladder publish enters copy shard of the ladder (see topology.Spec.Shards).
+func (p *Publisher) destination(c choice, target string, shard int) (dest string, hops int, mandatory bool) {
 	switch c.path {
 	case PathBucket:
 		return p.names.BucketExchange(), 1, true
 	case PathLadder:
-		return p.names.LadderExchange(c.plan.Entry), len(c.plan.Hops), true
+		return p.names.LadderExchangeCopy(c.plan.Entry, shard), len(c.plan.Hops), true
 	case PathPlugin:
 		// The plugin answers every delayed publish with NO_ROUTE when mandatory is set.
 		return p.names.PluginExchange(), 1, false
 	}
 	return target, 0, true
+}
+
+// shardOf returns the copy of the ladder (0 to shards-1) a message with this id travels
+// through: the FNV-1a hash of the id modulo shards, so that messages spread evenly over the
+// copies (ids are random UUIDs unless the caller sets them) and a message published again
+// with the same id takes the same copy. 0 when shards <= 1.
+func shardOf(id string, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(shards))
 }
 
 // knowExchange records that exchange exists (nameSet: a direct publish to a name beyond its

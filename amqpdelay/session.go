@@ -178,6 +178,13 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				ErrTopologyMissing, p.cfg.Spec.Prefix, l.Unit, l.Radix, l.Order, l.Levels(), p.names.LadderMarker(l))
 		}},
 	}
+	if n := p.cfg.Spec.Shards; n > 1 {
+		checks = append(checks, check{exchange: p.names.ShardsMarker(l, n), missing: func() error {
+			return fmt.Errorf("%w: the topology of prefix %q has no %d copies of its ladder (exchange %q is missing): "+
+				"use the same AMQPDELAY_SHARDS as `declare apply`, or apply again with AMQPDELAY_SHARDS=%d",
+				ErrTopologyMissing, p.cfg.Spec.Prefix, n, p.names.ShardsMarker(l, n), n)
+		}})
+	}
 	for _, t := range p.cfg.Spec.Targets {
 		checks = append(checks, check{exchange: t.Name, missing: func() error {
 			if topology.BrokerReserved(t.Name) {

@@ -35,6 +35,9 @@ type delayCase struct {
 	// readyClassic declares the ready queue as a classic queue (an experiment: where does the
 	// drain's limit sit?).
 	readyClassic bool
+	// copies is topology.Spec.Shards (0: one ladder). On a cluster (AMQP_URLS lists its nodes)
+	// apply places the copies through a connection per node.
+	copies int
 }
 
 func ladderOf(unit time.Duration, radix int, order ttlbuckets.Order) ttlbuckets.Ladder {
@@ -73,6 +76,9 @@ var burstCatalogue = []delayCase{
 	ladderCase("amo-shortest", ms1, 16, sf, topology.Quorum, "amo"),
 	ladderCase("shard3x4-shortest", ms1, 16, sf, topology.Quorum, "shard3x4"),
 	ladderCase("shard3x8-shortest", ms1, 16, sf, topology.Quorum, "shard3x8"),
+	// The default ladder in three copies (AMQPDELAY_SHARDS=3), spread over a cluster's nodes
+	// when AMQP_URLS lists them: what the copies give a burst's last hop.
+	withCopies(ladderCase("copies3-shortest", ms1, 16, sf, topology.Quorum, ""), 3),
 	// The default ladder cut to the levels a 1-10 s delay uses (4 instead of 8): what the
 	// levels a message only passes through (digit 0, exchange to exchange) cost.
 	withMax(ladderCase("max65s-shortest", ms1, 16, sf, topology.Quorum, ""), 65535*ms1),
@@ -93,6 +99,8 @@ func (c delayCase) shards() int {
 }
 
 func withReadyClassic(c delayCase) delayCase { c.readyClassic = true; return c }
+
+func withCopies(c delayCase, n int) delayCase { c.copies = n; return c }
 
 func withMax(c delayCase, max time.Duration) delayCase {
 	c.ladder.Max = max
@@ -164,6 +172,7 @@ func declare(tb testing.TB, c delayCase) setup {
 		Ladder:    c.ladder,
 		Plugin:    topology.PluginOff,
 		QueueType: c.qtype,
+		Shards:    c.copies,
 	}
 	// Declaring hundreds of quorum queues (radix 64: 378) takes minutes on a busy 2-core machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -176,7 +185,21 @@ func declare(tb testing.TB, c delayCase) setup {
 		if err != nil {
 			tb.Fatalf("plan: %v", err)
 		}
-		if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{}); err != nil {
+		var nodes []*amqp.Connection
+		if c.copies > 1 {
+			for _, u := range strings.Split(os.Getenv("AMQP_URLS"), ",") {
+				if u = strings.TrimSpace(u); u == "" {
+					continue
+				}
+				nc, err := amqp.DialConfig(brokertest.WithVHost(u, env.VHost), amqp.Config{Dial: amqp.DefaultDial(30 * time.Second)})
+				if err != nil {
+					tb.Fatalf("dial a node to place the copies: %v", err)
+				}
+				defer nc.Close()
+				nodes = append(nodes, nc)
+			}
+		}
+		if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{Nodes: nodes}); err != nil {
 			tb.Fatalf("apply: %v", err)
 		}
 	}

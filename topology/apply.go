@@ -104,6 +104,18 @@ type ApplyOptions struct {
 	Management *Management
 	// Logger receives debug lines for every declaration; the zero value logs nothing.
 	Logger zerolog.Logger
+	// Nodes are connections to the cluster's nodes, one per node, in any order, for a topology
+	// with copies of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue
+	// through Nodes[Queue.Slot mod len(Nodes)], so that RabbitMQ places its leader on that
+	// connection's node (client-local, see [Queue.Slot]) and the copies of one queue lead
+	// from different nodes. Without them (or with one ladder) every queue is declared through
+	// Apply's own connection, and with copies every new ladder queue then leads from that one
+	// node. Queues that already exist keep their leaders. With Management as well, Apply reads
+	// the leaders of the copies that exist and the node of each connection (matched by its
+	// local port in the management API's connection list), and declares each new copy through
+	// a node that leads no other copy of the same queue: adding copies to a deployed ladder
+	// keeps them apart from copy 0's leaders. Apply leaves the connections open.
+	Nodes []*amqp.Connection
 }
 
 // Preflight checks, with passive declarations only, that every exchange in p.Existing
@@ -196,7 +208,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		return rep, err
 	}
 	r := newRunner(ctx, conn, opts.Workers, log, "declare", rep)
-	objects := objectsOf(p)
+	objects := objectsOf(p, opts.Nodes)
 	exists, err := survey(r, objects)
 	if err != nil {
 		return rep, err
@@ -279,6 +291,23 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	type phase struct {
 		steps []step
 		done  State
+	}
+	// With copies of the ladder, new ladder queues lead from nodes that lead no other copy of
+	// the same queue (placeCopies), when the management API tells the nodes apart.
+	if opts.Management != nil && len(opts.Nodes) > 1 && p.Spec.Shards > 1 {
+		place, err := placeCopies(ctx, opts.Management, p, opts.Nodes, exists)
+		if err != nil {
+			log.Warn().Err(err).Msg("cannot read the leaders or connections through the management API: new copies of the ladder are placed by slot")
+		}
+		if place == nil {
+			log.Debug().Msg("the nodes of ApplyOptions.Nodes are not all found in the management API's connection list: copies placed by slot")
+		}
+		for i, o := range objects {
+			if idx, ok := place[o.name]; ok && o.kind == KindQueue {
+				q, _ := p.Queue(o.name)
+				objects[i].decl = declareQueueOn(q, opts.Nodes[idx])
+			}
+		}
 	}
 	var exchanges, queues, markers []step
 	for _, o := range objects {
@@ -432,15 +461,20 @@ type planObject struct {
 	decl   job
 }
 
-// objectsOf lists the exchanges, then the queues, of p in plan order.
-func objectsOf(p *Plan) []planObject {
+// objectsOf lists the exchanges, then the queues, of p in plan order. A queue with a Slot is
+// declared through nodes[Slot mod len(nodes)] when nodes are given.
+func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
 	var objects []planObject
 	for _, e := range p.Exchanges {
 		objects = append(objects, planObject{kind: KindExchange, name: e.Name, typ: e.Type, args: e.Args,
 			plugin: e.Role == RolePlugin, marker: e.Marker, decl: declareExchange(e)})
 	}
 	for _, q := range p.Queues {
-		objects = append(objects, planObject{kind: KindQueue, name: q.Name, args: q.Args, decl: declareQueue(q)})
+		decl := declareQueue(q)
+		if q.Slot >= 0 && len(nodes) > 0 {
+			decl = declareQueueOn(q, nodes[q.Slot%len(nodes)])
+		}
+		objects = append(objects, planObject{kind: KindQueue, name: q.Name, args: q.Args, decl: decl})
 	}
 	return objects
 }
@@ -494,6 +528,20 @@ func declareExchange(e Exchange) job {
 func declareQueue(q Queue) job {
 	return func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
+		return err
+	}
+}
+
+// declareQueueOn declares q on a channel of its own on conn (a connection to the node that is to
+// lead q), not on the worker's channel.
+func declareQueueOn(q Queue, conn *amqp.Connection) job {
+	return func(*amqp.Channel) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("topology: open channel to place queue %q: %w", q.Name, err)
+		}
+		defer ch.Close()
+		_, err = ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
 		return err
 	}
 }

@@ -119,6 +119,23 @@ type ClusterStatus struct {
 	Degraded []DegradedQueue `json:"degraded,omitempty"`
 	// Waits are dead-lettering waiting on an unreachable node, by node.
 	Waits []DeadLetterWait `json:"dead_letter_waits,omitempty"`
+	// SharedCopies are the ladder queues (Spec.Shards > 1) two or more of whose copies have
+	// their leader on the same node: that node dead-letters those copies' share of a burst
+	// too. Unavoidable when Shards exceeds the running nodes; otherwise the copies were
+	// declared without [ApplyOptions.Nodes], existed before, or their leaders moved (a node
+	// restart, a rebalance). It does not make Status fail.
+	SharedCopies []SharedCopies `json:"shared_copies,omitempty"`
+	// Shards is the plan's number of copies of the ladder (Spec.Shards).
+	Shards int `json:"shards"`
+}
+
+// SharedCopies is one ladder queue whose copies share a leader node: the copies (queue names,
+// by copy) that Node leads.
+type SharedCopies struct {
+	Level  int      `json:"level"`
+	Digit  int      `json:"digit"`
+	Node   string   `json:"node"`
+	Queues []string `json:"queues"`
 }
 
 // Offline returns the nodes that are members of a degraded queue and offline, sorted, with how
@@ -210,7 +227,44 @@ func clusterOf(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bin
 	slices.SortFunc(c.Nodes, func(a, b NodeLeaders) int { return cmp.Compare(a.Name, b.Name) })
 	c.Balanced = LeadersBalanced(c.Nodes)
 	c.Waits = deadLetterWaits(p, queues, nodes, bindings)
+	c.SharedCopies = sharedCopies(p, queues)
+	c.Shards = p.Spec.Shards
 	return c
+}
+
+// sharedCopies finds the ladder queues whose copies share a leader node, in plan order of the
+// copy-0 queues (none for a plan with one ladder).
+func sharedCopies(p *Plan, queues map[string]ManagedQueue) []SharedCopies {
+	if p.Spec.Shards <= 1 {
+		return nil
+	}
+	type key struct {
+		level, digit int
+		node         string
+	}
+	by := map[key][]string{}
+	var order []key
+	for _, q := range p.Queues {
+		if q.Role != RoleLadder {
+			continue
+		}
+		mq, ok := queues[q.Name]
+		if !ok || mq.Leader == "" {
+			continue
+		}
+		k := key{q.Level, q.Digit, mq.Leader}
+		if _, seen := by[k]; !seen {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], q.Name)
+	}
+	var out []SharedCopies
+	for _, k := range order {
+		if qs := by[k]; len(qs) > 1 {
+			out = append(out, SharedCopies{Level: k.level, Digit: k.digit, Node: k.node, Queues: qs})
+		}
+	}
+	return out
 }
 
 // LeadersBalanced reports whether the delay queues' leaders are spread over the running
@@ -391,7 +445,7 @@ func (p *Plan) RebalanceCommand(vhost string) string {
 	for _, q := range p.Queues {
 		switch {
 		case q.Role == RoleLadder && !seen[q.Role]:
-			alts = append(alts, pre+`\.ladder\.[0-9]+\.[0-9]+`)
+			alts = append(alts, pre+`\.ladder\.[0-9]+\.[0-9]+(?:\.s[0-9]+)?`)
 		case q.Role == RoleBucket && !seen[q.Role]:
 			alts = append(alts, pre+`\.bucket\.[0-9]+ms`)
 		case q.Role != RoleLadder && q.Role != RoleBucket:

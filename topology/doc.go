@@ -45,6 +45,18 @@
 // TTL and the dead-letter exchange. Integer arguments are int64 (amqp091 sends a Go int as a
 // 32-bit value).
 //
+// # Copies of the ladder
+//
+// [Spec.Shards] > 1 declares that many copies of the ladder: copy 0 is the ladder itself, and
+// copy k a chain of its own ([Names.LadderExchangeCopy], [Names.LadderQueueCopy]) with the same
+// TTLs and arguments, every level dead-lettering into the same copy's next level and the last
+// into the dispatch exchange, plus the marker [Names.ShardsMarker]. A message published into a
+// copy stays in it, so a burst due at one time leaves from Shards queues. On a cluster, Apply
+// places them ([ApplyOptions.Nodes], [Queue.Slot]) so that the copies of each queue lead from
+// different nodes; the delay-queue policy then has no queue-leader-locator, since a policy's
+// locator wins over the declaring connection's node (rabbit_queue_location:leader_locator/1,
+// 3.10.8 and 4.0.5). [ClusterStatus.SharedCopies] reports copies that share a leader node.
+//
 // # Policies
 //
 // AMQP cannot set policies; with the management API ([Management]) Apply sets two

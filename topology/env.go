@@ -65,6 +65,8 @@ type Env struct {
 	ReadyDeliveryLimit DeliveryLimit `envconfig:"AMQPDELAY_READY_DELIVERY_LIMIT"`
 	// PolicyPriority is [Spec.PolicyPriority].
 	PolicyPriority PolicyPriority `envconfig:"AMQPDELAY_POLICY_PRIORITY"`
+	// Shards is [Spec.Shards].
+	Shards Shards `envconfig:"AMQPDELAY_SHARDS"`
 }
 
 // Config returns the configuration e holds.
@@ -82,6 +84,7 @@ func (e Env) Config() Config {
 			ReadyQueues:        e.ReadyQueues,
 			ReadyDeliveryLimit: int(e.ReadyDeliveryLimit),
 			PolicyPriority:     int(e.PolicyPriority),
+			Shards:             int(e.Shards),
 		},
 	}
 }
@@ -273,5 +276,24 @@ func (p *PolicyPriority) Decode(s string) error {
 		return fmt.Errorf("want a positive integer, above every other policy's priority (default %d)", DefaultPolicyPriority)
 	}
 	*p = PolicyPriority(n)
+	return nil
+}
+
+// Shards is the number of copies of the ladder (AMQPDELAY_SHARDS, --shards; see
+// [Spec.Shards]).
+type Shards int
+
+// Decode sets *n from a decimal integer from 1 to [MaxShards] (an envconfig.Decoder); "" sets 0
+// (the default: one ladder).
+func (n *Shards) Decode(s string) error {
+	if s == "" {
+		*n = 0
+		return nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 || v > MaxShards {
+		return fmt.Errorf("want 1 (one ladder, the default) to %d copies of the ladder", MaxShards)
+	}
+	*n = Shards(v)
 	return nil
 }

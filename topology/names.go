@@ -18,6 +18,8 @@ import (
 //	<prefix>.parking           queue bound to <prefix>.unroutable: due messages no target took
 //	<prefix>.ladder.LL         headers exchange of ladder level LL (two digits: 00, 01, ...)
 //	<prefix>.ladder.LL.DD      ladder queue of level LL, digit DD (x-message-ttl DD·radix^LL·unit)
+//	<prefix>.ladder.LL.sK      headers exchange of level LL in copy K >= 1 of the ladder (Spec.Shards)
+//	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in copy K >= 1
 //	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)
 //	<prefix>.bucket.<ms>ms     bucket queue with x-message-ttl <ms>
 //	<prefix>.plugin            x-delayed-message exchange (x-delayed-type headers), bound to D
@@ -58,6 +60,33 @@ func (n Names) LadderExchange(level int) string { return fmt.Sprintf("%s.ladder.
 // LadderQueue is the queue of digit value digit at ladder level level.
 func (n Names) LadderQueue(level, digit int) string {
 	return fmt.Sprintf("%s.ladder.%02d.%02d", n.p(), level, digit)
+}
+
+// LadderExchangeCopy is the headers exchange of ladder level level in copy shard of the ladder
+// (see [Spec.Shards]): [Names.LadderExchange] for copy 0, <prefix>.ladder.LL.sK for copy K.
+func (n Names) LadderExchangeCopy(level, shard int) string {
+	if shard == 0 {
+		return n.LadderExchange(level)
+	}
+	return fmt.Sprintf("%s.ladder.%02d.s%d", n.p(), level, shard)
+}
+
+// LadderQueueCopy is the queue of digit value digit at ladder level level in copy shard of the
+// ladder: [Names.LadderQueue] for copy 0, <prefix>.ladder.LL.DD.sK for copy K.
+func (n Names) LadderQueueCopy(level, digit, shard int) string {
+	if shard == 0 {
+		return n.LadderQueue(level, digit)
+	}
+	return fmt.Sprintf("%s.ladder.%02d.%02d.s%d", n.p(), level, digit, shard)
+}
+
+// ShardsMarker is an empty fanout exchange that records that the ladder l was declared in
+// shards copies (Spec.Shards > 1): [Names.LadderMarker] followed by .sNN, e.g.
+// rabbitdelay.ladder.1ms.r16.shortest-first.l08.s03. A Publisher with Shards > 1 checks it
+// (a passive declare) before it sends messages into the copies. A topology of one ladder has
+// no such marker.
+func (n Names) ShardsMarker(l ttlbuckets.Ladder, shards int) string {
+	return fmt.Sprintf("%s.s%02d", n.LadderMarker(l), shards)
 }
 
 // LadderMarker is an empty fanout exchange whose name records the ladder the topology was

@@ -49,6 +49,9 @@ type Exchange struct {
 	Role Role `json:"role"`
 	// Level is the ladder level of a RoleLadder exchange, -1 otherwise.
 	Level int `json:"level"`
+	// Shard is the copy of the ladder a ladder level exchange belongs to (0 to Spec.Shards-1;
+	// see [Spec.Shards]), 0 for other exchanges.
+	Shard int `json:"shard,omitempty"`
 	// Marker is set for the empty exchanges whose existence tells publishers what was
 	// declared: the ladder marker ([Names.LadderMarker]) and the target markers
 	// ([Names.TargetMarker]). Apply declares them last.
@@ -68,6 +71,15 @@ type Queue struct {
 	// Level and Digit place a ladder queue; both are -1 for other queues.
 	Level int `json:"level"`
 	Digit int `json:"digit"`
+	// Shard is the copy of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for
+	// other queues.
+	Shard int `json:"shard,omitempty"`
+	// Slot places the queue's leader when the ladder has copies (Spec.Shards > 1): Apply
+	// declares it through connection Slot mod len(ApplyOptions.Nodes), so that the copies of
+	// one ladder queue (slots i, i+1, ..., i+Shards-1 for the i-th ladder queue) get their
+	// leaders on different nodes. -1 for queues placed by the policy's leader locator (every
+	// queue of a topology with one ladder) or declared through Apply's own connection.
+	Slot int `json:"slot"`
 	// TTL is the x-message-ttl of a delay queue in milliseconds, 0 for other queues.
 	TTL int64 `json:"ttl_ms,omitempty"`
 	// DeadLetterExchange is where a delay queue dead-letters expired messages, "" for others.
@@ -209,9 +221,9 @@ func (s Spec) Plan() (*Plan, error) {
 
 	// Where a level hands its messages to, and how far each level is from D (in levels).
 	levels := ladder.Levels()
-	nextExchange := func(level int) string {
+	nextExchange := func(level, shard int) string {
 		if next, ok := ladder.Next(level); ok {
-			return n.LadderExchange(next)
+			return n.LadderExchangeCopy(next, shard)
 		}
 		return n.Dispatch()
 	}
@@ -254,11 +266,17 @@ func (s Spec) Plan() (*Plan, error) {
 			p.Existing = appendOnce(p.Existing, r.Exchange)
 		}
 	}
-	for _, l := range order {
-		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchange(l), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l})
+	for k := range s.Shards {
+		for _, l := range order {
+			p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchangeCopy(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+		}
 	}
-	// The marker records the ladder's geometry for publishers to check (see Names.LadderMarker).
+	// The marker records the ladder's geometry for publishers to check (see Names.LadderMarker),
+	// and the shards marker that the copies exist (Names.ShardsMarker).
 	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderMarker(ladder), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	if s.Shards > 1 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.ShardsMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	}
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}
@@ -273,10 +291,10 @@ func (s Spec) Plan() (*Plan, error) {
 	}
 
 	// Queues.
-	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: s.QueueType.plainArgs(), Role: RoleParking, Level: -1, Digit: -1})
+	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: s.QueueType.plainArgs(), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
 	p.addRevoked() // revoked.go: the revocation stream
 	for _, r := range s.ReadyQueues {
-		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: s.readyArgs(n), Role: RoleReady, Level: -1, Digit: -1})
+		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: s.readyArgs(n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
 	}
 	all := ttlbuckets.DelayQueues(ladder, buckets)
 	byLevel := make([][]ttlbuckets.DelayQueue, levels)
@@ -288,16 +306,25 @@ func (s Spec) Plan() (*Plan, error) {
 			bucketQs = append(bucketQs, q)
 		}
 	}
-	for _, l := range order {
-		for _, q := range byLevel[l] {
-			dlx := nextExchange(l)
-			p.Queues = append(p.Queues, Queue{Name: n.LadderQueue(l, q.Digit), Args: s.QueueType.delayArgs(q.TTL, dlx),
-				Role: RoleLadder, Level: l, Digit: q.Digit, TTL: q.TTL, DeadLetterExchange: dlx})
+	// With copies, the i-th ladder queue (by level, then digit) of copy k gets slot i+k: Apply
+	// places it on node (i+k) mod nodes (see Queue.Slot).
+	radix1 := ladder.WithDefaults().Radix - 1
+	for k := range s.Shards {
+		for _, l := range order {
+			for _, q := range byLevel[l] {
+				dlx := nextExchange(l, k)
+				slot := -1
+				if s.Shards > 1 {
+					slot = l*radix1 + q.Digit - 1 + k
+				}
+				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueCopy(l, q.Digit, k), Args: s.QueueType.delayArgs(q.TTL, dlx),
+					Role: RoleLadder, Level: l, Digit: q.Digit, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: dlx})
+			}
 		}
 	}
 	for _, q := range bucketQs {
 		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: s.QueueType.delayArgs(q.TTL, n.Dispatch()),
-			Role: RoleBucket, Level: -1, Digit: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
+			Role: RoleBucket, Level: -1, Digit: -1, Slot: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
 	}
 
 	// Bindings, by tier.
@@ -322,14 +349,16 @@ func (s Spec) Plan() (*Plan, error) {
 		p.Bindings = append(p.Bindings, Binding{Source: n.PluginExchange(), Destination: n.Dispatch(), DestinationType: DestExchange,
 			Args: amqp.Table{"x-match": "all"}, Role: RolePlugin, Tier: 1})
 	}
-	for _, l := range order {
-		h := ttlbuckets.DigitHeader(l)
-		for _, q := range byLevel[l] {
-			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchange(l), Destination: n.LadderQueue(l, q.Digit), DestinationType: DestQueue,
-				Args: amqp.Table{"x-match": "all", h: int64(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
+	for k := range s.Shards {
+		for _, l := range order {
+			h := ttlbuckets.DigitHeader(l)
+			for _, q := range byLevel[l] {
+				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: n.LadderQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
+					Args: amqp.Table{"x-match": "all", h: int64(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
+			}
+			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
+				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
 		}
-		p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchange(l), Destination: nextExchange(l), DestinationType: DestExchange,
-			Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
 	}
 	p.addRetry() // retry.go: the consumer's way back to one queue
 	sort.SliceStable(p.Bindings, func(i, j int) bool { return p.Bindings[i].Tier < p.Bindings[j].Tier })
@@ -347,7 +376,7 @@ func (s Spec) Plan() (*Plan, error) {
 	}
 	p.Policies = []Policy{
 		{Name: n.DelayQueuesPolicy(), Pattern: exactPattern(own), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
-			Definition: s.QueueType.policyDefinition(), Role: RoleLadder},
+			Definition: s.QueueType.policyDefinition(s.Shards), Role: RoleLadder},
 		{Name: n.TargetsPolicy(), Pattern: exactPattern(targets), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
 			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
 	}
@@ -371,11 +400,20 @@ func (s Spec) Plan() (*Plan, error) {
 // does not support does not apply to that queue at all (rabbit_queue_type:is_policy_applicable;
 // rabbit_classic_queue:capabilities lists queue-leader-locator among its unsupported policies
 // on 3.10), which would leave the classic queues unshadowed.
-func (t QueueType) policyDefinition() map[string]any {
+//
+// With copies of the ladder (shards > 1) the policy has no queue-leader-locator: Apply places
+// the ladder queues itself (see [Queue.Slot]), and a policy's locator would win over the
+// node of the declaring connection. The queues are then placed by the node's
+// queue_leader_locator setting, client-local unless the operator changed it: on the node the
+// declaring connection is attached to (rabbit_queue_location:leader_locator/1, 3.10.8 and
+// 4.0.5).
+func (t QueueType) policyDefinition(shards int) map[string]any {
 	d := map[string]any{"overflow": "reject-publish"}
 	if t == Quorum {
 		d["dead-letter-strategy"] = "at-least-once"
-		d["queue-leader-locator"] = LeaderLocatorBalanced
+		if shards <= 1 {
+			d["queue-leader-locator"] = LeaderLocatorBalanced
+		}
 	}
 	return d
 }

@@ -61,5 +61,5 @@ func (s Spec) revokedArgs() amqp.Table {
 
 // addRevoked adds the revocation stream to p (called by Spec.Plan).
 func (p *Plan) addRevoked() {
-	p.Queues = append(p.Queues, Queue{Name: p.Names.Revoked(), Args: p.Spec.revokedArgs(), Role: RoleRevoked, Level: -1, Digit: -1})
+	p.Queues = append(p.Queues, Queue{Name: p.Names.Revoked(), Args: p.Spec.revokedArgs(), Role: RoleRevoked, Level: -1, Digit: -1, Slot: -1})
 }

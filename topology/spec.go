@@ -219,7 +219,23 @@ type Spec struct {
 	// applies, so this must be above every other policy of the vhost that matches the
 	// topology's queues or target exchanges.
 	PolicyPriority int
+	// Shards is how many copies of the ladder the topology has, 1 to [MaxShards]; 0 means 1
+	// (one ladder, the default). Copy 0 is the ladder itself ([Names.LadderExchange],
+	// [Names.LadderQueue]); copy k >= 1 is a full second chain of level exchanges and queues
+	// ([Names.LadderExchangeCopy], [Names.LadderQueueCopy]) with the same TTLs, ending in the
+	// same dispatch exchange. A Publisher configured with the same Shards sends each message
+	// into one copy (chosen from its MessageId) and the message stays in that copy for every
+	// hop, so a burst of messages due at the same time leaves from Shards queues instead of one.
+	// On a cluster, Apply given a connection per node ([ApplyOptions.Nodes]) places copy k of
+	// the i-th ladder queue on node (i+k) mod nodes, so the copies of one queue have their
+	// leaders on different nodes and each node dead-letters its share of a burst. It
+	// multiplies the ladder's queues (and their idle cost) by Shards.
+	Shards int
 }
+
+// MaxShards is the largest [Spec.Shards]: more copies than a cluster has nodes spread no
+// further, and each copy adds the ladder's queues again.
+const MaxShards = 16
 
 // DefaultReadyDeliveryLimit is the default x-delivery-limit of quorum ready queues: RabbitMQ
 // 4.x's own default for quorum queues (https://www.rabbitmq.com/docs/quorum-queues#poison-message-handling),
@@ -253,6 +269,9 @@ func (s Spec) WithDefaults() Spec {
 	}
 	if s.PolicyPriority == 0 {
 		s.PolicyPriority = DefaultPolicyPriority
+	}
+	if s.Shards == 0 {
+		s.Shards = 1
 	}
 	return s
 }
@@ -332,6 +351,9 @@ func (s Spec) Validate() error {
 	}
 	if s.ReadyDeliveryLimit < NoReadyDeliveryLimit {
 		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
+	}
+	if s.Shards < 1 || s.Shards > MaxShards {
+		add("shards %d: want 1 (one ladder, the default) to %d copies of the ladder", s.Shards, MaxShards)
 	}
 	if s.PolicyPriority < 0 {
 		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)

@@ -119,6 +119,8 @@ func TestConfigFromEnvRefusesBadValues(t *testing.T) {
 		{"AMQPDELAY_QUEUE_TYPE", "stream", "quorum (the default) or classic"},
 		{"AMQPDELAY_READY_DELIVERY_LIMIT", "0", "-1 for none"},
 		{"AMQPDELAY_POLICY_PRIORITY", "-5", "positive integer"},
+		{"AMQPDELAY_SHARDS", "0", "copies of the ladder"},
+		{"AMQPDELAY_SHARDS", "17", "copies of the ladder"},
 	} {
 		t.Run(c.name+"="+c.value, func(t *testing.T) {
 			t.Setenv(c.name, c.value)
@@ -140,7 +142,7 @@ func TestConfigFromEnvEmptyIsUnset(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := strings.Fields(keys.String())
-	if len(names) != 16 {
+	if len(names) != 17 {
 		t.Errorf("Env has %d variables: %v", len(names), names)
 	}
 	for _, name := range names {

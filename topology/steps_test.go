@@ -21,7 +21,7 @@ func TestPlanRowsUnique(t *testing.T) {
 	for name, spec := range specs {
 		p := mustPlan(t, spec)
 		seen := map[string]bool{}
-		for _, o := range objectsOf(p) {
+		for _, o := range objectsOf(p, nil) {
 			if seen[o.key()] {
 				t.Errorf("%s: two objects %s", name, o.key())
 			}

@@ -62,6 +62,21 @@ func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
 		fmt.Fprintln(w, "leaders: UNBALANCED: one node does most of the topology's work (leaders stay where they moved after a node "+
 			"failure or restart); run `declare rebalance`")
 	}
+	if c.Shards > 1 {
+		if len(c.SharedCopies) == 0 {
+			fmt.Fprintf(w, "copies of the ladder: %d; the copies of each ladder queue lead from different nodes\n", c.Shards)
+		} else {
+			fmt.Fprintf(w, "copies of the ladder: %d; %d ladder queues have copies SHARING a leader node (that node dead-letters their share of a burst too):\n",
+				c.Shards, len(c.SharedCopies))
+			for i, s := range c.SharedCopies {
+				if i == 6 {
+					fmt.Fprintf(w, "  ... %d more\n", len(c.SharedCopies)-6)
+					break
+				}
+				fmt.Fprintf(w, "  %s: %s\n", s.Node, strings.Join(s.Queues, ", "))
+			}
+		}
+	}
 	if len(c.Degraded) > 0 {
 		var noLeader int
 		for _, d := range c.Degraded {
@@ -139,6 +154,10 @@ func cmdRebalance(ctx context.Context, e *invocation) error {
 		fmt.Fprintf(w, "\nnothing moved: %s\n", rep.Reason)
 	}
 	fmt.Fprintf(w, "to move only this topology's queues, run on a cluster node:\n  %s\n", rep.Command)
+	if p.Spec.Shards > 1 && rep.Requested {
+		fmt.Fprintln(w, "NOTE: RabbitMQ's rebalance does not know the copies of the ladder: copies of one queue may now share a leader node; "+
+			"`declare status` lists them")
+	}
 	return err
 }
 

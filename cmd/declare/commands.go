@@ -13,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -27,8 +28,12 @@ func ttlText(ms int64) string {
 
 func specLine(p *topology.Plan) string {
 	l := p.Ladder
-	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%s, %s); %s; queue type %s; plugin %s",
-		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(l.Queues()), "queue"),
+	copies := ""
+	if p.Spec.Shards > 1 {
+		copies = fmt.Sprintf(" x %d copies", p.Spec.Shards)
+	}
+	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%s, %s%s); %s; queue type %s; plugin %s",
+		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(l.Queues()), "queue"), copies,
 		plural(len(p.Spec.Buckets), "bucket"), p.Spec.QueueType, p.Spec.Plugin)
 }
 
@@ -104,7 +109,13 @@ func cmdApply(ctx context.Context, e *invocation) error {
 		return err
 	}
 	e.log.Info().Str("spec", specLine(p)).Msg("applying")
-	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{DryRun: e.s.dryRun, Management: m, Logger: e.log})
+	nodes := e.dialNodes(ctx, p)
+	defer func() {
+		for _, c := range nodes {
+			_ = c.Close()
+		}
+	}()
+	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{DryRun: e.s.dryRun, Management: m, Logger: e.log, Nodes: nodes})
 	printReport(e.stdout, rep, e.s.dryRun, e.s.verbose)
 	if rep != nil {
 		printPolicyProblems(e.stdout, rep.PolicyProblems)
@@ -482,4 +493,32 @@ func (e *invocation) connect(ctx context.Context) (*topology.Plan, *topology.Man
 		return nil, nil, nil, err
 	}
 	return p, m, conn, nil
+}
+
+// dialNodes opens one connection per URL of the address list, for apply to place the copies of
+// the ladder's queues on different nodes (topology.ApplyOptions.Nodes), when the plan has
+// copies and the list names more than one node. A node that does not answer is left out
+// (logged); nil when there is nothing to place.
+func (e *invocation) dialNodes(ctx context.Context, p *topology.Plan) []*amqp.Connection {
+	if p.Spec.Shards <= 1 || e.s.dryRun {
+		return nil
+	}
+	urls := e.s.conn.URLs()
+	if len(urls) < 2 {
+		e.log.Warn().Int("shards", p.Spec.Shards).Msg("copies of the ladder with one URL: new ladder queues lead from the node apply is connected to; " +
+			"list every node of the cluster in AMQPDELAY_URL (--url) so that apply places the copies of each queue on different nodes")
+		return nil
+	}
+	var nodes []*amqp.Connection
+	for _, u := range urls {
+		c := e.s.conn
+		c.URL = u
+		conn, err := amqpconn.Dial(ctx, c, "rabbitdelay-declare-place")
+		if err != nil {
+			e.log.Warn().Err(err).Str("url", amqpconn.Redact(u)).Msg("cannot reach this node: no copy of the ladder is placed on it")
+			continue
+		}
+		nodes = append(nodes, conn)
+	}
+	return nodes
 }

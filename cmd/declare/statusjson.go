@@ -114,6 +114,8 @@ type statusClusterJSON struct {
 	Nodes          []statusNodeJSON `json:"nodes"`
 	DegradedQueues []string         `json:"degraded_queues"`
 	Waits          []statusWaitJSON `json:"dead_letter_waits"`
+	// SharedCopies are the copies of ladder queues (--shards > 1) that share a leader node.
+	SharedCopies []topology.SharedCopies `json:"shared_copies"`
 }
 
 type statusNodeJSON struct {
@@ -213,7 +215,8 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 			Object: pp.Object, Policy: pp.Policy, Operator: pp.Operator, Key: pp.Key, Value: pp.Value, Message: pp.Error()})
 	}
 	if c := rep.Cluster; c != nil {
-		cj := &statusClusterJSON{Balanced: c.Balanced, Nodes: []statusNodeJSON{}, DegradedQueues: []string{}, Waits: []statusWaitJSON{}}
+		cj := &statusClusterJSON{Balanced: c.Balanced, Nodes: []statusNodeJSON{}, DegradedQueues: []string{}, Waits: []statusWaitJSON{},
+			SharedCopies: orEmpty(c.SharedCopies)}
 		for _, n := range c.Nodes {
 			cj.Nodes = append(cj.Nodes, statusNodeJSON{Name: n.Name, Running: n.Running, Leaders: n.Leaders,
 				DelayQueueLeaders: n.DelayQueues, Members: n.Members})
