@@ -20,7 +20,7 @@ import (
 )
 
 // clusterHowTo is the advice a skipped cluster test prints.
-const clusterHowTo = "run `make cluster-test` (it starts a 3-node RabbitMQ cluster with " +
+const clusterHowTo = "run `make cluster-test` (or `make test`, whose cluster phase runs them; it starts a 3-node RabbitMQ cluster with " +
 	"`BROKER_NODES=3 scripts/broker run -- ...`), or run the tests under `eval \"$(BROKER_STATE=... scripts/broker env)\"` " +
 	"of a cluster that scripts/broker started"
 
