@@ -12,23 +12,30 @@ FUZZTIME ?= 100000x
 BENCH ?= .
 BENCHTIME ?= 1x
 
-.PHONY: test unit vet fuzz bench demo build broker-up broker-down cluster-test soak
+.PHONY: test unit vet fuzz bench demo build broker-up broker-down cluster-test cluster-phase soak
 
-## test: vet and short fuzz runs once, then race-enabled tests of every package against a real
-## broker of each version in TEST_VERSIONS (or once against AMQP_URL when it is set). Every version
-## runs even when an earlier one fails; the summary names the failed ones.
+## test: vet and short fuzz runs once, then for each version in TEST_VERSIONS two phases: the
+## race-enabled tests of every package against a real single broker, then the cluster phase (the
+## tests that need a cluster, see cluster-test) against a private 3-node cluster. With AMQP_URL set,
+## the first phase runs once against that broker and the cluster phase is not run (it needs nodes it
+## can kill: `make cluster-test`). Every phase runs even when an earlier one fails; the summary
+## names the failed ones.
 test: vet fuzz
 	@if [ -n "$$AMQP_URL" ]; then \
-		echo "== make test: Go tests against the broker of AMQP_URL (TEST_VERSIONS not used)"; \
+		echo "== make test: Go tests against the broker of AMQP_URL (TEST_VERSIONS not used; no cluster phase: make cluster-test)"; \
 		$(BROKER) $(MAKE) --no-print-directory unit; \
 	else \
 		failed=""; \
 		for v in $(TEST_VERSIONS); do \
 			echo "== make test: Go tests against RabbitMQ $$v (BROKER_VERSION=$$v)"; \
 			BROKER_VERSION=$$v $(BROKER) $(MAKE) --no-print-directory unit || failed="$$failed $$v"; \
+			echo "== make test: cluster phase against a $(CLUSTER_NODES)-node RabbitMQ $$v cluster (BROKER_VERSION=$$v)"; \
+			start=$$(date +%s); \
+			BROKER_VERSION=$$v $(MAKE) --no-print-directory cluster-phase || failed="$$failed $$v-cluster"; \
+			echo "== make test: cluster phase of RabbitMQ $$v took $$(( $$(date +%s) - start )) s"; \
 		done; \
 		if [ -n "$$failed" ]; then echo "== make test: FAILED against RabbitMQ$$failed"; exit 1; fi; \
-		echo "== make test: passed against RabbitMQ $(TEST_VERSIONS)"; \
+		echo "== make test: passed against RabbitMQ $(TEST_VERSIONS) (single node and $(CLUSTER_NODES)-node cluster)"; \
 	fi
 
 vet:
@@ -64,20 +71,32 @@ broker-up:
 broker-down:
 	scripts/broker down
 
-## cluster-test: the TestCluster* integration tests against a private cluster of CLUSTER_NODES
-## (default 3) nodes (scripts/broker with BROKER_NODES) of each version in TEST_VERSIONS; like
-## `test`, every version runs even when an earlier one fails. AMQP_URL is not used: the tests kill
-## and restart nodes, which only a cluster started here allows.
+## cluster-test: the tests that need a cluster (CLUSTER_TESTS: integration's TestCluster*, without
+## the soak, which is `make soak`) against a private cluster of CLUSTER_NODES (default 3) nodes
+## (scripts/broker with BROKER_NODES, in the state directory CLUSTER_STATE) of each version in
+## TEST_VERSIONS; like `test`, every version runs even when an earlier one fails. AMQP_URL is not
+## used: the tests kill and restart nodes, which only a cluster started here allows.
+## scripts/broker run stops the nodes when the tests end, fail or are interrupted.
+## RABBITDELAY_CLUSTER_TESTS=1 makes a test that finds no cluster fail instead of skipping.
 CLUSTER_NODES ?= 3
+CLUSTER_STATE ?= $(CURDIR)/.broker-cluster
+CLUSTER_TESTS ?= ^TestCluster
+CLUSTER_SKIP ?= ^TestClusterSoak
 cluster-test:
 	@failed=""; \
 	for v in $(TEST_VERSIONS); do \
-		echo "== make cluster-test: TestCluster* against a $(CLUSTER_NODES)-node RabbitMQ $$v cluster (BROKER_VERSION=$$v)"; \
-		env -u AMQP_URL -u AMQP_MANAGEMENT_URL BROKER_VERSION=$$v BROKER_NODES=$(CLUSTER_NODES) \
-			$(BROKER) $(GO) test -count=1 -timeout 30m -v -run 'TestCluster' ./integration/ || failed="$$failed $$v"; \
+		echo "== make cluster-test: $(CLUSTER_TESTS) against a $(CLUSTER_NODES)-node RabbitMQ $$v cluster (BROKER_VERSION=$$v)"; \
+		BROKER_VERSION=$$v $(MAKE) --no-print-directory cluster-phase || failed="$$failed $$v"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "== make cluster-test: FAILED against RabbitMQ$$failed"; exit 1; fi; \
 	echo "== make cluster-test: passed against RabbitMQ $(TEST_VERSIONS)"
+
+# cluster-phase: the cluster tests against one cluster of BROKER_VERSION (used by test and
+# cluster-test).
+cluster-phase:
+	env -u AMQP_URL -u AMQP_MANAGEMENT_URL -u AMQP_URLS -u AMQP_PLUGIN_URL \
+		BROKER_STATE=$(CLUSTER_STATE) BROKER_NODES=$(CLUSTER_NODES) RABBITDELAY_CLUSTER_TESTS=1 \
+		$(BROKER) $(GO) test -race -count=1 -timeout 30m -v -run '$(CLUSTER_TESTS)' -skip '$(CLUSTER_SKIP)' ./integration/
 
 ## soak: TestClusterSoak (integration/cluster_soak_test.go) against a private 3-node cluster of each
 ## version in TEST_VERSIONS: node kills (the Publisher's node, the node leading the most delay queues,
@@ -88,7 +107,8 @@ soak:
 	@failed=""; \
 	for v in $(TEST_VERSIONS); do \
 		echo "== make soak: TestClusterSoak against a 3-node RabbitMQ $$v cluster (BROKER_VERSION=$$v)"; \
-		env -u AMQP_URL -u AMQP_MANAGEMENT_URL BROKER_VERSION=$$v BROKER_NODES=3 \
+		env -u AMQP_URL -u AMQP_MANAGEMENT_URL -u AMQP_URLS -u AMQP_PLUGIN_URL BROKER_VERSION=$$v BROKER_NODES=3 \
+			BROKER_STATE=$(CLUSTER_STATE) RABBITDELAY_CLUSTER_TESTS=1 \
 			$(BROKER) $(GO) test -count=1 -timeout 90m -v -run 'TestClusterSoak' ./integration/ -args -soak || failed="$$failed $$v"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "== make soak: FAILED against RabbitMQ$$failed"; exit 1; fi; \

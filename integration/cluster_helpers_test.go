@@ -20,7 +20,7 @@ import (
 )
 
 // clusterHowTo is the advice a skipped cluster test prints.
-const clusterHowTo = "run `make cluster-test` (it starts a 3-node RabbitMQ cluster with " +
+const clusterHowTo = "run `make cluster-test` (or `make test`, whose cluster phase runs them; it starts a 3-node RabbitMQ cluster with " +
 	"`BROKER_NODES=3 scripts/broker run -- ...`), or run the tests under `eval \"$(BROKER_STATE=... scripts/broker env)\"` " +
 	"of a cluster that scripts/broker started"
 
@@ -37,8 +37,24 @@ type testCluster struct {
 
 // getCluster returns the cluster the environment names, or skips the test: AMQP_URLS must list
 // at least 3 URLs and BROKER_STATE name the state directory of the scripts/broker that started
-// them. It skips in CI too: `make test` runs a single node, and only `make cluster-test` a cluster.
+// them. In the cluster phase of `make test` and in `make cluster-test`, which start a cluster and
+// set RABBITDELAY_CLUSTER_TESTS=1, a missing cluster fails the test instead (in CI too, where
+// .ci/run sets CI=true): a skip there would hide that the cluster tests did not run. The
+// single-node phase of `make test` runs without a cluster, and there they skip.
 func getCluster(t *testing.T) *testCluster {
+	t.Helper()
+	if clusterRequired() {
+		return findCluster(t, t.Fatalf)
+	}
+	return findCluster(t, t.Skipf)
+}
+
+// clusterRequired reports whether the run was started to test a cluster
+// (RABBITDELAY_CLUSTER_TESTS=1, set by the Makefile's cluster phases).
+func clusterRequired() bool { return os.Getenv("RABBITDELAY_CLUSTER_TESTS") == "1" }
+
+// findCluster is getCluster with miss (t.Skipf or t.Fatalf) for a missing cluster.
+func findCluster(t *testing.T, miss func(format string, args ...any)) *testCluster {
 	t.Helper()
 	var urls []string
 	for _, u := range strings.Split(os.Getenv("AMQP_URLS"), ",") {
@@ -48,12 +64,12 @@ func getCluster(t *testing.T) *testCluster {
 	}
 	state := os.Getenv("BROKER_STATE")
 	if len(urls) < 3 || state == "" {
-		t.Skipf("no cluster: AMQP_URLS lists %d URLs (want 3 or more) and BROKER_STATE is %q; %s", len(urls), state, clusterHowTo)
+		miss("no cluster: AMQP_URLS lists %d URLs (want 3 or more) and BROKER_STATE is %q; %s", len(urls), state, clusterHowTo)
 	}
 	_, file, _, _ := runtime.Caller(0)
 	c := &testCluster{URLs: urls, state: state, root: filepath.Dir(filepath.Dir(file))}
 	if out, err := c.script("node-url", "1"); err != nil || strings.TrimSpace(out) != urls[0] {
-		t.Skipf("no cluster of scripts/broker in BROKER_STATE=%s (node-url 1: %v: %s); %s", state, err, clusterTailLine(out), clusterHowTo)
+		miss("no cluster of scripts/broker in BROKER_STATE=%s (node-url 1: %v: %s); %s", state, err, clusterTailLine(out), clusterHowTo)
 	}
 	c.Broker = &brokertest.Broker{URL: os.Getenv("AMQP_URL"), ManagementURL: os.Getenv("AMQP_MANAGEMENT_URL")}
 	if c.Broker.URL == "" {
