@@ -257,10 +257,14 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		} else if q.IsDelay() && q.Consumers > 0 {
 			cons += "  <-- WARNING: consumer on a delay queue"
 		}
+		dlx := "-" // a stream (the revocation stream) has no dead-letter state
+		if q.Role != topology.RoleRevoked {
+			dlx = count(q.MessagesDLX)
+		}
 		if leaders {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), count(q.MessagesDLX), leaderText(q))
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), dlx, leaderText(q))
 		} else if rep.Management {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), count(q.MessagesDLX))
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), dlx)
 		} else {
 			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons)
 		}

@@ -329,6 +329,14 @@ func TestStatusTeardownCLI(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if strings.Contains(st.stdout, "DEAD-LETTER STATE") {
+		// The revocation stream has no dead-letter state: "-", never "?" (no figure yet).
+		for _, l := range strings.Split(st.stdout, "\n") {
+			if f := strings.Fields(l); len(f) >= 7 && f[0] == names.Revoked() && f[6] != "-" {
+				t.Errorf("the revocation stream's messages_dlx column: %q, want -\n%s", f[6], st.stdout)
+			}
+		}
+	}
 	if st.code != 1 || !strings.Contains(st.stderr, "consumers on delay queues ("+names.LadderQueue(1, 1)+")") {
 		t.Fatalf("status with a consumer on a delay queue: exit %d, want 1 naming it\n%s\n%s", st.code, st.stdout, st.stderr)
 	}
