@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,8 @@ var burstCatalogue = []delayCase{
 	// The default ladder cut to the levels a 1-10 s delay uses (4 instead of 8): what the
 	// levels a message only passes through (digit 0, exchange to exchange) cost.
 	withMax(ladderCase("max65s-shortest", ms1, 16, sf, topology.Quorum, ""), 65535*ms1),
+	// One hop: what a burst's last hop can do on this broker (see declareOneHop).
+	{name: "onehop", variant: "onehop"},
 	withReadyClassic(ladderCase("shortest-readyclassic", ms1, 16, sf, topology.Quorum, "")),
 	withReadyClassic(ladderCase("classic2-shortest-readyclassic", ms1, 16, sf, topology.Classic, "classic2")),
 }
@@ -161,6 +164,9 @@ func (s setup) queues(k int) string {
 // publishes must take c.path.
 func declare(tb testing.TB, c delayCase) setup {
 	tb.Helper()
+	if c.variant == "onehop" {
+		return declareOneHop(tb)
+	}
 	env := brokertest.NewEnv(tb)
 	if env.VHost == "/" {
 		tb.Skip("the benchmarks need the management API (AMQP_MANAGEMENT_URL): every case works in a vhost of its own")
@@ -450,4 +456,42 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 func (c delayCase) String() string {
 	return fmt.Sprintf("%s (unit %v, radix %d, %v, %s%s)", c.name, c.ladder.Unit, c.ladder.Radix, c.ladder.Order, c.qtype,
 		map[bool]string{true: ", " + c.variant}[c.variant != ""])
+}
+
+// declareOneHop is BenchmarkBurst's case "onehop", the one-hop limit of a burst measured on the
+// same broker: the bucket path's mechanism (one quorum queue with at-least-once dead-lettering
+// to the target exchange, overflow reject-publish) holding the whole burst, each message
+// published straight into that queue with a per-message expiration (the Expiration property,
+// milliseconds) that ends at its due time. A bucket cannot hold a burst published over time (its
+// TTL is the queue's), so this queue stands in for it; it dead-letters every message once, as a
+// ladder's last hop does. Messages leave a quorum queue from its head only, so within the 1 s
+// window a message may wait behind an earlier-published one due later in that window.
+func declareOneHop(tb testing.TB) setup {
+	tb.Helper()
+	env := brokertest.NewEnv(tb)
+	if env.VHost == "/" {
+		tb.Skip("the benchmarks need the management API (AMQP_MANAGEMENT_URL): every case works in a vhost of its own")
+	}
+	chs := channels(tb, env.URL)
+	if err := chs[0].ExchangeDeclare(benchTarget, "topic", true, false, false, false, nil); err != nil {
+		tb.Fatalf("declare %s: %v", benchTarget, err)
+	}
+	declareReady(tb, env.Dial(tb), benchTarget, benchReady)
+	q := env.Name("onehop")
+	if _, err := chs[0].QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum",
+		"x-dead-letter-exchange": benchTarget, "x-dead-letter-routing-key": "bench.key",
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}); err != nil {
+		tb.Fatalf("declare %s: %v", q, err)
+	}
+	pub := func(ctx context.Context, w, i int, delay time.Duration) (time.Time, error) {
+		now := time.Now()
+		m := benchPublishing(i)
+		if ms := delay.Milliseconds(); ms > 0 {
+			m.Expiration = strconv.FormatInt(ms, 10)
+		} else {
+			m.Expiration = "0"
+		}
+		return now.Add(delay), publishConfirmed(ctx, chs[w], "", q, m)
+	}
+	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
 }
