@@ -85,6 +85,9 @@ var burstCatalogue = []delayCase{
 	withMax(ladderCase("max65s-shortest", ms1, 16, sf, topology.Quorum, ""), 65535*ms1),
 	// One hop: what a burst's last hop can do on this broker (see declareOneHop).
 	{name: "onehop", variant: "onehop"},
+	// One hop whose messages already carry 5 x-death entries, as a ladder message does on its
+	// last hop: what those headers cost the dead-lettering.
+	{name: "onehop-xdeath", variant: "onehop-xdeath"},
 	withReadyClassic(ladderCase("shortest-readyclassic", ms1, 16, sf, topology.Quorum, "")),
 	withReadyClassic(ladderCase("classic2-shortest-readyclassic", ms1, 16, sf, topology.Classic, "classic2")),
 }
@@ -164,8 +167,8 @@ func (s setup) queues(k int) string {
 // publishes must take c.path.
 func declare(tb testing.TB, c delayCase) setup {
 	tb.Helper()
-	if c.variant == "onehop" {
-		return declareOneHop(tb)
+	if c.variant == "onehop" || c.variant == "onehop-xdeath" {
+		return declareOneHop(tb, c.variant == "onehop-xdeath")
 	}
 	env := brokertest.NewEnv(tb)
 	if env.VHost == "/" {
@@ -465,8 +468,10 @@ func (c delayCase) String() string {
 // milliseconds) that ends at its due time. A bucket cannot hold a burst published over time (its
 // TTL is the queue's), so this queue stands in for it; it dead-letters every message once, as a
 // ladder's last hop does. Messages leave a quorum queue from its head only, so within the 1 s
-// window a message may wait behind an earlier-published one due later in that window.
-func declareOneHop(tb testing.TB) setup {
+// window a message may wait behind an earlier-published one due later in that window. With
+// xdeath, every message is published with 5 x-death entries like those a ladder message has
+// gathered by its last hop (queue names of the default ladder's length, reason expired).
+func declareOneHop(tb testing.TB, xdeath bool) setup {
 	tb.Helper()
 	env := brokertest.NewEnv(tb)
 	if env.VHost == "/" {
@@ -486,6 +491,9 @@ func declareOneHop(tb testing.TB) setup {
 	pub := func(ctx context.Context, w, i int, delay time.Duration) (time.Time, error) {
 		now := time.Now()
 		m := benchPublishing(i)
+		if xdeath {
+			m.Headers = amqp.Table{"x-death": ladderDeaths(5)}
+		}
 		if ms := delay.Milliseconds(); ms > 0 {
 			m.Expiration = strconv.FormatInt(ms, 10)
 		} else {
@@ -494,4 +502,22 @@ func declareOneHop(tb testing.TB) setup {
 		return now.Add(delay), publishConfirmed(ctx, chs[w], "", q, m)
 	}
 	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
+}
+
+// ladderDeaths returns n x-death entries shaped like those RabbitMQ adds at each hop of the
+// default ladder (queue rabbitdelay.ladder.LL.DD, reason expired, exchange, routing key,
+// count 1, time, original-expiration absent: the ladder's TTL is the queue's).
+func ladderDeaths(n int) []any {
+	out := make([]any, n)
+	for k := range n {
+		out[k] = amqp.Table{
+			"count":        int64(1),
+			"reason":       "expired",
+			"queue":        fmt.Sprintf("rabbitdelay.ladder.%02d.%02d", k, 1+k),
+			"time":         time.Now().Truncate(time.Second),
+			"exchange":     fmt.Sprintf("rabbitdelay.ladder.%02d", k),
+			"routing-keys": []any{"bench.key"},
+		}
+	}
+	return out
 }
