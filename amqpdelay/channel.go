@@ -48,7 +48,6 @@ type pubChan struct {
 type inflight struct {
 	id       string
 	done     chan struct{}
-	ack      bool
 	returned bool
 	retCode  uint16
 	retText  string
@@ -113,7 +112,6 @@ func (pc *pubChan) dispatch(confirms <-chan amqp.Confirmation, returns <-chan am
 				if pc.byID[f.id] == f {
 					delete(pc.byID, f.id)
 				}
-				f.ack = c.Ack
 			}
 			pc.pmu.Unlock()
 			if f != nil {
@@ -241,28 +239,18 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 		return fmt.Errorf("%w (exchange %q, routing key %q): %w", ErrConnectionLost, exchange, key, f.lostErr)
 	case f.returned:
 		return fmt.Errorf("%w: the broker returned it: %d %s (exchange %q, routing key %q)", ErrUnroutable, f.retCode, f.retText, exchange, key)
-	case !answer(dc, f.ack):
+	case !dc.Acked():
+		// The answer is the deferred confirmation's, not the listener's Ack: amqp091 settles
+		// the deferred confirmation of a tag before any listener hears of it
+		// (confirms.One and confirms.Multiple), and amqp091-go v1.16 hands a listener the Ack
+		// of a later basic.ack with multiple=true for a tag it had already received a
+		// basic.nack for out of order (confirms.Multiple ignores the nack it holds for
+		// resequencing). RabbitMQ sends that order (rabbit_channel's coalesce_and_send: a nack
+		// of a higher tag while a lower one is unconfirmed, then a multiple ack). The listener
+		// is used for its order only: the publish's basic.return, if any, came before.
 		return fmt.Errorf("%w (exchange %q, routing key %q)", ErrNacked, exchange, key)
 	}
 	return nil
-}
-
-// answer returns whether the broker acked a publish whose confirmation the channel's
-// NotifyPublish listener has delivered, with listenerAck: the deferred confirmation dc's
-// answer, settled by the first basic.ack or basic.nack for its tag before any listener hears
-// of the tag. The listener is used for its order (after the publish's basic.return), not for
-// its Ack: amqp091-go v1.16 hands a listener the Ack of a later basic.ack with multiple=true
-// for a tag it had already received a basic.nack for out of order (confirms.Multiple confirms
-// every tag up to the ack's, ignoring the nack it holds for resequencing), and RabbitMQ sends
-// that order (rabbit_channel's coalesce_and_send: a nack of a higher tag while a lower one is
-// unconfirmed, then a multiple ack).
-func answer(dc *amqp.DeferredConfirmation, listenerAck bool) bool {
-	select {
-	case <-dc.Done():
-		return dc.Acked()
-	default:
-		return listenerAck // not settled: cannot happen (the deferred confirmation is settled first)
-	}
 }
 
 func ctxErr(ctx context.Context, doing string) error {

@@ -140,7 +140,7 @@ func pendingScale(b *testing.B, n int, what string, setupCase func(testing.TB) s
 		}
 		var took time.Duration
 		if *scaleDeferred > 0 {
-			took, err = publishDeferredN(ctx, b, s.cfg, n, *scaleDeferred, rec, delayOf)
+			took, err = publishDeferredN(ctx, s.cfg, n, *scaleDeferred, rec, delayOf)
 		} else {
 			took, err = runWorkersN(ctx, *scaleWorkers, n, s.publish, rec, nil, delayOf)
 		}
@@ -206,51 +206,29 @@ func publishers() string {
 }
 
 // publishDeferredN publishes messages 0..n-1 to benchTarget from one goroutine with
-// PublishDeferred on a Publisher of its own for cfg (WithMaxInFlight(window)), recording each
-// confirmed one in rec, and returns the time from the first publish to the last confirmation.
-// The first error ends it.
-func publishDeferredN(ctx context.Context, tb testing.TB, cfg amqpdelay.Config, n, window int, rec *recorder,
+// PublishDeferred on a Publisher of its own for cfg (WithMaxInFlight(window)), window in flight
+// (runPipelined), recording each confirmed one in rec, and returns the time from the first
+// publish to the last confirmation. The first error ends it.
+func publishDeferredN(ctx context.Context, cfg amqpdelay.Config, n, window int, rec *recorder,
 	delayOf func(i int, now time.Time) time.Duration) (time.Duration, error) {
 	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithStrategy(amqpdelay.LadderOnly), amqpdelay.WithMaxInFlight(window))
 	if err != nil {
 		return 0, fmt.Errorf("publisher: %w", err)
 	}
 	defer p.Close()
-	type pending struct {
-		i   int
-		now time.Time
-		d   time.Duration
-		def *amqpdelay.Deferred
-	}
-	queue := make([]pending, 0, window)
-	settle := func(q pending) error {
-		r, err := q.def.Wait(ctx)
-		if err != nil {
-			return fmt.Errorf("message %d: %w", q.i, err)
-		}
-		rec.sent(q.i, q.now.Add(q.d), r.Due)
-		return nil
-	}
-	begin := time.Now()
-	for i := range n {
-		if len(queue) == window {
-			if err := settle(queue[0]); err != nil {
-				return 0, err
-			}
-			queue = queue[1:]
-		}
+	return runPipelined(ctx, n, window, func(ctx context.Context, i int) (func() error, error) {
 		now := time.Now()
 		d := delayOf(i, now)
 		def, err := p.PublishDeferred(ctx, benchTarget, "bench.key", benchPublishing(i), d)
 		if err != nil {
-			return 0, fmt.Errorf("message %d: %w", i, err)
+			return nil, err
 		}
-		queue = append(queue, pending{i: i, now: now, d: d, def: def})
-	}
-	for _, q := range queue {
-		if err := settle(q); err != nil {
-			return 0, err
-		}
-	}
-	return time.Since(begin), nil
+		return func() error {
+			r, err := def.Wait(ctx)
+			if err == nil {
+				rec.sent(i, now.Add(d), r.Due)
+			}
+			return err
+		}, nil
+	})
 }

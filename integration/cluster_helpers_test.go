@@ -132,6 +132,15 @@ func (c *testCluster) nodeURL(i int, vhost string) string {
 	return brokertest.WithVHost(c.URLs[i-1], vhost)
 }
 
+// vhostURLs returns every node's AMQP URL of vhost, node 1 first.
+func (c *testCluster) vhostURLs(vhost string) []string {
+	out := make([]string, len(c.URLs))
+	for i, u := range c.URLs {
+		out[i] = brokertest.WithVHost(u, vhost)
+	}
+	return out
+}
+
 // clusterDial opens a connection to url with a deadline of its own.
 func clusterDial(url string) (*amqp.Connection, error) {
 	return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(30 * time.Second), Heartbeat: 10 * time.Second})

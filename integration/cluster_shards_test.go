@@ -11,7 +11,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -86,7 +85,7 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	// The burst: n messages all due at one instant, 10 s ahead (the publishing takes a few
 	// seconds on a busy machine; each message's delay is what is left until then).
 	const n = 3000
-	cfg := amqpdelay.Config{URL: strings.Join(clusterVHostURLs(c, env), ","), Spec: spec}
+	cfg := amqpdelay.Config{URL: strings.Join(c.vhostURLs(env.VHost), ","), Spec: spec}
 	pub, err := amqpdelay.NewPublisher(ctx, cfg)
 	if err != nil {
 		t.Fatalf("publisher: %v", err)
@@ -185,13 +184,4 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 			break
 		}
 	}
-}
-
-// clusterVHostURLs returns every node's AMQP URL of env's vhost.
-func clusterVHostURLs(c *testCluster, env *brokertest.Env) []string {
-	out := make([]string, len(c.URLs))
-	for i := range c.URLs {
-		out[i] = c.nodeURL(i+1, env.VHost)
-	}
-	return out
 }

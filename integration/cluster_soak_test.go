@@ -126,13 +126,7 @@ func (r *soakRun) note(format string, a ...any) {
 	r.mu.Unlock()
 }
 
-func (r *soakRun) urls() []string {
-	var us []string
-	for i := range r.c.URLs {
-		us = append(us, r.c.nodeURL(i+1, r.env.VHost))
-	}
-	return us
-}
+func (r *soakRun) urls() []string { return r.c.vhostURLs(r.env.VHost) }
 
 func (r *soakRun) nodeIndex(name string) int {
 	for i, n := range r.names {
