@@ -110,9 +110,12 @@
 //     channel: an exchange deleted after its check (404; that publish gets ErrConnectionLost
 //     and the name is checked again next time), an internal exchange or one the user may not
 //     write to (403 ACCESS_REFUSED), or a check the broker refuses for another reason (the
-//     publish then goes unchecked). Direct publishes to exchanges that are not targets have a
-//     channel of their own (channel_max permitting), so only those in flight beside it fail
-//     with ErrConnectionLost wrapping the broker's error; the channel is reopened.
+//     publish then goes unchecked). Every publish in flight on a channel that such a refusal
+//     closed is sent again alone, on a channel that carries one publish at a time: the
+//     refused publish gets its own error (ErrExchangeNotFound, ErrAccessRefused,
+//     ErrInvalidInput) and the others their confirms. One the broker had stored before the
+//     refusal (its confirm lost with the channel) is then stored twice, with the same
+//     MessageId; the channel is reopened.
 //   - msg.Expiration (a per-message TTL) is refused on delay paths: the message would expire
 //     inside the delay queues, early.
 //   - Bad input that would cost the whole connection is refused with ErrInvalidInput before

@@ -39,9 +39,9 @@ var (
 
 	// ErrConnectionLost: the channel or connection closed after the message was sent and
 	// before the broker confirmed it. The outcome is unknown: the broker may or may not have
-	// stored the message; publishing again may deliver it twice. When the broker closed the
-	// channel on purpose (404 NOT_FOUND for an exchange that does not exist, say) its
-	// *amqp091.Error is wrapped too.
+	// stored the message; publishing again may deliver it twice. A channel the broker closed
+	// because it refused a publish (403, 404, 406) does not give it: the publishes in flight
+	// there are sent again, one at a time, and each gets its own answer.
 	ErrConnectionLost = errors.New("amqpdelay: connection lost before the broker confirmed the message")
 
 	// ErrExchangeNotFound: a direct publish (delay <= 0) named an exchange that does not exist

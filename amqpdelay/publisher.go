@@ -239,7 +239,8 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 // connection or channel and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
 // ErrPluginUnavailable, ErrExchangeNotFound (a direct publish to a missing exchange; nothing
 // sent for any of these), ErrUnroutable (a mandatory publish
-// came back), ErrNacked, ErrConnectionLost (closed before the confirm: outcome unknown),
+// came back), ErrNacked, ErrConnectionLost (the connection, or a channel for a reason other
+// than a refusal of a publish in flight on it, closed before the confirm: outcome unknown),
 // ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
 // unreachable and the Publisher reconnects.
 func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
@@ -313,6 +314,9 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	}
 	shard := shardOf(out.MessageId, p.cfg.Spec.Shards) // the copy of the ladder (PathLadder)
 	dest, hops, mandatory := p.destination(c, exchange, shard)
+	// alone: sent again on the serial channel because a refusal closed the shared channel it
+	// was in flight on (closedByRefusal).
+	alone := false
 	for {
 		if c.path == PathPlugin && !p.pluginOK.Load() {
 			// A publish found the plugin exchange gone (404) since this path was chosen.
@@ -335,7 +339,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		}
 		kind := generalSlots
 		switch {
-		case p.mayBeRefused(c.path, dest, &out):
+		case alone || p.mayBeRefused(c.path, dest, &out):
 			kind = serialSlot
 		case c.path == PathPlugin:
 			kind = pluginSlot
@@ -354,7 +358,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			} else if err != nil {
 				return Receipt{}, err
 			}
-			if !p.mayBeRefused(c.path, dest, &out) {
+			if !alone && !p.mayBeRefused(c.path, dest, &out) {
 				continue
 			}
 		}
@@ -380,7 +384,14 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			p.forgetExchange(dest) // deleted since it was checked: the next publish checks again
 		}
 		if err != nil {
-			return Receipt{}, p.learn(err, kind == serialSlot, c.path, dest, routingKey, &out)
+			err = p.learn(err, kind == serialSlot, c.path, dest, routingKey, &out)
+			if kind != serialSlot && closedByRefusal(err) {
+				// The broker closed a shared channel because of one publish in flight there,
+				// maybe another's: send this one again alone, where a refusal is its own answer.
+				alone = true
+				continue
+			}
+			return Receipt{}, err
 		}
 		p.accepted(c.path, dest, len(out.Body))
 		p.metrics.confirmed(c.path, time.Since(sent))

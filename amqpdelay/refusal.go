@@ -36,9 +36,8 @@ import (
 //     publish (checkExchange); the delay paths' exchanges are checked by NewPublisher. An
 //     exchange deleted after it took a direct publish cannot be told from AMQP without a
 //     declare per publish: the next direct publish to it closes the direct publishes' shared
-//     channel, failing those in flight there (ErrConnectionLost, outcome unknown), never a
-//     delayed publish; the exchange is then checked again, and publishes go alone until it
-//     takes one.
+//     channel, and every publish in flight there is sent again alone (below); publishes to
+//     that exchange then go alone until it takes one.
 //  4. Internal exchange (403 "cannot publish to internal exchange"): as 2.
 //  5. Topic permission on the routing key, topic exchanges only (403 "access to topic ...";
 //     rabbit_channel.erl check_topic_authorisation and rabbit_auth_backend_internal
@@ -50,8 +49,8 @@ import (
 //     (topology.Management.TopicPermissionExchanges); without it, or when the management user
 //     may not read them, it learns an exchange from the first topic refusal there. Until then
 //     the direct publishes to an exchange that has taken one share the direct publishes'
-//     channel, so that first refusal fails the direct publishes in flight on it
-//     (ErrConnectionLost, outcome unknown), never a delayed publish.
+//     channel, so that first refusal closes it, and every publish in flight there is sent
+//     again alone (below).
 //  6. user_id property other than the connection's user (406), unless the user has the
 //     impersonator tag: such a publish goes on the serial channel.
 //  7. expiration property that is not an integer of 0 to 315,360,000,000 ms (406 "invalid
@@ -62,7 +61,12 @@ import (
 //
 // The serial channel carries one publish at a time, so its refusal is the answer to that
 // publish alone: the Publisher returns it as ErrAccessRefused, ErrExchangeNotFound or
-// ErrInvalidInput (nothing was stored) and reopens the channel. Errors that close the whole
+// ErrInvalidInput (nothing was stored) and reopens the channel. A refusal that still closes a
+// shared channel (the cases of 3 and 5 the Publisher cannot foresee, or any check not listed
+// here) fails no publish either: every publish that was in flight on that channel is sent
+// again, alone, on the serial channel (closedByRefusal), where the refused one gets its own
+// refusal and the others their confirms. A publish the broker had stored before the refusal
+// (its confirm lost with the channel) is then stored twice, with the same MessageId. Errors that close the whole
 // connection (501 for a frame larger than frame_max, 540 for immediate, 541 for a header
 // value RabbitMQ cannot read) are refused before sending by validateMessage and
 // headerTooLarge.
@@ -226,6 +230,17 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 		return fmt.Errorf("%w: RabbitMQ refused the message (%s); nothing was stored: correct the property it names: %w", ErrInvalidInput, ae.Reason, ae)
 	}
 	return err
+}
+
+// closedByRefusal reports whether err is a publish's ErrConnectionLost because RabbitMQ closed
+// its channel (not the connection) with a soft error: a refusal of a basic.publish (403, 404,
+// 406; AMQP 0-9-1's soft-error codes, which amqp091 marks Recover). The broker handles a
+// channel's frames in order and ignores the publishes after the refused one, so any publish
+// in flight on it may be the refused one, stored (sent before it, its confirm lost with the
+// channel), or dropped (sent after it).
+func closedByRefusal(err error) bool {
+	var ae *amqp.Error
+	return errors.Is(err, ErrConnectionLost) && errors.As(err, &ae) && ae.Server && ae.Recover
 }
 
 var (

@@ -9,9 +9,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// lost wraps a broker's channel close as pubChan.publish reports it.
+// lost wraps a broker's close as pubChan.publish reports it: amqp091 marks a close the broker
+// sent Server, and Recover when its code is one of AMQP 0-9-1's soft errors (a channel close).
 func lost(code int, reason string) error {
-	return fmt.Errorf("%w (exchange %q, routing key %q): %w", ErrConnectionLost, "x", "k", &amqp.Error{Code: code, Reason: reason})
+	soft := false
+	switch code {
+	case 311, 312, 313, 403, 404, 405, 406:
+		soft = true
+	}
+	return fmt.Errorf("%w (exchange %q, routing key %q): %w", ErrConnectionLost, "x", "k", &amqp.Error{Code: code, Reason: reason, Server: true, Recover: soft})
 }
 
 // TestLearn: on the serial channel each refusal becomes its own sentinel and is learnt; on a
@@ -126,5 +132,25 @@ func TestForgetOnReconnect(t *testing.T) {
 	}
 	if r.earlier("internal") == nil {
 		t.Error("forget dropped a refusal")
+	}
+}
+
+func TestClosedByRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"404 channel close", lost(amqp.NotFound, "NOT_FOUND - no exchange 'x' in vhost '/'"), true},
+		{"403 channel close", lost(amqp.AccessRefused, "ACCESS_REFUSED - access to topic 'k' in exchange 'x' in vhost '/' refused for user 'u'"), true},
+		{"406 channel close", lost(amqp.PreconditionFailed, "PRECONDITION_FAILED - invalid expiration"), true},
+		{"connection forced (hard error)", lost(amqp.ConnectionForced, "CONNECTION_FORCED - broker forced connection closure"), false},
+		{"connection gone", fmt.Errorf("%w: %w", ErrConnectionLost, amqp.ErrClosed), false},
+		{"a 404 not from the broker", fmt.Errorf("%w: %w", ErrConnectionLost, &amqp.Error{Code: amqp.NotFound, Recover: true}), false},
+		{"a refusal answered alone", fmt.Errorf("%w: %w", ErrExchangeNotFound, &amqp.Error{Code: amqp.NotFound, Recover: true, Server: true}), false},
+	} {
+		if got := closedByRefusal(tc.err); got != tc.want {
+			t.Errorf("%s: closedByRefusal = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
