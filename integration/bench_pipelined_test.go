@@ -28,8 +28,13 @@ var (
 // channel (PublishWithDeferredConfirmWithContext, -pipelined-window in flight) to a plain quorum
 // queue; the Publisher's cases use PublishDeferred with WithMaxInFlight(-pipelined-window):
 // direct publishes (no delay) to the target exchange, whose ready queue is a quorum queue as
-// raw's is; ladder and bucket with 1 h delays (no hop falls inside the run) and the ladder with delays of
-// 1-10 s (the hops share the broker with the publishes). The cases alternate over
+// raw's is; the bucket with 1 h delays (no hop falls inside the run); the default ladder with
+// 1 h delays, whose shortest-first order makes every hop but the last (the 3,145,728 ms level)
+// in the first seconds, inside the run; the same ladder with longest-first order, whose first
+// hop is that long one, so no hop falls inside the run; and the default ladder with delays of
+// 1-10 s (the hops share the broker with the publishes). A second raw case,
+// raw-headers-exchange, publishes through a headers exchange routed as a ladder level is, with
+// headers of the Publisher's shape (rawHeadersPipelined). The cases alternate over
 // -pipelined-rounds rounds, each case in a vhost of its own per round. Reports msg/s per case
 // and the ratio to raw (x_raw) in "summary".
 //
@@ -72,8 +77,11 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		buckets: []time.Duration{time.Hour}, path: amqpdelay.PathBucket}
 	cases := []tcase{
 		{name: "raw", setup: rawPipelined},
+		{name: "raw-headers-exchange", setup: rawHeadersPipelined},
+		{name: "raw-fanout-exchange", setup: rawFanoutPipelined},
 		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 })},
 		{name: "ladder-1h", setup: deferred(defaultLadderCase("ladder"), hour)},
+		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, topology.Quorum, ""), hour)},
 		{name: "bucket-1h", setup: deferred(bucket, hour)},
 		{name: "ladder-1-10s", setup: deferred(defaultLadderCase("ladder"), short)},
 	}
@@ -138,6 +146,74 @@ func runPipelined(ctx context.Context, n, window int, start func(context.Context
 // for the deferred confirm: the baseline of BenchmarkPublishPipelined.
 func rawPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
+	return rawPipelinedTo(tb, func(ch *amqp.Channel, q string) (string, string) { return "", q }, benchPublishing)
+}
+
+// rawHeadersPipelined is rawPipelined through a headers exchange routed as a ladder level
+// routes: 15 bindings to the queue, one per digit value of a digit header, and one binding for
+// digit 0 to another exchange; each message carries headers of the shape and size the
+// Publisher sets (target, due time, six digit headers, copy tag, a UUID message id). A
+// diagnostic case: what the broker's headers routing and larger headers cost, without any
+// rabbitdelay code.
+func rawHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
+	tb.Helper()
+	declare := func(ch *amqp.Channel, q string) (string, string) {
+		x, next := q+".level", q+".next"
+		for _, name := range []string{x, next} {
+			if err := ch.ExchangeDeclare(name, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
+				tb.Fatalf("declare %s: %v", name, err)
+			}
+		}
+		for v := 1; v < 16; v++ {
+			if err := ch.QueueBind(q, "", x, false, amqp.Table{"x-match": "all", "rabbitdelay-d5": int64(v)}); err != nil {
+				tb.Fatalf("bind %s: %v", q, err)
+			}
+		}
+		if err := ch.ExchangeBind(next, "", x, false, amqp.Table{"x-match": "all", "rabbitdelay-d5": int64(0)}); err != nil {
+			tb.Fatalf("bind %s: %v", next, err)
+		}
+		return x, "bench.key"
+	}
+	return rawPipelinedTo(tb, declare, ladderShapedMsg(time.Now().Add(time.Hour)))
+}
+
+// rawFanoutPipelined is rawHeadersPipelined through a fanout exchange bound to the queue
+// alone: the same messages, routed without reading their headers.
+func rawFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
+	tb.Helper()
+	declare := func(ch *amqp.Channel, q string) (string, string) {
+		x := q + ".entry"
+		if err := ch.ExchangeDeclare(x, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			tb.Fatalf("declare %s: %v", x, err)
+		}
+		if err := ch.QueueBind(q, "", x, false, nil); err != nil {
+			tb.Fatalf("bind %s: %v", q, err)
+		}
+		return x, "bench.key"
+	}
+	return rawPipelinedTo(tb, declare, ladderShapedMsg(time.Now().Add(time.Hour)))
+}
+
+// ladderShapedMsg returns messages with headers of the shape and size the Publisher sets on a
+// ladder message due at due.
+func ladderShapedMsg(due time.Time) func(int) amqp.Publishing {
+	return func(i int) amqp.Publishing {
+		m := benchPublishing(i)
+		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+		m.Headers = amqp.Table{
+			"rabbitdelay-target": benchTarget, "rabbitdelay-due": due.UnixMilli(), "rabbitdelay-copy": fmt.Sprintf("%016x", i),
+			"rabbitdelay-d5": int64(3), "rabbitdelay-d4": int64(6), "rabbitdelay-d3": int64(14),
+			"rabbitdelay-d2": int64(14), "rabbitdelay-d1": int64(8), "rabbitdelay-d0": int64(0),
+		}
+		return m
+	}
+}
+
+// rawPipelinedTo declares a quorum queue in a vhost of its own, then what declare adds (it
+// returns the exchange and routing key to publish to), and returns a starter that publishes
+// msg(i) on one channel in confirm mode, returning a wait for the deferred confirm.
+func rawPipelinedTo(tb testing.TB, declare func(ch *amqp.Channel, q string) (exchange, key string), msg func(int) amqp.Publishing) func(context.Context, int) (func() error, error) {
+	tb.Helper()
 	env := brokertest.NewEnv(tb)
 	conn, err := amqp.DialConfig(env.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	if err != nil {
@@ -158,8 +234,9 @@ func rawPipelined(tb testing.TB) func(context.Context, int) (func() error, error
 	if env.VHost == "/" {
 		tb.Cleanup(func() { _, _ = ch.QueueDelete(q, false, false, false) })
 	}
+	exchange, key := declare(ch, q)
 	return func(ctx context.Context, i int) (func() error, error) {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, benchPublishing(i))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, msg(i))
 		if err != nil {
 			return nil, err
 		}
