@@ -117,6 +117,12 @@ func TestPublisherChannelRefusals(t *testing.T) {
 			want: amqpdelay.ErrInvalidInput, text: "array"},
 		{name: "delivery mode 3", bad: attempt{exchange: target, key: "k", msg: amqp.Publishing{DeliveryMode: 3}},
 			want: amqpdelay.ErrInvalidInput, text: "DeliveryMode"},
+		{name: "expiration not an integer", bad: attempt{exchange: target, key: "k", msg: amqp.Publishing{Expiration: "1.5"}},
+			want: amqpdelay.ErrInvalidInput, text: "Expiration"},
+		{name: "expiration negative", bad: attempt{exchange: target, key: "k", msg: amqp.Publishing{Expiration: "-1"}},
+			want: amqpdelay.ErrInvalidInput, text: "Expiration"},
+		{name: "BCC header not an array, direct", bad: attempt{exchange: target, key: "k", msg: amqp.Publishing{Headers: amqp.Table{"BCC": int32(5)}}},
+			want: amqpdelay.ErrInvalidInput, text: "array"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
