@@ -2,10 +2,14 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -609,4 +613,181 @@ func TestMetricsFaultsAndOutcomes(t *testing.T) {
 	}
 	metLint(t, reg)
 	metLint(t, creg)
+}
+
+// recordingRegisterer registers on a registry and keeps the collectors, so that a test can
+// read every descriptor (a vector with no series yet gathers nothing).
+type recordingRegisterer struct {
+	*prometheus.Registry
+	collectors []prometheus.Collector
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return r.Registry.Register(c)
+}
+
+func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// descLabels matches the name and variable labels in a Desc's String.
+var descLabels = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
+
+// metricLabels returns each metric name the collectors describe with its variable labels
+// (histograms: also le, and the _bucket, _sum and _count series).
+func metricLabels(t *testing.T, cs ...prometheus.Collector) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, c := range cs {
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := descLabels.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("descriptor %s: no name and labels", d)
+			}
+			var labels []string
+			if m[2] != "" {
+				labels = strings.Split(m[2], ",")
+			}
+			out[m[1]] = labels
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				out[m[1]+suffix] = append(slices.Clone(labels), "le")
+			}
+		}
+	}
+	return out
+}
+
+// TestGrafanaDashboard reads docs/grafana/rabbitdelay.json as Grafana's import would: valid
+// JSON, the data source a dashboard variable of type datasource (query prometheus) that every
+// panel and query uses, unique panel ids, and panels for lateness, waiting, stuck messages and
+// publish outcomes; every rabbitdelay_ metric a query names is one the Publisher, the Consumer
+// or the exporter describes, and every label a query groups or filters by is one of its labels.
+func TestGrafanaDashboard(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/grafana/rabbitdelay.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type target struct {
+		Datasource map[string]string `json:"datasource"`
+		Expr       string            `json:"expr"`
+	}
+	var d struct {
+		UID        string `json:"uid"`
+		Title      string `json:"title"`
+		Templating struct {
+			List []struct {
+				Name, Type string
+				Query      any
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			ID         int                       `json:"id"`
+			Type       string                    `json:"type"`
+			Title      string                    `json:"title"`
+			Datasource map[string]string         `json:"datasource"`
+			GridPos    *struct{ X, Y, W, H int } `json:"gridPos"`
+			Targets    []target                  `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("the dashboard is not valid JSON: %v", err)
+	}
+	if d.UID == "" || d.Title == "" {
+		t.Errorf("uid %q, title %q: want both", d.UID, d.Title)
+	}
+	hasVar := false
+	for _, v := range d.Templating.List {
+		hasVar = hasVar || (v.Name == "datasource" && v.Type == "datasource" && v.Query == "prometheus")
+	}
+	if !hasVar {
+		t.Errorf("no dashboard variable datasource of type datasource (query prometheus): %+v", d.Templating.List)
+	}
+
+	// The names and labels of every metric, from the collectors themselves.
+	env := brokertest.NewEnv(t)
+	spec := metSpec()
+	declareTopology(t, env, spec)
+	preg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
+	newPublisher(t, env, spec, amqpdelay.WithMetrics(preg))
+	creg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = env.URL
+	newConsumer(t, cfg, "orders.work", func(context.Context, amqp.Delivery) error { return nil }, consumer.WithMetrics(creg))
+	p, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := metricLabels(t, append(append(preg.collectors, creg.collectors...), exporter.New(nil, p, exporter.Options{}))...)
+
+	ids := map[int]bool{}
+	metricRef := regexp.MustCompile(`\b(rabbitdelay_[a-z_]+)(\{[^}]*\})?`)
+	grouping := regexp.MustCompile(`\bby \(([^)]*)\)`)
+	var all string
+	for _, pn := range d.Panels {
+		if ids[pn.ID] {
+			t.Errorf("panel id %d used twice", pn.ID)
+		}
+		ids[pn.ID] = true
+		if pn.GridPos == nil {
+			t.Errorf("panel %q has no gridPos", pn.Title)
+		}
+		if pn.Type == "row" {
+			continue
+		}
+		if pn.Datasource["uid"] != "${datasource}" || pn.Datasource["type"] != "prometheus" {
+			t.Errorf("panel %q: data source %v, want the variable ${datasource}", pn.Title, pn.Datasource)
+		}
+		if len(pn.Targets) == 0 {
+			t.Errorf("panel %q has no query", pn.Title)
+		}
+		for _, tg := range pn.Targets {
+			all += tg.Expr + "\n"
+			if tg.Datasource["uid"] != "${datasource}" {
+				t.Errorf("panel %q: a query's data source %v, want the variable ${datasource}", pn.Title, tg.Datasource)
+			}
+			var used []string // the metrics of this query
+			for _, m := range metricRef.FindAllStringSubmatch(tg.Expr, -1) {
+				labels, ok := known[m[1]]
+				if !ok {
+					t.Errorf("panel %q: %s is no metric of rabbitdelay's", pn.Title, m[1])
+					continue
+				}
+				used = append(used, m[1])
+				for _, sel := range strings.Split(strings.Trim(m[2], "{}"), ",") {
+					if name, _, ok := strings.Cut(sel, "="); ok && !slices.Contains(labels, strings.TrimSpace(name)) {
+						t.Errorf("panel %q: %s has no label %s", pn.Title, m[1], name)
+					}
+				}
+			}
+			for _, g := range grouping.FindAllStringSubmatch(tg.Expr, -1) {
+				for _, l := range strings.Split(g[1], ",") {
+					l = strings.TrimSpace(l)
+					for _, name := range used {
+						if !slices.Contains(known[name], l) {
+							t.Errorf("panel %q: groups by %s, which %s does not have", pn.Title, l, name)
+						}
+					}
+				}
+			}
+		}
+	}
+	for what, expr := range map[string]string{
+		"lateness":         "rabbitdelay_consumer_lateness_seconds_bucket",
+		"waiting messages": "rabbitdelay_delay_messages{",
+		"stuck messages":   "rabbitdelay_delay_messages_dlx",
+		"parking":          "rabbitdelay_parking_messages",
+		"publish outcomes": "sum by (outcome) (rate(rabbitdelay_publisher_publishes_total",
+	} {
+		if !strings.Contains(all, expr) {
+			t.Errorf("no panel shows %s (%s)", what, expr)
+		}
+	}
 }
