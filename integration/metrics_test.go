@@ -366,7 +366,8 @@ func TestExporterScrape(t *testing.T) {
 
 // TestExporterUnroutableInDeadLetterState: without the targets policy (no alternate
 // exchange), a due message that its target routes to no queue stays in its delay queue's
-// dead-letter state, and the exporter reports it in rabbitdelay_delay_messages_dlx.
+// dead-letter state, and the exporter reports it in rabbitdelay_delay_messages_dlx, summed per
+// bucket and (Options.PerQueue) per queue.
 func TestExporterUnroutableInDeadLetterState(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -394,6 +395,12 @@ func TestExporterUnroutableInDeadLetterState(t *testing.T) {
 	}
 	if v, _ := metValue(fams, "rabbitdelay_policy_problems", map[string]string{"breaks": string(topology.BreaksStalls), "severity": "error"}); v < 1 {
 		t.Errorf("policy_problems{breaks=stalls} = %v, want at least 1 (the target has no alternate exchange)", v)
+	}
+	// Per queue: the same message in the 1 s bucket queue's series.
+	preg := prometheus.NewRegistry()
+	preg.MustRegister(exporter.New(m, p, exporter.Options{PerQueue: true}))
+	if v, _ := metValue(metGather(t, preg), "rabbitdelay_delay_messages_dlx", map[string]string{"queue": p.Names.BucketQueue(1000)}); v != 1 {
+		t.Errorf("per queue: delay_messages_dlx{queue=%s} = %v, want 1", p.Names.BucketQueue(1000), v)
 	}
 }
 
