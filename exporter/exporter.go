@@ -42,7 +42,10 @@
 //   - rabbitdelay_dead_letter_waiting_messages{node}: messages in dead-letter state waiting
 //     for the unreachable node.
 //   - rabbitdelay_revocation_stream_messages{queue}: messages in the revocation stream
-//     <prefix>.revoked (the queue label is its name).
+//     <prefix>.revoked (the queue label is its name): the records of Publisher.Revoke and
+//     Reschedule and the fences its readers (package revoke, the consumer package) write to
+//     find where they have read up to. It shrinks only when RabbitMQ deletes a segment file
+//     older than the stream's x-max-age (topology.Spec.RevocationRetention).
 //
 // The management API refreshes its queue figures every collect_statistics_interval (5 s by
 // default), so a scrape lags the broker by up to that much; a queue without figures yet is
@@ -128,7 +131,7 @@ func New(m *topology.Management, p *topology.Plan, opts Options) *Exporter {
 		waiting: prometheus.NewDesc(name("dead_letter_waiting_messages"),
 			"Messages in dead-letter state that wait for the unreachable node.", node, nil),
 		revocations: prometheus.NewDesc(name("revocation_stream_messages"),
-			"Messages in the revocation stream <prefix>.revoked.", []string{"queue"}, nil),
+			"Messages in the revocation stream <prefix>.revoked: revocation records and the fences of its readers.", []string{"queue"}, nil),
 	}
 }
 

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -27,7 +30,10 @@ import (
 // The declare binary's status must then exit 1 and print "DEAD-LETTERING WAITING ON AN
 // UNREACHABLE NODE" with node 3's name and every delay queue that the management API shows
 // holding messages_dlx. Node 3 started again: everything moves on, every message reaches the
-// ready queue, and status exits 0. Runs under `make cluster-test` (skips without a cluster).
+// ready queue, and status exits 0. The exporter is read twice: on the healthy cluster its
+// members and leaders per node must be the management API's (checkExporterNodes), with node 3
+// stopped it must report node 3 not running, messages waiting on it and degraded queues.
+// Runs under `make cluster-test` (skips without a cluster).
 //
 // No timing is asserted; every wait has a generous deadline.
 func TestClusterStatusDeadLetterWait(t *testing.T) {
@@ -87,6 +93,12 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 	}
+
+	// The exporter, healthy cluster: every node running, and per node the members and leaders
+	// of the specification's quorum queues that the management API lists.
+	ereg := prometheus.NewRegistry()
+	ereg.MustRegister(exporter.New(m, p, exporter.Options{}))
+	checkExporterNodes(t, ctx, m, p, ereg, step)
 
 	stopped := true
 	if out, err := c.script("stop-node", "3"); err != nil {
@@ -169,6 +181,35 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 		}
 	}
 
+	// The exporter with node 3 stopped: node 3 not running, dead-lettering waiting on it, and
+	// quorum queues degraded.
+	var fams []*dto.MetricFamily
+	var failed []string
+	deadline = time.Now().Add(step)
+	for {
+		fams = metGather(t, ereg)
+		failed = failed[:0]
+		if v, found := metValue(fams, "rabbitdelay_node_running", map[string]string{"node": victim}); !found || v != 0 {
+			failed = append(failed, fmt.Sprintf("node_running{node=%s} = %v (found %v), want 0", victim, v, found))
+		}
+		if v, _ := metValue(fams, "rabbitdelay_dead_letter_waiting_messages", map[string]string{"node": victim}); v < 1 {
+			failed = append(failed, fmt.Sprintf("dead_letter_waiting_messages{node=%s} = %v, want at least 1", victim, v))
+		}
+		if v, _ := metValue(fams, "rabbitdelay_degraded_queues", nil); v < 1 {
+			failed = append(failed, fmt.Sprintf("degraded_queues = %v, want at least 1", v))
+		}
+		if v, _ := metValue(fams, "rabbitdelay_delay_messages_dlx", nil); v < 1 {
+			failed = append(failed, fmt.Sprintf("delay_messages_dlx = %v, want at least 1", v))
+		}
+		if len(failed) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	for _, f := range failed {
+		t.Errorf("exporter with node 3 stopped: %s", f)
+	}
+
 	c.startNode(t, 3)
 	stopped = false
 	clusterGetAll(t, c.nodeURL(1, env.VHost), ready, step, ids) // every message, once node 3 is back
@@ -182,5 +223,65 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 			t.Fatalf("declare status still exits %d %v after node 3 came back:\n%s", code, step, out)
 		}
 		time.Sleep(5 * time.Second)
+	}
+}
+
+// checkExporterNodes waits (up to within) until the exporter registered on reg reports every
+// node running and, per node, as many members (node_members) and leaders (node_leaders,
+// node_delay_queue_leaders) of the plan's quorum queues as the management API's queue list
+// gives, and fails the test if it does not.
+func checkExporterNodes(t *testing.T, ctx context.Context, m *topology.Management, p *topology.Plan, reg prometheus.Gatherer, within time.Duration) {
+	t.Helper()
+	var failed []string
+	deadline := time.Now().Add(within)
+	for {
+		failed = failed[:0]
+		qs, err := m.Queues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members, leaders, delayLeaders := map[string]float64{}, map[string]float64{}, map[string]float64{}
+		for _, q := range p.Queues {
+			mq, ok := qs[q.Name]
+			if !ok || mq.Type != string(topology.Quorum) {
+				continue
+			}
+			for _, n := range mq.Members {
+				members[n]++
+			}
+			leaders[mq.Leader]++
+			if q.IsDelay() {
+				delayLeaders[mq.Leader]++
+			}
+		}
+		fams := metGather(t, reg)
+		if len(members) != 3 {
+			failed = append(failed, fmt.Sprintf("the quorum queues have members on %d nodes, want 3", len(members)))
+		}
+		for node := range members {
+			if v, found := metValue(fams, "rabbitdelay_node_running", map[string]string{"node": node}); !found || v != 1 {
+				failed = append(failed, fmt.Sprintf("node_running{node=%s} = %v (found %v), want 1", node, v, found))
+			}
+			for name, want := range map[string]float64{"rabbitdelay_node_members": members[node], "rabbitdelay_node_leaders": leaders[node],
+				"rabbitdelay_node_delay_queue_leaders": delayLeaders[node]} {
+				if v, _ := metValue(fams, name, map[string]string{"node": node}); v != want {
+					failed = append(failed, fmt.Sprintf("%s{node=%s} = %v, want %v", name, node, v, want))
+				}
+			}
+		}
+		if leaders[""] > 0 {
+			failed = append(failed, fmt.Sprintf("%v quorum queues without a leader", leaders[""]))
+		}
+		if len(failed) == 0 {
+			t.Logf("exporter per node: members %v, leaders %v, delay queue leaders %v", members, leaders, delayLeaders)
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	for _, f := range failed {
+		t.Errorf("exporter, healthy cluster: %s", f)
 	}
 }

@@ -2,11 +2,16 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -361,7 +366,8 @@ func TestExporterScrape(t *testing.T) {
 
 // TestExporterUnroutableInDeadLetterState: without the targets policy (no alternate
 // exchange), a due message that its target routes to no queue stays in its delay queue's
-// dead-letter state, and the exporter reports it in rabbitdelay_delay_messages_dlx.
+// dead-letter state, and the exporter reports it in rabbitdelay_delay_messages_dlx, summed per
+// bucket and (Options.PerQueue) per queue.
 func TestExporterUnroutableInDeadLetterState(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -389,5 +395,406 @@ func TestExporterUnroutableInDeadLetterState(t *testing.T) {
 	}
 	if v, _ := metValue(fams, "rabbitdelay_policy_problems", map[string]string{"breaks": string(topology.BreaksStalls), "severity": "error"}); v < 1 {
 		t.Errorf("policy_problems{breaks=stalls} = %v, want at least 1 (the target has no alternate exchange)", v)
+	}
+	// Per queue: the same message in the 1 s bucket queue's series.
+	preg := prometheus.NewRegistry()
+	preg.MustRegister(exporter.New(m, p, exporter.Options{PerQueue: true}))
+	if v, _ := metValue(metGather(t, preg), "rabbitdelay_delay_messages_dlx", map[string]string{"queue": p.Names.BucketQueue(1000)}); v != 1 {
+		t.Errorf("per queue: delay_messages_dlx{queue=%s} = %v, want 1", p.Names.BucketQueue(1000), v)
+	}
+}
+
+// TestMetricsFaultsAndOutcomes drives the outcomes TestMetricsPublisherAndConsumer does not,
+// on a real broker, and reads the values: a nacked publish (a queue full with overflow
+// reject-publish), publishes lost when the broker closes the Publisher's connection under
+// load (with its disconnects and reconnects), a revocation (the Publisher's
+// revocations_total, the stream's size in the exporter, the Consumer's revoked outcome), and
+// the Consumer's retried and duplicate outcomes and its reconnection. Every publish's outcome
+// label is the one OutcomeOf gives its error, and the lateness observations are as many as the
+// handled deliveries.
+func TestMetricsFaultsAndOutcomes(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	spec := metSpec()
+	p, _, err := polApply(t, env, m, spec)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	ch := env.Channel(t)
+	// full holds one message and refuses more (basic.nack); sink takes the load of the
+	// connection-loss rounds.
+	if _, err := ch.QueueDeclare("full", true, false, false, false, amqp.Table{"x-max-length": 1, "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("sink", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for q, key := range map[string]string{"full": "full.#", "sink": "sink.#"} {
+		if err := ch.QueueBind(q, key, "orders", false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	pub := newPublisher(t, env, spec, amqpdelay.WithMetrics(reg), amqpdelay.WithConnectionName("met-pub"),
+		amqpdelay.WithReconnectBackoff(100*time.Millisecond, time.Second))
+	ctx := topoTestCtx(t, 5*time.Minute)
+	pubValue := func(name string, labels map[string]string) float64 {
+		v, _ := metValue(metGather(t, reg), name, labels)
+		return v
+	}
+
+	// Nacked: the second message for full.
+	for i, want := range []error{nil, amqpdelay.ErrNacked} {
+		if _, err := pub.Publish(ctx, "orders", "full.x", amqp.Publishing{Body: []byte("full")}, 0); !errors.Is(err, want) && !(want == nil && err == nil) {
+			t.Fatalf("publish %d to the full queue: %v, want %v", i, err, want)
+		}
+	}
+	if v := pubValue("rabbitdelay_publisher_publishes_total", map[string]string{"path": "direct", "outcome": "nacked"}); v != 1 {
+		t.Errorf("publishes_total{path=direct,outcome=nacked} = %v, want 1", v)
+	}
+
+	// Lost: the broker closes the Publisher's connection while 4 goroutines publish; the
+	// publishes in flight then have no answer (ErrConnectionLost). Rounds until one was lost.
+	outcomes := map[amqpdelay.PublishOutcome]float64{amqpdelay.OutcomeConfirmed: 1, amqpdelay.OutcomeNacked: 1}
+	var mu sync.Mutex
+	closes := 0
+	for closes < 5 && outcomes[amqpdelay.OutcomeLost] == 0 {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var sent atomic.Int32
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					pctx, cancel := context.WithTimeout(ctx, time.Minute)
+					_, err := pub.Publish(pctx, "orders", "sink.x", amqp.Publishing{Body: []byte("load")}, 0)
+					cancel()
+					sent.Add(1)
+					mu.Lock()
+					outcomes[amqpdelay.OutcomeOf(err)]++
+					mu.Unlock()
+				}
+			}()
+		}
+		waitFor(t, time.Minute, "publishes under way", func() bool { return sent.Load() > 20 })
+		closeConnection(t, env, "met-pub")
+		closes++
+		waitFor(t, time.Minute, "the Publisher reconnected", func() bool {
+			return pubValue("rabbitdelay_publisher_reconnects_total", nil) == float64(closes)
+		})
+		waitFor(t, time.Minute, "publishes after the reconnection", func() bool {
+			n := sent.Load()
+			time.Sleep(100 * time.Millisecond)
+			return sent.Load() > n
+		})
+		close(stop)
+		wg.Wait()
+	}
+	t.Logf("%d connection closes; publish outcomes %v", closes, outcomes)
+	if outcomes[amqpdelay.OutcomeLost] == 0 {
+		t.Errorf("no publish was lost in %d connection closes under load", closes)
+	}
+	fams := metGather(t, reg)
+	var total float64
+	for outcome, n := range outcomes {
+		total += n
+		if v, _ := metValue(fams, "rabbitdelay_publisher_publishes_total", map[string]string{"path": "direct", "outcome": string(outcome)}); v != n {
+			t.Errorf("publishes_total{path=direct,outcome=%s} = %v, want %v (OutcomeOf of each call's error)", outcome, v, n)
+		}
+	}
+	if v, _ := metValue(fams, "rabbitdelay_publisher_publishes_total", nil); v != total {
+		t.Errorf("publishes_total over every label = %v, want %v", v, total)
+	}
+	if v, _ := metValue(fams, "rabbitdelay_publisher_confirm_duration_seconds", nil); v != outcomes[amqpdelay.OutcomeConfirmed] {
+		t.Errorf("confirm_duration_seconds count = %v, want the %v confirmed publishes", v, outcomes[amqpdelay.OutcomeConfirmed])
+	}
+	for name, want := range map[string]float64{"rabbitdelay_publisher_disconnects_total": float64(closes),
+		"rabbitdelay_publisher_reconnects_total": float64(closes), "rabbitdelay_publisher_publishes_in_flight": 0} {
+		if v, found := metValue(fams, name, nil); !found || v != want {
+			t.Errorf("%s = %v (found %v), want %v", name, v, found, want)
+		}
+	}
+
+	// A revocation before any reader of the stream writes its fences there: the stream
+	// holds the one record, and the exporter says so.
+	if err := pub.Revoke(ctx, "never-published"); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	if v := pubValue("rabbitdelay_revocations_total", map[string]string{"outcome": "confirmed"}); v != 1 {
+		t.Errorf("revocations_total{outcome=confirmed} = %v, want 1", v)
+	}
+	ereg := prometheus.NewRegistry()
+	ereg.MustRegister(exporter.New(m, p, exporter.Options{}))
+	var streamMessages float64
+	var found bool
+	deadline := time.Now().Add(time.Minute) // statistics lag up to 5 s
+	for {
+		streamMessages, found = metValue(metGather(t, ereg), "rabbitdelay_revocation_stream_messages", map[string]string{"queue": p.Names.Revoked()})
+		if streamMessages == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if streamMessages != 1 {
+		t.Errorf("revocation_stream_messages = %v (found %v), want 1 (one record)", streamMessages, found)
+	}
+
+	// The Consumer: a retried message, a duplicate, a revoked one, then a reconnection.
+	creg := prometheus.NewRegistry()
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = env.URL
+	var handled atomic.Int32
+	var failedOnce atomic.Bool
+	c := newConsumer(t, cfg, "orders.work", func(ctx context.Context, d amqp.Delivery) error {
+		if d.MessageId == "retry" && failedOnce.CompareAndSwap(false, true) {
+			return errors.New("the first attempt fails")
+		}
+		handled.Add(1)
+		return nil
+	}, consumer.WithMetrics(creg), consumer.WithConnectionName("met-con"), consumer.WithConcurrency(1),
+		consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 200 * time.Millisecond, Max: 10 * time.Second, NoJitter: true}),
+		consumer.WithReconnectBackoff(100*time.Millisecond, time.Second))
+	runConsumer(t, c)
+	cvalue := func(name string, labels map[string]string) float64 {
+		v, _ := metValue(metGather(t, creg), name, labels)
+		return v
+	}
+	outcome := func(o string) float64 {
+		return cvalue("rabbitdelay_consumer_messages_total", map[string]string{"queue": "orders.work", "outcome": o})
+	}
+	publish := func(id string, delay time.Duration) {
+		t.Helper()
+		if _, err := pub.Publish(ctx, "orders", "o."+id, amqp.Publishing{MessageId: id, Body: []byte(id)}, delay); err != nil {
+			t.Fatalf("publish %s: %v", id, err)
+		}
+	}
+	publish("rev", 6*time.Second)
+	if err := pub.Revoke(ctx, "rev"); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	if v := pubValue("rabbitdelay_revocations_total", map[string]string{"outcome": "confirmed"}); v != 2 {
+		t.Errorf("revocations_total{outcome=confirmed} = %v, want 2", v)
+	}
+	publish("retry", 0)
+	publish("dup", 0)
+	publish("dup", 0)
+	publish("bucket", time.Second)
+	publish("ladder", 1500*time.Millisecond)
+	waitFor(t, 2*time.Minute, "4 handled, 1 retried, 1 duplicate, 1 revoked", func() bool {
+		return outcome("handled") == 4 && outcome("retried") == 1 && outcome("duplicate") == 1 && outcome("revoked") == 1
+	})
+	closeConnection(t, env, "met-con")
+	waitFor(t, time.Minute, "the Consumer reconnected", func() bool {
+		return cvalue("rabbitdelay_consumer_reconnects_total", map[string]string{"queue": "orders.work"}) == 1
+	})
+	publish("after", 0)
+	waitFor(t, time.Minute, "the delivery after the reconnection handled", func() bool { return outcome("handled") == 5 })
+	cfams := metGather(t, creg)
+	for o, want := range map[string]float64{"handled": 5, "retried": 1, "duplicate": 1, "revoked": 1, "parked": 0} {
+		if v, _ := metValue(cfams, "rabbitdelay_consumer_messages_total", map[string]string{"queue": "orders.work", "outcome": o}); v != want {
+			t.Errorf("consumer messages_total{outcome=%s} = %v, want %v", o, v, want)
+		}
+	}
+	if v, _ := metValue(cfams, "rabbitdelay_consumer_lateness_seconds", nil); v != float64(handled.Load()) || v != 5 {
+		t.Errorf("lateness observations = %v, want the %d handled deliveries", v, handled.Load())
+	}
+	for path, want := range map[string]float64{"bucket": 1, "ladder": 1} {
+		if v, _ := metValue(cfams, "rabbitdelay_consumer_lateness_seconds", map[string]string{"path": path}); v < want {
+			t.Errorf("lateness_seconds{path=%s} count = %v, want at least %v", path, v, want)
+		}
+	}
+	if v, _ := metValue(cfams, "rabbitdelay_consumer_handler_failures_total", nil); v != 1 {
+		t.Errorf("handler_failures_total = %v, want 1", v)
+	}
+	for result, want := range map[string]float64{"ok": 5, "error": 1} {
+		if v, _ := metValue(cfams, "rabbitdelay_consumer_handler_duration_seconds", map[string]string{"result": result}); v != want {
+			t.Errorf("handler_duration_seconds{result=%s} count = %v, want %v", result, v, want)
+		}
+	}
+	metLint(t, reg)
+	metLint(t, creg)
+}
+
+// recordingRegisterer registers on a registry and keeps the collectors, so that a test can
+// read every descriptor (a vector with no series yet gathers nothing).
+type recordingRegisterer struct {
+	*prometheus.Registry
+	collectors []prometheus.Collector
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return r.Registry.Register(c)
+}
+
+func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// descLabels matches the name and variable labels in a Desc's String.
+var descLabels = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
+
+// metricLabels returns each metric name the collectors describe with its variable labels
+// (histograms: also le, and the _bucket, _sum and _count series).
+func metricLabels(t *testing.T, cs ...prometheus.Collector) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, c := range cs {
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := descLabels.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("descriptor %s: no name and labels", d)
+			}
+			var labels []string
+			if m[2] != "" {
+				labels = strings.Split(m[2], ",")
+			}
+			out[m[1]] = labels
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				out[m[1]+suffix] = append(slices.Clone(labels), "le")
+			}
+		}
+	}
+	return out
+}
+
+// TestGrafanaDashboard reads docs/grafana/rabbitdelay.json as Grafana's import would: valid
+// JSON, the data source a dashboard variable of type datasource (query prometheus) that every
+// panel and query uses, unique panel ids, and panels for lateness, waiting, stuck messages and
+// publish outcomes; every rabbitdelay_ metric a query names is one the Publisher, the Consumer
+// or the exporter describes, and every label a query groups or filters by is one of its labels.
+func TestGrafanaDashboard(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/grafana/rabbitdelay.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type target struct {
+		Datasource map[string]string `json:"datasource"`
+		Expr       string            `json:"expr"`
+	}
+	var d struct {
+		UID        string `json:"uid"`
+		Title      string `json:"title"`
+		Templating struct {
+			List []struct {
+				Name, Type string
+				Query      any
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			ID         int                       `json:"id"`
+			Type       string                    `json:"type"`
+			Title      string                    `json:"title"`
+			Datasource map[string]string         `json:"datasource"`
+			GridPos    *struct{ X, Y, W, H int } `json:"gridPos"`
+			Targets    []target                  `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("the dashboard is not valid JSON: %v", err)
+	}
+	if d.UID == "" || d.Title == "" {
+		t.Errorf("uid %q, title %q: want both", d.UID, d.Title)
+	}
+	hasVar := false
+	for _, v := range d.Templating.List {
+		hasVar = hasVar || (v.Name == "datasource" && v.Type == "datasource" && v.Query == "prometheus")
+	}
+	if !hasVar {
+		t.Errorf("no dashboard variable datasource of type datasource (query prometheus): %+v", d.Templating.List)
+	}
+
+	// The names and labels of every metric, from the collectors themselves.
+	env := brokertest.NewEnv(t)
+	spec := metSpec()
+	declareTopology(t, env, spec)
+	preg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
+	newPublisher(t, env, spec, amqpdelay.WithMetrics(preg))
+	creg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
+	cfg := amqpdelay.Config{Spec: spec}
+	cfg.URL = env.URL
+	newConsumer(t, cfg, "orders.work", func(context.Context, amqp.Delivery) error { return nil }, consumer.WithMetrics(creg))
+	p, err := spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := metricLabels(t, append(append(preg.collectors, creg.collectors...), exporter.New(nil, p, exporter.Options{}))...)
+
+	ids := map[int]bool{}
+	metricRef := regexp.MustCompile(`\b(rabbitdelay_[a-z_]+)(\{[^}]*\})?`)
+	grouping := regexp.MustCompile(`\bby \(([^)]*)\)`)
+	var all string
+	for _, pn := range d.Panels {
+		if ids[pn.ID] {
+			t.Errorf("panel id %d used twice", pn.ID)
+		}
+		ids[pn.ID] = true
+		if pn.GridPos == nil {
+			t.Errorf("panel %q has no gridPos", pn.Title)
+		}
+		if pn.Type == "row" {
+			continue
+		}
+		if pn.Datasource["uid"] != "${datasource}" || pn.Datasource["type"] != "prometheus" {
+			t.Errorf("panel %q: data source %v, want the variable ${datasource}", pn.Title, pn.Datasource)
+		}
+		if len(pn.Targets) == 0 {
+			t.Errorf("panel %q has no query", pn.Title)
+		}
+		for _, tg := range pn.Targets {
+			all += tg.Expr + "\n"
+			if tg.Datasource["uid"] != "${datasource}" {
+				t.Errorf("panel %q: a query's data source %v, want the variable ${datasource}", pn.Title, tg.Datasource)
+			}
+			var used []string // the metrics of this query
+			for _, m := range metricRef.FindAllStringSubmatch(tg.Expr, -1) {
+				labels, ok := known[m[1]]
+				if !ok {
+					t.Errorf("panel %q: %s is no metric of rabbitdelay's", pn.Title, m[1])
+					continue
+				}
+				used = append(used, m[1])
+				for _, sel := range strings.Split(strings.Trim(m[2], "{}"), ",") {
+					if name, _, ok := strings.Cut(sel, "="); ok && !slices.Contains(labels, strings.TrimSpace(name)) {
+						t.Errorf("panel %q: %s has no label %s", pn.Title, m[1], name)
+					}
+				}
+			}
+			for _, g := range grouping.FindAllStringSubmatch(tg.Expr, -1) {
+				for _, l := range strings.Split(g[1], ",") {
+					l = strings.TrimSpace(l)
+					for _, name := range used {
+						if !slices.Contains(known[name], l) {
+							t.Errorf("panel %q: groups by %s, which %s does not have", pn.Title, l, name)
+						}
+					}
+				}
+			}
+		}
+	}
+	for what, expr := range map[string]string{
+		"lateness":         "rabbitdelay_consumer_lateness_seconds_bucket",
+		"waiting messages": "rabbitdelay_delay_messages{",
+		"stuck messages":   "rabbitdelay_delay_messages_dlx",
+		"parking":          "rabbitdelay_parking_messages",
+		"publish outcomes": "sum by (outcome) (rate(rabbitdelay_publisher_publishes_total",
+	} {
+		if !strings.Contains(all, expr) {
+			t.Errorf("no panel shows %s (%s)", what, expr)
+		}
 	}
 }

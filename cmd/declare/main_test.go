@@ -352,6 +352,32 @@ func TestStatusTeardownCLI(t *testing.T) {
 		parsed.Schema != statusSchema || js.code != 1 {
 		t.Errorf("status --json: exit %d, %v %+v\n%s", js.code, err, parsed.ConsumedDelayQueues, js.stdout)
 	}
+	// The output has schema 1's top-level keys and the documented roles (TestStatusJSONShape).
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(js.stdout), &raw); err != nil {
+		t.Fatal(err)
+	}
+	var top []string
+	for _, k := range statusJSONKeys {
+		if !strings.Contains(k, ".") {
+			top = append(top, k)
+		}
+	}
+	for k := range raw {
+		if !slices.Contains(top, k) {
+			t.Errorf("status --json has the key %q, not in schema 1", k)
+		}
+	}
+	for _, k := range top {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("status --json lacks schema 1's key %q", k)
+		}
+	}
+	for _, q := range parsed.Queues {
+		if !slices.Contains([]string{"ladder", "bucket", "parking", "ready", "revoked"}, q.Role) {
+			t.Errorf("status --json: queue %s has role %q, not a documented one", q.Name, q.Role)
+		}
+	}
 
 	td := declare(t, e, "teardown")
 	if td.code != 1 || !strings.Contains(td.stderr, names.LadderQueue(10, 2)) || !strings.Contains(td.stderr, "--force") {

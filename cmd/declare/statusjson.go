@@ -57,8 +57,9 @@ type statusJSON struct {
 
 type statusQueueJSON struct {
 	Name string `json:"name"`
-	// Role is ladder, bucket, parking or ready; Level and Digit place a ladder queue (-1 for
-	// others); TTLMs is a delay queue's x-message-ttl (0 for others).
+	// Role is ladder, bucket, parking, ready or revoked (the revocation stream); Level and
+	// Digit place a ladder queue (-1 for others); TTLMs is a delay queue's x-message-ttl (0
+	// for others).
 	Role   string `json:"role"`
 	Level  int    `json:"level"`
 	Digit  int    `json:"digit"`

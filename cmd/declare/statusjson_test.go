@@ -1,0 +1,107 @@
+package main
+
+import (
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// statusJSONKeys is schema 1 of `declare status --json`: every key, as a path (lists and
+// objects alike separated by dots). Renaming or removing one breaks scripts that read the JSON:
+// that takes a new statusSchema. A new key is added here and to the README.
+var statusJSONKeys = []string{
+	"schema", "ok", "problems", "prefix", "vhost", "plugin", "management",
+	"queues", "queues.name", "queues.role", "queues.level", "queues.digit", "queues.ttl_ms", "queues.exists", "queues.ready",
+	"queues.consumers", "queues.messages", "queues.messages_dlx", "queues.leader", "queues.members", "queues.online",
+	"parking", "parking.name", "parking.role", "parking.level", "parking.digit", "parking.ttl_ms", "parking.exists", "parking.ready",
+	"parking.consumers", "parking.messages", "parking.messages_dlx", "parking.leader", "parking.members", "parking.online",
+	"missing_objects", "exchanges_present", "exchanges_total", "bindings_present", "bindings_total", "consumed_delay_queues",
+	"dead_lettering", "dead_lettering.queue", "dead_lettering.messages_dlx",
+	"unplanned_bindings", "retry_bindings",
+	"unplanned", "unplanned.kind", "unplanned.name", "unplanned.messages",
+	"policies", "policies.name", "policies.apply_to", "policies.priority", "policies.exists", "policies.current",
+	"policy_problems", "policy_problems.severity", "policy_problems.breaks", "policy_problems.kind", "policy_problems.object",
+	"policy_problems.policy", "policy_problems.operator", "policy_problems.key", "policy_problems.value", "policy_problems.message",
+	"cluster", "cluster.balanced",
+	"cluster.nodes", "cluster.nodes.name", "cluster.nodes.running", "cluster.nodes.leaders", "cluster.nodes.delay_queue_leaders",
+	"cluster.nodes.members",
+	"cluster.degraded_queues",
+	"cluster.dead_letter_waits", "cluster.dead_letter_waits.node", "cluster.dead_letter_waits.messages",
+	"cluster.dead_letter_waits.queues", "cluster.dead_letter_waits.queues.queue", "cluster.dead_letter_waits.queues.messages_dlx",
+	"cluster.shared_copies", "cluster.shared_copies.level", "cluster.shared_copies.digit", "cluster.shared_copies.node",
+	"cluster.shared_copies.queues",
+}
+
+// jsonKeys returns the key paths of the JSON encoding of t (struct fields by their json tag,
+// through pointers, slices and nested structs).
+func jsonKeys(t reflect.Type, prefix string) []string {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		key := prefix + name
+		out = append(out, key)
+		out = append(out, jsonKeys(f.Type, key+".")...)
+	}
+	return out
+}
+
+// TestStatusJSONShape holds `declare status --json` to its documented shape: the keys are
+// exactly schema 1's (statusSchema), and the README's description names each of them.
+func TestStatusJSONShape(t *testing.T) {
+	if statusSchema != 1 {
+		t.Fatalf("statusSchema = %d: update statusJSONKeys to the new schema", statusSchema)
+	}
+	got := jsonKeys(reflect.TypeFor[statusJSON](), "")
+	want := slices.Clone(statusJSONKeys)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		for _, k := range got {
+			if !slices.Contains(want, k) {
+				t.Errorf("key %q is not in schema 1 (a new key: add it to statusJSONKeys and the README)", k)
+			}
+		}
+		for _, k := range want {
+			if !slices.Contains(got, k) {
+				t.Errorf("schema 1's key %q is gone or renamed: that takes a new statusSchema", k)
+			}
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "**`declare status --json`**")
+	if !ok {
+		t.Fatal("README has no **`declare status --json`** paragraph")
+	}
+	section, _, _ = strings.Cut(section, "\n\n")
+	section = strings.Join(strings.Fields(section), " ")
+	for _, k := range want {
+		leaf := k[strings.LastIndex(k, ".")+1:]
+		if !strings.Contains(section, "`"+leaf+"`") && !strings.Contains(section, "`\""+leaf+"\"") {
+			t.Errorf("the README's status --json paragraph does not name %q (%s)", leaf, k)
+		}
+	}
+	// The role values the README lists are the roles of a plan's queues.
+	for _, role := range []string{"ladder", "bucket", "parking", "ready", "revoked"} {
+		if !strings.Contains(section, "`"+role+"`") {
+			t.Errorf("the README's status --json paragraph does not list the role %q", role)
+		}
+	}
+}
