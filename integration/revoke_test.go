@@ -302,6 +302,66 @@ func TestReschedule(t *testing.T) {
 	}
 }
 
+// TestRescheduleFailedPublish: a Reschedule whose new copy is refused (an unknown target; a
+// header too large for a frame) returns the publish's error, and the old copy still arrives,
+// once, at its due time. A Reschedule due at once after an earlier Reschedule or Revoke of the
+// id (so the reader knows a revocation that does not keep the new copy, and may not yet have
+// read the new copy's allow record) delivers the new copy once and nothing else.
+func TestRescheduleFailedPublish(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	stop, _ := f.consume(t, consumer.NewMemoryStore(64))
+	defer stop()
+	ctx := pubCtx(t)
+	old := f.publishMany(t, "f", 4, func(int) time.Duration { return 3 * time.Second })
+	id := func(i int) string { return old[i].ID() }
+
+	// 0: an unknown target.
+	_, err := f.pub.Reschedule(ctx, "no-such-target", "o.f", amqp.Publishing{MessageId: id(0)}, time.Minute)
+	if !errors.Is(err, amqpdelay.ErrUnknownTarget) || errors.Is(err, amqpdelay.ErrNotRevoked) {
+		t.Errorf("Reschedule to an unknown target: %v; want ErrUnknownTarget", err)
+	}
+	// 1: a header larger than a frame (RabbitMQ's frame_max is 131,072 bytes): refused when it
+	// is about to be sent, after the allow record is written.
+	big := amqp.Table{"big": strings.Repeat("x", 140_000)}
+	_, err = f.pub.Reschedule(ctx, f.target, "o.f", amqp.Publishing{MessageId: id(1), Headers: big}, time.Minute)
+	if !errors.Is(err, amqpdelay.ErrInvalidInput) || errors.Is(err, amqpdelay.ErrNotRevoked) {
+		t.Errorf("Reschedule with a %d-byte header: %v; want ErrInvalidInput", len(big["big"].(string)), err)
+	}
+	// 2: rescheduled twice, the second time due at once.
+	if _, err := f.pub.Reschedule(ctx, f.target, "o.f", amqp.Publishing{MessageId: id(2)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	now2, err := f.pub.Reschedule(ctx, f.target, "o.f", amqp.Publishing{MessageId: id(2)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3: revoked, then rescheduled due at once.
+	if err := f.pub.Revoke(ctx, id(3)); err != nil {
+		t.Fatal(err)
+	}
+	now3, err := f.pub.Reschedule(ctx, f.target, "o.f", amqp.Publishing{MessageId: id(3)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "both refused reschedules' old copies handled", func() bool {
+		return len(f.seen.get(id(0))) > 0 && len(f.seen.get(id(1))) > 0
+	})
+	time.Sleep(time.Until(old[0].Due) + 3*time.Second) // the old copies of 2 and 3 would be handled by now
+	for i := range 2 {
+		got := f.seen.get(id(i))
+		if len(got) != 1 || !got[0].due.Equal(old[i].Due) || got[0].at.Before(old[i].Due) {
+			t.Errorf("%s (reschedule refused): handled %+v; want its old copy once, due %s, not before", id(i), got, old[i].Due.Format(time.StampMilli))
+		}
+	}
+	for i, r := range map[int]amqpdelay.Receipt{2: now2, 3: now3} {
+		got := f.seen.get(id(i))
+		if len(got) != 1 || !strings.HasPrefix(got[0].copy, "r") || !got[0].due.Equal(r.Due) {
+			t.Errorf("%s (rescheduled due at once): handled %+v; want the new copy (tag r..., due %s) once", id(i), got, r.Due.Format(time.StampMilli))
+		}
+	}
+}
+
 // TestRevokeBadInput: empty and too long ids, no ids, an unknown id (recorded: nil), and a
 // missing stream (ErrTopologyMissing naming it, for Revoke, Reschedule and a reader).
 func TestRevokeBadInput(t *testing.T) {
