@@ -138,6 +138,10 @@ func (n Names) DelayQueuesPolicy() string { return n.p() + ".delay-queues" }
 // alternate-exchange is [Names.DueUnroutable] (see [Plan.Policies]).
 func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
 
+// RevokedPolicy is the name of the policy Apply sets on the revocation stream [Names.Revoked],
+// whose max-age repeats the stream's x-max-age (see [Plan.Policies]).
+func (n Names) RevokedPolicy() string { return n.p() + ".revoked-retention" }
+
 // Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
 // <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, .revoked (the
 // revocation stream, [Names.Revoked]), .retry (the
