@@ -298,7 +298,7 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 }
 
 // PolicyProblems reads, through the management API, the policies in effect on p's delay
-// queues, parking queue, exchanges and target exchanges, and returns every key that breaks a
+// queues, parking queue, revocation stream, exchanges and target exchanges, and returns every key that breaks a
 // guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object and key. Rules
 // (RabbitMQ 3.10-4.x; rabbit_quorum_queue:ra_machine_config and rabbit_amqqueue_process take
 // the lower of a policy's and an argument's message-ttl, expires, max-length,
@@ -319,6 +319,9 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 //     warning); max-length or max-length-bytes with overflow reject-publish(-dlx) (stalls:
 //     dead-lettering into the full queue is refused; classic delay queues drop);
 //     dead-letter-routing-key where the queue parks (warning);
+//   - the revocation stream (revokedProblems): max-age below [Spec.RevocationRetention] or not
+//     a valid max-age, and max-length-bytes (revocations lost; operator policies cannot set
+//     max-age);
 //   - the topology's exchanges: alternate-exchange where the exchange has no argument of its
 //     own (wrong routing);
 //   - target exchanges: no alternate exchange in effect (the topology's targets policy not
