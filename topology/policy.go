@@ -298,8 +298,9 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 }
 
 // PolicyProblems reads, through the management API, the policies in effect on p's delay
-// queues, parking queue, revocation stream, exchanges and target exchanges, and returns every key that breaks a
-// guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object and key. Rules
+// queues, parking queue, revocation stream, exchanges and target exchanges, and returns every
+// key that breaks a guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object
+// and key. Rules
 // (RabbitMQ 3.10-4.x; rabbit_quorum_queue:ra_machine_config and rabbit_amqqueue_process take
 // the lower of a policy's and an argument's message-ttl, expires, max-length,
 // max-length-bytes and delivery-limit, a quorum queue's policy overflow over its argument, and
