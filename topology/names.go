@@ -29,7 +29,8 @@ import (
 //	<prefix>.target.<X>        empty fanout exchange: marker that target X is bound to D (hashed
 //	                           as <prefix>.target-sha256.<32 hex> when too long)
 //
-// and two policies (not exchanges or queues): <prefix>.delay-queues and <prefix>.targets.
+// and three policies (not exchanges or queues): <prefix>.delay-queues, <prefix>.targets and
+// <prefix>.revoked-retention.
 type Names struct {
 	// Prefix is the name prefix; "" means DefaultPrefix.
 	Prefix string
