@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
@@ -359,6 +360,51 @@ func TestRescheduleFailedPublish(t *testing.T) {
 		if len(got) != 1 || !strings.HasPrefix(got[0].copy, "r") || !got[0].due.Equal(r.Due) {
 			t.Errorf("%s (rescheduled due at once): handled %+v; want the new copy (tag r..., due %s) once", id(i), got, r.Due.Format(time.StampMilli))
 		}
+	}
+}
+
+// TestReceiptID: a message published without a MessageId gets a random (version 4) UUID, which
+// Receipt.ID returns and the delivered copy carries, with a copy tag; the caller's Publishing
+// is not modified (no MessageId, no headers). A caller's MessageId is kept, and Reschedule
+// keeps it too.
+func TestReceiptID(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	stop, _ := f.consume(t, consumer.NewMemoryStore(64))
+	defer stop()
+	ctx := pubCtx(t)
+	msg := amqp.Publishing{Body: []byte("x")}
+	gen, err := f.pub.Publish(ctx, f.target, "o.id", msg, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := uuid.Parse(gen.ID()); err != nil || u.Version() != 4 || gen.ID() != u.String() {
+		t.Errorf("generated id %q: want a version 4 UUID (%v)", gen.ID(), err)
+	}
+	if msg.MessageId != "" || msg.Headers != nil {
+		t.Errorf("the caller's Publishing was modified: MessageId %q, headers %v", msg.MessageId, msg.Headers)
+	}
+	own, err := f.pub.Publish(ctx, f.target, "o.id", amqp.Publishing{MessageId: "business-key-1"}, time.Second)
+	if err != nil || own.ID() != "business-key-1" {
+		t.Fatalf("Publish with a MessageId: %v, id %q; want the caller's", err, own.ID())
+	}
+	hdr := amqp.Table{"a": "b"}
+	moved, err := f.pub.Reschedule(ctx, f.target, "o.id", amqp.Publishing{MessageId: "business-key-1", Headers: hdr}, 2*time.Second)
+	if err != nil || moved.ID() != "business-key-1" {
+		t.Fatalf("Reschedule: %v, id %q; want the same id", err, moved.ID())
+	}
+	if len(hdr) != 1 {
+		t.Errorf("Reschedule modified the caller's headers: %v", hdr)
+	}
+	waitFor(t, time.Minute, "both handled", func() bool {
+		return len(f.seen.get(gen.ID())) > 0 && len(f.seen.get("business-key-1")) > 0
+	})
+	time.Sleep(time.Until(moved.Due) + time.Second)
+	if got := f.seen.get(gen.ID()); len(got) != 1 || got[0].copy == "" {
+		t.Errorf("generated id: handled %+v; want once, with a copy tag", got)
+	}
+	if got := f.seen.get("business-key-1"); len(got) != 1 || !got[0].due.Equal(moved.Due) {
+		t.Errorf("rescheduled business key: handled %+v; want the new copy once (due %s)", got, moved.Due.Format(time.StampMilli))
 	}
 }
 
