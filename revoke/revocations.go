@@ -517,7 +517,8 @@ func (r *Revocations) revoked(id, tag string, now int64) bool {
 type Stats struct {
 	// Known is the number of ids with a revocation in memory.
 	Known int
-	// Records is the number of revocation records read since New.
+	// Records is the number of revocation and allow records (Reschedule's) read since New;
+	// fences are not counted.
 	Records uint64
 	// Fences is the number of fences this reader wrote.
 	Fences uint64
