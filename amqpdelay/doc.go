@@ -79,7 +79,8 @@
 //     <prefix>.revoked and return nil only after its confirm; readers (package revoke, and the
 //     consumer package by default) never hand a copy to a handler when its revocation was
 //     confirmed at least the bound (100 ms) before its due time. Which copy a revocation names:
-//     [CopyHeader] and package revoke.
+//     [CopyHeader] and package revoke. Reschedule never drops the copy it publishes, and
+//     revokes the old copies only once the new one is confirmed.
 //   - Safe for concurrent use; Close is idempotent.
 //   - Logs go only to the injected zerolog.Logger (default: none); no error or log line
 //     contains the URL's password.

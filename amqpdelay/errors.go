@@ -59,6 +59,12 @@ var (
 	// an exchange refused less than 30 s earlier gets it without being sent.
 	ErrAccessRefused = errors.New("amqpdelay: access refused")
 
+	// ErrNotRevoked: Reschedule published the new copy (the broker confirmed it; the Receipt
+	// returned with this error is valid) but could not record the revocation of the old
+	// copies, which will arrive too. The cause (ErrConnectionLost, ErrNacked, ctx's error, ...)
+	// is wrapped. Calling Reschedule again keeps only the copy it publishes; Revoke drops all.
+	ErrNotRevoked = errors.New("amqpdelay: rescheduled, but the old copies are not revoked")
+
 	// ErrClosed: the Publisher was closed (before or during the call).
 	ErrClosed = errors.New("amqpdelay: publisher closed")
 

@@ -264,29 +264,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	if err := ctx.Err(); err != nil {
 		return Receipt{}, fmt.Errorf("amqpdelay: context ended before publishing: %w", err)
 	}
-	if delay > 0 {
-		if exchange == "" {
-			return Receipt{}, fmt.Errorf("%w: %w: a delayed message needs a target exchange; the default exchange \"\" cannot be one "+
-				"(it cannot be bound to the dispatch exchange): publish to a named target exchange", ErrInvalidInput, ErrUnknownTarget)
-		}
-		if _, ok := p.targets[exchange]; !ok {
-			return Receipt{}, fmt.Errorf("%w: %q is not among the topology's targets (%s): add it to AMQPDELAY_TARGETS and run `declare apply`",
-				ErrUnknownTarget, exchange, p.targetList())
-		}
-		if msg.Expiration != "" {
-			return Receipt{}, fmt.Errorf("%w: msg.Expiration %q: a per-message TTL would expire the message inside the delay topology, early; "+
-				"set a message TTL on the ready queue instead", ErrInvalidInput, msg.Expiration)
-		}
-	}
-	if err := p.checkBodySize(len(msg.Body)); err != nil {
-		return Receipt{}, err
-	}
-	if len(msg.Headers) > 0 {
-		if err := msg.Headers.Validate(); err != nil {
-			return Receipt{}, fmt.Errorf("%w: msg.Headers: %v", ErrInvalidInput, err)
-		}
-	}
-	if err := validateMessage(exchange, routingKey, &msg); err != nil {
+	if err := p.precheck(exchange, routingKey, &msg, delay); err != nil {
 		return Receipt{}, err
 	}
 	if p.pluginLost.Load() {
@@ -400,6 +378,38 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			Rounded: c.rounded, Hops: hops, MessageID: out.MessageId, Exchange: dest,
 		}, nil
 	}
+}
+
+// precheck makes the checks of publish that need no channel: the target, a TTL on a delayed
+// message, the body size and the headers and properties (validateMessage). An error means
+// nothing may be sent.
+func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, delay time.Duration) error {
+	if delay > 0 {
+		if exchange == "" {
+			return fmt.Errorf("%w: %w: a delayed message needs a target exchange; the default exchange \"\" cannot be one "+
+				"(it cannot be bound to the dispatch exchange): publish to a named target exchange", ErrInvalidInput, ErrUnknownTarget)
+		}
+		if _, ok := p.targets[exchange]; !ok {
+			return fmt.Errorf("%w: %q is not among the topology's targets (%s): add it to AMQPDELAY_TARGETS and run `declare apply`",
+				ErrUnknownTarget, exchange, p.targetList())
+		}
+		if msg.Expiration != "" {
+			return fmt.Errorf("%w: msg.Expiration %q: a per-message TTL would expire the message inside the delay topology, early; "+
+				"set a message TTL on the ready queue instead", ErrInvalidInput, msg.Expiration)
+		}
+	}
+	if err := p.checkBodySize(len(msg.Body)); err != nil {
+		return err
+	}
+	if len(msg.Headers) > 0 {
+		if err := msg.Headers.Validate(); err != nil {
+			return fmt.Errorf("%w: msg.Headers: %v", ErrInvalidInput, err)
+		}
+	}
+	if err := validateMessage(exchange, routingKey, msg); err != nil {
+		return err
+	}
+	return nil
 }
 
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is

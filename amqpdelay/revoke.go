@@ -40,6 +40,12 @@ func copyTag(h amqp.Table) string {
 // header size the same from one publish to the next, which the frame_max checks rely on.
 func newCopyTag() string { return fmt.Sprintf("%016x", rand.Uint64()) }
 
+// newRescheduledTag returns the copy tag of a copy Reschedule publishes: revlog.RescheduledPrefix
+// and 60 random bits as 15 hex digits, as long as newCopyTag's.
+func newRescheduledTag() string {
+	return string(revlog.RescheduledPrefix) + fmt.Sprintf("%015x", rand.Uint64()>>4)
+}
+
 // newMessageID returns a new message id: a random (version 4) UUID.
 func newMessageID() string { return uuid.NewString() }
 
@@ -73,7 +79,7 @@ func (p *Publisher) Revoke(ctx context.Context, ids ...string) error {
 		}
 		entries[i] = revlog.Entry{ID: id}
 	}
-	return p.record(ctx, entries)
+	return p.record(ctx, revlog.TypeRevocation, entries)
 }
 
 // checkID refuses an id that no message can carry.
@@ -87,18 +93,34 @@ func checkID(id string) error {
 	return nil
 }
 
-// Reschedule replaces the message with id msg.MessageId by msg, due after delay: it records a
-// revocation of every copy of that id but the new one (Revoke, keeping the new copy's tag), then
-// publishes msg as [Publisher.Publish] does, with that tag in CopyHeader. The id stays the same,
-// so a business key can be the id. Whatever the order in which readers see the copies and the
-// revocation, the new copy is never dropped by it: only a later Revoke or Reschedule of the same
-// id drops it. The old copy is dropped as Revoke says (never, once due more than the bound after
-// this call returns; best effort closer to its due time).
+// Reschedule replaces the message with id msg.MessageId by msg, due after delay, the id kept
+// (so a business key can be the id). It writes three things in this order, each confirmed
+// before the next:
 //
-// It returns the new copy's Receipt once both the revocation and the message are confirmed.
-// Errors: ErrInvalidInput (msg.MessageId empty or longer than 255 bytes; or Publish's), the
-// errors of Revoke (nothing published), then those of Publish: the old copy is then revoked
-// and the new one may be missing; call Reschedule again (the latest revocation of an id wins).
+//  1. an allow record in the revocation stream: the new copy's tag (a new one, starting with
+//     'r') is kept by whatever revocation of the id a reader already knows, so an earlier
+//     Revoke or Reschedule of the id never drops the new copy (it revokes nothing);
+//  2. the new copy, published as [Publisher.Publish] does, with that tag in CopyHeader;
+//  3. the revocation of every copy of the id but the new one (Revoke, keeping the new tag).
+//
+// So whatever the order in which readers see the copies and the records, only the old copies
+// are dropped, never the new one (a new copy due at once, delivered before the revocation is
+// read, is kept); only a later Revoke or Reschedule of the same id drops it. The old copies
+// are dropped as Revoke says: never, once due more than the bound after this call returns;
+// best effort closer to their due time. If the new copy is not published, the old copies are
+// not revoked and still arrive.
+//
+// It returns the new copy's Receipt once all three are confirmed. Errors, by the step that
+// failed:
+//   - before step 1: ErrInvalidInput (msg.MessageId empty or longer than 255 bytes, or
+//     Publish's checks), ErrUnknownTarget; nothing written.
+//   - step 1: the errors of Revoke (ErrTopologyMissing when the stream does not exist, ...);
+//     nothing published, nothing revoked.
+//   - step 2: the errors of Publish (wrapped); the old copies are not revoked (with
+//     ErrConnectionLost the new copy may exist too).
+//   - step 3: the Receipt of the new copy, which is scheduled, and an error wrapping
+//     ErrNotRevoked and the cause: the old copies were not revoked and will arrive too. Call
+//     Reschedule again (it keeps only the copy it publishes), or Revoke the id to drop all.
 func (p *Publisher) Reschedule(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
 	if ctx == nil {
 		return Receipt{}, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
@@ -106,17 +128,31 @@ func (p *Publisher) Reschedule(ctx context.Context, exchange, routingKey string,
 	if err := checkID(msg.MessageId); err != nil {
 		return Receipt{}, fmt.Errorf("%w: Reschedule needs the id of the message to replace in msg.MessageId", err)
 	}
-	tag := newCopyTag()
-	if err := p.record(ctx, []revlog.Entry{{ID: msg.MessageId, Keep: tag}}); err != nil {
-		return Receipt{}, err
-	}
+	tag := newRescheduledTag()
 	h := make(amqp.Table, len(msg.Headers)+1)
 	for k, v := range msg.Headers {
 		h[k] = v
 	}
 	h[CopyHeader] = tag
 	msg.Headers = h // msg is a copy: the caller's headers are untouched
-	return p.Publish(ctx, exchange, routingKey, msg, delay)
+	// The checks Publish makes before it sends, so that a message it would refuse writes
+	// nothing; Publish makes them again (and those that need a channel, such as frame_max).
+	if err := p.precheck(exchange, routingKey, &msg, delay); err != nil {
+		return Receipt{}, err
+	}
+	if err := p.record(ctx, revlog.TypeAllow, []revlog.Entry{{ID: msg.MessageId, Keep: tag}}); err != nil {
+		return Receipt{}, err
+	}
+	rc, err := p.Publish(ctx, exchange, routingKey, msg, delay)
+	if err != nil {
+		return Receipt{}, fmt.Errorf("amqpdelay: Reschedule %q: the new copy was not published (the old copies are not revoked): %w", msg.MessageId, err)
+	}
+	if err := p.record(ctx, revlog.TypeRevocation, []revlog.Entry{{ID: msg.MessageId, Keep: tag}}); err != nil {
+		return rc, fmt.Errorf("%w: Reschedule %q: the new copy is scheduled (due %s) but the old copies were not revoked and will "+
+			"arrive too; call Reschedule again (it keeps only the copy it publishes) or Revoke the id: %w",
+			ErrNotRevoked, msg.MessageId, rc.Due.UTC().Format(time.RFC3339Nano), err)
+	}
+	return rc, nil
 }
 
 // RescheduleAt is Reschedule with the delay until at (time.Until(at)).
@@ -124,17 +160,21 @@ func (p *Publisher) RescheduleAt(ctx context.Context, exchange, routingKey strin
 	return p.Reschedule(ctx, exchange, routingKey, msg, time.Until(at))
 }
 
-// record writes entries to the revocation stream, one record per revlog.MaxBody, each confirmed.
-func (p *Publisher) record(ctx context.Context, entries []revlog.Entry) (err error) {
+// record writes entries to the revocation stream as records of type typ (revlog.TypeRevocation
+// or revlog.TypeAllow), one record per revlog.MaxBody, each confirmed. Revocations count in the
+// metrics; allow records do not.
+func (p *Publisher) record(ctx context.Context, typ string, entries []revlog.Entry) (err error) {
 	if !p.active.enter() {
 		return ErrClosed
 	}
 	defer p.active.leave()
-	defer func() { p.metrics.revoked(OutcomeOf(err), len(entries)) }()
+	if typ == revlog.TypeRevocation {
+		defer func() { p.metrics.revoked(OutcomeOf(err), len(entries)) }()
+	}
 	stream := p.names.Revoked()
 	for _, group := range revlog.Split(entries) {
 		m := amqp.Publishing{
-			Type: revlog.TypeRevocation, MessageId: newMessageID(), DeliveryMode: amqp.Persistent,
+			Type: typ, MessageId: newMessageID(), DeliveryMode: amqp.Persistent,
 			Headers: amqp.Table{revlog.AtHeader: time.Now().UnixMilli()},
 			Body:    revlog.Encode(make([]byte, 0, 64), group),
 		}
@@ -155,7 +195,7 @@ func (p *Publisher) record(ctx context.Context, entries []revlog.Entry) (err err
 					"with the same AMQPDELAY_* variables (RabbitMQ 3.9 or later, feature flag stream_queue): %w", ErrTopologyMissing, stream, err)
 			}
 			if err != nil {
-				return fmt.Errorf("amqpdelay: record %d revocation(s) in %q: %w", len(group), stream, err)
+				return fmt.Errorf("amqpdelay: write %d %s entr(ies) to %q: %w", len(group), typ, stream, err)
 			}
 			break
 		}

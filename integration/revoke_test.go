@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
@@ -299,6 +300,111 @@ func TestReschedule(t *testing.T) {
 	t.Logf("%d rescheduled from +%v to 7 s later; %d rescheduled later than the bound before the old due time (not checked)", n, oldDelay, best)
 	if best > n/2 {
 		t.Errorf("%d of %d reschedules came too late to check anything", best, n)
+	}
+}
+
+// TestRescheduleFailedPublish: a Reschedule whose new copy is refused (an unknown target; a
+// header too large for a frame) returns the publish's error, and the old copy still arrives,
+// once, at its due time. A Reschedule due at once after an earlier Reschedule or Revoke of the
+// id (so the reader knows a revocation that does not keep the new copy, and may not yet have
+// read the new copy's allow record) delivers the new copy once and nothing else.
+func TestRescheduleFailedPublish(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	stop, _ := f.consume(t, consumer.NewMemoryStore(64))
+	defer stop()
+	ctx := pubCtx(t)
+	old := f.publishMany(t, "f", 4, func(int) time.Duration { return 3 * time.Second })
+	id := func(i int) string { return old[i].ID() }
+
+	// 0: an unknown target.
+	_, err := f.pub.Reschedule(ctx, "no-such-target", "o.f", amqp.Publishing{MessageId: id(0)}, time.Minute)
+	if !errors.Is(err, amqpdelay.ErrUnknownTarget) || errors.Is(err, amqpdelay.ErrNotRevoked) {
+		t.Errorf("Reschedule to an unknown target: %v; want ErrUnknownTarget", err)
+	}
+	// 1: a header larger than a frame (RabbitMQ's frame_max is 131,072 bytes): refused when it
+	// is about to be sent, after the allow record is written.
+	big := amqp.Table{"big": strings.Repeat("x", 140_000)}
+	_, err = f.pub.Reschedule(ctx, f.target, "o.f", amqp.Publishing{MessageId: id(1), Headers: big}, time.Minute)
+	if !errors.Is(err, amqpdelay.ErrInvalidInput) || errors.Is(err, amqpdelay.ErrNotRevoked) {
+		t.Errorf("Reschedule with a %d-byte header: %v; want ErrInvalidInput", len(big["big"].(string)), err)
+	}
+	// 2: rescheduled twice, the second time due at once.
+	if _, err := f.pub.Reschedule(ctx, f.target, "o.f", amqp.Publishing{MessageId: id(2)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	now2, err := f.pub.Reschedule(ctx, f.target, "o.f", amqp.Publishing{MessageId: id(2)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3: revoked, then rescheduled due at once.
+	if err := f.pub.Revoke(ctx, id(3)); err != nil {
+		t.Fatal(err)
+	}
+	now3, err := f.pub.Reschedule(ctx, f.target, "o.f", amqp.Publishing{MessageId: id(3)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "both refused reschedules' old copies handled", func() bool {
+		return len(f.seen.get(id(0))) > 0 && len(f.seen.get(id(1))) > 0
+	})
+	time.Sleep(time.Until(old[0].Due) + 3*time.Second) // the old copies of 2 and 3 would be handled by now
+	for i := range 2 {
+		got := f.seen.get(id(i))
+		if len(got) != 1 || !got[0].due.Equal(old[i].Due) || got[0].at.Before(old[i].Due) {
+			t.Errorf("%s (reschedule refused): handled %+v; want its old copy once, due %s, not before", id(i), got, old[i].Due.Format(time.StampMilli))
+		}
+	}
+	for i, r := range map[int]amqpdelay.Receipt{2: now2, 3: now3} {
+		got := f.seen.get(id(i))
+		if len(got) != 1 || !strings.HasPrefix(got[0].copy, "r") || !got[0].due.Equal(r.Due) {
+			t.Errorf("%s (rescheduled due at once): handled %+v; want the new copy (tag r..., due %s) once", id(i), got, r.Due.Format(time.StampMilli))
+		}
+	}
+}
+
+// TestReceiptID: a message published without a MessageId gets a random (version 4) UUID, which
+// Receipt.ID returns and the delivered copy carries, with a copy tag; the caller's Publishing
+// is not modified (no MessageId, no headers). A caller's MessageId is kept, and Reschedule
+// keeps it too.
+func TestReceiptID(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	stop, _ := f.consume(t, consumer.NewMemoryStore(64))
+	defer stop()
+	ctx := pubCtx(t)
+	msg := amqp.Publishing{Body: []byte("x")}
+	gen, err := f.pub.Publish(ctx, f.target, "o.id", msg, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := uuid.Parse(gen.ID()); err != nil || u.Version() != 4 || gen.ID() != u.String() {
+		t.Errorf("generated id %q: want a version 4 UUID (%v)", gen.ID(), err)
+	}
+	if msg.MessageId != "" || msg.Headers != nil {
+		t.Errorf("the caller's Publishing was modified: MessageId %q, headers %v", msg.MessageId, msg.Headers)
+	}
+	own, err := f.pub.Publish(ctx, f.target, "o.id", amqp.Publishing{MessageId: "business-key-1"}, time.Second)
+	if err != nil || own.ID() != "business-key-1" {
+		t.Fatalf("Publish with a MessageId: %v, id %q; want the caller's", err, own.ID())
+	}
+	hdr := amqp.Table{"a": "b"}
+	moved, err := f.pub.Reschedule(ctx, f.target, "o.id", amqp.Publishing{MessageId: "business-key-1", Headers: hdr}, 2*time.Second)
+	if err != nil || moved.ID() != "business-key-1" {
+		t.Fatalf("Reschedule: %v, id %q; want the same id", err, moved.ID())
+	}
+	if len(hdr) != 1 {
+		t.Errorf("Reschedule modified the caller's headers: %v", hdr)
+	}
+	waitFor(t, time.Minute, "both handled", func() bool {
+		return len(f.seen.get(gen.ID())) > 0 && len(f.seen.get("business-key-1")) > 0
+	})
+	time.Sleep(time.Until(moved.Due) + time.Second)
+	if got := f.seen.get(gen.ID()); len(got) != 1 || got[0].copy == "" {
+		t.Errorf("generated id: handled %+v; want once, with a copy tag", got)
+	}
+	if got := f.seen.get("business-key-1"); len(got) != 1 || !got[0].due.Equal(moved.Due) {
+		t.Errorf("rescheduled business key: handled %+v; want the new copy once (due %s)", got, moved.Due.Format(time.StampMilli))
 	}
 }
 

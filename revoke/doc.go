@@ -24,9 +24,18 @@
 // re-published for a retry). A revocation record names an id and, for Reschedule, the one copy
 // tag to keep. A delivery is revoked when the latest record of its id (in stream order) keeps
 // another tag, or none. So Revoke drops every copy of the id, also one published later with a
-// plain Publish; Reschedule drops every copy but the new one, whatever the order in which a
-// reader sees the record and the copies, and a later Revoke or Reschedule of the id drops that
-// one too. No clock decides which copy is meant.
+// plain Publish. No clock decides which copy is meant.
+//
+// Reschedule writes an allow record (the new copy's tag is kept, in addition, by the
+// revocation of the id in force), then publishes the new copy, whose tag starts with 'r', then
+// the revocation keeping only that tag. Each step is confirmed before the next. So the new copy
+// is dropped by none of the records that precede its allow record, nor by its own revocation;
+// only a later Revoke or Reschedule of the id drops it. A reader that gets a rescheduled copy
+// that the revocation it knows would drop may not have read the copy's allow record yet (a
+// copy due at once can arrive first): it reads on up to a fence of its own sent after the copy
+// arrived, which follows the allow record in the stream, and answers then. This costs a fence
+// round trip only for such copies. If the new copy is not published, the allow record keeps a
+// tag no copy carries, and the old copies are not revoked.
 //
 // # The guarantee, and its bound
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
@@ -71,11 +72,34 @@ func WithConnectionName(name string) Option {
 	return func(o *options) error { o.name = name; return nil }
 }
 
-// entry is one remembered revocation: every copy of its id but keep ("" none) is revoked until
-// forget (Unix ms).
+// entry is one remembered revocation: every copy of its id but keep ("" none) and those in
+// more (allow records read since) is revoked until forget (Unix ms).
 type entry struct {
 	keep   string
+	more   []string
 	forget int64
+}
+
+// keeps reports whether the copy with this tag is kept.
+func (e *entry) keeps(tag string) bool {
+	if tag == "" {
+		return false
+	}
+	if tag == e.keep {
+		return true
+	}
+	for _, t := range e.more {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// fenceReq asks the fencer for a fence with this time (Unix ms) and number.
+type fenceReq struct {
+	at  int64
+	seq uint64
 }
 
 // Revocations reads the revocation stream and answers whether a delivery is revoked. Create it
@@ -91,13 +115,20 @@ type Revocations struct {
 	set map[string]entry
 
 	// Fences: covered is the send time (Unix ms) of the latest fence read back, any reader's;
-	// sent is that of the latest fence this reader sent and has not read back (0: none).
-	// progress is closed and replaced whenever covered grows or a fence fails.
+	// sent is that of the fence this reader has on its way (0: none). Own fences are numbered
+	// too: seqGen is the last number given, sentSeq that of the fence on its way (0: none),
+	// ownRead that of the latest own fence read back, so that a fence sent after a moment can
+	// be awaited without comparing clocks. progress is closed and replaced whenever covered or
+	// ownRead grows or a fence fails.
+	self     string // this reader's random id, in its fences' revlog.ReaderHeader
 	fmu      sync.Mutex
 	covered  int64
 	sent     int64
+	seqGen   uint64
+	sentSeq  uint64
+	ownRead  uint64
 	progress chan struct{}
-	fenceReq chan int64
+	fenceReq chan fenceReq
 	fences   atomic.Uint64
 
 	next    int64 // the next stream offset to read (reader goroutine only)
@@ -139,7 +170,8 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Revocation
 	spec := cfg.Spec.WithDefaults()
 	r := &Revocations{
 		cfg: cfg, stream: spec.Names().Revoked(), retention: spec.RevocationRetention(), o: o,
-		set: map[string]entry{}, progress: make(chan struct{}), fenceReq: make(chan int64, 1),
+		set: map[string]entry{}, progress: make(chan struct{}), fenceReq: make(chan fenceReq, 1),
+		self: uuid.NewString(),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	deliveries, closed, err := r.open(ctx, "first")
@@ -150,7 +182,7 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Revocation
 	r.wg.Add(2)
 	go r.read(deliveries, closed)
 	go r.fencer()
-	if err := r.wait(ctx, time.Now().UnixMilli()); err != nil {
+	if err := r.wait(ctx, time.Now().UnixMilli(), 0); err != nil {
 		_ = r.Close()
 		return nil, fmt.Errorf("revoke: catch up with %q: %w", r.stream, err)
 	}
@@ -251,12 +283,41 @@ func (r *Revocations) apply(d *amqp.Delivery) {
 	switch d.Type {
 	case revlog.TypeFence:
 		r.fmu.Lock()
+		grew := false
 		if at > r.covered {
-			r.covered = at
+			r.covered, grew = at, true
+		}
+		if who, _ := d.Headers[revlog.ReaderHeader].(string); who == r.self {
+			if seq, ok := d.Headers[revlog.SeqHeader].(int64); ok && seq > 0 && uint64(seq) > r.ownRead {
+				r.ownRead, grew = uint64(seq), true
+			}
+		}
+		if grew {
 			close(r.progress)
 			r.progress = make(chan struct{})
 		}
 		r.fmu.Unlock()
+	case revlog.TypeAllow:
+		// Reschedule's first record: the new copy's tag is kept by the revocation in force, if
+		// any (an id without one revokes nothing). Its retention is that revocation's.
+		r.mu.Lock()
+		err := revlog.Decode(d.Body, func(id, keep []byte) {
+			e, ok := r.set[string(id)]
+			if !ok || len(keep) == 0 || e.keeps(string(keep)) {
+				return
+			}
+			if e.keep == "" {
+				e.keep = string(keep)
+			} else {
+				e.more = append(e.more, string(keep))
+			}
+			r.set[string(id)] = e
+		})
+		r.mu.Unlock()
+		r.records.Add(1)
+		if err != nil {
+			r.o.logger.Warn().Err(err).Msg("revoke: an allow record of the revocation stream does not decode; its readable entries were taken")
+		}
 	case revlog.TypeRevocation:
 		forget := at + r.retention.Milliseconds()
 		if forget < time.Now().UnixMilli() {
@@ -317,7 +378,7 @@ func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
 // fenceFailed forgets the fence in flight and wakes the waiters, which send another.
 func (r *Revocations) fenceFailed() {
 	r.fmu.Lock()
-	r.sent = 0
+	r.sent, r.sentSeq = 0, 0
 	close(r.progress)
 	r.progress = make(chan struct{})
 	r.fmu.Unlock()
@@ -327,11 +388,11 @@ func (r *Revocations) fenceFailed() {
 func (r *Revocations) fencer() {
 	defer r.wg.Done()
 	for {
-		var at int64
+		var req fenceReq
 		select {
 		case <-r.ctx.Done():
 			return
-		case at = <-r.fenceReq:
+		case req = <-r.fenceReq:
 		}
 		ch := r.fch.Load()
 		if ch == nil {
@@ -340,7 +401,8 @@ func (r *Revocations) fencer() {
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", r.stream, false, false, amqp.Publishing{
-			Type: revlog.TypeFence, DeliveryMode: amqp.Persistent, Headers: amqp.Table{revlog.AtHeader: at},
+			Type: revlog.TypeFence, DeliveryMode: amqp.Persistent,
+			Headers: amqp.Table{revlog.AtHeader: req.at, revlog.ReaderHeader: r.self, revlog.SeqHeader: int64(req.seq)},
 		})
 		if err == nil {
 			var ok bool
@@ -358,22 +420,24 @@ func (r *Revocations) fencer() {
 	}
 }
 
-// wait returns once a fence sent at or after need (Unix ms) has been read back, sending one
-// when none is on its way; ctx bounds it.
-func (r *Revocations) wait(ctx context.Context, need int64) error {
+// wait returns once a fence sent at or after need (Unix ms, any reader's) and this reader's
+// fence number seq (0: none needed) have been read back, sending a fence when none that would
+// do is on its way; ctx bounds it.
+func (r *Revocations) wait(ctx context.Context, need int64, seq uint64) error {
 	for {
 		r.fmu.Lock()
-		if r.covered >= need {
+		if r.covered >= need && r.ownRead >= seq {
 			r.fmu.Unlock()
 			return nil
 		}
-		if r.sent < need {
+		if r.sent < need || r.sentSeq < seq {
 			// The fence's time is taken before it is sent: every record confirmed before that
-			// time precedes the fence in the stream.
-			at := max(time.Now().UnixMilli(), need)
+			// time precedes it in the stream. Its number is given now, so it is sent after
+			// every moment at which a waiter took seqGen + 1 as the number it needs.
+			req := fenceReq{at: max(time.Now().UnixMilli(), need), seq: r.seqGen + 1}
 			select {
-			case r.fenceReq <- at:
-				r.sent = at
+			case r.fenceReq <- req:
+				r.sent, r.sentSeq, r.seqGen = req.at, req.seq, req.seq
 			default: // the fencer is busy with another: wait for its outcome and look again
 			}
 		}
@@ -387,6 +451,13 @@ func (r *Revocations) wait(ctx context.Context, need int64) error {
 			return fmt.Errorf("revoke: context ended while waiting for the revocation stream: %w", ctx.Err())
 		}
 	}
+}
+
+// nextFence returns the number of the next fence this reader will send: one sent after the call.
+func (r *Revocations) nextFence() uint64 {
+	r.fmu.Lock()
+	defer r.fmu.Unlock()
+	return r.seqGen + 1
 }
 
 // Revoked reports whether d must not reach a handler: a revocation of its id (d.MessageId) is
@@ -410,27 +481,44 @@ func (r *Revocations) Revoked(ctx context.Context, d amqp.Delivery) (bool, error
 	if due, ok := amqpdelay.Due(d); ok {
 		need = min(due.Add(-r.o.bound).UnixMilli(), need)
 	}
-	if err := r.wait(ctx, need); err != nil {
+	// A copy Reschedule published was published after its allow record was confirmed, and so
+	// arrived after it: a fence of this reader sent now follows that record in the stream.
+	tag, _ := d.Headers[revlog.CopyHeader].(string)
+	var after uint64
+	if revlog.Rescheduled(tag) {
+		after = r.nextFence()
+	}
+	if err := r.wait(ctx, need, 0); err != nil {
 		return false, err
 	}
-	r.mu.RLock()
-	e, ok := r.set[d.MessageId]
-	r.mu.RUnlock()
-	if !ok || e.forget < now.UnixMilli() {
+	if !r.revoked(d.MessageId, tag, now.UnixMilli()) {
 		return false, nil
 	}
-	if e.keep == "" {
+	if after == 0 {
 		return true, nil
 	}
-	tag, _ := d.Headers[revlog.CopyHeader].(string)
-	return tag != e.keep, nil
+	// The revocation known may precede the copy's allow record, which is then still unread:
+	// read up to a fence sent after the copy arrived, and look again.
+	if err := r.wait(ctx, need, after); err != nil {
+		return false, err
+	}
+	return r.revoked(d.MessageId, tag, time.Now().UnixMilli()), nil
+}
+
+// revoked answers from the set: a revocation of id is known at now and does not keep tag.
+func (r *Revocations) revoked(id, tag string, now int64) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.set[id]
+	return ok && e.forget >= now && !e.keeps(tag)
 }
 
 // Stats are counts of a [Revocations], for metrics.
 type Stats struct {
 	// Known is the number of ids with a revocation in memory.
 	Known int
-	// Records is the number of revocation records read since New.
+	// Records is the number of revocation and allow records (Reschedule's) read since New;
+	// fences are not counted.
 	Records uint64
 	// Fences is the number of fences this reader wrote.
 	Fences uint64
@@ -472,5 +560,5 @@ func (r *Revocations) Wait(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
-	return r.wait(ctx, time.Now().UnixMilli())
+	return r.wait(ctx, time.Now().UnixMilli(), 0)
 }

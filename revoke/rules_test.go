@@ -69,10 +69,11 @@ func TestRevokedRules(t *testing.T) {
 func TestFenceWait(t *testing.T) {
 	r := reader()
 	r.covered = 0
-	r.fenceReq = make(chan int64, 1)
+	r.fenceReq = make(chan fenceReq, 1)
 	done := make(chan error, 1)
-	go func() { done <- r.wait(context.Background(), 1000) }()
-	at := <-r.fenceReq // the waiter asked for a fence
+	go func() { done <- r.wait(context.Background(), 1000, 0) }()
+	req := <-r.fenceReq // the waiter asked for a fence
+	at := req.at
 	if at < 1000 {
 		t.Fatalf("fence time %d, below the time needed", at)
 	}
@@ -82,13 +83,134 @@ func TestFenceWait(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := r.wait(ctx, at+1); err == nil {
+	if err := r.wait(ctx, at+1, 0); err == nil {
 		t.Error("a wait for a time after the last fence returned without a new fence")
 	}
 	r.cancel()
-	if err := r.wait(context.Background(), at+2); err != ErrClosed {
+	if err := r.wait(context.Background(), at+2, 0); err != ErrClosed {
 		t.Errorf("wait after close = %v, want ErrClosed", err)
 	}
+}
+
+// TestRescheduleOrder: Reschedule writes an allow record, publishes the new copy, then writes
+// its revocation. In every order in which a reader can see the records and the new copy, the
+// new copy is kept and the old ones are dropped once the revocation is read; an earlier
+// Revoke or Reschedule of the id (a record the reader already knows) never drops the new copy,
+// even when it arrives before the reader has read the allow record: the reader then waits for
+// a fence of its own sent after the copy arrived.
+func TestRescheduleOrder(t *testing.T) {
+	now := time.Now()
+	allow := func(id, tag string) *amqp.Delivery {
+		return &amqp.Delivery{Type: revlog.TypeAllow, Headers: amqp.Table{revlog.AtHeader: now.UnixMilli()},
+			Body: revlog.Encode(nil, []revlog.Entry{{ID: id, Keep: tag}})}
+	}
+	const newTag = "r0123456789abcde"
+	for _, earlier := range []struct {
+		name string
+		rec  []revlog.Entry // the record the reader knows before the Reschedule ("" none)
+		old  string         // a copy it kept
+	}{
+		{"first reschedule", nil, "0000000000000001"},
+		{"after a Revoke", []revlog.Entry{{ID: "x"}}, ""},
+		{"after a Reschedule", []revlog.Entry{{ID: "x", Keep: "r000000000000001"}}, "r000000000000001"},
+	} {
+		t.Run(earlier.name, func(t *testing.T) {
+			r := reader()
+			echoFences(r)
+			defer r.cancel()
+			if earlier.rec != nil {
+				r.apply(ptr(record(now, earlier.rec...)))
+			}
+			// The allow record is read before the new copy arrives.
+			r.apply(allow("x", newTag))
+			if got, err := r.Revoked(context.Background(), copyOf("x", newTag)); err != nil || got {
+				t.Errorf("new copy after the allow record: Revoked = %v, %v; want kept", got, err)
+			}
+			if earlier.old != "" {
+				if got, _ := r.Revoked(context.Background(), copyOf("x", earlier.old)); got {
+					t.Errorf("old copy %q dropped before the revocation was written", earlier.old)
+				}
+			}
+			// The revocation (step 3) is read: only the new copy is kept.
+			r.apply(ptr(record(now, revlog.Entry{ID: "x", Keep: newTag})))
+			if got, _ := r.Revoked(context.Background(), copyOf("x", newTag)); got {
+				t.Error("new copy dropped by its own revocation")
+			}
+			if got, _ := r.Revoked(context.Background(), copyOf("x", "0000000000000001")); !got {
+				t.Error("old plain copy kept after the revocation")
+			}
+			if got, _ := r.Revoked(context.Background(), copyOf("x", "r000000000000001")); !got {
+				t.Error("old rescheduled copy kept after the revocation")
+			}
+		})
+	}
+	// The new copy (due at once) arrives before the reader has read the allow record, after an
+	// earlier Revoke: Revoked waits for its own fence, which the stream delivers after the
+	// allow record, and keeps the copy.
+	r := reader()
+	defer r.cancel()
+	r.fenceReq = make(chan fenceReq, 1)
+	r.self = "me"
+	r.apply(ptr(record(now, revlog.Entry{ID: "x"})))
+	done := make(chan bool, 1)
+	go func() {
+		got, err := r.Revoked(context.Background(), copyOf("x", newTag))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	req := <-r.fenceReq
+	if req.seq == 0 {
+		t.Fatal("the reader asked for a fence without a number")
+	}
+	// A fence of another reader, or an own fence numbered before the copy arrived, does not do.
+	r.apply(&amqp.Delivery{Type: revlog.TypeFence, Headers: amqp.Table{revlog.AtHeader: now.UnixMilli() + 1000, revlog.ReaderHeader: "other", revlog.SeqHeader: int64(req.seq)}})
+	select {
+	case got := <-done:
+		t.Fatalf("Revoked answered %v on another reader's fence", got)
+	case <-time.After(20 * time.Millisecond):
+	}
+	r.apply(allow("x", newTag))
+	r.apply(&amqp.Delivery{Type: revlog.TypeFence, Headers: amqp.Table{revlog.AtHeader: now.UnixMilli(), revlog.ReaderHeader: "me", revlog.SeqHeader: int64(req.seq)}})
+	if got := <-done; got {
+		t.Error("the new copy, arrived before its allow record was read, was dropped")
+	}
+	// A superseded rescheduled copy is dropped after the same wait.
+	r.apply(ptr(record(now, revlog.Entry{ID: "x", Keep: "r00000000000000f"})))
+	go func() {
+		got, _ := r.Revoked(context.Background(), copyOf("x", newTag))
+		done <- got
+	}()
+	req = <-r.fenceReq
+	r.apply(&amqp.Delivery{Type: revlog.TypeFence, Headers: amqp.Table{revlog.AtHeader: now.UnixMilli(), revlog.ReaderHeader: "me", revlog.SeqHeader: int64(req.seq)}})
+	if got := <-done; !got {
+		t.Error("a rescheduled copy superseded by a later Reschedule was kept")
+	}
+	// An allow record of an id without a revocation revokes nothing and is not remembered.
+	r2 := reader()
+	r2.apply(allow("y", newTag))
+	if n := r2.Stats().Known; n != 0 {
+		t.Errorf("an allow record alone made %d ids known", n)
+	}
+}
+
+// echoFences makes r read back every fence it asks for at once, as a stream with nothing
+// unread would; it stops when r is closed.
+func echoFences(r *Revocations) {
+	r.self = "me"
+	r.fenceReq = make(chan fenceReq, 1)
+	go func() {
+		for {
+			select {
+			case <-r.ctx.Done():
+				return
+			case req := <-r.fenceReq:
+				r.apply(&amqp.Delivery{Type: revlog.TypeFence, Headers: amqp.Table{
+					revlog.AtHeader: req.at, revlog.ReaderHeader: r.self, revlog.SeqHeader: int64(req.seq)}})
+			}
+		}
+	}()
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -59,7 +59,7 @@
 //
 // # Policies
 //
-// AMQP cannot set policies; with the management API ([Management]) Apply sets two
+// AMQP cannot set policies; with the management API ([Management]) Apply sets three
 // ([Plan.Policies]), at [Spec.PolicyPriority] (default [DefaultPolicyPriority], 1,000,000):
 //
 //   - p.delay-queues, apply-to queues, matching exactly the delay queues and p.parking, with
@@ -80,6 +80,14 @@
 //     (returned to a mandatory publisher, dropped otherwise). A target's own
 //     alternate-exchange argument wins over any policy (rabbit_policy:get_arg); it is
 //     reported as a warning.
+//   - p.revoked-retention, apply-to queues, matching exactly the revocation stream p.revoked,
+//     with max-age equal to the stream's x-max-age ([Spec.RevocationRetention]). For a stream
+//     RabbitMQ takes a policy's max-age and max-length-bytes instead of the arguments
+//     (rabbit_stream_queue:policy_precedence/2, 3.10.8 and 4.0.5), so a lower-priority
+//     {max-age: 1D} or {max-length-bytes: ...} would delete revocations before their messages
+//     are due; this policy shadows them. It holds no key streams do not support (a policy
+//     with one, such as message-ttl or overflow, never applies to a stream:
+//     rabbit_stream_queue:capabilities/0), so it applies.
 //
 // What a policy cannot prevent is reported by [Management.PolicyProblems] (Apply and Status
 // fail with ErrPolicy): operator policies, which RabbitMQ merges with the applying policy (the

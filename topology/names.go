@@ -29,7 +29,8 @@ import (
 //	<prefix>.target.<X>        empty fanout exchange: marker that target X is bound to D (hashed
 //	                           as <prefix>.target-sha256.<32 hex> when too long)
 //
-// and two policies (not exchanges or queues): <prefix>.delay-queues and <prefix>.targets.
+// and three policies (not exchanges or queues): <prefix>.delay-queues, <prefix>.targets and
+// <prefix>.revoked-retention.
 type Names struct {
 	// Prefix is the name prefix; "" means DefaultPrefix.
 	Prefix string
@@ -137,6 +138,10 @@ func (n Names) DelayQueuesPolicy() string { return n.p() + ".delay-queues" }
 // TargetsPolicy is the name of the policy Apply sets on the target exchanges, whose
 // alternate-exchange is [Names.DueUnroutable] (see [Plan.Policies]).
 func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
+
+// RevokedPolicy is the name of the policy Apply sets on the revocation stream [Names.Revoked],
+// whose max-age repeats the stream's x-max-age (see [Plan.Policies]).
+func (n Names) RevokedPolicy() string { return n.p() + ".revoked-retention" }
 
 // Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
 // <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, .revoked (the

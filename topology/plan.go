@@ -379,6 +379,8 @@ func (s Spec) Plan() (*Plan, error) {
 			Definition: s.QueueType.policyDefinition(s.Shards), Role: RoleLadder},
 		{Name: n.TargetsPolicy(), Pattern: exactPattern(targets), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
 			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
+		{Name: n.RevokedPolicy(), Pattern: exactPattern([]string{n.Revoked()}), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+			Definition: map[string]any{"max-age": s.revokedMaxAge()}, Role: RoleRevoked},
 	}
 	return p, nil
 }

@@ -53,7 +53,7 @@ func TestPlanDefaultCounts(t *testing.T) {
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
 		{"retry bindings (D -> retry; no ready queue)", countRole(p.Bindings, bRole, RoleRetry), 1},
 		{"bindings", len(p.Bindings), 128 + 1 + 2 + 1 + 1},
-		{"policies", len(p.Policies), 2},
+		{"policies", len(p.Policies), 3},
 		{"existing", len(p.Existing), 1},
 	}
 	for _, c := range checks {

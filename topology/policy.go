@@ -169,6 +169,10 @@ const (
 	// then sit in the upstream queue's dead-letter state; a due message no binding takes and
 	// no alternate exchange parks).
 	BreaksStalls Breakage = "stalls"
+	// BreaksRevocations: revocations are deleted from the revocation stream before the
+	// messages they name are due, so revoked messages reach handlers (a max-age below the
+	// stream's retention, a max-length-bytes).
+	BreaksRevocations Breakage = "revocations lost"
 	// BreaksRouting: messages go somewhere they should not (a dead-letter routing key that
 	// replaces the message's own, an alternate exchange on one of the topology's exchanges).
 	BreaksRouting Breakage = "wrong routing"
@@ -294,8 +298,9 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 }
 
 // PolicyProblems reads, through the management API, the policies in effect on p's delay
-// queues, parking queue, exchanges and target exchanges, and returns every key that breaks a
-// guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object and key. Rules
+// queues, parking queue, revocation stream, exchanges and target exchanges, and returns every
+// key that breaks a guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object
+// and key. Rules
 // (RabbitMQ 3.10-4.x; rabbit_quorum_queue:ra_machine_config and rabbit_amqqueue_process take
 // the lower of a policy's and an argument's message-ttl, expires, max-length,
 // max-length-bytes and delivery-limit, a quorum queue's policy overflow over its argument, and
@@ -315,6 +320,9 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 //     warning); max-length or max-length-bytes with overflow reject-publish(-dlx) (stalls:
 //     dead-lettering into the full queue is refused; classic delay queues drop);
 //     dead-letter-routing-key where the queue parks (warning);
+//   - the revocation stream (revokedProblems): max-age below [Spec.RevocationRetention] or not
+//     a valid max-age, and max-length-bytes (revocations lost; operator policies cannot set
+//     max-age);
 //   - the topology's exchanges: alternate-exchange where the exchange has no argument of its
 //     own (wrong routing);
 //   - target exchanges: no alternate exchange in effect (the topology's targets policy not
@@ -368,6 +376,10 @@ var unsupportedPolicyKeys = map[string][]string{
 	"classic": {"max-age", "stream-max-segment-size-bytes", "initial-cluster-size", "delivery-limit", "dead-letter-strategy"},
 	"quorum": {"max-priority", "queue-mode", "single-active-consumer", "ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
 		"ha-promote-on-failure", "ha-sync-batch-size", "queue-master-locator", "max-age", "stream-max-segment-size-bytes", "initial-cluster-size"},
+	// rabbit_stream_queue:capabilities/0 (3.10.8; 4.0.5 adds target-group-size, see policyApplicable)
+	"stream": {"expires", "message-ttl", "dead-letter-exchange", "dead-letter-routing-key", "max-length", "max-in-memory-length",
+		"max-in-memory-bytes", "max-priority", "overflow", "queue-mode", "single-active-consumer", "delivery-limit", "ha-mode", "ha-params",
+		"ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure", "queue-master-locator", "dead-letter-strategy"},
 }
 
 // choosePolicy returns, as JSON, the name of the policy of list that RabbitMQ applies to the
@@ -426,6 +438,9 @@ func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, maj
 // typ on RabbitMQ major version major.
 func policyApplicable(def map[string]any, typ string, major int) bool {
 	unsupported := append([]string{}, unsupportedPolicyKeys[typ]...)
+	if typ == "stream" && major >= 4 {
+		unsupported = append(unsupported, "target-group-size")
+	}
 	if typ == "classic" {
 		if major >= 4 {
 			unsupported = append(unsupported, "max-in-memory-length", "max-in-memory-bytes", "target-group-size")
@@ -463,6 +478,12 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		}
 		if q.Role == RoleReady {
 			out = append(out, readyQueueProblems(p, q, mq, pols, ops)...) // with their own fix
+			continue
+		}
+		if q.Role == RoleRevoked {
+			for _, pp := range revokedProblems(p, q, mq, pols, ops) {
+				add(pp, p.Names.RevokedPolicy())
+			}
 			continue
 		}
 		if !q.IsDelay() && q.Role != RoleParking {
@@ -660,6 +681,46 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 		} else if !pp.Warning {
 			pp.Why += fmt.Sprintf("; fix: remove %s from policy %q or make its pattern not match this ready queue (the topology sets no "+
 				"policy on ready queues: they are the application's)", k, pp.Policy)
+		}
+		out = append(out, pp)
+	}
+	return out
+}
+
+// revokedProblems are the policy problems of the revocation stream q (see
+// [Management.PolicyProblems]). For a stream, RabbitMQ takes a policy's max-age and
+// max-length-bytes over the stream's own x-max-age and x-max-length-bytes
+// (rabbit_stream_queue:policy_precedence/2, 3.10.8 and 4.0.5), merging a policy's
+// max-length-bytes with an operator policy's by the lower value (rabbit_policies; operator
+// policies cannot set max-age). The other keys a policy on a stream may hold
+// (stream-max-segment-size-bytes, queue-leader-locator, initial-cluster-size, 4.x's
+// stream-filter-size-bytes) drop no record: retention deletes whole segments, and only once
+// every record in one is past the retention.
+func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy) []PolicyProblem {
+	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
+	def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
+	retention := p.Spec.RevocationRetention()
+	var out []PolicyProblem
+	for _, k := range []string{"max-age", "max-length-bytes"} {
+		v, ok := def[k]
+		if !ok {
+			continue
+		}
+		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v, Breaks: BreaksRevocations}
+		if fromOp[k] {
+			pp.Policy, pp.Operator = opName, true
+		}
+		const lost = "revoked messages due after that reach handlers"
+		switch k {
+		case "max-age":
+			if age, ok := parseMaxAge(v); ok && age >= retention {
+				continue
+			}
+			pp.Why = fmt.Sprintf("RabbitMQ applies a policy's max-age to a stream instead of its x-max-age (%s): revocations are deleted "+
+				"after %v, before the messages they name are due (the topology's longest delay plus a day), and %s", p.Spec.revokedMaxAge(), v, lost)
+		case "max-length-bytes":
+			pp.Why = fmt.Sprintf("RabbitMQ deletes a stream's oldest records once it holds more than %v bytes (the policy's value wins "+
+				"over an x-max-length-bytes argument), whatever their age: revocations (and fences) fill it, and %s", v, lost)
 		}
 		out = append(out, pp)
 	}

@@ -211,3 +211,68 @@ func TestReadyQueueProblems(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokedProblems: on the revocation stream, a max-age below the stream's retention and any
+// max-length-bytes (policy or operator policy, the lower value winning) are reported; a longer
+// max-age and keys that drop no record are not. A policy with a key streams do not support
+// never applies to the stream, and one with apply-to streams does (4.x).
+func TestRevokedProblems(t *testing.T) {
+	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}})
+	stream := p.Names.Revoked()
+	keep := p.Spec.revokedMaxAge() // 1218h for this spec (plugin auto: 2^32-1 ms + a day)
+	for _, tc := range []struct {
+		name     string
+		user, op map[string]any
+		want     map[string]bool // key -> operator
+	}{
+		{"short max-age", map[string]any{"max-age": "1D"}, nil, map[string]bool{"max-age": false}},
+		{"max-age in seconds below", map[string]any{"max-age": "3600s"}, nil, map[string]bool{"max-age": false}},
+		{"invalid max-age", map[string]any{"max-age": json.Number("5")}, nil, map[string]bool{"max-age": false}},
+		{"own max-age", map[string]any{"max-age": keep}, nil, nil},
+		{"longer max-age", map[string]any{"max-age": "1Y"}, nil, nil},
+		{"max-length-bytes", map[string]any{"max-length-bytes": json.Number("1000000000")}, nil, map[string]bool{"max-length-bytes": false}},
+		{"operator max-length-bytes", nil, map[string]any{"max-length-bytes": json.Number("1000")}, map[string]bool{"max-length-bytes": true}},
+		{"both, operator lower", map[string]any{"max-length-bytes": json.Number("5000"), "max-age": "1Y"},
+			map[string]any{"max-length-bytes": json.Number("1000")}, map[string]bool{"max-length-bytes": true}},
+		{"harmless keys", map[string]any{"stream-max-segment-size-bytes": json.Number("1000"), "queue-leader-locator": "balanced",
+			"initial-cluster-size": json.Number("1")}, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pols := map[string]managedPolicy{"u": {Name: "u", Definition: tc.user}}
+			ops := map[string]managedPolicy{"o": {Name: "o", Definition: tc.op}}
+			q := managedObject{Name: stream, Type: "stream", Policy: jsName("u"), OperatorPolicy: jsName("o")}
+			got := map[string]bool{}
+			for _, pp := range policyProblemsOf(p, pols, ops, []managedObject{q}, nil) {
+				if pp.Object != stream || pp.Breaks != BreaksRevocations || pp.Warning {
+					t.Errorf("unexpected %+v", pp)
+				}
+				got[pp.Key] = pp.Operator
+				if !strings.Contains(pp.Error(), "fix:") {
+					t.Errorf("%s: no fix in %q", pp.Key, pp.Error())
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("reported %v, want %v", got, tc.want)
+			}
+			for k, op := range tc.want {
+				if g, ok := got[k]; !ok || g != op {
+					t.Errorf("%s: reported %v (operator %v), want operator %v", k, ok, g, op)
+				}
+			}
+		})
+	}
+	list := map[string]managedPolicy{
+		"ours":    {Name: "ours", Pattern: `^rd\.revoked$`, ApplyTo: "queues", Priority: "1000000", Definition: map[string]any{"max-age": keep}},
+		"ttl":     {Name: "ttl", Pattern: ".*", ApplyTo: "all", Priority: "9000000", Definition: map[string]any{"message-ttl": json.Number("1")}},
+		"tgs":     {Name: "tgs", Pattern: ".*", ApplyTo: "queues", Priority: "8000000", Definition: map[string]any{"target-group-size": json.Number("3"), "max-age": "1h"}},
+		"streams": {Name: "streams", Pattern: "revoked", ApplyTo: "streams", Priority: "7000000", Definition: map[string]any{"max-age": "1h"}},
+		"quorum":  {Name: "quorum", Pattern: ".*", ApplyTo: "quorum_queues", Priority: "9500000"},
+	}
+	o := managedObject{Name: stream, Type: "stream"}
+	if got := rawName(choosePolicy(list, KindQueue, o, 3, "")); got != "tgs" { // 3.10: target-group-size is no key of streams' unsupported list
+		t.Errorf("3.x: %q applies, want tgs", got)
+	}
+	if got := rawName(choosePolicy(list, KindQueue, o, 4, "")); got != "streams" {
+		t.Errorf("4.x: %q applies, want streams (message-ttl and target-group-size keep the higher ones off streams)", got)
+	}
+}

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
@@ -8,7 +9,8 @@ import (
 )
 
 // TestRevokedStream: the plan has the revocation stream, a stream whose x-max-age covers the
-// topology's longest delay plus the margin, outside the delay-queue policy and reserved as a name.
+// topology's longest delay plus the margin, outside the delay-queue policy (only the policy
+// <prefix>.revoked-retention, repeating its max-age, matches it) and reserved as a name.
 func TestRevokedStream(t *testing.T) {
 	cases := []struct {
 		name string
@@ -29,6 +31,18 @@ func TestRevokedStream(t *testing.T) {
 			}
 			if q.Args["x-queue-type"] != "stream" || q.Args["x-max-age"] != c.want {
 				t.Errorf("arguments %v, want a stream with x-max-age %s", q.Args, c.want)
+			}
+			var pol *Policy
+			for i := range p.Policies {
+				if re := regexp.MustCompile(p.Policies[i].Pattern); re.MatchString(p.Names.Revoked()) {
+					if pol != nil {
+						t.Fatalf("two policies match the stream: %s and %s", pol.Name, p.Policies[i].Name)
+					}
+					pol = &p.Policies[i]
+				}
+			}
+			if pol == nil || pol.Name != p.Names.RevokedPolicy() || pol.Definition["max-age"] != c.want || len(pol.Definition) != 1 {
+				t.Errorf("policy on the stream: %+v; want %s with max-age %s only", pol, p.Names.RevokedPolicy(), c.want)
 			}
 			if !p.Names.Reserved(p.Names.Revoked()) {
 				t.Errorf("%s is not reserved", p.Names.Revoked())

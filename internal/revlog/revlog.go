@@ -7,8 +7,14 @@
 //   - Type "rabbitdelay.revocation": the body is a list of entries, each a byte n (1 to 255),
 //     n bytes of message id, a byte k (0 to 255) and k bytes of copy tag to keep ("" keeps
 //     none). The header rabbitdelay-at (Unix ms, the writer's clock) says when it was written.
+//   - Type "rabbitdelay.allow": the body is as a revocation's; each entry names an id and a
+//     copy tag to keep in addition to those the id's latest record keeps. It revokes nothing.
+//     Reschedule writes it before publishing the new copy (whose tag starts with 'r',
+//     RescheduledPrefix), so that an earlier revocation of the id never drops that copy.
 //   - Type "rabbitdelay.fence": no body; rabbitdelay-at is when the fence was sent. A reader
-//     that reads a fence back has read every record confirmed before the fence was sent.
+//     that reads a fence back has read every record confirmed before the fence was sent. The
+//     headers rabbitdelay-reader (the writing reader's random id) and rabbitdelay-seq (its
+//     fence number, from 1, int64) let a reader recognise its own fences.
 //
 // Every delayed message carries its copy tag in the header rabbitdelay-copy.
 package revlog
@@ -21,8 +27,17 @@ import (
 const (
 	// TypeRevocation is the AMQP type property of a revocation record.
 	TypeRevocation = "rabbitdelay.revocation"
+	// TypeAllow is the AMQP type property of an allow record (Reschedule's first record).
+	TypeAllow = "rabbitdelay.allow"
 	// TypeFence is the AMQP type property of a fence record.
 	TypeFence = "rabbitdelay.fence"
+	// ReaderHeader holds the random id of the reader that wrote a fence (a string).
+	ReaderHeader = "rabbitdelay-reader"
+	// SeqHeader holds a fence's number among its reader's fences (int64, from 1).
+	SeqHeader = "rabbitdelay-seq"
+	// RescheduledPrefix starts the copy tag of a copy that Reschedule published (and only
+	// those): a reader makes sure it has read that copy's allow record before it drops it.
+	RescheduledPrefix = 'r'
 	// AtHeader is the header holding a record's write time (Unix ms, int64).
 	AtHeader = "rabbitdelay-at"
 	// CopyHeader is the header holding a message copy's tag (a string of 1 to 64 bytes).
@@ -40,6 +55,9 @@ type Entry struct {
 	ID   string
 	Keep string
 }
+
+// Rescheduled reports whether tag is the copy tag of a copy that Reschedule published.
+func Rescheduled(tag string) bool { return tag != "" && tag[0] == RescheduledPrefix }
 
 // Size is the number of bytes e takes in a body.
 func (e Entry) Size() int { return 2 + len(e.ID) + len(e.Keep) }
