@@ -258,3 +258,29 @@ func TestConsumerConcurrencyAndShutdown(t *testing.T) {
 	waitFor(t, 30*time.Second, fmt.Sprintf("%d messages back in the queue", n-2), func() bool { return queueLen(t, ch, f.work) == n-2 })
 	t.Logf("handled %d, requeued %d, cancelled %d, most at once %d", evs.n(consumer.Handled), evs.n(consumer.Requeued), cancelled.Load(), most.Load())
 }
+
+// TestConsumerReconnects: the broker closes the Consumer's connection (as when a node or the
+// network goes); the Consumer reports Disconnected, reconnects (Reconnected) and handles a
+// message published afterwards, once.
+func TestConsumerReconnects(t *testing.T) {
+	f := newConsumerFixture(t)
+	fx := newConsumerEffects()
+	evs := newConsumerEvents()
+	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
+		fx.add(d.MessageId)
+		return nil
+	}, consumer.WithConnectionName("reconnecting"), consumer.WithObserver(evs.observe))
+	runConsumer(t, c)
+	f.publish(t, "before", 0)
+	waitFor(t, time.Minute, "the first message handled", func() bool { return fx.count("before") == 1 })
+	closeConnection(t, f.env, "reconnecting")
+	waitFor(t, time.Minute, "Disconnected and Reconnected reported", func() bool {
+		return evs.n(consumer.Disconnected) == 1 && evs.n(consumer.Reconnected) == 1
+	})
+	f.publish(t, "after", 0)
+	waitFor(t, time.Minute, "the message published after the reconnection handled", func() bool { return fx.count("after") == 1 })
+	time.Sleep(time.Second)
+	if fx.count("before") != 1 || fx.count("after") != 1 {
+		t.Errorf("handled before %d, after %d; want 1 each", fx.count("before"), fx.count("after"))
+	}
+}
