@@ -109,6 +109,12 @@
 //     sets one; other publishers should.
 //   - A message given back at shutdown, held by an instance that died, or whose ack was lost,
 //     counts as a return for the quorum queue's delivery limit (RabbitMQ counts every requeue).
+//     So does one whose retry or parking publish failed (the delay topology missing, the broker
+//     refusing it): it is given back at once and, while the publish keeps failing, handled and
+//     given back again without a pause, so the limit (20) can be reached within seconds. With
+//     the ready queues `declare apply` declares (x-delivery-limit and a dead-letter exchange) it
+//     then waits in the parking queue without the Consumer's failure record; on a quorum queue
+//     of RabbitMQ 4.x declared without either, the broker drops it.
 //   - Copies lose Expiration (a per-message TTL would expire them inside the delay topology) and
 //     UserId (RabbitMQ refuses a user id other than the publishing connection's).
 //   - The retry and parking copies go through the amqpdelay Publisher, which replaces every

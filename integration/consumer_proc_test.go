@@ -43,11 +43,13 @@ type procConfig struct {
 	Lease    time.Duration // consumer.WithLease
 	Busy     time.Duration // consumer.WithBusyDelay
 	Grace    time.Duration // consumer.WithShutdownTimeout
+	Work     time.Duration // the least time the handler of an "other" message takes (0: 5 ms); up to 5 times it
 }
 
 // The Redis keys a consumer process writes, under procConfig.Keys:
 //
 //	effects  hash id -> how often the handler made the message's effect (HINCRBY)
+//	by       hash process name -> how many effects that process made
 //	events   hash event kind -> how often the Consumer reported it
 //	entered:<id>  the pid of the first handler to enter a kill-* or slow message (SET NX)
 //	release  once set, the handler of "slow" makes its effect and returns
@@ -57,7 +59,8 @@ type procConfig struct {
 //	slow         first entry: waits for release, then the effect; later entries: the effect
 //	kill-before  first entry: blocks (the test kills the process); later: the effect
 //	kill-after   first entry: the effect, then blocks; later: the effect
-//	other        waits 5-25 ms (returns ctx's error if it ends first: no effect), the effect
+//	other        waits Work to 5 x Work, 5-25 ms by default (returns ctx's error if it ends first: no
+//	             effect), the effect
 func consumerProcMain() int {
 	var pc procConfig
 	if err := json.Unmarshal([]byte(os.Getenv(procEnv)), &pc); err != nil {
@@ -84,7 +87,11 @@ func consumerProcMain() int {
 	effect := func(id string) error {
 		c, cancel := bg()
 		defer cancel()
-		return rdb.HIncrBy(c, pc.Keys+"effects", id, 1).Err()
+		if err := rdb.HIncrBy(c, pc.Keys+"effects", id, 1).Err(); err != nil {
+			return err
+		}
+		_ = rdb.HIncrBy(c, pc.Keys+"by", pc.Name, 1).Err() // who: bookkeeping only
+		return nil
 	}
 	first := func(id string) (bool, error) {
 		c, cancel := bg()
@@ -123,8 +130,12 @@ func consumerProcMain() int {
 				}
 			}
 		}
+		work := pc.Work
+		if work <= 0 {
+			work = 5 * time.Millisecond
+		}
 		select {
-		case <-time.After(time.Duration(5+rand.IntN(20)) * time.Millisecond):
+		case <-time.After(work + rand.N(4*work)):
 		case <-ctx.Done():
 			return ctx.Err() // cancelled before the effect: nothing done
 		}
@@ -369,27 +380,38 @@ func TestConsumerProcessesDuplicates(t *testing.T) {
 	t.Logf("events of the processes: %v (killed %s and %s)", r.hash("events"), kb.name, ka.name)
 }
 
-// TestConsumerProcessesShutdownUnderLoad: three consumer processes sharing a RedisStore handle
-// messages that take 5-25 ms (effect, then return); midway one is stopped with SIGTERM (a
-// graceful shutdown, 5 s grace), then one with no grace at all (SIGTERM, shutdown timeout 0: its
-// running handlers are cancelled and their messages given back), and a fourth starts. Nothing is
-// lost and no effect happens twice.
+// TestConsumerProcessesShutdownUnderLoad: 1,000 messages wait in the queue (a backlog, so that
+// every process has handlers running and deliveries prefetched whenever it is stopped); three
+// consumer processes sharing a RedisStore handle them (100-500 ms each: the effect, then return).
+// Once every process has handled some and a quarter are done, one is stopped with SIGTERM (a
+// graceful shutdown, 5 s grace); at half, one with no grace at all (SIGTERM, shutdown timeout
+// 0: its running handlers are cancelled and their messages given back, Requeued); at three
+// quarters a fourth starts. Nothing is lost, no effect happens twice, and the no-grace stop
+// gave messages back (else the test checked nothing of a shutdown under load).
 func TestConsumerProcessesShutdownUnderLoad(t *testing.T) {
 	f := newConsumerFixture(t)
 	r := newProcRig(t, f, 5*time.Second, 200*time.Millisecond)
+	// Handlers of 100-500 ms: the no-grace stop cancels some mid-handler, even when the broker
+	// takes a while to answer the Consumer's basic.cancel (running handlers go on meanwhile).
+	r.base.Work = 100 * time.Millisecond
+	const n = 1000
+	f.publishLoad(t, n, "s", 20*time.Millisecond, nil)
 	p1, p2 := r.start(5*time.Second), r.start(0)
-	r.start(5 * time.Second)
-	const n = 2000
-	f.publishLoad(t, n, "s", 20*time.Millisecond, func(i int) {
-		switch i {
-		case n / 4:
-			go r.stop(p1, syscall.SIGTERM)
-		case n / 2:
-			go r.stop(p2, syscall.SIGTERM)
-		case 3 * n / 4:
-			r.start(5 * time.Second)
-		}
+	p3 := r.start(5 * time.Second)
+	waitFor(t, 3*time.Minute, "each of the three processes handled a message", func() bool {
+		by := r.hash("by")
+		return by[p1.name] > 0 && by[p2.name] > 0 && by[p3.name] > 0
 	})
+	var wg sync.WaitGroup
+	stopAt := func(k int, p *consumerProc) {
+		waitFor(t, 3*time.Minute, fmt.Sprintf("%d messages handled", k), func() bool { return len(r.hash("effects")) >= k })
+		wg.Add(1)
+		go func() { defer wg.Done(); r.stop(p, syscall.SIGTERM) }()
+	}
+	stopAt(n/4, p1)
+	stopAt(n/2, p2)
+	waitFor(t, 3*time.Minute, fmt.Sprintf("%d messages handled", 3*n/4), func() bool { return len(r.hash("effects")) >= 3*n/4 })
+	r.start(5 * time.Second)
 	waitFor(t, 3*time.Minute, fmt.Sprintf("%d messages handled", n), func() bool { return len(r.hash("effects")) == n })
 	time.Sleep(2 * time.Second)
 	var twice []string
@@ -401,7 +423,9 @@ func TestConsumerProcessesShutdownUnderLoad(t *testing.T) {
 	if len(twice) > 0 {
 		t.Fatalf("%d effects happened more than once: %v", len(twice), twice[:min(10, len(twice))])
 	}
-	<-p1.done
-	<-p2.done
-	t.Logf("%d handled once each across 4 processes; events %v", n, r.hash("events"))
+	wg.Wait()
+	if r.events(consumer.Requeued) == 0 {
+		t.Errorf("no message was given back (Requeued): the no-grace shutdown had nothing running, so the test checked nothing of it")
+	}
+	t.Logf("%d handled once each across 4 processes; effects by process %v; events %v", n, r.hash("by"), r.hash("events"))
 }

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -25,7 +26,9 @@ var consumerLoad = flag.Int("consumer-load", 10000, "messages of TestConsumerLoa
 // publishing, handled by one Consumer (16 at a time, memory store) whose handler fails 20 % of
 // first attempts at random. Every message is handled successfully exactly once; every retry
 // arrives no earlier than its back-off after its failure and is due no earlier; the other queue
-// bound to the same target with the same key gets every message once and no retry.
+// bound to the same target with the same key gets every message once and no retry. The Consumer
+// runs WithoutRetryBinding: the retries reach the queue through the binding `declare apply`
+// made for it as a ready queue (the other queue has one too, by its own name).
 func TestConsumerLoadRetries(t *testing.T) {
 	f := newConsumerFixture(t)
 	n := *consumerLoad
@@ -61,7 +64,7 @@ func TestConsumerLoadRetries(t *testing.T) {
 		}
 		ok.add(d.MessageId)
 		return nil
-	}, consumer.WithConcurrency(16), consumer.WithBackoff(backoff), consumer.WithObserver(func(e consumer.Event) {
+	}, consumer.WithConcurrency(16), consumer.WithBackoff(backoff), consumer.WithoutRetryBinding(), consumer.WithObserver(func(e consumer.Event) {
 		evs.observe(e)
 		if e.Kind == consumer.Retried {
 			retried.Store(e.Info.ID, e)
@@ -155,7 +158,8 @@ func TestConsumerLoadRetries(t *testing.T) {
 }
 
 // TestConsumerParkAndReplay: a handler that always fails parks the message after MaxAttempts,
-// with the reason; a Permanent error parks at once; Replay moves both (and only they) back to
+// with the reason; a Permanent error parks at once; `declare status` (topology.Status) counts
+// the parked messages; Replay moves both (and only they) back to
 // the queue, where they are handled.
 func TestConsumerParkAndReplay(t *testing.T) {
 	f := newConsumerFixture(t)
@@ -187,6 +191,18 @@ func TestConsumerParkAndReplay(t *testing.T) {
 	if evs.n(consumer.Retried) != 2 {
 		t.Errorf("%d retries, want 2 (attempts 1 and 2 of poison)", evs.n(consumer.Retried))
 	}
+	// `declare status` counts them: its parking queue line (topology.Status's Parking()).
+	plan, err := f.spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+	defer scancel()
+	sconn, m := f.env.Dial(t), topoNeedManagement(t, f.env)
+	waitFor(t, 30*time.Second, "declare status counting the 3 parked messages", func() bool {
+		rep, _ := topology.Status(sctx, sconn, plan, topology.StatusOptions{Management: m})
+		return rep != nil && rep.Parking().Messages == 3
+	})
 	parked := getAll(t, f.env, f.spec.Names().Parking())
 	byID := map[string]amqp.Delivery{}
 	for _, d := range parked {
@@ -245,40 +261,57 @@ func TestConsumerParkAndReplay(t *testing.T) {
 	waitFor(t, time.Minute, "replayed messages handled", func() bool { return ok.count("poison") == 1 && ok.count("bad-input") == 1 })
 }
 
-// TestConsumerDeliveryLimit: a handler that fails forever, with more attempts (25) than the
-// ready queue's x-delivery-limit (20; RabbitMQ 4.x's default too): every attempt is handled and
-// the message is parked by the Consumer (reason attempts), never dead-lettered by the queue
-// (x-death reason delivery_limit), because retries ack and re-publish instead of requeueing.
+// TestConsumerDeliveryLimit: a handler that fails forever, with more attempts (25) than a
+// quorum queue's delivery limit (20): every attempt is handled, the message is parked by the
+// Consumer (reason attempts) and never dead-lettered or dropped by the queue, because retries
+// ack and re-publish instead of requeueing (no attempt shows an x-delivery-count). Two ready
+// queues: "topology-limit", with the x-delivery-limit 20 that `declare apply` sets by default
+// (a tripped limit would dead-letter it to the parking queue with x-death reason
+// delivery_limit), and "broker-default", declared without x-delivery-limit
+// (topology.NoReadyDeliveryLimit), where RabbitMQ 4.x applies its own default of 20 and a
+// tripped limit would drop the message (3.10.8 has no default limit: there it only shows that
+// nothing requeues).
 func TestConsumerDeliveryLimit(t *testing.T) {
-	f := newConsumerFixture(t)
-	var attempts atomic.Int32
-	var maxCount atomic.Int64
-	evs := newConsumerEvents()
-	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
-		attempts.Add(1)
-		if n, ok, _ := ttlbuckets.HeaderInt(d.Headers["x-delivery-count"]); ok && n > maxCount.Load() {
-			maxCount.Store(n)
-		}
-		return errors.New("always")
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 25, Initial: 5 * time.Millisecond, Max: 5 * time.Millisecond, NoJitter: true}),
-		consumer.WithObserver(evs.observe))
-	stop := runConsumer(t, c)
-	f.publish(t, "forever", 0)
-	waitFor(t, 2*time.Minute, "the message parked", func() bool { return evs.n(consumer.Parked) == 1 })
-	stop()
-	if attempts.Load() != 25 {
-		t.Errorf("handler ran %d times, want 25", attempts.Load())
-	}
-	parked := getAll(t, f.env, f.spec.Names().Parking())
-	if len(parked) != 1 || parked[0].Headers[consumer.HeaderParkReason] != consumer.ParkAttempts {
-		t.Fatalf("parking queue: %d messages %v, want one parked by the Consumer (reason attempts)", len(parked), parked)
-	}
-	if xd, _ := parked[0].Headers["x-death"].([]any); len(xd) > 0 {
-		for _, e := range xd {
-			if tbl, _ := e.(amqp.Table); tbl["reason"] == "delivery_limit" {
-				t.Errorf("dead-lettered by the delivery limit: %v", tbl)
+	for _, c := range []struct {
+		name  string
+		limit int
+	}{{"topology-limit", 0}, {"broker-default", topology.NoReadyDeliveryLimit}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newConsumerFixture(t, func(s *topology.Spec) { s.ReadyDeliveryLimit = c.limit })
+			var attempts atomic.Int32
+			var maxCount atomic.Int64
+			evs := newConsumerEvents()
+			cons := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
+				attempts.Add(1)
+				if n, ok, _ := ttlbuckets.HeaderInt(d.Headers["x-delivery-count"]); ok && n > maxCount.Load() {
+					maxCount.Store(n)
+				}
+				return errors.New("always")
+			}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 25, Initial: 5 * time.Millisecond, Max: 5 * time.Millisecond, NoJitter: true}),
+				consumer.WithObserver(evs.observe))
+			stop := runConsumer(t, cons)
+			f.publish(t, "forever", 0)
+			waitFor(t, 2*time.Minute, "the message parked by the Consumer (a tripped delivery limit would drop or dead-letter it)",
+				func() bool { return evs.n(consumer.Parked) == 1 })
+			stop()
+			if attempts.Load() != 25 {
+				t.Errorf("handler ran %d times, want 25", attempts.Load())
 			}
-		}
+			if maxCount.Load() != 0 {
+				t.Errorf("an attempt arrived with x-delivery-count %d: the message was requeued", maxCount.Load())
+			}
+			parked := getAll(t, f.env, f.spec.Names().Parking())
+			if len(parked) != 1 || parked[0].Headers[consumer.HeaderParkReason] != consumer.ParkAttempts {
+				t.Fatalf("parking queue: %d messages %v, want one parked by the Consumer (reason attempts)", len(parked), parked)
+			}
+			if xd, _ := parked[0].Headers["x-death"].([]any); len(xd) > 0 {
+				for _, e := range xd {
+					if tbl, _ := e.(amqp.Table); tbl["reason"] == "delivery_limit" {
+						t.Errorf("dead-lettered by the delivery limit: %v", tbl)
+					}
+				}
+			}
+			t.Logf("25 attempts, parked with reason attempts; highest x-delivery-count seen %d", maxCount.Load())
+		})
 	}
-	t.Logf("25 attempts, parked with reason attempts; highest x-delivery-count seen %d", maxCount.Load())
 }

@@ -245,6 +245,15 @@ func TestRevokeLateAndRestartedConsumer(t *testing.T) {
 	if eventsB.n(consumer.Revoked) == 0 {
 		t.Errorf("the restarted consumer dropped no revoked message: the test did not reach it")
 	}
+	// Revoked messages are acked, not left in the queue or given back: once the second consumer
+	// has stopped (its unacked deliveries return to the queue), the queue is empty.
+	stopB()
+	if got := eventsA.n(consumer.Revoked) + eventsB.n(consumer.Revoked); got < len(revoked) {
+		t.Errorf("%d Revoked events (acked without the handler), want at least the %d revoked messages", got, len(revoked))
+	}
+	if left := queueLen(t, f.env.Channel(t), f.queue); left != 0 {
+		t.Errorf("%d messages left in %s after both consumers: revoked messages not acked", left, f.queue)
+	}
 }
 
 // TestReschedule: messages rescheduled to a later time with the same id each arrive once, at the
