@@ -497,7 +497,9 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 			c.release(sctx, in.ID, token)
 		}
 		msg := publishingOf(d, h)
-		if _, perr := pub.Publish(sctx, "", c.names.Parking(), msg, 0); perr != nil {
+		if _, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
+			return pub.Publish(sctx, "", c.names.Parking(), msg, 0)
+		}); perr != nil {
 			c.nack(f, fmt.Errorf("consumer: park the message in %q: %w", c.names.Parking(), perr), in)
 			return
 		}
@@ -509,7 +511,10 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 		c.release(sctx, in.ID, token) // the retry copy must be able to claim it
 	}
 	delay := c.o.backoff.Delay(in.Attempt)
-	r, perr := pub.Publish(sctx, c.names.Retry(), c.queue, publishingOf(d, h), delay)
+	retry := publishingOf(d, h)
+	r, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
+		return pub.Publish(sctx, c.names.Retry(), c.queue, retry, delay)
+	})
 	if perr != nil {
 		c.nack(f, fmt.Errorf("consumer: publish the retry: %w", perr), in)
 		return
@@ -523,14 +528,55 @@ func (c *Consumer) deferCopy(ctx context.Context, f *flight, pub *amqpdelay.Publ
 	if !f.state.CompareAndSwap(stateHandling, stateSettling) {
 		return
 	}
-	h := keepHeaders(orig, origKey)
-	r, err := pub.Publish(ctx, c.names.Retry(), c.queue, publishingOf(f.d, h), c.o.busyDelay)
+	msg := publishingOf(f.d, keepHeaders(orig, origKey))
+	r, err := c.settlePublish(ctx, in, func() (amqpdelay.Receipt, error) {
+		return pub.Publish(ctx, c.names.Retry(), c.queue, msg, c.o.busyDelay)
+	})
 	if err != nil {
 		c.nack(f, fmt.Errorf("consumer: defer the message: %w", err), in)
 		return
 	}
 	c.ack(f, Event{Kind: Deferred, Info: in, Err: why, Delay: r.Delay, Due: r.Due, At: time.Now()})
 }
+
+// settlePublish runs publish (a retry, deferred or parked copy of a delivery the Consumer holds)
+// until it is confirmed, trying again with back-off (settleBackoffMin doubling to
+// settleBackoffMax) while its error may pass: the delay topology missing for a moment
+// (ErrUnroutable), a nack, a lost connection. It stops at ctx's end (the settle timeout) and
+// at an error that publishing again cannot mend (ErrInvalidInput, ErrUnknownTarget, ErrClosed)
+// and returns the last error. The delivery stays unacked meanwhile, so a failing publish does
+// not give it back to the queue at once and again: every give-back counts toward the quorum
+// queue's delivery limit.
+func (c *Consumer) settlePublish(ctx context.Context, in Info, publish func() (amqpdelay.Receipt, error)) (amqpdelay.Receipt, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = settleBackoffMin, settleBackoffMax, 0
+	var r amqpdelay.Receipt
+	var last error // the last publish's error: backoff.Retry returns ctx's error when ctx ends
+	err := backoff.Retry(func() error {
+		var err error
+		r, err = publish()
+		last = err
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil, errors.Is(err, amqpdelay.ErrInvalidInput), errors.Is(err, amqpdelay.ErrUnknownTarget),
+			errors.Is(err, amqpdelay.ErrClosed):
+			return backoff.Permanent(err)
+		}
+		c.log.Debug().Err(err).Str("id", in.ID).Msg("consumer: publishing the copy failed; trying again")
+		return err
+	}, backoff.WithContext(b, ctx))
+	if err != nil && last != nil && !errors.Is(last, err) {
+		err = fmt.Errorf("%w (tried again until the settle timeout ended: %w)", last, err)
+	}
+	return r, err
+}
+
+// The back-off of settlePublish.
+const (
+	settleBackoffMin = 100 * time.Millisecond
+	settleBackoffMax = 5 * time.Second
+)
 
 // keepHeaders returns a copy of the delivered headers with the original routing key, target
 // and first due time recorded (once) in the Consumer's own headers.

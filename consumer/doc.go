@@ -109,12 +109,15 @@
 //     sets one; other publishers should.
 //   - A message given back at shutdown, held by an instance that died, or whose ack was lost,
 //     counts as a return for the quorum queue's delivery limit (RabbitMQ counts every requeue).
-//     So does one whose retry or parking publish failed (the delay topology missing, the broker
-//     refusing it): it is given back at once and, while the publish keeps failing, handled and
-//     given back again without a pause, so the limit (20) can be reached within seconds. With
-//     the ready queues `declare apply` declares (x-delivery-limit and a dead-letter exchange) it
-//     then waits in the parking queue without the Consumer's failure record; on a quorum queue
-//     of RabbitMQ 4.x declared without either, the broker drops it.
+//     A delivery whose retry, deferred or parking publish fails (the delay topology missing,
+//     the broker refusing or nacking it, a lost connection) is held, unacked, while the
+//     Consumer publishes again with back-off (100 ms doubling to 5 s) for up to the settle
+//     timeout (30 s); only then is it given back, so a lasting failure costs one return per
+//     handling and the settle timeout, not a return per round trip. A publish that cannot pass
+//     (ErrInvalidInput, ErrUnknownTarget) gives it back at once. Past the delivery limit (20),
+//     the ready queues `declare apply` declares (x-delivery-limit and a dead-letter exchange)
+//     park it without the Consumer's failure record; on a quorum queue of RabbitMQ 4.x
+//     declared without either, the broker drops it.
 //   - Copies lose Expiration (a per-message TTL would expire them inside the delay topology) and
 //     UserId (RabbitMQ refuses a user id other than the publishing connection's).
 //   - The retry and parking copies go through the amqpdelay Publisher, which replaces every

@@ -18,8 +18,9 @@ import (
 
 // TestConsumerAckAfterRetryConfirmed: a failed delivery is acked only once its retry copy is
 // confirmed. With the topology's delay queues deleted (after the Consumer started), the retry
-// publish comes back unroutable (amqpdelay.ErrUnroutable): the Consumer gives the delivery back
-// (Requeued) instead of acking it, and the broker delivers it again, flagged redelivered. The
+// publish comes back unroutable (amqpdelay.ErrUnroutable): the Consumer publishes again with
+// back-off until its settle timeout (30 s) ends, then gives the delivery back (Requeued)
+// instead of acking it, and the broker delivers it again, flagged redelivered. The
 // handler holds that delivery until `declare apply` (topology.Apply) has declared the delay
 // queues again, then fails once more: that retry is confirmed, the delivery acked, and attempt
 // 2 handled, once. A Consumer that acked before the confirm would lose the message at the first
@@ -71,7 +72,7 @@ func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
 		t.Fatal("the plan has no delay queue to delete")
 	}
 	f.publish(t, "m", 0) // the direct path: no delay queue on the way in
-	waitFor(t, time.Minute, "the delivery given back after its retry publish failed, and delivered again", func() bool {
+	waitFor(t, 3*time.Minute, "the delivery given back after its retry publish failed until the settle timeout, and delivered again", func() bool {
 		return evs.n(consumer.Requeued) >= 1 && firsts.Load() >= 2
 	})
 	if n := evs.n(consumer.Retried); n != 0 {
@@ -104,6 +105,62 @@ func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
 	}
 	t.Logf("deleted %d delay queues; m given back %d times (%d deliveries of attempt 1) before its retry was confirmed",
 		deleted, evs.n(consumer.Requeued), firsts.Load())
+}
+
+// TestConsumerRetryPublishHeld: while the retry publish fails (the delay queues deleted), the
+// Consumer holds the failed delivery and publishes again with back-off instead of giving it
+// back: once `declare apply` has declared the queues again, within the settle timeout, the
+// retry is confirmed and the delivery acked, with no give-back (no Requeued event, the handler
+// called once for attempt 1), and attempt 2 is handled once.
+func TestConsumerRetryPublishHeld(t *testing.T) {
+	f := newConsumerFixture(t)
+	var firsts atomic.Int32
+	ok := newConsumerEffects()
+	evs := newConsumerEvents()
+	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
+		in, _ := consumer.InfoFrom(ctx)
+		if d.MessageId == "warm-up" || in.Attempt > 1 {
+			ok.add(d.MessageId)
+			return nil
+		}
+		firsts.Add(1)
+		return errors.New("fails until retried")
+	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
+		consumer.WithObserver(evs.observe))
+	runConsumer(t, c)
+	f.publish(t, "warm-up", 0)
+	waitFor(t, time.Minute, "the warm-up message handled", func() bool { return ok.count("warm-up") == 1 })
+
+	plan, err := f.spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := f.env.Channel(t)
+	for _, q := range plan.Queues {
+		if q.IsDelay() {
+			if _, err := ch.QueueDelete(q.Name, false, false, false); err != nil {
+				t.Fatalf("delete delay queue %s: %v", q.Name, err)
+			}
+		}
+	}
+	f.publish(t, "m", 0)
+	waitFor(t, time.Minute, "attempt 1 of m failed", func() bool { return firsts.Load() >= 1 })
+	time.Sleep(time.Second) // several retry publishes fail meanwhile (back-off from 100 ms)
+	declareTopology(t, f.env, f.spec)
+	waitFor(t, time.Minute, "m retried and its attempt 2 handled", func() bool { return ok.count("m") == 1 })
+	time.Sleep(time.Second) // a second copy would show now
+	if n := ok.count("m"); n != 1 {
+		t.Errorf("m handled %d times at attempt 2, want 1", n)
+	}
+	if n := firsts.Load(); n != 1 {
+		t.Errorf("attempt 1 of m handled %d times, want 1 (the delivery held while its retry publish failed)", n)
+	}
+	if n := evs.n(consumer.Requeued); n != 0 {
+		t.Errorf("%d Requeued events, want 0: the delivery was given back while its retry publish could still pass", n)
+	}
+	if n := evs.n(consumer.Retried); n != 1 {
+		t.Errorf("%d Retried events, want 1", n)
+	}
 }
 
 // TestConsumerLateness: Info (InfoFrom) carries the message's due time, the Publisher's
