@@ -477,9 +477,9 @@ func (r *Revocations) Revoked(ctx context.Context, d amqp.Delivery) (bool, error
 		return false, nil
 	}
 	now := time.Now()
-	need := now.UnixMilli()
+	need := now.Add(-r.o.bound).UnixMilli() // a delivery without a due time is due at the call
 	if due, ok := amqpdelay.Due(d); ok {
-		need = min(due.Add(-r.o.bound).UnixMilli(), need)
+		need = min(due.Add(-r.o.bound).UnixMilli(), now.UnixMilli())
 	}
 	// A copy Reschedule published was published after its allow record was confirmed, and so
 	// arrived after it: a fence of this reader sent now follows that record in the stream.
