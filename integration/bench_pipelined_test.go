@@ -150,9 +150,9 @@ func rawPipelined(tb testing.TB) func(context.Context, int) (func() error, error
 }
 
 // rawHeadersPipelined is rawPipelined through a headers exchange routed as a ladder level
-// routes: 15 bindings to the queue, one per digit value of a digit header, and one binding for
-// digit 0 to another exchange; each message carries headers of the shape and size the
-// Publisher sets (target, due time, six digit headers, copy tag, a UUID message id). A
+// routes: 15 bindings to the queue, one per digit value of level 5's digit header (the level
+// a 1 h delay enters at, longest first), and one binding for digit 0 to another exchange; each
+// message carries the headers the Publisher sets on such a message (ladderShapedMsg). A
 // diagnostic case: what the broker's headers routing and larger headers cost, without any
 // rabbitdelay code.
 func rawHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
@@ -165,11 +165,11 @@ func rawHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error
 			}
 		}
 		for v := 1; v < 16; v++ {
-			if err := ch.QueueBind(q, "", x, false, amqp.Table{"x-match": "all", "rabbitdelay-d5": int64(v)}); err != nil {
+			if err := ch.QueueBind(q, "", x, false, amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(5): int64(v)}); err != nil {
 				tb.Fatalf("bind %s: %v", q, err)
 			}
 		}
-		if err := ch.ExchangeBind(next, "", x, false, amqp.Table{"x-match": "all", "rabbitdelay-d5": int64(0)}); err != nil {
+		if err := ch.ExchangeBind(next, "", x, false, amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(5): int64(0)}); err != nil {
 			tb.Fatalf("bind %s: %v", next, err)
 		}
 		return x, "bench.key"
@@ -194,17 +194,21 @@ func rawFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error,
 	return rawPipelinedTo(tb, declare, ladderShapedMsg(time.Now().Add(time.Hour)))
 }
 
-// ladderShapedMsg returns messages with headers of the shape and size the Publisher sets on a
-// ladder message due at due.
+// ladderShapedMsg returns messages with the headers the Publisher sets on a default-ladder
+// message due at due after a delay of 1 h: every level's digit header, the target, the due
+// time and a copy tag (amqpdelay's buildHeaders), and a UUID-long message id.
 func ladderShapedMsg(due time.Time) func(int) amqp.Publishing {
+	l := ttlbuckets.DefaultLadder()
+	plan, err := l.Plan(time.Hour, ttlbuckets.RoundUp)
+	if err != nil {
+		panic(err)
+	}
 	return func(i int) amqp.Publishing {
 		m := benchPublishing(i)
 		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		m.Headers = amqp.Table{
-			"rabbitdelay-target": benchTarget, "rabbitdelay-due": due.UnixMilli(), "rabbitdelay-copy": fmt.Sprintf("%016x", i),
-			"rabbitdelay-d5": int64(3), "rabbitdelay-d4": int64(6), "rabbitdelay-d3": int64(14),
-			"rabbitdelay-d2": int64(14), "rabbitdelay-d1": int64(8), "rabbitdelay-d0": int64(0),
-		}
+		m.Headers = amqp.Table{ttlbuckets.TargetHeader: benchTarget, ttlbuckets.DueHeader: due.UnixMilli(),
+			amqpdelay.CopyHeader: fmt.Sprintf("%016x", i)}
+		l.EncodeDigits(plan, m.Headers)
 		return m
 	}
 }
