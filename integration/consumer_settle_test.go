@@ -54,23 +54,7 @@ func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
 	f.publish(t, "warm-up", 0)
 	waitFor(t, time.Minute, "the warm-up message handled", func() bool { return ok.count("warm-up") == 1 })
 
-	plan, err := f.spec.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := f.env.Channel(t)
-	deleted := 0
-	for _, q := range plan.Queues {
-		if q.IsDelay() {
-			if _, err := ch.QueueDelete(q.Name, false, false, false); err != nil {
-				t.Fatalf("delete delay queue %s: %v", q.Name, err)
-			}
-			deleted++
-		}
-	}
-	if deleted == 0 {
-		t.Fatal("the plan has no delay queue to delete")
-	}
+	deleted := deleteDelayQueues(t, f)
 	f.publish(t, "m", 0) // the direct path: no delay queue on the way in
 	waitFor(t, 3*time.Minute, "the delivery given back after its retry publish failed until the settle timeout, and delivered again", func() bool {
 		return evs.n(consumer.Requeued) >= 1 && firsts.Load() >= 2
@@ -131,18 +115,7 @@ func TestConsumerRetryPublishHeld(t *testing.T) {
 	f.publish(t, "warm-up", 0)
 	waitFor(t, time.Minute, "the warm-up message handled", func() bool { return ok.count("warm-up") == 1 })
 
-	plan, err := f.spec.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := f.env.Channel(t)
-	for _, q := range plan.Queues {
-		if q.IsDelay() {
-			if _, err := ch.QueueDelete(q.Name, false, false, false); err != nil {
-				t.Fatalf("delete delay queue %s: %v", q.Name, err)
-			}
-		}
-	}
+	deleteDelayQueues(t, f)
 	f.publish(t, "m", 0)
 	waitFor(t, time.Minute, "attempt 1 of m failed", func() bool { return firsts.Load() >= 1 })
 	time.Sleep(time.Second) // several retry publishes fail meanwhile (back-off from 100 ms)
@@ -161,6 +134,30 @@ func TestConsumerRetryPublishHeld(t *testing.T) {
 	if n := evs.n(consumer.Retried); n != 1 {
 		t.Errorf("%d Retried events, want 1", n)
 	}
+}
+
+// deleteDelayQueues deletes every delay queue of f's topology (its retry path) and returns how
+// many; a plan without one fails the test.
+func deleteDelayQueues(t *testing.T, f *consumerFixture) int {
+	t.Helper()
+	plan, err := f.spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := f.env.Channel(t)
+	deleted := 0
+	for _, q := range plan.Queues {
+		if q.IsDelay() {
+			if _, err := ch.QueueDelete(q.Name, false, false, false); err != nil {
+				t.Fatalf("delete delay queue %s: %v", q.Name, err)
+			}
+			deleted++
+		}
+	}
+	if deleted == 0 {
+		t.Fatal("the plan has no delay queue to delete")
+	}
+	return deleted
 }
 
 // TestConsumerLateness: Info (InfoFrom) carries the message's due time, the Publisher's
