@@ -196,7 +196,8 @@ func (m *pubMetrics) close() {
 }
 
 // DeliveryPath returns the delay path a delivery travelled, read from the headers the
-// Publisher set: PathBucket (the bucket header), PathLadder (a digit header), PathPlugin (the
+// Publisher set: PathBucket (the bucket header), PathLadder (the last-level header or level 0's
+// digit header), PathPlugin (the
 // plugin's x-delay), PathDirect (none of them). ok is false for a delivery without the
 // rabbitdelay-due header (not published through amqpdelay). A consumer package retry travels
 // again, and reports the path of its last trip.
@@ -206,6 +207,9 @@ func DeliveryPath(d amqp.Delivery) (path Path, ok bool) {
 	}
 	if _, ok := d.Headers[ttlbuckets.BucketHeader]; ok {
 		return PathBucket, true
+	}
+	if _, ok := d.Headers[ttlbuckets.LastLevelHeader]; ok {
+		return PathLadder, true
 	}
 	if _, ok := d.Headers[ttlbuckets.DigitHeader(0)]; ok {
 		return PathLadder, true

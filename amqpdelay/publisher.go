@@ -61,6 +61,9 @@ type Publisher struct {
 	log      zerolog.Logger
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
+	// lastLevel: the topology has the ladder's last-level bindings (topology.Names.LastLevelMarker,
+	// checked on every connect), so ladder messages carry ttlbuckets.Ladder.EncodeRoute's headers.
+	lastLevel atomic.Bool
 	// pluginLost is set when a publish found the plugin exchange gone (404); while it is set,
 	// publishes re-probe for the exchange at most every pluginReprobe (nextProbe: Unix ns).
 	pluginLost atomic.Bool
@@ -341,7 +344,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			}
 		}
 		due := time.Now().Add(c.effective)
-		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
+		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, p.lastLevel.Load(), exchange, due)
 		out.Headers[CopyHeader] = tag
 		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest, shard) // none on the plugin and direct paths
 		var park *deadLetterHop

@@ -214,6 +214,26 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	}
 	done := make(chan error, 1)
 	go func() {
+		// The last-level bindings are optional: a topology applied before they existed routes
+		// messages that carry every level's digit (ttlbuckets.Ladder.EncodeDigits).
+		marker := p.names.LastLevelMarker(l, p.cfg.Spec.Shards)
+		ch, err := conn.Channel()
+		if err != nil {
+			done <- fmt.Errorf("amqpdelay: open channel: %w", err)
+			return
+		}
+		err = ch.ExchangeDeclarePassive(marker, amqp.ExchangeFanout, true, false, false, false, nil)
+		var ae *amqp.Error
+		switch {
+		case err == nil:
+			_ = ch.Close()
+			p.lastLevel.Store(true)
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+			p.lastLevel.Store(false)
+		default:
+			done <- fmt.Errorf("amqpdelay: check %q: %w", marker, err)
+			return
+		}
 		for _, c := range checks {
 			ch, err := conn.Channel()
 			if err != nil {

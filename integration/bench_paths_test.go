@@ -88,6 +88,9 @@ var burstCatalogue = []delayCase{
 	// One hop whose messages already carry 5 x-death entries, as a ladder message does on its
 	// last hop: what those headers cost the dead-lettering.
 	{name: "onehop-xdeath", variant: "onehop-xdeath"},
+	// The bucket path itself, its TTL taken from each message (see declareBucketBurst): one
+	// hop through the bucket exchange, a bucket queue and the dispatch exchange.
+	{name: "bucket", variant: "bucket-burst"},
 	withReadyClassic(ladderCase("shortest-readyclassic", ms1, 16, sf, topology.Quorum, "")),
 	withReadyClassic(ladderCase("classic2-shortest-readyclassic", ms1, 16, sf, topology.Classic, "classic2")),
 }
@@ -169,6 +172,9 @@ func declare(tb testing.TB, c delayCase) setup {
 	tb.Helper()
 	if c.variant == "onehop" || c.variant == "onehop-xdeath" {
 		return declareOneHop(tb, c.variant == "onehop-xdeath")
+	}
+	if c.variant == "bucket-burst" {
+		return declareBucketBurst(tb)
 	}
 	env := brokertest.NewEnv(tb)
 	if env.VHost == "/" {
@@ -500,6 +506,58 @@ func declareOneHop(tb testing.TB, xdeath bool) setup {
 			m.Expiration = "0"
 		}
 		return now.Add(delay), publishConfirmed(ctx, chs[w], "", q, m)
+	}
+	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
+}
+
+// declareBucketBurst is BenchmarkBurst's case "bucket": the bucket path as declare apply builds it
+// (the default topology with a 1 h bucket: bucket exchange, bucket quorum queue with
+// at-least-once dead-lettering into the dispatch exchange, the dispatch exchange's binding to the
+// target), each message published as the Publisher publishes a bucket message (its headers:
+// bucket TTL, target, due time, copy tag; a UUID-long message id; to the bucket exchange with the
+// routing key bench.key) plus a per-message expiration (Expiration, milliseconds) that ends at its
+// due time. A bucket's TTL is its queue's, so a burst published over time would not fall due in
+// one second; the per-message expiration, shorter than the queue's 1 h, decides instead (RabbitMQ
+// expires a message at the lower of the two), and everything else is the bucket path's. Unlike
+// "onehop", whose queue dead-letters straight to the target, its messages are routed by headers
+// twice, as every bucket and ladder message is.
+func declareBucketBurst(tb testing.TB) setup {
+	tb.Helper()
+	env := brokertest.NewEnv(tb)
+	if env.VHost == "/" {
+		tb.Skip("the benchmarks need the management API (AMQP_MANAGEMENT_URL): every case works in a vhost of its own")
+	}
+	spec := topology.Spec{
+		Prefix:    env.Prefix,
+		Targets:   topology.Targets{{Name: benchTarget, Type: "topic"}},
+		Buckets:   topology.Delays{time.Hour},
+		Ladder:    ttlbuckets.DefaultLadder(),
+		Plugin:    topology.PluginOff,
+		QueueType: topology.Quorum,
+	}
+	plan, err := spec.Plan()
+	if err != nil {
+		tb.Fatalf("plan: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	conn := env.Dial(tb)
+	if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{}); err != nil {
+		tb.Fatalf("apply: %v", err)
+	}
+	declareReady(tb, conn, benchTarget, benchReady)
+	chs := channels(tb, env.URL)
+	exchange := topology.Names{Prefix: env.Prefix}.BucketExchange()
+	ttl := time.Hour.Milliseconds()
+	pub := func(ctx context.Context, w, i int, delay time.Duration) (time.Time, error) {
+		now := time.Now()
+		due := now.Add(delay)
+		m := benchPublishing(i)
+		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+		m.Headers = amqp.Table{ttlbuckets.BucketHeader: ttl, ttlbuckets.TargetHeader: benchTarget,
+			ttlbuckets.DueHeader: due.UnixMilli(), amqpdelay.CopyHeader: fmt.Sprintf("%016x", i)}
+		m.Expiration = strconv.FormatInt(max(0, (delay+time.Millisecond-1).Milliseconds()), 10) // never early
+		return due, publishConfirmed(ctx, chs[w], exchange, "bench.key", m)
 	}
 	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
 }

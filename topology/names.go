@@ -90,6 +90,22 @@ func (n Names) ShardsMarker(l ttlbuckets.Ladder, shards int) string {
 	return fmt.Sprintf("%s.s%02d", n.LadderMarker(l), shards)
 }
 
+// LastLevelMarker is an empty fanout exchange that records that every copy of the ladder l
+// (shards copies; 1 or less: the ladder alone) has its last-level bindings: on each ladder
+// exchange that a level's queues dead-letter into, a binding on
+// [ttlbuckets.LastLevelHeader] = that level to the dispatch exchange. Its name is
+// [Names.LadderMarker] (or [Names.ShardsMarker] for shards > 1) followed by .last-level, e.g.
+// rabbitdelay.ladder.1ms.r16.shortest-first.l08.last-level. A Publisher that finds it (a
+// passive declare) sends ladder messages with [ttlbuckets.Ladder.EncodeRoute]'s headers, which
+// leave the ladder right after their last hop; without it, with every level's digit header
+// ([ttlbuckets.Ladder.EncodeDigits]), which topologies declared before these bindings route.
+func (n Names) LastLevelMarker(l ttlbuckets.Ladder, shards int) string {
+	if shards > 1 {
+		return n.ShardsMarker(l, shards) + ".last-level"
+	}
+	return n.LadderMarker(l) + ".last-level"
+}
+
 // LadderMarker is an empty fanout exchange whose name records the ladder the topology was
 // declared with: <prefix>.ladder.<unit ms>ms.r<radix>.<order>.l<levels>, e.g.
 // rabbitdelay.ladder.1ms.r16.shortest-first.l08. AMQP cannot read a queue's arguments back, so a

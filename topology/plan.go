@@ -277,6 +277,7 @@ func (s Spec) Plan() (*Plan, error) {
 	if s.Shards > 1 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.ShardsMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	}
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastLevelMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}
@@ -358,6 +359,13 @@ func (s Spec) Plan() (*Plan, error) {
 			}
 			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
 				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
+			// A message whose last hop was level l leaves the ladder at the exchange its queue
+			// dead-letters into (ttlbuckets.Ladder.EncodeRoute left out the digit headers that
+			// would pass it on): one headers exchange instead of one per remaining level.
+			if next, ok := ladder.Next(l); ok {
+				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(next, k), Destination: n.Dispatch(), DestinationType: DestExchange,
+					Args: amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[next]})
+			}
 		}
 	}
 	p.addRetry() // retry.go: the consumer's way back to one queue

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,18 +42,18 @@ func TestPlanDefaultCounts(t *testing.T) {
 		what      string
 		got, want int
 	}{
-		{"ladder exchanges (8 levels and the marker)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 1},
+		{"ladder exchanges (8 levels, the marker and the last-level marker)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 2},
 		{"ladder queues", countRole(p.Queues, qRole, RoleLadder), 120},
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
-		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 1 + 3 + 1 + 1 + 2},
+		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 2 + 3 + 1 + 1 + 2},
 		{"queues", len(p.Queues), 122},
-		{"ladder bindings", countRole(p.Bindings, bRole, RoleLadder), 120 + 8},
+		{"ladder bindings (digits, pass-through, last-level to D on levels 1-7)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
 		{"retry bindings (D -> retry; no ready queue)", countRole(p.Bindings, bRole, RoleRetry), 1},
-		{"bindings", len(p.Bindings), 128 + 1 + 2 + 1 + 1},
+		{"bindings", len(p.Bindings), 135 + 1 + 2 + 1 + 1},
 		{"policies", len(p.Policies), 3},
 		{"existing", len(p.Existing), 1},
 	}
@@ -146,9 +147,23 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 						next = n.LadderExchange(nl)
 					}
 					var digits []int64
-					pass := 0
+					pass, exits := 0, 0
+					wantExits, prev := 0, -1 // the level whose queues dead-letter into ex
+					for pl := range l.Levels() {
+						if nl, ok := l.Next(pl); ok && nl == level {
+							wantExits, prev = 1, pl
+						}
+					}
 					for _, bd := range p.Bindings {
 						if bd.Source != ex {
+							continue
+						}
+						if last, has := bd.Args[ttlbuckets.LastLevelHeader]; has {
+							exits++
+							if last != int64(prev) || bd.Args["x-match"] != "all" || len(bd.Args) != 2 ||
+								bd.Destination != n.Dispatch() || bd.DestinationType != DestExchange {
+								t.Errorf("last-level binding %s: want -> %s on %s = int64 %d", bd, n.Dispatch(), ttlbuckets.LastLevelHeader, prev)
+							}
 							continue
 						}
 						v, ok := bd.Args[h].(int64)
@@ -167,8 +182,8 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 							}
 						}
 					}
-					if pass != 1 || len(digits) != l.Radix-1 {
-						t.Errorf("level %d: %d pass-through, %d digit bindings; want 1 and %d", level, pass, len(digits), l.Radix-1)
+					if pass != 1 || len(digits) != l.Radix-1 || exits != wantExits {
+						t.Errorf("level %d: %d pass-through, %d digit, %d last-level bindings; want 1, %d and %d", level, pass, len(digits), exits, l.Radix-1, wantExits)
 					}
 				}
 				for _, bd := range p.Bindings {
@@ -485,8 +500,8 @@ func TestTargetMarker(t *testing.T) {
 			markers = append(markers, e.Name)
 		}
 	}
-	if len(markers) != 4 {
-		t.Errorf("markers %v, want the ladder's, two targets' and the retry exchange's", markers)
+	if len(markers) != 5 || !slices.Contains(markers, n.LastLevelMarker(ttlbuckets.DefaultLadder(), 1)) {
+		t.Errorf("markers %v, want the ladder's, its last-level bindings', two targets' and the retry exchange's", markers)
 	}
 }
 

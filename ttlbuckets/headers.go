@@ -24,6 +24,11 @@ const (
 	// BucketHeader (int64) is a bucket's TTL in milliseconds, matched by the bucket
 	// exchange's bindings.
 	BucketHeader = "rabbitdelay-bucket"
+	// LastLevelHeader (int64) is the level of a ladder message's last hop ([Plan.LastLevel]),
+	// set by [Ladder.EncodeRoute]. The exchange the last hop's queue dead-letters into has a
+	// binding on it to the dispatch exchange, so the message leaves the ladder there instead of
+	// passing through every level above (shortest-first) or below (longest-first) it.
+	LastLevelHeader = "rabbitdelay-last-level"
 )
 
 const digitHeaderPrefix = HeaderPrefix + "digit-"
@@ -79,8 +84,42 @@ func (l Ladder) EncodeDigits(p Plan, h map[string]any) {
 	}
 }
 
-// DecodeDigits reads the digits that [Ladder.EncodeDigits] wrote, for diagnostics: one per
-// level, len == Levels(). A value may have any Go integer type (int, int8..int64, uint,
+// EncodeRoute sets, in h, the headers of a message that leaves the ladder right after its last
+// hop: [LastLevelHeader] = p.LastLevel(), and the digit header of every level the message visits
+// up to and including that level in travel order (the levels after it get no digit header). The
+// exchange that the last hop's queue dead-letters into then finds no digit header of its level,
+// so none of its digit bindings matches, and its binding on LastLevelHeader hands the message to
+// the dispatch exchange: one exchange instead of one per remaining level. A topology routes such
+// messages only when it has those bindings (topology's last-level bindings and marker); for one
+// without them use [Ladder.EncodeDigits]. For a plan without hops it does what EncodeDigits
+// does. h must not be nil; it sets nothing for an invalid ladder.
+func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
+	g, bad := l.resolve()
+	if bad != 0 {
+		return
+	}
+	last := p.LastLevel()
+	if last < 0 {
+		l.EncodeDigits(p, h)
+		return
+	}
+	for level := range g.levels {
+		if (g.order == LongestFirst && level < last) || (g.order != LongestFirst && level > last) {
+			continue
+		}
+		var v int64
+		if level < len(p.Digits) {
+			v = int64(p.Digits[level])
+		}
+		h[DigitHeader(level)] = v
+	}
+	h[LastLevelHeader] = int64(last)
+}
+
+// DecodeDigits reads the digits that [Ladder.EncodeDigits] or [Ladder.EncodeRoute] wrote, for
+// diagnostics: one per level, len == Levels(). A digit header that EncodeRoute leaves out (a
+// level after the [LastLevelHeader] level in travel order) reads as 0; a LastLevelHeader that is
+// not an integer level of the ladder is reported. A value may have any Go integer type (int, int8..int64, uint,
 // uint8..uint64), as amqp091 decodes AMQP's integer types. Every problem is reported,
 // joined, each wrapping [ErrInvalidHeaders]: a digit header that is missing, not an
 // integer, or outside 0..Radix-1, and a digit header for a level the ladder does not have
@@ -97,10 +136,21 @@ func (l Ladder) DecodeDigits(h map[string]any) ([]int, error) {
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: header %s: "+format, append([]any{ErrInvalidHeaders, name}, args...)...))
 	}
+	last := -1 // with LastLevelHeader: the last level that has a digit header
+	if raw, ok := h[LastLevelHeader]; ok {
+		if v, isInt, inRange := digitValue(raw, int64(g.levels-1)); isInt && inRange {
+			last = int(v)
+		} else {
+			bad(LastLevelHeader, "value %v (%T); want an integer level from 0 to %d", raw, raw, g.levels-1)
+		}
+	}
 	for level := range g.levels {
 		name := DigitHeader(level)
 		raw, ok := h[name]
 		if !ok {
+			if last >= 0 && ((g.order == LongestFirst && level < last) || (g.order != LongestFirst && level > last)) {
+				continue // left out by EncodeRoute: the message leaves the ladder before this level
+			}
 			bad(name, "missing; want an integer from 0 to %d", g.mask)
 			continue
 		}

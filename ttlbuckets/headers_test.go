@@ -18,7 +18,7 @@ func TestHeaderNames(t *testing.T) {
 	if got := ttlbuckets.DigitHeader(70); got != "rabbitdelay-digit-70" {
 		t.Errorf("DigitHeader(70) = %q", got)
 	}
-	names := []string{ttlbuckets.TargetHeader, ttlbuckets.DueHeader, ttlbuckets.BucketHeader}
+	names := []string{ttlbuckets.TargetHeader, ttlbuckets.DueHeader, ttlbuckets.BucketHeader, ttlbuckets.LastLevelHeader}
 	for level := range 64 {
 		names = append(names, ttlbuckets.DigitHeader(level))
 	}
@@ -199,6 +199,68 @@ func TestHeaderInt(t *testing.T) {
 		v, isInt, fits := ttlbuckets.HeaderInt(tc.raw)
 		if v != tc.v || isInt != tc.isInt || fits != tc.fits {
 			t.Errorf("HeaderInt(%T %v) = %d, %v, %v; want %d, %v, %v", tc.raw, tc.raw, v, isInt, fits, tc.v, tc.isInt, tc.fits)
+		}
+	}
+}
+
+// TestEncodeRoute: the last-level header names the last hop's level, the digit headers stop
+// there (in travel order), and DecodeDigits reads the same digits as from EncodeDigits; a plan
+// without hops gets EncodeDigits' headers.
+func TestEncodeRoute(t *testing.T) {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+		l := ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Order: order}
+		for _, d := range []time.Duration{time.Millisecond, 90 * time.Second, 0x1000 * time.Millisecond, 0x10001 * time.Millisecond, 0xF000000 * time.Millisecond, time.Hour} {
+			p, err := l.Plan(d, ttlbuckets.Strict)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := p.Hops[len(p.Hops)-1].Level
+			if p.LastLevel() != last {
+				t.Errorf("%v %v: LastLevel() = %d, want %d", order, d, p.LastLevel(), last)
+			}
+			h := map[string]any{}
+			l.EncodeRoute(p, h)
+			if h[ttlbuckets.LastLevelHeader] != int64(last) {
+				t.Errorf("%v %v: last-level header %v, want int64 %d", order, d, h[ttlbuckets.LastLevelHeader], last)
+			}
+			for level := range l.Levels() {
+				after := level > last
+				if order == ttlbuckets.LongestFirst {
+					after = level < last
+				}
+				v, has := h[ttlbuckets.DigitHeader(level)]
+				if has == after || (has && v != int64(p.Digits[level])) {
+					t.Errorf("%v %v (last level %d): level %d digit header %v (present %v)", order, d, last, level, v, has)
+				}
+			}
+			digits, err := l.DecodeDigits(h)
+			if err != nil || !slices.Equal(digits, p.Digits) {
+				t.Errorf("%v %v: DecodeDigits = %v, %v; want %v", order, d, digits, err, p.Digits)
+			}
+		}
+		p, _ := l.Plan(0, ttlbuckets.Strict)
+		if p.LastLevel() != -1 {
+			t.Errorf("LastLevel of a plan without hops = %d", p.LastLevel())
+		}
+		h := map[string]any{}
+		l.EncodeRoute(p, h)
+		if _, has := h[ttlbuckets.LastLevelHeader]; has || len(h) != l.Levels() {
+			t.Errorf("%v: EncodeRoute without hops = %v, want every level's digit 0", order, h)
+		}
+	}
+	// A digit left out is an error without the last-level header, and a bad last level is named.
+	l := ttlbuckets.DefaultLadder()
+	p, _ := l.Plan(90*time.Second, ttlbuckets.Strict)
+	h := map[string]any{}
+	l.EncodeRoute(p, h)
+	delete(h, ttlbuckets.LastLevelHeader)
+	if _, err := l.DecodeDigits(h); !errors.Is(err, ttlbuckets.ErrInvalidHeaders) || !strings.Contains(err.Error(), ttlbuckets.DigitHeader(7)) {
+		t.Errorf("without the last-level header: %v", err)
+	}
+	for _, bad := range []any{int64(8), int64(-1), "4"} {
+		h[ttlbuckets.LastLevelHeader] = bad
+		if _, err := l.DecodeDigits(h); err == nil || !strings.Contains(err.Error(), ttlbuckets.LastLevelHeader) {
+			t.Errorf("last level %v: %v", bad, err)
 		}
 	}
 }

@@ -1,0 +1,169 @@
+package integration
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// routeLadder is a ladder whose every level a test can wait for: radix 4, 1 ms, maximum
+// 4,095 ms, so 6 levels (4^6 = 4,096), 18 queues.
+func routeLadder(order ttlbuckets.Order) ttlbuckets.Ladder {
+	return ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 4, Max: 4095 * time.Millisecond, Order: order}
+}
+
+// lastLevelDelays returns, for each level L of a radix-4 ladder of 6 levels, the delays whose
+// last hop (in order) is at level L that the test sends: one with a single non-zero digit, and,
+// unless L is where the order starts, one with an earlier hop too (a digit at the level where
+// the order starts).
+func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
+	const levels = 6
+	pow := func(l int) time.Duration { return time.Duration(1<<(2*l)) * time.Millisecond }
+	first := 0 // shortest-first starts at the lowest level
+	if order == ttlbuckets.LongestFirst {
+		first = levels - 1
+	}
+	out := map[time.Duration]int{}
+	for l := range levels {
+		out[3*pow(l)] = l
+		if l != first {
+			out[pow(l)+2*pow(first)] = l
+		}
+	}
+	return out
+}
+
+// TestLadderLastLevel: in both hop orders, a message whose last hop is at level L (every L of
+// the ladder, with and without an earlier hop) leaves the ladder through the last-level binding
+// of the exchange its last queue dead-letters into: it arrives exactly once, never early,
+// carrying the last-level header and no digit header of a level after L; and a message sent
+// with every level's digit header (a Publisher of a topology without the last-level bindings,
+// or one published before them) still passes through the remaining levels and arrives exactly
+// once. Without its marker the Publisher sends every level's digit and no last-level header.
+func TestLadderLastLevel(t *testing.T) {
+	t.Parallel()
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+		t.Run(order.String(), func(t *testing.T) {
+			t.Parallel()
+			env := brokertest.NewEnv(t)
+			target := env.Name("t")
+			spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
+			spec.Ladder = routeLadder(order)
+			declareTopology(t, env, spec)
+			ready := env.Name("ready")
+			declareReadyQueue(t, env, ready, target, "#")
+			got := consumeQueue(t, env, ready)
+			l := spec.Ladder.WithDefaults()
+			ctx := pubCtx(t)
+
+			delays := lastLevelDelays(order)
+			sent := map[string]int{} // message ID -> last level; -1: every digit (legacy)
+			p := newPublisher(t, env, spec)
+			for d, last := range delays {
+				r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
+				if err != nil {
+					t.Fatalf("publish %v: %v", d, err)
+				}
+				sent[r.MessageID] = last
+			}
+			// Messages with every level's digit header, published by hand to the entry exchange.
+			ch := env.Channel(t)
+			if err := ch.Confirm(false); err != nil {
+				t.Fatalf("confirm: %v", err)
+			}
+			n := topology.Names{Prefix: spec.Prefix}
+			for d := range delays {
+				plan, err := l.Plan(d, ttlbuckets.Strict)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := textMsg("legacy " + d.String())
+				m.MessageId = fmt.Sprintf("legacy-%d", d.Milliseconds())
+				m.Headers = amqp.Table{ttlbuckets.TargetHeader: target, ttlbuckets.DueHeader: time.Now().Add(d).UnixMilli()}
+				l.EncodeDigits(plan, m.Headers)
+				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, n.LadderExchange(plan.Entry), "k", false, false, m)
+				if err != nil {
+					t.Fatalf("publish legacy %v: %v", d, err)
+				}
+				if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+					t.Fatalf("legacy %v: confirm %v, %v", d, ok, err)
+				}
+				sent[m.MessageId] = -1
+			}
+			checkArrivals(t, l, got, sent, 4*time.Second)
+
+			// Without the marker a new Publisher falls back to every level's digit.
+			if err := ch.ExchangeDelete(n.LastLevelMarker(l, 1), false, false); err != nil {
+				t.Fatalf("delete the last-level marker: %v", err)
+			}
+			old := newPublisher(t, env, spec)
+			sent = map[string]int{}
+			for d := range delays {
+				r, err := old.Publish(ctx, target, "k", textMsg("old "+d.String()), d)
+				if err != nil {
+					t.Fatalf("publish %v without the marker: %v", d, err)
+				}
+				sent[r.MessageID] = -1
+			}
+			checkArrivals(t, l, got, sent, 4*time.Second)
+		})
+	}
+}
+
+// checkArrivals waits for every message of sent (message ID -> the last level its headers
+// name, or -1 for a message that must carry every level's digit and no last-level header),
+// checks each arrived once, on time, with the headers its route needs, and that nothing else
+// arrives.
+func checkArrivals(t *testing.T, l ttlbuckets.Ladder, got <-chan arrival, sent map[string]int, within time.Duration) {
+	t.Helper()
+	seen := map[string]bool{}
+	for range sent {
+		r := nextDelivery(t, got, within)
+		checkOnTime(t, r)
+		id := r.d.MessageId
+		last, ok := sent[id]
+		switch {
+		case !ok:
+			t.Errorf("unexpected delivery %q", id)
+			continue
+		case seen[id]:
+			t.Errorf("%q arrived twice", id)
+			continue
+		}
+		seen[id] = true
+		h := r.d.Headers
+		if last < 0 {
+			if _, has := h[ttlbuckets.LastLevelHeader]; has {
+				t.Errorf("%q: has %s, want every level's digit instead", id, ttlbuckets.LastLevelHeader)
+			}
+			for level := range l.Levels() {
+				if _, has := h[ttlbuckets.DigitHeader(level)]; !has {
+					t.Errorf("%q: no %s", id, ttlbuckets.DigitHeader(level))
+				}
+			}
+			continue
+		}
+		if h[ttlbuckets.LastLevelHeader] != int64(last) {
+			t.Errorf("%q: %s = %v, want %d", id, ttlbuckets.LastLevelHeader, h[ttlbuckets.LastLevelHeader], last)
+		}
+		for level := range l.Levels() {
+			after := level > last
+			if l.Order == ttlbuckets.LongestFirst {
+				after = level < last
+			}
+			if _, has := h[ttlbuckets.DigitHeader(level)]; has == after {
+				t.Errorf("%q (last level %d): digit header of level %d present = %v", id, last, level, has)
+			}
+		}
+		if _, err := l.DecodeDigits(h); err != nil {
+			t.Errorf("%q: DecodeDigits: %v", id, err)
+		}
+	}
+	noDelivery(t, got, time.Second)
+}
