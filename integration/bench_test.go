@@ -41,7 +41,7 @@ var (
 	burstN   = flag.Int("burst", 100_000, "BenchmarkBurst: messages in the burst")
 	burstDue = flag.Duration("burst-due", 0, "BenchmarkBurst: start of the 1 s window every message is due in, from the start of publishing; "+
 		"0: 30 s, or 3 times as long as the raw case took to publish when that is longer (so the burst is published before it falls due)")
-	burstCases      = flag.String("burst-cases", "shortest,longest", "BenchmarkBurst: comma-separated ladder cases besides raw (and plugin, when AMQP_PLUGIN_URL is set): "+strings.Join(burstCaseNames(), ", "))
+	burstCases      = flag.String("burst-cases", "bucket,shortest,longest", "BenchmarkBurst: comma-separated ladder cases besides raw (and plugin, when AMQP_PLUGIN_URL is set): "+strings.Join(burstCaseNames(), ", "))
 	burstTrace      = flag.Bool("burst-trace", false, "BenchmarkBurst: log, every second of the drain, the messages arrived and the queues that hold the most messages")
 	steadyCases     = flag.String("steady-cases", "raw,shortest,longest,bucket", "BenchmarkLatenessSteady: comma-separated cases: raw, bucket, plugin (when AMQP_PLUGIN_URL is set) and the ladder cases of -burst-cases")
 	steadySeconds   = flag.Int("steady-seconds", 20, "BenchmarkLatenessSteady: seconds of publishing")

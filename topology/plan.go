@@ -277,7 +277,12 @@ func (s Spec) Plan() (*Plan, error) {
 	if s.Shards > 1 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.ShardsMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	}
-	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastLevelMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	// The last-level bindings exist in every copy, so both a Publisher of the copies and one of
+	// copy 0 alone may use them (Names.LastLevelMarker).
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastLevelMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	if s.Shards > 1 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastLevelMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	}
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}

@@ -85,6 +85,24 @@ func TestPlanShardsCopies(t *testing.T) {
 	if _, ok := p1.Exchange(n.ShardsMarker(p.Ladder, 1)); ok {
 		t.Errorf("one ladder has a shards marker")
 	}
+	// Every copy has its last-level bindings, so the topology has both last-level markers.
+	lastLevel := 0
+	for _, b := range p.Bindings {
+		if _, ok := b.Args[ttlbuckets.LastLevelHeader]; ok && b.Destination == n.Dispatch() {
+			lastLevel++
+		}
+	}
+	if want := 3 * (levels - 1); lastLevel != want {
+		t.Errorf("%d last-level bindings, want %d (levels - 1 per copy)", lastLevel, want)
+	}
+	for _, m := range []string{n.LastLevelMarker(p.Ladder, 1), n.LastLevelMarker(p.Ladder, 3)} {
+		if e, ok := p.Exchange(m); !ok || !e.Marker {
+			t.Errorf("last-level marker %s: %+v %v", m, e, ok)
+		}
+	}
+	if _, ok := p1.Exchange(n.LastLevelMarker(p.Ladder, 3)); ok {
+		t.Errorf("one ladder has the copies' last-level marker")
+	}
 	if !n.Reserved(n.ShardsMarker(p.Ladder, 3)) || !n.Reserved(n.LadderQueueCopy(0, 1, 1)) {
 		t.Errorf("copy names are not reserved")
 	}
