@@ -113,13 +113,14 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 // order, with the queue and exchange names of names (those of copy shard of the ladder): a bucket's one hop (the bucket queue,
 // entered by dest, the buckets exchange); a ladder's one hop per non-zero digit (each queue
 // entered by the exchange the message was last published to: dest for the first, then the
-// previous queue's dead-letter exchange, the next level's exchange). Other paths: none. last
+// previous queue's dead-letter exchange, the next level's exchange; with lastHop, the last hop
+// is the last-hop queue, which dead-letters into the dispatch exchange). Other paths: none. last
 // is the exchange the message was last published to when it reaches its target's queues,
 // which x-death records if a ready queue parks it: the last delay queue's dead-letter exchange
 // (the dispatch exchange after a bucket; after a ladder, the next level's exchange, from which
 // exchange-to-exchange bindings pass it down without changing it), or dest on the direct and
 // plugin paths.
-func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string, shard int) (hops []deadLetterHop, last string) {
+func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string, shard int, lastHop bool) (hops []deadLetterHop, last string) {
 	switch c.path {
 	case PathBucket:
 		return []deadLetterHop{{queue: names.BucketQueue(c.bucketTTL), exchange: dest, reason: deadLetterReason}}, names.Dispatch()
@@ -127,8 +128,15 @@ func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest s
 		hops := make([]deadLetterHop, len(c.plan.Hops))
 		exchange := dest
 		for i, h := range c.plan.Hops {
+			next, ok := l.Next(h.Level)
+			if lastHop && ok && i == len(c.plan.Hops)-1 {
+				// The last-hop queue (ttlbuckets.Ladder.EncodeRoute) dead-letters into D.
+				hops[i] = deadLetterHop{queue: names.LadderLastHopQueueCopy(h.Level, h.Digit, shard), exchange: exchange, reason: deadLetterReason}
+				exchange = names.Dispatch()
+				break
+			}
 			hops[i] = deadLetterHop{queue: names.LadderQueueCopy(h.Level, h.Digit, shard), exchange: exchange, reason: deadLetterReason}
-			if next, ok := l.Next(h.Level); ok {
+			if ok {
 				exchange = names.LadderExchangeCopy(next, shard)
 			} else {
 				exchange = names.Dispatch()

@@ -37,7 +37,7 @@ func TestDeadLetterHops(t *testing.T) {
 			}
 			c := choice{path: PathLadder, plan: lp}
 			dest := names.LadderExchange(lp.Entry)
-			hops, last := deadLetterHops(names, ladder, &c, dest, 0)
+			hops, last := deadLetterHops(names, ladder, &c, dest, 0, false)
 			levels := []int{0, 1, 2}
 			if order == ttlbuckets.LongestFirst {
 				levels = []int{2, 1, 0}
@@ -61,13 +61,38 @@ func TestDeadLetterHops(t *testing.T) {
 					t.Errorf("hop queue %s is not in the topology", h.queue)
 				}
 			}
+			// With last-hop queues, the last hop is the last-hop queue of its level and digit
+			// (none at level 0, where longest-first ends in D), dead-lettering into D.
+			lh, lhLast := deadLetterHops(names, ladder, &c, dest, 0, true)
+			wantLH := slices.Clone(want)
+			if order == ttlbuckets.ShortestFirst {
+				wantLH[2].queue = "rd.ladder.02.15.last"
+			}
+			if !slices.Equal(lh, wantLH) || lhLast != dlx[lh[len(lh)-1].queue] || lhLast != "rd.dispatch" {
+				t.Errorf("4,095 ms with last-hop queues: hops %+v last %q, want %+v and rd.dispatch", lh, lhLast, wantLH)
+			}
+			lp2, _ := ladder.Plan(0x120*time.Millisecond, ttlbuckets.RoundUp) // digits 2 at level 1, 1 at level 2
+			c2 := choice{path: PathLadder, plan: lp2}
+			lh, lhLast = deadLetterHops(names, ladder, &c2, names.LadderExchange(lp2.Entry), 0, true)
+			wantQ := []string{"rd.ladder.01.02", "rd.ladder.02.01.last"}
+			if order == ttlbuckets.LongestFirst {
+				wantQ = []string{"rd.ladder.02.01", "rd.ladder.01.02.last"}
+			}
+			if len(lh) != 2 || lh[0].queue != wantQ[0] || lh[1].queue != wantQ[1] || lh[1].exchange != dlx[lh[0].queue] || lhLast != "rd.dispatch" {
+				t.Errorf("0x120 ms with last-hop queues: hops %+v last %q, want queues %v, then rd.dispatch", lh, lhLast, wantQ)
+			}
+			for _, h := range lh {
+				if _, ok := dlx[h.queue]; !ok {
+					t.Errorf("hop queue %s is not in the topology", h.queue)
+				}
+			}
 
 			b := choice{path: PathBucket, bucketTTL: 30000}
-			if got, last := deadLetterHops(names, ladder, &b, names.BucketExchange(), 0); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets", "expired"}}) || last != "rd.dispatch" {
+			if got, last := deadLetterHops(names, ladder, &b, names.BucketExchange(), 0, false); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets", "expired"}}) || last != "rd.dispatch" {
 				t.Errorf("bucket: hops %+v, last exchange %q", got, last)
 			}
 			for _, p := range []Path{PathDirect, PathPlugin} {
-				if got, last := deadLetterHops(names, ladder, &choice{path: p}, "orders", 0); got != nil || last != "orders" {
+				if got, last := deadLetterHops(names, ladder, &choice{path: p}, "orders", 0, false); got != nil || last != "orders" {
 					t.Errorf("%v: hops %+v, last exchange %q; want none, \"orders\"", p, got, last)
 				}
 			}
@@ -282,7 +307,7 @@ func TestDeadLetterHopsCopy(t *testing.T) {
 	}
 	c := choice{path: PathLadder, plan: lp}
 	dest := names.LadderExchangeCopy(lp.Entry, 2)
-	hops, last := deadLetterHops(names, ladder, &c, dest, 2)
+	hops, last := deadLetterHops(names, ladder, &c, dest, 2, false)
 	if len(hops) != 4 || last != names.Dispatch() {
 		t.Fatalf("hops %v, last %s", hops, last)
 	}

@@ -36,16 +36,16 @@ func directHeaders(h amqp.Table) amqp.Table {
 }
 
 // buildHeaders returns the headers of the copy sent for choice c to target, due at due. With
-// lastLevel (the topology has the last-level bindings), a ladder message leaves the ladder right
-// after its last hop (ttlbuckets.Ladder.EncodeRoute); else it carries every level's digit.
-func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, lastLevel bool, target string, due time.Time) amqp.Table {
+// lastHop (the topology has the last-hop queues), a ladder message's last hop goes through a
+// last-hop queue (ttlbuckets.Ladder.EncodeRoute); else it carries every level's digit.
+func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, lastHop bool, target string, due time.Time) amqp.Table {
 	var out amqp.Table
 	switch c.path {
 	case PathDirect:
 		out = directHeaders(h)
 	case PathLadder:
 		out = delayHeaders(h, len(c.plan.Digits)+3)
-		if lastLevel {
+		if lastHop {
 			l.EncodeRoute(c.plan, out)
 		} else {
 			l.EncodeDigits(c.plan, out)

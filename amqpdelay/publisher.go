@@ -61,9 +61,9 @@ type Publisher struct {
 	log      zerolog.Logger
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
-	// lastLevel: the topology has the ladder's last-level bindings (topology.Names.LastLevelMarker,
+	// lastHop: the topology has the ladder's last-hop queues (topology.Names.LastHopMarker,
 	// checked on every connect), so ladder messages carry ttlbuckets.Ladder.EncodeRoute's headers.
-	lastLevel atomic.Bool
+	lastHop atomic.Bool
 	// pluginLost is set when a publish found the plugin exchange gone (404); while it is set,
 	// publishes re-probe for the exchange at most every pluginReprobe (nextProbe: Unix ns).
 	pluginLost atomic.Bool
@@ -344,9 +344,10 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			}
 		}
 		due := time.Now().Add(c.effective)
-		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, p.lastLevel.Load(), exchange, due)
+		lastHop := p.lastHop.Load()
+		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, lastHop, exchange, due)
 		out.Headers[CopyHeader] = tag
-		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest, shard) // none on the plugin and direct paths
+		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest, shard, lastHop) // none on the plugin and direct paths
 		var park *deadLetterHop
 		if h, ok := p.park.hop(last); ok {
 			park = &h

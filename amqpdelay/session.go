@@ -214,9 +214,9 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	}
 	done := make(chan error, 1)
 	go func() {
-		// The last-level bindings are optional: a topology applied before they existed routes
+		// The last-hop queues are optional: a topology applied before they existed routes
 		// messages that carry every level's digit (ttlbuckets.Ladder.EncodeDigits).
-		marker := p.names.LastLevelMarker(l, p.cfg.Spec.Shards)
+		marker := p.names.LastHopMarker(l, p.cfg.Spec.Shards)
 		ch, err := conn.Channel()
 		if err != nil {
 			done <- fmt.Errorf("amqpdelay: open channel: %w", err)
@@ -227,9 +227,9 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 		switch {
 		case err == nil:
 			_ = ch.Close()
-			p.lastLevel.Store(true)
+			p.lastHop.Store(true)
 		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-			p.lastLevel.Store(false)
+			p.lastHop.Store(false)
 		default:
 			done <- fmt.Errorf("amqpdelay: check %q: %w", marker, err)
 			return

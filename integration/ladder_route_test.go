@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,12 +42,13 @@ func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
 }
 
 // TestLadderLastLevel: in both hop orders, a message whose last hop is at level L (every L of
-// the ladder, with and without an earlier hop) leaves the ladder through the last-level binding
-// of the exchange its last queue dead-letters into: it arrives exactly once, never early,
-// carrying the last-level header and no digit header of a level after L; and a message sent
-// with every level's digit header (a Publisher of a topology without the last-level bindings,
-// or one published before them) still passes through the remaining levels and arrives exactly
-// once. Without its marker the Publisher sends every level's digit and no last-level header.
+// the ladder, with and without an earlier hop) takes that hop in the last-hop queue of L and
+// its digit (x-death names it), which dead-letters into the dispatch exchange: it arrives
+// exactly once, never early, carrying the last-level header and no digit header of a level
+// after L. A message sent with every level's digit header (a Publisher of a topology without
+// last-hop queues, or one published before them) still takes the ladder's own queues and passes
+// through the remaining levels, and arrives exactly once. Without the marker the Publisher sends
+// every level's digit and no last-level header.
 func TestLadderLastLevel(t *testing.T) {
 	t.Parallel()
 	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
@@ -96,10 +99,10 @@ func TestLadderLastLevel(t *testing.T) {
 				}
 				sent[m.MessageId] = -1
 			}
-			checkArrivals(t, l, got, sent, 4*time.Second)
+			checkArrivals(t, l, n, got, sent, 4*time.Second)
 
 			// Without the marker a new Publisher falls back to every level's digit.
-			if err := ch.ExchangeDelete(n.LastLevelMarker(l, 1), false, false); err != nil {
+			if err := ch.ExchangeDelete(n.LastHopMarker(l, 1), false, false); err != nil {
 				t.Fatalf("delete the last-level marker: %v", err)
 			}
 			old := newPublisher(t, env, spec)
@@ -111,7 +114,7 @@ func TestLadderLastLevel(t *testing.T) {
 				}
 				sent[r.MessageID] = -1
 			}
-			checkArrivals(t, l, got, sent, 4*time.Second)
+			checkArrivals(t, l, n, got, sent, 4*time.Second)
 		})
 	}
 }
@@ -120,7 +123,7 @@ func TestLadderLastLevel(t *testing.T) {
 // name, or -1 for a message that must carry every level's digit and no last-level header),
 // checks each arrived once, on time, with the headers its route needs, and that nothing else
 // arrives.
-func checkArrivals(t *testing.T, l ttlbuckets.Ladder, got <-chan arrival, sent map[string]int, within time.Duration) {
+func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-chan arrival, sent map[string]int, within time.Duration) {
 	t.Helper()
 	seen := map[string]bool{}
 	for range sent {
@@ -138,7 +141,20 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, got <-chan arrival, sent m
 		}
 		seen[id] = true
 		h := r.d.Headers
+		var queues []string // the queues the message was dead-lettered from (x-death)
+		deaths, _ := h["x-death"].([]any)
+		for _, d := range deaths {
+			if e, ok := d.(amqp.Table); ok {
+				q, _ := e["queue"].(string)
+				queues = append(queues, q)
+			}
+		}
 		if last < 0 {
+			for _, q := range queues {
+				if strings.HasSuffix(q, ".last") {
+					t.Errorf("%q: dead-lettered from a last-hop queue %s without the last-level header", id, q)
+				}
+			}
 			if _, has := h[ttlbuckets.LastLevelHeader]; has {
 				t.Errorf("%q: has %s, want every level's digit instead", id, ttlbuckets.LastLevelHeader)
 			}
@@ -161,8 +177,19 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, got <-chan arrival, sent m
 				t.Errorf("%q (last level %d): digit header of level %d present = %v", id, last, level, has)
 			}
 		}
-		if _, err := l.DecodeDigits(h); err != nil {
+		digits, err := l.DecodeDigits(h)
+		if err != nil {
 			t.Errorf("%q: DecodeDigits: %v", id, err)
+			continue
+		}
+		// The last hop went through the last-hop queue of its level and digit, unless its level
+		// is where the order ends (its queues dead-letter into the dispatch exchange already).
+		want := n.LadderLastHopQueueCopy(last, digits[last], 0)
+		if _, more := l.Next(last); !more {
+			want = n.LadderQueue(last, digits[last])
+		}
+		if !slices.Contains(queues, want) {
+			t.Errorf("%q (last level %d): dead-lettered from %v, want %s among them", id, last, queues, want)
 		}
 	}
 	noDelivery(t, got, time.Second)

@@ -240,6 +240,7 @@ func sharedCopies(p *Plan, queues map[string]ManagedQueue) []SharedCopies {
 	}
 	type key struct {
 		level, digit int
+		lastHop      bool
 		node         string
 	}
 	by := map[key][]string{}
@@ -252,7 +253,7 @@ func sharedCopies(p *Plan, queues map[string]ManagedQueue) []SharedCopies {
 		if !ok || mq.Leader == "" {
 			continue
 		}
-		k := key{q.Level, q.Digit, mq.Leader}
+		k := key{q.Level, q.Digit, q.LastHop, mq.Leader}
 		if _, seen := by[k]; !seen {
 			order = append(order, k)
 		}
@@ -434,7 +435,7 @@ type RebalanceReport struct {
 // rebalance quorum` with a vhost pattern matching exactly vhost and a queue pattern (PCRE,
 // rabbit_amqqueue:rebalance matches it with re:run) matching the plan's parking and ready
 // queues by name and its ladder and bucket queues by their naming rule (<prefix>.ladder.LL.DD,
-// <prefix>.bucket.<ms>ms; an earlier ladder's queues under the same prefix match too).
+// with .sK for a copy and .last for a last-hop queue, <prefix>.bucket.<ms>ms; an earlier ladder's queues under the same prefix match too).
 func (p *Plan) RebalanceCommand(vhost string) string {
 	if vhost == "" {
 		vhost = "/"
@@ -445,7 +446,7 @@ func (p *Plan) RebalanceCommand(vhost string) string {
 	for _, q := range p.Queues {
 		switch {
 		case q.Role == RoleLadder && !seen[q.Role]:
-			alts = append(alts, pre+`\.ladder\.[0-9]+\.[0-9]+(?:\.s[0-9]+)?`)
+			alts = append(alts, pre+`\.ladder\.[0-9]+\.[0-9]+(?:\.s[0-9]+)?(?:\.last)?`)
 		case q.Role == RoleBucket && !seen[q.Role]:
 			alts = append(alts, pre+`\.bucket\.[0-9]+ms`)
 		case q.Role != RoleLadder && q.Role != RoleBucket:

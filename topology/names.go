@@ -63,6 +63,15 @@ func (n Names) LadderQueue(level, digit int) string {
 	return fmt.Sprintf("%s.ladder.%02d.%02d", n.p(), level, digit)
 }
 
+// LadderLastHopQueueCopy is the last-hop queue of digit value digit at ladder level level in
+// copy shard of the ladder: <prefix>.ladder.LL.DD.last (copy 0) or <prefix>.ladder.LL.DD.sK.last
+// (copy K). It has the TTL of [Names.LadderQueueCopy] of the same level and digit but
+// dead-letters into the dispatch exchange, and takes the messages whose last hop is that digit
+// of that level ([ttlbuckets.Ladder.LastHopValue]).
+func (n Names) LadderLastHopQueueCopy(level, digit, shard int) string {
+	return n.LadderQueueCopy(level, digit, shard) + ".last"
+}
+
 // LadderExchangeCopy is the headers exchange of ladder level level in copy shard of the ladder
 // (see [Spec.Shards]): [Names.LadderExchange] for copy 0, <prefix>.ladder.LL.sK for copy K.
 func (n Names) LadderExchangeCopy(level, shard int) string {
@@ -90,20 +99,20 @@ func (n Names) ShardsMarker(l ttlbuckets.Ladder, shards int) string {
 	return fmt.Sprintf("%s.s%02d", n.LadderMarker(l), shards)
 }
 
-// LastLevelMarker is an empty fanout exchange that records that every copy of the ladder l
-// (shards copies; 1 or less: the ladder alone) has its last-level bindings: on each ladder
-// exchange that a level's queues dead-letter into, a binding on
-// [ttlbuckets.LastLevelHeader] = that level to the dispatch exchange. Its name is
-// [Names.LadderMarker] (or [Names.ShardsMarker] for shards > 1) followed by .last-level, e.g.
-// rabbitdelay.ladder.1ms.r16.shortest-first.l08.last-level. A Publisher that finds it (a
-// passive declare) sends ladder messages with [ttlbuckets.Ladder.EncodeRoute]'s headers, which
-// leave the ladder right after their last hop; without it, with every level's digit header
-// ([ttlbuckets.Ladder.EncodeDigits]), which topologies declared before these bindings route.
-func (n Names) LastLevelMarker(l ttlbuckets.Ladder, shards int) string {
+// LastHopMarker is an empty fanout exchange that records that every copy of the ladder l
+// (shards copies; 1 or less: the ladder alone) has its last-hop queues
+// ([Names.LadderLastHopQueueCopy]) and their bindings. Its name is [Names.LadderMarker] (or
+// [Names.ShardsMarker] for shards > 1) followed by .last-hop, e.g.
+// rabbitdelay.ladder.1ms.r16.shortest-first.l08.last-hop. A Publisher that finds it (a passive
+// declare) sends ladder messages with [ttlbuckets.Ladder.EncodeRoute]'s headers, whose last hop
+// dead-letters straight into the dispatch exchange; without it, with every level's digit
+// header ([ttlbuckets.Ladder.EncodeDigits]), which topologies declared without last-hop queues
+// route.
+func (n Names) LastHopMarker(l ttlbuckets.Ladder, shards int) string {
 	if shards > 1 {
-		return n.ShardsMarker(l, shards) + ".last-level"
+		return n.ShardsMarker(l, shards) + ".last-hop"
 	}
-	return n.LadderMarker(l) + ".last-level"
+	return n.LadderMarker(l) + ".last-hop"
 }
 
 // LadderMarker is an empty fanout exchange whose name records the ladder the topology was

@@ -72,13 +72,16 @@ func placeCopies(ctx context.Context, m *Management, p *Plan, conns []*amqp.Conn
 	if err != nil {
 		return nil, err
 	}
-	type ld struct{ level, digit int }
+	type ld struct {
+		level, digit int
+		lastHop      bool
+	}
 	used := map[ld]map[string]bool{}
 	for _, q := range p.Queues {
 		if q.Role != RoleLadder {
 			continue
 		}
-		k := ld{q.Level, q.Digit}
+		k := ld{q.Level, q.Digit, q.LastHop}
 		if used[k] == nil {
 			used[k] = map[string]bool{}
 		}
@@ -94,7 +97,7 @@ func placeCopies(ctx context.Context, m *Management, p *Plan, conns []*amqp.Conn
 		if q.Role != RoleLadder || q.Slot < 0 || exists[rowKey(KindQueue, q.Name)] {
 			continue
 		}
-		u := used[ld{q.Level, q.Digit}]
+		u := used[ld{q.Level, q.Digit, q.LastHop}]
 		pick := q.Slot % n
 		for j := range n {
 			if i := (q.Slot + j) % n; !u[nodes[i]] {

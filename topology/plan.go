@@ -71,6 +71,9 @@ type Queue struct {
 	// Level and Digit place a ladder queue; both are -1 for other queues.
 	Level int `json:"level"`
 	Digit int `json:"digit"`
+	// LastHop marks a ladder's last-hop queue ([Names.LadderLastHopQueueCopy]): the TTL of the
+	// queue of the same Level and Digit, dead-lettering into the dispatch exchange.
+	LastHop bool `json:"last_hop,omitempty"`
 	// Shard is the copy of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for
 	// other queues.
 	Shard int `json:"shard,omitempty"`
@@ -277,11 +280,11 @@ func (s Spec) Plan() (*Plan, error) {
 	if s.Shards > 1 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.ShardsMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	}
-	// The last-level bindings exist in every copy, so both a Publisher of the copies and one of
-	// copy 0 alone may use them (Names.LastLevelMarker).
-	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastLevelMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	// Every copy has last-hop queues, so both a Publisher of the copies and one of copy 0 alone
+	// may use them (Names.LastHopMarker).
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastHopMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	if s.Shards > 1 {
-		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastLevelMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastHopMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	}
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
@@ -328,6 +331,24 @@ func (s Spec) Plan() (*Plan, error) {
 			}
 		}
 	}
+	// Last-hop queues: per level that does not dead-letter into D already, a queue per digit
+	// with the same TTL that does, for the messages whose last hop is there. With copies their
+	// slots follow those of the ladder's queues.
+	for k := range s.Shards {
+		for _, l := range order {
+			if _, ok := ladder.Next(l); !ok {
+				continue
+			}
+			for _, q := range byLevel[l] {
+				slot := -1
+				if s.Shards > 1 {
+					slot = (levels+l)*radix1 + q.Digit - 1 + k
+				}
+				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueCopy(l, q.Digit, k), Args: s.QueueType.delayArgs(q.TTL, n.Dispatch()),
+					Role: RoleLadder, Level: l, Digit: q.Digit, LastHop: true, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
+			}
+		}
+	}
 	for _, q := range bucketQs {
 		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: s.QueueType.delayArgs(q.TTL, n.Dispatch()),
 			Role: RoleBucket, Level: -1, Digit: -1, Slot: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
@@ -364,12 +385,13 @@ func (s Spec) Plan() (*Plan, error) {
 			}
 			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
 				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
-			// A message whose last hop was level l leaves the ladder at the exchange its queue
-			// dead-letters into (ttlbuckets.Ladder.EncodeRoute left out the digit headers that
-			// would pass it on): one headers exchange instead of one per remaining level.
-			if next, ok := ladder.Next(l); ok {
-				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(next, k), Destination: n.Dispatch(), DestinationType: DestExchange,
-					Args: amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[next]})
+			// A message whose last hop is digit d of level l goes into the last-hop queue, which
+			// dead-letters straight to D (ttlbuckets.Ladder.EncodeRoute).
+			if _, ok := ladder.Next(l); ok {
+				for _, q := range byLevel[l] {
+					p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: n.LadderLastHopQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
+						Args: amqp.Table{"x-match": "all", h: ladder.LastHopValue(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
+				}
 			}
 		}
 	}

@@ -43,17 +43,17 @@ func TestPlanDefaultCounts(t *testing.T) {
 		got, want int
 	}{
 		{"ladder exchanges (8 levels, the marker and the last-level marker)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 2},
-		{"ladder queues", countRole(p.Queues, qRole, RoleLadder), 120},
+		{"ladder queues (and last-hop queues on levels 0-6)", countRole(p.Queues, qRole, RoleLadder), 120 + 105},
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
 		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 2 + 3 + 1 + 1 + 2},
-		{"queues", len(p.Queues), 122},
-		{"ladder bindings (digits, pass-through, last-level to D on levels 1-7)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7},
+		{"queues", len(p.Queues), 122 + 105},
+		{"ladder bindings (digits, pass-through, last-hop queues)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 105},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
 		{"retry bindings (D -> retry; no ready queue)", countRole(p.Bindings, bRole, RoleRetry), 1},
-		{"bindings", len(p.Bindings), 135 + 1 + 2 + 1 + 1},
+		{"bindings", len(p.Bindings), 233 + 1 + 2 + 1 + 1},
 		{"policies", len(p.Policies), 3},
 		{"existing", len(p.Existing), 1},
 	}
@@ -94,7 +94,25 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 				n := p.Names
 				b, _ := ttlbuckets.NewBuckets(spec.Buckets...)
 				want := ttlbuckets.DelayQueues(l, b)
-				got := p.DelayQueues()
+				var got []Queue
+				for _, q := range p.DelayQueues() {
+					if q.LastHop {
+						// Checked below: one per ladder queue of a level that does not end in D.
+						byName := n.LadderQueue(q.Level, q.Digit)
+						base, ok := p.Queue(byName)
+						if _, more := l.Next(q.Level); !ok || !more || q.Name != byName+".last" || q.TTL != base.TTL ||
+							q.DeadLetterExchange != n.Dispatch() || q.Args["x-dead-letter-exchange"] != n.Dispatch() ||
+							q.Args["x-message-ttl"] != base.Args["x-message-ttl"] || len(q.Args) != len(base.Args) {
+							t.Errorf("last-hop queue %+v, want %s's TTL dead-lettering into %s", q, byName, n.Dispatch())
+						}
+						continue
+					}
+					got = append(got, q)
+				}
+				lastHop := len(p.DelayQueues()) - len(got)
+				if want := (l.Levels() - 1) * (l.Radix - 1); lastHop != want {
+					t.Errorf("%d last-hop queues, want %d", lastHop, want)
+				}
 				if len(got) != len(want) {
 					t.Fatalf("%d delay queues, want %d", len(got), len(want))
 				}
@@ -146,44 +164,40 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 					if nl, ok := l.Next(level); ok {
 						next = n.LadderExchange(nl)
 					}
+					// A level that does not end in D also binds digit + radix to its last-hop queues.
 					var digits []int64
-					pass, exits := 0, 0
-					wantExits, prev := 0, -1 // the level whose queues dead-letter into ex
-					for pl := range l.Levels() {
-						if nl, ok := l.Next(pl); ok && nl == level {
-							wantExits, prev = 1, pl
-						}
+					pass, lastHops, wantLastHops := 0, 0, 0
+					if _, more := l.Next(level); more {
+						wantLastHops = l.Radix - 1
 					}
 					for _, bd := range p.Bindings {
 						if bd.Source != ex {
-							continue
-						}
-						if last, has := bd.Args[ttlbuckets.LastLevelHeader]; has {
-							exits++
-							if last != int64(prev) || bd.Args["x-match"] != "all" || len(bd.Args) != 2 ||
-								bd.Destination != n.Dispatch() || bd.DestinationType != DestExchange {
-								t.Errorf("last-level binding %s: want -> %s on %s = int64 %d", bd, n.Dispatch(), ttlbuckets.LastLevelHeader, prev)
-							}
 							continue
 						}
 						v, ok := bd.Args[h].(int64)
 						if !ok || bd.Args["x-match"] != "all" || len(bd.Args) != 2 {
 							t.Errorf("binding %s: args %v, want x-match all and int64 %s", bd, bd.Args, h)
 						}
-						if bd.DestinationType == DestExchange {
+						switch {
+						case bd.DestinationType == DestExchange:
 							pass++
 							if bd.Destination != next || v != 0 {
 								t.Errorf("pass-through %s: want -> %s on digit 0", bd, next)
 							}
-						} else {
+						case v > int64(l.Radix-1):
+							lastHops++
+							if d := int(v) - l.Radix; d < 1 || bd.Destination != n.LadderLastHopQueueCopy(level, d, 0) || l.LastHopValue(d) != v {
+								t.Errorf("binding %s: value %d goes to the wrong queue", bd, v)
+							}
+						default:
 							digits = append(digits, v)
 							if bd.Destination != n.LadderQueue(level, int(v)) {
 								t.Errorf("binding %s: digit %d goes to the wrong queue", bd, v)
 							}
 						}
 					}
-					if pass != 1 || len(digits) != l.Radix-1 || exits != wantExits {
-						t.Errorf("level %d: %d pass-through, %d digit, %d last-level bindings; want 1, %d and %d", level, pass, len(digits), exits, l.Radix-1, wantExits)
+					if pass != 1 || len(digits) != l.Radix-1 || lastHops != wantLastHops {
+						t.Errorf("level %d: %d pass-through, %d digit, %d last-hop bindings; want 1, %d and %d", level, pass, len(digits), lastHops, l.Radix-1, wantLastHops)
 					}
 				}
 				for _, bd := range p.Bindings {
@@ -500,7 +514,7 @@ func TestTargetMarker(t *testing.T) {
 			markers = append(markers, e.Name)
 		}
 	}
-	if len(markers) != 5 || !slices.Contains(markers, n.LastLevelMarker(ttlbuckets.DefaultLadder(), 1)) {
+	if len(markers) != 5 || !slices.Contains(markers, n.LastHopMarker(ttlbuckets.DefaultLadder(), 1)) {
 		t.Errorf("markers %v, want the ladder's, its last-level bindings', two targets' and the retry exchange's", markers)
 	}
 }

@@ -75,7 +75,7 @@ func TestPlanShardsCopies(t *testing.T) {
 			}
 			continue
 		}
-		if suffix := ".s" + string(rune('0'+src.Shard)); !strings.HasSuffix(b.Destination, suffix) && b.Destination != n.Dispatch() {
+		if suffix := ".s" + string(rune('0'+src.Shard)); !strings.HasSuffix(strings.TrimSuffix(b.Destination, ".last"), suffix) && b.Destination != n.Dispatch() {
 			t.Errorf("binding %s leaves copy %d", b, src.Shard)
 		}
 	}
@@ -85,22 +85,25 @@ func TestPlanShardsCopies(t *testing.T) {
 	if _, ok := p1.Exchange(n.ShardsMarker(p.Ladder, 1)); ok {
 		t.Errorf("one ladder has a shards marker")
 	}
-	// Every copy has its last-level bindings, so the topology has both last-level markers.
-	lastLevel := 0
-	for _, b := range p.Bindings {
-		if _, ok := b.Args[ttlbuckets.LastLevelHeader]; ok && b.Destination == n.Dispatch() {
-			lastLevel++
+	// Every copy has its last-hop queues, so the topology has both last-hop markers.
+	lastHop := 0
+	for _, q := range p.Queues {
+		if q.LastHop {
+			lastHop++
+			if want := n.LadderLastHopQueueCopy(q.Level, q.Digit, q.Shard); q.Name != want || q.DeadLetterExchange != n.Dispatch() {
+				t.Errorf("last-hop queue %s (dead-letters to %s), want %s dead-lettering to %s", q.Name, q.DeadLetterExchange, want, n.Dispatch())
+			}
 		}
 	}
-	if want := 3 * (levels - 1); lastLevel != want {
-		t.Errorf("%d last-level bindings, want %d (levels - 1 per copy)", lastLevel, want)
+	if want := 3 * (levels - 1) * 3; lastHop != want {
+		t.Errorf("%d last-hop queues, want %d (3 digits of levels - 1 levels per copy)", lastHop, want)
 	}
-	for _, m := range []string{n.LastLevelMarker(p.Ladder, 1), n.LastLevelMarker(p.Ladder, 3)} {
+	for _, m := range []string{n.LastHopMarker(p.Ladder, 1), n.LastHopMarker(p.Ladder, 3)} {
 		if e, ok := p.Exchange(m); !ok || !e.Marker {
 			t.Errorf("last-level marker %s: %+v %v", m, e, ok)
 		}
 	}
-	if _, ok := p1.Exchange(n.LastLevelMarker(p.Ladder, 3)); ok {
+	if _, ok := p1.Exchange(n.LastHopMarker(p.Ladder, 3)); ok {
 		t.Errorf("one ladder has the copies' last-level marker")
 	}
 	if !n.Reserved(n.ShardsMarker(p.Ladder, 3)) || !n.Reserved(n.LadderQueueCopy(0, 1, 1)) {
@@ -113,7 +116,7 @@ func TestPlanShardsCopies(t *testing.T) {
 // leader locator out (Apply places the queues); with one ladder, no slots and balanced.
 func TestPlanShardsPlacement(t *testing.T) {
 	p := mustPlan(t, shardSpec())
-	slots := map[[2]int][]int{}
+	slots := map[[3]int][]int{} // level, digit, last-hop queue (1) or not (0)
 	for _, q := range p.Queues {
 		if q.Role != RoleLadder {
 			if q.Slot != -1 {
@@ -121,7 +124,11 @@ func TestPlanShardsPlacement(t *testing.T) {
 			}
 			continue
 		}
-		slots[[2]int{q.Level, q.Digit}] = append(slots[[2]int{q.Level, q.Digit}], q.Slot)
+		k := [3]int{q.Level, q.Digit, 0}
+		if q.LastHop {
+			k[2] = 1
+		}
+		slots[k] = append(slots[k], q.Slot)
 	}
 	perNode := map[int]int{}
 	for ld, s := range slots {

@@ -25,9 +25,9 @@ const (
 	// exchange's bindings.
 	BucketHeader = "rabbitdelay-bucket"
 	// LastLevelHeader (int64) is the level of a ladder message's last hop ([Plan.LastLevel]),
-	// set by [Ladder.EncodeRoute]. The exchange the last hop's queue dead-letters into has a
-	// binding on it to the dispatch exchange, so the message leaves the ladder there instead of
-	// passing through every level above (shortest-first) or below (longest-first) it.
+	// set by [Ladder.EncodeRoute], whose digit header at that level holds
+	// [Ladder.LastHopValue] of the digit: it sends the message into the level's last-hop
+	// queue, which dead-letters straight to the dispatch exchange.
 	LastLevelHeader = "rabbitdelay-last-level"
 )
 
@@ -84,15 +84,29 @@ func (l Ladder) EncodeDigits(p Plan, h map[string]any) {
 	}
 }
 
-// EncodeRoute sets, in h, the headers of a message that leaves the ladder right after its last
-// hop: [LastLevelHeader] = p.LastLevel(), and the digit header of every level the message visits
-// up to and including that level in travel order (the levels after it get no digit header). The
-// exchange that the last hop's queue dead-letters into then finds no digit header of its level,
-// so none of its digit bindings matches, and its binding on LastLevelHeader hands the message to
-// the dispatch exchange: one exchange instead of one per remaining level. A topology routes such
-// messages only when it has those bindings (topology's last-level bindings and marker); for one
-// without them use [Ladder.EncodeDigits]. For a plan without hops it does what EncodeDigits
-// does. h must not be nil; it sets nothing for an invalid ladder.
+// LastHopValue returns the value of the digit header that sends a message with digit (1 to
+// Radix-1) at its last hop's level into that level's last-hop queue: digit + Radix, which no
+// other binding of the level matches. It returns digit for an invalid ladder.
+func (l Ladder) LastHopValue(digit int) int64 {
+	g, bad := l.resolve()
+	if bad != 0 {
+		return int64(digit)
+	}
+	return int64(digit) + g.mask + 1
+}
+
+// EncodeRoute sets, in h, the headers of a message whose last hop goes through a last-hop queue
+// (a queue with the same TTL as the level's queue of that digit, dead-lettering straight to the
+// dispatch exchange): the digit header of every level the message visits before its last hop,
+// zeros included, [Ladder.LastHopValue] of the last hop's digit in that level's digit header
+// (the plain digit at the level where the order ends, whose queues dead-letter to the dispatch
+// exchange already), and the level in [LastLevelHeader]. The levels after the last hop in travel order get no digit
+// header: the message never reaches them. Its last hop thus dead-letters as a bucket does, into
+// the dispatch exchange, instead of into the next level's exchange and on through every
+// remaining level. A topology routes such messages only when it has the last-hop queues and
+// their bindings (topology's Names.LastHopMarker); for one without them use
+// [Ladder.EncodeDigits]. For a plan without hops it does what EncodeDigits does. h must not be
+// nil; it sets nothing for an invalid ladder.
 func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 	g, bad := l.resolve()
 	if bad != 0 {
@@ -103,6 +117,10 @@ func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 		l.EncodeDigits(p, h)
 		return
 	}
+	// The level where the order ends dead-letters into the dispatch exchange already: it has no
+	// last-hop queues.
+	_, more := l.Next(last)
+	ends := !more
 	for level := range g.levels {
 		if (g.order == LongestFirst && level < last) || (g.order != LongestFirst && level > last) {
 			continue
@@ -111,15 +129,19 @@ func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 		if level < len(p.Digits) {
 			v = int64(p.Digits[level])
 		}
+		if level == last && !ends {
+			v += g.mask + 1
+		}
 		h[DigitHeader(level)] = v
 	}
 	h[LastLevelHeader] = int64(last)
 }
 
 // DecodeDigits reads the digits that [Ladder.EncodeDigits] or [Ladder.EncodeRoute] wrote, for
-// diagnostics: one per level, len == Levels(). A digit header that EncodeRoute leaves out (a
-// level after the [LastLevelHeader] level in travel order) reads as 0; a LastLevelHeader that is
-// not an integer level of the ladder is reported. A value may have any Go integer type (int, int8..int64, uint,
+// diagnostics: one per level, len == Levels(). At the [LastLevelHeader] level, a value from
+// Radix to 2·Radix-1 is [Ladder.LastHopValue] of the digit and reads as that digit; a digit
+// header that EncodeRoute leaves out (a level after that level in travel order) reads as 0; a
+// LastLevelHeader that is not an integer level of the ladder is reported. A value may have any Go integer type (int, int8..int64, uint,
 // uint8..uint64), as amqp091 decodes AMQP's integer types. Every problem is reported,
 // joined, each wrapping [ErrInvalidHeaders]: a digit header that is missing, not an
 // integer, or outside 0..Radix-1, and a digit header for a level the ladder does not have
@@ -154,7 +176,14 @@ func (l Ladder) DecodeDigits(h map[string]any) ([]int, error) {
 			bad(name, "missing; want an integer from 0 to %d", g.mask)
 			continue
 		}
-		v, isInt, inRange := digitValue(raw, g.mask)
+		limit := g.mask
+		if level == last {
+			limit = 2*g.mask + 1 // LastHopValue
+		}
+		v, isInt, inRange := digitValue(raw, limit)
+		if level == last && v > g.mask {
+			v -= g.mask + 1
+		}
 		switch {
 		case !isInt:
 			bad(name, "value %v has type %T; want an integer from 0 to %d", raw, raw, g.mask)

@@ -229,7 +229,11 @@ func TestEncodeRoute(t *testing.T) {
 					after = level < last
 				}
 				v, has := h[ttlbuckets.DigitHeader(level)]
-				if has == after || (has && v != int64(p.Digits[level])) {
+				want := int64(p.Digits[level])
+				if _, more := l.Next(level); level == last && more {
+					want = l.LastHopValue(p.Digits[level]) // into the last-hop queue
+				}
+				if has == after || (has && v != want) {
 					t.Errorf("%v %v (last level %d): level %d digit header %v (present %v)", order, d, last, level, v, has)
 				}
 			}
@@ -247,6 +251,9 @@ func TestEncodeRoute(t *testing.T) {
 		if _, has := h[ttlbuckets.LastLevelHeader]; has || len(h) != l.Levels() {
 			t.Errorf("%v: EncodeRoute without hops = %v, want every level's digit 0", order, h)
 		}
+	}
+	if got := ttlbuckets.DefaultLadder().LastHopValue(3); got != 19 {
+		t.Errorf("LastHopValue(3) = %d, want 3 + 16", got)
 	}
 	// A digit left out is an error without the last-level header, and a bad last level is named.
 	l := ttlbuckets.DefaultLadder()

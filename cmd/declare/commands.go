@@ -32,8 +32,15 @@ func specLine(p *topology.Plan) string {
 	if p.Spec.Shards > 1 {
 		copies = fmt.Sprintf(" x %d copies", p.Spec.Shards)
 	}
-	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%s, %s%s); %s; queue type %s; plugin %s",
-		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(l.Queues()), "queue"), copies,
+	lastHop := 0
+	for _, q := range p.Queues {
+		if q.LastHop && q.Shard == 0 {
+			lastHop++
+		}
+	}
+	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%s, %s and %s%s); %s; queue type %s; plugin %s",
+		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(l.Queues()), "queue"),
+		plural(lastHop, "last-hop queue"), copies,
 		plural(len(p.Spec.Buckets), "bucket"), p.Spec.QueueType, p.Spec.Plugin)
 }
 

@@ -182,11 +182,11 @@ func TestPlanCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Exchanges) < 14 || len(p.Queues) != 122 || len(p.Bindings) < 132 || len(p.Existing) != 1 {
+	if len(p.Exchanges) < 14 || len(p.Queues) != 122+105 || len(p.Bindings) < 132+105 || len(p.Existing) != 1 {
 		t.Errorf("plan: %d exchanges, %d queues, %d bindings, existing %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), p.Existing)
 	}
 	tab := declare(t, e, "plan")
-	for _, want := range []string{"rabbitdelay.ladder.07.15", "rabbitdelay.dispatch", "MUST ALREADY EXIST (not declared): orders", "(8 levels, 120 queues); 0 buckets"} {
+	for _, want := range []string{"rabbitdelay.ladder.07.15", "rabbitdelay.dispatch", "MUST ALREADY EXIST (not declared): orders", "(8 levels, 120 queues and 105 last-hop queues); 0 buckets"} {
 		if !strings.Contains(tab.stdout, want) {
 			t.Errorf("plan table lacks %q:\n%s", want, tab.stdout)
 		}
