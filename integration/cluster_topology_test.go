@@ -15,7 +15,7 @@ import (
 )
 
 // TestClusterTopology: on a 3-node cluster, declare apply spreads the leaders of the default
-// topology's 121 quorum delay queues over the nodes although it declares everything through one
+// topology's 226 quorum delay queues over the nodes although it declares everything through one
 // node's connection (the delay-queue policy's queue-leader-locator balanced: each node leads at
 // least one, none more than 60 %), and status reports the leaders per node. A node killed
 // (kill -9): status fails with ErrUnhealthy, flags the queues with a member offline and names

@@ -24,7 +24,7 @@ import (
 )
 
 // testLadder keeps each test's queue count down: radix 16, 1 ms unit, maximum 65,535 ms
-// (16^4-1): 4 levels, 60 queues.
+// (16^4-1): 4 levels, 60 queues and 45 last-hop queues.
 func testLadder() ttlbuckets.Ladder {
 	return ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
 }

@@ -65,8 +65,8 @@ func TestShardsSingleNode(t *testing.T) {
 	topoDiff(t, "exchanges", ex, wex)
 	topoDiff(t, "queues", qs, wqs)
 	topoDiff(t, "bindings", bs, wbs)
-	if n := len(p.DelayQueues()); n != 3*35 {
-		t.Fatalf("%d delay queues, want 105", n)
+	if n := len(p.DelayQueues()); n != 3*(35+28) {
+		t.Fatalf("%d delay queues, want 189 (3 copies of 35 ladder queues and 28 last-hop queues)", n)
 	}
 
 	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})

@@ -727,7 +727,7 @@ func TestProbePluginWithoutPlugin(t *testing.T) {
 	}
 }
 
-// BenchmarkApplyDefault measures apply of the default topology (8 ladder exchanges, 120
+// BenchmarkApplyDefault measures apply of the default topology (8 ladder exchanges, 225
 // quorum queues) on an empty vhost with 4, 8 (the default) and 16 channels; the target is
 // under 2 s against a local broker.
 func BenchmarkApplyDefault(b *testing.B) {

@@ -23,14 +23,15 @@
 //     queue p.ladder.LL.VV with x-message-ttl v·radix^L·unit ms, bound with
 //     {x-match: all, rabbitdelay-digit-L: v}, dead-lettering to the exchange of the level that
 //     [ttlbuckets.Ladder.Next] names (D after the last level); a pass-through binding for
-//     digit 0 goes to the same exchange. The exchange that level L's queues dead-letter into
-//     (when it is not D) also has a last-level binding to D, {x-match: all,
-//     rabbitdelay-last-level: L}: a message whose last hop was at level L and that carries no
-//     digit header for the levels after it ([ttlbuckets.Ladder.EncodeRoute]) leaves the ladder
-//     there, through one headers exchange instead of one per remaining level. The marker
-//     [Names.LastLevelMarker], declared last, tells publishers these bindings exist. The TTLs
-//     and header names come from package ttlbuckets ([ttlbuckets.DelayQueues],
-//     [ttlbuckets.DigitHeader]); nothing is computed twice.
+//     digit 0 goes to the same exchange. Each level that does not dead-letter into D also has,
+//     per digit v, a last-hop queue p.ladder.LL.VV.last ([Names.LadderLastHopQueueCopy]) with
+//     the same TTL, dead-lettering into D, bound with {x-match: all, rabbitdelay-digit-L: v +
+//     radix} ([ttlbuckets.Ladder.LastHopValue]): a message takes its last hop there
+//     ([ttlbuckets.Ladder.EncodeRoute]) and goes from it straight to D, as from a bucket,
+//     instead of through every remaining level's exchange. The marker [Names.LastHopMarker],
+//     declared last, tells publishers the last-hop queues exist. The TTLs and header names come
+//     from package ttlbuckets ([ttlbuckets.DelayQueues], [ttlbuckets.DigitHeader]); nothing is
+//     computed twice.
 //   - With buckets, the headers exchange p.buckets and per bucket the queue p.bucket.<ms>ms,
 //     bound with {x-match: all, rabbitdelay-bucket: ms}, dead-lettering straight to D.
 //   - Unless the plugin mode is off, p.plugin of type x-delayed-message (x-delayed-type

@@ -32,12 +32,13 @@
 // message is published to ([Plan.Entry]) and the hops; [Ladder.EncodeDigits] writes the
 // digits into the message's headers, every level's digit, zeros included, so whichever
 // exchange the message reaches can route it. [Ladder.EncodeRoute] writes the digits only up to
-// the last hop's level ([Plan.LastLevel]) and that level in [LastLevelHeader]: on a topology
-// with last-level bindings (each exchange a level's queues dead-letter into is bound to the
-// dispatch exchange on that level), the message then leaves the ladder right after its last
-// hop instead of passing through every remaining level's exchange. Each pass-through is a
-// headers-exchange routing by the dead-letter worker in the second the message falls due; for
-// a burst of messages due together they were most of the broker's work.
+// the last hop's level ([Plan.LastLevel]), the last one as [Ladder.LastHopValue] (digit +
+// radix), and that level in [LastLevelHeader]: on a topology with last-hop queues (per level
+// and digit, a queue with the same TTL that dead-letters into the dispatch exchange, bound on
+// digit + radix), the message's last hop then ends in the dispatch exchange, as a bucket's hop
+// does, instead of passing through every remaining level's exchange. That routing is done by
+// the broker's dead-letter worker in the second the message falls due; for a burst of messages
+// due together it was most of the broker's work.
 //
 // # Hop order
 //
