@@ -22,6 +22,8 @@ import (
 // the last hop (the dead-lettering out of the queue named first in each delivery's x-death) is
 // done by each node for within 20 % of a third of the messages: the node that leads the queue
 // dead-letters its messages (quorum queues' at-least-once dead-lettering runs on the leader).
+// That last hop is in the copies' last-hop queues, which must be led by three nodes too; the
+// test fails if a delivery's last hop was not a last-hop queue.
 // Runs under `make cluster-test` (skips without AMQP_URLS of 3+ nodes and BROKER_STATE).
 //
 // No timing is asserted; waits have generous deadlines (3 nodes on a busy 2-core machine).
@@ -31,6 +33,9 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	spec := shardsSpec(env)
+	// Six levels (radix 8 up to 262,143 ms), so that the burst's last hop, at level 4 (delays
+	// of 4.1-32.8 s), is taken in the copies' last-hop queues, not in the top level's queues.
+	spec.Ladder.Max = 262143 * time.Millisecond
 	p, err := spec.Plan()
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +155,9 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	perNode := map[string]int{}
 	var queues []string
 	for q, k := range perQueue {
+		if !strings.HasSuffix(q, ".last") {
+			t.Errorf("%d messages took their last hop in %s, not in a last-hop queue", k, q)
+		}
 		if before[q] == "" || before[q] != after[q] {
 			t.Errorf("last-hop queue %q: leader %q before, %q after (not a ladder queue, or its leader moved)", q, before[q], after[q])
 		}
