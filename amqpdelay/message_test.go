@@ -91,7 +91,7 @@ func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
 						t.Errorf("stale digit of level 9 kept")
 					}
 					if v, has := out[ttlbuckets.LastLevelHeader]; has != lastLevel || (has && v != int64(plan.LastLevel())) {
-						t.Errorf("last-level header %v (present %v), want int64 %d only with last-level bindings", v, has, plan.LastLevel())
+						t.Errorf("last-level header %v (present %v), want int64 %d only with last-hop queues", v, has, plan.LastLevel())
 					}
 				case PathBucket:
 					if v, ok := out[ttlbuckets.BucketHeader].(int64); !ok || v != 30000 {

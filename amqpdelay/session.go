@@ -165,6 +165,9 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	type check struct {
 		exchange, queue string
 		missing         func() error
+		// found, when set, makes the check optional: it is told whether the object exists, and
+		// a missing one is no error (missing is not called).
+		found func(bool)
 	}
 	l := p.ladder
 	checks := []check{
@@ -212,28 +215,11 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL), b.Delay)
 		}})
 	}
+	// The last-hop queues are optional: a topology applied before they existed routes messages
+	// that carry every level's digit (ttlbuckets.Ladder.EncodeDigits).
+	checks = append(checks, check{exchange: p.names.LastHopMarker(l, p.cfg.Spec.Shards), found: p.lastHop.Store})
 	done := make(chan error, 1)
 	go func() {
-		// The last-hop queues are optional: a topology applied before they existed routes
-		// messages that carry every level's digit (ttlbuckets.Ladder.EncodeDigits).
-		marker := p.names.LastHopMarker(l, p.cfg.Spec.Shards)
-		ch, err := conn.Channel()
-		if err != nil {
-			done <- fmt.Errorf("amqpdelay: open channel: %w", err)
-			return
-		}
-		err = ch.ExchangeDeclarePassive(marker, amqp.ExchangeFanout, true, false, false, false, nil)
-		var ae *amqp.Error
-		switch {
-		case err == nil:
-			_ = ch.Close()
-			p.lastHop.Store(true)
-		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-			p.lastHop.Store(false)
-		default:
-			done <- fmt.Errorf("amqpdelay: check %q: %w", marker, err)
-			return
-		}
 		for _, c := range checks {
 			ch, err := conn.Channel()
 			if err != nil {
@@ -248,10 +234,15 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				err = ch.ExchangeDeclarePassive(c.exchange, amqp.ExchangeHeaders, true, false, false, false, nil)
 			}
 			var ae *amqp.Error
+			notFound := errors.As(err, &ae) && ae.Code == amqp.NotFound
+			if c.found != nil && (err == nil || notFound) {
+				c.found(err == nil)
+			}
 			switch {
 			case err == nil:
 				_ = ch.Close()
-			case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+			case notFound && c.found != nil:
+			case notFound:
 				done <- fmt.Errorf("%w: %w", c.missing(), err)
 				return
 			default:

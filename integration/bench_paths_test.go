@@ -520,36 +520,16 @@ func declareOneHop(tb testing.TB, xdeath bool) setup {
 // one second; the per-message expiration, shorter than the queue's 1 h, decides instead (RabbitMQ
 // expires a message at the lower of the two), and everything else is the bucket path's. Unlike
 // "onehop", whose queue dead-letters straight to the target, its messages are routed by headers
-// twice, as every bucket and ladder message is.
+// twice, as every bucket and ladder message is. The topology and ready queue are declare's for a
+// 1 h bucket.
 func declareBucketBurst(tb testing.TB) setup {
 	tb.Helper()
-	env := brokertest.NewEnv(tb)
-	if env.VHost == "/" {
-		tb.Skip("the benchmarks need the management API (AMQP_MANAGEMENT_URL): every case works in a vhost of its own")
-	}
-	spec := topology.Spec{
-		Prefix:    env.Prefix,
-		Targets:   topology.Targets{{Name: benchTarget, Type: "topic"}},
-		Buckets:   topology.Delays{time.Hour},
-		Ladder:    ttlbuckets.DefaultLadder(),
-		Plugin:    topology.PluginOff,
-		QueueType: topology.Quorum,
-	}
-	plan, err := spec.Plan()
-	if err != nil {
-		tb.Fatalf("plan: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	conn := env.Dial(tb)
-	if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{}); err != nil {
-		tb.Fatalf("apply: %v", err)
-	}
-	declareReady(tb, conn, benchTarget, benchReady)
-	chs := channels(tb, env.URL)
-	exchange := topology.Names{Prefix: env.Prefix}.BucketExchange()
+	s := declare(tb, delayCase{name: "bucket-1h", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum,
+		buckets: []time.Duration{time.Hour}, path: amqpdelay.PathBucket})
+	chs := channels(tb, s.url)
+	exchange := s.cfg.Spec.Names().BucketExchange()
 	ttl := time.Hour.Milliseconds()
-	pub := func(ctx context.Context, w, i int, delay time.Duration) (time.Time, error) {
+	s.publish = func(ctx context.Context, w, i int, delay time.Duration) (time.Time, error) {
 		now := time.Now()
 		due := now.Add(delay)
 		m := benchPublishing(i)
@@ -559,7 +539,8 @@ func declareBucketBurst(tb testing.TB) setup {
 		m.Expiration = strconv.FormatInt(max(0, (delay+time.Millisecond-1).Milliseconds()), 10) // never early
 		return due, publishConfirmed(ctx, chs[w], exchange, "bench.key", m)
 	}
-	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
+	s.cfg = amqpdelay.Config{} // publish is raw amqp091-go, not the Publisher declare started
+	return s
 }
 
 // ladderDeaths returns n x-death entries shaped like those RabbitMQ adds at each hop of the

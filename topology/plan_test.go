@@ -515,7 +515,7 @@ func TestTargetMarker(t *testing.T) {
 		}
 	}
 	if len(markers) != 5 || !slices.Contains(markers, n.LastHopMarker(ttlbuckets.DefaultLadder(), 1)) {
-		t.Errorf("markers %v, want the ladder's, its last-level bindings', two targets' and the retry exchange's", markers)
+		t.Errorf("markers %v, want the ladder's, its last-hop queues', two targets' and the retry exchange's", markers)
 	}
 }
 

@@ -117,19 +117,17 @@ func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 		l.EncodeDigits(p, h)
 		return
 	}
-	// The level where the order ends dead-letters into the dispatch exchange already: it has no
-	// last-hop queues.
-	_, more := l.Next(last)
-	ends := !more
 	for level := range g.levels {
-		if (g.order == LongestFirst && level < last) || (g.order != LongestFirst && level > last) {
+		if g.beyond(level, last) {
 			continue
 		}
 		var v int64
 		if level < len(p.Digits) {
 			v = int64(p.Digits[level])
 		}
-		if level == last && !ends {
+		// The level where the order ends dead-letters into the dispatch exchange already: it has
+		// no last-hop queues.
+		if level == last && !g.ends(last) {
 			v += g.mask + 1
 		}
 		h[DigitHeader(level)] = v
@@ -170,7 +168,7 @@ func (l Ladder) DecodeDigits(h map[string]any) ([]int, error) {
 		name := DigitHeader(level)
 		raw, ok := h[name]
 		if !ok {
-			if last >= 0 && ((g.order == LongestFirst && level < last) || (g.order != LongestFirst && level > last)) {
+			if last >= 0 && g.beyond(level, last) {
 				continue // left out by EncodeRoute: the message leaves the ladder before this level
 			}
 			bad(name, "missing; want an integer from 0 to %d", g.mask)

@@ -271,6 +271,24 @@ func (l Ladder) Levels() int {
 	return g.levels
 }
 
+// ends reports whether level is where the travel order ends (the top level for ShortestFirst,
+// level 0 for LongestFirst): its queues dead-letter into the dispatch exchange.
+func (g geometry) ends(level int) bool {
+	if g.order == LongestFirst {
+		return level == 0
+	}
+	return level == g.levels-1
+}
+
+// beyond reports whether level comes after last in travel order: a message whose last hop is
+// at level last never reaches it.
+func (g geometry) beyond(level, last int) bool {
+	if g.order == LongestFirst {
+		return level < last
+	}
+	return level > last
+}
+
 // Next returns the level to which level's queues and pass-through binding hand a message:
 // with [ShortestFirst], level+1 (and ok false at the top level: the dispatch exchange);
 // with [LongestFirst], level-1 (ok false at level 0). When ok is false next is -1; so it
@@ -280,14 +298,11 @@ func (l Ladder) Next(level int) (next int, ok bool) {
 	if p != 0 || level < 0 || level >= g.levels {
 		return -1, false
 	}
-	if g.order == LongestFirst {
-		if level == 0 {
-			return -1, false
-		}
-		return level - 1, true
-	}
-	if level == g.levels-1 {
+	if g.ends(level) {
 		return -1, false
+	}
+	if g.order == LongestFirst {
+		return level - 1, true
 	}
 	return level + 1, true
 }
