@@ -544,18 +544,23 @@ func (c *Consumer) deferCopy(ctx context.Context, f *flight, pub *amqpdelay.Publ
 // settleBackoffMax) while its error may pass: the delay topology missing for a moment
 // (ErrUnroutable), a nack, a lost connection. It stops at ctx's end (the settle timeout) and
 // at an error that publishing again cannot mend (ErrInvalidInput, ErrUnknownTarget, ErrClosed)
-// and returns the last error. The delivery stays unacked meanwhile, so a failing publish does
-// not give it back to the queue at once and again: every give-back counts toward the quorum
-// queue's delivery limit.
+// and returns the last error; when ctx ended, the error wraps both the last publish's own
+// error (one that is not ctx's) and ctx's. The delivery stays unacked meanwhile, so a failing
+// publish does not give it back to the queue at once and again: every give-back counts toward
+// the quorum queue's delivery limit.
 func (c *Consumer) settlePublish(ctx context.Context, in Info, publish func() (amqpdelay.Receipt, error)) (amqpdelay.Receipt, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = settleBackoffMin, settleBackoffMax, 0
 	var r amqpdelay.Receipt
-	var last error // the last publish's error: backoff.Retry returns ctx's error when ctx ends
+	// The last publish error that is not ctx's own: why the publishes failed, when ctx ends
+	// while one is in flight or while backoff.Retry waits (it then returns ctx's error).
+	var last error
 	err := backoff.Retry(func() error {
 		var err error
 		r, err = publish()
-		last = err
+		if err != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+			last = err
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -566,8 +571,8 @@ func (c *Consumer) settlePublish(ctx context.Context, in Info, publish func() (a
 		c.log.Debug().Err(err).Str("id", in.ID).Msg("consumer: publishing the copy failed; trying again")
 		return err
 	}, backoff.WithContext(b, ctx))
-	if err != nil && last != nil && !errors.Is(last, err) {
-		err = fmt.Errorf("%w (tried again until the settle timeout ended: %w)", last, err)
+	if err != nil && ctx.Err() != nil && last != nil && !errors.Is(last, ctx.Err()) {
+		err = fmt.Errorf("%w (tried again until the settle timeout ended: %w)", last, ctx.Err())
 	}
 	return r, err
 }

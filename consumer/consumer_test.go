@@ -3,11 +3,13 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -18,11 +20,11 @@ func noop(context.Context, amqp.Delivery) error { return nil }
 
 func TestNewValidates(t *testing.T) {
 	cfg := amqpdelay.Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}}
-	_, err := New(cfg, "", nil, WithConcurrency(0), WithLease(time.Millisecond, time.Hour))
+	_, err := New(cfg, "", nil, WithConcurrency(0), WithLease(time.Millisecond, time.Hour), WithSettleTimeout(0))
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"queue name", "nil handler", "concurrency 0", "lease 1ms"} {
+	for _, want := range []string{"queue name", "nil handler", "concurrency 0", "lease 1ms", "settle timeout 0s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
@@ -36,6 +38,12 @@ func TestNewValidates(t *testing.T) {
 	c, err := New(short, "q", noop) // the default back-off is lowered to fit
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.o.settleTimeout != DefaultSettleTimeout {
+		t.Errorf("default settle timeout %v, want %v", c.o.settleTimeout, DefaultSettleTimeout)
+	}
+	if c2, err := New(short, "q", noop, WithSettleTimeout(2*time.Second)); err != nil || c2.o.settleTimeout != 2*time.Second {
+		t.Errorf("WithSettleTimeout(2s): err %v", err)
 	}
 	if longest := time.Duration(float64(c.o.backoff.Max) * (1 + c.o.backoff.Jitter)); longest > 65535*time.Millisecond {
 		t.Errorf("default back-off reaches %v beyond the ladder", longest)
@@ -77,5 +85,45 @@ func TestRestoreAndHeaders(t *testing.T) {
 	}
 	if r[HeaderRoutingKey] != "o.1" || r[HeaderReplayed] == nil {
 		t.Errorf("replayed headers %v", r)
+	}
+}
+
+// TestSettlePublishTimeout: when the settle timeout ends, settlePublish's error names both why
+// the publishes failed and the timeout, whether the timeout ended during a back-off wait or
+// during a publish that then returned ctx's error.
+func TestSettlePublishTimeout(t *testing.T) {
+	c := &Consumer{log: zerolog.Nop()}
+	for _, tc := range []struct {
+		name    string
+		publish func(ctx context.Context, n int) error
+	}{
+		{"ends in a wait", func(context.Context, int) error { return amqpdelay.ErrUnroutable }},
+		{"ends in a publish", func(ctx context.Context, n int) error {
+			if n == 1 {
+				return amqpdelay.ErrUnroutable
+			}
+			<-ctx.Done()
+			return fmt.Errorf("publish: %w", ctx.Err())
+		}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		n := 0
+		_, err := c.settlePublish(ctx, Info{ID: "m"}, func() (amqpdelay.Receipt, error) {
+			n++
+			return amqpdelay.Receipt{}, tc.publish(ctx, n)
+		})
+		cancel()
+		if !errors.Is(err, amqpdelay.ErrUnroutable) || !errors.Is(err, context.DeadlineExceeded) || n < 2 {
+			t.Errorf("%s: err %v after %d publishes; want ErrUnroutable and context.DeadlineExceeded after 2 or more", tc.name, err, n)
+		}
+	}
+	// An error that publishing again cannot mend stops at once, unwrapped.
+	n := 0
+	_, err := c.settlePublish(context.Background(), Info{ID: "m"}, func() (amqpdelay.Receipt, error) {
+		n++
+		return amqpdelay.Receipt{}, amqpdelay.ErrInvalidInput
+	})
+	if !errors.Is(err, amqpdelay.ErrInvalidInput) || n != 1 || strings.Contains(err.Error(), "settle timeout") {
+		t.Errorf("ErrInvalidInput: err %v after %d publishes; want it returned after 1", err, n)
 	}
 }

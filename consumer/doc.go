@@ -99,7 +99,7 @@
 //     message was given back still records its outcome in the store (done, or lease released),
 //     so the redelivered copy is skipped if it succeeded.
 //   - The library never logs through a global logger ([WithLogger], default none), and every
-//     blocking call is bounded by a context (Run's, the handler's, or a 30 s settle bound).
+//     blocking call is bounded by a context (Run's, the handler's, or the settle timeout, [WithSettleTimeout]).
 //
 // # Limits
 //
@@ -112,8 +112,8 @@
 //     A delivery whose retry, deferred or parking publish fails (the delay topology missing,
 //     the broker refusing or nacking it, a lost connection) is held, unacked, while the
 //     Consumer publishes again with back-off (100 ms doubling to 5 s) for up to the settle
-//     timeout (30 s); only then is it given back, so a lasting failure costs one return per
-//     handling and the settle timeout, not a return per round trip. A publish that cannot pass
+//     timeout ([WithSettleTimeout], 30 s by default); only then is it given back, so a lasting
+//     failure costs one return per handling and the settle timeout, not a return per round trip. A publish that cannot pass
 //     (ErrInvalidInput, ErrUnknownTarget) gives it back at once. Past the delivery limit (20),
 //     the ready queues `declare apply` declares (x-delivery-limit and a dead-letter exchange)
 //     park it without the Consumer's failure record; on a quorum queue of RabbitMQ 4.x

@@ -47,6 +47,9 @@ const (
 	DefaultKeep = 24 * time.Hour
 	// DefaultShutdownTimeout is how long Run's shutdown lets running handlers finish.
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultSettleTimeout bounds the settling of one delivery: its store writes and the
+	// publishes of its retry, deferred or parked copy, tried again with back-off.
+	DefaultSettleTimeout = 30 * time.Second
 )
 
 func defaultOptions() options {
@@ -56,7 +59,7 @@ func defaultOptions() options {
 		lease:           DefaultLease,
 		keep:            DefaultKeep,
 		shutdownTimeout: DefaultShutdownTimeout,
-		settleTimeout:   30 * time.Second,
+		settleTimeout:   DefaultSettleTimeout,
 		logger:          zerolog.Nop(),
 		name:            "rabbitdelay-consumer",
 		reconnectMin:    100 * time.Millisecond,
@@ -142,6 +145,24 @@ func WithShutdownTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: shutdown timeout %v: want 0 or more", ErrInvalidConfig, d)
 		}
 		o.shutdownTimeout = d
+		return nil
+	}
+}
+
+// WithSettleTimeout sets how long the Consumer may take to settle one delivery after its handler
+// returned (default [DefaultSettleTimeout]; at least 1 ms): the store writes, and the publish of
+// the retry, deferred or parked copy, which it tries again with back-off (100 ms doubling to 5 s)
+// while the error may pass (the delay topology missing, a nack, a lost connection). When the
+// timeout ends first, the delivery is given back to its queue (nack with requeue, an
+// [Event] of kind Requeued whose Err says why), which counts as a return for a quorum queue's
+// delivery limit. A shorter timeout returns a delivery sooner while the delay topology is
+// missing; a longer one rides out longer broker outages holding the delivery.
+func WithSettleTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: settle timeout %v: want 1ms or more", ErrInvalidConfig, d)
+		}
+		o.settleTimeout = d
 		return nil
 	}
 }

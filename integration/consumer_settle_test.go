@@ -19,7 +19,8 @@ import (
 // TestConsumerAckAfterRetryConfirmed: a failed delivery is acked only once its retry copy is
 // confirmed. With the topology's delay queues deleted (after the Consumer started), the retry
 // publish comes back unroutable (amqpdelay.ErrUnroutable): the Consumer publishes again with
-// back-off until its settle timeout (30 s) ends, then gives the delivery back (Requeued)
+// back-off until its settle timeout (3 s here, consumer.WithSettleTimeout) ends, then gives the
+// delivery back (Requeued)
 // instead of acking it, and the broker delivers it again, flagged redelivered. The
 // handler holds that delivery until `declare apply` (topology.Apply) has declared the delay
 // queues again, then fails once more: that retry is confirmed, the delivery acked, and attempt
@@ -48,7 +49,7 @@ func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
 		}
 		return errors.New("fails until retried")
 	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-		consumer.WithObserver(evs.observe))
+		consumer.WithObserver(evs.observe), consumer.WithSettleTimeout(3*time.Second))
 	runConsumer(t, c)
 	// A message handled first: the Consumer (and its retry Publisher) runs before the queues go.
 	f.publish(t, "warm-up", 0)
@@ -71,8 +72,9 @@ func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
 		}
 	}
 	evs.mu.Unlock()
-	if !errors.Is(requeued.Err, amqpdelay.ErrUnroutable) || requeued.Info.ID != "m" {
-		t.Errorf("Requeued event: id %q, err %v; want m and an error wrapping amqpdelay.ErrUnroutable", requeued.Info.ID, requeued.Err)
+	if !errors.Is(requeued.Err, amqpdelay.ErrUnroutable) || !errors.Is(requeued.Err, context.DeadlineExceeded) || requeued.Info.ID != "m" {
+		t.Errorf("Requeued event: id %q, err %v; want m and an error wrapping amqpdelay.ErrUnroutable and the settle timeout's context.DeadlineExceeded",
+			requeued.Info.ID, requeued.Err)
 	}
 	if !redelivered.Load() {
 		t.Errorf("the second delivery of m was not flagged redelivered: want the broker's own copy, given back with a nack")
