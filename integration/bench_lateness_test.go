@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,11 @@ func BenchmarkLatenessSteady(b *testing.B) {
 	for _, name := range strings.Split(*steadyCases, ",") {
 		switch name = strings.TrimSpace(name); name {
 		case "":
+		case "plugin":
+			// Added below whenever AMQP_PLUGIN_URL is set; without it, say so rather than skip it.
+			if os.Getenv("AMQP_PLUGIN_URL") == "" {
+				b.Fatalf("-steady-cases names the plugin, but AMQP_PLUGIN_URL is not set: start a broker with the plugin (see README, Development)")
+			}
 		case "raw":
 			// The floor: a plain publish with a confirm to the target exchange, consumed from the
 			// same ready queue; lateness is arrival minus the publish call.

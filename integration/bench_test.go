@@ -43,7 +43,7 @@ var (
 		"0: 30 s, or 3 times as long as the raw case took to publish when that is longer (so the burst is published before it falls due)")
 	burstCases      = flag.String("burst-cases", "bucket,shortest,longest", "BenchmarkBurst: comma-separated ladder cases besides raw (and plugin, when AMQP_PLUGIN_URL is set): "+strings.Join(burstCaseNames(), ", "))
 	burstTrace      = flag.Bool("burst-trace", false, "BenchmarkBurst: log, every second of the drain, the messages arrived and the queues that hold the most messages")
-	steadyCases     = flag.String("steady-cases", "raw,shortest,longest,bucket", "BenchmarkLatenessSteady: comma-separated cases: raw, bucket, plugin (when AMQP_PLUGIN_URL is set) and the ladder cases of -burst-cases")
+	steadyCases     = flag.String("steady-cases", "raw,shortest,longest,bucket", "BenchmarkLatenessSteady: comma-separated cases: raw, bucket and the ladder cases of -burst-cases; the plugin case runs as well whenever AMQP_PLUGIN_URL is set (naming it here is allowed)")
 	steadySeconds   = flag.Int("steady-seconds", 20, "BenchmarkLatenessSteady: seconds of publishing")
 	steadyRate      = flag.Int("steady-rate", 1000, "BenchmarkLatenessSteady: messages per second")
 	throughputN     = flag.Int("throughput", 10_000, "BenchmarkPublishThroughput: messages per case and round")
