@@ -394,7 +394,9 @@ func restore(d *amqp.Delivery) {
 	}
 }
 
-// settleCtx bounds the store writes and publishes that settle one delivery.
+// settleCtx bounds the store calls and publishes of one delivery's steps before its handler
+// runs (revocation check, claim, deferred copy), and, a new one, those that settle it after the
+// handler returned (done mark, release, retry or parked copy).
 func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.o.settleTimeout)
 }
@@ -416,20 +418,23 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	}
 	restore(&d)
 
-	sctx, scancel := c.settleCtx()
-	defer scancel()
+	// Before the handler: the revocation check, the claim and a deferred copy have a settle
+	// timeout of their own; the settling after the handler gets a fresh one (below), so a
+	// handler's own run time never uses it up.
+	pctx, pcancel := c.settleCtx()
+	defer pcancel()
 	if c.revs != nil { // revoked.go
-		if c.revoked(sctx, f, in) {
+		if c.revoked(pctx, f, in) {
 			return
 		}
 	}
 	var token string
 	if c.store != nil && in.ID != "" {
-		st, tok, err := c.store.Claim(sctx, c.queue, in.ID, c.o.lease)
+		st, tok, err := c.store.Claim(pctx, c.queue, in.ID, c.o.lease)
 		switch {
 		case err != nil:
 			c.log.Warn().Err(err).Str("id", in.ID).Msg("consumer: claim failed; deferring the message")
-			c.deferCopy(sctx, f, pub, orig, origKey, in, err)
+			c.deferCopy(pctx, f, pub, orig, origKey, in, err)
 			return
 		case st == AlreadyHandled:
 			if !f.state.CompareAndSwap(stateHandling, stateSettling) {
@@ -438,11 +443,12 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 			c.ack(f, Event{Kind: Skipped, Info: in, At: time.Now()})
 			return
 		case st == Busy:
-			c.deferCopy(sctx, f, pub, orig, origKey, in, nil)
+			c.deferCopy(pctx, f, pub, orig, origKey, in, nil)
 			return
 		}
 		token = tok
 	}
+	pcancel()
 
 	hctx, hcancel := context.WithCancel(base)
 	if c.o.handlerTimeout > 0 {
@@ -462,6 +468,8 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	hcancel()
 	close(stopRenew)
 	<-renewed
+	sctx, scancel := c.settleCtx()
+	defer scancel()
 
 	if !f.state.CompareAndSwap(stateHandling, stateSettling) {
 		// Shutdown gave the message back meanwhile: record what the handler did, settle nothing.

@@ -340,3 +340,50 @@ func TestConsumerReconnects(t *testing.T) {
 		t.Errorf("handled before %d, after %d; want 1 each", fx.count("before"), fx.count("after"))
 	}
 }
+
+// TestConsumerSettleAfterLongHandler: the settle timeout bounds the settling after the handler
+// returned, not the handler's run. A handler that runs longer (6 s) than the settle timeout
+// (5 s, consumer.WithSettleTimeout) and fails still has its retry published and the delivery
+// acked (Retried), never given back; attempt 2, as long, succeeds and its done mark is written
+// (a Handled event without an error). With one settle timeout counted from the delivery, both
+// settlings would find it over.
+func TestConsumerSettleAfterLongHandler(t *testing.T) {
+	f := newConsumerFixture(t)
+	ok := newConsumerEffects()
+	evs := newConsumerEvents()
+	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
+		in, _ := consumer.InfoFrom(ctx)
+		select {
+		case <-time.After(6 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if in.Attempt == 1 {
+			return errors.New("fails once")
+		}
+		ok.add(d.MessageId)
+		return nil
+	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
+		consumer.WithObserver(evs.observe), consumer.WithSettleTimeout(5*time.Second))
+	runConsumer(t, c)
+	f.publish(t, "slow", 0)
+	waitFor(t, 3*time.Minute, "attempt 2 of slow handled", func() bool { return evs.n(consumer.Handled) >= 1 })
+	evs.mu.Lock()
+	defer evs.mu.Unlock()
+	for _, e := range evs.all {
+		switch e.Kind {
+		case consumer.Requeued, consumer.Unsettled:
+			t.Errorf("%v event (err %v): the settling after a handler longer than the settle timeout failed", e.Kind, e.Err)
+		case consumer.Handled:
+			if e.Err != nil || e.Info.Attempt != 2 {
+				t.Errorf("Handled event: attempt %d, err %v; want attempt 2 and its done mark written (no error)", e.Info.Attempt, e.Err)
+			}
+		}
+	}
+	if n := evs.kind[consumer.Retried]; n != 1 {
+		t.Errorf("%d Retried events, want 1", n)
+	}
+	if n := ok.count("slow"); n != 1 {
+		t.Errorf("slow handled %d times, want 1", n)
+	}
+}
