@@ -155,8 +155,11 @@ func WithShutdownTimeout(d time.Duration) Option {
 // while the error may pass (the delay topology missing, a nack, a lost connection). When the
 // timeout ends first, the delivery is given back to its queue (nack with requeue, an
 // [Event] of kind Requeued whose Err says why), which counts as a return for a quorum queue's
-// delivery limit. A shorter timeout returns a delivery sooner while the delay topology is
-// missing; a longer one rides out longer broker outages holding the delivery.
+// delivery limit. The timeout starts when the handler returns, so a handler's own run time
+// never uses it up; the steps before the handler (the revocation check, the claim, and the
+// deferred copy of a message another handler holds) have a timeout of the same length of their
+// own. A shorter timeout returns a delivery sooner while the delay topology is missing; a
+// longer one rides out longer broker outages holding the delivery.
 func WithSettleTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d < time.Millisecond {
