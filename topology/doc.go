@@ -25,10 +25,16 @@
 //     [ttlbuckets.Ladder.Next] names (D after the last level); a pass-through binding for
 //     digit 0 goes to the same exchange. Each level that does not dead-letter into D also has,
 //     per digit v, a last-hop queue p.ladder.LL.VV.last ([Names.LadderLastHopQueueCopy]) with
-//     the same TTL, dead-lettering into D, bound with {x-match: all, rabbitdelay-digit-L: v +
-//     radix} ([ttlbuckets.Ladder.LastHopValue]): a message takes its last hop there
-//     ([ttlbuckets.Ladder.EncodeRoute]) and goes from it straight to D, as from a bucket,
-//     instead of through every remaining level's exchange. The marker [Names.LastHopMarker],
+//     the same TTL, dead-lettering into D, and the headers exchange p.ladder.LL.last
+//     ([Names.LadderLastHopExchangeCopy]), bound to p.ladder.LL with {x-match: all,
+//     rabbitdelay-last-level: L} and to each last-hop queue with {x-match: all,
+//     rabbitdelay-digit-L: v + radix} ([ttlbuckets.Ladder.LastHopValue]). A message takes its
+//     last hop there ([ttlbuckets.Ladder.EncodeRoute]) and goes from it straight to D, as
+//     from a bucket, instead of through every remaining level's exchange. The last-hop
+//     bindings sit on an exchange of their own because a headers exchange tests every one of
+//     its bindings against every message (rabbit_exchange_type_headers): p.ladder.LL keeps
+//     radix + 1 bindings, not 2 x radix. Earlier versions bound p.ladder.LL straight to the
+//     last-hop queues; Apply removes those bindings ([Plan.Obsolete]). The marker [Names.LastHopMarker],
 //     declared last, tells publishers the last-hop queues exist. The TTLs and header names come
 //     from package ttlbuckets ([ttlbuckets.DelayQueues], [ttlbuckets.DigitHeader]); nothing is
 //     computed twice.
@@ -131,7 +137,8 @@
 // create the missing objects: exchanges, then queues (whose dead-letter exchanges now exist),
 // then bindings by ascending [Binding.Tier], from D outwards, so at every moment an existing
 // binding leads to a complete path: a failure part-way never leaves a queue whose expired
-// messages would be dropped. Apply never deletes an object.
+// messages would be dropped. Apply never deletes an exchange or queue; the only bindings it
+// removes are those of [Plan.Obsolete], once their replacements are declared.
 //
 // AMQP cannot list bindings, so without the management API Apply reports bindings as "bound"
 // (declaring a binding twice is harmless); with a [Management] client it reports them as

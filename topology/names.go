@@ -72,6 +72,15 @@ func (n Names) LadderLastHopQueueCopy(level, digit, shard int) string {
 	return n.LadderQueueCopy(level, digit, shard) + ".last"
 }
 
+// LadderLastHopExchangeCopy is the headers exchange of the last-hop queues of ladder level
+// level in copy shard of the ladder: [Names.LadderExchangeCopy] + ".last". The level's exchange
+// routes to it every message whose last hop is at that level ([ttlbuckets.LastLevelHeader]
+// = level), and it routes them by the level's digit header, which holds the digit's last-hop
+// value ([ttlbuckets.Ladder.LastHopValue]), to the last-hop queue of that digit.
+func (n Names) LadderLastHopExchangeCopy(level, shard int) string {
+	return n.LadderExchangeCopy(level, shard) + ".last"
+}
+
 // LadderExchangeCopy is the headers exchange of ladder level level in copy shard of the ladder
 // (see [Spec.Shards]): [Names.LadderExchange] for copy 0, <prefix>.ladder.LL.sK for copy K.
 func (n Names) LadderExchangeCopy(level, shard int) string {

@@ -159,6 +159,11 @@ type Plan struct {
 	Queues []Queue `json:"queues"`
 	// Bindings are the bindings to declare, by ascending Tier.
 	Bindings []Binding `json:"bindings"`
+	// Obsolete are bindings that earlier versions of this package declared and the plan
+	// replaces: each level's exchange bound straight to its last-hop queues (now through
+	// [Names.LadderLastHopExchangeCopy]). Apply removes them once the plan's bindings are
+	// declared; [Management.Status] reports those that remain.
+	Obsolete []Binding `json:"obsolete_bindings,omitempty"`
 	// Existing are exchanges the topology binds to but does not declare: targets given
 	// without a type and the exchanges of ready queues that are not such targets. Apply
 	// fails with ErrTargetMissing, before declaring anything, when one does not exist.
@@ -272,6 +277,9 @@ func (s Spec) Plan() (*Plan, error) {
 	for k := range s.Shards {
 		for _, l := range order {
 			p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchangeCopy(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+			if _, ok := ladder.Next(l); ok {
+				p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderLastHopExchangeCopy(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+			}
 		}
 	}
 	// The marker records the ladder's geometry for publishers to check (see Names.LadderMarker),
@@ -386,12 +394,23 @@ func (s Spec) Plan() (*Plan, error) {
 			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
 				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
 			// A message whose last hop is digit d of level l goes into the last-hop queue, which
-			// dead-letters straight to D (ttlbuckets.Ladder.EncodeRoute).
+			// dead-letters straight to D (ttlbuckets.Ladder.EncodeRoute), through the level's
+			// last-hop exchange: a headers exchange tests every one of its bindings against
+			// every message, so the level's exchange keeps radix bindings instead of
+			// 2 x radix - 1 for the messages that only pass through it or hop at it. The
+			// last-hop exchange's bindings lead to queues that dead-letter to D: tier 1, with the
+			// buckets', before the binding that routes into it.
 			if _, ok := ladder.Next(l); ok {
+				lx := n.LadderLastHopExchangeCopy(l, k)
 				for _, q := range byLevel[l] {
-					p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: n.LadderLastHopQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
-						Args: amqp.Table{"x-match": "all", h: ladder.LastHopValue(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
+					args := amqp.Table{"x-match": "all", h: ladder.LastHopValue(q.Digit)}
+					p.Bindings = append(p.Bindings, Binding{Source: lx, Destination: n.LadderLastHopQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
+						Args: args, Role: RoleLadder, Tier: 1})
+					p.Obsolete = append(p.Obsolete, Binding{Source: n.LadderExchangeCopy(l, k), Destination: n.LadderLastHopQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
+						Args: args, Role: RoleLadder, Tier: dist[l]})
 				}
+				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: lx, DestinationType: DestExchange,
+					Args: amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[l]})
 			}
 		}
 	}

@@ -42,18 +42,19 @@ func TestPlanDefaultCounts(t *testing.T) {
 		what      string
 		got, want int
 	}{
-		{"ladder exchanges (8 levels, the marker and the last-level marker)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 2},
+		{"ladder exchanges (8 levels, the last-hop exchanges of levels 0-6, the marker and the last-level marker)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 7 + 2},
 		{"ladder queues (and last-hop queues on levels 0-6)", countRole(p.Queues, qRole, RoleLadder), 120 + 105},
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
-		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 2 + 3 + 1 + 1 + 2},
+		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 7 + 2 + 3 + 1 + 1 + 2},
 		{"queues", len(p.Queues), 122 + 105},
-		{"ladder bindings (digits, pass-through, last-hop queues)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 105},
+		{"ladder bindings (digits, pass-through, to the last-hop exchanges, last-hop queues)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7 + 105},
+		{"obsolete bindings (levels 0-6 straight to their last-hop queues)", len(p.Obsolete), 105},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
 		{"retry bindings (D -> retry; no ready queue)", countRole(p.Bindings, bRole, RoleRetry), 1},
-		{"bindings", len(p.Bindings), 233 + 1 + 2 + 1 + 1},
+		{"bindings", len(p.Bindings), 240 + 1 + 2 + 1 + 1},
 		{"policies", len(p.Policies), 3},
 		{"existing", len(p.Existing), 1},
 	}
@@ -164,14 +165,36 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 					if nl, ok := l.Next(level); ok {
 						next = n.LadderExchange(nl)
 					}
-					// A level that does not end in D also binds digit + radix to its last-hop queues.
+					// A level that does not end in D also binds its last-hop exchange on its level
+					// in the last-level header, and that exchange binds digit + radix to the
+					// level's last-hop queues.
 					var digits []int64
-					pass, lastHops, wantLastHops := 0, 0, 0
+					pass, toLast, lastHops, wantLastHops := 0, 0, 0, 0
+					lx := n.LadderLastHopExchangeCopy(level, 0)
 					if _, more := l.Next(level); more {
 						wantLastHops = l.Radix - 1
 					}
 					for _, bd := range p.Bindings {
-						if bd.Source != ex {
+						switch bd.Source {
+						case ex:
+						case lx:
+							v, ok := bd.Args[h].(int64)
+							if !ok || bd.Args["x-match"] != "all" || len(bd.Args) != 2 {
+								t.Errorf("binding %s: args %v, want x-match all and int64 %s", bd, bd.Args, h)
+							}
+							lastHops++
+							if d := int(v) - l.Radix; d < 1 || bd.Destination != n.LadderLastHopQueueCopy(level, d, 0) || l.LastHopValue(d) != v {
+								t.Errorf("binding %s: value %d goes to the wrong queue", bd, v)
+							}
+							continue
+						default:
+							continue
+						}
+						if bd.Destination == lx {
+							toLast++
+							if bd.DestinationType != DestExchange || bd.Args["x-match"] != "all" || bd.Args[ttlbuckets.LastLevelHeader] != int64(level) || len(bd.Args) != 2 {
+								t.Errorf("binding %s: want -> %s on %s = %d", bd, lx, ttlbuckets.LastLevelHeader, level)
+							}
 							continue
 						}
 						v, ok := bd.Args[h].(int64)
@@ -184,11 +207,6 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 							if bd.Destination != next || v != 0 {
 								t.Errorf("pass-through %s: want -> %s on digit 0", bd, next)
 							}
-						case v > int64(l.Radix-1):
-							lastHops++
-							if d := int(v) - l.Radix; d < 1 || bd.Destination != n.LadderLastHopQueueCopy(level, d, 0) || l.LastHopValue(d) != v {
-								t.Errorf("binding %s: value %d goes to the wrong queue", bd, v)
-							}
 						default:
 							digits = append(digits, v)
 							if bd.Destination != n.LadderQueue(level, int(v)) {
@@ -196,8 +214,22 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 							}
 						}
 					}
-					if pass != 1 || len(digits) != l.Radix-1 || lastHops != wantLastHops {
-						t.Errorf("level %d: %d pass-through, %d digit, %d last-hop bindings; want 1, %d and %d", level, pass, len(digits), lastHops, l.Radix-1, wantLastHops)
+					if wantToLast := min(wantLastHops, 1); pass != 1 || len(digits) != l.Radix-1 || lastHops != wantLastHops || toLast != wantToLast {
+						t.Errorf("level %d: %d pass-through, %d digit, %d to the last-hop exchange, %d last-hop bindings; want 1, %d, %d and %d",
+							level, pass, len(digits), toLast, lastHops, l.Radix-1, wantToLast, wantLastHops)
+					}
+					// The level's old bindings straight to its last-hop queues are obsolete.
+					obsolete := 0
+					for _, bd := range p.Obsolete {
+						if bd.Source == ex {
+							obsolete++
+							if v, _ := bd.Args[h].(int64); int(v) <= l.Radix || bd.Destination != n.LadderLastHopQueueCopy(level, int(v)-l.Radix, 0) {
+								t.Errorf("obsolete binding %s", bd)
+							}
+						}
+					}
+					if obsolete != wantLastHops {
+						t.Errorf("level %d: %d obsolete bindings, want %d", level, obsolete, wantLastHops)
 					}
 				}
 				for _, bd := range p.Bindings {
