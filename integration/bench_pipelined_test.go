@@ -32,11 +32,15 @@ var (
 // 1 h delays, whose shortest-first order makes every hop but the last (the 3,145,728 ms level)
 // in the first seconds, inside the run; the same ladder with longest-first order, whose first
 // hop is that long one, so no hop falls inside the run; and the default ladder with delays of
-// 1-10 s (the hops share the broker with the publishes). A second raw case,
-// raw-headers-exchange, publishes through a headers exchange routed as a ladder level is, with
-// headers of the Publisher's shape (rawHeadersPipelined). The cases alternate over
+// 1-10 s (the hops share the broker with the publishes). Three more raw cases diagnose the
+// routes: raw-headers-exchange publishes through a headers exchange routed as a ladder level is, with
+// headers of the Publisher's shape (rawHeadersPipelined); raw-fanout-exchange sends the same
+// messages through a fanout exchange, and raw-topic-exchange sends raw's messages through a
+// topic exchange as the direct case's target is. The cases alternate over
 // -pipelined-rounds rounds, each case in a vhost of its own per round. Reports msg/s per case
-// and the ratio to raw (x_raw) in "summary".
+// and the ratio to raw (x_raw) in "summary", and per case the broker's CPU time per message
+// over the case's run (broker_us/msg, from /proc, when the broker runs on this machine: what
+// the broker spent while the case ran, its publishes and any hops falling due in it).
 //
 // Targets (issue 18): ladder >= 0.85 x raw and bucket >= 0.9 x raw with 1 h delays.
 func BenchmarkPublishPipelined(b *testing.B) {
@@ -79,6 +83,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		{name: "raw", setup: rawPipelined},
 		{name: "raw-headers-exchange", setup: rawHeadersPipelined},
 		{name: "raw-fanout-exchange", setup: rawFanoutPipelined},
+		{name: "raw-topic-exchange", setup: rawTopicPipelined},
 		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 })},
 		{name: "ladder-1h", setup: deferred(defaultLadderCase("ladder"), hour)},
 		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, topology.Quorum, ""), hour)},
@@ -86,18 +91,25 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		{name: "ladder-1-10s", setup: deferred(defaultLadderCase("ladder"), short)},
 	}
 	n := *pipelinedN
+	br := brokertest.Get(b)
 	took := make([]time.Duration, len(cases))
+	cpu := make([]time.Duration, len(cases)) // broker CPU over each case's runs; 0: not readable
 	for range b.N {
 		for round := range *pipelinedRounds {
 			for k, c := range cases {
 				b.Run(c.name, func(b *testing.B) {
 					start := c.setup(b)
+					cpu0, ok0 := brokerCPU(br)
 					d, err := runPipelined(context.Background(), n, *pipelinedWindow, start)
 					if err != nil {
 						b.Fatalf("%s, round %d: %v", c.name, round, err)
 					}
 					took[k] += d
 					b.ReportMetric(float64(n)/d.Seconds(), "msg/s")
+					if cpu1, ok1 := brokerCPU(br); ok0 && ok1 {
+						cpu[k] += cpu1 - cpu0
+						b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "broker_us/msg")
+					}
 					b.ReportMetric(0, "ns/op")
 				})
 			}
@@ -107,7 +119,14 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	for k, c := range cases {
 		names[k] = c.name
 	}
-	rows := reportRates(b, names, took, float64(n**pipelinedRounds*b.N))
+	total := float64(n * *pipelinedRounds * b.N)
+	rows := reportRates(b, names, took, total)
+	rows[0] = append(rows[0], "broker us/msg")
+	for k := range cases {
+		if cpu[k] > 0 {
+			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(cpu[k].Microseconds())/total))
+		}
+	}
 	b.Logf("pipelined publishing, %d rounds of %d messages per case, one goroutine, %d in flight, 100-byte persistent messages:%s",
 		*pipelinedRounds, n, *pipelinedWindow, table(rows))
 }
@@ -149,28 +168,41 @@ func rawPipelined(tb testing.TB) func(context.Context, int) (func() error, error
 	return rawPipelinedTo(tb, func(ch *amqp.Channel, q string) (string, string) { return "", q }, benchPublishing)
 }
 
-// rawHeadersPipelined is rawPipelined through a headers exchange routed as a ladder level
-// routes: 15 bindings to the queue, one per digit value of level 5's digit header (the level
-// a 1 h delay enters at, longest first), and one binding for digit 0 to another exchange; each
+// rawHeadersPipelined is rawPipelined through a headers exchange with the bindings of a
+// default-ladder level's exchange (topology.Plan): 15 to the queue, one per digit value of
+// level 5's digit header (the level a 1 h delay enters at, longest first), one for digit 0 to
+// another exchange, and one on the last-level header to a second headers exchange, which binds
+// the values digit + 16 to a second queue (the level's last-hop exchange and queues). Each
 // message carries the headers the Publisher sets on such a message (ladderShapedMsg). A
 // diagnostic case: what the broker's headers routing and larger headers cost, without any
-// rabbitdelay code.
+// rabbitdelay code. RabbitMQ's headers exchange tests every binding of the exchange against
+// every message (rabbit_exchange_type_headers), so its cost grows with the bindings.
 func rawHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
 	declare := func(ch *amqp.Channel, q string) (string, string) {
-		x, next := q+".level", q+".next"
-		for _, name := range []string{x, next} {
+		x, next, lastX, last := q+".level", q+".next", q+".level.last", q+".last"
+		for _, name := range []string{x, next, lastX} {
 			if err := ch.ExchangeDeclare(name, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
 				tb.Fatalf("declare %s: %v", name, err)
 			}
 		}
-		for v := 1; v < 16; v++ {
+		if _, err := ch.QueueDeclare(last, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			tb.Fatalf("declare %s: %v", last, err)
+		}
+		const radix = 16
+		for v := 1; v < radix; v++ {
 			if err := ch.QueueBind(q, "", x, false, amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(5): int64(v)}); err != nil {
 				tb.Fatalf("bind %s: %v", q, err)
+			}
+			if err := ch.QueueBind(last, "", lastX, false, amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(5): int64(v + radix)}); err != nil {
+				tb.Fatalf("bind %s: %v", last, err)
 			}
 		}
 		if err := ch.ExchangeBind(next, "", x, false, amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(5): int64(0)}); err != nil {
 			tb.Fatalf("bind %s: %v", next, err)
+		}
+		if err := ch.ExchangeBind(lastX, "", x, false, amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(5)}); err != nil {
+			tb.Fatalf("bind %s: %v", lastX, err)
 		}
 		return x, "bench.key"
 	}
@@ -192,6 +224,24 @@ func rawFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error,
 		return x, "bench.key"
 	}
 	return rawPipelinedTo(tb, declare, ladderShapedMsg(time.Now().Add(time.Hour)))
+}
+
+// rawTopicPipelined is rawPipelined through a topic exchange bound to the queue with "#", as
+// the direct case's target exchange is, with rawPipelined's messages (no headers): what the
+// direct case's route costs without any rabbitdelay code.
+func rawTopicPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
+	tb.Helper()
+	declare := func(ch *amqp.Channel, q string) (string, string) {
+		x := q + ".topic"
+		if err := ch.ExchangeDeclare(x, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+			tb.Fatalf("declare %s: %v", x, err)
+		}
+		if err := ch.QueueBind(q, "#", x, false, nil); err != nil {
+			tb.Fatalf("bind %s: %v", q, err)
+		}
+		return x, "bench.key"
+	}
+	return rawPipelinedTo(tb, declare, benchPublishing)
 }
 
 // ladderShapedMsg returns messages with the headers the Publisher sets on a default-ladder

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"flag"
+	"fmt"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -137,4 +138,92 @@ func rawReadStream(b *testing.B, env *brokertest.Env, stream string, records int
 		}
 	}
 	return time.Since(start)
+}
+
+var (
+	rescheduleN      = flag.Int("reschedule", 5_000, "BenchmarkReschedule: calls per case and round")
+	rescheduleRounds = flag.Int("reschedule-rounds", 3, "BenchmarkReschedule: rounds; the cases alternate within each round")
+)
+
+// BenchmarkReschedule measures what Reschedule and Revoke cost beside Publish: 8 goroutines,
+// 100-byte persistent messages with ids of their own, 1 h delays on the default ladder (no hop
+// of the run's messages falls due in it). Cases, alternating over -reschedule-rounds rounds of
+// -reschedule calls each: raw (amqp091-go with a confirm per message to a plain quorum queue,
+// in a vhost of its own per round), publish (Publisher.Publish), reschedule
+// (Publisher.Reschedule of the id of a message the publish case sent: an allow record in the
+// revocation stream, the new copy, then a revocation record, each confirmed before the next)
+// and revoke (Publisher.Revoke of one such id per call: one record). publish, reschedule and
+// revoke share one vhost and one Publisher. Reports calls/s per case and the ratio to raw
+// (x_raw) in "summary"; the ratio of reschedule to publish is what a Reschedule costs in
+// Publish calls.
+//
+//	go test ./integration -run '^$' -bench Reschedule -benchtime 1x -v
+func BenchmarkReschedule(b *testing.B) {
+	for range b.N {
+		s := declare(b, defaultLadderCase("ladder"))
+		pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		p, err := amqpdelay.NewPublisher(pctx, s.cfg, amqpdelay.WithStrategy(amqpdelay.LadderOnly))
+		cancel()
+		if err != nil {
+			b.Fatalf("publisher: %v", err)
+		}
+		b.Cleanup(func() { _ = p.Close() })
+		n := *rescheduleN
+		id := func(round, i int) string { return "r" + strconv.Itoa(round) + "-" + strconv.Itoa(i) }
+		msg := func(round, i int) amqp.Publishing {
+			m := benchPublishing(i)
+			m.MessageId = id(round, i)
+			return m
+		}
+		type tcase struct {
+			name string
+			call func(ctx context.Context, round, i int) error
+		}
+		cases := []tcase{
+			{name: "raw"}, // its own vhost per round: see below
+			{name: "publish", call: func(ctx context.Context, round, i int) error {
+				_, err := p.Publish(ctx, benchTarget, "bench.key", msg(round, i), time.Hour)
+				return err
+			}},
+			{name: "reschedule", call: func(ctx context.Context, round, i int) error {
+				r, err := p.Reschedule(ctx, benchTarget, "bench.key", msg(round, i), time.Hour)
+				if err == nil && r.MessageID != id(round, i) {
+					err = fmt.Errorf("Reschedule of %q answered for id %q", id(round, i), r.MessageID)
+				}
+				return err
+			}},
+			{name: "revoke", call: func(ctx context.Context, round, i int) error {
+				return p.Revoke(ctx, id(round, i))
+			}},
+		}
+		took := make([]time.Duration, len(cases))
+		for round := range *rescheduleRounds {
+			for k, c := range cases {
+				b.Run(c.name, func(b *testing.B) {
+					var pub publishFunc
+					if c.call == nil {
+						pub = rawQueue(b)
+					} else {
+						pub = func(ctx context.Context, _, i int, _ time.Duration) (time.Time, error) {
+							return time.Time{}, c.call(ctx, round, i)
+						}
+					}
+					d, err := runWorkers(context.Background(), n, pub, nil, nil, func(int, time.Time) time.Duration { return time.Hour })
+					if err != nil {
+						b.Fatalf("%s, round %d: %v", c.name, round, err)
+					}
+					took[k] += d
+					b.ReportMetric(float64(n)/d.Seconds(), "calls/s")
+					b.ReportMetric(0, "ns/op")
+				})
+			}
+		}
+		names := make([]string, len(cases))
+		for k, c := range cases {
+			names[k] = c.name
+		}
+		rows := reportRates(b, names, took, float64(n**rescheduleRounds))
+		b.Logf("Reschedule and Revoke beside Publish, %d rounds of %d calls per case, %d goroutines, 1 h delays on the default ladder:%s",
+			*rescheduleRounds, n, benchWorkers, table(rows))
+	}
 }
