@@ -48,7 +48,7 @@ const (
 	// management API client: AMQP cannot set policies. Detail gives the rabbitmqctl command.
 	StateSkipped State = "skipped"
 	// StateDeleted: Teardown deleted the object, or Apply removed an obsolete binding
-	// ([Plan.Obsolete]) that the management API listed.
+	// ([Plan.Obsolete]) that the management API listed; with DryRun, either would do so.
 	StateDeleted State = "deleted"
 	// StateObsolete: a binding of [Plan.Obsolete] that the management API lists in the
 	// vhost; Apply removes it (StateDeleted) once the plan's bindings are declared.
@@ -97,7 +97,8 @@ func (r *Report) Count(s State) int {
 // management API.
 type ApplyOptions struct {
 	// DryRun checks everything Apply checks (exchanges the plan needs, conflicts with existing
-	// objects) and reports what would be created, without creating anything.
+	// objects) and reports what would be created, and (with Management) the obsolete bindings
+	// that would be removed as StateDeleted, without creating or removing anything.
 	DryRun bool
 	// Workers is the number of channels to declare on in parallel; 0 means DefaultWorkers.
 	Workers int
@@ -201,8 +202,8 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 //     Report.PolicyProblems lists them, and those that break a guarantee make Apply return an
 //     error wrapping ErrPolicy (the topology is declared all the same).
 //
-// Apply never deletes or re-declares an exchange or queue, and removes no binding but those of
-// Plan.Obsolete. Work is spread over opts.Workers channels of conn; conn stays open. The report lists what was done even when
+// Apply never deletes an exchange or queue, never re-declares one with other arguments, and
+// removes no binding but those of Plan.Obsolete. Work is spread over opts.Workers channels of conn; conn stays open. The report lists what was done even when
 // Apply fails. Errors wrap ErrTargetMissing, ErrConflict, ErrAccessRefused (403: the user
 // lacks configure permission), ErrPolicy, ErrManagement (a policy could not be set or read) or
 // the broker's *amqp091.Error; when ctx ends, Apply returns
@@ -255,11 +256,11 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		r.add(row)
 	}
 	// The bindings the plan replaces: with the management API those it lists; without it all
-	// of them, unrecorded (unbinding what does not exist changes nothing, and 105 rows on
-	// every apply would hide what happened).
+	// of those whose source exchange existed before this apply, unrecorded (unbinding what
+	// does not exist changes nothing, and 105 rows on every apply would hide what happened).
 	var unbinds []step
 	for _, b := range p.Obsolete {
-		if bindings != nil && !bindings[b.key()] {
+		if bindings != nil && !bindings[b.key()] || !exists[rowKey(KindExchange, b.Source)] {
 			continue
 		}
 		s := step{KindBinding, b.String(), unbindBinding(b)}
@@ -321,6 +322,8 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		done  State
 		// unrecorded: the steps have no rows in the report (runner.runUnrecorded).
 		unrecorded bool
+		// fail handles the phase's first failure; nil: declareFailed.
+		fail func(row *Result, err error) error
 	}
 	// With copies of the ladder, new ladder queues lead from nodes that lead no other copy of
 	// the same queue (placeCopies), when the management API tells the nodes apart.
@@ -372,7 +375,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	}
 	// The obsolete bindings go once the bindings that replace them exist, before the markers.
 	if bindings != nil {
-		phases = append(phases, phase{steps: unbinds, done: StateDeleted})
+		phases = append(phases, phase{steps: unbinds, done: StateDeleted, fail: unbindFailed})
 	} else {
 		phases = append(phases, phase{steps: unbinds, unrecorded: true})
 	}
@@ -381,6 +384,8 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		var err error
 		if ph.unrecorded {
 			err = r.runUnrecorded(ph.steps, "unbind")
+		} else if ph.fail != nil {
+			err = r.run(ph.steps, ph.done, ph.fail)
 		} else {
 			err = r.run(ph.steps, ph.done, declareFailed)
 		}
@@ -484,6 +489,13 @@ func declareFailed(row *Result, err error) error {
 	} else {
 		row.Detail = werr.Error()
 	}
+	return werr
+}
+
+// unbindFailed wraps the broker's refusal to remove an obsolete binding and notes it in its row.
+func unbindFailed(row *Result, err error) error {
+	werr := wrapBroker(err, fmt.Sprintf("unbind %s %q", row.Kind, row.Name))
+	row.Detail = werr.Error()
 	return werr
 }
 

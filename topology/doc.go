@@ -33,7 +33,7 @@
 //     from a bucket, instead of through every remaining level's exchange. The last-hop
 //     bindings sit on an exchange of their own because a headers exchange tests every one of
 //     its bindings against every message (rabbit_exchange_type_headers): p.ladder.LL keeps
-//     radix + 1 bindings, not 2 x radix. Earlier versions bound p.ladder.LL straight to the
+//     radix + 1 bindings, not 2 x radix - 1. Earlier versions bound p.ladder.LL straight to the
 //     last-hop queues; Apply removes those bindings ([Plan.Obsolete]). The marker [Names.LastHopMarker],
 //     declared last, tells publishers the last-hop queues exist. The TTLs and header names come
 //     from package ttlbuckets ([ttlbuckets.DelayQueues], [ttlbuckets.DigitHeader]); nothing is
@@ -148,10 +148,11 @@
 //
 // A quorum queue declaration costs about 10 ms of broker work on RabbitMQ 3.10.8 (2 cores),
 // so Apply spreads the work over [DefaultWorkers] channels: the default topology with one
-// existing target (226 quorum queues with the last-hop queues, no plugin) applied
-// to an empty vhost in 0.88 s (3.10.8) and 1.04 s (4.0.5) on a quiet local broker
-// (BenchmarkApplyDefault, 2026-12-01; 4 and 16 channels took 0.86-1.22 s), and a second apply
-// (all unchanged) takes about 50 ms. [Spec.Plan] takes about 0.2 ms.
+// existing target (226 quorum queues with the last-hop queues, 15 ladder exchanges, no
+// plugin) applied to an empty vhost in 1.07-1.58 s with 4, 8 or 16 channels on a quiet local
+// broker, both versions, two runs each, and a second apply (all unchanged; without the
+// management API it unbinds the 105 obsolete bindings, which no longer exist) in 0.14-0.20 s
+// (BenchmarkApplyDefault, 2026-12-01). [Spec.Plan] takes about 0.2 ms.
 //
 // # Limits
 //

@@ -64,9 +64,9 @@ type ConflictError struct {
 func (e *ConflictError) Error() string {
 	var fix string
 	if e.Kind == "exchange" {
-		fix = fmt.Sprintf("RabbitMQ cannot change an exchange in place, and apply never deletes anything: either make the specification match what was declared before (prefix, ladder, order, queue type, target types), or delete the exchange yourself (rabbitmqctl delete_exchange %q; its bindings go with it) and run apply again", e.Name)
+		fix = fmt.Sprintf("RabbitMQ cannot change an exchange in place, and apply never deletes an exchange: either make the specification match what was declared before (prefix, ladder, order, queue type, target types), or delete the exchange yourself (rabbitmqctl delete_exchange %q; its bindings go with it) and run apply again", e.Name)
 	} else {
-		fix = fmt.Sprintf("RabbitMQ cannot change a queue's arguments in place, and apply never deletes anything: either make the specification match what was declared before (prefix, ladder unit/radix/max/order, queue type), or move its messages elsewhere, delete the queue yourself (rabbitmqctl delete_queue %q) and run apply again", e.Name)
+		fix = fmt.Sprintf("RabbitMQ cannot change a queue's arguments in place, and apply never deletes a queue: either make the specification match what was declared before (prefix, ladder unit/radix/max/order, queue type), or move its messages elsewhere, delete the queue yourself (rabbitmqctl delete_queue %q) and run apply again", e.Name)
 	}
 	return fmt.Sprintf("%v: %s %q exists with %s = %s, this topology wants %s. %s",
 		ErrConflict, e.Kind, e.Name, e.Argument, e.Existing, e.Wanted, fix)

@@ -18,8 +18,11 @@ import (
 //	<prefix>.parking           queue bound to <prefix>.unroutable: due messages no target took
 //	<prefix>.ladder.LL         headers exchange of ladder level LL (two digits: 00, 01, ...)
 //	<prefix>.ladder.LL.DD      ladder queue of level LL, digit DD (x-message-ttl DD·radix^LL·unit)
+//	<prefix>.ladder.LL.last    headers exchange of level LL's last-hop queues, bound to <prefix>.ladder.LL
+//	<prefix>.ladder.LL.DD.last last-hop queue of level LL, digit DD: same TTL, dead-letters to D
 //	<prefix>.ladder.LL.sK      headers exchange of level LL in copy K >= 1 of the ladder (Spec.Shards)
 //	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in copy K >= 1
+//	<prefix>.ladder.LL.sK.last, <prefix>.ladder.LL.DD.sK.last  the same for copy K >= 1
 //	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)
 //	<prefix>.bucket.<ms>ms     bucket queue with x-message-ttl <ms>
 //	<prefix>.plugin            x-delayed-message exchange (x-delayed-type headers), bound to D

@@ -162,7 +162,7 @@ type Plan struct {
 	// Obsolete are bindings that earlier versions of this package declared and the plan
 	// replaces: each level's exchange bound straight to its last-hop queues (now through
 	// [Names.LadderLastHopExchangeCopy]). Apply removes them once the plan's bindings are
-	// declared; [Management.Status] reports those that remain.
+	// declared; [Status] reports those that remain.
 	Obsolete []Binding `json:"obsolete_bindings,omitempty"`
 	// Existing are exchanges the topology binds to but does not declare: targets given
 	// without a type and the exchanges of ready queues that are not such targets. Apply
@@ -172,6 +172,18 @@ type Plan struct {
 	// policies): [Names.DelayQueuesPolicy] on the delay queues and the parking queue, and
 	// [Names.TargetsPolicy] on the target exchanges.
 	Policies []Policy `json:"policies"`
+}
+
+// IsObsolete reports whether b is one of p.Obsolete: a binding an earlier version of this
+// package declared, which p replaces and Apply removes.
+func (p *Plan) IsObsolete(b Binding) bool {
+	k := b.key()
+	for _, o := range p.Obsolete {
+		if o.key() == k {
+			return true
+		}
+	}
+	return false
 }
 
 // Policy is one RabbitMQ policy of a [Plan] (https://www.rabbitmq.com/docs/policies), in the
@@ -396,7 +408,7 @@ func (s Spec) Plan() (*Plan, error) {
 			// A message whose last hop is digit d of level l goes into the last-hop queue, which
 			// dead-letters straight to D (ttlbuckets.Ladder.EncodeRoute), through the level's
 			// last-hop exchange: a headers exchange tests every one of its bindings against
-			// every message, so the level's exchange keeps radix bindings instead of
+			// every message, so the level's exchange keeps radix + 1 bindings instead of
 			// 2 x radix - 1 for the messages that only pass through it or hop at it. The
 			// last-hop exchange's bindings lead to queues that dead-letter to D: tier 1, with the
 			// buckets', before the binding that routes into it.

@@ -285,13 +285,9 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			problems = append(problems, err)
 		}
 	}
-	obsolete := map[string]bool{}
-	for _, b := range p.Obsolete {
-		obsolete[b.key()] = true
-	}
 	var others, old []Binding
 	for _, b := range rep.UnplannedBindings {
-		if obsolete[b.key()] {
+		if p.IsObsolete(b) {
 			old = append(old, b)
 		} else {
 			others = append(others, b)

@@ -20,7 +20,9 @@
 //	          line counting the unchanged ones (-v or --verbose lists them too). Idempotent: a
 //	          second run changes nothing and exits 0. An object that exists with other arguments stops
 //	          it with exit code 2 and a message naming the object, the argument, the existing
-//	          and the wanted value; nothing is created then, and nothing is ever deleted.
+//	          and the wanted value; nothing is created then. It never deletes an exchange or
+//	          queue; the only bindings it removes are an earlier version's obsolete ones
+//	          (topology.Plan.Obsolete), once their replacements are declared.
 //	          Target exchanges without a type must exist, checked before anything is declared.
 //	          With --management-url it sets the policies <prefix>.delay-queues and
 //	          <prefix>.targets (see package topology, Policies) and then checks every policy in

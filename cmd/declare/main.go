@@ -64,7 +64,8 @@ func commands() []command {
 			help: "Declares the plan and prints each object it created or found in conflict, and how many were unchanged\n" +
 				"(--verbose lists those too). Running it again changes nothing.\n" +
 				"When an object exists with other arguments it stops (exit 2) naming the object, the argument, the\n" +
-				"existing and wanted values; it never deletes or re-creates anything. Exchanges the topology binds to\n" +
+				"existing and wanted values; it never deletes or re-creates an exchange or queue, and removes only the\n" +
+				"obsolete bindings of an earlier version once their replacements exist. Exchanges the topology binds to\n" +
 				"must exist (or be given as name:type) before anything is declared. With --management-url it sets the\n" +
 				"policies <prefix>.delay-queues and <prefix>.targets and exits 1 when a policy in effect breaks a guarantee\n" +
 				"(naming policy, key, value, object and effect); without it, it prints the rabbitmqctl commands to set them.",
@@ -72,7 +73,7 @@ func commands() []command {
 				verbose := boolOption("verbose", "also list the objects that are unchanged", &s.verbose)
 				verbose.short = "v"
 				return []option{
-					boolOption("dry-run", "check everything (targets, conflicts) and show what would be created; declare nothing", &s.dryRun),
+					boolOption("dry-run", "check everything (targets, conflicts) and show what would be created (and, with --management-url, removed); change nothing", &s.dryRun),
 					verbose,
 				}
 			}, run: cmdApply},

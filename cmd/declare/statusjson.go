@@ -44,6 +44,9 @@ type statusJSON struct {
 	DeadLettering []statusDLXJSON `json:"dead_lettering"`
 	// UnplannedBindings are bindings on the topology that the specification lacks, as text.
 	UnplannedBindings []string `json:"unplanned_bindings"`
+	// ObsoleteBindings are those of UnplannedBindings that an earlier version of rabbitdelay
+	// declared and this one replaces (topology.Plan.Obsolete): apply removes them.
+	ObsoleteBindings []string `json:"obsolete_bindings"`
 	// RetryBindings are the consumers' retry bindings for queues outside the specification,
 	// as text: expected, not a problem.
 	RetryBindings []string `json:"retry_bindings"`
@@ -155,7 +158,7 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 	out := statusJSON{Schema: statusSchema, OK: err == nil, Problems: []string{}, Prefix: p.Spec.Prefix, VHost: vhost,
 		Plugin: plugin, Management: rep.Management, Queues: []statusQueueJSON{}, MissingObjects: orEmpty(rep.Missing),
 		ExchangesTotal: len(rep.Exchanges), BindingsPresent: -1, BindingsTotal: -1,
-		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, RetryBindings: []string{},
+		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, ObsoleteBindings: []string{}, RetryBindings: []string{},
 		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{}}
 	if err != nil {
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -196,6 +199,9 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 	}
 	for _, b := range rep.UnplannedBindings {
 		out.UnplannedBindings = append(out.UnplannedBindings, b.String())
+		if p.IsObsolete(b) {
+			out.ObsoleteBindings = append(out.ObsoleteBindings, b.String())
+		}
 	}
 	for _, b := range rep.RetryBindings {
 		out.RetryBindings = append(out.RetryBindings, b.String())
