@@ -34,9 +34,10 @@
 // exchange the message reaches can route it. [Ladder.EncodeRoute] writes the digits only up to
 // the last hop's level ([Plan.LastLevel]), the last one as [Ladder.LastHopValue] (digit +
 // radix), and that level in [LastLevelHeader]: on a topology with last-hop queues (per level
-// and digit, a queue with the same TTL that dead-letters into the dispatch exchange, bound on
-// digit + radix), the message's last hop then ends in the dispatch exchange, as a bucket's hop
-// does, instead of passing through every remaining level's exchange. That routing is done by
+// and digit, a queue with the same TTL that dead-letters into the dispatch exchange, reached
+// through the level's last-hop exchange on LastLevelHeader and digit + radix), the message's
+// last hop then ends in the dispatch exchange, as a bucket's hop does, instead of passing
+// through every remaining level's exchange. That routing is done by
 // the broker's dead-letter worker in the second the message falls due; for a burst of messages
 // due together it was most of the broker's work.
 //

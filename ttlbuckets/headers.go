@@ -26,8 +26,9 @@ const (
 	BucketHeader = "rabbitdelay-bucket"
 	// LastLevelHeader (int64) is the level of a ladder message's last hop ([Plan.LastLevel]),
 	// set by [Ladder.EncodeRoute], whose digit header at that level holds
-	// [Ladder.LastHopValue] of the digit: it sends the message into the level's last-hop
-	// queue, which dead-letters straight to the dispatch exchange.
+	// [Ladder.LastHopValue] of the digit. The level's exchange routes the message on it to
+	// the level's last-hop exchange, whose bindings on the last-hop value send it into the
+	// digit's last-hop queue, which dead-letters straight to the dispatch exchange.
 	LastLevelHeader = "rabbitdelay-last-level"
 )
 
