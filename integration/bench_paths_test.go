@@ -262,7 +262,8 @@ func rebindDirectLastHop(tb testing.TB, conn *amqp.Connection, p *topology.Plan)
 	}
 	n := 0
 	for _, b := range p.Bindings {
-		if b.DestinationType == topology.DestExchange && strings.HasSuffix(b.Destination, ".last") {
+		if e, ok := p.Exchange(b.Destination); ok && b.DestinationType == topology.DestExchange && e.Level >= 0 &&
+			e.Name == p.Names.LadderLastHopExchangeCopy(e.Level, e.Shard) {
 			if err := ch.ExchangeUnbind(b.Destination, b.RoutingKey, b.Source, false, b.Args); err != nil {
 				tb.Fatalf("unbind %s: %v", b, err)
 			}

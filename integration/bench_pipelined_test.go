@@ -92,32 +92,26 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	}
 	n := *pipelinedN
 	br := brokertest.Get(b)
-	took := make([]time.Duration, len(cases))
-	cpu := make([]time.Duration, len(cases)) // broker CPU over each case's runs; 0: not readable
-	for range b.N {
-		for round := range *pipelinedRounds {
-			for k, c := range cases {
-				b.Run(c.name, func(b *testing.B) {
-					start := c.setup(b)
-					cpu0, ok0 := brokerCPU(br)
-					d, err := runPipelined(context.Background(), n, *pipelinedWindow, start)
-					if err != nil {
-						b.Fatalf("%s, round %d: %v", c.name, round, err)
-					}
-					took[k] += d
-					b.ReportMetric(float64(n)/d.Seconds(), "msg/s")
-					if cpu1, ok1 := brokerCPU(br); ok0 && ok1 {
-						cpu[k] += cpu1 - cpu0
-						b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "broker_us/msg")
-					}
-					b.ReportMetric(0, "ns/op")
-				})
-			}
-		}
-	}
 	names := make([]string, len(cases))
 	for k, c := range cases {
 		names[k] = c.name
+	}
+	took := make([]time.Duration, len(cases))
+	cpu := make([]time.Duration, len(cases)) // broker CPU over each case's runs; 0: not readable
+	for range b.N {
+		alternate(b, names, *pipelinedRounds, n, "msg/s", took, func(b *testing.B, k, round int) time.Duration {
+			start := cases[k].setup(b)
+			cpu0, ok0 := brokerCPU(br)
+			d, err := runPipelined(context.Background(), n, *pipelinedWindow, start)
+			if err != nil {
+				b.Fatalf("%s, round %d: %v", cases[k].name, round, err)
+			}
+			if cpu1, ok1 := brokerCPU(br); ok0 && ok1 {
+				cpu[k] += cpu1 - cpu0
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "broker_us/msg")
+			}
+			return d
+		})
 	}
 	total := float64(n * *pipelinedRounds * b.N)
 	rows := reportRates(b, names, took, total)

@@ -196,32 +196,25 @@ func BenchmarkReschedule(b *testing.B) {
 				return p.Revoke(ctx, id(round, i))
 			}},
 		}
-		took := make([]time.Duration, len(cases))
-		for round := range *rescheduleRounds {
-			for k, c := range cases {
-				b.Run(c.name, func(b *testing.B) {
-					var pub publishFunc
-					if c.call == nil {
-						pub = rawQueue(b)
-					} else {
-						pub = func(ctx context.Context, _, i int, _ time.Duration) (time.Time, error) {
-							return time.Time{}, c.call(ctx, round, i)
-						}
-					}
-					d, err := runWorkers(context.Background(), n, pub, nil, nil, func(int, time.Time) time.Duration { return time.Hour })
-					if err != nil {
-						b.Fatalf("%s, round %d: %v", c.name, round, err)
-					}
-					took[k] += d
-					b.ReportMetric(float64(n)/d.Seconds(), "calls/s")
-					b.ReportMetric(0, "ns/op")
-				})
-			}
-		}
 		names := make([]string, len(cases))
 		for k, c := range cases {
 			names[k] = c.name
 		}
+		took := make([]time.Duration, len(cases))
+		alternate(b, names, *rescheduleRounds, n, "calls/s", took, func(b *testing.B, k, round int) time.Duration {
+			c := cases[k]
+			pub := func(ctx context.Context, _, i int, _ time.Duration) (time.Time, error) {
+				return time.Time{}, c.call(ctx, round, i)
+			}
+			if c.call == nil {
+				pub = rawQueue(b)
+			}
+			d, err := runWorkers(context.Background(), n, pub, nil, nil, func(int, time.Time) time.Duration { return time.Hour })
+			if err != nil {
+				b.Fatalf("%s, round %d: %v", c.name, round, err)
+			}
+			return d
+		})
 		rows := reportRates(b, names, took, float64(n**rescheduleRounds))
 		b.Logf("Reschedule and Revoke beside Publish, %d rounds of %d calls per case, %d goroutines, 1 h delays on the default ladder:%s",
 			*rescheduleRounds, n, benchWorkers, table(rows))

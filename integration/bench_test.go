@@ -580,6 +580,23 @@ func ratio(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// alternate runs case k of names as a sub-benchmark of that name once per round, the cases
+// alternating within each round: run(b, k, round) does one run of n operations and returns
+// how long they took (it may report metrics of its own and fails b itself). Each run reports
+// its rate in unit (e.g. "msg/s") and adds its time to took[k].
+func alternate(b *testing.B, names []string, rounds, n int, unit string, took []time.Duration, run func(b *testing.B, k, round int) time.Duration) {
+	for round := range rounds {
+		for k, name := range names {
+			b.Run(name, func(b *testing.B) {
+				d := run(b, k, round)
+				took[k] += d
+				b.ReportMetric(float64(n)/d.Seconds(), unit)
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
 // reportRates reports, in a sub-benchmark "summary" (a benchmark that has sub-benchmarks prints
 // no line of its own), each case's rate (total messages over its summed time took[k]) and its
 // ratio to the first case, the baseline, and returns the same as table rows.

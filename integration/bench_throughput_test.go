@@ -50,26 +50,20 @@ func BenchmarkPublishThroughput(b *testing.B) {
 		cases = append(cases, tcase{name: "plugin", setup: func(tb testing.TB) publishFunc { return p(tb).publish }, delay: longDelay})
 	}
 	n := *throughputN
-	took := make([]time.Duration, len(cases))
-	for range b.N {
-		for round := range *throughputRound {
-			for k, c := range cases {
-				b.Run(c.name, func(b *testing.B) {
-					pub := c.setup(b)
-					d, err := runWorkers(context.Background(), n, pub, nil, nil, func(i int, _ time.Time) time.Duration { return c.delay(i) })
-					if err != nil {
-						b.Fatalf("%s, round %d: %v", c.name, round, err)
-					}
-					took[k] += d
-					b.ReportMetric(float64(n)/d.Seconds(), "msg/s")
-					b.ReportMetric(0, "ns/op")
-				})
-			}
-		}
-	}
 	names := make([]string, len(cases))
 	for k, c := range cases {
 		names[k] = c.name
+	}
+	took := make([]time.Duration, len(cases))
+	for range b.N {
+		alternate(b, names, *throughputRound, n, "msg/s", took, func(b *testing.B, k, round int) time.Duration {
+			c := cases[k]
+			d, err := runWorkers(context.Background(), n, c.setup(b), nil, nil, func(i int, _ time.Time) time.Duration { return c.delay(i) })
+			if err != nil {
+				b.Fatalf("%s, round %d: %v", c.name, round, err)
+			}
+			return d
+		})
 	}
 	rows := reportRates(b, names, took, float64(n**throughputRound*b.N))
 	b.Logf("publish throughput, %d rounds of %d messages per case, %d goroutines, 100-byte persistent messages, confirms:%s",

@@ -248,8 +248,10 @@ func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
 	conn := env.Dial(t)
 	sctx := topoTestCtx(t, time.Minute)
 	rep, err := topology.Status(sctx, conn, p, topology.StatusOptions{Management: m})
-	if !errors.Is(err, topology.ErrUnhealthy) || len(rep.UnplannedBindings) != len(p.Obsolete) || !strings.Contains(err.Error(), "obsolete binding") {
-		t.Fatalf("status with the obsolete bindings: %v, %d unplanned bindings; want ErrUnhealthy naming %d obsolete bindings", err, len(rep.UnplannedBindings), len(p.Obsolete))
+	if !errors.Is(err, topology.ErrUnhealthy) || len(rep.ObsoleteBindings) != len(p.Obsolete) || len(rep.UnplannedBindings) != 0 ||
+		!strings.Contains(err.Error(), "obsolete binding") {
+		t.Fatalf("status with the obsolete bindings: %v, %d obsolete and %d other unplanned bindings; want ErrUnhealthy naming %d obsolete bindings",
+			err, len(rep.ObsoleteBindings), len(rep.UnplannedBindings), len(p.Obsolete))
 	}
 
 	arep, err := topology.Apply(sctx, conn, p, topology.ApplyOptions{Management: m})
@@ -264,8 +266,8 @@ func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
 			t.Errorf("apply created %s %s, want nothing but the policies", r.Kind, r.Name)
 		}
 	}
-	if rep, err := topology.Status(sctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.UnplannedBindings) != 0 {
-		t.Fatalf("status after apply: %v, unplanned bindings %v", err, rep.UnplannedBindings)
+	if rep, err := topology.Status(sctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.UnplannedBindings)+len(rep.ObsoleteBindings) != 0 {
+		t.Fatalf("status after apply: %v, unplanned bindings %v, obsolete %v", err, rep.UnplannedBindings, rep.ObsoleteBindings)
 	}
 	// Without the management API Apply cannot list them and unbinds them all: those there go.
 	for _, b := range p.Obsolete {
@@ -276,8 +278,8 @@ func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
 	if _, err := topology.Apply(sctx, conn, p, topology.ApplyOptions{}); err != nil {
 		t.Fatalf("apply without the management API: %v", err)
 	}
-	if rep, err := topology.Status(sctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.UnplannedBindings) != 0 {
-		t.Fatalf("status after apply without the management API: %v, unplanned bindings %v", err, rep.UnplannedBindings)
+	if rep, err := topology.Status(sctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.UnplannedBindings)+len(rep.ObsoleteBindings) != 0 {
+		t.Fatalf("status after apply without the management API: %v, unplanned bindings %v, obsolete %v", err, rep.UnplannedBindings, rep.ObsoleteBindings)
 	}
 	sendAll("new route")
 }

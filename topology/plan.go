@@ -174,18 +174,6 @@ type Plan struct {
 	Policies []Policy `json:"policies"`
 }
 
-// IsObsolete reports whether b is one of p.Obsolete: a binding an earlier version of this
-// package declared, which p replaces and Apply removes.
-func (p *Plan) IsObsolete(b Binding) bool {
-	k := b.key()
-	for _, o := range p.Obsolete {
-		if o.key() == k {
-			return true
-		}
-	}
-	return false
-}
-
 // Policy is one RabbitMQ policy of a [Plan] (https://www.rabbitmq.com/docs/policies), in the
 // form of the management API and the definitions format.
 type Policy struct {

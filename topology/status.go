@@ -80,10 +80,13 @@ type StatusReport struct {
 	Unplanned []Unplanned `json:"unplanned,omitempty"`
 	// UnplannedBindings are bindings from or to the topology's exchanges (targets excepted)
 	// or to its queues (ready queues included) that the plan does not have (management API
-	// only): left by an earlier specification (a ready queue's old binding key), added by
-	// hand, or declared by an earlier version of this package ([Plan.Obsolete], which Apply
-	// removes). They change where messages go, so Status fails with ErrUnhealthy.
+	// only): left by an earlier specification (a ready queue's old binding key) or added by
+	// hand. They change where messages go, so Status fails with ErrUnhealthy.
 	UnplannedBindings []Binding `json:"unplanned_bindings,omitempty"`
+	// ObsoleteBindings are the bindings of [Plan.Obsolete] in the vhost (management API
+	// only): declared by an earlier version of this package, replaced by the plan's. Apply
+	// removes them; until then Status fails with ErrUnhealthy.
+	ObsoleteBindings []Binding `json:"obsolete_bindings,omitempty"`
 	// RetryBindings are the consumers' retry bindings for queues that are not ready queues of
 	// the specification ([Plan.ConsumerRetryBinding]; management API only): expected, they do
 	// not make Status fail.
@@ -176,7 +179,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		if err != nil {
 			return rep, err
 		}
-		rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, all)
+		rep.UnplannedBindings, rep.RetryBindings, rep.ObsoleteBindings = unplannedBindings(p, all)
 		have, err := opts.Management.policies(ctx, false)
 		if err != nil {
 			return rep, err
@@ -285,24 +288,16 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			problems = append(problems, err)
 		}
 	}
-	var others, old []Binding
-	for _, b := range rep.UnplannedBindings {
-		if p.IsObsolete(b) {
-			old = append(old, b)
-		} else {
-			others = append(others, b)
-		}
-	}
-	if len(old) > 0 {
+	if old := rep.ObsoleteBindings; len(old) > 0 {
 		problems = append(problems, fmt.Errorf("%w: %s of an earlier version of this topology (first: %s), which the plan "+
 			"replaces: run apply, which declares their replacements and then removes them",
 			ErrUnhealthy, text.Plural(len(old), "obsolete binding"), old[0]))
 	}
-	if len(others) > 0 {
+	if len(rep.UnplannedBindings) > 0 {
 		problems = append(problems, fmt.Errorf("%w: %s on the topology's exchanges and queues not in the plan (first: %s): "+
 			"left by an earlier specification or added by hand, they change where messages go; unbind them "+
 			"(rabbitmqctl has no unbind: use the management UI or API), or put them in the specification",
-			ErrUnhealthy, text.Plural(len(others), "binding"), others[0]))
+			ErrUnhealthy, text.Plural(len(rep.UnplannedBindings), "binding"), rep.UnplannedBindings[0]))
 	}
 	if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
 		problems = append(problems, policyError(failing))

@@ -324,23 +324,15 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		fmt.Fprintf(w, "\nCONSUMERS ON DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
 		fmt.Fprintln(w, "  they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
 	}
-	var obsolete, unplanned []topology.Binding
-	for _, b := range rep.UnplannedBindings {
-		if p.IsObsolete(b) {
-			obsolete = append(obsolete, b)
-		} else {
-			unplanned = append(unplanned, b)
-		}
-	}
-	if len(obsolete) > 0 {
+	if obsolete := rep.ObsoleteBindings; len(obsolete) > 0 {
 		fmt.Fprintf(w, "\nOBSOLETE BINDINGS: %s of an earlier version of rabbitdelay, which this one replaces: "+
 			"run apply, which declares their replacements and then removes them (first: %s)\n", plural(len(obsolete), "binding"), obsolete[0])
 	}
-	if len(unplanned) > 0 {
+	if len(rep.UnplannedBindings) > 0 {
 		fmt.Fprintf(w, "\nUNPLANNED BINDINGS: %s on this topology's exchanges and queues not in the specification "+
 			"(an earlier specification's, e.g. a ready queue's old key, or added by hand); they change where messages go: unbind them "+
-			"(management UI or API) or add them to the specification:\n", plural(len(unplanned), "binding"))
-		for _, b := range unplanned {
+			"(management UI or API) or add them to the specification:\n", plural(len(rep.UnplannedBindings), "binding"))
+		for _, b := range rep.UnplannedBindings {
 			fmt.Fprintf(w, "  %s\n", b)
 		}
 	}

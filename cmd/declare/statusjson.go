@@ -44,8 +44,8 @@ type statusJSON struct {
 	DeadLettering []statusDLXJSON `json:"dead_lettering"`
 	// UnplannedBindings are bindings on the topology that the specification lacks, as text.
 	UnplannedBindings []string `json:"unplanned_bindings"`
-	// ObsoleteBindings are those of UnplannedBindings that an earlier version of rabbitdelay
-	// declared and this one replaces (topology.Plan.Obsolete): apply removes them.
+	// ObsoleteBindings are bindings that an earlier version of rabbitdelay declared and this
+	// one replaces (topology.Plan.Obsolete), as text: apply removes them.
 	ObsoleteBindings []string `json:"obsolete_bindings"`
 	// RetryBindings are the consumers' retry bindings for queues outside the specification,
 	// as text: expected, not a problem.
@@ -199,9 +199,9 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 	}
 	for _, b := range rep.UnplannedBindings {
 		out.UnplannedBindings = append(out.UnplannedBindings, b.String())
-		if p.IsObsolete(b) {
-			out.ObsoleteBindings = append(out.ObsoleteBindings, b.String())
-		}
+	}
+	for _, b := range rep.ObsoleteBindings {
+		out.ObsoleteBindings = append(out.ObsoleteBindings, b.String())
 	}
 	for _, b := range rep.RetryBindings {
 		out.RetryBindings = append(out.RetryBindings, b.String())
