@@ -158,8 +158,32 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	if n := rep.Count(topology.StateDeleted); e.s.dryRun && n > 0 {
 		fmt.Fprintf(e.stdout, ", %s of an earlier version to remove", plural(n, "obsolete binding"))
 	}
-	fmt.Fprintf(e.stdout, " in %s\n", rep.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, " in %s", rep.Elapsed.Round(time.Millisecond))
+	if set, skipped := policyCounts(rep); skipped > 0 {
+		fmt.Fprintf(e.stdout, "; %s NOT set (see the WARNING above)", plural(skipped, "policy"))
+	} else if set > 0 && !e.s.dryRun {
+		fmt.Fprintf(e.stdout, "; %s in place", plural(set, "policy"))
+	}
+	fmt.Fprintln(e.stdout)
 	return nil
+}
+
+// policyCounts returns how many of rep's policies are in place (created, updated or
+// unchanged) and how many were skipped (no management API), so that apply's last line, the one
+// a script keeps, says whether the topology's policies are set.
+func policyCounts(rep *topology.Report) (set, skipped int) {
+	for _, r := range rep.Results {
+		if r.Kind != topology.KindPolicy {
+			continue
+		}
+		switch r.State {
+		case topology.StateCreated, topology.StateUpdated, topology.StateUnchanged:
+			set++
+		case topology.StateSkipped:
+			skipped++
+		}
+	}
+	return set, skipped
 }
 
 // printReport prints a row per object of rep; unless all, the objects left as they were

@@ -420,6 +420,12 @@ func checkUnknownNote(t *testing.T, out, prefix string) {
 	}
 }
 
+// lastLine is out's last non-empty line.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
 func regexpLine(out, prefix, contains string) bool {
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, prefix+" ") && strings.Contains(l, contains) {
@@ -645,11 +651,13 @@ func TestPolicyCLI(t *testing.T) {
 	r := declare(t, noMgmt, "apply")
 	queuesPolicy := env.Prefix + ".delay-queues"
 	if r.code != 0 || !strings.Contains(r.stdout, "policies are NOT set") ||
-		!strings.Contains(r.stdout, "rabbitmqctl set_policy -p '"+env.VHost+"' --apply-to queues --priority 1000000 '"+queuesPolicy+"'") {
+		!strings.Contains(r.stdout, "rabbitmqctl set_policy -p '"+env.VHost+"' --apply-to queues --priority 1000000 '"+queuesPolicy+"'") ||
+		!strings.Contains(lastLine(r.stdout), "; 3 policies NOT set (see the WARNING above)") {
 		t.Fatalf("apply without the management API: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	r = declare(t, e, "apply")
-	if r.code != 0 || !regexpLine(r.stdout, "created", queuesPolicy) || !regexpLine(r.stdout, "created", env.Prefix+".targets") {
+	if r.code != 0 || !regexpLine(r.stdout, "created", queuesPolicy) || !regexpLine(r.stdout, "created", env.Prefix+".targets") ||
+		!strings.Contains(lastLine(r.stdout), "; 3 policies in place") {
 		t.Fatalf("apply with the management API: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if err := env.Broker.Management("PUT", "api/operator-policies/"+url.PathEscape(env.VHost)+"/op",
