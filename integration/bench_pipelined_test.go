@@ -32,11 +32,13 @@ var (
 // 1 h delays, whose shortest-first order makes every hop but the last (the 3,145,728 ms level)
 // in the first seconds, inside the run; the same ladder with longest-first order, whose first
 // hop is that long one, so no hop falls inside the run; and the default ladder with delays of
-// 1-10 s (the hops share the broker with the publishes). Three more raw cases diagnose the
+// 1-10 s (the hops share the broker with the publishes). Five more raw cases diagnose the
 // routes: raw-headers-exchange publishes through a headers exchange routed as a ladder level is, with
 // headers of the Publisher's shape (rawHeadersPipelined); raw-fanout-exchange sends the same
-// messages through a fanout exchange, and raw-topic-exchange sends raw's messages through a
-// topic exchange as the direct case's target is. The cases alternate over
+// messages through a fanout exchange; raw-fanout-no-headers sends raw's messages through a
+// fanout exchange, and raw-fanout-one-header the same with one header (the target's name);
+// raw-topic-exchange sends raw's messages through a topic exchange as the direct case's
+// target is. The cases alternate over
 // -pipelined-rounds rounds, each case in a vhost of its own per round. Reports msg/s per case
 // and the ratio to raw (x_raw) in "summary", and per case the broker's CPU time per message
 // over the case's run (broker_us/msg, from /proc, when the broker runs on this machine: what
@@ -83,6 +85,8 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		{name: "raw", setup: rawPipelined},
 		{name: "raw-headers-exchange", setup: rawHeadersPipelined},
 		{name: "raw-fanout-exchange", setup: rawFanoutPipelined},
+		{name: "raw-fanout-no-headers", setup: rawFanoutNoHeadersPipelined},
+		{name: "raw-fanout-one-header", setup: rawFanoutOneHeaderPipelined},
 		{name: "raw-topic-exchange", setup: rawTopicPipelined},
 		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 })},
 		{name: "ladder-1h", setup: deferred(defaultLadderCase("ladder"), hour)},
@@ -207,7 +211,32 @@ func rawHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error
 // alone: the same messages, routed without reading their headers.
 func rawFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
-	declare := func(ch *amqp.Channel, q string) (string, string) {
+	return rawPipelinedTo(tb, fanoutTo(tb), ladderShapedMsg(time.Now().Add(time.Hour)))
+}
+
+// rawFanoutNoHeadersPipelined is rawFanoutPipelined with rawPipelined's messages (no headers,
+// no message id): what any exchange other than the default exchange costs a publish, before
+// any header.
+func rawFanoutNoHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
+	tb.Helper()
+	return rawPipelinedTo(tb, fanoutTo(tb), benchPublishing)
+}
+
+// rawFanoutOneHeaderPipelined is rawFanoutNoHeadersPipelined with one header on each message,
+// the target's name as the Publisher sets it (ttlbuckets.TargetHeader), which the dispatch
+// exchange routes a due message on: the least any delayed message of this design carries.
+func rawFanoutOneHeaderPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
+	tb.Helper()
+	return rawPipelinedTo(tb, fanoutTo(tb), func(i int) amqp.Publishing {
+		m := benchPublishing(i)
+		m.Headers = amqp.Table{ttlbuckets.TargetHeader: benchTarget}
+		return m
+	})
+}
+
+// fanoutTo returns a declare for rawPipelinedTo: a fanout exchange bound to the queue alone.
+func fanoutTo(tb testing.TB) func(ch *amqp.Channel, q string) (string, string) {
+	return func(ch *amqp.Channel, q string) (string, string) {
 		x := q + ".entry"
 		if err := ch.ExchangeDeclare(x, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 			tb.Fatalf("declare %s: %v", x, err)
@@ -217,7 +246,6 @@ func rawFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error,
 		}
 		return x, "bench.key"
 	}
-	return rawPipelinedTo(tb, declare, ladderShapedMsg(time.Now().Add(time.Hour)))
 }
 
 // rawTopicPipelined is rawPipelined through a topic exchange bound to the queue with "#", as
