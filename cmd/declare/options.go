@@ -190,7 +190,7 @@ func commonOptions(s *settings) []option {
 			usage: "x-delivery-limit of quorum ready queues: a message returned (nack/reject with requeue) more often is parked in <prefix>.parking " +
 				"(x-death reason delivery_limit); -1: no limit and no dead-letter exchange (for ready queues that exist with plain arguments)"},
 		{name: "policy-priority", env: env("POLICY_PRIORITY"), arg: "N", def: strconv.Itoa(topology.DefaultPolicyPriority), set: v.PolicyPriority.Decode,
-			usage: "priority of the policies apply sets (<prefix>.delay-queues, <prefix>.targets): above every other policy matching the topology's queues and target exchanges"},
+			usage: "priority of the three policies apply sets (<prefix>.delay-queues, <prefix>.targets, <prefix>.revoked-retention): above every other policy matching the topology's queues and target exchanges"},
 		{name: "shards", env: env("SHARDS"), arg: "N", def: "1", set: v.Shards.Decode,
 			usage: fmt.Sprintf("copies of the ladder, 1 to %d: a burst due at once leaves from N queues, and apply places the copies of each queue on different nodes "+
 				"(list every node in --url); publishers must use the same", topology.MaxShards)},
