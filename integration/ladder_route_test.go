@@ -120,6 +120,54 @@ func TestLadderLastLevel(t *testing.T) {
 	}
 }
 
+// TestLadderRadix64Digits: on a radix-64 ladder (1 ms, two levels: 1-63 ms and 64-4,032 ms;
+// the radix the README suggests for bursts on 3.x), in both hop orders, every digit value of
+// every level routes: a message with one non-zero digit v at level 0 or 1, and one with both
+// (v at level 1, another digit at level 0), for v = 1..63, arrives exactly once, never early,
+// through the queue or last-hop queue of its last level and digit (last-hop header values up to
+// 127: digit + radix).
+func TestLadderRadix64Digits(t *testing.T) {
+	t.Parallel()
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+		t.Run(order.String(), func(t *testing.T) {
+			t.Parallel()
+			env := brokertest.NewEnv(t)
+			target := env.Name("t")
+			spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
+			spec.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 64, Max: 4095 * time.Millisecond, Order: order}
+			declareTopology(t, env, spec)
+			ready := env.Name("ready")
+			declareReadyQueue(t, env, ready, target, "#")
+			got := consumeQueue(t, env, ready)
+			l := spec.Ladder.WithDefaults()
+			if l.Levels() != 2 {
+				t.Fatalf("levels = %d, want 2", l.Levels())
+			}
+			ctx := pubCtx(t)
+			p := newPublisher(t, env, spec)
+			sent := map[string]int{} // message ID -> last level
+			for v := 1; v < 64; v++ {
+				for _, d := range []time.Duration{
+					time.Duration(v) * time.Millisecond,             // level 0 only
+					time.Duration(v*64) * time.Millisecond,          // level 1 only
+					time.Duration(v*64+(v%63)+1) * time.Millisecond, // both
+				} {
+					plan, err := l.Plan(d, ttlbuckets.Strict)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
+					if err != nil {
+						t.Fatalf("publish %v: %v", d, err)
+					}
+					sent[r.MessageID] = plan.LastLevel()
+				}
+			}
+			checkArrivals(t, l, topology.Names{Prefix: spec.Prefix}, got, sent, 30*time.Second)
+		})
+	}
+}
+
 // checkArrivals waits for every message of sent (message ID -> the last level its headers
 // name, or -1 for a message that must carry every level's digit and no last-level header),
 // checks each arrived once, on time, with the headers its route needs, and that nothing else
