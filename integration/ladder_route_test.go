@@ -121,7 +121,7 @@ func TestLadderLastLevel(t *testing.T) {
 }
 
 // TestLadderRadix64Digits: on a radix-64 ladder (1 ms, two levels: 1-63 ms and 64-4,032 ms;
-// the radix the README suggests for bursts on 3.x), in both hop orders, every digit value of
+// the largest radix AMQPDELAY_LADDER_RADIX takes), in both hop orders, every digit value of
 // every level routes: a message with one non-zero digit v at level 0 or 1, and one with both
 // (v at level 1, another digit at level 0), for v = 1..63, arrives exactly once, never early,
 // through the queue or last-hop queue of its last level and digit (last-hop header values up to
