@@ -21,6 +21,21 @@ func routeLadder(order ttlbuckets.Order) ttlbuckets.Ladder {
 	return ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 4, Max: 4095 * time.Millisecond, Order: order}
 }
 
+// ladderRouteSetup declares, in a vhost of its own, a topology with ladder l and one topic
+// target, and a ready queue bound to the target with "#"; it returns the environment, the
+// specification, the target's name and the ready queue's deliveries.
+func ladderRouteSetup(t *testing.T, l ttlbuckets.Ladder) (*brokertest.Env, topology.Spec, string, <-chan arrival) {
+	t.Helper()
+	env := brokertest.NewEnv(t)
+	target := env.Name("t")
+	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
+	spec.Ladder = l
+	declareTopology(t, env, spec)
+	ready := env.Name("ready")
+	declareReadyQueue(t, env, ready, target, "#")
+	return env, spec, target, consumeQueue(t, env, ready)
+}
+
 // lastLevelDelays returns, for each level L of a radix-4 ladder of 6 levels, the delays whose
 // last hop (in order) is at level L that the test sends: one with a single non-zero digit, and,
 // unless L is where the order starts, one with an earlier hop too (a digit at the level where
@@ -55,14 +70,7 @@ func TestLadderLastLevel(t *testing.T) {
 	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
 		t.Run(order.String(), func(t *testing.T) {
 			t.Parallel()
-			env := brokertest.NewEnv(t)
-			target := env.Name("t")
-			spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
-			spec.Ladder = routeLadder(order)
-			declareTopology(t, env, spec)
-			ready := env.Name("ready")
-			declareReadyQueue(t, env, ready, target, "#")
-			got := consumeQueue(t, env, ready)
+			env, spec, target, got := ladderRouteSetup(t, routeLadder(order))
 			l := spec.Ladder.WithDefaults()
 			ctx := pubCtx(t)
 
@@ -131,14 +139,7 @@ func TestLadderRadix64Digits(t *testing.T) {
 	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
 		t.Run(order.String(), func(t *testing.T) {
 			t.Parallel()
-			env := brokertest.NewEnv(t)
-			target := env.Name("t")
-			spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
-			spec.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 64, Max: 4095 * time.Millisecond, Order: order}
-			declareTopology(t, env, spec)
-			ready := env.Name("ready")
-			declareReadyQueue(t, env, ready, target, "#")
-			got := consumeQueue(t, env, ready)
+			env, spec, target, got := ladderRouteSetup(t, ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 64, Max: 4095 * time.Millisecond, Order: order})
 			l := spec.Ladder.WithDefaults()
 			if l.Levels() != 2 {
 				t.Fatalf("levels = %d, want 2", l.Levels())
