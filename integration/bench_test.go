@@ -599,17 +599,30 @@ func alternate(b *testing.B, names []string, rounds, n int, unit string, took []
 
 // reportRates reports, in a sub-benchmark "summary" (a benchmark that has sub-benchmarks prints
 // no line of its own), each case's rate (total messages over its summed time took[k]) and its
-// ratio to the first case, the baseline, and returns the same as table rows.
+// ratio to the first case, the baseline, and returns the same as table rows, one per case
+// after the header row. A case that did not run (took[k] == 0: -bench selected other cases) is
+// reported as "not run", and so are the ratios when the baseline did not run.
 func reportRates(b *testing.B, cases []string, took []time.Duration, total float64) [][]string {
-	raw := total / took[0].Seconds()
+	rate := func(k int) float64 { return total / took[k].Seconds() }
 	rows := [][]string{{"case", "msg/s", "x raw"}}
+	for k, name := range cases {
+		switch {
+		case took[k] == 0:
+			rows = append(rows, []string{name, "not run", ""})
+		case took[0] == 0:
+			rows = append(rows, []string{name, num(rate(k)), "not run"})
+		default:
+			rows = append(rows, []string{name, num(rate(k)), ratio(rate(k) / rate(0))})
+		}
+	}
 	b.Run("summary", func(b *testing.B) {
 		for k, name := range cases {
-			rate := total / took[k].Seconds()
-			rows = append(rows, []string{name, num(rate), ratio(rate / raw)})
-			b.ReportMetric(rate, name+"_msg/s")
-			if k > 0 {
-				b.ReportMetric(rate/raw, name+"_x_raw")
+			if took[k] == 0 {
+				continue
+			}
+			b.ReportMetric(rate(k), name+"_msg/s")
+			if k > 0 && took[0] > 0 {
+				b.ReportMetric(rate(k)/rate(0), name+"_x_raw")
 			}
 		}
 		b.ReportMetric(0, "ns/op")
