@@ -38,11 +38,16 @@ var (
 // messages through a fanout exchange; raw-fanout-no-headers sends raw's messages through a
 // fanout exchange, and raw-fanout-one-header the same with one header (the target's name);
 // raw-topic-exchange sends raw's messages through a topic exchange as the direct case's
-// target is. The cases alternate over
+// target is; raw-bucket-headers-exchange sends messages with the bucket case's headers through a
+// headers exchange bound as the bucket exchange is (rawBucketHeadersPipelined), and
+// raw-bucket-fanout-exchange the same messages through a fanout exchange, which splits the
+// bucket's headers routing from its headers. The cases alternate over
 // -pipelined-rounds rounds, each case in a vhost of its own per round. Reports msg/s per case
 // and the ratio to raw (x_raw) in "summary", and per case the broker's CPU time per message
 // over the case's run (broker_us/msg, from /proc, when the broker runs on this machine: what
-// the broker spent while the case ran, its publishes and any hops falling due in it).
+// the broker spent while the case ran, its publishes and any hops falling due in it), and this
+// process's CPU time per message (client_us/msg, getrusage: the publishing side, amqp091-go
+// and the Go runtime included), which shares the machine's cores with a broker running here.
 //
 // Targets (issue 18): ladder >= 0.85 x raw and bucket >= 0.9 x raw with 1 h delays.
 func BenchmarkPublishPipelined(b *testing.B) {
@@ -88,6 +93,8 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		{name: "raw-fanout-no-headers", setup: rawFanoutNoHeadersPipelined},
 		{name: "raw-fanout-one-header", setup: rawFanoutOneHeaderPipelined},
 		{name: "raw-topic-exchange", setup: rawTopicPipelined},
+		{name: "raw-bucket-headers-exchange", setup: rawBucketHeadersPipelined},
+		{name: "raw-bucket-fanout-exchange", setup: rawBucketFanoutPipelined},
 		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 })},
 		{name: "ladder-1h", setup: deferred(defaultLadderCase("ladder"), hour)},
 		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, topology.Quorum, ""), hour)},
@@ -101,15 +108,20 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		names[k] = c.name
 	}
 	took := make([]time.Duration, len(cases))
-	cpu := make([]time.Duration, len(cases)) // broker CPU over each case's runs; 0: not readable
+	cpu := make([]time.Duration, len(cases))    // broker CPU over each case's runs; 0: not readable
+	client := make([]time.Duration, len(cases)) // this process's CPU over each case's runs
 	for range b.N {
 		alternate(b, names, *pipelinedRounds, n, "msg/s", took, func(b *testing.B, k, round int) time.Duration {
 			start := cases[k].setup(b)
 			cpu0, ok0 := brokerCPU(br)
+			own0 := processCPU()
 			d, err := runPipelined(context.Background(), n, *pipelinedWindow, start)
 			if err != nil {
 				b.Fatalf("%s, round %d: %v", cases[k].name, round, err)
 			}
+			own := processCPU() - own0
+			client[k] += own
+			b.ReportMetric(float64(own.Microseconds())/float64(n), "client_us/msg")
 			if cpu1, ok1 := brokerCPU(br); ok0 && ok1 {
 				cpu[k] += cpu1 - cpu0
 				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "broker_us/msg")
@@ -119,8 +131,11 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	}
 	total := float64(n * *pipelinedRounds * b.N)
 	rows := reportRates(b, names, took, total)
-	rows[0] = append(rows[0], "broker us/msg")
+	rows[0] = append(rows[0], "client us/msg", "broker us/msg")
 	for k := range cases {
+		if client[k] > 0 {
+			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(client[k].Microseconds())/total))
+		}
 		if cpu[k] > 0 {
 			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(cpu[k].Microseconds())/total))
 		}
@@ -264,6 +279,46 @@ func rawTopicPipelined(tb testing.TB) func(context.Context, int) (func() error, 
 		return x, "bench.key"
 	}
 	return rawPipelinedTo(tb, declare, benchPublishing)
+}
+
+// rawBucketHeadersPipelined is rawPipelined through a headers exchange bound to the queue as a
+// 1 h bucket's queue is bound to the bucket exchange (one binding, x-match all on the bucket's
+// TTL, topology.Plan), with messages that carry the headers the Publisher sets on a 1 h bucket
+// message (bucketShapedMsg): the bucket case's route without any rabbitdelay code.
+func rawBucketHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
+	tb.Helper()
+	declare := func(ch *amqp.Channel, q string) (string, string) {
+		x := q + ".bucket"
+		if err := ch.ExchangeDeclare(x, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
+			tb.Fatalf("declare %s: %v", x, err)
+		}
+		args := amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: time.Hour.Milliseconds()}
+		if err := ch.QueueBind(q, "", x, false, args); err != nil {
+			tb.Fatalf("bind %s: %v", q, err)
+		}
+		return x, "bench.key"
+	}
+	return rawPipelinedTo(tb, declare, bucketShapedMsg(time.Now().Add(time.Hour)))
+}
+
+// rawBucketFanoutPipelined is rawBucketHeadersPipelined through a fanout exchange bound to the
+// queue alone: the same messages, routed without reading their headers.
+func rawBucketFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
+	tb.Helper()
+	return rawPipelinedTo(tb, fanoutTo(tb), bucketShapedMsg(time.Now().Add(time.Hour)))
+}
+
+// bucketShapedMsg returns messages with the headers the Publisher sets on a message for a 1 h
+// bucket due at due (amqpdelay's buildHeaders): the bucket's TTL, the target, the due time and
+// a copy tag, and a UUID-long message id.
+func bucketShapedMsg(due time.Time) func(int) amqp.Publishing {
+	return func(i int) amqp.Publishing {
+		m := benchPublishing(i)
+		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+		m.Headers = amqp.Table{ttlbuckets.BucketHeader: time.Hour.Milliseconds(), ttlbuckets.TargetHeader: benchTarget,
+			ttlbuckets.DueHeader: due.UnixMilli(), amqpdelay.CopyHeader: fmt.Sprintf("%016x", i)}
+		return m
+	}
 }
 
 // ladderShapedMsg returns messages with the headers the Publisher sets on a default-ladder
