@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -39,6 +40,15 @@ type Names struct {
 	Prefix string
 }
 
+// twoDigits writes i in decimal with at least two digits (fmt's %02d), without fmt: the
+// Publisher names a message's ladder queues and exchanges on every publish.
+func twoDigits(i int) string {
+	if i >= 0 && i < 10 {
+		return "0" + strconv.Itoa(i)
+	}
+	return strconv.Itoa(i)
+}
+
 func (n Names) p() string {
 	if n.Prefix == "" {
 		return DefaultPrefix
@@ -59,11 +69,11 @@ func (n Names) Unroutable() string { return n.p() + ".unroutable" }
 func (n Names) Parking() string { return n.p() + ".parking" }
 
 // LadderExchange is the headers exchange of ladder level level.
-func (n Names) LadderExchange(level int) string { return fmt.Sprintf("%s.ladder.%02d", n.p(), level) }
+func (n Names) LadderExchange(level int) string { return n.p() + ".ladder." + twoDigits(level) }
 
 // LadderQueue is the queue of digit value digit at ladder level level.
 func (n Names) LadderQueue(level, digit int) string {
-	return fmt.Sprintf("%s.ladder.%02d.%02d", n.p(), level, digit)
+	return n.p() + ".ladder." + twoDigits(level) + "." + twoDigits(digit)
 }
 
 // LadderLastHopQueueCopy is the last-hop queue of digit value digit at ladder level level in
@@ -90,7 +100,7 @@ func (n Names) LadderExchangeCopy(level, shard int) string {
 	if shard == 0 {
 		return n.LadderExchange(level)
 	}
-	return fmt.Sprintf("%s.ladder.%02d.s%d", n.p(), level, shard)
+	return n.LadderExchange(level) + ".s" + strconv.Itoa(shard)
 }
 
 // LadderQueueCopy is the queue of digit value digit at ladder level level in copy shard of the
@@ -99,7 +109,7 @@ func (n Names) LadderQueueCopy(level, digit, shard int) string {
 	if shard == 0 {
 		return n.LadderQueue(level, digit)
 	}
-	return fmt.Sprintf("%s.ladder.%02d.%02d.s%d", n.p(), level, digit, shard)
+	return n.LadderQueue(level, digit) + ".s" + strconv.Itoa(shard)
 }
 
 // ShardsMarker is an empty fanout exchange that records that the ladder l was declared in
@@ -142,7 +152,9 @@ func (n Names) LadderMarker(l ttlbuckets.Ladder) string {
 func (n Names) BucketExchange() string { return n.p() + ".buckets" }
 
 // BucketQueue is the queue of the bucket whose x-message-ttl is ttlMs milliseconds.
-func (n Names) BucketQueue(ttlMs int64) string { return fmt.Sprintf("%s.bucket.%dms", n.p(), ttlMs) }
+func (n Names) BucketQueue(ttlMs int64) string {
+	return n.p() + ".bucket." + strconv.FormatInt(ttlMs, 10) + "ms"
+}
 
 // PluginExchange is the x-delayed-message exchange.
 func (n Names) PluginExchange() string { return n.p() + ".plugin" }
