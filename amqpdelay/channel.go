@@ -152,12 +152,12 @@ func (pc *pubChan) isDead() bool {
 	}
 }
 
-// publish writes m and waits for its confirmation; reserve is header room to leave free in
-// the frame (deadLetterReserve). An error wrapping errNotSent means nothing
+// publish writes m and waits for its confirmation; size is m's contentHeaderSize and reserve
+// is header room to leave free in the frame (deadLetterReserve). An error wrapping errNotSent means nothing
 // was written and the caller may use another channel; an error amqp091 gives for a message it
 // cannot encode wraps ErrInvalidInput and must not be retried.
-func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing, reserve int) error {
-	if problem := headerTooLarge(m, pc.frameMax, reserve); problem != "" {
+func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing, size, reserve int) error {
+	if problem := headerTooLarge(size, pc.frameMax, reserve); problem != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidInput, problem)
 	}
 	if pc.serial != nil {
@@ -174,11 +174,15 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 	var dc *amqp.DeferredConfirmation // amqp091's own record of this publish's answer
 	for {
 		select {
-		case pc.sem <- struct{}{}:
-		case <-pc.dead:
-			return errNotSent
-		case <-ctx.Done():
-			return ctxErr(ctx, "waiting to publish")
+		case pc.sem <- struct{}{}: // without a select's cost when a slot is free
+		default:
+			select {
+			case pc.sem <- struct{}{}:
+			case <-pc.dead:
+				return errNotSent
+			case <-ctx.Done():
+				return ctxErr(ctx, "waiting to publish")
+			}
 		}
 		// Read the tag before taking pmu: amqp091's reader goroutine holds the lock behind
 		// GetNextPublishSeqNo while it hands a confirmation to the dispatcher, which may be

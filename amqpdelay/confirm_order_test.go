@@ -53,7 +53,7 @@ func TestPublishNackBeforeMultipleAck(t *testing.T) {
 	for i := range errs {
 		errs[i] = make(chan error, 1)
 		go func() {
-			errs[i] <- pc.publish(ctx, "x", "k", false, &amqp.Publishing{MessageId: fmt.Sprint("m", i+1), Body: []byte("x")}, 0)
+			errs[i] <- pc.publish(ctx, "x", "k", false, &amqp.Publishing{MessageId: fmt.Sprint("m", i+1), Body: []byte("x")}, 0, 0)
 		}()
 		// Wait until this publish has been written (its tag taken) before starting the next.
 		for pc.ch.GetNextPublishSeqNo() != uint64(i+2) {

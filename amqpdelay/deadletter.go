@@ -74,12 +74,12 @@ type deadLetterHop struct {
 // <prefix>.due-unroutable of the targets) routes without dead-lettering, and package
 // consumer's parking and consumer.Replay publish a copy, which the Publisher (or Replay's
 // own size check) measures as it is. The parking queue has no dead-letter exchange: a parked
-// message gains nothing more. queueLen is the length of the longest ready queue name of the
+// message gains nothing more. queue is a name as long as the longest ready queue name of the
 // specification; ok is false when ready queues do not dead-letter (classic queue type, or
 // ReadyDeliveryLimit -1).
 type parkRoute struct {
-	ok       bool
-	queueLen int
+	ok    bool
+	queue string // a name of the longest ready queue's length (only its length counts)
 }
 
 // newParkRoute returns the park route of spec (defaults applied). When spec lists no ready
@@ -89,14 +89,14 @@ func newParkRoute(spec topology.Spec) parkRoute {
 	if spec.QueueType != topology.Quorum || spec.ReadyDeliveryLimit == topology.NoReadyDeliveryLimit {
 		return parkRoute{}
 	}
-	r := parkRoute{ok: true}
+	n := 0
 	for _, q := range spec.ReadyQueues {
-		r.queueLen = max(r.queueLen, len(q.Queue))
+		n = max(n, len(q.Queue))
 	}
-	if r.queueLen == 0 {
-		r.queueLen = topology.MaxNameLen
+	if n == 0 {
+		n = topology.MaxNameLen
 	}
-	return r
+	return parkRoute{ok: true, queue: strings.Repeat("q", n)}
 }
 
 // hop returns the park route's dead-lettering of a message whose last exchange (the one
@@ -106,7 +106,7 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 	if !r.ok {
 		return deadLetterHop{}, false
 	}
-	return deadLetterHop{queue: strings.Repeat("q", r.queueLen), exchange: exchange, reason: parkReason}, true
+	return deadLetterHop{queue: r.queue, exchange: exchange, reason: parkReason}, true
 }
 
 // deadLetterHops returns the dead-letterings of a message published to dest on path c, in
@@ -173,7 +173,12 @@ const (
 // (the Publisher strips them from delayed messages) are counted as kept. Without hops it is
 // contentHeaderSize(m).
 func deadLetteredHeaderSize(m *amqp.Publishing, routingKey string, hops []deadLetterHop) int {
-	n := contentHeaderSize(m)
+	return deadLetteredSize(m, contentHeaderSize(m), routingKey, hops)
+}
+
+// deadLetteredSize is deadLetteredHeaderSize for m whose contentHeaderSize is size.
+func deadLetteredSize(m *amqp.Publishing, size int, routingKey string, hops []deadLetterHop) int {
+	n := size
 	if len(hops) == 0 {
 		return n
 	}
@@ -213,34 +218,34 @@ func deathSummarySize(prefix string, h deadLetterHop) int {
 }
 
 // deadLetterReserve is the room, in bytes, to leave free in the content-header frame of m
-// (published with routingKey, headers already final) for what RabbitMQ adds at the
+// (published with routingKey, headers already final, contentHeaderSize size) for what RabbitMQ adds at the
 // dead-letterings hops (deadLetterHops) and, when park is set, at the park route's one more
 // (parkRoute.hop), whichever is larger (x-last-death-* names the last one only): the growth
 // that deadLetteredHeaderSize computes, plus deadLetterMargin; never below 0 (a large BCC
 // list, stripped on publish, can make the delivered header smaller than the published one,
 // which must fit by itself). 0 without hops and without park.
-func deadLetterReserve(m *amqp.Publishing, routingKey string, hops []deadLetterHop, park *deadLetterHop) int {
+func deadLetterReserve(m *amqp.Publishing, size int, routingKey string, hops []deadLetterHop, park *deadLetterHop) int {
 	worst := 0
 	if len(hops) > 0 {
-		worst = deadLetteredHeaderSize(m, routingKey, hops)
+		worst = deadLetteredSize(m, size, routingKey, hops)
 	}
 	if park != nil {
-		worst = max(worst, deadLetteredHeaderSize(m, routingKey, append(slices.Clip(hops), *park)))
+		worst = max(worst, deadLetteredSize(m, size, routingKey, append(slices.Clip(hops), *park)))
 	}
 	if worst == 0 {
 		return 0
 	}
-	return max(0, worst+deadLetterMargin-contentHeaderSize(m))
+	return max(0, worst+deadLetterMargin-size)
 }
 
-// headerTooLarge describes a message whose content-header frame, with reserve bytes more
-// (see deadLetterReserve), would exceed frameMax, or returns "". frameMax is the Publisher's
-// connection's negotiated frame_max, taken to be the consumers' too.
-func headerTooLarge(m *amqp.Publishing, frameMax, reserve int) string {
+// headerTooLarge describes a message whose content-header frame (its contentHeaderSize is
+// size), with reserve bytes more (see deadLetterReserve), would exceed frameMax, or returns "".
+// frameMax is the Publisher's connection's negotiated frame_max, taken to be the consumers' too.
+func headerTooLarge(size, frameMax, reserve int) string {
 	if frameMax <= 0 {
 		return ""
 	}
-	n := contentHeaderSize(m) + frameOverhead
+	n := size + frameOverhead
 	if n+reserve <= frameMax {
 		return ""
 	}

@@ -195,23 +195,23 @@ func TestDeadLetteredHeaderSize(t *testing.T) {
 func TestDeadLetterReserve(t *testing.T) {
 	three := ladderHops("rabbitdelay", 0, 1, 2)
 	m := amqp.Publishing{Headers: amqp.Table{"x": "y"}}
-	if r := deadLetterReserve(&m, "k", nil, nil); r != 0 {
+	if r := deadLetterReserve(&m, contentHeaderSize(&m), "k", nil, nil); r != 0 {
 		t.Errorf("no hops: reserve %d, want 0", r)
 	}
-	base := deadLetterReserve(&m, "k", three, nil)
+	base := deadLetterReserve(&m, contentHeaderSize(&m), "k", three, nil)
 	if want := deadLetteredHeaderSize(&m, "k", three) - contentHeaderSize(&m) + deadLetterMargin; base != want {
 		t.Errorf("reserve %d, want growth + margin = %d", base, want)
 	}
 	withCC := amqp.Publishing{Headers: amqp.Table{"x": "y", "CC": []any{strings.Repeat("c", 100)}}}
 	// Published once (1+2 key, 'A' 1+4, 'S' 1+4+100), and in each of the 3 x-death entries (5+100).
-	if got := deadLetterReserve(&withCC, "k", three, nil); got != base+3*105 {
+	if got := deadLetterReserve(&withCC, contentHeaderSize(&withCC), "k", three, nil); got != base+3*105 {
 		t.Errorf("a 100-byte CC key: reserve %d, want %d (105 bytes more per hop)", got, base+3*105)
 	}
 	bcc := amqp.Publishing{Headers: amqp.Table{"BCC": []any{strings.Repeat("b", 5000)}}}
-	if got := deadLetterReserve(&bcc, "k", three, nil); got != 0 {
+	if got := deadLetterReserve(&bcc, contentHeaderSize(&bcc), "k", three, nil); got != 0 {
 		t.Errorf("a 5,000-byte BCC key, stripped on publish: reserve %d, want 0 (the published size is the larger)", got)
 	}
-	if got, longer := deadLetterReserve(&m, "k", three, nil), deadLetterReserve(&m, strings.Repeat("k", 200), three, nil); longer != got+3*199 {
+	if got, longer := deadLetterReserve(&m, contentHeaderSize(&m), "k", three, nil), deadLetterReserve(&m, contentHeaderSize(&m), strings.Repeat("k", 200), three, nil); longer != got+3*199 {
 		t.Errorf("a 200-byte routing key reserves %d, want %d", longer, got+3*199)
 	}
 }
@@ -227,14 +227,14 @@ func TestHeaderTooLargeWithReserve(t *testing.T) {
 	largest := 0
 	{
 		m := pad(0)
-		largest = frameMax - frameOverhead - contentHeaderSize(&m) - deadLetterReserve(&m, "k", three, nil)
+		largest = frameMax - frameOverhead - contentHeaderSize(&m) - deadLetterReserve(&m, contentHeaderSize(&m), "k", three, nil)
 	}
 	fits, over := pad(largest), pad(largest+1)
-	if p := headerTooLarge(&fits, frameMax, deadLetterReserve(&fits, "k", three, nil)); p != "" {
+	if p := headerTooLarge(contentHeaderSize(&fits), frameMax, deadLetterReserve(&fits, contentHeaderSize(&fits), "k", three, nil)); p != "" {
 		t.Errorf("the largest pad is refused: %s", p)
 	}
-	r := deadLetterReserve(&over, "k", three, nil)
-	p := headerTooLarge(&over, frameMax, r)
+	r := deadLetterReserve(&over, contentHeaderSize(&over), "k", three, nil)
+	p := headerTooLarge(contentHeaderSize(&over), frameMax, r)
 	if !strings.Contains(p, "x-death") || !strings.Contains(p, "CC") || !strings.Contains(p, "frame_max of 131072") {
 		t.Fatalf("one byte more: %q, want a refusal naming x-death, CC and frame_max", p)
 	}
@@ -267,8 +267,8 @@ func TestParkRoute(t *testing.T) {
 		spec topology.Spec
 		want parkRoute
 	}{
-		{"no ready queues listed", base, parkRoute{ok: true, queueLen: topology.MaxNameLen}},
-		{"ready queues", withReady, parkRoute{ok: true, queueLen: len("orders.timeouts")}},
+		{"no ready queues listed", base, parkRoute{ok: true, queue: strings.Repeat("q", topology.MaxNameLen)}},
+		{"ready queues", withReady, parkRoute{ok: true, queue: strings.Repeat("q", len("orders.timeouts"))}},
 		{"classic", classic, parkRoute{}},
 		{"no delivery limit", noLimit, parkRoute{}},
 	} {
@@ -280,13 +280,13 @@ func TestParkRoute(t *testing.T) {
 	park, _ := r.hop("rd.dispatch")
 	three := ladderHops("rd", 0, 1, 2)
 	m := amqp.Publishing{Headers: amqp.Table{"CC": []any{"c"}}}
-	without, with := deadLetterReserve(&m, "k", three, nil), deadLetterReserve(&m, "k", three, &park)
+	without, with := deadLetterReserve(&m, contentHeaderSize(&m), "k", three, nil), deadLetterReserve(&m, contentHeaderSize(&m), "k", three, &park)
 	want := deadLetteredHeaderSize(&m, "k", append(slices.Clip(three), park)) + deadLetterMargin - contentHeaderSize(&m)
 	if with != want || with <= without {
 		t.Errorf("3 hops then parked: reserve %d, want %d (more than the %d without parking)", with, want, without)
 	}
 	direct, _ := r.hop("orders")
-	if got := deadLetterReserve(&m, "k", nil, &direct); got <= deadLetterMargin {
+	if got := deadLetterReserve(&m, contentHeaderSize(&m), "k", nil, &direct); got <= deadLetterMargin {
 		t.Errorf("a direct publish that can be parked reserves %d bytes, want an x-death entry and the margin", got)
 	}
 }

@@ -1,11 +1,14 @@
 package amqpdelay
 
 import (
+	"encoding/hex"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/plugin"
@@ -170,5 +173,38 @@ func BenchmarkBuildHeadersLadder(b *testing.B) {
 	for b.Loop() {
 		c, _ := chooser{ladder: l}.choose(90 * time.Minute)
 		_ = buildHeaders(h, &c, l, false, "orders", now)
+	}
+}
+
+// TestGeneratedIDs: the Publisher's message ids are version-4 UUIDs and its copy tags 16 hex
+// digits (a fixed length: the frame_max checks rely on it), none repeated over many calls from
+// many goroutines.
+func TestGeneratedIDs(t *testing.T) {
+	const goroutines, each = 8, 2000
+	ids := make(chan [2]string, goroutines*each)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				ids <- [2]string{newMessageID(), newCopyTag()}
+			}
+		})
+	}
+	wg.Wait()
+	close(ids)
+	seen := make(map[string]bool, 2*goroutines*each)
+	for pair := range ids {
+		id, tag := pair[0], pair[1]
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || len(id) != 36 {
+			t.Fatalf("message id %q: not a version-4 UUID (%v)", id, err)
+		}
+		if _, err := hex.DecodeString(tag); err != nil || len(tag) != 16 {
+			t.Fatalf("copy tag %q: want 16 hex digits", tag)
+		}
+		if seen[id] || seen[tag] {
+			t.Fatalf("repeated: %q / %q", id, tag)
+		}
+		seen[id], seen[tag] = true, true
 	}
 }

@@ -352,10 +352,11 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		if h, ok := p.park.hop(last); ok {
 			park = &h
 		}
-		reserve := deadLetterReserve(&out, routingKey, dlHops, park)
+		size := contentHeaderSize(&out)
+		reserve := deadLetterReserve(&out, size, routingKey, dlHops, park)
 		metricPath = c.path.String()
 		sent := time.Now()
-		err = pc.publish(ctx, dest, routingKey, mandatory, &out, reserve)
+		err = pc.publish(ctx, dest, routingKey, mandatory, &out, size, reserve)
 		if errors.Is(err, errNotSent) {
 			continue // the channel died before the write; the supervisor replaces it
 		}

@@ -184,14 +184,14 @@ func TestContentHeaderSize(t *testing.T) {
 		}
 	}
 	big := amqp.Publishing{Headers: amqp.Table{"pad": strings.Repeat("x", 131072)}}
-	if p := headerTooLarge(&big, 131072, 0); !strings.Contains(p, "frame_max of 131072") || !strings.Contains(p, "into the body") {
+	if p := headerTooLarge(contentHeaderSize(&big), 131072, 0); !strings.Contains(p, "frame_max of 131072") || !strings.Contains(p, "into the body") {
 		t.Errorf("headerTooLarge = %q, want it to name frame_max and the fix", p)
 	}
-	if p := headerTooLarge(&big, 0, 0); p != "" {
+	if p := headerTooLarge(contentHeaderSize(&big), 0, 0); p != "" {
 		t.Errorf("headerTooLarge with an unknown frame_max = %q, want no verdict", p)
 	}
 	small := amqp.Publishing{Headers: amqp.Table{"pad": "x"}}
-	if p := headerTooLarge(&small, 4096, 0); p != "" {
+	if p := headerTooLarge(contentHeaderSize(&small), 4096, 0); p != "" {
 		t.Errorf("headerTooLarge of a small message = %q", p)
 	}
 }
