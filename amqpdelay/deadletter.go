@@ -218,12 +218,12 @@ func deathSummarySize(prefix string, h deadLetterHop) int {
 }
 
 // deadLetterReserve is the room, in bytes, to leave free in the content-header frame of m
-// (published with routingKey, headers already final, contentHeaderSize size) for what RabbitMQ adds at the
-// dead-letterings hops (deadLetterHops) and, when park is set, at the park route's one more
-// (parkRoute.hop), whichever is larger (x-last-death-* names the last one only): the growth
-// that deadLetteredHeaderSize computes, plus deadLetterMargin; never below 0 (a large BCC
-// list, stripped on publish, can make the delivered header smaller than the published one,
-// which must fit by itself). 0 without hops and without park.
+// (published with routingKey, headers already final, contentHeaderSize size) for what
+// RabbitMQ adds at the dead-letterings hops (deadLetterHops) and, when park is set, at the
+// park route's one more (parkRoute.hop), whichever is larger (x-last-death-* names the last
+// one only): the growth that deadLetteredHeaderSize computes, plus deadLetterMargin; never
+// below 0 (a large BCC list, stripped on publish, can make the delivered header smaller than
+// the published one, which must fit by itself). 0 without hops and without park.
 func deadLetterReserve(m *amqp.Publishing, size int, routingKey string, hops []deadLetterHop, park *deadLetterHop) int {
 	worst := 0
 	if len(hops) > 0 {
