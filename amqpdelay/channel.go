@@ -152,10 +152,11 @@ func (pc *pubChan) isDead() bool {
 	}
 }
 
-// publish writes m and waits for its confirmation; size is m's contentHeaderSize and reserve
-// is header room to leave free in the frame (deadLetterReserve). An error wrapping errNotSent means nothing
-// was written and the caller may use another channel; an error amqp091 gives for a message it
-// cannot encode wraps ErrInvalidInput and must not be retried.
+// publish writes m and waits for its confirmation; size is m's contentHeaderSize in bytes and
+// reserve the header room in bytes to leave free in the frame (deadLetterReserve). An error
+// wrapping errNotSent means nothing was written and the caller may use another channel; an
+// error amqp091 gives for a message it cannot encode wraps ErrInvalidInput and must not be
+// retried.
 func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing, size, reserve int) error {
 	if problem := headerTooLarge(size, pc.frameMax, reserve); problem != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidInput, problem)

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The ladder's and buckets' names are built without fmt (the Publisher names them on every
+// TestNamesSpelling: the ladder's and buckets' names are built without fmt (the Publisher names them on every
 // publish); they must stay the names `declare apply` has always declared.
 func TestNamesSpelling(t *testing.T) {
 	d, p := Names{}, Names{Prefix: "app.delays"}
