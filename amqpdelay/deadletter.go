@@ -163,21 +163,16 @@ const (
 )
 
 // deadLetteredHeaderSize returns the size in bytes of the content-header frame payload
-// (contentHeaderSize) that a consumer receives for m, published with routingKey, after the
-// dead-letterings hops: m's properties and headers without BCC (stripped on publish), plus an
+// (contentHeaderSize) that a consumer receives for m, whose contentHeaderSize is size,
+// published with routingKey, after the dead-letterings hops: m's properties and headers without BCC (stripped on publish), plus an
 // x-death entry per hop (its queue and exchange names, the routing key and m's CC list, and
 // original-expiration in the first one when m has an Expiration, which leaves the properties),
 // x-first-death-* (the first hop's) and x-last-death-* (the last hop's). x-last-death-* is always counted, although 3.10
 // does not add it: a message can wait for weeks, through an upgrade, and the node that
 // delivers it may not be the one it was published to. m's own x-death and x-*-death-* headers
 // (the Publisher strips them from delayed messages) are counted as kept. Without hops it is
-// contentHeaderSize(m).
-func deadLetteredHeaderSize(m *amqp.Publishing, routingKey string, hops []deadLetterHop) int {
-	return deadLetteredSize(m, contentHeaderSize(m), routingKey, hops)
-}
-
-// deadLetteredSize is deadLetteredHeaderSize for m whose contentHeaderSize is size.
-func deadLetteredSize(m *amqp.Publishing, size int, routingKey string, hops []deadLetterHop) int {
+// size.
+func deadLetteredHeaderSize(m *amqp.Publishing, size int, routingKey string, hops []deadLetterHop) int {
 	n := size
 	if len(hops) == 0 {
 		return n
@@ -227,10 +222,10 @@ func deathSummarySize(prefix string, h deadLetterHop) int {
 func deadLetterReserve(m *amqp.Publishing, size int, routingKey string, hops []deadLetterHop, park *deadLetterHop) int {
 	worst := 0
 	if len(hops) > 0 {
-		worst = deadLetteredSize(m, size, routingKey, hops)
+		worst = deadLetteredHeaderSize(m, size, routingKey, hops)
 	}
 	if park != nil {
-		worst = max(worst, deadLetteredSize(m, size, routingKey, append(slices.Clip(hops), *park)))
+		worst = max(worst, deadLetteredHeaderSize(m, size, routingKey, append(slices.Clip(hops), *park)))
 	}
 	if worst == 0 {
 		return 0

@@ -174,18 +174,18 @@ func TestDeadLetteredHeaderSize(t *testing.T) {
 	}
 	for _, tt := range tests {
 		want := contentHeaderSize(new(delivered(tt.msg, tt.key, tt.hops)))
-		if got := deadLetteredHeaderSize(&tt.msg, tt.key, tt.hops); got != want {
+		if got := deadLetteredHeaderSize(&tt.msg, contentHeaderSize(&tt.msg), tt.key, tt.hops); got != want {
 			t.Errorf("%s: deadLetteredHeaderSize = %d, want %d (the delivered message's contentHeaderSize)", tt.name, got, want)
 		}
 	}
 	m := amqp.Publishing{Headers: amqp.Table{"x": "y"}}
-	if got := deadLetteredHeaderSize(&m, "k", nil); got != contentHeaderSize(&m) {
+	if got := deadLetteredHeaderSize(&m, contentHeaderSize(&m), "k", nil); got != contentHeaderSize(&m) {
 		t.Errorf("no hops: %d, want the published size %d", got, contentHeaderSize(&m))
 	}
 	// RabbitMQ 3.10.8 added 585 bytes to a 3-hop ladder message with prefix "rabbitdelay" and
 	// routing key "k" (measured), without x-last-death-* (3.13+).
 	lastDeath := deathSummarySize("x-last-death-", three[2])
-	if growth := deadLetteredHeaderSize(&m, "k", three) - contentHeaderSize(&m) - lastDeath; growth != 585 {
+	if growth := deadLetteredHeaderSize(&m, contentHeaderSize(&m), "k", three) - contentHeaderSize(&m) - lastDeath; growth != 585 {
 		t.Errorf("3-hop growth without x-last-death-*: %d bytes, want the 585 measured on 3.10.8", growth)
 	}
 }
@@ -199,7 +199,7 @@ func TestDeadLetterReserve(t *testing.T) {
 		t.Errorf("no hops: reserve %d, want 0", r)
 	}
 	base := deadLetterReserve(&m, contentHeaderSize(&m), "k", three, nil)
-	if want := deadLetteredHeaderSize(&m, "k", three) - contentHeaderSize(&m) + deadLetterMargin; base != want {
+	if want := deadLetteredHeaderSize(&m, contentHeaderSize(&m), "k", three) - contentHeaderSize(&m) + deadLetterMargin; base != want {
 		t.Errorf("reserve %d, want growth + margin = %d", base, want)
 	}
 	withCC := amqp.Publishing{Headers: amqp.Table{"x": "y", "CC": []any{strings.Repeat("c", 100)}}}
@@ -281,7 +281,7 @@ func TestParkRoute(t *testing.T) {
 	three := ladderHops("rd", 0, 1, 2)
 	m := amqp.Publishing{Headers: amqp.Table{"CC": []any{"c"}}}
 	without, with := deadLetterReserve(&m, contentHeaderSize(&m), "k", three, nil), deadLetterReserve(&m, contentHeaderSize(&m), "k", three, &park)
-	want := deadLetteredHeaderSize(&m, "k", append(slices.Clip(three), park)) + deadLetterMargin - contentHeaderSize(&m)
+	want := deadLetteredHeaderSize(&m, contentHeaderSize(&m), "k", append(slices.Clip(three), park)) + deadLetterMargin - contentHeaderSize(&m)
 	if with != want || with <= without {
 		t.Errorf("3 hops then parked: reserve %d, want %d (more than the %d without parking)", with, want, without)
 	}
