@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,7 +44,8 @@ var (
 // raw-bucket-fanout-exchange the same messages through a fanout exchange, which splits the
 // bucket's headers routing from its headers. The cases alternate over
 // -pipelined-rounds rounds, each case in a vhost of its own per round. Reports msg/s per case
-// and the ratio to raw (x_raw) in "summary", and per case the broker's CPU time per message
+// and the ratio to raw (x_raw) in "summary"; its table adds each case's ratio to raw round by
+// round (range and median, roundRatios), and per case the broker's CPU time per message
 // over the case's run (broker_us/msg, from /proc, when the broker runs on this machine: what
 // the broker spent while the case ran, its publishes and any hops falling due in it), and this
 // process's CPU time per message (client_us/msg, getrusage: the publishing side, amqp091-go
@@ -110,6 +112,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	took := make([]time.Duration, len(cases))
 	cpu := make([]time.Duration, len(cases))    // broker CPU over each case's runs; 0: not readable
 	client := make([]time.Duration, len(cases)) // this process's CPU over each case's runs
+	runs := make([][]time.Duration, len(cases)) // each run's time, in order: round r of every case is runs[k][r]
 	for range b.N {
 		alternate(b, names, *pipelinedRounds, n, "msg/s", took, func(b *testing.B, k, round int) time.Duration {
 			start := cases[k].setup(b)
@@ -121,6 +124,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 			}
 			own := processCPU() - own0
 			client[k] += own
+			runs[k] = append(runs[k], d)
 			b.ReportMetric(float64(own.Microseconds())/float64(n), "client_us/msg")
 			if cpu1, ok1 := brokerCPU(br); ok0 && ok1 {
 				cpu[k] += cpu1 - cpu0
@@ -131,8 +135,9 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	}
 	total := float64(n * *pipelinedRounds * b.N)
 	rows := reportRates(b, names, took, total)
-	rows[0] = append(rows[0], "client us/msg", "broker us/msg")
+	rows[0] = append(rows[0], "x raw by round", "client us/msg", "broker us/msg")
 	for k := range cases {
+		rows[k+1] = append(rows[k+1], roundRatios(runs[0], runs[k]))
 		if client[k] > 0 {
 			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(client[k].Microseconds())/total))
 		}
@@ -142,6 +147,26 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	}
 	b.Logf("pipelined publishing, %d rounds of %d messages per case, one goroutine, %d in flight, 100-byte persistent messages:%s",
 		*pipelinedRounds, n, *pipelinedWindow, table(rows))
+}
+
+// roundRatios returns the range and median of a case's rate over raw's in the same round, run by
+// run (the same number of messages each: raw's time over the case's), as "min-max (median)";
+// "" when either did not run. Raw's own rate moves between rounds, and a round's ratio with it:
+// the median over several rounds is steadier than any one round.
+func roundRatios(raw, c []time.Duration) string {
+	if len(raw) == 0 || len(raw) != len(c) {
+		return ""
+	}
+	x := make([]float64, len(c))
+	for i := range c {
+		x[i] = raw[i].Seconds() / c[i].Seconds()
+	}
+	slices.Sort(x)
+	med := x[len(x)/2]
+	if len(x)%2 == 0 {
+		med = (x[len(x)/2-1] + x[len(x)/2]) / 2
+	}
+	return fmt.Sprintf("%s-%s (%s)", ratio(x[0]), ratio(x[len(x)-1]), ratio(med))
 }
 
 // runPipelined starts messages 0..n-1 with start from one goroutine, keeping at most window
