@@ -251,7 +251,7 @@ func rawHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error
 // alone: the same messages, routed without reading their headers.
 func rawFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
-	return rawPipelinedTo(tb, fanoutTo(tb), ladderShapedMsg(time.Now().Add(time.Hour)))
+	return rawPipelinedTo(tb, boundTo(tb, amqp.ExchangeFanout, "", nil), ladderShapedMsg(time.Now().Add(time.Hour)))
 }
 
 // rawFanoutNoHeadersPipelined is rawFanoutPipelined with rawPipelined's messages (no headers,
@@ -259,7 +259,7 @@ func rawFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error,
 // any header.
 func rawFanoutNoHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
-	return rawPipelinedTo(tb, fanoutTo(tb), benchPublishing)
+	return rawPipelinedTo(tb, boundTo(tb, amqp.ExchangeFanout, "", nil), benchPublishing)
 }
 
 // rawFanoutOneHeaderPipelined is rawFanoutNoHeadersPipelined with one header on each message,
@@ -267,21 +267,22 @@ func rawFanoutNoHeadersPipelined(tb testing.TB) func(context.Context, int) (func
 // exchange routes a due message on: the least any delayed message of this design carries.
 func rawFanoutOneHeaderPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
-	return rawPipelinedTo(tb, fanoutTo(tb), func(i int) amqp.Publishing {
+	return rawPipelinedTo(tb, boundTo(tb, amqp.ExchangeFanout, "", nil), func(i int) amqp.Publishing {
 		m := benchPublishing(i)
 		m.Headers = amqp.Table{ttlbuckets.TargetHeader: benchTarget}
 		return m
 	})
 }
 
-// fanoutTo returns a declare for rawPipelinedTo: a fanout exchange bound to the queue alone.
-func fanoutTo(tb testing.TB) func(ch *amqp.Channel, q string) (string, string) {
+// boundTo returns a declare for rawPipelinedTo: an exchange of type kind bound to the queue
+// alone, with binding key key and arguments args.
+func boundTo(tb testing.TB, kind, key string, args amqp.Table) func(ch *amqp.Channel, q string) (string, string) {
 	return func(ch *amqp.Channel, q string) (string, string) {
-		x := q + ".entry"
-		if err := ch.ExchangeDeclare(x, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		x := q + "." + kind
+		if err := ch.ExchangeDeclare(x, kind, true, false, false, false, nil); err != nil {
 			tb.Fatalf("declare %s: %v", x, err)
 		}
-		if err := ch.QueueBind(q, "", x, false, nil); err != nil {
+		if err := ch.QueueBind(q, key, x, false, args); err != nil {
 			tb.Fatalf("bind %s: %v", q, err)
 		}
 		return x, "bench.key"
@@ -293,17 +294,7 @@ func fanoutTo(tb testing.TB) func(ch *amqp.Channel, q string) (string, string) {
 // direct case's route costs without any rabbitdelay code.
 func rawTopicPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
-	declare := func(ch *amqp.Channel, q string) (string, string) {
-		x := q + ".topic"
-		if err := ch.ExchangeDeclare(x, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-			tb.Fatalf("declare %s: %v", x, err)
-		}
-		if err := ch.QueueBind(q, "#", x, false, nil); err != nil {
-			tb.Fatalf("bind %s: %v", q, err)
-		}
-		return x, "bench.key"
-	}
-	return rawPipelinedTo(tb, declare, benchPublishing)
+	return rawPipelinedTo(tb, boundTo(tb, amqp.ExchangeTopic, "#", nil), benchPublishing)
 }
 
 // rawBucketHeadersPipelined is rawPipelined through a headers exchange bound to the queue as a
@@ -312,55 +303,44 @@ func rawTopicPipelined(tb testing.TB) func(context.Context, int) (func() error, 
 // message (bucketShapedMsg): the bucket case's route without any rabbitdelay code.
 func rawBucketHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
-	declare := func(ch *amqp.Channel, q string) (string, string) {
-		x := q + ".bucket"
-		if err := ch.ExchangeDeclare(x, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
-			tb.Fatalf("declare %s: %v", x, err)
-		}
-		args := amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: time.Hour.Milliseconds()}
-		if err := ch.QueueBind(q, "", x, false, args); err != nil {
-			tb.Fatalf("bind %s: %v", q, err)
-		}
-		return x, "bench.key"
-	}
-	return rawPipelinedTo(tb, declare, bucketShapedMsg(time.Now().Add(time.Hour)))
+	args := amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: time.Hour.Milliseconds()}
+	return rawPipelinedTo(tb, boundTo(tb, amqp.ExchangeHeaders, "", args), bucketShapedMsg(time.Now().Add(time.Hour)))
 }
 
 // rawBucketFanoutPipelined is rawBucketHeadersPipelined through a fanout exchange bound to the
 // queue alone: the same messages, routed without reading their headers.
 func rawBucketFanoutPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
-	return rawPipelinedTo(tb, fanoutTo(tb), bucketShapedMsg(time.Now().Add(time.Hour)))
+	return rawPipelinedTo(tb, boundTo(tb, amqp.ExchangeFanout, "", nil), bucketShapedMsg(time.Now().Add(time.Hour)))
 }
 
 // bucketShapedMsg returns messages with the headers the Publisher sets on a message for a 1 h
-// bucket due at due (amqpdelay's buildHeaders): the bucket's TTL, the target, the due time and
-// a copy tag, and a UUID-long message id.
+// bucket due at due (amqpdelay's buildHeaders): publisherShapedMsg's and the bucket's TTL.
 func bucketShapedMsg(due time.Time) func(int) amqp.Publishing {
-	return func(i int) amqp.Publishing {
-		m := benchPublishing(i)
-		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		m.Headers = amqp.Table{ttlbuckets.BucketHeader: time.Hour.Milliseconds(), ttlbuckets.TargetHeader: benchTarget,
-			ttlbuckets.DueHeader: due.UnixMilli(), amqpdelay.CopyHeader: fmt.Sprintf("%016x", i)}
-		return m
-	}
+	return publisherShapedMsg(due, func(h amqp.Table) { h[ttlbuckets.BucketHeader] = time.Hour.Milliseconds() })
 }
 
 // ladderShapedMsg returns messages with the headers the Publisher sets on a default-ladder
-// message due at due after a delay of 1 h: every level's digit header, the target, the due
-// time and a copy tag (amqpdelay's buildHeaders), and a UUID-long message id.
+// message due at due after a delay of 1 h: publisherShapedMsg's and every level's digit header.
 func ladderShapedMsg(due time.Time) func(int) amqp.Publishing {
 	l := ttlbuckets.DefaultLadder()
 	plan, err := l.Plan(time.Hour, ttlbuckets.RoundUp)
 	if err != nil {
 		panic(err)
 	}
+	return publisherShapedMsg(due, func(h amqp.Table) { l.EncodeDigits(plan, h) })
+}
+
+// publisherShapedMsg returns benchPublishing's messages with what the Publisher adds on every
+// delayed path (amqpdelay's buildHeaders): the target, the due time, a copy tag and a
+// UUID-long message id, plus the path's own headers, which route adds.
+func publisherShapedMsg(due time.Time, route func(amqp.Table)) func(int) amqp.Publishing {
 	return func(i int) amqp.Publishing {
 		m := benchPublishing(i)
 		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
 		m.Headers = amqp.Table{ttlbuckets.TargetHeader: benchTarget, ttlbuckets.DueHeader: due.UnixMilli(),
 			amqpdelay.CopyHeader: fmt.Sprintf("%016x", i)}
-		l.EncodeDigits(plan, m.Headers)
+		route(m.Headers)
 		return m
 	}
 }
