@@ -175,15 +175,11 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 	var dc *amqp.DeferredConfirmation // amqp091's own record of this publish's answer
 	for {
 		select {
-		case pc.sem <- struct{}{}: // without a select's cost when a slot is free
-		default:
-			select {
-			case pc.sem <- struct{}{}:
-			case <-pc.dead:
-				return errNotSent
-			case <-ctx.Done():
-				return ctxErr(ctx, "waiting to publish")
-			}
+		case pc.sem <- struct{}{}:
+		case <-pc.dead:
+			return errNotSent
+		case <-ctx.Done():
+			return ctxErr(ctx, "waiting to publish")
 		}
 		// Read the tag before taking pmu: amqp091's reader goroutine holds the lock behind
 		// GetNextPublishSeqNo while it hands a confirmation to the dispatcher, which may be

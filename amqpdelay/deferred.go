@@ -71,16 +71,12 @@ func (p *Publisher) PublishDeferred(ctx context.Context, exchange, routingKey st
 		return nil, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
 	}
 	select {
-	case p.inFlight <- struct{}{}: // without a select's cost when a slot is free
-	default:
-		select {
-		case p.inFlight <- struct{}{}:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("amqpdelay: context ended while waiting for one of %d deferred publishes in flight to end (WithMaxInFlight): %w",
-				cap(p.inFlight), ctx.Err())
-		case <-p.closeCtx.Done():
-			return nil, ErrClosed
-		}
+	case p.inFlight <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("amqpdelay: context ended while waiting for one of %d deferred publishes in flight to end (WithMaxInFlight): %w",
+			cap(p.inFlight), ctx.Err())
+	case <-p.closeCtx.Done():
+		return nil, ErrClosed
 	}
 	if !p.active.enter() {
 		<-p.inFlight
