@@ -31,8 +31,8 @@
 // the effective delay ([Plan.Effective]). [Ladder.Plan] computes the digits, the level the
 // message is published to ([Plan.Entry]) and the hops; [Ladder.EncodeDigits] writes the
 // digits into the message's headers, every level's digit, zeros included, so whichever
-// exchange the message reaches can route it. [Ladder.EncodeRoute] writes the digits only up to
-// the last hop's level ([Plan.LastLevel]), the last one as [Ladder.LastHopValue] (digit +
+// exchange the message reaches can route it. [Ladder.EncodeRoute] writes the digits only from
+// the entry level to the last hop's level ([Plan.LastLevel]), the last one as [Ladder.LastHopValue] (digit +
 // radix), and that level in [LastLevelHeader]: on a topology with last-hop queues (per level
 // and digit, a queue with the same TTL that dead-letters into the dispatch exchange, reached
 // through the level's last-hop exchange on LastLevelHeader and digit + radix), the message's

@@ -98,11 +98,12 @@ func (l Ladder) LastHopValue(digit int) int64 {
 
 // EncodeRoute sets, in h, the headers of a message whose last hop goes through a last-hop queue
 // (a queue with the same TTL as the level's queue of that digit, dead-lettering straight to the
-// dispatch exchange): the digit header of every level the message visits before its last hop,
-// zeros included, [Ladder.LastHopValue] of the last hop's digit in that level's digit header
-// (the plain digit at the level where the order ends, whose queues dead-letter to the dispatch
-// exchange already), and the level in [LastLevelHeader]. The levels after the last hop in travel order get no digit
-// header: the message never reaches them. Its last hop thus dead-letters as a bucket does, into
+// dispatch exchange): the digit header of every level from [Plan.Entry] to the last hop's level
+// in travel order, zeros included, [Ladder.LastHopValue] of the last hop's digit in that level's
+// digit header (the plain digit at the level where the order ends, whose queues dead-letter to
+// the dispatch exchange already), and the level in [LastLevelHeader]. The levels before the
+// entry and after the last hop in travel order get no digit header: the message never reaches
+// them, and every header costs the broker work on each publish and hop. Its last hop thus dead-letters as a bucket does, into
 // the dispatch exchange, instead of into the next level's exchange and on through every
 // remaining level. A topology routes such messages only when it has the last-hop queues and
 // their bindings (topology's Names.LastHopMarker); for one without them use
@@ -119,7 +120,7 @@ func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 		return
 	}
 	for level := range g.levels {
-		if g.beyond(level, last) {
+		if g.beyond(level, last) || g.before(level, p.Entry) {
 			continue
 		}
 		var v int64
@@ -138,8 +139,9 @@ func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 
 // DecodeDigits reads the digits that [Ladder.EncodeDigits] or [Ladder.EncodeRoute] wrote, for
 // diagnostics: one per level, len == Levels(). At the [LastLevelHeader] level, a value from
-// Radix to 2·Radix-1 is [Ladder.LastHopValue] of the digit and reads as that digit; a digit
-// header that EncodeRoute leaves out (a level after that level in travel order) reads as 0; a
+// Radix to 2·Radix-1 is [Ladder.LastHopValue] of the digit and reads as that digit; with
+// LastLevelHeader, a digit header that EncodeRoute leaves out (a level after that level, or
+// before the first level that has a digit header, in travel order) reads as 0; a
 // LastLevelHeader that is not an integer level of the ladder is reported. A value may have any Go integer type (int, int8..int64, uint,
 // uint8..uint64), as amqp091 decodes AMQP's integer types. Every problem is reported,
 // joined, each wrapping [ErrInvalidHeaders]: a digit header that is missing, not an
@@ -165,12 +167,20 @@ func (l Ladder) DecodeDigits(h map[string]any) ([]int, error) {
 			bad(LastLevelHeader, "value %v (%T); want an integer level from 0 to %d", raw, raw, g.levels-1)
 		}
 	}
+	first := -1 // with LastLevelHeader: the first level in travel order that has a digit header
+	if last >= 0 {
+		for level := range g.levels {
+			if _, ok := h[DigitHeader(level)]; ok && (first < 0 || g.before(level, first)) {
+				first = level
+			}
+		}
+	}
 	for level := range g.levels {
 		name := DigitHeader(level)
 		raw, ok := h[name]
 		if !ok {
-			if last >= 0 && g.beyond(level, last) {
-				continue // left out by EncodeRoute: the message leaves the ladder before this level
+			if last >= 0 && (g.beyond(level, last) || (first >= 0 && g.before(level, first))) {
+				continue // left out by EncodeRoute: the message enters the ladder after, or leaves it before, this level
 			}
 			bad(name, "missing; want an integer from 0 to %d", g.mask)
 			continue

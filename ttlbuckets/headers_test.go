@@ -203,8 +203,8 @@ func TestHeaderInt(t *testing.T) {
 	}
 }
 
-// TestEncodeRoute: the last-level header names the last hop's level, the digit headers stop
-// there (in travel order), and DecodeDigits reads the same digits as from EncodeDigits; a plan
+// TestEncodeRoute: the last-level header names the last hop's level, the digit headers start at
+// the entry level and stop at the last hop's (in travel order), and DecodeDigits reads the same digits as from EncodeDigits; a plan
 // without hops gets EncodeDigits' headers.
 func TestEncodeRoute(t *testing.T) {
 	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
@@ -224,16 +224,16 @@ func TestEncodeRoute(t *testing.T) {
 				t.Errorf("%v %v: last-level header %v, want int64 %d", order, d, h[ttlbuckets.LastLevelHeader], last)
 			}
 			for level := range l.Levels() {
-				after := level > last
+				outside := level > last || level < p.Entry
 				if order == ttlbuckets.LongestFirst {
-					after = level < last
+					outside = level < last || level > p.Entry
 				}
 				v, has := h[ttlbuckets.DigitHeader(level)]
 				want := int64(p.Digits[level])
 				if _, more := l.Next(level); level == last && more {
 					want = l.LastHopValue(p.Digits[level]) // into the last-hop queue
 				}
-				if has == after || (has && v != want) {
+				if has == outside || (has && v != want) {
 					t.Errorf("%v %v (last level %d): level %d digit header %v (present %v)", order, d, last, level, v, has)
 				}
 			}
@@ -263,6 +263,17 @@ func TestEncodeRoute(t *testing.T) {
 	delete(h, ttlbuckets.LastLevelHeader)
 	if _, err := l.DecodeDigits(h); !errors.Is(err, ttlbuckets.ErrInvalidHeaders) || !strings.Contains(err.Error(), ttlbuckets.DigitHeader(7)) {
 		t.Errorf("without the last-level header: %v", err)
+	}
+	// A digit header missing between the entry and the last hop is reported, in either order.
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+		l := ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Order: order}
+		p, _ := l.Plan(time.Hour, ttlbuckets.Strict) // digits 0 8 e e 6 3: levels 1 to 5
+		h := map[string]any{}
+		l.EncodeRoute(p, h)
+		delete(h, ttlbuckets.DigitHeader(3))
+		if _, err := l.DecodeDigits(h); !errors.Is(err, ttlbuckets.ErrInvalidHeaders) || !strings.Contains(err.Error(), ttlbuckets.DigitHeader(3)) {
+			t.Errorf("%v: level 3 left out between entry and last hop: %v", order, err)
+		}
 	}
 	for _, bad := range []any{int64(8), int64(-1), "4"} {
 		h[ttlbuckets.LastLevelHeader] = bad

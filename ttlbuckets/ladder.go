@@ -289,6 +289,15 @@ func (g geometry) beyond(level, last int) bool {
 	return level > last
 }
 
+// before reports whether level comes before entry in travel order: a message that enters the
+// ladder at level entry never reaches it.
+func (g geometry) before(level, entry int) bool {
+	if g.order == LongestFirst {
+		return level > entry
+	}
+	return level < entry
+}
+
 // Next returns the level to which level's queues and pass-through binding hand a message:
 // with [ShortestFirst], level+1 (and ok false at the top level: the dispatch exchange);
 // with [LongestFirst], level-1 (ok false at level 0). When ok is false next is -1; so it
