@@ -6,12 +6,13 @@ import "sync"
 // remembered (the Publisher then checks or isolates it again each time).
 const maxNames = 1024
 
-// nameSet is a set of at most maxNames exchange names, safe for concurrent use: the exchanges
-// the Publisher knows to exist (checkExchange) and those that took a publish on the connection
-// (refusals). The zero value is empty and ready to use.
+// nameSet is a set of at most maxNames exchange names (limit, when larger), safe for
+// concurrent use: the exchanges the Publisher knows to exist (checkExchange) and those that took
+// a publish on the connection (refusals). The zero value is empty and ready to use.
 type nameSet struct {
 	mu    sync.RWMutex
 	names map[string]struct{}
+	limit int // set before first use; <= maxNames: maxNames
 }
 
 func (s *nameSet) add(name string) {
@@ -19,7 +20,7 @@ func (s *nameSet) add(name string) {
 	if s.names == nil {
 		s.names = make(map[string]struct{})
 	}
-	if len(s.names) < maxNames {
+	if len(s.names) < max(s.limit, maxNames) {
 		s.names[name] = struct{}{}
 	}
 	s.mu.Unlock()

@@ -64,6 +64,10 @@ type Publisher struct {
 	// lastHop: the topology has the ladder's last-hop queues (topology.Names.LastHopMarker,
 	// checked on every connect), so ladder messages carry ttlbuckets.Ladder.EncodeRoute's headers.
 	lastHop atomic.Bool
+	// entry: the topology has an entry exchange per ladder queue and last-hop queue
+	// (topology.Names.EntryMarker, checked on every connect); with lastHop, a ladder message is
+	// published to its first queue's entry exchange (firstQueue).
+	entry atomic.Bool
 	// pluginLost is set when a publish found the plugin exchange gone (404); while it is set,
 	// publishes re-probe for the exchange at most every pluginReprobe (nextProbe: Unix ns).
 	pluginLost atomic.Bool
@@ -199,6 +203,10 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		p.targets[t.Name] = struct{}{}
 		p.knowExchange(t.Name) // checkTopology checks that it exists
 	}
+	// Room among the exchanges trusted after a confirm for every exchange of the delay topology
+	// (per copy: the ladder's levels and last-hop exchanges, an entry exchange per ladder and
+	// last-hop queue; the buckets' exchange), beside maxNames targets of direct publishes.
+	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*2*(len(ladder.Queues())+ladder.Levels()) + 1
 	if p.metrics, err = newPubMetrics(o.metricsReg, p); err != nil {
 		return nil, err
 	}
@@ -424,12 +432,27 @@ func (p *Publisher) destination(c choice, target string, shard int) (dest string
 	case PathBucket:
 		return p.names.BucketExchange(), 1, true
 	case PathLadder:
+		if p.entry.Load() && p.lastHop.Load() {
+			return p.names.LadderEntryExchange(p.firstQueue(&c, shard)), len(c.plan.Hops), true
+		}
 		return p.names.LadderExchangeCopy(c.plan.Entry, shard), len(c.plan.Hops), true
 	case PathPlugin:
 		// The plugin answers every delayed publish with NO_ROUTE when mandatory is set.
 		return p.names.PluginExchange(), 1, false
 	}
 	return target, 0, true
+}
+
+// firstQueue returns the queue of a ladder message's first hop in copy shard of the ladder: the
+// queue of its digit at its entry level, or, when that hop is also its last and the level's
+// queues dead-letter into the next level, the last-hop queue of that digit (which
+// ttlbuckets.Ladder.EncodeRoute's headers lead to through the level's exchange).
+func (p *Publisher) firstQueue(c *choice, shard int) string {
+	h := c.plan.Hops[0]
+	if _, more := p.ladder.Next(h.Level); more && len(c.plan.Hops) == 1 {
+		return p.names.LadderLastHopQueueCopy(h.Level, h.Digit, shard)
+	}
+	return p.names.LadderQueueCopy(h.Level, h.Digit, shard)
 }
 
 // shardOf returns the copy of the ladder (0 to shards-1) a message with this id travels

@@ -218,6 +218,8 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	// The last-hop queues are optional: a topology applied before they existed routes messages
 	// that carry every level's digit (ttlbuckets.Ladder.EncodeDigits).
 	checks = append(checks, check{exchange: p.names.LastHopMarker(l, p.cfg.Spec.Shards), found: p.lastHop.Store})
+	// So are the entry exchanges: without them the first hop goes through the level's exchange.
+	checks = append(checks, check{exchange: p.names.EntryMarker(l, p.cfg.Spec.Shards), found: p.entry.Store})
 	done := make(chan error, 1)
 	go func() {
 		for _, c := range checks {

@@ -45,7 +45,10 @@ var (
 // bucket's headers routing from its headers. The cases alternate over
 // -pipelined-rounds rounds, each case in a vhost of its own per round. Reports msg/s per case
 // and the ratio to raw (x_raw) in "summary"; its table adds each case's ratio to raw round by
-// round (range and median, roundRatios), and per case the broker's CPU time per message
+// round (range and median, roundRatios), for bucket-1h, ladder-1h-longest-first and direct their
+// ratio to the raw case of their route round by round (raw-bucket-headers-exchange,
+// raw-headers-exchange, raw-topic-exchange: what rabbitdelay's own code costs beside the
+// broker's routing), and per case the broker's CPU time per message
 // over the case's run (broker_us/msg, from /proc, when the broker runs on this machine: what
 // the broker spent while the case ran, its publishes and any hops falling due in it), and this
 // process's CPU time per message (client_us/msg, getrusage: the publishing side, amqp091-go
@@ -57,6 +60,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		name  string
 		setup func(testing.TB) func(ctx context.Context, i int) (wait func() error, err error)
 		delay func(i int) time.Duration
+		route string // the raw case that takes the same route without rabbitdelay code, if any
 	}
 	hour := func(int) time.Duration { return time.Hour }
 	short := func(int) time.Duration {
@@ -97,10 +101,10 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		{name: "raw-topic-exchange", setup: rawTopicPipelined},
 		{name: "raw-bucket-headers-exchange", setup: rawBucketHeadersPipelined},
 		{name: "raw-bucket-fanout-exchange", setup: rawBucketFanoutPipelined},
-		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 })},
+		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 }), route: "raw-topic-exchange"},
 		{name: "ladder-1h", setup: deferred(defaultLadderCase("ladder"), hour)},
-		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, topology.Quorum, ""), hour)},
-		{name: "bucket-1h", setup: deferred(bucket, hour)},
+		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, topology.Quorum, ""), hour), route: "raw-headers-exchange"},
+		{name: "bucket-1h", setup: deferred(bucket, hour), route: "raw-bucket-headers-exchange"},
 		{name: "ladder-1-10s", setup: deferred(defaultLadderCase("ladder"), short)},
 	}
 	n := *pipelinedN
@@ -135,9 +139,15 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	}
 	total := float64(n * *pipelinedRounds * b.N)
 	rows := reportRates(b, names, took, total)
-	rows[0] = append(rows[0], "x raw by round", "client us/msg", "broker us/msg")
-	for k := range cases {
-		rows[k+1] = append(rows[k+1], roundRatios(runs[0], runs[k]))
+	rows[0] = append(rows[0], "x raw by round", "x route by round", "client us/msg", "broker us/msg")
+	for k, c := range cases {
+		route := ""
+		if r := slices.Index(names, c.route); r >= 0 {
+			if x := roundRatios(runs[r], runs[k]); x != "" {
+				route = c.route + " " + x
+			}
+		}
+		rows[k+1] = append(rows[k+1], roundRatios(runs[0], runs[k]), route)
 		if client[k] > 0 {
 			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(client[k].Microseconds())/total))
 		}
@@ -320,15 +330,18 @@ func bucketShapedMsg(due time.Time) func(int) amqp.Publishing {
 	return publisherShapedMsg(due, func(h amqp.Table) { h[ttlbuckets.BucketHeader] = time.Hour.Milliseconds() })
 }
 
-// ladderShapedMsg returns messages with the headers the Publisher sets on a default-ladder
-// message due at due after a delay of 1 h: publisherShapedMsg's and every level's digit header.
+// ladderShapedMsg returns messages with the headers the Publisher sets on a longest-first
+// default-ladder message due at due after a delay of 1 h, on a topology with last-hop queues:
+// publisherShapedMsg's, the digit headers of levels 5 (its entry) to 1 (its last hop) and the
+// last-level header (ttlbuckets.Ladder.EncodeRoute).
 func ladderShapedMsg(due time.Time) func(int) amqp.Publishing {
 	l := ttlbuckets.DefaultLadder()
+	l.Order = ttlbuckets.LongestFirst
 	plan, err := l.Plan(time.Hour, ttlbuckets.RoundUp)
 	if err != nil {
 		panic(err)
 	}
-	return publisherShapedMsg(due, func(h amqp.Table) { l.EncodeDigits(plan, h) })
+	return publisherShapedMsg(due, func(h amqp.Table) { l.EncodeRoute(plan, h) })
 }
 
 // publisherShapedMsg returns benchPublishing's messages with what the Publisher adds on every

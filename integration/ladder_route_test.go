@@ -108,7 +108,23 @@ func TestLadderLastLevel(t *testing.T) {
 				}
 				sent[m.MessageId] = -1
 			}
-			checkArrivals(t, l, n, got, sent, 4*time.Second)
+			checkArrivals(t, l, n, got, sent, 4*time.Second, true)
+
+			// Without the entry exchanges' marker a new Publisher sends the first hop through the
+			// entry level's exchange.
+			if err := ch.ExchangeDelete(n.EntryMarker(l, 1), false, false); err != nil {
+				t.Fatalf("delete the entry marker: %v", err)
+			}
+			noEntry := newPublisher(t, env, spec)
+			sent = map[string]int{}
+			for d, last := range delays {
+				r, err := noEntry.Publish(ctx, target, "k", textMsg("level exchange "+d.String()), d)
+				if err != nil {
+					t.Fatalf("publish %v without the entry marker: %v", d, err)
+				}
+				sent[r.MessageID] = last
+			}
+			checkArrivals(t, l, n, got, sent, 4*time.Second, false)
 
 			// Without the marker a new Publisher falls back to every level's digit.
 			if err := ch.ExchangeDelete(n.LastHopMarker(l, 1), false, false); err != nil {
@@ -123,7 +139,7 @@ func TestLadderLastLevel(t *testing.T) {
 				}
 				sent[r.MessageID] = -1
 			}
-			checkArrivals(t, l, n, got, sent, 4*time.Second)
+			checkArrivals(t, l, n, got, sent, 4*time.Second, false)
 		})
 	}
 }
@@ -164,7 +180,7 @@ func TestLadderRadix64Digits(t *testing.T) {
 					sent[r.MessageID] = plan.LastLevel()
 				}
 			}
-			checkArrivals(t, l, topology.Names{Prefix: spec.Prefix}, got, sent, 30*time.Second)
+			checkArrivals(t, l, topology.Names{Prefix: spec.Prefix}, got, sent, 30*time.Second, true)
 		})
 	}
 }
@@ -172,8 +188,10 @@ func TestLadderRadix64Digits(t *testing.T) {
 // checkArrivals waits for every message of sent (message ID -> the last level its headers
 // name, or -1 for a message that must carry every level's digit and no last-level header),
 // checks each arrived once, on time, with the headers its route needs, and that nothing else
-// arrives.
-func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-chan arrival, sent map[string]int, within time.Duration) {
+// arrives. For a message with the last-level header, x-death must show that its first queue
+// was entered from that queue's entry exchange (viaEntry) or else from its entry level's
+// exchange.
+func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-chan arrival, sent map[string]int, within time.Duration, viaEntry bool) {
 	t.Helper()
 	seen := map[string]bool{}
 	for range sent {
@@ -191,12 +209,14 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-ch
 		}
 		seen[id] = true
 		h := r.d.Headers
-		var queues []string // the queues the message was dead-lettered from (x-death)
+		var queues []string         // the queues the message was dead-lettered from (x-death)
+		from := map[string]string{} // queue -> the exchange the message entered it from
 		deaths, _ := h["x-death"].([]any)
 		for _, d := range deaths {
 			if e, ok := d.(amqp.Table); ok {
 				q, _ := e["queue"].(string)
 				queues = append(queues, q)
+				from[q], _ = e["exchange"].(string)
 			}
 		}
 		if last < 0 {
@@ -218,19 +238,27 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-ch
 		if h[ttlbuckets.LastLevelHeader] != int64(last) {
 			t.Errorf("%q: %s = %v, want %d", id, ttlbuckets.LastLevelHeader, h[ttlbuckets.LastLevelHeader], last)
 		}
-		for level := range l.Levels() {
-			after := level > last
-			if l.Order == ttlbuckets.LongestFirst {
-				after = level < last
-			}
-			if _, has := h[ttlbuckets.DigitHeader(level)]; has == after {
-				t.Errorf("%q (last level %d): digit header of level %d present = %v", id, last, level, has)
-			}
-		}
 		digits, err := l.DecodeDigits(h)
 		if err != nil {
 			t.Errorf("%q: DecodeDigits: %v", id, err)
 			continue
+		}
+		// Digit headers from the entry (the first non-zero digit in travel order) to the last
+		// hop's level, and none outside: the message never reaches those levels.
+		entry := -1
+		for level, d := range digits {
+			if d != 0 && (entry < 0 || l.Order == ttlbuckets.LongestFirst) {
+				entry = level // the lowest non-zero level, or for longest-first the highest
+			}
+		}
+		for level := range l.Levels() {
+			outside := level > last || level < entry
+			if l.Order == ttlbuckets.LongestFirst {
+				outside = level < last || level > entry
+			}
+			if _, has := h[ttlbuckets.DigitHeader(level)]; has == outside {
+				t.Errorf("%q (entry level %d, last level %d): digit header of level %d present = %v", id, entry, last, level, has)
+			}
 		}
 		// The last hop went through the last-hop queue of its level and digit, unless its level
 		// is where the order ends (its queues dead-letter into the dispatch exchange already).
@@ -240,6 +268,19 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-ch
 		}
 		if !slices.Contains(queues, want) {
 			t.Errorf("%q (last level %d): dead-lettered from %v, want %s among them", id, last, queues, want)
+		}
+		// The first queue: the last-hop queue when the first hop is also the last (at a level
+		// that has last-hop queues), else the entry level's queue of its digit.
+		first := n.LadderQueueCopy(entry, digits[entry], 0)
+		if entry == last {
+			first = want
+		}
+		wantFrom := n.LadderExchange(entry)
+		if viaEntry {
+			wantFrom = n.LadderEntryExchange(first)
+		}
+		if from[first] != wantFrom {
+			t.Errorf("%q (entry level %d): entered its first queue %s from %q, want %q (x-death %v)", id, entry, first, from[first], wantFrom, deaths)
 		}
 	}
 	noDelivery(t, got, time.Second)
@@ -283,7 +324,7 @@ func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
 			}
 			sent[r.MessageID] = last
 		}
-		checkArrivals(t, l, n, got, sent, 4*time.Second)
+		checkArrivals(t, l, n, got, sent, 4*time.Second, true)
 	}
 
 	// The earlier version's bindings, beside the last-hop exchanges.

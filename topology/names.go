@@ -24,6 +24,8 @@ import (
 //	<prefix>.ladder.LL.sK      headers exchange of level LL in copy K >= 1 of the ladder (Spec.Shards)
 //	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in copy K >= 1
 //	<prefix>.ladder.LL.sK.last, <prefix>.ladder.LL.DD.sK.last  the same for copy K >= 1
+//	<queue>.entry              fanout exchange bound to the ladder or last-hop queue <queue> alone:
+//	                           a message's first hop is published there (see [Names.LadderEntryExchange])
 //	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)
 //	<prefix>.bucket.<ms>ms     bucket queue with x-message-ttl <ms>
 //	<prefix>.plugin            x-delayed-message exchange (x-delayed-type headers), bound to D
@@ -94,6 +96,15 @@ func (n Names) LadderLastHopExchangeCopy(level, shard int) string {
 	return n.LadderExchangeCopy(level, shard) + ".last"
 }
 
+// LadderEntryExchange is the fanout exchange bound to the ladder queue or last-hop queue named
+// queue ([Names.LadderQueueCopy], [Names.LadderLastHopQueueCopy]) and to nothing else: queue +
+// ".entry", e.g. rabbitdelay.ladder.05.03.entry. A Publisher sends a ladder message's first hop
+// there when the topology has them ([Names.EntryMarker]): a fanout exchange routes without
+// reading the message's headers, where the level's headers exchange tests each of its bindings
+// against them (rabbit_exchange_type_headers). The routing key, which the message keeps for its
+// target, plays no part in either.
+func (n Names) LadderEntryExchange(queue string) string { return queue + ".entry" }
+
 // LadderExchangeCopy is the headers exchange of ladder level level in copy shard of the ladder
 // (see [Spec.Shards]): [Names.LadderExchange] for copy 0, <prefix>.ladder.LL.sK for copy K.
 func (n Names) LadderExchangeCopy(level, shard int) string {
@@ -135,6 +146,20 @@ func (n Names) LastHopMarker(l ttlbuckets.Ladder, shards int) string {
 		return n.ShardsMarker(l, shards) + ".last-hop"
 	}
 	return n.LadderMarker(l) + ".last-hop"
+}
+
+// EntryMarker is an empty fanout exchange that records that every ladder queue and last-hop
+// queue of every copy of the ladder l (shards copies; 1 or less: the ladder alone) has its
+// entry exchange ([Names.LadderEntryExchange]) bound to it. Its name is [Names.LastHopMarker]'s
+// with .entry in place of .last-hop, e.g. rabbitdelay.ladder.1ms.r16.shortest-first.l08.entry.
+// A Publisher that finds it and the LastHopMarker (passive declares) publishes each ladder
+// message to the entry exchange of its first queue; without it, to the entry level's headers
+// exchange, which routes the same message to the same queue.
+func (n Names) EntryMarker(l ttlbuckets.Ladder, shards int) string {
+	if shards > 1 {
+		return n.ShardsMarker(l, shards) + ".entry"
+	}
+	return n.LadderMarker(l) + ".entry"
 }
 
 // LadderMarker is an empty fanout exchange whose name records the ladder the topology was

@@ -294,6 +294,11 @@ func (s Spec) Plan() (*Plan, error) {
 	if s.Shards > 1 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastHopMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	}
+	// Likewise every copy's queues have their entry exchanges (Names.EntryMarker).
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.EntryMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	if s.Shards > 1 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.EntryMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	}
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}
@@ -355,6 +360,21 @@ func (s Spec) Plan() (*Plan, error) {
 				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueCopy(l, q.Digit, k), Args: s.QueueType.delayArgs(q.TTL, n.Dispatch()),
 					Role: RoleLadder, Level: l, Digit: q.Digit, LastHop: true, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
 			}
+		}
+	}
+	// Entry exchanges: a fanout exchange per ladder queue and last-hop queue, bound to it alone,
+	// for a message's first hop (Names.LadderEntryExchange).
+	// Its binding has the tier of the level's bindings into the queue (1 for a last-hop queue,
+	// which dead-letters into D): declared once the queue's downstream routes.
+	for _, q := range p.Queues {
+		if q.Role == RoleLadder {
+			x := n.LadderEntryExchange(q.Name)
+			tier := dist[q.Level]
+			if q.LastHop {
+				tier = 1
+			}
+			p.Exchanges = append(p.Exchanges, Exchange{Name: x, Type: amqp.ExchangeFanout, Role: RoleLadder, Level: q.Level, Shard: q.Shard})
+			p.Bindings = append(p.Bindings, Binding{Source: x, Destination: q.Name, DestinationType: DestQueue, Role: RoleLadder, Tier: tier})
 		}
 	}
 	for _, q := range bucketQs {

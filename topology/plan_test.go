@@ -42,19 +42,19 @@ func TestPlanDefaultCounts(t *testing.T) {
 		what      string
 		got, want int
 	}{
-		{"ladder exchanges (8 levels, the last-hop exchanges of levels 0-6, the marker and the last-level marker)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 7 + 2},
+		{"ladder exchanges (8 levels, the last-hop exchanges of levels 0-6, an entry exchange per ladder and last-hop queue, the markers of the ladder, the last-hop queues and the entry exchanges)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 7 + 225 + 3},
 		{"ladder queues (and last-hop queues on levels 0-6)", countRole(p.Queues, qRole, RoleLadder), 120 + 105},
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
-		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 7 + 2 + 3 + 1 + 1 + 2},
+		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 7 + 225 + 3 + 3 + 1 + 1 + 2},
 		{"queues", len(p.Queues), 122 + 105},
-		{"ladder bindings (digits, pass-through, to the last-hop exchanges, last-hop queues)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7 + 105},
+		{"ladder bindings (digits, pass-through, to the last-hop exchanges, last-hop queues, entry exchanges)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7 + 105 + 225},
 		{"obsolete bindings (levels 0-6 straight to their last-hop queues)", len(p.Obsolete), 105},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
 		{"retry bindings (D -> retry; no ready queue)", countRole(p.Bindings, bRole, RoleRetry), 1},
-		{"bindings", len(p.Bindings), 240 + 1 + 2 + 1 + 1},
+		{"bindings", len(p.Bindings), 240 + 225 + 1 + 2 + 1 + 1},
 		{"policies", len(p.Policies), 3},
 		{"existing", len(p.Existing), 1},
 	}
@@ -546,8 +546,8 @@ func TestTargetMarker(t *testing.T) {
 			markers = append(markers, e.Name)
 		}
 	}
-	if len(markers) != 5 || !slices.Contains(markers, n.LastHopMarker(ttlbuckets.DefaultLadder(), 1)) {
-		t.Errorf("markers %v, want the ladder's, its last-hop queues', two targets' and the retry exchange's", markers)
+	if len(markers) != 6 || !slices.Contains(markers, n.LastHopMarker(ttlbuckets.DefaultLadder(), 1)) || !slices.Contains(markers, n.EntryMarker(ttlbuckets.DefaultLadder(), 1)) {
+		t.Errorf("markers %v, want the ladder's, its last-hop queues', its entry exchanges', two targets' and the retry exchange's", markers)
 	}
 }
 
