@@ -42,8 +42,10 @@ type Receipt struct {
 	Hops int
 	// MessageID is the message's ID: the caller's, or a UUID the Publisher generated ([Receipt.ID]).
 	MessageID string
-	// Exchange is the exchange the message was published to: the target itself (direct) or
-	// the delay topology's entry exchange.
+	// Exchange is the exchange the message was published to: the target itself (direct); for
+	// a ladder message its first queue's entry exchange (topology.Names.LadderEntryExchange),
+	// or its entry level's exchange on a topology without entry exchanges; the bucket exchange;
+	// the plugin exchange.
 	Exchange string
 }
 

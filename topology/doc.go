@@ -35,7 +35,10 @@
 //     its bindings against every message (rabbit_exchange_type_headers): p.ladder.LL keeps
 //     radix + 1 bindings, not 2 x radix - 1. Earlier versions bound p.ladder.LL straight to the
 //     last-hop queues; Apply removes those bindings ([Plan.Obsolete]). The marker [Names.LastHopMarker],
-//     declared last, tells publishers the last-hop queues exist. The TTLs and header names come
+//     declared last, tells publishers the last-hop queues exist. Every ladder queue and last-hop
+//     queue also has an entry exchange, the fanout exchange <queue>.entry
+//     ([Names.LadderEntryExchange]) bound to it alone: a Publisher sends a message's first hop
+//     there, unread headers and all, when the marker [Names.EntryMarker] exists. The TTLs and header names come
 //     from package ttlbuckets ([ttlbuckets.DelayQueues], [ttlbuckets.DigitHeader]); nothing is
 //     computed twice.
 //   - With buckets, the headers exchange p.buckets and per bucket the queue p.bucket.<ms>ms,
