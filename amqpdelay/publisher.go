@@ -304,7 +304,10 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		}
 	}
 	shard := shardOf(out.MessageId, p.cfg.Spec.Shards) // the copy of the ladder (PathLadder)
-	dest, hops, mandatory := p.destination(c, exchange, shard)
+	// Read once, so that the route, the headers and the dead-letter reserve of one message agree
+	// (the marker checks of a reconnection may change it meanwhile; every combination routes).
+	lastHop := p.lastHop.Load()
+	dest, hops, mandatory := p.destination(c, exchange, shard, lastHop)
 	// alone: sent again on the serial channel because a refusal closed the shared channel it
 	// was in flight on (closedByRefusal).
 	alone := false
@@ -321,7 +324,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			if c, err = (chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}).choose(delay); err != nil {
 				return Receipt{}, err
 			}
-			dest, hops, mandatory = p.destination(c, exchange, shard)
+			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
 		}
 		if c.path != PathDirect { // a direct publish asked before the exchange check
 			if err := p.refusals.earlier(dest); err != nil {
@@ -354,7 +357,6 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			}
 		}
 		due := time.Now().Add(c.effective)
-		lastHop := p.lastHop.Load()
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, lastHop, exchange, due)
 		out.Headers[CopyHeader] = tag
 		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest, shard, lastHop) // none on the plugin and direct paths
@@ -372,6 +374,10 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		}
 		if err != nil && c.path == PathPlugin && p.pluginGone(err) {
 			continue // chosen again at the top, without the plugin
+		}
+		if err != nil && c.path == PathLadder && p.entryGone(err, dest) {
+			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
+			continue // sent again through the entry level's exchange
 		}
 		if err != nil && c.path == PathDirect && isExchangeNotFound(err, dest) {
 			p.forgetExchange(dest) // deleted since it was checked: the next publish checks again
@@ -428,13 +434,15 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 }
 
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is
-// mandatory; a ladder publish enters copy shard of the ladder (see topology.Spec.Shards).
-func (p *Publisher) destination(c choice, target string, shard int) (dest string, hops int, mandatory bool) {
+// mandatory; a ladder publish enters copy shard of the ladder (see topology.Spec.Shards), through
+// its first queue's entry exchange when the topology has them and lastHop (the message's
+// headers then follow ttlbuckets.Ladder.EncodeRoute).
+func (p *Publisher) destination(c choice, target string, shard int, lastHop bool) (dest string, hops int, mandatory bool) {
 	switch c.path {
 	case PathBucket:
 		return p.names.BucketExchange(), 1, true
 	case PathLadder:
-		if p.entry.Load() && p.lastHop.Load() {
+		if lastHop && p.entry.Load() {
 			return p.names.LadderEntryExchange(p.firstQueue(&c, shard)), len(c.plan.Hops), true
 		}
 		return p.names.LadderExchangeCopy(c.plan.Entry, shard), len(c.plan.Hops), true
@@ -573,6 +581,23 @@ func (p *Publisher) pluginGone(err error) bool {
 		p.pluginLost.Store(true)
 		p.log.Warn().Str("exchange", p.names.PluginExchange()).
 			Msg("amqpdelay: the plugin exchange is gone (404); publishing without the plugin until it is declared again (`declare apply`)")
+	}
+	return true
+}
+
+// entryGone reports whether err is RabbitMQ's 404 for dest, a ladder entry exchange (deleted
+// while the connection stayed up, e.g. by a teardown and an apply of a version without them):
+// the Publisher then stops using the entry exchanges until its next connection checks their
+// marker again, and the caller sends the message again through the entry level's exchange
+// (nothing was routed; as after any channel closed by a refusal, a publish stored before the
+// 404 whose confirm was lost with the channel is stored twice).
+func (p *Publisher) entryGone(err error, dest string) bool {
+	if !p.entry.Load() || !strings.HasSuffix(dest, ".entry") || !isExchangeNotFound(err, dest) {
+		return false
+	}
+	if p.entry.CompareAndSwap(true, false) {
+		p.log.Warn().Str("exchange", dest).
+			Msg("amqpdelay: a ladder entry exchange is gone (404); publishing through the ladder levels' exchanges until the next connection (`declare apply` declares them again)")
 	}
 	return true
 }

@@ -131,3 +131,49 @@ func truncated(name string) error {
 	}
 	return fmt.Errorf("%w: %w", ErrConnectionLost, &amqp.Error{Code: amqp.NotFound, Reason: reason})
 }
+
+// TestLadderDestination: a ladder publish goes to the entry exchange of its first queue only
+// when the topology has both the entry exchanges and the last-hop queues: the last-hop queue's
+// when its one hop is at a level with a next level, the level's queue when the hop is at the
+// level where the order ends or the message has more hops; in the copy given; otherwise to
+// the entry level's exchange of that copy.
+func TestLadderDestination(t *testing.T) {
+	n := topology.Names{Prefix: "d"}
+	cases := []struct {
+		order ttlbuckets.Order
+		delay time.Duration
+		queue func(shard int) string // the first queue
+	}{
+		// Shortest-first, radix 16: level 7 ends the order.
+		{ttlbuckets.ShortestFirst, 3 * time.Millisecond, func(k int) string { return n.LadderLastHopQueueCopy(0, 3, k) }},
+		{ttlbuckets.ShortestFirst, 0x33 * time.Millisecond, func(k int) string { return n.LadderQueueCopy(0, 3, k) }},
+		{ttlbuckets.ShortestFirst, 0x20000000 * time.Millisecond, func(k int) string { return n.LadderQueueCopy(7, 2, k) }},
+		// Longest-first: level 0 ends the order.
+		{ttlbuckets.LongestFirst, 3 * time.Millisecond, func(k int) string { return n.LadderQueueCopy(0, 3, k) }},
+		{ttlbuckets.LongestFirst, 0x300 * time.Millisecond, func(k int) string { return n.LadderLastHopQueueCopy(2, 3, k) }},
+		{ttlbuckets.LongestFirst, 0x301 * time.Millisecond, func(k int) string { return n.LadderQueueCopy(2, 3, k) }},
+	}
+	for _, tc := range cases {
+		l := ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Order: tc.order}.WithDefaults()
+		plan, err := l.Plan(tc.delay, ttlbuckets.Strict)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := choice{path: PathLadder, plan: plan}
+		for _, shard := range []int{0, 2} {
+			for _, flags := range []struct{ entry, lastHop bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
+				p := &Publisher{names: n, ladder: l}
+				p.entry.Store(flags.entry)
+				dest, hops, mandatory := p.destination(c, "orders", shard, flags.lastHop)
+				want := n.LadderExchangeCopy(plan.Entry, shard)
+				if flags.entry && flags.lastHop {
+					want = n.LadderEntryExchange(tc.queue(shard))
+				}
+				if dest != want || hops != len(plan.Hops) || !mandatory {
+					t.Errorf("%v %v, copy %d, entry %v, last hop %v: destination %q, %d hops, mandatory %v; want %q, %d, true",
+						tc.order, tc.delay, shard, flags.entry, flags.lastHop, dest, hops, mandatory, want, len(plan.Hops))
+				}
+			}
+		}
+	}
+}

@@ -247,7 +247,9 @@ func declare(tb testing.TB, c delayCase) setup {
 }
 
 // rebindDirectLastHop gives the applied plan p the shape it had before the last-hop exchanges:
-// p.Obsolete bound, and every binding into a last-hop exchange removed.
+// p.Obsolete bound, every binding into a last-hop exchange removed, and the entry exchanges'
+// marker deleted (a Publisher started afterwards enters the ladder through the level's
+// exchange, as then).
 func rebindDirectLastHop(tb testing.TB, conn *amqp.Connection, p *topology.Plan) {
 	tb.Helper()
 	ch, err := conn.Channel()
@@ -272,6 +274,9 @@ func rebindDirectLastHop(tb testing.TB, conn *amqp.Connection, p *topology.Plan)
 	}
 	if n == 0 || len(p.Obsolete) == 0 {
 		tb.Fatalf("rebindDirectLastHop: %d bindings into last-hop exchanges, %d obsolete bindings; want some of each", n, len(p.Obsolete))
+	}
+	if err := ch.ExchangeDelete(p.Names.EntryMarker(p.Ladder, p.Spec.Shards), false, false); err != nil {
+		tb.Fatalf("delete the entry marker: %v", err)
 	}
 }
 

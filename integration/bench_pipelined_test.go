@@ -47,8 +47,8 @@ var (
 // and the ratio to raw (x_raw) in "summary"; its table adds each case's ratio to raw round by
 // round (range and median, roundRatios), for bucket-1h, ladder-1h-longest-first and direct their
 // ratio to the raw case of their route round by round (raw-bucket-headers-exchange,
-// raw-headers-exchange, raw-topic-exchange: what rabbitdelay's own code costs beside the
-// broker's routing), and per case the broker's CPU time per message
+// raw-fanout-exchange (the ladder's first hop goes through its queue's entry exchange),
+// raw-topic-exchange: what rabbitdelay's own code costs beside the broker's routing), and per case the broker's CPU time per message
 // over the case's run (broker_us/msg, from /proc, when the broker runs on this machine: what
 // the broker spent while the case ran, its publishes and any hops falling due in it), and this
 // process's CPU time per message (client_us/msg, getrusage: the publishing side, amqp091-go
@@ -103,7 +103,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		{name: "raw-bucket-fanout-exchange", setup: rawBucketFanoutPipelined},
 		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 }), route: "raw-topic-exchange"},
 		{name: "ladder-1h", setup: deferred(defaultLadderCase("ladder"), hour)},
-		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, topology.Quorum, ""), hour), route: "raw-headers-exchange"},
+		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, topology.Quorum, ""), hour), route: "raw-fanout-exchange"},
 		{name: "bucket-1h", setup: deferred(bucket, hour), route: "raw-bucket-headers-exchange"},
 		{name: "ladder-1-10s", setup: deferred(defaultLadderCase("ladder"), short)},
 	}

@@ -63,8 +63,11 @@ func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
 // exactly once, never early, carrying the last-level header and no digit header of a level
 // after L. A message sent with every level's digit header (a Publisher of a topology without
 // last-hop queues, or one published before them) still takes the ladder's own queues and passes
-// through the remaining levels, and arrives exactly once. Without the marker the Publisher sends
-// every level's digit and no last-level header.
+// through the remaining levels, and arrives exactly once. Without the last-hop marker the
+// Publisher sends every level's digit and no last-level header, through the entry level's
+// exchange; without the entry marker it sends the last-level header through that exchange.
+// x-death shows each message of the Publisher entering its first queue from the queue's entry
+// exchange, or, without either marker, from the entry level's exchange.
 func TestLadderLastLevel(t *testing.T) {
 	t.Parallel()
 	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
@@ -110,8 +113,30 @@ func TestLadderLastLevel(t *testing.T) {
 			}
 			checkArrivals(t, l, n, got, sent, 4*time.Second, true)
 
-			// Without the entry exchanges' marker a new Publisher sends the first hop through the
-			// entry level's exchange.
+			// Without the last-hop marker (the entry marker still there) a new Publisher falls
+			// back to every level's digit, through the entry level's exchange.
+			if err := ch.ExchangeDelete(n.LastHopMarker(l, 1), false, false); err != nil {
+				t.Fatalf("delete the last-level marker: %v", err)
+			}
+			old := newPublisher(t, env, spec)
+			sent = map[string]int{}
+			for d := range delays {
+				r, err := old.Publish(ctx, target, "k", textMsg("old "+d.String()), d)
+				if err != nil {
+					t.Fatalf("publish %v without the marker: %v", d, err)
+				}
+				if plan, _ := l.Plan(d, ttlbuckets.Strict); r.Exchange != n.LadderExchange(plan.Entry) {
+					t.Errorf("publish %v without the last-hop marker went to %s, want %s", d, r.Exchange, n.LadderExchange(plan.Entry))
+				}
+				sent[r.MessageID] = -1
+			}
+			checkArrivals(t, l, n, got, sent, 4*time.Second, false)
+
+			// With the last-hop marker and without the entry exchanges' marker a new Publisher
+			// sends the last-level header, and the first hop through the entry level's exchange.
+			if err := ch.ExchangeDeclare(n.LastHopMarker(l, 1), amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+				t.Fatalf("declare the last-level marker again: %v", err)
+			}
 			if err := ch.ExchangeDelete(n.EntryMarker(l, 1), false, false); err != nil {
 				t.Fatalf("delete the entry marker: %v", err)
 			}
@@ -123,21 +148,6 @@ func TestLadderLastLevel(t *testing.T) {
 					t.Fatalf("publish %v without the entry marker: %v", d, err)
 				}
 				sent[r.MessageID] = last
-			}
-			checkArrivals(t, l, n, got, sent, 4*time.Second, false)
-
-			// Without the marker a new Publisher falls back to every level's digit.
-			if err := ch.ExchangeDelete(n.LastHopMarker(l, 1), false, false); err != nil {
-				t.Fatalf("delete the last-level marker: %v", err)
-			}
-			old := newPublisher(t, env, spec)
-			sent = map[string]int{}
-			for d := range delays {
-				r, err := old.Publish(ctx, target, "k", textMsg("old "+d.String()), d)
-				if err != nil {
-					t.Fatalf("publish %v without the marker: %v", d, err)
-				}
-				sent[r.MessageID] = -1
 			}
 			checkArrivals(t, l, n, got, sent, 4*time.Second, false)
 		})
@@ -250,6 +260,10 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-ch
 			if d != 0 && (entry < 0 || l.Order == ttlbuckets.LongestFirst) {
 				entry = level // the lowest non-zero level, or for longest-first the highest
 			}
+		}
+		if entry < 0 {
+			t.Errorf("%q: every digit 0 (%v) with the last-level header", id, digits)
+			continue
 		}
 		for level := range l.Levels() {
 			outside := level > last || level < entry
@@ -372,4 +386,41 @@ func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
 		t.Fatalf("status after apply without the management API: %v, unplanned bindings %v, obsolete %v", err, rep.UnplannedBindings, rep.ObsoleteBindings)
 	}
 	sendAll("new route")
+}
+
+// TestLadderEntryExchangeGone: an entry exchange deleted while the Publisher's connection stays
+// up costs no publish: the publish that meets the 404 is sent again through the entry level's
+// exchange and returns nil once confirmed, later publishes go there too (until the next
+// connection checks the marker again), and every message arrives exactly once, never early.
+func TestLadderEntryExchangeGone(t *testing.T) {
+	t.Parallel()
+	env, spec, target, got := ladderRouteSetup(t, routeLadder(ttlbuckets.ShortestFirst))
+	l := spec.Ladder.WithDefaults()
+	n := topology.Names{Prefix: spec.Prefix}
+	ctx := pubCtx(t)
+	p := newPublisher(t, env, spec)
+	const single, two = 3 * time.Millisecond, 7 * time.Millisecond // radix 4: 0.03 (one hop, level 0) and 0.13 (two hops)
+	publish := func(d time.Duration, wantExchange string) string {
+		t.Helper()
+		r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
+		if err != nil {
+			t.Fatalf("publish %v: %v", d, err)
+		}
+		if r.Exchange != wantExchange {
+			t.Errorf("publish %v went to %s, want %s", d, r.Exchange, wantExchange)
+		}
+		return r.MessageID
+	}
+	gone := n.LadderEntryExchange(n.LadderLastHopQueueCopy(0, 3, 0))
+	id := publish(single, gone)
+	checkArrivals(t, l, n, got, map[string]int{id: 0}, 4*time.Second, true)
+
+	ch := env.Channel(t)
+	if err := ch.ExchangeDelete(gone, false, false); err != nil {
+		t.Fatalf("delete %s: %v", gone, err)
+	}
+	sent := map[string]int{}
+	sent[publish(single, n.LadderExchange(0))] = 0 // meets the 404, sent again
+	sent[publish(two, n.LadderExchange(0))] = 1    // its own entry exchange still exists; not used until a reconnection
+	checkArrivals(t, l, n, got, sent, 4*time.Second, false)
 }

@@ -47,14 +47,18 @@ type Exchange struct {
 	Args amqp.Table `json:"arguments,omitempty"`
 	// Role is the exchange's part in the topology.
 	Role Role `json:"role"`
-	// Level is the ladder level of a RoleLadder exchange, -1 otherwise.
+	// Level is the ladder level of a RoleLadder exchange (a level's headers exchange, its
+	// last-hop exchange, or the entry exchange of one of its queues: see Type and the name),
+	// -1 otherwise and for the markers.
 	Level int `json:"level"`
-	// Shard is the copy of the ladder a ladder level exchange belongs to (0 to Spec.Shards-1;
-	// see [Spec.Shards]), 0 for other exchanges.
+	// Shard is the copy of the ladder a ladder exchange with Level >= 0 belongs to (0 to
+	// Spec.Shards-1; see [Spec.Shards]), 0 for other exchanges.
 	Shard int `json:"shard,omitempty"`
 	// Marker is set for the empty exchanges whose existence tells publishers what was
-	// declared: the ladder marker ([Names.LadderMarker]) and the target markers
-	// ([Names.TargetMarker]). Apply declares them last.
+	// declared: the ladder marker ([Names.LadderMarker]), the markers of its copies, last-hop
+	// queues and entry exchanges ([Names.ShardsMarker], [Names.LastHopMarker],
+	// [Names.EntryMarker]) and the target markers ([Names.TargetMarker]). Apply declares them
+	// last.
 	Marker bool `json:"marker,omitempty"`
 }
 
@@ -153,7 +157,9 @@ type Plan struct {
 	// Ladder is Spec.Ladder with its defaults filled in.
 	Ladder ttlbuckets.Ladder `json:"-"`
 	// Exchanges are the exchanges to declare: D's alternate exchange, D, targets given as
-	// name:type, ladder exchanges, the bucket exchange, the plugin exchange.
+	// name:type, the ladder levels' and last-hop exchanges, the markers, the bucket exchange,
+	// the plugin exchange, and the entry exchange of every ladder and last-hop queue
+	// ([Names.LadderEntryExchange]).
 	Exchanges []Exchange `json:"exchanges"`
 	// Queues are the queues to declare: parking, ready queues, ladder queues, bucket queues.
 	Queues []Queue `json:"queues"`

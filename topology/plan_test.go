@@ -577,3 +577,60 @@ func TestRetryTarget(t *testing.T) {
 		t.Error("a typed target named like the retry exchange was accepted")
 	}
 }
+
+// TestPlanEntryExchanges: with and without copies, every ladder queue and last-hop queue has
+// exactly one entry exchange, a fanout exchange of its level and copy named after it, whose one
+// binding leads to that queue and no other; nothing else is bound from an entry exchange, and
+// the entry marker of the ladder (and of the copies) is declared last with the other markers.
+func TestPlanEntryExchanges(t *testing.T) {
+	for _, shards := range []int{1, 3} {
+		p := mustPlan(t, Spec{Targets: Targets{{Name: "orders"}}, Shards: shards})
+		from := map[string][]Binding{}
+		for _, b := range p.Bindings {
+			from[b.Source] = append(from[b.Source], b)
+		}
+		entries := 0
+		for _, q := range p.Queues {
+			if q.Role != RoleLadder {
+				continue
+			}
+			name := p.Names.LadderEntryExchange(q.Name)
+			e, ok := p.Exchange(name)
+			if !ok || e.Type != amqp.ExchangeFanout || e.Role != RoleLadder || e.Level != q.Level || e.Shard != q.Shard || e.Marker {
+				t.Errorf("shards %d: entry exchange of %s = %+v (found %v), want a fanout ladder exchange of level %d, copy %d", shards, q.Name, e, ok, q.Level, q.Shard)
+				continue
+			}
+			bs := from[name]
+			if len(bs) != 1 || bs[0].Destination != q.Name || bs[0].DestinationType != DestQueue || len(bs[0].Args) != 0 {
+				t.Errorf("shards %d: bindings from %s = %v, want one to the queue %s", shards, name, bs, q.Name)
+			}
+			entries++
+		}
+		if want := shards * 225; entries != want {
+			t.Errorf("shards %d: %d entry exchanges, want %d", shards, entries, want)
+		}
+		for src := range from {
+			if strings.HasSuffix(src, ".entry") {
+				entries--
+			}
+		}
+		if entries != 0 {
+			t.Errorf("shards %d: %d more exchanges named *.entry with bindings than queues", shards, -entries)
+		}
+		markers := []string{p.Names.EntryMarker(p.Ladder, 1)}
+		if shards > 1 {
+			markers = append(markers, p.Names.EntryMarker(p.Ladder, shards))
+		}
+		for _, m := range markers {
+			if e, ok := p.Exchange(m); !ok || !e.Marker || e.Type != amqp.ExchangeFanout {
+				t.Errorf("shards %d: marker %s = %+v (found %v)", shards, m, e, ok)
+			}
+		}
+	}
+	if got := (Names{}).EntryMarker(ttlbuckets.DefaultLadder(), 3); got != "rabbitdelay.ladder.1ms.r16.shortest-first.l08.s03.entry" {
+		t.Errorf("EntryMarker of 3 copies = %q", got)
+	}
+	if got := (Names{Prefix: "a"}).LadderEntryExchange((Names{Prefix: "a"}).LadderLastHopQueueCopy(5, 3, 2)); got != "a.ladder.05.03.s2.last.entry" {
+		t.Errorf("entry exchange of a copy's last-hop queue = %q", got)
+	}
+}

@@ -241,6 +241,15 @@ func TestEncodeRoute(t *testing.T) {
 			if err != nil || !slices.Equal(digits, p.Digits) {
 				t.Errorf("%v %v: DecodeDigits = %v, %v; want %v", order, d, digits, err, p.Digits)
 			}
+			// Messages of earlier versions carry a 0 for every level before the entry too.
+			for level := range l.Levels() {
+				if (order == ttlbuckets.ShortestFirst && level < p.Entry) || (order == ttlbuckets.LongestFirst && level > p.Entry) {
+					h[ttlbuckets.DigitHeader(level)] = int64(0)
+				}
+			}
+			if digits, err := l.DecodeDigits(h); err != nil || !slices.Equal(digits, p.Digits) {
+				t.Errorf("%v %v with zeros before the entry: DecodeDigits = %v, %v; want %v", order, d, digits, err, p.Digits)
+			}
 		}
 		p, _ := l.Plan(0, ttlbuckets.Strict)
 		if p.LastLevel() != -1 {
