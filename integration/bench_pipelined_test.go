@@ -22,6 +22,7 @@ var (
 	pipelinedRounds = flag.Int("pipelined-rounds", 2, "BenchmarkPublishPipelined: rounds; the cases alternate within each round")
 	pipelinedWindow = flag.Int("pipelined-window", 1024, "BenchmarkPublishPipelined: publishes in flight (raw and WithMaxInFlight)")
 	pipelinedChans  = flag.Int("pipelined-channels", amqpdelay.DefaultChannels, "BenchmarkPublishPipelined: the Publisher's WithChannels")
+	pipelinedRawCh  = flag.Int("pipelined-raw-channels", 1, "BenchmarkPublishPipelined: channels of the raw cases (message i goes on channel i mod N)")
 )
 
 // BenchmarkPublishPipelined measures publishing from one goroutine with many confirms in
@@ -360,7 +361,8 @@ func publisherShapedMsg(due time.Time, route func(amqp.Table)) func(int) amqp.Pu
 
 // rawPipelinedTo declares a quorum queue in a vhost of its own, then what declare adds (it
 // returns the exchange and routing key to publish to), and returns a starter that publishes
-// msg(i) on one channel in confirm mode, returning a wait for the deferred confirm.
+// msg(i) in confirm mode on channel i mod -pipelined-raw-channels (default one channel) of one
+// connection, returning a wait for the deferred confirm.
 func rawPipelinedTo(tb testing.TB, declare func(ch *amqp.Channel, q string) (exchange, key string), msg func(int) amqp.Publishing) func(context.Context, int) (func() error, error) {
 	tb.Helper()
 	env := brokertest.NewEnv(tb)
@@ -384,8 +386,19 @@ func rawPipelinedTo(tb testing.TB, declare func(ch *amqp.Channel, q string) (exc
 		tb.Cleanup(func() { _, _ = ch.QueueDelete(q, false, false, false) })
 	}
 	exchange, key := declare(ch, q)
+	chans := []*amqp.Channel{ch}
+	for len(chans) < *pipelinedRawCh {
+		c, err := conn.Channel()
+		if err != nil {
+			tb.Fatalf("channel: %v", err)
+		}
+		if err := c.Confirm(false); err != nil {
+			tb.Fatalf("confirm mode: %v", err)
+		}
+		chans = append(chans, c)
+	}
 	return func(ctx context.Context, i int) (func() error, error) {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, msg(i))
+		dc, err := chans[i%len(chans)].PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, msg(i))
 		if err != nil {
 			return nil, err
 		}
