@@ -128,15 +128,13 @@ func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest s
 		hops := make([]deadLetterHop, len(c.plan.Hops))
 		exchange := dest
 		for i, h := range c.plan.Hops {
-			next, ok := l.Next(h.Level)
-			if lastHop && ok && i == len(c.plan.Hops)-1 {
-				// The last-hop queue (ttlbuckets.Ladder.EncodeRoute) dead-letters into D.
-				hops[i] = deadLetterHop{queue: names.LadderLastHopQueueCopy(h.Level, h.Digit, shard), exchange: exchange, reason: deadLetterReason}
-				exchange = names.Dispatch()
+			queue, lastHopQueue := hopQueue(names, l, &c.plan, i, shard, lastHop)
+			hops[i] = deadLetterHop{queue: queue, exchange: exchange, reason: deadLetterReason}
+			if lastHopQueue {
+				exchange = names.Dispatch() // the last-hop queue dead-letters into D
 				break
 			}
-			hops[i] = deadLetterHop{queue: names.LadderQueueCopy(h.Level, h.Digit, shard), exchange: exchange, reason: deadLetterReason}
-			if ok {
+			if next, ok := l.Next(h.Level); ok {
 				exchange = names.LadderExchangeCopy(next, shard)
 			} else {
 				exchange = names.Dispatch()
@@ -145,6 +143,18 @@ func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest s
 		return hops, exchange
 	}
 	return nil, dest
+}
+
+// hopQueue returns the queue of hop i of plan in copy shard of the ladder: with lastHop (the
+// topology has last-hop queues, ttlbuckets.Ladder.EncodeRoute's headers), the last hop at a
+// level whose queues dead-letter into a next level takes the last-hop queue of its digit
+// (lastHopQueue true); every other hop the level's queue of its digit.
+func hopQueue(names topology.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int, lastHop bool) (queue string, lastHopQueue bool) {
+	h := plan.Hops[i]
+	if _, more := l.Next(h.Level); lastHop && more && i == len(plan.Hops)-1 {
+		return names.LadderLastHopQueueCopy(h.Level, h.Digit, shard), true
+	}
+	return names.LadderQueueCopy(h.Level, h.Digit, shard), false
 }
 
 // Encoded sizes (AMQP 0-9-1 field tables as RabbitMQ writes them): a field is its key (a

@@ -68,7 +68,7 @@ type Publisher struct {
 	lastHop atomic.Bool
 	// entry: the topology has an entry exchange per ladder queue and last-hop queue
 	// (topology.Names.EntryMarker, checked on every connect); with lastHop, a ladder message is
-	// published to its first queue's entry exchange (firstQueue).
+	// published to its first queue's entry exchange (hopQueue).
 	entry atomic.Bool
 	// pluginLost is set when a publish found the plugin exchange gone (404); while it is set,
 	// publishes re-probe for the exchange at most every pluginReprobe (nextProbe: Unix ns).
@@ -376,8 +376,12 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			continue // chosen again at the top, without the plugin
 		}
 		if err != nil && c.path == PathLadder && p.entryGone(err, dest) {
+			// Sent again through the entry level's exchange, alone: other publishes into the gone
+			// exchange may still be in flight on the shared channels, and each 404 closes its
+			// channel with every confirm there.
 			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
-			continue // sent again through the entry level's exchange
+			alone = true
+			continue
 		}
 		if err != nil && c.path == PathDirect && isExchangeNotFound(err, dest) {
 			p.forgetExchange(dest) // deleted since it was checked: the next publish checks again
@@ -443,7 +447,8 @@ func (p *Publisher) destination(c choice, target string, shard int, lastHop bool
 		return p.names.BucketExchange(), 1, true
 	case PathLadder:
 		if lastHop && p.entry.Load() {
-			return p.names.LadderEntryExchange(p.firstQueue(&c, shard)), len(c.plan.Hops), true
+			first, _ := hopQueue(p.names, p.ladder, &c.plan, 0, shard, lastHop)
+			return p.names.LadderEntryExchange(first), len(c.plan.Hops), true
 		}
 		return p.names.LadderExchangeCopy(c.plan.Entry, shard), len(c.plan.Hops), true
 	case PathPlugin:
@@ -451,18 +456,6 @@ func (p *Publisher) destination(c choice, target string, shard int, lastHop bool
 		return p.names.PluginExchange(), 1, false
 	}
 	return target, 0, true
-}
-
-// firstQueue returns the queue of a ladder message's first hop in copy shard of the ladder: the
-// queue of its digit at its entry level, or, when that hop is also its last and the level's
-// queues dead-letter into the next level, the last-hop queue of that digit (which
-// ttlbuckets.Ladder.EncodeRoute's headers lead to through the level's exchange).
-func (p *Publisher) firstQueue(c *choice, shard int) string {
-	h := c.plan.Hops[0]
-	if _, more := p.ladder.Next(h.Level); more && len(c.plan.Hops) == 1 {
-		return p.names.LadderLastHopQueueCopy(h.Level, h.Digit, shard)
-	}
-	return p.names.LadderQueueCopy(h.Level, h.Digit, shard)
 }
 
 // shardOf returns the copy of the ladder (0 to shards-1) a message with this id travels
@@ -590,9 +583,11 @@ func (p *Publisher) pluginGone(err error) bool {
 // the Publisher then stops using the entry exchanges until its next connection checks their
 // marker again, and the caller sends the message again through the entry level's exchange
 // (nothing was routed; as after any channel closed by a refusal, a publish stored before the
-// 404 whose confirm was lost with the channel is stored twice).
+// 404 whose confirm was lost with the channel is stored twice). It does so for every publish
+// the 404 reaches, also those whose channel it closed after the first had turned entry
+// exchanges off.
 func (p *Publisher) entryGone(err error, dest string) bool {
-	if !p.entry.Load() || !strings.HasSuffix(dest, ".entry") || !isExchangeNotFound(err, dest) {
+	if !strings.HasSuffix(dest, ".entry") || !isExchangeNotFound(err, dest) {
 		return false
 	}
 	if p.entry.CompareAndSwap(true, false) {

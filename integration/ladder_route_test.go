@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -389,9 +390,10 @@ func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
 }
 
 // TestLadderEntryExchangeGone: an entry exchange deleted while the Publisher's connection stays
-// up costs no publish: the publish that meets the 404 is sent again through the entry level's
-// exchange and returns nil once confirmed, later publishes go there too (until the next
-// connection checks the marker again), and every message arrives exactly once, never early.
+// up costs no publish: each of 50 publishes in flight into it at once is sent again through the
+// entry level's exchange and returns nil once confirmed, later publishes go there too (until
+// the next connection checks the marker again), and every message arrives exactly once, never
+// early.
 func TestLadderEntryExchangeGone(t *testing.T) {
 	t.Parallel()
 	env, spec, target, got := ladderRouteSetup(t, routeLadder(ttlbuckets.ShortestFirst))
@@ -419,8 +421,27 @@ func TestLadderEntryExchangeGone(t *testing.T) {
 	if err := ch.ExchangeDelete(gone, false, false); err != nil {
 		t.Fatalf("delete %s: %v", gone, err)
 	}
+	// Many publishes in flight at once into the deleted exchange: the first 404 closes a shared
+	// channel under the others too, and every one of them must still be sent again.
 	sent := map[string]int{}
-	sent[publish(single, n.LadderExchange(0))] = 0 // meets the 404, sent again
-	sent[publish(two, n.LadderExchange(0))] = 1    // its own entry exchange still exists; not used until a reconnection
-	checkArrivals(t, l, n, got, sent, 4*time.Second, false)
+	var pending []*amqpdelay.Deferred
+	for i := range 50 {
+		d, err := p.PublishDeferred(ctx, target, "k", textMsg(fmt.Sprintf("in flight %d", i)), single)
+		if err != nil {
+			t.Fatalf("publish deferred %d: %v", i, err)
+		}
+		pending = append(pending, d)
+	}
+	for i, d := range pending {
+		r, err := d.Wait(ctx)
+		if err != nil {
+			t.Fatalf("deferred publish %d into the deleted entry exchange: %v", i, err)
+		}
+		if r.Exchange != n.LadderExchange(0) {
+			t.Errorf("deferred publish %d went to %s, want %s", i, r.Exchange, n.LadderExchange(0))
+		}
+		sent[r.MessageID] = 0
+	}
+	sent[publish(two, n.LadderExchange(0))] = 1 // its own entry exchange still exists; not used until a reconnection
+	checkArrivals(t, l, n, got, sent, 10*time.Second, false)
 }
