@@ -118,8 +118,9 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	cpu := make([]time.Duration, len(cases))    // broker CPU over each case's runs; 0: not readable
 	client := make([]time.Duration, len(cases)) // this process's CPU over each case's runs
 	runs := make([][]time.Duration, len(cases)) // each run's time, in order: round r of every case is runs[k][r]
+	done := make([]int, len(cases))
 	for range b.N {
-		alternate(b, names, *pipelinedRounds, n, "msg/s", took, func(b *testing.B, k, round int) time.Duration {
+		alternate(b, names, *pipelinedRounds, n, "msg/s", took, done, func(b *testing.B, k, round int) time.Duration {
 			start := cases[k].setup(b)
 			cpu0, ok0 := brokerCPU(br)
 			own0 := processCPU()
@@ -138,8 +139,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 			return d
 		})
 	}
-	total := float64(n * *pipelinedRounds * b.N)
-	rows := reportRates(b, names, took, total)
+	rows := reportRates(b, names, took, done, n)
 	rows[0] = append(rows[0], "x raw by round", "x route by round", "client us/msg", "broker us/msg")
 	for k, c := range cases {
 		route := ""
@@ -150,10 +150,10 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		}
 		rows[k+1] = append(rows[k+1], roundRatios(runs[0], runs[k]), route)
 		if client[k] > 0 {
-			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(client[k].Microseconds())/total))
+			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(client[k].Microseconds())/float64(done[k]*n)))
 		}
 		if cpu[k] > 0 {
-			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(cpu[k].Microseconds())/total))
+			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(cpu[k].Microseconds())/float64(done[k]*n)))
 		}
 	}
 	b.Logf("pipelined publishing, %d rounds of %d messages per case, one goroutine, %d in flight, 100-byte persistent messages:%s",

@@ -201,7 +201,8 @@ func BenchmarkReschedule(b *testing.B) {
 			names[k] = c.name
 		}
 		took := make([]time.Duration, len(cases))
-		alternate(b, names, *rescheduleRounds, n, "calls/s", took, func(b *testing.B, k, round int) time.Duration {
+		done := make([]int, len(cases))
+		alternate(b, names, *rescheduleRounds, n, "calls/s", took, done, func(b *testing.B, k, round int) time.Duration {
 			c := cases[k]
 			pub := func(ctx context.Context, _, i int, _ time.Duration) (time.Time, error) {
 				return time.Time{}, c.call(ctx, round, i)
@@ -215,7 +216,7 @@ func BenchmarkReschedule(b *testing.B) {
 			}
 			return d
 		})
-		rows := reportRates(b, names, took, float64(n**rescheduleRounds))
+		rows := reportRates(b, names, took, done, n)
 		b.Logf("Reschedule and Revoke beside Publish, %d rounds of %d calls per case, %d goroutines, 1 h delays on the default ladder:%s",
 			*rescheduleRounds, n, benchWorkers, table(rows))
 	}

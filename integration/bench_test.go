@@ -583,13 +583,16 @@ func ratio(v float64) string {
 // alternate runs case k of names as a sub-benchmark of that name once per round, the cases
 // alternating within each round: run(b, k, round) does one run of n operations and returns
 // how long they took (it may report metrics of its own and fails b itself). Each run reports
-// its rate in unit (e.g. "msg/s") and adds its time to took[k].
-func alternate(b *testing.B, names []string, rounds, n int, unit string, took []time.Duration, run func(b *testing.B, k, round int) time.Duration) {
+// its rate in unit (e.g. "msg/s"), adds its time to took[k] and counts itself in done[k]. A
+// -bench pattern can leave out some runs of a case (round r's sub-benchmark is named
+// "name#0r"), so done, not rounds, says how many ran.
+func alternate(b *testing.B, names []string, rounds, n int, unit string, took []time.Duration, done []int, run func(b *testing.B, k, round int) time.Duration) {
 	for round := range rounds {
 		for k, name := range names {
 			b.Run(name, func(b *testing.B) {
 				d := run(b, k, round)
 				took[k] += d
+				done[k]++
 				b.ReportMetric(float64(n)/d.Seconds(), unit)
 				b.ReportMetric(0, "ns/op")
 			})
@@ -598,12 +601,13 @@ func alternate(b *testing.B, names []string, rounds, n int, unit string, took []
 }
 
 // reportRates reports, in a sub-benchmark "summary" (a benchmark that has sub-benchmarks prints
-// no line of its own), each case's rate (total messages over its summed time took[k]) and its
+// no line of its own), each case's rate (done[k] runs of n messages over their summed time
+// took[k]) and its
 // ratio to the first case, the baseline, and returns the same as table rows, one per case
 // after the header row. A case that did not run (took[k] == 0: -bench selected other cases) is
 // reported as "not run", and so are the ratios when the baseline did not run.
-func reportRates(b *testing.B, cases []string, took []time.Duration, total float64) [][]string {
-	rate := func(k int) float64 { return total / took[k].Seconds() }
+func reportRates(b *testing.B, cases []string, took []time.Duration, done []int, n int) [][]string {
+	rate := func(k int) float64 { return float64(done[k]*n) / took[k].Seconds() }
 	rows := [][]string{{"case", "msg/s", "x raw"}}
 	for k, name := range cases {
 		switch {

@@ -55,8 +55,9 @@ func BenchmarkPublishThroughput(b *testing.B) {
 		names[k] = c.name
 	}
 	took := make([]time.Duration, len(cases))
+	done := make([]int, len(cases))
 	for range b.N {
-		alternate(b, names, *throughputRound, n, "msg/s", took, func(b *testing.B, k, round int) time.Duration {
+		alternate(b, names, *throughputRound, n, "msg/s", took, done, func(b *testing.B, k, round int) time.Duration {
 			c := cases[k]
 			d, err := runWorkers(context.Background(), n, c.setup(b), nil, nil, func(i int, _ time.Time) time.Duration { return c.delay(i) })
 			if err != nil {
@@ -65,7 +66,7 @@ func BenchmarkPublishThroughput(b *testing.B) {
 			return d
 		})
 	}
-	rows := reportRates(b, names, took, float64(n**throughputRound*b.N))
+	rows := reportRates(b, names, took, done, n)
 	b.Logf("publish throughput, %d rounds of %d messages per case, %d goroutines, 100-byte persistent messages, confirms:%s",
 		*throughputRound, n, benchWorkers, table(rows))
 }
