@@ -41,9 +41,14 @@ type Deferred struct {
 func (d *Deferred) Done() <-chan struct{} { return d.done }
 
 // Wait waits for the outcome and returns it; ctx bounds only the waiting (the publish itself is
-// bounded by the context given to PublishDeferred). Errors: those of [Publisher.Publish], or
-// ctx's error (wrapped) when ctx ends first, the publish then still running.
+// bounded by the context given to PublishDeferred). Errors: those of [Publisher.Publish],
+// ctx's error (wrapped) when ctx ends first, the publish then still running, or
+// ErrInvalidInput for a nil ctx (the publish goes on; Wait again with a context).
 func (d *Deferred) Wait(ctx context.Context) (Receipt, error) {
+	if ctx == nil {
+		return Receipt{}, fmt.Errorf("%w: Deferred.Wait: nil context (use context.Background(), or a context with a deadline); "+
+			"the publish goes on: Wait again with a context", ErrInvalidInput)
+	}
 	select {
 	case <-d.done:
 		return d.receipt, d.err

@@ -30,14 +30,32 @@ const maxShortstr = 255
 // channel with 406 PRECONDITION_FAILED "invalid expiration ... value_too_large".
 const maxExpirationMs = 315_360_000_000
 
+// maxFieldDepth and maxContainerElements are what amqp091-go reads (read.go, v1.16.0): tables
+// and arrays nested at most 32 deep below the headers table, and at most 8,192 entries in any
+// one table or array. RabbitMQ takes and confirms a message beyond them, but every amqp091-go
+// consumer it is delivered to loses its connection on it (501 FRAME_ERROR from the client), and
+// so does the Publisher's own connection when the broker returns it; Publish refuses it first.
+const (
+	maxFieldDepth        = 32
+	maxContainerElements = 8192
+)
+
+// headerRoom is how many of the headers table's maxContainerElements entries a message must
+// leave free: the Publisher adds its own (target, due time, copy tag, a ladder digit header per
+// level: at most 40 with a radix-2 ladder), and each dead-lettering adds RabbitMQ's (x-death,
+// x-first-death-* and x-last-death-*, 7 in all).
+const headerRoom = 64
+
 // validateMessage checks what amqp091 would fail to encode or silently change, or the broker
 // would answer by closing the connection or channel, before anything is sent: msg.Expiration
 // that is not digits and msg.DeliveryMode above 2 (RabbitMQ 3.10.8 closes the channel with
 // 406; observed), Go int header values outside 32 bits (amqp091 writes an int as a 32-bit
 // field, truncating it), and the byte length of every short string
-// (exchange, routing key, the string properties, header keys at any depth) and the float
+// (exchange, routing key, the string properties, header keys at any depth), the float
 // header values NaN and ±Inf (RabbitMQ 3.10.8 closes the connection with 541
-// INTERNAL_ERROR; observed, TestPublisherRefusesConnectionKillers). The value types must
+// INTERNAL_ERROR; observed, TestPublisherRefusesConnectionKillers), and header tables and
+// arrays that amqp091-go cannot read back (maxFieldDepth, maxContainerElements, headerRoom;
+// TestPublisherRefusesUnreadableHeaders). The value types must
 // already have passed amqp.Table.Validate. It returns nil or an error wrapping
 // ErrInvalidInput that lists every problem.
 func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
@@ -85,8 +103,13 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 		problems = append(problems, fmt.Sprintf("msg.DeliveryMode %d: want 0 (the Publisher's default, persistent), 1 (amqp.Transient) "+
 			"or 2 (amqp.Persistent); RabbitMQ closes the channel on any other value", msg.DeliveryMode))
 	}
+	if n := len(msg.Headers); n > maxContainerElements-headerRoom {
+		problems = append(problems, fmt.Sprintf("msg.Headers has %d entries, more than the %d a message may carry: amqp091-go reads at "+
+			"most %d per table, and the Publisher and RabbitMQ add up to %d of their own (consumers would lose their connection on it); "+
+			"send fewer headers, or the values in the body", n, maxContainerElements-headerRoom, maxContainerElements, headerRoom))
+	}
 	if len(msg.Headers) > 0 {
-		problems = append(problems, tableProblems("msg.Headers", msg.Headers)...)
+		problems = append(problems, tableProblems("msg.Headers", msg.Headers, 0)...)
 	}
 	if len(problems) == 0 {
 		return nil
@@ -95,8 +118,10 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 }
 
 // tableProblems walks t (and the tables and arrays inside it) in key order and describes
-// every key longer than maxShortstr and every NaN or infinite float.
-func tableProblems(path string, t amqp.Table) []string {
+// every key longer than maxShortstr, every NaN or infinite float, every table or array nested
+// deeper than maxFieldDepth below the headers table (t is at depth; the headers table at 0)
+// and every one below it with more than maxContainerElements entries.
+func tableProblems(path string, t amqp.Table, depth int) []string {
 	keys := make([]string, 0, len(t))
 	for k := range t {
 		keys = append(keys, k)
@@ -109,12 +134,13 @@ func tableProblems(path string, t amqp.Table) []string {
 				path, preview(k), len(k), maxShortstr))
 			// Go on into the value: name it by the shortened key.
 		}
-		out = append(out, valueProblems(path+"["+preview(k)+"]", t[k])...)
+		out = append(out, valueProblems(path+"["+preview(k)+"]", t[k], depth)...)
 	}
 	return out
 }
 
-func valueProblems(path string, v any) []string {
+// valueProblems describes what is wrong with v, a value inside a table or array at depth.
+func valueProblems(path string, v any, depth int) []string {
 	switch v := v.(type) {
 	case float64:
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -130,15 +156,37 @@ func valueProblems(path string, v any) []string {
 				"changed; use int64", path, v)}
 		}
 	case amqp.Table:
-		return tableProblems(path, v)
+		if p := containerProblem(path, "table", len(v), depth+1); p != "" {
+			return []string{p}
+		}
+		return tableProblems(path, v, depth+1)
 	case []any:
+		if p := containerProblem(path, "array", len(v), depth+1); p != "" {
+			return []string{p}
+		}
 		var out []string
 		for i, e := range v {
-			out = append(out, valueProblems(path+"["+strconv.Itoa(i)+"]", e)...)
+			out = append(out, valueProblems(path+"["+strconv.Itoa(i)+"]", e, depth+1)...)
 		}
 		return out
 	}
 	return nil
+}
+
+// containerProblem describes a table or array of n entries at depth (1: a value of the
+// headers table) that amqp091-go cannot read, or returns "".
+func containerProblem(path, kind string, n, depth int) string {
+	switch {
+	case depth > maxFieldDepth:
+		return fmt.Sprintf("%s is a %s nested %d deep, deeper than the %d levels amqp091-go reads: RabbitMQ would take it, and "+
+			"every amqp091-go consumer it reaches would lose its connection; flatten the headers, or send the structure in the body",
+			path, kind, depth, maxFieldDepth)
+	case n > maxContainerElements:
+		return fmt.Sprintf("%s is a %s of %d entries, more than the %d amqp091-go reads in one table or array: RabbitMQ would take "+
+			"it, and every amqp091-go consumer it reaches would lose its connection; send fewer, or the values in the body",
+			path, kind, n, maxContainerElements)
+	}
+	return ""
 }
 
 func floatProblem(path string, f float64) string {

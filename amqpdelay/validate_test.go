@@ -75,6 +75,17 @@ func TestValidateMessage(t *testing.T) {
 		{name: "NaN float32", msg: amqp.Publishing{Headers: amqp.Table{"score": float32(nan)}}, want: []string{`is NaN`}},
 		{name: "NaN nested in table", msg: amqp.Publishing{Headers: amqp.Table{"a": amqp.Table{"b": nan}}}, want: []string{`msg.Headers["a"]["b"] is NaN`}},
 		{name: "Inf nested in array", msg: amqp.Publishing{Headers: amqp.Table{"a": []any{1, []any{inf}}}}, want: []string{`msg.Headers["a"][1][0] is +Inf`}},
+		{name: "tables 32 deep", msg: amqp.Publishing{Headers: nested(32, false)}},
+		{name: "tables 33 deep", msg: amqp.Publishing{Headers: nested(33, false)}, want: []string{`msg.Headers["a"]["a"]`, "table nested 33 deep", "32 levels"}},
+		{name: "arrays 32 deep", msg: amqp.Publishing{Headers: nested(32, true)}},
+		{name: "arrays 33 deep", msg: amqp.Publishing{Headers: nested(33, true)}, want: []string{`[0][0]`, "array nested 33 deep"}},
+		{name: "tables 10000 deep", msg: amqp.Publishing{Headers: nested(10000, false)}, want: []string{"table nested 33 deep"}},
+		{name: "array of 8192", msg: amqp.Publishing{Headers: amqp.Table{"w": make([]any, 8192)}}},
+		{name: "array of 8193", msg: amqp.Publishing{Headers: amqp.Table{"w": make([]any, 8193)}}, want: []string{`msg.Headers["w"] is a array of 8193 entries`, "8192"}},
+		{name: "nested table of 8193", msg: amqp.Publishing{Headers: amqp.Table{"t": []any{wideTable(8193)}}}, want: []string{`msg.Headers["t"][0] is a table of 8193`}},
+		{name: "nested table of 8192", msg: amqp.Publishing{Headers: amqp.Table{"t": wideTable(8192)}}},
+		{name: "headers of 8128", msg: amqp.Publishing{Headers: wideTable(8128)}},
+		{name: "headers of 8129", msg: amqp.Publishing{Headers: wideTable(8129)}, want: []string{"msg.Headers has 8129 entries", "8128"}},
 		{name: "every problem at once", key: long, msg: amqp.Publishing{Type: long, Headers: amqp.Table{"x": nan, long: 1}},
 			want: []string{"routing key", "msg.Type", `msg.Headers["x"] is NaN`, "msg.Headers key"}},
 	}
@@ -100,6 +111,29 @@ func TestValidateMessage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nested returns a headers table whose value "a" holds tables (or, with arrays, arrays) nested
+// depth deep below the headers table.
+func nested(depth int, arrays bool) amqp.Table {
+	var v any = "leaf"
+	for range depth {
+		if arrays {
+			v = []any{v}
+		} else {
+			v = amqp.Table{"a": v}
+		}
+	}
+	return amqp.Table{"a": v}
+}
+
+// wideTable returns a table of n entries.
+func wideTable(n int) amqp.Table {
+	t := make(amqp.Table, n)
+	for i := range n {
+		t["k"+fmt.Sprint(i)] = int64(i)
+	}
+	return t
 }
 
 // TestValidateMessageDoesNotModify: validation only reads the message.

@@ -49,6 +49,10 @@ func TestPublisherDeferred(t *testing.T) {
 	if _, err := bad.Wait(f.ctx); !errors.Is(err, amqpdelay.ErrInvalidInput) {
 		t.Errorf("bad publish: err = %v, want ErrInvalidInput", err)
 	}
+	//lint:ignore SA1012 a nil context is the input under test
+	if _, err := ds[0].Wait(nil); !errors.Is(err, amqpdelay.ErrInvalidInput) { //nolint:staticcheck
+		t.Errorf("Wait(nil): err = %v, want ErrInvalidInput", err)
+	}
 	ids := make(map[string]int, n)
 	for i, d := range ds {
 		r, err := d.Wait(f.ctx)

@@ -78,6 +78,9 @@ func TestPublisherRefusesConnectionKillers(t *testing.T) {
 		{"200 KB of headers, direct", "k", withHeaders(amqp.Table{"pad": strings.Repeat("p", 200_000)}), 0, "frame_max"},
 		{"200 KB of headers, delayed", "k", withHeaders(amqp.Table{"pad": strings.Repeat("p", 200_000)}), time.Second, "frame_max"},
 		{"body over the maximum message size", "k", huge, time.Second, "WithMaxMessageSize"},
+		{"tables 33 deep, direct", "k", withHeaders(deepHeaders(33)), 0, "nested 33 deep"},
+		{"tables 33 deep, delayed", "k", withHeaders(deepHeaders(33)), time.Second, "nested 33 deep"},
+		{"array of 8193, delayed", "k", withHeaders(amqp.Table{"w": make([]any, 8193)}), time.Second, "8193 entries"},
 	}
 	time.Sleep(100 * time.Millisecond) // the good publisher is under way
 	for _, b := range bad {
@@ -250,4 +253,85 @@ func TestBrokerClosesConnectionOnNaNHeader(t *testing.T) {
 	}
 	brokerClosesConnection(t, env, "", amqp.Publishing{Headers: h}, amqp.InternalError,
 		"the broker kept the connection open after a NaN header: the refusal in amqpdelay may be too strict")
+}
+
+// deepHeaders returns a headers table whose value "a" holds tables nested depth deep below it.
+func deepHeaders(depth int) amqp.Table {
+	var v any = "leaf"
+	for range depth {
+		v = amqp.Table{"a": v}
+	}
+	return amqp.Table{"a": v}
+}
+
+// depthOf returns how deep tables nest below the headers table h along the key "a".
+func depthOf(h amqp.Table) int {
+	n := 0
+	for v := h["a"]; ; n++ {
+		t, ok := v.(amqp.Table)
+		if !ok {
+			return n
+		}
+		v = t["a"]
+	}
+}
+
+// TestPublisherRefusesUnreadableHeaders checks the limits behind refusing headers that
+// amqp091-go cannot read (tables and arrays nested more than 32 deep, more than 8,192 entries in
+// one): a plain amqp091 consumer loses its connection on a message 33 deep that RabbitMQ took,
+// while the Publisher's messages at the limits, direct and delayed, are confirmed and read back
+// whole by the same kind of consumer (the refusals themselves are in
+// TestPublisherRefusesConnectionKillers).
+func TestPublisherRefusesUnreadableHeaders(t *testing.T) {
+	t.Parallel()
+	f := newDirectFixture(t)
+
+	// The fact: RabbitMQ takes a message 33 deep, and amqp091 cannot read it.
+	env := f.env
+	q := env.Name("deep")
+	ch := env.Channel(t)
+	if _, err := ch.QueueDeclare(q, false, true, false, false, nil); err != nil {
+		t.Fatalf("declare %s: %v", q, err)
+	}
+	if err := ch.PublishWithContext(f.ctx, "", q, false, false, amqp.Publishing{Headers: deepHeaders(33), Body: []byte("deep")}); err != nil {
+		t.Fatalf("publish 33 deep: %v", err)
+	}
+	conn := env.Dial(t)
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	cch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	if _, err := cch.Consume(q, "", true, false, false, false, nil); err != nil {
+		t.Fatalf("consume %s: %v", q, err)
+	}
+	select {
+	case e := <-closed:
+		if e == nil {
+			t.Errorf("the consumer's connection closed without an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("an amqp091 consumer read a message with tables 33 deep: amqpdelay's limit may now be too strict")
+	}
+
+	// At the limits, the Publisher's messages arrive and read back whole.
+	wide := make([]any, 8192)
+	for i := range wide {
+		wide[i] = int64(i)
+	}
+	for _, delay := range []time.Duration{0, time.Second} {
+		m := textMsg("limits")
+		m.Headers = deepHeaders(32)
+		m.Headers["w"] = wide
+		if _, err := f.p.Publish(f.ctx, f.target, "k", m, delay); err != nil {
+			t.Fatalf("publish at the limits, delay %v: %v", delay, err)
+		}
+		a := nextDelivery(t, f.got, maxLateness)
+		if d := depthOf(a.d.Headers); d != 32 {
+			t.Errorf("delay %v: tables arrived %d deep, want 32", delay, d)
+		}
+		if w, _ := a.d.Headers["w"].([]any); len(w) != 8192 || w[8191] != int64(8191) {
+			t.Errorf("delay %v: the 8,192-entry array arrived with %d entries", delay, len(w))
+		}
+	}
 }
