@@ -375,10 +375,10 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		if err != nil && c.path == PathPlugin && p.pluginGone(err) {
 			continue // chosen again at the top, without the plugin
 		}
-		if err != nil && c.path == PathLadder && p.entryGone(err, dest) {
-			// Sent again through the entry level's exchange, alone: other publishes into the gone
-			// exchange may still be in flight on the shared channels, and each 404 closes its
-			// channel with every confirm there.
+		if err != nil && c.path == PathLadder && p.entryBroken(err, dest) {
+			// Sent again through the entry level's exchange, alone: other publishes into the
+			// broken exchange may still be in flight on the shared channels, and each 404 or 403
+			// closes its channel with every confirm there.
 			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
 			alone = true
 			continue
@@ -393,6 +393,11 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 				// maybe another's: send this one again alone, where a refusal is its own answer.
 				alone = true
 				continue
+			}
+			if errors.Is(err, ErrUnroutable) && (c.path == PathLadder || c.path == PathBucket) {
+				err = fmt.Errorf("%w; the delay topology routes it to no queue, so it is incomplete or damaged (a queue, binding "+
+					"or exchange deleted or re-declared): `declare status` names what is wrong, `declare apply` declares what is "+
+					"missing", err)
 			}
 			return Receipt{}, err
 		}
@@ -578,23 +583,51 @@ func (p *Publisher) pluginGone(err error) bool {
 	return true
 }
 
-// entryGone reports whether err is RabbitMQ's 404 for dest, a ladder entry exchange (deleted
-// while the connection stayed up, e.g. by a teardown and an apply of a version without them):
-// the Publisher then stops using the entry exchanges until its next connection checks their
-// marker again, and the caller sends the message again through the entry level's exchange
-// (nothing was routed; as after any channel closed by a refusal, a publish stored before the
-// 404 whose confirm was lost with the channel is stored twice). It does so for every publish
-// the 404 reaches, also those whose channel it closed after the first had turned entry
-// exchanges off.
-func (p *Publisher) entryGone(err error, dest string) bool {
-	if !strings.HasSuffix(dest, ".entry") || !isExchangeNotFound(err, dest) {
+// entryBroken reports whether err is a ladder entry exchange's failure to take a publish that
+// the entry level's exchange can take instead (dest is the entry exchange): RabbitMQ's 404
+// for dest (deleted while the connection stayed up, e.g. by a teardown and an apply of a
+// version without them), its 403 for dest (re-declared internal, or a user whose write
+// permission leaves out the .entry names), or the message returned unroutable from dest
+// (re-declared with another type, or unbound from its queue; `declare status` reports both).
+// The Publisher then stops using the entry exchanges until its next connection checks their
+// marker again, and the caller sends the message again through the entry level's exchange.
+// Nothing was routed: a returned message reached no queue, and a 404 or 403 refuses the
+// publish; as after any channel closed by a refusal, a publish stored before it whose confirm
+// was lost with the channel is stored twice. It does so for every publish the failure
+// reaches, also those whose channel it closed after the first had turned entry exchanges off.
+func (p *Publisher) entryBroken(err error, dest string) bool {
+	if !strings.HasSuffix(dest, ".entry") {
+		return false
+	}
+	var how string
+	switch {
+	case isExchangeNotFound(err, dest):
+		how = "is gone (404)"
+	case isAccessRefusedFor(err, dest):
+		how = "refused the publish (403)"
+	case errors.Is(err, ErrUnroutable):
+		how = "routed the message to no queue"
+	default:
 		return false
 	}
 	if p.entry.CompareAndSwap(true, false) {
-		p.log.Warn().Str("exchange", dest).
-			Msg("amqpdelay: a ladder entry exchange is gone (404); publishing through the ladder levels' exchanges until the next connection (`declare apply` declares them again)")
+		p.log.Warn().Str("exchange", dest).Str("error", err.Error()).
+			Msg("amqpdelay: a ladder entry exchange " + how + "; publishing through the ladder levels' exchanges until the next " +
+				"connection (`declare status` names what is wrong, `declare apply` declares what is missing)")
 	}
 	return true
+}
+
+// isAccessRefusedFor reports whether err carries RabbitMQ's 403 ACCESS_REFUSED naming the
+// exchange ("access to exchange 'NAME' in vhost 'V' refused for user 'U'", "cannot publish to
+// internal exchange 'NAME' in vhost 'V'").
+func isAccessRefusedFor(err error, exchange string) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+		return false
+	}
+	name, ok := quotedExchange(ae.Reason)
+	return ok && name == exchange
 }
 
 // isExchangeNotFound reports whether err carries RabbitMQ's 404 NOT_FOUND for the exchange named

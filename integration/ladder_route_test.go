@@ -389,59 +389,93 @@ func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
 	sendAll("new route")
 }
 
-// TestLadderEntryExchangeGone: an entry exchange deleted while the Publisher's connection stays
-// up costs no publish: each of 50 publishes in flight into it at once is sent again through the
-// entry level's exchange and returns nil once confirmed, later publishes go there too (until
-// the next connection checks the marker again), and every message arrives exactly once, never
-// early.
-func TestLadderEntryExchangeGone(t *testing.T) {
+// TestLadderEntryExchangeBroken: an entry exchange broken while the Publisher's connection
+// stays up costs no publish, whichever way it is broken: deleted (404), re-declared internal
+// (403), re-declared with another type and bound to its queue again, or left without its binding
+// (the message returned unroutable). Each of 50 publishes in flight into it at once is sent again
+// through the entry level's exchange and returns nil once confirmed, later publishes go there
+// too (until the next connection checks the marker again), and every message arrives exactly
+// once, never early.
+func TestLadderEntryExchangeBroken(t *testing.T) {
 	t.Parallel()
-	env, spec, target, got := ladderRouteSetup(t, routeLadder(ttlbuckets.ShortestFirst))
-	l := spec.Ladder.WithDefaults()
-	n := topology.Names{Prefix: spec.Prefix}
-	ctx := pubCtx(t)
-	p := newPublisher(t, env, spec)
-	const single, two = 3 * time.Millisecond, 7 * time.Millisecond // radix 4: 0.03 (one hop, level 0) and 0.13 (two hops)
-	publish := func(d time.Duration, wantExchange string) string {
-		t.Helper()
-		r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
-		if err != nil {
-			t.Fatalf("publish %v: %v", d, err)
-		}
-		if r.Exchange != wantExchange {
-			t.Errorf("publish %v went to %s, want %s", d, r.Exchange, wantExchange)
-		}
-		return r.MessageID
-	}
-	gone := n.LadderEntryExchange(n.LadderLastHopQueueCopy(0, 3, 0))
-	id := publish(single, gone)
-	checkArrivals(t, l, n, got, map[string]int{id: 0}, 4*time.Second, true)
+	for _, tc := range []struct {
+		name    string
+		breakIt func(ch *amqp.Channel, entry, queue string) error
+	}{
+		{"deleted", func(ch *amqp.Channel, entry, _ string) error { return ch.ExchangeDelete(entry, false, false) }},
+		{"internal", func(ch *amqp.Channel, entry, queue string) error {
+			return redeclareEntry(ch, entry, queue, "fanout", true)
+		}},
+		{"direct", func(ch *amqp.Channel, entry, queue string) error {
+			return redeclareEntry(ch, entry, queue, "direct", false)
+		}},
+		{"topic", func(ch *amqp.Channel, entry, queue string) error {
+			return redeclareEntry(ch, entry, queue, "topic", false)
+		}},
+		{"unbound", func(ch *amqp.Channel, entry, queue string) error { return ch.QueueUnbind(queue, "", entry, nil) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env, spec, target, got := ladderRouteSetup(t, routeLadder(ttlbuckets.ShortestFirst))
+			l := spec.Ladder.WithDefaults()
+			n := topology.Names{Prefix: spec.Prefix}
+			ctx := pubCtx(t)
+			p := newPublisher(t, env, spec)
+			const single, two = 3 * time.Millisecond, 7 * time.Millisecond // radix 4: 0.03 (one hop, level 0) and 0.13 (two hops)
+			publish := func(d time.Duration, wantExchange string) string {
+				t.Helper()
+				r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
+				if err != nil {
+					t.Fatalf("publish %v: %v", d, err)
+				}
+				if r.Exchange != wantExchange {
+					t.Errorf("publish %v went to %s, want %s", d, r.Exchange, wantExchange)
+				}
+				return r.MessageID
+			}
+			queue := n.LadderLastHopQueueCopy(0, 3, 0)
+			broken := n.LadderEntryExchange(queue)
+			id := publish(single, broken)
+			checkArrivals(t, l, n, got, map[string]int{id: 0}, 4*time.Second, true)
 
-	ch := env.Channel(t)
-	if err := ch.ExchangeDelete(gone, false, false); err != nil {
-		t.Fatalf("delete %s: %v", gone, err)
+			if err := tc.breakIt(env.Channel(t), broken, queue); err != nil {
+				t.Fatalf("break %s: %v", broken, err)
+			}
+			// Many publishes in flight at once into the broken exchange: a 404 or 403 closes a
+			// shared channel under the others too, and every one of them must still be sent again.
+			sent := map[string]int{}
+			var pending []*amqpdelay.Deferred
+			for i := range 50 {
+				d, err := p.PublishDeferred(ctx, target, "k", textMsg(fmt.Sprintf("in flight %d", i)), single)
+				if err != nil {
+					t.Fatalf("publish deferred %d: %v", i, err)
+				}
+				pending = append(pending, d)
+			}
+			for i, d := range pending {
+				r, err := d.Wait(ctx)
+				if err != nil {
+					t.Fatalf("deferred publish %d into the broken entry exchange: %v", i, err)
+				}
+				if r.Exchange != n.LadderExchange(0) {
+					t.Errorf("deferred publish %d went to %s, want %s", i, r.Exchange, n.LadderExchange(0))
+				}
+				sent[r.MessageID] = 0
+			}
+			sent[publish(two, n.LadderExchange(0))] = 1 // its own entry exchange is intact; not used until a reconnection
+			checkArrivals(t, l, n, got, sent, 10*time.Second, false)
+		})
 	}
-	// Many publishes in flight at once into the deleted exchange: the first 404 closes a shared
-	// channel under the others too, and every one of them must still be sent again.
-	sent := map[string]int{}
-	var pending []*amqpdelay.Deferred
-	for i := range 50 {
-		d, err := p.PublishDeferred(ctx, target, "k", textMsg(fmt.Sprintf("in flight %d", i)), single)
-		if err != nil {
-			t.Fatalf("publish deferred %d: %v", i, err)
-		}
-		pending = append(pending, d)
+}
+
+// redeclareEntry deletes the entry exchange and declares it again with type typ (internal
+// when internal), bound to queue with the empty binding key, as a careless hand might.
+func redeclareEntry(ch *amqp.Channel, entry, queue, typ string, internal bool) error {
+	if err := ch.ExchangeDelete(entry, false, false); err != nil {
+		return err
 	}
-	for i, d := range pending {
-		r, err := d.Wait(ctx)
-		if err != nil {
-			t.Fatalf("deferred publish %d into the deleted entry exchange: %v", i, err)
-		}
-		if r.Exchange != n.LadderExchange(0) {
-			t.Errorf("deferred publish %d went to %s, want %s", i, r.Exchange, n.LadderExchange(0))
-		}
-		sent[r.MessageID] = 0
+	if err := ch.ExchangeDeclare(entry, typ, true, false, internal, false, nil); err != nil {
+		return err
 	}
-	sent[publish(two, n.LadderExchange(0))] = 1 // its own entry exchange still exists; not used until a reconnection
-	checkArrivals(t, l, n, got, sent, 10*time.Second, false)
+	return ch.QueueBind(queue, "", entry, false, nil)
 }

@@ -386,3 +386,75 @@ func brokerCtl(t testing.TB, args ...string) (out string, ok bool) {
 	}
 	return string(b), true
 }
+
+// TestPolicyLengthLimitDropsHeadEarly: a length limit on a delay queue whose overflow in effect
+// drops the head (a quorum queue under a policy's drop-head or reject-publish-dlx, which quorum
+// queues take as drop-head; a classic queue, which has no x-overflow, by default) dead-letters
+// what it drops into the next hop: a 3 s bucket's messages reach their target at once, and
+// PolicyProblems reports max-length as early.
+func TestPolicyLengthLimitDropsHeadEarly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		qt   topology.QueueType
+		def  map[string]any
+	}{
+		{"quorum drop-head", topology.Quorum, map[string]any{"max-length": 0, "overflow": "drop-head"}},
+		{"quorum reject-publish-dlx", topology.Quorum, map[string]any{"max-length": 0, "overflow": "reject-publish-dlx"}},
+		{"classic default overflow", topology.Classic, map[string]any{"max-length": 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := brokertest.NewEnv(t)
+			m := topoNeedManagement(t, env)
+			p, _, err := polApply(t, env, m, polSpec(tc.qt))
+			if err != nil {
+				t.Fatalf("apply on a fresh vhost: %v", err)
+			}
+			if err := polSet(env, "policies", "limit", `^rd\.bucket\.`, "queues", topology.DefaultPolicyPriority+1, tc.def); err != nil {
+				t.Fatal(err)
+			}
+			bucket := p.Names.BucketQueue(3000)
+			probs := polWaitProblems(t, m, p, "length limit", func(probs []topology.PolicyProblem) bool {
+				for _, pp := range polFind(probs, "max-length") {
+					if pp.Object == bucket {
+						return true
+					}
+				}
+				return false
+			})
+			for _, pp := range polFind(probs, "max-length") {
+				if pp.Object == bucket && (pp.Breaks != topology.BreaksEarly || !strings.Contains(pp.Error(), "early")) {
+					t.Errorf("max-length on %s: %+v\n%s", bucket, pp, pp)
+				}
+			}
+			// RabbitMQ applies a policy to a queue in the background: publish once the
+			// management API shows it in effect.
+			for start := time.Now(); ; {
+				var q struct{ Policy string }
+				topoMgmtJSON(t, env, "api/queues/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(bucket), &q)
+				if q.Policy == "limit" {
+					break
+				}
+				if time.Since(start) > 2*time.Minute {
+					t.Fatalf("policy in effect on %s: %q, want limit", bucket, q.Policy)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			got := polConsume(t, env, "orders.ready")
+			const n = 3
+			sent := time.Now()
+			polPublishBucket(t, env, p, 3000, "orders", n, func(int) string { return "bound" })
+			for i := range n {
+				select {
+				case a := <-got:
+					if early := 3*time.Second - a.at.Sub(sent); early <= time.Second {
+						t.Errorf("message %d arrived %v after publishing, not early: the policy did not drop it", i, a.at.Sub(sent))
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatalf("message %d: nothing arrived", i)
+				}
+			}
+		})
+	}
+}

@@ -297,6 +297,25 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 	return def, fromOp
 }
 
+// delayOverflow is the overflow behaviour in effect on a delay queue whose policies in effect
+// are def: on a quorum queue a policy's overflow wins over the queue's x-overflow
+// reject-publish, and reject-publish-dlx, which quorum queues do not support, counts as their
+// default, drop-head (rabbit_quorum_queue:gather_policy_config and overflow/3, 3.10-4.x); a
+// classic delay queue has no x-overflow argument, so a policy's overflow applies, else
+// drop-head (rabbit_amqqueue_process).
+func delayOverflow(def map[string]any, quorum bool) string {
+	v, ok := def["overflow"].(string)
+	switch {
+	case !ok && quorum:
+		return "reject-publish"
+	case !ok:
+		return "drop-head"
+	case quorum && v == "reject-publish-dlx":
+		return "drop-head"
+	}
+	return v
+}
+
 // PolicyProblems reads, through the management API, the policies in effect on p's delay
 // queues, parking queue, revocation stream, exchanges and target exchanges, and returns every
 // key that breaks a guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object
@@ -308,9 +327,11 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 // rabbit_exchange takes an exchange's alternate-exchange argument over a policy's):
 //
 //   - delay queues: message-ttl below the queue's TTL (early), expires (deletes), max-length
-//     and max-length-bytes (quorum: stalls; classic: drops), a quorum overflow other than
-//     reject-publish (drops: at-least-once dead-lettering falls back to at-most-once),
-//     dead-letter-routing-key (wrong routing);
+//     and max-length-bytes (with the overflow in effect, see delayOverflow: drop-head or
+//     reject-publish-dlx, early, as the queue dead-letters what it drops into the next hop;
+//     reject-publish, stalls on quorum queues and drops on classic ones), a quorum overflow
+//     other than reject-publish (drops: at-least-once dead-lettering falls back to
+//     at-most-once), dead-letter-routing-key (wrong routing);
 //   - the parking queue: message-ttl, max-length, max-length-bytes (drops), expires
 //     (deletes), delivery-limit (warning);
 //   - ready queues, on which the topology sets no policy (readyQueueProblems): expires
@@ -514,15 +535,21 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 				pp.Why = fmt.Sprintf("RabbitMQ deletes the queue, with every message it holds, once it has been unused for %v ms "+
 					"(no consumer, no basic.get, no redeclaration: a delay or parking queue is always unused)", v)
 			case q.IsDelay() && (k == "max-length" || k == "max-length-bytes"):
-				if quorum {
+				switch overflow := delayOverflow(def, quorum); {
+				case overflow != "reject-publish":
+					pp.Breaks = BreaksEarly
+					pp.Why = fmt.Sprintf("with overflow %s in effect, once the queue holds %v (messages or bytes) it dead-letters the "+
+						"message it drops (the oldest; with reject-publish-dlx on a classic queue, the one arriving) into its "+
+						"dead-letter exchange (reason maxlen): the message moves on before its TTL and arrives early", overflow, v)
+				case quorum:
 					pp.Breaks = BreaksStalls
 					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (reject-publish): delayed publishes are "+
 						"nacked, and messages dead-lettered into it stay in the dead-letter state of the queue before it (messages_dlx), "+
 						"holding up the messages behind them", v)
-				} else {
+				default:
 					pp.Breaks = BreaksDrops
-					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes), classic queues drop the oldest message, or "+
-						"(reject-publish) refuse new ones, and dead-lettering into it drops them", v)
+					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (overflow reject-publish): "+
+						"delayed publishes are nacked, and messages dead-lettered into it are dropped", v)
 				}
 			case q.IsDelay() && quorum && k == "overflow" && fmt.Sprint(v) != "reject-publish":
 				pp.Breaks = BreaksDrops

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -77,6 +78,47 @@ func TestPolicyProblemsOf(t *testing.T) {
 	// A message-ttl above the queue's own TTL (5,000 ms against 1 ms) is harmless: the lower one wins.
 	if _, ok := got[p.Names.LadderQueue(0, 1)+" message-ttl"]; ok {
 		t.Error("message-ttl 5000 on a 1 ms ladder queue reported as early")
+	}
+}
+
+// TestPolicyLengthLimitOnDelayQueue: a length limit on a delay queue stalls, drops or sends
+// messages on early, by the overflow in effect: a quorum queue's policy overflow wins over its
+// x-overflow reject-publish (reject-publish-dlx counting as drop-head), a classic delay queue
+// has no x-overflow and drops the head unless a policy says otherwise.
+func TestPolicyLengthLimitOnDelayQueue(t *testing.T) {
+	for _, tc := range []struct {
+		typ      QueueType
+		def      map[string]any
+		key      string
+		breaks   Breakage
+		overflow Breakage // the overflow key's own problem; "" for none
+	}{
+		{Quorum, map[string]any{"max-length": json.Number("0")}, "max-length", BreaksStalls, ""},
+		{Quorum, map[string]any{"max-length-bytes": json.Number("10")}, "max-length-bytes", BreaksStalls, ""},
+		{Quorum, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish"}, "max-length", BreaksStalls, ""},
+		{Quorum, map[string]any{"max-length": json.Number("0"), "overflow": "drop-head"}, "max-length", BreaksEarly, BreaksDrops},
+		{Quorum, map[string]any{"max-length-bytes": json.Number("1"), "overflow": "drop-head"}, "max-length-bytes", BreaksEarly, BreaksDrops},
+		{Quorum, map[string]any{"max-length": json.Number("5"), "overflow": "reject-publish-dlx"}, "max-length", BreaksEarly, BreaksDrops},
+		{Classic, map[string]any{"max-length": json.Number("0")}, "max-length", BreaksEarly, ""},
+		{Classic, map[string]any{"max-length-bytes": json.Number("1"), "overflow": "drop-head"}, "max-length-bytes", BreaksEarly, ""},
+		{Classic, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish-dlx"}, "max-length", BreaksEarly, ""},
+		{Classic, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish"}, "max-length", BreaksDrops, ""},
+	} {
+		name := fmt.Sprintf("%s %v", tc.typ, tc.def)
+		p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, QueueType: tc.typ})
+		q := p.Names.LadderQueue(0, 1)
+		pols := map[string]managedPolicy{"limit": {Name: "limit", Definition: tc.def}}
+		queues := []managedObject{{Name: q, Type: string(tc.typ), Policy: jsName("limit")}}
+		got := map[string]PolicyProblem{}
+		for _, pp := range policyProblemsOf(p, pols, nil, queues, nil) {
+			got[pp.Key] = pp
+		}
+		if pp := got[tc.key]; pp.Breaks != tc.breaks {
+			t.Errorf("%s: %s breaks %q (%s), want %q", name, tc.key, pp.Breaks, pp.Why, tc.breaks)
+		}
+		if pp := got["overflow"]; pp.Breaks != tc.overflow {
+			t.Errorf("%s: overflow breaks %q, want %q", name, pp.Breaks, tc.overflow)
+		}
 	}
 }
 
