@@ -72,6 +72,12 @@ func (d *Deferred) Wait(ctx context.Context) (Receipt, error) {
 // error, bad input included, comes from Deferred.Wait. Close waits for the deferred publishes
 // as it waits for Publish calls.
 func (p *Publisher) PublishDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (*Deferred, error) {
+	return p.publishDeferred(ctx, exchange, routingKey, msg, delay, time.Time{})
+}
+
+// publishDeferred is PublishDeferred; at, when not zero, is the time PublishAtDeferred was
+// given, which an ErrDelayTooLong names.
+func (p *Publisher) publishDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration, at time.Time) (*Deferred, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
 	}
@@ -94,6 +100,9 @@ func (p *Publisher) PublishDeferred(ctx context.Context, exchange, routingKey st
 	go func() {
 		defer p.active.leave()
 		d.receipt, d.err = p.publish(ctx, exchange, routingKey, msg, delay)
+		if !at.IsZero() {
+			d.err = atError(d.err, at)
+		}
 		<-p.inFlight
 		close(d.done)
 	}()
@@ -103,5 +112,5 @@ func (p *Publisher) PublishDeferred(ctx context.Context, exchange, routingKey st
 // PublishAtDeferred is PublishDeferred with the delay until at (time.Until(at), taken when it
 // is called); a time not in the future publishes at once (PathDirect).
 func (p *Publisher) PublishAtDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, at time.Time) (*Deferred, error) {
-	return p.PublishDeferred(ctx, exchange, routingKey, msg, time.Until(at))
+	return p.publishDeferred(ctx, exchange, routingKey, msg, time.Until(at), at)
 }

@@ -696,9 +696,19 @@ func (p *Publisher) reprobePlugin() {
 }
 
 // PublishAt is Publish with the delay until at (time.Until(at)); a time not in the future
-// publishes at once (PathDirect).
+// publishes at once (PathDirect). An ErrDelayTooLong names at.
 func (p *Publisher) PublishAt(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, at time.Time) (Receipt, error) {
-	return p.Publish(ctx, exchange, routingKey, msg, time.Until(at))
+	r, err := p.Publish(ctx, exchange, routingKey, msg, time.Until(at))
+	return r, atError(err, at)
+}
+
+// atError names at in an ErrDelayTooLong of a publish at that time: the delay it states is
+// time.Until(at), which saturates at about 292 years.
+func atError(err error, at time.Time) error {
+	if !errors.Is(err, ErrDelayTooLong) {
+		return err
+	}
+	return fmt.Errorf("publish at %s: %w", at.Format(time.RFC3339Nano), err)
 }
 
 // PluginAvailable reports the last probe's answer: whether the topology's delayed-message

@@ -417,6 +417,17 @@ func TestPublisherZeroNegativeAndTooLong(t *testing.T) {
 	if !errors.Is(err, amqpdelay.ErrDelayTooLong) {
 		t.Errorf("PublishAt in an hour: err = %v, want ErrDelayTooLong", err)
 	}
+	// Beyond what a time.Duration holds (time.Until saturates): the error names the time asked for.
+	far := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := p.PublishAt(ctx, target, "k", textMsg("too late"), far); !errors.Is(err, amqpdelay.ErrDelayTooLong) ||
+		!strings.Contains(err.Error(), "9999-01-01T00:00:00Z") || !strings.Contains(err.Error(), max.String()) {
+		t.Errorf("PublishAt in 9999: err = %v, want ErrDelayTooLong naming the time and the maximum", err)
+	}
+	if d, err := p.PublishAtDeferred(ctx, target, "k", textMsg("too late"), far); err != nil {
+		t.Errorf("PublishAtDeferred in 9999: %v", err)
+	} else if _, err := d.Wait(ctx); !errors.Is(err, amqpdelay.ErrDelayTooLong) || !strings.Contains(err.Error(), "9999-01-01T00:00:00Z") {
+		t.Errorf("PublishAtDeferred in 9999: err = %v, want ErrDelayTooLong naming the time", err)
+	}
 	// The maximum itself is accepted (then the message is purged with the vhost).
 	if r, err := p.Publish(ctx, target, "k", textMsg("max"), max); err != nil || r.Path != amqpdelay.PathLadder {
 		t.Errorf("delay = max: %+v, %v", r, err)
