@@ -428,7 +428,7 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 	}
 	var conflicts []error
 	conflictOf := map[string]*ConflictError{}
-	var current map[string]map[string]any // from the management API, when a message was cut
+	var current map[string]*vhostObject // from the management API, when a message was cut
 	for i, err := range errs {
 		if err == nil {
 			continue
@@ -441,10 +441,10 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 		if c.Existing == unknownValue && current == nil && opts.Management != nil {
 			if current, err = opts.Management.objects(ctx); err != nil {
 				log.Warn().Err(err).Msg("cannot read the existing arguments through the management API")
-				current = map[string]map[string]any{}
+				current = map[string]*vhostObject{}
 			}
 		}
-		c.fill(o.args, o.typ, current[o.key()])
+		c.fill(o.args, o.typ, current[o.key()].props(o.kind))
 		conflicts = append(conflicts, c)
 		conflictOf[o.key()] = c
 	}
@@ -459,7 +459,7 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 		if current == nil {
 			if current, err = opts.Management.objects(ctx); err != nil {
 				log.Warn().Err(err).Msg("cannot read the plugin exchange's arguments through the management API")
-				current = map[string]map[string]any{}
+				current = map[string]*vhostObject{}
 			}
 		}
 		got, ok := current[o.key()]
@@ -467,7 +467,7 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 			continue
 		}
 		have, want := "none", fmt.Sprint(o.args["x-delayed-type"])
-		if v, ok := got["x-delayed-type"]; ok {
+		if v, ok := got.Arguments["x-delayed-type"]; ok {
 			have = fmt.Sprint(v)
 		}
 		if have != want {

@@ -161,6 +161,10 @@
 //
 //   - Teardown finds objects by the plan's names: change the prefix, ladder or buckets and the
 //     old objects are not found. Tear down with the specification they were declared with.
+//   - A passive declaration compares none of an object's type, flags and arguments: without
+//     the management API, [Status] cannot tell an object declared again with other ones (an
+//     entry exchange declared again as direct, a delay queue with another x-message-ttl)
+//     from the plan's.
 //   - Without the management API, [Status] and [Teardown] count ready messages only (a passive
 //     declaration's count); messages held in a quorum queue's dead-letter state or
 //     unacknowledged are invisible to AMQP. Teardown then relies on queue.delete's if-empty

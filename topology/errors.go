@@ -35,7 +35,8 @@ var (
 	// ErrPolicy: a policy (or operator policy) in effect on the topology's queues or exchanges
 	// breaks a guarantee; see [PolicyProblem].
 	ErrPolicy = errors.New("topology: a policy in effect breaks a guarantee")
-	// ErrUnhealthy: status found the topology complete but in a state that breaks a guarantee:
+	// ErrUnhealthy: status found the topology in a state that breaks a guarantee: an existing
+	// exchange or queue with another type, flag or argument than the plan's (see [Mismatch]),
 	// a consumer on a delay queue, messages held in a quorum queue's dead-letter state, or a
 	// binding the plan does not have on the topology's exchanges or queues.
 	ErrUnhealthy = errors.New("topology: topology unhealthy")
@@ -64,7 +65,7 @@ type ConflictError struct {
 func (e *ConflictError) Error() string {
 	var fix string
 	if e.Kind == "exchange" {
-		fix = fmt.Sprintf("RabbitMQ cannot change an exchange in place, and apply never deletes an exchange: either make the specification match what was declared before (prefix, ladder, order, queue type, target types), or delete the exchange yourself (rabbitmqctl delete_exchange %q; its bindings go with it) and run apply again", e.Name)
+		fix = fmt.Sprintf("RabbitMQ cannot change an exchange in place, and apply never deletes an exchange: either make the specification match what was declared before (prefix, ladder, order, queue type, target types), or delete the exchange %q yourself (the management UI, or DELETE /api/exchanges/<vhost>/<name> of its HTTP API: rabbitmqctl has no command for it; its bindings go with it) and run apply again", e.Name)
 	} else {
 		fix = fmt.Sprintf("RabbitMQ cannot change a queue's arguments in place, and apply never deletes a queue: either make the specification match what was declared before (prefix, ladder unit/radix/max/order, queue type), or move its messages elsewhere, delete the queue yourself (rabbitmqctl delete_queue %q) and run apply again", e.Name)
 	}

@@ -339,29 +339,62 @@ func (b Binding) key() string {
 	return bindingKey(b.Source, b.Destination, b.DestinationType, b.RoutingKey, b.Args)
 }
 
-// objects returns the properties of every exchange and queue of the vhost, keyed "exchange
-// NAME" and "queue NAME": the arguments, plus "type" (exchanges) and "durable".
-func (m *Management) objects(ctx context.Context) (map[string]map[string]any, error) {
-	out := map[string]map[string]any{}
+// vhostObject is what the management API says about one exchange or queue.
+type vhostObject struct {
+	// Type is an exchange's type (headers, fanout, ...) or a queue's (quorum, classic,
+	// stream; "" when the broker did not say).
+	Type                string
+	Durable, AutoDelete bool
+	// Internal is an exchange's flag, Exclusive a queue's (false for the other kind).
+	Internal, Exclusive bool
+	// Arguments are the object's arguments as the JSON decoder gives them (numbers as
+	// json.Number), nil when none.
+	Arguments map[string]any
+}
+
+// props returns o's properties keyed as RabbitMQ names them in a 406 "inequivalent arg"
+// answer: "type" (exchanges), "durable", "auto_delete", "internal" (exchanges) or "exclusive"
+// (queues), and the arguments. nil for a nil o (unknown).
+func (o *vhostObject) props(kind Kind) map[string]any {
+	if o == nil {
+		return nil
+	}
+	out := map[string]any{"durable": o.Durable, "auto_delete": o.AutoDelete}
+	if kind == KindExchange {
+		out["type"], out["internal"] = o.Type, o.Internal
+	} else {
+		out["exclusive"] = o.Exclusive
+	}
+	for k, v := range o.Arguments {
+		out[k] = v
+	}
+	return out
+}
+
+// objects returns every exchange and queue of the vhost (one request per kind), keyed
+// "exchange NAME" and "queue NAME" (planObject.key's form).
+func (m *Management) objects(ctx context.Context) (map[string]*vhostObject, error) {
+	out := map[string]*vhostObject{}
 	for _, kind := range []Kind{KindExchange, KindQueue} {
 		var raw []struct {
-			Name      string         `json:"name"`
-			Type      string         `json:"type"`
-			Durable   bool           `json:"durable"`
-			Arguments map[string]any `json:"arguments"`
+			Name       string         `json:"name"`
+			Type       string         `json:"type"`
+			Durable    bool           `json:"durable"`
+			AutoDelete bool           `json:"auto_delete"`
+			Internal   bool           `json:"internal"`
+			Exclusive  bool           `json:"exclusive"`
+			Arguments  map[string]any `json:"arguments"`
 		}
-		if err := m.get(ctx, "api/"+string(kind)+"s/"+url.PathEscape(m.vhost)+"?columns=name,type,durable,arguments", &raw); err != nil {
+		columns := "name,type,durable,auto_delete,internal,arguments"
+		if kind == KindQueue {
+			columns = "name,type,durable,auto_delete,exclusive,arguments"
+		}
+		if err := m.get(ctx, "api/"+string(kind)+"s/"+url.PathEscape(m.vhost)+"?columns="+columns, &raw); err != nil {
 			return nil, err
 		}
 		for _, o := range raw {
-			props := map[string]any{"durable": o.Durable}
-			if kind == KindExchange {
-				props["type"] = o.Type
-			}
-			for k, v := range o.Arguments {
-				props[k] = v
-			}
-			out[string(kind)+" "+o.Name] = props
+			out[string(kind)+" "+o.Name] = &vhostObject{Type: o.Type, Durable: o.Durable, AutoDelete: o.AutoDelete,
+				Internal: o.Internal, Exclusive: o.Exclusive, Arguments: o.Arguments}
 		}
 	}
 	return out, nil

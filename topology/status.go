@@ -17,9 +17,10 @@ import (
 type StatusOptions struct {
 	// Workers is the number of channels to inspect on in parallel; 0 means DefaultWorkers.
 	Workers int
-	// Management, when set, adds what AMQP cannot see: messages held in quorum queues'
-	// dead-letter state (messages_dlx), unacknowledged messages, the bindings (planned and
-	// unplanned), the topology's policies and the policies in effect.
+	// Management, when set, adds what AMQP cannot see: the type, flags and arguments of the
+	// existing exchanges and queues (compared with the plan's), messages held in quorum
+	// queues' dead-letter state (messages_dlx), unacknowledged messages, the bindings
+	// (planned and unplanned), the topology's policies and the policies in effect.
 	Management *Management
 	// Logger receives a warning per delay queue with a consumer; the zero value logs nothing.
 	Logger zerolog.Logger
@@ -70,6 +71,13 @@ type StatusReport struct {
 	Bindings []BindingStatus `json:"bindings,omitempty"`
 	// Missing names every object of the plan that does not exist ("queue x", ...).
 	Missing []string `json:"missing,omitempty"`
+	// Mismatched are the properties of existing exchanges and queues that differ from the
+	// plan's (see [Mismatch]), in plan order (exchanges, then queues), typically an object
+	// deleted and declared again with another type, flag or argument. Such an object routes,
+	// keeps or dead-letters the messages that reach it otherwise than planned, so Status
+	// fails with ErrUnhealthy. Management API only, except for a queue exclusive to another
+	// connection, which a passive declare reveals too (405 RESOURCE_LOCKED).
+	Mismatched []Mismatch `json:"mismatched,omitempty"`
 	// ConsumedDelayQueues names the delay queues that have consumers.
 	ConsumedDelayQueues []string `json:"consumed_delay_queues,omitempty"`
 	// Management says whether the management API was read.
@@ -133,16 +141,20 @@ func (r *StatusReport) Parking() QueueStatus {
 
 // Status inspects the plan's objects on conn with passive declarations (read-only: it
 // declares nothing): which exist, the messages waiting and consumers of every queue, and,
-// with opts.Management, messages in quorum queues' dead-letter state, the bindings (missing
-// and unplanned), the topology's policies and the policy keys in effect that break a
-// guarantee. It logs a warning for every delay queue with a consumer (a consumer takes
-// delayed messages early).
+// with opts.Management, whether each existing exchange and queue has the plan's type, flags
+// and arguments (a passive declare compares none of them), messages in quorum queues'
+// dead-letter state, the bindings (missing and unplanned), the topology's policies and the
+// policy keys in effect that break a guarantee. It logs a warning for every delay queue with
+// a consumer (a consumer takes delayed messages early).
 //
 // It returns the report and an error joining, as found: ErrIncomplete naming the missing
-// objects (policies included); ErrUnhealthy naming the delay queues with consumers, the
-// queues holding messages in their dead-letter state, and the unplanned bindings; ErrPolicy
-// naming the policy problems (warnings excepted). errors.Is tells them apart. Other errors
-// are the broker's, or wrap ErrManagement.
+// objects (policies included); ErrUnhealthy naming the existing objects whose type, flags or
+// arguments differ from the plan's (the first mismatch, and the fix: delete the object, then
+// Apply), the delay queues with consumers, the queues holding messages in their dead-letter
+// state, dead-lettering waiting on an unreachable node, queues with members offline or no
+// leader, the obsolete bindings and the unplanned bindings; ErrPolicy naming the policy
+// problems (warnings excepted). errors.Is tells them apart. Other errors are the broker's, or
+// wrap ErrManagement.
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
 	rep := &StatusReport{}
 	var jobs []job
@@ -164,6 +176,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		return rep, fmt.Errorf("topology: status: %w", err)
 	}
 	var managed map[string]ManagedQueue
+	var objects map[string]*vhostObject
 	var bindings map[string]bool
 	if opts.Management != nil {
 		if managed, err = opts.Management.Queues(ctx); err != nil {
@@ -172,9 +185,16 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
 			return rep, err
 		}
-		if rep.Unplanned, err = opts.Management.unplanned(ctx, p, managed); err != nil {
+		if objects, err = opts.Management.objects(ctx); err != nil {
 			return rep, err
 		}
+		var exchanges []string
+		for key := range objects {
+			if name, ok := strings.CutPrefix(key, string(KindExchange)+" "); ok {
+				exchanges = append(exchanges, name)
+			}
+		}
+		rep.Unplanned = unplannedOf(p, exchanges, managed)
 		all, err := opts.Management.bindings(ctx)
 		if err != nil {
 			return rep, err
@@ -198,9 +218,14 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		rep.Cluster = clusterOf(p, managed, nodes, all)
 		rep.Management = true
 	}
+	locked := map[string]bool{} // queues exclusive to another connection
 	check := func(i int, kind Kind, name string) (bool, error) {
 		switch e := errs[i]; {
 		case e == nil:
+			return true, nil
+		case kind == KindQueue && code(e) == amqp.ResourceLocked:
+			// 405 RESOURCE_LOCKED: the queue exists, exclusive to another connection.
+			locked[name] = true
 			return true, nil
 		case code(e) == amqp.NotFound:
 			rep.Missing = append(rep.Missing, string(kind)+" "+name)
@@ -213,6 +238,9 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		ok, err := check(i, KindExchange, e.Name)
 		if err != nil {
 			return rep, err
+		}
+		if have := objects[string(KindExchange)+" "+e.Name]; ok && have != nil {
+			rep.Mismatched = append(rep.Mismatched, exchangeMismatches(e, have)...)
 		}
 		rep.Exchanges = append(rep.Exchanges, ExchangeStatus{Exchange: e, Exists: ok})
 	}
@@ -232,6 +260,11 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		s := QueueStatus{Queue: q, Exists: ok, Messages: -1, MessagesDLX: -1}
 		if ok {
 			s.Ready, s.Consumers = queues[i].Messages, queues[i].Consumers
+		}
+		if have := objects[string(KindQueue)+" "+q.Name]; ok && have != nil {
+			rep.Mismatched = append(rep.Mismatched, queueMismatches(q, have)...)
+		} else if locked[q.Name] {
+			rep.Mismatched = append(rep.Mismatched, Mismatch{Kind: KindQueue, Name: q.Name, Property: "exclusive", Existing: "true", Wanted: "false"})
 		}
 		if m, found := managed[q.Name]; found {
 			s.Messages, s.MessagesDLX = m.Messages, m.MessagesDLX
@@ -268,6 +301,9 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	if len(rep.Missing) > 0 {
 		problems = append(problems, fmt.Errorf("%w: %s missing (first: %s): run declare apply", ErrIncomplete, text.Plural(len(rep.Missing), "object"), rep.Missing[0]))
 	}
+	if err := mismatchError(rep.Mismatched); err != nil {
+		problems = append(problems, err)
+	}
 	if len(rep.ConsumedDelayQueues) > 0 {
 		problems = append(problems, fmt.Errorf("%w: consumers on delay queues (%s): they take delayed messages before they are due; "+
 			"stop them and consume from the targets' queues", ErrUnhealthy, strings.Join(rep.ConsumedDelayQueues, ", ")))
@@ -303,4 +339,36 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		problems = append(problems, policyError(failing))
 	}
 	return rep, errors.Join(problems...)
+}
+
+// mismatchError is ErrUnhealthy naming the first of the mismatched properties and what to do,
+// or nil when there are none.
+func mismatchError(mm []Mismatch) error {
+	if len(mm) == 0 {
+		return nil
+	}
+	objects, queues := map[string]bool{}, 0
+	for _, m := range mm {
+		key := string(m.Kind) + " " + m.Name
+		if !objects[key] && m.Kind == KindQueue {
+			queues++
+		}
+		objects[key] = true
+	}
+	first := mm[0]
+	it, tool := "it", "management UI or API"
+	if len(objects) > 1 {
+		it = "them"
+	}
+	if queues > 0 {
+		tool += ", or rabbitmqctl delete_queue"
+	}
+	fix := fmt.Sprintf("delete %s (%s) and run declare apply, which declares %s again as planned", it, tool, it)
+	if queues > 0 {
+		fix += "; deleting a queue deletes the messages it holds: move them elsewhere first"
+	}
+	return fmt.Errorf("%w: %s of %s %s from the plan's (first: %s): such an object routes, keeps or "+
+		"dead-letters messages otherwise than planned, and RabbitMQ cannot change it in place; %s",
+		ErrUnhealthy, text.Plural(len(mm), "property"), text.Plural(len(objects), "existing object"),
+		map[bool]string{true: "differs", false: "differ"}[len(mm) == 1], first, fix)
 }

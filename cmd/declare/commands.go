@@ -327,6 +327,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		fmt.Fprintf(w, "bindings: %d of %d present\n", present, len(rep.Bindings))
 	} else {
 		fmt.Fprintln(w, "bindings: not checked (AMQP cannot list bindings; pass --management-url); messages_dlx: not shown (needs --management-url)")
+		fmt.Fprintln(w, "types, flags and arguments of the exchanges and queues: not compared (AMQP cannot read them; pass --management-url)")
 	}
 	park := rep.Parking()
 	parked := strconv.Itoa(park.Ready) + " ready"
@@ -348,6 +349,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		fmt.Fprintf(w, "\nCONSUMERS ON DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
 		fmt.Fprintln(w, "  they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
 	}
+	printMismatched(w, rep.Mismatched)
 	if obsolete := rep.ObsoleteBindings; len(obsolete) > 0 {
 		fmt.Fprintf(w, "\nOBSOLETE BINDINGS: %s of an earlier version of rabbitdelay, which this one replaces: "+
 			"run apply, which declares their replacements and then removes them (first: %s)\n", plural(len(obsolete), "binding"), obsolete[0])
@@ -501,6 +503,29 @@ func printPolicyProblems(w io.Writer, problems []topology.PolicyProblem) {
 			}
 			fmt.Fprintf(w, "    the same on %d %ss: %s\n", n, g.first.Kind, strings.Join(shown, ", "))
 		}
+	}
+}
+
+// printMismatched lists the properties of existing exchanges and queues that differ from the
+// specification, and what to do about them (nothing when there are none).
+func printMismatched(w io.Writer, mm []topology.Mismatch) {
+	if len(mm) == 0 {
+		return
+	}
+	queues := false
+	for _, m := range mm {
+		queues = queues || m.Kind == topology.KindQueue
+	}
+	fmt.Fprintf(w, "\nNOT AS SPECIFIED: %s of existing exchanges and queues %s from the specification (typically an object deleted and "+
+		"declared again with another type, flag or argument); it changes how messages are routed, kept or dead-lettered, and RabbitMQ "+
+		"cannot change it in place: delete the object (management UI or API) and run apply, which declares it again as specified",
+		plural(len(mm), "property"), map[bool]string{true: "differs", false: "differ"}[len(mm) == 1])
+	if queues {
+		fmt.Fprint(w, " (deleting a queue deletes the messages it holds: move them elsewhere first)")
+	}
+	fmt.Fprintln(w, ":")
+	for _, m := range mm {
+		fmt.Fprintf(w, "  %s\n", m)
 	}
 }
 

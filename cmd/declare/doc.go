@@ -38,6 +38,9 @@
 //	          objects named like the topology's own (<prefix>.ladder.*, <prefix>.bucket.*,
 //	          ...) that the specification lacks (an earlier ladder or bucket list). Exit code 1,
 //	          naming the state, when any object (or, with --management-url, policy) is missing,
+//	          an existing exchange or queue has another type, durable/auto_delete/internal/
+//	          exclusive flag or argument than the specification's (--management-url; delete
+//	          it and run apply, which declares it again; deleting a queue deletes its messages),
 //	          a consumer is attached to a delay queue, messages sit in a queue's dead-letter
 //	          state (messages_dlx: no route, or a quorum member or leader unreachable), a
 //	          binding on the topology's exchanges or queues is not in the specification (an

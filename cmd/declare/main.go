@@ -80,9 +80,10 @@ func commands() []command {
 		{name: "status", summary: "show messages waiting per delay queue, consumers, parking queue, plugin",
 			help: "Inspects the topology without declaring anything. Exit 1, naming the state, when objects are missing or\n" +
 				"a consumer is attached to a delay queue (it takes delayed messages before they are due). With --management-url\n" +
-				"also when messages sit in a queue's dead-letter state (messages_dlx), which AMQP cannot see, when a binding on\n" +
-				"the topology's exchanges or queues is not in the specification, when a policy is missing, or when a policy in\n" +
-				"effect breaks a guarantee.",
+				"also when an existing exchange or queue has another type, flag or argument than the specification's (delete\n" +
+				"it, then apply declares it again), when messages sit in a queue's dead-letter state (messages_dlx), which AMQP\n" +
+				"cannot see, when a binding on the topology's exchanges or queues is not in the specification, when a policy is\n" +
+				"missing, or when a policy in effect breaks a guarantee.",
 			extra: func(s *settings) []option { return []option{outputOption(s), jsonOption(s)} }, run: cmdStatus},
 		{name: "export", summary: "print the topology as RabbitMQ definitions JSON",
 			help: "Prints the topology in the format of `rabbitmqctl export_definitions`, for `rabbitmqctl\n" +

@@ -743,3 +743,42 @@ func TestExporterCommand(t *testing.T) {
 		t.Errorf("exporter after SIGTERM: %v, want exit 0", err)
 	}
 }
+
+// TestStatusMismatchCLI: an entry exchange declared again as direct (and bound again) makes
+// status exit 1, listing the property after the tables, naming it and the fix on stderr, and
+// carrying it in --json's mismatched.
+func TestStatusMismatchCLI(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API")
+	}
+	target := env.Name("orders")
+	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1m", "AMQPDELAY_QUEUE_TYPE", "classic")
+	applyOrFail(t, env, e, target)
+	names := topology.Names{Prefix: env.Prefix}
+	queue := names.LadderQueue(1, 1)
+	entry := names.LadderEntryExchange(queue)
+	ch := env.Channel(t)
+	if err := ch.ExchangeDelete(entry, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(entry, "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, "", entry, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	line := `exchange "` + entry + `" has type = direct, the plan wants fanout`
+	st := declare(t, e, "status")
+	if st.code != 1 || !strings.Contains(st.stdout, "NOT AS SPECIFIED: 1 property") || !strings.Contains(st.stdout, "  "+line+"\n") ||
+		!strings.Contains(st.stderr, line) || !strings.Contains(st.stderr, "declare apply") || strings.Contains(st.stdout, "INCOMPLETE") {
+		t.Errorf("status with an entry exchange of another type: exit %d, want 1 listing %q\n%s\n%s", st.code, line, st.stdout, st.stderr)
+	}
+	js := declare(t, e, "status", "--json")
+	var parsed statusJSON
+	want := []statusMismatchJSON{{Kind: "exchange", Name: entry, Property: "type", Existing: "direct", Wanted: "fanout"}}
+	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || js.code != 1 || parsed.OK || !slices.Equal(parsed.Mismatched, want) {
+		t.Errorf("status --json: exit %d, %v, mismatched %+v, want %+v\n%s", js.code, err, parsed.Mismatched, want, js.stdout)
+	}
+}

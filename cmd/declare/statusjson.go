@@ -31,6 +31,9 @@ type statusJSON struct {
 	// MissingObjects are the specification's objects (queue, exchange, binding, policy) that
 	// the broker lacks: "queue NAME", "policy NAME", ...
 	MissingObjects []string `json:"missing_objects"`
+	// Mismatched are the properties of existing exchanges and queues that differ from the
+	// specification (management API only; see topology.Mismatch).
+	Mismatched []statusMismatchJSON `json:"mismatched"`
 	// ExchangesPresent of ExchangesTotal exist; BindingsPresent of BindingsTotal (-1 without
 	// --management-url).
 	ExchangesPresent int `json:"exchanges_present"`
@@ -78,6 +81,17 @@ type statusQueueJSON struct {
 	Leader  string   `json:"leader"`
 	Members []string `json:"members"`
 	Online  []string `json:"online"`
+}
+
+// statusMismatchJSON is one topology.Mismatch: Kind is exchange or queue; Property is type,
+// durable, auto_delete, internal, exclusive or an argument's name; Existing and Wanted are
+// the printed values ("none" for an absent argument).
+type statusMismatchJSON struct {
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	Property string `json:"property"`
+	Existing string `json:"existing"`
+	Wanted   string `json:"wanted"`
 }
 
 type statusDLXJSON struct {
@@ -157,6 +171,7 @@ func queueJSON(q topology.QueueStatus) statusQueueJSON {
 func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plugin, vhost string) statusJSON {
 	out := statusJSON{Schema: statusSchema, OK: err == nil, Problems: []string{}, Prefix: p.Spec.Prefix, VHost: vhost,
 		Plugin: plugin, Management: rep.Management, Queues: []statusQueueJSON{}, MissingObjects: orEmpty(rep.Missing),
+		Mismatched:     []statusMismatchJSON{},
 		ExchangesTotal: len(rep.Exchanges), BindingsPresent: -1, BindingsTotal: -1,
 		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, ObsoleteBindings: []string{}, RetryBindings: []string{},
 		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{}}
@@ -196,6 +211,10 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 				out.BindingsPresent++
 			}
 		}
+	}
+	for _, m := range rep.Mismatched {
+		out.Mismatched = append(out.Mismatched, statusMismatchJSON{Kind: string(m.Kind), Name: m.Name, Property: m.Property,
+			Existing: m.Existing, Wanted: m.Wanted})
 	}
 	for _, b := range rep.UnplannedBindings {
 		out.UnplannedBindings = append(out.UnplannedBindings, b.String())
