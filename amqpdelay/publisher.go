@@ -312,6 +312,12 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	// was in flight on (closedByRefusal).
 	alone := false
 	for {
+		if c.path == PathLadder && !p.entry.Load() && strings.HasSuffix(dest, ".entry") {
+			// Another publish found the entry exchanges broken (entryBroken) since dest was
+			// chosen: a write there now would close one more channel, with the confirms of the
+			// publishes in flight on it.
+			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
+		}
 		if c.path == PathPlugin && !p.pluginOK.Load() {
 			// A publish found the plugin exchange gone (404) since this path was chosen.
 			// RabbitMQ drops a publish to a missing exchange and closes the channel, and a plugin
