@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -175,4 +176,32 @@ func TestStatusMismatchedObjects(t *testing.T) {
 func mismatchApply(t *testing.T, env *brokertest.Env, m *topology.Management, p *topology.Plan) (*topology.Report, error) {
 	t.Helper()
 	return topology.Apply(topoTestCtx(t, 2*time.Minute), env.Dial(t), p, topology.ApplyOptions{Management: m})
+}
+
+// TestApplyClassicInQuorumDefaultVhost: a classic topology applied to a vhost whose default
+// queue type is quorum (RabbitMQ 4.x; 3.10 has no such default) gets classic queues, not quorum
+// queues without the delay queues' dead-letter settings, and Status finds nothing to report.
+func TestApplyClassicInQuorumDefaultVhost(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	if err := env.Broker.Management("PUT", "api/vhosts/"+url.PathEscape(env.VHost),
+		map[string]any{"default_queue_type": "quorum"}, nil); err != nil {
+		t.Fatalf("set the vhost's default queue type: %v", err)
+	}
+	p, _, err := polApply(t, env, m, polSpec(topology.Classic))
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	for _, name := range []string{p.Names.Parking(), p.Names.BucketQueue(3000), p.Names.LadderQueue(0, 1), "orders.ready"} {
+		var q struct{ Type string }
+		topoMgmtJSON(t, env, "api/queues/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), &q)
+		if q.Type != "classic" {
+			t.Errorf("queue %s is %s, want classic", name, q.Type)
+		}
+	}
+	ctx := topoTestCtx(t, time.Minute)
+	if rep, err := topology.Status(ctx, env.Dial(t), p, topology.StatusOptions{Management: m}); err != nil {
+		t.Errorf("status: %v (mismatched %v)", err, rep.Mismatched)
+	}
 }

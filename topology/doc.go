@@ -55,10 +55,11 @@
 //
 // Everything is durable. Delay queues never get x-expires (an unused queue would be deleted
 // with its messages) nor a dead-letter routing key (the message keeps its own), and must never
-// have consumers ([Status] flags them). Quorum queues (the default) get
-// x-dead-letter-strategy at-least-once and x-overflow reject-publish; classic queues only the
-// TTL and the dead-letter exchange. Integer arguments are int64 (amqp091 sends a Go int as a
-// 32-bit value).
+// have consumers ([Status] flags them). Every queue names its type (x-queue-type), classic
+// ones too: RabbitMQ 4.x gives a queue without it its vhost's default queue type. Quorum
+// queues (the default) get x-dead-letter-strategy at-least-once and x-overflow
+// reject-publish; classic delay queues only the TTL and the dead-letter exchange besides.
+// Integer arguments are int64 (amqp091 sends a Go int as a 32-bit value).
 //
 // # Copies of the ladder
 //

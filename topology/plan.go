@@ -535,26 +535,26 @@ func appendOnce(list []string, s string) []string {
 	return append(list, s)
 }
 
-// delayArgs are the arguments of a delay queue: per-queue TTL and dead-letter exchange, no
-// dead-letter routing key (the message keeps its own), never x-expires. Quorum queues add
-// at-least-once dead-lettering, which needs x-overflow reject-publish
+// delayArgs are the arguments of a delay queue: its type, per-queue TTL and dead-letter
+// exchange, no dead-letter routing key (the message keeps its own), never x-expires. Quorum
+// queues add at-least-once dead-lettering, which needs x-overflow reject-publish
 // (https://www.rabbitmq.com/docs/quorum-queues#dead-lettering).
 func (t QueueType) delayArgs(ttl int64, dlx string) amqp.Table {
-	a := amqp.Table{"x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
+	a := amqp.Table{"x-queue-type": string(t), "x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
 	if t == Quorum {
-		a["x-queue-type"] = string(Quorum)
 		a["x-dead-letter-strategy"] = "at-least-once"
 		a["x-overflow"] = "reject-publish"
 	}
 	return a
 }
 
-// plainArgs are the arguments of parking and ready queues.
+// plainArgs are the arguments of parking and ready queues: their type. A classic queue names
+// its type too: without x-queue-type, RabbitMQ 4.x gives a queue its vhost's default queue
+// type, so a vhost defaulting to quorum would make every "classic" queue a quorum queue
+// without the delay queues' dead-letter settings. An existing classic queue declared without
+// the argument takes the declaration with it as equivalent (3.10.8 and 4.0.5, checked).
 func (t QueueType) plainArgs() amqp.Table {
-	if t == Quorum {
-		return amqp.Table{"x-queue-type": string(Quorum)}
-	}
-	return nil
+	return amqp.Table{"x-queue-type": string(t)}
 }
 
 // HasPlugin reports whether p includes the plugin exchange.

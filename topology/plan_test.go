@@ -152,8 +152,8 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 						if q.Args["x-queue-type"] != "quorum" || q.Args["x-dead-letter-strategy"] != "at-least-once" || q.Args["x-overflow"] != "reject-publish" {
 							t.Errorf("%s: quorum args %v", name, q.Args)
 						}
-					} else if len(q.Args) != 2 {
-						t.Errorf("%s: classic args %v, want only TTL and DLX", name, q.Args)
+					} else if len(q.Args) != 3 || q.Args["x-queue-type"] != "classic" {
+						t.Errorf("%s: classic args %v, want only the type, TTL and DLX", name, q.Args)
 					}
 				}
 				// Each level: one binding per digit with an int64 header value, and the
@@ -317,8 +317,8 @@ func TestPlanTargetsBucketsReadyPlugin(t *testing.T) {
 		if !strings.HasPrefix(q.Name, "app1.") && q.Role != RoleReady {
 			t.Errorf("queue %s does not start with the prefix", q.Name)
 		}
-		if (q.Role == RoleParking || q.Role == RoleReady) && len(q.Args) != 0 {
-			t.Errorf("classic %s: args %v", q.Name, q.Args)
+		if (q.Role == RoleParking || q.Role == RoleReady) && (len(q.Args) != 1 || q.Args["x-queue-type"] != "classic") {
+			t.Errorf("classic %s: args %v, want only x-queue-type classic (a vhost's default type must not choose it)", q.Name, q.Args)
 		}
 	}
 	if q, ok := p.Queue("app1.bucket.5000ms"); !ok || q.TTL != 5000 {
