@@ -34,7 +34,8 @@ type Management struct {
 	base  *url.URL // without user information
 	user  *url.Userinfo
 	vhost string
-	// Client is the HTTP client; nil means one with a 30 s timeout.
+	// Client is the HTTP client; nil means http.DefaultClient. Each request is bounded by its
+	// context, and by requestTimeout when the context has no deadline.
 	Client *http.Client
 }
 
@@ -94,9 +95,19 @@ func (m *Management) get(ctx context.Context, path string, out any) error {
 	return m.do(ctx, http.MethodGet, path, nil, out)
 }
 
+// requestTimeout bounds a management API request whose context has no deadline. A context
+// with one bounds the request alone (the CLI's AMQPDELAY_TIMEOUT), however long: a busy broker
+// can take more than 30 s to answer a policy change.
+var requestTimeout = 30 * time.Second
+
 // do calls the management API: method on path (relative to the base URL), with body sent as
 // JSON when not nil, decoding a JSON answer into out when not nil. 2xx answers succeed.
 func (m *Management) do(ctx context.Context, method, path string, body, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+	}
 	full := m.base.String() + path
 	var rd io.Reader
 	if body != nil {
@@ -119,7 +130,7 @@ func (m *Management) do(ctx context.Context, method, path string, body, out any)
 	}
 	c := m.Client
 	if c == nil {
-		c = &http.Client{Timeout: 30 * time.Second}
+		c = http.DefaultClient
 	}
 	resp, err := c.Do(req)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestManagementErrorAdvice: a refusal by the management API names the user and what to do,
@@ -69,5 +70,40 @@ func TestUnplannedOf(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("unplannedOf = %v, want %v", got, want)
+	}
+}
+
+// TestManagementRequestBounds: a request is bounded by its context's deadline, however far
+// (not by a fixed client timeout), and by requestTimeout when the context has none.
+func TestManagementRequestBounds(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+			w.Write([]byte("[]"))
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	m, err := NewManagement(srv.URL+"/", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := requestTimeout
+	requestTimeout = 50 * time.Millisecond
+	defer func() { requestTimeout = old }()
+
+	// A deadline far beyond requestTimeout: the answer, given after 300 ms, is awaited.
+	go func() { time.Sleep(300 * time.Millisecond); release <- struct{}{} }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out []any
+	if err := m.get(ctx, "api/slow", &out); err != nil {
+		t.Errorf("with a 1 min deadline: %v, want the answer given after 300 ms", err)
+	}
+	// No deadline: requestTimeout ends it.
+	if err := m.get(context.Background(), "api/slow", &out); !errors.Is(err, ErrManagement) {
+		t.Errorf("without a deadline: err = %v, want ErrManagement after requestTimeout", err)
 	}
 }
