@@ -313,9 +313,9 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	alone := false
 	for {
 		if c.path == PathLadder && !p.entry.Load() && strings.HasSuffix(dest, ".entry") {
-			// Another publish found the entry exchanges broken (entryBroken) since dest was
-			// chosen: a write there now would close one more channel, with the confirms of the
-			// publishes in flight on it.
+			// A publish (this one or another) found the entry exchanges broken (entryBroken)
+			// since dest was chosen: a write there now would close one more channel, with the
+			// confirms of the publishes in flight on it.
 			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
 		}
 		if c.path == PathPlugin && !p.pluginOK.Load() {
@@ -384,8 +384,8 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		if err != nil && c.path == PathLadder && p.entryBroken(err, dest) {
 			// Sent again through the entry level's exchange, alone: other publishes into the
 			// broken exchange may still be in flight on the shared channels, and each 404 or 403
-			// closes its channel with every confirm there.
-			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
+			// closes its channel with every confirm there. entryBroken turned the entry
+			// exchanges off, so the top of the loop chooses the level's exchange.
 			alone = true
 			continue
 		}

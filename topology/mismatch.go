@@ -1,11 +1,7 @@
 package topology
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
-	"math/big"
-	"reflect"
 	"slices"
 	"strconv"
 )
@@ -164,19 +160,15 @@ func newMismatch(kind Kind, name, prop string, existing, wanted any, hasExisting
 
 // showValue prints an argument value: numbers in decimal whatever their Go type.
 func showValue(v any) string {
-	if r, ok := number(v); ok {
-		if r.IsInt() {
-			return r.Num().String()
-		}
-		f, _ := r.Float64()
-		return strconv.FormatFloat(f, 'g', -1, 64)
+	if f, ok := numeric(v); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
 	}
 	return fmt.Sprint(v)
 }
 
 // valueType names the kind of an argument value: number, string, bool, or its Go type.
 func valueType(v any) string {
-	if _, ok := number(v); ok {
+	if _, ok := numeric(v); ok {
 		return "number"
 	}
 	switch v.(type) {
@@ -189,15 +181,13 @@ func valueType(v any) string {
 }
 
 // sameValue reports whether an argument value as the management API gives it (numbers as
-// json.Number or float64) equals the plan's (numbers as int64): numbers by value, strings and
-// bools as they are, anything else by its printed form.
+// json.Number) equals the plan's (numbers as int64): numbers by value ([numeric]), strings
+// and bools as they are, anything else by its printed form.
 func sameValue(have, want any) bool {
-	if a, ok := number(have); ok {
-		b, ok := number(want)
-		return ok && a.Cmp(b) == 0
-	}
-	if _, ok := number(want); ok {
-		return false
+	a, haveNum := numeric(have)
+	b, wantNum := numeric(want)
+	if haveNum || wantNum {
+		return haveNum && wantNum && a == b
 	}
 	switch w := want.(type) {
 	case string:
@@ -207,46 +197,5 @@ func sameValue(have, want any) bool {
 		h, ok := have.(bool)
 		return ok && h == w
 	}
-	if reflect.TypeOf(have) != nil && reflect.TypeOf(have) == reflect.TypeOf(want) {
-		return reflect.DeepEqual(have, want)
-	}
 	return fmt.Sprint(have) == fmt.Sprint(want)
-}
-
-// number returns v's exact value when v is a number (any Go integer or float type, or a
-// json.Number), false otherwise (NaN and infinities included).
-func number(v any) (*big.Rat, bool) {
-	r := new(big.Rat)
-	switch n := v.(type) {
-	case int:
-		return r.SetInt64(int64(n)), true
-	case int8:
-		return r.SetInt64(int64(n)), true
-	case int16:
-		return r.SetInt64(int64(n)), true
-	case int32:
-		return r.SetInt64(int64(n)), true
-	case int64:
-		return r.SetInt64(n), true
-	case uint:
-		return r.SetUint64(uint64(n)), true
-	case uint8:
-		return r.SetUint64(uint64(n)), true
-	case uint16:
-		return r.SetUint64(uint64(n)), true
-	case uint32:
-		return r.SetUint64(uint64(n)), true
-	case uint64:
-		return r.SetUint64(n), true
-	case float32:
-		return number(float64(n))
-	case float64:
-		if math.IsNaN(n) || math.IsInf(n, 0) {
-			return nil, false
-		}
-		return r.SetFloat64(n), true
-	case json.Number:
-		return r.SetString(string(n))
-	}
-	return nil, false
 }
