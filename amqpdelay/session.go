@@ -194,8 +194,9 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				return fmt.Errorf("%w: target exchange %q does not exist, and names starting with \"amq.\" are RabbitMQ's own: only the broker "+
 					"creates them; enable what creates it, or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name)
 			}
-			return fmt.Errorf("%w: target exchange %q does not exist: declare it (AMQPDELAY_TARGETS=%s:topic, or another type, then `declare apply`), "+
-				"or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, t.Name)
+			return fmt.Errorf("%w: target exchange %q does not exist: correct its name in this publisher's AMQPDELAY_TARGETS if it is "+
+				"mistyped, declare it (AMQPDELAY_TARGETS=%s:topic, or another type, then `declare apply`), or leave it out",
+				ErrTopologyMissing, t.Name, t.Name)
 		}})
 	}
 	// A target the broker does not have, or one `declare apply` did not bind to the dispatch

@@ -9,6 +9,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
 // Kind is the kind of a topology object in a report.
@@ -124,9 +126,10 @@ type ApplyOptions struct {
 }
 
 // Preflight checks, with passive declarations only, that every exchange in p.Existing
-// exists. It returns an error wrapping ErrTargetMissing that names every missing exchange, or
-// the broker's error.
-func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
+// exists. It returns an error wrapping ErrTargetMissing that names every missing exchange and
+// the fixes, or the broker's error. With m (nil for none), the error also names the vhost's
+// exchanges whose names look like a mistyping of a missing one.
+func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Management) error {
 	if len(p.Existing) == 0 {
 		return nil
 	}
@@ -154,17 +157,27 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 		return nil
 	}
 	var own, others []string // amq.*: RabbitMQ refuses to declare them (403), only the broker creates them
-	for _, m := range missing {
-		if BrokerReserved(m) {
-			own = append(own, m)
+	for _, name := range missing {
+		if BrokerReserved(name) {
+			own = append(own, name)
 		} else {
-			others = append(others, m)
+			others = append(others, name)
 		}
 	}
 	var advice []string
 	if len(others) > 0 {
-		advice = append(advice, fmt.Sprintf("declare %s first, or give a target as name:type (e.g. %s:topic) so apply declares it",
-			quoteList(others), others[0]))
+		advice = append(advice, fmt.Sprintf("declare %s first, give a target as name:type (e.g. %s:topic) so apply declares it, "+
+			"or, if the name is mistyped, correct it in the specification (AMQPDELAY_TARGETS, --targets)", quoteList(others), others[0]))
+	}
+	if m != nil {
+		// A failure to list them leaves the advice without names: the missing exchanges are the error.
+		if names, err := m.exchangeNames(ctx); err == nil {
+			for _, name := range missing {
+				if similar := text.Similar(name, names); len(similar) > 0 {
+					advice = append(advice, fmt.Sprintf("this vhost has %s, similar to %q", quoteList(similar), name))
+				}
+			}
+		}
 	}
 	if len(own) > 0 {
 		advice = append(advice, fmt.Sprintf("%s: names starting with \"amq.\" are RabbitMQ's own exchanges and cannot be declared; "+
@@ -214,7 +227,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	rep := &Report{}
 	defer func() { rep.Elapsed = time.Since(start) }()
 	log := opts.Logger
-	if err := Preflight(ctx, conn, p); err != nil {
+	if err := Preflight(ctx, conn, p, opts.Management); err != nil {
 		return rep, err
 	}
 	r := newRunner(ctx, conn, opts.Workers, log, "declare", rep)

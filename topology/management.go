@@ -447,6 +447,15 @@ func (m *Management) Unplanned(ctx context.Context, p *Plan) ([]Unplanned, error
 // unplanned is Unplanned with the vhost's queues already read (Status and Teardown read them
 // for their own counts).
 func (m *Management) unplanned(ctx context.Context, p *Plan, queues map[string]ManagedQueue) ([]Unplanned, error) {
+	names, err := m.exchangeNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return unplannedOf(p, names, queues), nil
+}
+
+// exchangeNames lists the names of the vhost's exchanges.
+func (m *Management) exchangeNames(ctx context.Context) ([]string, error) {
 	var exchanges []struct {
 		Name string `json:"name"`
 	}
@@ -457,7 +466,7 @@ func (m *Management) unplanned(ctx context.Context, p *Plan, queues map[string]M
 	for i, x := range exchanges {
 		names[i] = x.Name
 	}
-	return unplannedOf(p, names, queues), nil
+	return names, nil
 }
 
 // unplannedOf picks, from the vhost's exchange names and queues, the objects of p's naming

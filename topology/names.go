@@ -70,6 +70,10 @@ func (n Names) Unroutable() string { return n.p() + ".unroutable" }
 // Parking is the queue that holds messages no target took.
 func (n Names) Parking() string { return n.p() + ".parking" }
 
+// LadderPrefix is how the names of the ladder's exchanges and queues (copies, entry and
+// last-hop exchanges, markers included) begin: <prefix>.ladder.
+func (n Names) LadderPrefix() string { return n.p() + ".ladder." }
+
 // LadderExchange is the headers exchange of ladder level level.
 func (n Names) LadderExchange(level int) string { return n.p() + ".ladder." + twoDigits(level) }
 
@@ -203,6 +207,14 @@ func (n Names) TargetMarker(target string) string {
 	}
 	sum := sha256.Sum256([]byte(target))
 	return n.p() + ".target-sha256." + hex.EncodeToString(sum[:16])
+}
+
+// MarkedTarget is the target that a [Names.TargetMarker] name marks, and ok, for the marker of
+// a target whose name fits: <prefix>.target.<target>. A hashed marker (target-sha256) tells no
+// target: ok is false, as for any other name.
+func (n Names) MarkedTarget(marker string) (target string, ok bool) {
+	target, ok = strings.CutPrefix(marker, n.p()+".target.")
+	return target, ok && target != ""
 }
 
 // DelayQueuesPolicy is the name of the policy Apply sets on the delay queues and the parking

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -71,6 +72,10 @@ type StatusReport struct {
 	Bindings []BindingStatus `json:"bindings,omitempty"`
 	// Missing names every object of the plan that does not exist ("queue x", ...).
 	Missing []string `json:"missing,omitempty"`
+	// MissingExchanges are the exchanges the plan binds to but does not declare
+	// ([Plan.Existing]: targets given without a type, ready queues' exchanges) that do not
+	// exist. Apply refuses to run until they do ([Preflight]), so they are not in Missing.
+	MissingExchanges []MissingExchange `json:"missing_exchanges,omitempty"`
 	// Mismatched are the properties of existing exchanges and queues that differ from the
 	// plan's (see [Mismatch]), in plan order (exchanges, then queues), typically an object
 	// deleted and declared again with another type, flag or argument. Such an object routes,
@@ -120,6 +125,22 @@ type StatusReport struct {
 	Cluster *ClusterStatus `json:"cluster,omitempty"`
 }
 
+// MissingExchange is an exchange of [Plan.Existing] that does not exist.
+type MissingExchange struct {
+	Name string `json:"name"`
+	// Similar are the vhost's exchanges whose names look like a mistyping of Name (the same
+	// name in another case, or one or two letters apart; management API only).
+	Similar []string `json:"similar,omitempty"`
+}
+
+// String is "exchange NAME", with the similar names when there are any.
+func (m MissingExchange) String() string {
+	if len(m.Similar) == 0 {
+		return fmt.Sprintf("exchange %q", m.Name)
+	}
+	return fmt.Sprintf("exchange %q (similar names here: %s)", m.Name, quoteList(m.Similar))
+}
+
 // PolicyStatus is one policy of the plan and whether the broker has it as planned.
 type PolicyStatus struct {
 	Policy
@@ -147,8 +168,9 @@ func (r *StatusReport) Parking() QueueStatus {
 // policy keys in effect that break a guarantee. It logs a warning for every delay queue with
 // a consumer (a consumer takes delayed messages early).
 //
-// It returns the report and an error joining, as found: ErrIncomplete naming the missing
-// objects (policies included); ErrUnhealthy naming the existing objects whose type, flags or
+// It returns the report and an error joining, as found: ErrIncomplete naming the exchanges
+// the plan binds to but does not declare that do not exist (with similar names), and
+// ErrIncomplete naming the missing objects (policies included); ErrUnhealthy naming the existing objects whose type, flags or
 // arguments differ from the plan's (the first mismatch, and the fix: delete the object, then
 // Apply), the delay queues with consumers, the queues holding messages in their dead-letter
 // state, dead-lettering waiting on an unreachable node, queues with members offline or no
@@ -169,6 +191,11 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			var err error
 			queues[i], err = ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
 			return err
+		})
+	}
+	for _, name := range p.Existing {
+		jobs = append(jobs, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(name, amqp.ExchangeDirect, true, false, false, false, nil)
 		})
 	}
 	errs, err := runJobs(ctx, conn, opts.Workers, false, jobs)
@@ -280,6 +307,22 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 		rep.Queues = append(rep.Queues, s)
 	}
+	var exchangeNames []string // the vhost's, for similar names (management API only)
+	for key := range objects {
+		if name, ok := strings.CutPrefix(key, string(KindExchange)+" "); ok && !p.Names.Reserved(name) {
+			exchangeNames = append(exchangeNames, name)
+		}
+	}
+	slices.Sort(exchangeNames)
+	for i, name := range p.Existing {
+		switch e := errs[len(p.Exchanges)+len(p.Queues)+i]; {
+		case e == nil:
+		case code(e) == amqp.NotFound:
+			rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, exchangeNames)})
+		default:
+			return rep, wrapBroker(e, fmt.Sprintf("check that exchange %q exists", name))
+		}
+	}
 	if bindings != nil {
 		for _, b := range p.Bindings {
 			ok := bindings[b.key()]
@@ -298,8 +341,15 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 	}
 	var problems []error
+	if len(rep.MissingExchanges) > 0 {
+		problems = append(problems, missingExchangesError(rep.MissingExchanges))
+	}
 	if len(rep.Missing) > 0 {
-		problems = append(problems, fmt.Errorf("%w: %s missing (first: %s): run declare apply", ErrIncomplete, text.Plural(len(rep.Missing), "object"), rep.Missing[0]))
+		apply := "run declare apply"
+		if len(rep.MissingExchanges) > 0 {
+			apply += " once the exchanges it binds to exist"
+		}
+		problems = append(problems, fmt.Errorf("%w: %s missing (first: %s): %s", ErrIncomplete, text.Plural(len(rep.Missing), "object"), rep.Missing[0], apply))
 	}
 	if err := mismatchError(rep.Mismatched); err != nil {
 		problems = append(problems, err)
@@ -371,4 +421,16 @@ func mismatchError(mm []Mismatch) error {
 		"dead-letters messages otherwise than planned, and RabbitMQ cannot change it in place; %s",
 		ErrUnhealthy, text.Plural(len(mm), "property"), text.Plural(len(objects), "existing object"),
 		map[bool]string{true: "differs", false: "differ"}[len(mm) == 1], first, fix)
+}
+
+// missingExchangesError is ErrIncomplete naming the exchanges of Plan.Existing that do not
+// exist, and the fixes.
+func missingExchangesError(missing []MissingExchange) error {
+	names := make([]string, len(missing))
+	for i, m := range missing {
+		names[i] = m.String()
+	}
+	return fmt.Errorf("%w: %s, which the topology binds to but does not declare: declare it, give a target as name:type "+
+		"(AMQPDELAY_TARGETS, --targets) so apply declares it, or, if the name is mistyped, correct it in the specification; "+
+		"until it exists apply declares nothing", ErrIncomplete, strings.Join(names, ", "))
 }

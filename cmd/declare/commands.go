@@ -109,7 +109,7 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	defer conn.Close()
 	// Missing targets are bad input: report them before the plugin probe declares its
 	// temporary exchange, so nothing at all is declared.
-	if err := topology.Preflight(ctx, conn, p); err != nil {
+	if err := topology.Preflight(ctx, conn, p, m); err != nil {
 		return err
 	}
 	if p, err = e.resolvePlugin(ctx, p, m); err != nil {
@@ -123,7 +123,7 @@ func cmdApply(ctx context.Context, e *invocation) error {
 		}
 	}()
 	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{DryRun: e.s.dryRun, Management: m, Logger: e.log, Nodes: nodes})
-	printReport(e.stdout, rep, e.s.dryRun, e.s.verbose)
+	printReport(e.stdout, rep, e.s.dryRun, e.s.verbose, p.Names.LadderPrefix())
 	if rep != nil {
 		printPolicyProblems(e.stdout, rep.PolicyProblems)
 		if m == nil && rep.Count(topology.StateSkipped) > 0 {
@@ -187,16 +187,47 @@ func policyCounts(rep *topology.Report) (set, skipped int) {
 }
 
 // printReport prints a row per object of rep; unless all, the objects left as they were
-// (unchanged, or not declared because apply stopped at a conflict) only as counts.
-func printReport(w io.Writer, rep *topology.Report, dryRun, all bool) {
+// (unchanged, or not declared because apply stopped at a conflict) only as counts, and the
+// ladder's objects (names starting with ladder, <prefix>.ladder.: hundreds on a first apply)
+// created, bound or to be created as a count per state and kind.
+func printReport(w io.Writer, rep *topology.Report, dryRun, all bool, ladder string) {
 	if rep == nil || len(rep.Results) == 0 {
 		return
 	}
-	var rows []topology.Result
-	for _, r := range rep.Results {
-		if all || (r.State != topology.StateUnchanged && r.State != topology.StateNotDeclared) {
-			rows = append(rows, r)
+	state := func(r topology.Result) string {
+		if dryRun {
+			switch r.State {
+			case topology.StateMissing:
+				return "would create"
+			case topology.StateUnknown:
+				return "would bind"
+			case topology.StateDeleted:
+				return "would delete"
+			}
 		}
+		return string(r.State)
+	}
+	// The states counted, not listed, for the ladder's objects; a conflict, an error or a
+	// skip is always listed.
+	routine := map[topology.State]bool{topology.StateCreated: true, topology.StateBound: true, topology.StateMissing: true,
+		topology.StateUnknown: true}
+	var rows []topology.Result
+	var ladderStates []string                          // in order of appearance
+	ladderCounts := map[string]map[topology.Kind]int{} // state -> kind -> count
+	for _, r := range rep.Results {
+		if !all && (r.State == topology.StateUnchanged || r.State == topology.StateNotDeclared) {
+			continue
+		}
+		if !all && ladder != "" && strings.HasPrefix(r.Name, ladder) && routine[r.State] {
+			st := state(r)
+			if ladderCounts[st] == nil {
+				ladderCounts[st] = map[topology.Kind]int{}
+				ladderStates = append(ladderStates, st)
+			}
+			ladderCounts[st][r.Kind]++
+			continue
+		}
+		rows = append(rows, r)
 	}
 	var hidden []string
 	for _, st := range []topology.State{topology.StateUnchanged, topology.StateNotDeclared} {
@@ -207,24 +238,22 @@ func printReport(w io.Writer, rep *topology.Report, dryRun, all bool) {
 	if len(hidden) > 0 {
 		defer fmt.Fprintf(w, "%s, not listed (--verbose lists them)\n", strings.Join(hidden, ", "))
 	}
+	for _, st := range ladderStates {
+		var parts []string
+		for _, k := range []topology.Kind{topology.KindExchange, topology.KindQueue, topology.KindBinding} {
+			if n := ladderCounts[st][k]; n > 0 {
+				parts = append(parts, plural(n, string(k)))
+			}
+		}
+		defer fmt.Fprintf(w, "%s: %s of the ladder (%s*; --verbose lists them)\n", st, strings.Join(parts, ", "), ladder)
+	}
 	if len(rows) == 0 {
 		return
 	}
 	t := newTable(w)
 	fmt.Fprintln(t, "STATE\tKIND\tNAME\tDETAIL")
 	for _, r := range rows {
-		st := string(r.State)
-		if dryRun {
-			switch r.State {
-			case topology.StateMissing:
-				st = "would create"
-			case topology.StateUnknown:
-				st = "would bind"
-			case topology.StateDeleted:
-				st = "would delete"
-			}
-		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", st, r.Kind, r.Name, r.Detail)
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", state(r), r.Kind, r.Name, r.Detail)
 	}
 	_ = t.Flush()
 }
@@ -385,12 +414,25 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		fmt.Fprintln(w, "policies: not checked (needs --management-url)")
 	}
 	printPolicyProblems(w, rep.PolicyProblems)
-	printUnplanned(w, rep.Unplanned, "not in this specification")
+	printUnplanned(w, p.Names, rep.Unplanned, "not in this specification", true)
+	if len(rep.MissingExchanges) > 0 {
+		fmt.Fprintf(w, "\nMISSING EXCHANGES: %s that the topology binds to but does not declare (targets given without a type, "+
+			"ready queues' exchanges); declare them, give a target as name:type so apply declares it, or correct a mistyped name "+
+			"in the specification; apply declares nothing until they exist:\n", plural(len(rep.MissingExchanges), "exchange"))
+		for _, x := range rep.MissingExchanges {
+			fmt.Fprintf(w, "  %s\n", x)
+		}
+	}
 	if len(rep.Missing) > 0 {
 		fmt.Fprintf(w, "\nINCOMPLETE: %s missing:\n", plural(len(rep.Missing), "object"))
 		for _, x := range rep.Missing {
 			fmt.Fprintf(w, "  %s\n", x)
 		}
+	}
+	if err == nil {
+		fmt.Fprintln(w, "\nstatus: OK, no problem found")
+	} else {
+		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the reasons, one a line, are on standard error")
 	}
 	return err
 }
@@ -438,7 +480,7 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	defer conn.Close()
 	rep, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{
 		Force: e.s.force, ReadyQueues: e.s.readyQueues, DryRun: e.s.dryRun, Management: m, Logger: e.log})
-	printReport(e.stdout, rep, e.s.dryRun, true)
+	printReport(e.stdout, rep, e.s.dryRun, true, "")
 	if err != nil {
 		return err
 	}
@@ -462,7 +504,7 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 		fmt.Fprintf(e.stdout, "note: only this specification's objects were looked for; pass --management-url to list other objects named "+
 			"like them (%s.ladder.*, %s.bucket.*, ...: an earlier ladder or bucket list) that teardown leaves in place.\n", p.Spec.Prefix, p.Spec.Prefix)
 	}
-	printUnplanned(e.stdout, rep.Unplanned, "left in place")
+	printUnplanned(e.stdout, p.Names, rep.Unplanned, "left in place", false)
 	return nil
 }
 
@@ -530,8 +572,10 @@ func printMismatched(w io.Writer, mm []topology.Mismatch) {
 }
 
 // printUnplanned lists objects with the topology's prefix that the specification does not
-// name (from the management API), saying what to do about them.
-func printUnplanned(w io.Writer, objs []topology.Unplanned, what string) {
+// name (from the management API), saying what to do about them. live is status's case: the
+// objects sit beside a topology in use, so tearing down the specification that declared them
+// would also delete the objects the two share (the ladder, the dispatch exchange).
+func printUnplanned(w io.Writer, names topology.Names, objs []topology.Unplanned, what string, live bool) {
 	if len(objs) == 0 {
 		return
 	}
@@ -539,11 +583,22 @@ func printUnplanned(w io.Writer, objs []topology.Unplanned, what string) {
 	if len(objs) == 1 {
 		verb = "is"
 	}
-	fmt.Fprintf(w, "\n%s named like this topology's own %s %s (an earlier specification's, e.g. another ladder or bucket list): "+
-		"run `declare teardown` with the specification that declared them, or delete them by hand once their queues are empty:\n",
-		plural(len(objs), "object"), verb, what)
+	fix := "run `declare teardown` with the specification that declared them, or delete them by hand once their queues are empty"
+	if live {
+		fix = "delete them by hand (management UI or API; rabbitmqctl delete_queue for a queue) once their queues are empty, " +
+			"not with `declare teardown` of the earlier specification, which would also delete the objects this one shares with it"
+	}
+	fmt.Fprintf(w, "\n%s named like this topology's own %s %s (an earlier specification's, e.g. another ladder or bucket list, "+
+		"or a target no longer named): %s:\n", plural(len(objs), "object"), verb, what, fix)
 	for _, o := range objs {
-		fmt.Fprintf(w, "  %s\n", o)
+		target, marker := names.MarkedTarget(o.Name)
+		if !marker || o.Kind != topology.KindExchange || !live {
+			fmt.Fprintf(w, "  %s\n", o)
+			continue
+		}
+		fmt.Fprintf(w, "  %s: says target %q was bound to %s by an apply; if %q is still a target, add it to the specification "+
+			"(AMQPDELAY_TARGETS, --targets: a mistyped or left-out name?) and run apply; if not, unbind it from %s, then delete this exchange\n",
+			o, target, names.Dispatch(), target, names.Dispatch())
 	}
 }
 

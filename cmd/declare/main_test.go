@@ -782,3 +782,58 @@ func TestStatusMismatchCLI(t *testing.T) {
 		t.Errorf("status --json: exit %d, %v, mismatched %+v, want %+v\n%s", js.code, err, parsed.Mismatched, want, js.stdout)
 	}
 }
+
+// TestStatusMistypedTarget: with AMQPDELAY_TARGETS mistyped after an apply (a target name
+// without a type, so apply would not declare it), status exits 1 naming the exchange that does
+// not exist and the vhost's exchange of a similar name, never advises `declare teardown` (which,
+// run with the specification that did apply, would delete the live topology), and says of the
+// applied target's marker to add the target back; --json gives the same; apply refuses with exit
+// 2 naming the similar exchange and the mistyped name, and declares nothing.
+func TestStatusMistypedTarget(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API")
+	}
+	target := env.Name("orders")
+	typo := strings.Replace(target, "orders", "ordres", 1)
+	if typo == target {
+		t.Fatalf("env.Name(%q) = %q: no typo to make", "orders", target)
+	}
+	ladder := []string{"AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1m", "AMQPDELAY_QUEUE_TYPE", "classic"}
+	applyOrFail(t, env, vars(env, append([]string{"AMQPDELAY_TARGETS", target + ":topic"}, ladder...)...), target)
+	e := vars(env, append([]string{"AMQPDELAY_TARGETS", typo}, ladder...)...)
+	marker := topology.Names{Prefix: env.Prefix}.TargetMarker(target)
+
+	st := declare(t, e, "status")
+	missing := `exchange "` + typo + `" (similar names here: "` + target + `")`
+	if st.code != 1 || !strings.Contains(st.stdout, "MISSING EXCHANGES: 1 exchange") || !strings.Contains(st.stdout, "  "+missing+"\n") ||
+		!strings.Contains(st.stderr, missing) || !strings.Contains(st.stderr, "mistyped") {
+		t.Errorf("status with a mistyped target: exit %d, want 1 listing %q\n%s\n%s", st.code, missing, st.stdout, st.stderr)
+	}
+	if strings.Contains(st.stdout, "run `declare teardown`") || strings.Contains(st.stderr, "run `declare teardown`") {
+		t.Errorf("status beside a live topology advises a teardown:\n%s\n%s", st.stdout, st.stderr)
+	}
+	if want := "exchange " + marker + `: says target "` + target + `" was bound`; !strings.Contains(st.stdout, want) ||
+		!strings.Contains(st.stdout, `if "`+target+`" is still a target, add it to the specification`) {
+		t.Errorf("status does not say what the applied target's marker means (want %q):\n%s", want, st.stdout)
+	}
+
+	js := declare(t, e, "status", "--json")
+	var parsed statusJSON
+	want := []statusMissingExchangeJSON{{Name: typo, Similar: []string{target}}}
+	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || js.code != 1 || parsed.OK ||
+		len(parsed.MissingExchanges) != 1 || parsed.MissingExchanges[0].Name != typo || !slices.Equal(parsed.MissingExchanges[0].Similar, want[0].Similar) {
+		t.Errorf("status --json: exit %d, %v, missing_exchanges %+v, want %+v\n%s", js.code, err, parsed.MissingExchanges, want, js.stdout)
+	}
+
+	before := objects(t, env)
+	ap := declare(t, e, "apply")
+	if similar := `this vhost has "` + target + `", similar to "` + typo + `"`; ap.code != 2 || !strings.Contains(ap.stderr, similar) ||
+		!strings.Contains(ap.stderr, "mistyped") {
+		t.Errorf("apply with a mistyped target: exit %d, want 2 naming %q\n%s", ap.code, similar, ap.stderr)
+	}
+	if after := objects(t, env); !slices.Equal(before, after) {
+		t.Errorf("apply with a mistyped target declared something: %d objects before, %d after", len(before), len(after))
+	}
+}

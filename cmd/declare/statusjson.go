@@ -31,6 +31,11 @@ type statusJSON struct {
 	// MissingObjects are the specification's objects (queue, exchange, binding, policy) that
 	// the broker lacks: "queue NAME", "policy NAME", ...
 	MissingObjects []string `json:"missing_objects"`
+	// MissingExchanges are the exchanges the specification binds to but does not declare
+	// (targets given without a type, ready queues' exchanges) that do not exist, each with
+	// the vhost's exchanges of a similar name (management API only): apply declares nothing
+	// until they exist.
+	MissingExchanges []statusMissingExchangeJSON `json:"missing_exchanges"`
 	// Mismatched are the properties of existing exchanges and queues that differ from the
 	// specification (management API only; see topology.Mismatch).
 	Mismatched []statusMismatchJSON `json:"mismatched"`
@@ -97,6 +102,11 @@ type statusMismatchJSON struct {
 type statusDLXJSON struct {
 	Queue       string `json:"queue"`
 	MessagesDLX int64  `json:"messages_dlx"`
+}
+
+type statusMissingExchangeJSON struct {
+	Name    string   `json:"name"`
+	Similar []string `json:"similar"`
 }
 
 type statusUnplannedJSON struct {
@@ -171,7 +181,7 @@ func queueJSON(q topology.QueueStatus) statusQueueJSON {
 func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plugin, vhost string) statusJSON {
 	out := statusJSON{Schema: statusSchema, OK: err == nil, Problems: []string{}, Prefix: p.Spec.Prefix, VHost: vhost,
 		Plugin: plugin, Management: rep.Management, Queues: []statusQueueJSON{}, MissingObjects: orEmpty(rep.Missing),
-		Mismatched:     []statusMismatchJSON{},
+		Mismatched: []statusMismatchJSON{}, MissingExchanges: []statusMissingExchangeJSON{},
 		ExchangesTotal: len(rep.Exchanges), BindingsPresent: -1, BindingsTotal: -1,
 		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, ObsoleteBindings: []string{}, RetryBindings: []string{},
 		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{}}
@@ -191,6 +201,9 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 				waiting[q.Name] = true
 			}
 		}
+	}
+	for _, x := range rep.MissingExchanges {
+		out.MissingExchanges = append(out.MissingExchanges, statusMissingExchangeJSON{Name: x.Name, Similar: orEmpty(x.Similar)})
 	}
 	for _, q := range rep.Queues {
 		out.Queues = append(out.Queues, queueJSON(q))

@@ -4,6 +4,9 @@ package text
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/agnivade/levenshtein"
 )
 
 // Plural gives "1 object" or "n objects" (a noun ending in a consonant and y: "2 policies";
@@ -19,4 +22,28 @@ func Plural(n int, noun string) string {
 		return fmt.Sprintf("%d %ses", n, noun)
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// Similar returns the candidates that look like a mistyping of name, in the order given: the
+// same name in another case, or within a Levenshtein distance of 1 (names of up to 4 runes) or
+// 2 (longer names), counted in runes. name itself, and the empty name, are never similar.
+func Similar(name string, candidates []string) []string {
+	n := utf8.RuneCountInString(name)
+	if n == 0 {
+		return nil
+	}
+	limit := 1
+	if n > 4 {
+		limit = 2
+	}
+	var out []string
+	for _, c := range candidates {
+		if c == name || c == "" {
+			continue
+		}
+		if strings.EqualFold(c, name) || levenshtein.ComputeDistance(c, name) <= limit {
+			out = append(out, c)
+		}
+	}
+	return out
 }

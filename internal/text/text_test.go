@@ -1,6 +1,9 @@
 package text
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestPlural(t *testing.T) {
 	for _, tc := range []struct {
@@ -12,6 +15,28 @@ func TestPlural(t *testing.T) {
 	} {
 		if got := Plural(tc.n, tc.noun); got != tc.want {
 			t.Errorf("Plural(%d, %q) = %q, want %q", tc.n, tc.noun, got, tc.want)
+		}
+	}
+}
+
+func TestSimilar(t *testing.T) {
+	cands := []string{"orders", "Orders", "payments", "ord", "", "amq.topic", "orders.dlx", "ordres"}
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{
+		{"ordres", []string{"orders"}},                           // a transposition (distance 2); "Orders" is 3 away
+		{"orders", []string{"Orders", "ordres"}},                 // never itself
+		{"order", []string{"orders", "Orders", "ord", "ordres"}}, // a letter left out, or two
+		{"paymnts", []string{"payments"}},                        // one left out of a long name
+		{"ord", nil},                                             // short: distance 1 only, and "ord" is itself
+		{"orx", []string{"ord"}},                                 // short, distance 1
+		{"shipping", nil},                                        // nothing near
+		{"", nil},                                                // the default exchange is no typo
+	} {
+		got := Similar(tc.name, cands)
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("Similar(%q) = %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
