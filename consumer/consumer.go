@@ -146,7 +146,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		defer c.revs.Close()
 	}
-	s, err := c.open(startCtx)
+	s, err := c.open(startCtx, false)
 	if err != nil {
 		return err
 	}
@@ -155,9 +155,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if lost == nil {
 			return nil
 		}
-		c.log.Warn().Err(lost).Str("queue", c.queue).Msg("consumer: connection lost; reconnecting")
+		unreadable := isUnreadable(lost)
+		if unreadable {
+			lost = fmt.Errorf("%w: the client library (amqp091-go) could not read a delivery of %q and closed the connection; "+
+				"such a message (typically a header table nested more than 32 deep or with more than 8,192 entries, from a "+
+				"publisher other than amqpdelay's) is delivered again after each reconnect, first in line: a quorum queue's "+
+				"delivery limit dead-letters it (a ready queue of `declare apply`: to the parking queue), a classic queue "+
+				"keeps it, so take it out by hand (management UI, Get messages, Ack mode \"Reject requeue false\"); until "+
+				"%d deliveries have been read, the Consumer takes one at a time, so the messages behind it are not given "+
+				"back with it and charged a delivery attempt", lost, c.queue, carefulDeliveries(c.o.concurrency))
+			c.log.Error().Err(lost).Str("queue", c.queue).Msg("consumer: an unreadable delivery closed the connection; reconnecting")
+		} else {
+			c.log.Warn().Err(lost).Str("queue", c.queue).Msg("consumer: connection lost; reconnecting")
+		}
 		c.emit(Event{Kind: Disconnected, Err: lost, At: time.Now()})
-		if s = c.reconnect(ctx); s == nil {
+		if s = c.reconnect(ctx, unreadable); s == nil {
 			return nil
 		}
 		c.log.Info().Str("queue", c.queue).Msg("consumer: reconnected")
@@ -175,6 +187,23 @@ type session struct {
 
 	mu      sync.Mutex
 	flights map[*flight]struct{}
+
+	// careful counts down the deliveries to read, with a prefetch of 1, before the prefetch
+	// goes back to the concurrency (after a delivery the client could not read; 0: not careful).
+	careful atomic.Int64
+}
+
+// carefulDeliveries is how many deliveries a session opened after an unreadable delivery reads
+// with a prefetch of 1: twice the prefetch the lost connection had, so the deliveries that
+// were in flight with the unreadable one have come back first.
+func carefulDeliveries(concurrency int) int { return 2 * concurrency }
+
+// isUnreadable reports whether err says that the client closed the connection because it could
+// not read a frame (amqp091-go's FrameError or SyntaxError, not sent by the server): a delivery
+// whose content header it cannot parse.
+func isUnreadable(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && !ae.Server && (ae.Code == amqp.FrameError || ae.Code == amqp.SyntaxError)
 }
 
 // flight states: a handler may be running; the worker settles it; shutdown gave it back.
@@ -202,8 +231,9 @@ func (s *session) remove(f *flight) {
 	s.mu.Unlock()
 }
 
-// open dials, checks the queue, binds it to the retry exchange and starts consuming.
-func (c *Consumer) open(ctx context.Context) (*session, error) {
+// open dials, checks the queue, binds it to the retry exchange and starts consuming; careful
+// starts with a prefetch of 1 (see carefulDeliveries).
+func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 	conn, err := amqpdelay.Dial(ctx, c.cfg, c.o.name)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: dial: %w", err)
@@ -230,8 +260,12 @@ func (c *Consumer) open(ctx context.Context) (*session, error) {
 				"WithoutRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err))
 		}
 	}
-	if err := ch.Qos(c.o.concurrency, 0, false); err != nil {
-		return fail(fmt.Errorf("consumer: set prefetch %d: %w", c.o.concurrency, err))
+	prefetch := c.o.concurrency
+	if careful {
+		prefetch = 1
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return fail(fmt.Errorf("consumer: set prefetch %d: %w", prefetch, err))
 	}
 	tag := fmt.Sprintf("%s-%s", c.o.name, newToken()[:8])
 	deliveries, err := ch.Consume(c.queue, tag, false, false, false, false, nil)
@@ -239,12 +273,16 @@ func (c *Consumer) open(ctx context.Context) (*session, error) {
 		return fail(fmt.Errorf("consumer: consume queue %q: %w", c.queue, err))
 	}
 	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, flights: map[*flight]struct{}{}}
+	if careful {
+		s.careful.Store(int64(carefulDeliveries(c.o.concurrency)))
+	}
 	s.closed = conn.NotifyClose(make(chan *amqp.Error, 1))
 	return s, nil
 }
 
-// reconnect opens a new session with exponential back-off and jitter; nil once ctx has ended.
-func (c *Consumer) reconnect(ctx context.Context) *session {
+// reconnect opens a new session (careful: see open) with exponential back-off and jitter; nil
+// once ctx has ended.
+func (c *Consumer) reconnect(ctx context.Context, careful bool) *session {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = c.o.reconnectMin, c.o.reconnectMax, 0.5, 0
 	b.Reset()
@@ -257,7 +295,7 @@ func (c *Consumer) reconnect(ctx context.Context) *session {
 		case <-t.C:
 		}
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		s, err := c.open(dctx)
+		s, err := c.open(dctx, careful)
 		cancel()
 		if err == nil {
 			return s
@@ -293,6 +331,11 @@ func (c *Consumer) serve(ctx context.Context, s *session, pub *amqpdelay.Publish
 					if stopping.Load() {
 						c.giveBack(d, "shutting down")
 						continue
+					}
+					if s.careful.Load() > 0 && s.careful.Add(-1) == 0 {
+						if err := s.ch.Qos(c.o.concurrency, 0, false); err != nil {
+							c.log.Warn().Err(err).Msg("consumer: set the prefetch back to the concurrency")
+						}
 					}
 					c.process(base, s, pub, d)
 				}
@@ -493,41 +536,61 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	c.log.Debug().Err(err).Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Msg("consumer: handler failed")
 	now := time.Now()
 	h := c.failureHeaders(orig, origKey, in, err, now)
-	if IsPermanent(err) || in.Attempt >= c.o.backoff.MaxAttempts {
-		reason := ParkAttempts
-		if IsPermanent(err) {
-			reason = ParkPermanent
-		}
-		h[HeaderAttempt] = int64(in.Attempt)
-		h[HeaderParked] = now.UnixMilli()
-		h[HeaderParkReason] = reason
-		if token != "" {
-			c.release(sctx, in.ID, token)
-		}
-		msg := publishingOf(d, h)
-		if _, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
-			return pub.Publish(sctx, "", c.names.Parking(), msg, 0)
-		}); perr != nil {
-			c.nack(f, fmt.Errorf("consumer: park the message in %q: %w", c.names.Parking(), perr), in)
+	if token != "" {
+		c.release(sctx, in.ID, token) // a retry copy must be able to claim it
+	}
+	reason := ""
+	switch {
+	case IsPermanent(err):
+		reason = ParkPermanent
+	case in.Attempt >= c.o.backoff.MaxAttempts:
+		reason = ParkAttempts
+	default:
+		h[HeaderAttempt] = int64(in.Attempt + 1)
+		delay := c.o.backoff.Delay(in.Attempt)
+		retry := publishingOf(d, h)
+		r, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
+			return pub.Publish(sctx, c.names.Retry(), c.queue, retry, delay)
+		})
+		if perr == nil {
+			c.ack(f, Event{Kind: Retried, Info: in, Err: err, Delay: r.Delay, Due: r.Due, Duration: took, At: time.Now()})
 			return
 		}
-		c.ack(f, Event{Kind: Parked, Info: in, Err: err, Duration: took, At: time.Now()})
-		return
+		if !errors.Is(perr, amqpdelay.ErrInvalidInput) {
+			c.nack(f, fmt.Errorf("consumer: publish the retry: %w", perr), in)
+			return
+		}
+		// No retry copy of this delivery can ever be published (it carries more than the
+		// copy can hold): retrying it means requeueing it without end. Park it.
+		reason = ParkRetryRefused
+		h[HeaderError] = truncate(fmt.Sprintf("%s (its retry copy was refused: %v)", h[HeaderError], perr), MaxErrorLen)
 	}
-	h[HeaderAttempt] = int64(in.Attempt + 1)
-	if token != "" {
-		c.release(sctx, in.ID, token) // the retry copy must be able to claim it
-	}
-	delay := c.o.backoff.Delay(in.Attempt)
-	retry := publishingOf(d, h)
-	r, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
-		return pub.Publish(sctx, c.names.Retry(), c.queue, retry, delay)
+	h[HeaderAttempt] = int64(in.Attempt)
+	h[HeaderParked] = now.UnixMilli()
+	h[HeaderParkReason] = reason
+	msg := publishingOf(d, h)
+	_, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
+		return pub.Publish(sctx, "", c.names.Parking(), msg, 0)
 	})
-	if perr != nil {
-		c.nack(f, fmt.Errorf("consumer: publish the retry: %w", perr), in)
-		return
+	switch {
+	case perr == nil:
+		c.ack(f, Event{Kind: Parked, Info: in, Err: err, Duration: took, At: time.Now()})
+	case errors.Is(perr, amqpdelay.ErrInvalidInput):
+		c.reject(f, fmt.Errorf("consumer: no copy of the message can be parked in %q, so it was rejected without requeue: its "+
+			"queue's dead-letter exchange takes it (a quorum ready queue's: the parking queue, x-death reason rejected, "+
+			"without the failure record), or RabbitMQ drops it when the queue has none: %w (the handler's error: %w)",
+			c.names.Parking(), perr, err), in)
+	default:
+		c.nack(f, fmt.Errorf("consumer: park the message in %q: %w", c.names.Parking(), perr), in)
 	}
-	c.ack(f, Event{Kind: Retried, Info: in, Err: err, Delay: r.Delay, Due: r.Due, Duration: took, At: time.Now()})
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // deferCopy sends a copy of the delivery back through the delay topology after the busy delay,
@@ -620,11 +683,7 @@ func (c *Consumer) failureHeaders(orig amqp.Table, origKey string, in Info, err 
 		h[HeaderFirstFailure] = now.UnixMilli()
 	}
 	h[HeaderLastFailure] = now.UnixMilli()
-	text := err.Error()
-	if len(text) > MaxErrorLen {
-		text = text[:MaxErrorLen]
-	}
-	h[HeaderError] = text
+	h[HeaderError] = truncate(err.Error(), MaxErrorLen)
 	h[HeaderQueue] = c.queue
 	return h
 }
@@ -640,14 +699,31 @@ func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
 	}
 }
 
-// call runs the handler, turning a panic into an error.
+// call runs the handler, turning a panic into an error, and an error whose Error method
+// panics (a typed nil pointer returned as the error, typically) into one that does not: the
+// Consumer reads the text for the failure record and the logs.
 func (c *Consumer) call(ctx context.Context, d amqp.Delivery) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = panicError{v: v}
 		}
 	}()
-	return c.h(ctx, d)
+	if err = c.h(ctx, d); err != nil {
+		err = readableError(err)
+	}
+	return err
+}
+
+// readableError returns err, or, when err.Error() panics, an error saying so that names err's type.
+func readableError(err error) (out error) {
+	defer func() {
+		if v := recover(); v != nil {
+			out = fmt.Errorf("consumer: the handler returned an error of type %T whose Error method panics (%v): a nil "+
+				"pointer of an error type is not a nil error; return nil for success", err, v)
+		}
+	}()
+	_ = err.Error()
+	return err
 }
 
 // renew extends the lease every third of it until stop is closed; when the lease is found lost
@@ -708,6 +784,17 @@ func (c *Consumer) ack(f *flight, e Event) {
 		e = Event{Kind: Unsettled, Info: e.Info, Err: fmt.Errorf("consumer: ack after %s: %w", e.Kind, err), At: time.Now()}
 	}
 	c.emit(e)
+}
+
+// reject rejects f's delivery without requeue (its queue dead-letters it, or drops it) when no
+// copy of it can be parked, and reports it as Rejected.
+func (c *Consumer) reject(f *flight, why error, in Info) {
+	c.log.Error().Err(why).Str("id", in.ID).Str("queue", c.queue).Msg("consumer: rejected a message that cannot be parked")
+	kind := Rejected
+	if err := f.d.Nack(false, false); err != nil {
+		kind, why = Unsettled, errors.Join(why, err)
+	}
+	c.emit(Event{Kind: kind, Info: in, Err: why, At: time.Now()})
 }
 
 // nack gives f's delivery back to the queue after a failed retry or parking publish.

@@ -18,7 +18,7 @@
 // concurrency, and one of an amqpdelay.Publisher for retries and parking, whose publishes return
 // only after the broker's confirm. Each delivery goes through:
 //
-//  1. Claim its id (MessageId by default) in the [Store], for the queue: an expiring lease
+//  1. Claim its id (MessageId by default; see [WithIDFunc]) in the [Store], for the queue: an expiring lease
 //     (Redis: SET NX PX). Already handled: ack, the handler does not run ([Skipped]). Another
 //     holder's lease (a copy being handled now, or by an instance that died less than a lease
 //     ago): the message is sent back through the delay topology to wait the busy delay, then
@@ -40,7 +40,15 @@
 //     messages back to their queue.
 //
 // A retry or parking publish that fails gives the delivery back (nack with requeue); an ack that
-// fails (the channel closed) leaves the message to be delivered again, and the store decides.
+// fails (the channel closed) leaves the message to be delivered again, and the store decides. A
+// copy the Publisher refuses as invalid (amqpdelay.ErrInvalidInput: a delivery with so many
+// headers that the copy, with the Consumer's own, exceeds what it sends) can never be published:
+// a refused retry parks the message instead ([ParkRetryRefused]), and a refused parking copy
+// rejects the delivery without requeue ([Rejected]: its queue's dead-letter exchange takes it, a
+// quorum ready queue's being the parking queue, or RabbitMQ drops it).
+//
+// A handler's error whose Error method panics (a nil pointer of an error type returned as the
+// error) counts as a failure, with a text that says so.
 //
 // The retry routing is part of the topology `declare apply` declares (package topology, retry
 // routing): the dispatch exchange hands a due retry to <prefix>.retry (it is its target), a

@@ -70,6 +70,11 @@ const (
 	// Revoked: the message was revoked (amqpdelay's Publisher.Revoke or Reschedule): acked
 	// without running the handler.
 	Revoked
+	// Rejected: the handler failed and no copy of the message could be parked (the Publisher
+	// refused it as invalid, typically for too many headers): it was rejected without requeue,
+	// so its queue's dead-letter exchange took it (a quorum ready queue's: the parking queue,
+	// without the failure record) or, for a queue without one, RabbitMQ dropped it (Event.Err).
+	Rejected
 )
 
 // String returns the kind's name in lower case ("handled", "retried", ...).
@@ -95,6 +100,8 @@ func (k EventKind) String() string {
 		return "reconnected"
 	case Revoked:
 		return "revoked"
+	case Rejected:
+		return "rejected"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

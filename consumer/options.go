@@ -7,6 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/revlog"
 )
 
 // Option configures a Consumer; pass options to [New]. An option given a value it cannot use
@@ -64,7 +67,7 @@ func defaultOptions() options {
 		name:            "rabbitdelay-consumer",
 		reconnectMin:    100 * time.Millisecond,
 		reconnectMax:    5 * time.Second,
-		idFunc:          func(d amqp.Delivery) string { return d.MessageId },
+		idFunc:          defaultID,
 		bind:            true,
 		revocations:     true,
 	}
@@ -217,8 +220,10 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 }
 
 // WithIDFunc sets how a delivery's id for deduplication is found (default: its MessageId,
-// which the amqpdelay Publisher always sets). A delivery whose id is "" runs the handler
-// without a claim: nothing deduplicates it.
+// which the amqpdelay Publisher always sets, and, for a copy that Publisher.Reschedule
+// published, "@" and that copy's tag (the header amqpdelay.CopyHeader, starting with 'r'), so
+// that a message rescheduled after it was handled is handled again, once). A delivery whose id
+// is "" runs the handler without a claim: nothing deduplicates it.
 func WithIDFunc(f func(amqp.Delivery) string) Option {
 	return func(o *options) error {
 		if f == nil {
@@ -243,4 +248,17 @@ func WithoutRetryBinding() Option {
 // calling the handler.
 func WithoutRevocations() Option {
 	return func(o *options) error { o.revocations = false; return nil }
+}
+
+// defaultID is a delivery's MessageId, and for a copy Reschedule published (revlog.Rescheduled)
+// its copy tag after an "@": each Reschedule of an id is a new message to handle, while its
+// redeliveries and retries (which keep the tag) and a publisher's resend of the same id are not.
+func defaultID(d amqp.Delivery) string {
+	if d.MessageId == "" {
+		return ""
+	}
+	if tag, _ := d.Headers[amqpdelay.CopyHeader].(string); revlog.Rescheduled(tag) {
+		return d.MessageId + "@" + tag
+	}
+	return d.MessageId
 }

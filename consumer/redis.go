@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,7 +15,9 @@ const DefaultRedisPrefix = "rabbitdelay:handled:"
 
 // RedisStore is a [Store] in Redis, shared by every Consumer (in any process) that uses the
 // same server and prefix: the way go-queue deduplicates, with SET NX. One key per queue and
-// message id, <prefix><queue>:<id>, holds "lease:<token>" while a handler runs (SET NX PX: a
+// message id, <prefix><length of queue in bytes>:<queue>:<id> (the length keeps a queue or id
+// with a colon from sharing another pair's key: queue "a:b" with id "c" is 3:a:b:c, queue "a"
+// with id "b:c" is 1:a:b:c), holds "lease:<token>" while a handler runs (SET NX PX: a
 // lease that expires on its own when its holder dies) and "done" once it succeeded (SET PX,
 // the longer keep time). Extend and Release compare the token and act in one Lua script, so a
 // holder whose lease expired never extends or drops another holder's lease.
@@ -37,7 +40,9 @@ func NewRedisStore(client redis.UniversalClient, prefix string) *RedisStore {
 
 const doneValue = "done"
 
-func (r *RedisStore) key(queue, id string) string { return r.prefix + queue + ":" + id }
+func (r *RedisStore) key(queue, id string) string {
+	return r.prefix + strconv.Itoa(len(queue)) + ":" + queue + ":" + id
+}
 
 // Claim implements [Store] with SET key lease:<token> NX PX lease, then, when the key exists,
 // GET to tell a done mark from another holder's lease. Errors wrap ErrStore.

@@ -30,8 +30,9 @@ const HeaderReplayed = "rabbitdelay.replayed"
 // parking queue's order.
 //
 // ctx bounds the whole call. Errors: ErrQueueNotFound (queue or the parking queue missing), a
-// dial error (amqpdelay.Dial), a refused or unconfirmed publish, or ctx's error; moved counts
-// what was moved before it.
+// dial error (amqpdelay.Dial), a refused or unconfirmed publish, a parked message the client
+// library cannot read (the error says how to take it out), or ctx's error; moved counts what
+// was moved before it.
 func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (moved int, err error) {
 	if ctx == nil {
 		return 0, fmt.Errorf("%w: nil context", ErrInvalidConfig)
@@ -45,6 +46,7 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 		return 0, fmt.Errorf("consumer: replay: dial: %w", err)
 	}
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
 		return 0, fmt.Errorf("consumer: replay: open a channel: %w", err)
@@ -74,6 +76,19 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 		}
 		d, ok, err := ch.Get(parking, false)
 		if err != nil {
+			select { // the connection's close reason, when it was the connection that closed
+			case e := <-closed:
+				if e != nil {
+					err = e
+				}
+			case <-time.After(time.Second):
+			}
+			if isUnreadable(err) {
+				return moved, fmt.Errorf("%w: consumer: replay: the message at the head of %q cannot be read by the client library "+
+					"(amqp091-go), which closed the connection (typically a header table nested more than 32 deep or with more "+
+					"than 8,192 entries, from a publisher other than amqpdelay's); it stays first in line: take it out by hand "+
+					"(management UI, %s, Get messages, Ack mode \"Reject requeue false\"), then replay again", err, parking, parking)
+			}
 			return moved, fmt.Errorf("consumer: replay: get from %q: %w", parking, err)
 		}
 		if !ok {

@@ -33,7 +33,7 @@ const (
 	// message (a direct publish drops rabbitdelay-* headers).
 	HeaderDue = "rabbitdelay.due"
 	// HeaderParked (int64, Unix ms) is when the message was parked, and HeaderParkReason why:
-	// ParkAttempts or ParkPermanent.
+	// ParkAttempts, ParkPermanent or ParkRetryRefused.
 	HeaderParked     = "rabbitdelay.parked"
 	HeaderParkReason = "rabbitdelay.park-reason"
 )
@@ -44,6 +44,11 @@ const (
 	ParkAttempts = "attempts"
 	// ParkPermanent: the handler returned an error marked with [Permanent].
 	ParkPermanent = "permanent"
+	// ParkRetryRefused: the handler failed and the retry copy was refused as invalid
+	// (amqpdelay.ErrInvalidInput: typically a delivery with so many headers that the copy,
+	// with the Consumer's own, exceeds what the Publisher sends), so it can never be retried;
+	// the refusal is in HeaderError.
+	ParkRetryRefused = "retry-refused"
 )
 
 // MaxErrorLen is the longest error text, in bytes, the HeaderError header carries.

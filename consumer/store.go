@@ -82,13 +82,13 @@ type MemoryStore struct {
 	mu     sync.Mutex
 	max    int
 	now    func() time.Time
-	keys   map[string]*list.Element
+	keys   map[memKey]*list.Element
 	order  *list.List // of *memEntry, oldest first (by last write)
 	leases int
 }
 
 type memEntry struct {
-	key     string
+	key     memKey
 	done    bool
 	token   string
 	expires time.Time
@@ -100,13 +100,14 @@ func NewMemoryStore(window int) *MemoryStore {
 	if window <= 0 {
 		window = DefaultMemoryWindow
 	}
-	return &MemoryStore{max: window, now: time.Now, keys: map[string]*list.Element{}, order: list.New()}
+	return &MemoryStore{max: window, now: time.Now, keys: map[memKey]*list.Element{}, order: list.New()}
 }
 
-func memKey(queue, id string) string { return queue + "\x00" + id }
+// memKey is a MemoryStore's key: a queue and a message id, kept apart.
+type memKey struct{ queue, id string }
 
 // get returns the live entry of key, dropping it when it has expired.
-func (m *MemoryStore) get(key string, now time.Time) *memEntry {
+func (m *MemoryStore) get(key memKey, now time.Time) *memEntry {
 	el, ok := m.keys[key]
 	if !ok {
 		return nil
@@ -163,7 +164,7 @@ func (m *MemoryStore) Claim(ctx context.Context, queue, id string, lease time.Du
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	key := memKey(queue, id)
+	key := memKey{queue, id}
 	if e := m.get(key, now); e != nil {
 		if e.done {
 			return AlreadyHandled, "", nil
@@ -186,7 +187,7 @@ func (m *MemoryStore) Extend(ctx context.Context, queue, id, token string, lease
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	e := m.get(memKey(queue, id), now)
+	e := m.get(memKey{queue, id}, now)
 	if e == nil || e.done || e.token != token {
 		return false, nil
 	}
@@ -202,7 +203,7 @@ func (m *MemoryStore) Done(ctx context.Context, queue, id, token string, keep ti
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	key := memKey(queue, id)
+	key := memKey{queue, id}
 	if m.get(key, now) == nil && !m.room(now) {
 		return nil // only live leases left: the mark is forgotten at once
 	}
@@ -217,7 +218,7 @@ func (m *MemoryStore) Release(ctx context.Context, queue, id, token string) erro
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if el, ok := m.keys[memKey(queue, id)]; ok {
+	if el, ok := m.keys[memKey{queue, id}]; ok {
 		if e := el.Value.(*memEntry); !e.done && e.token == token {
 			m.remove(el)
 		}

@@ -200,3 +200,27 @@ func TestMemoryStoreContext(t *testing.T) {
 		t.Fatal("claim with an ended context succeeded")
 	}
 }
+
+// TestStoreKeysKeepPairsApart: (queue, id) pairs whose joined text is the same never share a
+// key: a colon (Redis's separator) or a NUL in a queue name or an id, at either side, an empty
+// id. Each pair is marked done; the other pairs still claim.
+func TestStoreKeysKeepPairsApart(t *testing.T) {
+	pairs := [][2]string{
+		{"orders", "audit:7"}, {"orders:audit", "7"}, {"orders:", "audit:7"}, {"orders:audit:", "7"},
+		{"orders", "audit\x007"}, {"orders\x00audit", "7"}, {"1:orders", "x"}, {"orders", ""}, {"orders:", ""},
+	}
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for i, p := range pairs {
+				st, tok, err := s.Claim(ctx, p[0], p[1], time.Minute)
+				if err != nil || st != Claimed {
+					t.Fatalf("queue %q id %q after the %d pairs before it were handled: %v %v, want claimed", p[0], p[1], i, st, err)
+				}
+				if err := s.Done(ctx, p[0], p[1], tok, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
@@ -513,5 +514,89 @@ func checkPlainConsumer(t *testing.T, p *amqpdelay.Publisher, cfg amqpdelay.Conf
 	}
 	if st := revs.Stats(); st.Known < n/2 || st.Fences == 0 {
 		t.Errorf("Stats %+v: want at least %d known ids and a fence", st, n/2)
+	}
+}
+
+// TestRevocationsStreamRecreated: the revocation stream deleted and declared again while a
+// reader follows it (revoke.Revocations, as every Consumer has one). RabbitMQ holds a stream
+// consumer at an offset past the end until the stream reaches it, so a reader that resumed at
+// its old offset on the new, shorter stream never read again, and every Consumer gave every
+// delivery back. Two members: the new stream empty when the reader comes back (it must read it
+// from its start), and the new stream already longer than the old offset (it must not resume
+// in the middle of the new stream, skipping its first records). Each time the reader answers
+// for a revocation of the new stream, still knows those read before, and revokes nothing else.
+func TestRevocationsStreamRecreated(t *testing.T) {
+	t.Parallel()
+	f := newRevokeFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	logs := &lockedBuffer{}
+	revs, err := revoke.New(ctx, f.cfg, revoke.WithLogger(zerolog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer revs.Close()
+	for i := range 40 {
+		if err := f.pub.Revoke(ctx, fmt.Sprintf("old-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := revs.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := f.spec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := plan.Names.Revoked()
+	q, _ := plan.Queue(stream)
+	revoked := func(id string) bool {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		defer wcancel()
+		got, err := revs.Revoked(wctx, amqp.Delivery{MessageId: id})
+		if err != nil {
+			t.Fatalf("Revoked(%s) after the stream was declared again: %v", id, err)
+		}
+		return got
+	}
+	for i, tc := range []struct {
+		name  string
+		extra int // records written into the new stream right after its first one
+	}{{"new stream empty", 0}, {"new stream longer than the old offset", 300}} {
+		ch := f.env.Channel(t)
+		if _, err := ch.QueueDelete(stream, false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // the reader is cancelled and retries while the stream is missing
+		if _, err := ch.QueueDeclare(stream, true, false, false, false, q.Args); err != nil {
+			t.Fatal(err)
+		}
+		first := "first-of-" + strings.ReplaceAll(tc.name, " ", "-")
+		if err := f.pub.Revoke(ctx, first); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for i := range tc.extra {
+			if err := f.pub.Revoke(ctx, fmt.Sprintf("%s-%d", first, i)); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		}
+		if !revoked(first) {
+			t.Errorf("%s: the first revocation of the new stream is unknown to the reader", tc.name)
+		}
+		if tc.extra > 0 && !revoked(fmt.Sprintf("%s-%d", first, tc.extra-1)) {
+			t.Errorf("%s: the last revocation of the new stream is unknown to the reader", tc.name)
+		}
+		if !revoked("old-7") {
+			t.Errorf("%s: a revocation read before the stream was deleted is forgotten", tc.name)
+		}
+		if revoked("never-revoked") {
+			t.Errorf("%s: an id nobody revoked is revoked", tc.name)
+		}
+		t.Logf("%s: ends before the last record read: %d; no longer has it: %d", tc.name, strings.Count(logs.String(), "ends before the last record read"),
+			strings.Count(logs.String(), "no longer has the last record read"))
+		if n := strings.Count(logs.String(), "it was deleted and declared again"); n != i+1 {
+			t.Errorf("%s: the reader said %d times in all that the stream was declared again, want %d:\n%s", tc.name, n, i+1, logs)
+		}
 	}
 }

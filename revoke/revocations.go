@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -131,7 +132,14 @@ type Revocations struct {
 	fenceReq chan fenceReq
 	fences   atomic.Uint64
 
-	next    int64 // the next stream offset to read (reader goroutine only)
+	// The reader goroutine's: the next stream offset to read, a fingerprint of the last
+	// record read (at offset next-1), whether the first record of a resumed consumer must be
+	// that one (verify), and whether to read the stream from its start at the next connection
+	// (restart: it was deleted and declared again).
+	next    int64
+	last    uint64
+	verify  bool
+	restart bool
 	records atomic.Uint64
 
 	ctx    context.Context
@@ -146,7 +154,8 @@ type Revocations struct {
 // (topology.Names.Revoked, "<prefix>.revoked") from its start, and returns once it has read
 // everything confirmed before the call (it writes a fence record and waits until it reads it
 // back). It then follows the stream until Close, reconnecting after a connection loss and
-// resuming where it stopped. ctx bounds the start only.
+// resuming where it stopped (from the stream's start when the stream was deleted and declared again
+// meanwhile; the revocations read before stay known). ctx bounds the start only.
 //
 // Errors: ErrInvalidConfig (an option; cfg's connection settings), an error wrapping
 // amqpdelay.ErrTopologyMissing that names the stream when it does not exist (run `declare
@@ -211,6 +220,25 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 		}
 		return fail(fmt.Errorf("revoke: check stream %q: %w", r.stream, err))
 	}
+	if last, resume := offset.(int64); resume {
+		// Resuming at the last record read, to check it is the same record (read): the stream
+		// may have been deleted and declared again since (a consumer cancelled by the broker,
+		// or a connection lost meanwhile). A new stream starts at offset 0, and RabbitMQ holds
+		// a consumer at an offset past the end until the stream reaches it, so first make sure
+		// the stream reaches that offset.
+		end, err := r.probeEnd(ctx, conn)
+		if err != nil {
+			return fail(err)
+		}
+		if end < last {
+			r.o.logger.Warn().Str("stream", r.stream).Int64("end", end).Int64("last_read", last).
+				Msg("revoke: the revocation stream ends before the last record read: it was deleted and declared again; " +
+					"reading it from its start (the revocations read before are kept)")
+			offset = "first"
+		} else {
+			r.verify = true
+		}
+	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fail(fmt.Errorf("revoke: set prefetch: %w", err))
 	}
@@ -230,6 +258,73 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 	r.conn = conn
 	r.fch.Store(fch)
 	return deliveries, conn.NotifyClose(make(chan *amqp.Error, 1)), nil
+}
+
+// fingerprint identifies a record of the stream by its content: type, headers of the format
+// (revlog), message id and body.
+func fingerprint(d *amqp.Delivery) uint64 {
+	h := fnv.New64a()
+	at, _ := d.Headers[revlog.AtHeader].(int64)
+	seq, _ := d.Headers[revlog.SeqHeader].(int64)
+	reader, _ := d.Headers[revlog.ReaderHeader].(string)
+	fmt.Fprintf(h, "%q %d %d %q %q ", d.Type, at, seq, reader, d.MessageId)
+	h.Write(d.Body)
+	return h.Sum64()
+}
+
+// probeEnd returns the offset of a fence it writes at the stream's end (a fence record like
+// any: every reader may take it as one), read back through a consumer starting at "last" (the
+// last chunk). Errors: the broker's, or ctx's.
+func (r *Revocations) probeEnd(ctx context.Context, conn *amqp.Connection) (int64, error) {
+	pch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("revoke: open the probe channel: %w", err)
+	}
+	defer pch.Close()
+	if err := pch.Confirm(false); err != nil {
+		return 0, fmt.Errorf("revoke: probe the end of %q: %w", r.stream, err)
+	}
+	returns := pch.NotifyReturn(make(chan amqp.Return, 1))
+	id := uuid.NewString()
+	dc, err := pch.PublishWithDeferredConfirmWithContext(ctx, "", r.stream, true, false, amqp.Publishing{
+		Type: revlog.TypeFence, DeliveryMode: amqp.Persistent, MessageId: id,
+		Headers: amqp.Table{revlog.AtHeader: time.Now().UnixMilli(), revlog.ReaderHeader: r.self},
+	})
+	if err == nil {
+		var ok bool
+		if ok, err = dc.WaitContext(ctx); err == nil && !ok {
+			err = errors.New("the broker nacked it")
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("revoke: probe the end of %q (a fence record): %w", r.stream, err)
+	}
+	select {
+	case <-returns:
+		return 0, fmt.Errorf("%w: the revocation stream %q does not exist (a record sent to it was returned): run `declare apply`",
+			amqpdelay.ErrTopologyMissing, r.stream)
+	default:
+	}
+	if err := pch.Qos(prefetch, 0, false); err != nil {
+		return 0, fmt.Errorf("revoke: probe the end of %q: %w", r.stream, err)
+	}
+	deliveries, err := pch.Consume(r.stream, "", false, false, false, false, amqp.Table{"x-stream-offset": "last"})
+	if err != nil {
+		return 0, fmt.Errorf("revoke: probe the end of %q: %w", r.stream, err)
+	}
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return 0, fmt.Errorf("revoke: probe the end of %q: the broker ended the consumer", r.stream)
+			}
+			if off, isInt := d.Headers["x-stream-offset"].(int64); isInt && d.MessageId == id {
+				return off, nil
+			}
+		case <-ctx.Done():
+			return 0, fmt.Errorf("revoke: probe the end of %q: %w", r.stream, ctx.Err())
+		}
+	}
 }
 
 // read applies the stream's records until Close, reconnecting after a loss.
@@ -263,6 +358,21 @@ func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Er
 				n = 0
 				continue
 			}
+			if r.verify {
+				r.verify = false
+				if off, _ := d.Headers["x-stream-offset"].(int64); off == r.next-1 && fingerprint(&d) == r.last {
+					n++ // the last record read before: the same stream, read on from here
+					continue
+				}
+				r.o.logger.Warn().Str("stream", r.stream).Int64("offset", r.next-1).
+					Msg("revoke: the revocation stream no longer has the last record read at its offset: it was deleted and " +
+						"declared again; reading it from its start (the revocations read before are kept)")
+				r.restart = true
+				if r.conn != nil {
+					_ = r.conn.CloseDeadline(time.Now().Add(time.Second)) // ends deliveries: the loop reconnects
+				}
+				continue
+			}
 			r.apply(&d)
 			if n++; n%ackEvery == 0 {
 				_ = d.Ack(true) // a stream's acks only make room in the prefetch window
@@ -274,7 +384,7 @@ func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Er
 // apply takes one record into the set, or a fence into covered.
 func (r *Revocations) apply(d *amqp.Delivery) {
 	if off, ok := d.Headers["x-stream-offset"].(int64); ok {
-		r.next = off + 1
+		r.next, r.last = off+1, fingerprint(d)
 	}
 	at, ok := d.Headers[revlog.AtHeader].(int64)
 	if !ok {
@@ -363,11 +473,17 @@ func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
 			return nil, nil
 		case <-t.C:
 		}
+		var offset any = "first"
+		if r.next > 0 && !r.restart {
+			offset = r.next - 1 // the last record read: open checks it is still there
+		}
 		ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
-		d, c, err := r.open(ctx, r.next)
+		r.verify = false
+		d, c, err := r.open(ctx, offset)
 		cancel()
 		if err == nil {
-			r.o.logger.Info().Str("stream", r.stream).Int64("offset", r.next).Msg("revoke: reading the revocation stream again")
+			r.restart = false
+			r.o.logger.Info().Str("stream", r.stream).Any("offset", offset).Msg("revoke: reading the revocation stream again")
 			r.fenceFailed() // wake the waiters: they send a fence on the new connection
 			return d, c
 		}
