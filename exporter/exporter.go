@@ -161,9 +161,14 @@ func add(to *int64, v int64) {
 }
 
 // Collect reads the management API (bounded by Options.Timeout) and sends the metrics.
-func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+// [Handler] also bounds each scrape by its request (the client gone, or Prometheus's
+// X-Prometheus-Scrape-Timeout-Seconds).
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) { e.collect(context.Background(), ch) }
+
+// collect is Collect bounded by ctx too.
+func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	defer cancel()
 	s, err := e.m.Snapshot(ctx, e.p)
 	ch <- prometheus.MustNewConstMetric(e.duration, prometheus.GaugeValue, time.Since(start).Seconds())
@@ -178,7 +183,12 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	var order []group
 	groups := map[group]*sums{}
 	missing := 0
+	seen := map[string]bool{} // a ready queue with several bindings is in the plan once per binding
 	for _, q := range e.p.Queues {
+		if seen[q.Name] {
+			continue
+		}
+		seen[q.Name] = true
 		mq, ok := s.Queues[q.Name]
 		if !ok {
 			missing++

@@ -1,7 +1,12 @@
 package exporter
 
 import (
+	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,5 +55,98 @@ func TestCollectManagementDown(t *testing.T) {
 	}
 	for _, pr := range problems {
 		t.Errorf("lint: %s: %s", pr.Metric, pr.Text)
+	}
+}
+
+// TestHandlerBoundsScrapes: a management API that accepts and never answers held each scrape for
+// the whole Options.Timeout (the CLI passed its 60 s command timeout), past Prometheus's own
+// scrape timeout, and every abandoned scrape kept its requests open. Through Handler a scrape
+// ends by Prometheus's X-Prometheus-Scrape-Timeout-Seconds (with rabbitdelay_up 0), or when its
+// client goes away; and beyond MaxScrapesInFlight scrapes get 503 at once.
+func TestHandlerBoundsScrapes(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hang)
+	m, err := topology.NewManagement(srv.URL+"/", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := (topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}}).Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Handler(New(m, p, Options{Timeout: 10 * time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(h)
+	defer web.Close()
+
+	// Prometheus's header: the scrape answers, with rabbitdelay_up 0, before the 2 s it allows.
+	req, _ := http.NewRequest("GET", web.URL, nil)
+	req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", "2")
+	done := make(chan string, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		done <- string(body)
+	}()
+	select {
+	case body := <-done:
+		if !strings.Contains(body, "rabbitdelay_up 0") {
+			t.Errorf("scrape with a 2 s scrape timeout: %.300s; want rabbitdelay_up 0", body)
+		}
+	case <-time.After(time.Minute): // bounds a hang only; the scrape's bound is 1.5 s
+		t.Fatal("a scrape with X-Prometheus-Scrape-Timeout-Seconds: 2 did not end within a minute")
+	}
+
+	// Clients that go away: their scrapes end, so new ones are served (not 503).
+	for range 3 * MaxScrapesInFlight {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, "GET", web.URL, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		cancel()
+	}
+	// Scrapes that stay: beyond MaxScrapesInFlight, 503 at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range MaxScrapesInFlight {
+		req, _ := http.NewRequestWithContext(ctx, "GET", web.URL, nil)
+		go func() {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		// Until both hanging scrapes hold their place, this one may be served (and hang): a
+		// short client timeout, then again.
+		pctx, pcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		req, _ := http.NewRequestWithContext(pctx, "GET", web.URL, nil)
+		resp, err := http.DefaultClient.Do(req)
+		pcancel()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with %d scrapes hanging, another is still served (%v), want 503", MaxScrapesInFlight, err)
+		}
 	}
 }

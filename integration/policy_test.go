@@ -458,3 +458,26 @@ func TestPolicyLengthLimitDropsHeadEarly(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyPatternLongPrefix: the delay-queue policy's pattern listed every delay queue by
+// name, and RabbitMQ refused it (400, "regular expression is too large") from about 32 KB: the
+// default ladder under a 150-byte prefix, 5 copies of it, 3 of a radix-32 ladder. Built from the
+// naming rule, it is short: apply sets it, status passes, and it is the policy in effect on the
+// delay queues (no policy problem).
+func TestPolicyPatternLongPrefix(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	spec := polSpec(topology.Quorum)
+	spec.Prefix = env.Prefix + "." + strings.Repeat("p", 150-len(env.Prefix))
+	spec.Ladder = ttlbuckets.Ladder{} // the default: 225 delay queues, about 39 KB of names
+	p, _, err := polApply(t, env, m, spec)
+	if err != nil {
+		t.Fatalf("apply with a 151-byte prefix: %v", err)
+	}
+	ctx := topoTestCtx(t, 2*time.Minute)
+	if _, err := topology.Status(ctx, env.Dial(t), p, topology.StatusOptions{Management: m}); err != nil {
+		t.Errorf("status after apply: %v", err)
+	}
+	polWaitProblems(t, m, p, "no policy problem", func(probs []topology.PolicyProblem) bool { return len(topology.Failing(probs)) == 0 })
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -215,6 +216,17 @@ func (n Names) TargetMarker(target string) string {
 func (n Names) MarkedTarget(marker string) (target string, ok bool) {
 	target, ok = strings.CutPrefix(marker, n.p()+".target.")
 	return target, ok && target != ""
+}
+
+// DelayQueuesPattern is the pattern of the policy [Names.DelayQueuesPolicy]: the parking queue
+// and every name of the naming rule's delay queues, whatever the ladder, its copies and the
+// buckets: <prefix>.ladder.LL.DD, with .sK and .last, and <prefix>.bucket.<TTL>ms. Built from
+// the rule, not by listing the plan's queues: RabbitMQ refuses a policy pattern over about
+// 32 KB ("regular expression is too large"), which a list of the ladder's queues passes with 5
+// copies of the default ladder, 3 of a radix-32 one, or a prefix of 150 bytes. It also covers
+// the delay queues of an earlier ladder of the same prefix, which still hold messages.
+func (n Names) DelayQueuesPattern() string {
+	return "^" + regexp.QuoteMeta(n.p()) + `\.(?:parking|bucket\.[0-9]+ms|ladder\.[0-9]{2}\.[0-9]{2}(?:\.s[0-9]+)?(?:\.last)?)$`
 }
 
 // DelayQueuesPolicy is the name of the policy Apply sets on the delay queues and the parking

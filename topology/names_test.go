@@ -2,7 +2,12 @@ package topology
 
 import (
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // TestNamesSpelling: the ladder's and buckets' names are built without fmt (the Publisher names them on every
@@ -37,6 +42,50 @@ func TestNamesSpelling(t *testing.T) {
 				if got := d.LadderQueueCopy(level, digit, shard); got != want {
 					t.Fatalf("LadderQueueCopy(%d, %d, %d) = %q, want %q", level, digit, shard, got, want)
 				}
+			}
+		}
+	}
+}
+
+// TestDelayQueuesPattern: the delay-queue policy's pattern, built from the naming rule, matches
+// exactly the plan's delay queues and parking queue (the queues the policy must shadow) and none
+// of its other queues, for plans whose list of queue names RabbitMQ refused as a pattern (16
+// copies, radix 64, a 200-byte prefix), and stays short.
+func TestDelayQueuesPattern(t *testing.T) {
+	long := strings.Repeat("p", 200)
+	for _, s := range []Spec{
+		{},
+		{Shards: 16},
+		{Ladder: ttlbuckets.Ladder{Radix: 64}, Shards: 4},
+		{Prefix: long, Buckets: Delays{time.Second, 90 * time.Minute}},
+		{Prefix: "a.b-c_d:e", Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Minute}, Shards: 3, QueueType: Classic},
+	} {
+		s.Targets = Targets{{Name: "orders", Type: "topic"}}
+		s.ReadyQueues = ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "#"}}
+		p := mustPlan(t, s)
+		pat := p.Policies[0].Pattern
+		if p.Policies[0].Name != p.Names.DelayQueuesPolicy() || len(pat) > len(p.Names.Prefix)*2+100 {
+			t.Fatalf("prefix %.20q: policy %s pattern of %d bytes", s.Prefix, p.Policies[0].Name, len(pat))
+		}
+		re := regexp.MustCompile(pat)
+		delay := 0
+		for _, q := range p.Queues {
+			want := q.IsDelay() || q.Name == p.Names.Parking()
+			if want {
+				delay++
+			}
+			if re.MatchString(q.Name) != want {
+				t.Errorf("prefix %.20q shards %d: pattern matches %s (role %s): %v, want %v", s.Prefix, s.Shards, q.Name, q.Role, !want, want)
+			}
+		}
+		if delay < 50 {
+			t.Errorf("prefix %.20q: only %d delay queues: the spec is not what the test means", s.Prefix, delay)
+		}
+		n := p.Names
+		for _, other := range []string{n.LadderEntryExchange(n.LadderQueue(1, 1)), n.LadderExchange(1), n.Revoked(), n.Prefix + ".ladder.1.1",
+			n.Prefix + ".bucket.5ms.x", n.Prefix + ".parkingx", "x" + n.Parking(), n.Prefix + "x.parking", n.Prefix + ".orders"} {
+			if re.MatchString(other) {
+				t.Errorf("prefix %.20q: pattern matches %s", s.Prefix, other)
 			}
 		}
 	}

@@ -444,18 +444,12 @@ func (s Spec) Plan() (*Plan, error) {
 	sort.SliceStable(p.Bindings, func(i, j int) bool { return p.Bindings[i].Tier < p.Bindings[j].Tier })
 
 	// Policies: see Plan.Policies and the package documentation's "Policies" section.
-	own := []string{n.Parking()}
-	for _, q := range p.Queues {
-		if q.IsDelay() {
-			own = append(own, q.Name)
-		}
-	}
 	targets := make([]string, len(s.Targets))
 	for i, t := range s.Targets {
 		targets[i] = t.Name
 	}
 	p.Policies = []Policy{
-		{Name: n.DelayQueuesPolicy(), Pattern: exactPattern(own), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+		{Name: n.DelayQueuesPolicy(), Pattern: n.DelayQueuesPattern(), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
 			Definition: s.QueueType.policyDefinition(s.Shards), Role: RoleLadder},
 		{Name: n.TargetsPolicy(), Pattern: exactPattern(targets), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
 			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},

@@ -21,7 +21,8 @@ func exporterCommand() command {
 			"API (--management-url, required): messages per ladder level and bucket, messages in dead-letter state\n" +
 			"(messages_dlx), consumers on delay queues, the parking and ready queues, policy problems, and leaders and\n" +
 			"members per cluster node; every name starts with rabbitdelay_ (the exporter package documents each).\n" +
-			"--timeout bounds each scrape's requests, not the command. Grafana: docs/grafana/rabbitdelay.json.",
+			"--timeout bounds each scrape's requests (default 10 s here), not the command; so do the scrape's request and\n" +
+			"Prometheus's X-Prometheus-Scrape-Timeout-Seconds, and at most 2 scrapes run at once. Grafana: docs/grafana/rabbitdelay.json.",
 		long: true,
 		extra: func(s *settings) []option {
 			return []option{
@@ -44,7 +45,11 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	if p.Spec.Plugin == topology.PluginAuto {
 		p = p.WithoutPlugin() // the plugin holds its messages in no queue: nothing to count
 	}
-	h, err := exporter.Handler(exporter.New(m, p, exporter.Options{PerQueue: e.s.perQueue, Timeout: e.s.timeout}))
+	scrape := e.s.timeout
+	if e.s.vars.Timeout == 0 { // neither AMQPDELAY_TIMEOUT nor --timeout
+		scrape = exporter.DefaultTimeout // a scrape's bound, not the command's: Prometheus waits 10 s by default
+	}
+	h, err := exporter.Handler(exporter.New(m, p, exporter.Options{PerQueue: e.s.perQueue, Timeout: scrape}))
 	if err != nil {
 		return err
 	}
