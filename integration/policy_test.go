@@ -481,3 +481,72 @@ func TestPolicyPatternLongPrefix(t *testing.T) {
 	}
 	polWaitProblems(t, m, p, "no policy problem", func(probs []topology.PolicyProblem) bool { return len(topology.Failing(probs)) == 0 })
 }
+
+// TestPolicyDeliveryLimit4x: RabbitMQ 4.x gives a quorum queue without a delivery limit one
+// of 20, and a message returned more often is dead-lettered or dropped. The parking queue (no
+// dead-letter exchange) dropped a parked message that a reader had given back 20 times; on 4.x
+// the delay-queue policy now sets delivery-limit -1 (3.x refuses -1 and has no default), so it
+// is kept through 25 returns on both versions. A quorum ready queue declared without a limit
+// (AMQPDELAY_READY_DELIVERY_LIMIT=-1) and without a dead-letter exchange drops on 4.x: apply
+// and status report it there (BreaksDrops), not on 3.x.
+func TestPolicyDeliveryLimit4x(t *testing.T) {
+	t.Parallel()
+	t.Run("parking queue", func(t *testing.T) {
+		t.Parallel()
+		env := brokertest.NewEnv(t)
+		m := topoNeedManagement(t, env)
+		p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+		if err != nil {
+			t.Fatalf("apply: %v", err)
+		}
+		ch := env.Channel(t)
+		parking := p.Names.Parking()
+		if err := ch.Publish("", parking, false, false, amqp.Publishing{MessageId: "parked", DeliveryMode: amqp.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 25 {
+			var d amqp.Delivery
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, ok, err := ch.Get(parking, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok {
+					d = got
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the parked message is gone after %d returns (RabbitMQ %d)", i, polMajor(t, env))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := d.Nack(false, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 10*time.Second, "the parked message back in the parking queue", func() bool { return queueLen(t, env.Channel(t), parking) == 1 })
+	})
+	t.Run("ready queue without a limit", func(t *testing.T) {
+		t.Parallel()
+		env := brokertest.NewEnv(t)
+		m := topoNeedManagement(t, env)
+		spec := polSpec(topology.Quorum)
+		spec.ReadyDeliveryLimit = topology.NoReadyDeliveryLimit
+		p, rep, err := polApply(t, env, m, spec)
+		var flagged bool
+		for _, pp := range rep.PolicyProblems {
+			if pp.Object == "orders.ready" && pp.Key == "delivery-limit" && pp.Breaks == topology.BreaksDrops && !pp.Warning {
+				flagged = true
+			}
+		}
+		if four := polMajor(t, env) >= 4; four != (flagged && errors.Is(err, topology.ErrPolicy)) || (!four && err != nil) {
+			t.Errorf("RabbitMQ %d, ready queue without a delivery limit: apply = %v, flagged %v; want ErrPolicy and the problem on 4.x only",
+				polMajor(t, env), err, flagged)
+		}
+		_, serr := topology.Status(topoTestCtx(t, time.Minute), env.Dial(t), p, topology.StatusOptions{Management: m})
+		if polMajor(t, env) >= 4 != errors.Is(serr, topology.ErrPolicy) {
+			t.Errorf("RabbitMQ %d: status = %v", polMajor(t, env), serr)
+		}
+	})
+}

@@ -383,7 +383,7 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defs, err := topology.Export(p, env.VHost)
+	defs, err := topology.Export(p.ForBroker(brokerMajor(t, env)), env.VHost) // as `declare export --rabbitmq-version`
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -593,6 +594,44 @@ func (p *Plan) ForPlugin(available bool) (*Plan, error) {
 	default:
 		return p.WithoutPlugin(), nil
 	}
+}
+
+// ForBroker returns the plan to apply on a broker of RabbitMQ major version major (0:
+// unknown, taken as 3). From 4.0 a quorum queue without a delivery limit has one of 20 (a
+// message returned more often is dead-lettered, or dropped), so on 4.x the delay-queue policy of
+// a quorum topology also sets delivery-limit -1 (none; 3.x refuses -1 and has no default): the
+// parking queue keeps a parked message however often a reader gives it back. A ready queue is
+// the application's and keeps its arguments ([Spec.ReadyDeliveryLimit]). p is not changed.
+func (p *Plan) ForBroker(major int) *Plan {
+	if major < 4 || p.Spec.QueueType != Quorum {
+		return p
+	}
+	c := *p
+	c.Policies = make([]Policy, len(p.Policies))
+	copy(c.Policies, p.Policies)
+	for i, pol := range c.Policies {
+		if pol.Name != p.Names.DelayQueuesPolicy() {
+			continue
+		}
+		def := make(map[string]any, len(pol.Definition)+1)
+		for k, v := range pol.Definition {
+			def[k] = v
+		}
+		def["delivery-limit"] = -1
+		c.Policies[i].Definition = def
+	}
+	return &c
+}
+
+// serverMajor is the RabbitMQ major version conn's server announces (its "version"
+// property, e.g. "4.0.5"), or 0 when it does not say.
+func serverMajor(conn *amqp.Connection) int {
+	if conn == nil {
+		return 0
+	}
+	v, _ := conn.Properties["version"].(string)
+	major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	return major
 }
 
 // DelayQueues returns the plan's delay queues (ladder and bucket queues), in plan order.

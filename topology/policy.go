@@ -371,6 +371,7 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 		return nil, err
 	}
 	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
+	p = p.ForBroker(major)
 	// The management API's policy names come with the queue statistics, every
 	// collect_statistics_interval (5 s by default): a queue declared or a policy changed a
 	// moment ago shows none or the old one. So the policy in effect is worked out here, as
@@ -388,7 +389,7 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 	for i := range exchanges {
 		exchanges[i].Policy = choosePolicy(pols, KindExchange, exchanges[i], major, rawName(exchanges[i].Policy))
 	}
-	return policyProblemsOf(p, pols, ops, queues, exchanges), nil
+	return policyProblemsOf(p, pols, ops, queues, exchanges, major), nil
 }
 
 // unsupportedPolicyKeys are the keys that keep a policy from applying to a queue of a type at
@@ -478,7 +479,7 @@ func policyApplicable(def map[string]any, typ string, major int) bool {
 }
 
 // policyProblemsOf is PolicyProblems on what the management API returned.
-func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, exchanges []managedObject) []PolicyProblem {
+func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, exchanges []managedObject, major int) []PolicyProblem {
 	var out []PolicyProblem
 	ours := p.Names.DelayQueuesPolicy()
 	prio := p.Spec.PolicyPriority
@@ -498,7 +499,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			continue
 		}
 		if q.Role == RoleReady {
-			out = append(out, readyQueueProblems(p, q, mq, pols, ops)...) // with their own fix
+			out = append(out, readyQueueProblems(p, q, mq, pols, ops, major)...) // with their own fix
 			continue
 		}
 		if q.Role == RoleRevoked {
@@ -564,7 +565,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 				pp.Breaks = BreaksDrops
 				pp.Why = fmt.Sprintf("parked messages are kept for an operator to look at; with %s %v they expire or are dropped "+
 					"(or refused, and then stall in a delay queue's dead-letter state)", k, v)
-			case q.Role == RoleParking && k == "delivery-limit":
+			case q.Role == RoleParking && k == "delivery-limit" && fmt.Sprint(v) != "-1":
 				pp.Breaks, pp.Warning = BreaksDrops, true
 				pp.Why = fmt.Sprintf("a parked message returned (nack or reject with requeue) more than %v times is dropped: "+
 					"read parked messages with acknowledgements and ack them", v)
@@ -640,11 +641,24 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 // which wins over a policy's), so what it expires, drops at its length limit or returns past
 // its limit is parked: a warning. Without it (classic ready queues, or ReadyDeliveryLimit -1)
 // the same is lost, unless the policy in effect gives a dead-letter-exchange of its own.
-func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy) []PolicyProblem {
+func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int) []PolicyProblem {
 	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
 	def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
 	parks := q.Args["x-dead-letter-exchange"] == p.Names.Unroutable()
 	_, ownDLX := def["dead-letter-exchange"]
+	var out []PolicyProblem
+	_, argLimit := mq.Arguments["x-delivery-limit"]
+	if _, policyLimit := def["delivery-limit"]; major >= 4 && mq.Type == "quorum" && !argLimit && !policyLimit && !parks && !ownDLX {
+		// RabbitMQ 4.0 gives a quorum queue without a delivery limit one of 20
+		// (rabbit_quorum_queue, the default delivery limit), and this one has no dead-letter
+		// exchange: a due message returned a 21st time is dropped.
+		out = append(out, PolicyProblem{Kind: KindQueue, Object: q.Name, Key: "delivery-limit", Value: "none (RabbitMQ 4.x default: 20)",
+			Breaks: BreaksDrops, Why: "RabbitMQ 4.x gives a quorum queue without a delivery limit one of 20, and this ready queue (declared " +
+				"without x-delivery-limit: AMQPDELAY_READY_DELIVERY_LIMIT=-1) has no dead-letter exchange, so a due message returned " +
+				"(nack or reject with requeue, or its consumer gone) more than 20 times is dropped; fix: give it a delivery limit " +
+				"(AMQPDELAY_READY_DELIVERY_LIMIT, after deleting the queue: the topology then parks what it takes out), or set a " +
+				"policy with delivery-limit -1 (none) on it"})
+	}
 	overflow := fmt.Sprint(def["overflow"])
 	rejects := overflow == "reject-publish" || overflow == "reject-publish-dlx"
 	stallOrDrop := BreaksStalls
@@ -656,7 +670,6 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var out []PolicyProblem
 	for _, k := range keys {
 		v := def[k]
 		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
@@ -692,6 +705,9 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 				lost(fmt.Sprintf("once this ready queue holds %v (messages or bytes), it drops the oldest due messages", v))
 			}
 		case "delivery-limit":
+			if fmt.Sprint(v) == "-1" {
+				continue // none (RabbitMQ 4.x)
+			}
 			lost(fmt.Sprintf("a due message returned (nack or reject with requeue, or its consumer gone) more than %v times "+
 				"is taken out of this ready queue", v))
 		case "dead-letter-routing-key":

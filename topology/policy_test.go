@@ -41,7 +41,7 @@ func TestPolicyProblemsOf(t *testing.T) {
 		{Name: p.Names.BucketExchange(), Policy: jsName("high")},
 	}
 	got := map[string]PolicyProblem{}
-	for _, pp := range policyProblemsOf(p, pols, ops, queues, exchanges) {
+	for _, pp := range policyProblemsOf(p, pols, ops, queues, exchanges, 3) {
 		got[pp.Object+" "+pp.Key] = pp
 	}
 	want := map[string]struct {
@@ -110,7 +110,7 @@ func TestPolicyLengthLimitOnDelayQueue(t *testing.T) {
 		pols := map[string]managedPolicy{"limit": {Name: "limit", Definition: tc.def}}
 		queues := []managedObject{{Name: q, Type: string(tc.typ), Policy: jsName("limit")}}
 		got := map[string]PolicyProblem{}
-		for _, pp := range policyProblemsOf(p, pols, nil, queues, nil) {
+		for _, pp := range policyProblemsOf(p, pols, nil, queues, nil, 3) {
 			got[pp.Key] = pp
 		}
 		if pp := got[tc.key]; pp.Breaks != tc.breaks {
@@ -240,7 +240,7 @@ func TestReadyQueueProblems(t *testing.T) {
 	} {
 		queues := []managedObject{{Name: "ready", Type: "quorum", Policy: jsName(tc.policy), OperatorPolicy: jsName(tc.op)}}
 		got := map[string]PolicyProblem{}
-		for _, pp := range policyProblemsOf(tc.plan, pols, ops, queues, nil) {
+		for _, pp := range policyProblemsOf(tc.plan, pols, ops, queues, nil, 3) {
 			if pp.Object == "ready" {
 				got[pp.Key] = pp
 			}
@@ -290,7 +290,7 @@ func TestRevokedProblems(t *testing.T) {
 			ops := map[string]managedPolicy{"o": {Name: "o", Definition: tc.op}}
 			q := managedObject{Name: stream, Type: "stream", Policy: jsName("u"), OperatorPolicy: jsName("o")}
 			got := map[string]bool{}
-			for _, pp := range policyProblemsOf(p, pols, ops, []managedObject{q}, nil) {
+			for _, pp := range policyProblemsOf(p, pols, ops, []managedObject{q}, nil, 3) {
 				if pp.Object != stream || pp.Breaks != BreaksRevocations || pp.Warning {
 					t.Errorf("unexpected %+v", pp)
 				}

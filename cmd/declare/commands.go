@@ -464,7 +464,11 @@ func cmdExport(_ context.Context, e *invocation) error {
 	if len(p.Existing) > 0 {
 		e.log.Info().Strs("exchanges", p.Existing).Msg("not in the export: these exchanges must exist before the import")
 	}
-	out, err := topology.Export(p, vhost)
+	major := e.s.exportMajor
+	if major == 0 {
+		major = 4
+	}
+	out, err := topology.Export(p.ForBroker(major), vhost)
 	if err != nil {
 		return err
 	}

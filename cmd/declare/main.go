@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -90,10 +91,20 @@ func commands() []command {
 				"import_definitions` or the management API (POST /api/definitions/<vhost>). Importing it into an empty\n" +
 				"vhost gives what apply declares. No connection is made, so with --plugin auto the plugin exchange is\n" +
 				"left out (use --plugin on to include it). Target exchanges given without a type are not included: they\n" +
-				"must exist before the import.",
+				"must exist before the import. --rabbitmq-version says which RabbitMQ imports them (default 4): on 4.x the\n" +
+				"delay-queue policy also sets delivery-limit -1, which 3.x refuses.",
 			extra: func(s *settings) []option {
 				return []option{{name: "vhost", arg: "VHOST", def: "the URL's vhost, or /", usage: "vhost written into the definitions",
-					set: func(v string) error { s.vhost = v; return nil }}}
+					set: func(v string) error { s.vhost = v; return nil }},
+					{name: "rabbitmq-version", arg: "MAJOR", def: "4", usage: "major version of the RabbitMQ that imports the definitions: 3 or 4",
+						set: func(v string) error {
+							switch v {
+							case "3", "4":
+								s.exportMajor, _ = strconv.Atoi(v)
+								return nil
+							}
+							return fmt.Errorf("--rabbitmq-version %q: give 3 or 4 (the major version of the RabbitMQ that imports the definitions)", v)
+						}}}
 			}, run: cmdExport},
 		{name: "teardown", summary: "delete the delay topology (never the target exchanges)",
 			help: "Deletes the delay queues, the parking queue and the topology's exchanges, and lists what it deleted.\n" +

@@ -73,12 +73,14 @@ type settings struct {
 	vars variables // the variables, then the flags over them
 
 	// From vars once the flags are parsed.
-	conn      amqpconn.Config
-	spec      topology.Spec
-	mgmtURL   string
-	timeout   time.Duration
-	logFormat string
-	logLevel  string
+	conn    amqpconn.Config
+	spec    topology.Spec
+	mgmtURL string
+	timeout time.Duration
+	// exportMajor is export's --rabbitmq-version (0: unset, 4).
+	exportMajor int
+	logFormat   string
+	logLevel    string
 
 	// Command-specific flags.
 	output      string
