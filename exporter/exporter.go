@@ -13,6 +13,10 @@
 //   - rabbitdelay_up: 1 when the management API answered this scrape, else 0 (and nothing
 //     else is reported but rabbitdelay_scrape_duration_seconds).
 //   - rabbitdelay_scrape_duration_seconds: how long reading the management API took.
+//   - rabbitdelay_queue_statistics: 1 when the management API collects queue statistics,
+//     0 when it does not (rabbitmq_management_agent.disable_metrics_collector = true): the
+//     message and dead-letter gauges are then absent, and an alert on them cannot fire, so
+//     alert on this one at 0 too.
 //   - rabbitdelay_delay_messages{path,level,bucket}: messages the delay queues hold (the
 //     management API's messages: ready and unacknowledged).
 //   - rabbitdelay_delay_messages_dlx{path,level,bucket}: messages held in the delay queues'
@@ -85,11 +89,11 @@ type Exporter struct {
 	p    *topology.Plan
 	opts Options
 
-	up, duration, parking, missing, balanced, degraded *prometheus.Desc
-	delayMessages, delayDLX, delayConsumers            *prometheus.Desc
-	ready, policyProblems                              *prometheus.Desc
-	nodeRunning, nodeLeaders, nodeDelayLeaders         *prometheus.Desc
-	nodeMembers, waiting, revocations                  *prometheus.Desc
+	up, duration, stats, parking, missing, balanced, degraded *prometheus.Desc
+	delayMessages, delayDLX, delayConsumers                   *prometheus.Desc
+	ready, policyProblems                                     *prometheus.Desc
+	nodeRunning, nodeLeaders, nodeDelayLeaders                *prometheus.Desc
+	nodeMembers, waiting, revocations                         *prometheus.Desc
 }
 
 // New returns the Exporter of plan p, read through m (whose vhost is the topology's).
@@ -107,6 +111,8 @@ func New(m *topology.Management, p *topology.Plan, opts Options) *Exporter {
 		m: m, p: p, opts: opts,
 		up:       prometheus.NewDesc(name("up"), "1 when the management API answered this scrape, else 0.", nil, nil),
 		duration: prometheus.NewDesc(name("scrape_duration_seconds"), "Time spent reading the management API for this scrape.", nil, nil),
+		stats: prometheus.NewDesc(name("queue_statistics"),
+			"1 when the management API collects queue statistics, 0 when disable_metrics_collector is set (message gauges absent).", nil, nil),
 		delayMessages: prometheus.NewDesc(name("delay_messages"),
 			"Messages the delay queues hold, per ladder level or bucket (management API messages: ready and unacknowledged).", delay, nil),
 		delayDLX: prometheus.NewDesc(name("delay_messages_dlx"),
@@ -137,7 +143,7 @@ func New(m *topology.Management, p *topology.Plan, opts Options) *Exporter {
 
 // Describe sends the descriptors of every metric the Exporter can report.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{e.up, e.duration, e.delayMessages, e.delayDLX, e.delayConsumers, e.parking, e.ready,
+	for _, d := range []*prometheus.Desc{e.up, e.duration, e.stats, e.delayMessages, e.delayDLX, e.delayConsumers, e.parking, e.ready,
 		e.missing, e.policyProblems, e.nodeRunning, e.nodeLeaders, e.nodeDelayLeaders, e.nodeMembers, e.balanced, e.degraded,
 		e.waiting, e.revocations} {
 		ch <- d
@@ -177,6 +183,11 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 1)
+	collected := 1.0
+	if s.StatsDisabled {
+		collected = 0
+	}
+	ch <- prometheus.MustNewConstMetric(e.stats, prometheus.GaugeValue, collected)
 	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}

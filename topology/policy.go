@@ -288,8 +288,14 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 		if u, ok := def[k]; ok {
 			a, okA := numeric(u)
 			b, okB := numeric(v)
-			if okA && okB && a <= b {
+			// delivery-limit -1 is "none" (RabbitMQ 4.x): any limit is stricter (seen on 4.0.5:
+			// an operator policy's 2 over a policy's -1 is in effect).
+			noneA := k == "delivery-limit" && okA && a < 0
+			if okA && okB && a <= b && !noneA {
 				continue // the user policy's value is the stricter one
+			}
+			if k == "delivery-limit" && okB && b < 0 {
+				continue // the operator's none is not stricter than the user's limit
 			}
 		}
 		def[k], fromOp[k] = v, true
@@ -579,6 +585,21 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 	for _, t := range p.Spec.Targets {
 		targets[t.Name] = true
 	}
+	exists := map[string]bool{}
+	for _, mx := range exchanges {
+		exists[mx.Name] = true
+	}
+	// missingAE turns a warning about a target's own alternate exchange into an error when that
+	// exchange does not exist: RabbitMQ then routes the message nowhere, and at-least-once
+	// dead-lettering retries it forever (classic delay queues drop it).
+	missingAE := func(pp *PolicyProblem, ae any) {
+		if name := fmt.Sprint(ae); !exists[name] {
+			pp.Warning = false
+			pp.Why = fmt.Sprintf("the alternate exchange %q in effect on this target exchange does not exist, so a due message "+
+				"the target routes to no queue goes nowhere: %s; fix: declare %q, or remove it from the target (the argument or "+
+				"the policy) so that %q, which parks such messages, applies", name, stallText(p.Spec.QueueType), name, p.Names.TargetsPolicy())
+		}
+	}
 	for _, mx := range exchanges {
 		userName := rawName(mx.Policy)
 		argAE, hasArg := mx.Arguments["alternate-exchange"]
@@ -590,7 +611,15 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 				pp.Why = fmt.Sprintf("this target exchange has its own alternate exchange %q (an argument, which wins over "+
 					"policy %q): a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
 					fmt.Sprint(argAE), p.Names.TargetsPolicy(), fmt.Sprint(argAE))
+				missingAE(&pp, argAE)
 			case userName == p.Names.TargetsPolicy():
+				if ae := p.Names.DueUnroutable(); !exists[ae] {
+					pp.Policy, pp.Value, pp.Breaks = userName, ae, stallOrDrop
+					pp.Why = fmt.Sprintf("policy %q gives this target the alternate exchange %q, which does not exist (a teardown "+
+						"without the management API leaves the policy): a due message the target routes to no queue goes nowhere: %s; "+
+						"fix: run declare apply, or delete the policy", userName, ae, stallText(p.Spec.QueueType))
+					break
+				}
 				continue
 			case userName != "" && pols[userName].Definition["alternate-exchange"] != nil:
 				ae := pols[userName].Definition["alternate-exchange"]
@@ -598,6 +627,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sends what it cannot route to %q: "+
 					"a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
 					userName, p.Names.TargetsPolicy(), fmt.Sprint(ae), fmt.Sprint(ae))
+				missingAE(&pp, ae)
 			case userName != "":
 				pp.Policy, pp.Breaks = userName, stallOrDrop
 				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sets no alternate-exchange: a due "+

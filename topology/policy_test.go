@@ -16,7 +16,7 @@ func jsName(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 // outweighs is not, operator values merge with the stricter winning, and targets without the
 // alternate exchange are reported.
 func TestPolicyProblemsOf(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}, {Name: "billing"}, {Name: "own"}}, Buckets: Delays{3 * time.Second}})
+	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}, {Name: "billing"}, {Name: "own"}, {Name: "lost"}}, Buckets: Delays{3 * time.Second}})
 	bucket := p.Names.BucketQueue(3000)
 	pols := map[string]managedPolicy{
 		"high":            {Name: "high", Definition: map[string]any{"message-ttl": json.Number("1000"), "dead-letter-exchange": "x", "dead-letter-routing-key": "k"}},
@@ -38,7 +38,9 @@ func TestPolicyProblemsOf(t *testing.T) {
 		{Name: "orders", Policy: jsName("rd.targets")},
 		{Name: "billing", Policy: jsName("no-ae")},
 		{Name: "own", Policy: jsName("rd.targets"), Arguments: map[string]any{"alternate-exchange": "mine"}},
+		{Name: "lost", Policy: jsName("rd.targets"), Arguments: map[string]any{"alternate-exchange": "nowhere"}},
 		{Name: p.Names.BucketExchange(), Policy: jsName("high")},
+		{Name: "mine"}, {Name: p.Names.DueUnroutable()},
 	}
 	got := map[string]PolicyProblem{}
 	for _, pp := range policyProblemsOf(p, pols, ops, queues, exchanges, 3) {
@@ -56,6 +58,7 @@ func TestPolicyProblemsOf(t *testing.T) {
 		p.Names.Parking() + " message-ttl":      {"op", BreaksDrops, false},
 		"billing alternate-exchange":            {"no-ae", BreaksStalls, false},
 		"own alternate-exchange":                {"", BreaksStalls, true},
+		"lost alternate-exchange":               {"", BreaksStalls, false}, // "nowhere" does not exist
 	}
 	for k, w := range want {
 		pp, ok := got[k]
@@ -322,5 +325,49 @@ func TestRevokedProblems(t *testing.T) {
 	}
 	if got := rawName(choosePolicy(list, KindQueue, o, 4, "")); got != "streams" {
 		t.Errorf("4.x: %q applies, want streams (message-ttl and target-group-size keep the higher ones off streams)", got)
+	}
+}
+
+// TestPolicyProblemsTargetsPolicyWithoutItsExchange: the topology's targets policy still in
+// effect on a target while its alternate exchange (<prefix>.due-unroutable) is gone, as a
+// teardown without the management API leaves it: due messages the target routes to no queue go
+// nowhere, an error (not the silence of a policy in place).
+func TestPolicyProblemsTargetsPolicyWithoutItsExchange(t *testing.T) {
+	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}})
+	pols := map[string]managedPolicy{"rd.targets": {Name: "rd.targets", Definition: map[string]any{"alternate-exchange": "rd.due-unroutable"}}}
+	for _, withAE := range []bool{true, false} {
+		exchanges := []managedObject{{Name: "orders", Policy: jsName("rd.targets")}}
+		if withAE {
+			exchanges = append(exchanges, managedObject{Name: p.Names.DueUnroutable()})
+		}
+		probs := policyProblemsOf(p, pols, nil, nil, exchanges, 4)
+		if withAE && len(probs) != 0 {
+			t.Errorf("targets policy and its exchange in place: %v, want no problem", probs)
+		}
+		if !withAE && (len(probs) != 1 || probs[0].Warning || probs[0].Breaks != BreaksStalls || !strings.Contains(probs[0].Why, "does not exist")) {
+			t.Errorf("targets policy without its exchange: %v, want one stall error saying it does not exist", probs)
+		}
+	}
+}
+
+// TestEffectiveDeliveryLimitNone: delivery-limit -1 (none, RabbitMQ 4.x) merged with an
+// operator policy: any limit is stricter than none, whichever side holds it (4.0.5's
+// effective_policy_definition shows an operator policy's 2 over the topology's -1).
+func TestEffectiveDeliveryLimitNone(t *testing.T) {
+	for _, tc := range []struct {
+		user, op any
+		want     string
+		fromOp   bool
+	}{
+		{-1, json.Number("2"), "2", true},
+		{json.Number("5"), -1, "5", false},
+		{json.Number("5"), json.Number("2"), "2", true},
+		{json.Number("2"), json.Number("5"), "2", false},
+		{-1, -1, "-1", false},
+	} {
+		def, from := effective(map[string]any{"delivery-limit": tc.user}, map[string]any{"delivery-limit": tc.op})
+		if fmt.Sprint(def["delivery-limit"]) != tc.want || from["delivery-limit"] != tc.fromOp {
+			t.Errorf("user %v, operator %v: %v (from the operator: %v), want %s (%v)", tc.user, tc.op, def["delivery-limit"], from["delivery-limit"], tc.want, tc.fromOp)
+		}
 	}
 }

@@ -16,6 +16,10 @@ type Snapshot struct {
 	// PolicyProblems are the policy keys in effect that break a guarantee, and warnings
 	// ([Management.PolicyProblems]).
 	PolicyProblems []PolicyProblem
+	// StatsDisabled: the management API collects no queue statistics (its overview's
+	// disable_stats, rabbitmq_management_agent.disable_metrics_collector = true), so the
+	// queues' message counts and messages_dlx are unknown ([Management.StatsDisabled]).
+	StatsDisabled bool
 }
 
 // Snapshot reads, all at once, what [Management.Cluster] and [Management.PolicyProblems]
@@ -26,7 +30,8 @@ func (m *Management) Snapshot(ctx context.Context, p *Plan) (*Snapshot, error) {
 	var s Snapshot
 	err := parallel(
 		func() (err error) { s.PolicyProblems, err = m.PolicyProblems(ctx, p); return err },
-		func() (err error) { s.Queues, s.Cluster, err = m.clusterView(ctx, p); return err })
+		func() (err error) { s.Queues, s.Cluster, err = m.clusterView(ctx, p); return err },
+		func() (err error) { s.StatsDisabled, err = m.StatsDisabled(ctx); return err })
 	if err != nil {
 		return nil, err
 	}
@@ -69,4 +74,19 @@ func parallel(fs ...func() error) error {
 		}
 	}
 	return nil
+}
+
+// StatsDisabled reports whether the management API collects no queue statistics: its
+// overview's disable_stats, true when rabbitmq_management_agent.disable_metrics_collector is
+// set (a common setting beside rabbitmq_prometheus). The queues' message counts and
+// messages_dlx are then never known: a status or an exporter reading them sees nothing stuck.
+// Errors wrap ErrManagement.
+func (m *Management) StatsDisabled(ctx context.Context) (bool, error) {
+	var overview struct {
+		DisableStats bool `json:"disable_stats"`
+	}
+	if err := m.get(ctx, "api/overview", &overview); err != nil {
+		return false, err
+	}
+	return overview.DisableStats, nil
 }

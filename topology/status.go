@@ -87,6 +87,10 @@ type StatusReport struct {
 	ConsumedDelayQueues []string `json:"consumed_delay_queues,omitempty"`
 	// Management says whether the management API was read.
 	Management bool `json:"management"`
+	// StatsDisabled: the management API collects no queue statistics
+	// ([Management.StatsDisabled]): message counts and messages_dlx are unknown, so Status
+	// cannot see messages stuck in dead-letter state and fails with ErrUnhealthy.
+	StatsDisabled bool `json:"stats_disabled,omitempty"`
 	// Unplanned are the exchanges and queues with the plan's prefix that the plan does not
 	// have (management API only): left by an earlier specification. They do not make the
 	// status incomplete.
@@ -208,6 +212,9 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	var bindings map[string]bool
 	if opts.Management != nil {
 		if managed, err = opts.Management.Queues(ctx); err != nil {
+			return rep, err
+		}
+		if rep.StatsDisabled, err = opts.Management.StatsDisabled(ctx); err != nil {
 			return rep, err
 		}
 		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
@@ -351,6 +358,12 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			apply += " once the exchanges it binds to exist"
 		}
 		problems = append(problems, fmt.Errorf("%w: %s missing (first: %s): %s", ErrIncomplete, text.Plural(len(rep.Missing), "object"), rep.Missing[0], apply))
+	}
+	if rep.StatsDisabled {
+		problems = append(problems, fmt.Errorf("%w: the management API collects no queue statistics (its overview says "+
+			"disable_stats: rabbitmq_management_agent.disable_metrics_collector is true), so status cannot count messages or see "+
+			"messages stuck in a delay queue's dead-letter state (messages_dlx); set the collector back on to check the topology "+
+			"with status or the exporter", ErrUnhealthy))
 	}
 	if err := mismatchError(rep.Mismatched); err != nil {
 		problems = append(problems, err)

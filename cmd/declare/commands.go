@@ -336,7 +336,11 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		}
 	}
 	_ = t.Flush()
-	if unknown {
+	switch {
+	case unknown && rep.StatsDisabled:
+		fmt.Fprintln(w, "?: the management API collects no queue statistics (rabbitmq_management_agent.disable_metrics_collector is "+
+			"true): these counts are never known")
+	case unknown:
 		fmt.Fprintln(w, statusUnknownNote)
 	}
 	present := 0
