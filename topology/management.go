@@ -56,6 +56,13 @@ func NewManagement(rawURL, vhost string) (*Management, error) {
 			"user:password@host:15672/ (percent-encode special characters such as # ? / @ : %% and space in the "+
 			"user name and password)", ErrManagement, shown)
 	}
+	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery || strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/api") {
+		// The API's paths are appended to the URL's: a query or fragment would end up in the
+		// middle of every request (and in error messages), and ".../api/" doubles "api".
+		return nil, fmt.Errorf("%w: management API URL %q: give the root of the management UI, without a query, fragment "+
+			"or /api path (e.g. http://user:password@host:15672/, or http://user:password@host/rabbitmq/ behind a proxy path)",
+			ErrManagement, amqpconn.RedactUserinfo(u.Scheme+"://"+u.Host+u.Path))
+	}
 	if vhost == "" {
 		vhost = "/"
 	}

@@ -107,3 +107,28 @@ func TestManagementRequestBounds(t *testing.T) {
 		t.Errorf("without a deadline: err = %v, want ErrManagement after requestTimeout", err)
 	}
 }
+
+// TestNewManagementRefusesQueryAndAPIPath: the API's paths are appended to the URL's, so a
+// query or fragment ended up inside every request (and a secret in it in error messages), and
+// a URL ending in /api/ asked for /api/api/...: each is refused, naming the fix, never
+// printing the query or the password.
+func TestNewManagementRefusesQueryAndAPIPath(t *testing.T) {
+	for _, raw := range []string{
+		"http://u:pw7secret@h:15672/?token=q9secret", "http://u:pw7secret@h:15672/#q9secret", "http://u:pw7secret@h:15672/api/",
+		"http://u:pw7secret@h:15672/api", "https://u:pw7secret@h/rabbitmq/api/", "http://u:pw7secret@h:15672/?",
+	} {
+		_, err := NewManagement(raw, "/")
+		if !errors.Is(err, ErrManagement) || !strings.Contains(err.Error(), "without a query, fragment or /api path") {
+			t.Errorf("NewManagement(%q) = %v, want ErrManagement naming the fix", raw, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "pw7secret") || strings.Contains(err.Error(), "q9secret") {
+			t.Errorf("NewManagement(%q): the error prints a secret: %v", raw, err)
+		}
+	}
+	for _, raw := range []string{"http://u:p@h:15672/", "http://u:p@h:15672", "https://u:p@h/rabbitmq/", "http://h:15672/apis/"} {
+		if _, err := NewManagement(raw, "/"); err != nil {
+			t.Errorf("NewManagement(%q) = %v, want it accepted", raw, err)
+		}
+	}
+}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // KindPolicy is the kind of a policy in a [Report].
@@ -303,6 +305,38 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 	return def, fromOp
 }
 
+// byteRunes returns s with each byte as the rune of the same number (Latin-1), so that Go's
+// regexp, which matches UTF-8 characters, matches bytes as RabbitMQ does: it runs a policy's
+// pattern with Erlang's re without the unicode option, so "." is one byte of "é" (two in
+// UTF-8), and a non-ASCII character in the pattern stands for its bytes. ASCII is unchanged.
+func byteRunes(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return s
+	}
+	r := make([]rune, len(s))
+	for i := 0; i < len(s); i++ {
+		r[i] = rune(s[i])
+	}
+	return string(r)
+}
+
+// priorityOf reads a policy's priority exactly: RabbitMQ compares integers of any size, and
+// float64 cannot tell 99999999999999998 from 99999999999999999. A priority that is not an
+// integer counts as 0.
+func priorityOf(n json.Number) *big.Int {
+	if v, ok := new(big.Int).SetString(string(n), 10); ok {
+		return v
+	}
+	return new(big.Int)
+}
+
 // delayOverflow is the overflow behaviour in effect on a delay queue whose policies in effect
 // are def: on a quorum queue a policy's overflow wins over the queue's x-overflow
 // reject-publish, and reject-publish-dlx, which quorum queues do not support, counts as their
@@ -419,7 +453,7 @@ func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, maj
 		pol, ok := list[name]
 		return ok && pol.own
 	}
-	best, bestPrio := "", 0.0
+	best, bestPrio := "", new(big.Int)
 	for _, pol := range list {
 		switch pol.ApplyTo {
 		case "all":
@@ -438,23 +472,23 @@ func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, maj
 		default:
 			continue
 		}
-		re, err := regexp.Compile(pol.Pattern)
+		re, err := regexp.Compile(byteRunes(pol.Pattern))
 		if err != nil {
 			js, _ := json.Marshal(reported)
 			return js
 		}
-		if !re.MatchString(o.Name) {
+		if !re.MatchString(byteRunes(o.Name)) {
 			continue
 		}
 		if kind == KindQueue && !policyApplicable(pol.Definition, o.Type, major) {
 			continue
 		}
-		prio, _ := pol.Priority.Float64()
+		prio := priorityOf(pol.Priority)
 		// RabbitMQ breaks a tie of priorities in no documented order (seen: the name that sorts
 		// last won on 4.0.5; on 3.10.8 it varied with the pattern), so a tie goes against the
 		// topology's own policies: another policy at the same priority may be the one in
 		// effect, now or after a restart, and its keys are checked.
-		if best == "" || prio > bestPrio || (prio == bestPrio && (ownPolicy(best) || !ownPolicy(pol.Name) && pol.Name < best)) {
+		if c := prio.Cmp(bestPrio); best == "" || c > 0 || (c == 0 && (ownPolicy(best) || !ownPolicy(pol.Name) && pol.Name < best)) {
 			best, bestPrio = pol.Name, prio
 		}
 	}

@@ -371,3 +371,33 @@ func TestEffectiveDeliveryLimitNone(t *testing.T) {
 		}
 	}
 }
+
+// TestChoosePolicyMatchesBytes: RabbitMQ runs a policy's pattern on the name's bytes (Erlang's
+// re without unicode): "^ord..rs$" matches "ordérs" (é is two bytes) and "^ord.rs$" does not;
+// Go's regexp on characters gave the opposite. Priorities above 2^53 compare exactly.
+func TestChoosePolicyMatchesBytes(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"^ord..rs[.]q$", "ordérs.q", true},
+		{"^ord.rs[.]q$", "ordérs.q", false},
+		{"^ord.rs[.]q$", "ordxrs.q", true},
+		{"^ordérs[.]q$", "ordérs.q", true},
+		{"^ord[^x]+rs", "ordérs.q", true},
+	} {
+		list := map[string]managedPolicy{"p": {Name: "p", Pattern: tc.pattern, ApplyTo: "queues", Priority: json.Number("5"),
+			Definition: map[string]any{"expires": json.Number("1000")}}}
+		got := rawName(choosePolicy(list, KindQueue, managedObject{Name: tc.name, Type: "quorum"}, 3, "")) == "p"
+		if got != tc.want {
+			t.Errorf("pattern %q on %q: in effect %v, want %v", tc.pattern, tc.name, got, tc.want)
+		}
+	}
+	list := map[string]managedPolicy{
+		"a": {Name: "a", Pattern: ".*", ApplyTo: "queues", Priority: json.Number("99999999999999999"), Definition: map[string]any{"expires": json.Number("1")}},
+		"b": {Name: "b", Pattern: ".*", ApplyTo: "queues", Priority: json.Number("99999999999999998"), Definition: map[string]any{"expires": json.Number("1")}},
+	}
+	if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: "q", Type: "quorum"}, 3, "")); got != "a" {
+		t.Errorf("priorities 99999999999999999 and ...998: %q in effect, want a", got)
+	}
+}

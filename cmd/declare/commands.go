@@ -261,6 +261,7 @@ func printReport(w io.Writer, rep *topology.Report, dryRun, all bool, ladder str
 func cmdStatus(ctx context.Context, e *invocation) error {
 	p, m, conn, err := e.connect(ctx)
 	if err != nil {
+		e.statusFailedJSON(p, err)
 		return err
 	}
 	defer conn.Close()
@@ -286,6 +287,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	}
 	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m, Logger: e.log})
 	if rep == nil || (err != nil && !errors.Is(err, topology.ErrIncomplete) && !errors.Is(err, topology.ErrUnhealthy) && !errors.Is(err, topology.ErrPolicy)) {
+		e.statusFailedJSON(p, err)
 		return err
 	}
 	if e.s.output == "json" {
@@ -439,6 +441,24 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the reasons, one a line, are on standard error")
 	}
 	return err
+}
+
+// statusFailedJSON prints, for --json, the object of a status that could not look (the broker
+// or the management API unreachable, a refusal): ok false and the error as its problem, so a
+// script reading the JSON sees every exit 1. Usage errors (exit 2) print nothing.
+func (e *invocation) statusFailedJSON(p *topology.Plan, err error) {
+	if e.s.output != "json" || exitCode(err) != exitRuntime {
+		return
+	}
+	if p == nil {
+		var perr error
+		if p, perr = e.plan(); perr != nil {
+			return
+		}
+	}
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(newStatusJSON(p, &topology.StatusReport{}, err, "unknown", e.vhost()))
 }
 
 // statusUnknownNote explains a "?" count: the management API reports a queue's message counts

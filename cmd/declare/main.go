@@ -319,7 +319,11 @@ func (e *invocation) management() (*topology.Management, error) {
 	if e.s.mgmtURL == "" {
 		return nil, nil
 	}
-	return topology.NewManagement(e.s.mgmtURL, e.vhost())
+	m, err := topology.NewManagement(e.s.mgmtURL, e.vhost())
+	if err != nil {
+		return nil, fmt.Errorf("AMQPDELAY_MANAGEMENT_URL (--management-url): %w", err)
+	}
+	return m, nil
 }
 
 // managed returns the plan and the management API client of a command that cannot run without

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -835,5 +836,28 @@ func TestStatusMistypedTarget(t *testing.T) {
 	}
 	if after := objects(t, env); !slices.Equal(before, after) {
 		t.Errorf("apply with a mistyped target declared something: %d objects before, %d after", len(before), len(after))
+	}
+}
+
+// TestStatusJSONUnreachable: `status --json` with the broker unreachable printed nothing on
+// standard output while exiting 1, though ok is documented as false exactly when status exits
+// 1: it prints the object, ok false and the reason (without the URL's password) as its problem.
+func TestStatusJSONUnreachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	r := declare(t, map[string]string{"AMQPDELAY_URL": "amqp://guest:Pw9unreachable@" + addr + "/", "AMQPDELAY_TARGETS": "orders:topic",
+		"AMQPDELAY_TIMEOUT": "20s"}, "status", "--json")
+	var parsed statusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &parsed); err != nil || r.code != 1 || parsed.OK || len(parsed.Problems) != 1 ||
+		!strings.Contains(parsed.Problems[0], addr) || parsed.Queues == nil || parsed.Schema != statusSchema {
+		t.Errorf("status --json, broker unreachable: exit %d, %v, %+v\n%s", r.code, err, parsed, r.stdout)
+	}
+	if strings.Contains(r.stdout+r.stderr, "Pw9unreachable") {
+		t.Errorf("the password is printed:\n%s\n%s", r.stdout, r.stderr)
 	}
 }

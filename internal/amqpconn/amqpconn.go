@@ -99,12 +99,12 @@ func (c Config) Validate() error {
 	}
 	u := first
 	if (c.TLSCert == "") != (c.TLSKey == "") {
-		errs = append(errs, fmt.Errorf("%w: TLS client certificate and key go together: set both TLS_CERT and TLS_KEY, or neither", ErrConfig))
+		errs = append(errs, fmt.Errorf("%w: TLS client certificate and key go together: set both AMQPDELAY_TLS_CERT and AMQPDELAY_TLS_KEY (--tls-cert, --tls-key), or neither", ErrConfig))
 	}
 	if err == nil && u.Scheme != "amqps" && (c.TLSCA != "" || c.TLSCert != "") {
-		errs = append(errs, fmt.Errorf("%w: TLS files are set but the URL scheme is %q: use amqps://", ErrConfig, u.Scheme))
+		errs = append(errs, fmt.Errorf("%w: TLS files are set (AMQPDELAY_TLS_*) but the URL scheme (AMQPDELAY_URL, --url) is %q: use amqps://", ErrConfig, u.Scheme))
 	}
-	for _, f := range []struct{ name, path string }{{"TLS_CA", c.TLSCA}, {"TLS_CERT", c.TLSCert}, {"TLS_KEY", c.TLSKey}} {
+	for _, f := range []struct{ name, path string }{{"AMQPDELAY_TLS_CA (--tls-ca)", c.TLSCA}, {"AMQPDELAY_TLS_CERT (--tls-cert)", c.TLSCert}, {"AMQPDELAY_TLS_KEY (--tls-key)", c.TLSKey}} {
 		if f.path == "" {
 			continue
 		}
@@ -126,13 +126,13 @@ const urlHelp = `want "amqp://" or "amqps://", then user:password@host:port/vhos
 func urlError(raw string) error {
 	i := strings.Index(raw, "://")
 	if i < 0 {
-		return fmt.Errorf("%w: URL is not a valid amqp URL: it has no scheme; "+urlHelp, ErrConfig)
+		return fmt.Errorf("%w: URL (AMQPDELAY_URL, --url) is not a valid amqp URL: it has no scheme; "+urlHelp, ErrConfig)
 	}
 	shown := Redact(raw)
 	if scheme := raw[:i]; scheme != "amqp" && scheme != "amqps" && schemeRE.MatchString(scheme) {
-		return fmt.Errorf("%w: URL %q: scheme %q: want \"amqp://\" or \"amqps://\"", ErrConfig, shown, scheme)
+		return fmt.Errorf("%w: URL %q (AMQPDELAY_URL, --url): scheme %q: want \"amqp://\" or \"amqps://\"", ErrConfig, shown, scheme)
 	}
-	return fmt.Errorf("%w: URL %q is not a valid amqp URL: "+urlHelp, ErrConfig, shown)
+	return fmt.Errorf("%w: URL %q (AMQPDELAY_URL, --url) is not a valid amqp URL: "+urlHelp, ErrConfig, shown)
 }
 
 var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
@@ -166,18 +166,18 @@ func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
 	if c.TLSCA != "" {
 		pem, err := os.ReadFile(c.TLSCA)
 		if err != nil {
-			return nil, fmt.Errorf("%w: TLS_CA: %v", ErrConfig, err)
+			return nil, fmt.Errorf("%w: AMQPDELAY_TLS_CA (--tls-ca): %v", ErrConfig, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: TLS_CA %s holds no PEM certificate", ErrConfig, c.TLSCA)
+			return nil, fmt.Errorf("%w: AMQPDELAY_TLS_CA (--tls-ca) %s holds no PEM certificate", ErrConfig, c.TLSCA)
 		}
 		tc.RootCAs = pool
 	}
 	if c.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
 		if err != nil {
-			return nil, fmt.Errorf("%w: TLS_CERT/TLS_KEY: %v", ErrConfig, err)
+			return nil, fmt.Errorf("%w: AMQPDELAY_TLS_CERT/AMQPDELAY_TLS_KEY (--tls-cert, --tls-key): %v", ErrConfig, err)
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}
