@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,11 +200,16 @@ type session struct {
 func carefulDeliveries(concurrency int) int { return 2 * concurrency }
 
 // isUnreadable reports whether err says that the client closed the connection because it could
-// not read a frame (amqp091-go's FrameError or SyntaxError, not sent by the server): a delivery
-// whose content header it cannot parse.
+// not parse a frame: a delivery whose content header it cannot read. amqp091-go closes the
+// connection with a FrameError (not from the server) on every read error, a reset or EOF too,
+// whose reason is the read error's text: only its two parse errors (ErrSyntax, ErrFrame)
+// count.
 func isUnreadable(err error) bool {
 	var ae *amqp.Error
-	return errors.As(err, &ae) && !ae.Server && (ae.Code == amqp.FrameError || ae.Code == amqp.SyntaxError)
+	if !errors.As(err, &ae) || ae.Server || (ae.Code != amqp.FrameError && ae.Code != amqp.SyntaxError) {
+		return false
+	}
+	return strings.Contains(ae.Reason, amqp.ErrSyntax.Reason) || strings.Contains(ae.Reason, amqp.ErrFrame.Reason)
 }
 
 // flight states: a handler may be running; the worker settles it; shutdown gave it back.
@@ -745,7 +751,7 @@ func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-cha
 		case err != nil:
 			c.log.Warn().Err(err).Str("id", id).Msg("consumer: extend the lease")
 		case !ok:
-			c.log.Warn().Str("id", id).Msg("consumer: lease lost (expired and claimed by another handler); cancelling the handler")
+			c.log.Warn().Str("id", id).Msg("consumer: lease lost (another handler claimed the id, or it was marked done); cancelling the handler")
 			cancel()
 			return
 		}

@@ -127,3 +127,27 @@ func TestSettlePublishTimeout(t *testing.T) {
 		t.Errorf("ErrInvalidInput: err %v after %d publishes; want it returned after 1", err, n)
 	}
 }
+
+// TestIsUnreadable: amqp091-go closes the connection with a FrameError on every read error; only
+// its parse errors mean an unreadable delivery, not a reset, an EOF or a missed heartbeat (which
+// sent the Consumer into one-at-a-time reading and advised removing a message by hand).
+func TestIsUnreadable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&amqp.Error{Code: amqp.FrameError, Reason: amqp.ErrSyntax.Error()}, true},
+		{&amqp.Error{Code: amqp.FrameError, Reason: amqp.ErrFrame.Error()}, true},
+		{fmt.Errorf("consumer: consuming %q ended: %w", "q", &amqp.Error{Code: amqp.FrameError, Reason: amqp.ErrSyntax.Error()}), true},
+		{&amqp.Error{Code: amqp.FrameError, Reason: "read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"}, false},
+		{&amqp.Error{Code: amqp.FrameError, Reason: "EOF"}, false},
+		{&amqp.Error{Code: amqp.FrameError, Reason: "read tcp: i/o timeout"}, false},
+		{&amqp.Error{Code: amqp.FrameError, Reason: amqp.ErrSyntax.Error(), Server: true}, false},
+		{&amqp.Error{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - broker forced connection closure", Server: true}, false},
+		{errors.New("the broker closed the consuming channel"), false},
+	} {
+		if got := isUnreadable(tc.err); got != tc.want {
+			t.Errorf("isUnreadable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}

@@ -68,8 +68,16 @@ func (r *RedisStore) Claim(ctx context.Context, queue, id string, lease time.Dur
 	return Busy, "", nil
 }
 
-var extendScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
+// extendScript renews the caller's lease, or takes it again when the key is gone (the lease
+// expired with nobody claiming it, or Redis lost it: a restart without persistence, an
+// eviction, a failover), so that a store's loss does not cut running handlers off.
+var extendScript = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
 	return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if v == false then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	return 1
 end
 return 0`)
 
@@ -78,7 +86,8 @@ var releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] th
 end
 return 0`)
 
-// Extend implements [Store] (GET and PEXPIRE in one script). Errors wrap ErrStore.
+// Extend implements [Store] (GET, then PEXPIRE, or SET when the key is gone, in one script).
+// Errors wrap ErrStore.
 func (r *RedisStore) Extend(ctx context.Context, queue, id, token string, lease time.Duration) (bool, error) {
 	key := r.key(queue, id)
 	n, err := extendScript.Run(ctx, r.c, []string{key}, "lease:"+token, lease.Milliseconds()).Int()

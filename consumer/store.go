@@ -53,8 +53,9 @@ type Store interface {
 	// token, AlreadyHandled, or Busy.
 	Claim(ctx context.Context, queue, id string, lease time.Duration) (ClaimState, string, error)
 	// Extend renews the lease held with token for lease more. It returns false when the lease
-	// is no longer the caller's (it expired, and another holder claimed the key or it was
-	// marked done).
+	// is no longer the caller's (another holder claimed the key, or it was marked done); a
+	// lease that expired or was lost with the store's data while nobody else claimed the key is
+	// taken again (true), so a store restart does not cut running handlers off.
 	Extend(ctx context.Context, queue, id, token string, lease time.Duration) (bool, error)
 	// Done marks (queue, id) handled for keep.
 	Done(ctx context.Context, queue, id, token string, keep time.Duration) error
@@ -188,7 +189,14 @@ func (m *MemoryStore) Extend(ctx context.Context, queue, id, token string, lease
 	defer m.mu.Unlock()
 	now := m.now()
 	e := m.get(memKey{queue, id}, now)
-	if e == nil || e.done || e.token != token {
+	if e == nil {
+		if !m.room(now) {
+			return false, nil
+		}
+		m.put(&memEntry{key: memKey{queue, id}, token: token, expires: now.Add(lease)}) // expired, unclaimed: take it again
+		return true, nil
+	}
+	if e.done || e.token != token {
 		return false, nil
 	}
 	e.expires = now.Add(lease)

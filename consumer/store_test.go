@@ -224,3 +224,54 @@ func TestStoreKeysKeepPairsApart(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreExtendRetakesLostLease: a lease that vanished while its handler ran (Redis restarted
+// without persistence, or evicted the key; in memory, it expired with nobody claiming it) made
+// Extend answer "not yours", and the Consumer cancelled the handler and charged it an attempt.
+// Extend takes it again, and another claim then finds it busy; a lease another holder took is
+// still not the caller's.
+func TestStoreExtendRetakesLostLease(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, s Store, lose func(queue, id string)) {
+		_, tok, err := s.Claim(ctx, "q", "lost", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lose("q", "lost")
+		if ok, err := s.Extend(ctx, "q", "lost", tok, time.Minute); err != nil || !ok {
+			t.Fatalf("extend of a lost lease = %v %v, want true (taken again)", ok, err)
+		}
+		if st, _, err := s.Claim(ctx, "q", "lost", time.Minute); err != nil || st != Busy {
+			t.Fatalf("claim after the lease was taken again = %v %v, want busy", st, err)
+		}
+		_, _, _ = s.Claim(ctx, "q", "other", time.Minute)
+		lose("q", "other")
+		if st, _, _ := s.Claim(ctx, "q", "other", time.Minute); st != Claimed {
+			t.Fatalf("claim of a lost key by another holder = %v, want claimed", st)
+		}
+		if ok, _ := s.Extend(ctx, "q", "other", "the first holder's token", time.Minute); ok {
+			t.Fatal("extend of a lease another holder took succeeded")
+		}
+	}
+	t.Run("memory", func(t *testing.T) {
+		m := NewMemoryStore(0)
+		check(t, m, func(queue, id string) {
+			m.mu.Lock()
+			if el, ok := m.keys[memKey{queue, id}]; ok {
+				m.remove(el)
+			}
+			m.mu.Unlock()
+		})
+	})
+	if os.Getenv("REDIS_URL") != "" || inCI() {
+		t.Run("redis", func(t *testing.T) {
+			c := redisClient(t)
+			r := NewRedisStore(c, fmt.Sprintf("rdtest:%s:%d:", t.Name(), time.Now().UnixNano()))
+			check(t, r, func(queue, id string) {
+				if err := c.Del(ctx, r.key(queue, id)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
