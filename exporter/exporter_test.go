@@ -124,10 +124,20 @@ func TestHandlerBoundsScrapes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for range MaxScrapesInFlight {
-		req, _ := http.NewRequestWithContext(ctx, "GET", web.URL, nil)
 		go func() {
-			if resp, err := http.DefaultClient.Do(req); err == nil {
+			// Until the scrapes of the clients that went away have ended, this one may be
+			// refused too: again until it is served (and hangs until ctx ends).
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", web.URL, nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
 				resp.Body.Close()
+				if resp.StatusCode != http.StatusServiceUnavailable {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 	}
