@@ -227,7 +227,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	rep := &Report{}
 	defer func() { rep.Elapsed = time.Since(start) }()
 	log := opts.Logger
-	p = p.ForBroker(serverMajor(conn))
+	p = p.ForBroker(ServerMajor(conn))
 	if err := Preflight(ctx, conn, p, opts.Management); err != nil {
 		return rep, err
 	}

@@ -623,9 +623,10 @@ func (p *Plan) ForBroker(major int) *Plan {
 	return &c
 }
 
-// serverMajor is the RabbitMQ major version conn's server announces (its "version"
-// property, e.g. "4.0.5"), or 0 when it does not say.
-func serverMajor(conn *amqp.Connection) int {
+// ServerMajor is the RabbitMQ major version conn's server announces (its "version"
+// property, e.g. "4.0.5"), or 0 when it does not say (or conn is nil): the argument of
+// [Plan.ForBroker].
+func ServerMajor(conn *amqp.Connection) int {
 	if conn == nil {
 		return 0
 	}

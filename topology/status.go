@@ -183,7 +183,7 @@ func (r *StatusReport) Parking() QueueStatus {
 // wrap ErrManagement.
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
 	rep := &StatusReport{}
-	p = p.ForBroker(serverMajor(conn))
+	p = p.ForBroker(ServerMajor(conn))
 	var jobs []job
 	for _, e := range p.Exchanges {
 		jobs = append(jobs, func(ch *amqp.Channel) error {

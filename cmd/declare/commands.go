@@ -645,7 +645,9 @@ func (e *invocation) connect(ctx context.Context) (*topology.Plan, *topology.Man
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return p, m, conn, nil
+	// The plan for this broker's version, for what the CLI prints from it too (the
+	// rabbitmqctl set_policy commands of an apply without the management API).
+	return p.ForBroker(topology.ServerMajor(conn)), m, conn, nil
 }
 
 // dialNodes opens one connection per URL of the address list, for apply to place the copies of
