@@ -108,6 +108,7 @@ func killMidHandler(t *testing.T, consumers int, store func() consumer.Store) {
 
 // TestConsumerDuplicatesMemory: one process, two Consumers sharing one MemoryStore.
 func TestConsumerDuplicatesMemory(t *testing.T) {
+	t.Parallel()
 	m := consumer.NewMemoryStore(0)
 	killMidHandler(t, 2, func() consumer.Store { return m })
 }
@@ -116,6 +117,7 @@ func TestConsumerDuplicatesMemory(t *testing.T) {
 // directly in Redis, with a 2 s lease, and never released): the consumers defer the message
 // until the lease expires, then one of them handles it, once.
 func TestConsumerLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	rs := redisStore(t)
 	f := newConsumerFixture(t)
 	ctx := context.Background()

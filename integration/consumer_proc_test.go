@@ -323,6 +323,7 @@ func (r *procRig) entered(id string) *consumerProc {
 //     after the lease expires, and the effect happens twice - the limit the consumer package's
 //     Guarantees state (make such effects idempotent).
 func TestConsumerProcessesDuplicates(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	r := newProcRig(t, f, 10*time.Second, 300*time.Millisecond)
 	for range 3 {
@@ -389,6 +390,7 @@ func TestConsumerProcessesDuplicates(t *testing.T) {
 // quarters a fourth starts. Nothing is lost, no effect happens twice, and the no-grace stop
 // gave messages back (else the test checked nothing of a shutdown under load).
 func TestConsumerProcessesShutdownUnderLoad(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	r := newProcRig(t, f, 5*time.Second, 200*time.Millisecond)
 	// Handlers of 100-500 ms: the no-grace stop cancels some mid-handler, even when the broker

@@ -30,6 +30,7 @@ var consumerLoad = flag.Int("consumer-load", 10000, "messages of TestConsumerLoa
 // runs WithoutRetryBinding: the retries reach the queue through the binding `declare apply`
 // made for it as a ready queue (the other queue has one too, by its own name).
 func TestConsumerLoadRetries(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	n := *consumerLoad
 	ok := newConsumerEffects()
@@ -162,6 +163,7 @@ func TestConsumerLoadRetries(t *testing.T) {
 // the parked messages; Replay moves both (and only they) back to
 // the queue, where they are handled.
 func TestConsumerParkAndReplay(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	var healthy atomic.Bool
 	ok := newConsumerEffects()
@@ -272,6 +274,7 @@ func TestConsumerParkAndReplay(t *testing.T) {
 // tripped limit would drop the message (3.10.8 has no default limit: there it only shows that
 // nothing requeues).
 func TestConsumerDeliveryLimit(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		limit int

@@ -27,6 +27,7 @@ import (
 // 2 handled, once. A Consumer that acked before the confirm would lose the message at the first
 // failure, and attempt 2 would never come.
 func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	restored := make(chan struct{})
 	var firsts atomic.Int32
@@ -99,6 +100,7 @@ func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
 // retry is confirmed and the delivery acked, with no give-back (no Requeued event, the handler
 // called once for attempt 1), and attempt 2 is handled once.
 func TestConsumerRetryPublishHeld(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	var firsts atomic.Int32
 	ok := newConsumerEffects()
@@ -169,6 +171,7 @@ func deleteDelayQueues(t *testing.T, f *consumerFixture) int {
 // published without rabbitdelay (no rabbitdelay-due header) has HasDue false, Late 0 and the
 // direct path.
 func TestConsumerLateness(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -226,6 +229,7 @@ func TestConsumerLateness(t *testing.T) {
 // are given back (Requeued); no handler starts after the shutdown began, and the 38 messages
 // not handled are back in the queue once Run has returned.
 func TestConsumerConcurrencyAndShutdown(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	const n, workers = 40, 4
 	ch := f.env.Channel(t)
@@ -319,6 +323,7 @@ func TestConsumerConcurrencyAndShutdown(t *testing.T) {
 // network goes); the Consumer reports Disconnected, reconnects (Reconnected) and handles a
 // message published afterwards, once.
 func TestConsumerReconnects(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	fx := newConsumerEffects()
 	evs := newConsumerEvents()
@@ -348,6 +353,7 @@ func TestConsumerReconnects(t *testing.T) {
 // (a Handled event without an error). With one settle timeout counted from the delivery, both
 // settlings would find it over.
 func TestConsumerSettleAfterLongHandler(t *testing.T) {
+	t.Parallel()
 	f := newConsumerFixture(t)
 	ok := newConsumerEffects()
 	evs := newConsumerEvents()

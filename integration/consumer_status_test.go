@@ -19,6 +19,7 @@ import (
 // name as key (it would hand that queue's retries to a second queue) is unplanned: status fails
 // with ErrUnhealthy naming it.
 func TestConsumerRetryBindingStatus(t *testing.T) {
+	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	target := env.Name("orders")

@@ -29,6 +29,7 @@ func queuePolicy(t *testing.T, env *brokertest.Env, queue string) string {
 // last); PolicyProblems (declare status/apply, WithManagementURL) assumes the first name wins,
 // reports nothing, and the 3 s bucket delivers after about 1 s.
 func TestPolicyTieAtTopologyPriority(t *testing.T) {
+	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
