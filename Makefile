@@ -44,7 +44,7 @@ vet:
 # -timeout bounds a hang, not a duration: on a busy 2-core machine the integration package
 # takes several times as long as on an idle one. Most integration tests wait on the broker (message
 # TTLs, node restarts), each in a vhost of its own: TEST_PARALLEL of them run at once (go test's
-# default is GOMAXPROCS, 2 here; 4 took the package from 625 s to 438 s on RabbitMQ 3.10.8).
+# default is GOMAXPROCS; with 4 on 2 cores the CPU is busy for most of the run).
 TEST_PARALLEL ?= 4
 unit:
 	@if [ -n "$$RABBITMQ_VERSION" ]; then echo "== go test: the broker runs RabbitMQ $$RABBITMQ_VERSION"; fi
