@@ -37,6 +37,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	tcrabbit "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
+
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 )
 
 // HowToRun is the advice a skipped integration test prints.
@@ -85,7 +87,7 @@ func Get(tb testing.TB) *Broker {
 func find() {
 	if u := os.Getenv("AMQP_URL"); u != "" {
 		if err := ping(u); err != nil {
-			sharedErr = fmt.Errorf("AMQP_URL %s does not answer: %v", redact(u), err)
+			sharedErr = fmt.Errorf("AMQP_URL %s does not answer: %v", amqpconn.Redact(u), err)
 			return
 		}
 		shared = &Broker{URL: u, ManagementURL: os.Getenv("AMQP_MANAGEMENT_URL")}
@@ -206,7 +208,7 @@ func (e *Env) Dial(tb testing.TB) *amqp.Connection {
 	tb.Helper()
 	conn, err := amqp.DialConfig(e.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	if err != nil {
-		tb.Fatalf("brokertest: dial %s: %v", redact(e.URL), err)
+		tb.Fatalf("brokertest: dial %s: %v", amqpconn.Redact(e.URL), err)
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
 	return conn
@@ -316,15 +318,4 @@ func PluginURL(tb testing.TB) string {
 			"or without Docker run `BROKER_PLUGINS_DIR=<dir with the plugin release> scripts/broker run -- go test ./...`")
 	}
 	return u
-}
-
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil || p.User == nil {
-		return u
-	}
-	if _, ok := p.User.Password(); ok {
-		p.User = url.UserPassword(p.User.Username(), "xxx")
-	}
-	return p.String()
 }

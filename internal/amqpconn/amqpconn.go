@@ -279,7 +279,9 @@ func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time
 
 // Redact returns the URL raw as it may be shown in a message or a log line, without its
 // password. A URL that parses is shown from its parts, with the password (when it has one)
-// replaced by "***": amqp://user:***@host:5672/vhost. A URL that does not parse, or that
+// replaced by "***": amqp://user:***@host:5672/vhost, and the value of every query parameter
+// amqp091-go does not read (heartbeat, certfile and the like are shown) replaced by "***"
+// too, and a fragment as "***". A URL that does not parse, or that
 // [MisplacedAt] reports, is shown by [RedactUserinfo], as which part of it is the password is
 // unknown.
 func Redact(raw string) string {
@@ -287,17 +289,67 @@ func Redact(raw string) string {
 	if err != nil || MisplacedAt(raw) || u.Opaque != "" {
 		return RedactUserinfo(raw)
 	}
-	if u.User == nil {
-		return raw // no user information, so no password
+	if u.RawQuery == "" && u.Fragment == "" && u.User == nil {
+		return raw // no user information, query or fragment, so no password
+	}
+	u.RawQuery = redactQuery(u.RawQuery)
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "***", ""
 	}
 	// url.URL.Redacted writes the password as "xxxxx"; the user name before it holds no
 	// unescaped ':'.
 	return strings.Replace(u.Redacted(), ":xxxxx@", ":***@", 1)
 }
 
+// redactTail returns s, the host and what follows it, with its query shown by [redactQuery]
+// and its fragment as "***".
+func redactTail(s string) string {
+	s, frag, hasFrag := strings.Cut(s, "#")
+	if hasFrag && frag != "" {
+		frag = "#***"
+	} else if hasFrag {
+		frag = "#"
+	}
+	if before, q, ok := strings.Cut(s, "?"); ok {
+		s = before + "?" + redactQuery(q)
+	}
+	return s + frag
+}
+
+// uriParams are the query parameters amqp091-go reads from a URL (its ParseURI), whose values
+// are settings and file names, not secrets.
+var uriParams = map[string]bool{
+	"heartbeat": true, "connection_timeout": true, "channel_max": true, "frame_max": true,
+	"auth_mechanism": true, "certfile": true, "keyfile": true, "cacertfile": true,
+	"server_name_indication": true,
+}
+
+// redactQuery returns the raw query q with the value of every parameter that amqp091-go does
+// not read replaced by "***" (a "password=" there is a mistake, and its value a secret all the
+// same), and every part that is not a key=value pair, or whose key does not unescape, replaced
+// by "***" whole; the parts keep their order.
+func redactQuery(q string) string {
+	if q == "" {
+		return ""
+	}
+	parts := strings.Split(q, "&")
+	for i, part := range parts {
+		rawKey, _, hasValue := strings.Cut(part, "=")
+		key, err := url.QueryUnescape(rawKey)
+		switch {
+		case err != nil || !hasValue:
+			parts[i] = "***"
+		case !uriParams[key]:
+			parts[i] = rawKey + "=***"
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
 // RedactUserinfo shows raw, a URL that may not parse, with everything up to its host that
 // could hold a password replaced by "***": its scheme and "://", then "***" and what follows
-// the last '@' (amqp://***@host:5672/vhost). Without an '@' it shows the scheme and what
+// the last '@' (amqp://***@host:5672/vhost), whose query and fragment are shown as [Redact]
+// shows them. Without an '@' it shows the scheme and what
 // follows "://" up to the first ':' (a port that is not a number may be a password cut short:
 // amqp://user:secret), and without "://" nothing of raw but what follows its last '@'.
 func RedactUserinfo(raw string) string {
@@ -308,7 +360,7 @@ func RedactUserinfo(raw string) string {
 		scheme += "://"
 	}
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		return scheme + "***" + rest[at:]
+		return scheme + "***" + redactTail(rest[at:])
 	}
 	if !ok {
 		return "***"
@@ -316,5 +368,5 @@ func RedactUserinfo(raw string) string {
 	if host, _, cut := strings.Cut(rest, ":"); cut {
 		return scheme + host + ":***"
 	}
-	return scheme + rest
+	return scheme + redactTail(rest)
 }

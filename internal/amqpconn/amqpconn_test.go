@@ -150,6 +150,16 @@ func TestRedact(t *testing.T) {
 		{"amqp://u:p1@h1/v,amqp://u:p2@h2/v", "amqp://***@h2/v"}, // one URL, not a list: see Config.Redacted
 		{"ftp://u:pw@h/", "ftp://u:***@h/"},
 		{"not a url", "not a url"},
+		// Query parameters amqp091-go does not read are shown without their values.
+		{"amqp://h/v?password=S3cret", "amqp://h/v?password=***"},
+		{"amqp://u:pw@h/v?heartbeat=10&pass=S3cret&pass=x", "amqp://u:***@h/v?heartbeat=10&pass=***&pass=***"},
+		{"amqp://h/v?certfile=/c.pem&token=S3cret", "amqp://h/v?certfile=/c.pem&token=***"},
+		{"amqp://h/v?S3cret&heartbeat=5", "amqp://h/v?***&heartbeat=5"},
+		{"amqp://h/v?%zzS3cret=1&frame_max=8192", "amqp://h/v?***&frame_max=8192"},
+		{"amqp://h/v?heartbeat=S3cret;x", "amqp://h/v?heartbeat=S3cret;x"}, // heartbeat is refused by amqp091-go, not secret
+		{"amqp://u:S3c?ret@h:1/v?x=1&heartbeat=5#S3cret", "amqp://***@h:1/v?x=***&heartbeat=5#***"},
+		{"amqp://u:pw@h/v#S3cret", "amqp://u:***@h/v#***"},
+		{"amqp://h/v#S3cret", "amqp://h/v#***"},
 	}
 	for _, c := range cases {
 		if got := Redact(c.in); got != c.want {
