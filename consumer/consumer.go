@@ -112,14 +112,19 @@ func (c *Consumer) Queue() string { return c.queue }
 // context delays it). After a connection loss it reconnects with exponential back-off and
 // jitter until ctx ends.
 //
-// At start it opens the retry Publisher (an amqpdelay.Publisher whose only target is the retry
-// exchange) and the consuming connection, checks that the queue exists, binds it to the retry
-// exchange (unless [WithoutRetryBinding]) and sets the prefetch to the concurrency. A failure
-// there is returned at once: ErrQueueNotFound, amqpdelay.ErrTopologyMissing (run `declare apply`
-// with this version of rabbitdelay: the retry exchange is missing; or, unless
-// [WithoutRevocations], the revocation stream), a dial error, or ctx's error. With revocations
-// (the default) it first reads the revocation stream (package revoke) and then acks every
-// revoked delivery without calling the handler (Event kind Revoked).
+// At start it pings the store of handled ids when the store has a Ping method, as
+// [RedisStore] has, opens the retry Publisher (an amqpdelay.Publisher whose only target is the
+// retry exchange) and the consuming connection, checks that the queue exists, binds it to the
+// retry exchange (unless [WithoutRetryBinding]) and sets the prefetch to the concurrency. A
+// failure there is returned at once: ErrStore (Redis down, or its client's address or password
+// wrong), ErrQueueNotFound, amqpdelay.ErrTopologyMissing (run `declare apply` with this version
+// of rabbitdelay: the retry exchange is missing; or, unless [WithoutRevocations], the
+// revocation stream), a dial error, or ctx's error. Once running, a store that fails a claim
+// costs only the delivery that asked: it is sent back through the retry path after the busy
+// delay ([WithBusyDelay]; Event kind Deferred), as a delivery whose id another Consumer holds
+// is. With revocations (the default) it first
+// reads the revocation stream (package revoke) and then acks every revoked delivery without
+// calling the handler (Event kind Revoked).
 // Run may be called once (ErrRunning).
 func (c *Consumer) Run(ctx context.Context) error {
 	if ctx == nil {
@@ -130,6 +135,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	if p, ok := c.store.(pinger); ok {
+		if err := p.Ping(startCtx); err != nil {
+			return fmt.Errorf("consumer: the store of handled ids does not answer, so no delivery could be claimed "+
+				"(is Redis running, and are the address and password of its client right?): %w", err)
+		}
+	}
 	pub, err := amqpdelay.NewPublisher(startCtx, c.pubCfg, amqpdelay.WithLogger(c.log), amqpdelay.WithChannels(1),
 		amqpdelay.WithConnectionName(c.o.name+"-retry"), amqpdelay.WithReconnectBackoff(c.o.reconnectMin, c.o.reconnectMax))
 	if err != nil {

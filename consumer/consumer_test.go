@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
@@ -149,5 +151,33 @@ func TestIsUnreadable(t *testing.T) {
 		if got := isUnreadable(tc.err); got != tc.want {
 			t.Errorf("isUnreadable(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestRunRefusesUnreachableStore: a RedisStore whose Redis does not answer (here a port nothing
+// listens on) stops Run at start with ErrStore, before any connection to RabbitMQ; ctx bounds
+// the ping.
+func TestRunRefusesUnreachableStore(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer client.Close()
+	cfg := amqpdelay.Config{URL: "amqp://guest:guest@127.0.0.1:1/", Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}}
+	c, err := New(cfg, "q", noop, WithStore(NewRedisStore(client, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	if !errors.Is(err, ErrStore) || !strings.Contains(err.Error(), "does not answer") || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Run = %v, want ErrStore naming %s", err, addr)
+	}
+	if strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("Run dialed RabbitMQ before pinging the store: %v", err)
 	}
 }

@@ -106,6 +106,15 @@ func (r *RedisStore) Done(ctx context.Context, queue, id, token string, keep tim
 	return nil
 }
 
+// Ping sends Redis a PING, bounded by ctx, and returns nil when it answers; otherwise an error
+// wrapping ErrStore. [Consumer.Run] calls it at start.
+func (r *RedisStore) Ping(ctx context.Context) error {
+	if err := r.c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("%w: redis PING: %w", ErrStore, err)
+	}
+	return nil
+}
+
 // Release implements [Store] (GET and DEL in one script). Errors wrap ErrStore.
 func (r *RedisStore) Release(ctx context.Context, queue, id, token string) error {
 	key := r.key(queue, id)

@@ -64,6 +64,11 @@ type Store interface {
 	Release(ctx context.Context, queue, id, token string) error
 }
 
+// pinger is a [Store] that can tell whether it answers: [Consumer.Run] pings it at start.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // newToken returns a random lease token.
 func newToken() string {
 	var b [12]byte
