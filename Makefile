@@ -59,7 +59,7 @@ fuzz:
 ## demo: `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders), on the
 ## broker `scripts/broker up` recorded, or else on one started for the demo (see scripts/demo)
 demo:
-	scripts/demo $(DEMOARGS)
+	@scripts/demo $(DEMOARGS)
 
 ## bench: the benchmarks of ./integration against a real broker (see README, Benchmarks)
 bench:
