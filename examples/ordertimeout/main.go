@@ -38,8 +38,11 @@ type order struct {
 
 // sent is what the publisher knows about one scheduled time-out.
 type sent struct {
-	path amqpdelay.Path
-	due  time.Time
+	path  amqpdelay.Path
+	at    time.Time // when Publish returned (the broker had confirmed it)
+	delay time.Duration
+	hops  int
+	due   time.Time
 }
 
 // arrival is what the consumer saw.
@@ -206,7 +209,7 @@ func run() int {
 					continue
 				}
 				mu.Lock()
-				sentBy[i] = sent{path: r.Path, due: r.Due}
+				sentBy[i] = sent{path: r.Path, at: time.Now(), delay: delays[i], hops: r.Hops, due: r.Due}
 				mu.Unlock()
 				nSent.Add(1)
 			}
@@ -307,6 +310,29 @@ func report(w io.Writer, sentBy map[int]sent, arrived map[int]arrival, dupes int
 		}
 	}
 	_ = tw.Flush()
+	// One message of each path, the one with the lowest id, as a single time line.
+	for _, p := range paths {
+		id := -1
+		for i, s := range sentBy {
+			if s.path == p && (id < 0 || i < id) {
+				id = i
+			}
+		}
+		s := sentBy[id]
+		a, ok := arrived[id]
+		hops := "hops"
+		if s.hops == 1 {
+			hops = "hop"
+		}
+		line := fmt.Sprintf("for example order %d: delay %v by the %s path (%d %s), publish confirmed %s, due %s, ", id,
+			s.delay, p, s.hops, hops, s.at.Format("15:04:05.000"), s.due.Format("15:04:05.000"))
+		if ok {
+			line += fmt.Sprintf("arrived %s (%s after due)", a.at.Format("15:04:05.000"), ms(a.at.Sub(s.due)))
+		} else {
+			line += "not arrived"
+		}
+		fmt.Fprintln(w, line)
+	}
 	if dupes > 0 {
 		fmt.Fprintf(w, "%d duplicate deliveries (at-least-once dead-lettering may redeliver after a broker failure)\n", dupes)
 	}
