@@ -247,7 +247,9 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 // string property or header key longer than 255 bytes, properties and headers that do not
 // fit in one frame of the connection's frame_max (RabbitMQ's default 131,072 bytes), a body
 // larger than WithMaxMessageSize (default 16 MiB), msg.Expiration on a delayed message or not
-// digits, msg.DeliveryMode above 2, a Go int header beyond 32 bits; each
+// digits, msg.DeliveryMode above 2, a Go int header beyond 32 bits, a direct publish into the
+// delay topology's own exchanges or, through the default exchange, its queues (which would
+// hold up other people's delayed messages; see intoTopology); each
 // refused before anything is sent, because amqp091 or RabbitMQ would close the whole
 // connection or channel and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
 // ErrPluginUnavailable, ErrExchangeNotFound (a direct publish to a missing exchange; nothing
@@ -433,6 +435,8 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 			return fmt.Errorf("%w: msg.Expiration %q: a per-message TTL would expire the message inside the delay topology, early; "+
 				"set a message TTL on the ready queue instead", ErrInvalidInput, msg.Expiration)
 		}
+	} else if err := p.intoTopology(exchange, routingKey, msg.Headers); err != nil {
+		return err
 	}
 	if err := p.checkBodySize(len(msg.Body)); err != nil {
 		return err
@@ -444,6 +448,46 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 	}
 	if err := validateMessage(exchange, routingKey, msg); err != nil {
 		return err
+	}
+	return nil
+}
+
+// intoTopology refuses a direct publish (no delay) into the delay topology's own objects, which
+// only the Publisher's delay paths may write to: an exchange of the topology that is not a
+// target (the dispatch, bucket, ladder, entry, last-hop and plugin exchanges), or, through the
+// default exchange, a queue of the topology by the routing key or a CC or BCC routing key (the
+// ladder, bucket and last-hop queues, the revocation stream; topology.Names.Reserved). A message
+// put into a delay queue by hand lacks the headers that route it on: it is dead-lettered into an
+// exchange that routes it nowhere, where RabbitMQ 3.10+ keeps it (at-least-once dead-lettering),
+// and once a queue holds more such messages than the dead-letter worker's prefetch
+// (dead_letter_worker_consumer_prefetch, 32 by default) it stops moving every delayed message
+// behind them. The parking queue stays open to the default exchange: the consumer package parks
+// messages there that way. The error wraps ErrInvalidInput.
+func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table) error {
+	if exchange != "" {
+		if _, target := p.targets[exchange]; !target && p.names.Reserved(exchange) {
+			return fmt.Errorf("%w: exchange %q belongs to the delay topology, and a message published there by hand "+
+				"lacks the headers that route it on, so it can stall the delay queues for everyone: publish to a target "+
+				"exchange (%s), with a delay for a delayed message", ErrInvalidInput, exchange, p.targetList())
+		}
+		return nil
+	}
+	keys := []string{routingKey}
+	for _, h := range []string{"CC", "BCC"} {
+		if list, ok := headers[h].([]any); ok {
+			for _, k := range list {
+				if k, ok := k.(string); ok {
+					keys = append(keys, k)
+				}
+			}
+		}
+	}
+	for _, k := range keys {
+		if k != p.names.Parking() && p.names.Reserved(k) {
+			return fmt.Errorf("%w: routing key %q through the default exchange names a queue of the delay topology; "+
+				"a message put there by hand lacks the headers that route it on, and holds up every delayed message behind it: "+
+				"publish to a target exchange (%s), with a delay for a delayed message", ErrInvalidInput, k, p.targetList())
+		}
 	}
 	return nil
 }

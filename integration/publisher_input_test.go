@@ -335,3 +335,91 @@ func TestPublisherRefusesUnreadableHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishDirectIntoTopologyRefused: a direct publish (no delay) into the delay topology's
+// own objects is refused with ErrInvalidInput before anything is sent: one of its exchanges
+// that is not a target, or one of its queues through the default exchange, named by the
+// routing key or by a CC or BCC routing key. Such a message lacks the headers that route it on
+// and, dead-lettered nowhere, would hold up every delayed message behind it. The parking queue
+// and the user's own queues stay open to the default exchange, and delayed messages pass.
+func TestPublishDirectIntoTopologyRefused(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("orders")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	spec.Buckets = topology.Delays{3 * time.Second}
+	declareTopology(t, env, spec)
+	q := env.Name("ready")
+	declareReadyQueue(t, env, q, target, "k")
+	got := consumeQueue(t, env, q)
+	p := newPublisher(t, env, spec)
+	ctx := pubCtx(t)
+	n := spec.WithDefaults().Names()
+	ladderQ := n.LadderQueue(0, 1)
+	refused := []struct {
+		name, exchange, key string
+		headers             amqp.Table
+	}{
+		{"ladder queue", "", ladderQ, nil},
+		{"upper ladder queue", "", n.LadderQueue(2, 5), nil},
+		{"last-hop queue", "", n.LadderLastHopQueueCopy(1, 3, 0), nil},
+		{"bucket queue", "", n.BucketQueue(3000), nil},
+		{"revocation stream", "", n.Revoked(), nil},
+		{"CC to a ladder queue", "", q, amqp.Table{"CC": []any{ladderQ}}},
+		{"BCC to a bucket queue", "", q, amqp.Table{"BCC": []any{"x", n.BucketQueue(3000)}}},
+		{"dispatch exchange", n.Dispatch(), "k", nil},
+		{"bucket exchange", n.BucketExchange(), "k", nil},
+		{"ladder exchange", n.LadderExchange(1), "k", nil},
+		{"entry exchange", n.LadderEntryExchange(ladderQ), "k", nil},
+		{"last-hop exchange", n.LadderLastHopExchangeCopy(1, 0), "k", nil},
+		{"plugin exchange", n.PluginExchange(), "k", nil},
+	}
+	for _, c := range refused {
+		m := textMsg("by hand: " + c.name)
+		m.Headers = c.headers
+		_, err := p.Publish(ctx, c.exchange, c.key, m, 0)
+		if !errors.Is(err, amqpdelay.ErrInvalidInput) || !strings.Contains(err.Error(), "delay topology") {
+			t.Errorf("%s (exchange %q, routing key %q): err = %v, want ErrInvalidInput naming the delay topology", c.name, c.exchange, c.key, err)
+		}
+		d, derr := p.PublishDeferred(ctx, c.exchange, c.key, m, -time.Second)
+		if derr == nil {
+			_, derr = d.Wait(ctx)
+		}
+		if !errors.Is(derr, amqpdelay.ErrInvalidInput) {
+			t.Errorf("%s, PublishDeferred with a negative delay: err = %v, want ErrInvalidInput", c.name, derr)
+		}
+	}
+	// Still open: the user's queue through the default exchange, the parking queue (the
+	// consumer package parks messages that way), the target; and delayed messages.
+	if _, err := p.Publish(ctx, "", q, textMsg("direct to the ready queue"), 0); err != nil {
+		t.Errorf("default exchange to the user's queue: %v", err)
+	}
+	if _, err := p.Publish(ctx, "", n.Parking(), textMsg("parked"), 0); err != nil {
+		t.Errorf("default exchange to the parking queue: %v", err)
+	}
+	for _, d := range []time.Duration{0, 17 * time.Millisecond, 3 * time.Second} {
+		if _, err := p.Publish(ctx, target, "k", textMsg(fmt.Sprint("delayed ", d)), d); err != nil {
+			t.Errorf("publish to the target with delay %v: %v", d, err)
+		}
+	}
+	want := map[string]bool{"direct to the ready queue": true, "delayed 0s": true, "delayed 17ms": true, "delayed 3s": true}
+	deadline := time.After(maxLateness + 3*time.Second)
+	for len(want) > 0 {
+		select {
+		case a := <-got:
+			delete(want, string(a.d.Body))
+		case <-deadline:
+			t.Fatalf("not delivered: %v", want)
+		}
+	}
+	ch := env.Channel(t)
+	for _, name := range []string{ladderQ, n.BucketQueue(3000)} {
+		qi, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			t.Fatalf("inspect %s: %v", name, err)
+		}
+		if qi.Messages != 0 {
+			t.Errorf("%s holds %d messages, want 0", name, qi.Messages)
+		}
+	}
+}
