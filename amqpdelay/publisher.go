@@ -249,7 +249,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 // larger than WithMaxMessageSize (default 16 MiB), msg.Expiration on a delayed message or not
 // digits, msg.DeliveryMode above 2, a Go int header beyond 32 bits, a direct publish into the
 // delay topology's own exchanges or, through the default exchange, its queues (which would
-// hold up other people's delayed messages; see intoTopology); each
+// hold up other people's delayed messages; the parking queue stays open); each
 // refused before anything is sent, because amqp091 or RabbitMQ would close the whole
 // connection or channel and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
 // ErrPluginUnavailable, ErrExchangeNotFound (a direct publish to a missing exchange; nothing

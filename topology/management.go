@@ -61,7 +61,7 @@ func NewManagement(rawURL, vhost string) (*Management, error) {
 		// middle of every request (and in error messages), and ".../api/" doubles "api".
 		return nil, fmt.Errorf("%w: management API URL %q: give the root of the management UI, without a query, fragment "+
 			"or /api path (e.g. http://user:password@host:15672/, or http://user:password@host/rabbitmq/ behind a proxy path)",
-			ErrManagement, amqpconn.RedactUserinfo(u.Scheme+"://"+u.Host+u.Path))
+			ErrManagement, amqpconn.Redact((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String()))
 	}
 	if vhost == "" {
 		vhost = "/"

@@ -126,6 +126,11 @@ func TestNewManagementRefusesQueryAndAPIPath(t *testing.T) {
 			t.Errorf("NewManagement(%q): the error prints a secret: %v", raw, err)
 		}
 	}
+	// The URL shown keeps its host, port and path: the path is what the message is about.
+	_, err := NewManagement("http://u:pw7secret@127.0.0.1:24554/api/", "/")
+	if err == nil || !strings.Contains(err.Error(), `"http://127.0.0.1:24554/api/"`) {
+		t.Errorf("NewManagement with an /api/ path: %v, want the URL shown as http://127.0.0.1:24554/api/", err)
+	}
 	for _, raw := range []string{"http://u:p@h:15672/", "http://u:p@h:15672", "https://u:p@h/rabbitmq/", "http://h:15672/apis/"} {
 		if _, err := NewManagement(raw, "/"); err != nil {
 			t.Errorf("NewManagement(%q) = %v, want it accepted", raw, err)
