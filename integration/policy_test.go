@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -549,4 +550,69 @@ func TestPolicyDeliveryLimit4x(t *testing.T) {
 			t.Errorf("RabbitMQ %d: status = %v", polMajor(t, env), serr)
 		}
 	})
+}
+
+// TestPolicyPCREPatternSeenAtOnce: a policy whose pattern only PCRE takes (a lookahead; Go's
+// regexp refuses it) was judged by the policy names the management API reports with the queue
+// statistics, up to 5 s old, so status passed while delays arrived early. Now the pattern is
+// evaluated, and the policy's message-ttl is reported on the first call after it is set. A
+// pattern no engine here evaluates as PCRE does (a possessive quantifier) is reported as a
+// warning naming the policy.
+func TestPolicyPCREPatternSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	m := topoNeedManagement(t, env)
+	spec := polSpec(topology.Quorum)
+	spec.Prefix = env.Prefix
+	p, _, err := polApply(t, env, m, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pattern := `^(?!zzz)` + regexp.QuoteMeta(env.Prefix) + `\.(bucket|ladder)`
+	if err := polSet(env, "policies", "pcre", pattern, "queues", 2_000_000, map[string]any{"message-ttl": 500}); err != nil {
+		t.Fatal(err)
+	}
+	probs, err := m.PolicyProblems(topoTestCtx(t, 30*time.Second), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := p.Names.BucketQueue(3000)
+	var early bool
+	for _, pp := range polFind(probs, "message-ttl") {
+		if pp.Policy == "pcre" && pp.Object == bucket && pp.Breaks == topology.BreaksEarly && !pp.Warning {
+			early = true
+		}
+	}
+	if !early {
+		t.Errorf("first PolicyProblems after setting policy pcre (%s): no early message-ttl problem on %s: %v", pattern, bucket, probs)
+	}
+	polClear(t, env, "policies", "pcre")
+
+	possessive := `^` + regexp.QuoteMeta(env.Prefix) + `\.bucket.*+$`
+	if err := polSet(env, "policies", "possessive", possessive, "queues", 2_000_000, map[string]any{"message-ttl": 500}); err != nil {
+		t.Fatal(err)
+	}
+	probs, err = m.PolicyProblems(topoTestCtx(t, 30*time.Second), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warned bool
+	for _, pp := range probs {
+		if pp.Kind == topology.KindPolicy && pp.Object == "possessive" && pp.Breaks == topology.BreaksUnknown && pp.Warning {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("policy possessive (%s): no warning naming it: %v", possessive, probs)
+	}
+	// Once the statistics name it, its message-ttl is reported as well.
+	polWaitProblems(t, m, p, "the possessive policy's message-ttl", func(probs []topology.PolicyProblem) bool {
+		for _, pp := range polFind(probs, "message-ttl") {
+			if pp.Policy == "possessive" && pp.Object == bucket {
+				return true
+			}
+		}
+		return false
+	})
+	polClear(t, env, "policies", "possessive")
 }

@@ -11,7 +11,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
+
+	"github.com/dlclark/regexp2/v2"
 )
 
 // KindPolicy is the kind of a policy in a [Report].
@@ -178,6 +182,10 @@ const (
 	// BreaksRouting: messages go somewhere they should not (a dead-letter routing key that
 	// replaces the message's own, an alternate exchange on one of the topology's exchanges).
 	BreaksRouting Breakage = "wrong routing"
+	// BreaksUnknown: what the policy does to the topology could not be worked out (its
+	// pattern uses PCRE constructs no Go engine here compiles), so it was judged by the policy
+	// names the management API reports, which are as old as its statistics (5 s by default).
+	BreaksUnknown Breakage = "not checked"
 )
 
 // PolicyProblem is one policy key in effect on a queue or exchange of the topology that breaks
@@ -444,10 +452,115 @@ var unsupportedPolicyKeys = map[string][]string{
 		"ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure", "queue-master-locator", "dead-letter-strategy"},
 }
 
+// patternCache maps a policy pattern to its *compiledPattern.
+var patternCache sync.Map
+
+type compiledPattern struct {
+	matches func(name string) bool // nil: the pattern compiles in neither engine
+}
+
+// patternMatchTimeout bounds one match of a pattern that only regexp2 compiles: a backtracking
+// engine can take exponential time on a hostile pattern, and a match that times out counts as
+// a match (the policy is then considered, which can only add problems).
+const patternMatchTimeout = 100 * time.Millisecond
+
+// policyPattern returns a matcher for a policy pattern, which RabbitMQ runs with Erlang's re
+// (PCRE) on the name's bytes: Go's regexp (RE2) for the patterns it compiles, else regexp2,
+// a backtracking engine with lookahead, lookbehind, backreferences and atomic groups. ok is
+// false when neither compiles the pattern (backtracking verbs, recursion, \K) or when it
+// holds a possessive quantifier, which regexp2 would read differently ([hasPossessive]): the policy in effect is then only what the management API reports, as
+// old as its statistics ([unevaluablePolicies]). The matcher takes the name through
+// [byteRunes].
+func policyPattern(pattern string) (matches func(string) bool, ok bool) {
+	if c, hit := patternCache.Load(pattern); hit {
+		cp := c.(*compiledPattern)
+		return cp.matches, cp.matches != nil
+	}
+	cp := &compiledPattern{}
+	if re, err := regexp.Compile(byteRunes(pattern)); err == nil {
+		cp.matches = re.MatchString
+	} else if re2, err := regexp2.Compile(byteRunes(pattern), regexp2.None); err == nil && !hasPossessive(pattern) {
+		re2.MatchTimeout = patternMatchTimeout
+		cp.matches = func(name string) bool {
+			m, err := re2.MatchString(name)
+			return m || err != nil
+		}
+	}
+	patternCache.Store(pattern, cp)
+	return cp.matches, cp.matches != nil
+}
+
+// hasPossessive reports whether pattern holds a PCRE possessive quantifier (a quantifier
+// followed by '+': a*+, a++, a?+, a{2,}+), which regexp2 reads as a nested quantifier that
+// backtracks, so that a*+a, which PCRE never matches, would match "aa".
+func hasPossessive(pattern string) bool {
+	quantified := false // the previous token was a quantifier
+	for i := 0; i < len(pattern); i++ {
+		c := pattern[i]
+		switch {
+		case c == '\\':
+			i++
+			quantified = false
+		case c == '[':
+			// A character class: skip to its closing ']' (a ']' first in it is literal).
+			j := i + 1
+			if j < len(pattern) && pattern[j] == '^' {
+				j++
+			}
+			if j < len(pattern) && pattern[j] == ']' {
+				j++
+			}
+			for j < len(pattern) && pattern[j] != ']' {
+				if pattern[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			i = j
+			quantified = false
+		case c == '+' && quantified:
+			return true
+		case c == '*' || c == '+' || (c == '?' && i > 0 && pattern[i-1] != '('):
+			quantified = true
+		case c == '{':
+			if end := strings.IndexByte(pattern[i:], '}'); end > 0 && isBraceQuantifier(pattern[i+1:i+end]) {
+				i += end
+				quantified = true
+			} else {
+				quantified = false
+			}
+		default:
+			quantified = false
+		}
+	}
+	return false
+}
+
+// isBraceQuantifier reports whether s, the text between '{' and '}', makes a quantifier: n,
+// n, or n,m in decimal digits (PCRE reads any other brace as literal text).
+func isBraceQuantifier(s string) bool {
+	lo, hi, comma := strings.Cut(s, ",")
+	digits := func(d string) bool { return d != "" && strings.Trim(d, "0123456789") == "" }
+	return digits(lo) && (!comma || hi == "" || digits(hi))
+}
+
+// unevaluablePolicies returns the names of the policies of list whose pattern compiles in
+// neither engine of [policyPattern], sorted.
+func unevaluablePolicies(list map[string]managedPolicy) []string {
+	var out []string
+	for name, pol := range list {
+		if _, ok := policyPattern(pol.Pattern); !ok {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // choosePolicy returns, as JSON, the name of the policy of list that RabbitMQ applies to the
 // object (rabbit_policy:match_all: the right apply-to, a pattern found in the name, no key
 // the queue type does not support; the highest priority wins), or reported when a pattern
-// does not compile in Go (RE2 lacks some PCRE constructs).
+// compiles in neither Go's regexp nor regexp2 ([policyPattern]).
 func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, major int, reported string) json.RawMessage {
 	ownPolicy := func(name string) bool {
 		pol, ok := list[name]
@@ -472,12 +585,12 @@ func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, maj
 		default:
 			continue
 		}
-		re, err := regexp.Compile(byteRunes(pol.Pattern))
-		if err != nil {
+		matches, ok := policyPattern(pol.Pattern)
+		if !ok {
 			js, _ := json.Marshal(reported)
 			return js
 		}
-		if !re.MatchString(byteRunes(o.Name)) {
+		if !matches(byteRunes(o.Name)) {
 			continue
 		}
 		if kind == KindQueue && !policyApplicable(pol.Definition, o.Type, major) {
@@ -532,6 +645,20 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			pp.Why += "; fix: " + fix
 		}
 		out = append(out, pp)
+	}
+	for _, set := range []struct {
+		list     map[string]managedPolicy
+		operator bool
+	}{{pols, false}, {ops, true}} {
+		for _, name := range unevaluablePolicies(set.list) {
+			out = append(out, PolicyProblem{Kind: KindPolicy, Object: name, Policy: name, Operator: set.operator, Key: "pattern",
+				Value: set.list[name].Pattern, Breaks: BreaksUnknown, Warning: true,
+				Why: "its pattern uses a PCRE construct (a possessive quantifier, a backtracking verb, recursion, \\K) that " +
+					"Go's regexp and regexp2 do not evaluate as PCRE does, so where it applies is taken from the management API's per-queue policy " +
+					"names, refreshed every collect_statistics_interval (5 s by default): a policy set or a queue declared in " +
+					"the last seconds is not seen yet; run status again after that interval, or write the pattern without " +
+					"that construct"})
+		}
 	}
 	for _, mq := range queues {
 		q, ok := p.Queue(mq.Name)

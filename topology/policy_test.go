@@ -3,6 +3,7 @@ package topology
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -399,5 +400,67 @@ func TestChoosePolicyMatchesBytes(t *testing.T) {
 	}
 	if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: "q", Type: "quorum"}, 3, "")); got != "a" {
 		t.Errorf("priorities 99999999999999999 and ...998: %q in effect, want a", got)
+	}
+}
+
+// TestPolicyPatternsPCRE: RabbitMQ matches policy patterns with PCRE. Patterns Go's regexp
+// refuses but a backtracking engine takes (lookahead, lookbehind, backreferences, atomic
+// groups) are evaluated, so a policy set a moment ago is seen before the management API's
+// statistics name it; a pattern no engine here evaluates as PCRE does (a possessive quantifier,
+// a backtracking verb, \K, recursion) falls back to the reported name and is reported itself, as a warning.
+func TestPolicyPatternsPCRE(t *testing.T) {
+	ours := map[string]managedPolicy{"ours": {Name: "ours", Pattern: `^rd\.`, ApplyTo: "queues", Priority: "1000000"}}
+	for _, tc := range []struct {
+		pattern, name string
+		match         bool
+	}{
+		{`^(?!zzz)rd\.(bucket|ladder)`, "rd.bucket.3000ms", true},
+		{`^(?!rd)x`, "rd.bucket.3000ms", false},
+		{`(?<=rd\.)bucket`, "rd.bucket.3000ms", true},
+		{`(?<!rd\.)bucket`, "rd.bucket.3000ms", false},
+		{`^(r)d\.(?:bucket|\1)`, "rd.bucket.3000ms", true},
+		{`^(?>rd\.b)ucket`, "rd.bucket.3000ms", true},
+	} {
+		list := maps.Clone(ours)
+		list["pcre"] = managedPolicy{Name: "pcre", Pattern: tc.pattern, ApplyTo: "queues", Priority: "2000000"}
+		want := "ours"
+		if tc.match {
+			want = "pcre"
+		}
+		if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: tc.name, Type: "quorum"}, 4, "reported")); got != want {
+			t.Errorf("pattern %s on %s: %q, want %q", tc.pattern, tc.name, got, want)
+		}
+		if u := unevaluablePolicies(list); len(u) != 0 {
+			t.Errorf("pattern %s: unevaluable %v", tc.pattern, u)
+		}
+	}
+	for _, pattern := range []string{`^rd\.bucket.*+$`, `^rd\.b++`, `^rd\.bu?+`, `^rd\.b{1,}+`, `^rd\.(*SKIP)b`, `^rd\.\Kbucket`, `^(rd|\.(?R))`} {
+		list := maps.Clone(ours)
+		list["odd"] = managedPolicy{Name: "odd", Pattern: pattern, ApplyTo: "queues", Priority: "2000000"}
+		if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "quorum"}, 4, "reported")); got != "reported" {
+			t.Errorf("pattern %s: %q, want the reported name", pattern, got)
+		}
+		p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}})
+		var found bool
+		for _, pp := range policyProblemsOf(p, list, nil, nil, nil, 4) {
+			if pp.Kind == KindPolicy && pp.Object == "odd" && pp.Breaks == BreaksUnknown && pp.Warning {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("pattern %s: no warning naming policy odd", pattern)
+		}
+	}
+}
+
+func TestHasPossessive(t *testing.T) {
+	for pattern, want := range map[string]bool{
+		`a*+`: true, `a++`: true, `a?+`: true, `a{2}+`: true, `a{2,}+`: true, `a{2,5}+`: true, `(ab)*+`: true,
+		`a+`: false, `a*`: false, `a\++`: false, `[+*]+`: false, `[]+]+`: false, `(?:a)+`: false, `a{x}+`: false,
+		`a+?`: false, `\d+`: false, `(?+1)`: false, `[a\]]++`: true,
+	} {
+		if got := hasPossessive(pattern); got != want {
+			t.Errorf("hasPossessive(%s) = %v, want %v", pattern, got, want)
+		}
 	}
 }
