@@ -79,6 +79,7 @@ type Publisher struct {
 	// its exchange with a passive declare only once (checkExchange).
 	exchanges nameSet
 	checkSem  chan struct{} // capacity 1: one exchange check at a time
+	permSem   chan struct{} // capacity 1: one first permission check at a time (permission.go)
 	// refusals holds what the broker has refused by closing a channel (refusal.go).
 	refusals refusals
 	// user is the user name of the connection's URL: a UserId property that differs goes
@@ -198,6 +199,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		changed:  make(chan struct{}),
 		active:   publishes{drained: make(chan struct{})},
 		checkSem: make(chan struct{}, 1),
+		permSem:  make(chan struct{}, 1),
 		inFlight: make(chan struct{}, o.maxInFlight),
 		user:     urlUser(cfg.conn().URLOrDefault()),
 	}
@@ -253,7 +255,10 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 // refused before anything is sent, because amqp091 or RabbitMQ would close the whole
 // connection or channel and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
 // ErrPluginUnavailable, ErrExchangeNotFound (a direct publish to a missing exchange; nothing
-// sent for any of these), ErrUnroutable (a mandatory publish
+// sent for any of these), ErrAccessRefused (the broker refused the publish: no write
+// permission on exchange, or a topic permission that refuses routingKey; a delayed publish is
+// refused where the same publish made directly would be, as the broker checks nothing when
+// the message reaches its target by dead-lettering: see permission.go; nothing stored), ErrUnroutable (a mandatory publish
 // came back), ErrNacked, ErrConnectionLost (the connection, or a channel for a reason other
 // than a refusal of a publish in flight on it, closed before the confirm: outcome unknown),
 // ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
@@ -304,6 +309,8 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		if err := p.checkExchange(ctx, exchange); err != nil {
 			return Receipt{}, err
 		}
+	} else if err := p.checkPermitted(ctx, exchange, routingKey, msg.Headers); err != nil {
+		return Receipt{}, err // permission.go: dead-lettering into the target is not checked by the broker
 	}
 	shard := shardOf(out.MessageId, p.cfg.Spec.Shards) // the copy of the ladder (PathLadder)
 	// Read once, so that the route, the headers and the dead-letter reserve of one message agree

@@ -43,7 +43,9 @@ import (
 //     rabbit_channel.erl check_topic_authorisation and rabbit_auth_backend_internal
 //     check_topic_access, whose write pattern may hold {username}, {vhost} and {client_id};
 //     4.x checks CC and BCC keys too): direct publishes only (the delay paths publish to
-//     headers exchanges, and dead-lettering is not checked). Direct publishes to an exchange
+//     headers exchanges, and dead-lettering is not checked; permission.go asks the broker
+//     before delayed publishes instead, so that they keep the user's permissions). Direct
+//     publishes to an exchange
 //     with a topic permission for the user go on the serial channel, each alone: with
 //     WithManagementURL the Publisher reads those exchanges at every connection
 //     (topology.Management.TopicPermissionExchanges); without it, or when the management user
@@ -86,6 +88,9 @@ type refusals struct {
 	// alone on the serial channel. Kept across reconnections (permissions rarely change; a
 	// guarded exchange costs only speed).
 	topicGuarded nameSet
+	// permitted holds the targets a delayed publish was permitted to on this connection
+	// (permission.go): later delayed publishes to one ask again only when it is topicGuarded.
+	permitted nameSet
 
 	bodyOK    atomic.Int64 // the largest body, in bytes, the broker has confirmed
 	brokerMax atomic.Int64 // the broker's max_message_size learnt from a 406; 0: unknown
@@ -136,6 +141,7 @@ func (r *refusals) refuse(exchange string, ae *amqp.Error) {
 // refused is kept for its refusalMemory.
 func (r *refusals) forget() {
 	r.trusted.clear()
+	r.permitted.clear()
 	r.bodyOK.Store(0)
 }
 

@@ -3,8 +3,12 @@ package integration
 import (
 	"errors"
 	"net/url"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
@@ -125,4 +129,116 @@ func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 		refusedAlone(t, p, doomed, "k", amqpdelay.ErrExchangeNotFound, topic, "any", "the first publish to a deleted exchange")
 		refusedAlone(t, p, doomed, "k", amqpdelay.ErrExchangeNotFound, topic, "any", "publishes to a deleted exchange after the first")
 	})
+}
+
+// TestDelayedPublishKeepsPermissions: a delayed message reaches its target by dead-lettering,
+// which RabbitMQ does not check against the user's permissions; the Publisher asks the broker
+// (a publish in a rolled-back transaction) so that a delayed publish is refused exactly where
+// the same direct publish would be. Members: a routing key the user's topic permission on a
+// topic target refuses (read WithManagementURL; learnt by the Publisher's own probe even when
+// the first key is allowed; on 4.x a CC key too), and a target the user has no write
+// permission on. Each is refused with ErrAccessRefused and nothing arrives; allowed keys are
+// delivered when due, and other publishes on the Publisher lose nothing.
+func TestDelayedPublishKeepsPermissions(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		if brokertest.InCI() {
+			t.Fatal("needs the management API to create a user, and CI's broker has one")
+		}
+		t.Skip("needs the management API to create a user")
+	}
+	target, topic := env.Name("orders"), env.Name("topic-target")
+	spec := testSpec(env, topology.Target{Name: target, Type: "direct"}, topology.Target{Name: topic, Type: "topic"})
+	if _, _, err := polApply(t, env, topoNeedManagement(t, env), spec); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	declareReadyQueue(t, env, env.Name("ready"), target, "k")
+	declareReadyQueue(t, env, env.Name("topic-ready"), topic, "#")
+	got := consumeQueue(t, env, env.Name("topic-ready"))
+
+	mkUser := func(name, write string, topicWrite string) string {
+		t.Helper()
+		if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(name), map[string]string{"password": "pw", "tags": ""}, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(name), nil, nil) })
+		perm := map[string]string{"configure": "^$", "write": write, "read": ".*"}
+		if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), perm, nil); err != nil {
+			t.Fatal(err)
+		}
+		if topicWrite != "" {
+			tp := map[string]string{"exchange": topic, "write": topicWrite, "read": ".*"}
+			if err := env.Broker.Management("PUT", "api/topic-permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), tp, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		u, _ := url.Parse(env.URL)
+		u.User = url.UserPassword(name, "pw")
+		return u.String()
+	}
+	topicURL := mkUser(env.Prefix+"-keys", ".*", `^allowed\.`)
+	// Write permission on the delay topology's exchanges only: not on the targets.
+	noWriteURL := mkUser(env.Prefix+"-nowrite", `^`+regexp.QuoteMeta(env.Prefix)+`\.(ladder|buckets|dispatch|plugin)`, "")
+
+	refused := func(t *testing.T, p *amqpdelay.Publisher, exchange, key string, msg amqp.Publishing, what string) {
+		t.Helper()
+		for _, d := range []time.Duration{300 * time.Millisecond, 5 * time.Second} {
+			if _, err := p.Publish(pubCtx(t), exchange, key, msg, d); !errors.Is(err, amqpdelay.ErrAccessRefused) {
+				t.Errorf("%s, delay %v: %v, want ErrAccessRefused", what, d, err)
+			}
+		}
+	}
+	sent := map[string]bool{}
+	allowed := func(t *testing.T, p *amqpdelay.Publisher, key string) {
+		t.Helper()
+		if _, err := p.Publish(pubCtx(t), topic, key, textMsg(key), 300*time.Millisecond); err != nil {
+			t.Errorf("allowed key %s: %v", key, err)
+		}
+		sent[key] = true
+	}
+
+	t.Run("topic permission read WithManagementURL", func(t *testing.T) {
+		p := newPublisherURL(t, topicURL, spec, amqpdelay.WithManagementURL(env.Broker.ManagementURL))
+		refused(t, p, topic, "denied.1", textMsg("denied.1"), "a refused key")
+		allowed(t, p, "allowed.1")
+	})
+	t.Run("topic permission found by the Publisher, allowed key first", func(t *testing.T) {
+		p := newPublisherURL(t, topicURL, spec)
+		v := startCanary(4, func() error {
+			_, err := p.Publish(pubCtx(t), topic, "allowed.canary", textMsg("allowed.canary"), time.Minute)
+			return err
+		})
+		allowed(t, p, "allowed.2")
+		refused(t, p, topic, "denied.2", textMsg("denied.2"), "a refused key after an allowed one")
+		if brokerMajor(t, env) >= 4 { // 4.x checks CC and BCC keys against the topic permission
+			m := textMsg("denied.cc")
+			m.Headers = amqp.Table{"CC": []any{"denied.cc"}}
+			refused(t, p, topic, "allowed.3", m, "an allowed key with a refused CC key")
+		}
+		allowed(t, p, "allowed.4")
+		v.check(t, "delayed publishes beside the refused ones")
+	})
+	t.Run("no write permission on the target", func(t *testing.T) {
+		p := newPublisherURL(t, noWriteURL, spec)
+		refused(t, p, target, "k", textMsg("no write"), "a target without write permission")
+		if _, err := p.Publish(pubCtx(t), target, "k", textMsg("no write"), 0); !errors.Is(err, amqpdelay.ErrAccessRefused) {
+			t.Errorf("the same publish direct: %v, want ErrAccessRefused", err)
+		}
+	})
+
+	// The allowed keys arrive; no refused one does.
+	deadline := time.After(maxLateness)
+	for len(sent) > 0 {
+		select {
+		case a := <-got:
+			body := string(a.d.Body)
+			if strings.HasPrefix(body, "denied") {
+				t.Errorf("refused message %q was delivered", body)
+			}
+			delete(sent, body)
+		case <-deadline:
+			t.Fatalf("not delivered: %v", sent)
+		}
+	}
 }
