@@ -14,6 +14,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // TestConsumerAckAfterRetryConfirmed: a failed delivery is acked only once its retry copy is
@@ -391,5 +392,47 @@ func TestConsumerSettleAfterLongHandler(t *testing.T) {
 	}
 	if n := ok.count("slow"); n != 1 {
 		t.Errorf("slow handled %d times, want 1", n)
+	}
+}
+
+// TestConsumerHoldsEarlyDelivery: a delivery that arrives before its due time (a broker whose
+// timers run fast while Erlang's time correction catches up with a clock step; here published
+// straight to the queue with a due time 700 ms ahead) is handed to the handler at its due time,
+// not before; one due further ahead than consumer.EarlyHold (the clocks disagree) is handled at
+// once.
+func TestConsumerHoldsEarlyDelivery(t *testing.T) {
+	t.Parallel()
+	f := newConsumerFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ch := f.env.Channel(t)
+	soon := time.Now().Add(700 * time.Millisecond)
+	far := time.Now().Add(time.Hour)
+	for id, due := range map[string]time.Time{"soon": soon, "far": far} {
+		m := amqp.Publishing{MessageId: id, Body: []byte("x"), Headers: amqp.Table{ttlbuckets.DueHeader: due.UnixMilli()}}
+		if err := ch.PublishWithContext(ctx, "", f.work, false, false, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan [2]any, 4)
+	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
+		got <- [2]any{d.MessageId, time.Now()}
+		return nil
+	}, consumer.WithConcurrency(2), consumer.WithoutRevocations())
+	runConsumer(t, c)
+	at := map[string]time.Time{}
+	for len(at) < 2 {
+		select {
+		case g := <-got:
+			at[g[0].(string)] = g[1].(time.Time)
+		case <-time.After(time.Minute):
+			t.Fatalf("handled %d of 2 messages in 1 min", len(at))
+		}
+	}
+	if due := time.UnixMilli(soon.UnixMilli()); at["soon"].Before(due) {
+		t.Errorf("soon: handled %v before its due time", due.Sub(at["soon"]))
+	}
+	if !at["far"].Before(far.Add(-time.Minute)) {
+		t.Errorf("far: handled at %s, want at once (its due time is beyond EarlyHold)", at["far"].Format(time.StampMilli))
 	}
 }
