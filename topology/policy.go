@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -455,39 +456,90 @@ var unsupportedPolicyKeys = map[string][]string{
 // patternCache maps a policy pattern to its *compiledPattern.
 var patternCache sync.Map
 
+// compiledPattern is a policy pattern compiled by Go's regexp (re) or, failing that, by
+// regexp2 (re2); neither when unsupported.
 type compiledPattern struct {
-	matches func(name string) bool // nil: the pattern compiles in neither engine
+	re          *regexp.Regexp
+	re2         *regexp2.Regexp
+	unsupported bool
+	timedOut    atomic.Bool // a regexp2 match took longer than patternMatchTimeout
 }
 
 // patternMatchTimeout bounds one match of a pattern that only regexp2 compiles: a backtracking
-// engine can take exponential time on a hostile pattern, and a match that times out counts as
-// a match (the policy is then considered, which can only add problems).
+// engine can take exponential time on a hostile pattern. A pattern that times out once is
+// unevaluable from then on (RabbitMQ's PCRE has match limits of its own, whose answer is not
+// known here).
 const patternMatchTimeout = 100 * time.Millisecond
 
-// policyPattern returns a matcher for a policy pattern, which RabbitMQ runs with Erlang's re
-// (PCRE) on the name's bytes: Go's regexp (RE2) for the patterns it compiles, else regexp2,
-// a backtracking engine with lookahead, lookbehind, backreferences and atomic groups. ok is
-// false when neither compiles the pattern (backtracking verbs, recursion, \K) or when it
-// holds a possessive quantifier, which regexp2 would read differently ([hasPossessive]): the policy in effect is then only what the management API reports, as
-// old as its statistics ([unevaluablePolicies]). The matcher takes the name through
-// [byteRunes].
-func policyPattern(pattern string) (matches func(string) bool, ok bool) {
+// match reports whether the pattern is found in name (through [byteRunes]); ok is false when
+// the pattern cannot be evaluated (unsupported, or timed out, now or before).
+func (cp *compiledPattern) match(name string) (matched, ok bool) {
+	switch {
+	case cp.re != nil:
+		return cp.re.MatchString(name), true
+	case cp.re2 == nil || cp.timedOut.Load():
+		return false, false
+	}
+	m, err := cp.re2.MatchString(name)
+	if err != nil {
+		cp.timedOut.Store(true)
+		return false, false
+	}
+	return m, true
+}
+
+// evaluable reports whether the pattern can be evaluated (so far).
+func (cp *compiledPattern) evaluable() bool {
+	return cp.re != nil || (cp.re2 != nil && !cp.timedOut.Load())
+}
+
+// policyPattern returns the compiled form of a policy pattern, which RabbitMQ runs with Erlang's
+// re (PCRE) on the name's bytes: Go's regexp (RE2) for the patterns it compiles, else regexp2 in
+// its ECMAScript mode (a backtracking engine with lookahead, lookbehind, backreferences and
+// atomic groups, whose \w, \d and \s are ASCII, as PCRE's are without its UTF mode, and which
+// reads [a-z-[b]] as PCRE does, not as .NET's class subtraction). A pattern neither compiles,
+// or that holds a construct regexp2 reads otherwise than PCRE ([pcreOnly]: a possessive
+// quantifier, a POSIX class such as [[:alpha:]], \Q...\E, \K, \z and other escapes), is
+// unsupported: the policy in
+// effect is then only what the management API reports, as old as its statistics
+// ([unevaluablePolicies]).
+func policyPattern(pattern string) *compiledPattern {
 	if c, hit := patternCache.Load(pattern); hit {
-		cp := c.(*compiledPattern)
-		return cp.matches, cp.matches != nil
+		return c.(*compiledPattern)
 	}
 	cp := &compiledPattern{}
 	if re, err := regexp.Compile(byteRunes(pattern)); err == nil {
-		cp.matches = re.MatchString
-	} else if re2, err := regexp2.Compile(byteRunes(pattern), regexp2.None); err == nil && !hasPossessive(pattern) {
+		cp.re = re
+	} else if re2, err := regexp2.Compile(byteRunes(pattern), regexp2.ECMAScript); err == nil && !pcreOnly(pattern) {
 		re2.MatchTimeout = patternMatchTimeout
-		cp.matches = func(name string) bool {
-			m, err := re2.MatchString(name)
-			return m || err != nil
-		}
+		cp.re2 = re2
+	} else {
+		cp.unsupported = true
 	}
 	patternCache.Store(pattern, cp)
-	return cp.matches, cp.matches != nil
+	return cp
+}
+
+// pcreOnly reports whether pattern holds a construct that regexp2 reads otherwise than PCRE
+// does: a possessive quantifier ([hasPossessive]), a POSIX character class ("[:" inside a
+// class), or an escape of a letter other than \d \D \w \W \s \S \b \B \n \r \t \f \x
+// (PCRE's \Q...\E, \K, \A, \z, \Z, \G, \h, \v, \R, \p{...} and the like, which regexp2's
+// ECMAScript mode reads as other things or as the letter itself).
+func pcreOnly(pattern string) bool {
+	if hasPossessive(pattern) || strings.Contains(pattern, "[:") {
+		return true
+	}
+	for i := 0; i+1 < len(pattern); i++ {
+		if pattern[i] != '\\' {
+			continue
+		}
+		c := pattern[i+1]
+		if ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') && !strings.ContainsRune("dDwWsSbBnrtfx", rune(c)) {
+			return true
+		}
+		i++ // the escaped character
+	}
+	return false
 }
 
 // hasPossessive reports whether pattern holds a PCRE possessive quantifier (a quantifier
@@ -549,7 +601,7 @@ func isBraceQuantifier(s string) bool {
 func unevaluablePolicies(list map[string]managedPolicy) []string {
 	var out []string
 	for name, pol := range list {
-		if _, ok := policyPattern(pol.Pattern); !ok {
+		if !policyPattern(pol.Pattern).evaluable() {
 			out = append(out, name)
 		}
 	}
@@ -585,12 +637,12 @@ func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, maj
 		default:
 			continue
 		}
-		matches, ok := policyPattern(pol.Pattern)
+		matched, ok := policyPattern(pol.Pattern).match(byteRunes(o.Name))
 		if !ok {
 			js, _ := json.Marshal(reported)
 			return js
 		}
-		if !matches(byteRunes(o.Name)) {
+		if !matched {
 			continue
 		}
 		if kind == KindQueue && !policyApplicable(pol.Definition, o.Type, major) {
@@ -653,8 +705,9 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		for _, name := range unevaluablePolicies(set.list) {
 			out = append(out, PolicyProblem{Kind: KindPolicy, Object: name, Policy: name, Operator: set.operator, Key: "pattern",
 				Value: set.list[name].Pattern, Breaks: BreaksUnknown, Warning: true,
-				Why: "its pattern uses a PCRE construct (a possessive quantifier, a backtracking verb, recursion, \\K) that " +
-					"Go's regexp and regexp2 do not evaluate as PCRE does, so where it applies is taken from the management API's per-queue policy " +
+				Why: "its pattern uses a PCRE construct (a possessive quantifier, a POSIX class, \\Q...\\E, a backtracking " +
+					"verb, recursion, \\K) that Go's regexp and regexp2 do not evaluate as PCRE does, or took longer than " +
+					patternMatchTimeout.String() + " to match a name, so where it applies is taken from the management API's per-queue policy " +
 					"names, refreshed every collect_statistics_interval (5 s by default): a policy set or a queue declared in " +
 					"the last seconds is not seen yet; run status again after that interval, or write the pattern without " +
 					"that construct"})

@@ -420,6 +420,9 @@ func TestPolicyPatternsPCRE(t *testing.T) {
 		{`(?<!rd\.)bucket`, "rd.bucket.3000ms", false},
 		{`^(r)d\.(?:bucket|\1)`, "rd.bucket.3000ms", true},
 		{`^(?>rd\.b)ucket`, "rd.bucket.3000ms", true},
+		{`^(?=r)rd[.-[.]]?bucket`, "rd.bucket.3000ms", true}, // a range '.' to '[' in PCRE, not .NET's subtraction
+		{`^(?=r)rd\.\w+$`, "rd.\xc3\xa9", false},             // \w is ASCII in PCRE without UTF mode
+		{`^(?=r)rd\.\w+$`, "rd.bucket", true},
 	} {
 		list := maps.Clone(ours)
 		list["pcre"] = managedPolicy{Name: "pcre", Pattern: tc.pattern, ApplyTo: "queues", Priority: "2000000"}
@@ -434,7 +437,8 @@ func TestPolicyPatternsPCRE(t *testing.T) {
 			t.Errorf("pattern %s: unevaluable %v", tc.pattern, u)
 		}
 	}
-	for _, pattern := range []string{`^rd\.bucket.*+$`, `^rd\.b++`, `^rd\.bu?+`, `^rd\.b{1,}+`, `^rd\.(*SKIP)b`, `^rd\.\Kbucket`, `^(rd|\.(?R))`} {
+	for _, pattern := range []string{`^rd\.bucket.*+$`, `^rd\.b++`, `^rd\.bu?+`, `^rd\.b{1,}+`, `^rd\.(*SKIP)b`, `^rd\.\Kbucket`, `^(rd|\.(?R))`,
+		`^(?=r)[[:alpha:]]+\.bucket`, `^(?=r)\Qrd.\E`, `^(?=r)rd\.bucket\z`, `^(?=r)\Ard`, `^(?=r)rd\.\p{L}`} {
 		list := maps.Clone(ours)
 		list["odd"] = managedPolicy{Name: "odd", Pattern: pattern, ApplyTo: "queues", Priority: "2000000"}
 		if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "quorum"}, 4, "reported")); got != "reported" {
@@ -462,5 +466,27 @@ func TestHasPossessive(t *testing.T) {
 		if got := hasPossessive(pattern); got != want {
 			t.Errorf("hasPossessive(%s) = %v, want %v", pattern, got, want)
 		}
+	}
+}
+
+// TestPolicyPatternTimeout: a pattern whose match takes regexp2 longer than
+// patternMatchTimeout is unevaluable from then on (the reported name is used, and a warning
+// names it), so a hostile pattern neither makes a false error nor is tried again per queue.
+func TestPolicyPatternTimeout(t *testing.T) {
+	list := map[string]managedPolicy{
+		"ours": {Name: "ours", Pattern: `^rd\.`, ApplyTo: "queues", Priority: "1000000"},
+		"slow": {Name: "slow", Pattern: `^(?!zzz)(.*.*)*0$`, ApplyTo: "queues", Priority: "2000000"},
+	}
+	name := "rd.ladder." + strings.Repeat("a", 40)
+	for range 20 {
+		if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: name, Type: "quorum"}, 3, "reported")); got != "reported" {
+			t.Fatalf("choosePolicy with a pattern that times out: %q, want the reported name", got)
+		}
+	}
+	if cp := policyPattern(list["slow"].Pattern); !cp.timedOut.Load() || cp.evaluable() {
+		t.Errorf("the slow pattern is not marked timed out")
+	}
+	if u := unevaluablePolicies(list); !slices.Equal(u, []string{"slow"}) {
+		t.Errorf("unevaluable %v, want [slow]", u)
 	}
 }
