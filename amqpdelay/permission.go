@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -19,11 +20,12 @@ import (
 
 // checkPermitted returns nil when a delayed publish to target with routingKey and headers'
 // CC and BCC keys may go ahead: the first on this connection asks the broker (permitted) with
-// those keys and, when they are allowed, once more with a key no allow-list would name
-// (probeKey), so that a topic permission on target is found even when the user's first key
-// passes it; later ones ask again only when target is topicGuarded. A topic permission that
-// allows the probe key but refuses others (a deny-list pattern) is found only through the
-// management API (WithManagementURL) or a direct publish's refusal.
+// those keys and, when they are allowed, once more with the empty key (probeKey), so that a
+// topic permission on target is found even when the user's first key passes it; later ones ask
+// again only when target is topicGuarded. A topic permission that allows the empty key but
+// refuses others (a deny-list pattern such as ^(?!secret\.)) is found only through the
+// management API (WithManagementURL) or a direct publish's refusal, and one set while the
+// Publisher runs only at its next connection.
 func (p *Publisher) checkPermitted(ctx context.Context, target, routingKey string, headers amqp.Table) error {
 	if p.refusals.permitted.has(target) && !p.refusals.topicGuarded.has(target) {
 		return nil
@@ -55,9 +57,10 @@ func (p *Publisher) checkPermitted(ctx context.Context, target, routingKey strin
 	return nil
 }
 
-// probeKey is the routing key checkPermitted asks about to find a topic permission: one no
-// allow-list pattern is expected to name.
-const probeKey = "rabbitdelay-permission-probe.c1f3e2a9"
+// probeKey is the routing key checkPermitted asks about to find a topic permission: the empty
+// key, which an allow-list pattern (one that names the keys it allows, like ^orders\. or
+// ^[^.]+\.[^.]+$) refuses, while a pattern that allows every key (.*) allows it too.
+const probeKey = ""
 
 // permitted asks the broker whether the Publisher's user may publish to exchange with
 // routingKey and the CC and BCC routing keys of headers (RabbitMQ 4.x checks those too): on a
@@ -68,8 +71,8 @@ const probeKey = "rabbitdelay-permission-probe.c1f3e2a9"
 // (rabbit_channel.erl: handle_method basic.publish, check_write_permitted,
 // check_topic_authorisation; the tx field). It returns nil when allowed, an error wrapping
 // ErrAccessRefused when refused, ErrExchangeNotFound when exchange is missing, or ctx's
-// error; when the broker cannot be asked for another reason, nil (the publish goes ahead, as
-// it did before this check). One check at a time, sharing checkExchange's channel budget.
+// error; when the broker cannot be asked for another reason (four tries), an error: it never
+// lets a publish go unchecked. One check at a time, sharing checkExchange's channel budget.
 func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, headers amqp.Table) error {
 	probe := amqp.Publishing{}
 	for _, h := range []string{"CC", "BCC"} {
@@ -80,6 +83,7 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 			probe.Headers[h] = v
 		}
 	}
+	attempts := 0
 	for {
 		if _, err := p.acquire(ctx, generalSlots); err != nil { // waits through an outage
 			return err
@@ -103,6 +107,7 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 				done <- err
 				return
 			}
+			closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 			if err = ch.Tx(); err == nil {
 				if err = ch.PublishWithContext(context.Background(), exchange, routingKey, false, false, probe); err == nil {
 					err = ch.TxRollback()
@@ -110,6 +115,20 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 			}
 			if err == nil {
 				_ = ch.Close()
+				done <- nil
+				return
+			}
+			// The broker refuses a publish by closing the channel; the call that meets the
+			// closed channel may be a later one (tx.rollback), which amqp091 answers with 504
+			// "channel/connection is not open". The close's own reason tells the refusal.
+			t := time.NewTimer(5 * time.Second)
+			defer t.Stop()
+			select {
+			case e, ok := <-closed:
+				if ok && e != nil {
+					err = e
+				}
+			case <-t.C:
 			}
 			done <- err
 		}()
@@ -138,9 +157,15 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 				"`declare apply`: %w", ErrExchangeNotFound, exchange, err)
 		case s.conn.IsClosed():
 			continue // the connection went during the check: check again on the next one
+		case attempts < 3:
+			attempts++
+			p.log.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check the permission to publish; asking again")
+			continue
 		default:
-			p.log.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check the permission to publish; publishing unchecked")
-			return nil
+			// Never publish unchecked: a refusal whose reason was lost would let a forbidden
+			// message through.
+			return fmt.Errorf("amqpdelay: could not ask the broker whether the user may publish to exchange %q with routing "+
+				"key %q (nothing was sent; publish again): %w", exchange, routingKey, err)
 		}
 	}
 }

@@ -309,8 +309,13 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		if err := p.checkExchange(ctx, exchange); err != nil {
 			return Receipt{}, err
 		}
-	} else if err := p.checkPermitted(ctx, exchange, routingKey, msg.Headers); err != nil {
-		return Receipt{}, err // permission.go: dead-lettering into the target is not checked by the broker
+	} else if exchange != p.names.Retry() {
+		// permission.go: dead-lettering into the target is not checked by the broker. The
+		// retry exchange is the topology's own (it carries a consumer's retries back to its
+		// queue): the write permission on the topology's exchanges covers it, as before.
+		if err := p.checkPermitted(ctx, exchange, routingKey, msg.Headers); err != nil {
+			return Receipt{}, err
+		}
 	}
 	shard := shardOf(out.MessageId, p.cfg.Spec.Shards) // the copy of the ladder (PathLadder)
 	// Read once, so that the route, the headers and the dead-letter reserve of one message agree

@@ -440,8 +440,10 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 }
 
 // EarlyHold is the longest a Consumer holds a delivery that arrives before its due time
-// (Info.Due, by this machine's clock) before calling the handler: it then calls it at the due
-// time, so that a handler never runs early by the clock it reads. A delivery due further
+// (Info.Due, by this machine's clock) before it checks revocations, claims the id and calls
+// the handler: it then does so at the due time, so that a handler never runs early by the
+// clock it reads. A held delivery takes one of the concurrency slots; a shutdown meanwhile
+// gives it back to the queue unhandled. A delivery due further
 // ahead than EarlyHold is handled at once (Info.Late 0): the publisher's and this machine's
 // clocks disagree by more than the broker's own timers can account for. The broker's timers
 // can run fast: RabbitMQ 3.x nodes run Erlang in no_time_warp mode (erlang:system_info
@@ -451,21 +453,29 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 // step of about 1.4 s: deliveries of 0.3-2 s delays 0.3-15 ms before their due times.
 const EarlyHold = 2 * time.Second
 
-// holdUntilDue waits, bounded by ctx, until in.Due when the delivery arrived before it by at
-// most EarlyHold.
-func holdUntilDue(ctx context.Context, in Info) {
+// holdUntilDue waits until in.Due when the delivery arrived before it by at most EarlyHold,
+// before the revocation check (which then sees the revocations sent meanwhile), the claim and
+// the handler's own timeout. It returns false when base ended first (the Consumer is shutting
+// down): the delivery is then given back to the queue, unhandled (nack with requeue), unless
+// the shutdown already gave it back.
+func (c *Consumer) holdUntilDue(base context.Context, f *flight, in Info) bool {
 	if !in.HasDue {
-		return
+		return true
 	}
 	wait := time.Until(in.Due)
 	if wait <= 0 || wait > EarlyHold {
-		return
+		return true
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-ctx.Done():
+		return true
+	case <-base.Done():
+		if f.state.CompareAndSwap(stateHandling, stateSettling) {
+			c.nack(f, fmt.Errorf("consumer: shutting down while holding a delivery that arrived before its due time: %w", base.Err()), in)
+		}
+		return false
 	}
 }
 
@@ -507,6 +517,9 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 		d.Headers = amqp.Table{}
 	}
 	restore(&d)
+	if !c.holdUntilDue(base, f, in) {
+		return
+	}
 
 	// Before the handler: the revocation check, the claim and a deferred copy have a settle
 	// timeout of their own; the settling after the handler gets a fresh one (below), so a
@@ -552,7 +565,6 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	} else {
 		close(renewed)
 	}
-	holdUntilDue(hctx, in)
 	hstart := time.Now()
 	err := c.call(hctx, d)
 	took := time.Since(hstart)

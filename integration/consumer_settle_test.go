@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -397,42 +398,57 @@ func TestConsumerSettleAfterLongHandler(t *testing.T) {
 
 // TestConsumerHoldsEarlyDelivery: a delivery that arrives before its due time (a broker whose
 // timers run fast while Erlang's time correction catches up with a clock step; here published
-// straight to the queue with a due time 700 ms ahead) is handed to the handler at its due time,
-// not before; one due further ahead than consumer.EarlyHold (the clocks disagree) is handled at
-// once.
+// straight to the queue with a due time 1.5 s ahead) is held until its due time before the
+// revocation check, the claim and the handler's timeout: the handler starts at the due time
+// with its whole timeout (500 ms here, less than the hold), and a revocation confirmed during
+// the hold keeps the handler from running. One due further ahead than consumer.EarlyHold (the
+// clocks disagree) is handled at once.
 func TestConsumerHoldsEarlyDelivery(t *testing.T) {
 	t.Parallel()
 	f := newConsumerFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ch := f.env.Channel(t)
-	soon := time.Now().Add(700 * time.Millisecond)
+	soon := time.Now().Add(1500 * time.Millisecond)
 	far := time.Now().Add(time.Hour)
-	for id, due := range map[string]time.Time{"soon": soon, "far": far} {
+	for id, due := range map[string]time.Time{"soon": soon, "far": far, "revoked": soon} {
 		m := amqp.Publishing{MessageId: id, Body: []byte("x"), Headers: amqp.Table{ttlbuckets.DueHeader: due.UnixMilli()}}
 		if err := ch.PublishWithContext(ctx, "", f.work, false, false, m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := make(chan [2]any, 4)
+	type call struct {
+		at     time.Time
+		ctxErr error
+	}
+	var mu sync.Mutex
+	calls := map[string]call{}
 	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
-		got <- [2]any{d.MessageId, time.Now()}
+		mu.Lock()
+		calls[d.MessageId] = call{at: time.Now(), ctxErr: ctx.Err()}
+		mu.Unlock()
 		return nil
-	}, consumer.WithConcurrency(2), consumer.WithoutRevocations())
+	}, consumer.WithConcurrency(3), consumer.WithHandlerTimeout(500*time.Millisecond))
 	runConsumer(t, c)
-	at := map[string]time.Time{}
-	for len(at) < 2 {
-		select {
-		case g := <-got:
-			at[g[0].(string)] = g[1].(time.Time)
-		case <-time.After(time.Minute):
-			t.Fatalf("handled %d of 2 messages in 1 min", len(at))
-		}
+	time.Sleep(300 * time.Millisecond) // the deliveries are held by now
+	if err := f.pub.Revoke(ctx, "revoked"); err != nil {
+		t.Fatalf("revoke: %v", err)
 	}
-	if due := time.UnixMilli(soon.UnixMilli()); at["soon"].Before(due) {
-		t.Errorf("soon: handled %v before its due time", due.Sub(at["soon"]))
+	waitFor(t, time.Minute, "soon and far handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) >= 2 && !calls["soon"].at.IsZero() && !calls["far"].at.IsZero()
+	})
+	time.Sleep(time.Until(soon) + time.Second) // the revoked one would have run by now
+	mu.Lock()
+	defer mu.Unlock()
+	if due := time.UnixMilli(soon.UnixMilli()); calls["soon"].at.Before(due) || calls["soon"].ctxErr != nil {
+		t.Errorf("soon: handled %v before its due time, handler context error %v", due.Sub(calls["soon"].at), calls["soon"].ctxErr)
 	}
-	if !at["far"].Before(far.Add(-time.Minute)) {
-		t.Errorf("far: handled at %s, want at once (its due time is beyond EarlyHold)", at["far"].Format(time.StampMilli))
+	if !calls["far"].at.Before(far.Add(-time.Minute)) {
+		t.Errorf("far: handled at %s, want at once (its due time is beyond EarlyHold)", calls["far"].at.Format(time.StampMilli))
+	}
+	if r, ok := calls["revoked"]; ok {
+		t.Errorf("revoked during the hold, yet handled at %s", r.at.Format(time.StampMilli))
 	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
@@ -136,7 +137,8 @@ func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 // (a publish in a rolled-back transaction) so that a delayed publish is refused exactly where
 // the same direct publish would be. Members: a routing key the user's topic permission on a
 // topic target refuses (read WithManagementURL; learnt by the Publisher's own probe even when
-// the first key is allowed; on 4.x a CC key too), and a target the user has no write
+// the first key is allowed, for an allow-list of prefixes and of key shapes; on 4.x a CC key
+// too; 600 in flight at once, one in five refused), and a target the user has no write
 // permission on. Each is refused with ErrAccessRefused and nothing arrives; allowed keys are
 // delivered when due, and other publishes on the Publisher lose nothing.
 func TestDelayedPublishKeepsPermissions(t *testing.T) {
@@ -178,6 +180,7 @@ func TestDelayedPublishKeepsPermissions(t *testing.T) {
 		return u.String()
 	}
 	topicURL := mkUser(env.Prefix+"-keys", ".*", `^allowed\.`)
+	twoURL := mkUser(env.Prefix+"-two", ".*", `^[^.]+\.[^.]+$`) // keys of two words only
 	// Write permission on the delay topology's exchanges only: not on the targets.
 	noWriteURL := mkUser(env.Prefix+"-nowrite", `^`+regexp.QuoteMeta(env.Prefix)+`\.(ladder|buckets|dispatch|plugin)`, "")
 
@@ -218,6 +221,42 @@ func TestDelayedPublishKeepsPermissions(t *testing.T) {
 		}
 		allowed(t, p, "allowed.4")
 		v.check(t, "delayed publishes beside the refused ones")
+	})
+	t.Run("topic permission found by the Publisher, an allow-list of key shapes", func(t *testing.T) {
+		p := newPublisherURL(t, twoURL, spec)
+		allowed(t, p, "allowed.5")
+		refused(t, p, topic, "denied.6.x", textMsg("denied.6.x"), "a three-word key after a two-word one")
+	})
+	t.Run("many refused and allowed keys in flight at once", func(t *testing.T) {
+		// A refusal closes the probe's channel; a call meeting the closed channel must still
+		// learn the refusal, never let the message through.
+		p := newPublisherURL(t, topicURL, spec)
+		ctx := pubCtx(t)
+		type pending struct {
+			key string
+			d   *amqpdelay.Deferred
+		}
+		var all []pending
+		for i := range 600 {
+			key := fmt.Sprintf("allowed.many.%d", i)
+			if i%5 == 0 {
+				key = fmt.Sprintf("denied.many.%d", i)
+			}
+			d, err := p.PublishDeferred(ctx, topic, key, textMsg(key), 300*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, pending{key, d})
+		}
+		for _, x := range all {
+			_, err := x.d.Wait(ctx)
+			switch {
+			case strings.HasPrefix(x.key, "denied") && !errors.Is(err, amqpdelay.ErrAccessRefused):
+				t.Errorf("%s: %v, want ErrAccessRefused", x.key, err)
+			case strings.HasPrefix(x.key, "allowed") && err != nil:
+				t.Errorf("%s: %v", x.key, err)
+			}
+		}
 	})
 	t.Run("no write permission on the target", func(t *testing.T) {
 		p := newPublisherURL(t, noWriteURL, spec)
