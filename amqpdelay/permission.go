@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -72,7 +71,8 @@ const probeKey = ""
 // check_topic_authorisation; the tx field). It returns nil when allowed, an error wrapping
 // ErrAccessRefused when refused, ErrExchangeNotFound when exchange is missing, or ctx's
 // error; when the broker cannot be asked for another reason (four tries), an error: it never
-// lets a publish go unchecked. One check at a time, sharing checkExchange's channel budget.
+// lets a publish go unchecked. It asks on the check channel (askOnCheckChannel), which reads
+// the refusal from the channel's close when the broker closed it before tx.rollback.
 func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, headers amqp.Table) error {
 	probe := amqp.Publishing{}
 	for _, h := range []string{"CC", "BCC"} {
@@ -83,63 +83,21 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 			probe.Headers[h] = v
 		}
 	}
-	attempts := 0
-	for {
-		if _, err := p.acquire(ctx, generalSlots); err != nil { // waits through an outage
+	for tries := 0; ; {
+		answer, err := p.askOnCheckChannel(ctx, fmt.Sprintf("check the permission to publish to %q", exchange), nil,
+			func(ch *amqp.Channel) error {
+				if err := ch.Tx(); err != nil {
+					return err
+				}
+				if err := ch.PublishWithContext(context.Background(), exchange, routingKey, false, false, probe); err != nil {
+					return err
+				}
+				return ch.TxRollback()
+			})
+		if err != nil {
 			return err
 		}
-		s := p.sess.Load()
-		if s == nil {
-			continue
-		}
-		select {
-		case p.checkSem <- struct{}{}:
-		case <-p.closeCtx.Done():
-			return ErrClosed
-		case <-ctx.Done():
-			return fmt.Errorf("amqpdelay: context ended while waiting to check the permission to publish to %q: %w", exchange, ctx.Err())
-		}
-		done := make(chan error, 1)
-		go func() {
-			defer func() { <-p.checkSem }()
-			ch, err := s.conn.Channel()
-			if err != nil {
-				done <- err
-				return
-			}
-			closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-			if err = ch.Tx(); err == nil {
-				if err = ch.PublishWithContext(context.Background(), exchange, routingKey, false, false, probe); err == nil {
-					err = ch.TxRollback()
-				}
-			}
-			if err == nil {
-				_ = ch.Close()
-				done <- nil
-				return
-			}
-			// The broker refuses a publish by closing the channel; the call that meets the
-			// closed channel may be a later one (tx.rollback), which amqp091 answers with 504
-			// "channel/connection is not open". The close's own reason tells the refusal.
-			t := time.NewTimer(5 * time.Second)
-			defer t.Stop()
-			select {
-			case e, ok := <-closed:
-				if ok && e != nil {
-					err = e
-				}
-			case <-t.C:
-			}
-			done <- err
-		}()
-		var err error
-		select {
-		case err = <-done:
-		case <-p.closeCtx.Done():
-			return ErrClosed
-		case <-ctx.Done():
-			return fmt.Errorf("amqpdelay: context ended while checking the permission to publish to %q: %w", exchange, ctx.Err())
-		}
+		err = answer.err
 		var ae *amqp.Error
 		switch {
 		case err == nil:
@@ -155,10 +113,10 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
 			return fmt.Errorf("%w: target exchange %q does not exist (RabbitMQ answered 404 NOT_FOUND); nothing was sent: run "+
 				"`declare apply`: %w", ErrExchangeNotFound, exchange, err)
-		case s.conn.IsClosed():
+		case answer.lost:
 			continue // the connection went during the check: check again on the next one
-		case attempts < 3:
-			attempts++
+		case tries < 3:
+			tries++
 			p.log.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check the permission to publish; asking again")
 			continue
 		default:

@@ -310,10 +310,10 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		if err := p.checkExchange(ctx, exchange); err != nil {
 			return Receipt{}, err
 		}
-	} else if exchange != p.names.Retry() {
-		// permission.go: dead-lettering into the target is not checked by the broker. The
-		// retry exchange is the topology's own (it carries a consumer's retries back to its
-		// queue): the write permission on the topology's exchanges covers it, as before.
+	} else if !p.names.Reserved(exchange) {
+		// permission.go: dead-lettering into the target is not checked by the broker. A
+		// target of the topology's own (the consumer's retry exchange, which carries retries
+		// back to their queue) is covered by the write permission on the topology's exchanges.
 		if err := p.checkPermitted(ctx, exchange, routingKey, msg.Headers); err != nil {
 			return Receipt{}, err
 		}
@@ -559,10 +559,8 @@ func (p *Publisher) forgetExchange(exchange string) { p.exchanges.remove(exchang
 // RabbitMQ answers a publish to a missing exchange by closing the channel (404 NOT_FOUND),
 // which would fail every other publish waiting for a confirm on that channel; so before the
 // first direct publish to a name, a passive declare on a channel of its own asks whether it
-// exists (the answer is remembered; the default exchange "" always exists). One check is
-// outstanding at a time, even when the publishes that started them have given up, so checks
-// take at most one channel of the connection's channel_max. During an outage it waits for
-// the connection, and a check cut off by a connection loss is made again on the next
+// exists (the answer is remembered; the default exchange "" always exists), on the check
+// channel (askOnCheckChannel); a check cut off by a connection loss is made again on the next
 // connection. Only when the broker refuses the check for another reason (an error other than
 // 404) does the publish go ahead unchecked (on the channel for other exchanges, which only
 // such publishes share). ctx bounds the wait; Close ends it with ErrClosed.
@@ -574,63 +572,104 @@ func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
 		if p.knownExchange(exchange) {
 			return nil // known, or checked meanwhile by another publish
 		}
-		if _, err := p.acquire(ctx, generalSlots); err != nil { // waits through an outage
+		answer, err := p.askOnCheckChannel(ctx, fmt.Sprintf("check that exchange %q exists", exchange),
+			func() bool { return p.knownExchange(exchange) },
+			func(ch *amqp.Channel) error {
+				return ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil)
+			})
+		if err != nil {
 			return err
-		}
-		s := p.sess.Load()
-		if s == nil {
-			continue
-		}
-		// The semaphore is released by the check itself, when the broker has answered (or the
-		// connection is gone), not when ctx ends: a broker that blocks its connections (a
-		// memory alarm) would otherwise collect one open check channel per timed-out publish.
-		select {
-		case p.checkSem <- struct{}{}:
-		case <-p.closeCtx.Done():
-			return ErrClosed
-		case <-ctx.Done():
-			return fmt.Errorf("amqpdelay: context ended while waiting to check that exchange %q exists: %w", exchange, ctx.Err())
-		}
-		if p.knownExchange(exchange) {
-			<-p.checkSem
-			return nil
-		}
-		done := make(chan error, 1)
-		go func() {
-			defer func() { <-p.checkSem }()
-			ch, err := s.conn.Channel()
-			if err != nil {
-				done <- err
-				return
-			}
-			if err = ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil); err == nil {
-				_ = ch.Close()
-			}
-			done <- err
-		}()
-		var err error
-		select {
-		case err = <-done:
-		case <-p.closeCtx.Done():
-			return ErrClosed
-		case <-ctx.Done():
-			return fmt.Errorf("amqpdelay: context ended while checking that exchange %q exists: %w", exchange, ctx.Err())
 		}
 		var ae *amqp.Error
 		switch {
-		case err == nil:
+		case answer.err == nil:
 			p.knowExchange(exchange)
 			return nil
-		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		case errors.As(answer.err, &ae) && ae.Code == amqp.NotFound:
 			return fmt.Errorf("%w: exchange %q does not exist in this vhost (RabbitMQ's passive declare answered 404 NOT_FOUND); "+
-				"nothing was sent: declare the exchange, or correct the name: %w", ErrExchangeNotFound, exchange, err)
-		case s.conn.IsClosed():
+				"nothing was sent: declare the exchange, or correct the name: %w", ErrExchangeNotFound, exchange, answer.err)
+		case answer.lost:
 			continue // the connection went during the check: check again on the next one
 		default:
-			p.log.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check that the exchange exists; publishing unchecked")
+			p.log.Debug().Str("exchange", exchange).Err(answer.err).Msg("amqpdelay: could not check that the exchange exists; publishing unchecked")
 			return nil
 		}
 	}
+}
+
+// askOnCheckChannel runs ask on a channel of its own on the current connection, for the
+// checks made before a publish (checkExchange, permitted). One check is outstanding at a time
+// (checkSem), even when the publishes that started them have given up, so checks take at most
+// one channel of the connection's channel_max; the semaphore is released by the check itself,
+// when the broker has answered (or the connection is gone), not when ctx ends: a broker that
+// blocks its connections (a memory alarm) would otherwise collect one open check channel per
+// timed-out publish. During an outage it waits for the connection.
+//
+// It returns the broker's answer (checkAnswer), or, when none came, ErrClosed or ctx's error
+// (wrapped, naming doing). skip, when not nil, is asked once the turn has come: true ends the
+// check with an empty answer.
+func (p *Publisher) askOnCheckChannel(ctx context.Context, doing string, skip func() bool, ask func(*amqp.Channel) error) (checkAnswer, error) {
+	var s *session
+	for s == nil {
+		if _, err := p.acquire(ctx, generalSlots); err != nil { // waits through an outage
+			return checkAnswer{}, err
+		}
+		s = p.sess.Load()
+	}
+	select {
+	case p.checkSem <- struct{}{}:
+	case <-p.closeCtx.Done():
+		return checkAnswer{}, ErrClosed
+	case <-ctx.Done():
+		return checkAnswer{}, fmt.Errorf("amqpdelay: context ended while waiting to %s: %w", doing, ctx.Err())
+	}
+	if skip != nil && skip() {
+		<-p.checkSem
+		return checkAnswer{}, nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() { <-p.checkSem }()
+		ch, err := s.conn.Channel()
+		if err != nil {
+			done <- err
+			return
+		}
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		if err = ask(ch); err == nil {
+			_ = ch.Close()
+			done <- nil
+			return
+		}
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case e, ok := <-closed:
+			if ok && e != nil {
+				err = e
+			}
+		case <-t.C:
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return checkAnswer{err: err, lost: err != nil && s.conn.IsClosed()}, nil
+	case <-p.closeCtx.Done():
+		return checkAnswer{}, ErrClosed
+	case <-ctx.Done():
+		return checkAnswer{}, fmt.Errorf("amqpdelay: context ended while waiting to %s: %w", doing, ctx.Err())
+	}
+}
+
+// checkAnswer is what the broker answered a check (askOnCheckChannel): err is the error of the
+// check's calls or, when the broker closed the channel, the close's reason (a call that meets
+// the closed channel, a later one than the call the broker refused, gets only amqp091's 504
+// "channel/connection is not open"); lost reports that the connection closed meanwhile (err
+// then says nothing: ask again on the next connection). err nil: the check passed.
+type checkAnswer struct {
+	err  error
+	lost bool
 }
 
 // pluginReprobe is how often publishes look for a plugin exchange that a publish found gone.

@@ -27,12 +27,7 @@ import (
 func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
-	if env.Broker.ManagementURL == "" {
-		if brokertest.InCI() {
-			t.Fatal("needs the management API to create a user, and CI's broker has one")
-		}
-		t.Skip("needs the management API to create a user")
-	}
+	needUsers(t, env)
 	ch := env.Channel(t)
 	target, topic, doomed := env.Name("orders"), env.Name("topic-target"), env.Name("doomed")
 	for _, x := range []string{topic, doomed} {
@@ -49,22 +44,8 @@ func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 	declareReadyQueue(t, env, env.Name("doomed-ready"), doomed, "#")
 
 	user := env.Prefix + "-topic"
-	if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(user), map[string]string{"password": "topicpw", "tags": ""}, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(user), nil, nil) })
-	perm := map[string]string{"configure": "^$", "write": ".*", "read": ".*"}
-	if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(user), perm, nil); err != nil {
-		t.Fatal(err)
-	}
 	// {username} is expanded by the broker: the keys "allowed.<user>.*" only.
-	tp := map[string]string{"exchange": topic, "write": `^allowed\.{username}\.`, "read": ".*"}
-	if err := env.Broker.Management("PUT", "api/topic-permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(user), tp, nil); err != nil {
-		t.Fatal(err)
-	}
-	u, _ := url.Parse(env.URL)
-	u.User = url.UserPassword(user, "topicpw")
-	weakURL := u.String()
+	weakURL := brokerUser(t, env, user, ".*", topic, `^allowed\.{username}\.`)
 	allowed := "allowed." + user + ".1"
 
 	type victims struct{ delayed, direct *canary }
@@ -144,12 +125,7 @@ func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 func TestDelayedPublishKeepsPermissions(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
-	if env.Broker.ManagementURL == "" {
-		if brokertest.InCI() {
-			t.Fatal("needs the management API to create a user, and CI's broker has one")
-		}
-		t.Skip("needs the management API to create a user")
-	}
+	needUsers(t, env)
 	target, topic := env.Name("orders"), env.Name("topic-target")
 	spec := testSpec(env, topology.Target{Name: target, Type: "direct"}, topology.Target{Name: topic, Type: "topic"})
 	if _, _, err := polApply(t, env, topoNeedManagement(t, env), spec); err != nil {
@@ -159,30 +135,10 @@ func TestDelayedPublishKeepsPermissions(t *testing.T) {
 	declareReadyQueue(t, env, env.Name("topic-ready"), topic, "#")
 	got := consumeQueue(t, env, env.Name("topic-ready"))
 
-	mkUser := func(name, write string, topicWrite string) string {
-		t.Helper()
-		if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(name), map[string]string{"password": "pw", "tags": ""}, nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(name), nil, nil) })
-		perm := map[string]string{"configure": "^$", "write": write, "read": ".*"}
-		if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), perm, nil); err != nil {
-			t.Fatal(err)
-		}
-		if topicWrite != "" {
-			tp := map[string]string{"exchange": topic, "write": topicWrite, "read": ".*"}
-			if err := env.Broker.Management("PUT", "api/topic-permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), tp, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		u, _ := url.Parse(env.URL)
-		u.User = url.UserPassword(name, "pw")
-		return u.String()
-	}
-	topicURL := mkUser(env.Prefix+"-keys", ".*", `^allowed\.`)
-	twoURL := mkUser(env.Prefix+"-two", ".*", `^[^.]+\.[^.]+$`) // keys of two words only
+	topicURL := brokerUser(t, env, env.Prefix+"-keys", ".*", topic, `^allowed\.`)
+	twoURL := brokerUser(t, env, env.Prefix+"-two", ".*", topic, `^[^.]+\.[^.]+$`) // keys of two words only
 	// Write permission on the delay topology's exchanges only: not on the targets.
-	noWriteURL := mkUser(env.Prefix+"-nowrite", `^`+regexp.QuoteMeta(env.Prefix)+`\.(ladder|buckets|dispatch|plugin)`, "")
+	noWriteURL := brokerUser(t, env, env.Prefix+"-nowrite", `^`+regexp.QuoteMeta(env.Prefix)+`\.(ladder|buckets|dispatch|plugin)`, "", "")
 
 	refused := func(t *testing.T, p *amqpdelay.Publisher, exchange, key string, msg amqp.Publishing, what string) {
 		t.Helper()
@@ -280,4 +236,40 @@ func TestDelayedPublishKeepsPermissions(t *testing.T) {
 			t.Fatalf("not delivered: %v", sent)
 		}
 	}
+}
+
+// needUsers fails the test in CI, and skips it elsewhere, when env's broker has no management
+// API to create users with (brokerUser).
+func needUsers(t *testing.T, env *brokertest.Env) {
+	t.Helper()
+	if env.Broker.ManagementURL == "" {
+		if brokertest.InCI() {
+			t.Fatal("needs the management API to create a user, and CI's broker has one")
+		}
+		t.Skip("needs the management API to create a user")
+	}
+}
+
+// brokerUser creates a user name (password "pw", deleted with the test) with write permission
+// write in env's vhost (configure none, read all) and, when topicExchange is not "", a topic
+// permission on it with write pattern topicWrite, and returns env's URL with that user.
+func brokerUser(t *testing.T, env *brokertest.Env, name, write, topicExchange, topicWrite string) string {
+	t.Helper()
+	if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(name), map[string]string{"password": "pw", "tags": ""}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(name), nil, nil) })
+	perm := map[string]string{"configure": "^$", "write": write, "read": ".*"}
+	if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), perm, nil); err != nil {
+		t.Fatal(err)
+	}
+	if topicExchange != "" {
+		tp := map[string]string{"exchange": topicExchange, "write": topicWrite, "read": ".*"}
+		if err := env.Broker.Management("PUT", "api/topic-permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), tp, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, _ := url.Parse(env.URL)
+	u.User = url.UserPassword(name, "pw")
+	return u.String()
 }

@@ -457,12 +457,11 @@ var unsupportedPolicyKeys = map[string][]string{
 var patternCache sync.Map
 
 // compiledPattern is a policy pattern compiled by Go's regexp (re) or, failing that, by
-// regexp2 (re2); neither when unsupported.
+// regexp2 (re2); neither when unsupported (see policyPattern).
 type compiledPattern struct {
-	re          *regexp.Regexp
-	re2         *regexp2.Regexp
-	unsupported bool
-	timedOut    atomic.Bool // a regexp2 match took longer than patternMatchTimeout
+	re       *regexp.Regexp
+	re2      *regexp2.Regexp
+	timedOut atomic.Bool // a regexp2 match took longer than patternMatchTimeout
 }
 
 // patternMatchTimeout bounds one match of a pattern that only regexp2 compiles: a backtracking
@@ -513,8 +512,6 @@ func policyPattern(pattern string) *compiledPattern {
 	} else if re2, err := regexp2.Compile(byteRunes(pattern), regexp2.ECMAScript); err == nil && !pcreOnly(pattern) {
 		re2.MatchTimeout = patternMatchTimeout
 		cp.re2 = re2
-	} else {
-		cp.unsupported = true
 	}
 	patternCache.Store(pattern, cp)
 	return cp
