@@ -75,6 +75,12 @@ type Options struct {
 	PerQueue bool
 	// Timeout bounds the management API requests of one scrape; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// OnScrape, when set, is called after every scrape with the error that made it report
+	// rabbitdelay_up 0 (it names the management API's URL without a password, and, for a
+	// refusal, what to check), or nil when the scrape read the management API. The Exporter
+	// logs nothing itself: this is where its user learns why a scrape failed. It runs on the
+	// scraping goroutine; keep it quick.
+	OnScrape func(err error)
 }
 
 // DefaultTimeout is how long one scrape waits for the management API unless Options.Timeout
@@ -177,6 +183,9 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	defer cancel()
 	s, err := e.m.Snapshot(ctx, e.p)
+	if e.opts.OnScrape != nil {
+		e.opts.OnScrape(err)
+	}
 	ch <- prometheus.MustNewConstMetric(e.duration, prometheus.GaugeValue, time.Since(start).Seconds())
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 0)

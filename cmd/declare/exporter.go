@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -49,7 +52,13 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	if e.s.vars.Timeout == 0 { // neither AMQPDELAY_TIMEOUT nor --timeout
 		scrape = exporter.DefaultTimeout // a scrape's bound, not the command's: Prometheus waits 10 s by default
 	}
-	h, err := exporter.Handler(exporter.New(m, p, exporter.Options{PerQueue: e.s.perQueue, Timeout: scrape}))
+	exp := exporter.New(m, p, exporter.Options{PerQueue: e.s.perQueue, Timeout: scrape, OnScrape: scrapeLogger(e)})
+	// One scrape before serving, so that a wrong management URL or password is in the log at
+	// once, not only as rabbitdelay_up 0 on the first Prometheus scrape.
+	first := prometheus.NewRegistry()
+	first.MustRegister(exp)
+	_, _ = first.Gather()
+	h, err := exporter.Handler(exp)
 	if err != nil {
 		return err
 	}
@@ -87,4 +96,34 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	}
 	e.log.Info().Msg("exporter: stopped")
 	return nil
+}
+
+// scrapeLogger returns the exporter's OnScrape: it logs a scrape's error (once, then again when
+// it changes or a minute later, so that a scrape every few seconds does not flood the log) and
+// the management API answering again.
+func scrapeLogger(e *invocation) func(error) {
+	var mu sync.Mutex
+	var last string
+	var at time.Time
+	first := true
+	return func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		defer func() { first = false }()
+		if err == nil {
+			if last != "" {
+				e.log.Info().Msg("exporter: the management API answers again")
+				last = ""
+			}
+			return
+		}
+		if msg := err.Error(); msg != last || time.Since(at) >= time.Minute {
+			what := "exporter: a scrape could not read the management API (rabbitdelay_up 0)"
+			if first {
+				what = "exporter: the management API does not answer; serving rabbitdelay_up 0 until it does"
+			}
+			e.log.Error().Err(err).Msg(what)
+			last, at = msg, time.Now()
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -704,50 +706,153 @@ func TestExporterCommand(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "exporter", "--listen", "127.0.0.1:0", "--log-format", "json")
-	cmd.Env = []string{childEnv + "=1"}
-	for k, v := range e {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	x := startExporter(t, ctx, e)
+	body := x.scrape(t, ctx)
+	for _, want := range []string{"\nrabbitdelay_up 1\n", "\nrabbitdelay_missing_queues 0\n", "\nrabbitdelay_node_delay_queue_leaders{node="} {
+		if !strings.Contains("\n"+body, want) {
+			t.Errorf("scrape lacks %q:\n%s", want, body)
+		}
 	}
-	stderr, err := cmd.StderrPipe()
+	if err := x.stop(); err != nil {
+		t.Errorf("exporter after SIGTERM: %v, want exit 0", err)
+	}
+}
+
+// TestExporterCommandLogsScrapeErrors: an exporter whose management API refuses it (a wrong
+// password) or does not answer (nothing listens) says so in its log at start, naming the API
+// and what to check, without the password, and serves rabbitdelay_up 0.
+func TestExporterCommandLogsScrapeErrors(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	if env.Broker.ManagementURL == "" {
+		t.Skip("needs the management API (AMQP_MANAGEMENT_URL)")
+	}
+	target := env.Name("orders")
+	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_MAX", "1m")
+	applyOrFail(t, env, e, target)
+	mu, err := url.Parse(e["AMQPDELAY_MANAGEMENT_URL"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	const pw = "Wr0ngPassw0rdQz"
+	mu.User = url.UserPassword(mu.User.Username(), pw)
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a port nothing answers on once closed
+	if err != nil {
 		t.Fatal(err)
 	}
-	var addr string
+	closedPort := ln.Addr().String()
+	_ = ln.Close()
+	for _, c := range []struct{ name, url, want string }{
+		{"wrong password", mu.String(), "401"},
+		{"nothing listening", "http://guest:" + pw + "@" + closedPort + "/", "connection refused"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e2 := maps.Clone(e)
+			e2["AMQPDELAY_MANAGEMENT_URL"] = c.url
+			x := startExporter(t, ctx, e2)
+			if !strings.Contains("\n"+x.scrape(t, ctx), "\nrabbitdelay_up 0\n") {
+				t.Errorf("scrape: no rabbitdelay_up 0")
+			}
+			err := x.stop()
+			logs := strings.Join(x.before, "\n") + "\n" + x.rest()
+			if err != nil {
+				t.Errorf("exporter after SIGTERM: %v, want exit 0", err)
+			}
+			if !strings.Contains(logs, `"level":"error"`) || !strings.Contains(logs, "management API") || !strings.Contains(logs, c.want) {
+				t.Errorf("no error naming the management API and %q in the log:\n%s", c.want, logs)
+			}
+			if strings.Contains(logs, pw) {
+				t.Errorf("the log shows the password:\n%s", logs)
+			}
+		})
+	}
+}
+
+// runningExporter is a `declare exporter` child process (startExporter).
+type runningExporter struct {
+	cmd    *exec.Cmd
+	addr   string
+	before []string // the log lines up to the one with the address
+	mu     sync.Mutex
+	after  bytes.Buffer // the rest of its stderr
+	done   chan struct{}
+}
+
+// startExporter runs `declare exporter --listen 127.0.0.1:0 --log-format json` with the
+// variables e, and returns once it logged the address it serves on.
+func startExporter(t *testing.T, ctx context.Context, e map[string]string) *runningExporter {
+	t.Helper()
+	x := &runningExporter{cmd: exec.CommandContext(ctx, os.Args[0], "exporter", "--listen", "127.0.0.1:0", "--log-format", "json"),
+		done: make(chan struct{})}
+	x.cmd.Env = []string{childEnv + "=1"}
+	for k, v := range e {
+		x.cmd.Env = append(x.cmd.Env, k+"="+v)
+	}
+	stderr, err := x.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	sc := bufio.NewScanner(stderr)
-	for addr == "" && sc.Scan() {
+	for x.addr == "" && sc.Scan() {
+		x.before = append(x.before, sc.Text())
 		var line struct{ Address string }
 		if json.Unmarshal(sc.Bytes(), &line) == nil {
-			addr = line.Address
+			x.addr = line.Address
 		}
 	}
-	if addr == "" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("exporter logged no address")
+	if x.addr == "" {
+		_ = x.cmd.Process.Kill()
+		_ = x.cmd.Wait()
+		t.Fatalf("exporter logged no address:\n%s", strings.Join(x.before, "\n"))
 	}
-	go func() { _, _ = io.Copy(io.Discard, stderr) }()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	go func() {
+		defer close(x.done)
+		buf := make([]byte, 4096)
+		for {
+			n, err := stderr.Read(buf)
+			x.mu.Lock()
+			x.after.Write(buf[:n])
+			x.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return x
+}
+
+// scrape GETs /metrics and returns the body.
+func (x *runningExporter) scrape(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+x.addr+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("scrape: %v", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	for _, want := range []string{"\nrabbitdelay_up 1\n", "\nrabbitdelay_missing_queues 0\n", "\nrabbitdelay_node_delay_queue_leaders{node="} {
-		if !strings.Contains("\n"+string(body), want) {
-			t.Errorf("scrape lacks %q:\n%s", want, body)
-		}
+	return string(body)
+}
+
+// stop ends the exporter with SIGTERM and returns its exit error.
+func (x *runningExporter) stop() error {
+	if err := x.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("exporter after SIGTERM: %v, want exit 0", err)
-	}
+	<-x.done
+	return x.cmd.Wait()
+}
+
+// rest is what the exporter wrote to stderr after its address.
+func (x *runningExporter) rest() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.after.String()
 }
 
 // TestStatusMismatchCLI: an entry exchange declared again as direct (and bound again) makes
