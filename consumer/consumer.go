@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -431,6 +432,7 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 	if ms, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderFirstFailure]); ok && fits {
 		in.FirstFailure = time.UnixMilli(ms)
 	}
+	_, in.Replayed = d.Headers[HeaderReplayed]
 	in.Path, _ = amqpdelay.DeliveryPath(*d)
 	if due, ok := amqpdelay.Due(*d); ok {
 		in.Due, in.HasDue = due, true
@@ -527,7 +529,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	pctx, pcancel := c.settleCtx()
 	defer pcancel()
 	if c.revs != nil { // revoked.go
-		if c.revoked(pctx, f, in) {
+		if c.revoked(pctx, f, in, pub, orig, origKey) {
 			return
 		}
 	}
@@ -568,6 +570,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	hstart := time.Now()
 	err := c.call(hctx, d)
 	took := time.Since(hstart)
+	c.m.handlerRan(c.queue, err, took)
 	hcancel()
 	close(stopRenew)
 	<-renewed
@@ -579,8 +582,8 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 		if token != "" {
 			if err == nil {
 				c.done(sctx, in.ID, token)
-			} else if rerr := c.store.Release(sctx, c.queue, in.ID, token); rerr != nil {
-				c.log.Warn().Err(rerr).Str("id", in.ID).Msg("consumer: release the lease")
+			} else {
+				c.release(sctx, in.ID, token)
 			}
 		}
 		return
@@ -748,10 +751,19 @@ func (c *Consumer) failureHeaders(orig amqp.Table, origKey string, in Info, err 
 	return h
 }
 
-// publishingOf is the copy of d to publish, with headers h. Expiration and UserId are left out:
-// a per-message TTL would expire the copy inside the delay topology, and RabbitMQ refuses a
-// UserId other than the publishing connection's user.
+// publishingOf is the copy of d to publish, with headers h less CC and BCC. Expiration and
+// UserId are left out: a per-message TTL would expire the copy inside the delay topology, and
+// RabbitMQ refuses a UserId other than the publishing connection's user. CC and BCC are left
+// out because RabbitMQ routes a message with its CC and BCC keys too: through the retry exchange
+// or the default exchange (parking, Replay), the CC header a delivery still carries from its
+// first publish would send the copy to every queue it names, not to its own queue alone.
 func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
+	_, cc := h["CC"]
+	if _, bcc := h["BCC"]; cc || bcc {
+		h = maps.Clone(h)
+		delete(h, "CC")
+		delete(h, "BCC")
+	}
 	return amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode,
 		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
@@ -812,30 +824,49 @@ func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-cha
 	}
 }
 
-// done marks id handled, trying up to three times within ctx.
+// done marks id handled, trying again with back-off (settleBackoffMin doubling to
+// settleBackoffMax) until the store takes it or ctx (the settle timeout) ends. The delivery
+// stays unacked meanwhile: a mark given up on leaves the id unremembered once the lease
+// expires, and a copy arriving after that runs the handler again.
 func (c *Consumer) done(ctx context.Context, id, token string) error {
-	var err error
-	for i := range 3 {
-		if err = c.store.Done(ctx, c.queue, id, token, c.o.keep); err == nil || ctx.Err() != nil {
-			break
-		}
-		t := time.NewTimer(time.Duration(i+1) * 100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-	}
+	err := c.storeWrite(ctx, func() error { return c.store.Done(ctx, c.queue, id, token, c.o.keep) })
 	if err != nil {
-		c.log.Warn().Err(err).Str("id", id).Msg("consumer: mark handled failed; a copy arriving later may run the handler again")
+		c.log.Warn().Err(err).Str("id", id).Msg("consumer: mark handled failed until the settle timeout; a copy arriving " +
+			"once the lease expired may run the handler again")
 	}
 	return err
 }
 
+// release gives up the lease so that a retry copy can claim the id, trying again with
+// back-off within ctx and the lease (after which it expires by itself).
 func (c *Consumer) release(ctx context.Context, id, token string) {
-	if err := c.store.Release(ctx, c.queue, id, token); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, c.o.lease)
+	defer cancel()
+	if err := c.storeWrite(ctx, func() error { return c.store.Release(ctx, c.queue, id, token) }); err != nil {
 		c.log.Warn().Err(err).Str("id", id).Msg("consumer: release the lease (it expires by itself)")
 	}
+}
+
+// storeWrite runs write until it succeeds or ctx ends, with settlePublish's back-off; the error
+// is the last write's, joined with ctx's when ctx ended.
+func (c *Consumer) storeWrite(ctx context.Context, write func() error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = settleBackoffMin, settleBackoffMax, 0
+	var last error
+	err := backoff.Retry(func() error {
+		err := write()
+		if err != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+			last = err
+		}
+		if err != nil && ctx.Err() != nil {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+	if err != nil && last != nil && !errors.Is(last, err) {
+		err = fmt.Errorf("%w (tried again until: %w)", last, err)
+	}
+	return err
 }
 
 // ack acks f's delivery and reports e (Unsettled when the ack fails).

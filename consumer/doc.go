@@ -67,7 +67,11 @@
 //   - Revoked messages (amqpdelay's Publisher.Revoke and Reschedule) are acked without calling
 //     the handler (Event Revoked): never when the revocation was confirmed at least 100 ms before
 //     the message's due time, best effort later (package revoke). [WithoutRevocations] turns it
-//     off. Run reads the revocation stream from its start before it consumes.
+//     off. Run reads the revocation stream from its start before it consumes. A delivery whose
+//     standing the stream cannot tell within the settle timeout (the stream deleted, its
+//     connection lost) is deferred like a busy one ([Deferred], Event.Err naming the stream and
+//     why), never handled and never given back for it, so trouble with the stream does not use
+//     up a quorum queue's delivery limit.
 //   - A delivery is acked only after its outcome is safe: the handler returned nil (and the id
 //     was marked done), or the retry copy or parked copy was confirmed by the broker. Nothing is
 //     lost by a crash of the Consumer at any point: an unacked delivery is delivered again.

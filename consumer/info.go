@@ -24,7 +24,12 @@ type Info struct {
 	Due    time.Time
 	HasDue bool
 	// Late is how long after Due the handler started (0 when HasDue is false; never negative).
+	// For a delivery that [Replay] sent back (Replayed), Due is the original due time, so Late
+	// includes the time the message spent parked.
 	Late time.Duration
+	// Replayed is true when [Replay] sent this delivery back from the parking queue
+	// (HeaderReplayed). Its lateness is not recorded by [WithMetrics].
+	Replayed bool
 	// Path is the delay path the delivery came through, from its headers
 	// (amqpdelay.DeliveryPath); PathDirect when HasDue is false.
 	Path amqpdelay.Path
@@ -55,7 +60,8 @@ const (
 	Parked
 	// Skipped: the id was handled before (a duplicate): acked without running the handler.
 	Skipped
-	// Deferred: another handler holds the id's lease; a copy was published to come back after
+	// Deferred: another handler holds the id's lease, or the store or the revocation stream
+	// could not answer (Event.Err says which); a copy was published to come back after
 	// Event.Delay without counting an attempt, then the delivery was acked.
 	Deferred
 	// Requeued: given back to the queue (nack with requeue) at shutdown, or because a retry or

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,14 +18,16 @@ import (
 //     deferred, requeued, unsettled, revoked (acked without calling the handler: its message
 //     was revoked, see package revoke).
 //   - rabbitdelay_consumer_handler_failures_total{queue}: handler runs that returned an error
-//     or panicked (each is then retried or parked).
-//   - rabbitdelay_consumer_handler_duration_seconds{queue,result}: histogram of handler runs,
-//     result ok or error.
+//     or panicked, whatever became of the delivery then (retried, parked, rejected, or given
+//     back when no copy could be published or the shutdown had given it back).
+//   - rabbitdelay_consumer_handler_duration_seconds{queue,result}: histogram of every handler
+//     run, result ok or error.
 //   - rabbitdelay_consumer_lateness_seconds{queue,path}: histogram, for every handled
 //     delivery that has the rabbitdelay-due header, of how long after its due time its
 //     handling began ([Info.Late]), by the delay path it came through
 //     (amqpdelay.DeliveryPath: direct, bucket, ladder, plugin). Its count equals the handled
-//     deliveries that were published through amqpdelay.
+//     deliveries that were published through amqpdelay, less those [Replay] sent back
+//     ([Info.Replayed]: their lateness includes their time in the parking queue).
 //   - rabbitdelay_consumer_reconnects_total{queue}: reconnections after a connection loss.
 //
 // Several Consumers may share reg: they share the collectors, told apart by the queue label.
@@ -102,14 +105,21 @@ func (m *consumerMetrics) observe(queue string, e Event) {
 		outcome = "duplicate"
 	}
 	m.messages.WithLabelValues(queue, outcome).Inc()
-	switch e.Kind {
-	case Handled:
-		m.duration.WithLabelValues(queue, "ok").Observe(e.Duration.Seconds())
-		if e.Info.HasDue {
-			m.lateness.WithLabelValues(queue, e.Info.Path.String()).Observe(e.Info.Late.Seconds())
-		}
-	case Retried, Parked:
-		m.failures.WithLabelValues(queue).Inc()
-		m.duration.WithLabelValues(queue, "error").Observe(e.Duration.Seconds())
+	if e.Kind == Handled && e.Info.HasDue && !e.Info.Replayed {
+		m.lateness.WithLabelValues(queue, e.Info.Path.String()).Observe(e.Info.Late.Seconds())
 	}
+}
+
+// handlerRan records one handler run of the Consumer of queue, whatever becomes of its delivery
+// afterwards (settled, given back, or the shutdown had given it back already).
+func (m *consumerMetrics) handlerRan(queue string, err error, took time.Duration) {
+	if m == nil {
+		return
+	}
+	if err == nil {
+		m.duration.WithLabelValues(queue, "ok").Observe(took.Seconds())
+		return
+	}
+	m.failures.WithLabelValues(queue).Inc()
+	m.duration.WithLabelValues(queue, "error").Observe(took.Seconds())
 }

@@ -126,8 +126,9 @@ func WithLease(lease, keep time.Duration) Option {
 
 // WithBusyDelay sets how long a message whose id another handler holds (a copy being handled
 // now, or by a Consumer that died less than a lease ago) waits before it is looked at again
-// (default: a quarter of the lease, at least 1 s). It waits in the delay topology, like a retry,
-// without counting as an attempt.
+// (default: a quarter of the lease, at least 1 s), and a message deferred because the store or
+// the revocation stream could not answer. It waits in the delay topology, like a retry,
+// without counting as an attempt. Less than 1 ms: ErrInvalidConfig.
 func WithBusyDelay(d time.Duration) Option {
 	return func(o *options) error {
 		if d < time.Millisecond {
@@ -139,9 +140,11 @@ func WithBusyDelay(d time.Duration) Option {
 }
 
 // WithShutdownTimeout sets how long Run, once its context ends, lets running handlers finish
-// (default [DefaultShutdownTimeout]; 0: none, give everything back at once). Handlers still
-// running then have their contexts cancelled and their messages given back to the queue (nack
-// with requeue).
+// (default [DefaultShutdownTimeout]; 0: none, give everything back at once; negative:
+// ErrInvalidConfig). Handlers still running then have their contexts cancelled and their
+// messages given back to the queue (nack with requeue). Run returns once every step that
+// records a handler's outcome has ended, which the settle timeout bounds
+// ([WithSettleTimeout]).
 func WithShutdownTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 0 {
@@ -154,15 +157,18 @@ func WithShutdownTimeout(d time.Duration) Option {
 
 // WithSettleTimeout sets how long the Consumer may take to settle one delivery after its handler
 // returned (default [DefaultSettleTimeout]; at least 1 ms): the store writes, and the publish of
-// the retry, deferred or parked copy, which it tries again with back-off (100 ms doubling to 5 s)
-// while the error may pass (the delay topology missing, a nack, a lost connection). When the
-// timeout ends first, the delivery is given back to its queue (nack with requeue, an
-// [Event] of kind Requeued whose Err says why), which counts as a return for a quorum queue's
-// delivery limit. The timeout starts when the handler returns, so a handler's own run time
+// the retry, deferred or parked copy, each tried again with back-off (100 ms doubling to 5 s)
+// while the error may pass (the store not answering, the delay topology missing, a nack, a lost
+// connection). When the timeout ends before a copy is published, the delivery is given back to
+// its queue (nack with requeue, an [Event] of kind Requeued whose Err says why), which counts
+// as a return for a quorum queue's delivery limit. The timeout starts when the handler returns, so a handler's own run time
 // never uses it up; the steps before the handler (the revocation check, the claim, and the
 // deferred copy of a message another handler holds) have a timeout of the same length of their
-// own. A shorter timeout returns a delivery sooner while the delay topology is missing; a
-// longer one rides out longer broker outages holding the delivery.
+// own. A handled delivery whose done mark the store has not taken when the timeout ends is
+// acked anyway (its handler ran: giving it back would run it again now), and the id stays
+// unremembered once its lease expires. A shorter timeout returns a delivery sooner while the
+// delay topology is missing; a longer one rides out longer broker and store outages holding
+// the delivery. Less than 1 ms: ErrInvalidConfig.
 func WithSettleTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d < time.Millisecond {
@@ -173,8 +179,9 @@ func WithSettleTimeout(d time.Duration) Option {
 	}
 }
 
-// WithHandlerTimeout bounds each handler's context (default: no bound but the shutdown's). A
-// handler that returns its context's error after the timeout has failed, and is retried.
+// WithHandlerTimeout bounds each handler's context (default and 0: no bound but the
+// shutdown's; negative: ErrInvalidConfig). A handler that returns its context's error after the
+// timeout has failed, and is retried.
 func WithHandlerTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 0 {

@@ -18,13 +18,14 @@ const HeaderReplayed = "rabbitdelay.replayed"
 // queue) from the topology's parking queue back to queue (n <= 0: all of them), and returns how
 // many it moved. A moved message loses its failure record (attempt, failure times, error, park
 // reason) and starts again at attempt 1; it keeps its body, properties (UserId excepted) and
-// other headers, and gets HeaderReplayed. Each is published to queue through the default
+// other headers (CC and BCC excepted: they would route the copy to the queues they name too),
+// and gets HeaderReplayed. Each is published to queue through the default
 // exchange with a publisher confirm before its parked copy is acked, so a failure midway loses
 // nothing (a message may then be in both queues).
 //
 // Replay looks at each message the parking queue held when it started once. The other messages
 // there (parked for another queue, or due messages no target took) are moved to the back of the
-// parking queue the same way, unchanged but for UserId: giving them back with a nack would count
+// parking queue the same way, unchanged but for UserId, CC and BCC: giving them back with a nack would count
 // towards the quorum queue's delivery limit (20 by default on RabbitMQ 4.x), which would drop
 // them. Run one Replay at a time per parking queue, while no Consumer of queue needs the
 // parking queue's order.

@@ -2,9 +2,13 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/revoke"
 )
 
@@ -18,13 +22,25 @@ func (c *Consumer) openRevocations(ctx context.Context) (*revoke.Revocations, er
 	return r, nil
 }
 
-// revoked reports whether f's delivery is revoked, and then acks it (Event Revoked). When the
-// stream cannot answer within ctx, it gives the delivery back to the queue and reports true too:
-// either way the caller is done with it.
-func (c *Consumer) revoked(ctx context.Context, f *flight, in Info) bool {
+// revoked reports whether f's delivery is done with before its handler: revoked (acked, Event
+// Revoked), or of unknown standing. When the stream cannot answer within ctx (missing, its
+// connection lost), the delivery is deferred (deferCopy, with a settle timeout of its own): a
+// copy comes back after the busy delay and is asked about again, and the delivery is acked, so
+// that trouble with the stream does not count toward the queue's delivery limit as a give-back
+// would. It is given back to the queue only when the Consumer is closing, or when the copy
+// cannot be published either.
+func (c *Consumer) revoked(ctx context.Context, f *flight, in Info, pub *amqpdelay.Publisher, orig amqp.Table, origKey string) bool {
 	gone, err := c.revs.Revoked(ctx, f.d)
-	if err == nil && !gone {
+	switch {
+	case err == nil && !gone:
 		return false
+	case err != nil && !errors.Is(err, revoke.ErrClosed):
+		err = fmt.Errorf("consumer: cannot tell whether the message is revoked, so it was deferred: %w", err)
+		c.log.Warn().Err(err).Str("id", in.ID).Str("queue", c.queue).Msg("consumer: revocation check failed")
+		dctx, cancel := c.settleCtx()
+		defer cancel()
+		c.deferCopy(dctx, f, pub, orig, origKey, in, err)
+		return true
 	}
 	if !f.state.CompareAndSwap(stateHandling, stateSettling) {
 		return true // shutdown gave it back meanwhile

@@ -131,6 +131,8 @@ type Revocations struct {
 	progress chan struct{}
 	fenceReq chan fenceReq
 	fences   atomic.Uint64
+	// fencesFailed counts the fences asked for that could not be written.
+	fencesFailed atomic.Uint64
 
 	// The reader goroutine's: the next stream offset to read, a fingerprint of the last
 	// record read (at offset next-1), whether the first record of a resumed consumer must be
@@ -146,8 +148,11 @@ type Revocations struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	fch    atomic.Pointer[amqp.Channel] // the fence channel of the current connection
-	conn   *amqp.Connection
-	once   sync.Once
+	// trouble is why the stream cannot be read or written now (nil while it can): the error that
+	// ended the reading, of the last reconnect, or of the last fence; wait names it.
+	trouble atomic.Pointer[error]
+	conn    *amqp.Connection
+	once    sync.Once
 }
 
 // New connects to the broker of cfg (amqpdelay.Dial), reads the revocation stream of cfg.Spec
@@ -350,6 +355,7 @@ func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Er
 				case <-time.After(time.Second):
 				}
 				r.o.logger.Warn().Err(err).Str("stream", r.stream).Msg("revoke: reading the revocation stream ended; reconnecting")
+				r.setTrouble(fmt.Errorf("reading it ended: %w", err))
 				r.fch.Store(nil)
 				r.fenceFailed()
 				if deliveries, closed = r.reconnect(); deliveries == nil {
@@ -484,12 +490,17 @@ func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
 		if err == nil {
 			r.restart = false
 			r.o.logger.Info().Str("stream", r.stream).Any("offset", offset).Msg("revoke: reading the revocation stream again")
+			r.trouble.Store(nil)
 			r.fenceFailed() // wake the waiters: they send a fence on the new connection
 			return d, c
 		}
+		r.setTrouble(fmt.Errorf("reconnect failed: %w", err))
 		r.o.logger.Warn().Err(err).Msg("revoke: reconnect failed")
 	}
 }
+
+// setTrouble records why the stream cannot be read or written now.
+func (r *Revocations) setTrouble(err error) { r.trouble.Store(&err) }
 
 // fenceFailed forgets the fence in flight and wakes the waiters, which send another.
 func (r *Revocations) fenceFailed() {
@@ -500,9 +511,16 @@ func (r *Revocations) fenceFailed() {
 	r.fmu.Unlock()
 }
 
-// fencer publishes the fences asked for (their send time), one at a time.
+// fencer publishes the fences asked for (their send time), one at a time. Without a fence
+// channel (the connection lost, a reconnect under way) it drops the request: the waiters wait
+// until reconnect wakes them. After a failed fence it waits (exponential back-off, 100 ms
+// doubling to 5 s) before it wakes the waiters to ask again, so that a stream that refuses
+// fences does not make them ask in a busy loop.
 func (r *Revocations) fencer() {
 	defer r.wg.Done()
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0.5, 0
+	b.Reset()
 	for {
 		var req fenceReq
 		select {
@@ -512,8 +530,8 @@ func (r *Revocations) fencer() {
 		}
 		ch := r.fch.Load()
 		if ch == nil {
-			r.fenceFailed()
-			continue
+			r.fencesFailed.Add(1)
+			continue // reconnect wakes the waiters once it has a channel again
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", r.stream, false, false, amqp.Publishing{
@@ -529,9 +547,20 @@ func (r *Revocations) fencer() {
 		cancel()
 		if err != nil {
 			r.o.logger.Warn().Err(err).Msg("revoke: fence not written")
+			r.fencesFailed.Add(1)
+			r.setTrouble(fmt.Errorf("a fence was not written: %w", err))
+			t := time.NewTimer(b.NextBackOff())
+			select {
+			case <-r.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 			r.fenceFailed()
 			continue
 		}
+		b.Reset()
+		r.trouble.Store(nil)
 		r.fences.Add(1)
 	}
 }
@@ -564,7 +593,11 @@ func (r *Revocations) wait(ctx context.Context, need int64, seq uint64) error {
 		case <-r.ctx.Done():
 			return ErrClosed
 		case <-ctx.Done():
-			return fmt.Errorf("revoke: context ended while waiting for the revocation stream: %w", ctx.Err())
+			if t := r.trouble.Load(); t != nil {
+				return fmt.Errorf("revoke: context ended while waiting for the revocation stream %q, which cannot be read "+
+					"now (%w): %w", r.stream, *t, ctx.Err())
+			}
+			return fmt.Errorf("revoke: context ended while waiting for the revocation stream %q: %w", r.stream, ctx.Err())
 		}
 	}
 }
@@ -584,7 +617,9 @@ func (r *Revocations) nextFence() uint64 {
 // delivery without a MessageId is never revoked.
 //
 // Errors: ErrClosed, or ctx's error (wrapped) when the stream is unreachable longer than ctx
-// allows; the caller should then not settle d as handled (give it back to the queue).
+// allows; the error then names the stream and, when the reader knows it, why it cannot be read
+// (it wraps amqpdelay.ErrTopologyMissing when the stream does not exist: run `declare apply`).
+// The caller must then not settle d as handled: it cannot know that d is not revoked.
 func (r *Revocations) Revoked(ctx context.Context, d amqp.Delivery) (bool, error) {
 	if ctx == nil {
 		return false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
@@ -638,6 +673,11 @@ type Stats struct {
 	Records uint64
 	// Fences is the number of fences this reader wrote.
 	Fences uint64
+	// FencesFailed is the number of fences asked for that this reader could not write (no
+	// connection to write on, or the broker did not confirm): while the stream cannot be read
+	// or written, at most one per reconnect attempt and per back-off step (100 ms doubling to
+	// 5 s), however many calls wait.
+	FencesFailed uint64
 }
 
 // Stats returns the current counts.
@@ -645,7 +685,7 @@ func (r *Revocations) Stats() Stats {
 	r.mu.RLock()
 	n := len(r.set)
 	r.mu.RUnlock()
-	return Stats{Known: n, Records: r.records.Load(), Fences: r.fences.Load()}
+	return Stats{Known: n, Records: r.records.Load(), Fences: r.fences.Load(), FencesFailed: r.fencesFailed.Load()}
 }
 
 // Stream returns the name of the revocation stream read.
