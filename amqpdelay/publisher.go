@@ -310,6 +310,9 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		if err := p.checkExchange(ctx, exchange); err != nil {
 			return Receipt{}, err
 		}
+		if err := p.intoForeignTopology(ctx, exchange, routingKey, msg.Headers); err != nil { // foreign.go
+			return Receipt{}, err
+		}
 	} else if !p.names.Reserved(exchange) {
 		// permission.go: dead-lettering into the target is not checked by the broker. A
 		// target of the topology's own (the consumer's retry exchange, which carries retries
@@ -481,8 +484,12 @@ var delayQueueShape = regexp.MustCompile(`\.(ladder\.[0-9]{2}\.[0-9]{2}(\.s[0-9]
 // and once a queue holds more such messages than the dead-letter worker's prefetch
 // (dead_letter_worker_consumer_prefetch, 32 by default) it stops moving every delayed message
 // behind them. The parking queue stays open to the default exchange: the consumer package parks
-// messages there that way. The error wraps ErrInvalidInput.
+// messages there that way. A routing key through the default exchange that starts with
+// "amq.rabbitmq.reply-to." (a direct reply-to address) is refused too: RabbitMQ closes the
+// whole connection over one it cannot decode. The topologies of other prefixes found in the
+// vhost are guarded by intoForeignTopology. The error wraps ErrInvalidInput.
 func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table) error {
+	const directReplyTo = "amq.rabbitmq.reply-to." // https://www.rabbitmq.com/docs/direct-reply-to
 	if exchange != "" {
 		if _, target := p.targets[exchange]; !target && p.names.Reserved(exchange) {
 			return fmt.Errorf("%w: exchange %q belongs to the delay topology, and a message published there by hand "+
@@ -491,17 +498,13 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 		}
 		return nil
 	}
-	keys := []string{routingKey}
-	for _, h := range []string{"CC", "BCC"} {
-		if list, ok := headers[h].([]any); ok {
-			for _, k := range list {
-				if k, ok := k.(string); ok {
-					keys = append(keys, k)
-				}
-			}
+	for _, k := range directKeys(routingKey, headers) { // foreign.go
+		if strings.HasPrefix(k, directReplyTo) {
+			return fmt.Errorf("%w: routing key %q through the default exchange is a direct reply-to address: RabbitMQ "+
+				"decodes it as a channel's process id and closes the whole connection (541 INTERNAL_ERROR) when it is not "+
+				"one of a running channel, failing every publish in flight with it; the Publisher sends no direct "+
+				"reply-to (reply with amqp091-go on a channel of your own)", ErrInvalidInput, k)
 		}
-	}
-	for _, k := range keys {
 		if k != p.names.Parking() && (p.names.Reserved(k) || delayQueueShape.MatchString(k)) {
 			return fmt.Errorf("%w: routing key %q through the default exchange names a queue of the delay topology; "+
 				"a message put there by hand lacks the headers that route it on, and holds up every delayed message behind it: "+

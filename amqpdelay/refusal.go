@@ -91,6 +91,9 @@ type refusals struct {
 	// permitted holds the targets a delayed publish was permitted to on this connection
 	// (permission.go): later delayed publishes to one ask again only when it is topicGuarded.
 	permitted nameSet
+	// topologies and noTopologies hold the prefixes, other than the Publisher's, found to have
+	// a delay topology in the vhost or not (foreign.go), on this connection.
+	topologies, noTopologies nameSet
 
 	bodyOK    atomic.Int64 // the largest body, in bytes, the broker has confirmed
 	brokerMax atomic.Int64 // the broker's max_message_size learnt from a 406; 0: unknown
@@ -142,6 +145,8 @@ func (r *refusals) refuse(exchange string, ae *amqp.Error) {
 func (r *refusals) forget() {
 	r.trusted.clear()
 	r.permitted.clear()
+	r.topologies.clear()
+	r.noTopologies.clear()
 	r.bodyOK.Store(0)
 }
 
