@@ -72,8 +72,8 @@ func WithStrategy(s Strategy) Option {
 // publishes to exchanges that are not targets, one for the plugin path when the broker has the
 // plugin exchange (the publishes the broker may refuse by closing their channel: a 404 or a
 // 403 then costs no other publish its confirm), and, one at a time, one to check that the
-// exchange of a direct publish exists. NewPublisher fails with ErrInvalidConfig when the
-// broker's channel_max is below n+1.
+// exchange of a direct publish exists. n outside 1 to 64: ErrInvalidConfig; NewPublisher fails
+// with ErrInvalidConfig when the broker's channel_max is below n+1.
 func WithChannels(n int) Option {
 	return func(o *options) error {
 		if n < 1 || n > 64 {

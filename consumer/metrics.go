@@ -16,7 +16,7 @@ import (
 //   - rabbitdelay_consumer_messages_total{queue,outcome}: deliveries by outcome, one per
 //     [Event] of a delivery: handled, retried, parked, duplicate (a handled id, skipped),
 //     deferred, requeued, unsettled, revoked (acked without calling the handler: its message
-//     was revoked, see package revoke).
+//     was revoked, see package revoke), rejected (no copy could be parked).
 //   - rabbitdelay_consumer_handler_failures_total{queue}: handler runs that returned an error
 //     or panicked, whatever became of the delivery then (retried, parked, rejected, or given
 //     back when no copy could be published or the shutdown had given it back).
@@ -56,7 +56,7 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 	const sub = "consumer"
 	cs := []prometheus.Collector{
 		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "messages_total",
-			Help: "Deliveries by outcome: handled, retried, parked, duplicate, deferred, requeued, unsettled, revoked."},
+			Help: "Deliveries by outcome: handled, retried, parked, duplicate, deferred, requeued, unsettled, revoked, rejected."},
 			[]string{"queue", "outcome"}),
 		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "handler_failures_total",
 			Help: "Handler runs that returned an error or panicked."}, []string{"queue"}),

@@ -30,7 +30,9 @@ type RedisStore struct {
 
 // NewRedisStore returns a RedisStore on client with keys under prefix ("" means
 // DefaultRedisPrefix). Use [redis.ParseURL] and [redis.NewClient] for a client from a URL such
-// as the REDIS_URL of scripts/redis.
+// as the REDIS_URL of scripts/redis. How long a lease lasts and a handled id is remembered
+// (DefaultLease, DefaultKeep: 24 h) is the Consumer's to say ([WithLease]): each key expires
+// by itself (PX) after that.
 func NewRedisStore(client redis.UniversalClient, prefix string) *RedisStore {
 	if prefix == "" {
 		prefix = DefaultRedisPrefix

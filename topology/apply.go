@@ -156,27 +156,59 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 	if len(missing) == 0 {
 		return nil
 	}
-	var own, others []string // amq.*: RabbitMQ refuses to declare them (403), only the broker creates them
+	// amq.*: RabbitMQ refuses to declare them (403), only the broker creates them. The others
+	// are named by where the specification has them: a target given without a type, or the
+	// exchange of a ready queue that is no target.
+	var own, targets, readyOnly []string
+	isTarget := map[string]bool{}
+	for _, t := range p.Spec.Targets {
+		isTarget[t.Name] = true
+	}
 	for _, name := range missing {
-		if BrokerReserved(name) {
+		switch {
+		case BrokerReserved(name):
 			own = append(own, name)
-		} else {
-			others = append(others, name)
+		case isTarget[name]:
+			targets = append(targets, name)
+		default:
+			readyOnly = append(readyOnly, name)
 		}
 	}
 	var advice []string
-	if len(others) > 0 {
-		advice = append(advice, fmt.Sprintf("declare %s first, give a target as name:type (e.g. %s:topic) so apply declares it, "+
-			"or, if the name is mistyped, correct it in the specification (AMQPDELAY_TARGETS, --targets)", quoteList(others), others[0]))
+	if len(targets) > 0 {
+		advice = append(advice, fmt.Sprintf("declare %s first, give the target as name:type (e.g. %s:topic) so apply declares it, "+
+			"or, if the name is mistyped, correct it in the targets (AMQPDELAY_TARGETS, --target)", quoteList(targets), targets[0]))
 	}
-	if m != nil {
-		// A failure to list them leaves the advice without names: the missing exchanges are the error.
-		if names, err := m.exchangeNames(ctx); err == nil {
-			for _, name := range missing {
-				if similar := text.Similar(name, names); len(similar) > 0 {
-					advice = append(advice, fmt.Sprintf("this vhost has %s, similar to %q", quoteList(similar), name))
-				}
+	for _, name := range readyOnly {
+		var queues []string
+		for _, r := range p.Spec.ReadyQueues {
+			if r.Exchange == name {
+				queues = append(queues, r.Queue)
 			}
+		}
+		advice = append(advice, fmt.Sprintf("ready queue %s binds to exchange %q, which is not among the targets (%s): if the name "+
+			"is mistyped, correct it in the ready queues (AMQPDELAY_READY_QUEUES, --ready-queue); if it is another exchange of "+
+			"yours, declare it first", quoteList(queues), name, quoteList(targetNames(p.Spec.Targets))))
+	}
+	// Names like a missing one: among the targets this apply declares, and (with the management
+	// API) in the vhost. A failure to list the vhost's leaves those out: the missing exchanges
+	// are the error.
+	var declaring []string
+	for _, t := range p.Spec.Targets {
+		if t.Type != "" {
+			declaring = append(declaring, t.Name)
+		}
+	}
+	var inVHost []string
+	if m != nil {
+		inVHost, _ = m.exchangeNames(ctx)
+	}
+	for _, name := range missing {
+		if similar := text.Similar(name, declaring); len(similar) > 0 {
+			advice = append(advice, fmt.Sprintf("the targets declare %s, similar to %q", quoteList(similar), name))
+		}
+		if similar := text.Similar(name, inVHost); len(similar) > 0 {
+			advice = append(advice, fmt.Sprintf("this vhost has %s, similar to %q", quoteList(similar), name))
 		}
 	}
 	if len(own) > 0 {
@@ -314,10 +346,10 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 			return rep, err
 		}
 	} else {
-		cmds := p.PolicyCommands("")
+		cmds := p.PolicyCommands(conn.Config.Vhost) // the vhost the connection opened
 		for i, pol := range p.Policies {
 			policyResults = append(policyResults, Result{Kind: KindPolicy, Name: pol.Name, State: StateSkipped,
-				Detail: "AMQP cannot set policies: pass the management API, or run " + cmds[i] + " (with -p <vhost>)"})
+				Detail: "AMQP cannot set policies: pass the management API, or run " + cmds[i]})
 		}
 	}
 	if opts.DryRun {
@@ -639,4 +671,13 @@ func quoteList(names []string) string {
 		q[i] = fmt.Sprintf("%q", n)
 	}
 	return strings.Join(q, ", ")
+}
+
+// targetNames returns the names of ts.
+func targetNames(ts []Target) []string {
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	return out
 }

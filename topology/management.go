@@ -83,6 +83,10 @@ func (m *Management) advice(status int) string {
 	}
 	switch status {
 	case http.StatusUnauthorized:
+		if m.user == nil || m.user.Username() == "" {
+			return " (the management URL has no user: give one with the monitoring or management tag, " +
+				"http://user:password@host:15672/, or leave the management URL out)"
+		}
 		// RabbitMQ answers 401 both to a wrong password and to a user without a management
 		// tag ("Not management user").
 		return fmt.Sprintf(" (check the password of %s in the URL, and that %s has a management tag: "+

@@ -137,3 +137,20 @@ func TestNewManagementRefusesQueryAndAPIPath(t *testing.T) {
 		}
 	}
 }
+
+// TestManagementErrorAdviceNoUser: a 401 to a management URL without a user says that the URL
+// has none, not to check a password that is not there.
+func TestManagementErrorAdviceNoUser(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	m, err := NewManagement(srv.URL, "orders")
+	if err != nil {
+		t.Fatalf("NewManagement: %v", err)
+	}
+	_, err = m.Queues(context.Background())
+	if !errors.Is(err, ErrManagement) || !strings.Contains(err.Error(), "has no user") || strings.Contains(err.Error(), "password of") {
+		t.Errorf("401 without a user in the URL: %v, want an error saying the URL has no user", err)
+	}
+}

@@ -445,6 +445,6 @@ func missingExchangesError(missing []MissingExchange) error {
 		names[i] = m.String()
 	}
 	return fmt.Errorf("%w: %s, which the topology binds to but does not declare: declare it, give a target as name:type "+
-		"(AMQPDELAY_TARGETS, --targets) so apply declares it, or, if the name is mistyped, correct it in the specification; "+
+		"(AMQPDELAY_TARGETS, --target) so apply declares it, or, if the name is mistyped, correct it in the specification; "+
 		"until it exists apply declares nothing", ErrIncomplete, strings.Join(names, ", "))
 }

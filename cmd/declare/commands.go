@@ -371,8 +371,14 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	}
 	fmt.Fprintf(w, "parking queue %s: %s\n", park.Name, parked)
 	fmt.Fprintln(w, "  holds: due messages whose target is not bound to the dispatch exchange or routed them to no queue "+
-		"(header rabbitdelay-target names it), and messages a quorum ready queue gave up on (x-death reason delivery_limit, or rejected "+
-		"without requeue). Read them with acknowledgements: a requeue counts as a delivery attempt.")
+		"(header rabbitdelay-target names it), messages a quorum ready queue gave up on (x-death reason delivery_limit, or rejected "+
+		"without requeue), and messages the consumer package parked (header rabbitdelay.park-reason: permanent, attempts, "+
+		"retry-refused; rabbitdelay.queue names the queue; consumer.Replay sends them back). Read them with acknowledgements: a "+
+		"requeue counts as a delivery attempt.")
+	if park.Ready > 0 || park.Messages > 0 {
+		fmt.Fprintln(w, "  it is not empty: status reports no problem for that alone, but look at why they are there "+
+			"(their headers, above); each is a message that reached no handler, or failed its handler for good")
+	}
 	if len(rep.DeadLettering) > 0 {
 		fmt.Fprintf(w, "\nDEAD-LETTER STATE: messages whose dead-lettering has not completed (messages_dlx): %s\n", strings.Join(rep.DeadLettering, ", "))
 		fmt.Fprintln(w, "  cause: every member of these queues and of the queues they dead-letter into is online, so nothing routes them (a target "+
@@ -625,7 +631,7 @@ func printUnplanned(w io.Writer, names topology.Names, objs []topology.Unplanned
 			continue
 		}
 		fmt.Fprintf(w, "  %s: says target %q was bound to %s by an apply; if %q is still a target, add it to the specification "+
-			"(AMQPDELAY_TARGETS, --targets: a mistyped or left-out name?) and run apply; if not, unbind it from %s, then delete this exchange\n",
+			"(AMQPDELAY_TARGETS, --target: a mistyped or left-out name?) and run apply; if not, unbind it from %s, then delete this exchange\n",
 			o, target, names.Dispatch(), target, names.Dispatch())
 	}
 }

@@ -949,6 +949,33 @@ func TestStatusMistypedTarget(t *testing.T) {
 	}
 }
 
+// TestApplyMistypedReadyQueueExchange: a ready queue whose exchange is a typo of a target
+// (shops for shop) makes apply exit 2 naming the ready queue and the variable it comes from
+// (AMQPDELAY_READY_QUEUES, --ready-queue), not the targets', and the target it resembles, which
+// this apply would declare; nothing is declared.
+func TestApplyMistypedReadyQueueExchange(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	target := env.Name("shop")
+	typo := target + "s"
+	q := env.Name("plain")
+	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_READY_QUEUES", q+"="+typo+":order.#", "AMQPDELAY_LADDER_MAX", "1m")
+	before := objects(t, env)
+	ap := declare(t, e, "apply")
+	for _, want := range []string{`ready queue "` + q + `" binds to exchange "` + typo + `"`, "AMQPDELAY_READY_QUEUES, --ready-queue",
+		`the targets declare "` + target + `", similar to "` + typo + `"`} {
+		if ap.code != 2 || !strings.Contains(ap.stderr, want) {
+			t.Errorf("apply with a mistyped ready queue exchange: exit %d, want 2 saying %q\n%s", ap.code, want, ap.stderr)
+		}
+	}
+	if strings.Contains(ap.stderr, "AMQPDELAY_TARGETS, --target") {
+		t.Errorf("apply points at the targets for a ready queue's typo:\n%s", ap.stderr)
+	}
+	if after := objects(t, env); !slices.Equal(before, after) {
+		t.Errorf("apply declared something: %d objects before, %d after", len(before), len(after))
+	}
+}
+
 // TestStatusJSONUnreachable: `status --json` with the broker unreachable printed nothing on
 // standard output while exiting 1, though ok is documented as false exactly when status exits
 // 1: it prints the object, ok false and the reason (without the URL's password) as its problem.

@@ -216,6 +216,10 @@ func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) 
 		}
 	}
 	if len(errs) == 1 {
+		if len(c.URLs()) == 1 && c.URLs()[0] == DefaultURL && strings.TrimSpace(c.URL) == "" {
+			return nil, fmt.Errorf("%w (no broker URL was set, so RabbitMQ's default %s was tried: set AMQPDELAY_URL, "+
+				"or the configuration's URL, to your broker's)", errs[0], Redact(DefaultURL))
+		}
 		return nil, errs[0]
 	}
 	return nil, fmt.Errorf("no node of the address list answered (%d URLs): %w", len(urls), errors.Join(errs...))

@@ -240,3 +240,21 @@ func TestDialListNoneAnswers(t *testing.T) {
 		t.Errorf("Dial of two closed ports: err = %v, want both addresses named, no password", err)
 	}
 }
+
+// TestDialDefaultURLSaysSo: with no URL configured, a dial that fails says that RabbitMQ's
+// default URL was tried and which variable sets another.
+func TestDialDefaultURLSaysSo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := Dial(ctx, Config{}, "test")
+	if err == nil {
+		_ = conn.Close()
+		t.Skip("a broker answers on localhost:5672 with guest/guest")
+	}
+	if !strings.Contains(err.Error(), "no broker URL was set") || !strings.Contains(err.Error(), "AMQPDELAY_URL") {
+		t.Errorf("dial with no URL: %v, want an error naming the default and AMQPDELAY_URL", err)
+	}
+	if strings.Contains(err.Error(), ":guest@") {
+		t.Errorf("the error shows the default password: %v", err)
+	}
+}
