@@ -5,23 +5,39 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
+// topologyObject reports whether name, published to as an exchange (asQueue false) or through
+// the default exchange as a queue's name (asQueue true), is one of the objects of the topology
+// of names that only its Publishers' delay paths write to. Exchanges: those topology.Names.Reserved
+// holds, less the names of queues (parking, revocation stream, delay queues: an exchange of the
+// user's may carry such a name). Queues: the revocation stream and the delay queues (ladder,
+// last-hop and bucket queues, by delayQueueShape); not the parking queue, which the consumer
+// package parks messages in, and not the names of the topology's exchanges (a queue of the
+// user's may carry one: queues and exchanges are named apart).
+func topologyObject(n topology.Names, name string, asQueue bool) bool {
+	if asQueue {
+		bucketPrefix := strings.TrimSuffix(n.LadderPrefix(), "ladder.") + "bucket."
+		return name == n.Revoked() ||
+			(strings.HasPrefix(name, n.LadderPrefix()) || strings.HasPrefix(name, bucketPrefix)) && delayQueueShape.MatchString(name)
+	}
+	return n.Reserved(name) && name != n.Parking() && name != n.Revoked() && !delayQueueShape.MatchString(name)
+}
+
 // foreignPrefixes returns the prefixes other than own under which name is one of a topology's
-// own objects (topology.Names.Reserved: the dispatch, bucket, ladder, entry, last-hop, retry and
-// plugin exchanges, the revocation stream, ...), the parking queue excepted: a vhost may hold the
-// topologies of several prefixes, and a name like "billing.ladder.00.01.entry" could be one of
-// prefix "billing"'s.
-func foreignPrefixes(name, own string) []string {
+// objects (topologyObject): a vhost may hold the topologies of several prefixes, and a name like
+// "billing.ladder.00.01.entry" could be one of prefix "billing"'s.
+func foreignPrefixes(name, own string, asQueue bool) []string {
 	var out []string
 	for i := strings.IndexByte(name, '.'); i > 0; {
 		prefix := name[:i]
-		n := topology.Names{Prefix: prefix}
-		if prefix != own && n.Reserved(name) && name != n.Parking() {
+		if prefix != own && topologyObject(topology.Names{Prefix: prefix}, name, asQueue) {
 			out = append(out, prefix)
 		}
 		j := strings.IndexByte(name[i+1:], '.')
@@ -36,13 +52,13 @@ func foreignPrefixes(name, own string) []string {
 // intoForeignTopology refuses a direct publish (no delay) into the topology of another prefix
 // in the vhost, as intoTopology does for the Publisher's own: to an exchange that is not one of
 // the Publisher's targets, or through the default exchange by a routing key, CC or BCC key,
-// whose name is one of another prefix's objects (foreignPrefixes) when that prefix's parking
-// queue exists. Its entry exchanges lead straight into its delay queues, where a message
-// without the Publisher's headers stalls every delayed message behind it; its dispatch
-// exchange routes to its targets on a header, past the user's permissions on them (RabbitMQ
-// checks the exchange published to, not those an exchange-to-exchange binding leads to); its
-// revocation stream would take forged revocations. Whether a prefix has a topology is asked once
-// per connection (hasTopology). The error wraps ErrInvalidInput.
+// that is one of another prefix's objects (foreignPrefixes; its delay queues are refused by
+// their names' shape in intoTopology) when that prefix has a topology (hasTopology). Its entry
+// exchanges lead straight into its delay queues, where a message without the Publisher's
+// headers stalls every delayed message behind it; its dispatch exchange routes to its targets on
+// a header, past the user's permissions on them (RabbitMQ checks the exchange published to,
+// not those an exchange-to-exchange binding leads to); its revocation stream would take forged
+// revocations. The error wraps ErrInvalidInput.
 func (p *Publisher) intoForeignTopology(ctx context.Context, exchange, routingKey string, headers amqp.Table) error {
 	names := []string{exchange}
 	if exchange == "" {
@@ -51,7 +67,7 @@ func (p *Publisher) intoForeignTopology(ctx context.Context, exchange, routingKe
 		return nil
 	}
 	for _, name := range names {
-		for _, prefix := range foreignPrefixes(name, p.names.Prefix) {
+		for _, prefix := range foreignPrefixes(name, p.names.Prefix, exchange == "") {
 			has, err := p.hasTopology(ctx, prefix)
 			if err != nil {
 				return err
@@ -88,25 +104,63 @@ func directKeys(routingKey string, headers amqp.Table) []string {
 	return keys
 }
 
+// topologyMemory is how long the Publisher keeps the answer to whether another prefix has a
+// topology: a topology declared or torn down meanwhile is seen after at most this long.
+const topologyMemory = 10 * time.Second
+
+// topologyAnswers are the answers of hasTopology, by prefix, each kept for topologyMemory (at
+// most maxNames of them).
+type topologyAnswers struct {
+	mu sync.Mutex
+	m  map[string]topologyAnswer
+}
+
+type topologyAnswer struct {
+	has   bool
+	until time.Time
+}
+
+func (a *topologyAnswers) get(prefix string) (has, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ans, ok := a.m[prefix]
+	if !ok || time.Now().After(ans.until) {
+		return false, false
+	}
+	return ans.has, true
+}
+
+func (a *topologyAnswers) set(prefix string, has bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil || len(a.m) >= maxNames {
+		a.m = make(map[string]topologyAnswer) // forget them all rather than grow without bound
+	}
+	a.m[prefix] = topologyAnswer{has: has, until: time.Now().Add(topologyMemory)}
+}
+
+func (a *topologyAnswers) clear() {
+	a.mu.Lock()
+	a.m = nil
+	a.mu.Unlock()
+}
+
 // hasTopology reports whether the topology of prefix exists in the vhost: whether its parking
-// queue does (a passive declare on the check channel). Every topology has one, and it is the
-// one object of a topology that foreignPrefixes never asks about, so an exchange of the user's
-// that merely has the shape of another prefix's object (say "shop.dispatch") does not count as
-// that prefix's topology by its own existence. The answer is kept for the connection
-// (refusals.forget). A check the broker refuses for another reason than 404 counts as no
-// topology (the publish goes ahead, as checkExchange lets it).
+// queue does (a passive declare on the check channel). Every topology has one, and
+// topologyObject never counts it, so an exchange of the user's that merely has the shape of
+// another prefix's object (say "shop.dispatch") does not count as that prefix's topology by its
+// own existence. An answer is kept for topologyMemory (and forgotten at a reconnection). A
+// check the broker refuses for another reason than 404 counts as no topology, and is not kept
+// (the publish goes ahead, as checkExchange lets it).
 func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error) {
 	for {
-		switch {
-		case p.refusals.topologies.has(prefix):
-			return true, nil
-		case p.refusals.noTopologies.has(prefix):
-			return false, nil
+		if has, ok := p.refusals.topologies.get(prefix); ok {
+			return has, nil
 		}
 		parking := topology.Names{Prefix: prefix}.Parking()
 		asked := false // set before the answer is sent back: read after it
 		answer, err := p.askOnCheckChannel(ctx, fmt.Sprintf("check whether prefix %q has a delay topology", prefix),
-			func() bool { return p.refusals.topologies.has(prefix) || p.refusals.noTopologies.has(prefix) },
+			func() bool { _, ok := p.refusals.topologies.get(prefix); return ok },
 			func(ch *amqp.Channel) error {
 				asked = true
 				_, err := ch.QueueDeclarePassive(parking, true, false, false, false, nil)
@@ -120,12 +174,12 @@ func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error
 		case !asked && answer.err == nil: // skipped: another publish's check answered meanwhile
 			continue
 		case answer.err == nil:
-			p.refusals.topologies.add(prefix)
+			p.refusals.topologies.set(prefix, true)
 			return true, nil
 		case answer.lost:
 			continue // the connection went during the check: check again on the next one
 		case errors.As(answer.err, &ae) && ae.Code == amqp.NotFound:
-			p.refusals.noTopologies.add(prefix)
+			p.refusals.topologies.set(prefix, false)
 			return false, nil
 		default:
 			p.log.Debug().Str("prefix", prefix).Err(answer.err).Msg("amqpdelay: could not check for another prefix's topology; publishing")

@@ -491,7 +491,7 @@ var delayQueueShape = regexp.MustCompile(`\.(ladder\.[0-9]{2}\.[0-9]{2}(\.s[0-9]
 func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table) error {
 	const directReplyTo = "amq.rabbitmq.reply-to." // https://www.rabbitmq.com/docs/direct-reply-to
 	if exchange != "" {
-		if _, target := p.targets[exchange]; !target && p.names.Reserved(exchange) {
+		if _, target := p.targets[exchange]; !target && topologyObject(p.names, exchange, false) { // foreign.go
 			return fmt.Errorf("%w: exchange %q belongs to the delay topology, and a message published there by hand "+
 				"lacks the headers that route it on, so it can stall the delay queues for everyone: publish to a target "+
 				"exchange (%s), with a delay for a delayed message", ErrInvalidInput, exchange, p.targetList())
@@ -505,7 +505,7 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 				"one of a running channel, failing every publish in flight with it; the Publisher sends no direct "+
 				"reply-to (reply with amqp091-go on a channel of your own)", ErrInvalidInput, k)
 		}
-		if k != p.names.Parking() && (p.names.Reserved(k) || delayQueueShape.MatchString(k)) {
+		if topologyObject(p.names, k, true) || delayQueueShape.MatchString(k) { // foreign.go
 			return fmt.Errorf("%w: routing key %q through the default exchange names a queue of the delay topology; "+
 				"a message put there by hand lacks the headers that route it on, and holds up every delayed message behind it: "+
 				"publish to a target exchange (%s), with a delay for a delayed message", ErrInvalidInput, k, p.targetList())

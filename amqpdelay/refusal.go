@@ -91,9 +91,9 @@ type refusals struct {
 	// permitted holds the targets a delayed publish was permitted to on this connection
 	// (permission.go): later delayed publishes to one ask again only when it is topicGuarded.
 	permitted nameSet
-	// topologies and noTopologies hold the prefixes, other than the Publisher's, found to have
-	// a delay topology in the vhost or not (foreign.go), on this connection.
-	topologies, noTopologies nameSet
+	// topologies holds whether prefixes other than the Publisher's were found to have a delay
+	// topology in the vhost (foreign.go), each answer for a while.
+	topologies topologyAnswers
 
 	bodyOK    atomic.Int64 // the largest body, in bytes, the broker has confirmed
 	brokerMax atomic.Int64 // the broker's max_message_size learnt from a 406; 0: unknown
@@ -146,7 +146,6 @@ func (r *refusals) forget() {
 	r.trusted.clear()
 	r.permitted.clear()
 	r.topologies.clear()
-	r.noTopologies.clear()
 	r.bodyOK.Store(0)
 }
 

@@ -575,7 +575,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	close(stopRenew)
 	<-renewed
 	sctx, scancel := c.settleCtx()
-	defer scancel()
+	defer func() { scancel() }() // scancel is replaced below
 
 	if !f.state.CompareAndSwap(stateHandling, stateSettling) {
 		// Shutdown gave the message back meanwhile: record what the handler did, settle nothing.
@@ -583,7 +583,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 			if err == nil {
 				c.done(sctx, in.ID, token)
 			} else {
-				c.release(sctx, in.ID, token)
+				c.release(in.ID, token)
 			}
 		}
 		return
@@ -600,7 +600,10 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	now := time.Now()
 	h := c.failureHeaders(orig, origKey, in, err, now)
 	if token != "" {
-		c.release(sctx, in.ID, token) // a retry copy must be able to claim it
+		c.release(in.ID, token) // a retry copy must be able to claim it
+		// The release has a budget of its own: the copy's publish gets the whole settle timeout.
+		scancel()
+		sctx, scancel = c.settleCtx()
 	}
 	reason := ""
 	switch {
@@ -837,10 +840,14 @@ func (c *Consumer) done(ctx context.Context, id, token string) error {
 	return err
 }
 
+// releaseBudget bounds release: best effort, since the lease expires by itself (a retry copy
+// that arrives before then is deferred as a busy one is).
+const releaseBudget = 2 * time.Second
+
 // release gives up the lease so that a retry copy can claim the id, trying again with
-// back-off within ctx and the lease (after which it expires by itself).
-func (c *Consumer) release(ctx context.Context, id, token string) {
-	ctx, cancel := context.WithTimeout(ctx, c.o.lease)
+// back-off for at most releaseBudget (or the lease, when shorter), on a context of its own.
+func (c *Consumer) release(id, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(releaseBudget, c.o.lease))
 	defer cancel()
 	if err := c.storeWrite(ctx, func() error { return c.store.Release(ctx, c.queue, id, token) }); err != nil {
 		c.log.Warn().Err(err).Str("id", id).Msg("consumer: release the lease (it expires by itself)")

@@ -231,6 +231,43 @@ func TestConsumerDoneMarkRidesOutRedisOutage(t *testing.T) {
 	}
 }
 
+// TestConsumerRetriesThroughRedisOutage: Redis goes away while a handler runs, and the handler
+// fails. Releasing the lease fails, and is given a budget of its own (it expires by itself): the
+// retry copy is still published, within a settle timeout of its own. Before, the release used
+// up the settle timeout, and the delivery was given back (counting toward the delivery limit).
+func TestConsumerRetriesThroughRedisOutage(t *testing.T) {
+	t.Parallel()
+	redisStore(t) // skips (or fails in CI) without REDIS_URL
+	opt, err := redis.ParseURL(strings.TrimSpace(os.Getenv("REDIS_URL")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, opt.Addr)
+	popt := *opt
+	popt.Addr = px.ln.Addr().String()
+	rdb := redis.NewClient(&popt)
+	defer rdb.Close()
+	store := consumer.NewRedisStore(rdb, "rdtest:"+t.Name()+":"+time.Now().Format("150405.000000")+":")
+
+	f := newConsumerFixture(t)
+	ev := newConsumerEvents()
+	var runs atomic.Int64
+	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
+		if runs.Add(1) == 1 {
+			px.setCut(true) // Redis goes away while the handler runs
+		}
+		return errors.New("fails")
+	}, consumer.WithStore(store), consumer.WithLease(10*time.Second, time.Hour), consumer.WithObserver(ev.observe),
+		consumer.WithSettleTimeout(3*time.Second), consumer.WithBusyDelay(200*time.Millisecond))
+	runConsumer(t, c)
+	f.publish(t, "r1", 10*time.Millisecond)
+	waitFor(t, time.Minute, "the failure settled", func() bool { return ev.n(consumer.Retried)+ev.n(consumer.Requeued) >= 1 })
+	px.setCut(false)
+	if n := ev.n(consumer.Requeued); n > 0 {
+		t.Errorf("the failed delivery was given back %d times instead of retried", n)
+	}
+}
+
 // TestConsumerMetricsCountEveryHandlerRun: a handler failure whose delivery is neither retried
 // nor parked (a delivery so crowded with headers that no copy of it can be published: rejected)
 // still counts in rabbitdelay_consumer_handler_failures_total and handler_duration_seconds.

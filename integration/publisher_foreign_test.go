@@ -27,20 +27,12 @@ import (
 // and B's reader finds "victim" not revoked.
 func TestPublishIntoForeignTopologyRefused(t *testing.T) {
 	t.Parallel()
-	env := brokertest.NewEnv(t)
-	specA := testSpec(env, topology.Target{Name: env.Name("a-orders"), Type: "topic"})
-	declareTopology(t, env, specA)
-	envB := *env
-	envB.Prefix = env.Prefix + "-b"
-	targetB := envB.Name("b-orders")
-	specB := testSpec(&envB, topology.Target{Name: targetB, Type: "topic"})
-	specB.Buckets = topology.Delays{3 * time.Second}
-	declareTopology(t, &envB, specB)
+	env, envB, _, specB, pa := twoPrefixes(t, true)
+	targetB := specB.Targets[0].Name
 	qb := envB.Name("ready")
-	declareReadyQueue(t, &envB, qb, targetB, "#")
-	got := consumeQueue(t, &envB, qb)
-	pa := newPublisher(t, env, specA)
-	pb := newPublisher(t, &envB, specB)
+	declareReadyQueue(t, envB, qb, targetB, "#")
+	got := consumeQueue(t, envB, qb)
+	pb := newPublisher(t, envB, specB)
 	ctx := pubCtx(t)
 	nb := specB.Names()
 	revocation := amqp.Publishing{Type: revlog.TypeRevocation, Body: revlog.Encode(nil, []revlog.Entry{{ID: "victim"}}),
@@ -135,4 +127,63 @@ func TestPublishDirectReplyToRefused(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // let the canary publish beside the refusals' aftermath
 	c.check(t, fmt.Sprintf("direct reply-to keys"))
+}
+
+// twoPrefixes declares the topologies of prefixes A (env's) and A-b (with a 3 s bucket; only
+// when declareB) in one vhost, and returns their specs and A's Publisher.
+func twoPrefixes(t *testing.T, declareB bool) (env, envB *brokertest.Env, specA, specB topology.Spec, pa *amqpdelay.Publisher) {
+	t.Helper()
+	env = brokertest.NewEnv(t)
+	specA = testSpec(env, topology.Target{Name: env.Name("a-orders"), Type: "topic"})
+	declareTopology(t, env, specA)
+	b := *env
+	b.Prefix = env.Prefix + "-b"
+	envB = &b
+	specB = testSpec(envB, topology.Target{Name: envB.Name("b-orders"), Type: "topic"})
+	specB.Buckets = topology.Delays{3 * time.Second}
+	if declareB {
+		declareTopology(t, envB, specB)
+	}
+	return env, envB, specA, specB, newPublisher(t, env, specA)
+}
+
+// TestPublishForeignTopologyDeclaredLater: A's Publisher learns that prefix B has no topology
+// (a direct publish to a name of B's shape), then B's topology is declared. A's Publisher refuses
+// direct publishes into it within a while (the answer is kept for 10 s), not only after its next
+// reconnection.
+func TestPublishForeignTopologyDeclaredLater(t *testing.T) {
+	t.Parallel()
+	_, envB, _, specB, pa := twoPrefixes(t, false)
+	ctx := pubCtx(t)
+	nb := specB.Names()
+	if _, err := pa.Publish(ctx, "", nb.Revoked(), textMsg("before B"), 0); !errors.Is(err, amqpdelay.ErrUnroutable) {
+		t.Fatalf("direct publish to %q before B exists: %v, want ErrUnroutable", nb.Revoked(), err)
+	}
+	declareTopology(t, envB, specB)
+	waitFor(t, time.Minute, "A refuses a direct publish into B's dispatch exchange", func() bool {
+		_, err := pa.Publish(ctx, nb.Dispatch(), "k", textMsg("junk"), 0)
+		return errors.Is(err, amqpdelay.ErrInvalidInput)
+	})
+}
+
+// TestPublishUserQueuesNamedLikeExchanges: queues and exchanges are named apart, so a queue of
+// the user's named like one of a topology's exchanges (the retry, dispatch and bucket exchanges
+// of another prefix's topology or of the Publisher's own) takes direct publishes through the
+// default exchange.
+func TestPublishUserQueuesNamedLikeExchanges(t *testing.T) {
+	t.Parallel()
+	env, _, specA, specB, pa := twoPrefixes(t, true)
+	ctx := pubCtx(t)
+	na, nb := specA.Names(), specB.Names()
+	ch := env.Channel(t)
+	for _, q := range []string{nb.Retry(), nb.Dispatch(), nb.BucketExchange(), na.Retry(), na.Dispatch()} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pa.Publish(ctx, "", q, textMsg("to a queue of the user's"), 0); err != nil {
+			t.Errorf("direct publish to the user's queue %q: %v", q, err)
+		} else if n := queueLen(t, ch, q); n != 1 {
+			t.Errorf("queue %q holds %d messages, want 1", q, n)
+		}
+	}
 }

@@ -98,32 +98,32 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	return nil
 }
 
-// scrapeLogger returns the exporter's OnScrape: it logs a scrape's error (once, then again when
-// it changes or a minute later, so that a scrape every few seconds does not flood the log) and
-// the management API answering again.
+// scrapeLogger returns the exporter's OnScrape: it logs the error of the first scrape that
+// fails after one that did not (or the first scrape), then at most one a minute while scrapes
+// keep failing (an error's text changes from scrape to scrape: client ports, API paths), so that
+// a scrape every few seconds does not flood the log; and the management API answering again.
 func scrapeLogger(e *invocation) func(error) {
 	var mu sync.Mutex
-	var last string
+	failing, first := false, true
 	var at time.Time
-	first := true
 	return func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		defer func() { first = false }()
 		if err == nil {
-			if last != "" {
+			if failing {
 				e.log.Info().Msg("exporter: the management API answers again")
-				last = ""
+				failing = false
 			}
 			return
 		}
-		if msg := err.Error(); msg != last || time.Since(at) >= time.Minute {
-			what := "exporter: a scrape could not read the management API (rabbitdelay_up 0)"
+		if !failing || time.Since(at) >= time.Minute {
+			what := "exporter: a scrape could not read the management API (rabbitdelay_up 0; logged at most once a minute while it fails)"
 			if first {
 				what = "exporter: the management API does not answer; serving rabbitdelay_up 0 until it does"
 			}
 			e.log.Error().Err(err).Msg(what)
-			last, at = msg, time.Now()
+			failing, at = true, time.Now()
 		}
 	}
 }

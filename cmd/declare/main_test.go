@@ -752,13 +752,18 @@ func TestExporterCommandLogsScrapeErrors(t *testing.T) {
 			e2 := maps.Clone(e)
 			e2["AMQPDELAY_MANAGEMENT_URL"] = c.url
 			x := startExporter(t, ctx, e2)
-			if !strings.Contains("\n"+x.scrape(t, ctx), "\nrabbitdelay_up 0\n") {
-				t.Errorf("scrape: no rabbitdelay_up 0")
+			for range 5 {
+				if !strings.Contains("\n"+x.scrape(t, ctx), "\nrabbitdelay_up 0\n") {
+					t.Errorf("scrape: no rabbitdelay_up 0")
+				}
 			}
 			err := x.stop()
 			logs := strings.Join(x.before, "\n") + "\n" + x.rest()
 			if err != nil {
 				t.Errorf("exporter after SIGTERM: %v, want exit 0", err)
+			}
+			if n := strings.Count(logs, `"level":"error"`); n != 1 {
+				t.Errorf("%d error lines for 6 failed scrapes within a minute, want 1 (at most one a minute):\n%s", n, logs)
 			}
 			if !strings.Contains(logs, `"level":"error"`) || !strings.Contains(logs, "management API") || !strings.Contains(logs, c.want) {
 				t.Errorf("no error naming the management API and %q in the log:\n%s", c.want, logs)
