@@ -176,13 +176,11 @@ func (p *cutProxy) setCut(on bool) {
 	}
 }
 
-// TestConsumerDoneMarkRidesOutRedisOutage: Redis is unreachable for 3 s at the moment a handler
-// returns nil. The Consumer keeps the delivery and tries the done mark again until Redis answers
-// (within the settle timeout); before, it gave up after about 300 ms and acked, and a copy of the
-// same id arriving once the lease expired ran the handler again.
-func TestConsumerDoneMarkRidesOutRedisOutage(t *testing.T) {
-	t.Parallel()
-	redisStore(t) // skips (or fails in CI) without REDIS_URL
+// proxiedRedisStore returns a RedisStore on REDIS_URL through a cutProxy, with keys unique to
+// the test (skipped, or failed in CI, without REDIS_URL).
+func proxiedRedisStore(t *testing.T) (*cutProxy, *consumer.RedisStore) {
+	t.Helper()
+	redisStore(t)
 	opt, err := redis.ParseURL(strings.TrimSpace(os.Getenv("REDIS_URL")))
 	if err != nil {
 		t.Fatal(err)
@@ -191,8 +189,17 @@ func TestConsumerDoneMarkRidesOutRedisOutage(t *testing.T) {
 	popt := *opt
 	popt.Addr = px.ln.Addr().String()
 	rdb := redis.NewClient(&popt)
-	defer rdb.Close()
-	store := consumer.NewRedisStore(rdb, "rdtest:"+t.Name()+":"+time.Now().Format("150405.000000")+":")
+	t.Cleanup(func() { _ = rdb.Close() })
+	return px, consumer.NewRedisStore(rdb, "rdtest:"+t.Name()+":"+time.Now().Format("150405.000000")+":")
+}
+
+// TestConsumerDoneMarkRidesOutRedisOutage: Redis is unreachable for 3 s at the moment a handler
+// returns nil. The Consumer keeps the delivery and tries the done mark again until Redis answers
+// (within the settle timeout); before, it gave up after about 300 ms and acked, and a copy of the
+// same id arriving once the lease expired ran the handler again.
+func TestConsumerDoneMarkRidesOutRedisOutage(t *testing.T) {
+	t.Parallel()
+	px, store := proxiedRedisStore(t)
 
 	f := newConsumerFixture(t)
 	fx := newConsumerEffects()
@@ -237,17 +244,7 @@ func TestConsumerDoneMarkRidesOutRedisOutage(t *testing.T) {
 // up the settle timeout, and the delivery was given back (counting toward the delivery limit).
 func TestConsumerRetriesThroughRedisOutage(t *testing.T) {
 	t.Parallel()
-	redisStore(t) // skips (or fails in CI) without REDIS_URL
-	opt, err := redis.ParseURL(strings.TrimSpace(os.Getenv("REDIS_URL")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newCutProxy(t, opt.Addr)
-	popt := *opt
-	popt.Addr = px.ln.Addr().String()
-	rdb := redis.NewClient(&popt)
-	defer rdb.Close()
-	store := consumer.NewRedisStore(rdb, "rdtest:"+t.Name()+":"+time.Now().Format("150405.000000")+":")
+	px, store := proxiedRedisStore(t)
 
 	f := newConsumerFixture(t)
 	ev := newConsumerEvents()
