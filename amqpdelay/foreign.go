@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,47 +12,11 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// topologyObject reports whether name, published to as an exchange (asQueue false) or through
-// the default exchange as a queue's name (asQueue true), is one of the objects of the topology
-// of names that only its Publishers' delay paths write to. Exchanges: those topology.Names.Reserved
-// holds, less the names of queues (parking, revocation stream, delay queues: an exchange of the
-// user's may carry such a name). Queues: the revocation stream and the delay queues (ladder,
-// last-hop and bucket queues, by delayQueueShape); not the parking queue, which the consumer
-// package parks messages in, and not the names of the topology's exchanges (a queue of the
-// user's may carry one: queues and exchanges are named apart).
-func topologyObject(n topology.Names, name string, asQueue bool) bool {
-	if asQueue {
-		bucketPrefix := strings.TrimSuffix(n.LadderPrefix(), "ladder.") + "bucket."
-		return name == n.Revoked() ||
-			(strings.HasPrefix(name, n.LadderPrefix()) || strings.HasPrefix(name, bucketPrefix)) && delayQueueShape.MatchString(name)
-	}
-	return n.Reserved(name) && name != n.Parking() && name != n.Revoked() && !delayQueueShape.MatchString(name)
-}
-
-// foreignPrefixes returns the prefixes other than own under which name is one of a topology's
-// objects (topologyObject): a vhost may hold the topologies of several prefixes, and a name like
-// "billing.ladder.00.01.entry" could be one of prefix "billing"'s.
-func foreignPrefixes(name, own string, asQueue bool) []string {
-	var out []string
-	for i := strings.IndexByte(name, '.'); i > 0; {
-		prefix := name[:i]
-		if prefix != own && topologyObject(topology.Names{Prefix: prefix}, name, asQueue) {
-			out = append(out, prefix)
-		}
-		j := strings.IndexByte(name[i+1:], '.')
-		if j < 0 {
-			break
-		}
-		i += j + 1
-	}
-	return out
-}
-
 // intoForeignTopology refuses a direct publish (no delay) into the topology of another prefix
 // in the vhost, as intoTopology does for the Publisher's own: to an exchange that is not one of
 // the Publisher's targets, or through the default exchange by a routing key, CC or BCC key,
-// that is one of another prefix's objects (foreignPrefixes; its delay queues are refused by
-// their names' shape in intoTopology) when that prefix has a topology (hasTopology). Its entry
+// that is one of another prefix's objects (topology.ForeignPrefixes; its delay queues are
+// refused by their names' shape in intoTopology) when that prefix has a topology (hasTopology). Its entry
 // exchanges lead straight into its delay queues, where a message without the Publisher's
 // headers stalls every delayed message behind it; its dispatch exchange routes to its targets on
 // a header, past the user's permissions on them (RabbitMQ checks the exchange published to,
@@ -67,7 +30,7 @@ func (p *Publisher) intoForeignTopology(ctx context.Context, exchange, routingKe
 		return nil
 	}
 	for _, name := range names {
-		for _, prefix := range foreignPrefixes(name, p.names.Prefix, exchange == "") {
+		for _, prefix := range topology.ForeignPrefixes(name, p.names.Prefix, exchange == "", false) {
 			has, err := p.hasTopology(ctx, prefix)
 			if err != nil {
 				return err
@@ -147,7 +110,7 @@ func (a *topologyAnswers) clear() {
 
 // hasTopology reports whether the topology of prefix exists in the vhost: whether its parking
 // queue does (a passive declare on the check channel). Every topology has one, and
-// topologyObject never counts it, so an exchange of the user's that merely has the shape of
+// topology.Names.OwnsQueue never counts it, so an exchange of the user's that merely has the shape of
 // another prefix's object (say "shop.dispatch") does not count as that prefix's topology by its
 // own existence. An answer is kept for topologyMemory (and forgotten at a reconnection). A
 // check the broker refuses for another reason than 404 counts as no topology, and is not kept

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -468,17 +467,12 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 	return nil
 }
 
-// delayQueueShape matches the names of the delay queues of a topology of any prefix (ladder
-// and last-hop queues of every copy, bucket queues; topology.Names): a vhost may hold the
-// topologies of several prefixes, and a Publisher knows its own.
-var delayQueueShape = regexp.MustCompile(`\.(ladder\.[0-9]{2}\.[0-9]{2}(\.s[0-9]+)?(\.last)?|bucket\.[0-9]+ms)$`)
-
 // intoTopology refuses a direct publish (no delay) into the delay topology's own objects, which
 // only the Publisher's delay paths may write to: an exchange of the topology that is not a
 // target (the dispatch, bucket, ladder, entry, last-hop and plugin exchanges), or, through the
 // default exchange, a queue of the topology by the routing key or a CC or BCC routing key (the
 // ladder, bucket and last-hop queues, the revocation stream; topology.Names.Reserved), or a
-// delay queue of another prefix's topology in the vhost (delayQueueShape). A message
+// delay queue of another prefix's topology in the vhost (topology.IsDelayQueueName). A message
 // put into a delay queue by hand lacks the headers that route it on: it is dead-lettered into an
 // exchange that routes it nowhere, where RabbitMQ 3.10+ keeps it (at-least-once dead-lettering),
 // and once a queue holds more such messages than the dead-letter worker's prefetch
@@ -491,7 +485,7 @@ var delayQueueShape = regexp.MustCompile(`\.(ladder\.[0-9]{2}\.[0-9]{2}(\.s[0-9]
 func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table) error {
 	const directReplyTo = "amq.rabbitmq.reply-to." // https://www.rabbitmq.com/docs/direct-reply-to
 	if exchange != "" {
-		if _, target := p.targets[exchange]; !target && topologyObject(p.names, exchange, false) { // foreign.go
+		if _, target := p.targets[exchange]; !target && p.names.OwnsExchange(exchange) {
 			return fmt.Errorf("%w: exchange %q belongs to the delay topology, and a message published there by hand "+
 				"lacks the headers that route it on, so it can stall the delay queues for everyone: publish to a target "+
 				"exchange (%s), with a delay for a delayed message", ErrInvalidInput, exchange, p.targetList())
@@ -505,7 +499,7 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 				"one of a running channel, failing every publish in flight with it; the Publisher sends no direct "+
 				"reply-to (reply with amqp091-go on a channel of your own)", ErrInvalidInput, k)
 		}
-		if topologyObject(p.names, k, true) || delayQueueShape.MatchString(k) { // foreign.go
+		if p.names.OwnsQueue(k) || topology.IsDelayQueueName(k) {
 			return fmt.Errorf("%w: routing key %q through the default exchange names a queue of the delay topology; "+
 				"a message put there by hand lacks the headers that route it on, and holds up every delayed message behind it: "+
 				"publish to a target exchange (%s), with a delay for a delayed message", ErrInvalidInput, k, p.targetList())

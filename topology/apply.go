@@ -125,11 +125,16 @@ type ApplyOptions struct {
 	Nodes []*amqp.Connection
 }
 
-// Preflight checks, with passive declarations only, that every exchange in p.Existing
-// exists. It returns an error wrapping ErrTargetMissing that names every missing exchange and
-// the fixes, or the broker's error. With m (nil for none), the error also names the vhost's
+// Preflight checks, with passive declarations only, that no target, ready queue or ready
+// queue's exchange of p is an object of another prefix's topology in the vhost (an error
+// wrapping ErrInvalidSpec that names it), and that every exchange in p.Existing exists. It
+// returns an error wrapping ErrTargetMissing that names every missing exchange and the fixes,
+// or the broker's error. With m (nil for none), the error also names the vhost's
 // exchanges whose names look like a mistyping of a missing one.
 func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Management) error {
+	if err := foreignObjects(ctx, conn, p); err != nil { // foreign.go
+		return err
+	}
 	if len(p.Existing) == 0 {
 		return nil
 	}

@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,40 @@ func TestDelayQueuesPattern(t *testing.T) {
 			if re.MatchString(other) {
 				t.Errorf("prefix %.20q: pattern matches %s", s.Prefix, other)
 			}
+		}
+	}
+}
+
+// TestForeignPrefixes: which prefixes other than the own one a name is an object of, as an
+// exchange or as a queue: dots in prefixes, a prefix that is a prefix of another, queue and
+// exchange names kept apart, the parking queue only when asked for.
+func TestForeignPrefixes(t *testing.T) {
+	for _, c := range []struct {
+		name, own      string
+		queue, parking bool
+		want           []string
+	}{
+		{"b.ladder.00.01.entry", "a", false, false, []string{"b"}},
+		{"app.delays.dispatch", "a", false, false, []string{"app.delays"}},
+		{"app.delays.dispatch", "app.delays", false, false, nil},
+		{"app.delays.ladder.03", "app", false, false, []string{"app.delays"}},
+		{"b.ladder.00.01.s2.last.entry", "a", false, false, []string{"b"}},
+		{"b.ladder.00.01", "a", false, false, nil}, // a queue's name, as an exchange: the user's
+		{"b.revoked", "a", false, false, nil},
+		{"b.retry", "a", false, false, []string{"b"}},
+		{"b.retry", "a", true, false, nil}, // an exchange's name, as a queue: the user's
+		{"b.dispatch", "a", true, false, nil},
+		{"b.revoked", "a", true, false, []string{"b"}},
+		{"b.ladder.00.01", "a", true, false, []string{"b"}},
+		{"b.ladder.07.15.s3.last", "a", true, false, []string{"b"}},
+		{"b.bucket.3000ms", "a", true, false, []string{"b"}},
+		{"b.parking", "a", true, false, nil},
+		{"b.parking", "a", true, true, []string{"b"}},
+		{"orders", "a", false, false, nil},
+		{"a-b.dispatch", "a", false, false, []string{"a-b"}},
+	} {
+		if got := ForeignPrefixes(c.name, c.own, c.queue, c.parking); !slices.Equal(got, c.want) {
+			t.Errorf("ForeignPrefixes(%q, %q, queue %v, parking %v) = %q, want %q", c.name, c.own, c.queue, c.parking, got, c.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -978,6 +979,44 @@ func TestApplyMistypedReadyQueueExchange(t *testing.T) {
 	}
 	if after := objects(t, env); !slices.Equal(before, after) {
 		t.Errorf("apply declared something: %d objects before, %d after", len(before), len(after))
+	}
+}
+
+// TestApplyRefusesAnotherPrefixsObjects: with prefix B's topology applied in the vhost, an apply
+// of prefix A whose target is one of B's exchanges, or whose ready queue is one of B's queues
+// (delay queue, parking queue, revocation stream) or is bound to one of B's exchanges, exits 2
+// naming the object and prefix B, and declares nothing; a name of that shape for a prefix with
+// no topology is the user's, and applies.
+func TestApplyRefusesAnotherPrefixsObjects(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	b := env.Prefix + "-b"
+	nb := topology.Names{Prefix: b}
+	eb := vars(env, "AMQPDELAY_PREFIX", b, "AMQPDELAY_TARGETS", env.Name("b-orders")+":topic", "AMQPDELAY_LADDER_MAX", "1m")
+	applyOrFail(t, env, eb, env.Name("b-orders"))
+	target := env.Name("a-orders")
+	for _, c := range []struct{ name, targets, ready, object string }{
+		{"target: B's dispatch exchange", nb.Dispatch() + ":headers", "", nb.Dispatch()},
+		{"target: B's entry exchange", nb.LadderEntryExchange(nb.LadderQueue(0, 1)) + ":fanout", "", nb.LadderEntryExchange(nb.LadderQueue(0, 1))},
+		{"ready queue: B's ladder queue", target + ":topic", nb.LadderQueue(0, 1) + "=" + target + ":#", nb.LadderQueue(0, 1)},
+		{"ready queue: B's parking queue", target + ":topic", nb.Parking() + "=" + target + ":#", nb.Parking()},
+		{"ready queue: B's revocation stream", target + ":topic", nb.Revoked() + "=" + target + ":#", nb.Revoked()},
+		{"ready queue bound to B's dispatch exchange", target + ":topic", env.Name("q") + "=" + nb.Dispatch() + ":#", nb.Dispatch()},
+	} {
+		e := vars(env, "AMQPDELAY_TARGETS", c.targets, "AMQPDELAY_READY_QUEUES", c.ready, "AMQPDELAY_LADDER_MAX", "1m")
+		before := objects(t, env)
+		r := declare(t, e, "apply")
+		if r.code != 2 || !strings.Contains(r.stderr, strconv.Quote(c.object)) || !strings.Contains(r.stderr, `prefix "`+b+`"`) {
+			t.Errorf("%s: exit %d, want 2 naming %q and prefix %q\n%s", c.name, r.code, c.object, b, r.stderr)
+		}
+		if after := objects(t, env); !slices.Equal(before, after) {
+			t.Errorf("%s: apply declared something: %d objects before, %d after", c.name, len(before), len(after))
+		}
+	}
+	lookalike := env.Name("shop") + ".dispatch" // no topology of prefix <env>.shop
+	e := vars(env, "AMQPDELAY_TARGETS", lookalike+":topic", "AMQPDELAY_LADDER_MAX", "1m")
+	if r := declare(t, e, "apply"); r.code != 0 {
+		t.Errorf("apply with target %q (no topology of its prefix): exit %d\n%s", lookalike, r.code, r.stderr)
 	}
 }
 
