@@ -16,12 +16,12 @@ import (
 // in the vhost, as intoTopology does for the Publisher's own: to an exchange that is not one of
 // the Publisher's targets, or through the default exchange by a routing key, CC or BCC key,
 // that is one of another prefix's objects (topology.ForeignPrefixes; its delay queues are
-// refused by their names' shape in intoTopology) when that prefix has a topology (hasTopology). Its entry
-// exchanges lead straight into its delay queues, where a message without the Publisher's
-// headers stalls every delayed message behind it; its dispatch exchange routes to its targets on
-// a header, past the user's permissions on them (RabbitMQ checks the exchange published to,
-// not those an exchange-to-exchange binding leads to); its revocation stream would take forged
-// revocations. The error wraps ErrInvalidInput.
+// refused by their names' shape in intoTopology) when that prefix has a topology
+// (hasTopology). Its entry exchanges lead straight into its delay queues, where a message
+// without the Publisher's headers stalls every delayed message behind it; its dispatch
+// exchange routes to its targets on a header, past the user's permissions on them (RabbitMQ
+// checks the exchange published to, not those an exchange-to-exchange binding leads to); its
+// revocation stream would take forged revocations. The error wraps ErrInvalidInput.
 func (p *Publisher) intoForeignTopology(ctx context.Context, exchange, routingKey string, headers amqp.Table) error {
 	names := []string{exchange}
 	if exchange == "" {
@@ -110,9 +110,9 @@ func (a *topologyAnswers) clear() {
 
 // hasTopology reports whether the topology of prefix exists in the vhost: whether its parking
 // queue does (a passive declare on the check channel). Every topology has one, and
-// topology.Names.OwnsQueue never counts it, so an exchange of the user's that merely has the shape of
-// another prefix's object (say "shop.dispatch") does not count as that prefix's topology by its
-// own existence. An answer is kept for topologyMemory (and forgotten at a reconnection). A
+// topology.Names.OwnsQueue never counts it, so an exchange of the user's that merely has the
+// shape of another prefix's object (say "shop.dispatch") does not count as that prefix's
+// topology by its own existence. An answer is kept for topologyMemory (and forgotten at a reconnection). A
 // check the broker refuses for another reason than 404 counts as no topology, and is not kept
 // (the publish goes ahead, as checkExchange lets it).
 func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error) {
