@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -372,11 +373,38 @@ func TestPolicyExchangeAlternateReported(t *testing.T) {
 	}
 }
 
+// privateNode reports whether the broker under test is a private node that scripts/broker
+// started (BROKER_STATE names its state, whose kind is "local"): only such a node can be
+// reconfigured or restarted by a test.
+func privateNode() bool {
+	state := os.Getenv("BROKER_STATE")
+	if state == "" {
+		return false
+	}
+	kind, err := os.ReadFile(filepath.Join(state, "kind"))
+	return err == nil && strings.TrimSpace(string(kind)) == "local"
+}
+
+// needPrivateNode skips tb, with why it needs node control, when the broker under test is not a
+// private node of scripts/broker (AMQP_URL, Docker); under CI=true that is a failure instead:
+// `make test` always starts one.
+func needPrivateNode(tb testing.TB, why string) {
+	tb.Helper()
+	if privateNode() {
+		return
+	}
+	msg := fmt.Sprintf("needs a private node of scripts/broker (BROKER_STATE with kind local) to %s; the broker under test is not one (AMQP_URL or Docker); run it under `make test`, or `scripts/broker run -- go test ...` without AMQP_URL", why)
+	if brokertest.InCI() {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
+}
+
 // brokerCtl runs `scripts/broker ctl ARGS` on the private node the tests use, when
 // BROKER_STATE names it (scripts/broker env exports it); ok is false otherwise.
 func brokerCtl(t testing.TB, args ...string) (out string, ok bool) {
 	t.Helper()
-	if os.Getenv("BROKER_STATE") == "" {
+	if !privateNode() {
 		return "", false
 	}
 	cmd := exec.Command("../scripts/broker", append([]string{"ctl"}, args...)...)

@@ -110,9 +110,10 @@ func TestPolicyDueUnroutableParkedClassic(t *testing.T) {
 func TestPolicyDueUnroutableParkedPrefetch32(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	topoNeedManagement(t, env)
+	needPrivateNode(t, "change dead_letter_worker_consumer_prefetch")
 	before, ok := brokerCtl(t, "eval", "application:get_env(rabbit, dead_letter_worker_consumer_prefetch).")
 	if !ok {
-		t.Skip("needs scripts/broker's private node (BROKER_STATE) to change dead_letter_worker_consumer_prefetch")
+		t.Fatalf("scripts/broker ctl eval failed on the private node: %s", before)
 	}
 	restore := "application:unset_env(rabbit, dead_letter_worker_consumer_prefetch)."
 	if v := strings.TrimSpace(before); strings.HasPrefix(v, "{ok,") {

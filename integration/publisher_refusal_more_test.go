@@ -102,9 +102,7 @@ func atkCtl(t *testing.T, args ...string) {
 // the broker it reconnects to has max_message_size 1 MiB (a lowered limit after a restart, or
 // another node of a cluster). A 1.5 MiB delayed publish beside delayed victims.
 func TestPublisherBodyLimitLoweredAcrossReconnect(t *testing.T) {
-	if os.Getenv("BROKER_STATE") == "" {
-		t.Skip("needs BROKER_STATE (changes the broker's max_message_size)")
-	}
+	needPrivateNode(t, "change the broker's max_message_size")
 	env := brokertest.NewEnv(t)
 	target := env.Name("t")
 	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
