@@ -93,6 +93,9 @@ type chooser struct {
 	buckets  ttlbuckets.Buckets
 	strategy Strategy
 	pluginOK bool // the broker has the plugin exchange
+	// brokerVersion is the RabbitMQ version the connection's server properties name ("" when
+	// unknown): an error for a missing plugin names 4.3 where that is why.
+	brokerVersion string
 }
 
 // choose is the path rule of the README, as a pure function of the delay: no I/O, no clock.
@@ -109,7 +112,7 @@ func (c chooser) choose(d time.Duration) (choice, error) {
 	switch c.strategy {
 	case PluginOnly:
 		if !c.pluginOK {
-			return choice{}, errPluginMissing()
+			return choice{}, errPluginMissing(c.brokerVersion)
 		}
 		return c.viaPlugin(d)
 	case PreferPlugin:
@@ -171,8 +174,24 @@ func (c chooser) viaLadder(d time.Duration) (choice, error) {
 	return choice{path: PathLadder, effective: p.Effective, rounded: p.Rounded, plan: p}, nil
 }
 
-func errPluginMissing() error {
+func errPluginMissing(brokerVersion string) error {
+	if pluginGone(brokerVersion) {
+		return fmt.Errorf("%w: the broker runs RabbitMQ %s, and the delayed-message plugin (%s) cannot run on RabbitMQ 4.3 "+
+			"or later (it stores its messages in Mnesia, which 4.3 removed): use strategy Auto or LadderOnly, which take the ladder",
+			ErrPluginUnavailable, brokerVersion, plugin.PluginName)
+	}
 	return fmt.Errorf("%w: the broker has no delayed-message plugin exchange: the plugin (%s) is missing, "+
 		"or `declare apply --plugin on` was not run; use strategy Auto or LadderOnly to do without it",
 		ErrPluginUnavailable, plugin.PluginName)
+}
+
+// pluginGone reports whether RabbitMQ brokerVersion (the "version" server property, such as
+// "4.3.6") is 4.3 or later, where the delayed-message plugin cannot load: its last release
+// supports RabbitMQ 4.2 at most, and 4.3 removed Mnesia, which the plugin stores messages in.
+func pluginGone(brokerVersion string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(brokerVersion, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 4 || major == 4 && minor >= 3
 }

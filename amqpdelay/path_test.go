@@ -136,6 +136,24 @@ func TestPluginMissingErrorSaysWhy(t *testing.T) {
 	}
 }
 
+// TestPluginMissingErrorNames43: on RabbitMQ 4.3 and later the error says the plugin cannot run
+// there and points at the ladder; before 4.3 it points at the plugin and `declare apply`.
+func TestPluginMissingErrorNames43(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		gone    bool
+	}{{"3.10.8", false}, {"4.0.5", false}, {"4.2.4", false}, {"4.3.0", true}, {"4.3.6", true}, {"4.10.1", true}, {"5.0.0", true}, {"", false}, {"unknown", false}} {
+		_, err := chooser{ladder: ttlbuckets.DefaultLadder(), strategy: PluginOnly, brokerVersion: tc.version}.choose(time.Second)
+		if !errors.Is(err, ErrPluginUnavailable) {
+			t.Fatalf("%s: err = %v", tc.version, err)
+		}
+		names43 := strings.Contains(err.Error(), "cannot run on RabbitMQ 4.3") && strings.Contains(err.Error(), "RabbitMQ "+tc.version)
+		if names43 != tc.gone || tc.gone && !strings.Contains(err.Error(), "LadderOnly") {
+			t.Errorf("%s: error %q; want it to name 4.3: %v", tc.version, err, tc.gone)
+		}
+	}
+}
+
 func TestPathAndStrategyStrings(t *testing.T) {
 	for p, want := range map[Path]string{PathDirect: "direct", PathBucket: "bucket", PathLadder: "ladder", PathPlugin: "plugin", Path(9): "Path(9)"} {
 		if p.String() != want {

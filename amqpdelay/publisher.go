@@ -225,7 +225,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		_ = s.conn.Close()
 		p.cancel()
 		p.metrics.close()
-		return nil, errPluginMissing()
+		return nil, errPluginMissing(s.brokerVersion)
 	}
 	p.sess.Store(s)
 	p.wg.Add(1)
@@ -290,7 +290,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	if p.pluginLost.Load() {
 		p.reprobePlugin()
 	}
-	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load()}.choose(delay)
+	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load(), brokerVersion: p.brokerVersion()}.choose(delay)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -865,4 +865,12 @@ func (p *Publisher) targetList() string {
 		s += strconv.Quote(t.Name)
 	}
 	return s
+}
+
+// brokerVersion is the RabbitMQ version of the current connection's broker ("" when unknown).
+func (p *Publisher) brokerVersion() string {
+	if s := p.sess.Load(); s != nil {
+		return s.brokerVersion
+	}
+	return ""
 }

@@ -34,6 +34,8 @@ type session struct {
 	serialSlot int
 	chanDied   chan struct{} // a channel of this session died (buffered, coalescing)
 	connClose  chan *amqp.Error
+	// brokerVersion is the server property "version" of the connection ("" when absent).
+	brokerVersion string
 }
 
 // slotKind says which channels of a session a publish may use.
@@ -88,14 +90,16 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	// path when this connection can use the plugin (it has the exchange, or had it and a
 	// re-probe may find it again), as far as channel_max permits; without one, such publishes
 	// share the general channels.
+	brokerVersion, _ := conn.Properties["version"].(string)
 	s := &session{
-		conn:       conn,
-		general:    p.opts.channels,
-		pluginSlot: -1,
-		directSlot: -1,
-		serialSlot: -1,
-		chanDied:   make(chan struct{}, 1),
-		connClose:  conn.NotifyClose(make(chan *amqp.Error, 1)),
+		conn:          conn,
+		brokerVersion: brokerVersion,
+		general:       p.opts.channels,
+		pluginSlot:    -1,
+		directSlot:    -1,
+		serialSlot:    -1,
+		chanDied:      make(chan struct{}, 1),
+		connClose:     conn.NotifyClose(make(chan *amqp.Error, 1)),
 	}
 	nslots, room := p.opts.channels, int(conn.Config.ChannelMax)-p.opts.channels-1
 	if room > 0 {
