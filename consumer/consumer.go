@@ -24,7 +24,8 @@ import (
 // it), an error to have it retried after the back-off, or an error wrapped with [Permanent] to
 // have it parked at once. ctx ends when the handler timeout passes or when the shutdown's
 // grace period is over; [InfoFrom] reads the delivery's attempt, due time and lateness from it.
-// A panic counts as an error. The handler must not ack, nack or reject d itself.
+// A panic counts as an error: a [*PanicError] with the stack trace (see PanicError for where it
+// is reported). The handler must not ack, nack or reject d itself.
 type Handler func(ctx context.Context, d amqp.Delivery) error
 
 // Consumer consumes one queue and runs a Handler for each message, N at a time, with delayed
@@ -570,6 +571,10 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	hstart := time.Now()
 	err := c.call(hctx, d)
 	took := time.Since(hstart)
+	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		c.log.Error().Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Str("panic", truncate(fmt.Sprint(pe.Value), MaxErrorLen)).
+			Str("stack", string(pe.Stack)).Msg("consumer: handler panicked")
+	}
 	c.m.handlerRan(c.queue, err, took)
 	hcancel()
 	close(stopRenew)
@@ -750,6 +755,10 @@ func (c *Consumer) failureHeaders(orig amqp.Table, origKey string, in Info, err 
 	}
 	h[HeaderLastFailure] = now.UnixMilli()
 	h[HeaderError] = truncate(err.Error(), MaxErrorLen)
+	delete(h, HeaderPanic) // an earlier attempt's
+	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		h[HeaderPanic] = pe.Summary
+	}
 	h[HeaderQueue] = c.queue
 	return h
 }
@@ -774,13 +783,13 @@ func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
 	}
 }
 
-// call runs the handler, turning a panic into an error, and an error whose Error method
+// call runs the handler, turning a panic into a *PanicError (with its stack trace), and an error whose Error method
 // panics (a typed nil pointer returned as the error, typically) into one that does not: the
 // Consumer reads the text for the failure record and the logs.
 func (c *Consumer) call(ctx context.Context, d amqp.Delivery) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = panicError{v: v}
+			err = newPanicError(v)
 		}
 	}()
 	if err = c.h(ctx, d); err != nil {

@@ -47,8 +47,12 @@
 // rejects the delivery without requeue ([Rejected]: its queue's dead-letter exchange takes it, a
 // quorum ready queue's being the parking queue, or RabbitMQ drops it).
 //
-// A handler's error whose Error method panics (a nil pointer of an error type returned as the
-// error) counts as a failure, with a text that says so.
+// A handler's panic is a failure like an error: the Consumer recovers it into a [*PanicError]
+// (the value and the stack trace, runtime/debug.Stack), which is the outcome Event's Err, is
+// logged at error level with the stack ([WithLogger]), and whose summary (the value and the
+// first frames, function and file:line, at most MaxPanicLen bytes) the retry or parked copy
+// carries in [HeaderPanic]. A handler's error whose Error method panics (a nil pointer of an
+// error type returned as the error) counts as a failure, with a text that says so.
 //
 // The retry routing is part of the topology `declare apply` declares (package topology, retry
 // routing): the dispatch exchange hands a due retry to <prefix>.retry (it is its target), a

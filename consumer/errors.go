@@ -42,7 +42,27 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-// panicError is a handler's panic, turned into an error (retried like any other).
-type panicError struct{ v any }
+// PanicError is a handler's panic, turned into an error: the delivery is retried (or parked)
+// like any other failure. The outcome's [Event].Err is a *PanicError (errors.As), with the
+// whole stack trace; the Consumer's logger ([WithLogger]) records it at error level with the
+// stack; and the retry or parked copy carries [HeaderPanic], the bounded Summary.
+type PanicError struct {
+	// Value is the value the handler passed to panic (a *runtime.PanicNilError for panic(nil)).
+	Value any
+	// Stack is the panicking goroutine's stack trace (runtime/debug.Stack), taken where the
+	// Consumer recovered it: the frames below the deferred call are the handler's.
+	Stack []byte
+	// Summary is Value and the first frames below the panic, function and file:line each, at
+	// most MaxPanicLen bytes: what HeaderPanic carries.
+	Summary string
+}
 
-func (p panicError) Error() string { return fmt.Sprintf("consumer: handler panicked: %v", p.v) }
+// Error returns "consumer: handler panicked: " and the panic's value.
+func (p *PanicError) Error() string { return fmt.Sprintf("consumer: handler panicked: %v", p.Value) }
+
+// Unwrap returns Value when it is an error (a handler that panics with an error wrapped by
+// [Permanent] has its message parked at once), else nil.
+func (p *PanicError) Unwrap() error {
+	err, _ := p.Value.(error)
+	return err
+}

@@ -16,7 +16,7 @@ const HeaderReplayed = "rabbitdelay.replayed"
 
 // Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue names
 // queue) from the topology's parking queue back to queue (n <= 0: all of them), and returns how
-// many it moved. A moved message loses its failure record (attempt, failure times, error, park
+// many it moved. A moved message loses its failure record (attempt, failure times, error, panic, park
 // reason) and starts again at attempt 1; it keeps its body, properties (UserId excepted) and
 // other headers (CC and BCC excepted: they would route the copy to the queues they name too),
 // and gets HeaderReplayed. Each is published to queue through the default
@@ -129,7 +129,7 @@ func replayHeaders(h amqp.Table) amqp.Table {
 	out := make(amqp.Table, len(h)+1)
 	for k, v := range h {
 		switch k {
-		case HeaderAttempt, HeaderFirstFailure, HeaderLastFailure, HeaderError, HeaderParked, HeaderParkReason, HeaderQueue:
+		case HeaderAttempt, HeaderFirstFailure, HeaderLastFailure, HeaderError, HeaderPanic, HeaderParked, HeaderParkReason, HeaderQueue:
 		default:
 			out[k] = v
 		}

@@ -21,6 +21,10 @@ const (
 	HeaderLastFailure  = "rabbitdelay.last-failure"
 	// HeaderError (string) is the latest failure's error text, cut to MaxErrorLen bytes.
 	HeaderError = "rabbitdelay.error"
+	// HeaderPanic (string) is set when the latest failure was a panic ([PanicError]): the
+	// panic's value and the first frames below it, function and file:line each, at most
+	// MaxPanicLen bytes ("panic: boom; at orders.handle (orders/handle.go:42); at ...").
+	HeaderPanic = "rabbitdelay.panic"
 	// HeaderQueue (string) is the queue the message was consumed from and belongs back to.
 	HeaderQueue = "rabbitdelay.queue"
 	// HeaderRoutingKey and HeaderTarget (string) keep the routing key the message first
