@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,14 +76,23 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 	if err := rspec.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: cfg.Spec: %w", ErrInvalidConfig, err))
 	} else if ladder, _, err := rspec.LadderOrBuckets(); err == nil {
-		longest := time.Duration(float64(o.backoff.Max) * (1 + o.backoff.Jitter))
-		if m := ladder.WithDefaults().Max; longest > m && !o.backoffSet {
-			o.backoff.Max = max(time.Duration(float64(m)/(1+o.backoff.Jitter)), time.Millisecond)
+		// Every wait the Consumer asks for (a retry, a deferred or an early copy) goes through the
+		// ladder: a wait beyond its maximum could never be published, and the delivery would be
+		// given back to the queue again and again.
+		m := ladder.WithDefaults().Max
+		if fit := time.Duration(float64(m) / (1 + o.backoff.Jitter)); o.backoff.longest() > float64(m) && !o.backoffSet {
+			o.backoff.Max = max(fit, time.Millisecond)
 			o.backoff.Initial = min(o.backoff.Initial, o.backoff.Max)
-		} else if longest > m {
-			errs = append(errs, fmt.Errorf("%w: Backoff.Max %v with jitter %v reaches %v, beyond the ladder's maximum %v: lower Backoff.Max",
-				ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, longest, m))
+		} else if o.backoff.longest() > float64(m) {
+			errs = append(errs, fmt.Errorf("%w: WithBackoff: Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
+				"the topology's ladder carries (retries wait in it): want Backoff.Max from Backoff.Initial (%v) to %v",
+				ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, floatDuration(o.backoff.longest()), m, o.backoff.Initial, fit))
 		}
+		if o.busyDelay > m {
+			errs = append(errs, fmt.Errorf("%w: WithBusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
+				ErrInvalidConfig, o.busyDelay, m))
+		}
+		o.maxDelay = m
 	}
 	m, err := newConsumerMetrics(o.metricsReg)
 	if err != nil {
@@ -93,6 +103,9 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 	}
 	if o.busyDelay == 0 {
 		o.busyDelay = max(o.lease/4, time.Second)
+		if o.maxDelay > 0 {
+			o.busyDelay = min(o.busyDelay, o.maxDelay)
+		}
 	}
 	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: names, log: o.logger, m: m}
 	c.pubCfg = cfg
@@ -654,6 +667,14 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	default:
 		c.nack(f, fmt.Errorf("consumer: park the message in %q: %w", c.names.Parking(), perr), in)
 	}
+}
+
+// floatDuration formats d nanoseconds, also beyond the largest time.Duration.
+func floatDuration(d float64) string {
+	if d >= math.MaxInt64 {
+		return fmt.Sprintf("%.0f years", d/float64(365*24*time.Hour))
+	}
+	return time.Duration(d).String()
 }
 
 // truncate cuts s to at most n bytes.

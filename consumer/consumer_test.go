@@ -34,7 +34,7 @@ func TestNewValidates(t *testing.T) {
 	short := cfg
 	short.Spec.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
 	if _, err := New(short, "q", noop, WithBackoff(Backoff{Max: time.Hour})); !errors.Is(err, ErrInvalidConfig) ||
-		!strings.Contains(err.Error(), "ladder's maximum") {
+		!strings.Contains(err.Error(), "the topology's ladder carries") {
 		t.Errorf("a back-off beyond the ladder: %v", err)
 	}
 	c, err := New(short, "q", noop) // the default back-off is lowered to fit

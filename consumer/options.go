@@ -25,6 +25,7 @@ type options struct {
 	lease           time.Duration
 	keep            time.Duration
 	busyDelay       time.Duration
+	maxDelay        time.Duration // the topology's ladder maximum (New)
 	shutdownTimeout time.Duration
 	handlerTimeout  time.Duration
 	settleTimeout   time.Duration
@@ -54,6 +55,11 @@ const (
 	// publishes of its retry, deferred or parked copy, tried again with back-off.
 	DefaultSettleTimeout = 30 * time.Second
 )
+
+// MaxReconnectBackoff is the longest wait [WithReconnectBackoff] takes between reconnection
+// attempts: a consumer that waits longer is as good as stopped, and a wait near the largest
+// time.Duration would overflow with its ±50 % randomization into no wait at all.
+const MaxReconnectBackoff = time.Hour
 
 func defaultOptions() options {
 	return options{
@@ -88,7 +94,9 @@ func WithConcurrency(n int) Option {
 
 // WithBackoff sets the retry policy (default [DefaultBackoff]: 5 attempts, 1 s doubling to
 // 5 min, ±20 % jitter, with Max lowered to fit a ladder shorter than that); zero fields take the
-// defaults. New fails when Max with its jitter exceeds the topology's ladder maximum.
+// defaults. A field out of its range (see [Backoff]) is ErrInvalidConfig, naming the field
+// and the range; New also fails when Max with its jitter exceeds the topology's ladder
+// maximum.
 func WithBackoff(b Backoff) Option {
 	return func(o *options) error {
 		b = b.withDefaults()
@@ -128,11 +136,12 @@ func WithLease(lease, keep time.Duration) Option {
 // now, or by a Consumer that died less than a lease ago) waits before it is looked at again
 // (default: a quarter of the lease, at least 1 s), and a message deferred because the store or
 // the revocation stream could not answer. It waits in the delay topology, like a retry,
-// without counting as an attempt. Less than 1 ms: ErrInvalidConfig.
+// without counting as an attempt. Less than 1 ms, or more than the topology's ladder carries
+// (49.7 days by default; checked by New): ErrInvalidConfig.
 func WithBusyDelay(d time.Duration) Option {
 	return func(o *options) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: busy delay %v: want 1ms or more", ErrInvalidConfig, d)
+			return fmt.Errorf("%w: WithBusyDelay %v: want 1ms or more (at most the topology's ladder maximum)", ErrInvalidConfig, d)
 		}
 		o.busyDelay = d
 		return nil
@@ -215,11 +224,12 @@ func WithConnectionName(name string) Option {
 
 // WithReconnectBackoff sets the bounds of the exponential back-off between reconnection
 // attempts, as for the amqpdelay Publisher: about min first, doubling to about max (defaults
-// 100 ms and 5 s), each wait randomized by ±50 %.
+// 100 ms and 5 s), each wait randomized by ±50 %. 0 < min <= max <= [MaxReconnectBackoff],
+// else ErrInvalidConfig.
 func WithReconnectBackoff(min, max time.Duration) Option {
 	return func(o *options) error {
-		if min <= 0 || max < min {
-			return fmt.Errorf("%w: reconnect back-off %v..%v: want 0 < min <= max", ErrInvalidConfig, min, max)
+		if min <= 0 || max < min || max > MaxReconnectBackoff {
+			return fmt.Errorf("%w: WithReconnectBackoff(%v, %v): want 0 < min <= max <= %v", ErrInvalidConfig, min, max, MaxReconnectBackoff)
 		}
 		o.reconnectMin, o.reconnectMax = min, max
 		return nil

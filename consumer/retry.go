@@ -3,8 +3,9 @@ package consumer
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 )
 
 // Headers the Consumer writes on the copies it sends (retries, parked messages). They do not
@@ -60,17 +61,22 @@ const MaxErrorLen = 1000
 
 // Backoff is the retry policy: how many attempts a message gets and how long each retry waits.
 // The wait before attempt a+1 is Initial * Multiplier^(a-1), at most Max, then randomized by
-// ±Jitter (a fraction). Zero fields take the defaults of [DefaultBackoff].
+// ±Jitter (a fraction). Zero fields take the defaults of [DefaultBackoff]; [WithBackoff] refuses
+// a value outside a field's range, and [New] a Max that, with its jitter, the topology's ladder
+// cannot delay.
 type Backoff struct {
 	// MaxAttempts is how many times the handler runs for one message, the first included;
-	// after the last failure the message is parked. Default 5; 1 parks on the first failure.
+	// after the last failure the message is parked. Default 5; 1 to MaxBackoffAttempts; 1
+	// parks on the first failure.
 	MaxAttempts int
-	// Initial is the wait before the first retry. Default 1 s; at least 1 ms.
+	// Initial is the wait before the first retry. Default 1 s; 1 ms to Max.
 	Initial time.Duration
-	// Max caps each wait (before jitter). Default 5 min. A wait is a delayed publish: it must
-	// fit the topology's ladder maximum (49.7 days by default).
+	// Max caps each wait (before jitter). Default 5 min (lowered to fit a shorter ladder);
+	// Initial to the topology's ladder maximum (49.7 days by default) divided by 1+Jitter: a
+	// wait is a delayed publish through the ladder.
 	Max time.Duration
-	// Multiplier is the growth per attempt. Default 2; at least 1.
+	// Multiplier is the growth per attempt. Default 2; at least 1, finite. Large values reach
+	// Max sooner; no value overflows.
 	Multiplier float64
 	// Jitter is the randomization: each wait is multiplied by a random factor in
 	// [1-Jitter, 1+Jitter]. Default 0.2; 0 to 1. Set NoJitter for none.
@@ -78,6 +84,9 @@ type Backoff struct {
 	// NoJitter turns the randomization off (Jitter 0 means the default).
 	NoJitter bool
 }
+
+// MaxBackoffAttempts is the largest Backoff.MaxAttempts.
+const MaxBackoffAttempts = 10_000
 
 // DefaultBackoff is the retry policy of a Consumer without [WithBackoff].
 var DefaultBackoff = Backoff{MaxAttempts: 5, Initial: time.Second, Max: 5 * time.Minute, Multiplier: 2, Jitter: 0.2}
@@ -106,33 +115,73 @@ func (b Backoff) withDefaults() Backoff {
 	return b
 }
 
-// validate returns an error naming every unusable field.
+// validate returns an error naming the first unusable field and its range.
 func (b Backoff) validate() error {
 	switch {
-	case b.MaxAttempts < 1:
-		return fmt.Errorf("%w: Backoff.MaxAttempts %d: want 1 or more", ErrInvalidConfig, b.MaxAttempts)
+	case b.MaxAttempts < 1 || b.MaxAttempts > MaxBackoffAttempts:
+		return fmt.Errorf("%w: WithBackoff: Backoff.MaxAttempts %d: want 1 to %d (0: the default %d)", ErrInvalidConfig,
+			b.MaxAttempts, MaxBackoffAttempts, DefaultBackoff.MaxAttempts)
 	case b.Initial < time.Millisecond:
-		return fmt.Errorf("%w: Backoff.Initial %v: want 1ms or more (the ladder's resolution)", ErrInvalidConfig, b.Initial)
+		return fmt.Errorf("%w: WithBackoff: Backoff.Initial %v: want 1ms or more (the ladder's resolution; 0: the default %v)",
+			ErrInvalidConfig, b.Initial, DefaultBackoff.Initial)
 	case b.Max < b.Initial:
-		return fmt.Errorf("%w: Backoff.Max %v below Initial %v", ErrInvalidConfig, b.Max, b.Initial)
-	case b.Multiplier < 1 || math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0):
-		return fmt.Errorf("%w: Backoff.Multiplier %v: want 1 or more", ErrInvalidConfig, b.Multiplier)
-	case b.Jitter < 0 || b.Jitter > 1 || math.IsNaN(b.Jitter):
-		return fmt.Errorf("%w: Backoff.Jitter %v: want 0 to 1", ErrInvalidConfig, b.Jitter)
+		return fmt.Errorf("%w: WithBackoff: Backoff.Max %v below Backoff.Initial %v: want Initial <= Max", ErrInvalidConfig, b.Max, b.Initial)
+	case b.Max > maxBackoffMax:
+		return fmt.Errorf("%w: WithBackoff: Backoff.Max %v: want at most the topology's ladder maximum (49.7 days by default; "+
+			"never above %v)", ErrInvalidConfig, b.Max, maxBackoffMax)
+	case !(b.Multiplier >= 1) || math.IsInf(b.Multiplier, 0):
+		return fmt.Errorf("%w: WithBackoff: Backoff.Multiplier %v: want a finite number, 1 or more (0: the default %v)",
+			ErrInvalidConfig, b.Multiplier, DefaultBackoff.Multiplier)
+	case !(b.Jitter >= 0 && b.Jitter <= 1):
+		return fmt.Errorf("%w: WithBackoff: Backoff.Jitter %v: want 0 to 1 (0: the default %v; NoJitter for none)",
+			ErrInvalidConfig, b.Jitter, DefaultBackoff.Jitter)
 	}
 	return nil
 }
 
+// maxBackoffMax bounds Backoff.Max whatever the topology (New checks it against the ladder): a
+// wait of Max with the largest jitter (2 x Max, computed in float64) stays well inside a
+// time.Duration. It is about 73 years; RabbitMQ refuses queue TTLs above 10 years.
+const maxBackoffMax = time.Duration(math.MaxInt64 / 4)
+
+// longest is the longest wait b can give: Max with its largest jitter, in float64 (which does
+// not overflow where a Duration would).
+func (b Backoff) longest() float64 { return float64(b.Max) * (1 + b.Jitter) }
+
 // Delay returns the wait before the retry that follows failed attempt attempt (1 for the
-// first), jitter included: at least 1 ms. b's zero fields take their defaults.
+// first), jitter included: at least 1 ms, at most Max with its jitter. b's zero fields take
+// their defaults, and a value WithBackoff would refuse is brought into its range first, so no
+// Backoff and no attempt overflows (the growth and the jitter are cenkalti/backoff's
+// ExponentialBackOff, which caps each step at Max).
 func (b Backoff) Delay(attempt int) time.Duration {
-	b = b.withDefaults()
-	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(max(attempt, 1)-1))
-	if d > float64(b.Max) || math.IsInf(d, 0) {
-		d = float64(b.Max)
+	b = b.withDefaults().clamp()
+	grow := &backoff.ExponentialBackOff{InitialInterval: b.Initial, Multiplier: b.Multiplier, MaxInterval: b.Max,
+		Stop: backoff.Stop, Clock: backoff.SystemClock}
+	grow.Reset()
+	d := grow.NextBackOff() // the wait after attempt 1: Initial
+	for range min(max(attempt, 1), MaxBackoffAttempts) - 1 {
+		next := grow.NextBackOff()
+		if next == d { // at Max, or a Multiplier too close to 1 to grow a whole nanosecond: it stays
+			break
+		}
+		d = next
 	}
-	if b.Jitter > 0 {
-		d *= 1 - b.Jitter + 2*b.Jitter*rand.Float64()
+	jitter := &backoff.ExponentialBackOff{InitialInterval: d, RandomizationFactor: b.Jitter, Multiplier: 1, MaxInterval: d,
+		Stop: backoff.Stop, Clock: backoff.SystemClock}
+	jitter.Reset()
+	return max(jitter.NextBackOff(), time.Millisecond)
+}
+
+// clamp brings each field of b into the range validate accepts.
+func (b Backoff) clamp() Backoff {
+	b.Max = min(max(b.Max, time.Millisecond), maxBackoffMax)
+	b.Initial = min(max(b.Initial, time.Millisecond), b.Max)
+	if !(b.Multiplier >= 1) || math.IsInf(b.Multiplier, 0) {
+		b.Multiplier = 1
 	}
-	return max(time.Duration(d), time.Millisecond)
+	if !(b.Jitter >= 0) {
+		b.Jitter = 0
+	}
+	b.Jitter = min(b.Jitter, 1)
+	return b
 }

@@ -3,8 +3,14 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 func TestBackoffDelay(t *testing.T) {
@@ -49,5 +55,112 @@ func TestPermanent(t *testing.T) {
 	}
 	if IsPermanent(base) || Permanent(nil) != nil {
 		t.Fatal("plain error permanent, or Permanent(nil) not nil")
+	}
+}
+
+// TestBackoffRefused: every kind of back-off setting out of range, or that would overflow, is
+// refused by New with ErrInvalidConfig and an error naming the option and the allowed range.
+// Before, a Max near the largest time.Duration passed New's ladder check (Max x (1+Jitter)
+// wrapped negative) and its retries waited 1 ms or failed to publish, without end.
+func TestBackoffRefused(t *testing.T) {
+	cfg := amqpdelay.Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}} // default ladder: 2^32-1 ms
+	short := cfg
+	short.Spec.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
+	for _, tc := range []struct {
+		name string
+		cfg  amqpdelay.Config
+		opt  Option
+		want []string // in the error
+	}{
+		{"max beyond the ladder", cfg, WithBackoff(Backoff{Max: 60 * 24 * time.Hour}), []string{"Backoff.Max 1440h0m0s", "want Backoff.Max from"}},
+		{"max with jitter beyond the ladder", cfg, WithBackoff(Backoff{Max: 40 * 24 * time.Hour, Jitter: 0.5}),
+			[]string{"Backoff.Max 960h0m0s with Jitter 0.5 waits up to 1440h0m0s", "to 795h"}},
+		{"max x (1+jitter) overflowing a Duration", cfg, WithBackoff(Backoff{Initial: time.Second, Max: time.Duration(math.MaxInt64 / 3 * 2), Jitter: 1}),
+			[]string{"Backoff.Max", "want at most the topology's ladder maximum"}},
+		{"max at the largest Duration", cfg, WithBackoff(Backoff{Max: time.Duration(math.MaxInt64)}), []string{"Backoff.Max"}},
+		{"max beyond a short ladder", short, WithBackoff(Backoff{Max: 2 * time.Minute}), []string{"beyond 1m5.535s", "the topology's ladder carries"}},
+		{"initial beyond the ladder", short, WithBackoff(Backoff{Initial: time.Hour}), []string{"Backoff.Max 1h0m0s", "beyond 1m5.535s"}},
+		{"min above max", cfg, WithBackoff(Backoff{Initial: time.Minute, Max: time.Second}), []string{"Backoff.Max 1s below Backoff.Initial 1m0s"}},
+		{"negative initial", cfg, WithBackoff(Backoff{Initial: -time.Second}), []string{"Backoff.Initial -1s: want 1ms or more"}},
+		{"initial below 1 ms", cfg, WithBackoff(Backoff{Initial: time.Microsecond}), []string{"Backoff.Initial 1µs: want 1ms or more"}},
+		{"negative max", cfg, WithBackoff(Backoff{Max: -time.Second}), []string{"Backoff.Max -1s below Backoff.Initial"}},
+		{"negative attempts", cfg, WithBackoff(Backoff{MaxAttempts: -1}), []string{"Backoff.MaxAttempts -1: want 1 to 10000"}},
+		{"too many attempts", cfg, WithBackoff(Backoff{MaxAttempts: MaxBackoffAttempts + 1}), []string{"Backoff.MaxAttempts 10001: want 1 to 10000"}},
+		{"multiplier below 1", cfg, WithBackoff(Backoff{Multiplier: 0.5}), []string{"Backoff.Multiplier 0.5: want a finite number, 1 or more"}},
+		{"negative multiplier", cfg, WithBackoff(Backoff{Multiplier: -2}), []string{"Backoff.Multiplier -2"}},
+		{"infinite multiplier", cfg, WithBackoff(Backoff{Multiplier: math.Inf(1)}), []string{"Backoff.Multiplier +Inf"}},
+		{"NaN multiplier", cfg, WithBackoff(Backoff{Multiplier: math.NaN()}), []string{"Backoff.Multiplier NaN"}},
+		{"negative jitter", cfg, WithBackoff(Backoff{Jitter: -0.1}), []string{"Backoff.Jitter -0.1: want 0 to 1"}},
+		{"jitter above 1", cfg, WithBackoff(Backoff{Jitter: 1.5}), []string{"Backoff.Jitter 1.5: want 0 to 1"}},
+		{"NaN jitter", cfg, WithBackoff(Backoff{Jitter: math.NaN()}), []string{"Backoff.Jitter NaN"}},
+		{"infinite jitter", cfg, WithBackoff(Backoff{Jitter: math.Inf(1)}), []string{"Backoff.Jitter +Inf"}},
+		{"busy delay beyond the ladder", short, WithBusyDelay(2 * time.Minute), []string{"WithBusyDelay 2m0s: want 1ms to 1m5.535s"}},
+		{"busy delay below 1 ms", cfg, WithBusyDelay(time.Microsecond), []string{"WithBusyDelay 1µs: want 1ms or more"}},
+		{"reconnect max beyond an hour", cfg, WithReconnectBackoff(time.Second, time.Duration(math.MaxInt64)), []string{"WithReconnectBackoff", "want 0 < min <= max <= 1h0m0s"}},
+		{"reconnect min above max", cfg, WithReconnectBackoff(time.Minute, time.Second), []string{"want 0 < min <= max"}},
+		{"reconnect min zero", cfg, WithReconnectBackoff(0, time.Second), []string{"want 0 < min <= max"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.cfg, "q", noop, tc.opt)
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("New = %v, want ErrInvalidConfig", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	// The edges of the ranges are accepted.
+	for _, opt := range []Option{
+		WithBackoff(Backoff{Max: ttlbuckets.DefaultMax, NoJitter: true}),
+		WithBackoff(Backoff{Max: time.Duration(float64(ttlbuckets.DefaultMax) / 1.2)}),
+		WithBackoff(Backoff{MaxAttempts: MaxBackoffAttempts, Initial: time.Millisecond, Max: time.Millisecond, Multiplier: 1, Jitter: 1}),
+		WithBusyDelay(ttlbuckets.DefaultMax),
+		WithReconnectBackoff(time.Millisecond, MaxReconnectBackoff),
+	} {
+		if _, err := New(cfg, "q", noop, opt); err != nil {
+			t.Errorf("New with a setting at the edge of its range: %v", err)
+		}
+	}
+	// A lease so long that the default busy delay (a quarter of it) is beyond a short ladder:
+	// the default is lowered to fit, not refused.
+	c, err := New(short, "q", noop, WithLease(time.Hour, 2*time.Hour))
+	if err != nil || c.o.busyDelay != short.Spec.Ladder.Max {
+		t.Errorf("New with a long lease on a short ladder: busy delay %v, %v; want %v", c.o.busyDelay, err, short.Spec.Ladder.Max)
+	}
+}
+
+// TestBackoffDelayBounded: Delay stays within [1 ms, Max x (1+Jitter)] for every attempt,
+// including growth that would overflow a Duration (a multiplier of 1e300, attempt numbers up to
+// the largest int) and a Backoff no option checked (Delay is exported): never a negative or
+// zero wait, which would make the retries loop.
+func TestBackoffDelayBounded(t *testing.T) {
+	for _, b := range []Backoff{
+		{Initial: time.Second, Max: 40 * 24 * time.Hour, Multiplier: 1e300, Jitter: 0.2},
+		{Initial: time.Second, Max: time.Hour, Multiplier: 10, Jitter: 1},
+		{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.0000001, NoJitter: true},
+		{Initial: time.Second, Max: time.Duration(math.MaxInt64), Multiplier: 2, Jitter: 1},  // unchecked
+		{Initial: -time.Second, Max: -time.Hour, Multiplier: math.NaN(), Jitter: math.NaN()}, // unchecked
+		{Initial: time.Second, Max: time.Minute, Multiplier: math.Inf(1), Jitter: math.Inf(1)},
+	} {
+		c := b.withDefaults().clamp()
+		hi := time.Duration(c.longest())
+		for _, attempt := range []int{math.MinInt, -1, 0, 1, 2, 3, 10, 64, 1000, MaxBackoffAttempts, math.MaxInt} {
+			for range 20 {
+				if d := b.Delay(attempt); d < time.Millisecond || d > hi+1 {
+					t.Fatalf("%+v: Delay(%d) = %v, want 1ms to %v", b, attempt, d, hi)
+				}
+			}
+		}
+	}
+	// Growth reaches Max and stays there.
+	b := Backoff{Initial: time.Second, Max: 40 * 24 * time.Hour, Multiplier: 1e300, NoJitter: true}
+	if d2, dMax := b.Delay(2), b.Delay(math.MaxInt); d2 != b.Max || dMax != b.Max {
+		t.Errorf("Delay(2) = %v, Delay(MaxInt) = %v, want Max %v", d2, dMax, b.Max)
+	}
+	if d := (Backoff{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.5, NoJitter: true}).Delay(4); d != 3375*time.Microsecond {
+		t.Errorf("Delay(4) with 1ms x 1.5^3 = %v, want 3.375ms", d)
 	}
 }
