@@ -57,12 +57,12 @@ fuzz:
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
-## demo: `declare apply` of a demo topology, then examples/ordertimeout (10,000 orders), on the
+## demo: `declare apply` of a demo topology, then demo/ordertimeout (10,000 orders), on the
 ## broker `scripts/broker up` recorded, or else on one started for the demo (see scripts/demo)
 demo:
 	@scripts/demo $(DEMOARGS)
 
-## bench: the benchmarks of ./integration against a real broker (see README, Benchmarks)
+## bench: the benchmarks of ./integration against a real broker (docs/benchmarks.md)
 bench:
 	$(BROKER) $(GO) test ./integration -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m $(BENCHARGS)
 

@@ -90,8 +90,8 @@
 //
 // # Limits
 //
-//   - Precision: each ladder hop costs a few milliseconds of broker work (the README's
-//     Benchmarks give the lateness measured per path); buckets and the plugin take one hop. A broker outage delays messages by up to its length, even messages due after
+//   - Precision: each ladder hop costs a few milliseconds of broker work (docs/benchmarks.md
+//     gives the lateness measured per path); buckets and the plugin take one hop. A broker outage delays messages by up to its length, even messages due after
 //     it: a hop that should have ended during the outage ends when the broker is back, and the
 //     later hops start then.
 //   - Delivery.Exchange on the consumer side is the exchange the broker last published the

@@ -98,7 +98,7 @@ type chooser struct {
 	brokerVersion string
 }
 
-// choose is the path rule of the README, as a pure function of the delay: no I/O, no clock.
+// choose is the path rule of the package doc and docs/how-it-works.md, as a pure function of the delay: no I/O, no clock.
 // Errors wrap ErrDelayTooLong (stating the maximum) or ErrPluginUnavailable.
 func (c chooser) choose(d time.Duration) (choice, error) {
 	if d <= 0 {

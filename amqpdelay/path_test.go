@@ -19,7 +19,7 @@ func mustBuckets(t *testing.T, ds ...time.Duration) ttlbuckets.Buckets {
 	return b
 }
 
-// TestChoosePath is the README's path table, row by row.
+// TestChoosePath is the path table of docs/how-it-works.md, row by row.
 func TestChoosePath(t *testing.T) {
 	ms := time.Millisecond
 	defLadder := ttlbuckets.DefaultLadder()                                              // 1 ms unit, max 2^32-1 ms

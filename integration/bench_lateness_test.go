@@ -64,7 +64,7 @@ func BenchmarkLatenessSteady(b *testing.B) {
 	if p := pluginSetup(b); p != nil {
 		cases = append(cases, scase{name: "plugin", delay: msDelay, setup: p})
 	} else if namedPlugin {
-		b.Fatalf("-steady-cases names the plugin, but AMQP_PLUGIN_URL is not set: start a broker with the plugin (see README, Development)")
+		b.Fatalf("-steady-cases names the plugin, but AMQP_PLUGIN_URL is not set: start a broker with the plugin (see CONTRIBUTING.md, The delayed-message plugin)")
 	}
 	rate, secs := *steadyRate, *steadySeconds
 	var rawCPU float64 // broker CPU ms per message of the raw case, when it ran first

@@ -78,7 +78,7 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 }
 
 // TestPublisherPluginPath runs where AMQP_PLUGIN_URL names a broker with the plugin: Auto and
-// PreferPlugin pick per the README's table, and the messages arrive, none early.
+// PreferPlugin pick per the path table (docs/how-it-works.md), and the messages arrive, none early.
 func TestPublisherPluginPath(t *testing.T) {
 	f := newPluginFixture(t)
 	url, spec, target, got := f.env.URL, f.spec, f.target, f.got
@@ -333,7 +333,7 @@ func TestApplyPluginExchangeOtherDelayedType(t *testing.T) {
 func TestPublisherPluginBackAfterRestart(t *testing.T) {
 	dir := os.Getenv("BROKER_PLUGINS_DIR")
 	if dir == "" {
-		t.Skip("needs BROKER_PLUGINS_DIR (a directory with the delayed-message plugin) to start a broker of its own with the plugin; see README, Development")
+		t.Skip("needs BROKER_PLUGINS_DIR (a directory with the delayed-message plugin) to start a broker of its own with the plugin; see CONTRIBUTING.md, The delayed-message plugin")
 	}
 	b := startPrivateBrokerWith(t, dir)
 	env := &brokertest.Env{Broker: b.Broker, URL: b.URL, VHost: "/", Prefix: "rdt-pluginback"}

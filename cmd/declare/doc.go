@@ -48,7 +48,7 @@
 //	          consumer's binding of its own queue to <prefix>.retry by the queue's name (the
 //	          consumer package's, for a queue that is not a --ready-queue) is listed, not an error.
 //	          --output table|json; --json (the same as --output json) prints the documented,
-//	          stable shape of the README's Observability section (schema 1).
+//	          stable shape of docs/status-json.md (schema 1).
 //	exporter  Serve the topology's state as Prometheus metrics on /metrics (--listen ADDR,
 //	          default :9531) until interrupted, read from the management API at every scrape
 //	          (--management-url required): messages per ladder level and bucket, messages_dlx,

@@ -11,8 +11,8 @@ import (
 // only when a field changes meaning or is removed; new fields may appear in any version.
 const statusSchema = 1
 
-// statusJSON is the documented shape of `declare status --json` (README, "declare status
-// --json"). Counts from the management API are -1 when it has none yet (the queue's
+// statusJSON is the documented shape of `declare status --json` (docs/status-json.md).
+// Counts from the management API are -1 when it has none yet (the queue's
 // statistics are collected every collect_statistics_interval, 5 s by default) or without
 // --management-url. Lists are [] when empty, never null; objects that need the management
 // API are null without it.

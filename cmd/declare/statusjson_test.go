@@ -10,7 +10,7 @@ import (
 
 // statusJSONKeys is schema 1 of `declare status --json`: every key, as a path (lists and
 // objects alike separated by dots). Renaming or removing one breaks scripts that read the JSON:
-// that takes a new statusSchema. A new key is added here and to the README.
+// that takes a new statusSchema. A new key is added here and to docs/status-json.md.
 var statusJSONKeys = []string{
 	"schema", "ok", "problems", "prefix", "vhost", "plugin", "management",
 	"queues", "queues.name", "queues.role", "queues.level", "queues.digit", "queues.ttl_ms", "queues.exists", "queues.ready",
@@ -63,7 +63,7 @@ func jsonKeys(t reflect.Type, prefix string) []string {
 }
 
 // TestStatusJSONShape holds `declare status --json` to its documented shape: the keys are
-// exactly schema 1's (statusSchema), and the README's description names each of them.
+// exactly schema 1's (statusSchema), and docs/status-json.md names each of them.
 func TestStatusJSONShape(t *testing.T) {
 	if statusSchema != 1 {
 		t.Fatalf("statusSchema = %d: update statusJSONKeys to the new schema", statusSchema)
@@ -75,7 +75,7 @@ func TestStatusJSONShape(t *testing.T) {
 	if !slices.Equal(got, want) {
 		for _, k := range got {
 			if !slices.Contains(want, k) {
-				t.Errorf("key %q is not in schema 1 (a new key: add it to statusJSONKeys and the README)", k)
+				t.Errorf("key %q is not in schema 1 (a new key: add it to statusJSONKeys and docs/status-json.md)", k)
 			}
 		}
 		for _, k := range want {
@@ -84,26 +84,26 @@ func TestStatusJSONShape(t *testing.T) {
 			}
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/status-json.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(readme), "**`declare status --json`**")
 	if !ok {
-		t.Fatal("README has no **`declare status --json`** paragraph")
+		t.Fatal("docs/status-json.md has no **`declare status --json`** paragraph")
 	}
 	section, _, _ = strings.Cut(section, "\n\n")
 	section = strings.Join(strings.Fields(section), " ")
 	for _, k := range want {
 		leaf := k[strings.LastIndex(k, ".")+1:]
 		if !strings.Contains(section, "`"+leaf+"`") && !strings.Contains(section, "`\""+leaf+"\"") {
-			t.Errorf("the README's status --json paragraph does not name %q (%s)", leaf, k)
+			t.Errorf("docs/status-json.md's paragraph does not name %q (%s)", leaf, k)
 		}
 	}
-	// The role values the README lists are the roles of a plan's queues.
+	// The role values docs/status-json.md lists are the roles of a plan's queues.
 	for _, role := range []string{"ladder", "bucket", "parking", "ready", "revoked"} {
 		if !strings.Contains(section, "`"+role+"`") {
-			t.Errorf("the README's status --json paragraph does not list the role %q", role)
+			t.Errorf("docs/status-json.md's paragraph does not list the role %q", role)
 		}
 	}
 }

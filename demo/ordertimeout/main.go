@@ -7,7 +7,7 @@
 // count, arrived, lost, early, and lateness p50, p99 and max. It exits 1 when any message is lost
 // or early, 2 on bad flags.
 //
-//	go run ./examples/ordertimeout -orders 10000 -queue orders.payment-timeouts
+//	go run ./demo/ordertimeout -orders 10000 -queue orders.payment-timeouts
 package main
 
 import (
