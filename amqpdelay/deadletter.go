@@ -32,7 +32,8 @@ import (
 //     stripped on publish (mc_amqpl:init). protocol_state also turns every other annotation
 //     whose name starts with "x-" into a header: of those, a quorum queue sets
 //     x-delivery-count (long) on a redelivery (rabbit_fifo_client.erl; 3.10 adds the same header
-//     there) and a stream x-stream-offset; neither comes from dead-lettering (deadLetterMargin).
+//     there), from 4.3 on also x-acquired-count (long), and a stream x-stream-offset; none comes
+//     from dead-lettering (deadLetterMargin).
 //
 // A consumer receives the properties and headers in one content-header frame, which must fit
 // in its connection's frame_max (AMQP 0-9-1 allows no continuation); amqp091-go closes the
@@ -46,9 +47,12 @@ import (
 
 // deadLetterMargin is room left beyond the computed size of a dead-lettered message's
 // headers: 26 bytes for the x-delivery-count header (key 1+16, type 1, long 8) that a quorum
-// ready queue adds when it redelivers the message (after a nack with requeue, or a consumer
-// that went away), or the 25-byte x-stream-offset a stream adds, and 6 bytes spare.
-const deadLetterMargin = 32
+// ready queue adds when it redelivers the message (after a failed return, or a consumer that
+// went away), 26 bytes for x-acquired-count (the same size), which RabbitMQ 4.3 adds at every
+// return and keeps when it parks the message (both seen on 4.3.6 on redeliveries and on a
+// parked message; rabbit_fifo.erl), or the 25-byte x-stream-offset a stream adds instead, and
+// 6 bytes spare.
+const deadLetterMargin = 26 + 26 + 6
 
 // deadLetterReason is the reason RabbitMQ records when a delay queue's TTL expires a message.
 const deadLetterReason = "expired"

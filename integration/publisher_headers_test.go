@@ -19,8 +19,12 @@ import (
 )
 
 // deadLetterMargin mirrors amqpdelay's margin beyond the computed post-hop size (room for a
-// quorum queue's x-delivery-count on redelivery).
-const deadLetterMargin = 32
+// quorum queue's x-delivery-count and, from RabbitMQ 4.3, x-acquired-count on redelivery).
+const deadLetterMargin = 58
+
+// countHeaderSize is the encoded size of x-delivery-count or x-acquired-count (a long field:
+// key length 1, the 16-byte name, type 1, 8 bytes).
+const countHeaderSize = 1 + 16 + 1 + 8
 
 // TestPublisherDeadLetterHeaderLimit: every hop of a delayed message makes RabbitMQ add
 // dead-letter headers, and an x-death entry repeats the routing key and the CC list; a quorum
@@ -29,8 +33,9 @@ const deadLetterMargin = 32
 // last hop of the message's path and that parking: on a real broker, for a 4,095 ms ladder
 // delay (3 hops) and for a bucket (1 hop), a message with a CC list whose headers are just
 // under that limit is confirmed and delivered intact to a plain consumer whose connection stays
-// open (also when it is returned to the ready queue and comes back with x-delivery-count, which
-// the margin leaves room for), one byte more is refused with ErrInvalidInput and nothing is
+// open (also when it is returned as failed, basic.reject with requeue, to the ready queue and
+// comes back with x-delivery-count, and from RabbitMQ 4.3 x-acquired-count, which the margin
+// leaves room for), one byte more is refused with ErrInvalidInput and nothing is
 // sent. Returned once more, past the ready queue's delivery limit of 1, it is parked, and a
 // plain consumer of the parking queue gets it with its connection open: the size read off the
 // wire there is the computed one less the margin (4.x), or less the margin and the
@@ -118,10 +123,12 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 			if keys, _ := deaths[0].(amqp.Table)["routing-keys"].([]any); len(keys) != 1+len(cc) {
 				t.Errorf("an x-death entry has %d routing keys, want the key and the %d CC keys", len(keys), len(cc))
 			}
-			// Returned to the quorum ready queue, "under" comes back with x-delivery-count: the
-			// margin's room. "after" may come first.
-			if err := under.d.Nack(false, true); err != nil {
-				t.Fatalf("nack: %v", err)
+			// Returned as failed to the quorum ready queue, "under" comes back with
+			// x-delivery-count (and x-acquired-count from 4.3): the margin's room. "after" may
+			// come first. basic.reject with requeue counts toward the delivery limit on every
+			// version; from 4.3 on a basic.nack with requeue does not.
+			if err := under.d.Reject(true); err != nil {
+				t.Fatalf("reject: %v", err)
 			}
 			var again snooped
 			for seen := map[string]bool{}; !seen["after"] || !seen["under"]; {
@@ -133,8 +140,8 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 				if d.d.MessageId == "under" {
 					again = d
 					// Returned once more: past the delivery limit, parked.
-					if err := d.d.Nack(false, true); err != nil {
-						t.Fatalf("nack: %v", err)
+					if err := d.d.Reject(true); err != nil {
+						t.Fatalf("reject: %v", err)
 					}
 					continue
 				}
@@ -178,8 +185,10 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 					under.frame+8, got, computed)
 			}
 			want := computed - deadLetterMargin
-			if _, ok := parked.d.Headers["x-delivery-count"]; ok {
-				want += 1 + len("x-delivery-count") + 1 + 8 // kept from the returns: within the margin
+			for _, h := range []string{"x-delivery-count", "x-acquired-count"} {
+				if _, ok := parked.d.Headers[h]; ok {
+					want += countHeaderSize // kept from the returns: within the margin
+				}
 			}
 			lastQ, _ := newest["queue"].(string)
 			lastX, _ := newest["exchange"].(string)

@@ -239,7 +239,7 @@ func startPrivateBroker(t testing.TB) *privateBroker {
 // pluginsDir (BROKER_PLUGINS_DIR) when pluginsDir is not "".
 func startPrivateBrokerWith(t testing.TB, pluginsDir string) *privateBroker {
 	t.Helper()
-	if _, err := os.Stat("/usr/lib/rabbitmq/bin/rabbitmq-server"); err != nil && os.Getenv("BROKER_VERSION") != "4" {
+	if v := os.Getenv("BROKER_VERSION"); (v == "" || v == "3") && !fileExists("/usr/lib/rabbitmq/bin/rabbitmq-server") {
 		if brokertest.InCI() {
 			t.Fatalf("rabbitmq-server is not installed and CI=true: a private broker is needed to stop and start")
 		}
@@ -509,4 +509,9 @@ func lastLine(s string) string {
 		}
 	}
 	return lines[len(lines)-1]
+}
+
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -27,6 +28,18 @@ func brokerMajor(t testing.TB, env *brokertest.Env) int {
 		t.Fatalf("broker version %q: %v", v, err)
 	}
 	return major
+}
+
+// brokerAtLeast reports whether the broker under test runs RabbitMQ major.minor or later (the
+// connection's server properties).
+func brokerAtLeast(t testing.TB, env *brokertest.Env, major, minor int) bool {
+	t.Helper()
+	v, _ := env.Dial(t).Properties["version"].(string)
+	var ma, mi int
+	if _, err := fmt.Sscanf(v, "%d.%d", &ma, &mi); err != nil {
+		t.Fatalf("broker version %q: %v", v, err)
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 // TestPublisherChannelRefusals: every check RabbitMQ makes on basic.publish that closes the

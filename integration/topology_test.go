@@ -891,10 +891,14 @@ func TestTeardownCountsDeadLetterState(t *testing.T) {
 }
 
 // TestApplyReadyQueueDeliveryLimitParks: a quorum ready queue declared with
-// --ready-delivery-limit 3 redelivers a message its consumer nacks with requeue 3 times; the
-// 4th nack dead-letters it to the parking queue, with an x-death entry of reason
-// delivery_limit naming the ready queue. Same on RabbitMQ 3.10 (no limit of its own) and 4.x
-// (default 20). Status then counts it in the parking queue.
+// --ready-delivery-limit 3 redelivers a message its consumer gives back as failed 3 times; the
+// 4th failed return dead-letters it to the parking queue, with an x-death entry of reason
+// delivery_limit naming the ready queue. Status then counts it in the parking queue. Before
+// RabbitMQ 4.3 a basic.nack with requeue counts as failed (3.10 has no limit of its own, 4.0 a
+// default of 20). From 4.3 on only basic.reject with requeue counts (rabbitmq-server PR #15387:
+// it raises x-delivery-count); a basic.nack with requeue is a plain return that raises
+// x-acquired-count only: 2 x the limit of them leave the message in the ready queue, and the
+// rejects after them park it.
 func TestApplyReadyQueueDeliveryLimitParks(t *testing.T) {
 	t.Parallel()
 	const limit = 3
@@ -921,21 +925,44 @@ func TestApplyReadyQueueDeliveryLimitParks(t *testing.T) {
 		t.Fatal(err)
 	}
 	parked := polConsume(t, env, p.Names.Parking())
-	deliveries := 0
+	// plainReturns: from 4.3 on, nacks with requeue that must not count toward the limit.
+	plainReturns := 0
+	if brokerAtLeast(t, env, 4, 3) {
+		plainReturns = 2 * limit
+	}
+	deliveries, failed := 0, 0
 	for {
 		select {
 		case d := <-ds:
 			deliveries++
-			if err := d.Nack(false, true); err != nil {
+			if deliveries <= plainReturns {
+				if n, ok := d.Headers["x-delivery-count"]; ok {
+					t.Errorf("delivery %d after %d plain returns carries x-delivery-count %v: nack with requeue counted", deliveries, deliveries-1, n)
+				}
+				if n, _ := d.Headers["x-acquired-count"].(int64); deliveries > 1 && n != int64(deliveries-1) {
+					t.Errorf("delivery %d: x-acquired-count %v, want %d", deliveries, d.Headers["x-acquired-count"], deliveries-1)
+				}
+				if err := d.Nack(false, true); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			failed++
+			if plainReturns > 0 {
+				err = d.Reject(true)
+			} else {
+				err = d.Nack(false, true)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
-			if deliveries > limit+1 {
-				t.Fatalf("delivered %d times with x-delivery-limit %d: the limit did not apply", deliveries, limit)
+			if failed > limit+1 {
+				t.Fatalf("given back as failed %d times (after %d plain returns) with x-delivery-limit %d: the limit did not apply", failed, plainReturns, limit)
 			}
 			continue
 		case a := <-parked:
-			if deliveries != limit+1 {
-				t.Errorf("parked after %d deliveries (nacks with requeue), want %d", deliveries, limit+1)
+			if failed != limit+1 {
+				t.Errorf("parked after %d failed returns (and %d plain returns), want %d", failed, plainReturns, limit+1)
 			}
 			deaths, _ := a.d.Headers["x-death"].([]any)
 			var reason, queue any
@@ -947,10 +974,10 @@ func TestApplyReadyQueueDeliveryLimitParks(t *testing.T) {
 			if reason != "delivery_limit" || queue != "orders.ready" || string(a.d.Body) != "poison" {
 				t.Errorf("parked message: body %q, x-death %v; want reason delivery_limit from orders.ready", a.d.Body, a.d.Headers["x-death"])
 			}
-			t.Logf("RabbitMQ %d: parked after %d deliveries, x-death %v", polMajor(t, env), deliveries, deaths)
+			t.Logf("RabbitMQ %d: parked after %d failed returns and %d plain returns, x-death %v", polMajor(t, env), failed, plainReturns, deaths)
 			return
 		case <-ctx.Done():
-			t.Fatalf("not parked after %d deliveries", deliveries)
+			t.Fatalf("not parked after %d failed returns and %d plain returns", failed, plainReturns)
 		}
 	}
 }
