@@ -18,7 +18,7 @@ import (
 // TestDeclareBinary builds cmd/declare and runs it as operators do, configured only through
 // AMQPDELAY_* variables, checking the documented exit codes of the real process: plan 0, apply
 // with a missing target 2, apply 0 twice (the second changes nothing), status 0, teardown
-// --force 0, status of the torn-down topology 1.
+// --force 0, status of the torn-down topology 1, saying it is not declared.
 func TestDeclareBinary(t *testing.T) {
 	t.Parallel()
 	goTool, err := exec.LookPath("go")
@@ -73,7 +73,7 @@ func TestDeclareBinary(t *testing.T) {
 		{args: []string{"apply"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", stdout: "1 obsolete binding of an earlier version removed", mgmt: true},
 		{args: []string{"status"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", stdout: "exchanges: ", mgmt: true},
 		{args: []string{"teardown", "--force"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 0, stdout: "left untouched: " + target, stderr: ""},
-		{args: []string{"status"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 1, stdout: "INCOMPLETE", stderr: ""},
+		{args: []string{"status"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 1, stdout: "NOT DECLARED", stderr: "the topology is not declared"},
 	}
 	for _, s := range steps {
 		if s.mgmt && mgmt == "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -127,6 +128,157 @@ type StatusReport struct {
 	// only; nil without it). Members offline, a missing leader and such waits make Status
 	// fail with ErrUnhealthy; unbalanced leaders do not (run [Management.Rebalance]).
 	Cluster *ClusterStatus `json:"cluster,omitempty"`
+	// Version is the RabbitMQ version the broker announced on the connection (its "version"
+	// server property, e.g. "4.3.6"); "" when it did not say.
+	Version string `json:"rabbitmq_version,omitempty"`
+	// NotDeclared: none of the topology's own exchanges and queues exist (target exchanges
+	// and ready queues, the application's, may): it was never applied in this vhost, or it was
+	// torn down. Missing still lists every object; PolicyProblems is then empty, since a
+	// policy's effect on objects that do not exist, or on targets no delay topology feeds,
+	// breaks nothing.
+	NotDeclared bool `json:"not_declared,omitempty"`
+	// RequeueLoops are the ready queues whose consumers keep getting the same messages back
+	// and that no delivery limit will stop (management API only; see [RequeueLoop]).
+	RequeueLoops []RequeueLoop `json:"requeue_loops,omitempty"`
+	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
+	// plan's plugin exchange ([Management.MessagesDelayed]); -1 when unknown (no plugin
+	// exchange in the plan, no management API, or a plugin release that does not report it).
+	PluginMessagesDelayed int64 `json:"plugin_messages_delayed"`
+}
+
+// RequeueLoop is a ready queue that redelivers the messages it holds over and over, with no
+// delivery limit that will end it: a consumer that gives back (requeues) a message it cannot
+// handle, forever. What the management API shows for such a loop (seen on 3.10.8 with a
+// classic queue and on 4.3.6 with a quorum queue and basic.nack): a redeliver rate of hundreds
+// to thousands a second equal to the deliver rate, no acknowledgements, and the message
+// counted as held (ready or unacknowledged). See [RequeueLoopOf] for the rule.
+type RequeueLoop struct {
+	Queue string `json:"queue"`
+	// RedeliverRate and DeliverRate are the management API's rates, per second.
+	RedeliverRate float64 `json:"redeliver_rate"`
+	DeliverRate   float64 `json:"deliver_rate"`
+	// Messages is every message the queue holds.
+	Messages int64 `json:"messages"`
+	// Cause is why no delivery limit ends the loop: CauseNackNotCounted, CauseClassic or
+	// CauseNoLimit.
+	Cause string `json:"cause"`
+}
+
+// Causes of a [RequeueLoop].
+const (
+	// CauseNackNotCounted: a quorum queue on RabbitMQ 4.3 or later, where basic.nack with
+	// requeue=true is a plain return that does not count toward the delivery limit
+	// (rabbitmq-server PR #15387, rabbit_channel); basic.reject with requeue=true does.
+	CauseNackNotCounted = "nack-not-counted"
+	// CauseClassic: a classic queue, which has no delivery limit.
+	CauseClassic = "classic"
+	// CauseNoLimit: a quorum queue on RabbitMQ 3.x without x-delivery-limit (3.x has no
+	// default limit; AMQPDELAY_READY_DELIVERY_LIMIT=-1).
+	CauseNoLimit = "no-delivery-limit"
+)
+
+// requeueLoopMinRate is the redeliver rate (per second) from which a ready queue's
+// redeliveries count as a loop. A poison message requeued in a loop came back 400-6,000 times
+// a second in the cases measured; a consumer that requeues now and then (at shutdown, say)
+// stays far below.
+const requeueLoopMinRate = 1.0
+
+// RequeueLoopOf reports whether the ready queue q, as the management API shows it (mq), on
+// RabbitMQ version (e.g. "4.3.6"), is in a requeue loop that no delivery limit ends: the
+// redeliver rate is at least 1 a second and at least half the deliver rate (most deliveries
+// are messages coming back), the queue holds messages, and either it is a classic queue (no
+// delivery limit), a quorum queue on 3.x without x-delivery-limit, or a quorum queue on 4.3
+// or later (basic.nack requeues do not count there). A quorum queue with a limit on 3.x and
+// 4.0-4.2 counts every requeue and parks (or, without a dead-letter exchange, drops) the
+// message at its limit: not a loop. The rates are averages over the management API's last
+// statistics samples (collect_statistics_interval, 5 s by default), so a loop shows a few
+// seconds after it starts.
+func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool) {
+	if mq.RedeliverRate < requeueLoopMinRate || mq.RedeliverRate < mq.DeliverRate/2 || mq.Messages <= 0 {
+		return RequeueLoop{}, false
+	}
+	loop := RequeueLoop{Queue: q.Name, RedeliverRate: mq.RedeliverRate, DeliverRate: mq.DeliverRate, Messages: mq.Messages}
+	typ := mq.Type
+	if typ == "" {
+		typ, _ = q.Args["x-queue-type"].(string)
+	}
+	_, limit := mq.Arguments["x-delivery-limit"]
+	switch {
+	case typ == string(Classic):
+		loop.Cause = CauseClassic
+	case typ != string(Quorum):
+		return RequeueLoop{}, false
+	case versionAtLeast(version, 4, 3):
+		loop.Cause = CauseNackNotCounted
+	case !limit && !versionAtLeast(version, 4, 0):
+		loop.Cause = CauseNoLimit
+	default:
+		return RequeueLoop{}, false
+	}
+	return loop, true
+}
+
+// Advice is what to do about the loop, in one sentence; parking is the parking queue's name.
+func (l RequeueLoop) Advice(parking string) string {
+	switch l.Cause {
+	case CauseNackNotCounted:
+		return "RabbitMQ 4.3 does not count a basic.nack with requeue toward a quorum queue's delivery limit (rabbitmq-server " +
+			"PR #15387), so the limit never parks the message: give a message the consumer cannot handle back with basic.reject " +
+			"(requeue true counts; at the limit the queue parks it in " + parking + "), or reject it without requeue to park it at " +
+			"once; or give the queue a delayed retry (policy keys delayed-retry-type returned, delayed-retry-min, delayed-retry-max; " +
+			"RabbitMQ 4.3.1+), which makes the loop slow instead of hot"
+	case CauseClassic:
+		return "a classic queue has no delivery limit, so a message its consumer keeps requeueing comes back forever: reject it " +
+			"without requeue (with a dead-letter exchange set it is dead-lettered), or use quorum ready queues " +
+			"(AMQPDELAY_QUEUE_TYPE=quorum), whose delivery limit parks it in " + parking
+	default:
+		return "the queue has no delivery limit (RabbitMQ 3.x has no default), so a message its consumer keeps requeueing comes " +
+			"back forever: give it one (AMQPDELAY_READY_DELIVERY_LIMIT, default 20: at the limit it is parked in " + parking +
+			"), or reject the message without requeue"
+	}
+}
+
+// String is "queue Q: N redeliveries a second (of M deliveries), K messages held".
+func (l RequeueLoop) String() string {
+	return fmt.Sprintf("queue %s: %.0f redeliveries a second (of %.0f deliveries), %s held", l.Queue, l.RedeliverRate, l.DeliverRate,
+		text.Plural(int(l.Messages), "message"))
+}
+
+// versionAtLeast reports whether the RabbitMQ version v ("4.3.6", "3.10.8") is at least
+// major.minor; an unknown version ("") is not.
+func versionAtLeast(v string, major, minor int) bool {
+	maj, mino, ok := ParseVersion(v)
+	if !ok {
+		return false
+	}
+	return maj > major || (maj == major && mino >= minor)
+}
+
+// ParseVersion reads the major and minor number of a RabbitMQ version ("4.3.6", "3.10",
+// "4"; a missing minor is 0). ok is false when v does not start with a number.
+func ParseVersion(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(v, ".", 3)
+	major, err := strconv.Atoi(parts[0])
+	if err != nil || major < 0 {
+		return 0, 0, false
+	}
+	if len(parts) > 1 {
+		digits := strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+		if minor, err = strconv.Atoi(digits); err != nil {
+			return 0, 0, false
+		}
+	}
+	return major, minor, true
+}
+
+// ServerVersion is the RabbitMQ version conn's server announces (its "version" property,
+// e.g. "4.3.6"), or "" when it does not say (or conn is nil).
+func ServerVersion(conn *amqp.Connection) string {
+	if conn == nil {
+		return ""
+	}
+	v, _ := conn.Properties["version"].(string)
+	return v
 }
 
 // MissingExchange is an exchange of [Plan.Existing] that does not exist.
@@ -182,7 +334,7 @@ func (r *StatusReport) Parking() QueueStatus {
 // problems (warnings excepted). errors.Is tells them apart. Other errors are the broker's, or
 // wrap ErrManagement.
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
-	rep := &StatusReport{}
+	rep := &StatusReport{Version: ServerVersion(conn), PluginMessagesDelayed: -1}
 	p = p.ForBroker(ServerMajor(conn))
 	var jobs []job
 	for _, e := range p.Exchanges {
@@ -279,7 +431,8 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 		rep.Exchanges = append(rep.Exchanges, ExchangeStatus{Exchange: e, Exists: ok})
 	}
-	waiting := map[string]bool{} // queues whose dead-lettering waits on an unreachable node
+	loopSeen := map[string]bool{} // ready queues checked for a requeue loop
+	waiting := map[string]bool{}  // queues whose dead-lettering waits on an unreachable node
 	if rep.Cluster != nil {
 		for _, w := range rep.Cluster.Waits {
 			for _, q := range w.Queues {
@@ -314,6 +467,25 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 				Msg("a consumer is attached to a delay queue: it takes delayed messages before they are due; stop it")
 		}
 		rep.Queues = append(rep.Queues, s)
+		if m, found := managed[q.Name]; found && ok && q.Role == RoleReady && !loopSeen[q.Name] {
+			loopSeen[q.Name] = true // a ready queue with several bindings is in the plan once per binding
+			if loop, is := RequeueLoopOf(q, m, rep.Version); is {
+				rep.RequeueLoops = append(rep.RequeueLoops, loop)
+			}
+		}
+	}
+	rep.NotDeclared = notDeclared(rep)
+	if rep.NotDeclared {
+		rep.PolicyProblems = nil
+	}
+	if opts.Management != nil && p.HasPlugin() {
+		n, found, err := opts.Management.MessagesDelayed(ctx, p.Names.PluginExchange())
+		if err != nil {
+			return rep, err
+		}
+		if found {
+			rep.PluginMessagesDelayed = n
+		}
 	}
 	var exchangeNames []string // the vhost's, for similar names (management API only)
 	for key := range objects {
@@ -352,7 +524,12 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	if len(rep.MissingExchanges) > 0 {
 		problems = append(problems, missingExchangesError(rep.MissingExchanges))
 	}
-	if len(rep.Missing) > 0 {
+	if rep.NotDeclared {
+		problems = append(problems, fmt.Errorf("%w: the topology is not declared in vhost %q: none of its own %d exchanges and queues exist (%s missing in "+
+			"all; target exchanges and ready queues are the application's and may remain): declare it with `declare apply` and the "+
+			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, conn.Config.Vhost,
+			ownObjects(p), text.Plural(len(rep.Missing), "object")))
+	} else if len(rep.Missing) > 0 {
 		apply := "run declare apply"
 		if len(rep.MissingExchanges) > 0 {
 			apply += " once the exchanges it binds to exist"
@@ -398,6 +575,9 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			"left by an earlier specification or added by hand, they change where messages go; unbind them "+
 			"(rabbitmqctl has no unbind: use the management UI or API), or put them in the specification",
 			ErrUnhealthy, text.Plural(len(rep.UnplannedBindings), "binding"), rep.UnplannedBindings[0]))
+	}
+	for _, l := range rep.RequeueLoops {
+		problems = append(problems, fmt.Errorf("%w: requeue loop in ready %s: %s", ErrUnhealthy, l, l.Advice(p.Names.Parking())))
 	}
 	if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
 		problems = append(problems, policyError(failing))
@@ -447,4 +627,48 @@ func missingExchangesError(missing []MissingExchange) error {
 	return fmt.Errorf("%w: %s, which the topology binds to but does not declare: declare it, give a target as name:type "+
 		"(AMQPDELAY_TARGETS, --target) so apply declares it, or, if the name is mistyped, correct it in the specification; "+
 		"until it exists apply declares nothing", ErrIncomplete, strings.Join(names, ", "))
+}
+
+// own reports whether an exchange or queue role is the topology's own (what teardown deletes),
+// not the application's: target exchanges and ready queues.
+func own(r Role) bool { return r != RoleTarget && r != RoleReady }
+
+// ownObjects counts the plan's own exchanges and queues.
+func ownObjects(p *Plan) int {
+	n := 0
+	for _, e := range p.Exchanges {
+		if own(e.Role) {
+			n++
+		}
+	}
+	seen := map[string]bool{}
+	for _, q := range p.Queues {
+		if own(q.Role) && !seen[q.Name] {
+			seen[q.Name] = true
+			n++
+		}
+	}
+	return n
+}
+
+// notDeclared reports whether none of the topology's own exchanges and queues exist.
+func notDeclared(rep *StatusReport) bool {
+	n := 0
+	for _, e := range rep.Exchanges {
+		if own(e.Role) {
+			if e.Exists {
+				return false
+			}
+			n++
+		}
+	}
+	for _, q := range rep.Queues {
+		if own(q.Role) {
+			if q.Exists {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
 }

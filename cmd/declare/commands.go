@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -266,27 +265,27 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	}
 	defer conn.Close()
 
-	plugin, pluginState := "off (--plugin off)", "off" // the table's text, and --json's value
+	pluginState := "off" // --json's value
+	var avail bool
+	var pluginErr error
 	if p.Spec.Plugin != topology.PluginOff {
-		avail, pluginErr := e.probePlugin(ctx, p, m)
+		avail, pluginErr = e.probePlugin(ctx, p, m)
 		switch {
 		case pluginErr != nil:
-			plugin, pluginState = "unknown ("+pluginErr.Error()+")", "unknown"
+			pluginState = "unknown"
 			e.log.Warn().Err(pluginErr).Msg("cannot tell whether the broker has the delayed-message plugin")
 		case avail:
-			plugin, pluginState = "available", "available"
+			pluginState = "available"
 		default:
-			plugin, pluginState = "not available (the ladder and buckets work without it)", "not_available"
+			pluginState = "not_available"
 		}
 		if (pluginErr != nil || !avail) && p.Spec.Plugin == topology.PluginAuto {
 			p = p.WithoutPlugin()
 		}
-		if !avail && pluginErr == nil && p.Spec.Plugin == topology.PluginOn {
-			plugin = "NOT AVAILABLE, but --plugin on"
-		}
 	}
+	plugin := pluginText(p.Spec.Plugin, avail, pluginErr, topology.ServerVersion(conn)) // status.go
 	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m, Logger: e.log})
-	if rep == nil || (err != nil && !errors.Is(err, topology.ErrIncomplete) && !errors.Is(err, topology.ErrUnhealthy) && !errors.Is(err, topology.ErrPolicy)) {
+	if rep == nil || (err != nil && !statusProblem(err)) {
 		e.statusFailedJSON(p, err)
 		return err
 	}
@@ -298,154 +297,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		}
 		return err
 	}
-	w := e.stdout
-	fmt.Fprintf(w, "# %s\n", specLine(p))
-	fmt.Fprintf(w, "plugin: %s\n\n", plugin)
-	unknown := false // a count the management API has no figure for yet
-	count := func(n int64) string {
-		if n < 0 {
-			unknown = true
-			return "?"
-		}
-		return strconv.FormatInt(n, 10)
-	}
-	t := newTable(w)
-	leaders := clustered(rep) // a LEADER column: the node and the members online
-	if leaders {
-		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)\tLEADER (ONLINE/MEMBERS)")
-	} else if rep.Management {
-		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)")
-	} else {
-		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS")
-	}
-	for _, q := range rep.Queues {
-		ready, cons := strconv.Itoa(q.Ready), strconv.Itoa(q.Consumers)
-		if !q.Exists {
-			ready, cons = "MISSING", "-"
-		} else if q.IsDelay() && q.Consumers > 0 {
-			cons += "  <-- WARNING: consumer on a delay queue"
-		}
-		dlx := "-" // a stream (the revocation stream) has no dead-letter state
-		if q.Role != topology.RoleRevoked {
-			dlx = count(q.MessagesDLX)
-		}
-		if leaders {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), dlx, leaderText(q))
-		} else if rep.Management {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), dlx)
-		} else {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons)
-		}
-	}
-	_ = t.Flush()
-	switch {
-	case unknown && rep.StatsDisabled:
-		fmt.Fprintln(w, "?: the management API collects no queue statistics (rabbitmq_management_agent.disable_metrics_collector is "+
-			"true): these counts are never known")
-	case unknown:
-		fmt.Fprintln(w, statusUnknownNote)
-	}
-	present := 0
-	for _, x := range rep.Exchanges {
-		if x.Exists {
-			present++
-		}
-	}
-	fmt.Fprintf(w, "\nexchanges: %d of %d present\n", present, len(rep.Exchanges))
-	if rep.Management {
-		present = 0
-		for _, b := range rep.Bindings {
-			if b.Exists {
-				present++
-			}
-		}
-		fmt.Fprintf(w, "bindings: %d of %d present\n", present, len(rep.Bindings))
-	} else {
-		fmt.Fprintln(w, "bindings: not checked (AMQP cannot list bindings; pass --management-url); messages_dlx: not shown (needs --management-url)")
-		fmt.Fprintln(w, "types, flags and arguments of the exchanges and queues: not compared (AMQP cannot read them; pass --management-url)")
-	}
-	park := rep.Parking()
-	parked := strconv.Itoa(park.Ready) + " ready"
-	if rep.Management && park.Messages >= 0 {
-		parked = fmt.Sprintf("%s (%d ready)", plural(int(park.Messages), "message"), park.Ready)
-	}
-	fmt.Fprintf(w, "parking queue %s: %s\n", park.Name, parked)
-	fmt.Fprintln(w, "  holds: due messages whose target is not bound to the dispatch exchange or routed them to no queue "+
-		"(header rabbitdelay-target names it), messages a quorum ready queue gave up on (x-death reason delivery_limit, or rejected "+
-		"without requeue), and messages the consumer package parked (header rabbitdelay.park-reason: permanent, attempts, "+
-		"retry-refused; rabbitdelay.queue names the queue; consumer.Replay sends them back). Read them with acknowledgements: a "+
-		"requeue counts as a delivery attempt.")
-	if park.Ready > 0 || park.Messages > 0 {
-		fmt.Fprintln(w, "  it is not empty: status reports no problem for that alone, but look at why they are there "+
-			"(their headers, above); each is a message that reached no handler, or failed its handler for good")
-	}
-	if len(rep.DeadLettering) > 0 {
-		fmt.Fprintf(w, "\nDEAD-LETTER STATE: messages whose dead-lettering has not completed (messages_dlx): %s\n", strings.Join(rep.DeadLettering, ", "))
-		fmt.Fprintln(w, "  cause: every member of these queues and of the queues they dead-letter into is online, so nothing routes them (a target "+
-			"with no binding for their routing key, and no alternate exchange: see the policies below) or the queue they go to refuses them. "+
-			"RabbitMQ retries them forever; a busy topology shows small counts in passing: run status again.")
-	}
-	printCluster(w, rep, e.vhost())
-	if len(rep.ConsumedDelayQueues) > 0 {
-		fmt.Fprintf(w, "\nCONSUMERS ON DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
-		fmt.Fprintln(w, "  they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
-	}
-	printMismatched(w, rep.Mismatched)
-	if obsolete := rep.ObsoleteBindings; len(obsolete) > 0 {
-		fmt.Fprintf(w, "\nOBSOLETE BINDINGS: %s of an earlier version of rabbitdelay, which this one replaces: "+
-			"run apply, which declares their replacements and then removes them (first: %s)\n", plural(len(obsolete), "binding"), obsolete[0])
-	}
-	if len(rep.UnplannedBindings) > 0 {
-		fmt.Fprintf(w, "\nUNPLANNED BINDINGS: %s on this topology's exchanges and queues not in the specification "+
-			"(an earlier specification's, e.g. a ready queue's old key, or added by hand); they change where messages go: unbind them "+
-			"(management UI or API) or add them to the specification:\n", plural(len(rep.UnplannedBindings), "binding"))
-		for _, b := range rep.UnplannedBindings {
-			fmt.Fprintf(w, "  %s\n", b)
-		}
-	}
-	if len(rep.RetryBindings) > 0 {
-		var qs []string
-		for _, b := range rep.RetryBindings {
-			qs = append(qs, b.Destination)
-		}
-		fmt.Fprintf(w, "consumers' retry bindings (queues outside the specification, bound to %s by their own name): %s\n",
-			rep.RetryBindings[0].Source, strings.Join(qs, ", "))
-	}
-	if rep.Management {
-		for _, ps := range rep.Policies {
-			st := "set"
-			switch {
-			case !ps.Exists:
-				st = "MISSING"
-			case !ps.Current:
-				st = "DIFFERS from the specification"
-			}
-			fmt.Fprintf(w, "policy %s (%s, priority %d): %s\n", ps.Name, ps.ApplyTo, ps.Priority, st)
-		}
-	} else {
-		fmt.Fprintln(w, "policies: not checked (needs --management-url)")
-	}
-	printPolicyProblems(w, rep.PolicyProblems)
-	printUnplanned(w, p.Names, rep.Unplanned, "not in this specification", true)
-	if len(rep.MissingExchanges) > 0 {
-		fmt.Fprintf(w, "\nMISSING EXCHANGES: %s that the topology binds to but does not declare (targets given without a type, "+
-			"ready queues' exchanges); declare them, give a target as name:type so apply declares it, or correct a mistyped name "+
-			"in the specification; apply declares nothing until they exist:\n", plural(len(rep.MissingExchanges), "exchange"))
-		for _, x := range rep.MissingExchanges {
-			fmt.Fprintf(w, "  %s\n", x)
-		}
-	}
-	if len(rep.Missing) > 0 {
-		fmt.Fprintf(w, "\nINCOMPLETE: %s missing:\n", plural(len(rep.Missing), "object"))
-		for _, x := range rep.Missing {
-			fmt.Fprintf(w, "  %s\n", x)
-		}
-	}
-	if err == nil {
-		fmt.Fprintln(w, "\nstatus: OK, no problem found")
-	} else {
-		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the reasons, one a line, are on standard error")
-	}
+	printStatus(e.stdout, statusView{p: p, rep: rep, err: err, plugin: plugin, vhost: e.vhost(), queues: e.s.queues}) // status.go
 	return err
 }
 
@@ -474,14 +326,10 @@ func (e *invocation) statusFailedJSON(p *topology.Plan, err error) {
 const statusUnknownNote = "?: the management API has no figure for this queue yet (it collects statistics every " +
 	"collect_statistics_interval, 5 s by default): run status again in a few seconds"
 
-func cmdExport(_ context.Context, e *invocation) error {
+func cmdExport(ctx context.Context, e *invocation) error {
 	p, err := e.plan()
 	if err != nil {
 		return err
-	}
-	if p.Spec.Plugin == topology.PluginAuto {
-		e.log.Info().Msg("plugin auto: export makes no connection, so the plugin exchange is left out (use --plugin on to include it)")
-		p = p.WithoutPlugin()
 	}
 	vhost := e.s.vhost
 	if vhost == "" {
@@ -491,12 +339,47 @@ func cmdExport(_ context.Context, e *invocation) error {
 		}
 		vhost = e.vhost()
 	}
+	m, err := e.management()
+	if err != nil {
+		return usageError{err}
+	}
+	version := e.s.exportVersion
+	if version == "" {
+		var from string
+		version, from, err = e.askVersion(ctx, m)
+		if err != nil {
+			e.log.Warn().Err(err).Msg("export: cannot ask the broker its version, so the definitions are for RabbitMQ 4.x; " +
+				"RabbitMQ 3.x refuses them (\"-1 is not a valid delivery limit\") and keeps the vhost the import created: " +
+				"pass --rabbitmq-version 3 for a 3.x broker")
+			version = "4"
+		} else {
+			e.log.Info().Str("rabbitmq_version", version).Str("from", from).Msg("export: definitions for the broker's version")
+		}
+	}
+	major, minor, _ := topology.ParseVersion(version)
+	noPlugin := major > 4 || (major == 4 && minor >= 3) // RabbitMQ 4.3 cannot load the delayed-message plugin
+	switch p.Spec.Plugin {
+	case topology.PluginOn:
+		if noPlugin {
+			return fmt.Errorf("%w: --plugin on, but RabbitMQ %s cannot load the delayed-message plugin (4.3 removed Mnesia, "+
+				"which it stores its messages in), and an import with an exchange of type %s fails there: use --plugin auto or off "+
+				"(the ladder and buckets carry every delay)", topology.ErrPluginUnavailable, version, topology.PluginExchangeType)
+		}
+	case topology.PluginAuto:
+		avail := false
+		if m != nil && !noPlugin {
+			if avail, err = topology.ProbePluginManagement(ctx, m); err != nil {
+				e.log.Warn().Err(err).Msg("export: cannot ask the management API whether the broker has the delayed-message plugin: the plugin exchange is left out")
+			}
+		}
+		if !avail {
+			e.log.Info().Msg("export: plugin auto: the plugin exchange is left out (the broker lacks the plugin, or export cannot tell " +
+				"without --management-url; --plugin on includes it)")
+			p = p.WithoutPlugin()
+		}
+	}
 	if len(p.Existing) > 0 {
 		e.log.Info().Strs("exchanges", p.Existing).Msg("not in the export: these exchanges must exist before the import")
-	}
-	major := e.s.exportMajor
-	if major == 0 {
-		major = 4
 	}
 	out, err := topology.Export(p.ForBroker(major), vhost)
 	if err != nil {
@@ -504,6 +387,35 @@ func cmdExport(_ context.Context, e *invocation) error {
 	}
 	_, err = e.stdout.Write(out)
 	return err
+}
+
+// versionTimeout bounds export's question about the broker's version, so that an export for a
+// broker it cannot reach (written in CI, say) waits no longer than that.
+const versionTimeout = 10 * time.Second
+
+// askVersion asks the broker its RabbitMQ version: the management API's overview when m is
+// set, else (or when that fails) the server properties of an AMQP connection. from says which
+// answered.
+func (e *invocation) askVersion(ctx context.Context, m *topology.Management) (version, from string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	defer cancel()
+	var errs []error
+	if m != nil {
+		v, err := m.Version(ctx)
+		if err == nil {
+			return v, "management API", nil
+		}
+		errs = append(errs, err)
+	}
+	conn, err := e.dial(ctx)
+	if err != nil {
+		return "", "", errors.Join(append(errs, err)...)
+	}
+	defer conn.Close()
+	if v := topology.ServerVersion(conn); v != "" {
+		return v, "AMQP server properties", nil
+	}
+	return "", "", errors.Join(append(errs, errors.New("the broker's AMQP server properties name no version"))...)
 }
 
 func cmdTeardown(ctx context.Context, e *invocation) error {

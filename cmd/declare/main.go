@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -67,9 +66,10 @@ func commands() []command {
 				"When an object exists with other arguments it stops (exit 2) naming the object, the argument, the\n" +
 				"existing and wanted values; it never deletes or re-creates an exchange or queue, and removes only the\n" +
 				"obsolete bindings of an earlier version once their replacements exist. Exchanges the topology binds to\n" +
-				"must exist (or be given as name:type) before anything is declared. With --management-url it sets the\n" +
-				"policies <prefix>.delay-queues and <prefix>.targets and exits 1 when a policy in effect breaks a guarantee\n" +
-				"(naming policy, key, value, object and effect); without it, it prints the rabbitmqctl commands to set them.",
+				"must exist (or be given as name:type) before anything is declared. With --management-url it sets the three\n" +
+				"policies <prefix>.delay-queues, <prefix>.targets and <prefix>.revoked-retention and exits 1 when a policy in\n" +
+				"effect breaks a guarantee (naming policy, key, value, object and effect); without it, it prints the\n" +
+				"rabbitmqctl commands to set them.",
 			extra: func(s *settings) []option {
 				verbose := boolOption("verbose", "also list the objects that are unchanged", &s.verbose)
 				verbose.short = "v"
@@ -78,32 +78,44 @@ func commands() []command {
 					verbose,
 				}
 			}, run: cmdApply},
-		{name: "status", summary: "show messages waiting per delay queue, consumers, parking queue, plugin",
-			help: "Inspects the topology without declaring anything. Exit 1, naming the state, when objects are missing or\n" +
-				"a consumer is attached to a delay queue (it takes delayed messages before they are due). With --management-url\n" +
-				"also when an existing exchange or queue has another type, flag or argument than the specification's (delete\n" +
-				"it, then apply declares it again), when messages sit in a queue's dead-letter state (messages_dlx), which AMQP\n" +
-				"cannot see, when a binding on the topology's exchanges or queues is not in the specification, when a policy is\n" +
-				"missing, or when a policy in effect breaks a guarantee.",
-			extra: func(s *settings) []option { return []option{outputOption(s), jsonOption(s)} }, run: cmdStatus},
-		{name: "export", summary: "print the topology as RabbitMQ definitions JSON",
+		{name: "status", summary: "show problems, the parking queue, messages per ladder level and bucket, targets, plugin",
+			help: "Inspects the topology without declaring anything and prints, first, every problem with what to do; then the\n" +
+				"parking queue's count, one line per ladder level and bucket (queues, messages held, TTLs; --queues: one line per\n" +
+				"queue), the targets and the ready queues. Exit 1, naming the state, when the topology is not declared, objects\n" +
+				"are missing or a consumer is attached to a delay queue (it takes delayed messages before they are due). With\n" +
+				"--management-url also when an existing exchange or queue has another type, flag or argument than the\n" +
+				"specification's (delete it, then apply declares it again), when messages sit in a queue's dead-letter state\n" +
+				"(messages_dlx), which AMQP cannot see, when a binding on the topology's exchanges or queues is not in the\n" +
+				"specification, when a policy is missing or a policy in effect breaks a guarantee, or when a ready queue's consumer\n" +
+				"requeues a message in a loop that no delivery limit ends (on RabbitMQ 4.3 basic.nack requeues do not count).\n" +
+				"--json prints everything, one line per queue included.",
+			extra: func(s *settings) []option {
+				return []option{outputOption(s), jsonOption(s),
+					boolOption("queues", "one line per queue (the default: one per ladder level and bucket)", &s.queues)}
+			}, run: cmdStatus},
+		{name: "export", summary: "print the topology as RabbitMQ definitions JSON for the broker's version",
 			help: "Prints the topology in the format of `rabbitmqctl export_definitions`, for `rabbitmqctl\n" +
-				"import_definitions` or the management API (POST /api/definitions/<vhost>). Importing it into an empty\n" +
-				"vhost gives what apply declares. No connection is made, so with --plugin auto the plugin exchange is\n" +
-				"left out (use --plugin on to include it). Target exchanges given without a type are not included: they\n" +
-				"must exist before the import. --rabbitmq-version says which RabbitMQ imports them (default 4): on 4.x the\n" +
-				"delay-queue policy also sets delivery-limit -1, which 3.x refuses.",
+				"import_definitions` or the management API (POST /api/definitions). Importing it gives what apply declares.\n" +
+				"The definitions depend on the RabbitMQ that imports them (on 4.x the delay-queue policy also sets\n" +
+				"delivery-limit -1, which 3.x refuses): export asks the broker its version (the management API's overview with\n" +
+				"--management-url, else the AMQP connection's server properties); --rabbitmq-version says it instead, and\n" +
+				"must when the broker cannot be reached (else 4 is assumed, with a warning). With --management-url and\n" +
+				"--plugin auto the plugin exchange is included when the broker has the plugin; otherwise --plugin auto leaves\n" +
+				"it out (--plugin on includes it; RabbitMQ 4.3+ cannot load the plugin, so export refuses that there). Target\n" +
+				"exchanges given without a type are not included: they must exist before the import.",
 			extra: func(s *settings) []option {
 				return []option{{name: "vhost", arg: "VHOST", def: "the URL's vhost, or /", usage: "vhost written into the definitions",
 					set: func(v string) error { s.vhost = v; return nil }},
-					{name: "rabbitmq-version", arg: "MAJOR", def: "4", usage: "major version of the RabbitMQ that imports the definitions: 3 or 4",
+					{name: "rabbitmq-version", arg: "VERSION", def: "the broker's", usage: "version of the RabbitMQ that imports the definitions " +
+						"(3, 4, or e.g. 3.10 or 4.3.6): skips asking the broker",
 						set: func(v string) error {
-							switch v {
-							case "3", "4":
-								s.exportMajor, _ = strconv.Atoi(v)
-								return nil
+							major, _, ok := topology.ParseVersion(v)
+							if !ok || major < 3 || major > 4 {
+								return fmt.Errorf("--rabbitmq-version %q: give the version of the RabbitMQ that imports the definitions: "+
+									"3 or 4, or MAJOR.MINOR such as 3.10 or 4.3", v)
 							}
-							return fmt.Errorf("--rabbitmq-version %q: give 3 or 4 (the major version of the RabbitMQ that imports the definitions)", v)
+							s.exportVersion = v
+							return nil
 						}}}
 			}, run: cmdExport},
 		{name: "teardown", summary: "delete the delay topology (never the target exchanges)",

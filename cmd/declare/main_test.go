@@ -326,7 +326,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 	}
 	var st result
 	for range 50 {
-		st = declare(t, e, "status")
+		st = declare(t, e, "status", "--queues")
 		checkUnknownNote(t, st.stdout, env.Prefix)
 		if strings.Contains(st.stdout, names.LadderQueue(10, 2)+" ") && regexpLine(st.stdout, names.LadderQueue(10, 2), " 1 ") {
 			break
@@ -402,9 +402,24 @@ func TestStatusTeardownCLI(t *testing.T) {
 	if err := env.Channel(t).ExchangeDeclarePassive(target, "topic", true, false, false, false, nil); err != nil {
 		t.Errorf("target gone: %v", err)
 	}
+	// Torn down: status says the topology is not declared and how to declare it, and warns of
+	// nothing about objects that do not exist (the target survives, unbound).
 	st = declare(t, e, "status")
-	if st.code != 1 || !strings.Contains(st.stdout, "INCOMPLETE") {
-		t.Errorf("status after teardown: exit %d\n%s", st.code, st.stdout)
+	if st.code != 1 || !strings.Contains(st.stdout, "NOT DECLARED: none of the topology's own exchanges and queues exist") ||
+		!strings.Contains(st.stdout, "`declare apply`") || !strings.Contains(st.stderr, "the topology is not declared in vhost") {
+		t.Errorf("status after teardown: exit %d, want 1 saying the topology is not declared\n%s\n%s", st.code, st.stdout, st.stderr)
+	}
+	for _, noise := range []string{"POLICY PROBLEMS", "stalls", "INCOMPLETE", "MISSING"} {
+		if strings.Contains(st.stdout+st.stderr, noise) {
+			t.Errorf("status after teardown says %q about a topology that does not exist:\n%s\n%s", noise, st.stdout, st.stderr)
+		}
+	}
+	js = declare(t, e, "status", "--json")
+	parsed = statusJSON{}
+	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || js.code != 1 || !parsed.NotDeclared ||
+		len(parsed.PolicyProblems) != 0 || len(parsed.MissingObjects) == 0 {
+		t.Errorf("status --json after teardown: exit %d, %v, not_declared %v, %d policy problems, %d missing objects\n%s",
+			js.code, err, parsed.NotDeclared, len(parsed.PolicyProblems), len(parsed.MissingObjects), js.stdout)
 	}
 }
 

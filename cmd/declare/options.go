@@ -77,10 +77,10 @@ type settings struct {
 	spec    topology.Spec
 	mgmtURL string
 	timeout time.Duration
-	// exportMajor is export's --rabbitmq-version (0: unset, 4).
-	exportMajor int
-	logFormat   string
-	logLevel    string
+	// exportVersion is export's --rabbitmq-version ("": ask the broker).
+	exportVersion string
+	logFormat     string
+	logLevel      string
 
 	// Command-specific flags.
 	output      string
@@ -91,6 +91,7 @@ type settings struct {
 	readyQueues bool
 	listen      string // exporter (exporter.go)
 	perQueue    bool   // exporter
+	queues      bool   // status --queues
 }
 
 // resolve fills the fields that come from s.vars, with the defaults of the CLI's own settings.

@@ -64,6 +64,28 @@ type statusJSON struct {
 	PolicyProblems []statusProblemJSON   `json:"policy_problems"`
 	// Cluster is null without --management-url.
 	Cluster *statusClusterJSON `json:"cluster"`
+	// RabbitMQVersion is the version the broker announced ("" when unknown).
+	RabbitMQVersion string `json:"rabbitmq_version"`
+	// NotDeclared: none of the topology's own exchanges and queues exist (never applied in
+	// this vhost, or torn down); policy_problems is then empty.
+	NotDeclared bool `json:"not_declared"`
+	// RequeueLoops are the ready queues whose consumers requeue messages in a loop that no
+	// delivery limit ends (management API; topology.RequeueLoop).
+	RequeueLoops []statusRequeueLoopJSON `json:"requeue_loops"`
+	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
+	// plugin exchange (management API), -1 when unknown or there is none.
+	PluginMessagesDelayed int64 `json:"plugin_messages_delayed"`
+}
+
+// statusRequeueLoopJSON is one topology.RequeueLoop: the rates per second, the cause
+// (nack-not-counted, classic, no-delivery-limit) and what to do.
+type statusRequeueLoopJSON struct {
+	Queue         string  `json:"queue"`
+	RedeliverRate float64 `json:"redeliver_rate"`
+	DeliverRate   float64 `json:"deliver_rate"`
+	Messages      int64   `json:"messages"`
+	Cause         string  `json:"cause"`
+	Advice        string  `json:"advice"`
 }
 
 type statusQueueJSON struct {
@@ -184,7 +206,13 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 		Mismatched: []statusMismatchJSON{}, MissingExchanges: []statusMissingExchangeJSON{},
 		ExchangesTotal: len(rep.Exchanges), BindingsPresent: -1, BindingsTotal: -1,
 		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, ObsoleteBindings: []string{}, RetryBindings: []string{},
-		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{}}
+		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{},
+		RabbitMQVersion: rep.Version, NotDeclared: rep.NotDeclared, RequeueLoops: []statusRequeueLoopJSON{},
+		PluginMessagesDelayed: rep.PluginMessagesDelayed}
+	for _, l := range rep.RequeueLoops {
+		out.RequeueLoops = append(out.RequeueLoops, statusRequeueLoopJSON{Queue: l.Queue, RedeliverRate: l.RedeliverRate,
+			DeliverRate: l.DeliverRate, Messages: l.Messages, Cause: l.Cause, Advice: l.Advice(p.Names.Parking())})
+	}
 	if err != nil {
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
 			for _, e := range j.Unwrap() {

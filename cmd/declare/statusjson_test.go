@@ -34,6 +34,9 @@ var statusJSONKeys = []string{
 	"cluster.dead_letter_waits.queues", "cluster.dead_letter_waits.queues.queue", "cluster.dead_letter_waits.queues.messages_dlx",
 	"cluster.shared_copies", "cluster.shared_copies.level", "cluster.shared_copies.digit", "cluster.shared_copies.node",
 	"cluster.shared_copies.queues",
+	"rabbitmq_version", "not_declared", "plugin_messages_delayed",
+	"requeue_loops", "requeue_loops.queue", "requeue_loops.redeliver_rate", "requeue_loops.deliver_rate", "requeue_loops.messages",
+	"requeue_loops.cause", "requeue_loops.advice",
 }
 
 // jsonKeys returns the key paths of the JSON encoding of t (struct fields by their json tag,

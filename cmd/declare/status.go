@@ -1,0 +1,466 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// statusView is what the table form of `declare status` prints from.
+type statusView struct {
+	p      *topology.Plan
+	rep    *topology.StatusReport
+	err    error  // Status's error: the problems (nil when none)
+	plugin string // the plugin line's text
+	vhost  string
+	queues bool // --queues: the per-queue table instead of one line per ladder level
+}
+
+// pluginText is the plugin line of status: whether the broker has the delayed-message plugin,
+// and on RabbitMQ 4.3 or later, which cannot load it, that the ladder carries every delay.
+func pluginText(mode topology.PluginMode, avail bool, probeErr error, version string) string {
+	major, minor, known := topology.ParseVersion(version)
+	noPlugin43 := known && (major > 4 || (major == 4 && minor >= 3))
+	switch {
+	case mode == topology.PluginOff:
+		return "off (--plugin off)"
+	case probeErr != nil:
+		return "unknown (" + probeErr.Error() + ")"
+	case avail:
+		return "available"
+	case noPlugin43 && mode == topology.PluginOn:
+		return fmt.Sprintf("NOT AVAILABLE, but --plugin on: RabbitMQ %s cannot load the delayed-message plugin (4.3 removed Mnesia, "+
+			"which it stores its messages in); use --plugin auto or off: the ladder and buckets carry every delay", version)
+	case noPlugin43:
+		return fmt.Sprintf("unavailable: RabbitMQ %s cannot load the delayed-message plugin (4.3 removed Mnesia, which it stores its "+
+			"messages in); the ladder and buckets carry every delay", version)
+	case mode == topology.PluginOn:
+		return "NOT AVAILABLE, but --plugin on"
+	}
+	return "not available (the ladder and buckets work without it)"
+}
+
+// printStatus prints the table form of status: the problems first, then the parking queue,
+// one line per ladder level (or, with --queues, one per queue), the buckets, the targets, the
+// ready queues and the rest, and a last line saying OK or NOT OK.
+func printStatus(w io.Writer, v statusView) {
+	p, rep := v.p, v.rep
+	fmt.Fprintf(w, "# %s\n", specLine(p))
+	version := rep.Version
+	if version == "" {
+		version = "unknown version"
+	}
+	fmt.Fprintf(w, "# RabbitMQ %s, vhost %s; plugin: %s\n", version, v.vhost, v.plugin)
+
+	printProblems(w, v)
+
+	if rep.NotDeclared {
+		fmt.Fprintf(w, "\nnothing to show: the topology is not declared (none of its own exchanges and queues exist); %s missing "+
+			"(status --json lists them)\n", plural(len(rep.Missing), "object"))
+		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the topology is not declared: run `declare apply` with the same settings")
+		return
+	}
+
+	unknown := false // a count the management API has no figure for yet
+	count := func(n int64) string {
+		if n < 0 {
+			unknown = true
+			return "?"
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	park := rep.Parking()
+	parked := strconv.Itoa(park.Ready) + " ready"
+	switch {
+	case !park.Exists:
+		parked = "MISSING"
+	case rep.Management && park.Messages >= 0:
+		parked = fmt.Sprintf("%s (%d ready)", plural(int(park.Messages), "message"), park.Ready)
+	}
+	fmt.Fprintf(w, "\nparking queue %s: %s\n", park.Name, parked)
+	if park.Ready > 0 || park.Messages > 0 {
+		fmt.Fprintln(w, "  it is not empty: each message there reached no handler, or failed its handler for good. It holds due messages "+
+			"whose target is not bound to the dispatch exchange or routed them to no queue (header rabbitdelay-target names it), "+
+			"messages a quorum ready queue gave up on (x-death reason delivery_limit, or rejected without requeue), and messages the "+
+			"consumer package parked (header rabbitdelay.park-reason; rabbitdelay.queue names the queue; consumer.Replay sends them "+
+			"back). Read them with acknowledgements. Status reports no problem for that alone.")
+	}
+	if rep.PluginMessagesDelayed >= 0 {
+		fmt.Fprintf(w, "plugin exchange %s: holds %s (the plugin's messages_delayed; they live in no queue)\n",
+			p.Names.PluginExchange(), plural(int(rep.PluginMessagesDelayed), "delayed message"))
+	}
+
+	if v.queues {
+		printQueueTable(w, rep, count)
+	} else {
+		printLevels(w, rep, count)
+	}
+	switch {
+	case unknown && rep.StatsDisabled:
+		fmt.Fprintln(w, "?: the management API collects no queue statistics (rabbitmq_management_agent.disable_metrics_collector is "+
+			"true): these counts are never known")
+	case unknown:
+		fmt.Fprintln(w, statusUnknownNote)
+	}
+	printTargets(w, p, rep)
+	printReady(w, rep, count)
+
+	present := 0
+	for _, x := range rep.Exchanges {
+		if x.Exists {
+			present++
+		}
+	}
+	fmt.Fprintf(w, "\nexchanges: %d of %d present\n", present, len(rep.Exchanges))
+	if rep.Management {
+		present = 0
+		for _, b := range rep.Bindings {
+			if b.Exists {
+				present++
+			}
+		}
+		fmt.Fprintf(w, "bindings: %d of %d present\n", present, len(rep.Bindings))
+	} else {
+		fmt.Fprintln(w, "bindings: not checked (AMQP cannot list bindings; pass --management-url); messages_dlx: not shown (needs --management-url)")
+		fmt.Fprintln(w, "types, flags and arguments of the exchanges and queues: not compared (AMQP cannot read them; pass --management-url)")
+	}
+	if len(rep.RetryBindings) > 0 {
+		var qs []string
+		for _, b := range rep.RetryBindings {
+			qs = append(qs, b.Destination)
+		}
+		fmt.Fprintf(w, "consumers' retry bindings (queues outside the specification, bound to %s by their own name): %s\n",
+			rep.RetryBindings[0].Source, strings.Join(qs, ", "))
+	}
+	if rep.Management {
+		for _, ps := range rep.Policies {
+			st := "set"
+			switch {
+			case !ps.Exists:
+				st = "MISSING"
+			case !ps.Current:
+				st = "DIFFERS from the specification"
+			}
+			fmt.Fprintf(w, "policy %s (%s, priority %d): %s\n", ps.Name, ps.ApplyTo, ps.Priority, st)
+		}
+	} else {
+		fmt.Fprintln(w, "policies: not checked (needs --management-url)")
+	}
+	printCluster(w, rep, v.vhost) // leaders per node; members offline and waits are problems, printed there too
+	printUnplanned(w, p.Names, rep.Unplanned, "not in this specification", true)
+	if v.err == nil {
+		fmt.Fprintln(w, "\nstatus: OK, no problem found")
+	} else {
+		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the problems are at the top; the reasons, one a line, are on standard error")
+	}
+}
+
+// printProblems prints every problem Status found, each with what to do, before anything
+// else; "problems: none" when there are none.
+func printProblems(w io.Writer, v statusView) {
+	rep := v.rep
+	if v.err == nil {
+		fmt.Fprintln(w, "\nproblems: none")
+		return
+	}
+	fmt.Fprintln(w, "\nPROBLEMS:")
+	if rep.NotDeclared {
+		fmt.Fprintf(w, "\nNOT DECLARED: none of the topology's own exchanges and queues exist in vhost %s (never applied here, or torn "+
+			"down). Declare it with `declare apply` and the same settings (AMQPDELAY_* variables or flags); `declare plan` shows what "+
+			"it declares.\n", v.vhost)
+	}
+	if len(rep.MissingExchanges) > 0 {
+		fmt.Fprintf(w, "\nMISSING EXCHANGES: %s that the topology binds to but does not declare (targets given without a type, "+
+			"ready queues' exchanges); declare them, give a target as name:type so apply declares it, or correct a mistyped name "+
+			"in the specification; apply declares nothing until they exist:\n", plural(len(rep.MissingExchanges), "exchange"))
+		for _, x := range rep.MissingExchanges {
+			fmt.Fprintf(w, "  %s\n", x)
+		}
+	}
+	if len(rep.Missing) > 0 && !rep.NotDeclared {
+		fmt.Fprintf(w, "\nINCOMPLETE: %s missing (run `declare apply`):\n", plural(len(rep.Missing), "object"))
+		shown := rep.Missing
+		if len(shown) > 20 && !v.queues {
+			shown = shown[:20]
+		}
+		for _, x := range shown {
+			fmt.Fprintf(w, "  %s\n", x)
+		}
+		if n := len(rep.Missing) - len(shown); n > 0 {
+			fmt.Fprintf(w, "  ... %d more (--queues or --json lists them all)\n", n)
+		}
+	}
+	if len(rep.ConsumedDelayQueues) > 0 {
+		fmt.Fprintf(w, "\nCONSUMERS ON DELAY QUEUES: %s\n", strings.Join(rep.ConsumedDelayQueues, ", "))
+		fmt.Fprintln(w, "  they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
+	}
+	if len(rep.DeadLettering) > 0 {
+		fmt.Fprintf(w, "\nDEAD-LETTER STATE: messages whose dead-lettering has not completed (messages_dlx): %s\n", strings.Join(rep.DeadLettering, ", "))
+		fmt.Fprintln(w, "  cause: every member of these queues and of the queues they dead-letter into is online, so nothing routes them (a target "+
+			"with no binding for their routing key, and no alternate exchange: see the policy problems) or the queue they go to refuses them. "+
+			"RabbitMQ retries them forever; a busy topology shows small counts in passing: run status again.")
+	}
+	for _, l := range rep.RequeueLoops {
+		fmt.Fprintf(w, "\nREQUEUE LOOP in ready %s\n  %s\n", l, l.Advice(v.p.Names.Parking()))
+	}
+	printMismatched(w, rep.Mismatched)
+	if obsolete := rep.ObsoleteBindings; len(obsolete) > 0 {
+		fmt.Fprintf(w, "\nOBSOLETE BINDINGS: %s of an earlier version of rabbitdelay, which this one replaces: "+
+			"run apply, which declares their replacements and then removes them (first: %s)\n", plural(len(obsolete), "binding"), obsolete[0])
+	}
+	if len(rep.UnplannedBindings) > 0 {
+		fmt.Fprintf(w, "\nUNPLANNED BINDINGS: %s on this topology's exchanges and queues not in the specification "+
+			"(an earlier specification's, e.g. a ready queue's old key, or added by hand); they change where messages go: unbind them "+
+			"(management UI or API) or add them to the specification:\n", plural(len(rep.UnplannedBindings), "binding"))
+		for _, b := range rep.UnplannedBindings {
+			fmt.Fprintf(w, "  %s\n", b)
+		}
+	}
+	printPolicyProblems(w, rep.PolicyProblems)
+	if rep.StatsDisabled {
+		fmt.Fprintln(w, "\nNO QUEUE STATISTICS: the management API collects none (rabbitmq_management_agent.disable_metrics_collector is true), "+
+			"so status cannot see messages stuck in a delay queue's dead-letter state; set the collector back on")
+	}
+	if other := otherProblems(v.err, rep); len(other) > 0 {
+		fmt.Fprintln(w)
+		for _, o := range other {
+			fmt.Fprintf(w, "%s\n", o)
+		}
+	}
+}
+
+// otherProblems are the lines of Status's error that no section of printProblems covers
+// (members offline, dead-lettering waiting on a node: printCluster prints those later, with
+// the leaders), so that every problem is in the first screen.
+func otherProblems(err error, rep *topology.StatusReport) []string {
+	if err == nil || rep.Cluster == nil {
+		return nil
+	}
+	var out []string
+	if n := len(rep.Cluster.Degraded); n > 0 {
+		out = append(out, fmt.Sprintf("MEMBERS OFFLINE: %s of the topology have fewer members online than members (CLUSTER, below)",
+			plural(n, "quorum queue")))
+	}
+	for _, wt := range rep.Cluster.Waits {
+		out = append(out, fmt.Sprintf("DEAD-LETTERING WAITING ON AN UNREACHABLE NODE: %s: %s (CLUSTER, below)", wt.Node,
+			plural(int(wt.Messages), "message")))
+	}
+	return out
+}
+
+// level is one line of the compact table: a ladder level, or a bucket.
+type level struct {
+	name                       string
+	rank                       int64 // ladder levels first, by level, then buckets, by TTL
+	queues, missing, consumers int
+	messages, dlx              int64 // -1: unknown
+	minTTL, maxTTL             int64
+}
+
+func (l *level) add(q topology.QueueStatus, management bool) {
+	l.queues++
+	if l.minTTL == 0 || q.TTL < l.minTTL {
+		l.minTTL = q.TTL
+	}
+	l.maxTTL = max(l.maxTTL, q.TTL)
+	if !q.Exists {
+		l.missing++
+		return
+	}
+	l.consumers += q.Consumers
+	msgs := int64(q.Ready)
+	if management {
+		msgs = q.Messages
+	}
+	l.messages = addCount(l.messages, msgs)
+	if management {
+		l.dlx = addCount(l.dlx, q.MessagesDLX)
+	}
+}
+
+// addCount adds b to a, where -1 is unknown and makes the sum unknown.
+func addCount(a, b int64) int64 {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return a + b
+}
+
+func ttlRange(lo, hi int64) string {
+	d := func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+	if lo == hi {
+		return d(lo)
+	}
+	return d(lo) + " - " + d(hi)
+}
+
+// printLevels prints one line per ladder level and per bucket: queues (and how many are
+// missing), messages held, messages in dead-letter state, consumers, TTLs.
+func printLevels(w io.Writer, rep *topology.StatusReport, count func(int64) string) {
+	var order []string
+	levels := map[string]*level{}
+	for _, q := range rep.Queues {
+		var key string
+		var rank int64
+		switch q.Role {
+		case topology.RoleLadder:
+			key, rank = fmt.Sprintf("ladder level %d", q.Level), int64(q.Level)-1<<40
+		case topology.RoleBucket:
+			key, rank = "bucket "+(time.Duration(q.TTL)*time.Millisecond).String(), q.TTL
+		default:
+			continue
+		}
+		l := levels[key]
+		if l == nil {
+			l = &level{name: key, rank: rank}
+			levels[key] = l
+			order = append(order, key)
+		}
+		l.add(q, rep.Management)
+	}
+	if len(order) == 0 {
+		return
+	}
+	slices.SortStableFunc(order, func(a, b string) int { return cmp.Compare(levels[a].rank, levels[b].rank) })
+	fmt.Fprintln(w)
+	t := newTable(w)
+	if rep.Management {
+		fmt.Fprintln(t, "DELAY QUEUES\tQUEUES\tMESSAGES\tDEAD-LETTER STATE\tCONSUMERS\tTTL")
+	} else {
+		fmt.Fprintln(t, "DELAY QUEUES\tQUEUES\tREADY\tCONSUMERS\tTTL")
+	}
+	for _, k := range order {
+		l := levels[k]
+		qs := strconv.Itoa(l.queues)
+		if l.missing > 0 {
+			qs = fmt.Sprintf("%d (%d MISSING)", l.queues, l.missing)
+		}
+		cons := strconv.Itoa(l.consumers)
+		if l.consumers > 0 {
+			cons += "  <-- WARNING: consumer on a delay queue"
+		}
+		if rep.Management {
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", l.name, qs, count(l.messages), count(l.dlx), cons, ttlRange(l.minTTL, l.maxTTL))
+		} else {
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", l.name, qs, count(l.messages), cons, ttlRange(l.minTTL, l.maxTTL))
+		}
+	}
+	_ = t.Flush()
+	fmt.Fprintln(w, "(--queues: one line per queue)")
+}
+
+// printQueueTable prints one line per queue of the topology (--queues).
+func printQueueTable(w io.Writer, rep *topology.StatusReport, count func(int64) string) {
+	fmt.Fprintln(w)
+	t := newTable(w)
+	leaders := clustered(rep) // a LEADER column: the node and the members online
+	switch {
+	case leaders:
+		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)\tLEADER (ONLINE/MEMBERS)")
+	case rep.Management:
+		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)")
+	default:
+		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS")
+	}
+	for _, q := range rep.Queues {
+		ready, cons := strconv.Itoa(q.Ready), strconv.Itoa(q.Consumers)
+		if !q.Exists {
+			ready, cons = "MISSING", "-"
+		} else if q.IsDelay() && q.Consumers > 0 {
+			cons += "  <-- WARNING: consumer on a delay queue"
+		}
+		dlx := "-" // a stream (the revocation stream) has no dead-letter state
+		if q.Role != topology.RoleRevoked {
+			dlx = count(q.MessagesDLX)
+		}
+		switch {
+		case leaders:
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), dlx, leaderText(q))
+		case rep.Management:
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), dlx)
+		default:
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons)
+		}
+	}
+	_ = t.Flush()
+}
+
+// printTargets prints one line per target exchange: whether it exists and, with the
+// management API, whether it is bound to the dispatch exchange.
+func printTargets(w io.Writer, p *topology.Plan, rep *topology.StatusReport) {
+	if len(p.Spec.Targets) == 0 {
+		return
+	}
+	exists := map[string]bool{}
+	for _, x := range rep.Exchanges {
+		exists[x.Name] = x.Exists
+	}
+	missing := map[string]bool{}
+	for _, m := range rep.MissingExchanges {
+		missing[m.Name] = true
+	}
+	bound := map[string]bool{}
+	for _, b := range rep.Bindings {
+		if b.Source == p.Names.Dispatch() && b.DestinationType == topology.DestExchange && b.Exists {
+			bound[b.Destination] = true
+		}
+	}
+	fmt.Fprintln(w)
+	for _, t := range p.Spec.Targets {
+		st := "exists"
+		if missing[t.Name] || (t.Type != "" && !exists[t.Name]) {
+			st = "MISSING"
+		}
+		switch {
+		case st == "MISSING":
+		case !rep.Management:
+			st += "; binding to " + p.Names.Dispatch() + " not checked (needs --management-url)"
+		case bound[t.Name]:
+			st += ", bound to " + p.Names.Dispatch()
+		default:
+			st += ", NOT bound to " + p.Names.Dispatch()
+		}
+		fmt.Fprintf(w, "target %s: %s\n", t.Name, st)
+	}
+}
+
+// printReady prints one line per ready queue and the revocation stream.
+func printReady(w io.Writer, rep *topology.StatusReport, count func(int64) string) {
+	seen := map[string]bool{}
+	for _, q := range rep.Queues {
+		if (q.Role != topology.RoleReady && q.Role != topology.RoleRevoked) || seen[q.Name] {
+			continue
+		}
+		seen[q.Name] = true
+		what := "ready queue"
+		if q.Role == topology.RoleRevoked {
+			what = "revocation stream"
+		}
+		if !q.Exists {
+			fmt.Fprintf(w, "%s %s: MISSING\n", what, q.Name)
+			continue
+		}
+		held := strconv.Itoa(q.Ready) + " ready"
+		if rep.Management {
+			held = count(q.Messages) + " messages"
+		}
+		line := fmt.Sprintf("%s %s: %s, %s", what, q.Name, held, plural(q.Consumers, "consumer"))
+		if slices.ContainsFunc(rep.RequeueLoops, func(l topology.RequeueLoop) bool { return l.Queue == q.Name }) {
+			line += "  <-- REQUEUE LOOP (see the problems)"
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// statusProblem reports whether err is one of the problems Status reports (the topology
+// incomplete or unhealthy, a policy problem), as opposed to a failure to look.
+func statusProblem(err error) bool {
+	return errors.Is(err, topology.ErrIncomplete) || errors.Is(err, topology.ErrUnhealthy) || errors.Is(err, topology.ErrPolicy)
+}
