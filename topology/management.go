@@ -246,16 +246,16 @@ func (r *rateJSON) value() float64 {
 // Queues returns the vhost's queues by name.
 func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error) {
 	var raw []struct {
-		Name        string         `json:"name"`
-		Messages    *int64         `json:"messages"`
-		MessagesDLX *int64         `json:"messages_dlx"`
-		Unacked     *int64         `json:"messages_unacknowledged"`
-		Consumers   *int64         `json:"consumers"`
-		Arguments   map[string]any `json:"arguments"`
-		Type        string         `json:"type"`
-		Leader      any            `json:"leader"`
-		Members     any            `json:"members"`
-		Online      any            `json:"online"`
+		Name        string          `json:"name"`
+		Messages    *int64          `json:"messages"`
+		MessagesDLX *int64          `json:"messages_dlx"`
+		Unacked     *int64          `json:"messages_unacknowledged"`
+		Consumers   *int64          `json:"consumers"`
+		Arguments   map[string]any  `json:"arguments"`
+		Type        string          `json:"type"`
+		Leader      any             `json:"leader"`
+		Members     any             `json:"members"`
+		Online      any             `json:"online"`
 		Stats       json.RawMessage `json:"message_stats"` // an object, or [] for a queue without statistics (4.3.6)
 	}
 	if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns="+managedQueueColumns, &raw); err != nil {
