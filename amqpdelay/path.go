@@ -154,8 +154,7 @@ func ceilMs(d time.Duration) time.Duration {
 func (c chooser) viaPlugin(d time.Duration) (choice, error) {
 	ms, rounded, err := plugin.Delay(d)
 	if err != nil {
-		return choice{}, fmt.Errorf("%w: %v through the delayed-message plugin: at most %v (%d ms): %w",
-			ErrDelayTooLong, d, plugin.MaxDelay, plugin.MaxDelayMs, err)
+		return choice{}, tooLong(d, plugin.MaxDelay, "the delayed-message plugin, 2^32-1 ms", err)
 	}
 	return choice{path: PathPlugin, effective: time.Duration(ms) * time.Millisecond, rounded: rounded, pluginMs: ms}, nil
 }
@@ -168,10 +167,26 @@ func (c chooser) viaLadder(d time.Duration) (choice, error) {
 		if c.pluginOK && c.strategy != LadderOnly && plugin.MaxDelay > max {
 			max, how = plugin.MaxDelay, "the delayed-message plugin"
 		}
-		return choice{}, fmt.Errorf("%w: %v: the longest delay this topology carries is %v (through %s): %w",
-			ErrDelayTooLong, d, max, how, err)
+		return choice{}, tooLong(d, max, how, err)
 	}
 	return choice{path: PathLadder, effective: p.Effective, rounded: p.Rounded, plan: p}, nil
+}
+
+// delayTooLongError is ErrDelayTooLong with the cause from package ttlbuckets or plugin, both
+// reachable with errors.Is, and a message that states the limit once.
+type delayTooLongError struct {
+	msg   string
+	cause error
+}
+
+func (e *delayTooLongError) Error() string   { return e.msg }
+func (e *delayTooLongError) Unwrap() []error { return []error{ErrDelayTooLong, e.cause} }
+
+// tooLong returns the error for a delay d above max, the longest delay the path how carries.
+func tooLong(d, max time.Duration, how string, cause error) error {
+	return &delayTooLongError{cause: cause, msg: fmt.Sprintf("%v: %v is above %v (%d ms), the longest delay this topology carries "+
+		"(through %s); publish it again later, when the rest is within reach, or declare a ladder with a larger maximum",
+		ErrDelayTooLong, d, max, max.Milliseconds(), how)}
 }
 
 func errPluginMissing(brokerVersion string) error {

@@ -115,12 +115,12 @@ func TestDelayTooLongStatesMaximum(t *testing.T) {
 	if !errors.Is(err, ErrDelayTooLong) || !errors.Is(err, ttlbuckets.ErrDelayTooLong) {
 		t.Fatalf("err = %v, want ErrDelayTooLong (and ttlbuckets'))", err)
 	}
-	if !strings.Contains(err.Error(), "1h0m0s") {
-		t.Errorf("error %q does not state the maximum 1h0m0s", err)
+	if strings.Count(err.Error(), "1h0m0s") != 1 || strings.Count(err.Error(), "too long") != 1 {
+		t.Errorf("error %q does not state the maximum 1h0m0s, once", err)
 	}
 	_, err = chooser{ladder: short, pluginOK: true}.choose(plugin.MaxDelay + time.Hour)
-	if !strings.Contains(err.Error(), plugin.MaxDelay.String()) {
-		t.Errorf("error %q does not state the plugin's maximum %v", err, plugin.MaxDelay)
+	if strings.Count(err.Error(), plugin.MaxDelay.String()) != 1 || !errors.Is(err, plugin.ErrDelayOutOfRange) {
+		t.Errorf("error %q does not state the plugin's maximum %v, once, or does not wrap plugin.ErrDelayOutOfRange", err, plugin.MaxDelay)
 	}
 }
 
