@@ -427,7 +427,9 @@ func (c *Consumer) giveBack(d amqp.Delivery, why string) {
 	if err != nil {
 		kind = Unsettled
 	}
-	c.emit(Event{Kind: kind, Info: Info{Queue: c.queue, ID: c.o.idFunc(d)}, Err: errors.Join(errors.New(why), err), At: time.Now()})
+	in := Info{Queue: c.queue}
+	in.ID, in.IDDerived = c.identify(d)
+	c.emit(Event{Kind: kind, Info: in, Err: errors.Join(errors.New(why), err), At: time.Now()})
 }
 
 func (c *Consumer) emit(e Event) {
@@ -439,7 +441,8 @@ func (c *Consumer) emit(e Event) {
 
 // info reads what the headers say about d, started at start.
 func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
-	in := Info{Queue: c.queue, ID: c.o.idFunc(*d), Attempt: 1, MaxAttempts: c.o.backoff.MaxAttempts}
+	in := Info{Queue: c.queue, Attempt: 1, MaxAttempts: c.o.backoff.MaxAttempts}
+	in.ID, in.IDDerived = c.identify(*d)
 	if a, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderAttempt]); ok && fits && a > 1 {
 		in.Attempt = int(a)
 	}
@@ -524,6 +527,9 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	s.add(f)
 	defer s.remove(f)
 	in := c.info(&d, start)
+	if in.IDDerived != "" {
+		c.emit(Event{Kind: IDDerived, Info: in, Err: derivedError(in.IDDerived, in.ID), At: time.Now()})
+	}
 	orig := amqp.Table{} // the headers as delivered, before restore: what copies start from
 	for k, v := range d.Headers {
 		orig[k] = v
@@ -548,7 +554,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 		}
 	}
 	var token string
-	if c.store != nil && in.ID != "" {
+	if c.store != nil {
 		st, tok, err := c.store.Claim(pctx, c.queue, in.ID, c.o.lease)
 		switch {
 		case err != nil:
@@ -632,7 +638,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	default:
 		h[HeaderAttempt] = int64(in.Attempt + 1)
 		delay := c.o.backoff.Delay(in.Attempt)
-		retry := publishingOf(d, h)
+		retry := copyOf(d, h, in)
 		r, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
 			return pub.Publish(sctx, c.names.Retry(), c.queue, retry, delay)
 		})
@@ -652,7 +658,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 	h[HeaderAttempt] = int64(in.Attempt)
 	h[HeaderParked] = now.UnixMilli()
 	h[HeaderParkReason] = reason
-	msg := publishingOf(d, h)
+	msg := copyOf(d, h, in)
 	_, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
 		return pub.Publish(sctx, "", c.names.Parking(), msg, 0)
 	})
@@ -691,7 +697,7 @@ func (c *Consumer) deferCopy(ctx context.Context, f *flight, pub *amqpdelay.Publ
 	if !f.state.CompareAndSwap(stateHandling, stateSettling) {
 		return
 	}
-	msg := publishingOf(f.d, keepHeaders(orig, origKey))
+	msg := copyOf(f.d, keepHeaders(orig, origKey), in)
 	r, err := c.settlePublish(ctx, in, func() (amqpdelay.Receipt, error) {
 		return pub.Publish(ctx, c.names.Retry(), c.queue, msg, c.o.busyDelay)
 	})
@@ -802,6 +808,17 @@ func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
 		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
 		Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
 	}
+}
+
+// copyOf is publishingOf(d, h) with, for a delivery without a MessageId, its derived id
+// (Info.ID) as MessageId: the amqpdelay Publisher would give the copy a random one, and every
+// copy of the message must keep its id.
+func copyOf(d amqp.Delivery, h amqp.Table, in Info) amqp.Publishing {
+	p := publishingOf(d, h)
+	if p.MessageId == "" && in.IDDerived == DerivedMissing {
+		p.MessageId = in.ID
+	}
+	return p
 }
 
 // call runs the handler, turning a panic into a *PanicError (with its stack trace), and an error whose Error method

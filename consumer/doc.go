@@ -18,7 +18,8 @@
 // concurrency, and one of an amqpdelay.Publisher for retries and parking, whose publishes return
 // only after the broker's confirm. Each delivery goes through:
 //
-//  1. Claim its id (MessageId by default; see [WithIDFunc]) in the [Store], for the queue: an expiring lease
+//  1. Claim its id (MessageId by default, see [WithIDFunc]; derived from the content when there
+//     is none, see [IDDerived]) in the [Store], for the queue: an expiring lease
 //     (Redis: SET NX PX). Already handled: ack, the handler does not run ([Skipped]). Another
 //     holder's lease (a copy being handled now, or by an instance that died less than a lease
 //     ago): the message is sent back through the delay topology to wait the busy delay, then
@@ -121,8 +122,12 @@
 //
 //   - A MemoryStore deduplicates within one process and remembers a bounded window of ids
 //     (100,000 by default): use a RedisStore for several instances.
-//   - A delivery without an id (no MessageId) is not deduplicated. The amqpdelay Publisher always
-//     sets one; other publishers should.
+//   - A delivery without an id (no MessageId: a plain client's publish) gets one derived from its
+//     content (Event kind IDDerived, metric derived_ids_total): its redeliveries and the
+//     Consumer's copies of it keep that id, so it is handled once like any other; but two
+//     messages alike in routing key, properties, application headers and body count as one.
+//     The amqpdelay Publisher always sets a MessageId; other publishers should. An id longer
+//     than MaxIDLen (from an id function) is replaced by its hash.
 //   - A message given back at shutdown, held by an instance that died, or whose ack was lost,
 //     counts as a return for the quorum queue's delivery limit (RabbitMQ counts every requeue).
 //     A delivery whose retry, deferred or parking publish fails (the delay topology missing,

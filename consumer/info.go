@@ -13,8 +13,13 @@ import (
 type Info struct {
 	// Queue is the queue consumed.
 	Queue string
-	// ID is the delivery's id for deduplication ("" when it has none: not deduplicated).
+	// ID is the delivery's id for deduplication: the id function's answer ([WithIDFunc];
+	// default the MessageId), or one the Consumer derived (IDDerived says why).
 	ID string
+	// IDDerived is "" when ID is the id function's answer; else why the Consumer derived it:
+	// DerivedMissing (no MessageId: ID is ContentIDPrefix and a hash of the content) or
+	// DerivedTooLong (ID is HashedIDPrefix and a hash of the id). See the Event kind IDDerived.
+	IDDerived string
 	// Attempt is this delivery's attempt: 1 for the first, 2 for the first retry, ...
 	Attempt int
 	// MaxAttempts is the retry policy's limit: a failure at this attempt parks the message.
@@ -81,6 +86,20 @@ const (
 	// so its queue's dead-letter exchange took it (a quorum ready queue's: the parking queue,
 	// without the failure record) or, for a queue without one, RabbitMQ dropped it (Event.Err).
 	Rejected
+	// IDDerived: the delivery had no id the store can hold, so the Consumer derived one
+	// (Info.ID, Info.IDDerived; Event.Err says why and what to do). It is reported when the
+	// delivery arrives, before its outcome's event, for every delivery of such a message:
+	//   - no MessageId (a plain client's publish), or the id function returned "": the id is
+	//     ContentIDPrefix and the SHA-256 of the routing key the message first arrived with,
+	//     its properties (but MessageId, Expiration, UserId, DeliveryMode), its application
+	//     headers (but x-*, rabbitdelay-*, rabbitdelay.*, CC, BCC) and its body. A redelivery
+	//     has the same id, so it is skipped once the message was handled, as one with a
+	//     MessageId would be; and messages alike in all of these count as one (the second is
+	//     skipped as a duplicate while the first is remembered). The Consumer's retry, deferred
+	//     and parked copies carry the derived id as their MessageId.
+	//   - an id longer than MaxIDLen (from an id function): the id is HashedIDPrefix and the
+	//     SHA-256 of the id.
+	IDDerived
 )
 
 // String returns the kind's name in lower case ("handled", "retried", ...).
@@ -108,6 +127,8 @@ func (k EventKind) String() string {
 		return "revoked"
 	case Rejected:
 		return "rejected"
+	case IDDerived:
+		return "id-derived"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

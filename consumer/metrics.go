@@ -29,6 +29,9 @@ import (
 //     deliveries that were published through amqpdelay, less those [Replay] sent back
 //     ([Info.Replayed]: their lateness includes their time in the parking queue).
 //   - rabbitdelay_consumer_reconnects_total{queue}: reconnections after a connection loss.
+//   - rabbitdelay_consumer_derived_ids_total{queue,reason}: deliveries whose id the Consumer
+//     derived (Event kind IDDerived), reason missing (no MessageId: identical messages count
+//     as one) or too-long.
 //
 // Several Consumers may share reg: they share the collectors, told apart by the queue label.
 // The Consumer's retry Publisher records no metrics of its own (its retries and parkings are
@@ -45,6 +48,7 @@ type consumerMetrics struct {
 	duration   *prometheus.HistogramVec
 	lateness   *prometheus.HistogramVec
 	reconnects *prometheus.CounterVec
+	derived    *prometheus.CounterVec
 }
 
 // newConsumerMetrics registers the collectors on reg, or finds those already there (nil reg:
@@ -67,18 +71,22 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 			Buckets: metrics.LatenessBuckets}, []string{"queue", "path"}),
 		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "reconnects_total",
 			Help: "Reconnections of the Consumer after a connection loss."}, []string{"queue"}),
+		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "derived_ids_total",
+			Help: "Deliveries whose id the Consumer derived, by reason: missing (no MessageId: a hash of the content) or too-long."},
+			[]string{"queue", "reason"}),
 	}
 	in, _, err := metrics.Register(reg, true, cs...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: WithMetrics: %w", ErrInvalidConfig, err)
 	}
 	m := &consumerMetrics{}
-	var ok [5]bool
+	var ok [6]bool
 	m.messages, ok[0] = in[0].(*prometheus.CounterVec)
 	m.failures, ok[1] = in[1].(*prometheus.CounterVec)
 	m.duration, ok[2] = in[2].(*prometheus.HistogramVec)
 	m.lateness, ok[3] = in[3].(*prometheus.HistogramVec)
 	m.reconnects, ok[4] = in[4].(*prometheus.CounterVec)
+	m.derived, ok[5] = in[5].(*prometheus.CounterVec)
 	for i, good := range ok {
 		if !good {
 			return nil, fmt.Errorf("%w: WithMetrics: the registry already has a collector of another kind for metric %d of the consumer's",
@@ -98,6 +106,9 @@ func (m *consumerMetrics) observe(queue string, e Event) {
 		m.reconnects.WithLabelValues(queue).Inc()
 		return
 	case Disconnected:
+		return
+	case IDDerived: // not an outcome: the delivery's outcome comes as an event of its own
+		m.derived.WithLabelValues(queue, e.Info.IDDerived).Inc()
 		return
 	}
 	outcome := e.Kind.String()

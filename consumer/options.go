@@ -239,8 +239,9 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 // WithIDFunc sets how a delivery's id for deduplication is found (default: its MessageId,
 // which the amqpdelay Publisher always sets, and, for a copy that Publisher.Reschedule
 // published, "@" and that copy's tag (the header amqpdelay.CopyHeader, starting with 'r'), so
-// that a message rescheduled after it was handled is handled again, once). A delivery whose id
-// is "" runs the handler without a claim: nothing deduplicates it.
+// that a message rescheduled after it was handled is handled again, once). For a delivery whose
+// id is "" (no MessageId) the Consumer derives one from its content, and it replaces an id
+// longer than MaxIDLen by its hash: see the Event kind IDDerived.
 func WithIDFunc(f func(amqp.Delivery) string) Option {
 	return func(o *options) error {
 		if f == nil {

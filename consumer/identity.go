@@ -1,0 +1,129 @@
+package consumer
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"slices"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// MaxIDLen is the longest id, in bytes, the Consumer puts in a [Store]'s key: 255, the
+// longest MessageId AMQP 0-9-1 carries (a short string). A longer id (only an id function of
+// [WithIDFunc] returns one) is replaced by "id-sha256:" and the hex SHA-256 of the id.
+const MaxIDLen = 255
+
+// Prefixes of the ids the Consumer derives ([IDDerived]).
+const (
+	// ContentIDPrefix begins the id of a delivery without one: "content-sha256:" and the hex
+	// SHA-256 of its content (see [IDDerived]).
+	ContentIDPrefix = "content-sha256:"
+	// HashedIDPrefix begins the id that replaces one longer than MaxIDLen.
+	HashedIDPrefix = "id-sha256:"
+)
+
+// Why an id was derived: the reason label of rabbitdelay_consumer_derived_ids_total.
+const (
+	// DerivedMissing: the delivery has no MessageId (or the id function returned "").
+	DerivedMissing = "missing"
+	// DerivedTooLong: the id was longer than MaxIDLen.
+	DerivedTooLong = "too-long"
+)
+
+// derivedReasons are the values of DerivedMissing and DerivedTooLong.
+var derivedReasons = []string{DerivedMissing, DerivedTooLong}
+
+// identify returns d's id for deduplication and, when the Consumer derived it, why
+// (DerivedMissing, DerivedTooLong; "" when the id function's answer is used as it is).
+func (c *Consumer) identify(d amqp.Delivery) (id, derived string) {
+	id = c.o.idFunc(d)
+	switch {
+	case id == "":
+		return contentID(d), DerivedMissing
+	case len(id) > MaxIDLen:
+		sum := sha256.Sum256([]byte(id))
+		return HashedIDPrefix + hex.EncodeToString(sum[:]), DerivedTooLong
+	}
+	return id, ""
+}
+
+// derivedError is Event.Err of an IDDerived event.
+func derivedError(why string, id string) error {
+	if why == DerivedTooLong {
+		return fmt.Errorf("consumer: the delivery's id is longer than %d bytes, the longest a store key holds, so it was "+
+			"replaced by its SHA-256 (%s)", MaxIDLen, id)
+	}
+	return fmt.Errorf("consumer: the delivery has no MessageId, so its id was derived from its content (%s): messages "+
+		"with the same routing key, properties, application headers and body count as one; publish with a MessageId "+
+		"(the amqpdelay Publisher always sets one) to tell them apart", id)
+}
+
+// contentID is ContentIDPrefix and the SHA-256 of what a delivery's every copy has in common:
+// the routing key it first arrived with, its properties but MessageId, Expiration, UserId and
+// DeliveryMode (which the Consumer's copies drop or may set), its application headers (all
+// but those beginning with "x-", which RabbitMQ adds on redelivery and dead-lettering, such as
+// x-delivery-count, x-acquired-count and x-death; "rabbitdelay-" and "rabbitdelay.", which the
+// delay paths and the Consumer write; CC and BCC) and its body. A redelivery of the same
+// message has the same id on every RabbitMQ version.
+func contentID(d amqp.Delivery) string {
+	h := sha256.New()
+	key := d.RoutingKey
+	if rk, ok := d.Headers[HeaderRoutingKey].(string); ok {
+		key = rk // a copy of the Consumer's: the key the message first arrived with
+	}
+	for _, s := range []string{key, d.ContentType, d.ContentEncoding, d.CorrelationId, d.ReplyTo, d.Type, d.AppId} {
+		hashValue(h, s)
+	}
+	hashValue(h, d.Timestamp)
+	hashValue(h, d.Priority)
+	app := amqp.Table{}
+	for k, v := range d.Headers {
+		if !strings.HasPrefix(k, "x-") && !strings.HasPrefix(k, "rabbitdelay-") && !strings.HasPrefix(k, "rabbitdelay.") && k != "CC" && k != "BCC" {
+			app[k] = v
+		}
+	}
+	hashValue(h, app)
+	hashValue(h, d.Body)
+	return ContentIDPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
+// hashValue writes v to h unambiguously (a type tag, lengths, table keys in order), for every
+// type amqp091-go decodes a field value to.
+func hashValue(h hash.Hash, v any) {
+	switch v := v.(type) {
+	case amqp.Table:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		fmt.Fprintf(h, "F%d{", len(keys))
+		for _, k := range keys {
+			hashValue(h, k)
+			hashValue(h, v[k])
+		}
+		fmt.Fprint(h, "}")
+	case []any:
+		fmt.Fprintf(h, "A%d[", len(v))
+		for _, x := range v {
+			hashValue(h, x)
+		}
+		fmt.Fprint(h, "]")
+	case string:
+		fmt.Fprintf(h, "S%d:", len(v))
+		_, _ = h.Write([]byte(v))
+	case []byte:
+		fmt.Fprintf(h, "x%d:", len(v))
+		_, _ = h.Write(v)
+	case time.Time:
+		fmt.Fprintf(h, "T%d;", v.Unix()) // AMQP timestamps are whole seconds; the zone is the reader's
+	case nil:
+		fmt.Fprint(h, "V;")
+	default: // booleans, integers, floats, amqp.Decimal
+		fmt.Fprintf(h, "%T:%v;", v, v)
+	}
+}
