@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// TestStatusRequeueLoop: a plain consumer of a ready queue that gives one message back with
+// requeue, over and over, is reported by Status exactly when no delivery limit ends the loop:
+//
+//   - quorum, basic.nack: on RabbitMQ 4.3+ a requeue loop (cause nack-not-counted: the
+//     delivery limit does not count nacks, rabbitmq-server PR #15387), status fails naming the
+//     queue and what to do; before 4.3 the limit parks the message and status reports no loop;
+//   - quorum, basic.reject: parked at the limit on every version, no loop;
+//   - classic (no delivery limit), basic.nack: a loop on every version (cause classic).
+//
+// What the management API shows for the loop, checked on 4.3.6 and 3.10.8 before the rule
+// was written: redeliver rate = deliver rate (hundreds to thousands a second), ack rate 0, the
+// message held (messages 1). Status sees it after the management API's next statistics
+// samples, so the test polls (up to 90 s) instead of timing anything.
+func TestStatusRequeueLoop(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		qt     topology.QueueType
+		reject bool
+	}{
+		{"quorum-nack", topology.Quorum, false},
+		{"quorum-reject", topology.Quorum, true},
+		{"classic-nack", topology.Classic, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			env := brokertest.NewEnv(t)
+			m := topoNeedManagement(t, env)
+			spec := polSpec(c.qt)
+			spec.Prefix = env.Prefix
+			spec.Targets = topology.Targets{{Name: env.Name("orders"), Type: "topic"}}
+			ready := env.Name("ready")
+			spec.ReadyQueues = topology.ReadyQueues{{Queue: ready, Exchange: env.Name("orders"), BindingKey: "k"}}
+			spec.ReadyDeliveryLimit = 3
+			p, _, err := polApply(t, env, m, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn := env.Dial(t)
+			version := topology.ServerVersion(conn)
+			ch := env.Channel(t)
+			if err := ch.Publish(env.Name("orders"), "k", false, false, amqp.Publishing{Body: []byte("poison")}); err != nil {
+				t.Fatal(err)
+			}
+			// The plain consumer: every delivery goes back with requeue.
+			cctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			cch := env.Channel(t)
+			dels, err := cch.Consume(ready, "", false, false, false, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				for {
+					select {
+					case d, ok := <-dels:
+						if !ok {
+							return
+						}
+						if c.reject {
+							_ = d.Reject(true)
+						} else {
+							_ = d.Nack(false, true)
+						}
+					case <-cctx.Done():
+						return
+					}
+				}
+			}()
+
+			wantLoop := ""
+			switch {
+			case c.qt == topology.Classic:
+				wantLoop = topology.CauseClassic
+			case !c.reject && strings.HasPrefix(version, "4.") && !strings.HasPrefix(version, "4.0") &&
+				!strings.HasPrefix(version, "4.1") && !strings.HasPrefix(version, "4.2"):
+				wantLoop = topology.CauseNackNotCounted
+			}
+			deadline := time.Now().Add(90 * time.Second)
+			var rep *topology.StatusReport
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				rep, err = topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
+				cancel()
+				if rep == nil {
+					t.Fatal(err)
+				}
+				done := false
+				if wantLoop != "" {
+					done = len(rep.RequeueLoops) > 0
+				} else { // parked at the limit: the parking queue holds it and the ready queue is empty
+					park := rep.Parking()
+					done = park.Messages == 1 && readyMessages(rep, ready) == 0
+				}
+				if done || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(2 * time.Second)
+			}
+			stop()
+			t.Logf("RabbitMQ %s, %s: %d requeue loops %+v, parking %d; err %v", version, c.name, len(rep.RequeueLoops),
+				rep.RequeueLoops, rep.Parking().Messages, err)
+			if wantLoop == "" {
+				if len(rep.RequeueLoops) != 0 || (err != nil && strings.Contains(err.Error(), "requeue loop")) {
+					t.Errorf("RabbitMQ %s, %s: a requeue loop reported where the delivery limit parks the message: %+v, %v",
+						version, c.name, rep.RequeueLoops, err)
+				}
+				if rep.Parking().Messages != 1 {
+					t.Errorf("RabbitMQ %s, %s: parking holds %d, want the message parked at the limit", version, c.name, rep.Parking().Messages)
+				}
+				return
+			}
+			if len(rep.RequeueLoops) != 1 || rep.RequeueLoops[0].Queue != ready || rep.RequeueLoops[0].Cause != wantLoop {
+				t.Fatalf("RabbitMQ %s, %s: requeue loops %+v, want %s with cause %s", version, c.name, rep.RequeueLoops, ready, wantLoop)
+			}
+			if want := fmt.Sprintf("requeue loop in ready queue %s", ready); err == nil || !strings.Contains(err.Error(), want) ||
+				!strings.Contains(err.Error(), p.Names.Parking()) {
+				t.Errorf("RabbitMQ %s, %s: status error %v, want %q with the advice", version, c.name, err, want)
+			}
+		})
+	}
+}
+
+// readyMessages is the messages a ready queue holds in rep (management API), -1 when unknown.
+func readyMessages(rep *topology.StatusReport, name string) int64 {
+	for _, q := range rep.Queues {
+		if q.Name == name {
+			return q.Messages
+		}
+	}
+	return -1
+}
