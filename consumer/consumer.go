@@ -453,7 +453,13 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 	in.Path, _ = amqpdelay.DeliveryPath(*d)
 	if due, ok := amqpdelay.Due(*d); ok {
 		in.Due, in.HasDue = due, true
-		in.Late = max(start.Sub(due), 0)
+		// A copy sent back early, for at most the ladder's maximum (holdUntilDue), is due at
+		// the first delivery's due time, which it keeps in HeaderDue; a retry's own due time
+		// is the later one.
+		if ms, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderDue]); ok && fits && time.UnixMilli(ms).After(due) {
+			in.Due = time.UnixMilli(ms)
+		}
+		in.Late = max(start.Sub(in.Due), 0)
 	}
 	return in
 }
@@ -462,28 +468,43 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 // (Info.Due, by this machine's clock) before it checks revocations, claims the id and calls
 // the handler: it then does so at the due time, so that a handler never runs early by the
 // clock it reads. A held delivery takes one of the concurrency slots; a shutdown meanwhile
-// gives it back to the queue unhandled. A delivery due further
-// ahead than EarlyHold is handled at once (Info.Late 0): the publisher's and this machine's
-// clocks disagree by more than the broker's own timers can account for. The broker's timers
-// can run fast: RabbitMQ 3.x nodes run Erlang in no_time_warp mode (erlang:system_info
-// (time_warp_mode)), where, after the operating system's clock steps forward (a virtual
-// machine resumed, NTP stepping), Erlang's time correction runs the node's clock up to 1 %
-// fast until it has caught up; message TTLs then end up to 1 % early. Seen on 3.10.8 after a
-// step of about 1.4 s: deliveries of 0.3-2 s delays 0.3-15 ms before their due times.
+// gives it back to the queue unhandled. A delivery due further ahead than EarlyHold (the
+// publisher's and this machine's clocks disagree by more than the broker's own timers can
+// account for, or a publisher other than amqpdelay's set rabbitdelay-due) is not held: a copy
+// goes back through the delay topology for the time left (at most the ladder's maximum at a
+// time; then again), and the delivery is acked once the copy is confirmed (Event kind
+// Deferred, Err wrapping ErrEarly; no attempt counted). The broker's timers can run fast:
+// RabbitMQ 3.x nodes run Erlang in no_time_warp mode (erlang:system_info(time_warp_mode)),
+// where, after the operating system's clock steps forward (a virtual machine resumed, NTP
+// stepping), Erlang's time correction runs the node's clock up to 1 % fast until it has caught
+// up; message TTLs then end up to 1 % early. Seen on 3.10.8 after a step of about 1.4 s:
+// deliveries of 0.3-2 s delays 0.3-15 ms before their due times.
 const EarlyHold = 2 * time.Second
 
 // holdUntilDue waits until in.Due when the delivery arrived before it by at most EarlyHold,
 // before the revocation check (which then sees the revocations sent meanwhile), the claim and
-// the handler's own timeout. It returns false when base ended first (the Consumer is shutting
-// down): the delivery is then given back to the queue, unhandled (nack with requeue), unless
-// the shutdown already gave it back.
-func (c *Consumer) holdUntilDue(base context.Context, f *flight, in Info) bool {
+// the handler's own timeout. It returns false when the delivery is done with: due further
+// ahead than EarlyHold (a copy was sent through the delay topology for the time left: see
+// EarlyHold), or base ended first (the Consumer is shutting down: the delivery is given back
+// to the queue, unhandled, unless the shutdown already gave it back).
+func (c *Consumer) holdUntilDue(base context.Context, f *flight, in Info, pub *amqpdelay.Publisher, orig amqp.Table, origKey string) bool {
 	if !in.HasDue {
 		return true
 	}
 	wait := time.Until(in.Due)
-	if wait <= 0 || wait > EarlyHold {
+	if wait <= 0 {
 		return true
+	}
+	if wait > EarlyHold {
+		ctx, cancel := c.settleCtx()
+		defer cancel()
+		again := wait
+		if c.o.maxDelay > 0 {
+			again = min(wait, c.o.maxDelay)
+		}
+		c.deferFor(ctx, f, pub, orig, origKey, in, again, fmt.Errorf("%w: due at %s, %v after it arrived by this machine's clock; "+
+			"sent back through the delay topology for %v", ErrEarly, in.Due.Format(time.RFC3339Nano), wait.Round(time.Millisecond), again))
+		return false
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -539,7 +560,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 		d.Headers = amqp.Table{}
 	}
 	restore(&d)
-	if !c.holdUntilDue(base, f, in) {
+	if !c.holdUntilDue(base, f, in, pub, orig, origKey) {
 		return
 	}
 
@@ -694,12 +715,19 @@ func truncate(s string, n int) string {
 // deferCopy sends a copy of the delivery back through the delay topology after the busy delay,
 // without counting an attempt, then acks the delivery.
 func (c *Consumer) deferCopy(ctx context.Context, f *flight, pub *amqpdelay.Publisher, orig amqp.Table, origKey string, in Info, why error) {
+	c.deferFor(ctx, f, pub, orig, origKey, in, c.o.busyDelay, why)
+}
+
+// deferFor sends a copy of the delivery back through the delay topology to come back after
+// delay, without counting an attempt, then acks the delivery (Event kind Deferred, Err why).
+func (c *Consumer) deferFor(ctx context.Context, f *flight, pub *amqpdelay.Publisher, orig amqp.Table, origKey string, in Info,
+	delay time.Duration, why error) {
 	if !f.state.CompareAndSwap(stateHandling, stateSettling) {
 		return
 	}
 	msg := copyOf(f.d, keepHeaders(orig, origKey), in)
 	r, err := c.settlePublish(ctx, in, func() (amqpdelay.Receipt, error) {
-		return pub.Publish(ctx, c.names.Retry(), c.queue, msg, c.o.busyDelay)
+		return pub.Publish(ctx, c.names.Retry(), c.queue, msg, delay)
 	})
 	if err != nil {
 		c.nack(f, fmt.Errorf("consumer: defer the message: %w", err), in)

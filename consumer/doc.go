@@ -84,6 +84,10 @@
 //     a quorum queue's delivery limit (20 by default on RabbitMQ 4.x, which drops or dead-letters
 //     the message at the 21st return) and never counts in x-delivery-count. The message is
 //     parked after MaxAttempts instead.
+//   - No delivery with a rabbitdelay-due header is handed to the handler before that time by
+//     this machine's clock: one that arrives up to [EarlyHold] early is held until then, one
+//     that arrives earlier goes back through the delay topology for the time left (Deferred,
+//     [ErrEarly]), whoever set the header.
 //   - A retry is never early: it waits at least the back-off (the Publisher rounds delays up);
 //     [Info.Due] of a retry is its own due time.
 //   - Exactly-once effect, while the id is remembered (keep, 24 h by default) and the store

@@ -18,6 +18,9 @@ var (
 	ErrStore = errors.New("consumer: store of handled ids failed")
 	// ErrRunning: Run was called on a Consumer that is running or has run.
 	ErrRunning = errors.New("consumer: Run called twice")
+	// ErrEarly: a delivery arrived more than [EarlyHold] before its due time, so a copy of it
+	// went back through the delay topology for the time left (the Err of its Deferred event).
+	ErrEarly = errors.New("consumer: delivery arrived before its due time")
 )
 
 // permanent marks an error as permanent: see [Permanent].

@@ -25,7 +25,9 @@ type Info struct {
 	// MaxAttempts is the retry policy's limit: a failure at this attempt parks the message.
 	MaxAttempts int
 	// Due is when the delivery was due (amqpdelay.Due: the rabbitdelay-due header; for a retry,
-	// when the retry was due). Zero when HasDue is false (a message not sent by rabbitdelay).
+	// when the retry was due; for a copy sent back because it arrived early, the first
+	// delivery's due time, HeaderDue, when later). Zero when HasDue is false (a message not
+	// sent by rabbitdelay).
 	Due    time.Time
 	HasDue bool
 	// Late is how long after Due the handler started (0 when HasDue is false; never negative).
@@ -65,9 +67,10 @@ const (
 	Parked
 	// Skipped: the id was handled before (a duplicate): acked without running the handler.
 	Skipped
-	// Deferred: another handler holds the id's lease, or the store or the revocation stream
-	// could not answer (Event.Err says which); a copy was published to come back after
-	// Event.Delay without counting an attempt, then the delivery was acked.
+	// Deferred: another handler holds the id's lease, the store or the revocation stream
+	// could not answer, or the delivery arrived more than EarlyHold before its due time
+	// (Event.Err says which; errors.Is(Err, ErrEarly) for the last); a copy was published to
+	// come back after Event.Delay without counting an attempt, then the delivery was acked.
 	Deferred
 	// Requeued: given back to the queue (nack with requeue) at shutdown, or because a retry or
 	// parking publish failed (Event.Err).

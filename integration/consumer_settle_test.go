@@ -401,8 +401,8 @@ func TestConsumerSettleAfterLongHandler(t *testing.T) {
 // straight to the queue with a due time 1.5 s ahead) is held until its due time before the
 // revocation check, the claim and the handler's timeout: the handler starts at the due time
 // with its whole timeout (500 ms here, less than the hold), and a revocation confirmed during
-// the hold keeps the handler from running. One due further ahead than consumer.EarlyHold (the
-// clocks disagree) is handled at once.
+// the hold keeps the handler from running. One due further ahead than consumer.EarlyHold (an
+// hour) is not handled: it is sent back through the delay topology (Deferred, ErrEarly).
 func TestConsumerHoldsEarlyDelivery(t *testing.T) {
 	t.Parallel()
 	f := newConsumerFixture(t)
@@ -423,21 +423,22 @@ func TestConsumerHoldsEarlyDelivery(t *testing.T) {
 	}
 	var mu sync.Mutex
 	calls := map[string]call{}
+	evs := newConsumerEvents()
 	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
 		mu.Lock()
 		calls[d.MessageId] = call{at: time.Now(), ctxErr: ctx.Err()}
 		mu.Unlock()
 		return nil
-	}, consumer.WithConcurrency(3), consumer.WithHandlerTimeout(500*time.Millisecond))
+	}, consumer.WithConcurrency(3), consumer.WithHandlerTimeout(500*time.Millisecond), consumer.WithObserver(evs.observe))
 	runConsumer(t, c)
 	time.Sleep(300 * time.Millisecond) // the deliveries are held by now
 	if err := f.pub.Revoke(ctx, "revoked"); err != nil {
 		t.Fatalf("revoke: %v", err)
 	}
-	waitFor(t, time.Minute, "soon and far handled", func() bool {
+	waitFor(t, time.Minute, "soon handled and far deferred", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(calls) >= 2 && !calls["soon"].at.IsZero() && !calls["far"].at.IsZero()
+		return !calls["soon"].at.IsZero() && evs.n(consumer.Deferred) == 1
 	})
 	time.Sleep(time.Until(soon) + time.Second) // the revoked one would have run by now
 	mu.Lock()
@@ -445,9 +446,16 @@ func TestConsumerHoldsEarlyDelivery(t *testing.T) {
 	if due := time.UnixMilli(soon.UnixMilli()); calls["soon"].at.Before(due) || calls["soon"].ctxErr != nil {
 		t.Errorf("soon: handled %v before its due time, handler context error %v", due.Sub(calls["soon"].at), calls["soon"].ctxErr)
 	}
-	if !calls["far"].at.Before(far.Add(-time.Minute)) {
-		t.Errorf("far: handled at %s, want at once (its due time is beyond EarlyHold)", calls["far"].at.Format(time.StampMilli))
+	if r, ok := calls["far"]; ok {
+		t.Errorf("far: handled at %s, an hour before its due time", r.at.Format(time.StampMilli))
 	}
+	evs.mu.Lock()
+	for _, e := range evs.all {
+		if e.Kind == consumer.Deferred && (e.Info.ID != "far" || !errors.Is(e.Err, consumer.ErrEarly) || !e.Info.Due.Equal(time.UnixMilli(far.UnixMilli()))) {
+			t.Errorf("Deferred event: id %s, err %v, Info.Due %s; want far, ErrEarly, %s", e.Info.ID, e.Err, e.Info.Due, far)
+		}
+	}
+	evs.mu.Unlock()
 	if r, ok := calls["revoked"]; ok {
 		t.Errorf("revoked during the hold, yet handled at %s", r.at.Format(time.StampMilli))
 	}
