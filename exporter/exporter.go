@@ -29,6 +29,10 @@
 //     took, parked deliveries).
 //   - rabbitdelay_ready_queue_messages{queue}: messages in each ready queue of the
 //     specification (AMQPDELAY_READY_QUEUES): due messages waiting for a consumer.
+//   - rabbitdelay_ready_queue_requeue_loop{queue}: 1 when the ready queue's consumers requeue
+//     messages in a loop that no delivery limit ends (topology.RequeueLoopOf: on RabbitMQ 4.3 a
+//     quorum queue's basic.nack requeues do not count toward its limit; a classic queue has
+//     none), else 0. `declare status` says what to do.
 //   - rabbitdelay_missing_queues: queues of the specification the management API does not
 //     list (run `declare apply`).
 //   - rabbitdelay_policy_problems{breaks,severity}: policy keys in effect that break a
@@ -51,9 +55,14 @@
 //     find where they have read up to. It shrinks only when RabbitMQ deletes a segment file
 //     older than the stream's x-max-age (topology.Spec.RevocationRetention).
 //
-// The management API refreshes its queue figures every collect_statistics_interval (5 s by
-// default), so a scrape lags the broker by up to that much; a queue without figures yet is
-// left out of its sums.
+// Every series of every label set the specification configures (each ladder level and bucket,
+// the parking queue, each ready queue, the revocation stream, each cluster node's dead-letter
+// waits, each policy problem's breaks and severity) is in every scrape, at 0 where nothing
+// happened, so that an alert sees 0 rather than nothing; a queue that does not exist counts
+// 0 (and in rabbitdelay_missing_queues). The management API refreshes its queue figures every
+// collect_statistics_interval (5 s by default), so a scrape lags the broker by up to that
+// much; a queue without figures yet is left out of its sums (a sum with no figure at all is
+// left out until there is one).
 package exporter
 
 import (
@@ -99,7 +108,7 @@ type Exporter struct {
 	delayMessages, delayDLX, delayConsumers                   *prometheus.Desc
 	ready, policyProblems                                     *prometheus.Desc
 	nodeRunning, nodeLeaders, nodeDelayLeaders                *prometheus.Desc
-	nodeMembers, waiting, revocations                         *prometheus.Desc
+	nodeMembers, waiting, revocations, requeueLoop            *prometheus.Desc
 }
 
 // New returns the Exporter of plan p, read through m (whose vhost is the topology's).
@@ -142,6 +151,9 @@ func New(m *topology.Management, p *topology.Plan, opts Options) *Exporter {
 			"Quorum queues of the specification with a member offline or no leader.", nil, nil),
 		waiting: prometheus.NewDesc(name("dead_letter_waiting_messages"),
 			"Messages in dead-letter state that wait for the unreachable node.", node, nil),
+		requeueLoop: prometheus.NewDesc(name("ready_queue_requeue_loop"),
+			"1 when the ready queue's consumers requeue messages in a loop that no delivery limit ends (topology.RequeueLoopOf), else 0.",
+			[]string{"queue"}, nil),
 		revocations: prometheus.NewDesc(name("revocation_stream_messages"),
 			"Messages in the revocation stream <prefix>.revoked: revocation records and the fences of its readers.", []string{"queue"}, nil),
 	}
@@ -151,7 +163,7 @@ func New(m *topology.Management, p *topology.Plan, opts Options) *Exporter {
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{e.up, e.duration, e.stats, e.delayMessages, e.delayDLX, e.delayConsumers, e.parking, e.ready,
 		e.missing, e.policyProblems, e.nodeRunning, e.nodeLeaders, e.nodeDelayLeaders, e.nodeMembers, e.balanced, e.degraded,
-		e.waiting, e.revocations} {
+		e.waiting, e.revocations, e.requeueLoop} {
 		ch <- d
 	}
 }
@@ -191,6 +203,10 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 0)
 		return
 	}
+	version, verr := e.m.Version(ctx) // for the requeue-loop rule, which depends on it ("" when unknown)
+	if verr != nil {
+		version = ""
+	}
 	ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 1)
 	collected := 1.0
 	if s.StatsDisabled {
@@ -211,7 +227,10 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 		seen[q.Name] = true
 		mq, ok := s.Queues[q.Name]
 		if !ok {
+			// A missing queue holds nothing: its series are 0, present from the first scrape
+			// (rabbitdelay_missing_queues counts it).
 			missing++
+			mq = topology.ManagedQueue{Name: q.Name, RedeliverRate: -1, DeliverRate: -1, AckRate: -1}
 		}
 		switch {
 		case q.IsDelay():
@@ -230,12 +249,9 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 				groups[g] = t
 				order = append(order, g)
 			}
-			if ok {
-				add(&t.messages, mq.Messages)
-				add(&t.dlx, mq.MessagesDLX)
-				add(&t.consumers, mq.Consumers)
-			}
-		case !ok:
+			add(&t.messages, mq.Messages)
+			add(&t.dlx, mq.MessagesDLX)
+			add(&t.consumers, mq.Consumers)
 		case q.Role == topology.RoleParking:
 			if mq.Messages >= 0 {
 				gauge(e.parking, mq.Messages)
@@ -248,6 +264,8 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 			if mq.Messages >= 0 {
 				gauge(e.ready, mq.Messages, q.Name)
 			}
+			_, looping := topology.RequeueLoopOf(q, mq, version)
+			gauge(e.requeueLoop, map[bool]int64{true: 1}[looping], q.Name)
 		}
 	}
 	for _, g := range order {
@@ -302,8 +320,15 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 		}
 		gauge(e.balanced, b)
 		gauge(e.degraded, int64(len(c.Degraded)))
+		waiting := map[string]int64{} // every node's series present, at 0 when nothing waits on it
+		for _, n := range c.Nodes {
+			waiting[n.Name] = 0
+		}
 		for _, w := range c.Waits {
-			gauge(e.waiting, w.Messages, w.Node)
+			waiting[w.Node] += w.Messages
+		}
+		for n, v := range waiting {
+			gauge(e.waiting, v, n)
 		}
 	}
 }
