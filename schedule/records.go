@@ -1,0 +1,260 @@
+package schedule
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// Header names. None begins with "x-": a headers exchange ignores binding arguments whose names
+// begin with "x-" (https://www.rabbitmq.com/docs/exchanges#headers), and the fire exchange binds
+// on TargetHeader. Integer values are int64.
+const (
+	headerPrefix = "rabbitdelay-schedule"
+	// ScheduleHeader (string) names the schedule, on every occurrence and record.
+	ScheduleHeader = "rabbitdelay-schedule"
+	// OccurrenceHeader (string) names the schedule and the occurrence: "<name>@<RFC 3339 UTC
+	// time>", the same as the occurrence's MessageId ([OccurrenceID]).
+	OccurrenceHeader = "rabbitdelay-occurrence"
+	// LateHeader (int64) is how late the occurrence was published, in milliseconds after its
+	// due time (its time plus its jitter); 0 when on time.
+	LateHeader = "rabbitdelay-schedule-late-ms"
+	// MissedHeader (int64) is how many earlier occurrences the missed policy dropped just before
+	// this one (MissedLatest) or in its place (a skipped record).
+	MissedHeader = "rabbitdelay-schedule-missed"
+	// InstanceHeader (string) is the instance that published the occurrence or record
+	// ([WithInstance]).
+	InstanceHeader = "rabbitdelay-schedule-instance"
+	// TargetHeader (string) is the target exchange; the fire exchange's binding to that
+	// exchange matches it.
+	TargetHeader = "rabbitdelay-schedule-target"
+	// RecordHeader (string) is the kind of a record in the schedules stream: definition,
+	// fired (an occurrence), skipped, link or marker.
+	RecordHeader = "rabbitdelay-schedule-record"
+	// HashHeader (string) is the digest of the definition an occurrence or record belongs to.
+	HashHeader = "rabbitdelay-schedule-hash"
+	// NextHeader (string, RFC 3339 UTC) is the occurrence whose link was published before this
+	// occurrence fired; absent when the schedule has no later occurrence.
+	NextHeader = "rabbitdelay-schedule-next"
+
+	definitionHeader = "rabbitdelay-schedule-definition" // JSON: definition
+	stateHeader      = "rabbitdelay-schedule-state"      // active, paused or removed
+	markerHeader     = "rabbitdelay-schedule-marker"     // a sync marker's id
+)
+
+// Record kinds (RecordHeader).
+const (
+	recDefinition = "definition"
+	recFired      = "fired"
+	recSkipped    = "skipped"
+	recLink       = "link"
+	recMarker     = "marker"
+)
+
+// Definition states.
+const (
+	stateActive  = "active"
+	statePaused  = "paused"
+	stateRemoved = "removed"
+)
+
+func isOwnHeader(k string) bool {
+	return strings.HasPrefix(k, headerPrefix) || strings.HasPrefix(k, OccurrenceHeader)
+}
+
+// Names are the broker objects of the schedules of one prefix.
+type Names struct{ Prefix string }
+
+// NamesOf returns the names for spec's prefix (its default when empty).
+func NamesOf(spec topology.Spec) Names { return Names{Prefix: spec.WithDefaults().Prefix} }
+
+// Stream is the stream of schedule records: <prefix>.schedules.
+func (n Names) Stream() string { return n.Prefix + ".schedules" }
+
+// Links is the exchange (fanout, a target of the delay topology) and the quorum queue
+// (single active consumer) of the links: <prefix>.schedules.links.
+func (n Names) Links() string { return n.Prefix + ".schedules.links" }
+
+// Fire is the headers exchange occurrences are published to: <prefix>.schedules.fire, bound
+// to the stream and to every schedule's target exchange.
+func (n Names) Fire() string { return n.Prefix + ".schedules.fire" }
+
+// link is the body of a link message (JSON: the Publisher replaces rabbitdelay-* headers on
+// the delay paths, so a link carries its data in its body).
+type link struct {
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+	Hash string    `json:"hash"`
+}
+
+// fmtTime formats an occurrence time as in OccurrenceID.
+func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// record is one parsed record of the schedules stream.
+type record struct {
+	kind     string
+	name     string
+	hash     string
+	at       time.Time // occurrence (fired, skipped, link)
+	next     time.Time // fired, skipped: the link published before
+	instance string
+	late     time.Duration
+	missed   int64
+	written  time.Time // the record's Timestamp
+	marker   string
+	// definition records
+	state string
+	def   *Schedule
+}
+
+// parseRecord reads a delivery of the schedules stream. Messages that are no record of this
+// package give ok false.
+func parseRecord(d amqp.Delivery) (r record, ok bool, err error) {
+	h := d.Headers
+	r.kind, _ = h[RecordHeader].(string)
+	if r.kind == "" {
+		return r, false, nil
+	}
+	r.name, _ = h[ScheduleHeader].(string)
+	r.hash, _ = h[HashHeader].(string)
+	r.instance, _ = h[InstanceHeader].(string)
+	r.written = d.Timestamp
+	r.late = time.Duration(toInt64(h[LateHeader])) * time.Millisecond
+	r.missed = toInt64(h[MissedHeader])
+	if s, _ := h[NextHeader].(string); s != "" {
+		if r.next, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			return r, false, fmt.Errorf("schedule: record %s of %q: %s: %w", r.kind, r.name, NextHeader, err)
+		}
+	}
+	switch r.kind {
+	case recMarker:
+		r.marker, _ = h[markerHeader].(string)
+	case recFired, recSkipped, recLink:
+		s, _ := h[OccurrenceHeader].(string)
+		_, at, err := ParseOccurrenceID(s)
+		if err != nil {
+			return r, false, err
+		}
+		r.at = at
+	case recDefinition:
+		r.state, _ = h[stateHeader].(string)
+		var def definition
+		js, _ := h[definitionHeader].(string)
+		if err := json.Unmarshal([]byte(js), &def); err != nil {
+			return r, false, fmt.Errorf("schedule: definition record of %q: %w", r.name, err)
+		}
+		s, err := def.schedule(r.name, userMessage(d))
+		if err != nil {
+			return r, false, fmt.Errorf("schedule: definition record of %q: %w", r.name, err)
+		}
+		r.def = &s
+	default:
+		return r, false, nil
+	}
+	return r, true, nil
+}
+
+func toInt64(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case int32:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case int8:
+		return int64(x)
+	case int:
+		return int64(x)
+	case uint8:
+		return int64(x)
+	case uint16:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	}
+	return 0
+}
+
+// userMessage returns the user's message a definition record carries: its body, properties
+// and headers without the package's own.
+func userMessage(d amqp.Delivery) amqp.Publishing {
+	var h amqp.Table
+	for k, v := range d.Headers {
+		if isOwnHeader(k) {
+			continue
+		}
+		if h == nil {
+			h = amqp.Table{}
+		}
+		h[k] = v
+	}
+	return amqp.Publishing{Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode,
+		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, Expiration: d.Expiration, Type: d.Type,
+		UserId: d.UserId, AppId: d.AppId, Body: d.Body}
+}
+
+// definitionRecord is the record of s (with hash h) in state st.
+func definitionRecord(s Schedule, h, st, instance string, now time.Time) amqp.Publishing {
+	js, _ := json.Marshal(s.definition())
+	m := s.Message
+	headers := amqp.Table{}
+	maps.Copy(headers, m.Headers)
+	headers[RecordHeader] = recDefinition
+	headers[ScheduleHeader] = s.Name
+	headers[HashHeader] = h
+	headers[definitionHeader] = string(js)
+	headers[stateHeader] = st
+	headers[InstanceHeader] = instance
+	m.Headers = headers
+	m.DeliveryMode = normMode(m.DeliveryMode)
+	m.Timestamp = now
+	m.MessageId = ""
+	return m
+}
+
+// occurrenceMessage is the message of occurrence at of c, which also is its fired record.
+func occurrenceMessage(c *compiled, at, next time.Time, late time.Duration, missed int64, instance string, now time.Time) amqp.Publishing {
+	m := c.Message
+	headers := amqp.Table{}
+	maps.Copy(headers, m.Headers)
+	headers[RecordHeader] = recFired
+	headers[ScheduleHeader] = c.Name
+	headers[OccurrenceHeader] = OccurrenceID(c.Name, at)
+	headers[HashHeader] = c.hash
+	headers[InstanceHeader] = instance
+	headers[TargetHeader] = c.Exchange
+	headers[LateHeader] = late.Milliseconds()
+	headers[MissedHeader] = missed
+	if !next.IsZero() {
+		headers[NextHeader] = fmtTime(next)
+	}
+	m.Headers = headers
+	m.MessageId = OccurrenceID(c.Name, at)
+	m.Timestamp = now
+	m.DeliveryMode = normMode(m.DeliveryMode)
+	return m
+}
+
+// plainRecord is a link, skipped or marker record (no body).
+func plainRecord(kind, name, h string, at, next time.Time, missed int64, instance string, now time.Time) amqp.Publishing {
+	headers := amqp.Table{RecordHeader: kind, InstanceHeader: instance}
+	if name != "" {
+		headers[ScheduleHeader] = name
+		headers[HashHeader] = h
+		headers[OccurrenceHeader] = OccurrenceID(name, at)
+	}
+	if !next.IsZero() {
+		headers[NextHeader] = fmtTime(next)
+	}
+	if missed > 0 {
+		headers[MissedHeader] = missed
+	}
+	return amqp.Publishing{Headers: headers, DeliveryMode: amqp.Persistent, Timestamp: now}
+}

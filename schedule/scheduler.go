@@ -1,0 +1,574 @@
+package schedule
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// ErrUnknownSchedule: no schedule of that name was ever declared under the prefix.
+var ErrUnknownSchedule = errors.New("schedule: unknown schedule")
+
+// Option configures a Scheduler; pass options to [New].
+type Option func(*options) error
+
+type options struct {
+	log      zerolog.Logger
+	instance string
+	maxAge   string
+	name     string
+	metrics  *Metrics
+}
+
+// WithLogger makes the Scheduler log through l (default: nothing).
+func WithLogger(l zerolog.Logger) Option { return func(o *options) error { o.log = l; return nil } }
+
+// WithInstance names this instance in the fired records ([InstanceHeader]) and in `declare
+// schedules`; the default is <hostname>-<pid>-<4 random hex digits>.
+func WithInstance(id string) Option {
+	return func(o *options) error {
+		if id == "" || len(id) > 200 {
+			return fmt.Errorf("%w: instance id of %d bytes: want 1 to 200", ErrInvalidSchedule, len(id))
+		}
+		o.instance = id
+		return nil
+	}
+}
+
+// WithRetention sets the schedules stream's x-max-age (RabbitMQ's syntax: 7D, 12h, ...; default
+// [DefaultRetention]) when the Scheduler declares it. Every instance must give the same value:
+// RabbitMQ refuses to redeclare a queue with other arguments (406 PRECONDITION_FAILED).
+func WithRetention(maxAge string) Option {
+	return func(o *options) error {
+		if maxAge == "" {
+			return fmt.Errorf("%w: empty retention: give a stream max-age like 7D", ErrInvalidSchedule)
+		}
+		o.maxAge = maxAge
+		return nil
+	}
+}
+
+// DefaultRetention is the schedules stream's default x-max-age: 7 days. A definition record is
+// written again by the instance handling the schedule's links when its last one is older than
+// half of this, so an active schedule never ages out of the stream.
+const DefaultRetention = "7D"
+
+// retentionAge is DefaultRetention as a duration, for the rewrite of old definition records.
+const retentionAge = 7 * 24 * time.Hour
+
+// WithConnectionName names the Scheduler's connections in the management UI (default
+// "rabbitdelay-schedule"; the links Publisher's gets "-links").
+func WithConnectionName(name string) Option {
+	return func(o *options) error { o.name = name; return nil }
+}
+
+// WithMetrics counts occurrences in m ([NewMetrics]); register m with a Prometheus registry.
+func WithMetrics(m *Metrics) Option { return func(o *options) error { o.metrics = m; return nil } }
+
+// Scheduler declares schedules and, while [Scheduler.Run] runs, takes its turn at firing their
+// occurrences. Every instance of a service may run one: the links queue's single active
+// consumer makes one of them handle the links at a time. Safe for concurrent use.
+type Scheduler struct {
+	cfg   amqpdelay.Config
+	names Names
+	unit  time.Duration
+	opts  options
+	pub   *amqpdelay.Publisher
+
+	opMu sync.Mutex // one sync-decide-write at a time in this instance
+
+	sessMu sync.Mutex
+	sess   *session
+}
+
+// New declares the schedule objects under cfg.Spec's prefix (the stream <prefix>.schedules,
+// the exchanges <prefix>.schedules.fire and .links, the links queue, and the dispatch
+// exchange's binding to the links exchange; idempotent), starts a Publisher for links (the
+// delay topology of cfg.Spec must exist: `declare apply`), and reads the stream. ctx bounds
+// the start. Errors: ErrInvalidSchedule for a bad option, the Publisher's errors
+// (amqpdelay.ErrTopologyMissing, ...), the connection's.
+func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler, error) {
+	o := options{log: zerolog.Nop(), maxAge: DefaultRetention, name: "rabbitdelay-schedule"}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.instance == "" {
+		o.instance = defaultInstance()
+	}
+	cfg.Spec = cfg.Spec.WithDefaults()
+	s := &Scheduler{cfg: cfg, names: NamesOf(cfg.Spec), unit: cfg.Spec.Ladder.Unit, opts: o}
+	sess, err := dialSession(ctx, cfg, o.name, s.names, s.unit, true, o.maxAge, o.log)
+	if err != nil {
+		return nil, err
+	}
+	s.sess = sess
+	pcfg := cfg
+	pcfg.Spec.Targets = topology.Targets{{Name: s.names.Links()}}
+	pcfg.Spec.ReadyQueues = nil
+	s.pub, err = amqpdelay.NewPublisher(ctx, pcfg, amqpdelay.WithConnectionName(o.name+"-links"), amqpdelay.WithLogger(o.log), amqpdelay.WithChannels(1))
+	if err != nil {
+		sess.kill(errors.New("closed"))
+		return nil, fmt.Errorf("schedule: links publisher: %w", err)
+	}
+	return s, nil
+}
+
+func defaultInstance() string {
+	h, _ := os.Hostname()
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Instance returns this instance's id ([WithInstance]).
+func (s *Scheduler) Instance() string { return s.opts.instance }
+
+// session returns a live session, dialling a new one when the last one died.
+func (s *Scheduler) session(ctx context.Context) (*session, error) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if s.sess != nil && s.sess.alive() {
+		return s.sess, nil
+	}
+	sess, err := dialSession(ctx, s.cfg, s.opts.name, s.names, s.unit, true, s.opts.maxAge, s.opts.log)
+	if err != nil {
+		return nil, err
+	}
+	s.sess = sess
+	return sess, nil
+}
+
+// Close closes the Scheduler's connections. A link being handled is given back to the queue.
+func (s *Scheduler) Close() error {
+	s.sessMu.Lock()
+	if s.sess != nil {
+		s.sess.kill(errors.New("schedule: closed"))
+	}
+	s.sessMu.Unlock()
+	return s.pub.Close()
+}
+
+// Declare makes sch exist as given, and returns once the broker confirmed what it wrote.
+// Every instance may call it at start with the same schedule:
+//   - same definition as the stream's latest, chain pending (or the schedule paused): nothing
+//     is written;
+//   - same definition, but no pending link (the chain broke: see [Info.Broken]): a link for the
+//     occurrence after the last one handled is published, which repairs it (the missed policy
+//     decides what fires when that time has passed);
+//   - new, changed or removed before: a definition record, then a link for the first occurrence
+//     after now. Links of the earlier definition are dropped when they arrive, so the change
+//     takes effect from the next occurrence.
+//
+// Instances declaring at the same moment make at most duplicate links, which are dropped.
+// Errors: ErrInvalidSchedule (every problem of sch, joined), amqpdelay.ErrExchangeNotFound
+// (the target exchange does not exist), ErrConnectionLost, the links Publisher's errors, ctx's.
+func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
+	c, err := sch.compile(s.unit)
+	if err != nil {
+		return err
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	sess, err := s.session(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.bindTarget(sess, c.Exchange); err != nil {
+		return err
+	}
+	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+		return err
+	}
+	s.opts.metrics.init(c.Name)
+	var (
+		same, paused, pending bool
+		from                  time.Time
+	)
+	now := time.Now()
+	sess.view(func(st *state) {
+		e := st.entries[c.Name]
+		if e == nil || e.def == nil || e.hash != c.hash || e.state == stateRemoved {
+			return
+		}
+		same, paused, pending = true, e.state == statePaused, e.pending()
+		from = e.link
+		if e.lastFired.After(from) {
+			from = e.lastFired
+		}
+	})
+	if same && (paused || pending) {
+		return nil
+	}
+	if !same {
+		if err := sess.record(ctx, s.names.Stream(), definitionRecord(c.Schedule, c.hash, stateActive, s.opts.instance, now)); err != nil {
+			return err
+		}
+		from = now
+	} else if from.IsZero() {
+		from = now
+	}
+	next := c.Next(from)
+	if next.IsZero() {
+		return nil // no occurrence left
+	}
+	return s.startChain(ctx, sess, c, next)
+}
+
+// startChain publishes the link for occurrence at of c, then its link record.
+func (s *Scheduler) startChain(ctx context.Context, sess *session, c *compiled, at time.Time) error {
+	if err := s.publishLink(ctx, c, at); err != nil {
+		return err
+	}
+	return sess.record(ctx, s.names.Stream(), plainRecord(recLink, c.Name, c.hash, at, time.Time{}, 0, s.opts.instance, time.Now()))
+}
+
+// publishLink publishes the link for occurrence at of c, due when it fires.
+func (s *Scheduler) publishLink(ctx context.Context, c *compiled, at time.Time) error {
+	body, _ := json.Marshal(link{Name: c.Name, At: at.UTC(), Hash: c.hash})
+	msg := amqp.Publishing{MessageId: linkID(c.Name, at, c.hash), ContentType: "application/json", Body: body}
+	if _, err := s.pub.PublishAt(ctx, s.names.Links(), c.Name, msg, c.due(at)); err != nil {
+		return fmt.Errorf("schedule: publish the link of %s: %w", OccurrenceID(c.Name, at), err)
+	}
+	return nil
+}
+
+// bindTarget binds the fire exchange to exchange (idempotent), on a channel of its own: a
+// missing exchange closes it (404).
+func (s *Scheduler) bindTarget(sess *session, exchange string) error {
+	ch, err := sess.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrConnectionLost, err)
+	}
+	err = ch.ExchangeBind(exchange, "", s.names.Fire(), false, amqp.Table{"x-match": "all", TargetHeader: exchange})
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fmt.Errorf("%w: target exchange %q does not exist: declare it (or correct Schedule.Exchange)", amqpdelay.ErrExchangeNotFound, exchange)
+		}
+		return fmt.Errorf("schedule: bind %q to %q: %w", s.names.Fire(), exchange, err)
+	}
+	_ = ch.Close()
+	return nil
+}
+
+// Pause stops schedule name's occurrences until [Scheduler.Resume]: links that arrive while it
+// is paused are dropped. Errors: ErrUnknownSchedule, ErrConnectionLost, ctx's.
+func (s *Scheduler) Pause(ctx context.Context, name string) error {
+	_, err := s.setState(ctx, name, statePaused)
+	return err
+}
+
+// Resume restarts a paused schedule with its first occurrence after now (the occurrences due
+// while it was paused do not fire). Resuming an active schedule changes nothing; a removed one
+// must be declared again. Errors: ErrUnknownSchedule, ErrConnectionLost, ctx's.
+func (s *Scheduler) Resume(ctx context.Context, name string) error {
+	_, err := s.setState(ctx, name, stateActive)
+	return err
+}
+
+// Remove ends schedule name: no occurrence fires after it returns (a link that arrives later
+// is dropped), and its pending link is revoked (amqpdelay.Publisher.Revoke). Declaring it
+// again starts it anew. Errors: ErrUnknownSchedule, ErrConnectionLost, ctx's.
+func (s *Scheduler) Remove(ctx context.Context, name string) error {
+	e, err := s.setState(ctx, name, stateRemoved)
+	if err != nil || e.link.IsZero() {
+		return err
+	}
+	if err := s.pub.Revoke(ctx, linkID(name, e.link, e.linkHash)); err != nil {
+		return fmt.Errorf("schedule: %q is removed, but its pending link was not revoked (it will be dropped when it arrives): %w", name, err)
+	}
+	return nil
+}
+
+func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	sess, err := s.session(ctx)
+	if err != nil {
+		return entry{}, err
+	}
+	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+		return entry{}, err
+	}
+	var e entry
+	found := false
+	sess.view(func(stt *state) {
+		if x := stt.entries[name]; x != nil && x.def != nil {
+			e, found = *x, true
+		}
+	})
+	switch {
+	case !found:
+		return e, fmt.Errorf("%w: %q under prefix %q (`declare schedules` lists them)", ErrUnknownSchedule, name, s.names.Prefix)
+	case e.state == st:
+		return e, nil
+	case e.state == stateRemoved && st == stateActive:
+		return e, fmt.Errorf("%w: %q was removed: declare it again to restart it", ErrUnknownSchedule, name)
+	}
+	if err := sess.record(ctx, s.names.Stream(), definitionRecord(*e.def, e.hash, st, s.opts.instance, time.Now())); err != nil {
+		return e, err
+	}
+	if st == stateActive && e.comp != nil {
+		if next := e.comp.Next(time.Now()); !next.IsZero() {
+			return e, s.startChain(ctx, sess, e.comp, next)
+		}
+	}
+	return e, nil
+}
+
+// Info is what the stream says about one schedule.
+type Info struct {
+	// Schedule is the latest definition.
+	Schedule Schedule
+	// Hash is the definition's digest ([HashHeader]).
+	Hash string
+	// State is active, paused or removed.
+	State string
+	// Next is the pending link's occurrence: the next one to fire (zero: none pending).
+	Next time.Time
+	// LastFired is the latest occurrence fired, by LastBy (an instance id) at LastAt.
+	LastFired time.Time
+	LastBy    string
+	LastAt    time.Time
+	// Fired counts the occurrences fired that the stream still holds.
+	Fired int64
+	// Broken reports an active schedule with occurrences left but no pending link: nothing
+	// will fire until the schedule is declared again (which repairs it).
+	Broken bool
+	// Ended reports an active schedule with no occurrence left (past End).
+	Ended bool
+}
+
+func infos(st *state, now time.Time) []Info {
+	var out []Info
+	for name, e := range st.entries {
+		if e.def == nil {
+			continue
+		}
+		i := Info{Schedule: *e.def, Hash: e.hash, State: e.state, LastFired: e.lastFired, LastBy: e.lastBy, LastAt: e.lastAt, Fired: e.fired}
+		i.Schedule.Name = name
+		if e.pending() {
+			i.Next = e.link
+		}
+		if e.state == stateActive && !e.pending() {
+			i.Ended = e.ended(now)
+			i.Broken = !i.Ended
+		}
+		out = append(out, i)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Schedule.Name < out[b].Schedule.Name })
+	return out
+}
+
+// List returns every schedule of the prefix as the stream says, sorted by name.
+func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
+	sess, err := s.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+		return nil, err
+	}
+	var out []Info
+	sess.view(func(st *state) { out = infos(st, time.Now()) })
+	return out, nil
+}
+
+// Inspect lists the schedules of cfg.Spec's prefix from the stream alone, declaring nothing and
+// starting no Publisher (it writes one marker record to the stream to know where its end is).
+// No stream (no schedule ever declared): no schedules and no error.
+func Inspect(ctx context.Context, cfg amqpdelay.Config) ([]Info, error) {
+	cfg.Spec = cfg.Spec.WithDefaults()
+	n := NamesOf(cfg.Spec)
+	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-schedules-inspect")
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	_, err = ch.QueueDeclarePassive(n.Stream(), true, false, false, false, nil)
+	_ = conn.Close()
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	sess, err := dialSession(ctx, cfg, "rabbitdelay-schedules-inspect", n, cfg.Spec.Ladder.Unit, false, DefaultRetention, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	defer sess.kill(errors.New("done"))
+	if err := sess.sync(ctx, n.Stream(), "inspect"); err != nil {
+		return nil, err
+	}
+	var out []Info
+	sess.view(func(st *state) { out = infos(st, time.Now()) })
+	return out, nil
+}
+
+// Run handles links until ctx ends: it consumes the links queue (one instance of all those
+// running Run at a time is its active consumer) and, for each link, fires the occurrence at its
+// time. After a connection loss it connects again, with back-off. It returns nil when ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	for ctx.Err() == nil {
+		sess, err := s.session(ctx)
+		if err == nil {
+			err = s.consume(ctx, sess)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := b.NextBackOff()
+		s.opts.log.Warn().Err(err).Dur("retry_in", wait).Msg("schedule: links consumer stopped")
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) consume(ctx context.Context, sess *session) error {
+	if err := sess.ch.Qos(1, 0, false); err != nil {
+		return err
+	}
+	tag := "schedule-" + s.opts.instance
+	deliveries, err := sess.ch.ConsumeWithContext(ctx, s.names.Links(), tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("schedule: consume %q: %w", s.names.Links(), err)
+	}
+	defer func() { _ = sess.ch.Cancel(tag, false) }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sess.dead:
+			return sess.err()
+		case d, ok := <-deliveries:
+			if !ok {
+				return sess.err()
+			}
+			if err := s.handle(ctx, sess, d); err != nil {
+				if ctx.Err() != nil {
+					_ = d.Nack(false, true)
+					return nil
+				}
+				s.opts.log.Warn().Err(err).Msg("schedule: link given back")
+				if sess.alive() {
+					select {
+					case <-time.After(time.Second):
+					case <-ctx.Done():
+					}
+					_ = d.Nack(false, true)
+				}
+				return err
+			}
+		}
+	}
+}
+
+// handle handles one link: see the package documentation for the steps and why each crash
+// point is safe.
+func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) error {
+	var l link
+	if err := json.Unmarshal(d.Body, &l); err != nil || l.Name == "" {
+		s.opts.log.Warn().Str("message_id", d.MessageId).Msg("schedule: unreadable link dropped")
+		return d.Ack(false)
+	}
+	// Never fire before the occurrence's time (plus its jitter).
+	due := l.At
+	sess.view(func(st *state) {
+		if e := st.entries[l.Name]; e != nil && e.comp != nil {
+			due = e.comp.due(l.At)
+		}
+	})
+	if wait := time.Until(due); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sess.dead:
+			return sess.err()
+		}
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+		return err
+	}
+	var (
+		v      verdict
+		c      *compiled
+		defOld bool
+		e      entry
+	)
+	now := time.Now()
+	sess.view(func(st *state) {
+		x := st.entries[l.Name]
+		v = decide(x, l, now)
+		if x != nil {
+			c, e = x.comp, *x
+			defOld = now.Sub(x.defAt) > retentionAge/2
+		}
+	})
+	if v.drop != "" {
+		s.opts.log.Debug().Str("schedule", l.Name).Time("at", l.At).Str("why", v.drop).Msg("schedule: link dropped")
+		return d.Ack(false)
+	}
+	if defOld && e.def != nil {
+		if err := sess.record(ctx, s.names.Stream(), definitionRecord(*e.def, e.hash, e.state, s.opts.instance, now)); err != nil {
+			return err
+		}
+	}
+	// 1. The next link, confirmed, before anything else: a crash from here on leaves at most a
+	// duplicate link, which is dropped when it arrives.
+	if !v.next.IsZero() {
+		if err := s.publishLink(ctx, c, v.next); err != nil {
+			return err
+		}
+	}
+	// 2. The occurrence, or the record of what was skipped, on the channel that holds the link:
+	// if this connection dies the link is requeued and nothing more is published on it.
+	switch {
+	case !v.fire.IsZero():
+		m := occurrenceMessage(c, v.fire, v.next, v.late, v.missed, s.opts.instance, time.Now())
+		if err := sess.publish(ctx, s.names.Fire(), c.RoutingKey, m); err != nil {
+			return err
+		}
+		s.opts.metrics.fired(c.Name, v.late, v.missed)
+		s.opts.log.Debug().Str("occurrence", m.MessageId).Dur("late", v.late).Int64("missed", v.missed).Time("next", v.next).Msg("schedule: fired")
+	case !v.skip.IsZero():
+		if err := sess.record(ctx, s.names.Stream(), plainRecord(recSkipped, c.Name, c.hash, v.skip, v.next, v.missed, s.opts.instance, time.Now())); err != nil {
+			return err
+		}
+		s.opts.metrics.fired(c.Name, -1, v.missed)
+	case !v.next.IsZero():
+		if err := sess.record(ctx, s.names.Stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now())); err != nil {
+			return err
+		}
+	}
+	// 3. Done with the link.
+	return d.Ack(false)
+}

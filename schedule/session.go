@@ -1,0 +1,270 @@
+package schedule
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// ErrConnectionLost: the connection that reads the stream and publishes records closed; the
+// operation's outcome is unknown and a new connection is made on the next call.
+var ErrConnectionLost = errors.New("schedule: connection lost")
+
+// session is one connection: a channel in confirm mode that publishes records and occurrences
+// and consumes links, and a channel that reads the stream from its first record into st.
+type session struct {
+	conn *amqp.Connection
+	ch   *amqp.Channel
+	log  zerolog.Logger
+
+	mu      sync.Mutex
+	st      *state
+	markers map[string]chan struct{}
+	readErr error
+
+	dead     chan struct{}
+	deadOnce sync.Once
+}
+
+func (s *session) kill(err error) {
+	s.deadOnce.Do(func() {
+		s.mu.Lock()
+		s.readErr = err
+		s.mu.Unlock()
+		close(s.dead)
+		_ = s.conn.Close()
+	})
+}
+
+func (s *session) alive() bool {
+	select {
+	case <-s.dead:
+		return false
+	default:
+		return true
+	}
+}
+
+// streamArgs are the schedules stream's arguments.
+func streamArgs(maxAge string) amqp.Table {
+	return amqp.Table{"x-queue-type": "stream", "x-max-age": maxAge}
+}
+
+// declareObjects declares the stream, the fire exchange and its binding to the stream, and the
+// links exchange, queue and bindings (the dispatch exchange's binding to the links exchange and
+// its target marker, as `declare apply` makes them for a target), all idempotent.
+func declareObjects(conn *amqp.Connection, spec topology.Spec, n Names, maxAge string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	tn := spec.Names()
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"stream " + n.Stream(), func() error {
+			_, err := ch.QueueDeclare(n.Stream(), true, false, false, false, streamArgs(maxAge))
+			return err
+		}},
+		{"exchange " + n.Fire(), func() error { return ch.ExchangeDeclare(n.Fire(), amqp.ExchangeHeaders, true, false, false, false, nil) }},
+		{"binding " + n.Fire() + " -> " + n.Stream(), func() error { return ch.QueueBind(n.Stream(), "", n.Fire(), false, nil) }},
+		{"exchange " + n.Links(), func() error { return ch.ExchangeDeclare(n.Links(), amqp.ExchangeFanout, true, false, false, false, nil) }},
+		{"queue " + n.Links(), func() error {
+			_, err := ch.QueueDeclare(n.Links(), true, false, false, false, linksArgs(spec))
+			return err
+		}},
+		{"binding " + n.Links() + " -> queue " + n.Links(), func() error { return ch.QueueBind(n.Links(), "", n.Links(), false, nil) }},
+		{"binding " + tn.Dispatch() + " -> " + n.Links(), func() error {
+			return ch.ExchangeBind(n.Links(), "", tn.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: n.Links()})
+		}},
+		{"exchange " + tn.TargetMarker(n.Links()), func() error {
+			return ch.ExchangeDeclare(tn.TargetMarker(n.Links()), amqp.ExchangeFanout, true, false, false, false, nil)
+		}},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+				return fmt.Errorf("schedule: declare %s: %w (run `declare apply` for prefix %q first)", s.what, err, spec.WithDefaults().Prefix)
+			}
+			return fmt.Errorf("schedule: declare %s: %w", s.what, err)
+		}
+	}
+	return nil
+}
+
+// linksArgs are the links queue's arguments: a quorum queue (replicated) read by a single
+// active consumer, so one instance at a time handles links. Its delivery limit is far above
+// what connection losses cause: RabbitMQ 4.x would otherwise drop a link after 20 returns.
+func linksArgs(spec topology.Spec) amqp.Table {
+	return amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": int64(1_000_000)}
+}
+
+// dialSession connects and starts reading the stream.
+func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n Names, unit time.Duration, declare bool, maxAge string, log zerolog.Logger) (*session, error) {
+	conn, err := amqpdelay.Dial(ctx, cfg, name)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = conn.Close()
+		}
+	}()
+	if declare {
+		if err := declareObjects(conn, cfg.Spec, n, maxAge); err != nil {
+			return nil, err
+		}
+	} else {
+		probe, err := conn.Channel()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := probe.QueueDeclarePassive(n.Stream(), true, false, false, false, streamArgs(maxAge)); err != nil {
+			return nil, fmt.Errorf("schedule: stream %q: %w (no schedule was ever declared under prefix %q)", n.Stream(), err, n.Prefix)
+		}
+		_ = probe.Close()
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, err
+	}
+	rd, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := rd.Qos(500, 0, false); err != nil {
+		return nil, err
+	}
+	deliveries, err := rd.Consume(n.Stream(), "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+	if err != nil {
+		return nil, fmt.Errorf("schedule: read stream %q: %w", n.Stream(), err)
+	}
+	s := &session{conn: conn, ch: ch, log: log, st: newState(unit), markers: map[string]chan struct{}{}, dead: make(chan struct{})}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		select {
+		case e := <-closed:
+			s.kill(fmt.Errorf("%w: %v", ErrConnectionLost, e))
+		case e := <-chClosed:
+			s.kill(fmt.Errorf("%w: channel: %v", ErrConnectionLost, e))
+		case <-s.dead:
+		}
+	}()
+	go s.read(deliveries)
+	ok = true
+	return s, nil
+}
+
+// read applies the stream's records to st until the channel closes.
+func (s *session) read(deliveries <-chan amqp.Delivery) {
+	for d := range deliveries {
+		r, ok, err := parseRecord(d)
+		if err != nil {
+			s.log.Warn().Err(err).Msg("schedule: unreadable record in the schedules stream, skipped")
+		}
+		s.mu.Lock()
+		if ok {
+			if r.kind == recMarker {
+				if c := s.markers[r.marker]; c != nil {
+					close(c)
+					delete(s.markers, r.marker)
+				}
+			} else {
+				s.st.apply(r)
+			}
+		}
+		s.mu.Unlock()
+		_ = d.Ack(false)
+	}
+	s.kill(fmt.Errorf("%w: stream consumer ended", ErrConnectionLost))
+}
+
+// publish publishes msg on the confirm channel and waits for the broker's confirm.
+func (s *session) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, msg)
+	if err != nil {
+		return fmt.Errorf("%w: publish: %v", ErrConnectionLost, err)
+	}
+	select {
+	case <-dc.Done():
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.dead:
+		return s.err()
+	}
+	if !dc.Acked() {
+		if !s.alive() {
+			return s.err()
+		}
+		return errors.New("schedule: the broker nacked a publish")
+	}
+	return nil
+}
+
+func (s *session) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readErr != nil {
+		return s.readErr
+	}
+	return ErrConnectionLost
+}
+
+// record publishes a record to the stream (through the default exchange).
+func (s *session) record(ctx context.Context, stream string, msg amqp.Publishing) error {
+	return s.publish(ctx, "", stream, msg)
+}
+
+// sync returns once every record the broker confirmed before the call is in st: it publishes a
+// marker record and waits until the reader has read it (a stream keeps publish order).
+func (s *session) sync(ctx context.Context, stream, instance string) error {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	seen := make(chan struct{})
+	s.mu.Lock()
+	s.markers[id] = seen
+	s.mu.Unlock()
+	m := plainRecord(recMarker, "", "", time.Time{}, time.Time{}, 0, instance, time.Now())
+	m.Headers[markerHeader] = id
+	if err := s.record(ctx, stream, m); err != nil {
+		s.mu.Lock()
+		delete(s.markers, id)
+		s.mu.Unlock()
+		return err
+	}
+	select {
+	case <-seen:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.dead:
+		return s.err()
+	}
+}
+
+// view runs f on the state, under the session's lock.
+func (s *session) view(f func(*state)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s.st)
+}

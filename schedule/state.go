@@ -1,0 +1,149 @@
+package schedule
+
+import (
+	"time"
+)
+
+// entry is what the stream says about one schedule.
+type entry struct {
+	def     *Schedule // latest definition record's
+	comp    *compiled // def compiled (nil when it no longer compiles here, e.g. an unknown zone)
+	hash    string
+	state   string
+	defAt   time.Time // the latest definition record's Timestamp
+	handled map[int64]bool
+	// lastFired is the latest occurrence fired (by occurrence time), by lastBy at lastAt.
+	lastFired time.Time
+	lastBy    string
+	lastAt    time.Time
+	// link is the latest link recorded (a link record, or the next of a fired or skipped
+	// record), of definition linkHash.
+	link     time.Time
+	linkHash string
+	fired    int64
+}
+
+// state is the schedules of one prefix as read from the stream.
+type state struct {
+	entries map[string]*entry
+	unit    time.Duration
+}
+
+func newState(unit time.Duration) *state { return &state{entries: map[string]*entry{}, unit: unit} }
+
+func (s *state) entry(name string) *entry {
+	e := s.entries[name]
+	if e == nil {
+		e = &entry{handled: map[int64]bool{}}
+		s.entries[name] = e
+	}
+	return e
+}
+
+// apply adds one record to s.
+func (s *state) apply(r record) {
+	if r.name == "" {
+		return
+	}
+	e := s.entry(r.name)
+	switch r.kind {
+	case recDefinition:
+		e.def, e.hash, e.state, e.defAt = r.def, r.hash, r.state, r.written
+		e.comp, _ = r.def.compile(s.unit)
+		if e.comp != nil {
+			e.comp.hash = r.hash // the declarer's digest (a header's integer width may differ after the round trip)
+		}
+	case recFired:
+		e.handled[r.at.UnixNano()] = true
+		e.fired++
+		if !r.at.Before(e.lastFired) {
+			e.lastFired, e.lastBy, e.lastAt = r.at, r.instance, r.written
+		}
+		if !r.next.IsZero() {
+			e.link, e.linkHash = r.next, r.hash
+		}
+	case recSkipped:
+		e.handled[r.at.UnixNano()] = true
+		if !r.next.IsZero() {
+			e.link, e.linkHash = r.next, r.hash
+		}
+	case recLink:
+		e.link, e.linkHash = r.at, r.hash
+	}
+}
+
+// pending reports whether e has a link that will still fire under its current definition: the
+// latest link recorded is of the current definition and its occurrence has not been handled.
+func (e *entry) pending() bool {
+	return e.linkHash == e.hash && !e.link.IsZero() && !e.handled[e.link.UnixNano()]
+}
+
+// ended reports whether e's definition has no occurrence after its last handled one.
+func (e *entry) ended(now time.Time) bool {
+	if e.comp == nil {
+		return false
+	}
+	from := now
+	if !e.link.IsZero() {
+		from = e.link
+	}
+	return e.comp.Next(from).IsZero() && (e.link.IsZero() || e.handled[e.link.UnixNano()])
+}
+
+// verdict is what to do with a link.
+type verdict struct {
+	drop   string    // non-empty: ack and publish nothing; the reason
+	fire   time.Time // the occurrence to fire (zero: none)
+	late   time.Duration
+	missed int64     // occurrences the missed policy dropped
+	next   time.Time // the link to publish before firing (zero: none)
+	skip   time.Time // with fire zero and drop empty: record this occurrence as skipped
+}
+
+// maxCatchUp bounds how many missed occurrences decide walks.
+const maxCatchUp = 1_000_000
+
+// decide says what to do with link l of e at now (after the sync).
+func decide(e *entry, l link, now time.Time) verdict {
+	switch {
+	case e == nil || e.def == nil:
+		return verdict{drop: "no definition"}
+	case e.state == stateRemoved:
+		return verdict{drop: "removed"}
+	case e.state == statePaused:
+		return verdict{drop: "paused"}
+	case l.Hash != e.hash:
+		return verdict{drop: "an earlier definition's link"}
+	case e.comp == nil:
+		return verdict{drop: "definition does not compile here"}
+	}
+	c := e.comp
+	if e.handled[l.At.UnixNano()] {
+		if e.pending() {
+			return verdict{drop: "already fired"}
+		}
+		// Fired under another definition, or by a link whose chain was cut: carry the chain on.
+		return verdict{next: c.Next(l.At)}
+	}
+	next := c.Next(l.At)
+	if next.IsZero() || next.After(now) || c.Missed == MissedAll {
+		return verdict{fire: l.At, late: max(now.Sub(c.due(l.At)), 0), next: next}
+	}
+	// Missed: later occurrences' times have passed too.
+	latest, n := l.At, int64(1)
+	for n < maxCatchUp {
+		t := c.Next(latest)
+		if t.IsZero() || t.After(now) {
+			break
+		}
+		latest, n = t, n+1
+	}
+	following := c.Next(latest)
+	if c.Missed == MissedSkip {
+		return verdict{skip: l.At, missed: n, next: following}
+	}
+	if e.handled[latest.UnixNano()] {
+		return verdict{skip: l.At, missed: n - 1, next: following}
+	}
+	return verdict{fire: latest, late: max(now.Sub(c.due(latest)), 0), missed: n - 1, next: following}
+}
