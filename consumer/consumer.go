@@ -108,6 +108,7 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 		}
 	}
 	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: names, log: o.logger, m: m}
+	m.start(queue)
 	c.pubCfg = cfg
 	c.pubCfg.Spec = rspec
 	c.store = o.store

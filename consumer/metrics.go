@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/internal/metrics"
 )
 
@@ -32,6 +33,11 @@ import (
 //   - rabbitdelay_consumer_derived_ids_total{queue,reason}: deliveries whose id the Consumer
 //     derived (Event kind IDDerived), reason missing (no MessageId: identical messages count
 //     as one) or too-long.
+//
+// Every series of the Consumer's queue exists from New, at 0: each outcome of messages_total,
+// each reason of derived_ids_total, handler_failures_total and reconnects_total, and the
+// histograms by result and by path, so that an alert or a rate sees 0, not nothing, before the
+// first event.
 //
 // Several Consumers may share reg: they share the collectors, told apart by the queue label.
 // The Consumer's retry Publisher records no metrics of its own (its retries and parkings are
@@ -96,6 +102,42 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 	return m, nil
 }
 
+// outcomes are the outcome label values of messages_total, one per Event kind of a delivery
+// (observe).
+var outcomes = []EventKind{Handled, Retried, Parked, Skipped, Deferred, Requeued, Unsettled, Revoked, Rejected}
+
+// outcome is the outcome label value of the Event kind k.
+func outcome(k EventKind) string {
+	if k == Skipped {
+		return "duplicate"
+	}
+	return k.String()
+}
+
+// paths are the path label values of lateness_seconds.
+var paths = []amqpdelay.Path{amqpdelay.PathDirect, amqpdelay.PathBucket, amqpdelay.PathLadder, amqpdelay.PathPlugin}
+
+// start creates every series of queue at 0 (nil m: nothing).
+func (m *consumerMetrics) start(queue string) {
+	if m == nil {
+		return
+	}
+	for _, k := range outcomes {
+		m.messages.WithLabelValues(queue, outcome(k))
+	}
+	for _, r := range derivedReasons {
+		m.derived.WithLabelValues(queue, r)
+	}
+	m.failures.WithLabelValues(queue)
+	m.reconnects.WithLabelValues(queue)
+	for _, r := range []string{"ok", "error"} {
+		m.duration.WithLabelValues(queue, r)
+	}
+	for _, p := range paths {
+		m.lateness.WithLabelValues(queue, p.String())
+	}
+}
+
 // observe records the Event e of the Consumer of queue.
 func (m *consumerMetrics) observe(queue string, e Event) {
 	if m == nil {
@@ -111,11 +153,7 @@ func (m *consumerMetrics) observe(queue string, e Event) {
 		m.derived.WithLabelValues(queue, e.Info.IDDerived).Inc()
 		return
 	}
-	outcome := e.Kind.String()
-	if e.Kind == Skipped {
-		outcome = "duplicate"
-	}
-	m.messages.WithLabelValues(queue, outcome).Inc()
+	m.messages.WithLabelValues(queue, outcome(e.Kind)).Inc()
 	if e.Kind == Handled && e.Info.HasDue && !e.Info.Replayed {
 		m.lateness.WithLabelValues(queue, e.Info.Path.String()).Observe(e.Info.Late.Seconds())
 	}

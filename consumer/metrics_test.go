@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestMetricsShared: two Consumers share one registry's collectors, told apart by the queue
@@ -75,4 +77,82 @@ func histogramCount(t *testing.T, h *prometheus.HistogramVec, labels ...string) 
 		t.Fatal(err)
 	}
 	return float64(m.GetHistogram().GetSampleCount())
+}
+
+// TestMetricsStartAtZero: every counter series of the queue a Consumer is made for exists at 0
+// from New, each outcome and reason included (before, a queue's series appeared at its first
+// event, so an alert on them saw nothing), and the histograms' series by result and path too.
+// Observing an event of every kind then creates no series that New had not: no outcome is
+// missing from the started set.
+func TestMetricsStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := amqpdelay.Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}}
+	if _, err := New(cfg, "work", noop, WithMetrics(reg)); err != nil {
+		t.Fatal(err)
+	}
+	const want = `
+# HELP rabbitdelay_consumer_derived_ids_total Deliveries whose id the Consumer derived, by reason: missing (no MessageId: a hash of the content) or too-long.
+# TYPE rabbitdelay_consumer_derived_ids_total counter
+rabbitdelay_consumer_derived_ids_total{queue="work",reason="missing"} 0
+rabbitdelay_consumer_derived_ids_total{queue="work",reason="too-long"} 0
+# HELP rabbitdelay_consumer_handler_failures_total Handler runs that returned an error or panicked.
+# TYPE rabbitdelay_consumer_handler_failures_total counter
+rabbitdelay_consumer_handler_failures_total{queue="work"} 0
+# HELP rabbitdelay_consumer_messages_total Deliveries by outcome: handled, retried, parked, duplicate, deferred, requeued, unsettled, revoked, rejected.
+# TYPE rabbitdelay_consumer_messages_total counter
+rabbitdelay_consumer_messages_total{outcome="deferred",queue="work"} 0
+rabbitdelay_consumer_messages_total{outcome="duplicate",queue="work"} 0
+rabbitdelay_consumer_messages_total{outcome="handled",queue="work"} 0
+rabbitdelay_consumer_messages_total{outcome="parked",queue="work"} 0
+rabbitdelay_consumer_messages_total{outcome="rejected",queue="work"} 0
+rabbitdelay_consumer_messages_total{outcome="requeued",queue="work"} 0
+rabbitdelay_consumer_messages_total{outcome="retried",queue="work"} 0
+rabbitdelay_consumer_messages_total{outcome="revoked",queue="work"} 0
+rabbitdelay_consumer_messages_total{outcome="unsettled",queue="work"} 0
+# HELP rabbitdelay_consumer_reconnects_total Reconnections of the Consumer after a connection loss.
+# TYPE rabbitdelay_consumer_reconnects_total counter
+rabbitdelay_consumer_reconnects_total{queue="work"} 0
+`
+	counters := []string{"rabbitdelay_consumer_derived_ids_total", "rabbitdelay_consumer_handler_failures_total",
+		"rabbitdelay_consumer_messages_total", "rabbitdelay_consumer_reconnects_total"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), counters...); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range map[string]int{"rabbitdelay_consumer_handler_duration_seconds": 2, "rabbitdelay_consumer_lateness_seconds": 4} {
+		if got, err := testutil.GatherAndCount(reg, name); err != nil || got != n {
+			t.Errorf("%s: %d series (%v), want %d at 0 (one per result or path)", name, got, err, n)
+		}
+	}
+	before, err := testutil.GatherAndCount(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newConsumerMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := Handled; k <= IDDerived; k++ {
+		in := Info{HasDue: true, IDDerived: DerivedMissing}
+		for _, p := range paths {
+			in.Path = p
+			m.observe("work", Event{Kind: k, Info: in})
+		}
+		in.IDDerived = DerivedTooLong
+		m.observe("work", Event{Kind: k, Info: in})
+	}
+	m.handlerRan("work", nil, time.Millisecond)
+	m.handlerRan("work", errors.New("x"), time.Millisecond)
+	if after, err := testutil.GatherAndCount(reg); err != nil || after != before {
+		t.Errorf("%d series after an event of every kind (%v), %d from New: an outcome or label value was not started at 0", after, err, before)
+	}
+	// A second Consumer on the registry starts its own queue's series.
+	if _, err := New(cfg, "other", noop, WithMetrics(reg)); err != nil {
+		t.Fatal(err)
+	}
+	if v := testutil.ToFloat64(m.messages.WithLabelValues("other", "parked")); v != 0 {
+		t.Errorf("other queue's parked = %v", v)
+	}
+	if after, _ := testutil.GatherAndCount(reg); after != 2*before {
+		t.Errorf("%d series with two queues, want %d", after, 2*before)
+	}
 }
