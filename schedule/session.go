@@ -79,9 +79,13 @@ func declareObjects(conn *amqp.Connection, spec topology.Spec, n Names, maxAge s
 			_, err := ch.QueueDeclare(n.Stream(), true, false, false, false, streamArgs(maxAge))
 			return err
 		}},
-		{"exchange " + n.Fire(), func() error { return ch.ExchangeDeclare(n.Fire(), amqp.ExchangeHeaders, true, false, false, false, nil) }},
+		{"exchange " + n.Fire(), func() error {
+			return ch.ExchangeDeclare(n.Fire(), amqp.ExchangeHeaders, true, false, false, false, nil)
+		}},
 		{"binding " + n.Fire() + " -> " + n.Stream(), func() error { return ch.QueueBind(n.Stream(), "", n.Fire(), false, nil) }},
-		{"exchange " + n.Links(), func() error { return ch.ExchangeDeclare(n.Links(), amqp.ExchangeFanout, true, false, false, false, nil) }},
+		{"exchange " + n.Links(), func() error {
+			return ch.ExchangeDeclare(n.Links(), amqp.ExchangeFanout, true, false, false, false, nil)
+		}},
 		{"queue " + n.Links(), func() error {
 			_, err := ch.QueueDeclare(n.Links(), true, false, false, false, linksArgs(spec))
 			return err

@@ -1,0 +1,87 @@
+package schedule
+
+import (
+	"testing"
+	"time"
+)
+
+func testEntry(t *testing.T, s Schedule) *entry {
+	t.Helper()
+	c := mustCompile(t, s)
+	st := newState(0)
+	st.apply(record{kind: recDefinition, name: c.Name, hash: c.hash, state: stateActive, def: &c.Schedule})
+	return st.entries[c.Name]
+}
+
+func TestDecide(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sec := time.Second
+	base := Schedule{Name: "s", Interval: sec, Exchange: "x"}
+	e := testEntry(t, base)
+	h := e.hash
+
+	v := decide(e, link{Name: "s", At: t0, Hash: h}, t0.Add(10*time.Millisecond))
+	if v.drop != "" || !v.fire.Equal(t0) || !v.next.Equal(t0.Add(sec)) || v.late != 10*time.Millisecond {
+		t.Errorf("on time: %+v", v)
+	}
+	if v := decide(e, link{Name: "s", At: t0, Hash: "other"}, t0); v.drop == "" {
+		t.Errorf("an earlier definition's link: %+v", v)
+	}
+	// Fired, next link pending: a duplicate is dropped.
+	st := newState(0)
+	st.entries["s"] = e
+	st.apply(record{kind: recFired, name: "s", hash: h, at: t0, next: t0.Add(sec)})
+	if v := decide(e, link{Name: "s", At: t0, Hash: h}, t0); v.drop != "already fired" {
+		t.Errorf("duplicate: %+v", v)
+	}
+	// Fired by a chain of another definition: carry the chain on without firing.
+	e2 := testEntry(t, base)
+	st2 := newState(0)
+	st2.entries["s"] = e2
+	st2.apply(record{kind: recFired, name: "s", hash: "old", at: t0, next: t0.Add(sec)})
+	if v := decide(e2, link{Name: "s", At: t0, Hash: h}, t0); v.drop != "" || !v.fire.IsZero() || !v.next.Equal(t0.Add(sec)) {
+		t.Errorf("fired under another definition: %+v", v)
+	}
+	// Missed: 5 s down.
+	now := t0.Add(5*sec + 300*time.Millisecond)
+	latest := e
+	latest = testEntry(t, base)
+	if v := decide(latest, link{Name: "s", At: t0, Hash: h}, now); !v.fire.Equal(t0.Add(5*sec)) || v.missed != 5 || !v.next.Equal(t0.Add(6*sec)) {
+		t.Errorf("latest: %+v", v)
+	}
+	all := base
+	all.Missed = MissedAll
+	ea := testEntry(t, all)
+	if v := decide(ea, link{Name: "s", At: t0, Hash: ea.hash}, now); !v.fire.Equal(t0) || v.missed != 0 || !v.next.Equal(t0.Add(sec)) || v.late < 5*sec {
+		t.Errorf("all: %+v", v)
+	}
+	skip := base
+	skip.Missed = MissedSkip
+	es := testEntry(t, skip)
+	if v := decide(es, link{Name: "s", At: t0, Hash: es.hash}, now); !v.fire.IsZero() || !v.skip.Equal(t0) || v.missed != 6 || !v.next.Equal(t0.Add(6*sec)) {
+		t.Errorf("skip: %+v", v)
+	}
+	// Paused and removed drop.
+	for _, s := range []string{statePaused, stateRemoved} {
+		x := testEntry(t, base)
+		x.state = s
+		if v := decide(x, link{Name: "s", At: t0, Hash: h}, t0); v.drop != s {
+			t.Errorf("%s: %+v", s, v)
+		}
+	}
+	// pending / broken
+	x := testEntry(t, base)
+	if x.pending() {
+		t.Errorf("pending without a link")
+	}
+	stx := newState(0)
+	stx.entries["s"] = x
+	stx.apply(record{kind: recLink, name: "s", hash: h, at: t0})
+	if !x.pending() {
+		t.Errorf("not pending after a link record")
+	}
+	stx.apply(record{kind: recFired, name: "s", hash: h, at: t0})
+	if x.pending() {
+		t.Errorf("pending after its occurrence fired without a next link")
+	}
+}
