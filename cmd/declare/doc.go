@@ -24,31 +24,34 @@
 //	          queue; the only bindings it removes are an earlier version's obsolete ones
 //	          (topology.Plan.Obsolete), once their replacements are declared.
 //	          Target exchanges without a type must exist, checked before anything is declared.
-//	          With --management-url it sets the policies <prefix>.delay-queues and
-//	          <prefix>.targets (see package topology, Policies) and then checks every policy in
+//	          With --management-url it sets the three policies <prefix>.delay-queues,
+//	          <prefix>.targets and <prefix>.revoked-retention (see package topology, Policies)
+//	          and then checks every policy in
 //	          effect on the topology: a key that breaks a guarantee (operator policies, or a
 //	          policy at or above --policy-priority) is named with its policy, value, object
 //	          and effect (early, deletes, drops, stalls, wrong routing), and apply exits 1.
 //	          Without it, apply prints the rabbitmqctl set_policy commands to run.
 //	          --dry-run checks all of that and declares nothing.
-//	status    Per queue: messages ready, consumers, TTL; a loud warning for any consumer on a
-//	          delay queue (it takes delayed messages early); the parking queue; whether the
-//	          broker has the delayed-message plugin. With --management-url also every queue's
-//	          messages held in quorum dead-letter state (messages_dlx), the bindings, and the
-//	          objects named like the topology's own (<prefix>.ladder.*, <prefix>.bucket.*,
-//	          ...) that the specification lacks (an earlier ladder or bucket list). Exit code 1,
-//	          naming the state, when any object (or, with --management-url, policy) is missing,
-//	          an existing exchange or queue has another type, durable/auto_delete/internal/
-//	          exclusive flag or argument than the specification's (--management-url; delete
-//	          it and run apply, which declares it again; deleting a queue deletes its messages),
-//	          a consumer is attached to a delay queue, messages sit in a queue's dead-letter
-//	          state (messages_dlx: no route, or a quorum member or leader unreachable), a
-//	          binding on the topology's exchanges or queues is not in the specification (an
-//	          earlier ready-queue key, say), or a policy in effect breaks a guarantee. A
-//	          consumer's binding of its own queue to <prefix>.retry by the queue's name (the
-//	          consumer package's, for a queue that is not a --ready-queue) is listed, not an error.
-//	          --output table|json; --json (the same as --output json) prints the documented,
-//	          stable shape of docs/status-json.md (schema 1).
+//	status    First every problem found, each with what to do; then the parking queue's
+//	          count, one line per ladder level and bucket (queues, messages held, messages in
+//	          dead-letter state, consumers, TTL range; --queues: one line per queue), each
+//	          target and whether it is bound, each ready queue, the revocation stream, the
+//	          policies, and whether the broker has the delayed-message plugin (on RabbitMQ 4.3+,
+//	          which cannot load it, that the ladder carries every delay; where it runs, the
+//	          plugin exchange's messages_delayed). Exit code 1, naming the state, when the
+//	          topology is not declared (none of its own objects exist: status then says how to
+//	          declare it and reports nothing about objects that do not exist), any object (or,
+//	          with --management-url, policy) is missing, a consumer is attached to a delay
+//	          queue, and with --management-url when an existing exchange or queue has another
+//	          type, flag or argument than the specification's, messages sit in a queue's
+//	          dead-letter state (messages_dlx), a binding on the topology's exchanges or queues
+//	          is not in the specification, a policy in effect breaks a guarantee, or a ready
+//	          queue is in a requeue loop that no delivery limit ends (topology.RequeueLoopOf:
+//	          on RabbitMQ 4.3 basic.nack requeues do not count toward a quorum queue's limit).
+//	          A consumer's binding of its own queue to <prefix>.retry by the queue's name is
+//	          listed, not an error. --output table|json; --json (the same as --output json)
+//	          prints everything in the documented, stable shape of docs/status-json.md
+//	          (schema 1).
 //	exporter  Serve the topology's state as Prometheus metrics on /metrics (--listen ADDR,
 //	          default :9531) until interrupted, read from the management API at every scrape
 //	          (--management-url required): messages per ladder level and bucket, messages_dlx,
@@ -56,10 +59,14 @@
 //	          and members per node (package exporter lists them). --per-queue: one series per
 //	          delay queue. --timeout bounds each scrape, not the command.
 //	export    Print the topology as RabbitMQ definitions JSON (the format of rabbitmqctl
-//	          export_definitions) for the URL's vhost or --vhost. `rabbitmqctl
-//	          import_definitions` (or POST /api/definitions/<vhost>) into an empty vhost gives
-//	          what apply declares. No connection: with --plugin auto the plugin exchange is left
-//	          out (use --plugin on); targets without a type are not included (they must exist).
+//	          export_definitions) for the URL's vhost or --vhost, for the broker's RabbitMQ
+//	          version: asked through the management API (--management-url) or the AMQP
+//	          connection's server properties; --rabbitmq-version 3|4|MAJOR.MINOR says it
+//	          instead (a broker it cannot reach gets 4.x's, with a warning; 3.x refuses those).
+//	          `rabbitmqctl import_definitions` (or POST /api/definitions) gives what apply
+//	          declares. With --plugin auto the plugin exchange is included only when the
+//	          management API says the broker has the plugin; --plugin on for 4.3+ is refused.
+//	          Targets without a type are not included (they must exist).
 //	teardown  Delete the delay queues, the parking queue and the topology's exchanges, listing
 //	          each as deleted or absent. Refuses (exit 1, nothing deleted) while any of these
 //	          queues holds messages, unless --force. Quorum queues' unacknowledged and
@@ -102,8 +109,8 @@
 //	--log-format FORMAT           AMQPDELAY_LOG_FORMAT      console (or json)
 //	--log-level LEVEL             AMQPDELAY_LOG_LEVEL       info
 //
-// Command flags: plan and status --output table|json (status also --json); apply --dry-run,
-// -v/--verbose; export --vhost VHOST; teardown --force, --ready-queues, --dry-run; exporter
+// Command flags: plan and status --output table|json (status also --json and --queues); apply
+// --dry-run, -v/--verbose; export --vhost VHOST, --rabbitmq-version VERSION; teardown --force, --ready-queues, --dry-run; exporter
 // --listen ADDR, --per-queue.
 //
 // Results go to stdout; logs (zerolog) to stderr. A value that does not parse, or cannot be
@@ -116,13 +123,17 @@
 //
 // # Exit codes
 //
-//	0  success
-//	1  runtime failure: broker unreachable, wrong password, unknown vhost, missing permission,
-//	   incomplete or unhealthy topology (status), a policy in effect that breaks a guarantee
-//	   (apply, status), plugin required (--plugin on) but missing, teardown refused because
-//	   queues hold messages
-//	2  usage: unknown flag or command, invalid value or specification, a target exchange that
-//	   does not exist, or a topology conflict (an object exists with other arguments)
+// The table of docs/operations.md, which TestExitCodesDocumented holds to the constants:
+//
+//	0  success; for status: no problem found
+//	1  runtime failure: broker unreachable or refusing (password, vhost, permissions), the
+//	   topology not declared, incomplete or unhealthy (status), a policy in effect that
+//	   breaks a guarantee (apply, status), a requeue loop on a ready queue (status), the
+//	   plugin required (--plugin on) but missing, teardown refused because queues hold
+//	   messages
+//	2  usage: unknown command or flag, invalid value or specification, a missing target
+//	   exchange (one given without a type that does not exist), or a topology conflict (an
+//	   object exists with other arguments)
 //
 // # Permissions
 //

@@ -20,7 +20,8 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-// Exit codes (documented in doc.go and the help).
+// Exit codes (documented in docs/operations.md, doc.go and the help; TestExitCodesDocumented
+// holds the page's table to these constants).
 const (
 	exitOK      = 0
 	exitRuntime = 1 // broker unreachable or refusing, incomplete topology, teardown refused
@@ -290,13 +291,15 @@ Flags common to every command:
 	var s settings
 	printOptions(w, commonOptions(&s))
 	fmt.Fprint(w, `
-Exit codes:
-  0  ok
-  1  runtime failure: broker unreachable or refusing (password, vhost, permissions), incomplete or
-     unhealthy topology (status), a policy in effect that breaks a guarantee (apply, status), plugin
-     required but missing, teardown refused because queues hold messages
-  2  usage: unknown flag, invalid specification, target exchange missing, or a topology conflict
-     (an object exists with other arguments)
+Exit codes (docs/operations.md):
+  0  success; for status: no problem found
+  1  runtime failure: broker unreachable or refusing (password, vhost, permissions), the topology
+     not declared, incomplete or unhealthy (status), a policy in effect that breaks a guarantee
+     (apply, status), a requeue loop on a ready queue (status), the plugin required (--plugin on)
+     but missing, teardown refused because queues hold messages
+  2  usage: unknown command or flag, invalid value or specification, a missing target exchange
+     (one given without a type that does not exist), or a topology conflict (an object exists
+     with other arguments)
 
 Run declare <command> --help for a command's own flags.
 `)
