@@ -289,6 +289,9 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		e.statusFailedJSON(p, err)
 		return err
 	}
+	if serr := e.scheduleStatus(ctx); serr != nil { // schedule.go: broken schedule chains
+		err = errors.Join(err, serr)
+	}
 	if e.s.output == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

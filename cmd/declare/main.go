@@ -44,6 +44,7 @@ type command struct {
 	extra   func(s *settings) []option
 	run     func(ctx context.Context, e *invocation) error
 	long    bool // runs until interrupted: --timeout bounds each of its steps, not the command
+	args    bool // takes positional arguments (invocation.args)
 }
 
 // invocation is one run of a command.
@@ -52,6 +53,7 @@ type invocation struct {
 	stdout io.Writer
 	stderr io.Writer
 	log    zerolog.Logger
+	args   []string // positional arguments, for a command with args set
 }
 
 func commands() []command {
@@ -112,8 +114,8 @@ func commands() []command {
 						set: func(v string) error {
 							major, _, ok := topology.ParseVersion(v)
 							if !ok || major < 3 || major > 4 {
-								return fmt.Errorf("--rabbitmq-version %q: give the version of the RabbitMQ that imports the definitions: "+
-									"3 or 4, or MAJOR.MINOR such as 3.10 or 4.3", v)
+								return errors.New("want the version of the RabbitMQ that imports the definitions: 3 or 4, or " +
+									"MAJOR.MINOR such as 3.10 or 4.3")
 							}
 							s.exportVersion = v
 							return nil
@@ -134,6 +136,8 @@ func commands() []command {
 			}, run: cmdTeardown},
 		rebalanceCommand(), // cluster.go
 		exporterCommand(),  // exporter.go
+		schedulesCommand(), // schedule.go
+		scheduleCommand(),  // schedule.go
 	}
 }
 
@@ -192,7 +196,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printCommandUsage(stdout, cmd, opts)
 		return exitOK
 	}
-	if err == nil && len(rest) > 0 {
+	inv.args = rest
+	if err == nil && len(rest) > 0 && !cmd.args {
 		err = fmt.Errorf("unexpected argument %q (flags only; lists are repeated flags or comma-separated variables)", rest[0])
 	}
 	if err != nil {

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/schedule"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// Schedules (package schedule): `declare schedules` lists them from the stream
+// <prefix>.schedules alone; `declare schedule pause|resume|remove NAME` changes one.
+
+func schedulesCommand() command {
+	return command{name: "schedules", summary: "list the periodic schedules of the prefix, from the broker alone",
+		help: "Reads the stream <prefix>.schedules (writing one marker record to find its end) and prints every schedule:\n" +
+			"its definition, state, next occurrence (its pending link), the last occurrence fired and by which instance.\n" +
+			"A schedule whose chain is broken (active, occurrences left, no pending link) is flagged: declaring it again\n" +
+			"(schedule.Scheduler.Declare, as every instance does at start) repairs it; exit 1 then.",
+		extra: func(s *settings) []option { return []option{outputOption(s)} },
+		run:   cmdSchedules}
+}
+
+func scheduleCommand() command {
+	return command{name: "schedule", summary: "pause, resume or remove a periodic schedule: schedule pause|resume|remove NAME",
+		usage: "pause|resume|remove NAME",
+		help: "pause: links that arrive are dropped until resume. resume: the schedule restarts with its first occurrence\n" +
+			"after now. remove: no occurrence fires after it returns, and the pending link is revoked; an instance that\n" +
+			"declares the schedule again at start brings it back, so remove it from the code too.",
+		extra: func(s *settings) []option { return nil },
+		args:  true,
+		run:   cmdSchedule}
+}
+
+func (e *invocation) scheduleConfig() amqpdelay.Config {
+	return amqpdelay.Config{URL: e.s.conn.URL, TLSCA: e.s.conn.TLSCA, TLSCert: e.s.conn.TLSCert, TLSKey: e.s.conn.TLSKey, Spec: e.s.spec}
+}
+
+func cmdSchedules(ctx context.Context, e *invocation) error {
+	infos, err := schedule.Inspect(ctx, e.scheduleConfig())
+	if err != nil {
+		return err
+	}
+	if e.s.output == "json" {
+		type row struct {
+			Name      string `json:"name"`
+			Timing    string `json:"definition"`
+			Hash      string `json:"hash"`
+			State     string `json:"state"`
+			Next      string `json:"next,omitempty"`
+			LastFired string `json:"last_fired,omitempty"`
+			LastBy    string `json:"last_fired_by,omitempty"`
+			Broken    bool   `json:"broken"`
+			Ended     bool   `json:"ended"`
+		}
+		rows := []row{}
+		for _, i := range infos {
+			rows = append(rows, row{Name: i.Schedule.Name, Timing: i.Schedule.String(), Hash: i.Hash, State: i.State,
+				Next: tfmt(i.Next), LastFired: tfmt(i.LastFired), LastBy: i.LastBy, Broken: i.Broken, Ended: i.Ended})
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rows); err != nil {
+			return err
+		}
+	} else {
+		if len(infos) == 0 {
+			fmt.Fprintf(e.stdout, "no schedules under prefix %q\n", e.s.spec.WithDefaults().Prefix)
+			return nil
+		}
+		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "NAME\tSTATE\tNEXT\tLAST FIRED\tBY\tDEFINITION")
+		for _, i := range infos {
+			st := i.State
+			switch {
+			case i.Broken:
+				st += " (chain broken)"
+			case i.Ended:
+				st += " (ended)"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", i.Schedule.Name, st, dash(tfmt(i.Next)), dash(tfmt(i.LastFired)), dash(i.LastBy), i.Schedule.String())
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	return brokenSchedules(infos)
+}
+
+// brokenSchedules is ErrUnhealthy naming the schedules whose chain is broken, or nil.
+func brokenSchedules(infos []schedule.Info) error {
+	var names []string
+	for _, i := range infos {
+		if i.Broken {
+			names = append(names, i.Schedule.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: schedule %s has no pending link, so nothing of it will fire (chain broken): declare it again "+
+		"(restart an instance that declares it at start, or call schedule.Scheduler.Declare), which repairs it",
+		topology.ErrUnhealthy, strings.Join(names, ", "))
+}
+
+// scheduleStatus is `declare status`'s check of the schedules (nil when there are none).
+func (e *invocation) scheduleStatus(ctx context.Context) error {
+	infos, err := schedule.Inspect(ctx, e.scheduleConfig())
+	if err != nil {
+		e.log.Warn().Err(err).Msg("cannot read the schedules stream")
+		return nil
+	}
+	return brokenSchedules(infos)
+}
+
+func cmdSchedule(ctx context.Context, e *invocation) error {
+	if len(e.args) != 2 {
+		return usageError{errors.New("want: declare schedule pause|resume|remove NAME")}
+	}
+	verb, name := e.args[0], e.args[1]
+	var op func(*schedule.Scheduler, context.Context, string) error
+	switch verb {
+	case "pause":
+		op = (*schedule.Scheduler).Pause
+	case "resume":
+		op = (*schedule.Scheduler).Resume
+	case "remove":
+		op = (*schedule.Scheduler).Remove
+	default:
+		return usageError{fmt.Errorf("unknown action %q: want pause, resume or remove", verb)}
+	}
+	s, err := schedule.New(ctx, e.scheduleConfig(), schedule.WithInstance("declare-cli"), schedule.WithConnectionName("rabbitdelay-declare-schedule"))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := op(s, ctx, name); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "schedule %q: %sd\n", name, strings.TrimSuffix(verb, "e"))
+	return nil
+}
+
+func tfmt(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
