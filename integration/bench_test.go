@@ -139,7 +139,11 @@ type result struct {
 	// Lateness percentiles, ms: arrival minus the requested due time (so they include rounding
 	// to the ladder's unit and the publish call's own latency).
 	p50, p99, max float64
-	firstArrive   time.Time
+	// p50Pub, p99Pub: lateness, ms, against the due time the publisher answered (pubDue): the
+	// same as p50 and p99 for a path that keeps the requested time to the ms, later by the
+	// rounding for one that rounds (the binary topology's whole seconds).
+	p50Pub, p99Pub float64
+	firstArrive    time.Time
 	lastArrive    time.Time
 }
 
@@ -157,6 +161,7 @@ func (r *recorder) firstDue() int64 {
 func (r *recorder) result() result {
 	var res result
 	lat := make([]float64, 0, len(r.arrived))
+	latPub := make([]float64, 0, len(r.arrived))
 	var first, last int64
 	for i := range r.arrived {
 		due := r.due[i].Load()
@@ -180,6 +185,7 @@ func (r *recorder) result() result {
 			res.early++
 		}
 		lat = append(lat, float64(a-due)/1e6)
+		latPub = append(latPub, float64(a-r.pubDue[i].Load())/1e6)
 	}
 	res.dups = int(r.dups.Load())
 	res.unknown = int(r.unknown.Load())
@@ -189,6 +195,8 @@ func (r *recorder) result() result {
 	}
 	slices.Sort(lat)
 	res.p50, res.p99, res.max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
+	slices.Sort(latPub)
+	res.p50Pub, res.p99Pub = percentile(latPub, 50), percentile(latPub, 99)
 	return res
 }
 
