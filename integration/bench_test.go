@@ -144,7 +144,7 @@ type result struct {
 	// rounding for one that rounds (the binary topology's whole seconds).
 	p50Pub, p99Pub float64
 	firstArrive    time.Time
-	lastArrive    time.Time
+	lastArrive     time.Time
 }
 
 // firstDue returns the earliest requested due time, Unix ns (0 when nothing was sent).
