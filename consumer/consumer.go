@@ -397,7 +397,19 @@ func (c *Consumer) serve(ctx context.Context, s *session, pub *amqpdelay.Publish
 	// Graceful shutdown: take nothing more, let running handlers finish, give the rest back.
 	stopping.Store(true)
 	close(stop)
+	// Deliveries the broker sent before the cancel and no worker took are given back with a
+	// nack: closing the channel with them unacked would count toward a quorum queue's delivery
+	// limit on RabbitMQ 4.3 (a channel closed with unacked deliveries counts as failed ones).
+	// The deliveries channel ends once the broker has confirmed the cancel (or the channel
+	// closed).
 	_ = s.ch.Cancel(s.tag, false)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for d := range s.deliveries {
+			c.giveBack(d, "shutting down")
+		}
+	}()
 	grace := time.NewTimer(c.o.shutdownTimeout)
 	select {
 	case <-workers:
@@ -413,7 +425,10 @@ func (c *Consumer) serve(ctx context.Context, s *session, pub *amqpdelay.Publish
 		<-workers
 	}
 	grace.Stop()
-	// Closing the channel returns what was prefetched and never handed to a worker.
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second): // the channel then returns the rest as it closes
+	}
 	_ = s.ch.Close()
 	if err := s.conn.CloseDeadline(time.Now().Add(5 * time.Second)); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		c.log.Warn().Err(err).Msg("consumer: close connection")
@@ -421,7 +436,8 @@ func (c *Consumer) serve(ctx context.Context, s *session, pub *amqpdelay.Publish
 	return nil
 }
 
-// giveBack returns d to the queue (nack with requeue).
+// giveBack returns d to the queue at shutdown, with a nack with requeue: not the message's
+// failure, which RabbitMQ 4.3+ does not count toward a quorum queue's delivery limit.
 func (c *Consumer) giveBack(d amqp.Delivery, why string) {
 	err := d.Nack(false, true)
 	kind := Requeued
@@ -514,7 +530,7 @@ func (c *Consumer) holdUntilDue(base context.Context, f *flight, in Info, pub *a
 		return true
 	case <-base.Done():
 		if f.state.CompareAndSwap(stateHandling, stateSettling) {
-			c.nack(f, fmt.Errorf("consumer: shutting down while holding a delivery that arrived before its due time: %w", base.Err()), in)
+			c.nack(f, fmt.Errorf("consumer: shutting down while holding a delivery that arrived before its due time: %w", base.Err()), in, notFailed)
 		}
 		return false
 	}
@@ -669,7 +685,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 			return
 		}
 		if !errors.Is(perr, amqpdelay.ErrInvalidInput) {
-			c.nack(f, fmt.Errorf("consumer: publish the retry: %w", perr), in)
+			c.nack(f, fmt.Errorf("consumer: publish the retry: %w", perr), in, failed)
 			return
 		}
 		// No retry copy of this delivery can ever be published (it carries more than the
@@ -693,7 +709,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 			"without the failure record), or RabbitMQ drops it when the queue has none: %w (the handler's error: %w)",
 			c.names.Parking(), perr, err), in)
 	default:
-		c.nack(f, fmt.Errorf("consumer: park the message in %q: %w", c.names.Parking(), perr), in)
+		c.nack(f, fmt.Errorf("consumer: park the message in %q: %w", c.names.Parking(), perr), in, failed)
 	}
 }
 
@@ -731,7 +747,8 @@ func (c *Consumer) deferFor(ctx context.Context, f *flight, pub *amqpdelay.Publi
 		return pub.Publish(ctx, c.names.Retry(), c.queue, msg, delay)
 	})
 	if err != nil {
-		c.nack(f, fmt.Errorf("consumer: defer the message: %w", err), in)
+		// Deferring is no failure of the message's, unless no copy of it can ever be published.
+		c.nack(f, fmt.Errorf("consumer: defer the message: %w", err), in, errors.Is(err, amqpdelay.ErrInvalidInput))
 		return
 	}
 	c.ack(f, Event{Kind: Deferred, Info: in, Err: why, Delay: r.Delay, Due: r.Due, At: time.Now()})
@@ -965,17 +982,37 @@ func (c *Consumer) ack(f *flight, e Event) {
 func (c *Consumer) reject(f *flight, why error, in Info) {
 	c.log.Error().Err(why).Str("id", in.ID).Str("queue", c.queue).Msg("consumer: rejected a message that cannot be parked")
 	kind := Rejected
-	if err := f.d.Nack(false, false); err != nil {
+	if err := f.d.Reject(false); err != nil {
 		kind, why = Unsettled, errors.Join(why, err)
 	}
 	c.emit(Event{Kind: kind, Info: in, Err: why, At: time.Now()})
 }
 
-// nack gives f's delivery back to the queue after a failed retry or parking publish.
-func (c *Consumer) nack(f *flight, why error, in Info) {
-	c.log.Warn().Err(why).Str("id", in.ID).Msg("consumer: giving the message back to the queue")
+// The two ways of giving a delivery back to its queue (see "Giving a delivery back" in the
+// package documentation).
+const (
+	// failed: this message failed (its retry or parking copy could not be published, or no copy
+	// of it can be): basic.reject with requeue, which RabbitMQ 4.3+ counts toward a quorum
+	// queue's delivery limit, so that the ready queue still parks it in the end.
+	failed = true
+	// notFailed: the Consumer cannot work on it now (shutting down, the delay topology or the
+	// store unavailable for a deferred copy): basic.nack with requeue, which RabbitMQ 4.3+ does
+	// not count.
+	notFailed = false
+)
+
+// nack gives f's delivery back to the queue: with basic.reject (requeue) when the message
+// failed (failed), else with basic.nack (requeue). Both count on RabbitMQ before 4.3.
+func (c *Consumer) nack(f *flight, why error, in Info, failedMsg bool) {
+	c.log.Warn().Err(why).Str("id", in.ID).Bool("failed", failedMsg).Msg("consumer: giving the message back to the queue")
 	kind := Requeued
-	if err := f.d.Nack(false, true); err != nil {
+	var err error
+	if failedMsg {
+		err = f.d.Reject(true)
+	} else {
+		err = f.d.Nack(false, true)
+	}
+	if err != nil {
 		kind, why = Unsettled, errors.Join(why, err)
 	}
 	c.emit(Event{Kind: kind, Info: in, Err: why, At: time.Now()})

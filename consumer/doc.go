@@ -40,7 +40,8 @@
 //     through the default exchange), and ack once confirmed ([Parked]). [Replay] sends parked
 //     messages back to their queue.
 //
-// A retry or parking publish that fails gives the delivery back (nack with requeue); an ack that
+// A retry or parking publish that fails gives the delivery back (basic.reject with requeue: see
+// "Giving a delivery back"); an ack that
 // fails (the channel closed) leaves the message to be delivered again, and the store decides. A
 // copy the Publisher refuses as invalid (amqpdelay.ErrInvalidInput: a delivery with so many
 // headers that the copy, with the Consumer's own, exceeds what it sends) can never be published:
@@ -116,7 +117,9 @@
 //     unreachable) is acked; a copy arriving later runs again ([Event].Err says so).
 //   - Graceful shutdown (Run's context ends): no new message is taken; running handlers get the
 //     shutdown timeout to finish and settle as usual; the others' contexts are cancelled and
-//     their messages given back with a nack with requeue. A handler that returns after its
+//     their messages, and those prefetched but not yet handed to a handler, given back with a
+//     nack with requeue, which RabbitMQ 4.3 does not count toward the delivery limit. A
+//     handler that returns after its
 //     message was given back still records its outcome in the store (done, or lease released),
 //     so the redelivered copy is skipped if it succeeded.
 //   - The library never logs through a global logger ([WithLogger], default none), and every
@@ -132,14 +135,17 @@
 //     messages alike in routing key, properties, application headers and body count as one.
 //     The amqpdelay Publisher always sets a MessageId; other publishers should. An id longer
 //     than MaxIDLen (from an id function) is replaced by its hash.
-//   - A message given back at shutdown, held by an instance that died, or whose ack was lost,
-//     counts as a return for the quorum queue's delivery limit (RabbitMQ counts every requeue).
-//     A delivery whose retry, deferred or parking publish fails (the delay topology missing,
+//   - A message held by an instance that died, or whose ack was lost (its channel or connection
+//     closed with it unacked), counts toward the quorum queue's delivery limit on every
+//     RabbitMQ version; one given back at shutdown counts before RabbitMQ 4.3 only (see
+//     "Giving a delivery back"). A delivery whose retry, deferred or parking publish fails (the delay topology missing,
 //     the broker refusing or nacking it, a lost connection) is held, unacked, while the
 //     Consumer publishes again with back-off (100 ms doubling to 5 s) for up to the settle
 //     timeout ([WithSettleTimeout], 30 s by default); only then is it given back, so a lasting
-//     failure costs one return per handling and the settle timeout, not a return per round trip. A publish that cannot pass
-//     (ErrInvalidInput, ErrUnknownTarget) gives it back at once. Past the delivery limit (20),
+//     failure costs one return per handling and the settle timeout, not a return per round
+//     trip. A publish that cannot pass (ErrInvalidInput, ErrUnknownTarget) gives it back at
+//     once. A failed retry or parking publish gives it back with basic.reject, which every
+//     version counts: past the delivery limit (20),
 //     the ready queues `declare apply` declares (x-delivery-limit and a dead-letter exchange)
 //     park it without the Consumer's failure record; on a quorum queue of RabbitMQ 4.x
 //     declared without either, the broker drops it.
@@ -151,11 +157,37 @@
 //   - On a connection loss, the session's running handlers finish before the Consumer
 //     reconnects; their acks fail and the store skips the redelivered copies.
 //
+// # Giving a delivery back
+//
+// RabbitMQ 4.3 counts only failed deliveries toward a quorum queue's delivery limit
+// (rabbitmq-server PR #15387): basic.reject with requeue raises the x-delivery-count header
+// the limit reads, and so does a channel or connection closed with the delivery unacked;
+// basic.nack with requeue is a plain return that raises only x-acquired-count (a count of
+// every return, which 4.3 adds). Before 4.3 every return counts. So the Consumer gives a
+// delivery back in one of two ways, by whose fault the return is:
+//
+//   - The message failed: its handler failed and its retry or parking copy could not be
+//     published until the settle timeout, or no deferred copy of it can ever be published
+//     (amqpdelay.ErrInvalidInput): basic.reject with requeue. Every version counts it, so a
+//     ready queue of `declare apply` (x-delivery-limit and a dead-letter exchange) parks a
+//     message that keeps failing in the end, on 4.3 as before: never dropped, never looping.
+//   - The Consumer cannot work on it now: shutdown (a running handler's delivery, one held
+//     before its due time, one prefetched but not yet handed to a handler), a deferred copy
+//     (busy id, store or revocation stream not answering, early delivery) that could not be
+//     published, the revocation reader closed: basic.nack with requeue. From 4.3 it does not
+//     count, so restarts and outages do not push healthy messages toward the limit.
+//
+// A delivery no copy of which can be parked is rejected without requeue (basic.reject), and
+// its queue dead-letters it. [Replay] gives a parked message it could not move back with a
+// nack with requeue.
+//
 // # Sources
 //
 //   - Prefetch (basic.qos) and manual acknowledgements: https://www.rabbitmq.com/docs/confirms
 //   - Quorum queues' delivery limit and its default of 20 since RabbitMQ 4.0:
 //     https://www.rabbitmq.com/docs/quorum-queues#poison-message-handling
+//   - basic.reject counts toward it and basic.nack does not, from RabbitMQ 4.3:
+//     https://github.com/rabbitmq/rabbitmq-server/pull/15387
 //   - Redis SET with NX and PX, and the single-instance lock with a random value released by a
 //     script: https://redis.io/docs/latest/commands/set/ and
 //     https://redis.io/docs/latest/develop/use/patterns/distributed-locks/

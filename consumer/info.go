@@ -72,8 +72,10 @@ const (
 	// (Event.Err says which; errors.Is(Err, ErrEarly) for the last); a copy was published to
 	// come back after Event.Delay without counting an attempt, then the delivery was acked.
 	Deferred
-	// Requeued: given back to the queue (nack with requeue) at shutdown, or because a retry or
-	// parking publish failed (Event.Err).
+	// Requeued: given back to the queue: with basic.reject (requeue) because its retry or
+	// parking copy could not be published, or with basic.nack (requeue) at shutdown or
+	// because a deferred copy could not be (Event.Err says which; see "Giving a delivery back"
+	// in the package documentation).
 	Requeued
 	// Unsettled: the outcome could not be settled with the broker (the channel closed before the
 	// ack): the broker delivers the message again, and the store decides.
@@ -85,9 +87,10 @@ const (
 	// without running the handler.
 	Revoked
 	// Rejected: the handler failed and no copy of the message could be parked (the Publisher
-	// refused it as invalid, typically for too many headers): it was rejected without requeue,
-	// so its queue's dead-letter exchange took it (a quorum ready queue's: the parking queue,
-	// without the failure record) or, for a queue without one, RabbitMQ dropped it (Event.Err).
+	// refused it as invalid, typically for too many headers): it was rejected without requeue
+	// (basic.reject), so its queue's dead-letter exchange took it (a quorum ready queue's: the
+	// parking queue, without the failure record) or, for a queue without one, RabbitMQ
+	// dropped it (Event.Err).
 	Rejected
 	// IDDerived: the delivery had no id the store can hold, so the Consumer derived one
 	// (Info.ID, Info.IDDerived; Event.Err says why and what to do). It is reported when the

@@ -169,9 +169,10 @@ func WithShutdownTimeout(d time.Duration) Option {
 // the retry, deferred or parked copy, each tried again with back-off (100 ms doubling to 5 s)
 // while the error may pass (the store not answering, the delay topology missing, a nack, a lost
 // connection). When the timeout ends before a copy is published, the delivery is given back to
-// its queue (nack with requeue, an [Event] of kind Requeued whose Err says why), which counts
-// as a return for a quorum queue's delivery limit. The timeout starts when the handler returns, so a handler's own run time
-// never uses it up; the steps before the handler (the revocation check, the claim, and the
+// its queue (an [Event] of kind Requeued whose Err says why): for a retry or parking copy with
+// basic.reject, which counts toward a quorum queue's delivery limit on every RabbitMQ
+// version; for a deferred copy with basic.nack, which counts before RabbitMQ 4.3 only. The
+// timeout starts when the handler returns, so a handler's own run time never uses it up; the steps before the handler (the revocation check, the claim, and the
 // deferred copy of a message another handler holds) have a timeout of the same length of their
 // own. A handled delivery whose done mark the store has not taken when the timeout ends is
 // acked anyway (its handler ran: giving it back would run it again now), and the id stays

@@ -25,9 +25,9 @@ const HeaderReplayed = "rabbitdelay.replayed"
 //
 // Replay looks at each message the parking queue held when it started once. The other messages
 // there (parked for another queue, or due messages no target took) are moved to the back of the
-// parking queue the same way, unchanged but for UserId, CC and BCC: giving them back with a nack would count
-// towards the quorum queue's delivery limit (20 by default on RabbitMQ 4.x), which would drop
-// them. Run one Replay at a time per parking queue, while no Consumer of queue needs the
+// parking queue the same way, unchanged but for UserId, CC and BCC: giving them back with a
+// nack would count towards the quorum queue's delivery limit on RabbitMQ 4.0-4.2 (20 by
+// default), which would drop them. Run one Replay at a time per parking queue, while no Consumer of queue needs the
 // parking queue's order.
 //
 // ctx bounds the whole call. Errors: ErrQueueNotFound (queue or the parking queue missing), a
@@ -95,6 +95,13 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 		if !ok {
 			break
 		}
+		// A failure below gives the parked message back with a nack (requeue): not its failure,
+		// so RabbitMQ 4.3+ does not count it toward the parking queue's delivery limit (4.x's
+		// default of 20 would drop it), as closing the connection with it unacked would.
+		giveBack := func(err error) (int, error) {
+			_ = d.Nack(false, true)
+			return moved, err
+		}
 		dest, h := parking, d.Headers
 		if q, _ := d.Headers[HeaderQueue].(string); q == queue && d.Headers[HeaderParked] != nil {
 			dest, h = queue, replayHeaders(d.Headers)
@@ -103,15 +110,15 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 		msg.Expiration = d.Expiration
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, true, false, msg)
 		if err != nil {
-			return moved, fmt.Errorf("consumer: replay: publish to %q: %w", dest, err)
+			return giveBack(fmt.Errorf("consumer: replay: publish to %q: %w", dest, err))
 		}
 		acked, err := dc.WaitContext(ctx)
 		if err != nil || !acked {
-			return moved, fmt.Errorf("consumer: replay: queue %q did not confirm (acked %v): %w", dest, acked, err)
+			return giveBack(fmt.Errorf("consumer: replay: queue %q did not confirm (acked %v): %w", dest, acked, err))
 		}
 		select {
 		case r := <-returns:
-			return moved, fmt.Errorf("consumer: replay: queue %q returned the message (%d %s); it stays parked", dest, r.ReplyCode, r.ReplyText)
+			return giveBack(fmt.Errorf("consumer: replay: queue %q returned the message (%d %s); it stays parked", dest, r.ReplyCode, r.ReplyText))
 		default:
 		}
 		if err := d.Ack(false); err != nil {

@@ -46,7 +46,7 @@ func (c *Consumer) revoked(ctx context.Context, f *flight, in Info, pub *amqpdel
 		return true // shutdown gave it back meanwhile
 	}
 	if err != nil {
-		c.nack(f, fmt.Errorf("consumer: cannot tell whether the message is revoked: %w", err), in)
+		c.nack(f, fmt.Errorf("consumer: cannot tell whether the message is revoked: %w", err), in, notFailed)
 		return true
 	}
 	c.ack(f, Event{Kind: Revoked, Info: in, At: time.Now()})
