@@ -154,6 +154,11 @@ type occurrenceLog struct {
 }
 
 func consumeOccurrences(t *testing.T, url, queue string) *occurrenceLog {
+	return consumeOccurrencesAt(t, []string{url}, queue)
+}
+
+// consumeOccurrencesAt consumes queue through urls, the next one after each connection loss.
+func consumeOccurrencesAt(t *testing.T, urls []string, queue string) *occurrenceLog {
 	t.Helper()
 	l := &occurrenceLog{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -161,8 +166,8 @@ func consumeOccurrences(t *testing.T, url, queue string) *occurrenceLog {
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		for ctx.Err() == nil { // reconnects (the cluster test kills nodes)
-			l.consume(ctx, url, queue)
+		for i := 0; ctx.Err() == nil; i++ { // reconnects (the cluster test kills nodes)
+			l.consume(ctx, urls[i%len(urls)], queue)
 			select {
 			case <-ctx.Done():
 			case <-time.After(500 * time.Millisecond):

@@ -363,7 +363,7 @@ func infos(st *state, now time.Time) []Info {
 		}
 		i := Info{Schedule: *e.def, Hash: e.hash, State: e.state, LastFired: e.lastFired, LastBy: e.lastBy, LastAt: e.lastAt, Fired: e.fired}
 		i.Schedule.Name = name
-		if e.pending() {
+		if e.pending() && e.state == stateActive {
 			i.Next = e.link
 		}
 		if e.state == stateActive && !e.pending() {
