@@ -351,6 +351,7 @@ func unplannedBindings(p *Plan, all []Binding) (unplanned, retry, obsolete []Bin
 		case !ours || planned[b.key()]:
 		case p.ConsumerRetryBinding(b):
 			retry = append(retry, b)
+		case p.scheduleLinksBinding(b): // package schedule's own (see scheduleLinks)
 		case old[b.key()]:
 			obsolete = append(obsolete, b)
 		default:
@@ -587,7 +588,7 @@ func unplannedOf(p *Plan, exchanges []string, queues map[string]ManagedQueue) []
 	}
 	var out []Unplanned
 	for _, name := range exchanges {
-		if p.Names.Reserved(name) && !planned["exchange "+name] {
+		if p.Names.Reserved(name) && !planned["exchange "+name] && name != p.Names.TargetMarker(scheduleLinks(p.Names)) {
 			out = append(out, Unplanned{Kind: KindExchange, Name: name, Messages: -1})
 		}
 	}
@@ -619,4 +620,14 @@ func nodeNames(v any) []string {
 		}
 	}
 	return out
+}
+
+// scheduleLinks is the links exchange of package schedule, <prefix>.schedules.links: a target of
+// the delay topology that schedule.New declares and binds to the dispatch exchange itself, with
+// its target marker, so the status of the topology expects both.
+func scheduleLinks(n Names) string { return n.p() + ".schedules.links" }
+
+// scheduleLinksBinding reports whether b is the dispatch exchange's binding to scheduleLinks.
+func (p *Plan) scheduleLinksBinding(b Binding) bool {
+	return b.Source == p.Names.Dispatch() && b.DestinationType == DestExchange && b.Destination == scheduleLinks(p.Names)
 }

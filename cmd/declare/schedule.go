@@ -143,7 +143,7 @@ func cmdSchedule(ctx context.Context, e *invocation) error {
 	if err := op(s, ctx, name); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "schedule %q: %sd\n", name, strings.TrimSuffix(verb, "e"))
+	fmt.Fprintf(e.stdout, "schedule %q: %s\n", name, map[string]string{"pause": "paused", "resume": "resumed", "remove": "removed"}[verb])
 	return nil
 }
 
