@@ -319,7 +319,7 @@ func (e *invocation) statusFailedJSON(p *topology.Plan, err error) {
 	}
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(newStatusJSON(p, &topology.StatusReport{}, err, "unknown", e.vhost()))
+	_ = enc.Encode(newStatusJSON(p, &topology.StatusReport{PluginMessagesDelayed: -1}, err, "unknown", e.vhost()))
 }
 
 // statusUnknownNote explains a "?" count: the management API reports a queue's message counts
