@@ -90,14 +90,18 @@ func WithConnectionName(name string) Option {
 	return func(o *options) error { o.name = name; return nil }
 }
 
+// MaxReconnectBackoff is the largest max [WithReconnectBackoff] accepts: 1 hour. A wait
+// randomized by ±50 % around a much larger one overflows time.Duration.
+const MaxReconnectBackoff = time.Hour
+
 // WithReconnectBackoff sets the bounds of the exponential back-off between reconnection
 // attempts: the first wait is about min, each next one doubles, up to about max (defaults
-// 100 ms and 5 s); every wait is randomized by ±50 % (jitter). Both must be positive and
-// min <= max.
+// 100 ms and 5 s); every wait is randomized by ±50 % (jitter). It returns ErrInvalidConfig
+// unless 0 < min <= max <= [MaxReconnectBackoff].
 func WithReconnectBackoff(min, max time.Duration) Option {
 	return func(o *options) error {
-		if min <= 0 || max < min {
-			return fmt.Errorf("%w: reconnect back-off %v..%v: want 0 < min <= max", ErrInvalidConfig, min, max)
+		if min <= 0 || max < min || max > MaxReconnectBackoff {
+			return fmt.Errorf("%w: reconnect back-off %v..%v: want 0 < min <= max <= %v", ErrInvalidConfig, min, max, MaxReconnectBackoff)
 		}
 		o.backoffMin, o.backoffMax = min, max
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestNewPublisherDialErrorHidesPassword(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	o := defaultOptions()
-	for _, opt := range []Option{WithChannels(65), WithChannels(-1), WithReconnectBackoff(0, time.Second), WithReconnectBackoff(time.Second, time.Millisecond), WithStrategy(-1)} {
+	for _, opt := range []Option{WithChannels(65), WithChannels(-1), WithReconnectBackoff(0, time.Second), WithReconnectBackoff(time.Second, time.Millisecond), WithReconnectBackoff(time.Second, MaxReconnectBackoff+1), WithReconnectBackoff(time.Second, math.MaxInt64), WithReconnectBackoff(-time.Second, -time.Millisecond), WithStrategy(-1)} {
 		if err := opt(&o); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("option accepted a bad value: %v", err)
 		}
