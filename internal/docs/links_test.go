@@ -12,15 +12,6 @@ import (
 // root is the repository root, from this package's directory.
 const root = "../.."
 
-// pending are pages other work is writing: a link to one is accepted while the file does not
-// exist (the test logs it); once it exists, links to it and to its headings are checked like
-// any other. Empty the list when the pages have landed.
-var pending = map[string]bool{
-	"docs/operations.md": true,
-	"docs/versions.md":   true,
-	"docs/schedules.md":  true,
-}
-
 // pages returns the Markdown files whose links are checked, relative to root.
 func pages(t *testing.T) []string {
 	t.Helper()
@@ -132,10 +123,6 @@ func TestLinksResolve(t *testing.T) {
 						if frag != "" {
 							t.Errorf("%s: link %q: an anchor on a directory", where, target)
 						}
-						continue
-					}
-					if pending[rel] {
-						t.Logf("%s: link %q: %s is not written yet (pending)", where, target, rel)
 						continue
 					}
 					t.Errorf("%s: link %q: %s does not exist", where, target, rel)
