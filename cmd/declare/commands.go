@@ -112,6 +112,12 @@ func cmdApply(ctx context.Context, e *invocation) error {
 		return err
 	}
 	if p, err = e.resolvePlugin(ctx, p, m); err != nil {
+		// On RabbitMQ 4.3 or later "enable the plugin" cannot be done: say why.
+		v := topology.ServerVersion(conn)
+		if major, minor, ok := topology.ParseVersion(v); ok && (major > 4 || major == 4 && minor >= 3) && errors.Is(err, topology.ErrPluginUnavailable) {
+			return fmt.Errorf("%w: --plugin on, but RabbitMQ %s cannot load the delayed-message plugin (4.3 removed Mnesia, which it "+
+				"stores its messages in): use --plugin auto or off (the ladder and buckets carry every delay)", topology.ErrPluginUnavailable, v)
+		}
 		return err
 	}
 	e.log.Info().Str("spec", specLine(p)).Msg("applying")

@@ -208,6 +208,11 @@ func TestBadInput(t *testing.T) {
 					t.Errorf("output contains %q:\n%s%s", nw, r.stdout, r.stderr)
 				}
 			}
+			// On RabbitMQ 4.3 the plugin cannot be enabled: the error says so instead of "enable it".
+			v := topology.ServerVersion(env.Dial(t))
+			if major, minor, _ := topology.ParseVersion(v); c.noPlugin && (major > 4 || major == 4 && minor >= 3) && !strings.Contains(r.stderr, "4.3 removed Mnesia") {
+				t.Errorf("RabbitMQ %s, --plugin on: the error does not say 4.3 cannot load the plugin:\n%s", v, r.stderr)
+			}
 			if got := objects(t, env); len(got) != 0 {
 				t.Fatalf("objects were declared: %v", got)
 			}
