@@ -32,6 +32,28 @@ type options struct {
 	maxAge   string
 	name     string
 	metrics  *Metrics
+	grace    time.Duration
+}
+
+// DefaultLinkGrace is how long after its due time a pending link may stay out of the links
+// queue before the chain counts as broken ([Info.Broken]): the delay topology delivers a link
+// milliseconds after its time, seconds on a busy cluster.
+const DefaultLinkGrace = 10 * time.Second
+
+// WithLinkGrace sets the link grace (default [DefaultLinkGrace]); d must be at least 1 s.
+// [Inspect] takes it too.
+func WithLinkGrace(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Second {
+			return fmt.Errorf("%w: link grace %v: want at least 1s", ErrInvalidSchedule, d)
+		}
+		o.grace = d
+		return nil
+	}
+}
+
+func defaultOptions() options {
+	return options{log: zerolog.Nop(), maxAge: DefaultRetention, name: "rabbitdelay-schedule", grace: DefaultLinkGrace}
 }
 
 // WithLogger makes the Scheduler log through l (default: nothing).
@@ -102,7 +124,7 @@ type Scheduler struct {
 // the start. Errors: ErrInvalidSchedule for a bad option, the Publisher's errors
 // (amqpdelay.ErrTopologyMissing, ...), the connection's.
 func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler, error) {
-	o := options{log: zerolog.Nop(), maxAge: DefaultRetention, name: "rabbitdelay-schedule"}
+	o := defaultOptions()
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -192,13 +214,14 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	if err := s.bindTarget(sess, c.Exchange); err != nil {
 		return err
 	}
+	queued := sess.queued(s.names.Links()) // before the sync: a link handled in between is then known
 	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
 		return err
 	}
 	s.opts.metrics.init(c.Name)
 	var (
-		same, paused, pending bool
-		from                  time.Time
+		same, paused, pending, lost bool
+		from, next                  time.Time
 	)
 	now := time.Now()
 	sess.view(func(st *state) {
@@ -207,23 +230,34 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 			return
 		}
 		same, paused, pending = true, e.state == statePaused, e.pending()
-		from = e.link
-		if e.lastFired.After(from) {
-			from = e.lastFired
+		lost = e.lost(now, s.opts.grace, queued)
+		if lost {
+			next = e.link
+		}
+		if e.linkHash == e.hash { // else the links recorded are an earlier definition's: start after now
+			from = e.link
+			if e.lastFired.After(from) {
+				from = e.lastFired
+			}
 		}
 	})
-	if same && (paused || pending) {
+	if same && (paused || pending && !lost) {
 		return nil
 	}
-	if !same {
+	switch {
+	case !same:
 		if err := sess.record(ctx, s.names.Stream(), definitionRecord(c.Schedule, c.hash, stateActive, s.opts.instance, now)); err != nil {
 			return err
 		}
-		from = now
-	} else if from.IsZero() {
-		from = now
+		next = c.Next(now)
+	case lost:
+		// The pending link is gone: publish it again (the missed policy decides what fires).
+		s.opts.log.Warn().Str("schedule", c.Name).Time("link", next).Msg("schedule: pending link lost; publishing it again")
+	case from.IsZero():
+		next = c.Next(now)
+	default:
+		next = c.Next(from)
 	}
-	next := c.Next(from)
 	if next.IsZero() {
 		return nil // no occurrence left
 	}
@@ -348,14 +382,18 @@ type Info struct {
 	LastAt    time.Time
 	// Fired counts the occurrences fired that the stream still holds.
 	Fired int64
-	// Broken reports an active schedule with occurrences left but no pending link: nothing
-	// will fire until the schedule is declared again (which repairs it).
+	// Broken reports an active schedule with occurrences left but no pending link: none
+	// recorded, or the one recorded is more than the link grace ([WithLinkGrace]) past due and
+	// the links queue holds no message. Nothing will fire until the schedule is declared again
+	// (which repairs it).
 	Broken bool
+	// Problem says why Broken is set.
+	Problem string
 	// Ended reports an active schedule with no occurrence left (past End).
 	Ended bool
 }
 
-func infos(st *state, now time.Time) []Info {
+func infos(st *state, now time.Time, grace time.Duration, queued int) []Info {
 	var out []Info
 	for name, e := range st.entries {
 		if e.def == nil {
@@ -363,12 +401,20 @@ func infos(st *state, now time.Time) []Info {
 		}
 		i := Info{Schedule: *e.def, Hash: e.hash, State: e.state, LastFired: e.lastFired, LastBy: e.lastBy, LastAt: e.lastAt, Fired: e.fired}
 		i.Schedule.Name = name
-		if e.pending() && e.state == stateActive {
+		switch {
+		case e.state != stateActive:
+		case e.lost(now, grace, queued):
+			i.Broken = true
+			i.Problem = fmt.Sprintf("its link for %s is %v past due and not in the links queue (purged, deleted or revoked)",
+				fmtTime(e.link), now.Sub(e.comp.due(e.link)).Round(time.Second))
+		case e.pending():
 			i.Next = e.link
-		}
-		if e.state == stateActive && !e.pending() {
+		default:
 			i.Ended = e.ended(now)
-			i.Broken = !i.Ended
+			if !i.Ended {
+				i.Broken = true
+				i.Problem = "no link is pending"
+			}
 		}
 		out = append(out, i)
 	}
@@ -382,18 +428,26 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	queued := sess.queued(s.names.Links())
 	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
 		return nil, err
 	}
 	var out []Info
-	sess.view(func(st *state) { out = infos(st, time.Now()) })
+	sess.view(func(st *state) { out = infos(st, time.Now(), s.opts.grace, queued) })
 	return out, nil
 }
 
 // Inspect lists the schedules of cfg.Spec's prefix from the stream alone, declaring nothing and
 // starting no Publisher (it writes one marker record to the stream to know where its end is).
-// No stream (no schedule ever declared): no schedules and no error.
-func Inspect(ctx context.Context, cfg amqpdelay.Config) ([]Info, error) {
+// No stream (no schedule ever declared): no schedules and no error. Of opts, only
+// [WithLinkGrace] counts.
+func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
 	cfg.Spec = cfg.Spec.WithDefaults()
 	n := NamesOf(cfg.Spec)
 	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-schedules-inspect")
@@ -419,11 +473,12 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config) ([]Info, error) {
 		return nil, err
 	}
 	defer sess.kill(errors.New("done"))
+	queued := sess.queued(n.Links())
 	if err := sess.sync(ctx, n.Stream(), "inspect"); err != nil {
 		return nil, err
 	}
 	var out []Info
-	sess.view(func(st *state) { out = infos(st, time.Now()) })
+	sess.view(func(st *state) { out = infos(st, time.Now(), o.grace, queued) })
 	return out, nil
 }
 

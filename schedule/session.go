@@ -266,6 +266,26 @@ func (s *session) sync(ctx context.Context, stream, instance string) error {
 	}
 }
 
+// queued returns the ready messages of queue (a passive declare on a channel of its own): 0 when
+// the queue does not exist, -1 when the broker did not answer.
+func (s *session) queued(queue string) int {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return -1
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return 0
+	case err != nil:
+		_ = ch.Close()
+		return -1
+	}
+	_ = ch.Close()
+	return q.Messages
+}
+
 // view runs f on the state, under the session's lock.
 func (s *session) view(f func(*state)) {
 	s.mu.Lock()

@@ -21,6 +21,18 @@ type entry struct {
 	link     time.Time
 	linkHash string
 	fired    int64
+	// lastHandled is the latest occurrence fired or skipped (by occurrence time) under
+	// definition lastHandledHash.
+	lastHandled     time.Time
+	lastHandledHash string
+}
+
+// handle records occurrence at of definition h as handled.
+func (e *entry) handle(at time.Time, h string) {
+	e.handled[at.UnixNano()] = true
+	if h != e.lastHandledHash || at.After(e.lastHandled) {
+		e.lastHandled, e.lastHandledHash = at, h
+	}
 }
 
 // state is the schedules of one prefix as read from the stream.
@@ -54,7 +66,7 @@ func (s *state) apply(r record) {
 			e.comp.hash = r.hash // the declarer's digest (a header's integer width may differ after the round trip)
 		}
 	case recFired:
-		e.handled[r.at.UnixNano()] = true
+		e.handle(r.at, r.hash)
 		e.fired++
 		if !r.at.Before(e.lastFired) {
 			e.lastFired, e.lastBy, e.lastAt = r.at, r.instance, r.written
@@ -63,7 +75,7 @@ func (s *state) apply(r record) {
 			e.link, e.linkHash = r.next, r.hash
 		}
 	case recSkipped:
-		e.handled[r.at.UnixNano()] = true
+		e.handle(r.at, r.hash)
 		if !r.next.IsZero() {
 			e.link, e.linkHash = r.next, r.hash
 		}
@@ -118,10 +130,12 @@ func decide(e *entry, l link, now time.Time) verdict {
 		return verdict{drop: "definition does not compile here"}
 	}
 	c := e.comp
+	if e.pending() && (e.handled[l.At.UnixNano()] || e.lastHandledHash == e.hash && !l.At.After(e.lastHandled)) {
+		// A copy of a link handled already, or of one whose time the missed policy covered (a
+		// link published again by a repair, or by instances declaring at the same moment).
+		return verdict{drop: "already fired"}
+	}
 	if e.handled[l.At.UnixNano()] {
-		if e.pending() {
-			return verdict{drop: "already fired"}
-		}
 		// Fired under another definition, or by a link whose chain was cut: carry the chain on.
 		return verdict{next: c.Next(l.At)}
 	}
@@ -146,4 +160,16 @@ func decide(e *entry, l link, now time.Time) verdict {
 		return verdict{skip: l.At, missed: n - 1, next: following}
 	}
 	return verdict{fire: latest, late: max(now.Sub(c.due(latest)), 0), missed: n - 1, next: following}
+}
+
+// lost reports whether e's pending link is lost: e is active and pending, the link's due time
+// passed more than grace ago, and queued (the links queue's ready messages, negative when
+// unknown) is 0. A link past its due time is in the links queue (ready while no instance runs,
+// or held for milliseconds by the one that handles it) or handled; grace covers the delay
+// topology's lateness.
+func (e *entry) lost(now time.Time, grace time.Duration, queued int) bool {
+	if queued != 0 || e.state != stateActive || e.comp == nil || !e.pending() {
+		return false
+	}
+	return now.Sub(e.comp.due(e.link)) > grace
 }

@@ -85,3 +85,71 @@ func TestDecide(t *testing.T) {
 		t.Errorf("pending after its occurrence fired without a next link")
 	}
 }
+
+// TestDecideCopyAfterMissedLatest: the latest missed occurrence fired (the first missed ones
+// were never handled one by one); a copy of the link for the first missed occurrence (published
+// again by a repair, or by instances declaring at the same moment) is dropped, not fired, not
+// skipped again.
+func TestDecideCopyAfterMissedLatest(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sec := time.Second
+	e := testEntry(t, Schedule{Name: "s", Interval: sec, Exchange: "x"})
+	st := newState(0)
+	st.entries["s"] = e
+	now := t0.Add(5*sec + 300*time.Millisecond)
+	v := decide(e, link{Name: "s", At: t0, Hash: e.hash}, now)
+	if !v.fire.Equal(t0.Add(5 * sec)) {
+		t.Fatalf("latest: %+v", v)
+	}
+	st.apply(record{kind: recFired, name: "s", hash: e.hash, at: v.fire, next: v.next})
+	later := now.Add(2 * sec) // t0+7.3 s: t0+6 s, the pending link, has passed too
+	for _, at := range []time.Time{t0, t0.Add(3 * sec), t0.Add(5 * sec)} {
+		if v := decide(e, link{Name: "s", At: at, Hash: e.hash}, later); v.drop != "already fired" {
+			t.Errorf("copy of the link for %s: %+v", at.Format(time.TimeOnly), v)
+		}
+	}
+	if v := decide(e, link{Name: "s", At: t0.Add(6 * sec), Hash: e.hash}, t0.Add(6*sec)); v.drop != "" || !v.fire.Equal(t0.Add(6*sec)) {
+		t.Errorf("the pending link: %+v", v)
+	}
+}
+
+// TestLost: a pending link counts as lost only when active, more than the grace past due, and
+// the links queue holds no ready message (0, not unknown).
+func TestLost(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := 10 * time.Second
+	e := testEntry(t, Schedule{Name: "s", Interval: time.Second, Exchange: "x"})
+	st := newState(0)
+	st.entries["s"] = e
+	if e.lost(t0.Add(time.Hour), g, 0) {
+		t.Errorf("lost without a pending link")
+	}
+	st.apply(record{kind: recLink, name: "s", hash: e.hash, at: t0})
+	for _, c := range []struct {
+		now    time.Time
+		queued int
+		want   bool
+	}{
+		{t0.Add(g + time.Millisecond), 0, true},
+		{t0.Add(g), 0, false},
+		{t0.Add(time.Hour), 1, false},
+		{t0.Add(time.Hour), -1, false},
+	} {
+		if got := e.lost(c.now, g, c.queued); got != c.want {
+			t.Errorf("lost(%v past due, queued %d) = %v, want %v", c.now.Sub(t0), c.queued, got, c.want)
+		}
+	}
+	e.state = statePaused
+	if e.lost(t0.Add(time.Hour), g, 0) {
+		t.Errorf("a paused schedule's link counted as lost")
+	}
+	e.state = stateActive
+	st.apply(record{kind: recFired, name: "s", hash: e.hash, at: t0, next: t0.Add(time.Second)})
+	if e.lost(t0.Add(time.Second+g/2), g, 0) {
+		t.Errorf("lost within the grace of the next link")
+	}
+	infosNow := infos(st, t0.Add(time.Hour), g, 0)
+	if len(infosNow) != 1 || !infosNow[0].Broken || infosNow[0].Problem == "" || !infosNow[0].Next.IsZero() {
+		t.Errorf("infos of a lost link: %+v", infosNow)
+	}
+}

@@ -21,7 +21,8 @@ func schedulesCommand() command {
 	return command{name: "schedules", summary: "list the periodic schedules of the prefix, from the broker alone",
 		help: "Reads the stream <prefix>.schedules (writing one marker record to find its end) and prints every schedule:\n" +
 			"its definition, state, next occurrence (its pending link), the last occurrence fired and by which instance.\n" +
-			"A schedule whose chain is broken (active, occurrences left, no pending link) is flagged: declaring it again\n" +
+			"A schedule whose chain is broken (active, occurrences left, and no pending link: none recorded, or the one\n" +
+			"recorded more than 10s past due and the links queue empty, e.g. purged or deleted) is flagged: declaring it again\n" +
 			"(schedule.Scheduler.Declare, as every instance does at start) repairs it; exit 1 then.",
 		extra: func(s *settings) []option { return []option{outputOption(s)} },
 		run:   cmdSchedules}
@@ -57,12 +58,13 @@ func cmdSchedules(ctx context.Context, e *invocation) error {
 			LastFired string `json:"last_fired,omitempty"`
 			LastBy    string `json:"last_fired_by,omitempty"`
 			Broken    bool   `json:"broken"`
+			Problem   string `json:"problem,omitempty"`
 			Ended     bool   `json:"ended"`
 		}
 		rows := []row{}
 		for _, i := range infos {
 			rows = append(rows, row{Name: i.Schedule.Name, Timing: i.Schedule.String(), Hash: i.Hash, State: i.State,
-				Next: tfmt(i.Next), LastFired: tfmt(i.LastFired), LastBy: i.LastBy, Broken: i.Broken, Ended: i.Ended})
+				Next: tfmt(i.Next), LastFired: tfmt(i.LastFired), LastBy: i.LastBy, Broken: i.Broken, Problem: i.Problem, Ended: i.Ended})
 		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -93,20 +95,20 @@ func cmdSchedules(ctx context.Context, e *invocation) error {
 	return brokenSchedules(infos)
 }
 
-// brokenSchedules is ErrUnhealthy naming the schedules whose chain is broken, or nil.
+// brokenSchedules is ErrUnhealthy naming each schedule whose chain is broken and why, or nil.
 func brokenSchedules(infos []schedule.Info) error {
-	var names []string
+	var broken []string
 	for _, i := range infos {
 		if i.Broken {
-			names = append(names, i.Schedule.Name)
+			broken = append(broken, fmt.Sprintf("%q (%s)", i.Schedule.Name, i.Problem))
 		}
 	}
-	if len(names) == 0 {
+	if len(broken) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: schedule %s has no pending link, so nothing of it will fire (chain broken): declare it again "+
-		"(restart an instance that declares it at start, or call schedule.Scheduler.Declare), which repairs it",
-		topology.ErrUnhealthy, strings.Join(names, ", "))
+	return fmt.Errorf("%w: schedule chain broken, nothing of it will fire: %s; declaring the schedule again repairs it "+
+		"(restart an instance that declares it at start, or call schedule.Scheduler.Declare)",
+		topology.ErrUnhealthy, strings.Join(broken, "; "))
 }
 
 // scheduleStatus is `declare status`'s check of the schedules (nil when there are none).
