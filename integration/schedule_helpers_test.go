@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -32,6 +33,10 @@ type schedProcConfig struct {
 	Instance string
 	Config   amqpdelay.Config
 	Schedule schedule.Schedule
+	// DeclareAt, when set, is the instant the process calls Declare (after New): processes
+	// given the same instant declare at the same moment. The process then prints
+	// "declared <RFC 3339 time Declare returned>".
+	DeclareAt time.Time
 }
 
 func init() {
@@ -58,9 +63,12 @@ func schedProcMain() int {
 		var err error
 		s, err = schedule.New(c, pc.Config, schedule.WithInstance(pc.Instance))
 		if err == nil {
+			time.Sleep(time.Until(pc.DeclareAt))
 			err = s.Declare(c, pc.Schedule)
 			if err != nil {
 				_ = s.Close()
+			} else if !pc.DeclareAt.IsZero() {
+				fmt.Fprintf(os.Stderr, "declared %s\n", time.Now().Format(time.RFC3339Nano))
 			}
 		}
 		cancel()
@@ -293,6 +301,17 @@ func startSchedProc(t *testing.T, pc schedProcConfig) *schedProc {
 		}
 	})
 	return p
+}
+
+// declared returns when the process's Declare returned (its "declared" line; false: none yet).
+func (p *schedProc) declared() (time.Time, bool) {
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		if s, ok := strings.CutPrefix(line, "declared "); ok {
+			at, err := time.Parse(time.RFC3339Nano, s)
+			return at, err == nil
+		}
+	}
+	return time.Time{}, false
 }
 
 func (p *schedProc) kill() {
