@@ -49,10 +49,13 @@
 // Declaring: every instance may call [Scheduler.Declare] at start. The same definition changes
 // nothing while its chain has a pending link. A changed definition writes a definition record and
 // a link for its first occurrence after now; the old definition's links are dropped when they
-// arrive, so the change takes effect from the next occurrence. A chain with no pending link
-// (broken: the latest link recorded was handled and occurrences are left) is repaired by
-// declaring again, from the occurrence after the last one handled. Instances declaring at the
-// same moment make duplicate links, which are dropped.
+// arrive, so the change takes effect from the next occurrence. A chain with no pending link is
+// broken: none is recorded, or the recorded one is more than the link grace ([DefaultLinkGrace])
+// past due while the links queue holds no message (purged, deleted, revoked). Declaring again
+// repairs it: a lost link is published again for its own time, a missing one for the occurrence
+// after the last one handled. Instances declaring at the same moment make duplicate links; a
+// link for a time at or before the last occurrence handled is dropped while the chain has a
+// pending link.
 //
 // # Time
 //
