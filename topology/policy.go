@@ -259,6 +259,9 @@ type managedObject struct {
 	Arguments      map[string]any  `json:"arguments"`
 	Policy         json.RawMessage `json:"policy"`
 	OperatorPolicy json.RawMessage `json:"operator_policy"`
+	// missing marks a queue of the plan that does not exist (missingQueues): what the policies
+	// matching its name would do to it.
+	missing bool
 }
 
 // rawName reads a policy name field, which RabbitMQ gives as a string, or null / "" / [] for
@@ -382,7 +385,9 @@ func delayOverflow(def map[string]any, quorum bool) string {
 //     other than reject-publish (drops: at-least-once dead-lettering falls back to
 //     at-most-once), dead-letter-routing-key (wrong routing);
 //   - the parking queue: message-ttl, max-length, max-length-bytes (drops), expires
-//     (deletes), delivery-limit (warning);
+//     (deletes), delivery-limit (warning), and on RabbitMQ 4.x a quorum parking queue without
+//     any delivery limit in effect (warning: 4.x's default of 20 applies; see
+//     parkingDefaultLimit);
 //   - ready queues, on which the topology sets no policy (readyQueueProblems): expires
 //     (deletes); message-ttl, max-length and max-length-bytes with overflow drop-head, and
 //     delivery-limit: warnings where the queue parks what they take out (a quorum ready queue
@@ -400,7 +405,9 @@ func delayOverflow(def map[string]any, quorum bool) string {
 //     classic), or an alternate exchange of their own (warning: due messages that the target
 //     routes nowhere go there instead of to the parking queue).
 //
-// Objects that do not exist are skipped ([Status] reports them). Errors wrap ErrManagement.
+// Exchanges that do not exist are skipped ([Status] reports them); a queue of p that does not
+// exist is judged as it would be once declared (see missingQueues), and its problems say so.
+// Errors wrap ErrManagement.
 func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
 	var pols, ops map[string]managedPolicy
 	var overview struct {
@@ -421,6 +428,7 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 	}
 	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
 	p = p.ForBroker(major)
+	queues = append(queues, missingQueues(p, queues)...)
 	// The management API's policy names come with the queue statistics, every
 	// collect_statistics_interval (5 s by default): a queue declared or a policy changed a
 	// moment ago shows none or the old one. So the policy in effect is worked out here, as
@@ -439,6 +447,32 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 		exchanges[i].Policy = choosePolicy(pols, KindExchange, exchanges[i], major, rawName(exchanges[i].Policy))
 	}
 	return policyProblemsOf(p, pols, ops, queues, exchanges, major), nil
+}
+
+// missingQueues returns, as the management API would list them once declared, the queues of
+// p that are not in have. A policy's expires deletes a queue that has been unused for longer
+// than its value: RabbitMQ 4.3.6 counts from the queue's last use, before the policy existed,
+// and deleted idle quorum queues within seconds of the policy being set, while 3.10.8 counted
+// from the moment the policy applied. Judging only the queues that exist would then find
+// nothing on 4.3 (the queues are gone) where it names the policy on 3.10; and a queue that
+// declare apply creates next runs under the policies that match it now.
+func missingQueues(p *Plan, have []managedObject) []managedObject {
+	exists := make(map[string]bool, len(have))
+	for _, q := range have {
+		exists[q.Name] = true
+	}
+	var out []managedObject
+	for _, q := range p.Queues {
+		if exists[q.Name] {
+			continue
+		}
+		typ, _ := q.Args["x-queue-type"].(string)
+		if typ == "" {
+			typ = string(Classic)
+		}
+		out = append(out, managedObject{Name: q.Name, Type: typ, Arguments: map[string]any(q.Args), missing: true})
+	}
+	return out
 }
 
 // unsupportedPolicyKeys are the keys that keep a policy from applying to a queue of a type at
@@ -731,6 +765,11 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
 		def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
 		quorum := mq.Type == string(Quorum)
+		if _, argLimit := mq.Arguments["x-delivery-limit"]; q.Role == RoleParking && quorum && major >= 4 && !argLimit {
+			if _, ok := def["delivery-limit"]; !ok {
+				add(parkingDefaultLimit(p, q.Name, userName), ours)
+			}
+		}
 		keys := make([]string, 0, len(def))
 		for k := range def {
 			keys = append(keys, k)
@@ -862,6 +901,20 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 				Why: fmt.Sprintf("a message this exchange of the topology routes to no queue goes to %q instead of being returned to "+
 					"its publisher (mandatory) or parked; fix: make the policy's pattern not match %q", fmt.Sprint(ae), mx.Name)}
 			out = append(out, pp)
+		}
+	}
+	missing := map[string]bool{}
+	for _, mq := range queues {
+		if mq.missing {
+			missing[mq.Name] = true
+		}
+	}
+	for i, pp := range out {
+		if pp.Kind == KindQueue && missing[pp.Object] {
+			out[i].Why += "; the queue does not exist now (declare status lists it as missing): this is what the policy does to it once declare apply declares it again"
+			if pp.Key == "expires" {
+				out[i].Why += ", and an expires policy may be what deleted it"
+			}
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -1062,4 +1115,29 @@ func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) 
 		}
 	}
 	return false, nil
+}
+
+// parkingDefaultLimit is the warning for a quorum parking queue on RabbitMQ 4.x that no
+// delivery limit is set on: neither the delay-queue policy's delivery-limit -1 ([Plan.ForBroker];
+// policy userName applies instead, or none does) nor an argument. RabbitMQ 4.x then gives the
+// queue its default limit of 20 (rabbit_quorum_queue; 3.x has none), so a parked message that a
+// reader gives back as failed more often is dropped: the same reader loses nothing on 3.x.
+func parkingDefaultLimit(p *Plan, parking, userName string) PolicyProblem {
+	ours := p.Names.DelayQueuesPolicy()
+	pp := PolicyProblem{Kind: KindQueue, Object: parking, Policy: userName, Key: "delivery-limit", Value: "none (RabbitMQ 4.x default: 20)",
+		Breaks: BreaksDrops, Warning: true}
+	var src string
+	switch userName {
+	case "":
+		pp.Value = nil // Error: "no policy sets delivery-limit"
+		src = fmt.Sprintf("policy %q, which sets delivery-limit -1 (none), is not in effect on it (run declare apply with the management API)", ours)
+	case ours:
+		src = fmt.Sprintf("policy %q lacks delivery-limit -1 (none), as declare apply sets it for RabbitMQ 3.x (run declare apply again)", ours)
+	default:
+		src = fmt.Sprintf("policy %q applies to it instead of %q, which sets delivery-limit -1 (none)", userName, ours)
+	}
+	pp.Why = "RabbitMQ 4.x gives a quorum queue without a delivery limit one of 20, and " + src + ": a parked message returned " +
+		"as failed (reject with requeue, or its reader gone; before 4.3 also nack with requeue) more than 20 times is " +
+		"dropped; read parked messages with acknowledgements and ack them"
+	return pp
 }

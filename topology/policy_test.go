@@ -490,3 +490,75 @@ func TestPolicyPatternTimeout(t *testing.T) {
 		t.Errorf("unevaluable %v, want [slow]", u)
 	}
 }
+
+// TestParkingDefaultDeliveryLimit: on RabbitMQ 4.x a quorum parking queue without
+// delivery-limit in the policies in effect (the delay-queue policy shadowed, absent, or set
+// for 3.x) gets the default limit of 20: a warning naming the policy in effect. Not on 3.x
+// (no default), not with the delay-queue policy's -1, not for a classic parking queue.
+func TestParkingDefaultDeliveryLimit(t *testing.T) {
+	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}}).ForBroker(4)
+	parking := p.Names.Parking()
+	pols := map[string]managedPolicy{
+		"rd.delay-queues": {Name: "rd.delay-queues", Definition: p.Policies[0].Definition},
+		"shadow":          {Name: "shadow", Definition: map[string]any{"queue-leader-locator": "client-local"}},
+		"limited":         {Name: "limited", Definition: map[string]any{"delivery-limit": json.Number("-1")}},
+	}
+	cases := []struct {
+		policy, typ string
+		major       int
+		want        bool
+	}{
+		{"shadow", "quorum", 4, true},
+		{"", "quorum", 4, true},
+		{"rd.delay-queues", "quorum", 4, false},
+		{"limited", "quorum", 4, false},
+		{"shadow", "quorum", 3, false},
+		{"shadow", "classic", 4, false},
+	}
+	for _, tc := range cases {
+		queues := []managedObject{{Name: parking, Type: tc.typ, Policy: jsName(tc.policy)}}
+		var got *PolicyProblem
+		for _, pp := range policyProblemsOf(p, pols, nil, queues, nil, tc.major) {
+			if pp.Object == parking && pp.Key == "delivery-limit" {
+				got = &pp
+			}
+		}
+		if (got != nil) != tc.want {
+			t.Errorf("policy %q, %s, RabbitMQ %d: %v; want reported %v", tc.policy, tc.typ, tc.major, got, tc.want)
+			continue
+		}
+		if got != nil && (!got.Warning || got.Breaks != BreaksDrops || got.Policy != tc.policy || !strings.Contains(got.Error(), "20")) {
+			t.Errorf("policy %q: %+v", tc.policy, *got)
+		}
+	}
+}
+
+// TestMissingQueues: the plan's queues the management API does not list are judged as declared
+// (type and arguments from the plan), and a problem on one says the queue does not exist.
+func TestMissingQueues(t *testing.T) {
+	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}})
+	bucket := p.Names.BucketQueue(3000)
+	var have []managedObject
+	for _, q := range p.Queues {
+		if q.Name != bucket {
+			have = append(have, managedObject{Name: q.Name, Type: "quorum"})
+		}
+	}
+	missing := missingQueues(p, have)
+	if len(missing) != 1 || missing[0].Name != bucket || missing[0].Type != "quorum" || !missing[0].missing ||
+		missing[0].Arguments["x-message-ttl"] != int64(3000) {
+		t.Fatalf("missingQueues = %+v", missing)
+	}
+	pols := map[string]managedPolicy{"gc": {Name: "gc", Pattern: "^rd\\.bucket", ApplyTo: "queues", Priority: "2000000",
+		Definition: map[string]any{"expires": json.Number("1000")}}}
+	missing[0].Policy = choosePolicy(pols, KindQueue, missing[0], 3, "")
+	var got []PolicyProblem
+	for _, pp := range policyProblemsOf(p, pols, nil, append(have, missing...), nil, 3) {
+		if pp.Object == bucket {
+			got = append(got, pp)
+		}
+	}
+	if len(got) != 1 || got[0].Key != "expires" || got[0].Policy != "gc" || !strings.Contains(got[0].Why, "does not exist now") {
+		t.Errorf("problems on the missing %s: %v", bucket, got)
+	}
+}
