@@ -17,9 +17,13 @@ type entry struct {
 	lastBy    string
 	lastAt    time.Time
 	// link is the latest link recorded (a link record, or the next of a fired or skipped
-	// record), of definition linkHash.
+	// record) of the current definition, whose digest linkHash then is; zero and "" when
+	// the current definition has none.
 	link     time.Time
 	linkHash string
+	// links is the latest link recorded per definition digest: records of instances writing at
+	// the same moment may arrive in any order.
+	links map[string]time.Time
 	fired    int64
 	// lastHandled is the latest occurrence fired or skipped (by occurrence time) under
 	// definition lastHandledHash.
@@ -46,7 +50,7 @@ func newState(unit time.Duration) *state { return &state{entries: map[string]*en
 func (s *state) entry(name string) *entry {
 	e := s.entries[name]
 	if e == nil {
-		e = &entry{handled: map[int64]bool{}}
+		e = &entry{handled: map[int64]bool{}, links: map[string]time.Time{}}
 		s.entries[name] = e
 	}
 	return e
@@ -72,15 +76,27 @@ func (s *state) apply(r record) {
 			e.lastFired, e.lastBy, e.lastAt = r.at, r.instance, r.written
 		}
 		if !r.next.IsZero() {
-			e.link, e.linkHash = r.next, r.hash
+			e.setLink(r.hash, r.next)
 		}
 	case recSkipped:
 		e.handle(r.at, r.hash)
 		if !r.next.IsZero() {
-			e.link, e.linkHash = r.next, r.hash
+			e.setLink(r.hash, r.next)
 		}
 	case recLink:
-		e.link, e.linkHash = r.at, r.hash
+		e.setLink(r.hash, r.at)
+	}
+	e.link, e.linkHash = time.Time{}, ""
+	if at, ok := e.links[e.hash]; ok {
+		e.link, e.linkHash = at, e.hash
+	}
+}
+
+// setLink records link at of definition h, unless a later one of h is known (a late record of
+// a copy from an instance declaring at the same moment changes nothing).
+func (e *entry) setLink(h string, at time.Time) {
+	if cur, ok := e.links[h]; !ok || at.After(cur) {
+		e.links[h] = at
 	}
 }
 

@@ -153,3 +153,24 @@ func TestLost(t *testing.T) {
 		t.Errorf("infos of a lost link: %+v", infosNow)
 	}
 }
+
+// TestLateLinkRecord: the link record of a copy, written after the occurrence fired and the next
+// link was recorded, leaves the chain pending on the next link.
+func TestLateLinkRecord(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := testEntry(t, Schedule{Name: "s", Interval: time.Second, Exchange: "x"})
+	st := newState(0)
+	st.entries["s"] = e
+	st.apply(record{kind: recLink, name: "s", hash: e.hash, at: t0})
+	st.apply(record{kind: recFired, name: "s", hash: e.hash, at: t0, next: t0.Add(time.Second)})
+	st.apply(record{kind: recLink, name: "s", hash: e.hash, at: t0}) // the copy's, late
+	if !e.pending() || !e.link.Equal(t0.Add(time.Second)) {
+		t.Errorf("after a late link record: pending %v, link %s", e.pending(), e.link)
+	}
+	// A late record of an earlier definition's chain (its fired record with its next link)
+	// leaves the current definition's chain pending.
+	st.apply(record{kind: recFired, name: "s", hash: "earlier", at: t0.Add(-time.Second), next: t0.Add(2 * time.Second)})
+	if !e.pending() || !e.link.Equal(t0.Add(time.Second)) || e.linkHash != e.hash {
+		t.Errorf("after an earlier definition's record: pending %v, link %s of %q", e.pending(), e.link, e.linkHash)
+	}
+}
