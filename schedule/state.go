@@ -24,7 +24,7 @@ type entry struct {
 	// links is the latest link recorded per definition digest: records of instances writing at
 	// the same moment may arrive in any order.
 	links map[string]time.Time
-	fired    int64
+	fired int64
 	// lastHandled is the latest occurrence fired or skipped (by occurrence time) under
 	// definition lastHandledHash.
 	lastHandled     time.Time
