@@ -22,8 +22,9 @@ func schedulesCommand() command {
 		help: "Reads the stream <prefix>.schedules (writing one marker record to find its end) and prints every schedule:\n" +
 			"its definition, state, next occurrence (its pending link), the last occurrence fired and by which instance.\n" +
 			"A schedule whose chain is broken (active, occurrences left, and no pending link: none recorded, or the one\n" +
-			"recorded more than 10s past due and the links queue empty, e.g. purged or deleted) is flagged: declaring it again\n" +
-			"(schedule.Scheduler.Declare, as every instance does at start) repairs it; exit 1 then.",
+			"recorded more than " + schedule.DefaultLinkGrace.String() + " past due and the links queue empty, e.g. purged or deleted) is flagged, with the\n" +
+			"reason, and the exit code is 1: declaring it again (schedule.Scheduler.Declare, as every instance does at start)\n" +
+			"repairs it.",
 		extra: func(s *settings) []option { return []option{outputOption(s)} },
 		run:   cmdSchedules}
 }
