@@ -550,7 +550,9 @@ func TestPolicyDeliveryLimit4x(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if err := d.Nack(false, true); err != nil {
+			// A failed return: basic.reject counts toward a delivery limit on every version
+			// (from RabbitMQ 4.3 on, basic.nack with requeue does not, and would test nothing).
+			if err := d.Reject(true); err != nil {
 				t.Fatal(err)
 			}
 		}

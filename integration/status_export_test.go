@@ -18,7 +18,13 @@ import (
 func runDeclare(t *testing.T, bin string, vars []string, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), vars...)
+	// The CLI reads AMQPDELAY_* from its environment: only vars set them, not the caller's shell.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AMQPDELAY_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, vars...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -750,7 +750,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			continue
 		}
 		if q.Role == RoleReady {
-			out = append(out, readyQueueProblems(p, q, mq, pols, ops, major)...) // with their own fix
+			out = append(out, readyQueueProblems(p, q, mq, pols, ops, major, exchangeNames(exchanges))...) // with their own fix
 			continue
 		}
 		if q.Role == RoleRevoked {
@@ -935,11 +935,12 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 // which wins over a policy's), so what it expires, drops at its length limit or returns past
 // its limit is parked: a warning. Without it (classic ready queues, or ReadyDeliveryLimit -1)
 // the same is lost, unless the policy in effect gives a dead-letter-exchange of its own.
-func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int) []PolicyProblem {
+func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int, exchanges map[string]bool) []PolicyProblem {
 	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
 	def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
 	parks := q.Args["x-dead-letter-exchange"] == p.Names.Unroutable()
-	_, ownDLX := def["dead-letter-exchange"]
+	dlxValue, ownDLX := def["dead-letter-exchange"]
+	dlx := fmt.Sprint(dlxValue)
 	var out []PolicyProblem
 	_, argLimit := mq.Arguments["x-delivery-limit"]
 	if _, policyLimit := def["delivery-limit"]; major >= 4 && mq.Type == "quorum" && !argLimit && !policyLimit && !parks && !ownDLX {
@@ -975,9 +976,14 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 			case parks:
 				pp.Breaks, pp.Warning = BreaksDrops, true
 				pp.Why = what + fmt.Sprintf(": this ready queue dead-letters them to %q, so they are parked in %q, not lost", p.Names.Unroutable(), p.Names.Parking())
-			case ownDLX:
+			case ownDLX && (dlx == "" || exchanges[dlx]):
 				pp.Breaks, pp.Warning = BreaksRouting, true
-				pp.Why = what + fmt.Sprintf(": they are dead-lettered to the policy's dead-letter-exchange %q", fmt.Sprint(def["dead-letter-exchange"]))
+				pp.Why = what + fmt.Sprintf(": they are dead-lettered to the policy's dead-letter-exchange %q", dlx)
+			case ownDLX:
+				// RabbitMQ drops a message dead-lettered to an exchange that does not exist
+				// (rabbit_dead_letter: no route), so this loses due messages as surely as none.
+				pp.Breaks = BreaksDrops
+				pp.Why = what + fmt.Sprintf(": the policy dead-letters them to exchange %q, which does not exist, so they are lost", dlx)
 			default:
 				pp.Breaks = BreaksDrops
 				pp.Why = what + ": this ready queue has no dead-letter exchange, so they are lost"
@@ -1022,6 +1028,15 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 		out = append(out, pp)
 	}
 	return out
+}
+
+// exchangeNames is the set of the names of exchanges.
+func exchangeNames(exchanges []managedObject) map[string]bool {
+	set := make(map[string]bool, len(exchanges))
+	for _, x := range exchanges {
+		set[x.Name] = true
+	}
+	return set
 }
 
 // revokedProblems are the policy problems of the revocation stream q (see

@@ -206,7 +206,7 @@ func TestChoosePolicyTie(t *testing.T) {
 
 // TestReadyQueueProblems: on a ready queue, what takes due messages out of it is a warning
 // where the queue parks them (quorum, delivery limit), a failure where they would be lost
-// (ReadyDeliveryLimit -1) unless the policy dead-letters them elsewhere; expires and a
+// (ReadyDeliveryLimit -1) unless the policy dead-letters them to an exchange that exists; expires and a
 // refusing length limit always fail; the application's other keys are not reported.
 func TestReadyQueueProblems(t *testing.T) {
 	spec := Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, ReadyQueues: ReadyQueues{{Queue: "ready", Exchange: "orders", BindingKey: "#"}}}
@@ -230,21 +230,25 @@ func TestReadyQueueProblems(t *testing.T) {
 		plan       *Plan
 		policy, op string
 		want       map[string]want
+		exchanges  []managedObject
 	}{
-		{"ttl, parks", parks, "ttl", "", map[string]want{"message-ttl": {BreaksDrops, true}}},
-		{"ttl, no dead-letter exchange", loses, "ttl", "", map[string]want{"message-ttl": {BreaksDrops, false}}},
-		{"ttl, the policy's dead-letter exchange", loses, "ttl-dl", "", map[string]want{"message-ttl": {BreaksRouting, true}}},
-		{"reject-publish", parks, "full", "", map[string]want{"max-length": {BreaksStalls, false}}},
-		{"drop-head, parks", parks, "head", "", map[string]want{"max-length-bytes": {BreaksDrops, true}}},
-		{"drop-head, lost", loses, "head", "", map[string]want{"max-length-bytes": {BreaksDrops, false}}},
-		{"expires, routing key", parks, "exp", "", map[string]want{"expires": {BreaksDeletes, false}, "dead-letter-routing-key": {BreaksRouting, true}}},
-		{"expires, own dead-lettering", loses, "exp", "", map[string]want{"expires": {BreaksDeletes, false}}},
-		{"operator delivery-limit, parks", parks, "", "op", map[string]want{"delivery-limit": {BreaksDrops, true}}},
-		{"operator delivery-limit, lost", loses, "", "op", map[string]want{"delivery-limit": {BreaksDrops, false}}},
+		{"ttl, parks", parks, "ttl", "", map[string]want{"message-ttl": {BreaksDrops, true}}, nil},
+		{"ttl, no dead-letter exchange", loses, "ttl", "", map[string]want{"message-ttl": {BreaksDrops, false}}, nil},
+		{"ttl, the policy's dead-letter exchange", loses, "ttl-dl", "", map[string]want{"message-ttl": {BreaksRouting, true}}, []managedObject{{Name: "mine"}}},
+		// RabbitMQ drops what it dead-letters to an exchange that does not exist: as lost as
+		// with no dead-letter exchange (seen on 3.10.8 and 4.3.6).
+		{"ttl, the policy's dead-letter exchange missing", loses, "ttl-dl", "", map[string]want{"message-ttl": {BreaksDrops, false}}, nil},
+		{"reject-publish", parks, "full", "", map[string]want{"max-length": {BreaksStalls, false}}, nil},
+		{"drop-head, parks", parks, "head", "", map[string]want{"max-length-bytes": {BreaksDrops, true}}, nil},
+		{"drop-head, lost", loses, "head", "", map[string]want{"max-length-bytes": {BreaksDrops, false}}, nil},
+		{"expires, routing key", parks, "exp", "", map[string]want{"expires": {BreaksDeletes, false}, "dead-letter-routing-key": {BreaksRouting, true}}, nil},
+		{"expires, own dead-lettering", loses, "exp", "", map[string]want{"expires": {BreaksDeletes, false}}, nil},
+		{"operator delivery-limit, parks", parks, "", "op", map[string]want{"delivery-limit": {BreaksDrops, true}}, nil},
+		{"operator delivery-limit, lost", loses, "", "op", map[string]want{"delivery-limit": {BreaksDrops, false}}, nil},
 	} {
 		queues := []managedObject{{Name: "ready", Type: "quorum", Policy: jsName(tc.policy), OperatorPolicy: jsName(tc.op)}}
 		got := map[string]PolicyProblem{}
-		for _, pp := range policyProblemsOf(tc.plan, pols, ops, queues, nil, 3) {
+		for _, pp := range policyProblemsOf(tc.plan, pols, ops, queues, tc.exchanges, 3) {
 			if pp.Object == "ready" {
 				got[pp.Key] = pp
 			}
