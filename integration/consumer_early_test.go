@@ -17,13 +17,14 @@ import (
 // TestConsumerEarlyBeyondHold: deliveries that arrive before their due time by more than
 // consumer.EarlyHold were handed to the handler at once, early. Each member, published straight
 // to the queue with a rabbitdelay-due header in the future by a plain client:
-//   - due 4 s ahead (beyond the 2 s hold): sent back through the delay topology for the time
-//     left (one Deferred event wrapping ErrEarly), then handled, not before its due time;
-//   - due 7 s ahead on a topology whose ladder carries at most 4.095 s: sent back twice (the
-//     ladder's maximum, then the rest), handled not before its due time;
+//   - due 6 s ahead (beyond the 2 s hold): sent back through the delay topology for the time
+//     left (a Deferred event wrapping ErrEarly), then handled, not before its due time;
+//   - due 12 s ahead on a topology whose ladder carries at most 4.095 s: sent back more than
+//     once, the first time for the ladder's maximum, handled not before its due time;
 //   - due 1 s ahead (within the hold): held, handled not before its due time, not deferred.
 //
-// Each is handled once and counts no attempt.
+// Each is handled once and counts no attempt. How many trips a message takes depends on how
+// long each delivery takes (a busy machine), so the counts are bounds, not exact figures.
 func TestConsumerEarlyBeyondHold(t *testing.T) {
 	t.Parallel()
 	f := newConsumerFixture(t, func(s *topology.Spec) {
@@ -46,7 +47,7 @@ func TestConsumerEarlyBeyondHold(t *testing.T) {
 	runConsumer(t, c)
 	ch := f.env.Channel(t)
 	now := time.Now()
-	due := map[string]time.Time{"beyond": now.Add(4 * time.Second), "beyond-ladder": now.Add(7 * time.Second), "within": now.Add(time.Second)}
+	due := map[string]time.Time{"beyond": now.Add(6 * time.Second), "beyond-ladder": now.Add(12 * time.Second), "within": now.Add(time.Second)}
 	for id, at := range due {
 		rawToQueue(t, ch, f.work, amqp.Publishing{MessageId: id, Body: []byte("x"), Headers: amqp.Table{ttlbuckets.DueHeader: at.UnixMilli()}})
 	}
@@ -69,6 +70,7 @@ func TestConsumerEarlyBeyondHold(t *testing.T) {
 		}
 	}
 	deferred := map[string]int{}
+	capped := false // beyond-ladder's first trip takes the ladder's maximum
 	evs.mu.Lock()
 	for _, e := range evs.all {
 		if e.Kind == consumer.Deferred {
@@ -76,10 +78,14 @@ func TestConsumerEarlyBeyondHold(t *testing.T) {
 			if !errors.Is(e.Err, consumer.ErrEarly) || e.Delay > 4095*time.Millisecond {
 				t.Errorf("Deferred event of %s: err %v, delay %v; want ErrEarly and at most the ladder's 4.095s", e.Info.ID, e.Err, e.Delay)
 			}
+			if e.Info.ID == "beyond-ladder" && e.Delay == 4095*time.Millisecond {
+				capped = true
+			}
 		}
 	}
 	evs.mu.Unlock()
-	if deferred["beyond"] != 1 || deferred["beyond-ladder"] != 2 || deferred["within"] != 0 {
-		t.Errorf("deferred %v; want beyond 1, beyond-ladder 2, within 0", deferred)
+	if deferred["beyond"] < 1 || deferred["beyond-ladder"] < 2 || deferred["within"] != 0 || !capped {
+		t.Errorf("deferred %v (a trip of the ladder's maximum: %v); want beyond at least 1, beyond-ladder at least 2 with a trip of 4.095s, within 0",
+			deferred, capped)
 	}
 }
