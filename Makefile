@@ -39,8 +39,13 @@ test: vet fuzz
 		echo "== make test: passed against RabbitMQ $(TEST_VERSIONS) (single node and $(CLUSTER_NODES)-node cluster)"; \
 	fi
 
+# The tests that need a broker (integration/ and the declare CLI's) build only with the
+# integration tag: a plain `go test ./...` needs no broker and starts none.
+TAGS := -tags integration
+
 vet:
 	$(GO) vet ./...
+	$(GO) vet $(TAGS) ./...
 
 # -timeout bounds a hang, not a duration: on a busy 2-core machine the integration package
 # takes several times as long as on an idle one. Most integration tests wait on the broker (message
@@ -49,7 +54,7 @@ vet:
 TEST_PARALLEL ?= 4
 unit:
 	@if [ -n "$$RABBITMQ_VERSION" ]; then echo "== go test: the broker runs RabbitMQ $$RABBITMQ_VERSION"; fi
-	$(REDIS) $(GO) test -race -count=1 -timeout 60m -parallel $(TEST_PARALLEL) ./...
+	$(REDIS) $(GO) test $(TAGS) -race -count=1 -timeout 60m -parallel $(TEST_PARALLEL) ./...
 
 # Go's -fuzztime with a duration can end in a spurious "context deadline exceeded" on go1.26
 # (golang/go#75804); a fixed count of executions is reliable.
@@ -64,7 +69,7 @@ demo:
 
 ## bench: the benchmarks of ./integration against a real broker (docs/benchmarks.md)
 bench:
-	$(BROKER) $(GO) test ./integration -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m $(BENCHARGS)
+	$(BROKER) $(GO) test $(TAGS) ./integration -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m $(BENCHARGS)
 
 build:
 	$(GO) build ./...
@@ -100,7 +105,7 @@ cluster-test:
 cluster-phase:
 	env -u AMQP_URL -u AMQP_MANAGEMENT_URL -u AMQP_URLS -u AMQP_PLUGIN_URL \
 		BROKER_STATE=$(CLUSTER_STATE) BROKER_NODES=$(CLUSTER_NODES) RABBITDELAY_CLUSTER_TESTS=1 \
-		$(BROKER) $(GO) test -race -count=1 -timeout 30m -v -run '$(CLUSTER_TESTS)' -skip '$(CLUSTER_SKIP)' ./integration/
+		$(BROKER) $(GO) test $(TAGS) -race -count=1 -timeout 30m -v -run '$(CLUSTER_TESTS)' -skip '$(CLUSTER_SKIP)' ./integration/
 
 ## soak: TestClusterSoak (integration/cluster_soak_test.go) against a private 3-node cluster of each
 ## version in TEST_VERSIONS: node kills (the Publisher's node, the node leading the most delay queues,
@@ -113,7 +118,7 @@ soak:
 		echo "== make soak: TestClusterSoak against a 3-node RabbitMQ $$v cluster (BROKER_VERSION=$$v)"; \
 		env -u AMQP_URL -u AMQP_MANAGEMENT_URL -u AMQP_URLS -u AMQP_PLUGIN_URL BROKER_VERSION=$$v BROKER_NODES=3 \
 			BROKER_STATE=$(CLUSTER_STATE) RABBITDELAY_CLUSTER_TESTS=1 \
-			$(BROKER) $(GO) test -count=1 -timeout 90m -v -run 'TestClusterSoak' ./integration/ -args -soak || failed="$$failed $$v"; \
+			$(BROKER) $(GO) test $(TAGS) -count=1 -timeout 90m -v -run 'TestClusterSoak' ./integration/ -args -soak || failed="$$failed $$v"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "== make soak: FAILED against RabbitMQ$$failed"; exit 1; fi; \
 	echo "== make soak: passed against RabbitMQ $(TEST_VERSIONS)"

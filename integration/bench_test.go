@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration
 
 // The benchmarks of `make bench` (README, Benchmarks). Each one measures its own baseline in the

@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration
 
 import (
@@ -56,7 +58,7 @@ import (
 // SOAK_REPORT names a file to append the Markdown tables to.
 func TestClusterSoak(t *testing.T) {
 	if !soakEnabled() {
-		t.Skip("a soak of minutes: run `make soak`, or go test -run TestClusterSoak ./integration -args -soak (or RABBITDELAY_SOAK=1) under a 3-node cluster")
+		t.Skip("a soak of minutes: run `make soak`, or go test -tags integration -run TestClusterSoak ./integration -args -soak (or RABBITDELAY_SOAK=1) under a 3-node cluster")
 	}
 	c := getCluster(t)
 	mgmtURLs, names := soakNodes(t, c)

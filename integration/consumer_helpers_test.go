@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration
 
 import (
@@ -222,7 +224,7 @@ func redisStore(t testing.TB) func() *consumer.RedisStore {
 		if brokertest.InCI() {
 			t.Fatal("REDIS_URL is not set and CI=true: a missing Redis is a failure here; `make test` starts one (scripts/redis run --)")
 		}
-		t.Skip("REDIS_URL is not set: run `make test`, or `scripts/redis run -- go test ./integration -run Consumer`")
+		t.Skip("REDIS_URL is not set: run `make test`, or `scripts/redis run -- go test -tags integration ./integration -run Consumer`")
 	}
 	opt, err := redis.ParseURL(u)
 	if err != nil {

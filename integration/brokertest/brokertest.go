@@ -330,7 +330,7 @@ func PluginURL(tb testing.TB) string {
 	if u == "" {
 		tb.Skip("brokertest: AMQP_PLUGIN_URL is not set: these tests need a broker with the rabbitmq_delayed_message_exchange plugin " +
 			"(not in Debian's package); start one with `docker compose up -d` and set AMQP_PLUGIN_URL=amqp://guest:guest@localhost:5672/, " +
-			"or without Docker run `BROKER_PLUGINS_DIR=<dir with the plugin release> scripts/broker run -- go test ./...`")
+			"or without Docker run `BROKER_PLUGINS_DIR=<dir with the plugin release> scripts/broker run -- go test -tags integration ./...`")
 	}
 	return u
 }
