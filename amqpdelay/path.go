@@ -190,23 +190,10 @@ func tooLong(d, max time.Duration, how string, cause error) error {
 }
 
 func errPluginMissing(brokerVersion string) error {
-	if pluginGone(brokerVersion) {
-		return fmt.Errorf("%w: the broker runs RabbitMQ %s, and the delayed-message plugin (%s) cannot run on RabbitMQ 4.3 "+
-			"or later (it stores its messages in Mnesia, which 4.3 removed): use strategy Auto or LadderOnly, which take the ladder",
-			ErrPluginUnavailable, brokerVersion, plugin.PluginName)
+	if err := plugin.ErrUnsupported(brokerVersion); err != nil {
+		return fmt.Errorf("%w: %v: use strategy Auto or LadderOnly, which take the ladder", ErrPluginUnavailable, err)
 	}
 	return fmt.Errorf("%w: the broker has no delayed-message plugin exchange: the plugin (%s) is missing, "+
 		"or `declare apply --plugin on` was not run; use strategy Auto or LadderOnly to do without it",
 		ErrPluginUnavailable, plugin.PluginName)
-}
-
-// pluginGone reports whether RabbitMQ brokerVersion (the "version" server property, such as
-// "4.3.6") is 4.3 or later, where the delayed-message plugin cannot load: its last release
-// supports RabbitMQ 4.2 at most, and 4.3 removed Mnesia, which the plugin stores messages in.
-func pluginGone(brokerVersion string) bool {
-	var major, minor int
-	if _, err := fmt.Sscanf(brokerVersion, "%d.%d", &major, &minor); err != nil {
-		return false
-	}
-	return major > 4 || major == 4 && minor >= 3
 }

@@ -147,7 +147,7 @@ func TestPluginMissingErrorNames43(t *testing.T) {
 		if !errors.Is(err, ErrPluginUnavailable) {
 			t.Fatalf("%s: err = %v", tc.version, err)
 		}
-		names43 := strings.Contains(err.Error(), "cannot run on RabbitMQ 4.3") && strings.Contains(err.Error(), "RabbitMQ "+tc.version)
+		names43 := strings.Contains(err.Error(), "cannot load the delayed-message plugin") && strings.Contains(err.Error(), "RabbitMQ 4.3") && strings.Contains(err.Error(), "RabbitMQ "+tc.version)
 		if names43 != tc.gone || tc.gone && !strings.Contains(err.Error(), "LadderOnly") {
 			t.Errorf("%s: error %q; want it to name 4.3: %v", tc.version, err, tc.gone)
 		}

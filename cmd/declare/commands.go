@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -113,10 +114,9 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	}
 	if p, err = e.resolvePlugin(ctx, p, m); err != nil {
 		// On RabbitMQ 4.3 or later "enable the plugin" cannot be done: say why.
-		v := topology.ServerVersion(conn)
-		if major, minor, ok := topology.ParseVersion(v); ok && (major > 4 || major == 4 && minor >= 3) && errors.Is(err, topology.ErrPluginUnavailable) {
-			return fmt.Errorf("%w: --plugin on, but RabbitMQ %s cannot load the delayed-message plugin (4.3 removed Mnesia, which it "+
-				"stores its messages in): use --plugin auto or off (the ladder and buckets carry every delay)", topology.ErrPluginUnavailable, v)
+		if why := plugin.ErrUnsupported(topology.ServerVersion(conn)); why != nil && errors.Is(err, topology.ErrPluginUnavailable) {
+			return fmt.Errorf("%w: --plugin on, but %v: use --plugin auto or off (the ladder and buckets carry every delay)",
+				topology.ErrPluginUnavailable, why)
 		}
 		return err
 	}
@@ -365,18 +365,17 @@ func cmdExport(ctx context.Context, e *invocation) error {
 			e.log.Info().Str("rabbitmq_version", version).Str("from", from).Msg("export: definitions for the broker's version")
 		}
 	}
-	major, minor, _ := topology.ParseVersion(version)
-	noPlugin := major > 4 || (major == 4 && minor >= 3) // RabbitMQ 4.3 cannot load the delayed-message plugin
+	major, _, _ := topology.ParseVersion(version)
+	noPlugin := plugin.ErrUnsupported(version)
 	switch p.Spec.Plugin {
 	case topology.PluginOn:
-		if noPlugin {
-			return fmt.Errorf("%w: --plugin on, but RabbitMQ %s cannot load the delayed-message plugin (4.3 removed Mnesia, "+
-				"which it stores its messages in), and an import with an exchange of type %s fails there: use --plugin auto or off "+
-				"(the ladder and buckets carry every delay)", topology.ErrPluginUnavailable, version, topology.PluginExchangeType)
+		if noPlugin != nil {
+			return fmt.Errorf("%w: --plugin on, but %v, and an import with an exchange of type %s fails there: use --plugin auto "+
+				"or off (the ladder and buckets carry every delay)", topology.ErrPluginUnavailable, noPlugin, topology.PluginExchangeType)
 		}
 	case topology.PluginAuto:
 		avail := false
-		if m != nil && !noPlugin {
+		if m != nil && noPlugin == nil {
 			if avail, err = topology.ProbePluginManagement(ctx, m); err != nil {
 				e.log.Warn().Err(err).Msg("export: cannot ask the management API whether the broker has the delayed-message plugin: the plugin exchange is left out")
 			}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -26,8 +27,7 @@ type statusView struct {
 // pluginText is the plugin line of status: whether the broker has the delayed-message plugin,
 // and on RabbitMQ 4.3 or later, which cannot load it, that the ladder carries every delay.
 func pluginText(mode topology.PluginMode, avail bool, probeErr error, version string) string {
-	major, minor, known := topology.ParseVersion(version)
-	noPlugin43 := known && (major > 4 || (major == 4 && minor >= 3))
+	noPlugin := plugin.ErrUnsupported(version)
 	switch {
 	case mode == topology.PluginOff:
 		return "off (--plugin off)"
@@ -35,12 +35,10 @@ func pluginText(mode topology.PluginMode, avail bool, probeErr error, version st
 		return "unknown (" + probeErr.Error() + ")"
 	case avail:
 		return "available"
-	case noPlugin43 && mode == topology.PluginOn:
-		return fmt.Sprintf("NOT AVAILABLE, but --plugin on: RabbitMQ %s cannot load the delayed-message plugin (4.3 removed Mnesia, "+
-			"which it stores its messages in); use --plugin auto or off: the ladder and buckets carry every delay", version)
-	case noPlugin43:
-		return fmt.Sprintf("unavailable: RabbitMQ %s cannot load the delayed-message plugin (4.3 removed Mnesia, which it stores its "+
-			"messages in); the ladder and buckets carry every delay", version)
+	case noPlugin != nil && mode == topology.PluginOn:
+		return fmt.Sprintf("NOT AVAILABLE, but --plugin on: %v; use --plugin auto or off: the ladder and buckets carry every delay", noPlugin)
+	case noPlugin != nil:
+		return fmt.Sprintf("unavailable: %v; the ladder and buckets carry every delay", noPlugin)
 	case mode == topology.PluginOn:
 		return "NOT AVAILABLE, but --plugin on"
 	}
