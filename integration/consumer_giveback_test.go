@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // How the Consumer gives a delivery back, against RabbitMQ 4.3's delivery counting
@@ -26,36 +25,10 @@ import (
 // delivery limit (x-delivery-count), basic.nack with requeue does not (only x-acquired-count);
 // before 4.3 both count.
 
-// countsOnlyRejects reports whether the broker of env is RabbitMQ 4.3 or later, from the
-// connection's server properties.
-func countsOnlyRejects(t testing.TB, env *brokertest.Env) bool {
-	t.Helper()
-	v, _ := env.Dial(t).Properties["version"].(string)
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		t.Fatalf("broker version %q", v)
-	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	if err1 != nil || err2 != nil {
-		t.Fatalf("broker version %q", v)
-	}
-	return major > 4 || major == 4 && minor >= 3
-}
-
 // headerCount is an integer header of d (0 when absent).
 func headerCount(d amqp.Delivery, name string) int64 {
-	switch v := d.Headers[name].(type) {
-	case int64:
-		return v
-	case int32:
-		return int64(v)
-	case int16:
-		return int64(v)
-	case int8:
-		return int64(v)
-	}
-	return 0
+	n, _, _ := ttlbuckets.HeaderInt(d.Headers[name])
+	return n
 }
 
 // TestConsumerRetryFailingParkedByLimit: a message whose handler fails and whose retry publish
@@ -135,7 +108,7 @@ func TestConsumerRetryFailingParkedByLimit(t *testing.T) {
 func TestConsumerShutdownNotCounted(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
-	only := countsOnlyRejects(t, env)
+	only := brokerAtLeast(t, env, 4, 3) // RabbitMQ 4.3 counts only failed returns
 	limit := 2
 	if !only {
 		limit = 0 // the default, 20

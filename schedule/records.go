@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // Header names. None begins with "x-": a headers exchange ignores binding arguments whose names
@@ -125,8 +126,9 @@ func parseRecord(d amqp.Delivery) (r record, ok bool, err error) {
 	r.hash, _ = h[HashHeader].(string)
 	r.instance, _ = h[InstanceHeader].(string)
 	r.written = d.Timestamp
-	r.late = time.Duration(toInt64(h[LateHeader])) * time.Millisecond
-	r.missed = toInt64(h[MissedHeader])
+	late, _, _ := ttlbuckets.HeaderInt(h[LateHeader])
+	r.late = time.Duration(late) * time.Millisecond
+	r.missed, _, _ = ttlbuckets.HeaderInt(h[MissedHeader])
 	if s, _ := h[NextHeader].(string); s != "" {
 		if r.next, err = time.Parse(time.RFC3339Nano, s); err != nil {
 			return r, false, fmt.Errorf("schedule: record %s of %q: %s: %w", r.kind, r.name, NextHeader, err)
@@ -158,28 +160,6 @@ func parseRecord(d amqp.Delivery) (r record, ok bool, err error) {
 		return r, false, nil
 	}
 	return r, true, nil
-}
-
-func toInt64(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case int32:
-		return int64(x)
-	case int16:
-		return int64(x)
-	case int8:
-		return int64(x)
-	case int:
-		return int64(x)
-	case uint8:
-		return int64(x)
-	case uint16:
-		return int64(x)
-	case uint32:
-		return int64(x)
-	}
-	return 0
 }
 
 // userMessage returns the user's message a definition record carries: its body, properties
