@@ -203,10 +203,6 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 0)
 		return
 	}
-	version, verr := e.m.Version(ctx) // for the requeue-loop rule, which depends on it ("" when unknown)
-	if verr != nil {
-		version = ""
-	}
 	ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 1)
 	collected := 1.0
 	if s.StatsDisabled {
@@ -264,7 +260,7 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 			if mq.Messages >= 0 {
 				gauge(e.ready, mq.Messages, q.Name)
 			}
-			_, looping := topology.RequeueLoopOf(q, mq, version)
+			_, looping := topology.RequeueLoopOf(q, mq, s.Version)
 			gauge(e.requeueLoop, map[bool]int64{true: 1}[looping], q.Name)
 		}
 	}

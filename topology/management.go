@@ -382,9 +382,7 @@ func (m *Management) ExchangeTypes(ctx context.Context) ([]string, error) {
 // Version returns the RabbitMQ version the management API reports (its overview's
 // rabbitmq_version, e.g. "3.10.8" or "4.3.6"). Errors wrap ErrManagement.
 func (m *Management) Version(ctx context.Context) (string, error) {
-	var raw struct {
-		Version string `json:"rabbitmq_version"`
-	}
+	var raw overview
 	if err := m.get(ctx, "api/overview", &raw); err != nil {
 		return "", err
 	}

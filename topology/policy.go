@@ -409,10 +409,20 @@ func delayOverflow(def map[string]any, quorum bool) string {
 // exist is judged as it would be once declared (see missingQueues), and its problems say so.
 // Errors wrap ErrManagement.
 func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
+	probs, _, err := m.policyProblems(ctx, p)
+	return probs, err
+}
+
+// overview is what the management API's overview says of the broker.
+type overview struct {
+	Version      string `json:"rabbitmq_version"`
+	DisableStats bool   `json:"disable_stats"`
+}
+
+// policyProblems is PolicyProblems, with the overview it read on the way.
+func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, overview, error) {
 	var pols, ops map[string]managedPolicy
-	var overview struct {
-		Version string `json:"rabbitmq_version"`
-	}
+	var overview overview
 	var queues, exchanges []managedObject
 	vh := url.PathEscape(m.vhost)
 	err := parallel( // snapshot.go
@@ -424,7 +434,7 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 		},
 		func() error { return m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges) })
 	if err != nil {
-		return nil, err
+		return nil, overview, err
 	}
 	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
 	p = p.ForBroker(major)
@@ -446,7 +456,7 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 	for i := range exchanges {
 		exchanges[i].Policy = choosePolicy(pols, KindExchange, exchanges[i], major, rawName(exchanges[i].Policy))
 	}
-	return policyProblemsOf(p, pols, ops, queues, exchanges, major), nil
+	return policyProblemsOf(p, pols, ops, queues, exchanges, major), overview, nil
 }
 
 // missingQueues returns, as the management API would list them once declared, the queues of

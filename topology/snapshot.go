@@ -20,21 +20,26 @@ type Snapshot struct {
 	// disable_stats, rabbitmq_management_agent.disable_metrics_collector = true), so the
 	// queues' message counts and messages_dlx are unknown ([Management.StatsDisabled]).
 	StatsDisabled bool
+	// Version is the RabbitMQ version the management API reports (its overview's
+	// rabbitmq_version, e.g. "4.3.6"; "" when it does not say).
+	Version string
 }
 
 // Snapshot reads, all at once, what [Management.Cluster] and [Management.PolicyProblems]
 // read: the vhost's queues, the cluster's nodes (skipped without the monitoring tag), the
-// vhost's bindings, exchanges and policies, the operator policies and the broker's version.
+// vhost's bindings, exchanges and policies, the operator policies and the broker's overview
+// (its version, and whether it collects statistics), once.
 // ctx bounds every request. Errors wrap ErrManagement.
 func (m *Management) Snapshot(ctx context.Context, p *Plan) (*Snapshot, error) {
 	var s Snapshot
+	var ov overview
 	err := parallel(
-		func() (err error) { s.PolicyProblems, err = m.PolicyProblems(ctx, p); return err },
-		func() (err error) { s.Queues, s.Cluster, err = m.clusterView(ctx, p); return err },
-		func() (err error) { s.StatsDisabled, err = m.StatsDisabled(ctx); return err })
+		func() (err error) { s.PolicyProblems, ov, err = m.policyProblems(ctx, p); return err },
+		func() (err error) { s.Queues, s.Cluster, err = m.clusterView(ctx, p); return err })
 	if err != nil {
 		return nil, err
 	}
+	s.StatsDisabled, s.Version = ov.DisableStats, ov.Version
 	return &s, nil
 }
 
@@ -82,11 +87,9 @@ func parallel(fs ...func() error) error {
 // messages_dlx are then never known: a status or an exporter reading them sees nothing stuck.
 // Errors wrap ErrManagement.
 func (m *Management) StatsDisabled(ctx context.Context) (bool, error) {
-	var overview struct {
-		DisableStats bool `json:"disable_stats"`
-	}
-	if err := m.get(ctx, "api/overview", &overview); err != nil {
+	var ov overview
+	if err := m.get(ctx, "api/overview", &ov); err != nil {
 		return false, err
 	}
-	return overview.DisableStats, nil
+	return ov.DisableStats, nil
 }
