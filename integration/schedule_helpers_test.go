@@ -235,6 +235,14 @@ func (l *occurrenceLog) count() int {
 // occurrence between the first and the last delivered that is missing.
 func (l *occurrenceLog) check(t *testing.T, every time.Duration) (distinct int) {
 	t.Helper()
+	distinct, _ = l.verify(t, every, t.Errorf)
+	return distinct
+}
+
+// verify is check with duplicates reported through dup (t.Errorf fails them, t.Logf only
+// logs them); it also returns how many ids were delivered more than once.
+func (l *occurrenceLog) verify(t *testing.T, every time.Duration, dup func(format string, args ...any)) (distinct, dups int) {
+	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, b := range l.bad {
@@ -256,7 +264,8 @@ func (l *occurrenceLog) check(t *testing.T, every time.Duration) (distinct int) 
 	}
 	for id, n := range seen {
 		if n > 1 {
-			t.Errorf("occurrence %s delivered %d times", id, n)
+			dups++
+			dup("occurrence %s delivered %d times", id, n)
 		}
 	}
 	if every > 0 && !first.IsZero() {
@@ -267,7 +276,7 @@ func (l *occurrenceLog) check(t *testing.T, every time.Duration) (distinct int) 
 			}
 		}
 	}
-	return len(seen)
+	return len(seen), dups
 }
 
 // schedProc is a running scheduler process.

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -769,8 +768,7 @@ func BenchmarkApplyDefault(b *testing.B) {
 // otherwise with the management API's POST /api/definitions/<vhost>, which runs the same importer.
 func importDefinitions(t *testing.T, env *brokertest.Env, defs []byte) {
 	t.Helper()
-	state := os.Getenv("BROKER_STATE")
-	if kind, _ := os.ReadFile(filepath.Join(state, "kind")); state != "" && strings.TrimSpace(string(kind)) == "local" {
+	if state := os.Getenv("BROKER_STATE"); privateNode() {
 		f, err := os.CreateTemp("", "rabbitdelay-defs-*.json")
 		if err != nil {
 			t.Fatal(err)
