@@ -1,6 +1,7 @@
 package amqpdelay
 
 import (
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -10,7 +11,7 @@ import (
 )
 
 // delayHeaders returns a copy of h without the headers that decide or record a delay
-// (ttlbuckets.IsDelayHeader: rabbitdelay-*, x-delay, x-death, x-first-death-*,
+// (ttlbuckets.IsDelayHeader: the routing headers, x-delay, x-death, x-first-death-*,
 // x-last-death-*), with room for extra more entries. h is not modified.
 func delayHeaders(h amqp.Table, extra int) amqp.Table {
 	out := make(amqp.Table, len(h)+extra)
@@ -22,13 +23,13 @@ func delayHeaders(h amqp.Table, extra int) amqp.Table {
 	return out
 }
 
-// directHeaders returns a copy of h without rabbitdelay's own headers (a stale due time or
-// digit must not mislead), keeping everything else, x-death included: a direct publish is
-// the caller's message as given.
+// directHeaders returns a copy of h without rabbitdelay's routing headers (a stale due time
+// or digit must not mislead), keeping everything else, x-delay and x-death included: a
+// direct publish is the caller's message as given.
 func directHeaders(h amqp.Table) amqp.Table {
 	out := make(amqp.Table, len(h)+1)
 	for k, v := range h {
-		if len(k) < len(ttlbuckets.HeaderPrefix) || k[:len(ttlbuckets.HeaderPrefix)] != ttlbuckets.HeaderPrefix {
+		if !ttlbuckets.IsDelayHeader(k) || strings.HasPrefix(k, "x-") {
 			out[k] = v
 		}
 	}

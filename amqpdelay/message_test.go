@@ -34,6 +34,8 @@ func retryHeaders() amqp.Table {
 		"tenant":                  "acme",
 		"attempt":                 int64(2),
 		"x-custom":                "kept",
+		"rabbitdelay-attempt":     int64(3), // a consumer's retry record: not a routing header
+		"rabbitdelay-copy":        "c1",
 	}
 }
 
@@ -70,7 +72,7 @@ func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
 						}
 					}
 				}
-				for _, k := range []string{"tenant", "attempt", "x-custom"} {
+				for _, k := range []string{"tenant", "attempt", "x-custom", "rabbitdelay-attempt", "rabbitdelay-copy"} {
 					if !reflect.DeepEqual(out[k], before[k]) {
 						t.Errorf("header %q = %v, want %v (the caller's)", k, out[k], before[k])
 					}

@@ -151,9 +151,9 @@
 //     declared without either, the broker drops it.
 //   - Copies lose Expiration (a per-message TTL would expire them inside the delay topology) and
 //     UserId (RabbitMQ refuses a user id other than the publishing connection's).
-//   - The retry and parking copies go through the amqpdelay Publisher, which replaces every
-//     rabbitdelay-* header; that is why the Consumer's own headers begin with "rabbitdelay."
-//     (a dot), and why a retry's x-death headers only record its own delay hops.
+//   - The retry and parking copies go through the amqpdelay Publisher, which replaces the
+//     routing headers (ttlbuckets.IsDelayHeader) and keeps the Consumer's own rabbitdelay-*
+//     headers; it strips x-death, so a retry's x-death headers only record its own delay hops.
 //   - On a connection loss, the session's running handlers finish before the Consumer
 //     reconnects; their acks fail and the store skips the redelivered copies.
 //

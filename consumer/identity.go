@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -66,7 +68,7 @@ func derivedError(why string, id string) error {
 // the routing key it first arrived with, its properties but MessageId, Expiration, UserId and
 // DeliveryMode (which the Consumer's copies drop or may set), its application headers (all
 // but those beginning with "x-", which RabbitMQ adds on redelivery and dead-lettering, such as
-// x-delivery-count, x-acquired-count and x-death; "rabbitdelay-" and "rabbitdelay.", which the
+// x-delivery-count, x-acquired-count and x-death; "rabbitdelay-", which the
 // delay paths and the Consumer write; CC and BCC) and its body. A redelivery of the same
 // message has the same id on every RabbitMQ version.
 func contentID(d amqp.Delivery) string {
@@ -82,7 +84,7 @@ func contentID(d amqp.Delivery) string {
 	hashValue(h, d.Priority)
 	app := amqp.Table{}
 	for k, v := range d.Headers {
-		if !strings.HasPrefix(k, "x-") && !strings.HasPrefix(k, "rabbitdelay-") && !strings.HasPrefix(k, "rabbitdelay.") && k != "CC" && k != "BCC" {
+		if !strings.HasPrefix(k, "x-") && !strings.HasPrefix(k, ttlbuckets.HeaderPrefix) && k != "CC" && k != "BCC" {
 			app[k] = v
 		}
 	}

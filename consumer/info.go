@@ -98,7 +98,7 @@ const (
 	//   - no MessageId (a plain client's publish), or the id function returned "": the id is
 	//     ContentIDPrefix and the SHA-256 of the routing key the message first arrived with,
 	//     its properties (but MessageId, Expiration, UserId, DeliveryMode), its application
-	//     headers (but x-*, rabbitdelay-*, rabbitdelay.*, CC, BCC) and its body. A redelivery
+	//     headers (but x-*, rabbitdelay-*, CC, BCC) and its body. A redelivery
 	//     has the same id, so it is skipped once the message was handled, as one with a
 	//     MessageId would be; and messages alike in all of these count as one (the second is
 	//     skipped as a duplicate while the first is remembered). The Consumer's retry, deferred

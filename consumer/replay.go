@@ -12,7 +12,7 @@ import (
 )
 
 // HeaderReplayed (int64, Unix ms) is when [Replay] sent a parked message back to its queue.
-const HeaderReplayed = "rabbitdelay.replayed"
+const HeaderReplayed = "rabbitdelay-replayed"
 
 // Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue names
 // queue) from the topology's parking queue back to queue (n <= 0: all of them), and returns how

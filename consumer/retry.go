@@ -8,39 +8,39 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
-// Headers the Consumer writes on the copies it sends (retries, parked messages). They do not
-// begin with "rabbitdelay-": the amqpdelay Publisher strips every rabbitdelay-* header from a
-// delayed copy (they decide or record a delay), and these must travel with the retry.
+// Headers the Consumer writes on the copies it sends (retries, parked messages). The amqpdelay
+// Publisher strips only the routing headers (ttlbuckets.IsDelayHeader) from a delayed copy, so
+// these travel with the retry.
 const (
 	// HeaderAttempt (int64) is the attempt a delivery is: absent or 1 for the first, 2 for the
 	// first retry, and so on. rabbitdelay counts its own retries here; x-death counts the delay
 	// queues' hops, and RabbitMQ 4.x ignores an x-death a client publishes.
-	HeaderAttempt = "rabbitdelay.attempt"
+	HeaderAttempt = "rabbitdelay-attempt"
 	// HeaderFirstFailure and HeaderLastFailure (int64, Unix ms) are when the first and the
 	// latest attempt failed.
-	HeaderFirstFailure = "rabbitdelay.first-failure"
-	HeaderLastFailure  = "rabbitdelay.last-failure"
+	HeaderFirstFailure = "rabbitdelay-first-failure"
+	HeaderLastFailure  = "rabbitdelay-last-failure"
 	// HeaderError (string) is the latest failure's error text, cut to MaxErrorLen bytes.
-	HeaderError = "rabbitdelay.error"
+	HeaderError = "rabbitdelay-error"
 	// HeaderPanic (string) is set when the latest failure was a panic ([PanicError]): the
 	// panic's value and the first frames below it, function and file:line each, at most
 	// MaxPanicLen bytes ("panic: boom; at orders.handle (orders/handle.go:42); at ...").
-	HeaderPanic = "rabbitdelay.panic"
+	HeaderPanic = "rabbitdelay-panic"
 	// HeaderQueue (string) is the queue the message was consumed from and belongs back to.
-	HeaderQueue = "rabbitdelay.queue"
+	HeaderQueue = "rabbitdelay-queue"
 	// HeaderRoutingKey and HeaderTarget (string) keep the routing key the message first
 	// arrived with and its rabbitdelay-target header ("" when it had none): a retry travels
 	// with the queue's name as routing key and with the retry exchange as target, and the
 	// Consumer gives the handler the original values back.
-	HeaderRoutingKey = "rabbitdelay.routing-key"
-	HeaderTarget     = "rabbitdelay.target"
+	HeaderRoutingKey = "rabbitdelay-first-routing-key"
+	HeaderTarget     = "rabbitdelay-first-target"
 	// HeaderDue (int64, Unix ms) keeps the first delivery's rabbitdelay-due on a parked
-	// message (a direct publish drops rabbitdelay-* headers).
-	HeaderDue = "rabbitdelay.due"
+	// message (a direct publish drops the routing headers, rabbitdelay-due among them).
+	HeaderDue = "rabbitdelay-first-due"
 	// HeaderParked (int64, Unix ms) is when the message was parked, and HeaderParkReason why:
 	// ParkAttempts, ParkPermanent or ParkRetryRefused.
-	HeaderParked     = "rabbitdelay.parked"
-	HeaderParkReason = "rabbitdelay.park-reason"
+	HeaderParked     = "rabbitdelay-parked"
+	HeaderParkReason = "rabbitdelay-park-reason"
 )
 
 // Park reasons (the HeaderParkReason header).

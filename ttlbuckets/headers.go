@@ -14,7 +14,9 @@ import (
 // such a header would match every message. Integer values are always int64: a Go int in
 // an amqp091 Table goes on the wire as a signed 32-bit value.
 const (
-	// HeaderPrefix begins every header name this package defines.
+	// HeaderPrefix begins every header name rabbitdelay writes: this package's routing headers
+	// below, and the headers other packages write (the consumer package's retry record, the
+	// copy tag). Only the routing headers are stripped on a new delay ([IsDelayHeader]).
 	HeaderPrefix = "rabbitdelay-"
 	// TargetHeader (string) is the target exchange's name, matched by the dispatch
 	// exchange's bindings.
@@ -53,20 +55,30 @@ func DigitHeader(level int) string {
 	return digitHeaderPrefix + strconv.Itoa(level)
 }
 
-// IsDelayHeader reports whether name is a header that decides or records a delay: any
-// header beginning with [HeaderPrefix], the delayed-message plugin's "x-delay", and the
-// broker's dead-lettering record "x-death", "x-first-death-*" and "x-last-death-*". A
-// publisher strips exactly this set from a message (a copy of a delivery, say) before
-// sending it into a delay path: a stale "x-delay" must not decide the new delay, and
-// "x-death" entries for the ladder's queues can make the broker's dead-letter cycle
-// detection drop the message (https://www.rabbitmq.com/docs/dlx). Names are compared
-// exactly (AMQP header names are case-sensitive).
+// IsDelayHeader reports whether name is a header that decides or records a delay: this
+// package's routing headers ([TargetHeader], [DueHeader], [BucketHeader], [LastLevelHeader]
+// and every [DigitHeader]), the delayed-message plugin's "x-delay", and the broker's
+// dead-lettering record "x-death", "x-first-death-*" and "x-last-death-*". A publisher
+// strips exactly this set from a message (a copy of a delivery, say) before sending it into
+// a delay path: a stale digit or "x-delay" must not decide the new delay, and "x-death"
+// entries for the ladder's queues can make the broker's dead-letter cycle detection drop the
+// message (https://www.rabbitmq.com/docs/dlx). Other headers beginning with [HeaderPrefix]
+// travel with the message. Names are compared exactly (AMQP header names are case-sensitive).
 func IsDelayHeader(name string) bool {
-	return strings.HasPrefix(name, HeaderPrefix) ||
+	return isRoutingHeader(name) ||
 		name == "x-delay" ||
 		name == "x-death" ||
 		strings.HasPrefix(name, "x-first-death-") ||
 		strings.HasPrefix(name, "x-last-death-")
+}
+
+// isRoutingHeader reports whether name is one of this package's routing headers.
+func isRoutingHeader(name string) bool {
+	switch name {
+	case TargetHeader, DueHeader, BucketHeader, LastLevelHeader:
+		return true
+	}
+	return strings.HasPrefix(name, digitHeaderPrefix)
 }
 
 // EncodeDigits sets, in h, the digit header ([DigitHeader]) of every level of the ladder,

@@ -87,7 +87,7 @@ func printStatus(w io.Writer, v statusView) {
 		fmt.Fprintln(w, "  it is not empty: each message there reached no handler, or failed its handler for good. It holds due messages "+
 			"whose target is not bound to the dispatch exchange or routed them to no queue (header rabbitdelay-target names it), "+
 			"messages a quorum ready queue gave up on (x-death reason delivery_limit, or rejected without requeue), and messages the "+
-			"consumer package parked (header rabbitdelay.park-reason; rabbitdelay.queue names the queue; consumer.Replay sends them "+
+			"consumer package parked (header rabbitdelay-park-reason; rabbitdelay-queue names the queue; consumer.Replay sends them "+
 			"back). Read them with acknowledgements. Status reports no problem for that alone.")
 	}
 	if rep.PluginMessagesDelayed >= 0 {
