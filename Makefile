@@ -39,7 +39,7 @@ test: vet fuzz
 		echo "== make test: passed against RabbitMQ $(TEST_VERSIONS) (single node and $(CLUSTER_NODES)-node cluster)"; \
 	fi
 
-# The tests that need a broker (integration/ and the declare CLI's) build only with the
+# The tests that need a broker (integration/ and the CLI's, cmd/declare) build only with the
 # integration tag: a plain `go test ./...` needs no broker and starts none.
 TAGS := -tags integration
 
@@ -62,7 +62,7 @@ fuzz:
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
-## demo: `declare apply` of a demo topology, then demo/ordertimeout (10,000 orders), on the
+## demo: `rabbitdelay apply` of a demo topology, then demo/ordertimeout (10,000 orders), on the
 ## broker `scripts/broker up` recorded, or else on one started for the demo (see scripts/demo)
 demo:
 	@scripts/demo $(DEMOARGS)

@@ -384,7 +384,7 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defs, err := topology.Export(p.ForBroker(brokerMajor(t, env)), env.VHost) // as `declare export --rabbitmq-version`
+	defs, err := topology.Export(p.ForBroker(brokerMajor(t, env)), env.VHost) // as `rabbitdelay export --rabbitmq-version`
 	if err != nil {
 		t.Fatal(err)
 	}
