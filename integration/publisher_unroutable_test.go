@@ -5,6 +5,8 @@ package integration
 import (
 	"testing"
 	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 )
 
 // TestPublisherDueWithoutBindingWaitsForOne: a delayed message falls due while its target
@@ -43,4 +45,4 @@ func TestPublisherDueWithoutBindingWaitsForOne(t *testing.T) {
 }
 
 // deliveryDueOf is the due time an arrival carries (amqpdelay.Due).
-func deliveryDueOf(a arrival) (time.Time, bool) { return deliveryDue(&a.d) }
+func deliveryDueOf(a arrival) (time.Time, bool) { return amqpdelay.Due(a.d) }
