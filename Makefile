@@ -39,13 +39,16 @@ test: vet fuzz
 		echo "== make test: passed against RabbitMQ $(TEST_VERSIONS) (single node and $(CLUSTER_NODES)-node cluster)"; \
 	fi
 
-# The tests that need a broker (integration/ and the declare CLI's) build only with the
-# integration tag: a plain `go test ./...` needs no broker and starts none.
+# The tests that need a broker (integration/ and the CLI's, cmd/declare) build only with the
+# integration tag: a plain `go test ./...` needs no broker and starts none. The benchmarks of
+# integration/ also need the bench tag, so the correctness tests compile and run without them.
 TAGS := -tags integration
+BENCH_TAGS := -tags integration,bench
 
 vet:
 	$(GO) vet ./...
 	$(GO) vet $(TAGS) ./...
+	$(GO) vet $(BENCH_TAGS) ./...
 
 # -timeout bounds a hang, not a duration: on a busy 2-core machine the integration package
 # takes several times as long as on an idle one. Most integration tests wait on the broker (message
@@ -62,14 +65,15 @@ fuzz:
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
-## demo: `declare apply` of a demo topology, then demo/ordertimeout (10,000 orders), on the
+## demo: `rabbitdelay apply` of a demo topology, then demo/ordertimeout (10,000 orders), on the
 ## broker `scripts/broker up` recorded, or else on one started for the demo (see scripts/demo)
 demo:
 	@scripts/demo $(DEMOARGS)
 
-## bench: the benchmarks of ./integration against a real broker (docs/benchmarks.md)
+## bench: the benchmarks of ./integration (build tags integration and bench) against a real
+## broker (docs/benchmarks.md)
 bench:
-	$(BROKER) $(GO) test $(TAGS) ./integration -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m $(BENCHARGS)
+	$(BROKER) $(GO) test $(BENCH_TAGS) ./integration -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m $(BENCHARGS)
 
 build:
 	$(GO) build ./...

@@ -38,7 +38,7 @@ func Example() {
 	}, 15*time.Minute)
 	switch {
 	case errors.Is(err, amqpdelay.ErrUnknownTarget):
-		log.Fatal("add orders to AMQPDELAY_TARGETS and run declare apply: ", err)
+		log.Fatal("add orders to AMQPDELAY_TARGETS and run rabbitdelay apply: ", err)
 	case err != nil:
 		log.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func (p *Publisher) checkManaged(ctx context.Context) error {
 		}
 		if !bound {
 			problems = append(problems, fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (the management API "+
-				"lists no such binding): run `declare apply` with %q among AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, p.names.Dispatch(), t.Name))
+				"lists no such binding): run `rabbitdelay apply` with %q among AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, p.names.Dispatch(), t.Name))
 		}
 	}
 	// The exchanges with a topic permission for the Publisher's user: direct publishes to

@@ -194,6 +194,6 @@ func errPluginMissing(brokerVersion string) error {
 		return fmt.Errorf("%w: %v: use strategy Auto or LadderOnly, which take the ladder", ErrPluginUnavailable, err)
 	}
 	return fmt.Errorf("%w: the broker has no delayed-message plugin exchange: the plugin (%s) is missing, "+
-		"or `declare apply --plugin on` was not run; use strategy Auto or LadderOnly to do without it",
+		"or `rabbitdelay apply --plugin on` was not run; use strategy Auto or LadderOnly to do without it",
 		ErrPluginUnavailable, plugin.PluginName)
 }

@@ -129,7 +129,7 @@ func TestPluginMissingErrorSaysWhy(t *testing.T) {
 	if !errors.Is(err, ErrPluginUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
-	for _, want := range []string{"rabbitmq_delayed_message_exchange", "declare apply --plugin on"} {
+	for _, want := range []string{"rabbitmq_delayed_message_exchange", "rabbitdelay apply --plugin on"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

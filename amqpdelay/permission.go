@@ -112,7 +112,7 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 				"with a key it allows: %w", ErrAccessRefused, exchange, routingKey, ae.Reason, ae)
 		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
 			return fmt.Errorf("%w: target exchange %q does not exist (RabbitMQ answered 404 NOT_FOUND); nothing was sent: run "+
-				"`declare apply`: %w", ErrExchangeNotFound, exchange, err)
+				"`rabbitdelay apply`: %w", ErrExchangeNotFound, exchange, err)
 		case answer.lost:
 			continue // the connection went during the check: check again on the next one
 		case tries < 3:

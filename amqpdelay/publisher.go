@@ -342,7 +342,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			// this message was not stored: choose again without the plugin, or fail plainly.
 			if p.opts.strategy == PluginOnly {
 				return Receipt{}, fmt.Errorf("%w: the plugin exchange %q no longer exists (RabbitMQ answered 404 NOT_FOUND; this message "+
-					"was not stored): run `declare apply` with the plugin on, then publish again", ErrPluginUnavailable, dest)
+					"was not stored): run `rabbitdelay apply` with the plugin on, then publish again", ErrPluginUnavailable, dest)
 			}
 			if c, err = (chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}).choose(delay); err != nil {
 				return Receipt{}, err
@@ -419,7 +419,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			}
 			if errors.Is(err, ErrUnroutable) && (c.path == PathLadder || c.path == PathBucket) {
 				err = fmt.Errorf("%w; the delay topology routes it to no queue, so it is incomplete or damaged (a queue, binding "+
-					"or exchange deleted or re-declared): `declare status` names what is wrong, `declare apply` declares what is "+
+					"or exchange deleted or re-declared): `rabbitdelay status` names what is wrong, `rabbitdelay apply` declares what is "+
 					"missing", err)
 			}
 			return Receipt{}, err
@@ -443,7 +443,7 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 				"(it cannot be bound to the dispatch exchange): publish to a named target exchange", ErrInvalidInput, ErrUnknownTarget)
 		}
 		if _, ok := p.targets[exchange]; !ok {
-			return fmt.Errorf("%w: %q is not among the topology's targets (%s): add it to AMQPDELAY_TARGETS and run `declare apply`",
+			return fmt.Errorf("%w: %q is not among the topology's targets (%s): add it to AMQPDELAY_TARGETS and run `rabbitdelay apply`",
 				ErrUnknownTarget, exchange, p.targetList())
 		}
 		if msg.Expiration != "" {
@@ -683,7 +683,7 @@ func (p *Publisher) pluginGone(err error) bool {
 		p.nextProbe.Store(time.Now().Add(pluginReprobe).UnixNano())
 		p.pluginLost.Store(true)
 		p.log.Warn().Str("exchange", p.names.PluginExchange()).
-			Msg("amqpdelay: the plugin exchange is gone (404); publishing without the plugin until it is declared again (`declare apply`)")
+			Msg("amqpdelay: the plugin exchange is gone (404); publishing without the plugin until it is declared again (`rabbitdelay apply`)")
 	}
 	return true
 }
@@ -718,7 +718,7 @@ func (p *Publisher) entryBroken(err error, dest string) bool {
 	if p.entry.CompareAndSwap(true, false) {
 		p.log.Warn().Str("exchange", dest).Str("error", err.Error()).
 			Msg("amqpdelay: a ladder entry exchange " + how + "; publishing through the ladder levels' exchanges until the next " +
-				"connection (`declare status` names what is wrong, `declare apply` declares what is missing)")
+				"connection (`rabbitdelay status` names what is wrong, `rabbitdelay apply` declares what is missing)")
 	}
 	return true
 }

@@ -217,7 +217,7 @@ func (p *Publisher) record(ctx context.Context, typ string, entries []revlog.Ent
 				continue
 			}
 			if errors.Is(err, ErrUnroutable) {
-				return fmt.Errorf("%w: the revocation stream %q does not exist (the broker returned the record): run `declare apply` "+
+				return fmt.Errorf("%w: the revocation stream %q does not exist (the broker returned the record): run `rabbitdelay apply` "+
 					"with the same AMQPDELAY_* variables (RabbitMQ 3.9 or later, feature flag stream_queue): %w", ErrTopologyMissing, stream, err)
 			}
 			if err != nil {

@@ -176,19 +176,19 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	l := p.ladder
 	checks := []check{
 		{exchange: p.names.Dispatch(), missing: func() error {
-			return fmt.Errorf("%w: exchange %q does not exist in this vhost: run `declare apply` with the same AMQPDELAY_* variables (prefix %q)",
+			return fmt.Errorf("%w: exchange %q does not exist in this vhost: run `rabbitdelay apply` with the same AMQPDELAY_* variables (prefix %q)",
 				ErrTopologyMissing, p.names.Dispatch(), p.cfg.Spec.Prefix)
 		}},
 		{exchange: p.names.LadderMarker(l), missing: func() error {
 			return fmt.Errorf("%w: the topology of prefix %q was declared with another ladder than this publisher's (unit %v, radix %d, order %s, %d levels; "+
-				"exchange %q is missing): use the same AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER as `declare apply`, or apply this ladder under another prefix",
+				"exchange %q is missing): use the same AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER as `rabbitdelay apply`, or apply this ladder under another prefix",
 				ErrTopologyMissing, p.cfg.Spec.Prefix, l.Unit, l.Radix, l.Order, l.Levels(), p.names.LadderMarker(l))
 		}},
 	}
 	if n := p.cfg.Spec.Shards; n > 1 {
 		checks = append(checks, check{exchange: p.names.ShardsMarker(l, n), missing: func() error {
 			return fmt.Errorf("%w: the topology of prefix %q has no %d copies of its ladder (exchange %q is missing): "+
-				"use the same AMQPDELAY_SHARDS as `declare apply`, or apply again with AMQPDELAY_SHARDS=%d",
+				"use the same AMQPDELAY_SHARDS as `rabbitdelay apply`, or apply again with AMQPDELAY_SHARDS=%d",
 				ErrTopologyMissing, p.cfg.Spec.Prefix, n, p.names.ShardsMarker(l, n), n)
 		}})
 	}
@@ -199,7 +199,7 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 					"creates them; enable what creates it, or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name)
 			}
 			return fmt.Errorf("%w: target exchange %q does not exist: correct its name in this publisher's AMQPDELAY_TARGETS if it is "+
-				"mistyped, declare it (AMQPDELAY_TARGETS=%s:topic, or another type, then `declare apply`), or leave it out",
+				"mistyped, declare it (AMQPDELAY_TARGETS=%s:topic, or another type, then `rabbitdelay apply`), or leave it out",
 				ErrTopologyMissing, t.Name, t.Name)
 		}})
 	}
@@ -210,13 +210,13 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	for _, t := range p.cfg.Spec.Targets {
 		checks = append(checks, check{exchange: p.names.TargetMarker(t.Name), missing: func() error {
 			return fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (marker exchange %q is missing): "+
-				"run `declare apply` with %q among AMQPDELAY_TARGETS, or leave it out of this publisher's AMQPDELAY_TARGETS",
+				"run `rabbitdelay apply` with %q among AMQPDELAY_TARGETS, or leave it out of this publisher's AMQPDELAY_TARGETS",
 				ErrTopologyMissing, t.Name, p.names.Dispatch(), p.names.TargetMarker(t.Name), t.Name)
 		}})
 	}
 	for _, b := range p.buckets.List() {
 		checks = append(checks, check{queue: p.names.BucketQueue(b.TTL), missing: func() error {
-			return fmt.Errorf("%w: bucket %v (queue %q) is not declared: use the same AMQPDELAY_BUCKETS as `declare apply`, or add %v there and apply again",
+			return fmt.Errorf("%w: bucket %v (queue %q) is not declared: use the same AMQPDELAY_BUCKETS as `rabbitdelay apply`, or add %v there and apply again",
 				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL), b.Delay)
 		}})
 	}

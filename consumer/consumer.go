@@ -161,7 +161,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		amqpdelay.WithConnectionName(c.o.name+"-retry"), amqpdelay.WithReconnectBackoff(c.o.reconnectMin, c.o.reconnectMax))
 	if err != nil {
 		return fmt.Errorf("consumer: start the retry Publisher (retries go through the delay topology to the retry exchange %q, "+
-			"which `declare apply` declares): %w", c.names.Retry(), err)
+			"which `rabbitdelay apply` declares): %w", c.names.Retry(), err)
 	}
 	defer func() {
 		if err := pub.Close(); err != nil {
@@ -188,7 +188,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			lost = fmt.Errorf("%w: the client library (amqp091-go) could not read a delivery of %q and closed the connection; "+
 				"such a message (typically a header table nested more than 32 deep or with more than 8,192 entries, from a "+
 				"publisher other than amqpdelay's) is delivered again after each reconnect, first in line: a quorum queue's "+
-				"delivery limit dead-letters it (a ready queue of `declare apply`: to the parking queue), a classic queue "+
+				"delivery limit dead-letters it (a ready queue of `rabbitdelay apply`: to the parking queue), a classic queue "+
 				"keeps it, so take it out by hand (management UI, Get messages, Ack mode \"Reject requeue false\"); until "+
 				"%d deliveries have been read, the Consumer takes one at a time, so the messages behind it are not given "+
 				"back with it and charged a delivery attempt", lost, c.queue, carefulDeliveries(c.o.concurrency))
@@ -283,13 +283,13 @@ func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 			return fail(fmt.Errorf("%w: queue %q does not exist in this vhost (RabbitMQ's passive declare answered 404): declare it "+
-				"(a ready queue of `declare apply`, AMQPDELAY_READY_QUEUES) or correct the name: %w", ErrQueueNotFound, c.queue, err))
+				"(a ready queue of `rabbitdelay apply`, AMQPDELAY_READY_QUEUES) or correct the name: %w", ErrQueueNotFound, c.queue, err))
 		}
 		return fail(fmt.Errorf("consumer: check queue %q: %w", c.queue, err))
 	}
 	if c.o.bind {
 		if err := ch.QueueBind(c.queue, c.queue, c.names.Retry(), false, nil); err != nil {
-			return fail(fmt.Errorf("consumer: bind queue %q to the retry exchange %q with key %q (run `declare apply`, or pass "+
+			return fail(fmt.Errorf("consumer: bind queue %q to the retry exchange %q with key %q (run `rabbitdelay apply`, or pass "+
 				"WithoutRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err))
 		}
 	}

@@ -18,7 +18,7 @@ import (
 // A consumer of the ready queue orders.timeouts: 16 handlers at a time, 5 attempts with
 // back-off, a Redis store shared by every instance, and the lateness of each message.
 func Example() {
-	cfg, err := amqpdelay.ConfigFromEnv() // the AMQPDELAY_* variables of `declare apply`
+	cfg, err := amqpdelay.ConfigFromEnv() // the AMQPDELAY_* variables of `rabbitdelay apply`
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-//go:build integration
+//go:build integration && bench
 
 package integration
 
@@ -558,7 +558,7 @@ func declareOneHop(tb testing.TB, xdeath bool) setup {
 	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub}
 }
 
-// declareBucketBurst is BenchmarkBurst's case "bucket": the bucket path as declare apply builds it
+// declareBucketBurst is BenchmarkBurst's case "bucket": the bucket path as rabbitdelay apply builds it
 // (the default topology with a 1 h bucket: bucket exchange, bucket quorum queue with
 // at-least-once dead-lettering into the dispatch exchange, the dispatch exchange's binding to the
 // target), each message published as the Publisher publishes a bucket message (its headers:

@@ -1,4 +1,4 @@
-//go:build integration
+//go:build integration && bench
 
 package integration
 
@@ -30,7 +30,7 @@ var (
 // its catch-up seconds and the heap it holds (MiB, after a GC), and as baseline, in the same run,
 // a raw amqp091-go read of the same stream (no decoding), with the ratio of the two.
 //
-//	go test ./integration -run '^$' -bench RevocationsCatchUp -benchtime 1x -timeout 30m
+//	go test -tags integration,bench ./integration -run '^$' -bench RevocationsCatchUp -benchtime 1x -timeout 30m
 func BenchmarkRevocationsCatchUp(b *testing.B) {
 	for range b.N {
 		env := brokertest.NewEnv(b)
@@ -159,7 +159,7 @@ var (
 // (x_raw) in "summary"; the ratio of reschedule to publish is what a Reschedule costs in
 // Publish calls.
 //
-//	go test ./integration -run '^$' -bench Reschedule -benchtime 1x -v
+//	go test -tags integration,bench ./integration -run '^$' -bench Reschedule -benchtime 1x -v
 func BenchmarkReschedule(b *testing.B) {
 	for range b.N {
 		s := declare(b, defaultLadderCase("ladder"))

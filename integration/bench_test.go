@@ -1,15 +1,16 @@
-//go:build integration
+//go:build integration && bench
 
 package integration
 
-// The benchmarks of `make bench` (README, Benchmarks). Each one measures its own baseline in the
+// The benchmarks of `make bench` (docs/benchmarks.md), built only with the bench tag beside
+// integration, so that the correctness tests compile without them. Each one measures its own baseline in the
 // same run and reports ratios to it, because the machines they run on are noisy: a figure alone
 // says little, a ratio to raw amqp091-go publishing on the same broker at the same moment says
 // more. Every heavy measurement runs once per benchmark iteration, so run them with
 // -benchtime 1x (as `make bench` does):
 //
-//	go test ./integration -run '^$' -bench . -benchtime 1x -timeout 60m
-//	go test ./integration -run '^$' -bench Burst -benchtime 1x -args -burst=20000
+//	go test -tags integration,bench ./integration -run '^$' -bench . -benchtime 1x -timeout 60m
+//	go test -tags integration,bench ./integration -run '^$' -bench Burst -benchtime 1x -args -burst=20000
 //
 // Figures are reported with b.ReportMetric and a small table through b.Logf (shown with -v or
 // when the benchmark logs). Each case works in its own vhost (brokertest.NewEnv), deleted with

@@ -335,17 +335,18 @@ func clusterTailLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-// buildDeclare builds cmd/declare into a temporary directory and returns the binary's path
-// (skips when the go tool is not on PATH).
+// buildDeclare builds the CLI (cmd/rabbitdelay, the code of cmd/declare) into a temporary
+// directory, as `go install` names it, and returns the binary's path (skips when the go tool is
+// not on PATH).
 func buildDeclare(t *testing.T) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("the go tool is not on PATH; cannot build cmd/declare")
+		t.Skip("the go tool is not on PATH; cannot build cmd/rabbitdelay")
 	}
-	bin := filepath.Join(t.TempDir(), "declare")
-	if out, err := exec.Command(goTool, "build", "-o", bin, "../cmd/declare").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/declare: %v\n%s", err, out)
+	bin := filepath.Join(t.TempDir(), "rabbitdelay")
+	if out, err := exec.Command(goTool, "build", "-o", bin, "../cmd/rabbitdelay").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/rabbitdelay: %v\n%s", err, out)
 	}
 	return bin
 }

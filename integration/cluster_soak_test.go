@@ -19,7 +19,7 @@ import (
 )
 
 // TestClusterSoak: node failures on a 3-node cluster while delayed messages flow, with every
-// message accounted for. Each fault runs in a vhost of its own: `declare apply` of a quorum
+// message accounted for. Each fault runs in a vhost of its own: `rabbitdelay apply` of a quorum
 // topology (test ladder: 4 levels, radix 16, up to 65.5 s; the policy's
 // queue-leader-locator balanced spreads the leaders), a direct target with a ready queue, a
 // Publisher given the address list of the three nodes, a plain consumer (manual acks) on
@@ -228,7 +228,7 @@ func (r *soakRun) setup() {
 		t.Fatalf("dial node 1: %v", err)
 	}
 	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: r.m.management(r.env.VHost)}); err != nil {
-		t.Fatalf("declare apply: %v", err)
+		t.Fatalf("rabbitdelay apply: %v", err)
 	}
 	_ = conn.Close()
 	// Every quorum queue led, every member online.

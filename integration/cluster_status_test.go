@@ -21,7 +21,7 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// TestClusterStatusDeadLetterWait: `declare status` names dead-lettering that waits on a
+// TestClusterStatusDeadLetterWait: `rabbitdelay status` names dead-lettering that waits on a
 // stopped node, on a 3-node cluster. A quorum topology (test ladder) is applied through node 1;
 // a second queue bound to the target exchange, declared through node 3 with one member
 // (x-quorum-initial-group-size 1), is on node 3 only. Node 3, which also leads some of the
@@ -29,7 +29,7 @@ import (
 // published through node 1: their last hop dead-letters (at least once) into the dispatch
 // exchange, whose target routes to the ready queue and to that queue, which cannot confirm
 // without node 3, so the messages stay in the last hops' dead-letter state (messages_dlx).
-// The declare binary's status must then exit 1 and print "DEAD-LETTERING WAITING ON AN
+// The CLI binary's status must then exit 1 and print "DEAD-LETTERING WAITING ON AN
 // UNREACHABLE NODE" with node 3's name and every delay queue that the management API shows
 // holding messages_dlx. Node 3 started again: everything moves on, every message reaches the
 // ready queue, and status exits 0. The exporter is read twice: on the healthy cluster its
@@ -143,7 +143,7 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 		case errors.As(err, &ee):
 			return ee.ExitCode(), out.String()
 		}
-		t.Fatalf("declare status: %v\n%s", err, out.String())
+		t.Fatalf("rabbitdelay status: %v\n%s", err, out.String())
 		return -1, ""
 	}
 
@@ -170,16 +170,16 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	}
 	code, out := status()
-	t.Logf("declare status with node 3 (%s) stopped, messages_dlx in %v: exit %d\n%s", victim, waiting, code, out)
+	t.Logf("rabbitdelay status with node 3 (%s) stopped, messages_dlx in %v: exit %d\n%s", victim, waiting, code, out)
 	if code != 1 {
-		t.Errorf("declare status exit code %d with node 3 stopped; want 1", code)
+		t.Errorf("rabbitdelay status exit code %d with node 3 stopped; want 1", code)
 	}
 	if !strings.Contains(out, "DEAD-LETTERING WAITING ON AN UNREACHABLE NODE: "+victim+" (") {
-		t.Errorf("declare status does not name dead-lettering waiting on %s:\n%s", victim, out)
+		t.Errorf("rabbitdelay status does not name dead-lettering waiting on %s:\n%s", victim, out)
 	}
 	for _, q := range waiting {
 		if !strings.Contains(out, q+" (") {
-			t.Errorf("declare status does not list %s, which holds messages in dead-letter state:\n%s", q, out)
+			t.Errorf("rabbitdelay status does not list %s, which holds messages in dead-letter state:\n%s", q, out)
 		}
 	}
 
@@ -222,7 +222,7 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("declare status still exits %d %v after node 3 came back:\n%s", code, step, out)
+			t.Fatalf("rabbitdelay status still exits %d %v after node 3 came back:\n%s", code, step, out)
 		}
 		time.Sleep(5 * time.Second)
 	}

@@ -16,13 +16,13 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// TestClusterTopology: on a 3-node cluster, declare apply spreads the leaders of the default
+// TestClusterTopology: on a 3-node cluster, rabbitdelay apply spreads the leaders of the default
 // topology's 226 quorum delay queues over the nodes although it declares everything through one
 // node's connection (the delay-queue policy's queue-leader-locator balanced: each node leads at
 // least one, none more than 60 %), and status reports the leaders per node. A node killed
 // (kill -9): status fails with ErrUnhealthy, flags the queues with a member offline and names
 // the node, and the leaders move to the two others. The node started again: its members come
-// back online, and `declare rebalance` gives it leaders again. Runs under `make cluster-test`
+// back online, and `rabbitdelay rebalance` gives it leaders again. Runs under `make cluster-test`
 // (skips without AMQP_URLS of 3+ nodes and BROKER_STATE).
 //
 // No timing is asserted; every wait has a generous deadline (3 nodes on a busy 2-core machine).
@@ -168,7 +168,7 @@ func TestClusterTopology(t *testing.T) {
 	_, before := led(cs)
 	t.Logf("node %d back: %s (balanced %v)", victim, leadersLine(cs), cs.Balanced)
 
-	// declare rebalance (the CLI, through node 1).
+	// rabbitdelay rebalance (the CLI, through node 1).
 	cmd := exec.CommandContext(ctx, bin, "rebalance", "--timeout", "5m")
 	cmd.Env = append(os.Environ(), "AMQPDELAY_URL="+c.nodeURL(1, env.VHost), "AMQPDELAY_MANAGEMENT_URL="+env.Broker.ManagementURL,
 		"AMQPDELAY_PREFIX="+env.Prefix, "AMQPDELAY_TARGETS="+target+":topic", "AMQPDELAY_PLUGIN=off",
@@ -176,14 +176,14 @@ func TestClusterTopology(t *testing.T) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("declare rebalance: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+		t.Fatalf("rabbitdelay rebalance: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
-	t.Logf("declare rebalance:\n%s", out.String())
+	t.Logf("rabbitdelay rebalance:\n%s", out.String())
 	if !strings.Contains(out.String(), "leaders before") || !strings.Contains(out.String(), "rabbitmq-queues rebalance quorum") {
-		t.Errorf("declare rebalance does not show the leaders and the restricted command:\n%s", out.String())
+		t.Errorf("rabbitdelay rebalance does not show the leaders and the restricted command:\n%s", out.String())
 	}
 	if !cs.Balanced && !strings.Contains(out.String(), "asked RabbitMQ to rebalance") {
-		t.Errorf("unbalanced leaders (%v), but declare rebalance asked nothing:\n%s", before, out.String())
+		t.Errorf("unbalanced leaders (%v), but rabbitdelay rebalance asked nothing:\n%s", before, out.String())
 	}
 	cs = waitCluster(fmt.Sprintf("node %s leading again", victimName), func(cs *topology.ClusterStatus) bool {
 		_, by := led(cs)

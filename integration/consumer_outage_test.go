@@ -27,7 +27,7 @@ import (
 // TestRevocationStreamDeletedWhileReading: the revocation stream is deleted under a running
 // reader. A Revoked call then waits for its context without asking for fences in a loop (before,
 // every failed fence woke the waiters at once: millions of requests, a core busy), and its error
-// names the stream and that it does not exist. Once `declare apply` declares the stream again,
+// names the stream and that it does not exist. Once `rabbitdelay apply` declares the stream again,
 // Revoked answers.
 func TestRevocationStreamDeletedWhileReading(t *testing.T) {
 	t.Parallel()

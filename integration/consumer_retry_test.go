@@ -29,7 +29,7 @@ var consumerLoad = flag.Int("consumer-load", 10000, "messages of TestConsumerLoa
 // first attempts at random. Every message is handled successfully exactly once; every retry
 // arrives no earlier than its back-off after its failure and is due no earlier; the other queue
 // bound to the same target with the same key gets every message once and no retry. The Consumer
-// runs WithoutRetryBinding: the retries reach the queue through the binding `declare apply`
+// runs WithoutRetryBinding: the retries reach the queue through the binding `rabbitdelay apply`
 // made for it as a ready queue (the other queue has one too, by its own name).
 func TestConsumerLoadRetries(t *testing.T) {
 	t.Parallel()
@@ -161,7 +161,7 @@ func TestConsumerLoadRetries(t *testing.T) {
 }
 
 // TestConsumerParkAndReplay: a handler that always fails parks the message after MaxAttempts,
-// with the reason; a Permanent error parks at once; `declare status` (topology.Status) counts
+// with the reason; a Permanent error parks at once; `rabbitdelay status` (topology.Status) counts
 // the parked messages; Replay moves both (and only they) back to
 // the queue, where they are handled.
 func TestConsumerParkAndReplay(t *testing.T) {
@@ -195,7 +195,7 @@ func TestConsumerParkAndReplay(t *testing.T) {
 	if evs.n(consumer.Retried) != 2 {
 		t.Errorf("%d retries, want 2 (attempts 1 and 2 of poison)", evs.n(consumer.Retried))
 	}
-	// `declare status` counts them: its parking queue line (topology.Status's Parking()).
+	// `rabbitdelay status` counts them: its parking queue line (topology.Status's Parking()).
 	plan, err := f.spec.Plan()
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func TestConsumerParkAndReplay(t *testing.T) {
 	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 	defer scancel()
 	sconn, m := f.env.Dial(t), topoNeedManagement(t, f.env)
-	waitFor(t, 30*time.Second, "declare status counting the 3 parked messages", func() bool {
+	waitFor(t, 30*time.Second, "rabbitdelay status counting the 3 parked messages", func() bool {
 		rep, _ := topology.Status(sctx, sconn, plan, topology.StatusOptions{Management: m})
 		return rep != nil && rep.Parking().Messages == 3
 	})
@@ -269,7 +269,7 @@ func TestConsumerParkAndReplay(t *testing.T) {
 // quorum queue's delivery limit (20): every attempt is handled, the message is parked by the
 // Consumer (reason attempts) and never dead-lettered or dropped by the queue, because retries
 // ack and re-publish instead of requeueing (no attempt shows an x-delivery-count). Two ready
-// queues: "topology-limit", with the x-delivery-limit 20 that `declare apply` sets by default
+// queues: "topology-limit", with the x-delivery-limit 20 that `rabbitdelay apply` sets by default
 // (a tripped limit would dead-letter it to the parking queue with x-death reason
 // delivery_limit), and "broker-default", declared without x-delivery-limit
 // (topology.NoReadyDeliveryLimit), where RabbitMQ 4.x applies its own default of 20 and a

@@ -26,7 +26,7 @@ import (
 // back-off until its settle timeout (3 s here, consumer.WithSettleTimeout) ends, then gives the
 // delivery back (Requeued)
 // instead of acking it, and the broker delivers it again, flagged redelivered. The
-// handler holds that delivery until `declare apply` (topology.Apply) has declared the delay
+// handler holds that delivery until `rabbitdelay apply` (topology.Apply) has declared the delay
 // queues again, then fails once more: that retry is confirmed, the delivery acked, and attempt
 // 2 handled, once. A Consumer that acked before the confirm would lose the message at the first
 // failure, and attempt 2 would never come.
@@ -100,7 +100,7 @@ func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
 
 // TestConsumerRetryPublishHeld: while the retry publish fails (the delay queues deleted), the
 // Consumer holds the failed delivery and publishes again with back-off instead of giving it
-// back: once `declare apply` has declared the queues again, within the settle timeout, the
+// back: once `rabbitdelay apply` has declared the queues again, within the settle timeout, the
 // retry is confirmed and the delivery acked, with no give-back (no Requeued event, the handler
 // called once for attempt 1), and attempt 2 is handled once.
 func TestConsumerRetryPublishHeld(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// TestDeclareBinary builds cmd/declare and runs it as operators do, configured only through
+// TestDeclareBinary builds the CLI (cmd/rabbitdelay) and runs it as operators do, configured only through
 // AMQPDELAY_* variables, checking the documented exit codes of the real process: plan 0, apply
 // with a missing target 2, apply 0 twice (the second changes nothing), status 0, teardown
 // --force 0, status of the torn-down topology 1, saying it is not declared.
@@ -25,13 +25,13 @@ func TestDeclareBinary(t *testing.T) {
 	t.Parallel()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("the go tool is not on PATH; cannot build cmd/declare")
+		t.Skip("the go tool is not on PATH; cannot build cmd/rabbitdelay")
 	}
 	env := brokertest.NewEnv(t)
-	bin := filepath.Join(t.TempDir(), "declare")
-	build := exec.Command(goTool, "build", "-o", bin, "../cmd/declare")
+	bin := filepath.Join(t.TempDir(), "rabbitdelay")
+	build := exec.Command(goTool, "build", "-o", bin, "../cmd/rabbitdelay")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/declare: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/rabbitdelay: %v\n%s", err, out)
 	}
 	vars := []string{
 		"AMQPDELAY_URL=" + env.URL, "AMQPDELAY_PREFIX=" + env.Prefix, "AMQPDELAY_PLUGIN=off",
@@ -100,7 +100,7 @@ func TestDeclareBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 		if code != s.code || !strings.Contains(out.String(), s.stdout) || !strings.Contains(errb.String(), s.stderr) {
-			t.Fatalf("declare %v (%s): exit %d, want %d\nstdout:\n%s\nstderr:\n%s", s.args, s.extra, code, s.code, out.String(), errb.String())
+			t.Fatalf("rabbitdelay %v (%s): exit %d, want %d\nstdout:\n%s\nstderr:\n%s", s.args, s.extra, code, s.code, out.String(), errb.String())
 		}
 	}
 	if env.VHost == "/" {

@@ -1,7 +1,9 @@
 // Package integration holds the tests and benchmarks that run against a real RabbitMQ: the
-// topology declared by the declare CLI, the amqpdelay Publisher's paths, and the benchmarks that
+// topology declared by the rabbitdelay CLI, the amqpdelay Publisher's paths, and the benchmarks that
 // compare them with raw amqp091-go publishing and with the delayed-message plugin.
 //
+// The tests build with the integration tag; the benchmarks (bench_*_test.go, consumer_bench_test.go)
+// only with the bench tag as well (`go test -tags integration,bench`, `make bench`).
 // `make test` and `make bench` start a broker with scripts/broker and point AMQP_URL at it; see
 // package brokertest for where the broker comes from otherwise. Every test works in its own
 // vhost, so the tests run in parallel and leave nothing behind.

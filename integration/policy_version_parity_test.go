@@ -33,7 +33,7 @@ func polParityFind(probs []topology.PolicyProblem, object, key string) *topology
 // idle time from its last use, before the policy existed, and deleted idle quorum queues
 // within seconds of the policy being set; 3.10.8 counted from the moment the policy applied.
 // PolicyProblems judged only the queues that exist, so on 4.3 it found nothing (the queue
-// was gone: status said "missing, run declare apply", and apply's queue was deleted again)
+// was gone: status said "missing, run rabbitdelay apply", and apply's queue was deleted again)
 // where 3.10 named the policy. Now the policy is named on the missing queue on both versions,
 // as an error that says the queue does not exist.
 func TestPolicyParityExpiresNamedAfterDelete(t *testing.T) {

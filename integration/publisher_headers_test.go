@@ -30,7 +30,7 @@ const countHeaderSize = 1 + 16 + 1 + 8
 
 // TestPublisherDeadLetterHeaderLimit: every hop of a delayed message makes RabbitMQ add
 // dead-letter headers, and an x-death entry repeats the routing key and the CC list; a quorum
-// ready queue that `declare apply` declared adds one more entry when it parks the message
+// ready queue that `rabbitdelay apply` declared adds one more entry when it parks the message
 // (reason delivery_limit, the longest). Publish computes the size the headers reach after the
 // last hop of the message's path and that parking: on a real broker, for a 4,095 ms ladder
 // delay (3 hops) and for a bucket (1 hop), a message with a CC list whose headers are just

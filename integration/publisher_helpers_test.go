@@ -44,7 +44,7 @@ func testSpec(env *brokertest.Env, targets ...topology.Target) topology.Spec {
 }
 
 // declareTopology declares spec's delay topology in env's vhost with topology.Apply, the code
-// behind `declare apply`.
+// behind `rabbitdelay apply`.
 func declareTopology(t testing.TB, env *brokertest.Env, spec topology.Spec) {
 	t.Helper()
 	declareTopologyAt(t, env.URL, spec)

@@ -163,7 +163,7 @@ func newPluginFixture(t *testing.T) pluginFixture {
 // TestPublisherPluginExchangeDeleted: when the plugin exchange is deleted under a running
 // Publisher, the publish that finds it gone (404) is not lost and not reported as of unknown
 // outcome: PreferPlugin takes the ladder for it, PluginOnly fails with ErrPluginUnavailable,
-// and once `declare apply` declares the exchange again the Publisher finds it within about 5 s.
+// and once `rabbitdelay apply` declares the exchange again the Publisher finds it within about 5 s.
 func TestPublisherPluginExchangeDeleted(t *testing.T) {
 	f := newPluginFixture(t)
 	url, spec, target, got := f.env.URL, f.spec, f.target, f.got
@@ -192,12 +192,12 @@ func TestPublisherPluginExchangeDeleted(t *testing.T) {
 		t.Errorf("delivery %q, want \"after\"", a.d.Body)
 	}
 	if _, err := only.Publish(ctx, target, "k", textMsg("only"), 300*time.Millisecond); !errors.Is(err, amqpdelay.ErrPluginUnavailable) ||
-		!strings.Contains(err.Error(), "declare apply") {
-		t.Errorf("PluginOnly after the delete: err = %v, want ErrPluginUnavailable saying to run declare apply", err)
+		!strings.Contains(err.Error(), "rabbitdelay apply") {
+		t.Errorf("PluginOnly after the delete: err = %v, want ErrPluginUnavailable saying to run rabbitdelay apply", err)
 	}
 	noDelivery(t, got, time.Second)
 
-	declareTopologyAt(t, url, spec)         // `declare apply` again
+	declareTopologyAt(t, url, spec)         // `rabbitdelay apply` again
 	deadline := time.Now().Add(time.Minute) // bounds a hang
 	for {
 		r, err := prefer.Publish(ctx, target, "k", textMsg("again"), 300*time.Millisecond)
@@ -329,7 +329,7 @@ func TestApplyPluginExchangeOtherDelayedType(t *testing.T) {
 }
 
 // TestPublisherPluginBackAfterRestart: the plugin exchange is deleted while no publish uses it,
-// the broker restarts, and `declare apply` declares the exchange again: the reconnected
+// the broker restarts, and `rabbitdelay apply` declares the exchange again: the reconnected
 // Publisher, whose probe missed the exchange, keeps looking for it and takes the plugin path
 // again within seconds. It needs the plugin on a broker of its own: set BROKER_PLUGINS_DIR.
 func TestPublisherPluginBackAfterRestart(t *testing.T) {
@@ -367,7 +367,7 @@ func TestPublisherPluginBackAfterRestart(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	declareTopologyAt(t, b.URL, spec) // `declare apply` again
+	declareTopologyAt(t, b.URL, spec) // `rabbitdelay apply` again
 	applied := time.Now()
 	for {
 		r, err := p.Publish(ctx, target, "k", textMsg("re-applied"), 200*time.Millisecond)

@@ -352,7 +352,7 @@ func TestPublisherUnroutable(t *testing.T) {
 	}
 
 	// Due, but the target has no binding for the key: the quorum ladder queue keeps it in its
-	// dead-letter state (messages_dlx), visible in the management API and `declare status`.
+	// dead-letter state (messages_dlx), visible in the management API and `rabbitdelay status`.
 	r, err := p.Publish(ctx, target, "unbound", textMsg("late"), 300*time.Millisecond)
 	if err != nil {
 		t.Fatalf("delayed, unbound key: %v (the key is only routed when due)", err)
@@ -587,7 +587,7 @@ func TestPublisherConcurrent(t *testing.T) {
 }
 
 // TestPublisherTopologyMissing: NewPublisher in a vhost without the topology says to run
-// `declare apply`.
+// `rabbitdelay apply`.
 func TestPublisherTopologyMissing(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
@@ -598,8 +598,8 @@ func TestPublisherTopologyMissing(t *testing.T) {
 		p.Close()
 		t.Fatal("NewPublisher succeeded without a topology")
 	}
-	if !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), "declare apply") {
-		t.Errorf("err = %v, want ErrTopologyMissing saying to run `declare apply`", err)
+	if !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), "rabbitdelay apply") {
+		t.Errorf("err = %v, want ErrTopologyMissing saying to run `rabbitdelay apply`", err)
 	}
 }
 
@@ -639,7 +639,7 @@ func TestPublisherClose(t *testing.T) {
 }
 
 // TestPublisherRefusesAnotherLadder: a publisher whose ladder (unit, radix, order) or buckets
-// differ from what `declare apply` declared would send messages that arrive early or never;
+// differ from what `rabbitdelay apply` declared would send messages that arrive early or never;
 // NewPublisher refuses to start, naming what differs, and nothing is sent.
 func TestPublisherRefusesAnotherLadder(t *testing.T) {
 	t.Parallel()

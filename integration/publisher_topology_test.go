@@ -29,7 +29,7 @@ func newPublisherErr(t *testing.T, env *brokertest.Env, spec topology.Spec, opts
 	return err
 }
 
-// TestPublisherTargetNotBound: a target that exists but that `declare apply` never bound to
+// TestPublisherTargetNotBound: a target that exists but that `rabbitdelay apply` never bound to
 // the dispatch exchange (the Publisher's AMQPDELAY_TARGETS has it, apply's did not) makes
 // NewPublisher fail with ErrTopologyMissing naming it; the marker exchange is what AMQP sees.
 func TestPublisherTargetNotBound(t *testing.T) {

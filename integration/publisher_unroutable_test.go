@@ -5,11 +5,13 @@ package integration
 import (
 	"testing"
 	"time"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 )
 
 // TestPublisherDueWithoutBindingWaitsForOne: a delayed message falls due while its target
 // has no binding for its routing key. On quorum queues (at-least-once dead-lettering)
-// RabbitMQ keeps it in the last delay queue's dead-letter state (declare status shows it as
+// RabbitMQ keeps it in the last delay queue's dead-letter state (rabbitdelay status shows it as
 // messages_dlx) and publishes it again every dead_letter_worker_publisher_confirm_timeout
 // (scripts/broker and the Dockerfile set 5 s; RabbitMQ's default is 3 min). Once a queue is
 // bound for the key, a later retry delivers it: once, after the binding, never early.
@@ -43,4 +45,4 @@ func TestPublisherDueWithoutBindingWaitsForOne(t *testing.T) {
 }
 
 // deliveryDueOf is the due time an arrival carries (amqpdelay.Due).
-func deliveryDueOf(a arrival) (time.Time, bool) { return deliveryDue(&a.d) }
+func deliveryDueOf(a arrival) (time.Time, bool) { return amqpdelay.Due(a.d) }

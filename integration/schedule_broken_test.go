@@ -15,7 +15,7 @@ import (
 // TestScheduleBrokenChainRepaired: a schedule's pending link is destroyed for real while no
 // instance runs: purged from the links queue after it arrived there (every 2 s), or purged with
 // every queue of the delay topology while it waits there (every 20 s). Once the link is more than
-// the link grace past due, the declare binary's `schedules` and `status` exit 1 and say the chain
+// the link grace past due, the CLI binary's `schedules` and `status` exit 1 and say the chain
 // is broken and that declaring the schedule again repairs it. A new instance declares it again:
 // `schedules` then exits 0, and, running, the instance fires the occurrences from there on, each
 // exactly once by its id, none early, none missing after the first; `status` exits 0.
@@ -40,9 +40,9 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 				"AMQPDELAY_QUEUE_TYPE=quorum", "AMQPDELAY_LADDER_UNIT=1ms", "AMQPDELAY_LADDER_RADIX=16", "AMQPDELAY_LADDER_MAX=65535ms",
 				"AMQPDELAY_TARGETS=" + f.target + ":topic", "AMQPDELAY_READY_QUEUES=" + f.queue + "=" + f.target + ":#",
 				"AMQPDELAY_MANAGEMENT_URL=" + f.env.Broker.ManagementURL}
-			// declare apply with the management API sets the policies too: status is clean.
+			// rabbitdelay apply with the management API sets the policies too: status is clean.
 			if code, out, errs := runDeclare(t, bin, vars, "apply"); code != 0 {
-				t.Fatalf("declare apply: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+				t.Fatalf("rabbitdelay apply: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 			}
 			sch := f.schedule("broken", c.every)
 			a := f.newScheduler(t, "a")
@@ -52,7 +52,7 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 			stop := runScheduler(t, a)
 			waitFor(t, time.Minute, "the first occurrence", func() bool { return log.count() >= 1 })
 			if code, out, errs := runDeclare(t, bin, vars, "status"); code != 0 {
-				t.Fatalf("declare status with the chain whole: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+				t.Fatalf("rabbitdelay status with the chain whole: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 			}
 			stop()
 			_ = a.Close()
@@ -102,7 +102,7 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 			// Broken, once the link is more than the grace past due.
 			var code int
 			var out, errs string
-			waitFor(t, time.Until(next.Add(schedule.DefaultLinkGrace+time.Minute)), "declare schedules to report the broken chain", func() bool {
+			waitFor(t, time.Until(next.Add(schedule.DefaultLinkGrace+time.Minute)), "rabbitdelay schedules to report the broken chain", func() bool {
 				code, out, errs = runDeclare(t, bin, vars, "schedules")
 				if code == 0 {
 					time.Sleep(time.Second)
@@ -111,12 +111,12 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 			})
 			if code != 1 || !strings.Contains(out, "chain broken") || !strings.Contains(errs, "declaring the schedule again repairs it") ||
 				!strings.Contains(errs, "not in the links queue") {
-				t.Errorf("declare schedules of a broken chain: exit %d, want 1, saying so\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+				t.Errorf("rabbitdelay schedules of a broken chain: exit %d, want 1, saying so\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 			}
 			code, out, errs = runDeclare(t, bin, vars, "status")
 			if code != 1 || !strings.Contains(out+errs, `schedule chain broken, nothing of it will fire: "broken"`) ||
 				!strings.Contains(out+errs, "declaring the schedule again repairs it") {
-				t.Errorf("declare status of a broken chain: exit %d, want 1, saying so\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+				t.Errorf("rabbitdelay status of a broken chain: exit %d, want 1, saying so\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 			}
 			if n := log.count(); n != fired {
 				t.Fatalf("%d occurrences fired with no instance running", n-fired)
@@ -129,7 +129,7 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 			}
 			repaired := time.Now()
 			if code, out, errs = runDeclare(t, bin, vars, "schedules"); code != 0 || strings.Contains(out, "chain broken") {
-				t.Errorf("declare schedules after the repair: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+				t.Errorf("rabbitdelay schedules after the repair: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 			}
 			runScheduler(t, b)
 			waitFor(t, 2*time.Minute, "3 occurrences after the repair", func() bool {
@@ -161,7 +161,7 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 				}
 			}
 			if code, out, errs = runDeclare(t, bin, vars, "status"); code != 0 {
-				t.Errorf("declare status after the repair: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+				t.Errorf("rabbitdelay status after the repair: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 			}
 			t.Logf("lost the link for %s (%s); repaired at %s; then fired %d: first %s (late %d ms, missed %d)", next.Format(time.RFC3339),
 				c.where, repaired.Format(time.RFC3339), len(after), after[0].id, after[0].late, after[0].missed)

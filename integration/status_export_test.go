@@ -15,7 +15,7 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// runDeclare runs the declare binary with the process's environment plus vars, and returns its
+// runDeclare runs the CLI binary (buildDeclare) with the process's environment plus vars, and returns its
 // exit code, stdout and stderr.
 func runDeclare(t *testing.T, bin string, vars []string, args ...string) (int, string, string) {
 	t.Helper()
@@ -37,11 +37,11 @@ func runDeclare(t *testing.T, bin string, vars []string, args ...string) (int, s
 	case errors.As(err, &ee):
 		return ee.ExitCode(), out.String(), errb.String()
 	}
-	t.Fatalf("declare %v: %v", args, err)
+	t.Fatalf("rabbitdelay %v: %v", args, err)
 	return -1, "", ""
 }
 
-// TestStatusExportImport: `declare export` asks the broker its version (through the AMQP
+// TestStatusExportImport: `rabbitdelay export` asks the broker its version (through the AMQP
 // connection, or the management API when given one) and writes definitions that the same
 // broker imports (POST /api/definitions); the imported topology is then what apply declares:
 // status finds no problem and apply creates nothing. Each queue type, with buckets and a ready

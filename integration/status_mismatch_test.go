@@ -133,7 +133,7 @@ func TestStatusMismatchedObjects(t *testing.T) {
 			}
 		}
 		if !errors.Is(err, topology.ErrUnhealthy) || errors.Is(err, topology.ErrIncomplete) || found == nil || found.Existing != tt.existing ||
-			!strings.Contains(err.Error(), tt.object) || !strings.Contains(err.Error(), "declare apply") {
+			!strings.Contains(err.Error(), tt.object) || !strings.Contains(err.Error(), "rabbitdelay apply") {
 			t.Fatalf("%s: status = %v, mismatched %v; want ErrUnhealthy (and nothing missing) naming %s %s, %s = %s",
 				tt.name, err, rep.Mismatched, tt.kind, tt.object, tt.property, tt.existing)
 		}

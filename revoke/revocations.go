@@ -220,7 +220,7 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 	if _, err := ch.QueueDeclarePassive(r.stream, true, false, false, false, nil); err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			return fail(fmt.Errorf("%w: the revocation stream %q does not exist: run `declare apply` with the same AMQPDELAY_* variables "+
+			return fail(fmt.Errorf("%w: the revocation stream %q does not exist: run `rabbitdelay apply` with the same AMQPDELAY_* variables "+
 				"(RabbitMQ 3.9 or later, feature flag stream_queue): %w", amqpdelay.ErrTopologyMissing, r.stream, err))
 		}
 		return fail(fmt.Errorf("revoke: check stream %q: %w", r.stream, err))
@@ -306,7 +306,7 @@ func (r *Revocations) probeEnd(ctx context.Context, conn *amqp.Connection) (int6
 	}
 	select {
 	case <-returns:
-		return 0, fmt.Errorf("%w: the revocation stream %q does not exist (a record sent to it was returned): run `declare apply`",
+		return 0, fmt.Errorf("%w: the revocation stream %q does not exist (a record sent to it was returned): run `rabbitdelay apply`",
 			amqpdelay.ErrTopologyMissing, r.stream)
 	default:
 	}

@@ -349,7 +349,7 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	})
 	switch {
 	case !found:
-		return e, fmt.Errorf("%w: %q under prefix %q (`declare schedules` lists them)", ErrUnknownSchedule, name, s.names.Prefix)
+		return e, fmt.Errorf("%w: %q under prefix %q (`rabbitdelay schedules` lists them)", ErrUnknownSchedule, name, s.names.Prefix)
 	case e.state == st:
 		return e, nil
 	case e.state == stateRemoved && st == stateActive:

@@ -102,7 +102,7 @@ func declareObjects(conn *amqp.Connection, spec topology.Spec, n Names, maxAge s
 		if err := s.do(); err != nil {
 			var ae *amqp.Error
 			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-				return fmt.Errorf("schedule: declare %s: %w (run `declare apply` for prefix %q first)", s.what, err, spec.WithDefaults().Prefix)
+				return fmt.Errorf("schedule: declare %s: %w (run `rabbitdelay apply` for prefix %q first)", s.what, err, spec.WithDefaults().Prefix)
 			}
 			return fmt.Errorf("schedule: declare %s: %w", s.what, err)
 		}

@@ -537,7 +537,7 @@ func (m *Management) Rebalance(ctx context.Context, p *Plan, opts RebalanceOptio
 		select {
 		case <-ctx.Done():
 			return rep, fmt.Errorf("topology: rebalance: leaders still moving when the deadline came (%d moved so far); "+
-				"RabbitMQ goes on in the background: run declare status later: %w", rep.Moved, ctx.Err())
+				"RabbitMQ goes on in the background: run rabbitdelay status later: %w", rep.Moved, ctx.Err())
 		case <-t.C:
 		}
 		queues, err := m.Queues(ctx)
@@ -617,5 +617,5 @@ func degradedError(c *ClusterStatus) error {
 	return fmt.Errorf("%w: %s. A quorum queue keeps working while a majority of its members is online, but the next node lost "+
 		"can stop it: bring the node back; if it is gone for good, remove it properly (`rabbitmq-queues delete_member` for each "+
 		"queue, then `rabbitmqctl forget_cluster_node`) and add a replacement (`rabbitmq-queues grow`). After a node returns, "+
-		"its queues' leaders stay where they moved: run declare rebalance", ErrUnhealthy, msg)
+		"its queues' leaders stay where they moved: run rabbitdelay rebalance", ErrUnhealthy, msg)
 }

@@ -140,7 +140,7 @@ func TestClusterOfCounts(t *testing.T) {
 		}
 	}
 	err := degradedError(c)
-	for _, want := range []string{nodeC + " (node down) for", "have no leader (" + stuck, "rabbitmq-queues delete_member", "forget_cluster_node", "declare rebalance"} {
+	for _, want := range []string{nodeC + " (node down) for", "have no leader (" + stuck, "rabbitmq-queues delete_member", "forget_cluster_node", "rabbitdelay rebalance"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("degradedError = %v, want it to say %q", err, want)
 		}

@@ -191,7 +191,7 @@ func TestMismatchError(t *testing.T) {
 	x := Mismatch{KindExchange, "p.e", "type", "direct", "fanout"}
 	err := mismatchError([]Mismatch{x})
 	if !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), `exchange "p.e" has type = direct, the plan wants fanout`) ||
-		!strings.Contains(err.Error(), "declare apply") || strings.Contains(err.Error(), "messages it holds") {
+		!strings.Contains(err.Error(), "rabbitdelay apply") || strings.Contains(err.Error(), "messages it holds") {
 		t.Errorf("exchange mismatch: %v", err)
 	}
 	q := Mismatch{KindQueue, "p.q", "x-message-ttl", "1", "2"}

@@ -248,7 +248,7 @@ func (pp PolicyProblem) fix(ours string, priority int) string {
 		return ""
 	default:
 		return fmt.Sprintf("policy %q has a priority at or above %d, so it applies instead of %q: lower its priority, "+
-			"or make its pattern not match %q (or raise --policy-priority above it and run declare apply)", pp.Policy, priority, ours, pp.Object)
+			"or make its pattern not match %q (or raise --policy-priority above it and run rabbitdelay apply)", pp.Policy, priority, ours, pp.Object)
 	}
 }
 
@@ -877,7 +877,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 					pp.Policy, pp.Value, pp.Breaks = userName, ae, stallOrDrop
 					pp.Why = fmt.Sprintf("policy %q gives this target the alternate exchange %q, which does not exist (a teardown "+
 						"without the management API leaves the policy): a due message the target routes to no queue goes nowhere: %s; "+
-						"fix: run declare apply, or delete the policy", userName, ae, stallText(p.Spec.QueueType))
+						"fix: run rabbitdelay apply, or delete the policy", userName, ae, stallText(p.Spec.QueueType))
 					break
 				}
 				continue
@@ -895,7 +895,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 				pp.Why += "; fix: " + pp.fix(p.Names.TargetsPolicy(), prio)
 			default:
 				pp.Breaks = stallOrDrop
-				pp.Why = fmt.Sprintf("policy %q is not in effect on this target (not set: run declare apply with the management API, "+
+				pp.Why = fmt.Sprintf("policy %q is not in effect on this target (not set: run rabbitdelay apply with the management API, "+
 					"or the rabbitmqctl set_policy command it prints): a due message the target routes to no queue is not parked; %s",
 					p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
 			}
@@ -921,7 +921,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 	}
 	for i, pp := range out {
 		if pp.Kind == KindQueue && missing[pp.Object] {
-			out[i].Why += "; the queue does not exist now (declare status lists it as missing): this is what the policy does to it once declare apply declares it again"
+			out[i].Why += "; the queue does not exist now (rabbitdelay status lists it as missing): this is what the policy does to it once rabbitdelay apply declares it again"
 			if pp.Key == "expires" {
 				out[i].Why += ", and an expires policy may be what deleted it"
 			}
@@ -1155,9 +1155,9 @@ func parkingDefaultLimit(p *Plan, parking, userName string) PolicyProblem {
 	switch userName {
 	case "":
 		pp.Value = nil // Error: "no policy sets delivery-limit"
-		src = fmt.Sprintf("policy %q, which sets delivery-limit -1 (none), is not in effect on it (run declare apply with the management API)", ours)
+		src = fmt.Sprintf("policy %q, which sets delivery-limit -1 (none), is not in effect on it (run rabbitdelay apply with the management API)", ours)
 	case ours:
-		src = fmt.Sprintf("policy %q lacks delivery-limit -1 (none), as declare apply sets it for RabbitMQ 3.x (run declare apply again)", ours)
+		src = fmt.Sprintf("policy %q lacks delivery-limit -1 (none), as rabbitdelay apply sets it for RabbitMQ 3.x (run rabbitdelay apply again)", ours)
 	default:
 		src = fmt.Sprintf("policy %q applies to it instead of %q, which sets delivery-limit -1 (none)", userName, ours)
 	}

@@ -301,7 +301,7 @@ func (s Spec) Validate() error {
 		add("prefix %q: names starting with \"amq.\" are reserved by RabbitMQ", s.Prefix)
 	}
 	if len(s.Targets) == 0 {
-		add("no target exchange: set AMQPDELAY_TARGETS (the declare CLI also takes --target), e.g. orders, or orders:topic to declare it")
+		add("no target exchange: set AMQPDELAY_TARGETS (the rabbitdelay CLI also takes --target), e.g. orders, or orders:topic to declare it")
 	}
 	names := s.Names()
 	seen := map[string]bool{}

@@ -526,11 +526,11 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	}
 	if rep.NotDeclared {
 		problems = append(problems, fmt.Errorf("%w: the topology is not declared in vhost %q: none of its own %d exchanges and queues exist (%s missing in "+
-			"all; target exchanges and ready queues are the application's and may remain): declare it with `declare apply` and the "+
+			"all; target exchanges and ready queues are the application's and may remain): declare it with `rabbitdelay apply` and the "+
 			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, conn.Config.Vhost,
 			ownObjects(p), text.Plural(len(rep.Missing), "object")))
 	} else if len(rep.Missing) > 0 {
-		apply := "run declare apply"
+		apply := "run rabbitdelay apply"
 		if len(rep.MissingExchanges) > 0 {
 			apply += " once the exchanges it binds to exist"
 		}
@@ -607,7 +607,7 @@ func mismatchError(mm []Mismatch) error {
 	if queues > 0 {
 		tool += ", or rabbitmqctl delete_queue"
 	}
-	fix := fmt.Sprintf("delete %s (%s) and run declare apply, which declares %s again as planned", it, tool, it)
+	fix := fmt.Sprintf("delete %s (%s) and run rabbitdelay apply, which declares %s again as planned", it, tool, it)
 	if queues > 0 {
 		fix += "; deleting a queue deletes the messages it holds: move them elsewhere first"
 	}

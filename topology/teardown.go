@@ -156,7 +156,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		}
 	}
 	if len(full) > 0 && !opts.Force {
-		return rep, fmt.Errorf("%w: %s; nothing was deleted: wait until they are delivered (declare status), or use --force to delete them with their messages",
+		return rep, fmt.Errorf("%w: %s; nothing was deleted: wait until they are delivered (rabbitdelay status), or use --force to delete them with their messages",
 			ErrNotEmpty, strings.Join(full, ", "))
 	}
 	if !opts.Force && opts.Management == nil {

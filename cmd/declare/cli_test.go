@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ const childEnv = "DECLARE_TEST_CHILD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
-		main() // os.Args[1:] are the CLI's arguments; main exits
+		Main() // os.Args[1:] are the CLI's arguments; Main exits
 	}
 	testMain(m)
 }

@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
 		fmt.Fprintln(w, "leaders: balanced over the running nodes")
 	} else {
 		fmt.Fprintln(w, "leaders: UNBALANCED: one node does most of the topology's work (leaders stay where they moved after a node "+
-			"failure or restart); run `declare rebalance`")
+			"failure or restart); run `rabbitdelay rebalance`")
 	}
 	if c.Shards > 1 {
 		if len(c.SharedCopies) == 0 {
@@ -100,7 +100,7 @@ func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
 		}
 		fmt.Fprintln(w, "  a quorum queue works while a majority of its members is online; the next node lost can stop it. Bring the node back; "+
 			"if it is gone for good, remove it properly (`rabbitmq-queues delete_member` per queue, `rabbitmqctl forget_cluster_node`) "+
-			"and add a replacement (`rabbitmq-queues grow`). Once it is back, run `declare rebalance`.")
+			"and add a replacement (`rabbitmq-queues grow`). Once it is back, run `rabbitdelay rebalance`.")
 	}
 	for _, wt := range c.Waits {
 		var qs []string
@@ -156,7 +156,7 @@ func cmdRebalance(ctx context.Context, e *invocation) error {
 	fmt.Fprintf(w, "to move only this topology's queues, run on a cluster node:\n  %s\n", rep.Command)
 	if p.Spec.Shards > 1 && rep.Requested {
 		fmt.Fprintln(w, "NOTE: RabbitMQ's rebalance does not know the copies of the ladder: copies of one queue may now share a leader node; "+
-			"`declare status` lists them")
+			"`rabbitdelay status` lists them")
 	}
 	return err
 }

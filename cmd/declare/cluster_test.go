@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ func TestPrintCluster(t *testing.T) {
 	}}
 	var out bytes.Buffer
 	printCluster(&out, rep, "/")
-	for _, want := range []string{"CLUSTER: 3 nodes", "rabbit@a", "70", "DOWN", "UNBALANCED", "declare rebalance",
+	for _, want := range []string{"CLUSTER: 3 nodes", "rabbit@a", "70", "DOWN", "UNBALANCED", "rabbitdelay rebalance",
 		"MEMBERS OFFLINE: 1 of the topology's quorum queues", "1 of them NO LEADER", "rabbit@c (node down): offline member of 1 queues",
 		"DEAD-LETTERING WAITING ON AN UNREACHABLE NODE: rabbit@c (DOWN): 4 messages in dead-letter state in p.bucket.5000ms (4)",
 		"Bring the node back", "rabbitmq-queues delete_member -p / <queue> rabbit@c", "rabbitmqctl forget_cluster_node rabbit@c"} {

@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"context"
@@ -537,10 +537,10 @@ func printUnplanned(w io.Writer, names topology.Names, objs []topology.Unplanned
 	if len(objs) == 1 {
 		verb = "is"
 	}
-	fix := "run `declare teardown` with the specification that declared them, or delete them by hand once their queues are empty"
+	fix := "run `rabbitdelay teardown` with the specification that declared them, or delete them by hand once their queues are empty"
 	if live {
 		fix = "delete them by hand (management UI or API; rabbitmqctl delete_queue for a queue) once their queues are empty, " +
-			"not with `declare teardown` of the earlier specification, which would also delete the objects this one shares with it"
+			"not with `rabbitdelay teardown` of the earlier specification, which would also delete the objects this one shares with it"
 	}
 	fmt.Fprintf(w, "\n%s named like this topology's own %s %s (an earlier specification's, e.g. another ladder or bucket list, "+
 		"or a target no longer named): %s:\n", plural(len(objs), "object"), verb, what, fix)

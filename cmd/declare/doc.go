@@ -1,15 +1,17 @@
-// Command declare declares, checks, inspects, exports and tears down rabbitdelay's delay
-// topology (see package topology for what it consists of). Operators run it once from a
+// Package declare is the rabbitdelay CLI: it declares, checks, inspects, exports and tears
+// down rabbitdelay's delay topology (see package topology for what it consists of). The binary
+// is built from cmd/rabbitdelay (`go install ./cmd/rabbitdelay`), a call of [Main]; it is not
+// named declare, which is a bash builtin. Operators run it once from a
 // terminal, a CI/CD job or a Kubernetes job; it is configured by flags or by the same
 // AMQPDELAY_* environment variables the amqpdelay client reads (one reader for both:
-// topology.ReadEnv, which declare applies its own variables and then its flags over). A flag
+// topology.ReadEnv, which the CLI applies its own variables and then its flags over). A flag
 // given on the command line wins over its variable; a repeatable flag given once replaces the
 // whole list of its variable. A variable set but empty counts as unset.
 //
 // # Usage
 //
-//	declare <command> [flags]
-//	declare --help | declare <command> --help
+//	rabbitdelay <command> [flags]
+//	rabbitdelay --help | rabbitdelay <command> --help
 //
 // # Commands
 //
@@ -144,4 +146,4 @@
 // status declares nothing (passive declarations only), except that probe. Setting and deleting
 // the topology's policies (apply and teardown with --management-url) needs the user tag
 // policymaker (or administrator); reading them, the tag monitoring.
-package main
+package declare

@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"errors"
@@ -87,7 +87,7 @@ func docExitCodes(t *testing.T) map[int]string {
 
 // TestExitCodesDocumented: the exit-code table of docs/operations.md and the CLI's exit codes
 // agree in both directions: every constant is a row and every row a constant; each kind of
-// failure lands on the code whose row names it (exitCode, run); and `declare --help` lists the
+// failure lands on the code whose row names it (exitCode, run); and `rabbitdelay --help` lists the
 // same codes.
 func TestExitCodesDocumented(t *testing.T) {
 	cli, doc := cliExitCodes(t), docExitCodes(t)
@@ -122,12 +122,12 @@ func TestExitCodesDocumented(t *testing.T) {
 			t.Errorf("%v exits %d, whose row in docs/operations.md does not say %q: %q", c.err, code, c.words, doc[code])
 		}
 	}
-	// declare --help's exit codes are the same set.
+	// rabbitdelay --help's exit codes are the same set.
 	var help strings.Builder
 	printUsage(&help)
 	_, codes, ok := strings.Cut(help.String(), "\nExit codes (docs/operations.md):\n")
 	if !ok {
-		t.Fatal("declare --help has no Exit codes section")
+		t.Fatal("rabbitdelay --help has no Exit codes section")
 	}
 	var listed []int
 	for _, m := range regexp.MustCompile(`(?m)^  (\d+)  `).FindAllStringSubmatch(codes, -1) {
@@ -140,7 +140,7 @@ func TestExitCodesDocumented(t *testing.T) {
 	}
 	slices.Sort(want)
 	if !slices.Equal(listed, want) {
-		t.Errorf("declare --help lists exit codes %v, the CLI has %v", listed, want)
+		t.Errorf("rabbitdelay --help lists exit codes %v, the CLI has %v", listed, want)
 	}
 	if code := run(t.Context(), []string{"no-such-command"}, &strings.Builder{}, &strings.Builder{}); !strings.Contains(doc[code], "unknown command") {
 		t.Errorf("an unknown command exits %d, whose row does not say so: %q", code, doc[code])

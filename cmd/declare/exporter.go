@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// defaultListen is where `declare exporter` listens unless --listen says otherwise.
+// defaultListen is where `rabbitdelay exporter` listens unless --listen says otherwise.
 const defaultListen = ":9531"
 
 // exporterCommand is the exporter subcommand (registered in commands()).

@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"context"
@@ -28,7 +28,10 @@ const (
 	exitUsage   = 2 // bad flags or specification, missing target exchange, topology conflict
 )
 
-func main() {
+// Main runs the CLI with the process's arguments and environment and exits with its exit code
+// (0, 1 or 2, see the package comment). An interrupt or SIGTERM cancels the running command.
+// cmd/rabbitdelay, the installed binary, is a call of Main.
+func Main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -39,7 +42,7 @@ func main() {
 type command struct {
 	name    string
 	summary string
-	usage   string // after "declare <name>"
+	usage   string // after "rabbitdelay <name>"
 	help    string
 	extra   func(s *settings) []option
 	run     func(ctx context.Context, e *invocation) error
@@ -184,7 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "declare: unknown command %q (want %s or %s; see declare --help)\n",
+		fmt.Fprintf(stderr, "rabbitdelay: unknown command %q (want %s or %s; see rabbitdelay --help)\n",
 			args[0], strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 		return exitUsage
 	}
@@ -201,12 +204,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("unexpected argument %q (flags only; lists are repeated flags or comma-separated variables)", rest[0])
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "declare %s: %s\nSee declare %s --help.\n", cmd.name, err, cmd.name)
+		fmt.Fprintf(stderr, "rabbitdelay %s: %s\nSee rabbitdelay %s --help.\n", cmd.name, err, cmd.name)
 		return exitUsage
 	}
 	inv.log, err = newLogger(inv.s.logFormat, inv.s.logLevel, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "declare %s: %s\n", cmd.name, err)
+		fmt.Fprintf(stderr, "rabbitdelay %s: %s\n", cmd.name, err)
 		return exitUsage
 	}
 	cancel := func() {}
@@ -223,7 +226,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if inv.log.GetLevel() <= zerolog.ErrorLevel {
 		inv.log.Error().Int("exit_code", code).Msg(msg)
 	} else {
-		fmt.Fprintf(stderr, "declare %s: %s\n", cmd.name, msg)
+		fmt.Fprintf(stderr, "rabbitdelay %s: %s\n", cmd.name, msg)
 	}
 	return code
 }
@@ -280,9 +283,9 @@ func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprint(w, `declare: declare, check, inspect, export and tear down rabbitdelay's delay topology.
+	fmt.Fprint(w, `rabbitdelay: declare, check, inspect, export and tear down rabbitdelay's delay topology.
 
-Usage: declare <command> [flags]
+Usage: rabbitdelay <command> [flags]
 
 Commands:
 `)
@@ -306,12 +309,12 @@ Exit codes (docs/operations.md):
      (one given without a type that does not exist), or a topology conflict (an object exists
      with other arguments)
 
-Run declare <command> --help for a command's own flags.
+Run rabbitdelay <command> --help for a command's own flags.
 `)
 }
 
 func printCommandUsage(w io.Writer, c *command, opts []option) {
-	fmt.Fprintf(w, "Usage: declare %s [flags]\n\n%s\n\nFlags:\n", c.name, c.help)
+	fmt.Fprintf(w, "Usage: rabbitdelay %s [flags]\n\n%s\n\nFlags:\n", c.name, c.help)
 	printOptions(w, opts)
 }
 

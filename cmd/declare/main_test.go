@@ -1,6 +1,6 @@
 //go:build integration
 
-package main
+package declare
 
 import (
 	"bufio"
@@ -31,7 +31,7 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// applyOrFail runs `declare apply` with the variables e and fails the test unless it exits 0.
+// applyOrFail runs `rabbitdelay apply` with the variables e and fails the test unless it exits 0.
 // Without a test vhost of its own (no management API) it tears the topology and the target
 // exchange down when the test ends.
 func applyOrFail(t *testing.T, env *brokertest.Env, e map[string]string, target string) {
@@ -371,7 +371,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 	// nothing about objects that do not exist (the target survives, unbound).
 	st = declare(t, e, "status")
 	if st.code != 1 || !strings.Contains(st.stdout, "NOT DECLARED: none of the topology's own exchanges and queues exist") ||
-		!strings.Contains(st.stdout, "`declare apply`") || !strings.Contains(st.stderr, "the topology is not declared in vhost") {
+		!strings.Contains(st.stdout, "`rabbitdelay apply`") || !strings.Contains(st.stderr, "the topology is not declared in vhost") {
 		t.Errorf("status after teardown: exit %d, want 1 saying the topology is not declared\n%s\n%s", st.code, st.stdout, st.stderr)
 	}
 	for _, noise := range []string{"POLICY PROBLEMS", "stalls", "INCOMPLETE", "MISSING"} {
@@ -667,7 +667,7 @@ func TestPolicyCLI(t *testing.T) {
 	_ = env.Channel(t).ExchangeDelete(target, false, false)
 }
 
-// TestExporterCommand runs `declare exporter --listen 127.0.0.1:0` as an operator would, reads
+// TestExporterCommand runs `rabbitdelay exporter --listen 127.0.0.1:0` as an operator would, reads
 // the address it logs, scrapes /metrics over HTTP, and stops it with SIGTERM (exit 0). Without
 // --management-url it is a usage error (exit 2).
 func TestExporterCommand(t *testing.T) {
@@ -756,7 +756,7 @@ func TestExporterCommandLogsScrapeErrors(t *testing.T) {
 	}
 }
 
-// runningExporter is a `declare exporter` child process (startExporter).
+// runningExporter is a `rabbitdelay exporter` child process (startExporter).
 type runningExporter struct {
 	cmd    *exec.Cmd
 	addr   string
@@ -766,7 +766,7 @@ type runningExporter struct {
 	done   chan struct{}
 }
 
-// startExporter runs `declare exporter --listen 127.0.0.1:0 --log-format json` with the
+// startExporter runs `rabbitdelay exporter --listen 127.0.0.1:0 --log-format json` with the
 // variables e, and returns once it logged the address it serves on.
 func startExporter(t *testing.T, ctx context.Context, e map[string]string) *runningExporter {
 	t.Helper()
@@ -869,7 +869,7 @@ func TestStatusMismatchCLI(t *testing.T) {
 	line := `exchange "` + entry + `" has type = direct, the plan wants fanout`
 	st := declare(t, e, "status")
 	if st.code != 1 || !strings.Contains(st.stdout, "NOT AS SPECIFIED: 1 property") || !strings.Contains(st.stdout, "  "+line+"\n") ||
-		!strings.Contains(st.stderr, line) || !strings.Contains(st.stderr, "declare apply") || strings.Contains(st.stdout, "INCOMPLETE") {
+		!strings.Contains(st.stderr, line) || !strings.Contains(st.stderr, "rabbitdelay apply") || strings.Contains(st.stdout, "INCOMPLETE") {
 		t.Errorf("status with an entry exchange of another type: exit %d, want 1 listing %q\n%s\n%s", st.code, line, st.stdout, st.stderr)
 	}
 	js := declare(t, e, "status", "--json")
@@ -882,7 +882,7 @@ func TestStatusMismatchCLI(t *testing.T) {
 
 // TestStatusMistypedTarget: with AMQPDELAY_TARGETS mistyped after an apply (a target name
 // without a type, so apply would not declare it), status exits 1 naming the exchange that does
-// not exist and the vhost's exchange of a similar name, never advises `declare teardown` (which,
+// not exist and the vhost's exchange of a similar name, never advises `rabbitdelay teardown` (which,
 // run with the specification that did apply, would delete the live topology), and says of the
 // applied target's marker to add the target back; --json gives the same; apply refuses with exit
 // 2 naming the similar exchange and the mistyped name, and declares nothing.
@@ -908,7 +908,7 @@ func TestStatusMistypedTarget(t *testing.T) {
 		!strings.Contains(st.stderr, missing) || !strings.Contains(st.stderr, "mistyped") {
 		t.Errorf("status with a mistyped target: exit %d, want 1 listing %q\n%s\n%s", st.code, missing, st.stdout, st.stderr)
 	}
-	if strings.Contains(st.stdout, "run `declare teardown`") || strings.Contains(st.stderr, "run `declare teardown`") {
+	if strings.Contains(st.stdout, "run `rabbitdelay teardown`") || strings.Contains(st.stderr, "run `rabbitdelay teardown`") {
 		t.Errorf("status beside a live topology advises a teardown:\n%s\n%s", st.stdout, st.stderr)
 	}
 	if want := "exchange " + marker + `: says target "` + target + `" was bound`; !strings.Contains(st.stdout, want) ||

@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// Schedules (package schedule): `declare schedules` lists them from the stream
-// <prefix>.schedules alone; `declare schedule pause|resume|remove NAME` changes one.
+// Schedules (package schedule): `rabbitdelay schedules` lists them from the stream
+// <prefix>.schedules alone; `rabbitdelay schedule pause|resume|remove NAME` changes one.
 
 func schedulesCommand() command {
 	return command{name: "schedules", summary: "list the periodic schedules of the prefix, from the broker alone",
@@ -112,7 +112,7 @@ func brokenSchedules(infos []schedule.Info) error {
 		topology.ErrUnhealthy, strings.Join(broken, "; "))
 }
 
-// scheduleStatus is `declare status`'s check of the schedules (nil when there are none).
+// scheduleStatus is `rabbitdelay status`'s check of the schedules (nil when there are none).
 func (e *invocation) scheduleStatus(ctx context.Context) error {
 	infos, err := schedule.Inspect(ctx, e.scheduleConfig())
 	if err != nil {
@@ -124,7 +124,7 @@ func (e *invocation) scheduleStatus(ctx context.Context) error {
 
 func cmdSchedule(ctx context.Context, e *invocation) error {
 	if len(e.args) != 2 {
-		return usageError{errors.New("want: declare schedule pause|resume|remove NAME")}
+		return usageError{errors.New("want: rabbitdelay schedule pause|resume|remove NAME")}
 	}
 	verb, name := e.args[0], e.args[1]
 	var op func(*schedule.Scheduler, context.Context, string) error

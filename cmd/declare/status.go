@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"cmp"
@@ -14,7 +14,7 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// statusView is what the table form of `declare status` prints from.
+// statusView is what the table form of `rabbitdelay status` prints from.
 type statusView struct {
 	p      *topology.Plan
 	rep    *topology.StatusReport
@@ -62,7 +62,7 @@ func printStatus(w io.Writer, v statusView) {
 	if rep.NotDeclared {
 		fmt.Fprintf(w, "\nnothing to show: the topology is not declared (none of its own exchanges and queues exist); %s missing "+
 			"(status --json lists them)\n", plural(len(rep.Missing), "object"))
-		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the topology is not declared: run `declare apply` with the same settings")
+		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the topology is not declared: run `rabbitdelay apply` with the same settings")
 		return
 	}
 
@@ -171,7 +171,7 @@ func printProblems(w io.Writer, v statusView) {
 	fmt.Fprintln(w, "\nPROBLEMS:")
 	if rep.NotDeclared {
 		fmt.Fprintf(w, "\nNOT DECLARED: none of the topology's own exchanges and queues exist in vhost %s (never applied here, or torn "+
-			"down). Declare it with `declare apply` and the same settings (AMQPDELAY_* variables or flags); `declare plan` shows what "+
+			"down). Declare it with `rabbitdelay apply` and the same settings (AMQPDELAY_* variables or flags); `rabbitdelay plan` shows what "+
 			"it declares.\n", v.vhost)
 	}
 	if len(rep.MissingExchanges) > 0 {
@@ -183,7 +183,7 @@ func printProblems(w io.Writer, v statusView) {
 		}
 	}
 	if len(rep.Missing) > 0 && !rep.NotDeclared {
-		fmt.Fprintf(w, "\nINCOMPLETE: %s missing (run `declare apply`):\n", plural(len(rep.Missing), "object"))
+		fmt.Fprintf(w, "\nINCOMPLETE: %s missing (run `rabbitdelay apply`):\n", plural(len(rep.Missing), "object"))
 		shown := rep.Missing
 		if len(shown) > 20 && !v.queues {
 			shown = shown[:20]

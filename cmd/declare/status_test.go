@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"errors"

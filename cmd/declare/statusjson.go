@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"errors"
@@ -7,11 +7,11 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// statusSchema is the version of the JSON that `declare status --json` prints. It changes
+// statusSchema is the version of the JSON that `rabbitdelay status --json` prints. It changes
 // only when a field changes meaning or is removed; new fields may appear in any version.
 const statusSchema = 1
 
-// statusJSON is the documented shape of `declare status --json` (docs/status-json.md).
+// statusJSON is the documented shape of `rabbitdelay status --json` (docs/status-json.md).
 // Counts from the management API are -1 when it has none yet (the queue's
 // statistics are collected every collect_statistics_interval, 5 s by default) or without
 // --management-url. Lists are [] when empty, never null; objects that need the management

@@ -1,4 +1,4 @@
-package main
+package declare
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// statusJSONKeys is schema 1 of `declare status --json`: every key, as a path (lists and
+// statusJSONKeys is schema 1 of `rabbitdelay status --json`: every key, as a path (lists and
 // objects alike separated by dots). Renaming or removing one breaks scripts that read the JSON:
 // that takes a new statusSchema. A new key is added here and to docs/status-json.md.
 var statusJSONKeys = []string{
@@ -65,7 +65,7 @@ func jsonKeys(t reflect.Type, prefix string) []string {
 	return out
 }
 
-// TestStatusJSONShape holds `declare status --json` to its documented shape: the keys are
+// TestStatusJSONShape holds `rabbitdelay status --json` to its documented shape: the keys are
 // exactly schema 1's (statusSchema), and docs/status-json.md names each of them.
 func TestStatusJSONShape(t *testing.T) {
 	if statusSchema != 1 {
@@ -91,9 +91,9 @@ func TestStatusJSONShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "**`declare status --json`**")
+	_, section, ok := strings.Cut(string(readme), "**`rabbitdelay status --json`**")
 	if !ok {
-		t.Fatal("docs/status-json.md has no **`declare status --json`** paragraph")
+		t.Fatal("docs/status-json.md has no **`rabbitdelay status --json`** paragraph")
 	}
 	section, _, _ = strings.Cut(section, "\n\n")
 	section = strings.Join(strings.Fields(section), " ")

@@ -1,4 +1,4 @@
-package main
+package declare
 
 // The tests of this file need no broker: what the CLI reads, refuses and prints before it
 // connects.
@@ -34,11 +34,11 @@ func TestUsageErrors(t *testing.T) {
 		want     []string // in stderr
 		notWants []string // in stdout and stderr
 	}{
-		{name: "unknown flag", args: []string{"apply", "--target", "o:topic", "--bogus"}, want: []string{"declare apply: unknown flag --bogus", "declare apply --help"}},
+		{name: "unknown flag", args: []string{"apply", "--target", "o:topic", "--bogus"}, want: []string{"rabbitdelay apply: unknown flag --bogus", "rabbitdelay apply --help"}},
 		{name: "flag without its value", args: []string{"apply", "--target", "o:topic", "--radix"}, want: []string{"--radix needs a value"}},
 		{name: "argument", args: []string{"apply", "orders"}, want: []string{`unexpected argument "orders"`}},
-		{name: "unknown command", args: []string{"deploy"}, want: []string{`unknown command "deploy"`, "plan, apply, status", "declare --help"}},
-		{name: "no arguments", args: nil, want: []string{"Usage: declare <command>"}},
+		{name: "unknown command", args: []string{"deploy"}, want: []string{`unknown command "deploy"`, "plan, apply, status", "rabbitdelay --help"}},
+		{name: "no arguments", args: nil, want: []string{"Usage: rabbitdelay <command>"}},
 		{name: "export with a URL that does not parse", args: []string{"export", "--target", "o:topic", "--url", "amqp://u:p#w@h/prod"},
 			want: []string{"percent-encode", "--vhost"}, notWants: []string{"p#w"}},
 		{name: "unparsable bucket", args: []string{"apply", "--target", "o:topic", "--bucket", "30s", "--bucket", "5x"},
@@ -206,7 +206,7 @@ func BenchmarkPlan(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/plan")
 }
 
-// TestHelpListsEveryVariable: the variables `declare --help` names are exactly those the one
+// TestHelpListsEveryVariable: the variables `rabbitdelay --help` names are exactly those the one
 // reader reads (topology.ReadEnv of the CLI's variables, which embed topology.Env, the
 // library's), each of them set alone reaches the settings, and every command's help works.
 func TestHelpListsEveryVariable(t *testing.T) {
@@ -264,7 +264,7 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	}
 	for _, c := range commands() {
 		h := declare(t, nil, c.name, "--help")
-		if h.code != 0 || !strings.Contains(h.stdout, "Usage: declare "+c.name) || !strings.Contains(h.stdout, "--url") {
+		if h.code != 0 || !strings.Contains(h.stdout, "Usage: rabbitdelay "+c.name) || !strings.Contains(h.stdout, "--url") {
 			t.Errorf("%s --help: exit %d\n%s", c.name, h.code, h.stdout)
 		}
 	}

@@ -2,8 +2,8 @@
 // payment time-out for each of 10,000 orders with rabbitdelay, and a plain amqp091-go consumer
 // that reads the time-outs from a queue bound to the `orders` exchange when they fall due.
 //
-// It reads the same AMQPDELAY_* variables as the declare CLI (the topology must be declared
-// first: `declare apply`), shows progress while it runs, and ends with a table per delivery path:
+// It reads the same AMQPDELAY_* variables as the rabbitdelay CLI (the topology must be declared
+// first: `rabbitdelay apply`), shows progress while it runs, and ends with a table per delivery path:
 // count, arrived, lost, early, and lateness p50, p99 and max. It exits 1 when any message is lost
 // or early, 2 on bad flags.
 //
@@ -61,7 +61,7 @@ func run() int {
 	minDelay := fs.Duration("min", time.Second, "shortest time-out")
 	maxDelay := fs.Duration("max", 20*time.Second, "longest time-out")
 	exchange := fs.String("exchange", "orders", "target exchange (must be among AMQPDELAY_TARGETS)")
-	queue := fs.String("queue", "orders.payment-timeouts", "ready queue the consumer reads (declared by `declare apply`)")
+	queue := fs.String("queue", "orders.payment-timeouts", "ready queue the consumer reads (declared by `rabbitdelay apply`)")
 	workers := fs.Int("publishers", 8, "goroutines publishing at once")
 	grace := fs.Duration("grace", 15*time.Second, "how long after the last due time to wait for stragglers before counting them lost")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -109,7 +109,7 @@ func run() int {
 	}
 	deliveries, err := ch.ConsumeWithContext(ctx, *queue, "", false, false, false, false, nil)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "ordertimeout: consume from queue %q (declare it with `declare apply --ready-queue %s=%s:#`): %v\n", *queue, *queue, *exchange, err)
+		fmt.Fprintf(os.Stderr, "ordertimeout: consume from queue %q (declare it with `rabbitdelay apply --ready-queue %s=%s:#`): %v\n", *queue, *queue, *exchange, err)
 		return 1
 	}
 

@@ -4,13 +4,13 @@
 // and prints them, with which instance fired each and how late it was.
 //
 // A real monthly bill would be Cron "0 1 28 * *" in its zone; the example fires every -every
-// (10 s by default) so one sees it work. It reads the AMQPDELAY_* variables of `declare apply`,
+// (10 s by default) so one sees it work. It reads the AMQPDELAY_* variables of `rabbitdelay apply`,
 // whose AMQPDELAY_TARGETS must include the target exchange, e.g.
 //
 //	export AMQPDELAY_TARGETS=billing:topic AMQPDELAY_READY_QUEUES=billing.runs=billing:bill.#
-//	declare apply
+//	rabbitdelay apply
 //	go run . &   go run . &   # two instances: each occurrence printed once, by one of them
-//	declare schedules         # the schedule, its next occurrence, the last fired and by whom
+//	rabbitdelay schedules         # the schedule, its next occurrence, the last fired and by whom
 package main
 
 import (

@@ -2,7 +2,7 @@
 // retries with back-off through the delay topology, parking after the last attempt, and, with
 // REDIS_URL set, an exactly-once effect per message id across instances.
 //
-// It reads the AMQPDELAY_* variables of `declare apply` and, optionally, REDIS_URL. Run it from
+// It reads the AMQPDELAY_* variables of `rabbitdelay apply` and, optionally, REDIS_URL. Run it from
 // this directory, then publish to the queue's exchange (examples/publish):
 //
 //	go run . -queue orders.timeouts

@@ -1,12 +1,12 @@
 // Command metrics serves the Prometheus metrics of a rabbitdelay Publisher and Consumer on
 // /metrics, publishes a few delayed messages, consumes them, and prints the rabbitdelay_ series.
 //
-// It reads the AMQPDELAY_* variables of `declare apply`. Run it from this directory:
+// It reads the AMQPDELAY_* variables of `rabbitdelay apply`. Run it from this directory:
 //
 //	go run . -listen :9530
 //
 // The topology's own metrics (messages waiting per level, parking, leaders) come from
-// `declare exporter`; see docs/operations.md.
+// `rabbitdelay exporter`; see docs/operations.md.
 package main
 
 import (

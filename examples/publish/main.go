@@ -1,6 +1,6 @@
 // Command publish schedules one delayed message with rabbitdelay and prints how it travels.
 //
-// It reads the AMQPDELAY_* variables of `declare apply` (AMQPDELAY_URL, AMQPDELAY_TARGETS, ...);
+// It reads the AMQPDELAY_* variables of `rabbitdelay apply` (AMQPDELAY_URL, AMQPDELAY_TARGETS, ...);
 // the topology must be declared first. Run it from this directory:
 //
 //	go run . -delay 10s

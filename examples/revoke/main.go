@@ -3,7 +3,7 @@
 // what arrives: the kept message on time, the rescheduled one at its new time, the revoked one
 // never.
 //
-// It reads the AMQPDELAY_* variables of `declare apply`. Run it from this directory:
+// It reads the AMQPDELAY_* variables of `rabbitdelay apply`. Run it from this directory:
 //
 //	go run . -queue orders.timeouts
 package main

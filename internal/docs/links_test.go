@@ -150,7 +150,7 @@ func TestLinksResolve(t *testing.T) {
 func TestSlug(t *testing.T) {
 	for h, want := range map[string]string{
 		"Many publishes in flight (`PublishDeferred`)":            "many-publishes-in-flight-publishdeferred",
-		"What `declare status` checks":                            "what-declare-status-checks",
+		"What `rabbitdelay status` checks":                        "what-rabbitdelay-status-checks",
 		"Plugin missing, or RabbitMQ 4.3":                         "plugin-missing-or-rabbitmq-43",
 		"A delayed message keeps the publisher's permissions":     "a-delayed-message-keeps-the-publishers-permissions",
 		"RabbitMQ 4.0.5, and PendingScale with `PublishDeferred`": "rabbitmq-405-and-pendingscale-with-publishdeferred",

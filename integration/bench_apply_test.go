@@ -1,0 +1,47 @@
+//go:build integration && bench
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/topology"
+)
+
+// BenchmarkApplyDefault measures apply of the default topology (15 ladder exchanges, 225
+// quorum queues) on an empty vhost with 4, 8 (the default) and 16 channels, and (again) a
+// second apply with the default channels, which finds everything declared and, without the
+// management API, unbinds every obsolete binding of Plan.Obsolete; the target is under 2 s
+// against a local broker.
+func BenchmarkApplyDefault(b *testing.B) {
+	// applyDefault plans the default topology in a vhost of its own, with again applies it once
+	// untimed, then applies it timed on workers channels (0: DefaultWorkers).
+	applyDefault := func(b *testing.B, workers int, again bool) {
+		for b.Loop() {
+			b.StopTimer()
+			env := brokertest.NewEnv(b)
+			conn := env.Dial(b)
+			p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Plugin: topology.PluginOff}.Plan()
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts := topology.ApplyOptions{Workers: workers}
+			if again {
+				if _, err := topology.Apply(context.Background(), conn, p, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StartTimer()
+			if _, err := topology.Apply(context.Background(), conn, p, opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("again", func(b *testing.B) { applyDefault(b, 0, true) })
+	for _, workers := range []int{4, 8, 16} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { applyDefault(b, workers, false) })
+	}
+}
