@@ -80,8 +80,9 @@ const (
 	// Unsettled: the outcome could not be settled with the broker (the channel closed before the
 	// ack): the broker delivers the message again, and the store decides.
 	Unsettled
-	// Disconnected and Reconnected: the Consumer's connection was lost, and is back.
+	// Disconnected: the Consumer's connection was lost.
 	Disconnected
+	// Reconnected: the Consumer's connection is back after a loss.
 	Reconnected
 	// Revoked: the message was revoked (amqpdelay's Publisher.Revoke or Reschedule): acked
 	// without running the handler.
