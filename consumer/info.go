@@ -142,6 +142,7 @@ func (k EventKind) String() string {
 
 // Event is one outcome that [WithObserver] reports.
 type Event struct {
+	// Kind says what happened.
 	Kind EventKind
 	// Info describes the delivery (empty for Disconnected and Reconnected).
 	Info Info
