@@ -154,7 +154,9 @@ func MisplacedAt(raw string) bool {
 }
 
 // TLSConfig builds the TLS configuration for an amqps:// URL from the CA, certificate and key
-// files, for the host of the first URL. It returns nil, nil for amqp:// URLs.
+// files, for the host of the first URL. It returns nil, nil for amqp:// URLs. Its errors wrap
+// [ErrConfig]: a CA file that cannot be read or holds no PEM certificate, or a certificate and
+// key that do not load.
 func (c Config) TLSConfig() (*tls.Config, error) { return c.tlsConfigFor(c.URLOrDefault()) }
 
 func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
