@@ -123,25 +123,17 @@ func (c *Consumer) Queue() string { return c.queue }
 
 // Run consumes until ctx ends, then shuts down gracefully and returns nil: it stops taking
 // messages, lets running handlers finish for up to the shutdown timeout ([WithShutdownTimeout]),
-// then cancels the contexts of those still running and gives their messages back to the queue
-// (nack with requeue), and returns once every handler has returned (a handler that ignores its
-// context delays it). After a connection loss it reconnects with exponential back-off and
-// jitter until ctx ends.
+// cancels the contexts of those still running, gives their messages back (nack with requeue)
+// and returns once every handler has returned. After a connection loss it reconnects with
+// back-off until ctx ends.
 //
-// At start it pings the store of handled ids when the store has a Ping method, as
-// [RedisStore] has, opens the retry Publisher (an amqpdelay.Publisher whose only target is the
-// retry exchange) and the consuming connection, checks that the queue exists, binds it to the
-// retry exchange (unless [WithoutRetryBinding]) and sets the prefetch to the concurrency. A
-// failure there is returned at once: ErrStore (Redis down, or its client's address or password
-// wrong), ErrQueueNotFound, amqpdelay.ErrTopologyMissing (run `declare apply` with this version
-// of rabbitdelay: the retry exchange is missing; or, unless [WithoutRevocations], the
-// revocation stream), a dial error, or ctx's error. Once running, a store that fails a claim
-// costs only the delivery that asked: it is sent back through the retry path after the busy
-// delay ([WithBusyDelay]; Event kind Deferred), as a delivery whose id another Consumer holds
-// is. With revocations (the default) it first
-// reads the revocation stream (package revoke) and then acks every revoked delivery without
-// calling the handler (Event kind Revoked).
-// Run may be called once (ErrRunning).
+// At start it pings the store (when it has a Ping method, as [RedisStore] has), opens the
+// retry Publisher and the consuming connection, checks the queue, binds it to the retry
+// exchange (unless [WithoutRetryBinding]) and, unless [WithoutRevocations], reads the
+// revocation stream. A failure there is returned at once: ErrStore, ErrQueueNotFound,
+// amqpdelay.ErrTopologyMissing (run `declare apply`), a dial error, or ctx's error. Once
+// running, a store that fails a claim defers only that delivery ([WithBusyDelay]). Run may be
+// called once (ErrRunning).
 func (c *Consumer) Run(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)
@@ -482,20 +474,15 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 }
 
 // EarlyHold is the longest a Consumer holds a delivery that arrives before its due time
-// (Info.Due, by this machine's clock) before it checks revocations, claims the id and calls
-// the handler: it then does so at the due time, so that a handler never runs early by the
-// clock it reads. A held delivery takes one of the concurrency slots; a shutdown meanwhile
-// gives it back to the queue unhandled. A delivery due further ahead than EarlyHold (the
-// publisher's and this machine's clocks disagree by more than the broker's own timers can
-// account for, or a publisher other than amqpdelay's set rabbitdelay-due) is not held: a copy
-// goes back through the delay topology for the time left (at most the ladder's maximum at a
-// time; then again), and the delivery is acked once the copy is confirmed (Event kind
-// Deferred, Err wrapping ErrEarly; no attempt counted). The broker's timers can run fast:
-// RabbitMQ 3.x nodes run Erlang in no_time_warp mode (erlang:system_info(time_warp_mode)),
-// where, after the operating system's clock steps forward (a virtual machine resumed, NTP
-// stepping), Erlang's time correction runs the node's clock up to 1 % fast until it has caught
-// up; message TTLs then end up to 1 % early. Seen on 3.10.8 after a step of about 1.4 s:
-// deliveries of 0.3-2 s delays 0.3-15 ms before their due times.
+// (Info.Due, by this machine's clock): it checks revocations, claims the id and calls the
+// handler at the due time, so a handler never runs early by the clock it reads. A held
+// delivery takes a concurrency slot; a shutdown gives it back unhandled. A delivery due
+// further ahead is not held: a copy goes back through the delay topology for the time left,
+// and the delivery is acked once the copy is confirmed (Event kind Deferred, Err wrapping
+// ErrEarly; no attempt counted). Broker timers can end early: a RabbitMQ 3.x node runs Erlang
+// in no_time_warp mode, where after the system clock steps forward time correction runs the
+// node's clock up to 1 % fast until it catches up, and message TTLs end up to 1 % early
+// (https://www.erlang.org/doc/apps/erts/time_correction.html).
 const EarlyHold = 2 * time.Second
 
 // holdUntilDue waits until in.Due when the delivery arrived before it by at most EarlyHold,

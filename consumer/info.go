@@ -80,8 +80,9 @@ const (
 	// Unsettled: the outcome could not be settled with the broker (the channel closed before the
 	// ack): the broker delivers the message again, and the store decides.
 	Unsettled
-	// Disconnected and Reconnected: the Consumer's connection was lost, and is back.
+	// Disconnected: the Consumer's connection was lost.
 	Disconnected
+	// Reconnected: the Consumer's connection is back after a loss.
 	Reconnected
 	// Revoked: the message was revoked (amqpdelay's Publisher.Revoke or Reschedule): acked
 	// without running the handler.
@@ -141,6 +142,7 @@ func (k EventKind) String() string {
 
 // Event is one outcome that [WithObserver] reports.
 type Event struct {
+	// Kind says what happened.
 	Kind EventKind
 	// Info describes the delivery (empty for Disconnected and Reconnected).
 	Info Info

@@ -10,39 +10,21 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/metrics"
 )
 
-// WithMetrics makes the Consumer record Prometheus metrics on reg (nothing is registered
-// without this option, and the global registry is never touched). Every metric has the label
-// queue, the queue consumed:
+// WithMetrics records Prometheus metrics on reg (nil: none; the global registry is never
+// touched). Every series has the label queue, the queue consumed, and exists from New, at 0:
 //
-//   - rabbitdelay_consumer_messages_total{queue,outcome}: deliveries by outcome, one per
-//     [Event] of a delivery: handled, retried, parked, duplicate (a handled id, skipped),
-//     deferred, requeued, unsettled, revoked (acked without calling the handler: its message
-//     was revoked, see package revoke), rejected (no copy could be parked).
-//   - rabbitdelay_consumer_handler_failures_total{queue}: handler runs that returned an error
-//     or panicked, whatever became of the delivery then (retried, parked, rejected, or given
-//     back when no copy could be published or the shutdown had given it back).
-//   - rabbitdelay_consumer_handler_duration_seconds{queue,result}: histogram of every handler
-//     run, result ok or error.
-//   - rabbitdelay_consumer_lateness_seconds{queue,path}: histogram, for every handled
-//     delivery that has the rabbitdelay-due header, of how long after its due time its
-//     handling began ([Info.Late]), by the delay path it came through
-//     (amqpdelay.DeliveryPath: direct, bucket, ladder, plugin). Its count equals the handled
-//     deliveries that were published through amqpdelay, less those [Replay] sent back
-//     ([Info.Replayed]: their lateness includes their time in the parking queue).
-//   - rabbitdelay_consumer_reconnects_total{queue}: reconnections after a connection loss.
-//   - rabbitdelay_consumer_derived_ids_total{queue,reason}: deliveries whose id the Consumer
-//     derived (Event kind IDDerived), reason missing (no MessageId: identical messages count
-//     as one) or too-long.
+//   - rabbitdelay_consumer_messages_total{outcome}: deliveries by outcome: handled, retried,
+//     parked, duplicate ([Skipped]), deferred, requeued, unsettled, revoked, rejected.
+//   - rabbitdelay_consumer_handler_failures_total: handler runs that failed or panicked.
+//   - rabbitdelay_consumer_handler_duration_seconds{result}: histogram, result ok or error.
+//   - rabbitdelay_consumer_lateness_seconds{path}: histogram of [Info.Late] of handled
+//     deliveries with a due time, by amqpdelay.DeliveryPath, less those [Replay] moved.
+//   - rabbitdelay_consumer_reconnects_total: reconnections after a connection loss.
+//   - rabbitdelay_consumer_derived_ids_total{reason}: ids the Consumer derived ([IDDerived]),
+//     reason missing or too-long.
 //
-// Every series of the Consumer's queue exists from New, at 0: each outcome of messages_total,
-// each reason of derived_ids_total, handler_failures_total and reconnects_total, and the
-// histograms by result and by path, so that an alert or a rate sees 0, not nothing, before the
-// first event.
-//
-// Several Consumers may share reg: they share the collectors, told apart by the queue label.
-// The Consumer's retry Publisher records no metrics of its own (its retries and parkings are
-// counted here). A nil reg is no metrics. New fails with ErrInvalidConfig when reg refuses the
-// collectors (names registered with other labels).
+// Consumers may share reg: they share the collectors. New fails with ErrInvalidConfig when
+// reg refuses the collectors (names registered with other labels).
 func WithMetrics(reg prometheus.Registerer) Option {
 	return func(o *options) error { o.metricsReg = reg; return nil }
 }

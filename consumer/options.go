@@ -165,20 +165,14 @@ func WithShutdownTimeout(d time.Duration) Option {
 }
 
 // WithSettleTimeout sets how long the Consumer may take to settle one delivery after its handler
-// returned (default [DefaultSettleTimeout]; at least 1 ms): the store writes, and the publish of
-// the retry, deferred or parked copy, each tried again with back-off (100 ms doubling to 5 s)
-// while the error may pass (the store not answering, the delay topology missing, a nack, a lost
-// connection). When the timeout ends before a copy is published, the delivery is given back to
-// its queue (an [Event] of kind Requeued whose Err says why): for a retry or parking copy with
-// basic.reject, which counts toward a quorum queue's delivery limit on every RabbitMQ
-// version; for a deferred copy with basic.nack, which counts before RabbitMQ 4.3 only. The
-// timeout starts when the handler returns, so a handler's own run time never uses it up; the steps before the handler (the revocation check, the claim, and the
-// deferred copy of a message another handler holds) have a timeout of the same length of their
-// own. A handled delivery whose done mark the store has not taken when the timeout ends is
-// acked anyway (its handler ran: giving it back would run it again now), and the id stays
-// unremembered once its lease expires. A shorter timeout returns a delivery sooner while the
-// delay topology is missing; a longer one rides out longer broker and store outages holding
-// the delivery. Less than 1 ms: ErrInvalidConfig.
+// returned (default [DefaultSettleTimeout]; at least 1 ms, else ErrInvalidConfig): the store
+// writes and the publish of the retry, deferred or parked copy are tried again with back-off
+// while the error may pass (store or broker outage, a nack, a lost connection). When it ends
+// before a copy is published, the delivery is given back (Event kind Requeued; see "Giving a
+// delivery back" in the package documentation); a handled delivery whose done mark was not
+// written is acked anyway, so as not to run it again. The steps before the handler (revocation
+// check, claim, deferred copy) have a timeout of the same length of their own. A longer
+// timeout rides out longer outages, holding the delivery meanwhile.
 func WithSettleTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d < time.Millisecond {

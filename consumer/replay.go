@@ -16,24 +16,17 @@ const HeaderReplayed = "rabbitdelay-replayed"
 
 // Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue names
 // queue) from the topology's parking queue back to queue (n <= 0: all of them), and returns how
-// many it moved. A moved message loses its failure record (attempt, failure times, error, panic, park
-// reason) and starts again at attempt 1; it keeps its body, properties (UserId excepted) and
-// other headers (CC and BCC excepted: they would route the copy to the queues they name too),
-// and gets HeaderReplayed. Each is published to queue through the default
-// exchange with a publisher confirm before its parked copy is acked, so a failure midway loses
-// nothing (a message may then be in both queues).
-//
-// Replay looks at each message the parking queue held when it started once. The other messages
-// there (parked for another queue, or due messages no target took) are moved to the back of the
-// parking queue the same way, unchanged but for UserId, CC and BCC: giving them back with a
-// nack would count towards the quorum queue's delivery limit on RabbitMQ 4.0-4.2 (20 by
-// default), which would drop them. Run one Replay at a time per parking queue, while no Consumer of queue needs the
-// parking queue's order.
+// many it moved. A moved message loses its failure record and starts again at attempt 1; it
+// keeps its body, properties (UserId excepted) and other headers (CC and BCC excepted: they
+// would route the copy to more queues), and gets HeaderReplayed. Each is published to queue
+// with a publisher confirm before its parked copy is acked, so a failure midway loses nothing
+// (a message may then be in both queues). The other messages there are moved to the back of
+// the parking queue the same way: a nack would count toward a quorum queue's delivery limit on
+// RabbitMQ 4.0 to 4.2. Run one Replay at a time per parking queue.
 //
 // ctx bounds the whole call. Errors: ErrQueueNotFound (queue or the parking queue missing), a
-// dial error (amqpdelay.Dial), a refused or unconfirmed publish, a parked message the client
-// library cannot read (the error says how to take it out), or ctx's error; moved counts what
-// was moved before it.
+// dial error, a refused or unconfirmed publish, a parked message the client library cannot
+// read (the error says how to take it out), or ctx's error; moved counts what was moved.
 func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (moved int, err error) {
 	if ctx == nil {
 		return 0, fmt.Errorf("%w: nil context", ErrInvalidConfig)

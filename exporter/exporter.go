@@ -30,9 +30,8 @@
 //   - rabbitdelay_ready_queue_messages{queue}: messages in each ready queue of the
 //     specification (AMQPDELAY_READY_QUEUES): due messages waiting for a consumer.
 //   - rabbitdelay_ready_queue_requeue_loop{queue}: 1 when the ready queue's consumers requeue
-//     messages in a loop that no delivery limit ends (topology.RequeueLoopOf: on RabbitMQ 4.3 a
-//     quorum queue's basic.nack requeues do not count toward its limit; a classic queue has
-//     none), else 0. `declare status` says what to do.
+//     messages in a loop that no delivery limit ends (topology.RequeueLoopOf gives the rule),
+//     else 0. `declare status` says what to do.
 //   - rabbitdelay_missing_queues: queues of the specification the management API does not
 //     list (run `declare apply`).
 //   - rabbitdelay_policy_problems{breaks,severity}: policy keys in effect that break a
@@ -50,19 +49,15 @@
 //   - rabbitdelay_dead_letter_waiting_messages{node}: messages in dead-letter state waiting
 //     for the unreachable node.
 //   - rabbitdelay_revocation_stream_messages{queue}: messages in the revocation stream
-//     <prefix>.revoked (the queue label is its name): the records of Publisher.Revoke and
-//     Reschedule and the fences its readers (package revoke, the consumer package) write to
-//     find where they have read up to. It shrinks only when RabbitMQ deletes a segment file
-//     older than the stream's x-max-age (topology.Spec.RevocationRetention).
+//     <prefix>.revoked: revocation records and its readers' fences. It shrinks only when
+//     RabbitMQ deletes a segment older than the stream's x-max-age
+//     (topology.Spec.RevocationRetention).
 //
-// Every series of every label set the specification configures (each ladder level and bucket,
-// the parking queue, each ready queue, the revocation stream, each cluster node's dead-letter
-// waits, each policy problem's breaks and severity) is in every scrape, at 0 where nothing
-// happened, so that an alert sees 0 rather than nothing; a queue that does not exist counts
-// 0 (and in rabbitdelay_missing_queues). The management API refreshes its queue figures every
-// collect_statistics_interval (5 s by default), so a scrape lags the broker by up to that
-// much; a queue without figures yet is left out of its sums (a sum with no figure at all is
-// left out until there is one).
+// Every series of every label set the specification configures is in every scrape, at 0
+// where nothing happened, so that an alert sees 0 rather than nothing; a queue that does not
+// exist counts 0 (and in rabbitdelay_missing_queues). A queue the management API has no
+// figures for yet is left out of its sums. The figures lag the broker by up to the management
+// API's collect_statistics_interval (https://www.rabbitmq.com/docs/management#statistics-interval).
 package exporter
 
 import (

@@ -23,8 +23,8 @@ const DelayHeader = "x-delay"
 // PluginName is the name of the plugin, as rabbitmq-plugins enables it.
 const PluginName = "rabbitmq_delayed_message_exchange"
 
-// MaxDelayMs is the largest x-delay the plugin honours: 2^32-1 ms (about 49.7 days). A larger
-// value is routed at once (observed on RabbitMQ 3.10.8).
+// MaxDelayMs is the largest x-delay the plugin honours, in milliseconds: 2^32-1 ms (about
+// 49.7 days). The plugin routes a message with a larger value at once.
 const MaxDelayMs int64 = 1<<32 - 1
 
 // MaxDelay is [MaxDelayMs] as a time.Duration.
@@ -69,7 +69,8 @@ type Dialer func(ctx context.Context) (*amqp.Connection, error)
 
 // ExchangeExists reports whether the exchange named exchange exists, with a passive declare
 // on a connection of its own (a passive declare of a missing exchange fails with 404
-// NOT_FOUND and closes the channel: https://www.rabbitmq.com/docs/amqp-0-9-1-reference#exchange.declare.passive).
+// NOT_FOUND and closes the channel:
+// https://www.rabbitmq.com/docs/amqp-0-9-1-reference#exchange.declare.passive).
 // rabbitdelay's plugin exchange exists only where `declare apply` found the plugin, so its
 // existence says the plugin path can be used. A dial error or any other broker error is
 // returned (the *amqp091.Error reachable with errors.As); ctx bounds the whole probe.
@@ -126,16 +127,14 @@ func Probe(ctx context.Context, dial Dialer, name string) (bool, error) {
 
 // IsUnknownExchangeType reports whether err is RabbitMQ's refusal to declare an exchange of a
 // type it does not know, which is how a broker without the plugin answers a declare of type
-// [ExchangeType]:
+// [ExchangeType] (rabbit_exchange.erl, check_type):
 //
-//   - RabbitMQ 3.x: 503 COMMAND_INVALID "unknown exchange type 'x-delayed-message'", a connection error that
-//     closes the whole connection (seen on 3.10.8; rabbit_exchange:check_type raises it with
-//     rabbit_misc:protocol_error(command_invalid, ...)). amqp091-go may report it to the
-//     channel's caller as [amqp.ErrClosed] when the connection closes first.
-//   - RabbitMQ 4.x: 406 PRECONDITION_FAILED "unknown exchange type", a channel error (seen on
-//     4.0.5).
-//   - any of these codes with a reason naming the exchange type ("invalid exchange type" for
-//     a type whose module is not registered, in the same function).
+//   - RabbitMQ 3.x: 503 COMMAND_INVALID "unknown exchange type", a connection error that
+//     closes the whole connection. Every 503 counts, and so does [amqp.ErrClosed], which
+//     amqp091-go may report to the channel's caller when the connection closes first.
+//   - RabbitMQ 4.0 and later: 406 PRECONDITION_FAILED "unknown exchange type", a channel
+//     error. A 406, 405 or 540 counts when its reason mentions "exchange type" (so does
+//     "invalid exchange type", for a type whose module is not registered).
 func IsUnknownExchangeType(err error) bool {
 	if errors.Is(err, amqp.ErrClosed) {
 		// The 3.x connection-level 503 can reach the caller as a closed channel.

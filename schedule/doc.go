@@ -17,12 +17,10 @@
 // declared with x-single-active-consumer. Every instance that calls [Scheduler.Run] consumes
 // that queue with a prefetch of 1, so one instance at a time handles links, one after another.
 //
-// Records live in the stream <prefix>.schedules (x-max-age [DefaultRetention]): definition
-// records (the schedule, its message, a digest of both, and whether it is active, paused or
-// removed), fired records, skipped records and link records. Each instance reads the stream from
-// its first record into memory. Before it decides anything it syncs: it publishes a marker record
-// (with a publisher confirm) and waits until it has read it back, so every record the broker
-// confirmed before is known.
+// Records live in the stream <prefix>.schedules (x-max-age [DefaultRetention]): definitions
+// (with a digest and whether active, paused or removed), fired, skipped and link records. Each
+// instance reads the stream into memory; before it decides anything it syncs: it publishes a
+// marker record, with a publisher confirm, and waits until it has read it back.
 //
 // Handling link(S, t), on the channel that consumes the links:
 //
@@ -32,41 +30,29 @@
 //     definition has a pending link (a duplicate link).
 //  3. Publish the link for the next occurrence and wait for its confirm.
 //  4. Publish occurrence t once to the headers exchange <prefix>.schedules.fire, on the same
-//     channel, and wait for its confirm. That exchange is bound to the stream (no arguments:
-//     every message) and to the target exchange X (exchange to exchange, which keeps the routing
-//     key, on {x-match: all, rabbitdelay-schedule-target: X}), so the one publish lands in X's
-//     queues and, as the fired record, in the stream: the occurrence and its record are one
-//     message.
+//     channel, and wait for its confirm. That exchange is bound to the stream (every message)
+//     and to the target exchange X (on the header rabbitdelay-schedule-target: X), so the
+//     occurrence and its fired record are one message.
 //  5. Ack the link.
 //
-// A crash (or SIGKILL, or a lost connection) at any point leaves at most a duplicate link: before
-// step 3 nothing was written and the broker requeues the link to another instance; between 3 and
-// 4 the next link exists twice, and the one that arrives second is dropped at step 2; after 4 the
-// requeued link finds t fired. Because the occurrence is published on the connection that holds
-// the link, a connection the broker has seen die (and whose link it requeued) can publish nothing
-// more. So no time fires twice and none is lost, and no occurrence is published before its time.
+// A crash or a lost connection at any point leaves at most a duplicate link, which step 2
+// drops: the broker requeues an unacked link to another instance, and a connection it has seen
+// die can publish nothing more. So no time fires twice, none is lost, and none fires early.
 //
-// Declaring: every instance may call [Scheduler.Declare] at start. The same definition changes
-// nothing while its chain has a pending link. A changed definition writes a definition record and
-// a link for its first occurrence after now; the old definition's links are dropped when they
-// arrive, so the change takes effect from the next occurrence. A chain with no pending link is
-// broken: none is recorded, or the recorded one is more than the link grace ([DefaultLinkGrace])
-// past due while the links queue holds no message (purged, deleted, revoked). Declaring again
-// repairs it: a lost link is published again for its own time, a missing one for the occurrence
-// after the last one handled. Instances declaring at the same moment make duplicate links; a
-// link for a time at or before the last occurrence handled is dropped while the chain has a
-// pending link.
+// Every instance may call [Scheduler.Declare] at start. The same definition changes nothing
+// while its chain has a pending link. A changed definition takes effect from its first
+// occurrence after the call; the old definition's links are dropped when they arrive. A chain
+// with no pending link (none recorded, or the recorded one more than [DefaultLinkGrace] past
+// due while the links queue is empty) is repaired by the next Declare.
 //
 // # Time
 //
 // Cron expressions are read by github.com/robfig/cron/v3 (seconds optional, descriptors such as
-// @daily) in the schedule's IANA zone. Daylight-saving changes, for an expression with particular
-// hours ("30 2 * * *"): a wall time in a skipped hour fires once, at the first instant after the
-// gap (03:00 local when 02:00-03:00 is skipped); a wall time in a repeated hour fires once, at
-// its first instance (the earlier offset). robfig/cron alone drops the first and fires the second
-// twice; this package corrects both. An expression that matches every hour ("*/10 * * * *")
-// follows elapsed time across a change, as robfig/cron does. An Interval schedule fires at
-// Start + k*Interval (the Unix epoch when Start is zero), in absolute time.
+// @daily) in the schedule's IANA zone. Across a daylight-saving change, a wall time in a
+// skipped hour fires once, at the first instant after the gap, and a wall time in a repeated
+// hour fires once, at its first instance (robfig/cron alone would drop the first and fire the
+// second twice). An expression that matches every hour ("*/10 * * * *") follows elapsed time.
+// An Interval schedule fires at Start + k*Interval (the Unix epoch when Start is zero).
 //
 // Missed occurrences: a link that arrives after the next occurrence's time has passed too (every
 // instance was down across occurrence times) is handled by the schedule's [MissedPolicy]: the
@@ -88,10 +74,10 @@
 //     an occurrence can then be delivered twice with the same MessageId. Deduplicate by id (the
 //     consumer package's store does).
 //   - Links are serial across all schedules of a prefix: a handler holds the links queue while it
-//     waits for an early link's time, at most the broker's early delivery (milliseconds).
+//     waits for an early link's time.
 //   - The stream keeps records for its retention; an active schedule's definition record is
 //     written again when older than half of it. A paused or removed schedule older than the
-//     retention disappears from the listing; declaring it again brings it back.
+//     retention disappears from the listing.
 //   - Remove revokes the pending link (amqpdelay.Publisher.Revoke) and drops it when it arrives;
 //     an instance that declares the schedule at start brings it back.
 //

@@ -177,6 +177,7 @@ func (s *Scheduler) session(ctx context.Context) (*session, error) {
 }
 
 // Close closes the Scheduler's connections. A link being handled is given back to the queue.
+// The error is the links Publisher's, from closing it.
 func (s *Scheduler) Close() error {
 	s.sessMu.Lock()
 	if s.sess != nil {
@@ -422,7 +423,9 @@ func infos(st *state, now time.Time, grace time.Duration, queued int) []Info {
 	return out
 }
 
-// List returns every schedule of the prefix as the stream says, sorted by name.
+// List returns every schedule of the prefix as the stream says, sorted by name, once it has
+// read every record confirmed before the call. Errors: those of connecting again after a
+// connection loss (as [New]'s), of writing or reading the sync record, or ctx's.
 func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	sess, err := s.session(ctx)
 	if err != nil {
@@ -484,7 +487,8 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info,
 
 // Run handles links until ctx ends: it consumes the links queue (one instance of all those
 // running Run at a time is its active consumer) and, for each link, fires the occurrence at its
-// time. After a connection loss it connects again, with back-off. It returns nil when ctx ends.
+// time. After a connection loss it connects again, with back-off, and logs why ([WithLogger]).
+// It returns nil when ctx ends, and never an error.
 func (s *Scheduler) Run(ctx context.Context) error {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for ctx.Err() == nil {

@@ -85,7 +85,8 @@ func (p MissedPolicy) String() string {
 	return fmt.Sprintf("MissedPolicy(%d)", int(p))
 }
 
-// ParseMissedPolicy reads "latest", "all" or "skip".
+// ParseMissedPolicy reads "latest", "all" or "skip"; "" gives [MissedLatest]. Other text
+// returns an error wrapping [ErrInvalidSchedule] that quotes it.
 func ParseMissedPolicy(s string) (MissedPolicy, error) {
 	switch s {
 	case "latest", "":
@@ -421,7 +422,8 @@ func OccurrenceID(name string, at time.Time) string {
 }
 
 // ParseOccurrenceID splits an id that [OccurrenceID] made into the schedule's name and the
-// occurrence's time.
+// occurrence's time. An id without '@', or whose time is not RFC 3339, returns an error that
+// quotes it.
 func ParseOccurrenceID(id string) (name string, at time.Time, err error) {
 	i := strings.LastIndexByte(id, '@')
 	if i <= 0 {

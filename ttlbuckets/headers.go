@@ -108,19 +108,15 @@ func (l Ladder) LastHopValue(digit int) int64 {
 	return int64(digit) + g.mask + 1
 }
 
-// EncodeRoute sets, in h, the headers of a message whose last hop goes through a last-hop queue
-// (a queue with the same TTL as the level's queue of that digit, dead-lettering straight to the
-// dispatch exchange): the digit header of every level from [Plan.Entry] to the last hop's level
-// in travel order, zeros included, [Ladder.LastHopValue] of the last hop's digit in that level's
-// digit header (the plain digit at the level where the order ends, whose queues dead-letter to
-// the dispatch exchange already), and the level in [LastLevelHeader]. The levels before the
-// entry and after the last hop in travel order get no digit header: the message never reaches
-// them, and every header costs the broker work on each publish and hop. Its last hop thus dead-letters as a bucket does, into
-// the dispatch exchange, instead of into the next level's exchange and on through every
-// remaining level. A topology routes such messages only when it has the last-hop queues and
-// their bindings (topology's Names.LastHopMarker); for one without them use
-// [Ladder.EncodeDigits]. For a plan without hops it does what EncodeDigits does. h must not be
-// nil; it sets nothing for an invalid ladder.
+// EncodeRoute sets, in h, the headers of a message whose last hop goes through a last-hop
+// queue (same TTL as the level's queue of that digit, dead-lettering straight to the dispatch
+// exchange, as a bucket does): the digit header of every level from [Plan.Entry] to the last
+// hop's level in travel order, zeros included; [Ladder.LastHopValue] of the last digit (the
+// plain digit at the level where the order ends, which dead-letters to the dispatch exchange
+// already); and that level in [LastLevelHeader]. Levels the message never reaches get no
+// header. The topology must have the last-hop queues; for one without them use
+// [Ladder.EncodeDigits]. For a plan without hops it does what EncodeDigits does. h must not
+// be nil; it sets nothing for an invalid ladder.
 func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 	g, bad := l.resolve()
 	if bad != 0 {
@@ -150,17 +146,14 @@ func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 }
 
 // DecodeDigits reads the digits that [Ladder.EncodeDigits] or [Ladder.EncodeRoute] wrote, for
-// diagnostics: one per level, len == Levels(). At the [LastLevelHeader] level, a value from
-// Radix to 2·Radix-1 is [Ladder.LastHopValue] of the digit and reads as that digit; with
-// LastLevelHeader, a digit header that EncodeRoute leaves out (a level after that level, or
-// before the first level that has a digit header, in travel order) reads as 0; a
-// LastLevelHeader that is not an integer level of the ladder is reported. A value may have any Go integer type (int, int8..int64, uint,
-// uint8..uint64), as amqp091 decodes AMQP's integer types. Every problem is reported,
-// joined, each wrapping [ErrInvalidHeaders]: a digit header that is missing, not an
-// integer, or outside 0..Radix-1, and a digit header for a level the ladder does not have
-// whose value is not 0 (the message was planned on a ladder with more levels). The
-// returned digits hold what could be read (0 where a header was bad) even on error. An
-// invalid ladder returns nil and [Ladder.Validate]'s error.
+// diagnostics: one per level, len == Levels(). Values may have any Go integer type, as
+// amqp091 decodes AMQP's integer types. At the [LastLevelHeader] level, [Ladder.LastHopValue]
+// of a digit reads as that digit, and digit headers that EncodeRoute leaves out read as 0.
+// Every problem is reported, joined, each wrapping [ErrInvalidHeaders]: a digit header that
+// is missing, not an integer, or outside 0..Radix-1; a non-zero digit for a level the ladder
+// does not have; a LastLevelHeader that is not a level of the ladder. The returned digits
+// hold what could be read (0 where a header was bad) even on error. An invalid ladder
+// returns nil and [Ladder.Validate]'s error.
 func (l Ladder) DecodeDigits(h map[string]any) ([]int, error) {
 	g, p := l.resolve()
 	if p != 0 {

@@ -7,13 +7,12 @@ import (
 )
 
 // MaxQueueTTL is the largest x-message-ttl, in milliseconds, that RabbitMQ accepts on a
-// queue: 315,360,000,000 ms (3,650 days, about 10 years). A larger value makes the queue
-// declaration fail with PRECONDITION_FAILED "value_too_large" (verified on RabbitMQ
-// 3.10.8). Every ladder queue and bucket stays at or below it.
+// queue: 315,360,000,000 ms (3,650 days). A larger value makes the queue declaration fail
+// with PRECONDITION_FAILED "value_too_large" (rabbit_amqqueue.erl, check_message_ttl_arg,
+// through rabbit_misc:check_expiry). Every ladder queue and bucket stays at or below it.
 const MaxQueueTTL int64 = 315_360_000_000
 
-// Defaults for the zero fields of a [Ladder]. See "Choosing a ladder" in the package
-// documentation for why they were chosen.
+// Defaults for the zero fields of a [Ladder].
 const (
 	// DefaultUnit is the ladder's resolution: 1 ms, the resolution of x-message-ttl.
 	DefaultUnit = time.Millisecond
@@ -67,9 +66,7 @@ type LadderQueue struct {
 
 // DefaultLadder returns the ladder with every field at its default: 1 ms unit, radix 16,
 // maximum 2^32-1 ms (49.7 days), [ShortestFirst]. It has 8 levels and 120 queues, and a
-// message takes at most 8 hops. Each hop costs 2-4 ms of broker work, so fewer hops is
-// precision; radix 16 keeps the queue count at 120 where radix 32 would need 217 queues
-// to save one hop (7). See "Choosing a ladder" in the package documentation.
+// message takes at most 8 hops.
 func DefaultLadder() Ladder {
 	return Ladder{Unit: DefaultUnit, Radix: DefaultRadix, Max: DefaultMax, Order: ShortestFirst}
 }

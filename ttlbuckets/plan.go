@@ -67,8 +67,7 @@ type Hop struct {
 // A d above [Ladder.Max] is an error wrapping [ErrDelayTooLong] that states the maximum.
 // An invalid ladder returns [Ladder.Validate]'s error (wrapping [ErrInvalidLadder]),
 // whatever d is. On error the Plan is the zero value.
-//
-// Plan allocates twice (Digits and Hops) and takes well under a microsecond.
+// Plan allocates twice (Digits and Hops).
 func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 	g, p := l.resolve()
 	if p != 0 {

@@ -154,7 +154,9 @@ func MisplacedAt(raw string) bool {
 }
 
 // TLSConfig builds the TLS configuration for an amqps:// URL from the CA, certificate and key
-// files, for the host of the first URL. It returns nil, nil for amqp:// URLs.
+// files, for the host of the first URL. It returns nil, nil for amqp:// URLs. Its errors wrap
+// [ErrConfig]: a CA file that cannot be read or holds no PEM certificate, or a certificate and
+// key that do not load.
 func (c Config) TLSConfig() (*tls.Config, error) { return c.tlsConfigFor(c.URLOrDefault()) }
 
 func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
@@ -188,8 +190,8 @@ func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
 // first URL of c's address list, in a random order, that accepts it. The context bounds the
 // whole dial; a context without a deadline gets 30 s, and each URL gets an even share of what
 // is left of it (so a node that does not answer cannot use up the time of the others). Errors
-// name URLs by [Redact], never with their passwords; the error of the last URL tried keeps the broker's refusal
-// reachable with errors.As(err, **amqp091.Error), and names every URL tried.
+// name URLs by [Redact], never with their passwords; the error of the last URL tried keeps the
+// broker's refusal reachable with errors.As(err, **amqp091.Error), and names every URL tried.
 func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrConfig)
@@ -285,9 +287,8 @@ func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time
 // password. A URL that parses is shown from its parts, with the password (when it has one)
 // replaced by "***": amqp://user:***@host:5672/vhost, and the value of every query parameter
 // amqp091-go does not read (heartbeat, certfile and the like are shown) replaced by "***"
-// too, and a fragment as "***". A URL that does not parse, or that
-// [MisplacedAt] reports, is shown by [RedactUserinfo], as which part of it is the password is
-// unknown.
+// too, and a fragment as "***". A URL that does not parse, or that [MisplacedAt] reports, is
+// shown by [RedactUserinfo], as which part of it is the password is unknown.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || MisplacedAt(raw) || u.Opaque != "" {
@@ -353,9 +354,9 @@ func redactQuery(q string) string {
 // RedactUserinfo shows raw, a URL that may not parse, with everything up to its host that
 // could hold a password replaced by "***": its scheme and "://", then "***" and what follows
 // the last '@' (amqp://***@host:5672/vhost), whose query and fragment are shown as [Redact]
-// shows them. Without an '@' it shows the scheme and what
-// follows "://" up to the first ':' (a port that is not a number may be a password cut short:
-// amqp://user:secret), and without "://" nothing of raw but what follows its last '@'.
+// shows them. Without an '@' it shows the scheme and what follows "://" up to the first ':' (a
+// port that is not a number may be a password cut short: amqp://user:secret), and without
+// "://" nothing of raw but what follows its last '@'.
 func RedactUserinfo(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {

@@ -15,9 +15,8 @@ import (
 const Namespace = "rabbitdelay"
 
 // LatenessBuckets are the upper bounds, in seconds, of a lateness histogram: from 1 ms (the
-// ladder's default unit) to 5 min (a broker outage). RabbitMQ delivers a one-hop message a
-// few ms after due and a ladder message tens of ms after due on an idle broker, and a burst
-// drains in seconds to tens of seconds (docs/benchmarks.md).
+// ladder's default unit) to 5 min (a broker outage). docs/benchmarks.md has the lateness they
+// are sized for.
 var LatenessBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 
 // DurationBuckets are the upper bounds, in seconds, of a histogram of calls (a publisher

@@ -1,22 +1,15 @@
-// Package revlog is the format of the revocation stream's records, shared by the writer
-// (amqpdelay's Publisher.Revoke and Reschedule) and the readers (package revoke).
+// Package revlog is the format of the records of the revocation stream <prefix>.revoked,
+// shared by the writer (amqpdelay's Publisher.Revoke and Reschedule) and the readers (package
+// revoke). A record is one message, published to the default exchange with the stream's name
+// as routing key, with the header [AtHeader] (when it was written), of one of three types:
 //
-// A record is one message in the stream <prefix>.revoked, published to the default exchange
-// with the stream's name as routing key:
-//
-//   - Type "rabbitdelay.revocation": the body is a list of entries, each a byte n (1 to 255),
-//     n bytes of message id, a byte k (0 to 255) and k bytes of copy tag to keep ("" keeps
-//     none). The header rabbitdelay-at (Unix ms, the writer's clock) says when it was written.
-//   - Type "rabbitdelay.allow": the body is as a revocation's; each entry names an id and a
-//     copy tag to keep in addition to those the id's latest record keeps. It revokes nothing.
-//     Reschedule writes it before publishing the new copy (whose tag starts with 'r',
-//     RescheduledPrefix), so that an earlier revocation of the id never drops that copy.
-//   - Type "rabbitdelay.fence": no body; rabbitdelay-at is when the fence was sent. A reader
-//     that reads a fence back has read every record confirmed before the fence was sent. The
-//     headers rabbitdelay-reader (the writing reader's random id) and rabbitdelay-seq (its
-//     fence number, from 1, int64) let a reader recognise its own fences.
-//
-// Every delayed message carries its copy tag in the header rabbitdelay-copy.
+//   - [TypeRevocation]: the body is a list of entries, each a byte n (1 to 255), n bytes of
+//     message id, a byte k (0 to 255) and k bytes of copy tag to keep ("" keeps none).
+//   - [TypeAllow]: entries as a revocation's, each naming a copy tag to keep in addition to
+//     those the id's latest record keeps; it revokes nothing. Reschedule writes it before it
+//     publishes the new copy ([RescheduledPrefix]).
+//   - [TypeFence]: no body. A reader that reads a fence back has read every record confirmed
+//     before the fence was sent; [ReaderHeader] and [SeqHeader] let a reader recognise its own.
 package revlog
 
 import (
