@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -301,94 +300,6 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-ch
 		}
 	}
 	noDelivery(t, got, time.Second)
-}
-
-// TestApplyRemovesObsoleteLastHopBindings: a topology applied by an earlier version has each
-// level's exchange bound straight to its last-hop queues (Plan.Obsolete). While those
-// bindings and the last-hop exchanges' both exist, a message whose last hop is at any level
-// arrives exactly once; Status reports the old bindings as obsolete; Apply removes exactly
-// them (reported deleted) and Status is clean again, as it is after an Apply without the
-// management API; messages still arrive once.
-func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
-	t.Parallel()
-	env := brokertest.NewEnv(t)
-	m := topoNeedManagement(t, env)
-	target := env.Name("t")
-	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
-	spec.Ladder = routeLadder(ttlbuckets.ShortestFirst)
-	declareTopology(t, env, spec)
-	p, err := spec.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := 15; len(p.Obsolete) != want { // radix 4, levels 0-4 of 6 have a next level
-		t.Fatalf("%d obsolete bindings in the plan, want %d", len(p.Obsolete), want)
-	}
-	ready := env.Name("ready")
-	declareReadyQueue(t, env, ready, target, "#")
-	got := consumeQueue(t, env, ready)
-	l := spec.Ladder.WithDefaults()
-	n := topology.Names{Prefix: spec.Prefix}
-	pub := newPublisher(t, env, spec)
-	ctx := pubCtx(t)
-	sendAll := func(round string) {
-		t.Helper()
-		sent := map[string]int{}
-		for d, last := range lastLevelDelays(l.Order) {
-			r, err := pub.Publish(ctx, target, "k", textMsg(round+" "+d.String()), d)
-			if err != nil {
-				t.Fatalf("%s: publish %v: %v", round, d, err)
-			}
-			sent[r.MessageID] = last
-		}
-		checkArrivals(t, l, n, got, sent, 4*time.Second, true)
-	}
-
-	// The earlier version's bindings, beside the last-hop exchanges.
-	ch := env.Channel(t)
-	for _, b := range p.Obsolete {
-		if err := ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args); err != nil {
-			t.Fatalf("bind %s: %v", b, err)
-		}
-	}
-	sendAll("both routes")
-	conn := env.Dial(t)
-	sctx := topoTestCtx(t, time.Minute)
-	rep, err := topology.Status(sctx, conn, p, topology.StatusOptions{Management: m})
-	if !errors.Is(err, topology.ErrUnhealthy) || len(rep.ObsoleteBindings) != len(p.Obsolete) || len(rep.UnplannedBindings) != 0 ||
-		!strings.Contains(err.Error(), "obsolete binding") {
-		t.Fatalf("status with the obsolete bindings: %v, %d obsolete and %d other unplanned bindings; want ErrUnhealthy naming %d obsolete bindings",
-			err, len(rep.ObsoleteBindings), len(rep.UnplannedBindings), len(p.Obsolete))
-	}
-
-	arep, err := topology.Apply(sctx, conn, p, topology.ApplyOptions{Management: m})
-	if err != nil {
-		t.Fatalf("apply: %v", err)
-	}
-	if got := arep.Count(topology.StateDeleted); got != len(p.Obsolete) {
-		t.Errorf("apply removed %d bindings, want the %d obsolete ones", got, len(p.Obsolete))
-	}
-	for _, r := range arep.Results {
-		if r.State == topology.StateCreated && r.Kind != topology.KindPolicy { // declareTopology set no policy
-			t.Errorf("apply created %s %s, want nothing but the policies", r.Kind, r.Name)
-		}
-	}
-	if rep, err := topology.Status(sctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.UnplannedBindings)+len(rep.ObsoleteBindings) != 0 {
-		t.Fatalf("status after apply: %v, unplanned bindings %v, obsolete %v", err, rep.UnplannedBindings, rep.ObsoleteBindings)
-	}
-	// Without the management API Apply cannot list them and unbinds them all: those there go.
-	for _, b := range p.Obsolete {
-		if err := ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args); err != nil {
-			t.Fatalf("bind %s again: %v", b, err)
-		}
-	}
-	if _, err := topology.Apply(sctx, conn, p, topology.ApplyOptions{}); err != nil {
-		t.Fatalf("apply without the management API: %v", err)
-	}
-	if rep, err := topology.Status(sctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.UnplannedBindings)+len(rep.ObsoleteBindings) != 0 {
-		t.Fatalf("status after apply without the management API: %v, unplanned bindings %v, obsolete %v", err, rep.UnplannedBindings, rep.ObsoleteBindings)
-	}
-	sendAll("new route")
 }
 
 // TestLadderEntryExchangeBroken: an entry exchange broken while the Publisher's connection
