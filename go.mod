@@ -16,6 +16,7 @@ require (
 	github.com/rs/zerolog v1.35.1
 	github.com/testcontainers/testcontainers-go/modules/rabbitmq v0.40.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.25.0
 )
 
 require (

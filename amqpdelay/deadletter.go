@@ -117,14 +117,14 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 // order, with the queue and exchange names of names (those of copy shard of the ladder): a bucket's one hop (the bucket queue,
 // entered by dest, the buckets exchange); a ladder's one hop per non-zero digit (each queue
 // entered by the exchange the message was last published to: dest for the first, then the
-// previous queue's dead-letter exchange, the next level's exchange; with lastHop, the last hop
-// is the last-hop queue, which dead-letters into the dispatch exchange). Other paths: none. last
+// previous queue's dead-letter exchange, the next level's exchange; the last hop may be a
+// last-hop queue, which dead-letters into the dispatch exchange). Other paths: none. last
 // is the exchange the message was last published to when it reaches its target's queues,
 // which x-death records if a ready queue parks it: the last delay queue's dead-letter exchange
 // (the dispatch exchange after a bucket; after a ladder, the next level's exchange, from which
 // exchange-to-exchange bindings pass it down without changing it), or dest on the direct and
 // plugin paths.
-func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string, shard int, lastHop bool) (hops []deadLetterHop, last string) {
+func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string, shard int) (hops []deadLetterHop, last string) {
 	switch c.path {
 	case PathBucket:
 		return []deadLetterHop{{queue: names.BucketQueue(c.bucketTTL), exchange: dest, reason: deadLetterReason}}, names.Dispatch()
@@ -132,7 +132,7 @@ func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest s
 		hops := make([]deadLetterHop, len(c.plan.Hops))
 		exchange := dest
 		for i, h := range c.plan.Hops {
-			queue, lastHopQueue := hopQueue(names, l, &c.plan, i, shard, lastHop)
+			queue, lastHopQueue := hopQueue(names, l, &c.plan, i, shard)
 			hops[i] = deadLetterHop{queue: queue, exchange: exchange, reason: deadLetterReason}
 			if lastHopQueue {
 				exchange = names.Dispatch() // the last-hop queue dead-letters into D
@@ -149,13 +149,13 @@ func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest s
 	return nil, dest
 }
 
-// hopQueue returns the queue of hop i of plan in copy shard of the ladder: with lastHop (the
-// topology has last-hop queues, ttlbuckets.Ladder.EncodeRoute's headers), the last hop at a
-// level whose queues dead-letter into a next level takes the last-hop queue of its digit
-// (lastHopQueue true); every other hop the level's queue of its digit.
-func hopQueue(names topology.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int, lastHop bool) (queue string, lastHopQueue bool) {
+// hopQueue returns the queue of hop i of plan in copy shard of the ladder, as
+// ttlbuckets.Ladder.EncodeRoute's headers route it: the last hop at a level whose queues
+// dead-letter into a next level takes the last-hop queue of its digit (lastHopQueue true);
+// every other hop the level's queue of its digit.
+func hopQueue(names topology.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int) (queue string, lastHopQueue bool) {
 	h := plan.Hops[i]
-	if _, more := l.Next(h.Level); lastHop && more && i == len(plan.Hops)-1 {
+	if _, more := l.Next(h.Level); more && i == len(plan.Hops)-1 {
 		return names.LadderLastHopQueueCopy(h.Level, h.Digit, shard), true
 	}
 	return names.LadderQueueCopy(h.Level, h.Digit, shard), false

@@ -37,7 +37,7 @@ func TestDeadLetterHops(t *testing.T) {
 			}
 			c := choice{path: PathLadder, plan: lp}
 			dest := names.LadderExchange(lp.Entry)
-			hops, last := deadLetterHops(names, ladder, &c, dest, 0, false)
+			hops, last := deadLetterHops(names, ladder, &c, dest, 0)
 			levels := []int{0, 1, 2}
 			if order == ttlbuckets.LongestFirst {
 				levels = []int{2, 1, 0}
@@ -50,30 +50,25 @@ func TestDeadLetterHops(t *testing.T) {
 				}
 				want = append(want, deadLetterHop{queue: fmt.Sprintf("rd.ladder.%02d.15", l), exchange: x, reason: "expired"})
 			}
+			// The last hop is the last-hop queue of its level and digit (none at level 0, where
+			// longest-first ends in D), dead-lettering into D.
+			if order == ttlbuckets.ShortestFirst {
+				want[2].queue = "rd.ladder.02.15.last"
+			}
 			if !slices.Equal(hops, want) {
 				t.Errorf("4,095 ms: hops %+v, want %+v", hops, want)
 			}
-			if wantLast := dlx[hops[len(hops)-1].queue]; last != wantLast {
-				t.Errorf("4,095 ms: last exchange %q, want the last queue's dead-letter exchange %q", last, wantLast)
+			if wantLast := dlx[hops[len(hops)-1].queue]; last != wantLast || last != "rd.dispatch" {
+				t.Errorf("4,095 ms: last exchange %q, want the last queue's dead-letter exchange %q, rd.dispatch", last, wantLast)
 			}
 			for _, h := range hops {
 				if _, ok := dlx[h.queue]; !ok {
 					t.Errorf("hop queue %s is not in the topology", h.queue)
 				}
 			}
-			// With last-hop queues, the last hop is the last-hop queue of its level and digit
-			// (none at level 0, where longest-first ends in D), dead-lettering into D.
-			lh, lhLast := deadLetterHops(names, ladder, &c, dest, 0, true)
-			wantLH := slices.Clone(want)
-			if order == ttlbuckets.ShortestFirst {
-				wantLH[2].queue = "rd.ladder.02.15.last"
-			}
-			if !slices.Equal(lh, wantLH) || lhLast != dlx[lh[len(lh)-1].queue] || lhLast != "rd.dispatch" {
-				t.Errorf("4,095 ms with last-hop queues: hops %+v last %q, want %+v and rd.dispatch", lh, lhLast, wantLH)
-			}
 			lp2, _ := ladder.Plan(0x120*time.Millisecond, ttlbuckets.RoundUp) // digits 2 at level 1, 1 at level 2
 			c2 := choice{path: PathLadder, plan: lp2}
-			lh, lhLast = deadLetterHops(names, ladder, &c2, names.LadderExchange(lp2.Entry), 0, true)
+			lh, lhLast := deadLetterHops(names, ladder, &c2, names.LadderExchange(lp2.Entry), 0)
 			wantQ := []string{"rd.ladder.01.02", "rd.ladder.02.01.last"}
 			if order == ttlbuckets.LongestFirst {
 				wantQ = []string{"rd.ladder.02.01", "rd.ladder.01.02.last"}
@@ -88,11 +83,11 @@ func TestDeadLetterHops(t *testing.T) {
 			}
 
 			b := choice{path: PathBucket, bucketTTL: 30000}
-			if got, last := deadLetterHops(names, ladder, &b, names.BucketExchange(), 0, false); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets", "expired"}}) || last != "rd.dispatch" {
+			if got, last := deadLetterHops(names, ladder, &b, names.BucketExchange(), 0); !slices.Equal(got, []deadLetterHop{{"rd.bucket.30000ms", "rd.buckets", "expired"}}) || last != "rd.dispatch" {
 				t.Errorf("bucket: hops %+v, last exchange %q", got, last)
 			}
 			for _, p := range []Path{PathDirect, PathPlugin} {
-				if got, last := deadLetterHops(names, ladder, &choice{path: p}, "orders", 0, false); got != nil || last != "orders" {
+				if got, last := deadLetterHops(names, ladder, &choice{path: p}, "orders", 0); got != nil || last != "orders" {
 					t.Errorf("%v: hops %+v, last exchange %q; want none, \"orders\"", p, got, last)
 				}
 			}
@@ -307,7 +302,7 @@ func TestDeadLetterHopsCopy(t *testing.T) {
 	}
 	c := choice{path: PathLadder, plan: lp}
 	dest := names.LadderExchangeCopy(lp.Entry, 2)
-	hops, last := deadLetterHops(names, ladder, &c, dest, 2, false)
+	hops, last := deadLetterHops(names, ladder, &c, dest, 2)
 	if len(hops) != 4 || last != names.Dispatch() {
 		t.Fatalf("hops %v, last %s", hops, last)
 	}

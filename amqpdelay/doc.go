@@ -50,9 +50,7 @@
 // answers every delayed publish with NO_ROUTE).
 //
 // A ladder publish goes to the entry exchange of the message's first queue
-// (topology.Names.LadderEntryExchange), or, on a topology without entry exchanges (no marker
-// topology.Names.EntryMarker) or after one answered a publish with 404 or 403 or returned it
-// unroutable, to the entry level's exchange. With
+// (topology.Names.LadderEntryExchange). With
 // copies of the ladder (topology.Spec.Shards > 1, AMQPDELAY_SHARDS) it goes to that exchange of
 // the copy that the message's MessageId hashes to (FNV-1a modulo the copies), and the message
 // keeps to that copy for every hop; [Receipt.Exchange] names it. At start the Publisher also checks the copies' marker exchange

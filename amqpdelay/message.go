@@ -36,21 +36,16 @@ func directHeaders(h amqp.Table) amqp.Table {
 	return out
 }
 
-// buildHeaders returns the headers of the copy sent for choice c to target, due at due. With
-// lastHop (the topology has the last-hop queues), a ladder message's last hop goes through a
-// last-hop queue (ttlbuckets.Ladder.EncodeRoute); else it carries every level's digit.
-func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, lastHop bool, target string, due time.Time) amqp.Table {
+// buildHeaders returns the headers of the copy sent for choice c to target, due at due. A
+// ladder message's last hop goes through a last-hop queue (ttlbuckets.Ladder.EncodeRoute).
+func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, target string, due time.Time) amqp.Table {
 	var out amqp.Table
 	switch c.path {
 	case PathDirect:
 		out = directHeaders(h)
 	case PathLadder:
 		out = delayHeaders(h, len(c.plan.Digits)+3)
-		if lastHop {
-			l.EncodeRoute(c.plan, out)
-		} else {
-			l.EncodeDigits(c.plan, out)
-		}
+		l.EncodeRoute(c.plan, out)
 		out[ttlbuckets.TargetHeader] = target
 	case PathBucket:
 		out = delayHeaders(h, 3)

@@ -2,7 +2,6 @@ package amqpdelay
 
 import (
 	"encoding/hex"
-	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -51,60 +50,58 @@ func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
 		{path: PathBucket, bucketTTL: 30000, effective: 30 * time.Second},
 		{path: PathPlugin, pluginMs: 2_592_000_000, effective: 30 * 24 * time.Hour},
 	} {
-		for _, lastLevel := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/last-level=%v", c.path, lastLevel), func(t *testing.T) {
-				in := retryHeaders()
-				before := retryHeaders()
-				out := buildHeaders(in, &c, l, lastLevel, "orders", due)
-				if !reflect.DeepEqual(in, before) {
-					t.Fatalf("caller's headers were modified:\n got %v\nwant %v", in, before)
-				}
-				for k := range out {
-					if ttlbuckets.IsDelayHeader(k) {
-						switch {
-						case k == ttlbuckets.TargetHeader, k == ttlbuckets.DueHeader:
-						case k == ttlbuckets.BucketHeader && c.path == PathBucket:
-						case k == ttlbuckets.LastLevelHeader && c.path == PathLadder && lastLevel:
-						case k == plugin.DelayHeader && c.path == PathPlugin:
-						case len(k) > len("rabbitdelay-digit-") && k[:len("rabbitdelay-digit-")] == "rabbitdelay-digit-" && c.path == PathLadder:
-						default:
-							t.Errorf("stale delay header %q = %v kept", k, out[k])
-						}
+		t.Run(c.path.String(), func(t *testing.T) {
+			in := retryHeaders()
+			before := retryHeaders()
+			out := buildHeaders(in, &c, l, "orders", due)
+			if !reflect.DeepEqual(in, before) {
+				t.Fatalf("caller's headers were modified:\n got %v\nwant %v", in, before)
+			}
+			for k := range out {
+				if ttlbuckets.IsDelayHeader(k) {
+					switch {
+					case k == ttlbuckets.TargetHeader, k == ttlbuckets.DueHeader:
+					case k == ttlbuckets.BucketHeader && c.path == PathBucket:
+					case k == ttlbuckets.LastLevelHeader && c.path == PathLadder:
+					case k == plugin.DelayHeader && c.path == PathPlugin:
+					case len(k) > len("rabbitdelay-digit-") && k[:len("rabbitdelay-digit-")] == "rabbitdelay-digit-" && c.path == PathLadder:
+					default:
+						t.Errorf("stale delay header %q = %v kept", k, out[k])
 					}
 				}
-				for _, k := range []string{"tenant", "attempt", "x-custom", "rabbitdelay-attempt", "rabbitdelay-copy"} {
-					if !reflect.DeepEqual(out[k], before[k]) {
-						t.Errorf("header %q = %v, want %v (the caller's)", k, out[k], before[k])
-					}
+			}
+			for _, k := range []string{"tenant", "attempt", "x-custom", "rabbitdelay-attempt", "rabbitdelay-copy"} {
+				if !reflect.DeepEqual(out[k], before[k]) {
+					t.Errorf("header %q = %v, want %v (the caller's)", k, out[k], before[k])
 				}
-				if out[ttlbuckets.TargetHeader] != "orders" {
-					t.Errorf("target header = %v", out[ttlbuckets.TargetHeader])
+			}
+			if out[ttlbuckets.TargetHeader] != "orders" {
+				t.Errorf("target header = %v", out[ttlbuckets.TargetHeader])
+			}
+			if got, ok := out[ttlbuckets.DueHeader].(int64); !ok || got != 1_700_000_000_123 {
+				t.Errorf("due header = %#v, want int64 1700000000123", out[ttlbuckets.DueHeader])
+			}
+			if err := out.Validate(); err != nil {
+				t.Errorf("headers do not encode: %v", err)
+			}
+			switch c.path {
+			case PathLadder:
+				digits, err := l.DecodeDigits(out)
+				if err != nil || !reflect.DeepEqual(digits, plan.Digits) {
+					t.Errorf("digits = %v, %v; want %v", digits, err, plan.Digits)
 				}
-				if got, ok := out[ttlbuckets.DueHeader].(int64); !ok || got != 1_700_000_000_123 {
-					t.Errorf("due header = %#v, want int64 1700000000123", out[ttlbuckets.DueHeader])
+				if _, ok := out[ttlbuckets.DigitHeader(9)]; ok {
+					t.Errorf("stale digit of level 9 kept")
 				}
-				if err := out.Validate(); err != nil {
-					t.Errorf("headers do not encode: %v", err)
+				if v, has := out[ttlbuckets.LastLevelHeader]; !has || v != int64(plan.LastLevel()) {
+					t.Errorf("last-level header %v (present %v), want int64 %d", v, has, plan.LastLevel())
 				}
-				switch c.path {
-				case PathLadder:
-					digits, err := l.DecodeDigits(out)
-					if err != nil || !reflect.DeepEqual(digits, plan.Digits) {
-						t.Errorf("digits = %v, %v; want %v", digits, err, plan.Digits)
-					}
-					if _, ok := out[ttlbuckets.DigitHeader(9)]; ok {
-						t.Errorf("stale digit of level 9 kept")
-					}
-					if v, has := out[ttlbuckets.LastLevelHeader]; has != lastLevel || (has && v != int64(plan.LastLevel())) {
-						t.Errorf("last-level header %v (present %v), want int64 %d only with last-hop queues", v, has, plan.LastLevel())
-					}
-				case PathBucket:
-					if v, ok := out[ttlbuckets.BucketHeader].(int64); !ok || v != 30000 {
-						t.Errorf("bucket header = %#v, want int64 30000", out[ttlbuckets.BucketHeader])
-					}
+			case PathBucket:
+				if v, ok := out[ttlbuckets.BucketHeader].(int64); !ok || v != 30000 {
+					t.Errorf("bucket header = %#v, want int64 30000", out[ttlbuckets.BucketHeader])
 				}
-			})
-		}
+			}
+		})
 	}
 }
 
@@ -115,7 +112,7 @@ func TestPluginDelayHeaderIsInt64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := buildHeaders(amqp.Table{"x-delay": 5}, &c, ttlbuckets.DefaultLadder(), false, "orders", time.Now())
+	out := buildHeaders(amqp.Table{"x-delay": 5}, &c, ttlbuckets.DefaultLadder(), "orders", time.Now())
 	v, ok := out[plugin.DelayHeader].(int64)
 	if !ok || v != 2_592_000_000 {
 		t.Fatalf("x-delay = %#v (%T), want int64(2592000000)", out[plugin.DelayHeader], out[plugin.DelayHeader])
@@ -126,7 +123,7 @@ func TestDirectHeadersKeepCallerHeaders(t *testing.T) {
 	in := retryHeaders()
 	c := choice{path: PathDirect}
 	now := time.UnixMilli(1_700_000_000_000)
-	out := buildHeaders(in, &c, ttlbuckets.DefaultLadder(), false, "orders", now)
+	out := buildHeaders(in, &c, ttlbuckets.DefaultLadder(), "orders", now)
 	if _, ok := out["x-death"]; !ok {
 		t.Error("direct path dropped x-death: a direct publish is the caller's message as given")
 	}
@@ -143,7 +140,7 @@ func TestDirectHeadersKeepCallerHeaders(t *testing.T) {
 		t.Error("caller's headers modified")
 	}
 	// nil headers get a table with the due time only.
-	out = buildHeaders(nil, &c, ttlbuckets.DefaultLadder(), false, "orders", now)
+	out = buildHeaders(nil, &c, ttlbuckets.DefaultLadder(), "orders", now)
 	if len(out) != 1 {
 		t.Errorf("headers for a message without headers = %v", out)
 	}
@@ -174,7 +171,7 @@ func BenchmarkBuildHeadersLadder(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		c, _ := chooser{ladder: l}.choose(90 * time.Minute)
-		_ = buildHeaders(h, &c, l, false, "orders", now)
+		_ = buildHeaders(h, &c, l, "orders", now)
 	}
 }
 

@@ -43,9 +43,8 @@ type Receipt struct {
 	// MessageID is the message's ID: the caller's, or a UUID the Publisher generated ([Receipt.ID]).
 	MessageID string
 	// Exchange is the exchange the message was published to: the target itself (direct); for
-	// a ladder message its first queue's entry exchange (topology.Names.LadderEntryExchange),
-	// or its entry level's exchange on a topology without entry exchanges; the bucket exchange;
-	// the plugin exchange.
+	// a ladder message its first queue's entry exchange (topology.Names.LadderEntryExchange);
+	// the bucket exchange; the plugin exchange.
 	Exchange string
 }
 
@@ -63,13 +62,6 @@ type Publisher struct {
 	log      zerolog.Logger
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
-	// lastHop: the topology has the ladder's last-hop queues (topology.Names.LastHopMarker,
-	// checked on every connect), so ladder messages carry ttlbuckets.Ladder.EncodeRoute's headers.
-	lastHop atomic.Bool
-	// entry: the topology has an entry exchange per ladder queue and last-hop queue
-	// (topology.Names.EntryMarker, checked on every connect); with lastHop, a ladder message is
-	// published to its first queue's entry exchange (hopQueue).
-	entry atomic.Bool
 	// pluginLost is set when a publish found the plugin exchange gone (404); while it is set,
 	// publishes re-probe for the exchange at most every pluginReprobe (nextProbe: Unix ns).
 	pluginLost atomic.Bool
@@ -321,20 +313,11 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		}
 	}
 	shard := shardOf(out.MessageId, p.cfg.Spec.Shards) // the copy of the ladder (PathLadder)
-	// Read once, so that the route, the headers and the dead-letter reserve of one message agree
-	// (the marker checks of a reconnection may change it meanwhile; every combination routes).
-	lastHop := p.lastHop.Load()
-	dest, hops, mandatory := p.destination(c, exchange, shard, lastHop)
+	dest, hops, mandatory := p.destination(c, exchange, shard)
 	// alone: sent again on the serial channel because a refusal closed the shared channel it
 	// was in flight on (closedByRefusal).
 	alone := false
 	for {
-		if c.path == PathLadder && !p.entry.Load() && strings.HasSuffix(dest, ".entry") {
-			// A publish (this one or another) found the entry exchanges broken (entryBroken)
-			// since dest was chosen: a write there now would close one more channel, with the
-			// confirms of the publishes in flight on it.
-			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
-		}
 		if c.path == PathPlugin && !p.pluginOK.Load() {
 			// A publish found the plugin exchange gone (404) since this path was chosen.
 			// RabbitMQ drops a publish to a missing exchange and closes the channel, and a plugin
@@ -347,7 +330,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			if c, err = (chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}).choose(delay); err != nil {
 				return Receipt{}, err
 			}
-			dest, hops, mandatory = p.destination(c, exchange, shard, lastHop)
+			dest, hops, mandatory = p.destination(c, exchange, shard)
 		}
 		if c.path != PathDirect { // a direct publish asked before the exchange check
 			if err := p.refusals.earlier(dest); err != nil {
@@ -380,9 +363,9 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			}
 		}
 		due := time.Now().Add(c.effective)
-		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, lastHop, exchange, due)
+		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
 		out.Headers[CopyHeader] = tag
-		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest, shard, lastHop) // none on the plugin and direct paths
+		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest, shard) // none on the plugin and direct paths
 		var park *deadLetterHop
 		if h, ok := p.park.hop(last); ok {
 			park = &h
@@ -397,14 +380,6 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		}
 		if err != nil && c.path == PathPlugin && p.pluginGone(err) {
 			continue // chosen again at the top, without the plugin
-		}
-		if err != nil && c.path == PathLadder && p.entryBroken(err, dest) {
-			// Sent again through the entry level's exchange, alone: other publishes into the
-			// broken exchange may still be in flight on the shared channels, and each 404 or 403
-			// closes its channel with every confirm there. entryBroken turned the entry
-			// exchanges off, so the top of the loop chooses the level's exchange.
-			alone = true
-			continue
 		}
 		if err != nil && c.path == PathDirect && isExchangeNotFound(err, dest) {
 			p.forgetExchange(dest) // deleted since it was checked: the next publish checks again
@@ -509,19 +484,15 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 }
 
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is
-// mandatory; a ladder publish enters copy shard of the ladder (see topology.Spec.Shards), through
-// its first queue's entry exchange when the topology has them and lastHop (the message's
-// headers then follow ttlbuckets.Ladder.EncodeRoute).
-func (p *Publisher) destination(c choice, target string, shard int, lastHop bool) (dest string, hops int, mandatory bool) {
+// mandatory; a ladder publish enters copy shard of the ladder (see topology.Spec.Shards) through
+// its first queue's entry exchange.
+func (p *Publisher) destination(c choice, target string, shard int) (dest string, hops int, mandatory bool) {
 	switch c.path {
 	case PathBucket:
 		return p.names.BucketExchange(), 1, true
 	case PathLadder:
-		if lastHop && p.entry.Load() {
-			first, _ := hopQueue(p.names, p.ladder, &c.plan, 0, shard, lastHop)
-			return p.names.LadderEntryExchange(first), len(c.plan.Hops), true
-		}
-		return p.names.LadderExchangeCopy(c.plan.Entry, shard), len(c.plan.Hops), true
+		first, _ := hopQueue(p.names, p.ladder, &c.plan, 0, shard)
+		return p.names.LadderEntryExchange(first), len(c.plan.Hops), true
 	case PathPlugin:
 		// The plugin answers every delayed publish with NO_ROUTE when mandatory is set.
 		return p.names.PluginExchange(), 1, false
@@ -686,53 +657,6 @@ func (p *Publisher) pluginGone(err error) bool {
 			Msg("amqpdelay: the plugin exchange is gone (404); publishing without the plugin until it is declared again (`rabbitdelay apply`)")
 	}
 	return true
-}
-
-// entryBroken reports whether err is a ladder entry exchange's failure to take a publish that
-// the entry level's exchange can take instead (dest is the entry exchange): RabbitMQ's 404
-// for dest (deleted while the connection stayed up, e.g. by a teardown and an apply of a
-// version without them), its 403 for dest (re-declared internal, or a user whose write
-// permission leaves out the .entry names), or the message returned unroutable from dest
-// (re-declared with another type, or unbound from its queue; `declare status` reports both).
-// The Publisher then stops using the entry exchanges until its next connection checks their
-// marker again, and the caller sends the message again through the entry level's exchange.
-// Nothing was routed: a returned message reached no queue, and a 404 or 403 refuses the
-// publish; as after any channel closed by a refusal, a publish stored before it whose confirm
-// was lost with the channel is stored twice. It does so for every publish the failure
-// reaches, also those whose channel it closed after the first had turned entry exchanges off.
-func (p *Publisher) entryBroken(err error, dest string) bool {
-	if !strings.HasSuffix(dest, ".entry") {
-		return false
-	}
-	var how string
-	switch {
-	case isExchangeNotFound(err, dest):
-		how = "is gone (404)"
-	case isAccessRefusedFor(err, dest):
-		how = "refused the publish (403)"
-	case errors.Is(err, ErrUnroutable):
-		how = "routed the message to no queue"
-	default:
-		return false
-	}
-	if p.entry.CompareAndSwap(true, false) {
-		p.log.Warn().Str("exchange", dest).Str("error", err.Error()).
-			Msg("amqpdelay: a ladder entry exchange " + how + "; publishing through the ladder levels' exchanges until the next " +
-				"connection (`rabbitdelay status` names what is wrong, `rabbitdelay apply` declares what is missing)")
-	}
-	return true
-}
-
-// isAccessRefusedFor reports whether err carries RabbitMQ's 403 ACCESS_REFUSED naming the
-// exchange ("access to exchange 'NAME' in vhost 'V' refused for user 'U'", "cannot publish to
-// internal exchange 'NAME' in vhost 'V'").
-func isAccessRefusedFor(err error, exchange string) bool {
-	var ae *amqp.Error
-	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
-		return false
-	}
-	name, ok := quotedExchange(ae.Reason)
-	return ok && name == exchange
 }
 
 // isExchangeNotFound reports whether err carries RabbitMQ's 404 NOT_FOUND for the exchange named

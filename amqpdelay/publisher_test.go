@@ -133,11 +133,9 @@ func truncated(name string) error {
 	return fmt.Errorf("%w: %w", ErrConnectionLost, &amqp.Error{Code: amqp.NotFound, Reason: reason})
 }
 
-// TestLadderDestination: a ladder publish goes to the entry exchange of its first queue only
-// when the topology has both the entry exchanges and the last-hop queues: the last-hop queue's
-// when its one hop is at a level with a next level, the level's queue when the hop is at the
-// level where the order ends or the message has more hops; in the copy given; otherwise to
-// the entry level's exchange of that copy.
+// TestLadderDestination: a ladder publish goes to the entry exchange of its first queue: the
+// last-hop queue's when its one hop is at a level with a next level, the level's queue when the
+// hop is at the level where the order ends or the message has more hops; in the copy given.
 func TestLadderDestination(t *testing.T) {
 	n := topology.Names{Prefix: "d"}
 	cases := []struct {
@@ -162,18 +160,12 @@ func TestLadderDestination(t *testing.T) {
 		}
 		c := choice{path: PathLadder, plan: plan}
 		for _, shard := range []int{0, 2} {
-			for _, flags := range []struct{ entry, lastHop bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
-				p := &Publisher{names: n, ladder: l}
-				p.entry.Store(flags.entry)
-				dest, hops, mandatory := p.destination(c, "orders", shard, flags.lastHop)
-				want := n.LadderExchangeCopy(plan.Entry, shard)
-				if flags.entry && flags.lastHop {
-					want = n.LadderEntryExchange(tc.queue(shard))
-				}
-				if dest != want || hops != len(plan.Hops) || !mandatory {
-					t.Errorf("%v %v, copy %d, entry %v, last hop %v: destination %q, %d hops, mandatory %v; want %q, %d, true",
-						tc.order, tc.delay, shard, flags.entry, flags.lastHop, dest, hops, mandatory, want, len(plan.Hops))
-				}
+			p := &Publisher{names: n, ladder: l}
+			dest, hops, mandatory := p.destination(c, "orders", shard)
+			want := n.LadderEntryExchange(tc.queue(shard))
+			if dest != want || hops != len(plan.Hops) || !mandatory {
+				t.Errorf("%v %v, copy %d: destination %q, %d hops, mandatory %v; want %q, %d, true",
+					tc.order, tc.delay, shard, dest, hops, mandatory, want, len(plan.Hops))
 			}
 		}
 	}

@@ -169,9 +169,6 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	type check struct {
 		exchange, queue string
 		missing         func() error
-		// found, when set, makes the check optional: it is told whether the object exists, and
-		// a missing one is no error (missing is not called).
-		found func(bool)
 	}
 	l := p.ladder
 	checks := []check{
@@ -220,11 +217,6 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL), b.Delay)
 		}})
 	}
-	// The last-hop queues are optional: a topology applied before they existed routes messages
-	// that carry every level's digit (ttlbuckets.Ladder.EncodeDigits).
-	checks = append(checks, check{exchange: p.names.LastHopMarker(l, p.cfg.Spec.Shards), found: p.lastHop.Store})
-	// So are the entry exchanges: without them the first hop goes through the level's exchange.
-	checks = append(checks, check{exchange: p.names.EntryMarker(l, p.cfg.Spec.Shards), found: p.entry.Store})
 	done := make(chan error, 1)
 	go func() {
 		for _, c := range checks {
@@ -242,13 +234,9 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 			}
 			var ae *amqp.Error
 			notFound := errors.As(err, &ae) && ae.Code == amqp.NotFound
-			if c.found != nil && (err == nil || notFound) {
-				c.found(err == nil)
-			}
 			switch {
 			case err == nil:
 				_ = ch.Close()
-			case notFound && c.found != nil:
 			case notFound:
 				done <- fmt.Errorf("%w: %w", c.missing(), err)
 				return

@@ -41,10 +41,6 @@ type delayCase struct {
 	// copies is topology.Spec.Shards (0: one ladder). On a cluster (AMQP_URLS lists its nodes)
 	// apply places the copies through a connection per node.
 	copies int
-	// directLastHop rebinds the applied topology as it was before the last-hop exchanges: each
-	// level's exchange bound straight to its last-hop queues (topology.Plan.Obsolete), without
-	// the binding to the level's last-hop exchange.
-	directLastHop bool
 }
 
 func ladderOf(unit time.Duration, radix int, order ttlbuckets.Order) ttlbuckets.Ladder {
@@ -98,9 +94,6 @@ var burstCatalogue = []delayCase{
 	// hop through the bucket exchange, a bucket queue and the dispatch exchange.
 	{name: "bucket", variant: "bucket-burst"},
 	withReadyClassic(ladderCase("shortest-readyclassic", ms1, 16, sf, topology.Quorum, "")),
-	// The default ladder as declared before the last-hop exchanges (31 bindings per level's
-	// exchange): what the last-hop exchanges cost or save.
-	withDirectLastHop(ladderCase("shortest-directlast", ms1, 16, sf, topology.Quorum, "")),
 	withReadyClassic(ladderCase("classic2-shortest-readyclassic", ms1, 16, sf, topology.Classic, "classic2")),
 }
 
@@ -117,8 +110,6 @@ func (c delayCase) shards() int {
 }
 
 func withReadyClassic(c delayCase) delayCase { c.readyClassic = true; return c }
-
-func withDirectLastHop(c delayCase) delayCase { c.directLastHop = true; return c }
 
 func withCopies(c delayCase, n int) delayCase { c.copies = n; return c }
 
@@ -228,9 +219,6 @@ func declare(tb testing.TB, c delayCase) setup {
 		if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{Nodes: nodes}); err != nil {
 			tb.Fatalf("apply: %v", err)
 		}
-		if c.directLastHop {
-			rebindDirectLastHop(tb, conn, plan)
-		}
 	}
 	if c.readyClassic {
 		declareReadyClassic(tb, conn, benchTarget, benchReady)
@@ -246,40 +234,6 @@ func declare(tb testing.TB, c delayCase) setup {
 	cfg := amqpdelay.Config{URL: env.URL, Spec: spec}
 	pub := newBenchPublisher(tb, pctx, cfg, strategy, c.path, c.shards())
 	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub, cfg: cfg}
-}
-
-// rebindDirectLastHop gives the applied plan p the shape it had before the last-hop exchanges:
-// p.Obsolete bound, every binding into a last-hop exchange removed, and the entry exchanges'
-// marker deleted (a Publisher started afterwards enters the ladder through the level's
-// exchange, as then).
-func rebindDirectLastHop(tb testing.TB, conn *amqp.Connection, p *topology.Plan) {
-	tb.Helper()
-	ch, err := conn.Channel()
-	if err != nil {
-		tb.Fatalf("channel: %v", err)
-	}
-	defer ch.Close()
-	for _, b := range p.Obsolete {
-		if err := ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args); err != nil {
-			tb.Fatalf("bind %s: %v", b, err)
-		}
-	}
-	n := 0
-	for _, b := range p.Bindings {
-		if e, ok := p.Exchange(b.Destination); ok && b.DestinationType == topology.DestExchange && e.Level >= 0 &&
-			e.Name == p.Names.LadderLastHopExchangeCopy(e.Level, e.Shard) {
-			if err := ch.ExchangeUnbind(b.Destination, b.RoutingKey, b.Source, false, b.Args); err != nil {
-				tb.Fatalf("unbind %s: %v", b, err)
-			}
-			n++
-		}
-	}
-	if n == 0 || len(p.Obsolete) == 0 {
-		tb.Fatalf("rebindDirectLastHop: %d bindings into last-hop exchanges, %d obsolete bindings; want some of each", n, len(p.Obsolete))
-	}
-	if err := ch.ExchangeDelete(p.Names.EntryMarker(p.Ladder, p.Spec.Shards), false, false); err != nil {
-		tb.Fatalf("delete the entry marker: %v", err)
-	}
 }
 
 // declareReady declares queue (quorum) and binds it to exchange with "#".

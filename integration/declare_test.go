@@ -10,11 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // TestDeclareBinary builds the CLI (cmd/rabbitdelay) and runs it as operators do, configured only through
@@ -38,20 +35,6 @@ func TestDeclareBinary(t *testing.T) {
 		"AMQPDELAY_QUEUE_TYPE=classic", "AMQPDELAY_LADDER_RADIX=4", "AMQPDELAY_LADDER_MAX=10m",
 	}
 	target := env.Name("orders")
-	// An obsolete binding of an earlier version (topology.Plan.Obsolete), made by hand: status
-	// names it and exits 1, apply removes it. Listing bindings needs the management API.
-	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: target, Type: "topic"}}, Plugin: topology.PluginOff,
-		QueueType: topology.Classic, Ladder: ttlbuckets.Ladder{Radix: 4, Max: 10 * time.Minute}}
-	p, err := spec.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bindObsolete := func() {
-		b := p.Obsolete[0]
-		if err := env.Channel(t).QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args); err != nil {
-			t.Fatalf("bind %s: %v", b, err)
-		}
-	}
 	mgmt := ""
 	if env.Broker.ManagementURL != "" {
 		mgmt = "AMQPDELAY_MANAGEMENT_URL=" + env.Broker.ManagementURL
@@ -62,7 +45,6 @@ func TestDeclareBinary(t *testing.T) {
 		code   int
 		stdout string // substring
 		stderr string
-		before func()
 		mgmt   bool // with the management API only
 	}
 	steps := []step{
@@ -71,8 +53,6 @@ func TestDeclareBinary(t *testing.T) {
 		{args: []string{"apply"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 0, stdout: " created, 0 unchanged", stderr: ""},
 		{args: []string{"apply"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 0, stdout: "apply: 0 created, ", stderr: ""},
 		{args: []string{"status"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 0, stdout: "exchanges: ", stderr: ""},
-		{args: []string{"status"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 1, stdout: "OBSOLETE BINDINGS: 1 binding", before: bindObsolete, mgmt: true},
-		{args: []string{"apply"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", stdout: "1 obsolete binding of an earlier version removed", mgmt: true},
 		{args: []string{"status"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", stdout: "exchanges: ", mgmt: true},
 		{args: []string{"teardown", "--force"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 0, stdout: "left untouched: " + target, stderr: ""},
 		{args: []string{"status"}, extra: "AMQPDELAY_TARGETS=" + target + ":topic", code: 1, stdout: "NOT DECLARED", stderr: "the topology is not declared"},
@@ -80,9 +60,6 @@ func TestDeclareBinary(t *testing.T) {
 	for _, s := range steps {
 		if s.mgmt && mgmt == "" {
 			continue
-		}
-		if s.before != nil {
-			s.before()
 		}
 		cmd := exec.Command(bin, s.args...)
 		cmd.Env = append(append(os.Environ(), vars...), s.extra)

@@ -14,7 +14,7 @@ import (
 )
 
 // TestStatusUnplannedBindingFails: a ready queue's binding key changed from order.# to
-// order.* leaves the old binding in place (apply unbinds only its own obsolete bindings); status lists it, and a
+// order.* leaves the old binding in place (apply unbinds nothing); status lists it, and a
 // binding added by hand from the dispatch exchange, as unplanned and fails with ErrUnhealthy.
 // Once they are removed, status passes.
 func TestStatusUnplannedBindingFails(t *testing.T) {

@@ -49,12 +49,8 @@ const (
 	// StateSkipped: a policy not set (Apply) or not deleted (Teardown) because there is no
 	// management API client: AMQP cannot set policies. Detail gives the rabbitmqctl command.
 	StateSkipped State = "skipped"
-	// StateDeleted: Teardown deleted the object, or Apply removed an obsolete binding
-	// ([Plan.Obsolete]) that the management API listed; with DryRun, either would do so.
+	// StateDeleted: Teardown deleted the object; with DryRun, it would do so.
 	StateDeleted State = "deleted"
-	// StateObsolete: a binding of [Plan.Obsolete] that the management API lists in the
-	// vhost; Apply removes it (StateDeleted) once the plan's bindings are declared.
-	StateObsolete State = "obsolete"
 	// StateAbsent: Teardown found nothing to delete.
 	StateAbsent State = "absent"
 	// StateNotDeleted: Teardown did not delete the object because an earlier step failed.
@@ -99,8 +95,7 @@ func (r *Report) Count(s State) int {
 // management API.
 type ApplyOptions struct {
 	// DryRun checks everything Apply checks (exchanges the plan needs, conflicts with existing
-	// objects) and reports what would be created, and (with Management) the obsolete bindings
-	// that would be removed as StateDeleted, without creating or removing anything.
+	// objects) and reports what would be created, without creating anything.
 	DryRun bool
 	// Workers is the number of channels to declare on in parallel; 0 means DefaultWorkers.
 	Workers int
@@ -238,22 +233,17 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 //     expiring message would be dropped.
 //     Before creating anything, with opts.Management, the plan's policies are set
 //     ([Management.SetPolicies]), so a new queue never runs under another policy.
-//  5. The bindings of [Plan.Obsolete] are removed (those the management API lists; without
-//     opts.Management all of them: unbinding what does not exist changes nothing). The
-//     plan's bindings that replace them are declared by now, and a message routed while both
-//     exist reaches its queue once (RabbitMQ routes to a queue at most once per publish or
-//     dead-lettering).
-//  6. Last, the marker exchanges ([Names.LadderMarker], [Names.TargetMarker]), which
+//  5. Last, the marker exchanges ([Names.LadderMarker], [Names.TargetMarker]), which
 //     publishers check: they exist only once every object of the plan was declared with the
 //     plan's arguments, so an apply that fails half way, is cut off, or races an apply of
 //     another ladder (one of the two then meets a 406) leaves no marker, and no publisher
 //     trusts a mixed ladder or an unbound target.
-//  7. With opts.Management, the policies in effect are checked ([Management.PolicyProblems]):
+//  6. With opts.Management, the policies in effect are checked ([Management.PolicyProblems]):
 //     Report.PolicyProblems lists them, and those that break a guarantee make Apply return an
 //     error wrapping ErrPolicy (the topology is declared all the same).
 //
-// Apply never deletes an exchange or queue, never re-declares one with other arguments, and
-// removes no binding but those of Plan.Obsolete. Work is spread over opts.Workers channels of conn; conn stays open. The report lists what was done even when
+// Apply never deletes an exchange, queue or binding, and never re-declares one with other
+// arguments. Work is spread over opts.Workers channels of conn; conn stays open. The report lists what was done even when
 // Apply fails. Errors wrap ErrTargetMissing, ErrConflict, ErrAccessRefused (403: the user
 // lacks configure permission), ErrPolicy, ErrManagement (a policy could not be set or read) or
 // the broker's *amqp091.Error; when ctx ends, Apply returns
@@ -306,25 +296,6 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		}
 		r.add(row)
 	}
-	// The bindings the plan replaces: with the management API those it lists; without it all
-	// of those whose source exchange existed before this apply, unrecorded (unbinding what
-	// does not exist changes nothing, and 105 rows on every apply would hide what happened).
-	var unbinds []step
-	for _, b := range p.Obsolete {
-		if bindings != nil && !bindings[b.key()] || !exists[rowKey(KindExchange, b.Source)] {
-			continue
-		}
-		s := step{KindBinding, b.String(), unbindBinding(b)}
-		if bindings != nil {
-			st := StateObsolete
-			if opts.DryRun {
-				st = StateDeleted // would be
-			}
-			r.add(Result{Kind: KindBinding, Name: s.name, State: st,
-				Detail: "declared by an earlier version; replaced by the plan's bindings"})
-		}
-		unbinds = append(unbinds, s)
-	}
 	// notDeclared marks what is still to be declared as not declared, when Apply stops.
 	notDeclared := func() {
 		for i := range rep.Results {
@@ -371,10 +342,6 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	type phase struct {
 		steps []step
 		done  State
-		// unrecorded: the steps have no rows in the report (runner.runUnrecorded).
-		unrecorded bool
-		// fail handles the phase's first failure; nil: declareFailed.
-		fail func(row *Result, err error) error
 	}
 	// With copies of the ladder, new ladder queues lead from nodes that lead no other copy of
 	// the same queue (placeCopies), when the management API tells the nodes apart.
@@ -424,23 +391,9 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 			last.steps = append(last.steps, s)
 		}
 	}
-	// The obsolete bindings go once the bindings that replace them exist, before the markers.
-	if bindings != nil {
-		phases = append(phases, phase{steps: unbinds, done: StateDeleted, fail: unbindFailed})
-	} else {
-		phases = append(phases, phase{steps: unbinds, unrecorded: true})
-	}
 	phases = append(phases, phase{steps: markers, done: StateCreated})
 	for _, ph := range phases {
-		var err error
-		if ph.unrecorded {
-			err = r.runUnrecorded(ph.steps, "unbind")
-		} else if ph.fail != nil {
-			err = r.run(ph.steps, ph.done, ph.fail)
-		} else {
-			err = r.run(ph.steps, ph.done, declareFailed)
-		}
-		if err != nil {
+		if err := r.run(ph.steps, ph.done, declareFailed); err != nil {
 			notDeclared()
 			return rep, err
 		}
@@ -543,13 +496,6 @@ func declareFailed(row *Result, err error) error {
 	return werr
 }
 
-// unbindFailed wraps the broker's refusal to remove an obsolete binding and notes it in its row.
-func unbindFailed(row *Result, err error) error {
-	werr := wrapBroker(err, fmt.Sprintf("unbind %s %q", row.Kind, row.Name))
-	row.Detail = werr.Error()
-	return werr
-}
-
 // conflictDetail is the Detail of a conflict's row.
 func conflictDetail(c *ConflictError) string {
 	return fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
@@ -648,16 +594,6 @@ func declareQueueOn(q Queue, conn *amqp.Connection) job {
 		defer ch.Close()
 		_, err = ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
 		return err
-	}
-}
-
-// unbindBinding removes b; RabbitMQ answers unbind-ok also when b does not exist.
-func unbindBinding(b Binding) job {
-	return func(ch *amqp.Channel) error {
-		if b.DestinationType == DestExchange {
-			return ch.ExchangeUnbind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
-		}
-		return ch.QueueUnbind(b.Destination, b.RoutingKey, b.Source, b.Args)
 	}
 }
 

@@ -33,8 +33,7 @@
 //     from a bucket, instead of through every remaining level's exchange. The last-hop
 //     bindings sit on an exchange of their own because a headers exchange tests every one of
 //     its bindings against every message (rabbit_exchange_type_headers): p.ladder.LL keeps
-//     radix + 1 bindings, not 2 x radix - 1. Earlier versions bound p.ladder.LL straight to the
-//     last-hop queues; Apply removes those bindings ([Plan.Obsolete]). The marker [Names.LastHopMarker],
+//     radix + 1 bindings, not 2 x radix - 1. The marker [Names.LastHopMarker],
 //     declared last, tells publishers the last-hop queues exist. Every ladder queue and last-hop
 //     queue also has an entry exchange, the fanout exchange <queue>.entry
 //     ([Names.LadderEntryExchange]) bound to it alone: a Publisher sends a message's first hop
@@ -141,8 +140,7 @@
 // create the missing objects: exchanges, then queues (whose dead-letter exchanges now exist),
 // then bindings by ascending [Binding.Tier], from D outwards, so at every moment an existing
 // binding leads to a complete path: a failure part-way never leaves a queue whose expired
-// messages would be dropped. Apply never deletes an exchange or queue; the only bindings it
-// removes are those of [Plan.Obsolete], once their replacements are declared.
+// messages would be dropped. Apply never deletes an exchange, queue or binding.
 //
 // AMQP cannot list bindings, so without the management API Apply reports bindings as "bound"
 // (declaring a binding twice is harmless); with a [Management] client it reports them as
@@ -154,9 +152,7 @@
 // so Apply spreads the work over [DefaultWorkers] channels: the default topology with one
 // existing target (226 quorum queues with the last-hop queues, 15 ladder exchanges, no
 // plugin) applied to an empty vhost in 1.07-1.58 s with 4, 8 or 16 channels on a quiet local
-// broker, both versions, two runs each, and a second apply (all unchanged; without the
-// management API it unbinds the 105 obsolete bindings, which no longer exist) in 0.14-0.20 s
-// (BenchmarkApplyDefault, 2026-12-01). [Spec.Plan] takes about 0.2 ms.
+// broker, both versions, two runs each (BenchmarkApplyDefault, 2026-12-01). [Spec.Plan] takes about 0.2 ms.
 //
 // # Limits
 //

@@ -326,10 +326,9 @@ func (m *Management) bindings(ctx context.Context) ([]Binding, error) {
 // queues (ready queues included) and that the plan does not have: left by an earlier
 // specification (a ready queue's old binding key, say), or added by hand. They change where
 // messages go. A consumer's retry binding ([Plan.ConsumerRetryBinding]) is not one of them:
-// retry lists those the plan does not have; nor is a binding of [Plan.Obsolete]: obsolete
-// lists those, which Apply removes.
-func unplannedBindings(p *Plan, all []Binding) (unplanned, retry, obsolete []Binding) {
-	ownX, ownQ, planned, old := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
+// retry lists those the plan does not have.
+func unplannedBindings(p *Plan, all []Binding) (unplanned, retry []Binding) {
+	ownX, ownQ, planned := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, e := range p.Exchanges {
 		if e.Role != RoleTarget {
 			ownX[e.Name] = true
@@ -341,9 +340,6 @@ func unplannedBindings(p *Plan, all []Binding) (unplanned, retry, obsolete []Bin
 	for _, b := range p.Bindings {
 		planned[b.key()] = true
 	}
-	for _, b := range p.Obsolete {
-		old[b.key()] = true
-	}
 	for _, b := range all {
 		ours := ownX[b.Source] || (b.DestinationType == DestQueue && ownQ[b.Destination]) ||
 			(b.DestinationType == DestExchange && ownX[b.Destination])
@@ -352,13 +348,11 @@ func unplannedBindings(p *Plan, all []Binding) (unplanned, retry, obsolete []Bin
 		case p.ConsumerRetryBinding(b):
 			retry = append(retry, b)
 		case p.scheduleLinksBinding(b): // package schedule's own (see scheduleLinks)
-		case old[b.key()]:
-			obsolete = append(obsolete, b)
 		default:
 			unplanned = append(unplanned, b)
 		}
 	}
-	return unplanned, retry, obsolete
+	return unplanned, retry
 }
 
 // ExchangeTypes returns the exchange types the broker knows (from /api/overview), for

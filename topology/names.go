@@ -141,11 +141,8 @@ func (n Names) ShardsMarker(l ttlbuckets.Ladder, shards int) string {
 // (shards copies; 1 or less: the ladder alone) has its last-hop queues
 // ([Names.LadderLastHopQueueCopy]) and their bindings. Its name is [Names.LadderMarker] (or
 // [Names.ShardsMarker] for shards > 1) followed by .last-hop, e.g.
-// rabbitdelay.ladder.1ms.r16.shortest-first.l08.last-hop. A Publisher that finds it (a passive
-// declare) sends ladder messages with [ttlbuckets.Ladder.EncodeRoute]'s headers, whose last hop
-// dead-letters straight into the dispatch exchange; without it, with every level's digit
-// header ([ttlbuckets.Ladder.EncodeDigits]), which topologies declared without last-hop queues
-// route.
+// rabbitdelay.ladder.1ms.r16.shortest-first.l08.last-hop. No Publisher checks it: the
+// [Names.LadderMarker], declared after every object of the plan, covers the last-hop queues.
 func (n Names) LastHopMarker(l ttlbuckets.Ladder, shards int) string {
 	if shards > 1 {
 		return n.ShardsMarker(l, shards) + ".last-hop"
@@ -157,9 +154,8 @@ func (n Names) LastHopMarker(l ttlbuckets.Ladder, shards int) string {
 // queue of every copy of the ladder l (shards copies; 1 or less: the ladder alone) has its
 // entry exchange ([Names.LadderEntryExchange]) bound to it. Its name is [Names.LastHopMarker]'s
 // with .entry in place of .last-hop, e.g. rabbitdelay.ladder.1ms.r16.shortest-first.l08.entry.
-// A Publisher that finds it and the LastHopMarker (passive declares) publishes each ladder
-// message to the entry exchange of its first queue; without it, to the entry level's headers
-// exchange, which routes the same message to the same queue.
+// No Publisher checks it: the [Names.LadderMarker], declared after every object of the plan,
+// covers the entry exchanges.
 func (n Names) EntryMarker(l ttlbuckets.Ladder, shards int) string {
 	if shards > 1 {
 		return n.ShardsMarker(l, shards) + ".entry"

@@ -166,11 +166,6 @@ type Plan struct {
 	Queues []Queue `json:"queues"`
 	// Bindings are the bindings to declare, by ascending Tier.
 	Bindings []Binding `json:"bindings"`
-	// Obsolete are bindings that earlier versions of this package declared and the plan
-	// replaces: each level's exchange bound straight to its last-hop queues (now through
-	// [Names.LadderLastHopExchangeCopy]). Apply removes them once the plan's bindings are
-	// declared; [Status] reports those that remain.
-	Obsolete []Binding `json:"obsolete_bindings,omitempty"`
 	// Existing are exchanges the topology binds to but does not declare: targets given
 	// without a type and the exchanges of ready queues that are not such targets. Apply
 	// fails with ErrTargetMissing, before declaring anything, when one does not exist.
@@ -433,8 +428,6 @@ func (s Spec) Plan() (*Plan, error) {
 					args := amqp.Table{"x-match": "all", h: ladder.LastHopValue(q.Digit)}
 					p.Bindings = append(p.Bindings, Binding{Source: lx, Destination: n.LadderLastHopQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
 						Args: args, Role: RoleLadder, Tier: 1})
-					p.Obsolete = append(p.Obsolete, Binding{Source: n.LadderExchangeCopy(l, k), Destination: n.LadderLastHopQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
-						Args: args, Role: RoleLadder, Tier: dist[l]})
 				}
 				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: lx, DestinationType: DestExchange,
 					Args: amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[l]})

@@ -50,7 +50,6 @@ func TestPlanDefaultCounts(t *testing.T) {
 		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 7 + 225 + 3 + 3 + 1 + 1 + 2},
 		{"queues", len(p.Queues), 122 + 105},
 		{"ladder bindings (digits, pass-through, to the last-hop exchanges, last-hop queues, entry exchanges)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7 + 105 + 225},
-		{"obsolete bindings (levels 0-6 straight to their last-hop queues)", len(p.Obsolete), 105},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
 		{"retry bindings (D -> retry; no ready queue)", countRole(p.Bindings, bRole, RoleRetry), 1},
@@ -217,19 +216,6 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 					if wantToLast := min(wantLastHops, 1); pass != 1 || len(digits) != l.Radix-1 || lastHops != wantLastHops || toLast != wantToLast {
 						t.Errorf("level %d: %d pass-through, %d digit, %d to the last-hop exchange, %d last-hop bindings; want 1, %d, %d and %d",
 							level, pass, len(digits), toLast, lastHops, l.Radix-1, wantToLast, wantLastHops)
-					}
-					// The level's old bindings straight to its last-hop queues are obsolete.
-					obsolete := 0
-					for _, bd := range p.Obsolete {
-						if bd.Source == ex {
-							obsolete++
-							if v, _ := bd.Args[h].(int64); int(v) <= l.Radix || bd.Destination != n.LadderLastHopQueueCopy(level, int(v)-l.Radix, 0) {
-								t.Errorf("obsolete binding %s", bd)
-							}
-						}
-					}
-					if obsolete != wantLastHops {
-						t.Errorf("level %d: %d obsolete bindings, want %d", level, obsolete, wantLastHops)
 					}
 				}
 				for _, bd := range p.Bindings {

@@ -153,8 +153,8 @@ func TestChoosePolicy(t *testing.T) {
 }
 
 // TestUnplannedBindings: bindings on the plan's exchanges and queues that the plan lacks are
-// listed; bindings of target exchanges to other queues are not; consumers' retry bindings and
-// the plan's obsolete bindings are listed apart.
+// listed; bindings of target exchanges to other queues are not; consumers' retry bindings are
+// listed apart.
 func TestUnplannedBindings(t *testing.T) {
 	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders", Type: "topic"}},
 		ReadyQueues: ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "order.*"}}})
@@ -169,10 +169,8 @@ func TestUnplannedBindings(t *testing.T) {
 		Binding{Source: p.Names.Retry(), Destination: "audit", DestinationType: DestQueue, RoutingKey: "jobs"},
 		Binding{Source: p.Names.Retry(), Destination: "jobs2", DestinationType: DestQueue, RoutingKey: "jobs2", Args: map[string]any{"x": 1}},
 		Binding{Source: p.Names.Retry(), Destination: "jobs3", DestinationType: DestExchange, RoutingKey: "jobs3"},
-		// An earlier version's binding of a level's exchange to a last-hop queue: obsolete.
-		p.Obsolete[0],
 	)
-	got, retry, obsolete := unplannedBindings(p, all)
+	got, retry := unplannedBindings(p, all)
 	var dests []string
 	for _, b := range got {
 		dests = append(dests, b.Destination+" "+b.RoutingKey)
@@ -183,9 +181,6 @@ func TestUnplannedBindings(t *testing.T) {
 	}
 	if len(retry) != 1 || retry[0].Destination != "jobs" {
 		t.Errorf("consumer retry bindings %v, want the one to jobs", retry)
-	}
-	if len(obsolete) != 1 || obsolete[0].key() != p.Obsolete[0].key() {
-		t.Errorf("obsolete bindings %v, want %s", obsolete, p.Obsolete[0])
 	}
 }
 

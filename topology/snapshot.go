@@ -2,7 +2,8 @@ package topology
 
 import (
 	"context"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Snapshot is what the management API says about a plan's topology at one moment: the
@@ -60,25 +61,13 @@ func (m *Management) clusterView(ctx context.Context, p *Plan) (map[string]Manag
 }
 
 // parallel runs every f at once (management API requests: the broker answers each in a
-// process of its own) and returns the first error in the order of fs (every request fails
-// alike when the API refuses the user), nil when all succeed.
+// process of its own) and returns the first error, nil when all succeed.
 func parallel(fs ...func() error) error {
-	errs := make([]error, len(fs))
-	var wg sync.WaitGroup
-	for i, f := range fs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f()
-		}()
+	var g errgroup.Group
+	for _, f := range fs {
+		g.Go(f)
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return g.Wait()
 }
 
 // StatsDisabled reports whether the management API collects no queue statistics: its

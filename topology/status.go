@@ -101,10 +101,6 @@ type StatusReport struct {
 	// only): left by an earlier specification (a ready queue's old binding key) or added by
 	// hand. They change where messages go, so Status fails with ErrUnhealthy.
 	UnplannedBindings []Binding `json:"unplanned_bindings,omitempty"`
-	// ObsoleteBindings are the bindings of [Plan.Obsolete] in the vhost (management API
-	// only): declared by an earlier version of this package, replaced by the plan's. Apply
-	// removes them; until then Status fails with ErrUnhealthy.
-	ObsoleteBindings []Binding `json:"obsolete_bindings,omitempty"`
 	// RetryBindings are the consumers' retry bindings for queues that are not ready queues of
 	// the specification ([Plan.ConsumerRetryBinding]; management API only): expected, they do
 	// not make Status fail.
@@ -330,7 +326,7 @@ func (r *StatusReport) Parking() QueueStatus {
 // arguments differ from the plan's (the first mismatch, and the fix: delete the object, then
 // Apply), the delay queues with consumers, the queues holding messages in their dead-letter
 // state, dead-lettering waiting on an unreachable node, queues with members offline or no
-// leader, the obsolete bindings and the unplanned bindings; ErrPolicy naming the policy
+// leader, and the unplanned bindings; ErrPolicy naming the policy
 // problems (warnings excepted). errors.Is tells them apart. Other errors are the broker's, or
 // wrap ErrManagement.
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
@@ -386,7 +382,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		if err != nil {
 			return rep, err
 		}
-		rep.UnplannedBindings, rep.RetryBindings, rep.ObsoleteBindings = unplannedBindings(p, all)
+		rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, all)
 		have, err := opts.Management.policies(ctx, false)
 		if err != nil {
 			return rep, err
@@ -564,11 +560,6 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		if err := degradedError(rep.Cluster); err != nil {
 			problems = append(problems, err)
 		}
-	}
-	if old := rep.ObsoleteBindings; len(old) > 0 {
-		problems = append(problems, fmt.Errorf("%w: %s of an earlier version of this topology (first: %s), which the plan "+
-			"replaces: run apply, which declares their replacements and then removes them",
-			ErrUnhealthy, text.Plural(len(old), "obsolete binding"), old[0]))
 	}
 	if len(rep.UnplannedBindings) > 0 {
 		problems = append(problems, fmt.Errorf("%w: %s on the topology's exchanges and queues not in the plan (first: %s): "+

@@ -73,22 +73,6 @@ func (r *runner) run(steps []step, done State, fail func(row *Result, err error)
 	return nil
 }
 
-// runUnrecorded runs steps that have no rows in the report, as run does; the first failure
-// is returned wrapped with what (the operation, e.g. "unbind") and its object.
-func (r *runner) runUnrecorded(steps []step, what string) error {
-	errs, err := runJobs(r.ctx, r.conn, r.workers, true, jobsOf(steps))
-	if err != nil {
-		return fmt.Errorf("topology: %s: %w", r.op, err)
-	}
-	if k, e := firstErr(errs); e != nil {
-		return wrapBroker(e, fmt.Sprintf("%s %s %q", what, steps[k].kind, steps[k].name))
-	}
-	for _, s := range steps {
-		r.log.Debug().Str("kind", string(s.kind)).Str("name", s.name).Msg(what)
-	}
-	return nil
-}
-
 func jobsOf(steps []step) []job {
 	jobs := make([]job, len(steps))
 	for i, s := range steps {

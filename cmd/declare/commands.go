@@ -154,14 +154,8 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	if n := rep.Count(topology.StateBound); n > 0 {
 		fmt.Fprintf(e.stdout, ", %s bound (pass --management-url to tell created from unchanged)", plural(n, "binding"))
 	}
-	if n := rep.Count(topology.StateDeleted); n > 0 && !e.s.dryRun {
-		fmt.Fprintf(e.stdout, ", %s of an earlier version removed", plural(n, "obsolete binding"))
-	}
 	if n := rep.Count(topology.StateMissing) + rep.Count(topology.StateUnknown); e.s.dryRun && n > 0 {
 		fmt.Fprintf(e.stdout, ", %d to declare", n)
-	}
-	if n := rep.Count(topology.StateDeleted); e.s.dryRun && n > 0 {
-		fmt.Fprintf(e.stdout, ", %s of an earlier version to remove", plural(n, "obsolete binding"))
 	}
 	fmt.Fprintf(e.stdout, " in %s", rep.Elapsed.Round(time.Millisecond))
 	if set, skipped := policyCounts(rep); skipped > 0 {

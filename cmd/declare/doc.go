@@ -22,9 +22,8 @@
 //	          line counting the unchanged ones (-v or --verbose lists them too). Idempotent: a
 //	          second run changes nothing and exits 0. An object that exists with other arguments stops
 //	          it with exit code 2 and a message naming the object, the argument, the existing
-//	          and the wanted value; nothing is created then. It never deletes an exchange or
-//	          queue; the only bindings it removes are an earlier version's obsolete ones
-//	          (topology.Plan.Obsolete), once their replacements are declared.
+//	          and the wanted value; nothing is created then. It never deletes an exchange,
+//	          queue or binding.
 //	          Target exchanges without a type must exist, checked before anything is declared.
 //	          With --management-url it sets the three policies <prefix>.delay-queues,
 //	          <prefix>.targets and <prefix>.revoked-retention (see package topology, Policies)

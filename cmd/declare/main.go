@@ -70,9 +70,8 @@ func commands() []command {
 			help: "Declares the plan and prints each object it created or found in conflict, and how many were unchanged\n" +
 				"(--verbose lists those too). Running it again changes nothing.\n" +
 				"When an object exists with other arguments it stops (exit 2) naming the object, the argument, the\n" +
-				"existing and wanted values; it never deletes or re-creates an exchange or queue, and removes only the\n" +
-				"obsolete bindings of an earlier version once their replacements exist. Exchanges the topology binds to\n" +
-				"must exist (or be given as name:type) before anything is declared. With --management-url it sets the three\n" +
+				"existing and wanted values; it never deletes or re-creates an exchange, queue or binding. Exchanges the\n" +
+				"topology binds to must exist (or be given as name:type) before anything is declared. With --management-url it sets the three\n" +
 				"policies <prefix>.delay-queues, <prefix>.targets and <prefix>.revoked-retention and exits 1 when a policy in\n" +
 				"effect breaks a guarantee (naming policy, key, value, object and effect); without it, it prints the\n" +
 				"rabbitmqctl commands to set them.",

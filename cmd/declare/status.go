@@ -209,10 +209,6 @@ func printProblems(w io.Writer, v statusView) {
 		fmt.Fprintf(w, "\nREQUEUE LOOP in ready %s\n  %s\n", l, l.Advice(v.p.Names.Parking()))
 	}
 	printMismatched(w, rep.Mismatched)
-	if obsolete := rep.ObsoleteBindings; len(obsolete) > 0 {
-		fmt.Fprintf(w, "\nOBSOLETE BINDINGS: %s of an earlier version of rabbitdelay, which this one replaces: "+
-			"run apply, which declares their replacements and then removes them (first: %s)\n", plural(len(obsolete), "binding"), obsolete[0])
-	}
 	if len(rep.UnplannedBindings) > 0 {
 		fmt.Fprintf(w, "\nUNPLANNED BINDINGS: %s on this topology's exchanges and queues not in the specification "+
 			"(an earlier specification's, e.g. a ready queue's old key, or added by hand); they change where messages go: unbind them "+

@@ -52,9 +52,6 @@ type statusJSON struct {
 	DeadLettering []statusDLXJSON `json:"dead_lettering"`
 	// UnplannedBindings are bindings on the topology that the specification lacks, as text.
 	UnplannedBindings []string `json:"unplanned_bindings"`
-	// ObsoleteBindings are bindings that an earlier version of rabbitdelay declared and this
-	// one replaces (topology.Plan.Obsolete), as text: apply removes them.
-	ObsoleteBindings []string `json:"obsolete_bindings"`
 	// RetryBindings are the consumers' retry bindings for queues outside the specification,
 	// as text: expected, not a problem.
 	RetryBindings []string `json:"retry_bindings"`
@@ -205,7 +202,7 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 		Plugin: plugin, Management: rep.Management, Queues: []statusQueueJSON{}, MissingObjects: orEmpty(rep.Missing),
 		Mismatched: []statusMismatchJSON{}, MissingExchanges: []statusMissingExchangeJSON{},
 		ExchangesTotal: len(rep.Exchanges), BindingsPresent: -1, BindingsTotal: -1,
-		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, ObsoleteBindings: []string{}, RetryBindings: []string{},
+		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, RetryBindings: []string{},
 		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{},
 		RabbitMQVersion: rep.Version, NotDeclared: rep.NotDeclared, RequeueLoops: []statusRequeueLoopJSON{},
 		PluginMessagesDelayed: rep.PluginMessagesDelayed}
@@ -259,9 +256,6 @@ func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plug
 	}
 	for _, b := range rep.UnplannedBindings {
 		out.UnplannedBindings = append(out.UnplannedBindings, b.String())
-	}
-	for _, b := range rep.ObsoleteBindings {
-		out.ObsoleteBindings = append(out.ObsoleteBindings, b.String())
 	}
 	for _, b := range rep.RetryBindings {
 		out.RetryBindings = append(out.RetryBindings, b.String())

@@ -21,7 +21,7 @@ var statusJSONKeys = []string{
 	"mismatched", "mismatched.kind", "mismatched.name", "mismatched.property", "mismatched.existing",
 	"mismatched.wanted", "exchanges_present", "exchanges_total", "bindings_present", "bindings_total", "consumed_delay_queues",
 	"dead_lettering", "dead_lettering.queue", "dead_lettering.messages_dlx",
-	"unplanned_bindings", "obsolete_bindings", "retry_bindings",
+	"unplanned_bindings", "retry_bindings",
 	"unplanned", "unplanned.kind", "unplanned.name", "unplanned.messages",
 	"policies", "policies.name", "policies.apply_to", "policies.priority", "policies.exists", "policies.current",
 	"policy_problems", "policy_problems.severity", "policy_problems.breaks", "policy_problems.kind", "policy_problems.object",
