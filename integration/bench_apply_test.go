@@ -13,8 +13,8 @@ import (
 
 // BenchmarkApplyDefault measures apply of the default topology (15 ladder exchanges, 225
 // quorum queues) on an empty vhost with 4, 8 (the default) and 16 channels, and (again) a
-// second apply with the default channels, which finds everything declared and, without the
-// management API, unbinds every obsolete binding of Plan.Obsolete; the target is under 2 s
+// second apply with the default channels, which finds everything declared; the target is
+// under 2 s
 // against a local broker.
 func BenchmarkApplyDefault(b *testing.B) {
 	// applyDefault plans the default topology in a vhost of its own, with again applies it once
