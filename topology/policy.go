@@ -371,7 +371,7 @@ func delayOverflow(def map[string]any, quorum bool) string {
 // that do not exist are skipped ([Status] reports them missing; [Apply] declares them before
 // it checks). Errors wrap ErrManagement.
 func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
-	probs, _, err := m.policyProblems(ctx, p)
+	probs, _, _, err := m.policyProblems(ctx, p)
 	return probs, err
 }
 
@@ -381,8 +381,9 @@ type overview struct {
 	DisableStats bool   `json:"disable_stats"`
 }
 
-// policyProblems is PolicyProblems, with the overview it read on the way.
-func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, overview, error) {
+// policyProblems is PolicyProblems, with the overview it read on the way and the queues of p
+// that do not exist.
+func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, overview, []string, error) {
 	var pols, ops map[string]managedPolicy
 	var overview overview
 	var queues, exchanges []managedObject
@@ -399,15 +400,25 @@ func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 		},
 		func() error { return m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges) })
 	if err != nil {
-		return nil, overview, err
+		return nil, overview, nil, err
 	}
 	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
 	p = p.ForBroker(major)
 	unknown, err := m.fillOperatorPolicies(ctx, p, queues, ops)
 	if err != nil {
-		return nil, overview, err
+		return nil, overview, nil, err
 	}
-	return append(policyProblemsOf(p, pols, ops, queues, exchanges, major), unknown...), overview, nil
+	exists := make(map[string]bool, len(queues))
+	for _, q := range queues {
+		exists[q.Name] = true
+	}
+	var missing []string
+	for _, q := range p.Queues {
+		if !exists[q.Name] {
+			missing = append(missing, q.Name)
+		}
+	}
+	return append(policyProblemsOf(p, pols, ops, queues, exchanges, major), unknown...), overview, missing, nil
 }
 
 // fillOperatorPolicies sets the operator policy of p's queues whose rows lack it: before 4.3,
