@@ -284,7 +284,8 @@ func numeric(v any) (float64, bool) {
 
 // effective merges a queue's policy definition with its operator policy's as RabbitMQ does
 // (rabbit_policy: numeric keys take the lower value; operator policies may only set numeric
-// keys on 3.x), remembering which policy each key came from.
+// keys on 3.x), remembering which policy each key came from: a problem names the policy to
+// change, and before 4.3 the management API reports the names, not the merged definition.
 func effective(user, op map[string]any) (def map[string]any, fromOp map[string]bool) {
 	def, fromOp = map[string]any{}, map[string]bool{}
 	for k, v := range user {
@@ -547,6 +548,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		quorum := mq.Type == string(Quorum)
 		if _, argLimit := mq.Arguments["x-delivery-limit"]; q.Role == RoleParking && quorum && major >= 4 && !argLimit {
 			if _, ok := def["delivery-limit"]; !ok {
+				// Kept (warning): 4.x's default limit of 20 drops a parked message given back 21 times.
 				add(parkingDefaultLimit(p, q.Name, userName), ours)
 			}
 		}
@@ -563,14 +565,17 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			}
 			n, isNum := numeric(v)
 			switch {
+			// Kept: the broker takes the lower TTL silently, so delayed messages arrive early.
 			case q.IsDelay() && k == "message-ttl" && isNum && n < float64(q.TTL):
 				pp.Breaks = BreaksEarly
 				pp.Why = fmt.Sprintf("RabbitMQ applies the lower of the policy's message-ttl and the queue's x-message-ttl (%d ms), "+
 					"so messages leave this delay queue after %v ms: delayed messages arrive up to %v ms early", q.TTL, v, float64(q.TTL)-n)
+			// Kept: the broker deletes the queue with the messages it holds.
 			case k == "expires":
 				pp.Breaks = BreaksDeletes
 				pp.Why = fmt.Sprintf("RabbitMQ deletes the queue, with every message it holds, once it has been unused for %v ms "+
 					"(no consumer, no basic.get, no redeclaration: a delay or parking queue is always unused)", v)
+			// Kept: at the limit, messages leave before their TTL (early) or are refused (stall or drop).
 			case q.IsDelay() && (k == "max-length" || k == "max-length-bytes"):
 				switch overflow := delayOverflow(def, quorum); {
 				case overflow != "reject-publish":
@@ -588,19 +593,23 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (overflow reject-publish): "+
 						"delayed publishes are nacked, and messages dead-lettered into it are dropped", v)
 				}
+			// Kept: dead-lettering falls back to at-most-once, so a message in flight is lost when a node fails.
 			case q.IsDelay() && quorum && k == "overflow" && fmt.Sprint(v) != "reject-publish":
 				pp.Breaks = BreaksDrops
 				pp.Why = fmt.Sprintf("for quorum queues a policy's overflow wins over x-overflow; with %v, at-least-once "+
 					"dead-lettering falls back to at-most-once: a message being dead-lettered when a broker node fails is lost", v)
+			// Kept: due messages reach their target with another routing key.
 			case q.IsDelay() && k == "dead-letter-routing-key":
 				pp.Breaks = BreaksRouting
 				pp.Why = fmt.Sprintf("delay queues dead-letter with the message's own routing key (they have no "+
 					"x-dead-letter-routing-key); this policy replaces it with %q, so due messages reach their target with the wrong "+
 					"routing key", fmt.Sprint(v))
+			// Kept: parked messages expire or are dropped.
 			case q.Role == RoleParking && (k == "message-ttl" || k == "max-length" || k == "max-length-bytes"):
 				pp.Breaks = BreaksDrops
 				pp.Why = fmt.Sprintf("parked messages are kept for an operator to look at; with %s %v they expire or are dropped "+
 					"(or refused, and then stall in a delay queue's dead-letter state)", k, v)
+			// Kept (warning): a parked message given back more often than the limit is dropped.
 			case q.Role == RoleParking && k == "delivery-limit" && fmt.Sprint(v) != "-1":
 				pp.Breaks, pp.Warning = BreaksDrops, true
 				pp.Why = fmt.Sprintf("a parked message returned (nack or reject with requeue) more than %v times is dropped: "+
@@ -636,12 +645,14 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		if targets[mx.Name] {
 			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Key: "alternate-exchange"}
 			switch {
+			// Kept (warning): unroutable due messages go to the target's own alternate exchange, not to parking.
 			case hasArg:
 				pp.Value, pp.Breaks, pp.Warning = argAE, stallOrDrop, true
 				pp.Why = fmt.Sprintf("this target exchange has its own alternate exchange %q (an argument, which wins over "+
 					"policy %q): a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
 					fmt.Sprint(argAE), p.Names.TargetsPolicy(), fmt.Sprint(argAE))
 				missingAE(&pp, argAE)
+			// Kept: the alternate exchange is gone, so an unroutable due message goes nowhere.
 			case userName == p.Names.TargetsPolicy():
 				if ae := p.Names.DueUnroutable(); !exists[ae] {
 					pp.Policy, pp.Value, pp.Breaks = userName, ae, stallOrDrop
@@ -651,6 +662,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 					break
 				}
 				continue
+			// Kept (warning): unroutable due messages go to that policy's alternate exchange, not to parking.
 			case userName != "" && pols[userName].Definition["alternate-exchange"] != nil:
 				ae := pols[userName].Definition["alternate-exchange"]
 				pp.Policy, pp.Value, pp.Breaks, pp.Warning = userName, ae, stallOrDrop, true
@@ -658,11 +670,13 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 					"a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
 					userName, p.Names.TargetsPolicy(), fmt.Sprint(ae), fmt.Sprint(ae))
 				missingAE(&pp, ae)
+			// Kept: an unroutable due message is not parked: it stalls (quorum) or is dropped (classic).
 			case userName != "":
 				pp.Policy, pp.Breaks = userName, stallOrDrop
 				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sets no alternate-exchange: a due "+
 					"message the target routes to no queue is not parked; %s", userName, p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
 				pp.Why += "; fix: " + pp.fix(p.Names.TargetsPolicy(), prio)
+			// Kept: as above, the targets policy not being in effect.
 			default:
 				pp.Breaks = stallOrDrop
 				pp.Why = fmt.Sprintf("policy %q is not in effect on this target (not set: run declare apply with the management API, "+
@@ -676,6 +690,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		if !ok || e.Marker || hasArg || userName == "" {
 			continue
 		}
+		// Kept: a message no queue takes goes to the alternate exchange instead of back to its publisher.
 		if ae := pols[userName].Definition["alternate-exchange"]; ae != nil {
 			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Policy: userName, Key: "alternate-exchange", Value: ae, Breaks: BreaksRouting,
 				Why: fmt.Sprintf("a message this exchange of the topology routes to no queue goes to %q instead of being returned to "+
@@ -709,6 +724,7 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 	dlx := fmt.Sprint(dlxValue)
 	var out []PolicyProblem
 	_, argLimit := mq.Arguments["x-delivery-limit"]
+	// Kept: a due message given back 21 times is dropped (no dead-letter exchange).
 	if _, policyLimit := def["delivery-limit"]; major >= 4 && mq.Type == "quorum" && !argLimit && !policyLimit && !parks && !ownDLX {
 		// RabbitMQ 4.0 gives a quorum queue without a delivery limit one of 20
 		// (rabbit_quorum_queue, the default delivery limit), and this one has no dead-letter
@@ -756,12 +772,15 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 			}
 		}
 		switch k {
+		// Kept: the broker deletes the ready queue with its due messages.
 		case "expires":
 			pp.Breaks = BreaksDeletes
 			pp.Why = fmt.Sprintf("RabbitMQ deletes this ready queue, with every due message it holds, once it has been unused for %v ms "+
 				"(no consumer, no basic.get, no redeclaration), and due messages for it are then routed elsewhere or parked", v)
+		// Kept: due messages expire from the ready queue (parked or lost).
 		case "message-ttl":
 			lost(fmt.Sprintf("due messages not consumed within %v ms expire from this ready queue", v))
+		// Kept: at the limit due messages are dropped, or refused so that dead-lettering stalls.
 		case "max-length", "max-length-bytes":
 			if rejects {
 				pp.Breaks = stallOrDrop
@@ -770,12 +789,14 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 			} else {
 				lost(fmt.Sprintf("once this ready queue holds %v (messages or bytes), it drops the oldest due messages", v))
 			}
+		// Kept: a due message given back past the limit is taken out (parked or lost).
 		case "delivery-limit":
 			if fmt.Sprint(v) == "-1" {
 				continue // none (RabbitMQ 4.x)
 			}
 			lost(fmt.Sprintf("a due message returned (nack or reject with requeue, or its consumer gone) more than %v times "+
 				"is taken out of this ready queue", v))
+		// Kept (warning): parked messages lose their routing key.
 		case "dead-letter-routing-key":
 			if !parks {
 				continue // the application's own dead-lettering
@@ -830,12 +851,14 @@ func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]ma
 		}
 		const lost = "revoked messages due after that reach handlers"
 		switch k {
+		// Kept: revocations are deleted before their messages are due, which then reach handlers.
 		case "max-age":
 			if age, ok := parseMaxAge(v); ok && age >= retention {
 				continue
 			}
 			pp.Why = fmt.Sprintf("RabbitMQ applies a policy's max-age to a stream instead of its x-max-age (%s): revocations are deleted "+
 				"after %v, before the messages they name are due (the topology's longest delay plus a day), and %s", p.Spec.revokedMaxAge(), v, lost)
+		// Kept: as max-age, by size.
 		case "max-length-bytes":
 			pp.Why = fmt.Sprintf("RabbitMQ deletes a stream's oldest records once it holds more than %v bytes (the policy's value wins "+
 				"over an x-max-length-bytes argument), whatever their age: revocations (and fences) fill it, and %s", v, lost)
