@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/agnivade/levenshtein v1.2.2
 	github.com/cenkalti/backoff/v4 v4.3.0
-	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/google/uuid v1.6.0
 	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/prometheus/client_golang v1.25.0

@@ -27,9 +27,9 @@ func queuePolicy(t *testing.T, env *brokertest.Env, queue string) string {
 
 // TestPolicyTieAtTopologyPriority: a policy at exactly the topology's priority, named
 // after the topology's own policy ("zzz-..." sorts after "rd.delay-queues"), sets message-ttl
-// 1000 on the delay queues. RabbitMQ 4.0.5 applies it (ties go to the policy whose name sorts
-// last); PolicyProblems (rabbitdelay status/apply, WithManagementURL) assumes the first name wins,
-// reports nothing, and the 3 s bucket delivers after about 1 s.
+// 1000 on the delay queues. RabbitMQ breaks the tie in no documented order (4.0.5 applied the
+// name that sorts last); whichever policy it applies, PolicyProblems reads it from the broker,
+// so delays that arrive early are always reported.
 func TestPolicyTieAtTopologyPriority(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)

@@ -240,7 +240,8 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 //     trusts a mixed ladder or an unbound target.
 //  6. With opts.Management, the policies in effect are checked ([Management.PolicyProblems]):
 //     Report.PolicyProblems lists them, and those that break a guarantee make Apply return an
-//     error wrapping ErrPolicy (the topology is declared all the same).
+//     error wrapping ErrPolicy (the topology is declared all the same). A queue deleted
+//     meanwhile (an expires policy) is declared again and read at once (checkPolicies).
 //
 // Apply never deletes an exchange, queue or binding, and never re-declares one with other
 // arguments. Work is spread over opts.Workers channels of conn; conn stays open. The report lists what was done even when
@@ -400,7 +401,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	}
 	rep.Results = append(rep.Results, policyResults...)
 	if opts.Management != nil {
-		if rep.PolicyProblems, err = opts.Management.PolicyProblems(ctx, p); err != nil {
+		if rep.PolicyProblems, err = checkPolicies(r, opts.Management, p, objects); err != nil {
 			return rep, err
 		}
 		if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
@@ -621,4 +622,38 @@ func targetNames(ts []Target) []string {
 		out = append(out, t.Name)
 	}
 	return out
+}
+
+// checkPolicies returns the policy problems of p once its objects are declared. A queue gone
+// by then was deleted right after Apply declared it (an expires policy deletes an idle queue
+// a second after it applies), so it is declared again and read at once, twice at most: the
+// policy that deletes it is named while the queue exists. Errors wrap ErrManagement, or
+// ErrPolicy when a queue is deleted every time.
+func checkPolicies(r *runner, m *Management, p *Plan, objects []planObject) ([]PolicyProblem, error) {
+	for attempt := 1; ; attempt++ {
+		probs, _, missing, err := m.policyProblems(r.ctx, p)
+		if err != nil || len(missing) == 0 {
+			return probs, err
+		}
+		if attempt == 3 {
+			return probs, fmt.Errorf("%w: queue %q is deleted right after declare apply declares it (%d times): an expires "+
+				"policy in effect on it, or another client; see the policies of the vhost", ErrPolicy, missing[0], attempt)
+		}
+		gone := make(map[string]bool, len(missing))
+		for _, name := range missing {
+			gone[name] = true
+		}
+		var steps []step
+		for _, o := range objects {
+			if o.kind == KindQueue && gone[o.name] {
+				steps = append(steps, o.declare())
+			}
+		}
+		if len(steps) == 0 { // not Apply's queues
+			return probs, nil
+		}
+		if err := r.runUnrecorded(steps, "declare"); err != nil {
+			return nil, err
+		}
+	}
 }

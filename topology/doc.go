@@ -112,9 +112,9 @@
 // and argument for message-ttl, max-length, max-length-bytes and delivery-limit (and expires,
 // except on 3.10 quorum queues, where the policy wins), the policy for a quorum queue's
 // overflow, and the argument for dead-letter-exchange, -routing-key and -strategy
-// (rabbit_amqqueue_process:process_args_policy, rabbit_quorum_queue:ra_machine_config). The
-// management API names a queue's policy only with its statistics (every 5 s), so
-// PolicyProblems works out the policy in effect from the policy list itself.
+// (rabbit_amqqueue_process:process_args_policy, rabbit_quorum_queue:ra_machine_config). Which
+// policy applies is the broker's answer: the management API's queue and exchange records
+// (read with disable_stats, current once a declare or a policy change returns).
 //
 // Ready queues get no policy of the topology: they are the application's, and a policy of
 // the topology would shadow its own (a length limit, a TTL, a leader locator). PolicyProblems

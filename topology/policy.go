@@ -11,12 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
-	"unicode/utf8"
-
-	"github.com/dlclark/regexp2/v2"
 )
 
 // KindPolicy is the kind of a policy in a [Report].
@@ -30,9 +24,6 @@ type managedPolicy struct {
 	ApplyTo    string         `json:"apply-to"`
 	Priority   json.Number    `json:"priority"`
 	Definition map[string]any `json:"definition"`
-	// own marks the topology's own policies (set by PolicyProblems): a tie of priorities goes
-	// against them (choosePolicy).
-	own bool
 }
 
 // policies returns the vhost's policies (operator: its operator policies) by name.
@@ -183,9 +174,9 @@ const (
 	// BreaksRouting: messages go somewhere they should not (a dead-letter routing key that
 	// replaces the message's own, an alternate exchange on one of the topology's exchanges).
 	BreaksRouting Breakage = "wrong routing"
-	// BreaksUnknown: what the policy does to the topology could not be worked out (its
-	// pattern uses PCRE constructs no Go engine here compiles), so it was judged by the policy
-	// names the management API reports, which are as old as its statistics (5 s by default).
+	// BreaksUnknown: where an operator policy applies could not be worked out: before
+	// RabbitMQ 4.3 the management API names it only with a queue's statistics, which a new
+	// queue lacks for up to collect_statistics_interval, and its pattern is beyond Go's regexp.
 	BreaksUnknown Breakage = "not checked"
 )
 
@@ -259,9 +250,10 @@ type managedObject struct {
 	Arguments      map[string]any  `json:"arguments"`
 	Policy         json.RawMessage `json:"policy"`
 	OperatorPolicy json.RawMessage `json:"operator_policy"`
-	// missing marks a queue of the plan that does not exist (missingQueues): what the policies
-	// matching its name would do to it.
-	missing bool
+	// Effective is effective_policy_definition, which a queue row read with disable_stats
+	// carries from RabbitMQ 4.3 on (rabbit_quorum_queue, rabbit_classic_queue and
+	// rabbit_stream_queue:format_policy_fields); it tells that OperatorPolicy is current.
+	Effective json.RawMessage `json:"effective_policy_definition"`
 }
 
 // rawName reads a policy name field, which RabbitMQ gives as a string, or null / "" / [] for
@@ -292,7 +284,8 @@ func numeric(v any) (float64, bool) {
 
 // effective merges a queue's policy definition with its operator policy's as RabbitMQ does
 // (rabbit_policy: numeric keys take the lower value; operator policies may only set numeric
-// keys on 3.x), remembering which policy each key came from.
+// keys on 3.x), remembering which policy each key came from: a problem names the policy to
+// change, and before 4.3 the management API reports the names, not the merged definition.
 func effective(user, op map[string]any) (def map[string]any, fromOp map[string]bool) {
 	def, fromOp = map[string]any{}, map[string]bool{}
 	for k, v := range user {
@@ -315,38 +308,6 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 		def[k], fromOp[k] = v, true
 	}
 	return def, fromOp
-}
-
-// byteRunes returns s with each byte as the rune of the same number (Latin-1), so that Go's
-// regexp, which matches UTF-8 characters, matches bytes as RabbitMQ does: it runs a policy's
-// pattern with Erlang's re without the unicode option, so "." is one byte of "é" (two in
-// UTF-8), and a non-ASCII character in the pattern stands for its bytes. ASCII is unchanged.
-func byteRunes(s string) string {
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			ascii = false
-			break
-		}
-	}
-	if ascii {
-		return s
-	}
-	r := make([]rune, len(s))
-	for i := 0; i < len(s); i++ {
-		r[i] = rune(s[i])
-	}
-	return string(r)
-}
-
-// priorityOf reads a policy's priority exactly: RabbitMQ compares integers of any size, and
-// float64 cannot tell 99999999999999998 from 99999999999999999. A priority that is not an
-// integer counts as 0.
-func priorityOf(n json.Number) *big.Int {
-	if v, ok := new(big.Int).SetString(string(n), 10); ok {
-		return v
-	}
-	return new(big.Int)
 }
 
 // delayOverflow is the overflow behaviour in effect on a delay queue whose policies in effect
@@ -405,11 +366,13 @@ func delayOverflow(def map[string]any, quorum bool) string {
 //     classic), or an alternate exchange of their own (warning: due messages that the target
 //     routes nowhere go there instead of to the parking queue).
 //
-// Exchanges that do not exist are skipped ([Status] reports them); a queue of p that does not
-// exist is judged as it would be once declared (see missingQueues), and its problems say so.
-// Errors wrap ErrManagement.
+// The policy in effect on each object is the one the broker reports (rabbit_policy picks it:
+// pattern, apply-to, priority and ties are the broker's); before RabbitMQ 4.3 the operator
+// policy of a queue without statistics yet is worked out (see fillOperatorPolicies). Objects
+// that do not exist are skipped ([Status] reports them missing; [Apply] declares them before
+// it checks). Errors wrap ErrManagement.
 func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
-	probs, _, err := m.policyProblems(ctx, p)
+	probs, _, _, err := m.policyProblems(ctx, p)
 	return probs, err
 }
 
@@ -419,309 +382,132 @@ type overview struct {
 	DisableStats bool   `json:"disable_stats"`
 }
 
-// policyProblems is PolicyProblems, with the overview it read on the way.
-func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, overview, error) {
+// policyProblems is PolicyProblems, with the overview it read on the way and the queues of p
+// that do not exist.
+func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, overview, []string, error) {
 	var pols, ops map[string]managedPolicy
 	var overview overview
 	var queues, exchanges []managedObject
 	vh := url.PathEscape(m.vhost)
+	// The policy names come from the queue and exchange records (disable_stats), which
+	// RabbitMQ updates before a declare or a policy change returns; the statistics name a
+	// policy up to collect_statistics_interval (5 s by default) late.
 	err := parallel( // snapshot.go
 		func() (err error) { pols, err = m.policies(ctx, false); return err },
 		func() (err error) { ops, err = m.policies(ctx, true); return err },
 		func() error { return m.get(ctx, "api/overview", &overview) },
 		func() error {
-			return m.get(ctx, "api/queues/"+vh+"?columns=name,type,arguments,policy,operator_policy", &queues)
+			return m.get(ctx, "api/queues/"+vh+"?disable_stats=true&columns=name,type,arguments,policy,operator_policy,effective_policy_definition", &queues)
 		},
 		func() error { return m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges) })
 	if err != nil {
-		return nil, overview, err
+		return nil, overview, nil, err
 	}
 	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
 	p = p.ForBroker(major)
-	queues = append(queues, missingQueues(p, queues)...)
-	// The management API's policy names come with the queue statistics, every
-	// collect_statistics_interval (5 s by default): a queue declared or a policy changed a
-	// moment ago shows none or the old one. So the policy in effect is worked out here, as
-	// rabbit_policy does, and the reported name is used only for a pattern Go cannot compile.
-	for _, pol := range p.Policies {
-		if have, ok := pols[pol.Name]; ok {
-			have.own = true
-			pols[pol.Name] = have
-		}
+	unknown, err := m.fillOperatorPolicies(ctx, p, queues, ops)
+	if err != nil {
+		return nil, overview, nil, err
 	}
-	for i := range queues {
-		queues[i].Policy = choosePolicy(pols, KindQueue, queues[i], major, rawName(queues[i].Policy))
-		queues[i].OperatorPolicy = choosePolicy(ops, KindQueue, queues[i], major, rawName(queues[i].OperatorPolicy))
-	}
-	for i := range exchanges {
-		exchanges[i].Policy = choosePolicy(pols, KindExchange, exchanges[i], major, rawName(exchanges[i].Policy))
-	}
-	return policyProblemsOf(p, pols, ops, queues, exchanges, major), overview, nil
-}
-
-// missingQueues returns, as the management API would list them once declared, the queues of
-// p that are not in have. A policy's expires deletes a queue that has been unused for longer
-// than its value: RabbitMQ 4.3.6 counts from the queue's last use, before the policy existed,
-// and deleted idle quorum queues within seconds of the policy being set, while 3.10.8 counted
-// from the moment the policy applied. Judging only the queues that exist would then find
-// nothing on 4.3 (the queues are gone) where it names the policy on 3.10; and a queue that
-// declare apply creates next runs under the policies that match it now.
-func missingQueues(p *Plan, have []managedObject) []managedObject {
-	exists := make(map[string]bool, len(have))
-	for _, q := range have {
+	exists := make(map[string]bool, len(queues))
+	for _, q := range queues {
 		exists[q.Name] = true
 	}
-	var out []managedObject
+	var missing []string
 	for _, q := range p.Queues {
-		if exists[q.Name] {
+		if !exists[q.Name] {
+			missing = append(missing, q.Name)
+		}
+	}
+	return append(policyProblemsOf(p, pols, ops, queues, exchanges, major), unknown...), overview, missing, nil
+}
+
+// fillOperatorPolicies sets the operator policy of p's queues whose rows lack it: before 4.3,
+// a queue row read with disable_stats names only the policy. It takes the operator policy
+// from the queue statistics where they name the same policy as the record (so are not older
+// than the last policy change), else from the operator policies' patterns (operatorPolicyOf).
+// It returns a warning for each operator policy whose pattern Go's regexp cannot run.
+func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues []managedObject, ops map[string]managedPolicy) ([]PolicyProblem, error) {
+	var need []int
+	for i, q := range queues {
+		if _, ours := p.Queue(q.Name); ours && q.Effective == nil && len(ops) > 0 {
+			need = append(need, i)
+		}
+	}
+	if len(need) == 0 {
+		return nil, nil
+	}
+	var stats []managedObject
+	if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns=name,policy,operator_policy", &stats); err != nil {
+		return nil, err
+	}
+	reported := make(map[string]managedObject, len(stats))
+	for _, s := range stats {
+		reported[s.Name] = s
+	}
+	bad := map[string]bool{}
+	for _, i := range need {
+		q := &queues[i]
+		if s, ok := reported[q.Name]; ok && s.OperatorPolicy != nil && rawName(s.Policy) == rawName(q.Policy) {
+			q.OperatorPolicy = s.OperatorPolicy
 			continue
 		}
-		typ, _ := q.Args["x-queue-type"].(string)
-		if typ == "" {
-			typ = string(Classic)
-		}
-		out = append(out, managedObject{Name: q.Name, Type: typ, Arguments: map[string]any(q.Args), missing: true})
-	}
-	return out
-}
-
-// unsupportedPolicyKeys are the keys that keep a policy from applying to a queue of a type at
-// all (rabbit_queue_type:is_policy_applicable and each type's capabilities/0, 3.10 and 4.0).
-var unsupportedPolicyKeys = map[string][]string{
-	"classic": {"max-age", "stream-max-segment-size-bytes", "initial-cluster-size", "delivery-limit", "dead-letter-strategy"},
-	"quorum": {"max-priority", "queue-mode", "single-active-consumer", "ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
-		"ha-promote-on-failure", "ha-sync-batch-size", "queue-master-locator", "max-age", "stream-max-segment-size-bytes", "initial-cluster-size"},
-	// rabbit_stream_queue:capabilities/0 (3.10.8; 4.0.5 adds target-group-size, see policyApplicable)
-	"stream": {"expires", "message-ttl", "dead-letter-exchange", "dead-letter-routing-key", "max-length", "max-in-memory-length",
-		"max-in-memory-bytes", "max-priority", "overflow", "queue-mode", "single-active-consumer", "delivery-limit", "ha-mode", "ha-params",
-		"ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure", "queue-master-locator", "dead-letter-strategy"},
-}
-
-// patternCache maps a policy pattern to its *compiledPattern.
-var patternCache sync.Map
-
-// compiledPattern is a policy pattern compiled by Go's regexp (re) or, failing that, by
-// regexp2 (re2); neither when unsupported (see policyPattern).
-type compiledPattern struct {
-	re       *regexp.Regexp
-	re2      *regexp2.Regexp
-	timedOut atomic.Bool // a regexp2 match took longer than patternMatchTimeout
-}
-
-// patternMatchTimeout bounds one match of a pattern that only regexp2 compiles: a backtracking
-// engine can take exponential time on a hostile pattern. A pattern that times out once is
-// unevaluable from then on (RabbitMQ's PCRE has match limits of its own, whose answer is not
-// known here).
-const patternMatchTimeout = 100 * time.Millisecond
-
-// match reports whether the pattern is found in name (through [byteRunes]); ok is false when
-// the pattern cannot be evaluated (unsupported, or timed out, now or before).
-func (cp *compiledPattern) match(name string) (matched, ok bool) {
-	switch {
-	case cp.re != nil:
-		return cp.re.MatchString(name), true
-	case cp.re2 == nil || cp.timedOut.Load():
-		return false, false
-	}
-	m, err := cp.re2.MatchString(name)
-	if err != nil {
-		cp.timedOut.Store(true)
-		return false, false
-	}
-	return m, true
-}
-
-// evaluable reports whether the pattern can be evaluated (so far).
-func (cp *compiledPattern) evaluable() bool {
-	return cp.re != nil || (cp.re2 != nil && !cp.timedOut.Load())
-}
-
-// policyPattern returns the compiled form of a policy pattern, which RabbitMQ runs with Erlang's
-// re (PCRE) on the name's bytes: Go's regexp (RE2) for the patterns it compiles, else regexp2 in
-// its ECMAScript mode (a backtracking engine with lookahead, lookbehind, backreferences and
-// atomic groups, whose \w, \d and \s are ASCII, as PCRE's are without its UTF mode, and which
-// reads [a-z-[b]] as PCRE does, not as .NET's class subtraction). A pattern neither compiles,
-// or that holds a construct regexp2 reads otherwise than PCRE ([pcreOnly]: a possessive
-// quantifier, a POSIX class such as [[:alpha:]], \Q...\E, \K, \z and other escapes), is
-// unsupported: the policy in
-// effect is then only what the management API reports, as old as its statistics
-// ([unevaluablePolicies]).
-func policyPattern(pattern string) *compiledPattern {
-	if c, hit := patternCache.Load(pattern); hit {
-		return c.(*compiledPattern)
-	}
-	cp := &compiledPattern{}
-	if re, err := regexp.Compile(byteRunes(pattern)); err == nil {
-		cp.re = re
-	} else if re2, err := regexp2.Compile(byteRunes(pattern), regexp2.ECMAScript); err == nil && !pcreOnly(pattern) {
-		re2.MatchTimeout = patternMatchTimeout
-		cp.re2 = re2
-	}
-	patternCache.Store(pattern, cp)
-	return cp
-}
-
-// pcreOnly reports whether pattern holds a construct that regexp2 reads otherwise than PCRE
-// does: a possessive quantifier ([hasPossessive]), a POSIX character class ("[:" inside a
-// class), or an escape of a letter other than \d \D \w \W \s \S \b \B \n \r \t \f \x
-// (PCRE's \Q...\E, \K, \A, \z, \Z, \G, \h, \v, \R, \p{...} and the like, which regexp2's
-// ECMAScript mode reads as other things or as the letter itself).
-func pcreOnly(pattern string) bool {
-	if hasPossessive(pattern) || strings.Contains(pattern, "[:") {
-		return true
-	}
-	for i := 0; i+1 < len(pattern); i++ {
-		if pattern[i] != '\\' {
-			continue
-		}
-		c := pattern[i+1]
-		if ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') && !strings.ContainsRune("dDwWsSbBnrtfx", rune(c)) {
-			return true
-		}
-		i++ // the escaped character
-	}
-	return false
-}
-
-// hasPossessive reports whether pattern holds a PCRE possessive quantifier (a quantifier
-// followed by '+': a*+, a++, a?+, a{2,}+), which regexp2 reads as a nested quantifier that
-// backtracks, so that a*+a, which PCRE never matches, would match "aa".
-func hasPossessive(pattern string) bool {
-	quantified := false // the previous token was a quantifier
-	for i := 0; i < len(pattern); i++ {
-		c := pattern[i]
-		switch {
-		case c == '\\':
-			i++
-			quantified = false
-		case c == '[':
-			// A character class: skip to its closing ']' (a ']' first in it is literal).
-			j := i + 1
-			if j < len(pattern) && pattern[j] == '^' {
-				j++
-			}
-			if j < len(pattern) && pattern[j] == ']' {
-				j++
-			}
-			for j < len(pattern) && pattern[j] != ']' {
-				if pattern[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			i = j
-			quantified = false
-		case c == '+' && quantified:
-			return true
-		case c == '*' || c == '+' || (c == '?' && i > 0 && pattern[i-1] != '('):
-			quantified = true
-		case c == '{':
-			if end := strings.IndexByte(pattern[i:], '}'); end > 0 && isBraceQuantifier(pattern[i+1:i+end]) {
-				i += end
-				quantified = true
-			} else {
-				quantified = false
-			}
-		default:
-			quantified = false
+		name, unrunnable := operatorPolicyOf(ops, *q)
+		q.OperatorPolicy, _ = json.Marshal(name)
+		for _, n := range unrunnable {
+			bad[n] = true
 		}
 	}
-	return false
-}
-
-// isBraceQuantifier reports whether s, the text between '{' and '}', makes a quantifier: n,
-// n, or n,m in decimal digits (PCRE reads any other brace as literal text).
-func isBraceQuantifier(s string) bool {
-	lo, hi, comma := strings.Cut(s, ",")
-	digits := func(d string) bool { return d != "" && strings.Trim(d, "0123456789") == "" }
-	return digits(lo) && (!comma || hi == "" || digits(hi))
-}
-
-// unevaluablePolicies returns the names of the policies of list whose pattern compiles in
-// neither engine of [policyPattern], sorted.
-func unevaluablePolicies(list map[string]managedPolicy) []string {
-	var out []string
-	for name, pol := range list {
-		if !policyPattern(pol.Pattern).evaluable() {
-			out = append(out, name)
-		}
+	var out []PolicyProblem
+	for name := range bad {
+		out = append(out, PolicyProblem{Kind: KindPolicy, Object: name, Policy: name, Operator: true, Key: "pattern",
+			Value: ops[name].Pattern, Breaks: BreaksUnknown, Warning: true,
+			Why: "before RabbitMQ 4.3 the management API names a queue's operator policy only with its statistics, which a queue " +
+				"declared a moment ago has not got yet, and this pattern uses a PCRE construct Go's regexp cannot run, so whether " +
+				"it applies is not known; run status again after collect_statistics_interval (5 s by default)"})
 	}
-	sort.Strings(out)
-	return out
+	sort.Slice(out, func(i, j int) bool { return out[i].Object < out[j].Object })
+	return out, nil
 }
 
-// choosePolicy returns, as JSON, the name of the policy of list that RabbitMQ applies to the
-// object (rabbit_policy:match_all: the right apply-to, a pattern found in the name, no key
-// the queue type does not support; the highest priority wins), or reported when a pattern
-// compiles in neither Go's regexp nor regexp2 ([policyPattern]).
-func choosePolicy(list map[string]managedPolicy, kind Kind, o managedObject, major int, reported string) json.RawMessage {
-	ownPolicy := func(name string) bool {
-		pol, ok := list[name]
-		return ok && pol.own
-	}
-	best, bestPrio := "", new(big.Int)
-	for _, pol := range list {
+// operatorPolicyOf returns the operator policy RabbitMQ applies to queue q: of those whose
+// apply-to takes q and whose pattern Go's regexp finds in q's name, the one with the highest
+// priority (a tie goes to the name that sorts first; RabbitMQ documents no order). Patterns Go
+// cannot compile are skipped and returned. Kept because before 4.3 an operator policy with
+// expires can delete a new delay queue, with its messages, before any statistics name it.
+func operatorPolicyOf(ops map[string]managedPolicy, q managedObject) (name string, unrunnable []string) {
+	var best *big.Int
+	for _, pol := range ops {
 		switch pol.ApplyTo {
-		case "all":
-		case "queues":
-			if kind != KindQueue {
-				continue
-			}
-		case "exchanges":
-			if kind != KindExchange {
-				continue
-			}
+		case "all", "queues":
 		case "classic_queues", "quorum_queues", "streams":
-			if kind != KindQueue || strings.TrimSuffix(strings.TrimSuffix(pol.ApplyTo, "s"), "_queue") != o.Type {
+			if strings.TrimSuffix(strings.TrimSuffix(pol.ApplyTo, "s"), "_queue") != q.Type {
 				continue
 			}
 		default:
 			continue
 		}
-		matched, ok := policyPattern(pol.Pattern).match(byteRunes(o.Name))
-		if !ok {
-			js, _ := json.Marshal(reported)
-			return js
-		}
-		if !matched {
+		re, err := regexp.Compile(pol.Pattern)
+		if err != nil {
+			unrunnable = append(unrunnable, pol.Name)
 			continue
 		}
-		if kind == KindQueue && !policyApplicable(pol.Definition, o.Type, major) {
+		prio, ok := new(big.Int).SetString(pol.Priority.String(), 10)
+		if !ok || !re.MatchString(q.Name) {
 			continue
 		}
-		prio := priorityOf(pol.Priority)
-		// RabbitMQ breaks a tie of priorities in no documented order (seen: the name that sorts
-		// last won on 4.0.5; on 3.10.8 it varied with the pattern), so a tie goes against the
-		// topology's own policies: another policy at the same priority may be the one in
-		// effect, now or after a restart, and its keys are checked.
-		if c := prio.Cmp(bestPrio); best == "" || c > 0 || (c == 0 && (ownPolicy(best) || !ownPolicy(pol.Name) && pol.Name < best)) {
-			best, bestPrio = pol.Name, prio
+		if c := prio.Cmp(orZero(best)); best == nil || c > 0 || c == 0 && pol.Name < name {
+			name, best = pol.Name, prio
 		}
 	}
-	js, _ := json.Marshal(best)
-	return js
+	return name, unrunnable
 }
 
-// policyApplicable reports whether a policy with definition def may apply to a queue of type
-// typ on RabbitMQ major version major.
-func policyApplicable(def map[string]any, typ string, major int) bool {
-	unsupported := append([]string{}, unsupportedPolicyKeys[typ]...)
-	if typ == "stream" && major >= 4 {
-		unsupported = append(unsupported, "target-group-size")
+func orZero(n *big.Int) *big.Int {
+	if n == nil {
+		return new(big.Int)
 	}
-	if typ == "classic" {
-		if major >= 4 {
-			unsupported = append(unsupported, "max-in-memory-length", "max-in-memory-bytes", "target-group-size")
-		} else {
-			unsupported = append(unsupported, "queue-leader-locator")
-		}
-	}
-	for _, k := range unsupported {
-		if _, ok := def[k]; ok {
-			return false
-		}
-	}
-	return true
+	return n
 }
 
 // policyProblemsOf is PolicyProblems on what the management API returned.
@@ -738,21 +524,6 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			pp.Why += "; fix: " + fix
 		}
 		out = append(out, pp)
-	}
-	for _, set := range []struct {
-		list     map[string]managedPolicy
-		operator bool
-	}{{pols, false}, {ops, true}} {
-		for _, name := range unevaluablePolicies(set.list) {
-			out = append(out, PolicyProblem{Kind: KindPolicy, Object: name, Policy: name, Operator: set.operator, Key: "pattern",
-				Value: set.list[name].Pattern, Breaks: BreaksUnknown, Warning: true,
-				Why: "its pattern uses a PCRE construct (a possessive quantifier, a POSIX class, \\Q...\\E, a backtracking " +
-					"verb, recursion, \\K) that Go's regexp and regexp2 do not evaluate as PCRE does, or took longer than " +
-					patternMatchTimeout.String() + " to match a name, so where it applies is taken from the management API's per-queue policy " +
-					"names, refreshed every collect_statistics_interval (5 s by default): a policy set or a queue declared in " +
-					"the last seconds is not seen yet; run status again after that interval, or write the pattern without " +
-					"that construct"})
-		}
 	}
 	for _, mq := range queues {
 		q, ok := p.Queue(mq.Name)
@@ -777,6 +548,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		quorum := mq.Type == string(Quorum)
 		if _, argLimit := mq.Arguments["x-delivery-limit"]; q.Role == RoleParking && quorum && major >= 4 && !argLimit {
 			if _, ok := def["delivery-limit"]; !ok {
+				// Kept (warning): 4.x's default limit of 20 drops a parked message given back 21 times.
 				add(parkingDefaultLimit(p, q.Name, userName), ours)
 			}
 		}
@@ -793,14 +565,17 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			}
 			n, isNum := numeric(v)
 			switch {
+			// Kept: the broker takes the lower TTL silently, so delayed messages arrive early.
 			case q.IsDelay() && k == "message-ttl" && isNum && n < float64(q.TTL):
 				pp.Breaks = BreaksEarly
 				pp.Why = fmt.Sprintf("RabbitMQ applies the lower of the policy's message-ttl and the queue's x-message-ttl (%d ms), "+
 					"so messages leave this delay queue after %v ms: delayed messages arrive up to %v ms early", q.TTL, v, float64(q.TTL)-n)
+			// Kept: the broker deletes the queue with the messages it holds.
 			case k == "expires":
 				pp.Breaks = BreaksDeletes
 				pp.Why = fmt.Sprintf("RabbitMQ deletes the queue, with every message it holds, once it has been unused for %v ms "+
 					"(no consumer, no basic.get, no redeclaration: a delay or parking queue is always unused)", v)
+			// Kept: at the limit, messages leave before their TTL (early) or are refused (stall or drop).
 			case q.IsDelay() && (k == "max-length" || k == "max-length-bytes"):
 				switch overflow := delayOverflow(def, quorum); {
 				case overflow != "reject-publish":
@@ -818,19 +593,23 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (overflow reject-publish): "+
 						"delayed publishes are nacked, and messages dead-lettered into it are dropped", v)
 				}
+			// Kept: dead-lettering falls back to at-most-once, so a message in flight is lost when a node fails.
 			case q.IsDelay() && quorum && k == "overflow" && fmt.Sprint(v) != "reject-publish":
 				pp.Breaks = BreaksDrops
 				pp.Why = fmt.Sprintf("for quorum queues a policy's overflow wins over x-overflow; with %v, at-least-once "+
 					"dead-lettering falls back to at-most-once: a message being dead-lettered when a broker node fails is lost", v)
+			// Kept: due messages reach their target with another routing key.
 			case q.IsDelay() && k == "dead-letter-routing-key":
 				pp.Breaks = BreaksRouting
 				pp.Why = fmt.Sprintf("delay queues dead-letter with the message's own routing key (they have no "+
 					"x-dead-letter-routing-key); this policy replaces it with %q, so due messages reach their target with the wrong "+
 					"routing key", fmt.Sprint(v))
+			// Kept: parked messages expire or are dropped.
 			case q.Role == RoleParking && (k == "message-ttl" || k == "max-length" || k == "max-length-bytes"):
 				pp.Breaks = BreaksDrops
 				pp.Why = fmt.Sprintf("parked messages are kept for an operator to look at; with %s %v they expire or are dropped "+
 					"(or refused, and then stall in a delay queue's dead-letter state)", k, v)
+			// Kept (warning): a parked message given back more often than the limit is dropped.
 			case q.Role == RoleParking && k == "delivery-limit" && fmt.Sprint(v) != "-1":
 				pp.Breaks, pp.Warning = BreaksDrops, true
 				pp.Why = fmt.Sprintf("a parked message returned (nack or reject with requeue) more than %v times is dropped: "+
@@ -866,12 +645,14 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		if targets[mx.Name] {
 			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Key: "alternate-exchange"}
 			switch {
+			// Kept (warning): unroutable due messages go to the target's own alternate exchange, not to parking.
 			case hasArg:
 				pp.Value, pp.Breaks, pp.Warning = argAE, stallOrDrop, true
 				pp.Why = fmt.Sprintf("this target exchange has its own alternate exchange %q (an argument, which wins over "+
 					"policy %q): a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
 					fmt.Sprint(argAE), p.Names.TargetsPolicy(), fmt.Sprint(argAE))
 				missingAE(&pp, argAE)
+			// Kept: the alternate exchange is gone, so an unroutable due message goes nowhere.
 			case userName == p.Names.TargetsPolicy():
 				if ae := p.Names.DueUnroutable(); !exists[ae] {
 					pp.Policy, pp.Value, pp.Breaks = userName, ae, stallOrDrop
@@ -881,6 +662,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 					break
 				}
 				continue
+			// Kept (warning): unroutable due messages go to that policy's alternate exchange, not to parking.
 			case userName != "" && pols[userName].Definition["alternate-exchange"] != nil:
 				ae := pols[userName].Definition["alternate-exchange"]
 				pp.Policy, pp.Value, pp.Breaks, pp.Warning = userName, ae, stallOrDrop, true
@@ -888,11 +670,13 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 					"a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
 					userName, p.Names.TargetsPolicy(), fmt.Sprint(ae), fmt.Sprint(ae))
 				missingAE(&pp, ae)
+			// Kept: an unroutable due message is not parked: it stalls (quorum) or is dropped (classic).
 			case userName != "":
 				pp.Policy, pp.Breaks = userName, stallOrDrop
 				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sets no alternate-exchange: a due "+
 					"message the target routes to no queue is not parked; %s", userName, p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
 				pp.Why += "; fix: " + pp.fix(p.Names.TargetsPolicy(), prio)
+			// Kept: as above, the targets policy not being in effect.
 			default:
 				pp.Breaks = stallOrDrop
 				pp.Why = fmt.Sprintf("policy %q is not in effect on this target (not set: run rabbitdelay apply with the management API, "+
@@ -906,25 +690,12 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		if !ok || e.Marker || hasArg || userName == "" {
 			continue
 		}
+		// Kept: a message no queue takes goes to the alternate exchange instead of back to its publisher.
 		if ae := pols[userName].Definition["alternate-exchange"]; ae != nil {
 			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Policy: userName, Key: "alternate-exchange", Value: ae, Breaks: BreaksRouting,
 				Why: fmt.Sprintf("a message this exchange of the topology routes to no queue goes to %q instead of being returned to "+
 					"its publisher (mandatory) or parked; fix: make the policy's pattern not match %q", fmt.Sprint(ae), mx.Name)}
 			out = append(out, pp)
-		}
-	}
-	missing := map[string]bool{}
-	for _, mq := range queues {
-		if mq.missing {
-			missing[mq.Name] = true
-		}
-	}
-	for i, pp := range out {
-		if pp.Kind == KindQueue && missing[pp.Object] {
-			out[i].Why += "; the queue does not exist now (rabbitdelay status lists it as missing): this is what the policy does to it once rabbitdelay apply declares it again"
-			if pp.Key == "expires" {
-				out[i].Why += ", and an expires policy may be what deleted it"
-			}
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -953,6 +724,7 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 	dlx := fmt.Sprint(dlxValue)
 	var out []PolicyProblem
 	_, argLimit := mq.Arguments["x-delivery-limit"]
+	// Kept: a due message given back 21 times is dropped (no dead-letter exchange).
 	if _, policyLimit := def["delivery-limit"]; major >= 4 && mq.Type == "quorum" && !argLimit && !policyLimit && !parks && !ownDLX {
 		// RabbitMQ 4.0 gives a quorum queue without a delivery limit one of 20
 		// (rabbit_quorum_queue, the default delivery limit), and this one has no dead-letter
@@ -1000,12 +772,15 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 			}
 		}
 		switch k {
+		// Kept: the broker deletes the ready queue with its due messages.
 		case "expires":
 			pp.Breaks = BreaksDeletes
 			pp.Why = fmt.Sprintf("RabbitMQ deletes this ready queue, with every due message it holds, once it has been unused for %v ms "+
 				"(no consumer, no basic.get, no redeclaration), and due messages for it are then routed elsewhere or parked", v)
+		// Kept: due messages expire from the ready queue (parked or lost).
 		case "message-ttl":
 			lost(fmt.Sprintf("due messages not consumed within %v ms expire from this ready queue", v))
+		// Kept: at the limit due messages are dropped, or refused so that dead-lettering stalls.
 		case "max-length", "max-length-bytes":
 			if rejects {
 				pp.Breaks = stallOrDrop
@@ -1014,12 +789,14 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 			} else {
 				lost(fmt.Sprintf("once this ready queue holds %v (messages or bytes), it drops the oldest due messages", v))
 			}
+		// Kept: a due message given back past the limit is taken out (parked or lost).
 		case "delivery-limit":
 			if fmt.Sprint(v) == "-1" {
 				continue // none (RabbitMQ 4.x)
 			}
 			lost(fmt.Sprintf("a due message returned (nack or reject with requeue, or its consumer gone) more than %v times "+
 				"is taken out of this ready queue", v))
+		// Kept (warning): parked messages lose their routing key.
 		case "dead-letter-routing-key":
 			if !parks {
 				continue // the application's own dead-lettering
@@ -1074,12 +851,14 @@ func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]ma
 		}
 		const lost = "revoked messages due after that reach handlers"
 		switch k {
+		// Kept: revocations are deleted before their messages are due, which then reach handlers.
 		case "max-age":
 			if age, ok := parseMaxAge(v); ok && age >= retention {
 				continue
 			}
 			pp.Why = fmt.Sprintf("RabbitMQ applies a policy's max-age to a stream instead of its x-max-age (%s): revocations are deleted "+
 				"after %v, before the messages they name are due (the topology's longest delay plus a day), and %s", p.Spec.revokedMaxAge(), v, lost)
+		// Kept: as max-age, by size.
 		case "max-length-bytes":
 			pp.Why = fmt.Sprintf("RabbitMQ deletes a stream's oldest records once it holds more than %v bytes (the policy's value wins "+
 				"over an x-max-length-bytes argument), whatever their age: revocations (and fences) fill it, and %s", v, lost)

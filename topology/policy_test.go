@@ -3,7 +3,6 @@ package topology
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -126,32 +125,6 @@ func TestPolicyLengthLimitOnDelayQueue(t *testing.T) {
 	}
 }
 
-// TestChoosePolicy: the highest-priority matching policy of the right apply-to applies, and a
-// policy with a key the queue type does not support does not apply at all.
-func TestChoosePolicy(t *testing.T) {
-	list := map[string]managedPolicy{
-		"ours":        {Name: "ours", Pattern: `^rd\.bucket\.3000ms$`, ApplyTo: "queues", Priority: "1000000"},
-		"catch":       {Name: "catch", Pattern: ".*", ApplyTo: "all", Priority: "5"},
-		"higher-dl":   {Name: "higher-dl", Pattern: ".*", ApplyTo: "queues", Priority: "2000000", Definition: map[string]any{"delivery-limit": json.Number("2")}},
-		"exchanges":   {Name: "exchanges", Pattern: ".*", ApplyTo: "exchanges", Priority: "9000000"},
-		"quorum-only": {Name: "quorum-only", Pattern: "bucket", ApplyTo: "quorum_queues", Priority: "3000000"},
-	}
-	for _, tc := range []struct {
-		kind Kind
-		o    managedObject
-		want string
-	}{
-		{KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "classic"}, "ours"},       // delivery-limit unsupported on classic
-		{KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "quorum"}, "quorum-only"}, // highest applicable
-		{KindQueue, managedObject{Name: "other", Type: "classic"}, "catch"},
-		{KindExchange, managedObject{Name: "orders"}, "exchanges"},
-	} {
-		if got := rawName(choosePolicy(list, tc.kind, tc.o, 3, "")); got != tc.want {
-			t.Errorf("%s %s (%s): %q, want %q", tc.kind, tc.o.Name, tc.o.Type, got, tc.want)
-		}
-	}
-}
-
 // TestUnplannedBindings: bindings on the plan's exchanges and queues that the plan lacks are
 // listed; bindings of target exchanges to other queues are not; consumers' retry bindings are
 // listed apart.
@@ -181,21 +154,6 @@ func TestUnplannedBindings(t *testing.T) {
 	}
 	if len(retry) != 1 || retry[0].Destination != "jobs" {
 		t.Errorf("consumer retry bindings %v, want the one to jobs", retry)
-	}
-}
-
-// TestChoosePolicyTie: a policy at the topology's own priority is taken as the one in effect,
-// whatever the names (RabbitMQ breaks ties in no documented order), so its keys are checked.
-func TestChoosePolicyTie(t *testing.T) {
-	for _, other := range []string{"aaa-tie", "zzz-tie"} {
-		list := map[string]managedPolicy{
-			"rd.delay-queues": {Name: "rd.delay-queues", Pattern: `^rd\.bucket\.3000ms$`, ApplyTo: "queues", Priority: "1000000", own: true},
-			other:             {Name: other, Pattern: `^rd\.`, ApplyTo: "queues", Priority: "1000000"},
-		}
-		got := rawName(choosePolicy(list, KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "quorum"}, 4, ""))
-		if got != other {
-			t.Errorf("tie with %q: chose %q, want the other policy", other, got)
-		}
 	}
 }
 
@@ -312,20 +270,6 @@ func TestRevokedProblems(t *testing.T) {
 			}
 		})
 	}
-	list := map[string]managedPolicy{
-		"ours":    {Name: "ours", Pattern: `^rd\.revoked$`, ApplyTo: "queues", Priority: "1000000", Definition: map[string]any{"max-age": keep}},
-		"ttl":     {Name: "ttl", Pattern: ".*", ApplyTo: "all", Priority: "9000000", Definition: map[string]any{"message-ttl": json.Number("1")}},
-		"tgs":     {Name: "tgs", Pattern: ".*", ApplyTo: "queues", Priority: "8000000", Definition: map[string]any{"target-group-size": json.Number("3"), "max-age": "1h"}},
-		"streams": {Name: "streams", Pattern: "revoked", ApplyTo: "streams", Priority: "7000000", Definition: map[string]any{"max-age": "1h"}},
-		"quorum":  {Name: "quorum", Pattern: ".*", ApplyTo: "quorum_queues", Priority: "9500000"},
-	}
-	o := managedObject{Name: stream, Type: "stream"}
-	if got := rawName(choosePolicy(list, KindQueue, o, 3, "")); got != "tgs" { // 3.10: target-group-size is no key of streams' unsupported list
-		t.Errorf("3.x: %q applies, want tgs", got)
-	}
-	if got := rawName(choosePolicy(list, KindQueue, o, 4, "")); got != "streams" {
-		t.Errorf("4.x: %q applies, want streams (message-ttl and target-group-size keep the higher ones off streams)", got)
-	}
 }
 
 // TestPolicyProblemsTargetsPolicyWithoutItsExchange: the topology's targets policy still in
@@ -372,124 +316,6 @@ func TestEffectiveDeliveryLimitNone(t *testing.T) {
 	}
 }
 
-// TestChoosePolicyMatchesBytes: RabbitMQ runs a policy's pattern on the name's bytes (Erlang's
-// re without unicode): "^ord..rs$" matches "ordérs" (é is two bytes) and "^ord.rs$" does not;
-// Go's regexp on characters gave the opposite. Priorities above 2^53 compare exactly.
-func TestChoosePolicyMatchesBytes(t *testing.T) {
-	for _, tc := range []struct {
-		pattern, name string
-		want          bool
-	}{
-		{"^ord..rs[.]q$", "ordérs.q", true},
-		{"^ord.rs[.]q$", "ordérs.q", false},
-		{"^ord.rs[.]q$", "ordxrs.q", true},
-		{"^ordérs[.]q$", "ordérs.q", true},
-		{"^ord[^x]+rs", "ordérs.q", true},
-	} {
-		list := map[string]managedPolicy{"p": {Name: "p", Pattern: tc.pattern, ApplyTo: "queues", Priority: json.Number("5"),
-			Definition: map[string]any{"expires": json.Number("1000")}}}
-		got := rawName(choosePolicy(list, KindQueue, managedObject{Name: tc.name, Type: "quorum"}, 3, "")) == "p"
-		if got != tc.want {
-			t.Errorf("pattern %q on %q: in effect %v, want %v", tc.pattern, tc.name, got, tc.want)
-		}
-	}
-	list := map[string]managedPolicy{
-		"a": {Name: "a", Pattern: ".*", ApplyTo: "queues", Priority: json.Number("99999999999999999"), Definition: map[string]any{"expires": json.Number("1")}},
-		"b": {Name: "b", Pattern: ".*", ApplyTo: "queues", Priority: json.Number("99999999999999998"), Definition: map[string]any{"expires": json.Number("1")}},
-	}
-	if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: "q", Type: "quorum"}, 3, "")); got != "a" {
-		t.Errorf("priorities 99999999999999999 and ...998: %q in effect, want a", got)
-	}
-}
-
-// TestPolicyPatternsPCRE: RabbitMQ matches policy patterns with PCRE. Patterns Go's regexp
-// refuses but a backtracking engine takes (lookahead, lookbehind, backreferences, atomic
-// groups) are evaluated, so a policy set a moment ago is seen before the management API's
-// statistics name it; a pattern no engine here evaluates as PCRE does (a possessive quantifier,
-// a backtracking verb, \K, recursion) falls back to the reported name and is reported itself, as a warning.
-func TestPolicyPatternsPCRE(t *testing.T) {
-	ours := map[string]managedPolicy{"ours": {Name: "ours", Pattern: `^rd\.`, ApplyTo: "queues", Priority: "1000000"}}
-	for _, tc := range []struct {
-		pattern, name string
-		match         bool
-	}{
-		{`^(?!zzz)rd\.(bucket|ladder)`, "rd.bucket.3000ms", true},
-		{`^(?!rd)x`, "rd.bucket.3000ms", false},
-		{`(?<=rd\.)bucket`, "rd.bucket.3000ms", true},
-		{`(?<!rd\.)bucket`, "rd.bucket.3000ms", false},
-		{`^(r)d\.(?:bucket|\1)`, "rd.bucket.3000ms", true},
-		{`^(?>rd\.b)ucket`, "rd.bucket.3000ms", true},
-		{`^(?=r)rd[.-[.]]?bucket`, "rd.bucket.3000ms", true}, // a range '.' to '[' in PCRE, not .NET's subtraction
-		{`^(?=r)rd\.\w+$`, "rd.\xc3\xa9", false},             // \w is ASCII in PCRE without UTF mode
-		{`^(?=r)rd\.\w+$`, "rd.bucket", true},
-	} {
-		list := maps.Clone(ours)
-		list["pcre"] = managedPolicy{Name: "pcre", Pattern: tc.pattern, ApplyTo: "queues", Priority: "2000000"}
-		want := "ours"
-		if tc.match {
-			want = "pcre"
-		}
-		if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: tc.name, Type: "quorum"}, 4, "reported")); got != want {
-			t.Errorf("pattern %s on %s: %q, want %q", tc.pattern, tc.name, got, want)
-		}
-		if u := unevaluablePolicies(list); len(u) != 0 {
-			t.Errorf("pattern %s: unevaluable %v", tc.pattern, u)
-		}
-	}
-	for _, pattern := range []string{`^rd\.bucket.*+$`, `^rd\.b++`, `^rd\.bu?+`, `^rd\.b{1,}+`, `^rd\.(*SKIP)b`, `^rd\.\Kbucket`, `^(rd|\.(?R))`,
-		`^(?=r)[[:alpha:]]+\.bucket`, `^(?=r)\Qrd.\E`, `^(?=r)rd\.bucket\z`, `^(?=r)\Ard`, `^(?=r)rd\.\p{L}`} {
-		list := maps.Clone(ours)
-		list["odd"] = managedPolicy{Name: "odd", Pattern: pattern, ApplyTo: "queues", Priority: "2000000"}
-		if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: "rd.bucket.3000ms", Type: "quorum"}, 4, "reported")); got != "reported" {
-			t.Errorf("pattern %s: %q, want the reported name", pattern, got)
-		}
-		p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}})
-		var found bool
-		for _, pp := range policyProblemsOf(p, list, nil, nil, nil, 4) {
-			if pp.Kind == KindPolicy && pp.Object == "odd" && pp.Breaks == BreaksUnknown && pp.Warning {
-				found = true
-			}
-		}
-		if !found {
-			t.Errorf("pattern %s: no warning naming policy odd", pattern)
-		}
-	}
-}
-
-func TestHasPossessive(t *testing.T) {
-	for pattern, want := range map[string]bool{
-		`a*+`: true, `a++`: true, `a?+`: true, `a{2}+`: true, `a{2,}+`: true, `a{2,5}+`: true, `(ab)*+`: true,
-		`a+`: false, `a*`: false, `a\++`: false, `[+*]+`: false, `[]+]+`: false, `(?:a)+`: false, `a{x}+`: false,
-		`a+?`: false, `\d+`: false, `(?+1)`: false, `[a\]]++`: true,
-	} {
-		if got := hasPossessive(pattern); got != want {
-			t.Errorf("hasPossessive(%s) = %v, want %v", pattern, got, want)
-		}
-	}
-}
-
-// TestPolicyPatternTimeout: a pattern whose match takes regexp2 longer than
-// patternMatchTimeout is unevaluable from then on (the reported name is used, and a warning
-// names it), so a hostile pattern neither makes a false error nor is tried again per queue.
-func TestPolicyPatternTimeout(t *testing.T) {
-	list := map[string]managedPolicy{
-		"ours": {Name: "ours", Pattern: `^rd\.`, ApplyTo: "queues", Priority: "1000000"},
-		"slow": {Name: "slow", Pattern: `^(?!zzz)(.*.*)*0$`, ApplyTo: "queues", Priority: "2000000"},
-	}
-	name := "rd.ladder." + strings.Repeat("a", 40)
-	for range 20 {
-		if got := rawName(choosePolicy(list, KindQueue, managedObject{Name: name, Type: "quorum"}, 3, "reported")); got != "reported" {
-			t.Fatalf("choosePolicy with a pattern that times out: %q, want the reported name", got)
-		}
-	}
-	if cp := policyPattern(list["slow"].Pattern); !cp.timedOut.Load() || cp.evaluable() {
-		t.Errorf("the slow pattern is not marked timed out")
-	}
-	if u := unevaluablePolicies(list); !slices.Equal(u, []string{"slow"}) {
-		t.Errorf("unevaluable %v, want [slow]", u)
-	}
-}
-
 // TestParkingDefaultDeliveryLimit: on RabbitMQ 4.x a quorum parking queue without
 // delivery-limit in the policies in effect (the delay-queue policy shadowed, absent, or set
 // for 3.x) gets the default limit of 20: a warning naming the policy in effect. Not on 3.x
@@ -532,32 +358,25 @@ func TestParkingDefaultDeliveryLimit(t *testing.T) {
 	}
 }
 
-// TestMissingQueues: the plan's queues the management API does not list are judged as declared
-// (type and arguments from the plan), and a problem on one says the queue does not exist.
-func TestMissingQueues(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}})
-	bucket := p.Names.BucketQueue(3000)
-	var have []managedObject
-	for _, q := range p.Queues {
-		if q.Name != bucket {
-			have = append(have, managedObject{Name: q.Name, Type: "quorum"})
+// TestOperatorPolicyOf: before RabbitMQ 4.3 a new queue's operator policy is worked out from
+// the patterns: the highest priority (compared exactly above 2^53) among those of an apply-to
+// that takes the queue's type, and a pattern Go's regexp cannot run is returned, not guessed.
+func TestOperatorPolicyOf(t *testing.T) {
+	ops := map[string]managedPolicy{
+		"all":     {Name: "all", Pattern: `^rd\.`, ApplyTo: "queues", Priority: "99999999999999998"},
+		"higher":  {Name: "higher", Pattern: `bucket`, ApplyTo: "quorum_queues", Priority: "99999999999999999"},
+		"classic": {Name: "classic", Pattern: `.*`, ApplyTo: "classic_queues", Priority: "999999999999999999"},
+		"pcre":    {Name: "pcre", Pattern: `^(?!x)rd`, ApplyTo: "queues", Priority: "1"},
+	}
+	for _, tc := range []struct{ name, typ, want string }{
+		{"rd.bucket.3000ms", "quorum", "higher"},
+		{"rd.parking", "quorum", "all"},
+		{"rd.bucket.3000ms", "classic", "classic"},
+		{"other", "stream", ""},
+	} {
+		got, bad := operatorPolicyOf(ops, managedObject{Name: tc.name, Type: tc.typ})
+		if got != tc.want || !slices.Equal(bad, []string{"pcre"}) {
+			t.Errorf("%s (%s): %q, unrunnable %v; want %q, [pcre]", tc.name, tc.typ, got, bad, tc.want)
 		}
-	}
-	missing := missingQueues(p, have)
-	if len(missing) != 1 || missing[0].Name != bucket || missing[0].Type != "quorum" || !missing[0].missing ||
-		missing[0].Arguments["x-message-ttl"] != int64(3000) {
-		t.Fatalf("missingQueues = %+v", missing)
-	}
-	pols := map[string]managedPolicy{"gc": {Name: "gc", Pattern: "^rd\\.bucket", ApplyTo: "queues", Priority: "2000000",
-		Definition: map[string]any{"expires": json.Number("1000")}}}
-	missing[0].Policy = choosePolicy(pols, KindQueue, missing[0], 3, "")
-	var got []PolicyProblem
-	for _, pp := range policyProblemsOf(p, pols, nil, append(have, missing...), nil, 3) {
-		if pp.Object == bucket {
-			got = append(got, pp)
-		}
-	}
-	if len(got) != 1 || got[0].Key != "expires" || got[0].Policy != "gc" || !strings.Contains(got[0].Why, "does not exist now") {
-		t.Errorf("problems on the missing %s: %v", bucket, got)
 	}
 }

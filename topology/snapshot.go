@@ -35,7 +35,7 @@ func (m *Management) Snapshot(ctx context.Context, p *Plan) (*Snapshot, error) {
 	var s Snapshot
 	var ov overview
 	err := parallel(
-		func() (err error) { s.PolicyProblems, ov, err = m.policyProblems(ctx, p); return err },
+		func() (err error) { s.PolicyProblems, ov, _, err = m.policyProblems(ctx, p); return err },
 		func() (err error) { s.Queues, s.Cluster, err = m.clusterView(ctx, p); return err })
 	if err != nil {
 		return nil, err

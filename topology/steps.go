@@ -80,3 +80,20 @@ func jobsOf(steps []step) []job {
 	}
 	return jobs
 }
+
+// runUnrecorded runs steps that have no rows in the report, as run does (apply's second
+// declare of a queue deleted right after the first); the first failure is returned wrapped
+// with what (the operation, e.g. "declare") and its object.
+func (r *runner) runUnrecorded(steps []step, what string) error {
+	errs, err := runJobs(r.ctx, r.conn, r.workers, true, jobsOf(steps))
+	if err != nil {
+		return fmt.Errorf("topology: %s: %w", r.op, err)
+	}
+	if k, e := firstErr(errs); e != nil {
+		return wrapBroker(e, fmt.Sprintf("%s %s %q", what, steps[k].kind, steps[k].name))
+	}
+	for _, s := range steps {
+		r.log.Debug().Str("kind", string(s.kind)).Str("name", s.name).Msg(what)
+	}
+	return nil
+}
