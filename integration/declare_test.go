@@ -42,7 +42,7 @@ func TestDeclareBinary(t *testing.T) {
 	// names it and exits 1, apply removes it. Listing bindings needs the management API.
 	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: target, Type: "topic"}}, Plugin: topology.PluginOff,
 		QueueType: topology.Classic, Ladder: ttlbuckets.Ladder{Radix: 4, Max: 10 * time.Minute}}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -317,7 +317,7 @@ func TestApplyRemovesObsoleteLastHopBindings(t *testing.T) {
 	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
 	spec.Ladder = routeLadder(ttlbuckets.ShortestFirst)
 	declareTopology(t, env, spec)
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func queuePolicy(t *testing.T, env *brokertest.Env, queue string) string {
 // TestPolicyTieAtTopologyPriority: a policy at exactly the topology's priority, named
 // after the topology's own policy ("zzz-..." sorts after "rd.delay-queues"), sets message-ttl
 // 1000 on the delay queues. RabbitMQ 4.0.5 applies it (ties go to the policy whose name sorts
-// last); PolicyProblems (declare status/apply, WithManagementURL) assumes the first name wins,
+// last); PolicyProblems (declare status/apply, WithManagement) assumes the first name wins,
 // reports nothing, and the 3 s bucket delivers after about 1 s.
 func TestPolicyTieAtTopologyPriority(t *testing.T) {
 	t.Parallel()
