@@ -148,7 +148,7 @@ func (b Binding) String() string {
 }
 
 // Plan is the exact set of exchanges, queues and bindings that a [Spec] declares, each list
-// in declaration order (the dependency-safe order Apply uses). Build one with [Spec.Plan];
+// in declaration order (the dependency-safe order Apply uses). Build one with [NewPlan];
 // do not modify its tables.
 type Plan struct {
 	// Spec is the specification, with its defaults filled in.

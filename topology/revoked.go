@@ -60,7 +60,7 @@ func parseMaxAge(v any) (time.Duration, bool) {
 	return time.Duration(n*unit) * time.Millisecond, true
 }
 
-// addRevoked adds the revocation stream to p (called by Spec.Plan).
+// addRevoked adds the revocation stream to p (called by NewPlan).
 func (p *Plan) addRevoked() {
 	p.Queues = append(p.Queues, Queue{Name: p.Names.Revoked(), Args: revokedArgs(p.Spec), Role: RoleRevoked, Level: -1, Digit: -1, Slot: -1})
 }
