@@ -11,7 +11,9 @@ import (
 )
 
 // Names is the one naming rule of the topology: every object's name is the prefix, a dot and a
-// fixed suffix, so two prefixes live side by side in one vhost.
+// fixed suffix, so two prefixes live side by side in one vhost. The shapes of the ladder's and
+// buckets' names are written once (form.go) and serve to format them, to parse them
+// ([IsDelayQueueName]) and to build the policy pattern ([Names.DelayQueuesPattern]).
 //
 //	<prefix>.dispatch          headers exchange D: routes a due message to its target by the
 //	                           rabbitdelay-target header; alternate exchange <prefix>.unroutable
@@ -203,7 +205,7 @@ func (n Names) MarkedTarget(marker string) (target string, ok bool) {
 // DelayQueuesPattern is the pattern of the policy [Names.DelayQueuesPolicy]: the parking queue
 // and every name of the naming rule's delay queues, whatever the ladder, its copies and the
 // buckets: <prefix>.ladder.LL.DD, with .sK and .last, and <prefix>.bucket.<TTL>ms. Built from
-// the rule, not by listing the plan's queues: RabbitMQ refuses a policy pattern over about
+// the forms that also format and parse these names, not by listing the plan's queues: RabbitMQ refuses a policy pattern over about
 // 32 KB ("regular expression is too large"), which a list of the ladder's queues passes with 5
 // copies of the default ladder, 3 of a radix-32 one, or a prefix of 150 bytes. It also covers
 // the delay queues of an earlier ladder of the same prefix, which still hold messages.
