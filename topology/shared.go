@@ -25,26 +25,12 @@ type (
 	ReadyQueues = delayspec.ReadyQueues
 	// Delays is [delayspec.Delays].
 	Delays = delayspec.Delays
-	// Config is [delayspec.Config].
-	Config = delayspec.Config
 	// Env is [delayspec.Env].
 	Env = delayspec.Env
 	// ValueError is [delayspec.ValueError].
 	ValueError = delayspec.ValueError
-	// LadderUnit is [delayspec.LadderUnit].
-	LadderUnit = delayspec.LadderUnit
-	// LadderMax is [delayspec.LadderMax].
-	LadderMax = delayspec.LadderMax
-	// LadderRadix is [delayspec.LadderRadix].
-	LadderRadix = delayspec.LadderRadix
-	// LadderOrder is [delayspec.LadderOrder].
-	LadderOrder = delayspec.LadderOrder
 	// DeliveryLimit is [delayspec.DeliveryLimit].
 	DeliveryLimit = delayspec.DeliveryLimit
-	// PolicyPriority is [delayspec.PolicyPriority].
-	PolicyPriority = delayspec.PolicyPriority
-	// Shards is [delayspec.Shards].
-	Shards = delayspec.Shards
 )
 
 // The constants of package delayspec.
@@ -61,28 +47,18 @@ const (
 	DefaultPolicyPriority     = delayspec.DefaultPolicyPriority
 	MaxNameLen                = delayspec.MaxNameLen
 	EnvPrefix                 = delayspec.EnvPrefix
-	RevocationMargin          = delayspec.RevocationMargin
 )
 
 // ErrInvalidSpec is [delayspec.ErrInvalidSpec].
 var ErrInvalidSpec = delayspec.ErrInvalidSpec
 
-// NameProblem is [delayspec.NameProblem].
-func NameProblem(name string) string { return delayspec.NameProblem(name) }
-
 // BrokerReserved is [delayspec.BrokerReserved].
 func BrokerReserved(name string) bool { return delayspec.BrokerReserved(name) }
-
-// IsDelayQueueName is [delayspec.IsDelayQueueName].
-func IsDelayQueueName(name string) bool { return delayspec.IsDelayQueueName(name) }
 
 // ForeignPrefixes is [delayspec.ForeignPrefixes].
 func ForeignPrefixes(name, own string, queue, parking bool) []string {
 	return delayspec.ForeignPrefixes(name, own, queue, parking)
 }
-
-// ConfigFromEnv is [delayspec.ConfigFromEnv].
-func ConfigFromEnv() (Config, error) { return delayspec.ConfigFromEnv() }
 
 // ReadEnv is [delayspec.ReadEnv].
 func ReadEnv(dst any) error { return delayspec.ReadEnv(dst) }
