@@ -6,8 +6,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // Config is the Publisher's configuration: how to reach the broker and the delay topology it
@@ -32,7 +32,7 @@ type Config struct {
 	// Spec is the delay topology, as `declare apply` declared it (prefix, targets, buckets,
 	// ladder, plugin mode, queue type, copies of the ladder): the Publisher checks at start that
 	// the broker has it.
-	Spec topology.Spec
+	Spec delayspec.Spec
 }
 
 // conn returns the connection part of c in the form the internal dialer takes.
@@ -41,10 +41,10 @@ func (c Config) conn() amqpconn.Config {
 }
 
 // ConfigFromEnv reads the AMQPDELAY_* variables, exactly as the declare CLI does (see
-// topology.ConfigFromEnv). It returns an error wrapping topology.ErrInvalidSpec that names a
+// delayspec.ConfigFromEnv). It returns an error wrapping delayspec.ErrInvalidSpec that names a
 // variable that does not parse; [NewPublisher] validates the values.
 func ConfigFromEnv() (Config, error) {
-	c, err := topology.ConfigFromEnv()
+	c, err := delayspec.ConfigFromEnv()
 	return Config{URL: c.URL, TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey, Spec: c.Spec}, err
 }
 

@@ -7,7 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -73,7 +73,7 @@ type deadLetterHop struct {
 // parkRoute is the one dead-lettering a message can get after it reached its target's queues:
 // a quorum ready queue declared by `declare apply` dead-letters it to <prefix>.unroutable,
 // bound to the parking queue, when a consumer rejects it or returns it more often than the
-// delivery limit (topology.Spec.ReadyDeliveryLimit). The other routes to the parking queue add
+// delivery limit (delayspec.Spec.ReadyDeliveryLimit). The other routes to the parking queue add
 // no x-death entry: an alternate exchange (<prefix>.unroutable of the dispatch exchange,
 // <prefix>.due-unroutable of the targets) routes without dead-lettering, and package
 // consumer's parking and consumer.Replay publish a copy, which the Publisher (or Replay's
@@ -88,9 +88,9 @@ type parkRoute struct {
 
 // newParkRoute returns the park route of spec (defaults applied). When spec lists no ready
 // queues, the Publisher cannot know the queues `declare apply` declared elsewhere, and counts
-// a name of topology.MaxNameLen bytes, the longest RabbitMQ takes.
-func newParkRoute(spec topology.Spec) parkRoute {
-	if spec.QueueType != topology.Quorum || spec.ReadyDeliveryLimit == topology.NoReadyDeliveryLimit {
+// a name of delayspec.MaxNameLen bytes, the longest RabbitMQ takes.
+func newParkRoute(spec delayspec.Spec) parkRoute {
+	if spec.QueueType != delayspec.Quorum || spec.ReadyDeliveryLimit == delayspec.NoReadyDeliveryLimit {
 		return parkRoute{}
 	}
 	n := 0
@@ -98,7 +98,7 @@ func newParkRoute(spec topology.Spec) parkRoute {
 		n = max(n, len(q.Queue))
 	}
 	if n == 0 {
-		n = topology.MaxNameLen
+		n = delayspec.MaxNameLen
 	}
 	return parkRoute{ok: true, queue: strings.Repeat("q", n)}
 }
@@ -124,7 +124,7 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 // (the dispatch exchange after a bucket; after a ladder, the next level's exchange, from which
 // exchange-to-exchange bindings pass it down without changing it), or dest on the direct and
 // plugin paths.
-func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest string, shard int) (hops []deadLetterHop, last string) {
+func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest string, shard int) (hops []deadLetterHop, last string) {
 	switch c.path {
 	case PathBucket:
 		return []deadLetterHop{{queue: names.BucketQueue(c.bucketTTL), exchange: dest, reason: deadLetterReason}}, names.Dispatch()
@@ -153,7 +153,7 @@ func deadLetterHops(names topology.Names, l ttlbuckets.Ladder, c *choice, dest s
 // ttlbuckets.Ladder.EncodeRoute's headers route it: the last hop at a level whose queues
 // dead-letter into a next level takes the last-hop queue of its digit (lastHopQueue true);
 // every other hop the level's queue of its digit.
-func hopQueue(names topology.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int) (queue string, lastHopQueue bool) {
+func hopQueue(names delayspec.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int) (queue string, lastHopQueue bool) {
 	h := plan.Hops[i]
 	if _, more := l.Next(h.Level); more && i == len(plan.Hops)-1 {
 		return names.LadderLastHopQueueCopy(h.Level, h.Digit, shard), true

@@ -22,7 +22,7 @@ func TestDeadLetterHops(t *testing.T) {
 			spec := topology.Spec{Prefix: "rd", Targets: []topology.Target{{Name: "orders", Type: "direct"}},
 				Ladder:  ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond, Order: order},
 				Buckets: topology.Delays{30 * time.Second}}
-			plan, err := spec.Plan()
+			plan, err := topology.NewPlan(spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,7 +291,7 @@ func TestParkRoute(t *testing.T) {
 func TestDeadLetterHopsCopy(t *testing.T) {
 	spec := topology.Spec{Prefix: "rd", Targets: []topology.Target{{Name: "orders", Type: "direct"}}, Shards: 3,
 		Ladder: ttlbuckets.Ladder{Radix: 16, Max: 65535 * time.Millisecond}}
-	plan, err := spec.Plan()
+	plan, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

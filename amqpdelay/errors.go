@@ -83,12 +83,12 @@ var (
 	// ErrTopologyMissing: NewPublisher found part of the topology missing: no dispatch
 	// exchange, another ladder, a bucket queue, a target exchange, or a target that `declare
 	// apply` did not bind to the dispatch exchange (its marker exchange, or with
-	// WithManagementURL the binding itself); the message names it (run `declare apply` with
+	// WithManagement the binding itself); the message names it (run `declare apply` with
 	// the same AMQPDELAY_* variables). Revoke and Reschedule return it when the revocation
 	// stream <prefix>.revoked does not exist, naming it.
 	ErrTopologyMissing = errors.New("amqpdelay: delay topology not declared")
 
-	// ErrTopologyUnsafe: with WithManagementURL, NewPublisher found a policy or operator
+	// ErrTopologyUnsafe: with WithManagement, NewPublisher found a policy or operator
 	// policy in effect on the topology that breaks a guarantee (delays early, delay queues
 	// deleted, messages dropped or stalled, wrong routing); the message names each policy,
 	// key, value and object (topology.PolicyProblem) and the fix. `declare status` reports the

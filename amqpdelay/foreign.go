@@ -9,13 +9,13 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 // intoForeignTopology refuses a direct publish (no delay) into the topology of another prefix
 // in the vhost, as intoTopology does for the Publisher's own: to an exchange that is not one of
 // the Publisher's targets, or through the default exchange by a routing key, CC or BCC key,
-// that is one of another prefix's objects (topology.ForeignPrefixes; its delay queues are
+// that is one of another prefix's objects (delayspec.ForeignPrefixes; its delay queues are
 // refused by their names' shape in intoTopology) when that prefix has a topology
 // (hasTopology). Its entry exchanges lead straight into its delay queues, where a message
 // without the Publisher's headers stalls every delayed message behind it; its dispatch
@@ -30,7 +30,7 @@ func (p *Publisher) intoForeignTopology(ctx context.Context, exchange, routingKe
 		return nil
 	}
 	for _, name := range names {
-		for _, prefix := range topology.ForeignPrefixes(name, p.names.Prefix, exchange == "", false) {
+		for _, prefix := range delayspec.ForeignPrefixes(name, p.names.Prefix, exchange == "", false) {
 			has, err := p.hasTopology(ctx, prefix)
 			if err != nil {
 				return err
@@ -110,7 +110,7 @@ func (a *topologyAnswers) clear() {
 
 // hasTopology reports whether the topology of prefix exists in the vhost: whether its parking
 // queue does (a passive declare on the check channel). Every topology has one, and
-// topology.Names.OwnsQueue never counts it, so an exchange of the user's that merely has the
+// delayspec.Names.OwnsQueue never counts it, so an exchange of the user's that merely has the
 // shape of another prefix's object (say "shop.dispatch") does not count as that prefix's
 // topology by its own existence. An answer is kept for topologyMemory (and forgotten at a reconnection). A
 // check the broker refuses for another reason than 404 counts as no topology, and is not kept
@@ -120,7 +120,7 @@ func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error
 		if has, ok := p.refusals.topologies.get(prefix); ok {
 			return has, nil
 		}
-		parking := topology.Names{Prefix: prefix}.Parking()
+		parking := delayspec.Names{Prefix: prefix}.Parking()
 		asked := false // set before the answer is sent back: read after it
 		answer, err := p.askOnCheckChannel(ctx, fmt.Sprintf("check whether prefix %q has a delay topology", prefix),
 			func() bool { _, ok := p.refusals.topologies.get(prefix); return ok },

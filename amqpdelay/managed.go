@@ -8,40 +8,52 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
-// checkManaged, with WithManagementURL, asks the management API what AMQP cannot: whether
-// the dispatch exchange is bound to every target now, whether a policy in effect breaks
-// a guarantee (topology.Management.PolicyProblems), and on which exchanges the user has
-// topic permissions (topicGuarded). It returns nil without a management URL,
-// an error wrapping ErrTopologyMissing or ErrTopologyUnsafe, or the management API's error.
+// ManagementCheck asks the broker's management API, for one vhost, what AMQP cannot see.
+// *topology.Management has these methods (topology.NewManagement with the management URL and
+// the vhost of Config.URL): the package that talks to the management API is the
+// administration side's, and the Publisher only asks. Each check stays because its absence
+// loses, stalls or lets through messages at runtime:
+//
+//   - UnboundTargets: a target the dispatch exchange is not bound to parks every due message
+//     for it (a binding deleted by hand after apply leaves the marker exchange that AMQP sees).
+//   - UnsafePolicies: a policy in effect on the delay queues (message-ttl, expires, a length
+//     limit, ...) delivers early, drops or stalls delayed messages.
+//   - TopicPermissionExchanges: dead-lettering is not checked against permissions, so a
+//     topic permission the Publisher's own probe cannot find (a deny-list pattern) would be
+//     passed by delayed messages.
+type ManagementCheck interface {
+	// VHost is the vhost the check reads; NewPublisher refuses one other than Config.URL's.
+	VHost() string
+	// UnboundTargets returns the targets of spec that the dispatch exchange is not bound to,
+	// as the management API lists the bindings now.
+	UnboundTargets(ctx context.Context, spec delayspec.Spec) ([]string, error)
+	// UnsafePolicies returns one line per policy or operator policy in effect on spec's
+	// topology that breaks a guarantee, each naming the key, the object and the fix.
+	UnsafePolicies(ctx context.Context, spec delayspec.Spec) ([]string, error)
+	// TopicPermissionExchanges returns the exchanges of the vhost on which user has a topic
+	// permission; an error when the management user may not read them.
+	TopicPermissionExchanges(ctx context.Context, user string) ([]string, error)
+}
+
+// checkManaged, with WithManagement, asks the management API what AMQP cannot (see
+// [ManagementCheck]) at every connection. It returns nil without one, an error wrapping
+// ErrTopologyMissing or ErrTopologyUnsafe, or the management API's error.
 func (p *Publisher) checkManaged(ctx context.Context) error {
-	if p.opts.mgmtURL == "" {
+	m := p.opts.management
+	if m == nil {
 		return nil
 	}
-	vhost := "/"
-	if u, err := amqp.ParseURI(p.cfg.conn().URLOrDefault()); err == nil && u.Vhost != "" {
-		vhost = u.Vhost
-	}
-	m, err := topology.NewManagement(p.opts.mgmtURL, vhost)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	plan, err := p.cfg.Spec.Plan()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
 	var problems []error
-	for _, t := range p.cfg.Spec.Targets {
-		bound, err := m.DispatchBound(ctx, plan, t.Name)
-		if err != nil {
-			return fmt.Errorf("amqpdelay: check the binding of target %q: %w", t.Name, err)
-		}
-		if !bound {
-			problems = append(problems, fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (the management API "+
-				"lists no such binding): run `rabbitdelay apply` with %q among AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name, p.names.Dispatch(), t.Name))
-		}
+	unbound, err := m.UnboundTargets(ctx, p.cfg.Spec)
+	if err != nil {
+		return fmt.Errorf("amqpdelay: check the dispatch exchange's bindings to the targets: %w", err)
+	}
+	for _, t := range unbound {
+		problems = append(problems, fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (the management API "+
+			"lists no such binding): run `rabbitdelay apply` with %q among AMQPDELAY_TARGETS", ErrTopologyMissing, t, p.names.Dispatch(), t))
 	}
 	// The exchanges with a topic permission for the Publisher's user: direct publishes to
 	// them go alone (refusal.go, check 5). A management user that may not read them (it needs
@@ -51,16 +63,21 @@ func (p *Publisher) checkManaged(ctx context.Context) error {
 			p.refusals.topicGuarded.add(x)
 		}
 	}
-	pps, err := m.PolicyProblems(ctx, plan)
+	unsafe, err := m.UnsafePolicies(ctx, p.cfg.Spec)
 	if err != nil {
 		return fmt.Errorf("amqpdelay: read the policies in effect on the topology: %w", err)
 	}
-	if failing := topology.Failing(pps); len(failing) > 0 {
-		lines := make([]string, len(failing))
-		for i, pp := range failing {
-			lines[i] = pp.Error()
-		}
-		problems = append(problems, fmt.Errorf("%w: %d policy problem(s): %s", ErrTopologyUnsafe, len(failing), strings.Join(lines, "; ")))
+	if len(unsafe) > 0 {
+		problems = append(problems, fmt.Errorf("%w: %d policy problem(s): %s", ErrTopologyUnsafe, len(unsafe), strings.Join(unsafe, "; ")))
 	}
 	return errors.Join(problems...)
+}
+
+// vhostOf is the vhost of the AMQP URL (or the first of an address list), "/" by default.
+func vhostOf(url string) string {
+	first, _, _ := strings.Cut(url, ",")
+	if u, err := amqp.ParseURI(strings.TrimSpace(first)); err == nil && u.Vhost != "" {
+		return u.Vhost
+	}
+	return "/"
 }

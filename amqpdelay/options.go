@@ -6,8 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // Option configures a Publisher; pass options to [NewPublisher]. An option given a value it
@@ -23,7 +21,7 @@ type options struct {
 	backoffMax  time.Duration
 	onReconnect func(ReconnectEvent)
 	maxBody     int
-	mgmtURL     string
+	management  ManagementCheck       // WithManagement (managed.go)
 	metricsReg  prometheus.Registerer // WithMetrics (metrics.go)
 	maxInFlight int
 }
@@ -179,22 +177,16 @@ func (k ReconnectKind) String() string {
 	return fmt.Sprintf("ReconnectKind(%d)", int(k))
 }
 
-// WithManagementURL gives the Publisher the broker's management API (http(s)://user:password@host:15672/,
-// the AMQPDELAY_MANAGEMENT_URL of `declare`), so that NewPublisher checks what AMQP cannot see:
-// that the dispatch exchange is bound to every target now (not only that `declare apply` bound
-// it once), and that no policy or operator policy in effect on the topology breaks a guarantee
-// (topology.Management.PolicyProblems: a message-ttl that makes delays early, an expires that
-// deletes delay queues, a length limit that drops or stalls, ...). The vhost is the AMQP URL's.
-// An empty url is no management API (the default). A URL that does not parse makes
-// NewPublisher fail with ErrInvalidConfig (the password never quoted).
-func WithManagementURL(url string) Option {
+// WithManagement gives the Publisher the broker's management API through m (a
+// *topology.Management for the vhost of Config.URL), so that NewPublisher, and every
+// reconnection, checks what AMQP cannot see: that the dispatch exchange is bound to every
+// target now (not only that `declare apply` bound it once), that no policy or operator policy
+// in effect on the topology breaks a guarantee, and on which exchanges the user has a topic
+// permission ([ManagementCheck]). nil is no management API (the default). NewPublisher fails
+// with ErrInvalidConfig when m reads another vhost than Config.URL's.
+func WithManagement(m ManagementCheck) Option {
 	return func(o *options) error {
-		if url != "" {
-			if _, err := topology.NewManagement(url, "/"); err != nil {
-				return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-			}
-		}
-		o.mgmtURL = url
+		o.management = m
 		return nil
 	}
 }

@@ -14,9 +14,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/plugin"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -43,7 +43,7 @@ type Receipt struct {
 	// MessageID is the message's ID: the caller's, or a UUID the Publisher generated ([Receipt.ID]).
 	MessageID string
 	// Exchange is the exchange the message was published to: the target itself (direct); for
-	// a ladder message its first queue's entry exchange (topology.Names.LadderEntryExchange);
+	// a ladder message its first queue's entry exchange (delayspec.Names.LadderEntryExchange);
 	// the bucket exchange; the plugin exchange.
 	Exchange string
 }
@@ -53,7 +53,7 @@ type Receipt struct {
 // [NewPublisher] and end it with [Publisher.Close].
 type Publisher struct {
 	cfg      Config
-	names    topology.Names
+	names    delayspec.Names
 	targets  map[string]struct{}
 	ladder   ttlbuckets.Ladder
 	buckets  ttlbuckets.Buckets
@@ -168,8 +168,14 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	if err := cfg.conn().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
-	if o.strategy == PluginOnly && spec.Plugin == topology.PluginOff {
+	if o.strategy == PluginOnly && spec.Plugin == delayspec.PluginOff {
 		errs = append(errs, fmt.Errorf("%w: strategy PluginOnly with AMQPDELAY_PLUGIN=off: the topology has no plugin exchange", ErrInvalidConfig))
+	}
+	if o.management != nil {
+		if have, want := o.management.VHost(), vhostOf(cfg.conn().URLOrDefault()); have != want {
+			errs = append(errs, fmt.Errorf("%w: WithManagement reads vhost %q, but the Publisher's URL names vhost %q: "+
+				"give the management check the URL's vhost (topology.NewManagement(url, %q))", ErrInvalidConfig, have, want, want))
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -446,8 +452,8 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 // only the Publisher's delay paths may write to: an exchange of the topology that is not a
 // target (the dispatch, bucket, ladder, entry, last-hop and plugin exchanges), or, through the
 // default exchange, a queue of the topology by the routing key or a CC or BCC routing key (the
-// ladder, bucket and last-hop queues, the revocation stream; topology.Names.Reserved), or a
-// delay queue of another prefix's topology in the vhost (topology.IsDelayQueueName). A message
+// ladder, bucket and last-hop queues, the revocation stream; delayspec.Names.Reserved), or a
+// delay queue of another prefix's topology in the vhost (delayspec.IsDelayQueueName). A message
 // put into a delay queue by hand lacks the headers that route it on: it is dead-lettered into an
 // exchange that routes it nowhere, where RabbitMQ 3.10+ keeps it (at-least-once dead-lettering),
 // and once a queue holds more such messages than the dead-letter worker's prefetch
@@ -474,7 +480,7 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 				"one of a running channel, failing every publish in flight with it; the Publisher sends no direct "+
 				"reply-to (reply with amqp091-go on a channel of your own)", ErrInvalidInput, k)
 		}
-		if p.names.OwnsQueue(k) || topology.IsDelayQueueName(k) {
+		if p.names.OwnsQueue(k) || delayspec.IsDelayQueueName(k) {
 			return fmt.Errorf("%w: routing key %q through the default exchange names a queue of the delay topology; "+
 				"a message put there by hand lacks the headers that route it on, and holds up every delayed message behind it: "+
 				"publish to a target exchange (%s), with a delay for a delayed message", ErrInvalidInput, k, p.targetList())
@@ -484,7 +490,7 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 }
 
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is
-// mandatory; a ladder publish enters copy shard of the ladder (see topology.Spec.Shards) through
+// mandatory; a ladder publish enters copy shard of the ladder (see delayspec.Spec.Shards) through
 // its first queue's entry exchange.
 func (p *Publisher) destination(c choice, target string, shard int) (dest string, hops int, mandatory bool) {
 	switch c.path {

@@ -47,8 +47,8 @@ import (
 //     before delayed publishes instead, so that they keep the user's permissions). Direct
 //     publishes to an exchange
 //     with a topic permission for the user go on the serial channel, each alone: with
-//     WithManagementURL the Publisher reads those exchanges at every connection
-//     (topology.Management.TopicPermissionExchanges); without it, or when the management user
+//     WithManagement the Publisher reads those exchanges at every connection
+//     (ManagementCheck.TopicPermissionExchanges); without it, or when the management user
 //     may not read them, it learns an exchange from the first topic refusal there. Until then
 //     the direct publishes to an exchange that has taken one share the direct publishes'
 //     channel, so that first refusal closes it, and every publish in flight there is sent

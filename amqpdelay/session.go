@@ -10,8 +10,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // The Publisher's connection and channels: dialing and checking the topology (connect), the
@@ -68,7 +68,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	// The plugin was in use before this (re)connection, or was being looked for.
 	hadPlugin := p.pluginOK.Load() || p.pluginLost.Load()
 	pluginOK := false
-	if p.opts.strategy != LadderOnly && p.cfg.Spec.Plugin != topology.PluginOff {
+	if p.opts.strategy != LadderOnly && p.cfg.Spec.Plugin != delayspec.PluginOff {
 		if pluginOK, err = p.probePlugin(ctx); err != nil {
 			return fail(fmt.Errorf("amqpdelay: probe for the delayed-message plugin: %w", err))
 		}
@@ -164,7 +164,7 @@ func (s *session) onChanDied() {
 func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) error {
 	// Each check is a passive declare on a channel of its own: a missing object closes the
 	// channel (404 NOT_FOUND). The ladder marker's name records the unit, radix, order and
-	// levels that `declare apply` used (topology.Names.LadderMarker): a publisher with another
+	// levels that `declare apply` used (delayspec.Names.LadderMarker): a publisher with another
 	// ladder would send messages that arrive early or never, so it must not start.
 	type check struct {
 		exchange, queue string
@@ -191,7 +191,7 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	}
 	for _, t := range p.cfg.Spec.Targets {
 		checks = append(checks, check{exchange: t.Name, missing: func() error {
-			if topology.BrokerReserved(t.Name) {
+			if delayspec.BrokerReserved(t.Name) {
 				return fmt.Errorf("%w: target exchange %q does not exist, and names starting with \"amq.\" are RabbitMQ's own: only the broker "+
 					"creates them; enable what creates it, or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name)
 			}
@@ -202,8 +202,8 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	}
 	// A target the broker does not have, or one `declare apply` did not bind to the dispatch
 	// exchange, would send every due message to the parking queue. AMQP cannot list bindings:
-	// apply declares a marker exchange per target once it is bound (topology.Names.TargetMarker);
-	// WithManagementURL checks the binding itself (checkManaged).
+	// apply declares a marker exchange per target once it is bound (delayspec.Names.TargetMarker);
+	// WithManagement checks the binding itself (checkManaged).
 	for _, t := range p.cfg.Spec.Targets {
 		checks = append(checks, check{exchange: p.names.TargetMarker(t.Name), missing: func() error {
 			return fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (marker exchange %q is missing): "+

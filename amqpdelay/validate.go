@@ -14,7 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 // maxShortstr is the longest AMQP 0-9-1 short string, in bytes (not runes): an exchange
@@ -67,7 +67,7 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 		}
 	}
 	short("exchange", exchange)
-	if problem := topology.NameProblem(exchange); problem != "" {
+	if problem := delayspec.NameProblem(exchange); problem != "" {
 		problems = append(problems, fmt.Sprintf("exchange %s %s: correct the name (RabbitMQ would close the connection, "+
 			"or treat the name one way when asked whether it exists and another when publishing)", preview(exchange), problem))
 	}

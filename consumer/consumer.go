@@ -16,8 +16,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/revoke"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -38,7 +38,7 @@ type Consumer struct {
 	queue  string
 	h      Handler
 	o      options
-	names  topology.Names
+	names  delayspec.Names
 	store  Store
 	log    zerolog.Logger
 	ran    atomic.Bool
@@ -61,8 +61,8 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 			errs = append(errs, err)
 		}
 	}
-	if queue == "" || len(queue) > topology.MaxNameLen {
-		errs = append(errs, fmt.Errorf("%w: queue name %q: want 1 to %d bytes", ErrInvalidConfig, queue, topology.MaxNameLen))
+	if queue == "" || len(queue) > delayspec.MaxNameLen {
+		errs = append(errs, fmt.Errorf("%w: queue name %q: want 1 to %d bytes", ErrInvalidConfig, queue, delayspec.MaxNameLen))
 	}
 	if h == nil {
 		errs = append(errs, fmt.Errorf("%w: nil handler", ErrInvalidConfig))
@@ -71,7 +71,7 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 	names := spec.Names()
 	// The retry Publisher's topology: the caller's, with the retry exchange as its only target.
 	rspec := spec
-	rspec.Targets = topology.Targets{{Name: names.Retry()}}
+	rspec.Targets = delayspec.Targets{{Name: names.Retry()}}
 	rspec.ReadyQueues = nil
 	if err := rspec.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: cfg.Spec: %w", ErrInvalidConfig, err))

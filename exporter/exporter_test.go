@@ -29,7 +29,7 @@ func TestCollectManagementDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := (topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}}).Plan()
+	p, err := topology.NewPlan(topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestHandlerBoundsScrapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := (topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}}).Plan()
+	p, err := topology.NewPlan(topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

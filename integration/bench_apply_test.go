@@ -24,7 +24,7 @@ func BenchmarkApplyDefault(b *testing.B) {
 			b.StopTimer()
 			env := brokertest.NewEnv(b)
 			conn := env.Dial(b)
-			p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Plugin: topology.PluginOff}.Plan()
+			p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Plugin: topology.PluginOff})
 			if err != nil {
 				b.Fatal(err)
 			}

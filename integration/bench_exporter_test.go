@@ -39,7 +39,7 @@ func BenchmarkExporterScrape(b *testing.B) {
 	}
 	spec := topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}, QueueType: topology.Quorum,
 		Plugin: topology.PluginOff, ReadyQueues: topology.ReadyQueues{{Queue: "orders.work", Exchange: "orders", BindingKey: "o.#"}}}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -198,7 +198,7 @@ func declare(tb testing.TB, c delayCase) setup {
 	if c.variant != "" {
 		declareVariant(tb, conn, spec, c.variant)
 	} else {
-		plan, err := spec.Plan()
+		plan, err := topology.NewPlan(spec)
 		if err != nil {
 			tb.Fatalf("plan: %v", err)
 		}
@@ -427,7 +427,7 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 			tb.Fatalf("dial AMQP_PLUGIN_URL: %v", err)
 		}
 		tb.Cleanup(func() { _ = conn.Close() })
-		plan, err := spec.Plan()
+		plan, err := topology.NewPlan(spec)
 		if err != nil {
 			tb.Fatalf("plan: %v", err)
 		}

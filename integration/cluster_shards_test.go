@@ -38,7 +38,7 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	// Six levels (radix 8 up to 262,143 ms), so that the burst's last hop, at level 4 (delays
 	// of 4.1-32.8 s), is taken in the copies' last-hop queues, not in the top level's queues.
 	spec.Ladder.Max = 262143 * time.Millisecond
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	// deployed topology would be; then the copies are added next to it.
 	one := spec
 	one.Shards = 1
-	p1, err := one.Plan()
+	p1, err := topology.NewPlan(one)
 	if err != nil {
 		t.Fatal(err)
 	}

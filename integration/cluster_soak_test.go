@@ -215,7 +215,7 @@ func (r *soakRun) setup() {
 		QueueType:   topology.Quorum,
 		ReadyQueues: topology.ReadyQueues{{Queue: r.ready, Exchange: r.target, BindingKey: "k"}},
 	}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: target, Type: "direct"}}, Plugin: topology.PluginOff,
 		Ladder: testLadder(), QueueType: topology.Quorum,
 		ReadyQueues: topology.ReadyQueues{{Queue: ready, Exchange: target, BindingKey: "k"}}}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestClusterTopology(t *testing.T) {
 	target := env.Name("orders")
 	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: target, Type: "topic"}}, Plugin: topology.PluginOff,
 		ReadyQueues: topology.ReadyQueues{{Queue: env.Name("ready"), Exchange: target, BindingKey: "#"}}}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,7 @@ func TestConsumerParkAndReplay(t *testing.T) {
 		t.Errorf("%d retries, want 2 (attempts 1 and 2 of poison)", evs.n(consumer.Retried))
 	}
 	// `rabbitdelay status` counts them: its parking queue line (topology.Status's Parking()).
-	plan, err := f.spec.Plan()
+	plan, err := topology.NewPlan(f.spec)
 	if err != nil {
 		t.Fatal(err)
 	}

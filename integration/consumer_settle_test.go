@@ -17,6 +17,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -148,7 +149,7 @@ func TestConsumerRetryPublishHeld(t *testing.T) {
 // many; a plan without one fails the test.
 func deleteDelayQueues(t *testing.T, f *consumerFixture) int {
 	t.Helper()
-	plan, err := f.spec.Plan()
+	plan, err := topology.NewPlan(f.spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -379,7 +379,7 @@ func TestExporterUnroutableInDeadLetterState(t *testing.T) {
 	m := topoNeedManagement(t, env)
 	spec := metSpec()
 	declareTopology(t, env, spec) // AMQP only: no policies
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -733,7 +733,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	cfg := amqpdelay.Config{Spec: spec}
 	cfg.URL = env.URL
 	newConsumer(t, cfg, "orders.work", func(context.Context, amqp.Delivery) error { return nil }, consumer.WithMetrics(creg))
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

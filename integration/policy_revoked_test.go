@@ -40,7 +40,7 @@ func streamPolicy(t *testing.T, env *brokertest.Env, queue string) (pol, op stri
 // is reported); above it, or as an operator policy (max-length-bytes only: RabbitMQ refuses
 // max-age in an operator policy on 3.10 and 4.0), the broker applies it to the stream and
 // PolicyProblems reports it (revocations lost), apply returns ErrPolicy and NewPublisher
-// WithManagementURL refuses with ErrTopologyUnsafe. On 4.x the policies are also set with
+// WithManagement refuses with ErrTopologyUnsafe. On 4.x the policies are also set with
 // apply-to streams. A longer max-age is not reported.
 func TestPolicyRevokedStreamKeys(t *testing.T) {
 	t.Parallel()
@@ -131,12 +131,12 @@ func TestPolicyRevokedStreamKeys(t *testing.T) {
 			if _, rep, err := polApply(t, env, m, spec); !errors.Is(err, topology.ErrPolicy) || len(rep.PolicyProblems) == 0 {
 				t.Errorf("%s: apply: %v, want ErrPolicy", what, err)
 			}
-			pub, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: env.URL, Spec: spec}, amqpdelay.WithManagementURL(env.Broker.ManagementURL))
+			pub, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: env.URL, Spec: spec}, withManagement(t, env))
 			if err == nil {
 				_ = pub.Close()
 			}
 			if !errors.Is(err, amqpdelay.ErrTopologyUnsafe) || !strings.Contains(err.Error(), tc.key) {
-				t.Errorf("%s: NewPublisher WithManagementURL: %v, want ErrTopologyUnsafe naming %s", what, err, tc.key)
+				t.Errorf("%s: NewPublisher WithManagement: %v, want ErrTopologyUnsafe naming %s", what, err, tc.key)
 			}
 			polClear(t, env, s.kind, s.name)
 		}

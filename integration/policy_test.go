@@ -33,7 +33,7 @@ func polSpec(qt topology.QueueType) topology.Spec {
 // polApply plans and applies spec in env's vhost with the management API.
 func polApply(t testing.TB, env *brokertest.Env, m *topology.Management, spec topology.Spec) (*topology.Plan, *topology.Report, error) {
 	t.Helper()
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func declareTopology(t testing.TB, env *brokertest.Env, spec topology.Spec) {
 
 func declareTopologyAt(t testing.TB, url string, spec topology.Spec) {
 	t.Helper()
-	plan, err := spec.Plan()
+	plan, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatalf("declareTopology: %v", err)
 	}
@@ -168,6 +168,17 @@ func noDelivery(t testing.TB, c <-chan arrival, d time.Duration) {
 		t.Fatalf("unexpected delivery %s (routing key %q)", r.d.MessageId, r.d.RoutingKey)
 	case <-time.After(d):
 	}
+}
+
+// withManagement is amqpdelay.WithManagement with the management API of env's broker, read for
+// env's vhost.
+func withManagement(t testing.TB, env *brokertest.Env) amqpdelay.Option {
+	t.Helper()
+	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return amqpdelay.WithManagement(m)
 }
 
 // newPublisher opens a Publisher on url for spec and closes it with the test.

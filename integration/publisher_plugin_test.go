@@ -317,7 +317,7 @@ func TestApplyPluginExchangeOtherDelayedType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -437,7 +437,7 @@ func TestPublisherZeroNegativeAndTooLong(t *testing.T) {
 	// Nothing of the refused ones reached the broker: only the maximum's message is queued.
 	// Passive declares count at once (management statistics lag by seconds); the message may
 	// be between two queues at one instant, so look until it is seen, and never more than one.
-	plan, err := spec.Plan()
+	plan, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestPublisherTargetNotBound(t *testing.T) {
 	}
 }
 
-// TestPublisherManagedChecks: with WithManagementURL, NewPublisher refuses a topology whose
+// TestPublisherManagedChecks: with WithManagement, NewPublisher refuses a topology whose
 // dispatch binding to a target was deleted by hand after apply (the marker is still there),
 // and one where a policy in effect breaks a guarantee (a message-ttl policy above the
 // topology's own priority; an expires operator policy); it starts once they are gone.
@@ -67,7 +67,7 @@ func TestPublisherManagedChecks(t *testing.T) {
 	}
 	orders := topology.Target{Name: env.Name("orders"), Type: "topic"}
 	spec := testSpec(env, orders)
-	plan, err := spec.Plan()
+	plan, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestPublisherManagedChecks(t *testing.T) {
 	if _, err := topology.Apply(ctx, env.Dial(t), plan, topology.ApplyOptions{Management: m}); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
-	withMgmt := amqpdelay.WithManagementURL(env.Broker.ManagementURL)
+	withMgmt := withManagement(t, env)
 	if err := newPublisherErr(t, env, spec, withMgmt); err != nil {
 		t.Fatalf("NewPublisher on a healthy topology: %v", err)
 	}
@@ -128,8 +128,17 @@ func TestPublisherManagedChecks(t *testing.T) {
 	if err := newPublisherErr(t, env, spec); err != nil {
 		t.Errorf("without the management API the marker is all NewPublisher sees: err = %v, want nil", err)
 	}
-	if err := newPublisherErr(t, env, spec, amqpdelay.WithManagementURL("http://guest:s3cret@[::1")); !errors.Is(err, amqpdelay.ErrInvalidConfig) || strings.Contains(err.Error(), "s3cret") {
-		t.Errorf("bad management URL: err = %v, want ErrInvalidConfig without the password", err)
+	// The management API's URL is topology.NewManagement's to check; the Publisher checks that
+	// the management check reads its own vhost.
+	if _, err := topology.NewManagement("http://guest:s3cret@[::1", env.VHost); !errors.Is(err, topology.ErrManagement) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("bad management URL: err = %v, want ErrManagement without the password", err)
+	}
+	other, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost+"-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newPublisherErr(t, env, spec, amqpdelay.WithManagement(other)); !errors.Is(err, amqpdelay.ErrInvalidConfig) || !strings.Contains(err.Error(), "vhost") {
+		t.Errorf("management check of another vhost: err = %v, want ErrInvalidConfig naming the vhost", err)
 	}
 }
 

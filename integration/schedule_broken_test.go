@@ -79,7 +79,7 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 				if !time.Now().Before(next.Add(-2 * time.Second)) {
 					t.Fatalf("the link for %s is about to leave the delay topology: no time to purge it there", next)
 				}
-				plan, err := f.spec.Plan()
+				plan, err := topology.NewPlan(f.spec)
 				if err != nil {
 					t.Fatal(err)
 				}

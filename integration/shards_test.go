@@ -53,7 +53,7 @@ func TestShardsSingleNode(t *testing.T) {
 	m := topoNeedManagement(t, env)
 	ctx := topoTestCtx(t, 3*time.Minute)
 	spec := shardsSpec(env)
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestStatusExporterZeroSeries(t *testing.T) {
 	spec.Targets = topology.Targets{{Name: env.Name("orders"), Type: "topic"}}
 	ready := env.Name("ready")
 	spec.ReadyQueues = topology.ReadyQueues{{Queue: ready, Exchange: env.Name("orders"), BindingKey: "k"}}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

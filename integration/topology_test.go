@@ -171,7 +171,7 @@ func TestApplyDeclaresExactlyThePlan(t *testing.T) {
 		Buckets:     topology.Delays{30 * time.Second, 5 * time.Minute},
 		ReadyQueues: topology.ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "order.timeout.#"}},
 		Plugin:      topology.PluginOff}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,8 +248,8 @@ func TestApplyWithoutManagementReportsBound(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("t"), Type: "direct"}},
-		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff}.Plan()
+	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("t"), Type: "direct"}},
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestApplyConflictKeepsMessages(t *testing.T) {
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
 	ch := env.Channel(t)
-	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("orders"), Type: "topic"}}, Plugin: topology.PluginOff}.Plan()
+	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("orders"), Type: "topic"}}, Plugin: topology.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,8 +353,8 @@ func TestApplyMissingTargetDeclaresNothing(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("absent")}},
-		ReadyQueues: topology.ReadyQueues{{Queue: env.Name("rq"), Exchange: env.Name("absent2"), BindingKey: "k"}}}.Plan()
+	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("absent")}},
+		ReadyQueues: topology.ReadyQueues{{Queue: env.Name("rq"), Exchange: env.Name("absent2"), BindingKey: "k"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,10 +377,10 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	ctx := topoTestCtx(t, 10*time.Minute)
-	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "headers"}},
+	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "headers"}},
 		Buckets:     topology.Delays{time.Second, 90 * 24 * time.Hour},
 		ReadyQueues: topology.ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "#"}},
-		Ladder:      ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}, Plugin: topology.PluginOff}.Plan()
+		Ladder:      ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}, Plugin: topology.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,8 +423,8 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 		t.Fatal(err)
 	}
 	declared := env.Name("declared")
-	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: existing}, {Name: declared, Type: "topic"}},
-		Ladder: ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour}, Buckets: topology.Delays{time.Hour}, Plugin: topology.PluginOff}.Plan()
+	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: existing}, {Name: declared, Type: "topic"}},
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour}, Buckets: topology.Delays{time.Hour}, Plugin: topology.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,8 +546,8 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("t"), Type: "direct"}},
-		Ladder: ttlbuckets.Ladder{Radix: 8, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff}.Plan()
+	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("t"), Type: "direct"}},
+		Ladder: ttlbuckets.Ladder{Radix: 8, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,8 +637,8 @@ func newDeadLetterFixture(t *testing.T, env *brokertest.Env) deadLetterFixture {
 	t.Helper()
 	f := deadLetterFixture{m: topoNeedManagement(t, env), ctx: topoTestCtx(t, time.Minute), conn: env.Dial(t)}
 	var err error
-	f.p, err = topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "t", Type: "direct"}}, Buckets: topology.Delays{50 * time.Millisecond},
-		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: topology.PluginOff}.Plan()
+	f.p, err = topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "t", Type: "direct"}}, Buckets: topology.Delays{50 * time.Millisecond},
+		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: topology.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -770,8 +770,8 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, 2*time.Minute)
 	plan := func(prefix string, radix int) *topology.Plan {
-		p, err := topology.Spec{Prefix: prefix, Targets: topology.Targets{{Name: env.Name("orders"), Type: "topic"}},
-			Ladder: ttlbuckets.Ladder{Radix: radix, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff}.Plan()
+		p, err := topology.NewPlan(topology.Spec{Prefix: prefix, Targets: topology.Targets{{Name: env.Name("orders"), Type: "topic"}},
+			Ladder: ttlbuckets.Ladder{Radix: radix, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff})
 		if err != nil {
 			t.Fatal(err)
 		}

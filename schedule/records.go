@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -73,7 +73,7 @@ func isOwnHeader(k string) bool {
 type Names struct{ Prefix string }
 
 // NamesOf returns the names for spec's prefix (its default when empty).
-func NamesOf(spec topology.Spec) Names { return Names{Prefix: spec.WithDefaults().Prefix} }
+func NamesOf(spec delayspec.Spec) Names { return Names{Prefix: spec.WithDefaults().Prefix} }
 
 // Stream is the stream of schedule records: <prefix>.schedules.
 func (n Names) Stream() string { return n.Prefix + ".schedules" }

@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 // ErrUnknownSchedule: no schedule of that name was ever declared under the prefix.
@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler,
 	}
 	s.sess = sess
 	pcfg := cfg
-	pcfg.Spec.Targets = topology.Targets{{Name: s.names.Links()}}
+	pcfg.Spec.Targets = delayspec.Targets{{Name: s.names.Links()}}
 	pcfg.Spec.ReadyQueues = nil
 	s.pub, err = amqpdelay.NewPublisher(ctx, pcfg, amqpdelay.WithConnectionName(o.name+"-links"), amqpdelay.WithLogger(o.log), amqpdelay.WithChannels(1))
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -64,7 +64,7 @@ func streamArgs(maxAge string) amqp.Table {
 // declareObjects declares the stream, the fire exchange and its binding to the stream, and the
 // links exchange, queue and bindings (the dispatch exchange's binding to the links exchange and
 // its target marker, as `declare apply` makes them for a target), all idempotent.
-func declareObjects(conn *amqp.Connection, spec topology.Spec, n Names, maxAge string) error {
+func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n Names, maxAge string) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ func declareObjects(conn *amqp.Connection, spec topology.Spec, n Names, maxAge s
 // linksArgs are the links queue's arguments: a quorum queue (replicated) read by a single
 // active consumer, so one instance at a time handles links. Its delivery limit is far above
 // what connection losses cause: RabbitMQ 4.x would otherwise drop a link after 20 returns.
-func linksArgs(spec topology.Spec) amqp.Table {
+func linksArgs(spec delayspec.Spec) amqp.Table {
 	return amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": int64(1_000_000)}
 }
 

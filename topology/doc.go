@@ -1,5 +1,5 @@
 // Package topology turns a delay specification ([Spec]) into the exact set of RabbitMQ
-// exchanges, queues and bindings that carry delayed messages ([Spec.Plan]), declares it
+// exchanges, queues and bindings that carry delayed messages ([NewPlan]), declares it
 // idempotently ([Apply]), inspects it ([Status]), exports it as RabbitMQ definitions
 // ([Export]) and deletes it ([Teardown]). The declare CLI (cmd/declare) is a thin layer on top;
 // the amqpdelay client reads the same [Config] from the same AMQPDELAY_* variables.
@@ -152,7 +152,7 @@
 // so Apply spreads the work over [DefaultWorkers] channels: the default topology with one
 // existing target (226 quorum queues with the last-hop queues, 15 ladder exchanges, no
 // plugin) applied to an empty vhost in 1.07-1.58 s with 4, 8 or 16 channels on a quiet local
-// broker, both versions, two runs each (BenchmarkApplyDefault, 2026-12-01). [Spec.Plan] takes about 0.2 ms.
+// broker, both versions, two runs each (BenchmarkApplyDefault, 2026-12-01). [NewPlan] takes about 0.2 ms.
 //
 // # Limits
 //

@@ -4,65 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-// delayQueueShape matches the names of the delay queues of a topology of any prefix: ladder and
-// last-hop queues of every copy, bucket queues ([Names.LadderQueueCopy],
-// [Names.LadderLastHopQueueCopy], [Names.BucketQueue]).
-var delayQueueShape = regexp.MustCompile(`\.(ladder\.[0-9]{2}\.[0-9]{2}(\.s[0-9]+)?(\.last)?|bucket\.[0-9]+ms)$`)
-
-// IsDelayQueueName reports whether name has the shape of a delay queue of any prefix's topology
-// (a vhost may hold the topologies of several prefixes).
-func IsDelayQueueName(name string) bool { return delayQueueShape.MatchString(name) }
-
-// OwnsExchange reports whether name is one of the exchanges of n's topology that only its
-// Publishers' delay paths write to: the names [Names.Reserved] holds, less those of queues (the
-// parking queue, the revocation stream, the delay queues), which an exchange of the user's may
-// carry: queues and exchanges are named apart.
-func (n Names) OwnsExchange(name string) bool {
-	return n.Reserved(name) && name != n.Parking() && name != n.Revoked() && !IsDelayQueueName(name)
-}
-
-// OwnsQueue reports whether name is one of the queues of n's topology that only its Publishers'
-// delay paths write to: the revocation stream and the delay queues (ladder, last-hop and bucket
-// queues). The parking queue is not one (the consumer package parks messages there through the
-// default exchange).
-func (n Names) OwnsQueue(name string) bool {
-	bucket := strings.TrimSuffix(n.LadderPrefix(), "ladder.") + "bucket."
-	return name == n.Revoked() || (strings.HasPrefix(name, n.LadderPrefix()) || strings.HasPrefix(name, bucket)) && IsDelayQueueName(name)
-}
-
-// ForeignPrefixes returns the prefixes other than own under which name is one of a topology's
-// own objects: an exchange ([Names.OwnsExchange]), or, with queue, a queue ([Names.OwnsQueue]),
-// the parking queue too when parking is set. A name like "billing.ladder.00.01.entry" could be
-// prefix "billing"'s; whether that topology exists is [HasTopology]'s to say.
-func ForeignPrefixes(name, own string, queue, parking bool) []string {
-	var out []string
-	for i := strings.IndexByte(name, '.'); i > 0; {
-		prefix := name[:i]
-		n := Names{Prefix: prefix}
-		var owned bool
-		switch {
-		case !queue:
-			owned = n.OwnsExchange(name)
-		default:
-			owned = n.OwnsQueue(name) || parking && name == n.Parking()
-		}
-		if prefix != own && owned {
-			out = append(out, prefix)
-		}
-		j := strings.IndexByte(name[i+1:], '.')
-		if j < 0 {
-			break
-		}
-		i += j + 1
-	}
-	return out
-}
 
 // foreignObjects returns an error wrapping ErrInvalidSpec when a target, a ready queue's exchange
 // or a ready queue of p is an object of another prefix's topology that exists in the vhost

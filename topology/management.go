@@ -617,7 +617,7 @@ func nodeNames(v any) []string {
 // scheduleLinks is the links exchange of package schedule, <prefix>.schedules.links: a target of
 // the delay topology that schedule.New declares and binds to the dispatch exchange itself, with
 // its target marker, so the status of the topology expects both.
-func scheduleLinks(n Names) string { return n.p() + ".schedules.links" }
+func scheduleLinks(n Names) string { return prefixOf(n) + ".schedules.links" }
 
 // scheduleLinksBinding reports whether b is the dispatch exchange's binding to scheduleLinks.
 func (p *Plan) scheduleLinksBinding(b Binding) bool {

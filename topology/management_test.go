@@ -50,7 +50,7 @@ func TestManagementErrorAdvice(t *testing.T) {
 // TestUnplannedOf: only names of the plan's naming rule that the plan lacks are listed; an
 // application's object under the prefix, another topology's and the plan's own are not.
 func TestUnplannedOf(t *testing.T) {
-	p, err := Spec{Prefix: "p", Targets: Targets{{Name: "p.orders", Type: "topic"}}, Plugin: PluginOff}.Plan()
+	p, err := NewPlan(Spec{Prefix: "p", Targets: Targets{{Name: "p.orders", Type: "topic"}}, Plugin: PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,11 +74,11 @@ func TestExchangeMismatches(t *testing.T) {
 // TestQueueMismatches: each property of an existing queue that differs from the plan's is one
 // Mismatch; an extra argument counts only when it changes what happens to messages.
 func TestQueueMismatches(t *testing.T) {
-	quorum, err := Spec{Prefix: "p", Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, QueueType: Quorum}.Plan()
+	quorum, err := NewPlan(Spec{Prefix: "p", Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, QueueType: Quorum})
 	if err != nil {
 		t.Fatal(err)
 	}
-	classic, err := Spec{Prefix: "p", Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, QueueType: Classic}.Plan()
+	classic, err := NewPlan(Spec{Prefix: "p", Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, QueueType: Classic})
 	if err != nil {
 		t.Fatal(err)
 	}

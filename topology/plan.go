@@ -148,7 +148,7 @@ func (b Binding) String() string {
 }
 
 // Plan is the exact set of exchanges, queues and bindings that a [Spec] declares, each list
-// in declaration order (the dependency-safe order Apply uses). Build one with [Spec.Plan];
+// in declaration order (the dependency-safe order Apply uses). Build one with [NewPlan];
 // do not modify its tables.
 type Plan struct {
 	// Spec is the specification, with its defaults filled in.
@@ -209,12 +209,12 @@ func exactPattern(names []string) string {
 	return "^(?:" + strings.Join(q, "|") + ")$"
 }
 
-// Plan returns the topology s describes, computed from package ttlbuckets
+// NewPlan returns the topology s describes, computed from package ttlbuckets
 // ([ttlbuckets.DelayQueues], [ttlbuckets.Ladder.Next], [ttlbuckets.DigitHeader]). It does no
 // I/O. The plugin exchange and its binding are included unless s.Plugin is PluginOff; use
 // [Plan.ForPlugin] once the broker's answer is known. It returns an error wrapping
 // ErrInvalidSpec (with every problem of [Spec.Validate]) when s is invalid.
-func (s Spec) Plan() (*Plan, error) {
+func NewPlan(s Spec) (*Plan, error) {
 	s = s.WithDefaults()
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -315,10 +315,10 @@ func (s Spec) Plan() (*Plan, error) {
 	}
 
 	// Queues.
-	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: s.QueueType.plainArgs(), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
+	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: plainArgs(s.QueueType), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
 	p.addRevoked() // revoked.go: the revocation stream
 	for _, r := range s.ReadyQueues {
-		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: s.readyArgs(n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
+		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
 	}
 	all := ttlbuckets.DelayQueues(ladder, buckets)
 	byLevel := make([][]ttlbuckets.DelayQueue, levels)
@@ -341,7 +341,7 @@ func (s Spec) Plan() (*Plan, error) {
 				if s.Shards > 1 {
 					slot = l*radix1 + q.Digit - 1 + k
 				}
-				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueCopy(l, q.Digit, k), Args: s.QueueType.delayArgs(q.TTL, dlx),
+				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueCopy(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
 					Role: RoleLadder, Level: l, Digit: q.Digit, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: dlx})
 			}
 		}
@@ -359,7 +359,7 @@ func (s Spec) Plan() (*Plan, error) {
 				if s.Shards > 1 {
 					slot = (levels+l)*radix1 + q.Digit - 1 + k
 				}
-				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueCopy(l, q.Digit, k), Args: s.QueueType.delayArgs(q.TTL, n.Dispatch()),
+				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueCopy(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
 					Role: RoleLadder, Level: l, Digit: q.Digit, LastHop: true, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
 			}
 		}
@@ -380,7 +380,7 @@ func (s Spec) Plan() (*Plan, error) {
 		}
 	}
 	for _, q := range bucketQs {
-		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: s.QueueType.delayArgs(q.TTL, n.Dispatch()),
+		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
 			Role: RoleBucket, Level: -1, Digit: -1, Slot: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
 	}
 
@@ -444,11 +444,11 @@ func (s Spec) Plan() (*Plan, error) {
 	}
 	p.Policies = []Policy{
 		{Name: n.DelayQueuesPolicy(), Pattern: n.DelayQueuesPattern(), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
-			Definition: s.QueueType.policyDefinition(s.Shards), Role: RoleLadder},
+			Definition: policyDefinition(s.QueueType, s.Shards), Role: RoleLadder},
 		{Name: n.TargetsPolicy(), Pattern: exactPattern(targets), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
 			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
 		{Name: n.RevokedPolicy(), Pattern: exactPattern([]string{n.Revoked()}), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
-			Definition: map[string]any{"max-age": s.revokedMaxAge()}, Role: RoleRevoked},
+			Definition: map[string]any{"max-age": revokedMaxAge(s)}, Role: RoleRevoked},
 	}
 	return p, nil
 }
@@ -477,7 +477,7 @@ func (s Spec) Plan() (*Plan, error) {
 // queue_leader_locator setting, client-local unless the operator changed it: on the node the
 // declaring connection is attached to (rabbit_queue_location:leader_locator/1, 3.10.8 and
 // 4.0.5).
-func (t QueueType) policyDefinition(shards int) map[string]any {
+func policyDefinition(t QueueType, shards int) map[string]any {
 	d := map[string]any{"overflow": "reject-publish"}
 	if t == Quorum {
 		d["dead-letter-strategy"] = "at-least-once"
@@ -502,8 +502,8 @@ const LeaderLocatorBalanced = "balanced"
 // readyArgs are the arguments of a ready queue: quorum ones get an explicit delivery limit and
 // dead-letter to <prefix>.unroutable, so a message returned too often is parked, not
 // redelivered forever (3.x) or dropped (4.x, whose default limit is 20).
-func (s Spec) readyArgs(n Names) amqp.Table {
-	a := s.QueueType.plainArgs()
+func readyArgs(s Spec, n Names) amqp.Table {
+	a := plainArgs(s.QueueType)
 	if s.QueueType == Quorum && s.ReadyDeliveryLimit != NoReadyDeliveryLimit {
 		a["x-delivery-limit"] = int64(s.ReadyDeliveryLimit)
 		a["x-dead-letter-exchange"] = n.Unroutable()
@@ -527,7 +527,7 @@ func appendOnce(list []string, s string) []string {
 // exchange, no dead-letter routing key (the message keeps its own), never x-expires. Quorum
 // queues add at-least-once dead-lettering, which needs x-overflow reject-publish
 // (https://www.rabbitmq.com/docs/quorum-queues#dead-lettering).
-func (t QueueType) delayArgs(ttl int64, dlx string) amqp.Table {
+func delayArgs(t QueueType, ttl int64, dlx string) amqp.Table {
 	a := amqp.Table{"x-queue-type": string(t), "x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
 	if t == Quorum {
 		a["x-dead-letter-strategy"] = "at-least-once"
@@ -541,7 +541,7 @@ func (t QueueType) delayArgs(ttl int64, dlx string) amqp.Table {
 // type, so a vhost defaulting to quorum would make every "classic" queue a quorum queue
 // without the delay queues' dead-letter settings. An existing classic queue declared without
 // the argument takes the declaration with it as equivalent (3.10.8 and 4.0.5, checked).
-func (t QueueType) plainArgs() amqp.Table {
+func plainArgs(t QueueType) amqp.Table {
 	return amqp.Table{"x-queue-type": string(t)}
 }
 

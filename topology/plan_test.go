@@ -16,7 +16,7 @@ import (
 
 func mustPlan(t testing.TB, s Spec) *Plan {
 	t.Helper()
-	p, err := s.Plan()
+	p, err := NewPlan(s)
 	if err != nil {
 		t.Fatalf("Plan(%+v): %v", s, err)
 	}
@@ -344,7 +344,7 @@ func TestPlanInvalidSpec(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := c.spec.Plan()
+			p, err := NewPlan(c.spec)
 			if p != nil || !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Plan() = %v, %v; want ErrInvalidSpec mentioning %q", p, err, c.want)
 			}
@@ -355,7 +355,7 @@ func TestPlanInvalidSpec(t *testing.T) {
 func BenchmarkPlanDefault(b *testing.B) {
 	spec := Spec{Targets: Targets{{Name: "orders"}}}
 	for b.Loop() {
-		if _, err := spec.Plan(); err != nil {
+		if _, err := NewPlan(spec); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -541,7 +541,7 @@ func TestTargetMarker(t *testing.T) {
 // exchange (planned once, never "must already exist"); with a type it is refused.
 func TestRetryTarget(t *testing.T) {
 	s := Spec{Prefix: "rt", Targets: Targets{{Name: "orders"}, {Name: "rt.retry"}}}
-	p, err := s.Plan()
+	p, err := NewPlan(s)
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
 	}
@@ -559,7 +559,7 @@ func TestRetryTarget(t *testing.T) {
 			t.Error("the retry exchange is listed as one that must already exist")
 		}
 	}
-	if _, err := (Spec{Prefix: "rt", Targets: Targets{{Name: "rt.retry", Type: "direct"}}}).Plan(); err == nil {
+	if _, err := NewPlan(Spec{Prefix: "rt", Targets: Targets{{Name: "rt.retry", Type: "direct"}}}); err == nil {
 		t.Error("a typed target named like the retry exchange was accepted")
 	}
 }

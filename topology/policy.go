@@ -857,7 +857,7 @@ func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]ma
 				continue
 			}
 			pp.Why = fmt.Sprintf("RabbitMQ applies a policy's max-age to a stream instead of its x-max-age (%s): revocations are deleted "+
-				"after %v, before the messages they name are due (the topology's longest delay plus a day), and %s", p.Spec.revokedMaxAge(), v, lost)
+				"after %v, before the messages they name are due (the topology's longest delay plus a day), and %s", revokedMaxAge(p.Spec), v, lost)
 		// Kept: as max-age, by size.
 		case "max-length-bytes":
 			pp.Why = fmt.Sprintf("RabbitMQ deletes a stream's oldest records once it holds more than %v bytes (the policy's value wins "+

@@ -228,7 +228,7 @@ func TestReadyQueueProblems(t *testing.T) {
 func TestRevokedProblems(t *testing.T) {
 	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}})
 	stream := p.Names.Revoked()
-	keep := p.Spec.revokedMaxAge() // 1218h for this spec (plugin auto: 2^32-1 ms + a day)
+	keep := revokedMaxAge(p.Spec) // 1218h for this spec (plugin auto: 2^32-1 ms + a day)
 	for _, tc := range []struct {
 		name     string
 		user, op map[string]any

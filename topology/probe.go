@@ -26,7 +26,7 @@ type DialFunc = plugin.Dialer
 func ProbePlugin(ctx context.Context, dial DialFunc, prefix string) (bool, error) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	name := Names{Prefix: prefix}.p() + ".plugin-probe." + hex.EncodeToString(rnd[:])
+	name := prefixOf(Names{Prefix: prefix}) + ".plugin-probe." + hex.EncodeToString(rnd[:])
 	ok, err := plugin.Probe(ctx, dial, name)
 	if err != nil && code(err) != 0 {
 		return false, wrapBroker(err, fmt.Sprintf("plugin probe: declare exchange %q of type %s", name, PluginExchangeType))

@@ -22,10 +22,7 @@ import (
 // RetryBindings, as expected, not as unplanned ([Plan.ConsumerRetryBinding]). A retry whose
 // queue has no such binding goes to the alternate exchange and waits in the parking queue.
 
-// Retry is the retry exchange (direct): see the retry routing above ([Spec.Plan]).
-func (n Names) Retry() string { return n.p() + ".retry" }
-
-// addRetry adds the retry routing to p (called by Spec.Plan, before the bindings are sorted by
+// addRetry adds the retry routing to p (called by NewPlan, before the bindings are sorted by
 // tier and before the policies are computed): the retry exchange, its target marker, D's
 // binding to it and one binding per ready queue.
 func (p *Plan) addRetry() {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // The revocation stream: where amqpdelay's Publisher.Revoke records which delayed messages must
@@ -21,48 +19,18 @@ import (
 // Nothing is bound to it: records are published to the default exchange with the stream's
 // name as routing key.
 
-// Revoked is the revocation stream (see above).
-func (n Names) Revoked() string { return n.p() + ".revoked" }
-
 // RoleRevoked is the revocation stream ([Names.Revoked]).
 const RoleRevoked Role = "revoked"
-
-// RevocationMargin is how much longer than the topology's longest delay the revocation stream
-// keeps a record ([Spec.RevocationRetention]): room for a message's lateness, a consumer's
-// retries and clocks that differ between hosts.
-const RevocationMargin = 24 * time.Hour
-
-// MaxDelay returns the longest delay any path of s can carry: the ladder's maximum, the
-// longest bucket, and with the plugin possible (Plugin not off) the plugin's 2^32-1 ms.
-func (s Spec) MaxDelay() time.Duration {
-	s = s.WithDefaults()
-	m := s.Ladder.Max
-	for _, b := range s.Buckets {
-		m = max(m, b)
-	}
-	if s.Plugin != PluginOff {
-		m = max(m, ttlbuckets.DefaultMax) // the plugin's x-delay ceiling, 2^32-1 ms
-	}
-	return m
-}
-
-// RevocationRetention is how long a revocation is kept, in the stream (its x-max-age) and in a
-// reader's memory: [Spec.MaxDelay] plus [RevocationMargin], rounded up to whole hours. A copy
-// published before a revocation is due within MaxDelay of it, so it is never delivered after
-// its revocation has been forgotten. The default topology's is 1,218 h (50.75 days).
-func (s Spec) RevocationRetention() time.Duration {
-	return (s.MaxDelay() + RevocationMargin + time.Hour - 1).Truncate(time.Hour)
-}
 
 // revokedArgs are the stream's arguments: x-max-age in hours ("<n>h", a unit RabbitMQ's
 // x-max-age takes: Y, M, D, h, m, s). RabbitMQ deletes whole segment files once all their
 // records are older, so a record is kept at least that long.
-func (s Spec) revokedArgs() amqp.Table {
-	return amqp.Table{"x-queue-type": "stream", "x-max-age": s.revokedMaxAge()}
+func revokedArgs(s Spec) amqp.Table {
+	return amqp.Table{"x-queue-type": "stream", "x-max-age": revokedMaxAge(s)}
 }
 
 // revokedMaxAge is the stream's retention as a max-age value: whole hours, "<n>h".
-func (s Spec) revokedMaxAge() string {
+func revokedMaxAge(s Spec) string {
 	return fmt.Sprintf("%dh", int64(s.RevocationRetention()/time.Hour))
 }
 
@@ -92,7 +60,7 @@ func parseMaxAge(v any) (time.Duration, bool) {
 	return time.Duration(n*unit) * time.Millisecond, true
 }
 
-// addRevoked adds the revocation stream to p (called by Spec.Plan).
+// addRevoked adds the revocation stream to p (called by NewPlan).
 func (p *Plan) addRevoked() {
-	p.Queues = append(p.Queues, Queue{Name: p.Names.Revoked(), Args: p.Spec.revokedArgs(), Role: RoleRevoked, Level: -1, Digit: -1, Slot: -1})
+	p.Queues = append(p.Queues, Queue{Name: p.Names.Revoked(), Args: revokedArgs(p.Spec), Role: RoleRevoked, Level: -1, Digit: -1, Slot: -1})
 }

@@ -151,7 +151,7 @@ func TestExitCodesDocumented(t *testing.T) {
 // Plan.Policies), and says how many.
 func TestApplyHelpNamesPolicies(t *testing.T) {
 	spec := topology.Spec{Prefix: "PREFIX", Targets: topology.Targets{{Name: "orders", Type: "topic"}}}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

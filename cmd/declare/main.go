@@ -367,7 +367,7 @@ func (e *invocation) managed(missing func(p *topology.Plan) string) (*topology.P
 
 // plan validates the specification and computes the plan: usage errors.
 func (e *invocation) plan() (*topology.Plan, error) {
-	p, err := e.s.spec.Plan()
+	p, err := topology.NewPlan(e.s.spec)
 	if err != nil {
 		return nil, usageError{err}
 	}

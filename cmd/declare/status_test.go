@@ -42,7 +42,7 @@ func TestPluginText(t *testing.T) {
 func TestPrintStatusCompact(t *testing.T) {
 	spec := topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Buckets: topology.Delays{30e9},
 		ReadyQueues: topology.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "k"}}}
-	p, err := spec.Plan()
+	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

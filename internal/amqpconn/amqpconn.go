@@ -1,6 +1,6 @@
 // Package amqpconn dials RabbitMQ for the declare CLI and the amqpdelay client from one
 // configuration shape (the AMQPDELAY_URL and AMQPDELAY_TLS_* variables, read by
-// topology.ReadEnv), and shows URLs without their passwords ([Redact]): every message of this
+// delayspec.ReadEnv), and shows URLs without their passwords ([Redact]): every message of this
 // package that names a URL is built from the redacted form, never from the URL as given.
 package amqpconn
 

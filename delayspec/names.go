@@ -1,18 +1,19 @@
-package topology
+package delayspec
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // Names is the one naming rule of the topology: every object's name is the prefix, a dot and a
-// fixed suffix, so two prefixes live side by side in one vhost.
+// fixed suffix, so two prefixes live side by side in one vhost. The shapes of the ladder's and
+// buckets' names are written once (form.go) and serve to format them, to parse them
+// ([IsDelayQueueName]) and to build the policy pattern ([Names.DelayQueuesPattern]).
 //
 //	<prefix>.dispatch          headers exchange D: routes a due message to its target by the
 //	                           rabbitdelay-target header; alternate exchange <prefix>.unroutable
@@ -43,15 +44,6 @@ type Names struct {
 	Prefix string
 }
 
-// twoDigits writes i in decimal with at least two digits (fmt's %02d), without fmt: the
-// Publisher names a message's ladder queues and exchanges on every publish.
-func twoDigits(i int) string {
-	if i >= 0 && i < 10 {
-		return "0" + strconv.Itoa(i)
-	}
-	return strconv.Itoa(i)
-}
-
 func (n Names) p() string {
 	if n.Prefix == "" {
 		return DefaultPrefix
@@ -69,18 +61,18 @@ func (n Names) Dispatch() string { return n.p() + ".dispatch" }
 func (n Names) Unroutable() string { return n.p() + ".unroutable" }
 
 // Parking is the queue that holds messages no target took.
-func (n Names) Parking() string { return n.p() + ".parking" }
+func (n Names) Parking() string { return parkingForm.name(n.p()) }
 
 // LadderPrefix is how the names of the ladder's exchanges and queues (copies, entry and
 // last-hop exchanges, markers included) begin: <prefix>.ladder.
 func (n Names) LadderPrefix() string { return n.p() + ".ladder." }
 
 // LadderExchange is the headers exchange of ladder level level.
-func (n Names) LadderExchange(level int) string { return n.p() + ".ladder." + twoDigits(level) }
+func (n Names) LadderExchange(level int) string { return ladderExchangeForm.name(n.p(), int64(level)) }
 
 // LadderQueue is the queue of digit value digit at ladder level level.
 func (n Names) LadderQueue(level, digit int) string {
-	return n.p() + ".ladder." + twoDigits(level) + "." + twoDigits(digit)
+	return ladderQueueForm.name(n.p(), int64(level), int64(digit))
 }
 
 // LadderLastHopQueueCopy is the last-hop queue of digit value digit at ladder level level in
@@ -89,7 +81,7 @@ func (n Names) LadderQueue(level, digit int) string {
 // dead-letters into the dispatch exchange, and takes the messages whose last hop is that digit
 // of that level ([ttlbuckets.Ladder.LastHopValue]).
 func (n Names) LadderLastHopQueueCopy(level, digit, shard int) string {
-	return n.LadderQueueCopy(level, digit, shard) + ".last"
+	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard), 1)
 }
 
 // LadderLastHopExchangeCopy is the headers exchange of the last-hop queues of ladder level
@@ -98,7 +90,7 @@ func (n Names) LadderLastHopQueueCopy(level, digit, shard int) string {
 // = level), and it routes them by the level's digit header, which holds the digit's last-hop
 // value ([ttlbuckets.Ladder.LastHopValue]), to the last-hop queue of that digit.
 func (n Names) LadderLastHopExchangeCopy(level, shard int) string {
-	return n.LadderExchangeCopy(level, shard) + ".last"
+	return ladderExchangeForm.name(n.p(), int64(level), int64(shard), 1)
 }
 
 // LadderEntryExchange is the fanout exchange bound to the ladder queue or last-hop queue named
@@ -113,19 +105,13 @@ func (n Names) LadderEntryExchange(queue string) string { return queue + ".entry
 // LadderExchangeCopy is the headers exchange of ladder level level in copy shard of the ladder
 // (see [Spec.Shards]): [Names.LadderExchange] for copy 0, <prefix>.ladder.LL.sK for copy K.
 func (n Names) LadderExchangeCopy(level, shard int) string {
-	if shard == 0 {
-		return n.LadderExchange(level)
-	}
-	return n.LadderExchange(level) + ".s" + strconv.Itoa(shard)
+	return ladderExchangeForm.name(n.p(), int64(level), int64(shard))
 }
 
 // LadderQueueCopy is the queue of digit value digit at ladder level level in copy shard of the
 // ladder: [Names.LadderQueue] for copy 0, <prefix>.ladder.LL.DD.sK for copy K.
 func (n Names) LadderQueueCopy(level, digit, shard int) string {
-	if shard == 0 {
-		return n.LadderQueue(level, digit)
-	}
-	return n.LadderQueue(level, digit) + ".s" + strconv.Itoa(shard)
+	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard))
 }
 
 // ShardsMarker is an empty fanout exchange that records that the ladder l was declared in
@@ -178,9 +164,7 @@ func (n Names) LadderMarker(l ttlbuckets.Ladder) string {
 func (n Names) BucketExchange() string { return n.p() + ".buckets" }
 
 // BucketQueue is the queue of the bucket whose x-message-ttl is ttlMs milliseconds.
-func (n Names) BucketQueue(ttlMs int64) string {
-	return n.p() + ".bucket." + strconv.FormatInt(ttlMs, 10) + "ms"
-}
+func (n Names) BucketQueue(ttlMs int64) string { return bucketQueueForm.name(n.p(), ttlMs) }
 
 // PluginExchange is the x-delayed-message exchange.
 func (n Names) PluginExchange() string { return n.p() + ".plugin" }
@@ -190,14 +174,14 @@ func (n Names) PluginExchange() string { return n.p() + ".plugin" }
 // rabbitdelay-target: X) and that X routes to no queue goes there, and on to the parking queue.
 func (n Names) DueUnroutable() string { return n.p() + ".due-unroutable" }
 
-// TargetMarker is an empty durable fanout exchange that Apply declares once target is bound to
+// TargetMarker is an empty durable fanout exchange that topology.Apply declares once target is bound to
 // the dispatch exchange D (and, with the management API, once the policy giving it its alternate
 // exchange is set): <prefix>.target.<target>, or <prefix>.target-sha256.<first 32 hex digits of
 // the SHA-256 of target> when that would exceed [MaxNameLen] bytes. AMQP cannot list bindings, so
 // a publisher checks this exchange with a passive declare (404 NOT_FOUND: the target is not bound)
 // before it sends delayed messages to target. Teardown deletes it. The marker says what Apply
 // did, not what holds now: a binding deleted by hand afterwards leaves it in place
-// ([Management.DispatchBound] reads the real binding).
+// (topology.Management.DispatchBound reads the real binding).
 func (n Names) TargetMarker(target string) string {
 	if name := n.p() + ".target." + target; len(name) <= MaxNameLen {
 		return name
@@ -217,24 +201,24 @@ func (n Names) MarkedTarget(marker string) (target string, ok bool) {
 // DelayQueuesPattern is the pattern of the policy [Names.DelayQueuesPolicy]: the parking queue
 // and every name of the naming rule's delay queues, whatever the ladder, its copies and the
 // buckets: <prefix>.ladder.LL.DD, with .sK and .last, and <prefix>.bucket.<TTL>ms. Built from
-// the rule, not by listing the plan's queues: RabbitMQ refuses a policy pattern over about
+// the forms that also format and parse these names, not by listing the plan's queues: RabbitMQ refuses a policy pattern over about
 // 32 KB ("regular expression is too large"), which a list of the ladder's queues passes with 5
 // copies of the default ladder, 3 of a radix-32 one, or a prefix of 150 bytes. It also covers
 // the delay queues of an earlier ladder of the same prefix, which still hold messages.
 func (n Names) DelayQueuesPattern() string {
-	return "^" + regexp.QuoteMeta(n.p()) + `\.(?:parking|bucket\.[0-9]+ms|ladder\.[0-9]{2}\.[0-9]{2}(?:\.s[0-9]+)?(?:\.last)?)$`
+	return "^" + regexp.QuoteMeta(n.p()) + `\.(?:` + parkingForm.pattern() + "|" + bucketQueueForm.pattern() + "|" + ladderQueueForm.pattern() + ")$"
 }
 
-// DelayQueuesPolicy is the name of the policy Apply sets on the delay queues and the parking
-// queue (see [Plan.Policies]).
+// DelayQueuesPolicy is the name of the policy topology.Apply sets on the delay queues and the parking
+// queue (see topology.Plan.Policies).
 func (n Names) DelayQueuesPolicy() string { return n.p() + ".delay-queues" }
 
-// TargetsPolicy is the name of the policy Apply sets on the target exchanges, whose
-// alternate-exchange is [Names.DueUnroutable] (see [Plan.Policies]).
+// TargetsPolicy is the name of the policy topology.Apply sets on the target exchanges, whose
+// alternate-exchange is [Names.DueUnroutable] (see topology.Plan.Policies).
 func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
 
-// RevokedPolicy is the name of the policy Apply sets on the revocation stream [Names.Revoked],
-// whose max-age repeats the stream's x-max-age (see [Plan.Policies]).
+// RevokedPolicy is the name of the policy topology.Apply sets on the revocation stream [Names.Revoked],
+// whose max-age repeats the stream's x-max-age (see topology.Plan.Policies).
 func (n Names) RevokedPolicy() string { return n.p() + ".revoked-retention" }
 
 // Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
@@ -244,7 +228,7 @@ func (n Names) RevokedPolicy() string { return n.p() + ".revoked-retention" }
 // meaning that exchange itself), or a name
 // starting with <prefix>.ladder., <prefix>.bucket., <prefix>.target., <prefix>.target-sha256.
 // (target markers) or <prefix>.plugin-probe. (the plugin probe's temporary exchange, see
-// ProbePlugin). A target, ready queue or ready-queue exchange with such
+// topology.ProbePlugin). A target, ready queue or ready-queue exchange with such
 // a name would collide with the topology's own objects (now or after a ladder change), so
 // [Spec.Validate] refuses it. Other names under the prefix, like <prefix>.orders, are free.
 func (n Names) Reserved(name string) bool {
@@ -258,6 +242,60 @@ func (n Names) Reserved(name string) bool {
 		}
 	}
 	return false
+}
+
+// Retry is the consumer package's retry exchange (direct): a failed message comes back through
+// it, after a delay, to the one queue it came from (see topology's retry routing).
+func (n Names) Retry() string { return n.p() + ".retry" }
+
+// Revoked is the revocation stream: where amqpdelay's Publisher.Revoke records which delayed
+// messages must not reach a handler, and where package revoke's readers read them
+// (x-queue-type stream, x-max-age [Spec.RevocationRetention]).
+func (n Names) Revoked() string { return n.p() + ".revoked" }
+
+// OwnsExchange reports whether name is one of the exchanges of n's topology that only its
+// Publishers' delay paths write to: the names [Names.Reserved] holds, less those of queues (the
+// parking queue, the revocation stream, the delay queues), which an exchange of the user's may
+// carry: queues and exchanges are named apart.
+func (n Names) OwnsExchange(name string) bool {
+	return n.Reserved(name) && name != n.Parking() && name != n.Revoked() && !IsDelayQueueName(name)
+}
+
+// OwnsQueue reports whether name is one of the queues of n's topology that only its Publishers'
+// delay paths write to: the revocation stream and the delay queues (ladder, last-hop and bucket
+// queues). The parking queue is not one (the consumer package parks messages there through the
+// default exchange).
+func (n Names) OwnsQueue(name string) bool {
+	return name == n.Revoked() || (strings.HasPrefix(name, n.LadderPrefix()) || strings.HasPrefix(name, n.p()+".bucket.")) && IsDelayQueueName(name)
+}
+
+// ForeignPrefixes returns the prefixes other than own under which name is one of a topology's
+// own objects: an exchange ([Names.OwnsExchange]), or, with queue, a queue ([Names.OwnsQueue]),
+// the parking queue too when parking is set. A name like "billing.ladder.00.01.entry" could be
+// prefix "billing"'s; whether that topology exists is for a passive declare of its parking
+// queue to say.
+func ForeignPrefixes(name, own string, queue, parking bool) []string {
+	var out []string
+	for i := strings.IndexByte(name, '.'); i > 0; {
+		prefix := name[:i]
+		n := Names{Prefix: prefix}
+		var owned bool
+		switch {
+		case !queue:
+			owned = n.OwnsExchange(name)
+		default:
+			owned = n.OwnsQueue(name) || parking && name == n.Parking()
+		}
+		if prefix != own && owned {
+			out = append(out, prefix)
+		}
+		j := strings.IndexByte(name[i+1:], '.')
+		if j < 0 {
+			break
+		}
+		i += j + 1
+	}
+	return out
 }
 
 // BrokerReserved reports whether name starts with "amq.", the prefix RabbitMQ keeps for its own

@@ -1,4 +1,4 @@
-package topology
+package delayspec
 
 import (
 	"errors"
@@ -214,7 +214,7 @@ type Spec struct {
 	// queues already exist, or are declared by their consumers, with plain arguments. Classic
 	// ready queues have no delivery limit (RabbitMQ has none for them) and ignore it.
 	ReadyDeliveryLimit int
-	// PolicyPriority is the priority of the policies Apply sets (see [Plan.Policies]); 0 means
+	// PolicyPriority is the priority of the policies topology.Apply sets (see topology.Plan.Policies); 0 means
 	// DefaultPolicyPriority. Only the highest-priority policy matching a queue or exchange
 	// applies, so this must be above every other policy of the vhost that matches the
 	// topology's queues or target exchanges.
@@ -226,7 +226,7 @@ type Spec struct {
 	// same dispatch exchange. A Publisher configured with the same Shards sends each message
 	// into one copy (chosen from its MessageId) and the message stays in that copy for every
 	// hop, so a burst of messages due at the same time leaves from Shards queues instead of one.
-	// On a cluster, Apply given a connection per node ([ApplyOptions.Nodes]) places copy k of
+	// On a cluster, Apply given a connection per node (topology.ApplyOptions.Nodes) places copy k of
 	// the i-th ladder queue on node (i+k) mod nodes, so the copies of one queue have their
 	// leaders on different nodes and each node dead-letters its share of a burst. It
 	// multiplies the ladder's queues (and their idle cost) by Shards.
@@ -246,7 +246,7 @@ const DefaultReadyDeliveryLimit = 20
 // x-delivery-limit and without a dead-letter exchange.
 const NoReadyDeliveryLimit = -1
 
-// DefaultPolicyPriority is the priority of the policies Apply sets when Spec.PolicyPriority is
+// DefaultPolicyPriority is the priority of the policies topology.Apply sets when Spec.PolicyPriority is
 // 0: far above the small numbers (0-10, sometimes 100) policies are usually given. RabbitMQ
 // applies only the highest-priority policy that matches an object
 // (https://www.rabbitmq.com/docs/policies#priorities).
@@ -441,6 +441,33 @@ func (s Spec) HasTarget(name string) bool {
 		}
 	}
 	return false
+}
+
+// RevocationMargin is how much longer than the topology's longest delay the revocation stream
+// keeps a record ([Spec.RevocationRetention]): room for a message's lateness, a consumer's
+// retries and clocks that differ between hosts.
+const RevocationMargin = 24 * time.Hour
+
+// MaxDelay returns the longest delay any path of s can carry: the ladder's maximum, the
+// longest bucket, and with the plugin possible (Plugin not off) the plugin's 2^32-1 ms.
+func (s Spec) MaxDelay() time.Duration {
+	s = s.WithDefaults()
+	m := s.Ladder.Max
+	for _, b := range s.Buckets {
+		m = max(m, b)
+	}
+	if s.Plugin != PluginOff {
+		m = max(m, ttlbuckets.DefaultMax) // the plugin's x-delay ceiling, 2^32-1 ms
+	}
+	return m
+}
+
+// RevocationRetention is how long a revocation is kept, in the stream (its x-max-age) and in a
+// reader's memory: [Spec.MaxDelay] plus [RevocationMargin], rounded up to whole hours. A copy
+// published before a revocation is due within MaxDelay of it, so it is never delivered after
+// its revocation has been forgotten. The default topology's is 1,218 h (50.75 days).
+func (s Spec) RevocationRetention() time.Duration {
+	return (s.MaxDelay() + RevocationMargin + time.Hour - 1).Truncate(time.Hour)
 }
 
 // LadderOrBuckets returns the spec's ladder (with defaults) and its buckets. It returns the

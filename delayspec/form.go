@@ -1,0 +1,158 @@
+package delayspec
+
+import (
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// The naming rule of the delay queues and the ladder's exchanges, written once: each form below
+// is what follows "<prefix>." in a name. [Names] formats names from them, [IsDelayQueueName]
+// and [Names.OwnsQueue] parse names with them, and [Names.DelayQueuesPattern] builds the
+// policy's PCRE pattern from them, so the three cannot disagree.
+
+// fieldKind is what a part of a form holds after its literal text.
+type fieldKind uint8
+
+const (
+	noField   fieldKind = iota // the literal alone
+	twoDigits                  // a number written with at least two decimal digits (00, 01, ...); parsed and matched as exactly two
+	digits                     // a number written in decimal, one digit or more
+)
+
+// part is literal text followed by an optional field. An optional part is written only when
+// its value is not 0 (for a part without a field: when it is 1, "present").
+type part struct {
+	lit   string
+	field fieldKind
+	opt   bool
+}
+
+// form is a name's shape after "<prefix>.": its parts in order, one value each.
+type form []part
+
+// The forms of the naming rule.
+var (
+	// ladderQueueForm is ladder.LL.DD[.sK][.last]: level, digit, copy (0: the ladder itself,
+	// no .sK), last hop (1: .last).
+	ladderQueueForm = form{{lit: "ladder.", field: twoDigits}, {lit: ".", field: twoDigits}, {lit: ".s", field: digits, opt: true}, {lit: ".last", opt: true}}
+	// ladderExchangeForm is ladder.LL[.sK][.last]: level, copy, last hop.
+	ladderExchangeForm = form{{lit: "ladder.", field: twoDigits}, {lit: ".s", field: digits, opt: true}, {lit: ".last", opt: true}}
+	// bucketQueueForm is bucket.<ms>ms: the bucket's TTL in milliseconds.
+	bucketQueueForm = form{{lit: "bucket.", field: digits}, {lit: "ms"}}
+	// parkingForm is parking.
+	parkingForm = form{{lit: "parking"}}
+	// delayQueueForms are the forms of the delay queues.
+	delayQueueForms = []form{ladderQueueForm, bucketQueueForm}
+)
+
+// name formats prefix, a dot and f with vals, one per part (missing values are 0).
+func (f form) name(prefix string, vals ...int64) string {
+	var buf [128]byte
+	b := append(buf[:0], prefix...)
+	b = append(b, '.')
+	for i, p := range f {
+		var v int64
+		if i < len(vals) {
+			v = vals[i]
+		}
+		if p.opt && v == 0 {
+			continue
+		}
+		b = append(b, p.lit...)
+		switch p.field {
+		case twoDigits:
+			if v >= 0 && v < 10 {
+				b = append(b, '0')
+			}
+			b = strconv.AppendInt(b, v, 10)
+		case digits:
+			b = strconv.AppendInt(b, v, 10)
+		}
+	}
+	return string(b)
+}
+
+// parse reads s (a name without its "<prefix>.") as f and returns its values, or ok false.
+func (f form) parse(s string) (vals []int64, ok bool) {
+	vals = make([]int64, len(f))
+	for i, p := range f {
+		rest, found := strings.CutPrefix(s, p.lit)
+		if !found || p.opt && p.field != noField && (rest == "" || rest[0] < '0' || rest[0] > '9') {
+			if p.opt {
+				continue
+			}
+			return nil, false
+		}
+		s = rest
+		n := 0
+		for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+			n++
+		}
+		switch p.field {
+		case noField:
+			vals[i] = 1
+			continue
+		case twoDigits:
+			if n < 2 {
+				return nil, false
+			}
+			n = 2
+		case digits:
+			if n == 0 {
+				return nil, false
+			}
+		}
+		v, err := strconv.ParseInt(s[:n], 10, 64)
+		if err != nil {
+			v = math.MaxInt64 // more digits than an int64 holds: still the shape
+		}
+		vals[i], s = v, s[n:]
+	}
+	if s != "" {
+		return nil, false
+	}
+	return vals, true
+}
+
+// pattern is f as a regular expression (PCRE, and Go's RE2 alike), unanchored.
+func (f form) pattern() string {
+	var b strings.Builder
+	for _, p := range f {
+		if p.opt {
+			b.WriteString("(?:")
+		}
+		b.WriteString(regexp.QuoteMeta(p.lit))
+		switch p.field {
+		case twoDigits:
+			b.WriteString("[0-9]{2}")
+		case digits:
+			b.WriteString("[0-9]+")
+		}
+		if p.opt {
+			b.WriteString(")?")
+		}
+	}
+	return b.String()
+}
+
+// IsDelayQueueName reports whether name has the shape of a delay queue of any prefix's topology
+// (a ladder, last-hop or bucket queue of any copy: [Names.LadderQueueCopy],
+// [Names.LadderLastHopQueueCopy], [Names.BucketQueue]); a vhost may hold the topologies of
+// several prefixes.
+func IsDelayQueueName(name string) bool {
+	for i := strings.IndexByte(name, '.'); i >= 0; {
+		for _, f := range delayQueueForms {
+			if _, ok := f.parse(name[i+1:]); ok {
+				return true
+			}
+		}
+		j := strings.IndexByte(name[i+1:], '.')
+		if j < 0 {
+			break
+		}
+		i += j + 1
+	}
+	return false
+}
