@@ -13,7 +13,7 @@ import (
 // Config is the Publisher's configuration: how to reach the broker and the delay topology it
 // publishes into. The zero value dials amqp://guest:guest@localhost:5672/ with the default
 // topology (which has no targets: set at least Spec.Targets). [ConfigFromEnv] fills it from
-// the AMQPDELAY_* variables, exactly as the declare CLI reads them, so one set of variables
+// the AMQPDELAY_* variables, exactly as the rabbitdelay CLI reads them, so one set of variables
 // serves both.
 type Config struct {
 	// URL is an amqp:// or amqps:// URL (user:password@host:port/vhost; the vhost is the
@@ -29,7 +29,7 @@ type Config struct {
 	// TLSCert and TLSKey are PEM files of a client certificate and its key, for brokers that
 	// require one (amqps:// only): both or neither. AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY.
 	TLSCert, TLSKey string
-	// Spec is the delay topology, as `declare apply` declared it (prefix, targets, buckets,
+	// Spec is the delay topology, as `rabbitdelay apply` declared it (prefix, targets, buckets,
 	// ladder, plugin mode, queue type, copies of the ladder): the Publisher checks at start that
 	// the broker has it.
 	Spec delayspec.Spec
@@ -40,7 +40,7 @@ func (c Config) conn() amqpconn.Config {
 	return amqpconn.Config{URL: c.URL, TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey}
 }
 
-// ConfigFromEnv reads the AMQPDELAY_* variables, exactly as the declare CLI does (see
+// ConfigFromEnv reads the AMQPDELAY_* variables, exactly as the rabbitdelay CLI does (see
 // delayspec.ConfigFromEnv). It returns an error wrapping delayspec.ErrInvalidSpec that names a
 // variable that does not parse; [NewPublisher] validates the values.
 func ConfigFromEnv() (Config, error) {

@@ -57,7 +57,7 @@ const deadLetterMargin = 26 + 26 + 6
 // deadLetterReason is the reason RabbitMQ records when a delay queue's TTL expires a message.
 const deadLetterReason = "expired"
 
-// parkReason is the longest reason a ready queue that `declare apply` declared records when it
+// parkReason is the longest reason a ready queue that `rabbitdelay apply` declared records when it
 // dead-letters a message to <prefix>.unroutable, and so to the parking queue: "delivery_limit"
 // (returned more often than its x-delivery-limit; rabbit_fifo.erl on 3.10 and 4.0), longer
 // than "rejected" (a reject or nack without requeue), "maxlen" and "expired" (which only a
@@ -71,7 +71,7 @@ type deadLetterHop struct {
 }
 
 // parkRoute is the one dead-lettering a message can get after it reached its target's queues:
-// a quorum ready queue declared by `declare apply` dead-letters it to <prefix>.unroutable,
+// a quorum ready queue declared by `rabbitdelay apply` dead-letters it to <prefix>.unroutable,
 // bound to the parking queue, when a consumer rejects it or returns it more often than the
 // delivery limit (delayspec.Spec.ReadyDeliveryLimit). The other routes to the parking queue add
 // no x-death entry: an alternate exchange (<prefix>.unroutable of the dispatch exchange,
@@ -87,7 +87,7 @@ type parkRoute struct {
 }
 
 // newParkRoute returns the park route of spec (defaults applied). When spec lists no ready
-// queues, the Publisher cannot know the queues `declare apply` declared elsewhere, and counts
+// queues, the Publisher cannot know the queues `rabbitdelay apply` declared elsewhere, and counts
 // a name of delayspec.MaxNameLen bytes, the longest RabbitMQ takes.
 func newParkRoute(spec delayspec.Spec) parkRoute {
 	if spec.QueueType != delayspec.Quorum || spec.ReadyDeliveryLimit == delayspec.NoReadyDeliveryLimit {

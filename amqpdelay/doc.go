@@ -1,5 +1,5 @@
 // Package amqpdelay is the client of rabbitdelay: a Publisher that sends a message "to
-// exchange X with routing key K, due in d" through the delay topology that `declare apply`
+// exchange X with routing key K, due in d" through the delay topology that `rabbitdelay apply`
 // created, and returns only when the broker has confirmed it. When the message is due, X
 // routes it with K as if it had been published then; consumers stay plain AMQP consumers of
 // their queues. [Due] tells a consumer when a delivery was due.
@@ -96,7 +96,7 @@
 //     message to (the dispatch exchange or a ladder exchange, as dead-lettering does), not X;
 //     the routing key is K, and the rabbitdelay-target header names X.
 //   - A message due with no binding on X for its key goes to the parking queue, through the
-//     alternate exchange that the topology's policy <prefix>.targets gives X (`declare apply`
+//     alternate exchange that the topology's policy <prefix>.targets gives X (`rabbitdelay apply`
 //     sets it with the management API). Without that policy, quorum queues keep it in the last
 //     delay queue's dead-letter state (messages_dlx in the management API and in `declare
 //     status`) and retry it, and classic queues drop it. A message whose X is no longer bound

@@ -21,7 +21,7 @@ var (
 
 	// ErrUnroutable: the broker returned a mandatory message (basic.return) because it reached
 	// no queue: on the direct path the target has no binding for the routing key; on the
-	// bucket and ladder paths the delay topology is incomplete (run `declare apply`). The
+	// bucket and ladder paths the delay topology is incomplete (run `rabbitdelay apply`). The
 	// broker did not keep the message.
 	ErrUnroutable = errors.New("amqpdelay: message unroutable")
 
@@ -32,7 +32,7 @@ var (
 	ErrNacked = errors.New("amqpdelay: message nacked by the broker")
 
 	// ErrPluginUnavailable: the strategy needs the delayed-message plugin, and the broker does
-	// not have it (rabbitmq_delayed_message_exchange) or `declare apply --plugin on` was not
+	// not have it (rabbitmq_delayed_message_exchange) or `rabbitdelay apply --plugin on` was not
 	// run, so the topology's plugin exchange does not exist. It is [plugin.ErrUnavailable]
 	// (one sentinel for the whole module).
 	ErrPluginUnavailable = plugin.ErrUnavailable
@@ -83,7 +83,7 @@ var (
 	// ErrTopologyMissing: NewPublisher found part of the topology missing: no dispatch
 	// exchange, another ladder, a bucket queue, a target exchange, or a target that `declare
 	// apply` did not bind to the dispatch exchange (its marker exchange, or with
-	// WithManagement the binding itself); the message names it (run `declare apply` with
+	// WithManagement the binding itself); the message names it (run `rabbitdelay apply` with
 	// the same AMQPDELAY_* variables). Revoke and Reschedule return it when the revocation
 	// stream <prefix>.revoked does not exist, naming it.
 	ErrTopologyMissing = errors.New("amqpdelay: delay topology not declared")
@@ -91,7 +91,7 @@ var (
 	// ErrTopologyUnsafe: with WithManagement, NewPublisher found a policy or operator
 	// policy in effect on the topology that breaks a guarantee (delays early, delay queues
 	// deleted, messages dropped or stalled, wrong routing); the message names each policy,
-	// key, value and object (topology.PolicyProblem) and the fix. `declare status` reports the
+	// key, value and object (topology.PolicyProblem) and the fix. `rabbitdelay status` reports the
 	// same.
 	ErrTopologyUnsafe = errors.New("amqpdelay: a policy breaks the delay topology's guarantees")
 )

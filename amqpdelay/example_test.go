@@ -16,8 +16,8 @@ import (
 )
 
 // A service publishes an order time-out due in 15 minutes, with the configuration of the
-// declare CLI (AMQPDELAY_URL, AMQPDELAY_TARGETS, ...). Publish returns once the broker has
-// confirmed the message. (Needs a broker and `declare apply`, so it has no Output.)
+// rabbitdelay CLI (AMQPDELAY_URL, AMQPDELAY_TARGETS, ...). Publish returns once the broker has
+// confirmed the message. (Needs a broker and `rabbitdelay apply`, so it has no Output.)
 func Example() {
 	cfg, err := amqpdelay.ConfigFromEnv()
 	if err != nil {

@@ -180,7 +180,7 @@ func (k ReconnectKind) String() string {
 // WithManagement gives the Publisher the broker's management API through m (a
 // *topology.Management for the vhost of Config.URL), so that NewPublisher, and every
 // reconnection, checks what AMQP cannot see: that the dispatch exchange is bound to every
-// target now (not only that `declare apply` bound it once), that no policy or operator policy
+// target now (not only that `rabbitdelay apply` bound it once), that no policy or operator policy
 // in effect on the topology breaks a guarantee, and on which exchanges the user has a topic
 // permission ([ManagementCheck]). nil is no management API (the default). NewPublisher fails
 // with ErrInvalidConfig when m reads another vhost than Config.URL's.

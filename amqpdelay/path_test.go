@@ -137,7 +137,7 @@ func TestPluginMissingErrorSaysWhy(t *testing.T) {
 }
 
 // TestPluginMissingErrorNames43: on RabbitMQ 4.3 and later the error says the plugin cannot run
-// there and points at the ladder; before 4.3 it points at the plugin and `declare apply`.
+// there and points at the ladder; before 4.3 it points at the plugin and `rabbitdelay apply`.
 func TestPluginMissingErrorNames43(t *testing.T) {
 	for _, tc := range []struct {
 		version string

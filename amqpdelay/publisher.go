@@ -144,7 +144,7 @@ func (p *Publisher) isClosed() bool { return p.closeCtx.Err() != nil }
 // all of that; the Publisher keeps running after ctx ends.
 //
 // Errors: ErrInvalidConfig (bad cfg.Spec, connection settings or option: every problem at
-// once; or a broker whose channel_max is below WithChannels + 1), ErrTopologyMissing (run `declare apply`), ErrPluginUnavailable (strategy PluginOnly
+// once; or a broker whose channel_max is below WithChannels + 1), ErrTopologyMissing (run `rabbitdelay apply`), ErrPluginUnavailable (strategy PluginOnly
 // and no plugin exchange), or the connection's error (never containing the password; a
 // broker refusal reachable as *amqp091.Error).
 func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, error) {

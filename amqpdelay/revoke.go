@@ -89,7 +89,7 @@ var idRandom = struct {
 //
 // Errors: ErrInvalidInput (nil ctx, no ids, an empty id, or one longer than 255 bytes, AMQP's
 // short string limit for a message id; nothing is recorded), ErrTopologyMissing (the stream does
-// not exist: run `declare apply`; the message names it), ErrNacked, ErrConnectionLost (outcome
+// not exist: run `rabbitdelay apply`; the message names it), ErrNacked, ErrConnectionLost (outcome
 // unknown: revoke again, which is harmless), ErrClosed, or ctx's error.
 func (p *Publisher) Revoke(ctx context.Context, ids ...string) error {
 	if ctx == nil {

@@ -164,7 +164,7 @@ func (s *session) onChanDied() {
 func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) error {
 	// Each check is a passive declare on a channel of its own: a missing object closes the
 	// channel (404 NOT_FOUND). The ladder marker's name records the unit, radix, order and
-	// levels that `declare apply` used (delayspec.Names.LadderMarker): a publisher with another
+	// levels that `rabbitdelay apply` used (delayspec.Names.LadderMarker): a publisher with another
 	// ladder would send messages that arrive early or never, so it must not start.
 	type check struct {
 		exchange, queue string
@@ -200,7 +200,7 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				ErrTopologyMissing, t.Name, t.Name)
 		}})
 	}
-	// A target the broker does not have, or one `declare apply` did not bind to the dispatch
+	// A target the broker does not have, or one `rabbitdelay apply` did not bind to the dispatch
 	// exchange, would send every due message to the parking queue. AMQP cannot list bindings:
 	// apply declares a marker exchange per target once it is bound (delayspec.Names.TargetMarker);
 	// WithManagement checks the binding itself (checkManaged).

@@ -48,7 +48,7 @@ type Consumer struct {
 
 // New returns a Consumer of queue that runs h, with the connection settings of cfg (dialled
 // with amqpdelay.Dial) and the delay topology of cfg.Spec (through which retries wait: the
-// topology's ladder and buckets, and the retry exchange that `declare apply` declares). It does
+// topology's ladder and buckets, and the retry exchange that `rabbitdelay apply` declares). It does
 // no I/O. Errors wrap ErrInvalidConfig and name every unusable value.
 func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consumer, error) {
 	o := defaultOptions()
@@ -131,7 +131,7 @@ func (c *Consumer) Queue() string { return c.queue }
 // retry Publisher and the consuming connection, checks the queue, binds it to the retry
 // exchange (unless [WithoutRetryBinding]) and, unless [WithoutRevocations], reads the
 // revocation stream. A failure there is returned at once: ErrStore, ErrQueueNotFound,
-// amqpdelay.ErrTopologyMissing (run `declare apply`), a dial error, or ctx's error. Once
+// amqpdelay.ErrTopologyMissing (run `rabbitdelay apply`), a dial error, or ctx's error. Once
 // running, a store that fails a claim defers only that delivery ([WithBusyDelay]). Run may be
 // called once (ErrRunning).
 func (c *Consumer) Run(ctx context.Context) error {

@@ -78,7 +78,7 @@
 // basic.reject with requeue counts, and so does a channel closed with the delivery unacked;
 // basic.nack with requeue does not. Earlier versions count every return. So the Consumer
 // gives a delivery back with basic.reject when the message failed (its copy could not be
-// published), so a ready queue of `declare apply` (x-delivery-limit and a dead-letter
+// published), so a ready queue of `rabbitdelay apply` (x-delivery-limit and a dead-letter
 // exchange) parks it in the end; and with basic.nack when the Consumer cannot work on it now
 // (shutdown, a deferred copy that could not be published), so restarts and outages do not
 // push healthy messages toward the limit.

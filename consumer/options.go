@@ -248,7 +248,7 @@ func WithIDFunc(f func(amqp.Delivery) string) Option {
 }
 
 // WithoutRetryBinding stops Run from binding the queue to the retry exchange itself (by default
-// it does, with the binding `declare apply` declares for ready queues: idempotent). Use it when
+// it does, with the binding `rabbitdelay apply` declares for ready queues: idempotent). Use it when
 // the Consumer's user may not bind (RabbitMQ's write permission on the queue, read on the
 // exchange) and the queue is a ready queue of the topology.
 func WithoutRetryBinding() Option {

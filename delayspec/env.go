@@ -14,7 +14,7 @@ import (
 )
 
 // EnvPrefix is the prefix of every environment variable that configures rabbitdelay
-// (AMQPDELAY_URL, AMQPDELAY_PREFIX, ...). The declare CLI and the amqpdelay client read the same
+// (AMQPDELAY_URL, AMQPDELAY_PREFIX, ...). The rabbitdelay CLI and the amqpdelay client read the same
 // variables; their names are a public contract.
 const EnvPrefix = "AMQPDELAY"
 
@@ -27,7 +27,7 @@ type Config struct {
 
 // Env is the AMQPDELAY_* variables of a [Config], one field per variable, as [ReadEnv] reads
 // them. The envconfig tags are the variables' full names. Each field's type parses and checks
-// its value (a Decode method, also used for the declare CLI's flags), so a value that cannot
+// its value (a Decode method, also used for the rabbitdelay CLI's flags), so a value that cannot
 // be right is refused naming its variable or flag. A variable that is set but empty counts as
 // unset: the field keeps its zero value, which means the default.
 type Env struct {
@@ -102,7 +102,7 @@ func ConfigFromEnv() (Config, error) {
 }
 
 // ReadEnv fills dst, a pointer to [Env] or to a struct that embeds it and adds variables of
-// its own (as the declare CLI does), from the environment. It is the one reader of the
+// its own (as the rabbitdelay CLI does), from the environment. It is the one reader of the
 // AMQPDELAY_* variables: each field tagged `envconfig:"NAME"` (the variable's full name, the
 // form envconfig reads) is set from the variable NAME when that is set and not empty, through
 // the field's Decode method (a string field takes the value as it is); embedded structs are

@@ -1,6 +1,6 @@
 // Package exporter serves the delay topology's state as Prometheus metrics, read from the
-// RabbitMQ management API at every scrape: what `declare status --management-url` shows,
-// as numbers an alert can watch. `declare exporter --listen ADDR` serves it on /metrics.
+// RabbitMQ management API at every scrape: what `rabbitdelay status --management-url` shows,
+// as numbers an alert can watch. `rabbitdelay exporter --listen ADDR` serves it on /metrics.
 //
 // # Metrics
 //
@@ -22,7 +22,7 @@
 //   - rabbitdelay_delay_messages_dlx{path,level,bucket}: messages held in the delay queues'
 //     dead-letter state (quorum queues' messages_dlx): due messages whose dead-lettering has
 //     not completed. Small counts in passing are normal on a busy ladder; counts that stay
-//     mean no queue takes them (see `declare status`).
+//     mean no queue takes them (see `rabbitdelay status`).
 //   - rabbitdelay_delay_queue_consumers{path,level,bucket}: consumers attached to delay
 //     queues. Must be 0: a consumer takes delayed messages before they are due.
 //   - rabbitdelay_parking_messages: messages in the parking queue (due messages no target
@@ -31,9 +31,9 @@
 //     specification (AMQPDELAY_READY_QUEUES): due messages waiting for a consumer.
 //   - rabbitdelay_ready_queue_requeue_loop{queue}: 1 when the ready queue's consumers requeue
 //     messages in a loop that no delivery limit ends (topology.RequeueLoopOf gives the rule),
-//     else 0. `declare status` says what to do.
+//     else 0. `rabbitdelay status` says what to do.
 //   - rabbitdelay_missing_queues: queues of the specification the management API does not
-//     list (run `declare apply`).
+//     list (run `rabbitdelay apply`).
 //   - rabbitdelay_policy_problems{breaks,severity}: policy keys in effect that break a
 //     guarantee (severity error) or deserve a look (warning), by what they break (early,
 //     deletes, drops, stalls, wrong routing; each series present, 0 when none).

@@ -258,7 +258,7 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-ch
 	noDelivery(t, got, time.Second)
 }
 
-// TestLadderEntryExchangeBroken: the Publisher needs the entry exchanges `declare apply`
+// TestLadderEntryExchangeBroken: the Publisher needs the entry exchanges `rabbitdelay apply`
 // declares. With one deleted (404) or unbound from its queue (the message returned
 // unroutable), each of 20 publishes in flight into it at once returns an error naming the
 // fault (ErrExchangeNotFound, ErrUnroutable), none returns nil, and nothing arrives.

@@ -71,7 +71,7 @@ type Dialer func(ctx context.Context) (*amqp.Connection, error)
 // on a connection of its own (a passive declare of a missing exchange fails with 404
 // NOT_FOUND and closes the channel:
 // https://www.rabbitmq.com/docs/amqp-0-9-1-reference#exchange.declare.passive).
-// rabbitdelay's plugin exchange exists only where `declare apply` found the plugin, so its
+// rabbitdelay's plugin exchange exists only where `rabbitdelay apply` found the plugin, so its
 // existence says the plugin path can be used. A dial error or any other broker error is
 // returned (the *amqp091.Error reachable with errors.As); ctx bounds the whole probe.
 func ExchangeExists(ctx context.Context, dial Dialer, exchange string) (bool, error) {

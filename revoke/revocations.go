@@ -618,7 +618,7 @@ func (r *Revocations) nextFence() uint64 {
 //
 // Errors: ErrClosed, or ctx's error (wrapped) when the stream is unreachable longer than ctx
 // allows; the error then names the stream and, when the reader knows it, why it cannot be read
-// (it wraps amqpdelay.ErrTopologyMissing when the stream does not exist: run `declare apply`).
+// (it wraps amqpdelay.ErrTopologyMissing when the stream does not exist: run `rabbitdelay apply`).
 // The caller must then not settle d as handled: it cannot know that d is not revoked.
 func (r *Revocations) Revoked(ctx context.Context, d amqp.Delivery) (bool, error) {
 	if ctx == nil {

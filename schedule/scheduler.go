@@ -120,7 +120,7 @@ type Scheduler struct {
 // New declares the schedule objects under cfg.Spec's prefix (the stream <prefix>.schedules,
 // the exchanges <prefix>.schedules.fire and .links, the links queue, and the dispatch
 // exchange's binding to the links exchange; idempotent), starts a Publisher for links (the
-// delay topology of cfg.Spec must exist: `declare apply`), and reads the stream. ctx bounds
+// delay topology of cfg.Spec must exist: `rabbitdelay apply`), and reads the stream. ctx bounds
 // the start. Errors: ErrInvalidSchedule for a bad option, the Publisher's errors
 // (amqpdelay.ErrTopologyMissing, ...), the connection's.
 func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler, error) {

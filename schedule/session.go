@@ -63,7 +63,7 @@ func streamArgs(maxAge string) amqp.Table {
 
 // declareObjects declares the stream, the fire exchange and its binding to the stream, and the
 // links exchange, queue and bindings (the dispatch exchange's binding to the links exchange and
-// its target marker, as `declare apply` makes them for a target), all idempotent.
+// its target marker, as `rabbitdelay apply` makes them for a target), all idempotent.
 func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n Names, maxAge string) error {
 	ch, err := conn.Channel()
 	if err != nil {

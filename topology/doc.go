@@ -1,7 +1,7 @@
 // Package topology turns a delay specification ([Spec]) into the exact set of RabbitMQ
 // exchanges, queues and bindings that carry delayed messages ([NewPlan]), declares it
 // idempotently ([Apply]), inspects it ([Status]), exports it as RabbitMQ definitions
-// ([Export]) and deletes it ([Teardown]). The declare CLI (cmd/declare) is a thin layer on top;
+// ([Export]) and deletes it ([Teardown]). The rabbitdelay CLI (cmd/declare) is a thin layer on top;
 // the amqpdelay client reads the same [Config] from the same AMQPDELAY_* variables.
 //
 // # What gets declared
@@ -125,7 +125,7 @@
 // core RabbitMQ's only exchange policy key, so there is no harmless value to shadow with; an
 // alternate exchange set on one by a policy is reported.
 //
-// Without the management API Apply reports the policies as skipped and the declare CLI
+// Without the management API Apply reports the policies as skipped and the rabbitdelay CLI
 // prints the rabbitmqctl set_policy commands. A policy of the topology also shadows the
 // vhost's other policies on those queues and targets (a federation policy on a target, say):
 // give those a higher priority, or fold their keys into a policy of their own.

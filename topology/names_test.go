@@ -12,7 +12,7 @@ import (
 )
 
 // TestNamesSpelling: the ladder's and buckets' names are built without fmt (the Publisher names them on every
-// publish); they must stay the names `declare apply` has always declared.
+// publish); they must stay the names `rabbitdelay apply` has always declared.
 func TestNamesSpelling(t *testing.T) {
 	d, p := Names{}, Names{Prefix: "app.delays"}
 	for _, c := range []struct{ got, want string }{

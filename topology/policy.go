@@ -711,7 +711,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 // The topology sets no policy on ready queues: they belong to the application that consumes
 // them, whose own policies (a length limit, a TTL for messages nobody wants late, a leader
 // locator) are its business, and a policy of the topology would shadow them all. What is
-// reported is what loses or misroutes due messages. A quorum ready queue that `declare apply`
+// reported is what loses or misroutes due messages. A quorum ready queue that `rabbitdelay apply`
 // declared with a delivery limit has x-dead-letter-exchange <prefix>.unroutable (an argument,
 // which wins over a policy's), so what it expires, drops at its length limit or returns past
 // its limit is parked: a warning. Without it (classic ready queues, or ReadyDeliveryLimit -1)

@@ -11,7 +11,7 @@ import (
 )
 
 // DialFunc opens a new connection to the broker (see the amqpconn-based dialer of the
-// declare CLI). ProbePlugin owns and closes what it returns.
+// rabbitdelay CLI). ProbePlugin owns and closes what it returns.
 type DialFunc = plugin.Dialer
 
 // ProbePlugin reports whether the broker has the delayed-message plugin

@@ -7,7 +7,7 @@ import (
 )
 
 // Snapshot is what the management API says about a plan's topology at one moment: the
-// figures `declare exporter` serves. It is read without AMQP, so it has no view of objects
+// figures `rabbitdelay exporter` serves. It is read without AMQP, so it has no view of objects
 // the management API does not list (it has no "missing exchange" check; see [Status]).
 type Snapshot struct {
 	// Queues are the vhost's queues by name (every queue, not only the plan's).

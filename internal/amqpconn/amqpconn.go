@@ -1,4 +1,4 @@
-// Package amqpconn dials RabbitMQ for the declare CLI and the amqpdelay client from one
+// Package amqpconn dials RabbitMQ for the rabbitdelay CLI and the amqpdelay client from one
 // configuration shape (the AMQPDELAY_URL and AMQPDELAY_TLS_* variables, read by
 // delayspec.ReadEnv), and shows URLs without their passwords ([Redact]): every message of this
 // package that names a URL is built from the redacted form, never from the URL as given.
