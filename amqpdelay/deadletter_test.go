@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -19,9 +20,9 @@ import (
 func TestDeadLetterHops(t *testing.T) {
 	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
 		t.Run(order.String(), func(t *testing.T) {
-			spec := topology.Spec{Prefix: "rd", Targets: []topology.Target{{Name: "orders", Type: "direct"}},
+			spec := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}},
 				Ladder:  ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond, Order: order},
-				Buckets: topology.Delays{30 * time.Second}}
+				Buckets: delayspec.Delays{30 * time.Second}}
 			plan, err := topology.NewPlan(spec)
 			if err != nil {
 				t.Fatal(err)
@@ -250,19 +251,19 @@ func TestHeaderTooLargeWithReserve(t *testing.T) {
 // spec lists none); classic ready queues and limit -1 have no such route. The reserve then
 // holds one more x-death entry with reason delivery_limit, on every path.
 func TestParkRoute(t *testing.T) {
-	base := topology.Spec{Prefix: "rd", Targets: []topology.Target{{Name: "orders", Type: "direct"}}}.WithDefaults()
+	base := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}}}.WithDefaults()
 	withReady := base
-	withReady.ReadyQueues = topology.ReadyQueues{{Queue: "a", Exchange: "orders"}, {Queue: "orders.timeouts", Exchange: "orders"}}
+	withReady.ReadyQueues = delayspec.ReadyQueues{{Queue: "a", Exchange: "orders"}, {Queue: "orders.timeouts", Exchange: "orders"}}
 	classic := withReady
-	classic.QueueType = topology.Classic
+	classic.QueueType = delayspec.Classic
 	noLimit := withReady
-	noLimit.ReadyDeliveryLimit = topology.NoReadyDeliveryLimit
+	noLimit.ReadyDeliveryLimit = delayspec.NoReadyDeliveryLimit
 	for _, tt := range []struct {
 		name string
-		spec topology.Spec
+		spec delayspec.Spec
 		want parkRoute
 	}{
-		{"no ready queues listed", base, parkRoute{ok: true, queue: strings.Repeat("q", topology.MaxNameLen)}},
+		{"no ready queues listed", base, parkRoute{ok: true, queue: strings.Repeat("q", delayspec.MaxNameLen)}},
 		{"ready queues", withReady, parkRoute{ok: true, queue: strings.Repeat("q", len("orders.timeouts"))}},
 		{"classic", classic, parkRoute{}},
 		{"no delivery limit", noLimit, parkRoute{}},
@@ -289,7 +290,7 @@ func TestParkRoute(t *testing.T) {
 // TestDeadLetterHopsCopy: in copy k of the ladder, every hop is a queue of copy k entered from
 // copy k's exchanges, matching the plan's dead-letter exchanges.
 func TestDeadLetterHopsCopy(t *testing.T) {
-	spec := topology.Spec{Prefix: "rd", Targets: []topology.Target{{Name: "orders", Type: "direct"}}, Shards: 3,
+	spec := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}}, Shards: 3,
 		Ladder: ttlbuckets.Ladder{Radix: 16, Max: 65535 * time.Millisecond}}
 	plan, err := topology.NewPlan(spec)
 	if err != nil {

@@ -50,11 +50,11 @@
 // answers every delayed publish with NO_ROUTE).
 //
 // A ladder publish goes to the entry exchange of the message's first queue
-// (topology.Names.LadderEntryExchange). With
-// copies of the ladder (topology.Spec.Shards > 1, AMQPDELAY_SHARDS) it goes to that exchange of
+// (delayspec.Names.LadderEntryExchange). With
+// copies of the ladder (delayspec.Spec.Shards > 1, AMQPDELAY_SHARDS) it goes to that exchange of
 // the copy that the message's MessageId hashes to (FNV-1a modulo the copies), and the message
 // keeps to that copy for every hop; [Receipt.Exchange] names it. At start the Publisher also checks the copies' marker exchange
-// (topology.Names.ShardsMarker).
+// (delayspec.Names.ShardsMarker).
 //
 // At start, [NewPublisher] checks that the dispatch exchange exists (a passive declare) and
 // probes for the plugin exchange on a connection of its own (on RabbitMQ 3.x a failed declare

@@ -11,15 +11,15 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 func TestNewPublisherRefusesBadConfig(t *testing.T) {
-	cfg := Config{Spec: topology.Spec{
+	cfg := Config{Spec: delayspec.Spec{
 		Prefix:  "amq.bad",
 		Ladder:  ttlbuckets.Ladder{Radix: 3},
-		Buckets: topology.Delays{-time.Second},
+		Buckets: delayspec.Delays{-time.Second},
 	}}
 	cfg.URL = "http://user:s3cret@localhost/"
 	_, err := NewPublisher(context.Background(), cfg, WithChannels(0), WithStrategy(Strategy(42)))
@@ -44,7 +44,7 @@ func TestNewPublisherNilContext(t *testing.T) {
 }
 
 func TestNewPublisherPluginOnlyWithPluginOff(t *testing.T) {
-	cfg := Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}, Plugin: topology.PluginOff}}
+	cfg := Config{Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}, Plugin: delayspec.PluginOff}}
 	_, err := NewPublisher(context.Background(), cfg, WithStrategy(PluginOnly))
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "PluginOnly") {
 		t.Errorf("err = %v, want ErrInvalidConfig about PluginOnly", err)
@@ -54,7 +54,7 @@ func TestNewPublisherPluginOnlyWithPluginOff(t *testing.T) {
 // TestNewPublisherDialErrorHidesPassword: a broker that does not answer gives an error (when
 // ctx ends at the latest) that never shows the URL's password.
 func TestNewPublisherDialErrorHidesPassword(t *testing.T) {
-	cfg := Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}}
+	cfg := Config{Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}}
 	cfg.URL = "amqp://user:s3cret@127.0.0.1:1/vh"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -137,7 +137,7 @@ func truncated(name string) error {
 // last-hop queue's when its one hop is at a level with a next level, the level's queue when the
 // hop is at the level where the order ends or the message has more hops; in the copy given.
 func TestLadderDestination(t *testing.T) {
-	n := topology.Names{Prefix: "d"}
+	n := delayspec.Names{Prefix: "d"}
 	cases := []struct {
 		order ttlbuckets.Order
 		delay time.Duration

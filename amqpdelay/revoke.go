@@ -19,7 +19,7 @@ import (
 )
 
 // Revoking and rescheduling: records in the revocation stream <prefix>.revoked (see
-// topology.Names.Revoked and package revoke, which reads them).
+// delayspec.Names.Revoked and package revoke, which reads them).
 
 // ID returns the message's id, the one [Publisher.Revoke] and [Publisher.Reschedule] take: the
 // caller's MessageId, or the UUID the Publisher generated and set on the copy it sent.
@@ -79,7 +79,7 @@ var idRandom = struct {
 // the broker has confirmed the record in the revocation stream <prefix>.revoked. Every copy of
 // each id published before is revoked, and so is a copy of the id that a plain Publish sends
 // later (use [Publisher.Reschedule] to send an id again); the record is kept for the topology's
-// longest delay plus a day (topology.Spec.RevocationRetention), after which the id is free again.
+// longest delay plus a day (delayspec.Spec.RevocationRetention), after which the id is free again.
 //
 // Readers (package revoke; the consumer package uses one by default) drop a revoked delivery. A
 // revocation confirmed at least the reader's bound (revoke.DefaultBound, 100 ms) before a

@@ -14,14 +14,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 func noop(context.Context, amqp.Delivery) error { return nil }
 
 func TestNewValidates(t *testing.T) {
-	cfg := amqpdelay.Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}}
+	cfg := amqpdelay.Config{Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}}
 	_, err := New(cfg, "", nil, WithConcurrency(0), WithLease(time.Millisecond, time.Hour), WithSettleTimeout(0))
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
@@ -166,7 +166,7 @@ func TestRunRefusesUnreachableStore(t *testing.T) {
 	_ = l.Close() // nothing listens there now
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer client.Close()
-	cfg := amqpdelay.Config{URL: "amqp://guest:guest@127.0.0.1:1/", Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}}
+	cfg := amqpdelay.Config{URL: "amqp://guest:guest@127.0.0.1:1/", Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}}
 	c, err := New(cfg, "q", noop, WithStore(NewRedisStore(client, "")))
 	if err != nil {
 		t.Fatal(err)

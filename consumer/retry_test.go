@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -63,7 +63,7 @@ func TestPermanent(t *testing.T) {
 // Before, a Max near the largest time.Duration passed New's ladder check (Max x (1+Jitter)
 // wrapped negative) and its retries waited 1 ms or failed to publish, without end.
 func TestBackoffRefused(t *testing.T) {
-	cfg := amqpdelay.Config{Spec: topology.Spec{Targets: topology.Targets{{Name: "orders"}}}} // default ladder: 2^32-1 ms
+	cfg := amqpdelay.Config{Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}} // default ladder: 2^32-1 ms
 	short := cfg
 	short.Spec.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
 	for _, tc := range []struct {

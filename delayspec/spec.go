@@ -317,7 +317,7 @@ func (s Spec) Validate() error {
 			add("target %q %s: correct the name", shorten(t.Name), problem)
 		}
 		if names.Reserved(t.Name) && (t.Name != names.Retry() || t.Type != "") {
-			add("target %q is a name of the topology's own objects (prefix %q; see topology.Names): "+
+			add("target %q is a name of the topology's own objects (prefix %q; see delayspec.Names): "+
 				"choose another prefix (--prefix, AMQPDELAY_PREFIX) or another target name", t.Name, s.Prefix)
 		}
 		if BrokerReserved(t.Name) && t.Type != "" {
@@ -385,7 +385,7 @@ func (s Spec) Validate() error {
 			}
 		}
 		if names.Reserved(r.Queue) {
-			add("ready queue %q is a name of the topology's own objects (prefix %q; see topology.Names): "+
+			add("ready queue %q is a name of the topology's own objects (prefix %q; see delayspec.Names): "+
 				"choose another prefix (--prefix, AMQPDELAY_PREFIX) or another queue name", shorten(r.Queue), s.Prefix)
 		}
 		if names.Reserved(r.Exchange) {

@@ -51,7 +51,7 @@
 //   - rabbitdelay_revocation_stream_messages{queue}: messages in the revocation stream
 //     <prefix>.revoked: revocation records and its readers' fences. It shrinks only when
 //     RabbitMQ deletes a segment older than the stream's x-max-age
-//     (topology.Spec.RevocationRetention).
+//     (delayspec.Spec.RevocationRetention).
 //
 // Every series of every label set the specification configures is in every scrape, at 0
 // where nothing happened, so that an alert sees 0 rather than nothing; a queue that does not

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -29,7 +30,7 @@ func TestCollectManagementDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := topology.NewPlan(topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}})
+	p, err := topology.NewPlan(delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestHandlerBoundsScrapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := topology.NewPlan(topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}})
+	p, err := topology.NewPlan(delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -24,7 +25,7 @@ func BenchmarkApplyDefault(b *testing.B) {
 			b.StopTimer()
 			env := brokertest.NewEnv(b)
 			conn := env.Dial(b)
-			p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Plugin: topology.PluginOff})
+			p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, Plugin: delayspec.PluginOff})
 			if err != nil {
 				b.Fatal(err)
 			}

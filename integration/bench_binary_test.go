@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math/bits"
 	"math/rand/v2"
 	"os"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -230,7 +230,7 @@ type binaryCase struct {
 
 func binaryCaseOf(tb testing.TB, name string) binaryCase {
 	bucket := func(tb testing.TB) setup {
-		return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum, buckets: binaryBuckets, path: amqpdelay.PathBucket})
+		return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum, buckets: binaryBuckets, path: amqpdelay.PathBucket})
 	}
 	switch name {
 	case "binary":

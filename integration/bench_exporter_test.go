@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -37,8 +38,8 @@ func BenchmarkExporterScrape(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}, QueueType: topology.Quorum,
-		Plugin: topology.PluginOff, ReadyQueues: topology.ReadyQueues{{Queue: "orders.work", Exchange: "orders", BindingKey: "o.#"}}}
+	spec := delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, QueueType: delayspec.Quorum,
+		Plugin: delayspec.PluginOff, ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.work", Exchange: "orders", BindingKey: "o.#"}}}
 	p, err := topology.NewPlan(spec)
 	if err != nil {
 		b.Fatal(err)

@@ -5,13 +5,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -56,7 +56,7 @@ func BenchmarkLatenessSteady(b *testing.B) {
 			cases = append(cases, scase{name: name, delay: func() time.Duration { return 0 }, setup: rawReady})
 		case "bucket":
 			cases = append(cases, scase{name: name, delay: func() time.Duration { return steadyBuckets[rand.IntN(len(steadyBuckets))] }, setup: func(tb testing.TB) setup {
-				return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum, buckets: steadyBuckets, path: amqpdelay.PathBucket})
+				return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum, buckets: steadyBuckets, path: amqpdelay.PathBucket})
 			}})
 		default:
 			c := casesFromFlag(b, name)[0]

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -27,7 +28,7 @@ import (
 type delayCase struct {
 	name   string
 	ladder ttlbuckets.Ladder
-	qtype  topology.QueueType
+	qtype  delayspec.QueueType
 	// buckets are declared too; path is the path every positive delay must take.
 	buckets []time.Duration
 	path    amqpdelay.Path
@@ -38,7 +39,7 @@ type delayCase struct {
 	// readyClassic declares the ready queue as a classic queue (an experiment: where does the
 	// drain's limit sit?).
 	readyClassic bool
-	// copies is topology.Spec.Shards (0: one ladder). On a cluster (AMQP_URLS lists its nodes)
+	// copies is delayspec.Spec.Shards (0: one ladder). On a cluster (AMQP_URLS lists its nodes)
 	// apply places the copies through a connection per node.
 	copies int
 }
@@ -49,10 +50,10 @@ func ladderOf(unit time.Duration, radix int, order ttlbuckets.Order) ttlbuckets.
 
 // defaultLadderCase is the library's default: radix 16, 1 ms, shortest first, quorum queues.
 func defaultLadderCase(name string) delayCase {
-	return delayCase{name: name, ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum, path: amqpdelay.PathLadder}
+	return delayCase{name: name, ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum, path: amqpdelay.PathLadder}
 }
 
-func ladderCase(name string, unit time.Duration, radix int, order ttlbuckets.Order, qt topology.QueueType, variant string) delayCase {
+func ladderCase(name string, unit time.Duration, radix int, order ttlbuckets.Order, qt delayspec.QueueType, variant string) delayCase {
 	return delayCase{name: name, ladder: ladderOf(unit, radix, order), qtype: qt, path: amqpdelay.PathLadder, variant: variant}
 }
 
@@ -64,27 +65,27 @@ const (
 
 // burstCatalogue is every ladder case BenchmarkBurst knows by name (-burst-cases).
 var burstCatalogue = []delayCase{
-	ladderCase("shortest", ms1, 16, sf, topology.Quorum, ""),
-	ladderCase("longest", ms1, 16, lf, topology.Quorum, ""),
-	ladderCase("classic-shortest", ms1, 16, sf, topology.Classic, ""),
-	ladderCase("classic-longest", ms1, 16, lf, topology.Classic, ""),
-	ladderCase("classic2-shortest", ms1, 16, sf, topology.Classic, "classic2"),
-	ladderCase("topclassic-shortest", ms1, 16, sf, topology.Quorum, "top-classic"),
-	ladderCase("r32-shortest", ms1, 32, sf, topology.Quorum, ""),
-	ladderCase("r64-shortest", ms1, 64, sf, topology.Quorum, ""),
-	ladderCase("r64-longest", ms1, 64, lf, topology.Quorum, ""),
-	ladderCase("r4-shortest", ms1, 4, sf, topology.Quorum, ""),
-	ladderCase("u10ms-shortest", 10*ms1, 16, sf, topology.Quorum, ""),
-	ladderCase("u10ms-longest", 10*ms1, 16, lf, topology.Quorum, ""),
-	ladderCase("amo-shortest", ms1, 16, sf, topology.Quorum, "amo"),
-	ladderCase("shard3x4-shortest", ms1, 16, sf, topology.Quorum, "shard3x4"),
-	ladderCase("shard3x8-shortest", ms1, 16, sf, topology.Quorum, "shard3x8"),
+	ladderCase("shortest", ms1, 16, sf, delayspec.Quorum, ""),
+	ladderCase("longest", ms1, 16, lf, delayspec.Quorum, ""),
+	ladderCase("classic-shortest", ms1, 16, sf, delayspec.Classic, ""),
+	ladderCase("classic-longest", ms1, 16, lf, delayspec.Classic, ""),
+	ladderCase("classic2-shortest", ms1, 16, sf, delayspec.Classic, "classic2"),
+	ladderCase("topclassic-shortest", ms1, 16, sf, delayspec.Quorum, "top-classic"),
+	ladderCase("r32-shortest", ms1, 32, sf, delayspec.Quorum, ""),
+	ladderCase("r64-shortest", ms1, 64, sf, delayspec.Quorum, ""),
+	ladderCase("r64-longest", ms1, 64, lf, delayspec.Quorum, ""),
+	ladderCase("r4-shortest", ms1, 4, sf, delayspec.Quorum, ""),
+	ladderCase("u10ms-shortest", 10*ms1, 16, sf, delayspec.Quorum, ""),
+	ladderCase("u10ms-longest", 10*ms1, 16, lf, delayspec.Quorum, ""),
+	ladderCase("amo-shortest", ms1, 16, sf, delayspec.Quorum, "amo"),
+	ladderCase("shard3x4-shortest", ms1, 16, sf, delayspec.Quorum, "shard3x4"),
+	ladderCase("shard3x8-shortest", ms1, 16, sf, delayspec.Quorum, "shard3x8"),
 	// The default ladder in three copies (AMQPDELAY_SHARDS=3), spread over a cluster's nodes
 	// when AMQP_URLS lists them: what the copies give a burst's last hop.
-	withCopies(ladderCase("copies3-shortest", ms1, 16, sf, topology.Quorum, ""), 3),
+	withCopies(ladderCase("copies3-shortest", ms1, 16, sf, delayspec.Quorum, ""), 3),
 	// The default ladder cut to the levels a 1-10 s delay uses (4 instead of 8): what the
 	// levels a message only passes through (digit 0, exchange to exchange) cost.
-	withMax(ladderCase("max65s-shortest", ms1, 16, sf, topology.Quorum, ""), 65535*ms1),
+	withMax(ladderCase("max65s-shortest", ms1, 16, sf, delayspec.Quorum, ""), 65535*ms1),
 	// One hop: what a burst's last hop can do on this broker (see declareOneHop).
 	{name: "onehop", variant: "onehop"},
 	// One hop whose messages already carry 5 x-death entries, as a ladder message does on its
@@ -93,8 +94,8 @@ var burstCatalogue = []delayCase{
 	// The bucket path itself, its TTL taken from each message (see declareBucketBurst): one
 	// hop through the bucket exchange, a bucket queue and the dispatch exchange.
 	{name: "bucket", variant: "bucket-burst"},
-	withReadyClassic(ladderCase("shortest-readyclassic", ms1, 16, sf, topology.Quorum, "")),
-	withReadyClassic(ladderCase("classic2-shortest-readyclassic", ms1, 16, sf, topology.Classic, "classic2")),
+	withReadyClassic(ladderCase("shortest-readyclassic", ms1, 16, sf, delayspec.Quorum, "")),
+	withReadyClassic(ladderCase("classic2-shortest-readyclassic", ms1, 16, sf, delayspec.Classic, "classic2")),
 }
 
 // benchShardHeader spreads a sharded level's messages over its shards (variant "shardLxS").
@@ -182,12 +183,12 @@ func declare(tb testing.TB, c delayCase) setup {
 	if env.VHost == "/" {
 		tb.Skip("the benchmarks need the management API (AMQP_MANAGEMENT_URL): every case works in a vhost of its own")
 	}
-	spec := topology.Spec{
+	spec := delayspec.Spec{
 		Prefix:    env.Prefix,
-		Targets:   topology.Targets{{Name: benchTarget, Type: "topic"}},
+		Targets:   delayspec.Targets{{Name: benchTarget, Type: "topic"}},
 		Buckets:   c.buckets,
 		Ladder:    c.ladder,
-		Plugin:    topology.PluginOff,
+		Plugin:    delayspec.PluginOff,
 		QueueType: c.qtype,
 		Shards:    c.copies,
 	}
@@ -302,7 +303,7 @@ func newBenchPublisher(tb testing.TB, ctx context.Context, cfg amqpdelay.Config,
 // rule and bindings, but with queue arguments topology.Apply does not offer: the experiments of
 // BenchmarkBurst (see delayCase.variant). The Publisher works with it unchanged: it only needs
 // the dispatch exchange and the entry exchanges to exist.
-func declareVariant(tb testing.TB, conn *amqp.Connection, spec topology.Spec, variant string) {
+func declareVariant(tb testing.TB, conn *amqp.Connection, spec delayspec.Spec, variant string) {
 	tb.Helper()
 	ch, err := conn.Channel()
 	if err != nil {
@@ -359,7 +360,7 @@ func declareVariant(tb testing.TB, conn *amqp.Connection, spec topology.Spec, va
 		case variant == "classic2":
 			classic = true
 		case variant == "top-classic":
-			classic = q.Level == levels-1 || spec.QueueType == topology.Classic
+			classic = q.Level == levels-1 || spec.QueueType == delayspec.Classic
 		case variant == "amo":
 		case strings.HasPrefix(variant, "shard"):
 			// "shardLxS": the queues of level L sharded S ways on the benchShardHeader.
@@ -414,11 +415,11 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 			target, ready = env.Name("target"), env.Name("ready")
 			prefix = env.Prefix
 		}
-		spec := topology.Spec{
+		spec := delayspec.Spec{
 			Prefix:    prefix,
-			Targets:   topology.Targets{{Name: target, Type: "topic"}},
-			Plugin:    topology.PluginOn,
-			QueueType: topology.Quorum,
+			Targets:   delayspec.Targets{{Name: target, Type: "topic"}},
+			Plugin:    delayspec.PluginOn,
+			QueueType: delayspec.Quorum,
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -526,7 +527,7 @@ func declareOneHop(tb testing.TB, xdeath bool) setup {
 // 1 h bucket.
 func declareBucketBurst(tb testing.TB) setup {
 	tb.Helper()
-	s := declare(tb, delayCase{name: "bucket-1h", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum,
+	s := declare(tb, delayCase{name: "bucket-1h", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum,
 		buckets: []time.Duration{time.Hour}, path: amqpdelay.PathBucket})
 	chs := channels(tb, s.url)
 	exchange := s.cfg.Spec.Names().BucketExchange()

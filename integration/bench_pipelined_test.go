@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -93,7 +93,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 			}
 		}
 	}
-	bucket := delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum,
+	bucket := delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum,
 		buckets: []time.Duration{time.Hour}, path: amqpdelay.PathBucket}
 	cases := []tcase{
 		{name: "raw", setup: rawPipelined},
@@ -106,7 +106,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 		{name: "raw-bucket-fanout-exchange", setup: rawBucketFanoutPipelined},
 		{name: "direct", setup: deferred(withPath(defaultLadderCase("direct"), amqpdelay.PathDirect), func(int) time.Duration { return 0 }), route: "raw-topic-exchange"},
 		{name: "ladder-1h", setup: deferred(defaultLadderCase("ladder"), hour)},
-		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, topology.Quorum, ""), hour), route: "raw-fanout-exchange"},
+		{name: "ladder-1h-longest-first", setup: deferred(ladderCase("ladder-lf", 0, 0, lf, delayspec.Quorum, ""), hour), route: "raw-fanout-exchange"},
 		{name: "bucket-1h", setup: deferred(bucket, hour), route: "raw-bucket-headers-exchange"},
 		{name: "ladder-1-10s", setup: deferred(defaultLadderCase("ladder"), short)},
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -17,7 +18,6 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/revoke"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 var (
@@ -34,7 +34,7 @@ var (
 func BenchmarkRevocationsCatchUp(b *testing.B) {
 	for range b.N {
 		env := brokertest.NewEnv(b)
-		spec := testSpec(env, topology.Target{Name: env.Name("orders"), Type: "topic"})
+		spec := testSpec(env, delayspec.Target{Name: env.Name("orders"), Type: "topic"})
 		declareTopology(b, env, spec)
 		p := newPublisher(b, env, spec)
 		n, per := *revokeN, max(*revokePerRecord, 1)

@@ -4,12 +4,12 @@ package integration
 
 import (
 	"context"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -41,10 +41,10 @@ func BenchmarkPublishThroughput(b *testing.B) {
 			return declare(tb, defaultLadderCase("ladder")).publish
 		}, delay: longDelay},
 		{name: "ladder-longest", setup: func(tb testing.TB) publishFunc {
-			return declare(tb, ladderCase("ladder-longest", ms1, 16, lf, topology.Quorum, "")).publish
+			return declare(tb, ladderCase("ladder-longest", ms1, 16, lf, delayspec.Quorum, "")).publish
 		}, delay: longDelay},
 		{name: "bucket", setup: func(tb testing.TB) publishFunc {
-			return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: topology.Quorum,
+			return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum,
 				buckets: []time.Duration{throughputBucket}, path: amqpdelay.PathBucket}).publish
 		}, delay: func(int) time.Duration { return throughputBucket }},
 	}

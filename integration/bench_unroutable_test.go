@@ -4,12 +4,12 @@ package integration
 
 import (
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // BenchmarkDueUnroutableLateness measures what 1,100 due messages that no queue takes cost a
@@ -25,10 +25,10 @@ import (
 func BenchmarkDueUnroutableLateness(b *testing.B) {
 	const unbound = 1100
 	type benchCase struct {
-		qt       topology.QueueType
+		qt       delayspec.QueueType
 		prefetch int // 0: leave the broker's setting
 	}
-	cases := []benchCase{{topology.Quorum, 32}, {topology.Quorum, 1024}, {topology.Classic, 0}}
+	cases := []benchCase{{delayspec.Quorum, 32}, {delayspec.Quorum, 1024}, {delayspec.Classic, 0}}
 	for _, bc := range cases {
 		b.Run(fmt.Sprintf("%s/prefetch=%d", bc.qt, bc.prefetch), func(b *testing.B) {
 			if bc.prefetch > 0 && !benchSetDLXPrefetch(b, bc.prefetch) {
@@ -66,7 +66,7 @@ func benchSetDLXPrefetch(b *testing.B, n int) bool {
 // benchUnroutableRun declares polSpec(qt) in a vhost of its own, publishes n messages into
 // its 3 s bucket (routed to a sink queue when routable, else to no queue) and then the bound
 // one, and returns how late the bound one arrived. A minute after due without it fails b.
-func benchUnroutableRun(b *testing.B, qt topology.QueueType, n int, routable bool) time.Duration {
+func benchUnroutableRun(b *testing.B, qt delayspec.QueueType, n int, routable bool) time.Duration {
 	b.Helper()
 	env := brokertest.NewEnv(b)
 	m := topoNeedManagement(b, env)

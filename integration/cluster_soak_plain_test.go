@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -14,7 +15,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -28,7 +28,7 @@ import (
 // (SOAK_PLAIN=1) it tells a loss of the broker from one of the Publisher: ids plain-<n>.
 type plainLadder struct {
 	urls    []string
-	names   topology.Names
+	names   delayspec.Names
 	ladder  ttlbuckets.Ladder
 	target  string
 	l       *soakLedger
@@ -46,7 +46,7 @@ type plainLadder struct {
 
 // startPlainLadder starts workers publishing batches of batch messages each, rate messages
 // per second in all, until close.
-func startPlainLadder(urls []string, prefer int, spec topology.Spec, ladder ttlbuckets.Ladder, target string,
+func startPlainLadder(urls []string, prefer int, spec delayspec.Spec, ladder ttlbuckets.Ladder, target string,
 	minD, maxD time.Duration, workers, batch, rate int, l *soakLedger) *plainLadder {
 	pl := &plainLadder{urls: urls, names: spec.Names(), ladder: ladder, target: target, l: l, minD: minD, maxD: maxD,
 		stop: make(chan struct{}), onNode: make([]atomic.Int32, workers),

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -109,7 +110,7 @@ type soakRun struct {
 	p       *amqpdelay.Publisher
 	ev      *events
 	cons    *soakConsumer
-	spec    topology.Spec
+	spec    delayspec.Spec
 	plain   *plainLadder
 	l       *soakLedger
 	start   time.Time
@@ -207,13 +208,13 @@ func (r *soakRun) setup() {
 	r.env = brokertest.NewEnv(t)
 	r.target = r.env.Name("orders")
 	r.ready = r.env.Name("ready")
-	spec := topology.Spec{
+	spec := delayspec.Spec{
 		Prefix:      r.env.Prefix,
-		Targets:     topology.Targets{{Name: r.target, Type: "direct"}},
+		Targets:     delayspec.Targets{{Name: r.target, Type: "direct"}},
 		Ladder:      testLadder(),
-		Plugin:      topology.PluginOff,
-		QueueType:   topology.Quorum,
-		ReadyQueues: topology.ReadyQueues{{Queue: r.ready, Exchange: r.target, BindingKey: "k"}},
+		Plugin:      delayspec.PluginOff,
+		QueueType:   delayspec.Quorum,
+		ReadyQueues: delayspec.ReadyQueues{{Queue: r.ready, Exchange: r.target, BindingKey: "k"}},
 	}
 	p, err := topology.NewPlan(spec)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -47,9 +48,9 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 	defer cancel()
 
 	target, ready, held := env.Name("orders"), env.Name("ready"), env.Name("held-on-3")
-	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: target, Type: "direct"}}, Plugin: topology.PluginOff,
-		Ladder: testLadder(), QueueType: topology.Quorum,
-		ReadyQueues: topology.ReadyQueues{{Queue: ready, Exchange: target, BindingKey: "k"}}}
+	spec := delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: target, Type: "direct"}}, Plugin: delayspec.PluginOff,
+		Ladder: testLadder(), QueueType: delayspec.Quorum,
+		ReadyQueues: delayspec.ReadyQueues{{Queue: ready, Exchange: target, BindingKey: "k"}}}
 	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ func checkExporterNodes(t *testing.T, ctx context.Context, m *topology.Managemen
 		members, leaders, delayLeaders := map[string]float64{}, map[string]float64{}, map[string]float64{}
 		for _, q := range p.Queues {
 			mq, ok := qs[q.Name]
-			if !ok || mq.Type != string(topology.Quorum) {
+			if !ok || mq.Type != string(delayspec.Quorum) {
 				continue
 			}
 			for _, n := range mq.Members {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -35,8 +36,8 @@ func TestClusterTopology(t *testing.T) {
 	defer cancel()
 
 	target := env.Name("orders")
-	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: target, Type: "topic"}}, Plugin: topology.PluginOff,
-		ReadyQueues: topology.ReadyQueues{{Queue: env.Name("ready"), Exchange: target, BindingKey: "#"}}}
+	spec := delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: target, Type: "topic"}}, Plugin: delayspec.PluginOff,
+		ReadyQueues: delayspec.ReadyQueues{{Queue: env.Name("ready"), Exchange: target, BindingKey: "#"}}}
 	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestClusterTopology(t *testing.T) {
 	// The cluster report covers the plan's quorum queues: not its revocation stream.
 	nQuorum := 0
 	for _, q := range p.Queues {
-		if q.Args["x-queue-type"] == string(topology.Quorum) {
+		if q.Args["x-queue-type"] == string(delayspec.Quorum) {
 			nQuorum++
 		}
 	}

@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/consumer"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -29,7 +29,7 @@ import (
 // long each delivery takes (a busy machine), so the counts are bounds, not exact figures.
 func TestConsumerEarlyBeyondHold(t *testing.T) {
 	t.Parallel()
-	f := newConsumerFixture(t, func(s *topology.Spec) {
+	f := newConsumerFixture(t, func(s *delayspec.Spec) {
 		s.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 4095 * time.Millisecond}
 	})
 	type call struct {

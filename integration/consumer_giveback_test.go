@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,6 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -40,7 +40,7 @@ func headerCount(d amqp.Delivery, name string) int64 {
 func TestConsumerRetryFailingParkedByLimit(t *testing.T) {
 	t.Parallel()
 	const limit = 3
-	f := newConsumerFixture(t, func(s *topology.Spec) { s.ReadyDeliveryLimit = limit })
+	f := newConsumerFixture(t, func(s *delayspec.Spec) { s.ReadyDeliveryLimit = limit })
 	var calls atomic.Int32
 	ok := newConsumerEffects()
 	evs := newConsumerEvents()
@@ -113,7 +113,7 @@ func TestConsumerShutdownNotCounted(t *testing.T) {
 	if !only {
 		limit = 0 // the default, 20
 	}
-	f := newConsumerFixture(t, func(s *topology.Spec) { s.ReadyDeliveryLimit = limit })
+	f := newConsumerFixture(t, func(s *delayspec.Spec) { s.ReadyDeliveryLimit = limit })
 	f.publish(t, "healthy", 0)
 	const rounds = 3
 	for i := range rounds {

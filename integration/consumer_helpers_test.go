@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -18,14 +19,13 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // consumerFixture is a topology with target exchange "orders" (topic) and two ready queues bound
 // to it with the same key: work (consumed by consumer.Consumer) and other (a plain consumer).
 type consumerFixture struct {
 	env   *brokertest.Env
-	spec  topology.Spec
+	spec  delayspec.Spec
 	cfg   amqpdelay.Config
 	work  string
 	other string
@@ -34,7 +34,7 @@ type consumerFixture struct {
 
 // newConsumerFixture declares the fixture's topology; opts may change the specification first
 // (its ready queues are set by then).
-func newConsumerFixture(t testing.TB, opts ...func(*topology.Spec)) *consumerFixture {
+func newConsumerFixture(t testing.TB, opts ...func(*delayspec.Spec)) *consumerFixture {
 	t.Helper()
 	env := brokertest.NewEnv(t)
 	if env.VHost == "/" {
@@ -44,8 +44,8 @@ func newConsumerFixture(t testing.TB, opts ...func(*topology.Spec)) *consumerFix
 		t.Skip("the consumer tests need the management API (a vhost of their own): set AMQP_MANAGEMENT_URL, or run `make test`")
 	}
 	f := &consumerFixture{env: env, work: env.Name("work"), other: env.Name("other")}
-	f.spec = testSpec(env, topology.Target{Name: env.Name("orders"), Type: "topic"})
-	f.spec.ReadyQueues = topology.ReadyQueues{
+	f.spec = testSpec(env, delayspec.Target{Name: env.Name("orders"), Type: "topic"})
+	f.spec.ReadyQueues = delayspec.ReadyQueues{
 		{Queue: f.work, Exchange: env.Name("orders"), BindingKey: "o.#"},
 		{Queue: f.other, Exchange: env.Name("orders"), BindingKey: "o.#"},
 	}

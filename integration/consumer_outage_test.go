@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"io"
 	"net"
 	"os"
@@ -21,7 +22,6 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/revoke"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestRevocationStreamDeletedWhileReading: the revocation stream is deleted under a running
@@ -313,9 +313,9 @@ func TestConsumerMetricsCountEveryHandlerRun(t *testing.T) {
 func TestConsumerCopiesLeaveCCBehind(t *testing.T) {
 	t.Parallel()
 	var third string
-	f := newConsumerFixture(t, func(s *topology.Spec) {
+	f := newConsumerFixture(t, func(s *delayspec.Spec) {
 		third = strings.TrimSuffix(s.ReadyQueues[0].Queue, "work") + "third"
-		s.ReadyQueues = append(s.ReadyQueues, topology.ReadyQueue{Queue: third, Exchange: s.Targets[0].Name, BindingKey: "t.#"})
+		s.ReadyQueues = append(s.ReadyQueues, delayspec.ReadyQueue{Queue: third, Exchange: s.Targets[0].Name, BindingKey: "t.#"})
 	})
 	var calls sync.Map
 	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/consumer"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // The consumer's field faults: one delivery, or one handler result, that must not break the
@@ -103,10 +103,10 @@ func TestConsumerHandlerErrorPanics(t *testing.T) {
 // are handled.
 func TestConsumerCopyRefused(t *testing.T) {
 	t.Parallel()
-	for _, qt := range []topology.QueueType{topology.Quorum, topology.Classic} {
+	for _, qt := range []delayspec.QueueType{delayspec.Quorum, delayspec.Classic} {
 		t.Run(string(qt), func(t *testing.T) {
 			t.Parallel()
-			f := newConsumerFixture(t, func(s *topology.Spec) { s.QueueType = qt })
+			f := newConsumerFixture(t, func(s *delayspec.Spec) { s.QueueType = qt })
 			evs := newConsumerEvents()
 			var calls atomic.Int64
 			ok := newConsumerEffects()
@@ -136,7 +136,7 @@ func TestConsumerCopyRefused(t *testing.T) {
 			}
 			parking := f.spec.Names().Parking()
 			want := 0
-			if qt == topology.Quorum {
+			if qt == delayspec.Quorum {
 				want = 1
 				waitFor(t, 30*time.Second, "the rejected message in the parking queue", func() bool { return queueLen(t, f.env.Channel(t), parking) == 1 })
 				d := getAll(t, f.env, parking)[0]
@@ -151,7 +151,7 @@ func TestConsumerCopyRefused(t *testing.T) {
 					t.Errorf("parking queue holds %q, x-death reason %q; want crowded, rejected", d.MessageId, reason)
 				}
 			}
-			if n := queueLen(t, f.env.Channel(t), parking); qt == topology.Classic && n != want {
+			if n := queueLen(t, f.env.Channel(t), parking); qt == delayspec.Classic && n != want {
 				t.Errorf("parking queue holds %d messages, want %d", n, want)
 			}
 			if n := queueLen(t, f.env.Channel(t), f.work); n != 0 {

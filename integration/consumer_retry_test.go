@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -272,7 +273,7 @@ func TestConsumerParkAndReplay(t *testing.T) {
 // queues: "topology-limit", with the x-delivery-limit 20 that `rabbitdelay apply` sets by default
 // (a tripped limit would dead-letter it to the parking queue with x-death reason
 // delivery_limit), and "broker-default", declared without x-delivery-limit
-// (topology.NoReadyDeliveryLimit), where RabbitMQ 4.x applies its own default of 20 and a
+// (delayspec.NoReadyDeliveryLimit), where RabbitMQ 4.x applies its own default of 20 and a
 // tripped limit would drop the message (3.10.8 has no default limit: there it only shows that
 // nothing requeues).
 func TestConsumerDeliveryLimit(t *testing.T) {
@@ -280,9 +281,9 @@ func TestConsumerDeliveryLimit(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		limit int
-	}{{"topology-limit", 0}, {"broker-default", topology.NoReadyDeliveryLimit}} {
+	}{{"topology-limit", 0}, {"broker-default", delayspec.NoReadyDeliveryLimit}} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newConsumerFixture(t, func(s *topology.Spec) { s.ReadyDeliveryLimit = c.limit })
+			f := newConsumerFixture(t, func(s *delayspec.Spec) { s.ReadyDeliveryLimit = c.limit })
 			var attempts atomic.Int32
 			var maxCount atomic.Int64
 			evs := newConsumerEvents()

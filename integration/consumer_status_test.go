@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -25,8 +26,8 @@ func TestConsumerRetryBindingStatus(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
-	spec.ReadyQueues = topology.ReadyQueues{{Queue: env.Name("work"), Exchange: target, BindingKey: "o.#"}}
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
+	spec.ReadyQueues = delayspec.ReadyQueues{{Queue: env.Name("work"), Exchange: target, BindingKey: "o.#"}}
 	p, _, err := polApply(t, env, m, spec)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -27,11 +27,11 @@ func routeLadder(order ttlbuckets.Order) ttlbuckets.Ladder {
 // ladderRouteSetup declares, in a vhost of its own, a topology with ladder l and one topic
 // target, and a ready queue bound to the target with "#"; it returns the environment, the
 // specification, the target's name and the ready queue's deliveries.
-func ladderRouteSetup(t *testing.T, l ttlbuckets.Ladder) (*brokertest.Env, topology.Spec, string, <-chan arrival) {
+func ladderRouteSetup(t *testing.T, l ttlbuckets.Ladder) (*brokertest.Env, delayspec.Spec, string, <-chan arrival) {
 	t.Helper()
 	env := brokertest.NewEnv(t)
 	target := env.Name("t")
-	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
 	spec.Ladder = l
 	declareTopology(t, env, spec)
 	ready := env.Name("ready")
@@ -92,7 +92,7 @@ func TestLadderLastLevel(t *testing.T) {
 			if err := ch.Confirm(false); err != nil {
 				t.Fatalf("confirm: %v", err)
 			}
-			n := topology.Names{Prefix: spec.Prefix}
+			n := delayspec.Names{Prefix: spec.Prefix}
 			for d := range delays {
 				plan, err := l.Plan(d, ttlbuckets.Strict)
 				if err != nil {
@@ -152,7 +152,7 @@ func TestLadderRadix64Digits(t *testing.T) {
 					sent[r.MessageID] = plan.LastLevel()
 				}
 			}
-			checkArrivals(t, l, topology.Names{Prefix: spec.Prefix}, got, sent, 30*time.Second)
+			checkArrivals(t, l, delayspec.Names{Prefix: spec.Prefix}, got, sent, 30*time.Second)
 		})
 	}
 }
@@ -162,7 +162,7 @@ func TestLadderRadix64Digits(t *testing.T) {
 // checks each arrived once, on time, with the headers its route needs, and that nothing else
 // arrives. For a message with the last-level header, x-death must show that its first queue
 // was entered from that queue's entry exchange.
-func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n topology.Names, got <-chan arrival, sent map[string]int, within time.Duration) {
+func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-chan arrival, sent map[string]int, within time.Duration) {
 	t.Helper()
 	seen := map[string]bool{}
 	for range sent {
@@ -275,7 +275,7 @@ func TestLadderEntryExchangeBroken(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			env, spec, target, got := ladderRouteSetup(t, routeLadder(ttlbuckets.ShortestFirst))
-			n := topology.Names{Prefix: spec.Prefix}
+			n := delayspec.Names{Prefix: spec.Prefix}
 			ctx := pubCtx(t)
 			p := newPublisher(t, env, spec)
 			const single = 3 * time.Millisecond // radix 4: 0.03, one hop at level 0

@@ -27,6 +27,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -35,10 +36,10 @@ import (
 
 // metSpec is the metrics tests' topology: target orders (topic), buckets 1 s and 1 min, a
 // radix-16 ladder up to 65,535 ms, quorum queues, and the ready queue orders.work (o.#).
-func metSpec() topology.Spec {
-	return topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}},
-		Buckets: topology.Delays{time.Second, time.Minute}, Ladder: testLadder(), QueueType: topology.Quorum,
-		Plugin: topology.PluginOff, ReadyQueues: topology.ReadyQueues{{Queue: "orders.work", Exchange: "orders", BindingKey: "o.#"}}}
+func metSpec() delayspec.Spec {
+	return delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}},
+		Buckets: delayspec.Delays{time.Second, time.Minute}, Ladder: testLadder(), QueueType: delayspec.Quorum,
+		Plugin: delayspec.PluginOff, ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.work", Exchange: "orders", BindingKey: "o.#"}}}
 }
 
 // metValue returns the value of the sample of metric name whose labels include want (a
@@ -258,7 +259,7 @@ func TestExporterScrape(t *testing.T) {
 	spec := metSpec()
 	// A ready queue with two bindings is in the plan twice: one series still (two made every
 	// scrape fail with 500, "collected before with the same name and label values").
-	spec.ReadyQueues = append(spec.ReadyQueues, topology.ReadyQueue{Queue: "orders.work", Exchange: "orders", BindingKey: "x.#"})
+	spec.ReadyQueues = append(spec.ReadyQueues, delayspec.ReadyQueue{Queue: "orders.work", Exchange: "orders", BindingKey: "x.#"})
 	p, _, err := polApply(t, env, m, spec)
 	if err != nil {
 		t.Fatalf("apply: %v", err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -28,7 +29,7 @@ func TestPolicyReadyAndParkingKeys(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	major := polMajor(t, env)
-	spec := polSpec(topology.Quorum)
+	spec := polSpec(delayspec.Quorum)
 	p, _, err := polApply(t, env, m, spec)
 	if err != nil {
 		t.Fatalf("apply on a fresh vhost: %v", err)
@@ -74,7 +75,7 @@ func TestPolicyReadyAndParkingKeys(t *testing.T) {
 			polClear(t, env, "policies", "low")
 		}
 		for _, operator := range []bool{false, true} {
-			kind, prio, pol := "policies", topology.DefaultPolicyPriority+1, "high"
+			kind, prio, pol := "policies", delayspec.DefaultPolicyPriority+1, "high"
 			if operator {
 				if !opKeys[tc.key] || len(tc.def) > 1 && major < 4 {
 					continue // refused as an operator policy on this version (TestPolicyKeysShadowedOrReported)

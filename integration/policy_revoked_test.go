@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -47,7 +48,7 @@ func TestPolicyRevokedStreamKeys(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	major := polMajor(t, env)
-	spec := polSpec(topology.Quorum)
+	spec := polSpec(delayspec.Quorum)
 	p, _, err := polApply(t, env, m, spec)
 	if err != nil {
 		t.Fatalf("apply on a fresh vhost: %v", err)
@@ -109,7 +110,7 @@ func TestPolicyRevokedStreamKeys(t *testing.T) {
 		}
 		for _, s := range settings {
 			operator := s.kind == "operator-policies"
-			prio := topology.DefaultPolicyPriority + 1
+			prio := delayspec.DefaultPolicyPriority + 1
 			if operator {
 				prio = 0
 			}
@@ -142,7 +143,7 @@ func TestPolicyRevokedStreamKeys(t *testing.T) {
 		}
 	}
 	// A max-age at least the retention drops nothing early: not reported.
-	if err := polSet(env, "policies", "longer", pattern, "queues", topology.DefaultPolicyPriority+1, map[string]any{"max-age": "10Y"}); err != nil {
+	if err := polSet(env, "policies", "longer", pattern, "queues", delayspec.DefaultPolicyPriority+1, map[string]any{"max-age": "10Y"}); err != nil {
 		t.Fatal(err)
 	}
 	waitBroker("max-age 10Y", "longer", "", "max-age")

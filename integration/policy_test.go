@@ -16,6 +16,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -24,14 +25,14 @@ import (
 // polSpec is the small topology the policy tests declare: a declared topic target "orders",
 // a 3 s bucket, a radix-4 ladder up to a minute (a few dozen queues), a ready queue taking
 // key "bound".
-func polSpec(qt topology.QueueType) topology.Spec {
-	return topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Buckets: topology.Delays{3 * time.Second},
-		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Minute}, QueueType: qt, Plugin: topology.PluginOff,
-		ReadyQueues: topology.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "bound"}}}
+func polSpec(qt delayspec.QueueType) delayspec.Spec {
+	return delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, Buckets: delayspec.Delays{3 * time.Second},
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Minute}, QueueType: qt, Plugin: delayspec.PluginOff,
+		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "bound"}}}
 }
 
 // polApply plans and applies spec in env's vhost with the management API.
-func polApply(t testing.TB, env *brokertest.Env, m *topology.Management, spec topology.Spec) (*topology.Plan, *topology.Report, error) {
+func polApply(t testing.TB, env *brokertest.Env, m *topology.Management, spec delayspec.Spec) (*topology.Plan, *topology.Report, error) {
 	t.Helper()
 	p, err := topology.NewPlan(spec)
 	if err != nil {
@@ -126,7 +127,7 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 			env := brokertest.NewEnv(t)
 			m := topoNeedManagement(t, env)
 			major := polMajor(t, env)
-			p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+			p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 			if err != nil {
 				t.Fatalf("apply on a fresh vhost: %v", err)
 			}
@@ -154,7 +155,7 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 			polClear(t, env, "policies", "low")
 
 			// Above it: reported, and apply fails.
-			if err := polSet(env, "policies", "high", ".*", "queues", topology.DefaultPolicyPriority+1, def); err != nil {
+			if err := polSet(env, "policies", "high", ".*", "queues", delayspec.DefaultPolicyPriority+1, def); err != nil {
 				t.Fatal(err)
 			}
 			if tc.breaks == "" {
@@ -180,7 +181,7 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 						t.Errorf("problem %+v\n%s", pp, pp)
 					}
 				}
-				_, rep, err := polApply(t, env, m, polSpec(topology.Quorum))
+				_, rep, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 				if tc.key != "delivery-limit" && (!errors.Is(err, topology.ErrPolicy) || len(rep.PolicyProblems) == 0) {
 					t.Errorf("apply under a high-priority %s policy: %v, want ErrPolicy", tc.key, err)
 				}
@@ -278,7 +279,7 @@ func TestPolicyShadowedKeepsDelaysAndQueues(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ func TestPolicyExchangeAlternateReported(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,12 +428,12 @@ func TestPolicyLengthLimitDropsHeadEarly(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		qt   topology.QueueType
+		qt   delayspec.QueueType
 		def  map[string]any
 	}{
-		{"quorum drop-head", topology.Quorum, map[string]any{"max-length": 0, "overflow": "drop-head"}},
-		{"quorum reject-publish-dlx", topology.Quorum, map[string]any{"max-length": 0, "overflow": "reject-publish-dlx"}},
-		{"classic default overflow", topology.Classic, map[string]any{"max-length": 0}},
+		{"quorum drop-head", delayspec.Quorum, map[string]any{"max-length": 0, "overflow": "drop-head"}},
+		{"quorum reject-publish-dlx", delayspec.Quorum, map[string]any{"max-length": 0, "overflow": "reject-publish-dlx"}},
+		{"classic default overflow", delayspec.Classic, map[string]any{"max-length": 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -442,7 +443,7 @@ func TestPolicyLengthLimitDropsHeadEarly(t *testing.T) {
 			if err != nil {
 				t.Fatalf("apply on a fresh vhost: %v", err)
 			}
-			if err := polSet(env, "policies", "limit", `^rd\.bucket\.`, "queues", topology.DefaultPolicyPriority+1, tc.def); err != nil {
+			if err := polSet(env, "policies", "limit", `^rd\.bucket\.`, "queues", delayspec.DefaultPolicyPriority+1, tc.def); err != nil {
 				t.Fatal(err)
 			}
 			bucket := p.Names.BucketQueue(3000)
@@ -499,7 +500,7 @@ func TestPolicyPatternLongPrefix(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	spec := polSpec(topology.Quorum)
+	spec := polSpec(delayspec.Quorum)
 	spec.Prefix = env.Prefix + "." + strings.Repeat("p", 150-len(env.Prefix))
 	spec.Ladder = ttlbuckets.Ladder{} // the default: 225 delay queues, about 39 KB of names
 	p, _, err := polApply(t, env, m, spec)
@@ -526,7 +527,7 @@ func TestPolicyDeliveryLimit4x(t *testing.T) {
 		t.Parallel()
 		env := brokertest.NewEnv(t)
 		m := topoNeedManagement(t, env)
-		p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+		p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 		if err != nil {
 			t.Fatalf("apply: %v", err)
 		}
@@ -564,8 +565,8 @@ func TestPolicyDeliveryLimit4x(t *testing.T) {
 		t.Parallel()
 		env := brokertest.NewEnv(t)
 		m := topoNeedManagement(t, env)
-		spec := polSpec(topology.Quorum)
-		spec.ReadyDeliveryLimit = topology.NoReadyDeliveryLimit
+		spec := polSpec(delayspec.Quorum)
+		spec.ReadyDeliveryLimit = delayspec.NoReadyDeliveryLimit
 		p, rep, err := polApply(t, env, m, spec)
 		var flagged bool
 		for _, pp := range rep.PolicyProblems {
@@ -592,7 +593,7 @@ func TestPolicyPCREPatternSeenAtOnce(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	spec := polSpec(topology.Quorum)
+	spec := polSpec(delayspec.Quorum)
 	spec.Prefix = env.Prefix
 	p, _, err := polApply(t, env, m, spec)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -34,7 +35,7 @@ func TestPolicyTieAtTopologyPriority(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"net/url"
 	"strings"
 	"testing"
@@ -12,7 +13,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -21,7 +21,7 @@ import (
 // targets policy (orders' alternate exchange is <prefix>.due-unroutable) the 1,100 end in the
 // parking queue with their target header and the bound one arrives when due; the bucket
 // queue keeps nothing in its dead-letter state.
-func polUnroutableRun(t *testing.T, env *brokertest.Env, qt topology.QueueType) {
+func polUnroutableRun(t *testing.T, env *brokertest.Env, qt delayspec.QueueType) {
 	t.Helper()
 	const unbound = 1100
 	m := topoNeedManagement(t, env)
@@ -73,7 +73,7 @@ func polUnroutableRun(t *testing.T, env *brokertest.Env, qt topology.QueueType) 
 		}
 	}
 	// And nothing is held in the bucket queue's dead-letter state (statistics lag: poll).
-	for qt == topology.Quorum {
+	for qt == delayspec.Quorum {
 		var q struct {
 			MessagesDLX *int64 `json:"messages_dlx"`
 		}
@@ -94,14 +94,14 @@ func polUnroutableRun(t *testing.T, env *brokertest.Env, qt topology.QueueType) 
 // nodes): nothing stalls.
 func TestPolicyDueUnroutableParkedQuorum(t *testing.T) {
 	t.Parallel()
-	polUnroutableRun(t, brokertest.NewEnv(t), topology.Quorum)
+	polUnroutableRun(t, brokertest.NewEnv(t), delayspec.Quorum)
 }
 
 // TestPolicyDueUnroutableParkedClassic: the same on classic delay queues (which dropped the
 // unroutable ones before).
 func TestPolicyDueUnroutableParkedClassic(t *testing.T) {
 	t.Parallel()
-	polUnroutableRun(t, brokertest.NewEnv(t), topology.Classic)
+	polUnroutableRun(t, brokertest.NewEnv(t), delayspec.Classic)
 }
 
 // TestPolicyDueUnroutableParkedPrefetch32 runs the quorum case with RabbitMQ's default
@@ -126,7 +126,7 @@ func TestPolicyDueUnroutableParkedPrefetch32(t *testing.T) {
 	}
 	t.Cleanup(func() { brokerCtl(t, "eval", restore) })
 	t.Logf("dead_letter_worker_consumer_prefetch was %s, now 32", strings.TrimSpace(before))
-	polUnroutableRun(t, env, topology.Quorum)
+	polUnroutableRun(t, env, delayspec.Quorum)
 }
 
 // TestPolicyTargetsOthersUnroutableUnchanged: the targets policy parks only what came through
@@ -147,8 +147,8 @@ func TestPolicyTargetsOthersUnroutableUnchanged(t *testing.T) {
 	if err := ch.ExchangeDeclare("with-ae", amqp.ExchangeTopic, true, false, false, false, amqp.Table{"alternate-exchange": "own-ae"}); err != nil {
 		t.Fatal(err)
 	}
-	spec := polSpec(topology.Quorum)
-	spec.Targets = append(spec.Targets, topology.Target{Name: "amq.topic"}, topology.Target{Name: "with-ae"})
+	spec := polSpec(delayspec.Quorum)
+	spec.Targets = append(spec.Targets, delayspec.Target{Name: "amq.topic"}, delayspec.Target{Name: "with-ae"})
 	p, rep, err := polApply(t, env, m, spec)
 	if err != nil {
 		t.Fatalf("apply (a target's own alternate exchange is a warning, not a failure): %v", err)

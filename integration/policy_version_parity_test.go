@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -40,7 +41,7 @@ func TestPolicyParityExpiresNamedAfterDelete(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
@@ -58,7 +59,7 @@ func TestPolicyParityExpiresNamedAfterDelete(t *testing.T) {
 	if !errors.Is(err, topology.ErrIncomplete) || rep == nil || !slices.Contains(rep.Missing, "queue "+bucket) {
 		t.Errorf("RabbitMQ %d: status = %v; want it to fail naming %s missing", polMajor(t, env), err, bucket)
 	}
-	_, arep, err := polApply(t, env, m, polSpec(topology.Quorum))
+	_, arep, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 	var pp *topology.PolicyProblem
 	if arep != nil {
 		pp = polParityFind(arep.PolicyProblems, bucket, "expires")
@@ -82,12 +83,12 @@ func TestPolicyParityParkingShadowedLimit(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	parking := p.Names.Parking()
-	if err := polSet(env, "policies", "shadow", "^"+regexp.QuoteMeta(parking)+"$", "queues", topology.DefaultPolicyPriority+1,
+	if err := polSet(env, "policies", "shadow", "^"+regexp.QuoteMeta(parking)+"$", "queues", delayspec.DefaultPolicyPriority+1,
 		map[string]any{"queue-leader-locator": "client-local"}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +17,6 @@ import (
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/revlog"
 	"github.com/delaykit/rabbitdelay/revoke"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestPublishIntoForeignTopologyRefused: two topologies, prefixes A and B, in one vhost. A's
@@ -133,16 +133,16 @@ func TestPublishDirectReplyToRefused(t *testing.T) {
 
 // twoPrefixes declares the topologies of prefixes A (env's) and A-b (with a 3 s bucket; only
 // when declareB) in one vhost, and returns their specs and A's Publisher.
-func twoPrefixes(t *testing.T, declareB bool) (env, envB *brokertest.Env, specA, specB topology.Spec, pa *amqpdelay.Publisher) {
+func twoPrefixes(t *testing.T, declareB bool) (env, envB *brokertest.Env, specA, specB delayspec.Spec, pa *amqpdelay.Publisher) {
 	t.Helper()
 	env = brokertest.NewEnv(t)
-	specA = testSpec(env, topology.Target{Name: env.Name("a-orders"), Type: "topic"})
+	specA = testSpec(env, delayspec.Target{Name: env.Name("a-orders"), Type: "topic"})
 	declareTopology(t, env, specA)
 	b := *env
 	b.Prefix = env.Prefix + "-b"
 	envB = &b
-	specB = testSpec(envB, topology.Target{Name: envB.Name("b-orders"), Type: "topic"})
-	specB.Buckets = topology.Delays{3 * time.Second}
+	specB = testSpec(envB, delayspec.Target{Name: envB.Name("b-orders"), Type: "topic"})
+	specB.Buckets = delayspec.Delays{3 * time.Second}
 	if declareB {
 		declareTopology(t, envB, specB)
 	}

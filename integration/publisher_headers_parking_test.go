@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math"
 	"os"
 	"sort"
@@ -19,7 +20,6 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // attackCase is one message sent direct and delayed while 8 victims publish delayed
@@ -86,7 +86,7 @@ func startWatch(t *testing.T, env *brokertest.Env, queue string) *watchConsumer 
 func runAttack(t *testing.T, cases []attackCase, opts ...amqpdelay.Option) {
 	env := brokertest.NewEnv(t)
 	target := env.Name("t")
-	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
 	declareTopology(t, env, spec)
 	rq, bq := env.Name("ready"), env.Name("bk")
 	declareReadyQueue(t, env, rq, target, "k")
@@ -316,7 +316,7 @@ type boundaryFixture struct {
 	env      *brokertest.Env
 	target   string
 	rq       string
-	spec     topology.Spec
+	spec     delayspec.Spec
 	p        *amqpdelay.Publisher
 	ctx      context.Context
 	frameMax int
@@ -327,9 +327,9 @@ func newBoundaryFixture(t *testing.T, readyQueue string) boundaryFixture {
 	t.Helper()
 	f := boundaryFixture{env: brokertest.NewEnv(t)}
 	f.target = f.env.Name("orders")
-	f.spec = testSpec(f.env, topology.Target{Name: f.target, Type: "direct"})
+	f.spec = testSpec(f.env, delayspec.Target{Name: f.target, Type: "direct"})
 	f.rq = f.env.Name(readyQueue)
-	f.spec.ReadyQueues = topology.ReadyQueues{{Queue: f.rq, Exchange: f.target, BindingKey: "k"}}
+	f.spec.ReadyQueues = delayspec.ReadyQueues{{Queue: f.rq, Exchange: f.target, BindingKey: "k"}}
 	declareTopology(t, f.env, f.spec)
 	f.p = newPublisher(t, f.env, f.spec)
 	f.ctx = pubCtx(t)

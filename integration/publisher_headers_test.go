@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"net"
 	"strconv"
 	"strings"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // deadLetterMargin mirrors amqpdelay's margin beyond the computed post-hop size (room for a
@@ -57,10 +57,10 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 			t.Parallel()
 			env := brokertest.NewEnv(t)
 			target := env.Name("orders")
-			spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-			spec.Buckets = topology.Delays{1500 * time.Millisecond}
+			spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
+			spec.Buckets = delayspec.Delays{1500 * time.Millisecond}
 			q := env.Name("ready")
-			spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
+			spec.ReadyQueues = delayspec.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
 			spec.ReadyDeliveryLimit = 1 // parked at the second return
 			declareTopology(t, env, spec)
 			c := newSnoopConsumer(t, env.URL, q)

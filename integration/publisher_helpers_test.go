@@ -19,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -33,24 +34,24 @@ func testLadder() ttlbuckets.Ladder {
 
 // testSpec is a specification with the test ladder, quorum queues, no plugin and the given
 // targets (declared as topic exchanges when they have no type).
-func testSpec(env *brokertest.Env, targets ...topology.Target) topology.Spec {
-	return topology.Spec{
+func testSpec(env *brokertest.Env, targets ...delayspec.Target) delayspec.Spec {
+	return delayspec.Spec{
 		Prefix:    env.Prefix,
 		Targets:   targets,
 		Ladder:    testLadder(),
-		Plugin:    topology.PluginOff,
-		QueueType: topology.Quorum,
+		Plugin:    delayspec.PluginOff,
+		QueueType: delayspec.Quorum,
 	}
 }
 
 // declareTopology declares spec's delay topology in env's vhost with topology.Apply, the code
 // behind `rabbitdelay apply`.
-func declareTopology(t testing.TB, env *brokertest.Env, spec topology.Spec) {
+func declareTopology(t testing.TB, env *brokertest.Env, spec delayspec.Spec) {
 	t.Helper()
 	declareTopologyAt(t, env.URL, spec)
 }
 
-func declareTopologyAt(t testing.TB, url string, spec topology.Spec) {
+func declareTopologyAt(t testing.TB, url string, spec delayspec.Spec) {
 	t.Helper()
 	plan, err := topology.NewPlan(spec)
 	if err != nil {
@@ -63,7 +64,7 @@ func declareTopologyAt(t testing.TB, url string, spec topology.Spec) {
 		t.Fatalf("declareTopology: dial: %v", err)
 	}
 	defer conn.Close()
-	if spec.WithDefaults().Plugin != topology.PluginOff {
+	if spec.WithDefaults().Plugin != delayspec.PluginOff {
 		dial := func(ctx context.Context) (*amqp.Connection, error) {
 			return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 		}
@@ -182,7 +183,7 @@ func withManagement(t testing.TB, env *brokertest.Env) amqpdelay.Option {
 }
 
 // newPublisher opens a Publisher on url for spec and closes it with the test.
-func newPublisherURL(t testing.TB, url string, spec topology.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
+func newPublisherURL(t testing.TB, url string, spec delayspec.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
 	t.Helper()
 	cfg := amqpdelay.Config{Spec: spec}
 	cfg.URL = url
@@ -200,7 +201,7 @@ func newPublisherURL(t testing.TB, url string, spec topology.Spec, opts ...amqpd
 	return p
 }
 
-func newPublisher(t testing.TB, env *brokertest.Env, spec topology.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
+func newPublisher(t testing.TB, env *brokertest.Env, spec delayspec.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
 	t.Helper()
 	return newPublisherURL(t, env.URL, spec, opts...)
 }
@@ -429,7 +430,7 @@ func resilientConsumer(t testing.TB, url, queue string) <-chan arrival {
 type directFixture struct {
 	env    *brokertest.Env
 	target string
-	spec   topology.Spec
+	spec   delayspec.Spec
 	q      string
 	got    <-chan arrival
 	p      *amqpdelay.Publisher
@@ -453,7 +454,7 @@ func declareDirectFixture(t *testing.T) directFixture {
 	t.Helper()
 	f := directFixture{env: brokertest.NewEnv(t)}
 	f.target = f.env.Name("orders")
-	f.spec = testSpec(f.env, topology.Target{Name: f.target, Type: "direct"})
+	f.spec = testSpec(f.env, delayspec.Target{Name: f.target, Type: "direct"})
 	declareTopology(t, f.env, f.spec)
 	f.q = f.env.Name("ready")
 	declareReadyQueue(t, f.env, f.q, f.target, "k")

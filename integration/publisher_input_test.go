@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math"
 	"strings"
 	"sync"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestPublisherRefusesConnectionKillers: input that amqp091 cannot encode (a short string
@@ -141,7 +141,7 @@ func TestPublisherHeaderFrameLimit(t *testing.T) {
 	// room for an x-death entry (TestPublisherDeadLetterHeaderLimit covers that room): the
 	// limit found is the frame's.
 	spec := f.spec
-	spec.ReadyDeliveryLimit = topology.NoReadyDeliveryLimit
+	spec.ReadyDeliveryLimit = delayspec.NoReadyDeliveryLimit
 	env, target, p := f.env, f.target, newPublisher(t, f.env, spec, amqpdelay.WithReconnectHandler(ev.add))
 	frameMax := env.Dial(t).Config.FrameSize
 	if frameMax <= 0 {
@@ -348,8 +348,8 @@ func TestPublishDirectIntoTopologyRefused(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	spec.Buckets = topology.Delays{3 * time.Second}
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
+	spec.Buckets = delayspec.Delays{3 * time.Second}
 	declareTopology(t, env, spec)
 	q := env.Name("ready")
 	declareReadyQueue(t, env, q, target, "k")

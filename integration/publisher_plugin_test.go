@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -40,8 +41,8 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 		t.Skip("this broker has the delayed-message plugin; TestPublisherPluginPath covers it")
 	}
 	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	spec.Plugin = topology.PluginAuto
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
+	spec.Plugin = delayspec.PluginAuto
 	declareTopology(t, env, spec)
 	if ok, err := plugin.ExchangeExists(ctx, dialer(env.URL), spec.Names().PluginExchange()); err != nil || ok {
 		t.Fatalf("ExchangeExists(plugin exchange) = %v, %v; want false, nil", ok, err)
@@ -134,7 +135,7 @@ func TestPublisherPluginPath(t *testing.T) {
 // pluginFixture is a topology with the plugin on (see newPluginFixture).
 type pluginFixture struct {
 	env    *brokertest.Env // the plugin's broker, vhost "/", the fixture's prefix
-	spec   topology.Spec
+	spec   delayspec.Spec
 	target string
 	got    <-chan arrival // deliveries from the ready queue
 }
@@ -151,10 +152,10 @@ func newPluginFixture(t *testing.T) pluginFixture {
 	}
 	env := &brokertest.Env{URL: url, VHost: "/", Prefix: "rdt-plugin-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")}
 	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	spec.Plugin = topology.PluginOn
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
+	spec.Plugin = delayspec.PluginOn
 	q := env.Name("ready")
-	spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
+	spec.ReadyQueues = delayspec.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
 	declareTopologyAt(t, url, spec)
 	t.Cleanup(func() { deleteTopologyAt(t, url, spec) })
 	return pluginFixture{env: env, spec: spec, target: target, got: consumeQueueURL(t, url, q)}
@@ -248,7 +249,7 @@ func TestPublisherPluginGoneOtherPathsUntouched(t *testing.T) {
 }
 
 // deleteTopologyAt deletes what declareTopologyAt declared (for brokers without a test vhost).
-func deleteTopologyAt(t testing.TB, url string, spec topology.Spec) {
+func deleteTopologyAt(t testing.TB, url string, spec delayspec.Spec) {
 	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	if err != nil {
 		t.Errorf("cleanup: %v", err)
@@ -340,10 +341,10 @@ func TestPublisherPluginBackAfterRestart(t *testing.T) {
 	b := startPrivateBrokerWith(t, dir)
 	env := &brokertest.Env{Broker: b.Broker, URL: b.URL, VHost: "/", Prefix: "rdt-pluginback"}
 	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	spec.Plugin = topology.PluginOn
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
+	spec.Plugin = delayspec.PluginOn
 	q := env.Name("ready")
-	spec.ReadyQueues = topology.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
+	spec.ReadyQueues = delayspec.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
 	declareTopologyAt(t, b.URL, spec)
 	ctx := pubCtx(t)
 	p := newPublisherURL(t, b.URL, spec, amqpdelay.WithStrategy(amqpdelay.PreferPlugin))

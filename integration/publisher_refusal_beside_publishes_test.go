@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"net/url"
 	"os"
 	"os/exec"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // attackCanaries runs 8 delayed and 8 direct victims beside bad() and reports what failed.
@@ -70,8 +70,8 @@ func TestPublisherNoWriteOnDelayExchange(t *testing.T) {
 		t.Skip("management API")
 	}
 	target := env.Name("t")
-	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
-	spec.Buckets = topology.Delays{90 * time.Second}
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
+	spec.Buckets = delayspec.Delays{90 * time.Second}
 	declareTopology(t, env, spec)
 	user := env.Prefix + "-nobucket"
 	if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(user), map[string]string{"password": "pw", "tags": ""}, nil); err != nil {
@@ -150,8 +150,8 @@ func TestPublisherCrashWhilePublishing(t *testing.T) {
 	}
 	env := brokertest.NewEnv(t)
 	target := env.Name("t")
-	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
-	spec.Buckets = topology.Delays{3 * time.Second}
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
+	spec.Buckets = delayspec.Delays{3 * time.Second}
 	declareTopology(t, env, spec)
 	rq := env.Name("ready")
 	declareReadyQueue(t, env, rq, target, "k")

@@ -5,6 +5,7 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // brokerMajor returns the major version of the broker of env, from the connection's server
@@ -66,7 +66,7 @@ func TestPublisherChannelRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"}, topology.Target{Name: internal}, topology.Target{Name: topic})
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"}, delayspec.Target{Name: internal}, delayspec.Target{Name: topic})
 	declareTopology(t, env, spec)
 	declareReadyQueue(t, env, env.Name("ready"), target, "k")
 	declareReadyQueue(t, env, env.Name("topic-ready"), topic, "#")

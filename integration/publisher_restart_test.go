@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,19 +13,18 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // restartSpec is the topology of the restart tests on a private broker's default vhost.
-func restartSpec(prefix string) topology.Spec {
-	return topology.Spec{
+func restartSpec(prefix string) delayspec.Spec {
+	return delayspec.Spec{
 		Prefix:      prefix,
-		Targets:     topology.Targets{{Name: prefix + ".orders", Type: "direct"}},
-		Buckets:     topology.Delays{3 * time.Second, 9 * time.Second},
+		Targets:     delayspec.Targets{{Name: prefix + ".orders", Type: "direct"}},
+		Buckets:     delayspec.Delays{3 * time.Second, 9 * time.Second},
 		Ladder:      testLadder(),
-		Plugin:      topology.PluginOff,
-		QueueType:   topology.Quorum,
-		ReadyQueues: topology.ReadyQueues{{Queue: prefix + ".ready", Exchange: prefix + ".orders", BindingKey: "k"}},
+		Plugin:      delayspec.PluginOff,
+		QueueType:   delayspec.Quorum,
+		ReadyQueues: delayspec.ReadyQueues{{Queue: prefix + ".ready", Exchange: prefix + ".orders", BindingKey: "k"}},
 	}
 }
 

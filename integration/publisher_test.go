@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -94,8 +95,8 @@ func TestPublisherRouting(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	target := env.Name("events")
-	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
-	spec.Buckets = topology.Delays{time.Second}
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
+	spec.Buckets = delayspec.Delays{time.Second}
 	declareTopology(t, env, spec)
 	eu, us := env.Name("eu"), env.Name("us")
 	declareReadyQueue(t, env, eu, target, "eu.*")
@@ -148,8 +149,8 @@ func TestPublisherRetryWithXDeath(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	target := env.Name("jobs")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	spec.Buckets = topology.Delays{700 * time.Millisecond}
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
+	spec.Buckets = delayspec.Delays{700 * time.Millisecond}
 	declareTopology(t, env, spec)
 	q := env.Name("ready")
 	declareReadyQueue(t, env, q, target, "job")
@@ -321,7 +322,7 @@ func TestPublisherUnroutable(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	target, gone := env.Name("orders"), env.Name("gone")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"}, topology.Target{Name: gone, Type: "direct"})
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"}, delayspec.Target{Name: gone, Type: "direct"})
 	declareTopology(t, env, spec)
 	q := env.Name("ready")
 	declareReadyQueue(t, env, q, target, "bound")
@@ -522,8 +523,8 @@ func TestPublisherConcurrent(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
-	spec.Buckets = topology.Delays{time.Second}
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
+	spec.Buckets = delayspec.Delays{time.Second}
 	declareTopology(t, env, spec)
 	q := env.Name("ready")
 	declareReadyQueue(t, env, q, target, "k")
@@ -591,7 +592,7 @@ func TestPublisherConcurrent(t *testing.T) {
 func TestPublisherTopologyMissing(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
-	cfg := amqpdelay.Config{Spec: testSpec(env, topology.Target{Name: env.Name("orders")})}
+	cfg := amqpdelay.Config{Spec: testSpec(env, delayspec.Target{Name: env.Name("orders")})}
 	cfg.URL = env.URL
 	p, err := amqpdelay.NewPublisher(pubCtx(t), cfg)
 	if err == nil {
@@ -609,7 +610,7 @@ func TestPublisherTopologyMissing(t *testing.T) {
 func TestPublisherClose(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"})
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
 	declareTopology(t, env, spec)
 	declareReadyQueue(t, env, env.Name("ready"), target, "k")
 	ctx := pubCtx(t)
@@ -645,22 +646,22 @@ func TestPublisherRefusesAnotherLadder(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	target := env.Name("orders")
-	spec := testSpec(env, topology.Target{Name: target, Type: "topic"})
-	spec.Buckets = topology.Delays{5 * time.Second}
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
+	spec.Buckets = delayspec.Delays{5 * time.Second}
 	declareTopology(t, env, spec)
 	newPublisher(t, env, spec) // the declared settings work
 
 	for _, tc := range []struct {
 		name   string
-		change func(*topology.Spec)
+		change func(*delayspec.Spec)
 		want   string
 	}{
-		{"unit", func(s *topology.Spec) { s.Ladder.Unit = 10 * time.Millisecond }, "another ladder"},
-		{"radix", func(s *topology.Spec) { s.Ladder.Radix = 32 }, "another ladder"},
-		{"order", func(s *topology.Spec) { s.Ladder.Order = ttlbuckets.LongestFirst }, "another ladder"},
-		{"bucket", func(s *topology.Spec) { s.Buckets = topology.Delays{2 * time.Second} }, "bucket 2s"},
-		{"target", func(s *topology.Spec) {
-			s.Targets = append(append(topology.Targets{}, s.Targets...), topology.Target{Name: env.Name("undeclared")})
+		{"unit", func(s *delayspec.Spec) { s.Ladder.Unit = 10 * time.Millisecond }, "another ladder"},
+		{"radix", func(s *delayspec.Spec) { s.Ladder.Radix = 32 }, "another ladder"},
+		{"order", func(s *delayspec.Spec) { s.Ladder.Order = ttlbuckets.LongestFirst }, "another ladder"},
+		{"bucket", func(s *delayspec.Spec) { s.Buckets = delayspec.Delays{2 * time.Second} }, "bucket 2s"},
+		{"target", func(s *delayspec.Spec) {
+			s.Targets = append(append(delayspec.Targets{}, s.Targets...), delayspec.Target{Name: env.Name("undeclared")})
 		}, "target exchange"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"net/url"
 	"regexp"
 	"strings"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestPublisherTrustedExchangeRefusals: refusals on an exchange that has already taken direct
@@ -37,7 +37,7 @@ func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"}, topology.Target{Name: topic})
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"}, delayspec.Target{Name: topic})
 	if _, _, err := polApply(t, env, topoNeedManagement(t, env), spec); err != nil { // with the policies WithManagement checks
 		t.Fatalf("apply: %v", err)
 	}
@@ -129,7 +129,7 @@ func TestDelayedPublishKeepsPermissions(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	needUsers(t, env)
 	target, topic := env.Name("orders"), env.Name("topic-target")
-	spec := testSpec(env, topology.Target{Name: target, Type: "direct"}, topology.Target{Name: topic, Type: "topic"})
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"}, delayspec.Target{Name: topic, Type: "topic"})
 	if _, _, err := polApply(t, env, topoNeedManagement(t, env), spec); err != nil {
 		t.Fatalf("apply: %v", err)
 	}

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // newPublisherErr starts a Publisher and returns NewPublisher's error (closing a Publisher
 // that started).
-func newPublisherErr(t *testing.T, env *brokertest.Env, spec topology.Spec, opts ...amqpdelay.Option) error {
+func newPublisherErr(t *testing.T, env *brokertest.Env, spec delayspec.Spec, opts ...amqpdelay.Option) error {
 	t.Helper()
 	cfg := amqpdelay.Config{Spec: spec}
 	cfg.URL = env.URL
@@ -35,10 +36,10 @@ func newPublisherErr(t *testing.T, env *brokertest.Env, spec topology.Spec, opts
 func TestPublisherTargetNotBound(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
-	orders := topology.Target{Name: env.Name("orders"), Type: "topic"}
+	orders := delayspec.Target{Name: env.Name("orders"), Type: "topic"}
 	declareTopology(t, env, testSpec(env, orders))
 
-	spec := testSpec(env, orders, topology.Target{Name: "amq.topic"})
+	spec := testSpec(env, orders, delayspec.Target{Name: "amq.topic"})
 	err := newPublisherErr(t, env, spec)
 	if !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), `"amq.topic" is not bound`) {
 		t.Fatalf("NewPublisher with an unbound target: err = %v, want ErrTopologyMissing naming amq.topic as not bound", err)
@@ -65,7 +66,7 @@ func TestPublisherManagedChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orders := topology.Target{Name: env.Name("orders"), Type: "topic"}
+	orders := delayspec.Target{Name: env.Name("orders"), Type: "topic"}
 	spec := testSpec(env, orders)
 	plan, err := topology.NewPlan(spec)
 	if err != nil {
@@ -82,7 +83,7 @@ func TestPublisherManagedChecks(t *testing.T) {
 	}
 
 	// A policy above the topology's own priority that makes delays early.
-	if err := polSet(env, "policies", "ttl", "^"+regexpQuote(env.Prefix)+`\.`, "queues", topology.DefaultPolicyPriority+1, map[string]any{"message-ttl": 1000}); err != nil {
+	if err := polSet(env, "policies", "ttl", "^"+regexpQuote(env.Prefix)+`\.`, "queues", delayspec.DefaultPolicyPriority+1, map[string]any{"message-ttl": 1000}); err != nil {
 		t.Fatal(err)
 	}
 	waitErr := func(what string, want error, text string) {

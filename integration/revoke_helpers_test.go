@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -16,7 +17,6 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // revokeScale returns the size a revocation test uses: def, or REVOKE_TEST_N (the sizes:
@@ -32,7 +32,7 @@ func revokeScale(def int) int {
 // ladder path carry messages) and one ready queue, a Publisher, and a record of what handlers saw.
 type revokeFixture struct {
 	env    *brokertest.Env
-	spec   topology.Spec
+	spec   delayspec.Spec
 	cfg    amqpdelay.Config
 	pub    *amqpdelay.Publisher
 	target string
@@ -40,15 +40,15 @@ type revokeFixture struct {
 	seen   *handled
 }
 
-var revokeBuckets = topology.Delays{5 * time.Second, 12 * time.Second}
+var revokeBuckets = delayspec.Delays{5 * time.Second, 12 * time.Second}
 
 func newRevokeFixture(t testing.TB) *revokeFixture {
 	t.Helper()
 	env := brokertest.NewEnv(t)
 	f := &revokeFixture{env: env, target: env.Name("orders"), queue: env.Name("work"), seen: newHandled()}
-	f.spec = testSpec(env, topology.Target{Name: f.target, Type: "topic"})
+	f.spec = testSpec(env, delayspec.Target{Name: f.target, Type: "topic"})
 	f.spec.Buckets = revokeBuckets
-	f.spec.ReadyQueues = topology.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
+	f.spec.ReadyQueues = delayspec.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
 	declareTopology(t, env, f.spec)
 	f.cfg = amqpdelay.Config{URL: env.URL, Spec: f.spec}
 	f.pub = newPublisher(t, env, f.spec)

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/schedule"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestClusterScheduleNodeKilled: on a 3-node cluster, three scheduler processes (each given every
@@ -27,8 +27,8 @@ func TestClusterScheduleNodeKilled(t *testing.T) {
 		t.Skip("needs the management API of node 1 (AMQP_MANAGEMENT_URL)")
 	}
 	f := &schedFixture{env: env, target: env.Name("billing"), queue: env.Name("bills")}
-	f.spec = testSpec(env, topology.Target{Name: f.target, Type: "topic"})
-	f.spec.ReadyQueues = topology.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
+	f.spec = testSpec(env, delayspec.Target{Name: f.target, Type: "topic"})
+	f.spec.ReadyQueues = delayspec.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
 	declareTopology(t, env, f.spec)
 	urls := c.vhostURLs(env.VHost)
 	f.cfg = amqpdelay.Config{URL: strings.Join(urls, ","), Spec: f.spec}

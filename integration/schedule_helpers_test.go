@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"io"
 	"os"
 	"os/exec"
@@ -22,7 +23,6 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/schedule"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // Scheduler processes: like the consumer processes (consumer_proc_test.go), the schedule tests
@@ -96,7 +96,7 @@ func schedProcMain() int {
 // it with "#", which a plain AMQP consumer (occurrenceLog) reads.
 type schedFixture struct {
 	env    *brokertest.Env
-	spec   topology.Spec
+	spec   delayspec.Spec
 	cfg    amqpdelay.Config
 	target string
 	queue  string
@@ -109,8 +109,8 @@ func newSchedFixture(t *testing.T) *schedFixture {
 		t.Skip("the schedule tests need the management API (a vhost of their own): set AMQP_MANAGEMENT_URL")
 	}
 	f := &schedFixture{env: env, target: env.Name("billing"), queue: env.Name("bills")}
-	f.spec = testSpec(env, topology.Target{Name: f.target, Type: "topic"})
-	f.spec.ReadyQueues = topology.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
+	f.spec = testSpec(env, delayspec.Target{Name: f.target, Type: "topic"})
+	f.spec.ReadyQueues = delayspec.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
 	declareTopology(t, env, f.spec)
 	f.cfg = amqpdelay.Config{URL: env.URL, Spec: f.spec}
 	return f

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -20,10 +21,10 @@ import (
 
 // shardsSpec is a small ladder (radix 8, maximum 32,767 ms: 5 levels of 7 queues) in three
 // copies, with a topic target and a ready queue bound to it.
-func shardsSpec(env *brokertest.Env) topology.Spec {
+func shardsSpec(env *brokertest.Env) delayspec.Spec {
 	target := env.Name("orders")
-	return topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: target, Type: "topic"}}, Plugin: topology.PluginOff,
-		ReadyQueues: topology.ReadyQueues{{Queue: env.Name("ready"), Exchange: target, BindingKey: "#"}},
+	return delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: target, Type: "topic"}}, Plugin: delayspec.PluginOff,
+		ReadyQueues: delayspec.ReadyQueues{{Queue: env.Name("ready"), Exchange: target, BindingKey: "#"}},
 		Ladder:      ttlbuckets.Ladder{Radix: 8, Max: 32767 * time.Millisecond}, Shards: 3}
 }
 
@@ -163,7 +164,7 @@ func TestShardsSingleNode(t *testing.T) {
 }
 
 // startPublisher starts a Publisher for spec on url and closes it at once, for its start error.
-func startPublisher(ctx context.Context, url string, spec topology.Spec) error {
+func startPublisher(ctx context.Context, url string, spec delayspec.Spec) error {
 	p, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: url, Spec: spec})
 	if err != nil {
 		return err

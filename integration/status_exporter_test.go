@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -24,11 +25,11 @@ func TestStatusExporterZeroSeries(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	spec := polSpec(topology.Quorum)
+	spec := polSpec(delayspec.Quorum)
 	spec.Prefix = env.Prefix
-	spec.Targets = topology.Targets{{Name: env.Name("orders"), Type: "topic"}}
+	spec.Targets = delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}}
 	ready := env.Name("ready")
-	spec.ReadyQueues = topology.ReadyQueues{{Queue: ready, Exchange: env.Name("orders"), BindingKey: "k"}}
+	spec.ReadyQueues = delayspec.ReadyQueues{{Queue: ready, Exchange: env.Name("orders"), BindingKey: "k"}}
 	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -27,7 +28,7 @@ func TestStatusMismatchedObjects(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	ctx := topoTestCtx(t, 3*time.Minute)
-	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestApplyClassicInQuorumDefaultVhost(t *testing.T) {
 		map[string]any{"default_queue_type": "quorum"}, nil); err != nil {
 		t.Fatalf("set the vhost's default queue type: %v", err)
 	}
-	p, _, err := polApply(t, env, m, polSpec(topology.Classic))
+	p, _, err := polApply(t, env, m, polSpec(delayspec.Classic))
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}

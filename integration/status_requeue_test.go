@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -32,12 +33,12 @@ func TestStatusRequeueLoop(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name   string
-		qt     topology.QueueType
+		qt     delayspec.QueueType
 		reject bool
 	}{
-		{"quorum-nack", topology.Quorum, false},
-		{"quorum-reject", topology.Quorum, true},
-		{"classic-nack", topology.Classic, false},
+		{"quorum-nack", delayspec.Quorum, false},
+		{"quorum-reject", delayspec.Quorum, true},
+		{"classic-nack", delayspec.Classic, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -45,9 +46,9 @@ func TestStatusRequeueLoop(t *testing.T) {
 			m := topoNeedManagement(t, env)
 			spec := polSpec(c.qt)
 			spec.Prefix = env.Prefix
-			spec.Targets = topology.Targets{{Name: env.Name("orders"), Type: "topic"}}
+			spec.Targets = delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}}
 			ready := env.Name("ready")
-			spec.ReadyQueues = topology.ReadyQueues{{Queue: ready, Exchange: env.Name("orders"), BindingKey: "k"}}
+			spec.ReadyQueues = delayspec.ReadyQueues{{Queue: ready, Exchange: env.Name("orders"), BindingKey: "k"}}
 			spec.ReadyDeliveryLimit = 3
 			p, _, err := polApply(t, env, m, spec)
 			if err != nil {
@@ -87,7 +88,7 @@ func TestStatusRequeueLoop(t *testing.T) {
 
 			wantLoop := ""
 			switch {
-			case c.qt == topology.Classic:
+			case c.qt == delayspec.Classic:
 				wantLoop = topology.CauseClassic
 			case !c.reject && strings.HasPrefix(version, "4.") && !strings.HasPrefix(version, "4.0") &&
 				!strings.HasPrefix(version, "4.1") && !strings.HasPrefix(version, "4.2"):

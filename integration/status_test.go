@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -22,8 +23,8 @@ func TestStatusUnplannedBindingFails(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	ctx := topoTestCtx(t, time.Minute)
-	spec := polSpec(topology.Quorum)
-	spec.ReadyQueues = topology.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "order.#"}}
+	spec := polSpec(delayspec.Quorum)
+	spec.ReadyQueues = delayspec.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "order.#"}}
 	if _, _, err := polApply(t, env, m, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestStatusMissingPolicyFails(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	p, _, err := polApply(t, env, m, polSpec(topology.Quorum))
+	p, _, err := polApply(t, env, m, polSpec(delayspec.Quorum))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -167,10 +168,10 @@ func TestApplyDeclaresExactlyThePlan(t *testing.T) {
 	if err := ch.ExchangeDeclare("billing", amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	spec := topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}},
-		Buckets:     topology.Delays{30 * time.Second, 5 * time.Minute},
-		ReadyQueues: topology.ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "order.timeout.#"}},
-		Plugin:      topology.PluginOff}
+	spec := delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}},
+		Buckets:     delayspec.Delays{30 * time.Second, 5 * time.Minute},
+		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "order.timeout.#"}},
+		Plugin:      delayspec.PluginOff}
 	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -248,8 +249,8 @@ func TestApplyWithoutManagementReportsBound(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("t"), Type: "direct"}},
-		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff})
+	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("t"), Type: "direct"}},
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Hour}, QueueType: delayspec.Classic, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ func TestApplyConflictKeepsMessages(t *testing.T) {
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
 	ch := env.Channel(t)
-	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("orders"), Type: "topic"}}, Plugin: topology.PluginOff})
+	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,8 +354,8 @@ func TestApplyMissingTargetDeclaresNothing(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("absent")}},
-		ReadyQueues: topology.ReadyQueues{{Queue: env.Name("rq"), Exchange: env.Name("absent2"), BindingKey: "k"}}})
+	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("absent")}},
+		ReadyQueues: delayspec.ReadyQueues{{Queue: env.Name("rq"), Exchange: env.Name("absent2"), BindingKey: "k"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,10 +378,10 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	ctx := topoTestCtx(t, 10*time.Minute)
-	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "headers"}},
-		Buckets:     topology.Delays{time.Second, 90 * 24 * time.Hour},
-		ReadyQueues: topology.ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "#"}},
-		Ladder:      ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}, Plugin: topology.PluginOff})
+	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "headers"}},
+		Buckets:     delayspec.Delays{time.Second, 90 * 24 * time.Hour},
+		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "#"}},
+		Ladder:      ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,8 +424,8 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 		t.Fatal(err)
 	}
 	declared := env.Name("declared")
-	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: existing}, {Name: declared, Type: "topic"}},
-		Ladder: ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour}, Buckets: topology.Delays{time.Hour}, Plugin: topology.PluginOff})
+	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: existing}, {Name: declared, Type: "topic"}},
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour}, Buckets: delayspec.Delays{time.Hour}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,8 +547,8 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: env.Name("t"), Type: "direct"}},
-		Ladder: ttlbuckets.Ladder{Radix: 8, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff})
+	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("t"), Type: "direct"}},
+		Ladder: ttlbuckets.Ladder{Radix: 8, Max: time.Hour}, QueueType: delayspec.Classic, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,8 +638,8 @@ func newDeadLetterFixture(t *testing.T, env *brokertest.Env) deadLetterFixture {
 	t.Helper()
 	f := deadLetterFixture{m: topoNeedManagement(t, env), ctx: topoTestCtx(t, time.Minute), conn: env.Dial(t)}
 	var err error
-	f.p, err = topology.NewPlan(topology.Spec{Prefix: env.Prefix, Targets: topology.Targets{{Name: "t", Type: "direct"}}, Buckets: topology.Delays{50 * time.Millisecond},
-		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: topology.PluginOff})
+	f.p, err = topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "t", Type: "direct"}}, Buckets: delayspec.Delays{50 * time.Millisecond},
+		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -770,8 +771,8 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, 2*time.Minute)
 	plan := func(prefix string, radix int) *topology.Plan {
-		p, err := topology.NewPlan(topology.Spec{Prefix: prefix, Targets: topology.Targets{{Name: env.Name("orders"), Type: "topic"}},
-			Ladder: ttlbuckets.Ladder{Radix: radix, Max: time.Hour}, QueueType: topology.Classic, Plugin: topology.PluginOff})
+		p, err := topology.NewPlan(delayspec.Spec{Prefix: prefix, Targets: delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}},
+			Ladder: ttlbuckets.Ladder{Radix: radix, Max: time.Hour}, QueueType: delayspec.Classic, Plugin: delayspec.PluginOff})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -869,7 +870,7 @@ func TestApplyReadyQueueDeliveryLimitParks(t *testing.T) {
 	const limit = 3
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
-	spec := polSpec(topology.Quorum)
+	spec := polSpec(delayspec.Quorum)
 	spec.ReadyDeliveryLimit = limit
 	p, _, err := polApply(t, env, m, spec)
 	if err != nil {
@@ -955,9 +956,9 @@ func TestApplyTargetMarkersAndDispatchBound(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	ctx := topoTestCtx(t, time.Minute)
-	spec := polSpec(topology.Quorum)
+	spec := polSpec(delayspec.Quorum)
 	long := strings.Repeat("t", 250)
-	spec.Targets = append(spec.Targets, topology.Target{Name: long, Type: "direct"})
+	spec.Targets = append(spec.Targets, delayspec.Target{Name: long, Type: "direct"})
 	p, _, err := polApply(t, env, m, spec)
 	if err != nil {
 		t.Fatal(err)

@@ -156,7 +156,7 @@ type Revocations struct {
 }
 
 // New connects to the broker of cfg (amqpdelay.Dial), reads the revocation stream of cfg.Spec
-// (topology.Names.Revoked, "<prefix>.revoked") from its start, and returns once it has read
+// (delayspec.Names.Revoked, "<prefix>.revoked") from its start, and returns once it has read
 // everything confirmed before the call (it writes a fence record and waits until it reads it
 // back). It then follows the stream until Close, reconnecting after a connection loss and
 // resuming where it stopped (from the stream's start when the stream was deleted and declared again

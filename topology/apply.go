@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
@@ -166,7 +167,7 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 	}
 	for _, name := range missing {
 		switch {
-		case BrokerReserved(name):
+		case delayspec.BrokerReserved(name):
 			own = append(own, name)
 		case isTarget[name]:
 			targets = append(targets, name)
@@ -616,7 +617,7 @@ func quoteList(names []string) string {
 }
 
 // targetNames returns the names of ts.
-func targetNames(ts []Target) []string {
+func targetNames(ts []delayspec.Target) []string {
 	out := make([]string, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, t.Name)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
@@ -173,7 +174,7 @@ func (m *Management) Nodes(ctx context.Context) ([]ClusterNode, error) {
 }
 
 // isQuorum reports whether the management API's view of a queue is a quorum queue's.
-func (q ManagedQueue) isQuorum() bool { return q.Type == string(Quorum) }
+func (q ManagedQueue) isQuorum() bool { return q.Type == string(delayspec.Quorum) }
 
 // offline returns the queue's members that are not online, in member order.
 func (q ManagedQueue) offline() []string {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -79,9 +80,9 @@ func TestManagementQueuesMembers(t *testing.T) {
 // a ready queue, and its queues led round-robin by a, b and c, all members online.
 func clusterPlan(t *testing.T) (*Plan, map[string]ManagedQueue) {
 	t.Helper()
-	p := mustPlan(t, Spec{Prefix: "cl", Targets: Targets{{Name: "orders", Type: "topic"}}, Buckets: Delays{30 * time.Second},
-		ReadyQueues: ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "#"}},
-		Ladder:      ttlbuckets.Ladder{Radix: 4, Max: 63 * time.Millisecond}, Plugin: PluginOff})
+	p := mustPlan(t, delayspec.Spec{Prefix: "cl", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, Buckets: delayspec.Delays{30 * time.Second},
+		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "#"}},
+		Ladder:      ttlbuckets.Ladder{Radix: 4, Max: 63 * time.Millisecond}, Plugin: delayspec.PluginOff})
 	all := []string{nodeA, nodeB, nodeC}
 	qs := map[string]ManagedQueue{}
 	for i, q := range p.Queues {
@@ -365,17 +366,17 @@ func TestRebalance(t *testing.T) {
 // on 3.x would then not take the policy at all: the integration tests read the policy the
 // broker applies).
 func TestPlanLeaderLocator(t *testing.T) {
-	for _, qt := range []QueueType{Quorum, Classic} {
-		p := mustPlan(t, Spec{Prefix: "ll", Targets: Targets{{Name: "orders"}}, QueueType: qt, Plugin: PluginOff})
+	for _, qt := range []delayspec.QueueType{delayspec.Quorum, delayspec.Classic} {
+		p := mustPlan(t, delayspec.Spec{Prefix: "ll", Targets: delayspec.Targets{{Name: "orders"}}, QueueType: qt, Plugin: delayspec.PluginOff})
 		def := p.Policies[0].Definition
 		if p.Policies[0].Name != p.Names.DelayQueuesPolicy() {
 			t.Fatalf("first policy is %s", p.Policies[0].Name)
 		}
 		v, ok := def["queue-leader-locator"]
-		if qt == Quorum && v != LeaderLocatorBalanced {
+		if qt == delayspec.Quorum && v != LeaderLocatorBalanced {
 			t.Errorf("quorum: queue-leader-locator = %v, want %s", v, LeaderLocatorBalanced)
 		}
-		if qt == Classic && ok {
+		if qt == delayspec.Classic && ok {
 			t.Errorf("classic: the policy has queue-leader-locator %v", v)
 		}
 	}

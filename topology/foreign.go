@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -18,15 +19,15 @@ func foreignObjects(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 	var cands []candidate
 	own := p.Names.Prefix
 	for _, t := range p.Spec.Targets {
-		for _, prefix := range ForeignPrefixes(t.Name, own, false, false) {
+		for _, prefix := range delayspec.ForeignPrefixes(t.Name, own, false, false) {
 			cands = append(cands, candidate{"target exchange", t.Name, prefix})
 		}
 	}
 	for _, r := range p.Spec.ReadyQueues {
-		for _, prefix := range ForeignPrefixes(r.Exchange, own, false, false) {
+		for _, prefix := range delayspec.ForeignPrefixes(r.Exchange, own, false, false) {
 			cands = append(cands, candidate{"ready queue's exchange", r.Exchange, prefix})
 		}
-		for _, prefix := range ForeignPrefixes(r.Queue, own, true, true) {
+		for _, prefix := range delayspec.ForeignPrefixes(r.Queue, own, true, true) {
 			cands = append(cands, candidate{"ready queue", r.Queue, prefix})
 		}
 	}
@@ -35,7 +36,7 @@ func foreignObjects(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 	}
 	jobs := make([]job, len(cands))
 	for i, c := range cands {
-		parking := Names{Prefix: c.prefix}.Parking()
+		parking := delayspec.Names{Prefix: c.prefix}.Parking()
 		jobs[i] = func(ch *amqp.Channel) error {
 			_, err := ch.QueueDeclarePassive(parking, true, false, false, false, nil)
 			return err
@@ -51,7 +52,7 @@ func foreignObjects(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 		case errs[i] == nil:
 			found = append(found, fmt.Errorf("%w: %s %q is an object of the delay topology of prefix %q in this vhost (its "+
 				"parking queue %q exists): binding it into this topology would send this topology's messages into that one's; "+
-				"choose another name", ErrInvalidSpec, c.what, c.name, c.prefix, Names{Prefix: c.prefix}.Parking()))
+				"choose another name", delayspec.ErrInvalidSpec, c.what, c.name, c.prefix, delayspec.Names{Prefix: c.prefix}.Parking()))
 		case code(errs[i]) == amqp.NotFound:
 		default:
 			return wrapBroker(errs[i], fmt.Sprintf("check whether prefix %q has a topology", c.prefix))

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 
 	"github.com/delaykit/rabbitdelay/internal/text"
@@ -617,7 +618,7 @@ func nodeNames(v any) []string {
 // scheduleLinks is the links exchange of package schedule, <prefix>.schedules.links: a target of
 // the delay topology that schedule.New declares and binds to the dispatch exchange itself, with
 // its target marker, so the status of the topology expects both.
-func scheduleLinks(n Names) string { return prefixOf(n) + ".schedules.links" }
+func scheduleLinks(n delayspec.Names) string { return prefixOf(n) + ".schedules.links" }
 
 // scheduleLinksBinding reports whether b is the dispatch exchange's binding to scheduleLinks.
 func (p *Plan) scheduleLinksBinding(b Binding) bool {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 // TestManagementErrorAdvice: a refusal by the management API names the user and what to do,
@@ -50,7 +52,7 @@ func TestManagementErrorAdvice(t *testing.T) {
 // TestUnplannedOf: only names of the plan's naming rule that the plan lacks are listed; an
 // application's object under the prefix, another topology's and the plan's own are not.
 func TestUnplannedOf(t *testing.T) {
-	p, err := NewPlan(Spec{Prefix: "p", Targets: Targets{{Name: "p.orders", Type: "topic"}}, Plugin: PluginOff})
+	p, err := NewPlan(delayspec.Spec{Prefix: "p", Targets: delayspec.Targets{{Name: "p.orders", Type: "topic"}}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -74,11 +75,11 @@ func TestExchangeMismatches(t *testing.T) {
 // TestQueueMismatches: each property of an existing queue that differs from the plan's is one
 // Mismatch; an extra argument counts only when it changes what happens to messages.
 func TestQueueMismatches(t *testing.T) {
-	quorum, err := NewPlan(Spec{Prefix: "p", Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, QueueType: Quorum})
+	quorum, err := NewPlan(delayspec.Spec{Prefix: "p", Targets: delayspec.Targets{{Name: "orders"}}, Plugin: delayspec.PluginOff, QueueType: delayspec.Quorum})
 	if err != nil {
 		t.Fatal(err)
 	}
-	classic, err := NewPlan(Spec{Prefix: "p", Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, QueueType: Classic})
+	classic, err := NewPlan(delayspec.Spec{Prefix: "p", Targets: delayspec.Targets{{Name: "orders"}}, Plugin: delayspec.PluginOff, QueueType: delayspec.Classic})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // TestNamesSpelling: the ladder's and buckets' names are built without fmt (the Publisher names them on every
 // publish); they must stay the names `rabbitdelay apply` has always declared.
 func TestNamesSpelling(t *testing.T) {
-	d, p := Names{}, Names{Prefix: "app.delays"}
+	d, p := delayspec.Names{}, delayspec.Names{Prefix: "app.delays"}
 	for _, c := range []struct{ got, want string }{
 		{d.LadderExchange(0), "rabbitdelay.ladder.00"},
 		{d.LadderExchange(12), "rabbitdelay.ladder.12"},
@@ -54,15 +55,15 @@ func TestNamesSpelling(t *testing.T) {
 // copies, radix 64, a 200-byte prefix), and stays short.
 func TestDelayQueuesPattern(t *testing.T) {
 	long := strings.Repeat("p", 200)
-	for _, s := range []Spec{
+	for _, s := range []delayspec.Spec{
 		{},
 		{Shards: 16},
 		{Ladder: ttlbuckets.Ladder{Radix: 64}, Shards: 4},
-		{Prefix: long, Buckets: Delays{time.Second, 90 * time.Minute}},
-		{Prefix: "a.b-c_d:e", Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Minute}, Shards: 3, QueueType: Classic},
+		{Prefix: long, Buckets: delayspec.Delays{time.Second, 90 * time.Minute}},
+		{Prefix: "a.b-c_d:e", Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Minute}, Shards: 3, QueueType: delayspec.Classic},
 	} {
-		s.Targets = Targets{{Name: "orders", Type: "topic"}}
-		s.ReadyQueues = ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "#"}}
+		s.Targets = delayspec.Targets{{Name: "orders", Type: "topic"}}
+		s.ReadyQueues = delayspec.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "#"}}
 		p := mustPlan(t, s)
 		pat := p.Policies[0].Pattern
 		if p.Policies[0].Name != p.Names.DelayQueuesPolicy() || len(pat) > len(p.Names.Prefix)*2+100 {
@@ -120,7 +121,7 @@ func TestForeignPrefixes(t *testing.T) {
 		{"orders", "a", false, false, nil},
 		{"a-b.dispatch", "a", false, false, []string{"a-b"}},
 	} {
-		if got := ForeignPrefixes(c.name, c.own, c.queue, c.parking); !slices.Equal(got, c.want) {
+		if got := delayspec.ForeignPrefixes(c.name, c.own, c.queue, c.parking); !slices.Equal(got, c.want) {
 			t.Errorf("ForeignPrefixes(%q, %q, queue %v, parking %v) = %q, want %q", c.name, c.own, c.queue, c.parking, got, c.want)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -152,9 +153,9 @@ func (b Binding) String() string {
 // do not modify its tables.
 type Plan struct {
 	// Spec is the specification, with its defaults filled in.
-	Spec Spec `json:"-"`
+	Spec delayspec.Spec `json:"-"`
 	// Names is the naming rule of Spec.Prefix.
-	Names Names `json:"-"`
+	Names delayspec.Names `json:"-"`
 	// Ladder is Spec.Ladder with its defaults filled in.
 	Ladder ttlbuckets.Ladder `json:"-"`
 	// Exchanges are the exchanges to declare: D's alternate exchange, D, targets given as
@@ -214,7 +215,7 @@ func exactPattern(names []string) string {
 // I/O. The plugin exchange and its binding are included unless s.Plugin is PluginOff; use
 // [Plan.ForPlugin] once the broker's answer is known. It returns an error wrapping
 // ErrInvalidSpec (with every problem of [Spec.Validate]) when s is invalid.
-func NewPlan(s Spec) (*Plan, error) {
+func NewPlan(s delayspec.Spec) (*Plan, error) {
 	s = s.WithDefaults()
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -227,7 +228,7 @@ func NewPlan(s Spec) (*Plan, error) {
 	p := &Plan{Spec: s, Names: n, Ladder: ladder}
 	// A target named like the topology's retry exchange (the consumer package's Publisher
 	// names it) is that exchange, which addRetry plans with its binding and marker.
-	s.Targets = slices.DeleteFunc(slices.Clone(s.Targets), func(t Target) bool { return t.Name == n.Retry() })
+	s.Targets = slices.DeleteFunc(slices.Clone(s.Targets), func(t delayspec.Target) bool { return t.Name == n.Retry() })
 
 	// Where a level hands its messages to, and how far each level is from D (in levels).
 	levels := ladder.Levels()
@@ -304,7 +305,7 @@ func NewPlan(s Spec) (*Plan, error) {
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}
-	if s.Plugin != PluginOff {
+	if s.Plugin != delayspec.PluginOff {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.PluginExchange(), Type: PluginExchangeType,
 			Args: amqp.Table{"x-delayed-type": amqp.ExchangeHeaders}, Role: RolePlugin, Level: -1})
 	}
@@ -402,7 +403,7 @@ func NewPlan(s Spec) (*Plan, error) {
 		p.Bindings = append(p.Bindings, Binding{Source: n.BucketExchange(), Destination: n.BucketQueue(q.TTL), DestinationType: DestQueue,
 			Args: amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: q.TTL}, Role: RoleBucket, Tier: 1})
 	}
-	if s.Plugin != PluginOff {
+	if s.Plugin != delayspec.PluginOff {
 		p.Bindings = append(p.Bindings, Binding{Source: n.PluginExchange(), Destination: n.Dispatch(), DestinationType: DestExchange,
 			Args: amqp.Table{"x-match": "all"}, Role: RolePlugin, Tier: 1})
 	}
@@ -477,9 +478,9 @@ func NewPlan(s Spec) (*Plan, error) {
 // queue_leader_locator setting, client-local unless the operator changed it: on the node the
 // declaring connection is attached to (rabbit_queue_location:leader_locator/1, 3.10.8 and
 // 4.0.5).
-func policyDefinition(t QueueType, shards int) map[string]any {
+func policyDefinition(t delayspec.QueueType, shards int) map[string]any {
 	d := map[string]any{"overflow": "reject-publish"}
-	if t == Quorum {
+	if t == delayspec.Quorum {
 		d["dead-letter-strategy"] = "at-least-once"
 		if shards <= 1 {
 			d["queue-leader-locator"] = LeaderLocatorBalanced
@@ -502,9 +503,9 @@ const LeaderLocatorBalanced = "balanced"
 // readyArgs are the arguments of a ready queue: quorum ones get an explicit delivery limit and
 // dead-letter to <prefix>.unroutable, so a message returned too often is parked, not
 // redelivered forever (3.x) or dropped (4.x, whose default limit is 20).
-func readyArgs(s Spec, n Names) amqp.Table {
+func readyArgs(s delayspec.Spec, n delayspec.Names) amqp.Table {
 	a := plainArgs(s.QueueType)
-	if s.QueueType == Quorum && s.ReadyDeliveryLimit != NoReadyDeliveryLimit {
+	if s.QueueType == delayspec.Quorum && s.ReadyDeliveryLimit != delayspec.NoReadyDeliveryLimit {
 		a["x-delivery-limit"] = int64(s.ReadyDeliveryLimit)
 		a["x-dead-letter-exchange"] = n.Unroutable()
 	}
@@ -527,9 +528,9 @@ func appendOnce(list []string, s string) []string {
 // exchange, no dead-letter routing key (the message keeps its own), never x-expires. Quorum
 // queues add at-least-once dead-lettering, which needs x-overflow reject-publish
 // (https://www.rabbitmq.com/docs/quorum-queues#dead-lettering).
-func delayArgs(t QueueType, ttl int64, dlx string) amqp.Table {
+func delayArgs(t delayspec.QueueType, ttl int64, dlx string) amqp.Table {
 	a := amqp.Table{"x-queue-type": string(t), "x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
-	if t == Quorum {
+	if t == delayspec.Quorum {
 		a["x-dead-letter-strategy"] = "at-least-once"
 		a["x-overflow"] = "reject-publish"
 	}
@@ -541,7 +542,7 @@ func delayArgs(t QueueType, ttl int64, dlx string) amqp.Table {
 // type, so a vhost defaulting to quorum would make every "classic" queue a quorum queue
 // without the delay queues' dead-letter settings. An existing classic queue declared without
 // the argument takes the declaration with it as equivalent (3.10.8 and 4.0.5, checked).
-func plainArgs(t QueueType) amqp.Table {
+func plainArgs(t delayspec.QueueType) amqp.Table {
 	return amqp.Table{"x-queue-type": string(t)}
 }
 
@@ -579,9 +580,9 @@ func (p *Plan) WithoutPlugin() *Plan {
 // wrapping ErrPluginUnavailable otherwise; with PluginOff, p (which has no plugin exchange).
 func (p *Plan) ForPlugin(available bool) (*Plan, error) {
 	switch {
-	case p.Spec.Plugin == PluginOff || available:
+	case p.Spec.Plugin == delayspec.PluginOff || available:
 		return p, nil
-	case p.Spec.Plugin == PluginOn:
+	case p.Spec.Plugin == delayspec.PluginOn:
 		return nil, fmt.Errorf("%w: plugin mode is on but declaring an exchange of type %s failed: enable rabbitmq_delayed_message_exchange on the broker, or use --plugin auto (or off)",
 			ErrPluginUnavailable, PluginExchangeType)
 	default:
@@ -596,7 +597,7 @@ func (p *Plan) ForPlugin(available bool) (*Plan, error) {
 // parking queue keeps a parked message however often a reader gives it back. A ready queue is
 // the application's and keeps its arguments ([Spec.ReadyDeliveryLimit]). p is not changed.
 func (p *Plan) ForBroker(major int) *Plan {
-	if major < 4 || p.Spec.QueueType != Quorum {
+	if major < 4 || p.Spec.QueueType != delayspec.Quorum {
 		return p
 	}
 	c := *p

@@ -11,10 +11,11 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-func mustPlan(t testing.TB, s Spec) *Plan {
+func mustPlan(t testing.TB, s delayspec.Spec) *Plan {
 	t.Helper()
 	p, err := NewPlan(s)
 	if err != nil {
@@ -34,7 +35,7 @@ func countRole[T any](xs []T, role func(T) Role, r Role) int {
 }
 
 func TestPlanDefaultCounts(t *testing.T) {
-	p := mustPlan(t, Spec{Targets: Targets{{Name: "orders"}}})
+	p := mustPlan(t, delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}})
 	exRole := func(e Exchange) Role { return e.Role }
 	qRole := func(q Queue) Role { return q.Role }
 	bRole := func(b Binding) Role { return b.Role }
@@ -85,10 +86,10 @@ func TestPlanDefaultCounts(t *testing.T) {
 // hop orders, quorum and classic.
 func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
-		for _, qt := range []QueueType{Quorum, Classic} {
+		for _, qt := range []delayspec.QueueType{delayspec.Quorum, delayspec.Classic} {
 			t.Run(order.String()+"/"+string(qt), func(t *testing.T) {
-				spec := Spec{Targets: Targets{{Name: "a"}, {Name: "b", Type: "topic"}}, Buckets: Delays{30 * time.Second, time.Hour},
-					Ladder: ttlbuckets.Ladder{Radix: 8, Order: order}, QueueType: qt, Plugin: PluginOff}
+				spec := delayspec.Spec{Targets: delayspec.Targets{{Name: "a"}, {Name: "b", Type: "topic"}}, Buckets: delayspec.Delays{30 * time.Second, time.Hour},
+					Ladder: ttlbuckets.Ladder{Radix: 8, Order: order}, QueueType: qt, Plugin: delayspec.PluginOff}
 				p := mustPlan(t, spec)
 				l := p.Ladder
 				n := p.Names
@@ -147,7 +148,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 					if _, has := q.Args["x-dead-letter-routing-key"]; has {
 						t.Errorf("%s has a dead-letter routing key: the message must keep its own", name)
 					}
-					if qt == Quorum {
+					if qt == delayspec.Quorum {
 						if q.Args["x-queue-type"] != "quorum" || q.Args["x-dead-letter-strategy"] != "at-least-once" || q.Args["x-overflow"] != "reject-publish" {
 							t.Errorf("%s: quorum args %v", name, q.Args)
 						}
@@ -236,8 +237,8 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 // bindings in an earlier tier, and D's own bindings come first.
 func TestPlanDeclarationOrder(t *testing.T) {
 	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
-		p := mustPlan(t, Spec{Targets: Targets{{Name: "x", Type: "direct"}}, Buckets: Delays{time.Second}, Ladder: ttlbuckets.Ladder{Order: order},
-			ReadyQueues: ReadyQueues{{Queue: "rq", Exchange: "x", BindingKey: "k"}}})
+		p := mustPlan(t, delayspec.Spec{Targets: delayspec.Targets{{Name: "x", Type: "direct"}}, Buckets: delayspec.Delays{time.Second}, Ladder: ttlbuckets.Ladder{Order: order},
+			ReadyQueues: delayspec.ReadyQueues{{Queue: "rq", Exchange: "x", BindingKey: "k"}}})
 		tierOfSource := map[string]int{}
 		for i, b := range p.Bindings {
 			if i > 0 && b.Tier < p.Bindings[i-1].Tier {
@@ -268,10 +269,10 @@ func TestPlanDeclarationOrder(t *testing.T) {
 }
 
 func TestPlanTargetsBucketsReadyPlugin(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "app1", Targets: Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}},
-		Buckets:     Delays{5 * time.Second},
-		ReadyQueues: ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "order.#"}, {Queue: "b.t", Exchange: "other", BindingKey: ""}},
-		Plugin:      PluginOn, QueueType: Classic})
+	p := mustPlan(t, delayspec.Spec{Prefix: "app1", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}},
+		Buckets:     delayspec.Delays{5 * time.Second},
+		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "order.#"}, {Queue: "b.t", Exchange: "other", BindingKey: ""}},
+		Plugin:      delayspec.PluginOn, QueueType: delayspec.Classic})
 	if e, ok := p.Exchange("orders"); !ok || e.Type != "topic" || e.Role != RoleTarget {
 		t.Errorf("orders:topic not declared: %+v", e)
 	}
@@ -314,7 +315,7 @@ func TestPlanTargetsBucketsReadyPlugin(t *testing.T) {
 	if _, err := p.ForPlugin(false); !errors.Is(err, ErrPluginUnavailable) {
 		t.Errorf("plugin on, unavailable: err %v, want ErrPluginUnavailable", err)
 	}
-	auto := mustPlan(t, Spec{Targets: Targets{{Name: "o"}}})
+	auto := mustPlan(t, delayspec.Spec{Targets: delayspec.Targets{{Name: "o"}}})
 	if q, _ := auto.ForPlugin(false); q.HasPlugin() || len(q.Bindings) != len(auto.Bindings)-1 {
 		t.Error("auto, unavailable: the plugin exchange and its binding must go")
 	}
@@ -324,7 +325,7 @@ func TestPlanTargetsBucketsReadyPlugin(t *testing.T) {
 	if !auto.HasPlugin() {
 		t.Error("WithoutPlugin changed the original plan")
 	}
-	if off := mustPlan(t, Spec{Targets: Targets{{Name: "o"}}, Plugin: PluginOff}); off.HasPlugin() {
+	if off := mustPlan(t, delayspec.Spec{Targets: delayspec.Targets{{Name: "o"}}, Plugin: delayspec.PluginOff}); off.HasPlugin() {
 		t.Error("plugin off: no plugin exchange")
 	}
 }
@@ -332,28 +333,28 @@ func TestPlanTargetsBucketsReadyPlugin(t *testing.T) {
 func TestPlanInvalidSpec(t *testing.T) {
 	cases := []struct {
 		name string
-		spec Spec
+		spec delayspec.Spec
 		want string
 	}{
-		{"no target", Spec{}, "no target exchange"},
-		{"radix 3", Spec{Targets: Targets{{Name: "o"}}, Ladder: ttlbuckets.Ladder{Radix: 3}}, "adix"},
-		{"max beyond TTL limit", Spec{Targets: Targets{{Name: "o"}}, Ladder: ttlbuckets.Ladder{Max: 20 * 365 * 24 * time.Hour}}, "ax"},
-		{"bad prefix", Spec{Prefix: "a b/c", Targets: Targets{{Name: "o"}}}, "prefix"},
-		{"bucket not whole ms", Spec{Targets: Targets{{Name: "o"}}, Buckets: Delays{1500 * time.Microsecond}}, "bucket"},
-		{"bad queue type", Spec{Targets: Targets{{Name: "o"}}, QueueType: "stream"}, "queue type"},
+		{"no target", delayspec.Spec{}, "no target exchange"},
+		{"radix 3", delayspec.Spec{Targets: delayspec.Targets{{Name: "o"}}, Ladder: ttlbuckets.Ladder{Radix: 3}}, "adix"},
+		{"max beyond TTL limit", delayspec.Spec{Targets: delayspec.Targets{{Name: "o"}}, Ladder: ttlbuckets.Ladder{Max: 20 * 365 * 24 * time.Hour}}, "ax"},
+		{"bad prefix", delayspec.Spec{Prefix: "a b/c", Targets: delayspec.Targets{{Name: "o"}}}, "prefix"},
+		{"bucket not whole ms", delayspec.Spec{Targets: delayspec.Targets{{Name: "o"}}, Buckets: delayspec.Delays{1500 * time.Microsecond}}, "bucket"},
+		{"bad queue type", delayspec.Spec{Targets: delayspec.Targets{{Name: "o"}}, QueueType: "stream"}, "queue type"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := NewPlan(c.spec)
-			if p != nil || !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Plan() = %v, %v; want ErrInvalidSpec mentioning %q", p, err, c.want)
+			if p != nil || !errors.Is(err, delayspec.ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Plan() = %v, %v; want delayspec.ErrInvalidSpec mentioning %q", p, err, c.want)
 			}
 		})
 	}
 }
 
 func BenchmarkPlanDefault(b *testing.B) {
-	spec := Spec{Targets: Targets{{Name: "orders"}}}
+	spec := delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}
 	for b.Loop() {
 		if _, err := NewPlan(spec); err != nil {
 			b.Fatal(err)
@@ -362,7 +363,7 @@ func BenchmarkPlanDefault(b *testing.B) {
 }
 
 func TestExportShape(t *testing.T) {
-	p := mustPlan(t, Spec{Targets: Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}}, Plugin: PluginOff})
+	p := mustPlan(t, delayspec.Spec{Targets: delayspec.Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}}, Plugin: delayspec.PluginOff})
 	out, err := Export(p, "v1")
 	if err != nil {
 		t.Fatal(err)
@@ -434,13 +435,13 @@ func TestParseConflict(t *testing.T) {
 // like one); the targets policy matches exactly the targets, regular-expression characters in
 // names included.
 func TestPlanPoliciesMatchExactlyOwnNames(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "app1", Targets: Targets{{Name: "orders", Type: "topic"}, {Name: "a.b*c"}},
-		Buckets: Delays{3 * time.Second}, ReadyQueues: ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "#"}}})
+	p := mustPlan(t, delayspec.Spec{Prefix: "app1", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}, {Name: "a.b*c"}},
+		Buckets: delayspec.Delays{3 * time.Second}, ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "#"}}})
 	byName := map[string]Policy{}
 	for _, pol := range p.Policies {
 		byName[pol.Name] = pol
-		if pol.Priority != DefaultPolicyPriority {
-			t.Errorf("policy %s: priority %d, want %d", pol.Name, pol.Priority, DefaultPolicyPriority)
+		if pol.Priority != delayspec.DefaultPolicyPriority {
+			t.Errorf("policy %s: priority %d, want %d", pol.Name, pol.Priority, delayspec.DefaultPolicyPriority)
 		}
 	}
 	qp, ok := byName["app1.delay-queues"]
@@ -469,7 +470,7 @@ func TestPlanPoliciesMatchExactlyOwnNames(t *testing.T) {
 		}
 	}
 	// Classic queues: no dead-letter strategy in the definition.
-	c := mustPlan(t, Spec{Targets: Targets{{Name: "orders"}}, QueueType: Classic})
+	c := mustPlan(t, delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}, QueueType: delayspec.Classic})
 	if _, ok := c.Policies[0].Definition["dead-letter-strategy"]; ok {
 		t.Errorf("classic delay-queue policy: %v", c.Policies[0].Definition)
 	}
@@ -478,30 +479,30 @@ func TestPlanPoliciesMatchExactlyOwnNames(t *testing.T) {
 // TestPlanReadyQueueArgs: quorum ready queues get the delivery limit (default 20, configurable)
 // and dead-letter to the parking queue's exchange; -1 and classic queues get neither.
 func TestPlanReadyQueueArgs(t *testing.T) {
-	rq := ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "#"}}
+	rq := delayspec.ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "#"}}
 	for _, tc := range []struct {
 		name  string
-		spec  Spec
+		spec  delayspec.Spec
 		limit any
 		dlx   any
 	}{
-		{"default", Spec{}, int64(20), "rabbitdelay.unroutable"},
-		{"5", Spec{ReadyDeliveryLimit: 5}, int64(5), "rabbitdelay.unroutable"},
-		{"none", Spec{ReadyDeliveryLimit: NoReadyDeliveryLimit}, nil, nil},
-		{"classic", Spec{QueueType: Classic}, nil, nil},
+		{"default", delayspec.Spec{}, int64(20), "rabbitdelay.unroutable"},
+		{"5", delayspec.Spec{ReadyDeliveryLimit: 5}, int64(5), "rabbitdelay.unroutable"},
+		{"none", delayspec.Spec{ReadyDeliveryLimit: delayspec.NoReadyDeliveryLimit}, nil, nil},
+		{"classic", delayspec.Spec{QueueType: delayspec.Classic}, nil, nil},
 	} {
-		tc.spec.Targets, tc.spec.ReadyQueues = Targets{{Name: "orders"}}, rq
+		tc.spec.Targets, tc.spec.ReadyQueues = delayspec.Targets{{Name: "orders"}}, rq
 		p := mustPlan(t, tc.spec)
 		q, _ := p.Queue("orders.timeouts")
 		if q.Args["x-delivery-limit"] != tc.limit || q.Args["x-dead-letter-exchange"] != tc.dlx {
 			t.Errorf("%s: ready queue args %v, want x-delivery-limit %v, x-dead-letter-exchange %v", tc.name, q.Args, tc.limit, tc.dlx)
 		}
 	}
-	if err := (Spec{Targets: Targets{{Name: "orders"}}, ReadyDeliveryLimit: -2}).Validate(); !errors.Is(err, ErrInvalidSpec) {
+	if err := (delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}, ReadyDeliveryLimit: -2}).Validate(); !errors.Is(err, delayspec.ErrInvalidSpec) {
 		t.Errorf("limit -2: %v, want ErrInvalidSpec", err)
 	}
-	for v, want := range map[string]DeliveryLimit{"1": 1, "-1": -1, "20": 20, "0": 0, "-2": 0, "x": 0} {
-		var got DeliveryLimit
+	for v, want := range map[string]delayspec.DeliveryLimit{"1": 1, "-1": -1, "20": 20, "0": 0, "-2": 0, "x": 0} {
+		var got delayspec.DeliveryLimit
 		err := got.Decode(v)
 		if got != want || (want == 0) != (err != nil) {
 			t.Errorf("DeliveryLimit.Decode(%q) = %d, %v", v, got, err)
@@ -513,19 +514,19 @@ func TestPlanReadyQueueArgs(t *testing.T) {
 // would exceed 255 bytes is hashed, stays under the limit and differs per target; markers are
 // reserved names.
 func TestTargetMarker(t *testing.T) {
-	n := Names{Prefix: "app1"}
+	n := delayspec.Names{Prefix: "app1"}
 	if got := n.TargetMarker("orders"); got != "app1.target.orders" {
 		t.Errorf("TargetMarker(orders) = %q", got)
 	}
 	long1, long2 := strings.Repeat("x", 250), strings.Repeat("x", 249)+"y"
 	m1, m2 := n.TargetMarker(long1), n.TargetMarker(long2)
-	if len(m1) > MaxNameLen || m1 == m2 || !strings.HasPrefix(m1, "app1.target-sha256.") {
+	if len(m1) > delayspec.MaxNameLen || m1 == m2 || !strings.HasPrefix(m1, "app1.target-sha256.") {
 		t.Errorf("long markers %q, %q", m1, m2)
 	}
 	if !n.Reserved(m1) || !n.Reserved("app1.target.orders") || !n.Reserved("app1.due-unroutable") {
 		t.Error("markers and due-unroutable must be reserved names")
 	}
-	p := mustPlan(t, Spec{Prefix: "app1", Targets: Targets{{Name: "orders"}, {Name: long1}}})
+	p := mustPlan(t, delayspec.Spec{Prefix: "app1", Targets: delayspec.Targets{{Name: "orders"}, {Name: long1}}})
 	var markers []string
 	for _, e := range p.Exchanges {
 		if e.Marker {
@@ -540,7 +541,7 @@ func TestTargetMarker(t *testing.T) {
 // TestRetryTarget: a target named like the topology's retry exchange, without a type, is that
 // exchange (planned once, never "must already exist"); with a type it is refused.
 func TestRetryTarget(t *testing.T) {
-	s := Spec{Prefix: "rt", Targets: Targets{{Name: "orders"}, {Name: "rt.retry"}}}
+	s := delayspec.Spec{Prefix: "rt", Targets: delayspec.Targets{{Name: "orders"}, {Name: "rt.retry"}}}
 	p, err := NewPlan(s)
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
@@ -559,7 +560,7 @@ func TestRetryTarget(t *testing.T) {
 			t.Error("the retry exchange is listed as one that must already exist")
 		}
 	}
-	if _, err := NewPlan(Spec{Prefix: "rt", Targets: Targets{{Name: "rt.retry", Type: "direct"}}}); err == nil {
+	if _, err := NewPlan(delayspec.Spec{Prefix: "rt", Targets: delayspec.Targets{{Name: "rt.retry", Type: "direct"}}}); err == nil {
 		t.Error("a typed target named like the retry exchange was accepted")
 	}
 }
@@ -570,7 +571,7 @@ func TestRetryTarget(t *testing.T) {
 // the entry marker of the ladder (and of the copies) is declared last with the other markers.
 func TestPlanEntryExchanges(t *testing.T) {
 	for _, shards := range []int{1, 3} {
-		p := mustPlan(t, Spec{Targets: Targets{{Name: "orders"}}, Shards: shards})
+		p := mustPlan(t, delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}, Shards: shards})
 		from := map[string][]Binding{}
 		for _, b := range p.Bindings {
 			from[b.Source] = append(from[b.Source], b)
@@ -613,10 +614,10 @@ func TestPlanEntryExchanges(t *testing.T) {
 			}
 		}
 	}
-	if got := (Names{}).EntryMarker(ttlbuckets.DefaultLadder(), 3); got != "rabbitdelay.ladder.1ms.r16.shortest-first.l08.s03.entry" {
+	if got := (delayspec.Names{}).EntryMarker(ttlbuckets.DefaultLadder(), 3); got != "rabbitdelay.ladder.1ms.r16.shortest-first.l08.s03.entry" {
 		t.Errorf("EntryMarker of 3 copies = %q", got)
 	}
-	if got := (Names{Prefix: "a"}).LadderEntryExchange((Names{Prefix: "a"}).LadderLastHopQueueCopy(5, 3, 2)); got != "a.ladder.05.03.s2.last.entry" {
+	if got := (delayspec.Names{Prefix: "a"}).LadderEntryExchange((delayspec.Names{Prefix: "a"}).LadderLastHopQueueCopy(5, 3, 2)); got != "a.ladder.05.03.s2.last.entry" {
 		t.Errorf("entry exchange of a copy's last-hop queue = %q", got)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 // KindPolicy is the kind of a policy in a [Report].
@@ -516,7 +518,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 	ours := p.Names.DelayQueuesPolicy()
 	prio := p.Spec.PolicyPriority
 	stallOrDrop := BreaksStalls
-	if p.Spec.QueueType == Classic {
+	if p.Spec.QueueType == delayspec.Classic {
 		stallOrDrop = BreaksDrops
 	}
 	add := func(pp PolicyProblem, ourPolicy string) {
@@ -545,7 +547,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		}
 		userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
 		def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
-		quorum := mq.Type == string(Quorum)
+		quorum := mq.Type == string(delayspec.Quorum)
 		if _, argLimit := mq.Arguments["x-delivery-limit"]; q.Role == RoleParking && quorum && major >= 4 && !argLimit {
 			if _, ok := def["delivery-limit"]; !ok {
 				// Kept (warning): 4.x's default limit of 20 drops a parked message given back 21 times.
@@ -739,7 +741,7 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 	overflow := fmt.Sprint(def["overflow"])
 	rejects := overflow == "reject-publish" || overflow == "reject-publish-dlx"
 	stallOrDrop := BreaksStalls
-	if p.Spec.QueueType == Classic {
+	if p.Spec.QueueType == delayspec.Classic {
 		stallOrDrop = BreaksDrops
 	}
 	keys := make([]string, 0, len(def))
@@ -868,8 +870,8 @@ func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]ma
 	return out
 }
 
-func stallText(t QueueType) string {
-	if t == Classic {
+func stallText(t delayspec.QueueType) string {
+	if t == delayspec.Classic {
 		return "classic queues drop it"
 	}
 	return "quorum queues keep it in their dead-letter state and retry it forever, and once more such messages are stuck " +

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 func jsName(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
@@ -16,7 +18,7 @@ func jsName(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 // outweighs is not, operator values merge with the stricter winning, and targets without the
 // alternate exchange are reported.
 func TestPolicyProblemsOf(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}, {Name: "billing"}, {Name: "own"}, {Name: "lost"}}, Buckets: Delays{3 * time.Second}})
+	p := mustPlan(t, delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders"}, {Name: "billing"}, {Name: "own"}, {Name: "lost"}}, Buckets: delayspec.Delays{3 * time.Second}})
 	bucket := p.Names.BucketQueue(3000)
 	pols := map[string]managedPolicy{
 		"high":            {Name: "high", Definition: map[string]any{"message-ttl": json.Number("1000"), "dead-letter-exchange": "x", "dead-letter-routing-key": "k"}},
@@ -90,25 +92,25 @@ func TestPolicyProblemsOf(t *testing.T) {
 // has no x-overflow and drops the head unless a policy says otherwise.
 func TestPolicyLengthLimitOnDelayQueue(t *testing.T) {
 	for _, tc := range []struct {
-		typ      QueueType
+		typ      delayspec.QueueType
 		def      map[string]any
 		key      string
 		breaks   Breakage
 		overflow Breakage // the overflow key's own problem; "" for none
 	}{
-		{Quorum, map[string]any{"max-length": json.Number("0")}, "max-length", BreaksStalls, ""},
-		{Quorum, map[string]any{"max-length-bytes": json.Number("10")}, "max-length-bytes", BreaksStalls, ""},
-		{Quorum, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish"}, "max-length", BreaksStalls, ""},
-		{Quorum, map[string]any{"max-length": json.Number("0"), "overflow": "drop-head"}, "max-length", BreaksEarly, BreaksDrops},
-		{Quorum, map[string]any{"max-length-bytes": json.Number("1"), "overflow": "drop-head"}, "max-length-bytes", BreaksEarly, BreaksDrops},
-		{Quorum, map[string]any{"max-length": json.Number("5"), "overflow": "reject-publish-dlx"}, "max-length", BreaksEarly, BreaksDrops},
-		{Classic, map[string]any{"max-length": json.Number("0")}, "max-length", BreaksEarly, ""},
-		{Classic, map[string]any{"max-length-bytes": json.Number("1"), "overflow": "drop-head"}, "max-length-bytes", BreaksEarly, ""},
-		{Classic, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish-dlx"}, "max-length", BreaksEarly, ""},
-		{Classic, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish"}, "max-length", BreaksDrops, ""},
+		{delayspec.Quorum, map[string]any{"max-length": json.Number("0")}, "max-length", BreaksStalls, ""},
+		{delayspec.Quorum, map[string]any{"max-length-bytes": json.Number("10")}, "max-length-bytes", BreaksStalls, ""},
+		{delayspec.Quorum, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish"}, "max-length", BreaksStalls, ""},
+		{delayspec.Quorum, map[string]any{"max-length": json.Number("0"), "overflow": "drop-head"}, "max-length", BreaksEarly, BreaksDrops},
+		{delayspec.Quorum, map[string]any{"max-length-bytes": json.Number("1"), "overflow": "drop-head"}, "max-length-bytes", BreaksEarly, BreaksDrops},
+		{delayspec.Quorum, map[string]any{"max-length": json.Number("5"), "overflow": "reject-publish-dlx"}, "max-length", BreaksEarly, BreaksDrops},
+		{delayspec.Classic, map[string]any{"max-length": json.Number("0")}, "max-length", BreaksEarly, ""},
+		{delayspec.Classic, map[string]any{"max-length-bytes": json.Number("1"), "overflow": "drop-head"}, "max-length-bytes", BreaksEarly, ""},
+		{delayspec.Classic, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish-dlx"}, "max-length", BreaksEarly, ""},
+		{delayspec.Classic, map[string]any{"max-length": json.Number("0"), "overflow": "reject-publish"}, "max-length", BreaksDrops, ""},
 	} {
 		name := fmt.Sprintf("%s %v", tc.typ, tc.def)
-		p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, QueueType: tc.typ})
+		p := mustPlan(t, delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders"}}, QueueType: tc.typ})
 		q := p.Names.LadderQueue(0, 1)
 		pols := map[string]managedPolicy{"limit": {Name: "limit", Definition: tc.def}}
 		queues := []managedObject{{Name: q, Type: string(tc.typ), Policy: jsName("limit")}}
@@ -129,8 +131,8 @@ func TestPolicyLengthLimitOnDelayQueue(t *testing.T) {
 // listed; bindings of target exchanges to other queues are not; consumers' retry bindings are
 // listed apart.
 func TestUnplannedBindings(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders", Type: "topic"}},
-		ReadyQueues: ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "order.*"}}})
+	p := mustPlan(t, delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}},
+		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "order.*"}}})
 	all := append([]Binding{}, p.Bindings...)
 	all = append(all,
 		Binding{Source: "orders", Destination: "orders.ready", DestinationType: DestQueue, RoutingKey: "order.#"},
@@ -162,9 +164,9 @@ func TestUnplannedBindings(t *testing.T) {
 // (ReadyDeliveryLimit -1) unless the policy dead-letters them to an exchange that exists; expires and a
 // refusing length limit always fail; the application's other keys are not reported.
 func TestReadyQueueProblems(t *testing.T) {
-	spec := Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, ReadyQueues: ReadyQueues{{Queue: "ready", Exchange: "orders", BindingKey: "#"}}}
+	spec := delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders"}}, ReadyQueues: delayspec.ReadyQueues{{Queue: "ready", Exchange: "orders", BindingKey: "#"}}}
 	parks := mustPlan(t, spec)
-	spec.ReadyDeliveryLimit = NoReadyDeliveryLimit
+	spec.ReadyDeliveryLimit = delayspec.NoReadyDeliveryLimit
 	loses := mustPlan(t, spec)
 	pols := map[string]managedPolicy{
 		"ttl":    {Name: "ttl", Definition: map[string]any{"message-ttl": json.Number("1000"), "queue-leader-locator": "balanced"}},
@@ -226,7 +228,7 @@ func TestReadyQueueProblems(t *testing.T) {
 // max-age and keys that drop no record are not. A policy with a key streams do not support
 // never applies to the stream, and one with apply-to streams does (4.x).
 func TestRevokedProblems(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}})
+	p := mustPlan(t, delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders"}}, Buckets: delayspec.Delays{3 * time.Second}})
 	stream := p.Names.Revoked()
 	keep := revokedMaxAge(p.Spec) // 1218h for this spec (plugin auto: 2^32-1 ms + a day)
 	for _, tc := range []struct {
@@ -277,7 +279,7 @@ func TestRevokedProblems(t *testing.T) {
 // teardown without the management API leaves it: due messages the target routes to no queue go
 // nowhere, an error (not the silence of a policy in place).
 func TestPolicyProblemsTargetsPolicyWithoutItsExchange(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}})
+	p := mustPlan(t, delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders"}}})
 	pols := map[string]managedPolicy{"rd.targets": {Name: "rd.targets", Definition: map[string]any{"alternate-exchange": "rd.due-unroutable"}}}
 	for _, withAE := range []bool{true, false} {
 		exchanges := []managedObject{{Name: "orders", Policy: jsName("rd.targets")}}
@@ -321,7 +323,7 @@ func TestEffectiveDeliveryLimitNone(t *testing.T) {
 // for 3.x) gets the default limit of 20: a warning naming the policy in effect. Not on 3.x
 // (no default), not with the delay-queue policy's -1, not for a classic parking queue.
 func TestParkingDefaultDeliveryLimit(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "rd", Targets: Targets{{Name: "orders"}}, Buckets: Delays{3 * time.Second}}).ForBroker(4)
+	p := mustPlan(t, delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders"}}, Buckets: delayspec.Delays{3 * time.Second}}).ForBroker(4)
 	parking := p.Names.Parking()
 	pols := map[string]managedPolicy{
 		"rd.delay-queues": {Name: "rd.delay-queues", Definition: p.Policies[0].Definition},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
@@ -26,7 +27,7 @@ type DialFunc = plugin.Dialer
 func ProbePlugin(ctx context.Context, dial DialFunc, prefix string) (bool, error) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	name := prefixOf(Names{Prefix: prefix}) + ".plugin-probe." + hex.EncodeToString(rnd[:])
+	name := prefixOf(delayspec.Names{Prefix: prefix}) + ".plugin-probe." + hex.EncodeToString(rnd[:])
 	ok, err := plugin.Probe(ctx, dial, name)
 	if err != nil && code(err) != 0 {
 		return false, wrapBroker(err, fmt.Sprintf("plugin probe: declare exchange %q of type %s", name, PluginExchangeType))
@@ -45,4 +46,12 @@ func ProbePluginManagement(ctx context.Context, m *Management) (bool, error) {
 		return false, err
 	}
 	return slices.Contains(types, PluginExchangeType), nil
+}
+
+// prefixOf is n's prefix, delayspec.DefaultPrefix when empty.
+func prefixOf(n delayspec.Names) string {
+	if n.Prefix == "" {
+		return delayspec.DefaultPrefix
+	}
+	return n.Prefix
 }

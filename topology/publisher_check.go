@@ -3,6 +3,8 @@ package topology
 import (
 	"context"
 	"fmt"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 // What amqpdelay.WithManagement asks at every Publisher connection (amqpdelay.ManagementCheck):
@@ -12,7 +14,7 @@ import (
 // UnboundTargets returns the targets of spec that the dispatch exchange is not bound to, as
 // the management API lists the bindings of m's vhost now ([Management.DispatchBound]). Errors
 // wrap ErrInvalidSpec for a spec that does not validate, or are the management API's.
-func (m *Management) UnboundTargets(ctx context.Context, spec Spec) ([]string, error) {
+func (m *Management) UnboundTargets(ctx context.Context, spec delayspec.Spec) ([]string, error) {
 	p, err := NewPlan(spec)
 	if err != nil {
 		return nil, err
@@ -34,7 +36,7 @@ func (m *Management) UnboundTargets(ctx context.Context, spec Spec) ([]string, e
 // spec in m's vhost that breaks a guarantee ([Management.PolicyProblems], the failing ones:
 // [Failing]), each naming the key, the object and the fix. Errors wrap ErrInvalidSpec for a
 // spec that does not validate, or are the management API's.
-func (m *Management) UnsafePolicies(ctx context.Context, spec Spec) ([]string, error) {
+func (m *Management) UnsafePolicies(ctx context.Context, spec delayspec.Spec) ([]string, error) {
 	p, err := NewPlan(spec)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -12,8 +13,8 @@ import (
 // target marker, D's binding to it on rabbitdelay-target, and one binding per ready queue whose
 // key is the queue's name.
 func TestPlanRetryRouting(t *testing.T) {
-	p := mustPlan(t, Spec{Prefix: "app", Targets: Targets{{Name: "orders", Type: "topic"}},
-		ReadyQueues: ReadyQueues{{Queue: "a", Exchange: "orders", BindingKey: "k.#"}, {Queue: "b", Exchange: "orders", BindingKey: "k.#"}}})
+	p := mustPlan(t, delayspec.Spec{Prefix: "app", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}},
+		ReadyQueues: delayspec.ReadyQueues{{Queue: "a", Exchange: "orders", BindingKey: "k.#"}, {Queue: "b", Exchange: "orders", BindingKey: "k.#"}}})
 	retry := p.Names.Retry()
 	if retry != "app.retry" {
 		t.Fatalf("Names.Retry() = %q", retry)
@@ -49,7 +50,7 @@ func TestPlanRetryRouting(t *testing.T) {
 	}
 	// A consumer's retry Publisher has the retry exchange as its only target: the name must be
 	// a valid target.
-	if err := (Spec{Prefix: "app", Targets: Targets{{Name: retry}}}).Validate(); err != nil {
+	if err := (delayspec.Spec{Prefix: "app", Targets: delayspec.Targets{{Name: retry}}}).Validate(); err != nil {
 		t.Errorf("the retry exchange as a target: %v", err)
 	}
 }

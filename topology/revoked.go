@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -25,12 +26,12 @@ const RoleRevoked Role = "revoked"
 // revokedArgs are the stream's arguments: x-max-age in hours ("<n>h", a unit RabbitMQ's
 // x-max-age takes: Y, M, D, h, m, s). RabbitMQ deletes whole segment files once all their
 // records are older, so a record is kept at least that long.
-func revokedArgs(s Spec) amqp.Table {
+func revokedArgs(s delayspec.Spec) amqp.Table {
 	return amqp.Table{"x-queue-type": "stream", "x-max-age": revokedMaxAge(s)}
 }
 
 // revokedMaxAge is the stream's retention as a max-age value: whole hours, "<n>h".
-func revokedMaxAge(s Spec) string {
+func revokedMaxAge(s delayspec.Spec) string {
 	return fmt.Sprintf("%dh", int64(s.RevocationRetention()/time.Hour))
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -14,13 +15,13 @@ import (
 func TestRevokedStream(t *testing.T) {
 	cases := []struct {
 		name string
-		spec Spec
+		spec delayspec.Spec
 		want string
 	}{
-		{"default (ladder and plugin: 2^32-1 ms)", Spec{Targets: Targets{{Name: "orders"}}}, "1218h"},
-		{"short ladder, no plugin", Spec{Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, Ladder: ttlbuckets.Ladder{Max: time.Hour}}, "25h"},
-		{"a bucket beyond the ladder", Spec{Targets: Targets{{Name: "orders"}}, Plugin: PluginOff, Ladder: ttlbuckets.Ladder{Max: time.Hour},
-			Buckets: Delays{72 * time.Hour}}, "96h"},
+		{"default (ladder and plugin: 2^32-1 ms)", delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}, "1218h"},
+		{"short ladder, no plugin", delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}, Plugin: delayspec.PluginOff, Ladder: ttlbuckets.Ladder{Max: time.Hour}}, "25h"},
+		{"a bucket beyond the ladder", delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}, Plugin: delayspec.PluginOff, Ladder: ttlbuckets.Ladder{Max: time.Hour},
+			Buckets: delayspec.Delays{72 * time.Hour}}, "96h"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // shardSpec is a small quorum spec (radix 4, 3 levels: 9 ladder queues) with three copies of
 // the ladder.
-func shardSpec() Spec {
-	return Spec{Prefix: "sh", Targets: Targets{{Name: "orders", Type: "topic"}}, Shards: 3,
-		Ladder: ttlbuckets.Ladder{Radix: 4, Max: 63 * time.Millisecond}, Plugin: PluginOff}
+func shardSpec() delayspec.Spec {
+	return delayspec.Spec{Prefix: "sh", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, Shards: 3,
+		Ladder: ttlbuckets.Ladder{Radix: 4, Max: 63 * time.Millisecond}, Plugin: delayspec.PluginOff}
 }
 
 // TestPlanShardsCopies: every copy is a whole chain of its own (exchanges, queues with the same
@@ -172,19 +173,19 @@ func TestPlanShardsPlacement(t *testing.T) {
 // TestSpecShardsValidate: 0 means 1; 1..MaxShards are valid; others are refused.
 func TestSpecShardsValidate(t *testing.T) {
 	s := shardSpec()
-	for _, n := range []int{0, 1, 2, MaxShards} {
+	for _, n := range []int{0, 1, 2, delayspec.MaxShards} {
 		s.Shards = n
 		if err := s.Validate(); err != nil {
 			t.Errorf("Shards %d: %v", n, err)
 		}
 	}
-	for _, n := range []int{-1, MaxShards + 1} {
+	for _, n := range []int{-1, delayspec.MaxShards + 1} {
 		s.Shards = n
 		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "shards") {
 			t.Errorf("Shards %d: %v, want an error about shards", n, err)
 		}
 	}
-	if got := (Spec{}).WithDefaults().Shards; got != 1 {
+	if got := (delayspec.Spec{}).WithDefaults().Shards; got != 1 {
 		t.Errorf("default Shards %d, want 1", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
@@ -200,9 +201,9 @@ func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool)
 	}
 	_, limit := mq.Arguments["x-delivery-limit"]
 	switch {
-	case typ == string(Classic):
+	case typ == string(delayspec.Classic):
 		loop.Cause = CauseClassic
-	case typ != string(Quorum):
+	case typ != string(delayspec.Quorum):
 		return RequeueLoop{}, false
 	case versionAtLeast(version, 4, 3):
 		loop.Cause = CauseNackNotCounted

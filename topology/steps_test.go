@@ -4,19 +4,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // TestPlanRowsUnique: Apply's runner finds a report row by kind and name, so no two objects of
 // a plan (exchanges, queues, bindings) may share both.
 func TestPlanRowsUnique(t *testing.T) {
-	rq := ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "#"}, {Queue: "b.t", Exchange: "billing", BindingKey: ""}}
-	specs := map[string]Spec{
-		"default": {Targets: Targets{{Name: "orders"}}},
-		"plugin on": {Targets: Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}}, Plugin: PluginOn, ReadyQueues: rq,
-			Buckets: Delays{30 * time.Second, time.Hour}},
-		"classic, radix 2": {Targets: Targets{{Name: "orders", Type: "direct"}}, QueueType: Classic, Plugin: PluginOff,
-			Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Hour}, Buckets: Delays{time.Second}},
+	rq := delayspec.ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "#"}, {Queue: "b.t", Exchange: "billing", BindingKey: ""}}
+	specs := map[string]delayspec.Spec{
+		"default": {Targets: delayspec.Targets{{Name: "orders"}}},
+		"plugin on": {Targets: delayspec.Targets{{Name: "orders", Type: "topic"}, {Name: "billing"}}, Plugin: delayspec.PluginOn, ReadyQueues: rq,
+			Buckets: delayspec.Delays{30 * time.Second, time.Hour}},
+		"classic, radix 2": {Targets: delayspec.Targets{{Name: "orders", Type: "direct"}}, QueueType: delayspec.Classic, Plugin: delayspec.PluginOff,
+			Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Hour}, Buckets: delayspec.Delays{time.Second}},
 	}
 	for name, spec := range specs {
 		p := mustPlan(t, spec)

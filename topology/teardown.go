@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
@@ -70,7 +71,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	// classic marks the plan's classic queues: only they support queue.delete's if-empty.
 	classic := map[string]bool{}
 	for _, q := range p.Queues {
-		if t, _ := q.Args["x-queue-type"].(string); t == "" || t == string(Classic) {
+		if t, _ := q.Args["x-queue-type"].(string); t == "" || t == string(delayspec.Classic) {
 			classic[q.Name] = true
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -56,7 +57,7 @@ func cmdPlan(_ context.Context, e *invocation) error {
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "# %s\n", specLine(p))
-	if p.Spec.Plugin == topology.PluginAuto {
+	if p.Spec.Plugin == delayspec.PluginAuto {
 		fmt.Fprintf(w, "# plugin auto: %s and its binding are declared only when the broker has the delayed-message plugin\n", p.Names.PluginExchange())
 	}
 	fmt.Fprintf(w, "\nEXCHANGES (%d)\n", len(p.Exchanges))
@@ -268,7 +269,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	pluginState := "off" // --json's value
 	var avail bool
 	var pluginErr error
-	if p.Spec.Plugin != topology.PluginOff {
+	if p.Spec.Plugin != delayspec.PluginOff {
 		avail, pluginErr = e.probePlugin(ctx, p, m)
 		switch {
 		case pluginErr != nil:
@@ -279,7 +280,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 		default:
 			pluginState = "not_available"
 		}
-		if (pluginErr != nil || !avail) && p.Spec.Plugin == topology.PluginAuto {
+		if (pluginErr != nil || !avail) && p.Spec.Plugin == delayspec.PluginAuto {
 			p = p.WithoutPlugin()
 		}
 	}
@@ -362,12 +363,12 @@ func cmdExport(ctx context.Context, e *invocation) error {
 	major, _, _ := topology.ParseVersion(version)
 	noPlugin := plugin.ErrUnsupported(version)
 	switch p.Spec.Plugin {
-	case topology.PluginOn:
+	case delayspec.PluginOn:
 		if noPlugin != nil {
 			return fmt.Errorf("%w: --plugin on, but %v, and an import with an exchange of type %s fails there: use --plugin auto "+
 				"or off (the ladder and buckets carry every delay)", topology.ErrPluginUnavailable, noPlugin, topology.PluginExchangeType)
 		}
-	case topology.PluginAuto:
+	case delayspec.PluginAuto:
 		avail := false
 		if m != nil && noPlugin == nil {
 			if avail, err = topology.ProbePluginManagement(ctx, m); err != nil {
@@ -523,7 +524,7 @@ func printMismatched(w io.Writer, mm []topology.Mismatch) {
 // name (from the management API), saying what to do about them. live is status's case: the
 // objects sit beside a topology in use, so tearing down the specification that declared them
 // would also delete the objects the two share (the ladder, the dispatch exchange).
-func printUnplanned(w io.Writer, names topology.Names, objs []topology.Unplanned, what string, live bool) {
+func printUnplanned(w io.Writer, names delayspec.Names, objs []topology.Unplanned, what string, live bool) {
 	if len(objs) == 0 {
 		return
 	}

@@ -4,7 +4,7 @@
 // named declare, which is a bash builtin. Operators run it once from a
 // terminal, a CI/CD job or a Kubernetes job; it is configured by flags or by the same
 // AMQPDELAY_* environment variables the amqpdelay client reads (one reader for both:
-// topology.ReadEnv, which the CLI applies its own variables and then its flags over). A flag
+// delayspec.ReadEnv, which the CLI applies its own variables and then its flags over). A flag
 // given on the command line wins over its variable; a repeatable flag given once replaces the
 // whole list of its variable. A variable set but empty counts as unset.
 //

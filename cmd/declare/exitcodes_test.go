@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -107,7 +108,7 @@ func TestExitCodesDocumented(t *testing.T) {
 		words string
 	}{
 		{usageError{errors.New("bad flag")}, "flag"},
-		{fmt.Errorf("x: %w", topology.ErrInvalidSpec), "specification"},
+		{fmt.Errorf("x: %w", delayspec.ErrInvalidSpec), "specification"},
 		{fmt.Errorf("x: %w", amqpconn.ErrConfig), "invalid value"},
 		{fmt.Errorf("x: %w", topology.ErrTargetMissing), "missing target exchange"},
 		{fmt.Errorf("x: %w", topology.ErrConflict), "conflict"},
@@ -150,7 +151,7 @@ func TestExitCodesDocumented(t *testing.T) {
 // TestApplyHelpNamesPolicies: `apply --help` names every policy apply sets (topology's
 // Plan.Policies), and says how many.
 func TestApplyHelpNamesPolicies(t *testing.T) {
-	spec := topology.Spec{Prefix: "PREFIX", Targets: topology.Targets{{Name: "orders", Type: "topic"}}}
+	spec := delayspec.Spec{Prefix: "PREFIX", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}}
 	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -45,7 +46,7 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	if err != nil {
 		return err
 	}
-	if p.Spec.Plugin == topology.PluginAuto {
+	if p.Spec.Plugin == delayspec.PluginAuto {
 		p = p.WithoutPlugin() // the plugin holds its messages in no queue: nothing to count
 	}
 	scrape := e.s.timeout

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/topology"
 
@@ -161,7 +162,7 @@ func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
 // run is the whole CLI: it returns the exit code. It reads the AMQPDELAY_* variables of the
-// process (topology.ReadEnv), then args.
+// process (delayspec.ReadEnv), then args.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
 		if len(args) > 1 && args[0] == "help" {
@@ -235,7 +236,7 @@ func exitCode(err error) int {
 	var u usageError
 	switch {
 	case errors.As(err, &u),
-		errors.Is(err, topology.ErrInvalidSpec),
+		errors.Is(err, delayspec.ErrInvalidSpec),
 		errors.Is(err, amqpconn.ErrConfig),
 		errors.Is(err, topology.ErrConflict),
 		errors.Is(err, topology.ErrTargetMissing):
@@ -376,7 +377,7 @@ func (e *invocation) plan() (*topology.Plan, error) {
 
 // resolvePlugin asks the broker about the plugin (unless off) and returns the plan to use.
 func (e *invocation) resolvePlugin(ctx context.Context, p *topology.Plan, m *topology.Management) (*topology.Plan, error) {
-	if p.Spec.Plugin == topology.PluginOff {
+	if p.Spec.Plugin == delayspec.PluginOff {
 		return p, nil
 	}
 	avail, err := e.probePlugin(ctx, p, m)

@@ -25,6 +25,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -235,7 +236,7 @@ func TestApplyConflictExit2(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	ch := env.Channel(t)
-	names := topology.Names{Prefix: env.Prefix}
+	names := delayspec.Names{Prefix: env.Prefix}
 	victim := names.LadderQueue(2, 3)
 	if _, err := ch.QueueDeclare(victim, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-message-ttl": int64(999_999)}); err != nil {
 		t.Fatal(err)
@@ -280,7 +281,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 	target := env.Name("orders")
 	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1h", "AMQPDELAY_QUEUE_TYPE", "classic")
 	applyOrFail(t, env, e, target)
-	names := topology.Names{Prefix: env.Prefix}
+	names := delayspec.Names{Prefix: env.Prefix}
 	ch := env.Channel(t)
 	if err := ch.Publish(names.LadderExchange(10), "", false, false, amqp.Publishing{
 		Headers: amqp.Table{ttlbuckets.DigitHeader(10): int64(2), ttlbuckets.TargetHeader: target}, Body: []byte("x")}); err != nil {
@@ -570,7 +571,7 @@ func TestTeardownReportsAnotherSpecsObjects(t *testing.T) {
 	if oldLadder.Levels() <= newLadder.Levels() {
 		t.Fatalf("test setup: the old ladder must have more levels than the new one")
 	}
-	names := topology.Names{Prefix: env.Prefix}
+	names := delayspec.Names{Prefix: env.Prefix}
 	shared := names.LadderQueue(0, 3) // the same name in both ladders
 	oldOnly := names.LadderQueue(oldLadder.Levels()-1, 1)
 	oldMarker := names.LadderMarker(oldLadder)
@@ -853,7 +854,7 @@ func TestStatusMismatchCLI(t *testing.T) {
 	target := env.Name("orders")
 	e := vars(env, "AMQPDELAY_TARGETS", target+":topic", "AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1m", "AMQPDELAY_QUEUE_TYPE", "classic")
 	applyOrFail(t, env, e, target)
-	names := topology.Names{Prefix: env.Prefix}
+	names := delayspec.Names{Prefix: env.Prefix}
 	queue := names.LadderQueue(1, 1)
 	entry := names.LadderEntryExchange(queue)
 	ch := env.Channel(t)
@@ -900,7 +901,7 @@ func TestStatusMistypedTarget(t *testing.T) {
 	ladder := []string{"AMQPDELAY_LADDER_RADIX", "4", "AMQPDELAY_LADDER_MAX", "1m", "AMQPDELAY_QUEUE_TYPE", "classic"}
 	applyOrFail(t, env, vars(env, append([]string{"AMQPDELAY_TARGETS", target + ":topic"}, ladder...)...), target)
 	e := vars(env, append([]string{"AMQPDELAY_TARGETS", typo}, ladder...)...)
-	marker := topology.Names{Prefix: env.Prefix}.TargetMarker(target)
+	marker := delayspec.Names{Prefix: env.Prefix}.TargetMarker(target)
 
 	st := declare(t, e, "status")
 	missing := `exchange "` + typo + `" (similar names here: "` + target + `")`
@@ -971,7 +972,7 @@ func TestApplyRefusesAnotherPrefixsObjects(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	b := env.Prefix + "-b"
-	nb := topology.Names{Prefix: b}
+	nb := delayspec.Names{Prefix: b}
 	eb := vars(env, "AMQPDELAY_PREFIX", b, "AMQPDELAY_TARGETS", env.Name("b-orders")+":topic", "AMQPDELAY_LADDER_MAX", "1m")
 	applyOrFail(t, env, eb, env.Name("b-orders"))
 	target := env.Name("a-orders")

@@ -9,16 +9,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// variables are the AMQPDELAY_* variables declare reads: the library's ([topology.Env]) and
-// its own. topology.ReadEnv reads them all; the flags then set the same fields with the same
+// variables are the AMQPDELAY_* variables declare reads: the library's ([delayspec.Env]) and
+// its own. delayspec.ReadEnv reads them all; the flags then set the same fields with the same
 // Decode methods, so a flag and its variable take the same values.
 type variables struct {
-	topology.Env
+	delayspec.Env
 	ManagementURL string    `envconfig:"AMQPDELAY_MANAGEMENT_URL"`
 	Timeout       timeout   `envconfig:"AMQPDELAY_TIMEOUT"`
 	LogFormat     logFormat `envconfig:"AMQPDELAY_LOG_FORMAT"`
@@ -74,7 +74,7 @@ type settings struct {
 
 	// From vars once the flags are parsed.
 	conn    amqpconn.Config
-	spec    topology.Spec
+	spec    delayspec.Spec
 	mgmtURL string
 	timeout time.Duration
 	// exportVersion is export's --rabbitmq-version ("": ask the broker).
@@ -152,7 +152,7 @@ func listOption[L ~[]E, E any, P interface {
 func commonOptions(s *settings) []option {
 	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
 	v := &s.vars
-	env := func(n string) string { return topology.EnvPrefix + "_" + n }
+	env := func(n string) string { return delayspec.EnvPrefix + "_" + n }
 	return []option{
 		{name: "url", env: env("URL"), arg: "URL", def: amqpconn.DefaultURL, set: str(&v.URL),
 			usage: "broker URL, amqp:// or amqps://; the vhost is the URL's path (%2F for \"/\"); or the comma-separated URLs of one cluster's nodes"},
@@ -162,7 +162,7 @@ func commonOptions(s *settings) []option {
 			usage: "PEM client certificate (amqps:// only; with --tls-key)"},
 		{name: "tls-key", env: env("TLS_KEY"), arg: "FILE", set: str(&v.TLSKey),
 			usage: "PEM key of the client certificate"},
-		{name: "prefix", env: env("PREFIX"), arg: "PREFIX", def: topology.DefaultPrefix, set: str(&v.Prefix),
+		{name: "prefix", env: env("PREFIX"), arg: "PREFIX", def: delayspec.DefaultPrefix, set: str(&v.Prefix),
 			usage: "name prefix of every object (<prefix>.dispatch, <prefix>.ladder.LL.DD, ...); letters, digits and . _ - :"},
 		listOption("target", env("TARGETS"), "EXCHANGE[:TYPE]",
 			"target exchange delayed messages are finally routed through (repeatable; the variable is comma-separated); "+
@@ -180,23 +180,23 @@ func commonOptions(s *settings) []option {
 			usage: "largest delay the ladder carries: at least one ladder unit"},
 		{name: "order", env: env("LADDER_ORDER"), arg: "ORDER", def: ttlbuckets.ShortestFirst.String(), set: v.LadderOrder.Decode,
 			usage: "hop order: shortest-first (only the last, longest hop ends near the due time) or longest-first; publishers must use the same"},
-		{name: "plugin", env: env("PLUGIN"), arg: "MODE", def: string(topology.PluginAuto), set: v.Plugin.Decode,
+		{name: "plugin", env: env("PLUGIN"), arg: "MODE", def: string(delayspec.PluginAuto), set: v.Plugin.Decode,
 			usage: "delayed-message plugin exchange: off, auto (declare it when the broker has the plugin) or on (fail when it does not)"},
-		{name: "queue-type", env: env("QUEUE_TYPE"), arg: "TYPE", def: string(topology.Quorum), set: v.QueueType.Decode,
+		{name: "queue-type", env: env("QUEUE_TYPE"), arg: "TYPE", def: string(delayspec.Quorum), set: v.QueueType.Decode,
 			usage: "type of every queue declared: quorum (replicated, at-least-once dead-lettering) or classic"},
 		listOption("ready-queue", env("READY_QUEUES"), "QUEUE=EXCHANGE:KEY",
 			"queue to declare and bind to an exchange with a binding key, e.g. orders.timeouts=orders:order.timeout.# (repeatable; the variable is comma-separated); "+
 				"names and key at most 255 bytes, queue and exchange not one of the topology's own names (as for --target)",
 			&v.ReadyQueues),
-		{name: "ready-delivery-limit", env: env("READY_DELIVERY_LIMIT"), arg: "N", def: strconv.Itoa(topology.DefaultReadyDeliveryLimit),
+		{name: "ready-delivery-limit", env: env("READY_DELIVERY_LIMIT"), arg: "N", def: strconv.Itoa(delayspec.DefaultReadyDeliveryLimit),
 			set: v.ReadyDeliveryLimit.Decode,
 			usage: "x-delivery-limit of quorum ready queues: a message returned (nack/reject with requeue) more often is parked in <prefix>.parking " +
 				"(x-death reason delivery_limit); -1: no limit and no dead-letter exchange (for ready queues that exist with plain arguments)"},
-		{name: "policy-priority", env: env("POLICY_PRIORITY"), arg: "N", def: strconv.Itoa(topology.DefaultPolicyPriority), set: v.PolicyPriority.Decode,
+		{name: "policy-priority", env: env("POLICY_PRIORITY"), arg: "N", def: strconv.Itoa(delayspec.DefaultPolicyPriority), set: v.PolicyPriority.Decode,
 			usage: "priority of the three policies apply sets (<prefix>.delay-queues, <prefix>.targets, <prefix>.revoked-retention): above every other policy matching the topology's queues and target exchanges"},
 		{name: "shards", env: env("SHARDS"), arg: "N", def: "1", set: v.Shards.Decode,
 			usage: fmt.Sprintf("copies of the ladder, 1 to %d: a burst due at once leaves from N queues, and apply places the copies of each queue on different nodes "+
-				"(list every node in --url); publishers must use the same", topology.MaxShards)},
+				"(list every node in --url); publishers must use the same", delayspec.MaxShards)},
 		{name: "management-url", env: env("MANAGEMENT_URL"), arg: "URL", set: str(&v.ManagementURL),
 			usage: "management API, http://user:password@host:15672/ (optional, recommended): apply sets the topology's policies (user tag policymaker) " +
 				"and checks the policies in effect; exact binding states, messages held in quorum queues' dead-letter state"},
@@ -231,11 +231,11 @@ func (f funcValue) String() string     { return "" }
 func (f funcValue) Set(s string) error { return f.set(s) }
 func (f funcValue) IsBoolFlag() bool   { return f.isBool }
 
-// parse reads the variables (topology.ReadEnv), then applies the flags of args over them, and
-// resolves s. A value that does not parse is reported as a *topology.ValueError naming the
+// parse reads the variables (delayspec.ReadEnv), then applies the flags of args over them, and
+// resolves s. A value that does not parse is reported as a *delayspec.ValueError naming the
 // variable or the flag.
 func parse(name string, opts []option, args []string, s *settings) ([]string, error) {
-	envErr := topology.ReadEnv(&s.vars)
+	envErr := delayspec.ReadEnv(&s.vars)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -243,7 +243,7 @@ func parse(name string, opts []option, args []string, s *settings) ([]string, er
 	for _, o := range opts {
 		v := funcValue{isBool: o.bool, set: func(val string) error {
 			if err := o.set(val); err != nil {
-				setErr = &topology.ValueError{Name: "--" + o.name, Value: val, Err: err}
+				setErr = &delayspec.ValueError{Name: "--" + o.name, Value: val, Err: err}
 				return setErr
 			}
 			return nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/topology"
 )
@@ -26,20 +27,20 @@ type statusView struct {
 
 // pluginText is the plugin line of status: whether the broker has the delayed-message plugin,
 // and on RabbitMQ 4.3 or later, which cannot load it, that the ladder carries every delay.
-func pluginText(mode topology.PluginMode, avail bool, probeErr error, version string) string {
+func pluginText(mode delayspec.PluginMode, avail bool, probeErr error, version string) string {
 	noPlugin := plugin.ErrUnsupported(version)
 	switch {
-	case mode == topology.PluginOff:
+	case mode == delayspec.PluginOff:
 		return "off (--plugin off)"
 	case probeErr != nil:
 		return "unknown (" + probeErr.Error() + ")"
 	case avail:
 		return "available"
-	case noPlugin != nil && mode == topology.PluginOn:
+	case noPlugin != nil && mode == delayspec.PluginOn:
 		return fmt.Sprintf("NOT AVAILABLE, but --plugin on: %v; use --plugin auto or off: the ladder and buckets carry every delay", noPlugin)
 	case noPlugin != nil:
 		return fmt.Sprintf("unavailable: %v; the ladder and buckets carry every delay", noPlugin)
-	case mode == topology.PluginOn:
+	case mode == delayspec.PluginOn:
 		return "NOT AVAILABLE, but --plugin on"
 	}
 	return "not available (the ladder and buckets work without it)"

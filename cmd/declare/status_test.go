@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -13,21 +14,21 @@ import (
 // says only whether the broker has it.
 func TestPluginText(t *testing.T) {
 	for _, c := range []struct {
-		mode    topology.PluginMode
+		mode    delayspec.PluginMode
 		avail   bool
 		err     error
 		version string
 		want    string
 	}{
-		{topology.PluginAuto, false, nil, "4.3.6", "unavailable: RabbitMQ 4.3.6 cannot load the delayed-message plugin"},
-		{topology.PluginAuto, false, nil, "4.4.0", "the ladder and buckets carry every delay"},
-		{topology.PluginOn, false, nil, "4.3.6", "NOT AVAILABLE, but --plugin on: RabbitMQ 4.3.6 cannot load"},
-		{topology.PluginAuto, false, nil, "4.2.1", "not available (the ladder and buckets work without it)"},
-		{topology.PluginAuto, false, nil, "3.10.8", "not available (the ladder and buckets work without it)"},
-		{topology.PluginAuto, true, nil, "3.10.8", "available"},
-		{topology.PluginOn, false, nil, "3.10.8", "NOT AVAILABLE, but --plugin on"},
-		{topology.PluginOff, false, nil, "4.3.6", "off (--plugin off)"},
-		{topology.PluginAuto, false, errors.New("boom"), "4.3.6", "unknown (boom)"},
+		{delayspec.PluginAuto, false, nil, "4.3.6", "unavailable: RabbitMQ 4.3.6 cannot load the delayed-message plugin"},
+		{delayspec.PluginAuto, false, nil, "4.4.0", "the ladder and buckets carry every delay"},
+		{delayspec.PluginOn, false, nil, "4.3.6", "NOT AVAILABLE, but --plugin on: RabbitMQ 4.3.6 cannot load"},
+		{delayspec.PluginAuto, false, nil, "4.2.1", "not available (the ladder and buckets work without it)"},
+		{delayspec.PluginAuto, false, nil, "3.10.8", "not available (the ladder and buckets work without it)"},
+		{delayspec.PluginAuto, true, nil, "3.10.8", "available"},
+		{delayspec.PluginOn, false, nil, "3.10.8", "NOT AVAILABLE, but --plugin on"},
+		{delayspec.PluginOff, false, nil, "4.3.6", "off (--plugin off)"},
+		{delayspec.PluginAuto, false, errors.New("boom"), "4.3.6", "unknown (boom)"},
 	} {
 		if got := pluginText(c.mode, c.avail, c.err, c.version); !strings.HasPrefix(got, c.want) && !strings.Contains(got, c.want) {
 			t.Errorf("pluginText(%v, %v, %v, %q) = %q, want %q", c.mode, c.avail, c.err, c.version, got, c.want)
@@ -40,8 +41,8 @@ func TestPluginText(t *testing.T) {
 // plugin exchange's count when known; --queues prints one line per queue. The report is built
 // here (pure formatting; the integration tests run status against brokers).
 func TestPrintStatusCompact(t *testing.T) {
-	spec := topology.Spec{Prefix: "rd", Targets: topology.Targets{{Name: "orders", Type: "topic"}}, Buckets: topology.Delays{30e9},
-		ReadyQueues: topology.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "k"}}}
+	spec := delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, Buckets: delayspec.Delays{30e9},
+		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "k"}}}
 	p, err := topology.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)

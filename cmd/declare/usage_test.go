@@ -18,6 +18,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
@@ -207,7 +208,7 @@ func BenchmarkPlan(b *testing.B) {
 }
 
 // TestHelpListsEveryVariable: the variables `rabbitdelay --help` names are exactly those the one
-// reader reads (topology.ReadEnv of the CLI's variables, which embed topology.Env, the
+// reader reads (delayspec.ReadEnv of the CLI's variables, which embed delayspec.Env, the
 // library's), each of them set alone reaches the settings, and every command's help works.
 func TestHelpListsEveryVariable(t *testing.T) {
 	r := declare(t, nil, "--help")
@@ -224,7 +225,7 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	if strings.Join(listed, " ") != strings.Join(read, " ") || len(read) < 20 {
 		t.Errorf("--help lists\n%v\nthe reader reads\n%v", listed, read)
 	}
-	for _, v := range envKeys(t, &topology.Env{}) {
+	for _, v := range envKeys(t, &delayspec.Env{}) {
 		if !slices.Contains(listed, v) {
 			t.Errorf("--help does not list %s, which the library reads", v)
 		}
