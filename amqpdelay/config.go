@@ -30,7 +30,7 @@ type Config struct {
 	// require one (amqps:// only): both or neither. AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY.
 	TLSCert, TLSKey string
 	// Spec is the delay topology, as `rabbitdelay apply` declared it (prefix, targets, buckets,
-	// ladder, plugin mode, queue type, copies of the ladder): the Publisher checks at start that
+	// ladder, plugin mode, queue type, shards of the ladder): the Publisher checks at start that
 	// the broker has it.
 	Spec delayspec.Spec
 }

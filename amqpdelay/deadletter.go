@@ -114,7 +114,7 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 }
 
 // deadLetterHops returns the dead-letterings of a message published to dest on path c, in
-// order, with the queue and exchange names of names (those of copy shard of the ladder): a bucket's one hop (the bucket queue,
+// order, with the queue and exchange names of names (those of shard of the ladder): a bucket's one hop (the bucket queue,
 // entered by dest, the buckets exchange); a ladder's one hop per non-zero digit (each queue
 // entered by the exchange the message was last published to: dest for the first, then the
 // previous queue's dead-letter exchange, the next level's exchange; the last hop may be a
@@ -139,7 +139,7 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 				break
 			}
 			if next, ok := l.Next(h.Level); ok {
-				exchange = names.LadderExchangeCopy(next, shard)
+				exchange = names.LadderExchangeShard(next, shard)
 			} else {
 				exchange = names.Dispatch()
 			}
@@ -149,16 +149,16 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 	return nil, dest
 }
 
-// hopQueue returns the queue of hop i of plan in copy shard of the ladder, as
+// hopQueue returns the queue of hop i of plan in shard of the ladder, as
 // ttlbuckets.Ladder.EncodeRoute's headers route it: the last hop at a level whose queues
 // dead-letter into a next level takes the last-hop queue of its digit (lastHopQueue true);
 // every other hop the level's queue of its digit.
 func hopQueue(names delayspec.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int) (queue string, lastHopQueue bool) {
 	h := plan.Hops[i]
 	if _, more := l.Next(h.Level); more && i == len(plan.Hops)-1 {
-		return names.LadderLastHopQueueCopy(h.Level, h.Digit, shard), true
+		return names.LadderLastHopQueueShard(h.Level, h.Digit, shard), true
 	}
-	return names.LadderQueueCopy(h.Level, h.Digit, shard), false
+	return names.LadderQueueShard(h.Level, h.Digit, shard), false
 }
 
 // Encoded sizes (AMQP 0-9-1 field tables as RabbitMQ writes them): a field is its key (a

@@ -287,8 +287,8 @@ func TestParkRoute(t *testing.T) {
 	}
 }
 
-// TestDeadLetterHopsCopy: in copy k of the ladder, every hop is a queue of copy k entered from
-// copy k's exchanges, matching the plan's dead-letter exchanges.
+// TestDeadLetterHopsCopy: in shard k of the ladder, every hop is a queue of shard k entered from
+// shard k's exchanges, matching the plan's dead-letter exchanges.
 func TestDeadLetterHopsCopy(t *testing.T) {
 	spec := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}}, Shards: 3,
 		Ladder: ttlbuckets.Ladder{Radix: 16, Max: 65535 * time.Millisecond}}
@@ -302,7 +302,7 @@ func TestDeadLetterHopsCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := choice{path: PathLadder, plan: lp}
-	dest := names.LadderExchangeCopy(lp.Entry, 2)
+	dest := names.LadderExchangeShard(lp.Entry, 2)
 	hops, last := deadLetterHops(names, ladder, &c, dest, 2)
 	if len(hops) != 4 || last != names.Dispatch() {
 		t.Fatalf("hops %v, last %s", hops, last)
@@ -317,11 +317,11 @@ func TestDeadLetterHopsCopy(t *testing.T) {
 	}
 }
 
-// TestShardOf: one ladder is copy 0; ids spread evenly over the copies, the same id always to
+// TestShardOf: one ladder is shard 0; ids spread evenly over the copies, the same id always to
 // the same copy.
 func TestShardOf(t *testing.T) {
 	if shardOf("x", 1) != 0 || shardOf("x", 0) != 0 {
-		t.Fatal("one ladder: not copy 0")
+		t.Fatal("one ladder: not shard 0")
 	}
 	counts := make([]int, 3)
 	for i := range 30000 {

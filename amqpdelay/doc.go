@@ -51,7 +51,7 @@
 //
 // A ladder publish goes to the entry exchange of the message's first queue
 // (delayspec.Names.LadderEntryExchange). With
-// copies of the ladder (delayspec.Spec.Shards > 1, AMQPDELAY_SHARDS) it goes to that exchange of
+// shards of the ladder (delayspec.Spec.Shards > 1, AMQPDELAY_SHARDS) it goes to that exchange of
 // the copy that the message's MessageId hashes to (FNV-1a modulo the copies), and the message
 // keeps to that copy for every hop; [Receipt.Exchange] names it. At start the Publisher also checks the copies' marker exchange
 // (delayspec.Names.ShardsMarker).

@@ -490,7 +490,7 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 }
 
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is
-// mandatory; a ladder publish enters copy shard of the ladder (see delayspec.Spec.Shards) through
+// mandatory; a ladder publish enters shard of the ladder (see delayspec.Spec.Shards) through
 // its first queue's entry exchange.
 func (p *Publisher) destination(c choice, target string, shard int) (dest string, hops int, mandatory bool) {
 	switch c.path {

@@ -144,13 +144,13 @@ func TestLadderDestination(t *testing.T) {
 		queue func(shard int) string // the first queue
 	}{
 		// Shortest-first, radix 16: level 7 ends the order.
-		{ttlbuckets.ShortestFirst, 3 * time.Millisecond, func(k int) string { return n.LadderLastHopQueueCopy(0, 3, k) }},
-		{ttlbuckets.ShortestFirst, 0x33 * time.Millisecond, func(k int) string { return n.LadderQueueCopy(0, 3, k) }},
-		{ttlbuckets.ShortestFirst, 0x20000000 * time.Millisecond, func(k int) string { return n.LadderQueueCopy(7, 2, k) }},
+		{ttlbuckets.ShortestFirst, 3 * time.Millisecond, func(k int) string { return n.LadderLastHopQueueShard(0, 3, k) }},
+		{ttlbuckets.ShortestFirst, 0x33 * time.Millisecond, func(k int) string { return n.LadderQueueShard(0, 3, k) }},
+		{ttlbuckets.ShortestFirst, 0x20000000 * time.Millisecond, func(k int) string { return n.LadderQueueShard(7, 2, k) }},
 		// Longest-first: level 0 ends the order.
-		{ttlbuckets.LongestFirst, 3 * time.Millisecond, func(k int) string { return n.LadderQueueCopy(0, 3, k) }},
-		{ttlbuckets.LongestFirst, 0x300 * time.Millisecond, func(k int) string { return n.LadderLastHopQueueCopy(2, 3, k) }},
-		{ttlbuckets.LongestFirst, 0x301 * time.Millisecond, func(k int) string { return n.LadderQueueCopy(2, 3, k) }},
+		{ttlbuckets.LongestFirst, 3 * time.Millisecond, func(k int) string { return n.LadderQueueShard(0, 3, k) }},
+		{ttlbuckets.LongestFirst, 0x300 * time.Millisecond, func(k int) string { return n.LadderLastHopQueueShard(2, 3, k) }},
+		{ttlbuckets.LongestFirst, 0x301 * time.Millisecond, func(k int) string { return n.LadderQueueShard(2, 3, k) }},
 	}
 	for _, tc := range cases {
 		l := ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Order: tc.order}.WithDefaults()

@@ -313,7 +313,7 @@ func (p *PolicyPriority) Decode(s string) error {
 	return nil
 }
 
-// Shards is the number of copies of the ladder (AMQPDELAY_SHARDS, --shards; see
+// Shards is the number of shards of the ladder (AMQPDELAY_SHARDS, --shards; see
 // [Spec.Shards]).
 type Shards int
 
@@ -326,7 +326,7 @@ func (n *Shards) Decode(s string) error {
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 1 || v > MaxShards {
-		return fmt.Errorf("want 1 (one ladder, the default) to %d copies of the ladder", MaxShards)
+		return fmt.Errorf("want 1 (one ladder, the default) to %d shards of the ladder", MaxShards)
 	}
 	*n = Shards(v)
 	return nil

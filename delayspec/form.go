@@ -138,8 +138,8 @@ func (f form) pattern() string {
 }
 
 // IsDelayQueueName reports whether name has the shape of a delay queue of any prefix's topology
-// (a ladder, last-hop or bucket queue of any copy: [Names.LadderQueueCopy],
-// [Names.LadderLastHopQueueCopy], [Names.BucketQueue]); a vhost may hold the topologies of
+// (a ladder, last-hop or bucket queue of any copy: [Names.LadderQueueShard],
+// [Names.LadderLastHopQueueShard], [Names.BucketQueue]); a vhost may hold the topologies of
 // several prefixes.
 func IsDelayQueueName(name string) bool {
 	for i := strings.IndexByte(name, '.'); i >= 0; {

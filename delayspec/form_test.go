@@ -52,8 +52,8 @@ func TestNamingRuleAgrees(t *testing.T) {
 		for level := range l.Levels() {
 			for digit := range l.Radix {
 				for shard := range s.Shards {
-					check(n.LadderQueueCopy(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 0})
-					check(n.LadderLastHopQueueCopy(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 1})
+					check(n.LadderQueueShard(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 0})
+					check(n.LadderLastHopQueueShard(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 1})
 					count += 2
 				}
 			}
@@ -74,8 +74,8 @@ func TestNamingRuleAgrees(t *testing.T) {
 			own + "bucket.ms", own + "bucket.5ms.x", own + "bucket.5", own + "parkingx", "x" + n.Parking(), n.Prefix + "x.parking", own + "orders"}
 		for level := range 3 {
 			for shard := range 3 {
-				others = append(others, n.LadderExchangeCopy(level, shard), n.LadderLastHopExchangeCopy(level, shard),
-					n.LadderEntryExchange(n.LadderQueueCopy(level, 1, shard)), n.LadderEntryExchange(n.LadderLastHopQueueCopy(level, 1, shard)))
+				others = append(others, n.LadderExchangeShard(level, shard), n.LadderLastHopExchangeShard(level, shard),
+					n.LadderEntryExchange(n.LadderQueueShard(level, 1, shard)), n.LadderEntryExchange(n.LadderLastHopQueueShard(level, 1, shard)))
 			}
 		}
 		for _, name := range others {

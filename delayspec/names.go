@@ -23,9 +23,9 @@ import (
 //	<prefix>.ladder.LL.DD      ladder queue of level LL, digit DD (x-message-ttl DD·radix^LL·unit)
 //	<prefix>.ladder.LL.last    headers exchange of level LL's last-hop queues, bound to <prefix>.ladder.LL
 //	<prefix>.ladder.LL.DD.last last-hop queue of level LL, digit DD: same TTL, dead-letters to D
-//	<prefix>.ladder.LL.sK      headers exchange of level LL in copy K >= 1 of the ladder (Spec.Shards)
-//	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in copy K >= 1
-//	<prefix>.ladder.LL.sK.last, <prefix>.ladder.LL.DD.sK.last  the same for copy K >= 1
+//	<prefix>.ladder.LL.sK      headers exchange of level LL in shard K >= 1 of the ladder (Spec.Shards)
+//	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in shard K >= 1
+//	<prefix>.ladder.LL.sK.last, <prefix>.ladder.LL.DD.sK.last  the same for shard K >= 1
 //	<queue>.entry              fanout exchange bound to the ladder or last-hop queue <queue> alone:
 //	                           a message's first hop is published there (see [Names.LadderEntryExchange])
 //	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)
@@ -75,26 +75,26 @@ func (n Names) LadderQueue(level, digit int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit))
 }
 
-// LadderLastHopQueueCopy is the last-hop queue of digit value digit at ladder level level in
-// copy shard of the ladder: <prefix>.ladder.LL.DD.last (copy 0) or <prefix>.ladder.LL.DD.sK.last
-// (copy K). It has the TTL of [Names.LadderQueueCopy] of the same level and digit but
+// LadderLastHopQueueShard is the last-hop queue of digit value digit at ladder level level in
+// shard of the ladder: <prefix>.ladder.LL.DD.last (shard 0) or <prefix>.ladder.LL.DD.sK.last
+// (shard K). It has the TTL of [Names.LadderQueueShard] of the same level and digit but
 // dead-letters into the dispatch exchange, and takes the messages whose last hop is that digit
 // of that level ([ttlbuckets.Ladder.LastHopValue]).
-func (n Names) LadderLastHopQueueCopy(level, digit, shard int) string {
+func (n Names) LadderLastHopQueueShard(level, digit, shard int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard), 1)
 }
 
-// LadderLastHopExchangeCopy is the headers exchange of the last-hop queues of ladder level
-// level in copy shard of the ladder: [Names.LadderExchangeCopy] + ".last". The level's exchange
+// LadderLastHopExchangeShard is the headers exchange of the last-hop queues of ladder level
+// level in shard of the ladder: [Names.LadderExchangeShard] + ".last". The level's exchange
 // routes to it every message whose last hop is at that level ([ttlbuckets.LastLevelHeader]
 // = level), and it routes them by the level's digit header, which holds the digit's last-hop
 // value ([ttlbuckets.Ladder.LastHopValue]), to the last-hop queue of that digit.
-func (n Names) LadderLastHopExchangeCopy(level, shard int) string {
+func (n Names) LadderLastHopExchangeShard(level, shard int) string {
 	return ladderExchangeForm.name(n.p(), int64(level), int64(shard), 1)
 }
 
 // LadderEntryExchange is the fanout exchange bound to the ladder queue or last-hop queue named
-// queue ([Names.LadderQueueCopy], [Names.LadderLastHopQueueCopy]) and to nothing else: queue +
+// queue ([Names.LadderQueueShard], [Names.LadderLastHopQueueShard]) and to nothing else: queue +
 // ".entry", e.g. rabbitdelay.ladder.05.03.entry. A Publisher sends a ladder message's first hop
 // there when the topology has them ([Names.EntryMarker]): a fanout exchange routes without
 // reading the message's headers, where the level's headers exchange tests each of its bindings
@@ -102,15 +102,15 @@ func (n Names) LadderLastHopExchangeCopy(level, shard int) string {
 // target, plays no part in either.
 func (n Names) LadderEntryExchange(queue string) string { return queue + ".entry" }
 
-// LadderExchangeCopy is the headers exchange of ladder level level in copy shard of the ladder
-// (see [Spec.Shards]): [Names.LadderExchange] for copy 0, <prefix>.ladder.LL.sK for copy K.
-func (n Names) LadderExchangeCopy(level, shard int) string {
+// LadderExchangeShard is the headers exchange of ladder level level in shard of the ladder
+// (see [Spec.Shards]): [Names.LadderExchange] for shard 0, <prefix>.ladder.LL.sK for shard K.
+func (n Names) LadderExchangeShard(level, shard int) string {
 	return ladderExchangeForm.name(n.p(), int64(level), int64(shard))
 }
 
-// LadderQueueCopy is the queue of digit value digit at ladder level level in copy shard of the
-// ladder: [Names.LadderQueue] for copy 0, <prefix>.ladder.LL.DD.sK for copy K.
-func (n Names) LadderQueueCopy(level, digit, shard int) string {
+// LadderQueueShard is the queue of digit value digit at ladder level level in shard of the
+// ladder: [Names.LadderQueue] for shard 0, <prefix>.ladder.LL.DD.sK for shard K.
+func (n Names) LadderQueueShard(level, digit, shard int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard))
 }
 
@@ -125,7 +125,7 @@ func (n Names) ShardsMarker(l ttlbuckets.Ladder, shards int) string {
 
 // LastHopMarker is an empty fanout exchange that records that every copy of the ladder l
 // (shards copies; 1 or less: the ladder alone) has its last-hop queues
-// ([Names.LadderLastHopQueueCopy]) and their bindings. Its name is [Names.LadderMarker] (or
+// ([Names.LadderLastHopQueueShard]) and their bindings. Its name is [Names.LadderMarker] (or
 // [Names.ShardsMarker] for shards > 1) followed by .last-hop, e.g.
 // rabbitdelay.ladder.1ms.r16.shortest-first.l08.last-hop. No Publisher checks it: the
 // [Names.LadderMarker], declared after every object of the plan, covers the last-hop queues.

@@ -219,14 +219,14 @@ type Spec struct {
 	// applies, so this must be above every other policy of the vhost that matches the
 	// topology's queues or target exchanges.
 	PolicyPriority int
-	// Shards is how many copies of the ladder the topology has, 1 to [MaxShards]; 0 means 1
+	// Shards is how many shards of the ladder the topology has, 1 to [MaxShards]; 0 means 1
 	// (one ladder, the default). Copy 0 is the ladder itself ([Names.LadderExchange],
-	// [Names.LadderQueue]); copy k >= 1 is a full second chain of level exchanges and queues
-	// ([Names.LadderExchangeCopy], [Names.LadderQueueCopy]) with the same TTLs, ending in the
+	// [Names.LadderQueue]); shard k >= 1 is a full second chain of level exchanges and queues
+	// ([Names.LadderExchangeShard], [Names.LadderQueueShard]) with the same TTLs, ending in the
 	// same dispatch exchange. A Publisher configured with the same Shards sends each message
 	// into one copy (chosen from its MessageId) and the message stays in that copy for every
 	// hop, so a burst of messages due at the same time leaves from Shards queues instead of one.
-	// On a cluster, Apply given a connection per node (topology.ApplyOptions.Nodes) places copy k of
+	// On a cluster, Apply given a connection per node (topology.ApplyOptions.Nodes) places shard k of
 	// the i-th ladder queue on node (i+k) mod nodes, so the copies of one queue have their
 	// leaders on different nodes and each node dead-letters its share of a burst. It
 	// multiplies the ladder's queues (and their idle cost) by Shards.
@@ -353,7 +353,7 @@ func (s Spec) Validate() error {
 		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
 	}
 	if s.Shards < 1 || s.Shards > MaxShards {
-		add("shards %d: want 1 (one ladder, the default) to %d copies of the ladder", s.Shards, MaxShards)
+		add("shards %d: want 1 (one ladder, the default) to %d shards of the ladder", s.Shards, MaxShards)
 	}
 	if s.PolicyPriority < 0 {
 		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)

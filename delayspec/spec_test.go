@@ -119,8 +119,8 @@ func TestConfigFromEnvRefusesBadValues(t *testing.T) {
 		{"AMQPDELAY_QUEUE_TYPE", "stream", "quorum (the default) or classic"},
 		{"AMQPDELAY_READY_DELIVERY_LIMIT", "0", "-1 for none"},
 		{"AMQPDELAY_POLICY_PRIORITY", "-5", "positive integer"},
-		{"AMQPDELAY_SHARDS", "0", "copies of the ladder"},
-		{"AMQPDELAY_SHARDS", "17", "copies of the ladder"},
+		{"AMQPDELAY_SHARDS", "0", "shards of the ladder"},
+		{"AMQPDELAY_SHARDS", "17", "shards of the ladder"},
 	} {
 		t.Run(c.name+"="+c.value, func(t *testing.T) {
 			t.Setenv(c.name, c.value)

@@ -208,7 +208,7 @@ func declareLadderRaw(tb testing.TB) setup {
 		first := p.Hops[0]
 		q := names.LadderQueue(first.Level, first.Digit)
 		if _, more := l.Next(first.Level); more && len(p.Hops) == 1 {
-			q = names.LadderLastHopQueueCopy(first.Level, first.Digit, 0)
+			q = names.LadderLastHopQueueShard(first.Level, first.Digit, 0)
 		}
 		m := benchPublishing(i)
 		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)

@@ -16,8 +16,8 @@ import (
 	"github.com/delaykit/rabbitdelay/topology"
 )
 
-// TestClusterShardsSpreadBurst: on a 3-node cluster, three copies of the ladder added to a
-// deployed ladder (copy 0, placed by the balanced policy) by an apply with a connection per
+// TestClusterShardsSpreadBurst: on a 3-node cluster, three shards of the ladder added to a
+// deployed ladder (shard 0, placed by the balanced policy) by an apply with a connection per
 // node and the management API have the copies of every ladder queue led by three different
 // nodes (status reports no shared copies). A burst of messages all due at the same instant,
 // published through a Publisher with the same copies, arrives whole (0 lost, 0 early), and

@@ -237,7 +237,7 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		}
 		// The last hop went through the last-hop queue of its level and digit, unless its level
 		// is where the order ends (its queues dead-letter into the dispatch exchange already).
-		want := n.LadderLastHopQueueCopy(last, digits[last], 0)
+		want := n.LadderLastHopQueueShard(last, digits[last], 0)
 		if _, more := l.Next(last); !more {
 			want = n.LadderQueue(last, digits[last])
 		}
@@ -246,7 +246,7 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		}
 		// The first queue: the last-hop queue when the first hop is also the last (at a level
 		// that has last-hop queues), else the entry level's queue of its digit.
-		first := n.LadderQueueCopy(entry, digits[entry], 0)
+		first := n.LadderQueueShard(entry, digits[entry], 0)
 		if entry == last {
 			first = want
 		}
@@ -279,7 +279,7 @@ func TestLadderEntryExchangeBroken(t *testing.T) {
 			ctx := pubCtx(t)
 			p := newPublisher(t, env, spec)
 			const single = 3 * time.Millisecond // radix 4: 0.03, one hop at level 0
-			queue := n.LadderLastHopQueueCopy(0, 3, 0)
+			queue := n.LadderLastHopQueueShard(0, 3, 0)
 			broken := n.LadderEntryExchange(queue)
 			if err := tc.breakIt(env.Channel(t), broken, queue); err != nil {
 				t.Fatalf("break %s: %v", broken, err)

@@ -44,9 +44,9 @@ func TestPublishIntoForeignTopologyRefused(t *testing.T) {
 		msg                 amqp.Publishing
 	}{
 		{"entry exchange", nb.LadderEntryExchange(nb.LadderQueue(0, 1)), "k", textMsg("junk")},
-		{"last-hop queue's entry exchange", nb.LadderEntryExchange(nb.LadderLastHopQueueCopy(1, 2, 0)), "k", textMsg("junk")},
+		{"last-hop queue's entry exchange", nb.LadderEntryExchange(nb.LadderLastHopQueueShard(1, 2, 0)), "k", textMsg("junk")},
 		{"level exchange", nb.LadderExchange(1), "k", textMsg("junk")},
-		{"last-hop exchange", nb.LadderLastHopExchangeCopy(1, 0), "k", textMsg("junk")},
+		{"last-hop exchange", nb.LadderLastHopExchangeShard(1, 0), "k", textMsg("junk")},
 		{"bucket exchange", nb.BucketExchange(), "k", textMsg("junk")},
 		{"dispatch exchange", nb.Dispatch(), "k", amqp.Publishing{Body: []byte("junk"), Headers: amqp.Table{"rabbitdelay-target": targetB}}},
 		{"retry exchange", nb.Retry(), qb, textMsg("junk")},

@@ -364,7 +364,7 @@ func TestPublishDirectIntoTopologyRefused(t *testing.T) {
 	}{
 		{"ladder queue", "", ladderQ, nil},
 		{"upper ladder queue", "", n.LadderQueue(2, 5), nil},
-		{"last-hop queue", "", n.LadderLastHopQueueCopy(1, 3, 0), nil},
+		{"last-hop queue", "", n.LadderLastHopQueueShard(1, 3, 0), nil},
 		{"bucket queue", "", n.BucketQueue(3000), nil},
 		{"revocation stream", "", n.Revoked(), nil},
 		{"another prefix's ladder queue", "", "other.ladder.01.02", nil},
@@ -376,7 +376,7 @@ func TestPublishDirectIntoTopologyRefused(t *testing.T) {
 		{"bucket exchange", n.BucketExchange(), "k", nil},
 		{"ladder exchange", n.LadderExchange(1), "k", nil},
 		{"entry exchange", n.LadderEntryExchange(ladderQ), "k", nil},
-		{"last-hop exchange", n.LadderLastHopExchangeCopy(1, 0), "k", nil},
+		{"last-hop exchange", n.LadderLastHopExchangeShard(1, 0), "k", nil},
 		{"plugin exchange", n.PluginExchange(), "k", nil},
 	}
 	for _, c := range refused {

@@ -360,7 +360,7 @@ func TestPublisherUnroutable(t *testing.T) {
 	}
 	// 300 ms = 0x12C: the last hop (shortest first) is level 2, digit 1, in its last-hop queue
 	// (level 2 of the test ladder's 4 dead-letters into level 3).
-	last := n.LadderLastHopQueueCopy(2, 1, 0)
+	last := n.LadderLastHopQueueShard(2, 1, 0)
 	st := waitStats(t, env, 15*time.Second, func(s map[string]map[string]int) bool { return s[last]["messages_dlx"] == 1 })
 	if st[last]["messages_dlx"] != 1 {
 		t.Errorf("message %s due with no binding for its key: not held in %s's dead-letter state; queue stats: %v", r.MessageID, last, st)

@@ -42,7 +42,7 @@ func lastHopQueue(d amqp.Delivery) string {
 	return ""
 }
 
-// TestShardsSingleNode: with three copies of the ladder, apply declares exactly the plan (each
+// TestShardsSingleNode: with three shards of the ladder, apply declares exactly the plan (each
 // copy a chain of its own), status knows the copies and passes, a Publisher with the same
 // Shards sends messages through all three copies (each message stays in its copy: every
 // x-death entry names a queue of one copy) and every message arrives, none early; teardown

@@ -108,7 +108,7 @@ type ApplyOptions struct {
 	// Logger receives debug lines for every declaration; the zero value logs nothing.
 	Logger zerolog.Logger
 	// Nodes are connections to the cluster's nodes, one per node, in any order, for a topology
-	// with copies of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue
+	// with shards of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue
 	// through Nodes[Queue.Slot mod len(Nodes)], so that RabbitMQ places its leader on that
 	// connection's node (client-local, see [Queue.Slot]) and the copies of one queue lead
 	// from different nodes. Without them (or with one ladder) every queue is declared through
@@ -117,7 +117,7 @@ type ApplyOptions struct {
 	// the leaders of the copies that exist and the node of each connection (matched by its
 	// local port in the management API's connection list), and declares each new copy through
 	// a node that leads no other copy of the same queue: adding copies to a deployed ladder
-	// keeps them apart from copy 0's leaders. Apply leaves the connections open.
+	// keeps them apart from shard 0's leaders. Apply leaves the connections open.
 	Nodes []*amqp.Connection
 }
 
@@ -345,12 +345,12 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		steps []step
 		done  State
 	}
-	// With copies of the ladder, new ladder queues lead from nodes that lead no other copy of
+	// With shards of the ladder, new ladder queues lead from nodes that lead no other copy of
 	// the same queue (placeCopies), when the management API tells the nodes apart.
 	if opts.Management != nil && len(opts.Nodes) > 1 && p.Spec.Shards > 1 {
 		place, err := placeCopies(ctx, opts.Management, p, opts.Nodes, exists)
 		if err != nil {
-			log.Warn().Err(err).Msg("cannot read the leaders or connections through the management API: new copies of the ladder are placed by slot")
+			log.Warn().Err(err).Msg("cannot read the leaders or connections through the management API: new shards of the ladder are placed by slot")
 		}
 		if place == nil {
 			log.Debug().Msg("the nodes of ApplyOptions.Nodes are not all found in the management API's connection list: copies placed by slot")

@@ -126,7 +126,7 @@ type ClusterStatus struct {
 	// declared without [ApplyOptions.Nodes], existed before, or their leaders moved (a node
 	// restart, a rebalance). It does not make Status fail.
 	SharedCopies []SharedCopies `json:"shared_copies,omitempty"`
-	// Shards is the plan's number of copies of the ladder (Spec.Shards).
+	// Shards is the plan's number of shards of the ladder (Spec.Shards).
 	Shards int `json:"shards"`
 }
 

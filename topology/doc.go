@@ -24,9 +24,9 @@
 //     {x-match: all, rabbitdelay-digit-L: v}, dead-lettering to the exchange of the level that
 //     [ttlbuckets.Ladder.Next] names (D after the last level); a pass-through binding for
 //     digit 0 goes to the same exchange. Each level that does not dead-letter into D also has,
-//     per digit v, a last-hop queue p.ladder.LL.VV.last ([Names.LadderLastHopQueueCopy]) with
+//     per digit v, a last-hop queue p.ladder.LL.VV.last ([Names.LadderLastHopQueueShard]) with
 //     the same TTL, dead-lettering into D, and the headers exchange p.ladder.LL.last
-//     ([Names.LadderLastHopExchangeCopy]), bound to p.ladder.LL with {x-match: all,
+//     ([Names.LadderLastHopExchangeShard]), bound to p.ladder.LL with {x-match: all,
 //     rabbitdelay-last-level: L} and to each last-hop queue with {x-match: all,
 //     rabbitdelay-digit-L: v + radix} ([ttlbuckets.Ladder.LastHopValue]). A message takes its
 //     last hop there ([ttlbuckets.Ladder.EncodeRoute]) and goes from it straight to D, as
@@ -60,10 +60,10 @@
 // reject-publish; classic delay queues only the TTL and the dead-letter exchange besides.
 // Integer arguments are int64 (amqp091 sends a Go int as a 32-bit value).
 //
-// # Copies of the ladder
+// # Shards of the ladder
 //
-// [Spec.Shards] > 1 declares that many copies of the ladder: copy 0 is the ladder itself, and
-// copy k a chain of its own ([Names.LadderExchangeCopy], [Names.LadderQueueCopy]) with the same
+// [Spec.Shards] > 1 declares that many shards of the ladder: shard 0 is the ladder itself, and
+// shard k a chain of its own ([Names.LadderExchangeShard], [Names.LadderQueueShard]) with the same
 // TTLs and arguments, every level dead-lettering into the same copy's next level and the last
 // into the dispatch exchange, plus the marker [Names.ShardsMarker]. A message published into a
 // copy stays in it, so a burst due at one time leaves from Shards queues. On a cluster, Apply

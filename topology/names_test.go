@@ -21,12 +21,12 @@ func TestNamesSpelling(t *testing.T) {
 		{d.LadderExchange(12), "rabbitdelay.ladder.12"},
 		{d.LadderQueue(3, 7), "rabbitdelay.ladder.03.07"},
 		{p.LadderQueue(10, 63), "app.delays.ladder.10.63"},
-		{d.LadderExchangeCopy(5, 0), "rabbitdelay.ladder.05"},
-		{d.LadderExchangeCopy(5, 11), "rabbitdelay.ladder.05.s11"},
-		{d.LadderQueueCopy(0, 1, 0), "rabbitdelay.ladder.00.01"},
-		{d.LadderQueueCopy(0, 1, 2), "rabbitdelay.ladder.00.01.s2"},
-		{p.LadderLastHopQueueCopy(7, 15, 3), "app.delays.ladder.07.15.s3.last"},
-		{d.LadderLastHopExchangeCopy(2, 0), "rabbitdelay.ladder.02.last"},
+		{d.LadderExchangeShard(5, 0), "rabbitdelay.ladder.05"},
+		{d.LadderExchangeShard(5, 11), "rabbitdelay.ladder.05.s11"},
+		{d.LadderQueueShard(0, 1, 0), "rabbitdelay.ladder.00.01"},
+		{d.LadderQueueShard(0, 1, 2), "rabbitdelay.ladder.00.01.s2"},
+		{p.LadderLastHopQueueShard(7, 15, 3), "app.delays.ladder.07.15.s3.last"},
+		{d.LadderLastHopExchangeShard(2, 0), "rabbitdelay.ladder.02.last"},
 		{d.BucketQueue(90_000), "rabbitdelay.bucket.90000ms"},
 		{p.BucketQueue(1), "app.delays.bucket.1ms"},
 	} {
@@ -41,8 +41,8 @@ func TestNamesSpelling(t *testing.T) {
 				if shard > 0 {
 					want += fmt.Sprintf(".s%d", shard)
 				}
-				if got := d.LadderQueueCopy(level, digit, shard); got != want {
-					t.Fatalf("LadderQueueCopy(%d, %d, %d) = %q, want %q", level, digit, shard, got, want)
+				if got := d.LadderQueueShard(level, digit, shard); got != want {
+					t.Fatalf("LadderQueueShard(%d, %d, %d) = %q, want %q", level, digit, shard, got, want)
 				}
 			}
 		}

@@ -77,7 +77,7 @@ type Queue struct {
 	// Level and Digit place a ladder queue; both are -1 for other queues.
 	Level int `json:"level"`
 	Digit int `json:"digit"`
-	// LastHop marks a ladder's last-hop queue ([Names.LadderLastHopQueueCopy]): the TTL of the
+	// LastHop marks a ladder's last-hop queue ([Names.LadderLastHopQueueShard]): the TTL of the
 	// queue of the same Level and Digit, dead-lettering into the dispatch exchange.
 	LastHop bool `json:"last_hop,omitempty"`
 	// Shard is the copy of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for
@@ -234,7 +234,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	levels := ladder.Levels()
 	nextExchange := func(level, shard int) string {
 		if next, ok := ladder.Next(level); ok {
-			return n.LadderExchangeCopy(next, shard)
+			return n.LadderExchangeShard(next, shard)
 		}
 		return n.Dispatch()
 	}
@@ -279,9 +279,9 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	}
 	for k := range s.Shards {
 		for _, l := range order {
-			p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchangeCopy(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+			p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
 			if _, ok := ladder.Next(l); ok {
-				p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderLastHopExchangeCopy(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+				p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderLastHopExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
 			}
 		}
 	}
@@ -291,7 +291,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	if s.Shards > 1 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.ShardsMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	}
-	// Every copy has last-hop queues, so both a Publisher of the copies and one of copy 0 alone
+	// Every copy has last-hop queues, so both a Publisher of the copies and one of shard 0 alone
 	// may use them (Names.LastHopMarker).
 	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastHopMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
 	if s.Shards > 1 {
@@ -331,7 +331,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 			bucketQs = append(bucketQs, q)
 		}
 	}
-	// With copies, the i-th ladder queue (by level, then digit) of copy k gets slot i+k: Apply
+	// With copies, the i-th ladder queue (by level, then digit) of shard k gets slot i+k: Apply
 	// places it on node (i+k) mod nodes (see Queue.Slot).
 	radix1 := ladder.WithDefaults().Radix - 1
 	for k := range s.Shards {
@@ -342,7 +342,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 				if s.Shards > 1 {
 					slot = l*radix1 + q.Digit - 1 + k
 				}
-				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueCopy(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
+				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
 					Role: RoleLadder, Level: l, Digit: q.Digit, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: dlx})
 			}
 		}
@@ -360,7 +360,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 				if s.Shards > 1 {
 					slot = (levels+l)*radix1 + q.Digit - 1 + k
 				}
-				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueCopy(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
+				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
 					Role: RoleLadder, Level: l, Digit: q.Digit, LastHop: true, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
 			}
 		}
@@ -411,10 +411,10 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 		for _, l := range order {
 			h := ttlbuckets.DigitHeader(l)
 			for _, q := range byLevel[l] {
-				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: n.LadderQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
+				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: n.LadderQueueShard(l, q.Digit, k), DestinationType: DestQueue,
 					Args: amqp.Table{"x-match": "all", h: int64(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
 			}
-			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
+			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
 				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
 			// A message whose last hop is digit d of level l goes into the last-hop queue, which
 			// dead-letters straight to D (ttlbuckets.Ladder.EncodeRoute), through the level's
@@ -424,13 +424,13 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 			// last-hop exchange's bindings lead to queues that dead-letter to D: tier 1, with the
 			// buckets', before the binding that routes into it.
 			if _, ok := ladder.Next(l); ok {
-				lx := n.LadderLastHopExchangeCopy(l, k)
+				lx := n.LadderLastHopExchangeShard(l, k)
 				for _, q := range byLevel[l] {
 					args := amqp.Table{"x-match": "all", h: ladder.LastHopValue(q.Digit)}
-					p.Bindings = append(p.Bindings, Binding{Source: lx, Destination: n.LadderLastHopQueueCopy(l, q.Digit, k), DestinationType: DestQueue,
+					p.Bindings = append(p.Bindings, Binding{Source: lx, Destination: n.LadderLastHopQueueShard(l, q.Digit, k), DestinationType: DestQueue,
 						Args: args, Role: RoleLadder, Tier: 1})
 				}
-				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeCopy(l, k), Destination: lx, DestinationType: DestExchange,
+				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: lx, DestinationType: DestExchange,
 					Args: amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[l]})
 			}
 		}
@@ -472,7 +472,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 // rabbit_classic_queue:capabilities lists queue-leader-locator among its unsupported policies
 // on 3.10), which would leave the classic queues unshadowed.
 //
-// With copies of the ladder (shards > 1) the policy has no queue-leader-locator: Apply places
+// With shards of the ladder (shards > 1) the policy has no queue-leader-locator: Apply places
 // the ladder queues itself (see [Queue.Slot]), and a policy's locator would win over the
 // node of the declaring connection. The queues are then placed by the node's
 // queue_leader_locator setting, client-local unless the operator changed it: on the node the

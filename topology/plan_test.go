@@ -170,7 +170,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 					// level's last-hop queues.
 					var digits []int64
 					pass, toLast, lastHops, wantLastHops := 0, 0, 0, 0
-					lx := n.LadderLastHopExchangeCopy(level, 0)
+					lx := n.LadderLastHopExchangeShard(level, 0)
 					if _, more := l.Next(level); more {
 						wantLastHops = l.Radix - 1
 					}
@@ -183,7 +183,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 								t.Errorf("binding %s: args %v, want x-match all and int64 %s", bd, bd.Args, h)
 							}
 							lastHops++
-							if d := int(v) - l.Radix; d < 1 || bd.Destination != n.LadderLastHopQueueCopy(level, d, 0) || l.LastHopValue(d) != v {
+							if d := int(v) - l.Radix; d < 1 || bd.Destination != n.LadderLastHopQueueShard(level, d, 0) || l.LastHopValue(d) != v {
 								t.Errorf("binding %s: value %d goes to the wrong queue", bd, v)
 							}
 							continue
@@ -617,7 +617,7 @@ func TestPlanEntryExchanges(t *testing.T) {
 	if got := (delayspec.Names{}).EntryMarker(ttlbuckets.DefaultLadder(), 3); got != "rabbitdelay.ladder.1ms.r16.shortest-first.l08.s03.entry" {
 		t.Errorf("EntryMarker of 3 copies = %q", got)
 	}
-	if got := (delayspec.Names{Prefix: "a"}).LadderEntryExchange((delayspec.Names{Prefix: "a"}).LadderLastHopQueueCopy(5, 3, 2)); got != "a.ladder.05.03.s2.last.entry" {
+	if got := (delayspec.Names{Prefix: "a"}).LadderEntryExchange((delayspec.Names{Prefix: "a"}).LadderLastHopQueueShard(5, 3, 2)); got != "a.ladder.05.03.s2.last.entry" {
 		t.Errorf("entry exchange of a copy's last-hop queue = %q", got)
 	}
 }

@@ -19,7 +19,7 @@ func shardSpec() delayspec.Spec {
 
 // TestPlanShardsCopies: every copy is a whole chain of its own (exchanges, queues with the same
 // TTLs, bindings), each copy's queues dead-letter into the same copy's next level and the last
-// level into D; copy 0 keeps the names of a topology with one ladder; the shards marker is a
+// level into D; shard 0 keeps the names of a topology with one ladder; the shards marker is a
 // marker.
 func TestPlanShardsCopies(t *testing.T) {
 	s := shardSpec()
@@ -35,24 +35,24 @@ func TestPlanShardsCopies(t *testing.T) {
 	for _, q := range p1.DelayQueues() {
 		got, ok := p.Queue(q.Name)
 		if !ok || got.Shard != 0 || got.DeadLetterExchange != q.DeadLetterExchange || FormatArgs(got.Args) != FormatArgs(q.Args) {
-			t.Errorf("copy 0 of %s: %+v, want %+v", q.Name, got, q)
+			t.Errorf("shard 0 of %s: %+v, want %+v", q.Name, got, q)
 		}
 	}
 	levels := p.Ladder.Levels()
 	for k := 1; k < 3; k++ {
 		for l := range levels {
-			if _, ok := p.Exchange(n.LadderExchangeCopy(l, k)); !ok {
-				t.Errorf("no exchange %s", n.LadderExchangeCopy(l, k))
+			if _, ok := p.Exchange(n.LadderExchangeShard(l, k)); !ok {
+				t.Errorf("no exchange %s", n.LadderExchangeShard(l, k))
 			}
 			for d := 1; d <= 3; d++ {
-				q, ok := p.Queue(n.LadderQueueCopy(l, d, k))
+				q, ok := p.Queue(n.LadderQueueShard(l, d, k))
 				if !ok {
-					t.Fatalf("no queue %s", n.LadderQueueCopy(l, d, k))
+					t.Fatalf("no queue %s", n.LadderQueueShard(l, d, k))
 				}
 				base, _ := p.Queue(n.LadderQueue(l, d))
 				want := n.Dispatch()
 				if next, ok := p.Ladder.Next(l); ok {
-					want = n.LadderExchangeCopy(next, k)
+					want = n.LadderExchangeShard(next, k)
 				}
 				if q.TTL != base.TTL || q.DeadLetterExchange != want || q.Args["x-dead-letter-exchange"] != want || q.Shard != k {
 					t.Errorf("queue %s: ttl %d dlx %s shard %d; want ttl %d dlx %s shard %d", q.Name, q.TTL, q.DeadLetterExchange, q.Shard, base.TTL, want, k)
@@ -60,9 +60,9 @@ func TestPlanShardsCopies(t *testing.T) {
 			}
 		}
 	}
-	if !strings.HasSuffix(n.LadderExchangeCopy(2, 1), ".ladder.02.s1") || n.LadderQueueCopy(2, 3, 2) != "sh.ladder.02.03.s2" ||
-		n.LadderQueueCopy(2, 3, 0) != n.LadderQueue(2, 3) || n.LadderExchangeCopy(1, 0) != n.LadderExchange(1) {
-		t.Errorf("copy names: %s %s", n.LadderExchangeCopy(2, 1), n.LadderQueueCopy(2, 3, 2))
+	if !strings.HasSuffix(n.LadderExchangeShard(2, 1), ".ladder.02.s1") || n.LadderQueueShard(2, 3, 2) != "sh.ladder.02.03.s2" ||
+		n.LadderQueueShard(2, 3, 0) != n.LadderQueue(2, 3) || n.LadderExchangeShard(1, 0) != n.LadderExchange(1) {
+		t.Errorf("copy names: %s %s", n.LadderExchangeShard(2, 1), n.LadderQueueShard(2, 3, 2))
 	}
 	// Every binding out of a copy's exchange stays in that copy (or goes to D).
 	for _, b := range p.Bindings {
@@ -72,7 +72,7 @@ func TestPlanShardsCopies(t *testing.T) {
 		src, _ := p.Exchange(b.Source)
 		if src.Shard == 0 {
 			if strings.Contains(b.Destination, ".s") {
-				t.Errorf("binding %s leaves copy 0", b)
+				t.Errorf("binding %s leaves shard 0", b)
 			}
 			continue
 		}
@@ -91,7 +91,7 @@ func TestPlanShardsCopies(t *testing.T) {
 	for _, q := range p.Queues {
 		if q.LastHop {
 			lastHop++
-			if want := n.LadderLastHopQueueCopy(q.Level, q.Digit, q.Shard); q.Name != want || q.DeadLetterExchange != n.Dispatch() {
+			if want := n.LadderLastHopQueueShard(q.Level, q.Digit, q.Shard); q.Name != want || q.DeadLetterExchange != n.Dispatch() {
 				t.Errorf("last-hop queue %s (dead-letters to %s), want %s dead-lettering to %s", q.Name, q.DeadLetterExchange, want, n.Dispatch())
 			}
 		}
@@ -107,7 +107,7 @@ func TestPlanShardsCopies(t *testing.T) {
 	if _, ok := p1.Exchange(n.LastHopMarker(p.Ladder, 3)); ok {
 		t.Errorf("one ladder has the copies' last-level marker")
 	}
-	if !n.Reserved(n.ShardsMarker(p.Ladder, 3)) || !n.Reserved(n.LadderQueueCopy(0, 1, 1)) {
+	if !n.Reserved(n.ShardsMarker(p.Ladder, 3)) || !n.Reserved(n.LadderQueueShard(0, 1, 1)) {
 		t.Errorf("copy names are not reserved")
 	}
 }
@@ -202,12 +202,12 @@ func TestSharedCopies(t *testing.T) {
 		t.Fatalf("placed by slot: shared %+v", c.SharedCopies)
 	}
 	n := p.Names
-	q := qs[n.LadderQueueCopy(1, 2, 2)]
+	q := qs[n.LadderQueueShard(1, 2, 2)]
 	q.Leader = qs[n.LadderQueue(1, 2)].Leader
 	qs[q.Name] = q
 	c := clusterOf(p, qs, nil, nil)
 	if len(c.SharedCopies) != 1 || c.SharedCopies[0].Level != 1 || c.SharedCopies[0].Digit != 2 ||
-		strings.Join(c.SharedCopies[0].Queues, ",") != n.LadderQueue(1, 2)+","+n.LadderQueueCopy(1, 2, 2) {
+		strings.Join(c.SharedCopies[0].Queues, ",") != n.LadderQueue(1, 2)+","+n.LadderQueueShard(1, 2, 2) {
 		t.Errorf("shared: %+v", c.SharedCopies)
 	}
 }

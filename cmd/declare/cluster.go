@@ -64,9 +64,9 @@ func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
 	}
 	if c.Shards > 1 {
 		if len(c.SharedCopies) == 0 {
-			fmt.Fprintf(w, "copies of the ladder: %d; the copies of each ladder queue lead from different nodes\n", c.Shards)
+			fmt.Fprintf(w, "shards of the ladder: %d; the copies of each ladder queue lead from different nodes\n", c.Shards)
 		} else {
-			fmt.Fprintf(w, "copies of the ladder: %d; %d ladder queues have copies SHARING a leader node (that node dead-letters their share of a burst too):\n",
+			fmt.Fprintf(w, "shards of the ladder: %d; %d ladder queues have copies SHARING a leader node (that node dead-letters their share of a burst too):\n",
 				c.Shards, len(c.SharedCopies))
 			for i, s := range c.SharedCopies {
 				if i == 6 {
@@ -155,7 +155,7 @@ func cmdRebalance(ctx context.Context, e *invocation) error {
 	}
 	fmt.Fprintf(w, "to move only this topology's queues, run on a cluster node:\n  %s\n", rep.Command)
 	if p.Spec.Shards > 1 && rep.Requested {
-		fmt.Fprintln(w, "NOTE: RabbitMQ's rebalance does not know the copies of the ladder: copies of one queue may now share a leader node; "+
+		fmt.Fprintln(w, "NOTE: RabbitMQ's rebalance does not know the shards of the ladder: copies of one queue may now share a leader node; "+
 			"`rabbitdelay status` lists them")
 	}
 	return err

@@ -581,7 +581,7 @@ func (e *invocation) dialNodes(ctx context.Context, p *topology.Plan) []*amqp.Co
 	}
 	urls := e.s.conn.URLs()
 	if len(urls) < 2 {
-		e.log.Warn().Int("shards", p.Spec.Shards).Msg("copies of the ladder with one URL: new ladder queues lead from the node apply is connected to; " +
+		e.log.Warn().Int("shards", p.Spec.Shards).Msg("shards of the ladder with one URL: new ladder queues lead from the node apply is connected to; " +
 			"list every node of the cluster in AMQPDELAY_URL (--url) so that apply places the copies of each queue on different nodes")
 		return nil
 	}

@@ -103,7 +103,7 @@
 //	--ready-delivery-limit N      AMQPDELAY_READY_DELIVERY_LIMIT  20; x-delivery-limit of quorum ready
 //	                              queues (then parked); -1: none, and no dead-letter exchange
 //	--policy-priority N           AMQPDELAY_POLICY_PRIORITY 1000000; priority of the topology's policies
-//	--shards N                    AMQPDELAY_SHARDS          1; copies of the ladder (1-16), each queue's
+//	--shards N                    AMQPDELAY_SHARDS          1; shards of the ladder (1-16), each queue's
 //	                              copies placed on different nodes by apply (list every node in --url)
 //	--management-url URL          AMQPDELAY_MANAGEMENT_URL  none; http://user:password@host:15672/
 //	--timeout DURATION            AMQPDELAY_TIMEOUT         1m
