@@ -10,7 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -23,7 +23,7 @@ func TestDeadLetterHops(t *testing.T) {
 			spec := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}},
 				Ladder:  ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond, Order: order},
 				Buckets: delayspec.Delays{30 * time.Second}}
-			plan, err := topology.NewPlan(spec)
+			plan, err := admin.NewPlan(spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -292,7 +292,7 @@ func TestParkRoute(t *testing.T) {
 func TestDeadLetterHopsCopy(t *testing.T) {
 	spec := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}}, Shards: 3,
 		Ladder: ttlbuckets.Ladder{Radix: 16, Max: 65535 * time.Millisecond}}
-	plan, err := topology.NewPlan(spec)
+	plan, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // BenchmarkApplyDefault measures apply of the default topology (15 ladder exchanges, 225
@@ -25,18 +25,18 @@ func BenchmarkApplyDefault(b *testing.B) {
 			b.StopTimer()
 			env := brokertest.NewEnv(b)
 			conn := env.Dial(b)
-			p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, Plugin: delayspec.PluginOff})
+			p, err := admin.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, Plugin: delayspec.PluginOff})
 			if err != nil {
 				b.Fatal(err)
 			}
-			opts := topology.ApplyOptions{Workers: workers}
+			opts := admin.ApplyOptions{Workers: workers}
 			if again {
-				if _, err := topology.Apply(context.Background(), conn, p, opts); err != nil {
+				if _, err := admin.Apply(context.Background(), conn, p, opts); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.StartTimer()
-			if _, err := topology.Apply(context.Background(), conn, p, opts); err != nil {
+			if _, err := admin.Apply(context.Background(), conn, p, opts); err != nil {
 				b.Fatal(err)
 			}
 		}

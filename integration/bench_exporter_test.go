@@ -15,9 +15,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/exporter"
 )
 
 var exporterWaiting = flag.Int("exporter-waiting", 200_000, "BenchmarkExporterScrape: messages waiting in the delay queues")
@@ -34,19 +34,19 @@ func BenchmarkExporterScrape(b *testing.B) {
 	if env.Broker.ManagementURL == "" {
 		b.Skip("needs the management API (AMQP_MANAGEMENT_URL)")
 	}
-	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	m, err := admin.NewManagement(env.Broker.ManagementURL, env.VHost)
 	if err != nil {
 		b.Fatal(err)
 	}
 	spec := delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, QueueType: delayspec.Quorum,
 		Plugin: delayspec.PluginOff, ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.work", Exchange: "orders", BindingKey: "o.#"}}}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	if _, err := topology.Apply(ctx, env.Dial(b), p, topology.ApplyOptions{Management: m}); err != nil {
+	if _, err := admin.Apply(ctx, env.Dial(b), p, admin.ApplyOptions{Management: m}); err != nil {
 		b.Fatalf("apply: %v", err)
 	}
 	h, err := exporter.Handler(exporter.New(m, p, exporter.Options{}))
@@ -76,7 +76,7 @@ func BenchmarkExporterScrape(b *testing.B) {
 	// Fill the level 6 queues straight through the default exchange, pipelined with confirms.
 	var queues []string
 	for _, q := range p.Queues {
-		if q.Role == topology.RoleLadder && q.Level == 6 {
+		if q.Role == admin.RoleLadder && q.Level == 6 {
 			queues = append(queues, q.Name)
 		}
 	}

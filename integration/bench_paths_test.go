@@ -17,12 +17,12 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // delayCase is one way of delaying messages that a benchmark measures: a ladder (unit, radix,
-// order, queue type), the buckets, or the plugin. Its topology is declared with topology.Apply,
+// order, queue type), the buckets, or the plugin. Its topology is declared with admin.Apply,
 // except for the experiments (variant != ""), which the benchmark declares itself; messages are
 // always published with amqpdelay.Publisher.
 type delayCase struct {
@@ -32,7 +32,7 @@ type delayCase struct {
 	// buckets are declared too; path is the path every positive delay must take.
 	buckets []time.Duration
 	path    amqpdelay.Path
-	// variant names an experiment that topology.Apply cannot declare (see declareVariant):
+	// variant names an experiment that admin.Apply cannot declare (see declareVariant):
 	//   "classic2":    classic queues with x-queue-version 2 on every level;
 	//   "top-classic": classic (version 2) queues on the top level, qtype on the others.
 	variant string
@@ -199,7 +199,7 @@ func declare(tb testing.TB, c delayCase) setup {
 	if c.variant != "" {
 		declareVariant(tb, conn, spec, c.variant)
 	} else {
-		plan, err := topology.NewPlan(spec)
+		plan, err := admin.NewPlan(spec)
 		if err != nil {
 			tb.Fatalf("plan: %v", err)
 		}
@@ -217,7 +217,7 @@ func declare(tb testing.TB, c delayCase) setup {
 				nodes = append(nodes, nc)
 			}
 		}
-		if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{Nodes: nodes}); err != nil {
+		if _, err := admin.Apply(ctx, conn, plan, admin.ApplyOptions{Nodes: nodes}); err != nil {
 			tb.Fatalf("apply: %v", err)
 		}
 	}
@@ -300,7 +300,7 @@ func newBenchPublisher(tb testing.TB, ctx context.Context, cfg amqpdelay.Config,
 }
 
 // declareVariant declares spec's topology with amqp091 directly, following topology's naming
-// rule and bindings, but with queue arguments topology.Apply does not offer: the experiments of
+// rule and bindings, but with queue arguments admin.Apply does not offer: the experiments of
 // BenchmarkBurst (see delayCase.variant). The Publisher works with it unchanged: it only needs
 // the dispatch exchange and the entry exchanges to exist.
 func declareVariant(tb testing.TB, conn *amqp.Connection, spec delayspec.Spec, variant string) {
@@ -428,11 +428,11 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 			tb.Fatalf("dial AMQP_PLUGIN_URL: %v", err)
 		}
 		tb.Cleanup(func() { _ = conn.Close() })
-		plan, err := topology.NewPlan(spec)
+		plan, err := admin.NewPlan(spec)
 		if err != nil {
 			tb.Fatalf("plan: %v", err)
 		}
-		if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{}); err != nil {
+		if _, err := admin.Apply(ctx, conn, plan, admin.ApplyOptions{}); err != nil {
 			tb.Fatalf("apply (plugin): %v", err)
 		}
 		declareReady(tb, conn, target, ready)
@@ -445,7 +445,7 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 				_ = ch.ExchangeDelete(target, false, false)
 				_ = ch.Close()
 			}
-			if _, err := topology.Teardown(ctx, conn, plan, topology.TeardownOptions{Force: true}); err != nil && !errors.Is(err, context.Canceled) {
+			if _, err := admin.Teardown(ctx, conn, plan, admin.TeardownOptions{Force: true}); err != nil && !errors.Is(err, context.Canceled) {
 				tb.Logf("teardown of the plugin case: %v", err)
 			}
 		})

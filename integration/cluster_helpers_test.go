@@ -18,7 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // clusterHowTo is the advice a skipped cluster test prints.
@@ -353,13 +353,13 @@ func buildDeclare(t *testing.T) string {
 
 // clusterMgmtEnv returns a vhost of its own on the cluster and node 1's management API for it
 // (skips without AMQP_MANAGEMENT_URL).
-func clusterMgmtEnv(t *testing.T) (*brokertest.Env, *topology.Management) {
+func clusterMgmtEnv(t *testing.T) (*brokertest.Env, *admin.Management) {
 	t.Helper()
 	env := brokertest.NewEnv(t)
 	if env.Broker.ManagementURL == "" {
 		t.Skip("needs the management API of node 1 (AMQP_MANAGEMENT_URL)")
 	}
-	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	m, err := admin.NewManagement(env.Broker.ManagementURL, env.VHost)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestClusterShardsSpreadBurst: on a 3-node cluster, three shards of the ladder added to a
@@ -38,7 +38,7 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	// Six levels (radix 8 up to 262,143 ms), so that the burst's last hop, at level 4 (delays
 	// of 4.1-32.8 s), is taken in the copies' last-hop queues, not in the top level's queues.
 	spec.Ladder.Max = 262143 * time.Millisecond
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,17 +57,17 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	// deployed topology would be; then the copies are added next to it.
 	one := spec
 	one.Shards = 1
-	p1, err := topology.NewPlan(one)
+	p1, err := admin.NewPlan(one)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topology.Apply(ctx, nodes[0], p1, topology.ApplyOptions{Management: m}); err != nil {
+	if _, err := admin.Apply(ctx, nodes[0], p1, admin.ApplyOptions{Management: m}); err != nil {
 		t.Fatalf("apply one ladder: %v", err)
 	}
-	if _, err := topology.Apply(ctx, nodes[0], p, topology.ApplyOptions{Management: m, Nodes: nodes}); err != nil {
+	if _, err := admin.Apply(ctx, nodes[0], p, admin.ApplyOptions{Management: m, Nodes: nodes}); err != nil {
 		t.Fatalf("apply with copies: %v", err)
 	}
-	rep, err := topology.Status(ctx, nodes[0], p, topology.StatusOptions{Management: m})
+	rep, err := admin.Status(ctx, nodes[0], p, admin.StatusOptions{Management: m})
 	if err != nil || rep.Cluster == nil {
 		t.Fatalf("status: %v", err)
 	}
@@ -182,7 +182,7 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	// Status passes once the dead-letterings in flight (messages_dlx counts in passing) are
 	// confirmed, and nothing was parked.
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
-		rep, err := topology.Status(ctx, nodes[0], p, topology.StatusOptions{Management: m})
+		rep, err := admin.Status(ctx, nodes[0], p, admin.StatusOptions{Management: m})
 		if err == nil {
 			if pq := rep.Parking(); pq.Messages != 0 {
 				t.Errorf("parking queue holds %d messages", pq.Messages)

@@ -26,7 +26,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // soakFlag turns TestClusterSoak on (go test ... -args -soak); RABBITDELAY_SOAK=1 does too.
@@ -122,17 +122,17 @@ func (m *soakMgmt) get(path string, out any) error {
 	return last
 }
 
-// management returns a topology.Management of vhost on the first node not known down.
-func (m *soakMgmt) management(vhost string) *topology.Management {
+// management returns a admin.Management of vhost on the first node not known down.
+func (m *soakMgmt) management(vhost string) *admin.Management {
 	for i, u := range m.urls {
 		if !m.down[i].Load() {
-			tm, err := topology.NewManagement(u, vhost)
+			tm, err := admin.NewManagement(u, vhost)
 			if err == nil {
 				return tm
 			}
 		}
 	}
-	tm, _ := topology.NewManagement(m.urls[0], vhost)
+	tm, _ := admin.NewManagement(m.urls[0], vhost)
 	return tm
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestClusterSoak: node failures on a 3-node cluster while delayed messages flow, with every
@@ -103,7 +103,7 @@ type soakRun struct {
 	names   []string
 	fault   string
 	env     *brokertest.Env
-	plan    *topology.Plan
+	plan    *admin.Plan
 	target  string
 	ready   string
 	pubName string
@@ -216,7 +216,7 @@ func (r *soakRun) setup() {
 		QueueType:   delayspec.Quorum,
 		ReadyQueues: delayspec.ReadyQueues{{Queue: r.ready, Exchange: r.target, BindingKey: "k"}},
 	}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func (r *soakRun) setup() {
 	if err != nil {
 		t.Fatalf("dial node 1: %v", err)
 	}
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: r.m.management(r.env.VHost)}); err != nil {
+	if _, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{Management: r.m.management(r.env.VHost)}); err != nil {
 		t.Fatalf("rabbitdelay apply: %v", err)
 	}
 	_ = conn.Close()

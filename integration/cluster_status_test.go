@@ -18,8 +18,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/exporter"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/exporter"
 )
 
 // TestClusterStatusDeadLetterWait: `rabbitdelay status` names dead-lettering that waits on a
@@ -51,7 +51,7 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 	spec := delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: target, Type: "direct"}}, Plugin: delayspec.PluginOff,
 		Ladder: testLadder(), QueueType: delayspec.Quorum,
 		ReadyQueues: delayspec.ReadyQueues{{Queue: ready, Exchange: target, BindingKey: "k"}}}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 		t.Fatalf("dial node 1: %v", err)
 	}
 	defer conn1.Close()
-	if _, err := topology.Apply(ctx, conn1, p, topology.ApplyOptions{Management: m}); err != nil {
+	if _, err := admin.Apply(ctx, conn1, p, admin.ApplyOptions{Management: m}); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	conn3, err := clusterDial(c.nodeURL(3, env.VHost))
@@ -233,7 +233,7 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 // node running and, per node, as many members (node_members) and leaders (node_leaders,
 // node_delay_queue_leaders) of the plan's quorum queues as the management API's queue list
 // gives, and fails the test if it does not.
-func checkExporterNodes(t *testing.T, ctx context.Context, m *topology.Management, p *topology.Plan, reg prometheus.Gatherer, within time.Duration) {
+func checkExporterNodes(t *testing.T, ctx context.Context, m *admin.Management, p *admin.Plan, reg prometheus.Gatherer, within time.Duration) {
 	t.Helper()
 	var failed []string
 	deadline := time.Now().Add(within)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestClusterTopology: on a 3-node cluster, rabbitdelay apply spreads the leaders of the default
@@ -38,7 +38,7 @@ func TestClusterTopology(t *testing.T) {
 	target := env.Name("orders")
 	spec := delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: target, Type: "topic"}}, Plugin: delayspec.PluginOff,
 		ReadyQueues: delayspec.ReadyQueues{{Queue: env.Name("ready"), Exchange: target, BindingKey: "#"}}}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,13 +56,13 @@ func TestClusterTopology(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial node 2: %v", err)
 	}
-	if _, err := topology.Apply(ctx, conn2, p, topology.ApplyOptions{Management: m}); err != nil {
+	if _, err := admin.Apply(ctx, conn2, p, admin.ApplyOptions{Management: m}); err != nil {
 		t.Fatalf("apply through node 2: %v", err)
 	}
 	_ = conn2.Close()
 
 	// waitCluster polls the management API until cond holds for the topology's cluster view.
-	waitCluster := func(what string, cond func(*topology.ClusterStatus) bool) *topology.ClusterStatus {
+	waitCluster := func(what string, cond func(*admin.ClusterStatus) bool) *admin.ClusterStatus {
 		t.Helper()
 		deadline := time.Now().Add(step)
 		for {
@@ -76,7 +76,7 @@ func TestClusterTopology(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	}
-	led := func(cs *topology.ClusterStatus) (total int, by map[string]int) {
+	led := func(cs *admin.ClusterStatus) (total int, by map[string]int) {
 		by = map[string]int{}
 		for _, n := range cs.Nodes {
 			by[n.Name] = n.DelayQueues
@@ -84,7 +84,7 @@ func TestClusterTopology(t *testing.T) {
 		}
 		return total, by
 	}
-	spread := func(cs *topology.ClusterStatus, when string) {
+	spread := func(cs *admin.ClusterStatus, when string) {
 		t.Helper()
 		total, by := led(cs)
 		if len(cs.Nodes) != len(c.URLs) {
@@ -96,7 +96,7 @@ func TestClusterTopology(t *testing.T) {
 			}
 		}
 	}
-	allLed := func(cs *topology.ClusterStatus) bool {
+	allLed := func(cs *admin.ClusterStatus) bool {
 		total, _ := led(cs)
 		return total == nDelay && len(cs.Degraded) == 0
 	}
@@ -110,7 +110,7 @@ func TestClusterTopology(t *testing.T) {
 		t.Fatalf("dial node 1: %v", err)
 	}
 	defer conn1.Close()
-	rep, err := topology.Status(ctx, conn1, p, topology.StatusOptions{Management: m})
+	rep, err := admin.Status(ctx, conn1, p, admin.StatusOptions{Management: m})
 	if err != nil || rep.Cluster == nil {
 		t.Fatalf("status after apply: %v (cluster %+v)", err, rep.Cluster)
 	}
@@ -136,13 +136,13 @@ func TestClusterTopology(t *testing.T) {
 			c.startNode(t, victim)
 		}
 	}()
-	waitCluster(fmt.Sprintf("every queue led by a node other than %s, with %s offline", victimName, victimName), func(cs *topology.ClusterStatus) bool {
+	waitCluster(fmt.Sprintf("every queue led by a node other than %s, with %s offline", victimName, victimName), func(cs *admin.ClusterStatus) bool {
 		total, by := led(cs)
 		return total == nDelay && by[victimName] == 0 && cs.Offline()[victimName] == nQuorum
 	})
 	deadline := time.Now().Add(step)
 	for {
-		rep, err = topology.Status(ctx, conn1, p, topology.StatusOptions{Management: m})
+		rep, err = admin.Status(ctx, conn1, p, admin.StatusOptions{Management: m})
 		if err != nil && rep != nil && rep.Cluster != nil && len(rep.Cluster.Degraded) == nQuorum {
 			break
 		}
@@ -151,7 +151,7 @@ func TestClusterTopology(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	if !errors.Is(err, topology.ErrUnhealthy) || !strings.Contains(err.Error(), victimName+" (node down)") ||
+	if !errors.Is(err, admin.ErrUnhealthy) || !strings.Contains(err.Error(), victimName+" (node down)") ||
 		!strings.Contains(err.Error(), "members offline") {
 		t.Errorf("status with node %d killed: %v; want ErrUnhealthy naming %s (node down) and members offline", victim, err, victimName)
 	}
@@ -186,7 +186,7 @@ func TestClusterTopology(t *testing.T) {
 	if !cs.Balanced && !strings.Contains(out.String(), "asked RabbitMQ to rebalance") {
 		t.Errorf("unbalanced leaders (%v), but rabbitdelay rebalance asked nothing:\n%s", before, out.String())
 	}
-	cs = waitCluster(fmt.Sprintf("node %s leading again", victimName), func(cs *topology.ClusterStatus) bool {
+	cs = waitCluster(fmt.Sprintf("node %s leading again", victimName), func(cs *admin.ClusterStatus) bool {
 		_, by := led(cs)
 		return allLed(cs) && by[victimName] > 0
 	})
@@ -195,7 +195,7 @@ func TestClusterTopology(t *testing.T) {
 }
 
 // leadersLine is "node: N delay queues led, ..." for logs.
-func leadersLine(cs *topology.ClusterStatus) string {
+func leadersLine(cs *admin.ClusterStatus) string {
 	var parts []string
 	for _, n := range cs.Nodes {
 		parts = append(parts, fmt.Sprintf("%s leads %d delay queues (%d quorum queues)", n.Name, n.DelayQueues, n.Leaders))

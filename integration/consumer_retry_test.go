@@ -17,7 +17,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -162,7 +162,7 @@ func TestConsumerLoadRetries(t *testing.T) {
 }
 
 // TestConsumerParkAndReplay: a handler that always fails parks the message after MaxAttempts,
-// with the reason; a Permanent error parks at once; `rabbitdelay status` (topology.Status) counts
+// with the reason; a Permanent error parks at once; `rabbitdelay status` (admin.Status) counts
 // the parked messages; Replay moves both (and only they) back to
 // the queue, where they are handled.
 func TestConsumerParkAndReplay(t *testing.T) {
@@ -196,8 +196,8 @@ func TestConsumerParkAndReplay(t *testing.T) {
 	if evs.n(consumer.Retried) != 2 {
 		t.Errorf("%d retries, want 2 (attempts 1 and 2 of poison)", evs.n(consumer.Retried))
 	}
-	// `rabbitdelay status` counts them: its parking queue line (topology.Status's Parking()).
-	plan, err := topology.NewPlan(f.spec)
+	// `rabbitdelay status` counts them: its parking queue line (admin.Status's Parking()).
+	plan, err := admin.NewPlan(f.spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestConsumerParkAndReplay(t *testing.T) {
 	defer scancel()
 	sconn, m := f.env.Dial(t), topoNeedManagement(t, f.env)
 	waitFor(t, 30*time.Second, "rabbitdelay status counting the 3 parked messages", func() bool {
-		rep, _ := topology.Status(sctx, sconn, plan, topology.StatusOptions{Management: m})
+		rep, _ := admin.Status(sctx, sconn, plan, admin.StatusOptions{Management: m})
 		return rep != nil && rep.Parking().Messages == 3
 	})
 	parked := getAll(t, f.env, f.spec.Names().Parking())

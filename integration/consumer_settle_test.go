@@ -17,7 +17,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -27,7 +27,7 @@ import (
 // back-off until its settle timeout (3 s here, consumer.WithSettleTimeout) ends, then gives the
 // delivery back (Requeued)
 // instead of acking it, and the broker delivers it again, flagged redelivered. The
-// handler holds that delivery until `rabbitdelay apply` (topology.Apply) has declared the delay
+// handler holds that delivery until `rabbitdelay apply` (admin.Apply) has declared the delay
 // queues again, then fails once more: that retry is confirmed, the delivery acked, and attempt
 // 2 handled, once. A Consumer that acked before the confirm would lose the message at the first
 // failure, and attempt 2 would never come.
@@ -149,7 +149,7 @@ func TestConsumerRetryPublishHeld(t *testing.T) {
 // many; a plan without one fails the test.
 func deleteDelayQueues(t *testing.T, f *consumerFixture) int {
 	t.Helper()
-	plan, err := topology.NewPlan(f.spec)
+	plan, err := admin.NewPlan(f.spec)
 	if err != nil {
 		t.Fatal(err)
 	}

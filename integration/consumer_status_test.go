@@ -13,7 +13,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestConsumerRetryBindingStatus: a Consumer of a queue that is not a ready queue of the
@@ -63,7 +63,7 @@ func TestConsumerRetryBindingStatus(t *testing.T) {
 	}
 	stop()
 	conn := env.Dial(t)
-	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
+	rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
 	if err != nil || len(rep.UnplannedBindings) != 0 || len(rep.RetryBindings) != 1 || rep.RetryBindings[0].Destination != jobs ||
 		rep.RetryBindings[0].RoutingKey != jobs {
 		t.Fatalf("status with a consumer's retry binding: %v, unplanned %v, retry bindings %v; want no error and one retry binding to %s",
@@ -72,8 +72,8 @@ func TestConsumerRetryBindingStatus(t *testing.T) {
 	if err := ch.QueueBind(audit, jobs, p.Names.Retry(), false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
-	if !errors.Is(err, topology.ErrUnhealthy) || len(rep.UnplannedBindings) != 1 || rep.UnplannedBindings[0].Destination != audit ||
+	rep, err = admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
+	if !errors.Is(err, admin.ErrUnhealthy) || len(rep.UnplannedBindings) != 1 || rep.UnplannedBindings[0].Destination != audit ||
 		len(rep.RetryBindings) != 1 {
 		t.Fatalf("status with %s bound to the retry exchange by key %s: %v, unplanned %v, retry bindings %v; want ErrUnhealthy naming it",
 			audit, jobs, err, rep.UnplannedBindings, rep.RetryBindings)

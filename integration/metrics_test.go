@@ -28,9 +28,9 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/exporter"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -380,7 +380,7 @@ func TestExporterUnroutableInDeadLetterState(t *testing.T) {
 	m := topoNeedManagement(t, env)
 	spec := metSpec()
 	declareTopology(t, env, spec) // AMQP only: no policies
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestExporterUnroutableInDeadLetterState(t *testing.T) {
 	if v, _ := metValue(fams, "rabbitdelay_parking_messages", nil); v != 0 {
 		t.Errorf("parking_messages = %v, want 0 (no targets policy, so no alternate exchange)", v)
 	}
-	if v, _ := metValue(fams, "rabbitdelay_policy_problems", map[string]string{"breaks": string(topology.BreaksStalls), "severity": "error"}); v < 1 {
+	if v, _ := metValue(fams, "rabbitdelay_policy_problems", map[string]string{"breaks": string(admin.BreaksStalls), "severity": "error"}); v < 1 {
 		t.Errorf("policy_problems{breaks=stalls} = %v, want at least 1 (the target has no alternate exchange)", v)
 	}
 	// Per queue: the same message in the 1 s bucket queue's series.
@@ -734,7 +734,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	cfg := amqpdelay.Config{Spec: spec}
 	cfg.URL = env.URL
 	newConsumer(t, cfg, "orders.work", func(context.Context, amqp.Delivery) error { return nil }, consumer.WithMetrics(creg))
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

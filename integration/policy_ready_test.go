@@ -12,7 +12,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestPolicyReadyAndParkingKeys sets every key that can drop, delete, stall or misroute due
@@ -40,22 +40,22 @@ func TestPolicyReadyAndParkingKeys(t *testing.T) {
 		object  string
 		def     map[string]any
 		key     string
-		breaks  topology.Breakage
+		breaks  admin.Breakage
 		warning bool
 	}{
-		{ready, map[string]any{"expires": 600000}, "expires", topology.BreaksDeletes, false},
-		{ready, map[string]any{"message-ttl": 60000}, "message-ttl", topology.BreaksDrops, true},
-		{ready, map[string]any{"max-length": 10, "overflow": "reject-publish"}, "max-length", topology.BreaksStalls, false},
-		{ready, map[string]any{"max-length-bytes": 100000}, "max-length-bytes", topology.BreaksDrops, true},
-		{ready, map[string]any{"delivery-limit": 2}, "delivery-limit", topology.BreaksDrops, true},
-		{ready, map[string]any{"dead-letter-routing-key": "elsewhere"}, "dead-letter-routing-key", topology.BreaksRouting, true},
-		{parking, map[string]any{"message-ttl": 60000}, "message-ttl", topology.BreaksDrops, false},
-		{parking, map[string]any{"expires": 600000}, "expires", topology.BreaksDeletes, false},
-		{parking, map[string]any{"max-length": 10}, "max-length", topology.BreaksDrops, false},
-		{parking, map[string]any{"max-length-bytes": 100000}, "max-length-bytes", topology.BreaksDrops, false},
+		{ready, map[string]any{"expires": 600000}, "expires", admin.BreaksDeletes, false},
+		{ready, map[string]any{"message-ttl": 60000}, "message-ttl", admin.BreaksDrops, true},
+		{ready, map[string]any{"max-length": 10, "overflow": "reject-publish"}, "max-length", admin.BreaksStalls, false},
+		{ready, map[string]any{"max-length-bytes": 100000}, "max-length-bytes", admin.BreaksDrops, true},
+		{ready, map[string]any{"delivery-limit": 2}, "delivery-limit", admin.BreaksDrops, true},
+		{ready, map[string]any{"dead-letter-routing-key": "elsewhere"}, "dead-letter-routing-key", admin.BreaksRouting, true},
+		{parking, map[string]any{"message-ttl": 60000}, "message-ttl", admin.BreaksDrops, false},
+		{parking, map[string]any{"expires": 600000}, "expires", admin.BreaksDeletes, false},
+		{parking, map[string]any{"max-length": 10}, "max-length", admin.BreaksDrops, false},
+		{parking, map[string]any{"max-length-bytes": 100000}, "max-length-bytes", admin.BreaksDrops, false},
 	}
 	pattern := func(q string) string { return "^" + regexp.QuoteMeta(q) + "$" }
-	find := func(probs []topology.PolicyProblem, object, key, policy string, operator bool) *topology.PolicyProblem {
+	find := func(probs []admin.PolicyProblem, object, key, policy string, operator bool) *admin.PolicyProblem {
 		for _, pp := range probs {
 			if pp.Object == object && pp.Key == key && pp.Policy == policy && pp.Operator == operator {
 				return &pp
@@ -71,7 +71,7 @@ func TestPolicyReadyAndParkingKeys(t *testing.T) {
 			if err := polSet(env, "policies", "low", pattern(parking), "queues", 10, tc.def); err != nil {
 				t.Fatal(err)
 			}
-			polWaitProblems(t, m, p, name+": low-priority policy", func(probs []topology.PolicyProblem) bool { return len(polFind(probs, tc.key)) == 0 })
+			polWaitProblems(t, m, p, name+": low-priority policy", func(probs []admin.PolicyProblem) bool { return len(polFind(probs, tc.key)) == 0 })
 			polClear(t, env, "policies", "low")
 		}
 		for _, operator := range []bool{false, true} {
@@ -87,7 +87,7 @@ func TestPolicyReadyAndParkingKeys(t *testing.T) {
 			if err := polSet(env, kind, pol, pattern(tc.object), "queues", prio, tc.def); err != nil {
 				t.Fatalf("%s: set %s: %v", name, kind, err)
 			}
-			probs := polWaitProblems(t, m, p, name+" as "+kind, func(probs []topology.PolicyProblem) bool {
+			probs := polWaitProblems(t, m, p, name+" as "+kind, func(probs []admin.PolicyProblem) bool {
 				return find(probs, tc.object, tc.key, pol, operator) != nil
 			})
 			pp := find(probs, tc.object, tc.key, pol, operator)
@@ -96,7 +96,7 @@ func TestPolicyReadyAndParkingKeys(t *testing.T) {
 			}
 			t.Logf("%s as %s: %s", name, kind, pp)
 			_, rep, err := polApply(t, env, m, spec)
-			if failing := !tc.warning; failing != errors.Is(err, topology.ErrPolicy) || len(rep.PolicyProblems) == 0 {
+			if failing := !tc.warning; failing != errors.Is(err, admin.ErrPolicy) || len(rep.PolicyProblems) == 0 {
 				t.Errorf("%s as %s: apply: %v, want ErrPolicy: %v", name, kind, err, failing)
 			}
 			if !tc.warning && !publisherChecked {

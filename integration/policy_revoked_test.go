@@ -13,7 +13,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // streamPolicy returns the policy and operator policy the broker reports in effect on a queue,
@@ -123,13 +123,13 @@ func TestPolicyRevokedStreamKeys(t *testing.T) {
 			} else {
 				waitBroker(what, s.name, "", tc.key)
 			}
-			probs := polWaitProblems(t, m, p, what, func(probs []topology.PolicyProblem) bool { return len(polFind(probs, tc.key)) > 0 })
+			probs := polWaitProblems(t, m, p, what, func(probs []admin.PolicyProblem) bool { return len(polFind(probs, tc.key)) > 0 })
 			pp := polFind(probs, tc.key)[0]
-			if pp.Object != stream || pp.Policy != s.name || pp.Operator != operator || pp.Breaks != topology.BreaksRevocations || pp.Warning {
+			if pp.Object != stream || pp.Policy != s.name || pp.Operator != operator || pp.Breaks != admin.BreaksRevocations || pp.Warning {
 				t.Errorf("%s: %+v\n%s", what, pp, pp)
 			}
 			t.Logf("%s: %s", what, pp)
-			if _, rep, err := polApply(t, env, m, spec); !errors.Is(err, topology.ErrPolicy) || len(rep.PolicyProblems) == 0 {
+			if _, rep, err := polApply(t, env, m, spec); !errors.Is(err, admin.ErrPolicy) || len(rep.PolicyProblems) == 0 {
 				t.Errorf("%s: apply: %v, want ErrPolicy", what, err)
 			}
 			pub, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: env.URL, Spec: spec}, withManagement(t, env))

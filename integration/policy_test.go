@@ -18,7 +18,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -32,13 +32,13 @@ func polSpec(qt delayspec.QueueType) delayspec.Spec {
 }
 
 // polApply plans and applies spec in env's vhost with the management API.
-func polApply(t testing.TB, env *brokertest.Env, m *topology.Management, spec delayspec.Spec) (*topology.Plan, *topology.Report, error) {
+func polApply(t testing.TB, env *brokertest.Env, m *admin.Management, spec delayspec.Spec) (*admin.Plan, *admin.Report, error) {
 	t.Helper()
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := topology.Apply(topoTestCtx(t, 2*time.Minute), env.Dial(t), p, topology.ApplyOptions{Management: m})
+	rep, err := admin.Apply(topoTestCtx(t, 2*time.Minute), env.Dial(t), p, admin.ApplyOptions{Management: m})
 	return p, rep, err
 }
 
@@ -65,7 +65,7 @@ func polMajor(t *testing.T, env *brokertest.Env) int {
 
 // polWaitProblems polls PolicyProblems until cond holds (RabbitMQ applies a policy change to
 // every matching queue in the background), failing after 20 s.
-func polWaitProblems(t *testing.T, m *topology.Management, p *topology.Plan, what string, cond func([]topology.PolicyProblem) bool) []topology.PolicyProblem {
+func polWaitProblems(t *testing.T, m *admin.Management, p *admin.Plan, what string, cond func([]admin.PolicyProblem) bool) []admin.PolicyProblem {
 	t.Helper()
 	ctx := topoTestCtx(t, 20*time.Second)
 	for {
@@ -85,8 +85,8 @@ func polWaitProblems(t *testing.T, m *topology.Management, p *topology.Plan, wha
 }
 
 // polFind returns the problems about key.
-func polFind(probs []topology.PolicyProblem, key string) []topology.PolicyProblem {
-	var out []topology.PolicyProblem
+func polFind(probs []admin.PolicyProblem, key string) []admin.PolicyProblem {
+	var out []admin.PolicyProblem
 	for _, pp := range probs {
 		if pp.Key == key {
 			out = append(out, pp)
@@ -107,19 +107,19 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 	cases := []struct {
 		key    string
 		value  any
-		breaks topology.Breakage // "" when harmless even where it applies
-		object string            // a queue it is reported on
+		breaks admin.Breakage // "" when harmless even where it applies
+		object string         // a queue it is reported on
 		opOK   func(major int) bool
 	}{
-		{"message-ttl", 1000, topology.BreaksEarly, "rd.bucket.3000ms", func(int) bool { return true }},
-		{"expires", 600000, topology.BreaksDeletes, "rd.bucket.3000ms", func(int) bool { return true }},
-		{"max-length", 10, topology.BreaksStalls, "rd.bucket.3000ms", func(int) bool { return true }},
-		{"max-length-bytes", 1000, topology.BreaksStalls, "rd.bucket.3000ms", func(int) bool { return true }},
-		{"overflow", "drop-head", topology.BreaksDrops, "rd.bucket.3000ms", func(major int) bool { return major >= 4 }},
-		{"dead-letter-routing-key", "elsewhere", topology.BreaksRouting, "rd.bucket.3000ms", func(int) bool { return false }},
+		{"message-ttl", 1000, admin.BreaksEarly, "rd.bucket.3000ms", func(int) bool { return true }},
+		{"expires", 600000, admin.BreaksDeletes, "rd.bucket.3000ms", func(int) bool { return true }},
+		{"max-length", 10, admin.BreaksStalls, "rd.bucket.3000ms", func(int) bool { return true }},
+		{"max-length-bytes", 1000, admin.BreaksStalls, "rd.bucket.3000ms", func(int) bool { return true }},
+		{"overflow", "drop-head", admin.BreaksDrops, "rd.bucket.3000ms", func(major int) bool { return major >= 4 }},
+		{"dead-letter-routing-key", "elsewhere", admin.BreaksRouting, "rd.bucket.3000ms", func(int) bool { return false }},
 		{"dead-letter-exchange", "elsewhere", "", "", func(int) bool { return false }},
 		{"dead-letter-strategy", "at-most-once", "", "", func(int) bool { return false }},
-		{"delivery-limit", 2, topology.BreaksDrops, "rd.parking", func(int) bool { return true }},
+		{"delivery-limit", 2, admin.BreaksDrops, "rd.parking", func(int) bool { return true }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.key, func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(500 * time.Millisecond) // let a wrong result show if there is one
-			polWaitProblems(t, m, p, "low-priority policy", func(probs []topology.PolicyProblem) bool { return len(polFind(probs, tc.key)) == 0 })
+			polWaitProblems(t, m, p, "low-priority policy", func(probs []admin.PolicyProblem) bool { return len(polFind(probs, tc.key)) == 0 })
 			// The management API names the policy in effect with the queue statistics (every 5 s).
 			for start := time.Now(); ; {
 				var q struct{ Policy string }
@@ -160,11 +160,11 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 			}
 			if tc.breaks == "" {
 				time.Sleep(500 * time.Millisecond)
-				polWaitProblems(t, m, p, "high-priority policy with a key whose argument wins", func(probs []topology.PolicyProblem) bool {
+				polWaitProblems(t, m, p, "high-priority policy with a key whose argument wins", func(probs []admin.PolicyProblem) bool {
 					return len(polFind(probs, tc.key)) == 0
 				})
 			} else {
-				probs := polWaitProblems(t, m, p, "high-priority policy", func(probs []topology.PolicyProblem) bool {
+				probs := polWaitProblems(t, m, p, "high-priority policy", func(probs []admin.PolicyProblem) bool {
 					for _, pp := range polFind(probs, tc.key) {
 						if pp.Object == tc.object {
 							return true
@@ -182,7 +182,7 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 					}
 				}
 				_, rep, err := polApply(t, env, m, polSpec(delayspec.Quorum))
-				if tc.key != "delivery-limit" && (!errors.Is(err, topology.ErrPolicy) || len(rep.PolicyProblems) == 0) {
+				if tc.key != "delivery-limit" && (!errors.Is(err, admin.ErrPolicy) || len(rep.PolicyProblems) == 0) {
 					t.Errorf("apply under a high-priority %s policy: %v, want ErrPolicy", tc.key, err)
 				}
 				if tc.key == "delivery-limit" && err != nil {
@@ -202,7 +202,7 @@ func TestPolicyKeysShadowedOrReported(t *testing.T) {
 			if err != nil {
 				t.Fatalf("operator policy with %s on RabbitMQ %d: %v", tc.key, major, err)
 			}
-			probs := polWaitProblems(t, m, p, "operator policy", func(probs []topology.PolicyProblem) bool {
+			probs := polWaitProblems(t, m, p, "operator policy", func(probs []admin.PolicyProblem) bool {
 				for _, pp := range polFind(probs, tc.key) {
 					if pp.Object == tc.object && pp.Operator && pp.Policy == "op" {
 						return true
@@ -243,7 +243,7 @@ func polConsume(t testing.TB, env *brokertest.Env, queue string) <-chan polArriv
 // polPublishBucket publishes n messages for target through the bucket exchange of p (bucket
 // of ms milliseconds) with routing key key(i), persistent, and waits for every confirm.
 // It returns when the last was published.
-func polPublishBucket(t testing.TB, env *brokertest.Env, p *topology.Plan, ms int64, target string, n int, key func(i int) string) time.Time {
+func polPublishBucket(t testing.TB, env *brokertest.Env, p *admin.Plan, ms int64, target string, n int, key func(i int) string) time.Time {
 	t.Helper()
 	ch := env.Channel(t)
 	if err := ch.Confirm(false); err != nil {
@@ -307,9 +307,9 @@ func TestPolicyShadowedKeepsDelaysAndQueues(t *testing.T) {
 	if err := polSet(env, "operator-policies", "op-ttl", ".*", "queues", 0, map[string]any{"message-ttl": 1000}); err != nil {
 		t.Fatal(err)
 	}
-	probs := polWaitProblems(t, m, p, "operator message-ttl", func(probs []topology.PolicyProblem) bool {
+	probs := polWaitProblems(t, m, p, "operator message-ttl", func(probs []admin.PolicyProblem) bool {
 		for _, pp := range probs {
-			if pp.Object == bucketQ && pp.Key == "message-ttl" && pp.Breaks == topology.BreaksEarly && pp.Operator {
+			if pp.Object == bucketQ && pp.Key == "message-ttl" && pp.Breaks == admin.BreaksEarly && pp.Operator {
 				return true
 			}
 		}
@@ -330,9 +330,9 @@ func TestPolicyShadowedKeepsDelaysAndQueues(t *testing.T) {
 	if err := polSet(env, "operator-policies", "op-expires", ".*", "queues", 0, map[string]any{"expires": 2000}); err != nil {
 		t.Fatal(err)
 	}
-	polWaitProblems(t, m, p, "operator expires", func(probs []topology.PolicyProblem) bool {
+	polWaitProblems(t, m, p, "operator expires", func(probs []admin.PolicyProblem) bool {
 		for _, pp := range probs {
-			if pp.Object == bucketQ && pp.Key == "expires" && pp.Breaks == topology.BreaksDeletes {
+			if pp.Object == bucketQ && pp.Key == "expires" && pp.Breaks == admin.BreaksDeletes {
 				return true
 			}
 		}
@@ -367,11 +367,11 @@ func TestPolicyExchangeAlternateReported(t *testing.T) {
 	if err := polSet(env, "policies", "ae", `^rd\.(buckets|dispatch)$`, "exchanges", 5, map[string]any{"alternate-exchange": "elsewhere"}); err != nil {
 		t.Fatal(err)
 	}
-	probs := polWaitProblems(t, m, p, "alternate-exchange policy", func(probs []topology.PolicyProblem) bool {
+	probs := polWaitProblems(t, m, p, "alternate-exchange policy", func(probs []admin.PolicyProblem) bool {
 		return len(polFind(probs, "alternate-exchange")) > 0
 	})
 	got := polFind(probs, "alternate-exchange")
-	if len(got) != 1 || got[0].Object != p.Names.BucketExchange() || got[0].Breaks != topology.BreaksRouting || got[0].Policy != "ae" {
+	if len(got) != 1 || got[0].Object != p.Names.BucketExchange() || got[0].Breaks != admin.BreaksRouting || got[0].Policy != "ae" {
 		t.Errorf("alternate-exchange problems %v, want one on %s (wrong routing)", got, p.Names.BucketExchange())
 	}
 }
@@ -447,7 +447,7 @@ func TestPolicyLengthLimitDropsHeadEarly(t *testing.T) {
 				t.Fatal(err)
 			}
 			bucket := p.Names.BucketQueue(3000)
-			probs := polWaitProblems(t, m, p, "length limit", func(probs []topology.PolicyProblem) bool {
+			probs := polWaitProblems(t, m, p, "length limit", func(probs []admin.PolicyProblem) bool {
 				for _, pp := range polFind(probs, "max-length") {
 					if pp.Object == bucket {
 						return true
@@ -456,7 +456,7 @@ func TestPolicyLengthLimitDropsHeadEarly(t *testing.T) {
 				return false
 			})
 			for _, pp := range polFind(probs, "max-length") {
-				if pp.Object == bucket && (pp.Breaks != topology.BreaksEarly || !strings.Contains(pp.Error(), "early")) {
+				if pp.Object == bucket && (pp.Breaks != admin.BreaksEarly || !strings.Contains(pp.Error(), "early")) {
 					t.Errorf("max-length on %s: %+v\n%s", bucket, pp, pp)
 				}
 			}
@@ -508,10 +508,10 @@ func TestPolicyPatternLongPrefix(t *testing.T) {
 		t.Fatalf("apply with a 151-byte prefix: %v", err)
 	}
 	ctx := topoTestCtx(t, 2*time.Minute)
-	if _, err := topology.Status(ctx, env.Dial(t), p, topology.StatusOptions{Management: m}); err != nil {
+	if _, err := admin.Status(ctx, env.Dial(t), p, admin.StatusOptions{Management: m}); err != nil {
 		t.Errorf("status after apply: %v", err)
 	}
-	polWaitProblems(t, m, p, "no policy problem", func(probs []topology.PolicyProblem) bool { return len(topology.Failing(probs)) == 0 })
+	polWaitProblems(t, m, p, "no policy problem", func(probs []admin.PolicyProblem) bool { return len(admin.Failing(probs)) == 0 })
 }
 
 // TestPolicyDeliveryLimit4x: RabbitMQ 4.x gives a quorum queue without a delivery limit one
@@ -570,16 +570,16 @@ func TestPolicyDeliveryLimit4x(t *testing.T) {
 		p, rep, err := polApply(t, env, m, spec)
 		var flagged bool
 		for _, pp := range rep.PolicyProblems {
-			if pp.Object == "orders.ready" && pp.Key == "delivery-limit" && pp.Breaks == topology.BreaksDrops && !pp.Warning {
+			if pp.Object == "orders.ready" && pp.Key == "delivery-limit" && pp.Breaks == admin.BreaksDrops && !pp.Warning {
 				flagged = true
 			}
 		}
-		if four := polMajor(t, env) >= 4; four != (flagged && errors.Is(err, topology.ErrPolicy)) || (!four && err != nil) {
+		if four := polMajor(t, env) >= 4; four != (flagged && errors.Is(err, admin.ErrPolicy)) || (!four && err != nil) {
 			t.Errorf("RabbitMQ %d, ready queue without a delivery limit: apply = %v, flagged %v; want ErrPolicy and the problem on 4.x only",
 				polMajor(t, env), err, flagged)
 		}
-		_, serr := topology.Status(topoTestCtx(t, time.Minute), env.Dial(t), p, topology.StatusOptions{Management: m})
-		if polMajor(t, env) >= 4 != errors.Is(serr, topology.ErrPolicy) {
+		_, serr := admin.Status(topoTestCtx(t, time.Minute), env.Dial(t), p, admin.StatusOptions{Management: m})
+		if polMajor(t, env) >= 4 != errors.Is(serr, admin.ErrPolicy) {
 			t.Errorf("RabbitMQ %d: status = %v", polMajor(t, env), serr)
 		}
 	})
@@ -610,7 +610,7 @@ func TestPolicyPCREPatternSeenAtOnce(t *testing.T) {
 	bucket := p.Names.BucketQueue(3000)
 	var early bool
 	for _, pp := range polFind(probs, "message-ttl") {
-		if pp.Policy == "pcre" && pp.Object == bucket && pp.Breaks == topology.BreaksEarly && !pp.Warning {
+		if pp.Policy == "pcre" && pp.Object == bucket && pp.Breaks == admin.BreaksEarly && !pp.Warning {
 			early = true
 		}
 	}
@@ -629,7 +629,7 @@ func TestPolicyPCREPatternSeenAtOnce(t *testing.T) {
 	}
 	early = false
 	for _, pp := range polFind(probs, "message-ttl") {
-		if pp.Policy == "possessive" && pp.Object == bucket && pp.Breaks == topology.BreaksEarly && !pp.Warning {
+		if pp.Policy == "possessive" && pp.Object == bucket && pp.Breaks == admin.BreaksEarly && !pp.Warning {
 			early = true
 		}
 	}

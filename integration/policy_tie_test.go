@@ -10,7 +10,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // queuePolicy is the policy the management API says is in effect on queue.
@@ -57,14 +57,14 @@ func TestPolicyTieAtTopologyPriority(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("PolicyProblems: %d failing", len(topology.Failing(probs)))
+	t.Logf("PolicyProblems: %d failing", len(admin.Failing(probs)))
 	got := polConsume(t, env, "orders.ready")
 	sent := polPublishBucket(t, env, p, 3000, "orders", 1, func(int) string { return "bound" })
 	select {
 	case a := <-got:
 		early := a.at.Before(sent.Add(3 * time.Second))
 		t.Logf("3 s bucket delivered after %v (early: %v)", a.at.Sub(sent).Round(time.Millisecond), early)
-		if early && len(topology.Failing(probs)) == 0 {
+		if early && len(admin.Failing(probs)) == 0 {
 			t.Errorf("delayed messages arrive early under policy %q at the topology's priority, and PolicyProblems reports nothing", inEffect)
 		}
 	case <-time.After(30 * time.Second):

@@ -13,7 +13,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // The same fault gets the same answer on every version: each test here makes a policy do what
@@ -21,7 +21,7 @@ import (
 // PolicyProblems reports it exactly where it happened.
 
 // polParityFind returns the problem about key on object, or nil.
-func polParityFind(probs []topology.PolicyProblem, object, key string) *topology.PolicyProblem {
+func polParityFind(probs []admin.PolicyProblem, object, key string) *admin.PolicyProblem {
 	for i := range probs {
 		if probs[i].Object == object && probs[i].Key == key {
 			return &probs[i]
@@ -55,19 +55,19 @@ func TestPolicyParityExpiresNamedAfterDelete(t *testing.T) {
 		_, err := env.Channel(t).QueueDeclarePassive(bucket, true, false, false, false, nil)
 		return err != nil
 	})
-	rep, err := topology.Status(topoTestCtx(t, time.Minute), env.Dial(t), p, topology.StatusOptions{Management: m})
-	if !errors.Is(err, topology.ErrIncomplete) || rep == nil || !slices.Contains(rep.Missing, "queue "+bucket) {
+	rep, err := admin.Status(topoTestCtx(t, time.Minute), env.Dial(t), p, admin.StatusOptions{Management: m})
+	if !errors.Is(err, admin.ErrIncomplete) || rep == nil || !slices.Contains(rep.Missing, "queue "+bucket) {
 		t.Errorf("RabbitMQ %d: status = %v; want it to fail naming %s missing", polMajor(t, env), err, bucket)
 	}
 	_, arep, err := polApply(t, env, m, polSpec(delayspec.Quorum))
-	var pp *topology.PolicyProblem
+	var pp *admin.PolicyProblem
 	if arep != nil {
 		pp = polParityFind(arep.PolicyProblems, bucket, "expires")
 	}
-	if !errors.Is(err, topology.ErrPolicy) || pp == nil {
+	if !errors.Is(err, admin.ErrPolicy) || pp == nil {
 		t.Fatalf("RabbitMQ %d: apply = %v, problems %v; want ErrPolicy naming expires on %s", polMajor(t, env), err, arep, bucket)
 	}
-	if pp.Policy != "gc" || !pp.Operator || pp.Breaks != topology.BreaksDeletes || pp.Warning {
+	if pp.Policy != "gc" || !pp.Operator || pp.Breaks != admin.BreaksDeletes || pp.Warning {
 		t.Errorf("RabbitMQ %d: %+v; want operator policy gc, deletes, an error", polMajor(t, env), *pp)
 	}
 	t.Logf("RabbitMQ %d: %s", polMajor(t, env), pp)
@@ -133,7 +133,7 @@ func TestPolicyParityParkingShadowedLimit(t *testing.T) {
 	if reported := pp != nil; reported != vanished {
 		t.Errorf("RabbitMQ %d: parked message dropped: %v, but the delivery limit reported: %v (%v)", major, vanished, reported, pp)
 	} else if pp != nil {
-		if pp.Policy != "shadow" || pp.Breaks != topology.BreaksDrops || !pp.Warning {
+		if pp.Policy != "shadow" || pp.Breaks != admin.BreaksDrops || !pp.Warning {
 			t.Errorf("RabbitMQ %d: %+v; want a drops warning naming policy shadow", major, *pp)
 		}
 		t.Logf("RabbitMQ %d: %s", major, pp)

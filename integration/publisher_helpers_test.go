@@ -21,8 +21,8 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/plugin"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -44,7 +44,7 @@ func testSpec(env *brokertest.Env, targets ...delayspec.Target) delayspec.Spec {
 	}
 }
 
-// declareTopology declares spec's delay topology in env's vhost with topology.Apply, the code
+// declareTopology declares spec's delay topology in env's vhost with admin.Apply, the code
 // behind `rabbitdelay apply`.
 func declareTopology(t testing.TB, env *brokertest.Env, spec delayspec.Spec) {
 	t.Helper()
@@ -53,7 +53,7 @@ func declareTopology(t testing.TB, env *brokertest.Env, spec delayspec.Spec) {
 
 func declareTopologyAt(t testing.TB, url string, spec delayspec.Spec) {
 	t.Helper()
-	plan, err := topology.NewPlan(spec)
+	plan, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatalf("declareTopology: %v", err)
 	}
@@ -76,7 +76,7 @@ func declareTopologyAt(t testing.TB, url string, spec delayspec.Spec) {
 			t.Fatalf("declareTopology: %v", err)
 		}
 	}
-	if _, err := topology.Apply(ctx, conn, plan, topology.ApplyOptions{}); err != nil {
+	if _, err := admin.Apply(ctx, conn, plan, admin.ApplyOptions{}); err != nil {
 		t.Fatalf("declareTopology: apply: %v", err)
 	}
 }
@@ -175,7 +175,7 @@ func noDelivery(t testing.TB, c <-chan arrival, d time.Duration) {
 // env's vhost.
 func withManagement(t testing.TB, env *brokertest.Env) amqpdelay.Option {
 	t.Helper()
-	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	m, err := admin.NewManagement(env.Broker.ManagementURL, env.VHost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func resilientConsumer(t testing.TB, url, queue string) <-chan arrival {
 }
 
 // directFixture is where most publisher tests start: the test's own vhost, a direct target
-// exchange and the test ladder declared with topology.Apply, a ready queue bound to the target
+// exchange and the test ladder declared with admin.Apply, a ready queue bound to the target
 // with key "k" and consumed, and a Publisher.
 type directFixture struct {
 	env    *brokertest.Env

@@ -15,8 +15,8 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/plugin"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 func dialer(url string) plugin.Dialer {
@@ -314,16 +314,16 @@ func TestApplyPluginExchangeOtherDelayedType(t *testing.T) {
 	if err := ch.ExchangeDeclare(name, plugin.ExchangeType, true, false, false, false, amqp.Table{"x-delayed-type": "direct"}); err != nil {
 		t.Fatalf("declare the plugin exchange with x-delayed-type direct: %v", err)
 	}
-	m, err := topology.NewManagement(br.ManagementURL, "/")
+	m, err := admin.NewManagement(br.ManagementURL, "/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: m})
-	var c *topology.ConflictError
+	_, err = admin.Apply(ctx, conn, p, admin.ApplyOptions{Management: m})
+	var c *admin.ConflictError
 	if !errors.As(err, &c) || c.Name != name || c.Argument != "x-delayed-type" || c.Existing != "direct" || c.Wanted != "headers" {
 		t.Fatalf("apply over a plugin exchange of x-delayed-type direct: err = %v; want a ConflictError on %s's x-delayed-type (direct, wanted headers)", err, name)
 	}

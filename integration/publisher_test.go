@@ -21,7 +21,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -438,7 +438,7 @@ func TestPublisherZeroNegativeAndTooLong(t *testing.T) {
 	// Nothing of the refused ones reached the broker: only the maximum's message is queued.
 	// Passive declares count at once (management statistics lag by seconds); the message may
 	// be between two queues at one instant, so look until it is seen, and never more than one.
-	plan, err := topology.NewPlan(spec)
+	plan, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // newPublisherErr starts a Publisher and returns NewPublisher's error (closing a Publisher
@@ -62,19 +62,19 @@ func TestPublisherManagedChecks(t *testing.T) {
 		}
 		t.Skip("needs the management API (AMQP_MANAGEMENT_URL)")
 	}
-	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	m, err := admin.NewManagement(env.Broker.ManagementURL, env.VHost)
 	if err != nil {
 		t.Fatal(err)
 	}
 	orders := delayspec.Target{Name: env.Name("orders"), Type: "topic"}
 	spec := testSpec(env, orders)
-	plan, err := topology.NewPlan(spec)
+	plan, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := topology.Apply(ctx, env.Dial(t), plan, topology.ApplyOptions{Management: m}); err != nil {
+	if _, err := admin.Apply(ctx, env.Dial(t), plan, admin.ApplyOptions{Management: m}); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	withMgmt := withManagement(t, env)
@@ -113,9 +113,9 @@ func TestPublisherManagedChecks(t *testing.T) {
 	// The binding deleted by hand: the marker exchange is still there, so only the management
 	// API can tell.
 	ch := env.Channel(t)
-	var dispatchBinding *topology.Binding
+	var dispatchBinding *admin.Binding
 	for _, b := range plan.Bindings {
-		if b.Role == topology.RoleDispatch && b.Destination == orders.Name {
+		if b.Role == admin.RoleDispatch && b.Destination == orders.Name {
 			dispatchBinding = &b
 		}
 	}
@@ -129,12 +129,12 @@ func TestPublisherManagedChecks(t *testing.T) {
 	if err := newPublisherErr(t, env, spec); err != nil {
 		t.Errorf("without the management API the marker is all NewPublisher sees: err = %v, want nil", err)
 	}
-	// The management API's URL is topology.NewManagement's to check; the Publisher checks that
+	// The management API's URL is admin.NewManagement's to check; the Publisher checks that
 	// the management check reads its own vhost.
-	if _, err := topology.NewManagement("http://guest:s3cret@[::1", env.VHost); !errors.Is(err, topology.ErrManagement) || strings.Contains(err.Error(), "s3cret") {
+	if _, err := admin.NewManagement("http://guest:s3cret@[::1", env.VHost); !errors.Is(err, admin.ErrManagement) || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("bad management URL: err = %v, want ErrManagement without the password", err)
 	}
-	other, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost+"-other")
+	other, err := admin.NewManagement(env.Broker.ManagementURL, env.VHost+"-other")
 	if err != nil {
 		t.Fatal(err)
 	}

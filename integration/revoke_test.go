@@ -20,8 +20,8 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/revoke"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestRevokeBeforeDue: messages due 2-20 s ahead on the bucket and ladder paths, a random tenth
@@ -547,7 +547,7 @@ func TestRevocationsStreamRecreated(t *testing.T) {
 	if err := revs.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := topology.NewPlan(f.spec)
+	plan, err := admin.NewPlan(f.spec)
 	if err != nil {
 		t.Fatal(err)
 	}

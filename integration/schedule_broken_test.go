@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/schedule"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // TestScheduleBrokenChainRepaired: a schedule's pending link is destroyed for real while no
@@ -79,12 +79,12 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 				if !time.Now().Before(next.Add(-2 * time.Second)) {
 					t.Fatalf("the link for %s is about to leave the delay topology: no time to purge it there", next)
 				}
-				plan, err := topology.NewPlan(f.spec)
+				plan, err := admin.NewPlan(f.spec)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, q := range plan.Queues {
-					if q.Role != topology.RoleLadder && q.Role != topology.RoleBucket {
+					if q.Role != admin.RoleLadder && q.Role != admin.RoleBucket {
 						continue
 					}
 					n, err := ch.QueuePurge(q.Name, false)

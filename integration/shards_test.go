@@ -15,7 +15,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -54,13 +54,13 @@ func TestShardsSingleNode(t *testing.T) {
 	m := topoNeedManagement(t, env)
 	ctx := topoTestCtx(t, 3*time.Minute)
 	spec := shardsSpec(env)
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conn := env.Dial(t)
 	// Nodes: one connection (a single node): every copy is placed there.
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: m, Nodes: []*amqp.Connection{conn}}); err != nil {
+	if _, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{Management: m, Nodes: []*amqp.Connection{conn}}); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	ex, qs, bs := topoBrokerView(t, env)
@@ -72,7 +72,7 @@ func TestShardsSingleNode(t *testing.T) {
 		t.Fatalf("%d delay queues, want 189 (3 copies of 35 ladder queues and 28 last-hop queues)", n)
 	}
 
-	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
+	rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}
@@ -147,11 +147,11 @@ func TestShardsSingleNode(t *testing.T) {
 	// (A delivered message stays counted in its last queue's dead-letter state until that
 	// queue has the ready queue's confirm: a busy broker takes a moment.)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		_, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{Management: m, ReadyQueues: true})
+		_, err := admin.Teardown(ctx, conn, p, admin.TeardownOptions{Management: m, ReadyQueues: true})
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, topology.ErrNotEmpty) || time.Now().After(deadline) {
+		if !errors.Is(err, admin.ErrNotEmpty) || time.Now().After(deadline) {
 			t.Fatalf("teardown: %v", err)
 		}
 	}

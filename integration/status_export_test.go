@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // runDeclare runs the CLI binary (buildDeclare) with the process's environment plus vars, and returns its
@@ -66,7 +66,7 @@ func TestStatusExportImport(t *testing.T) {
 			t.Parallel()
 			env := brokertest.NewEnv(t)
 			conn := env.Dial(t)
-			version := topology.ServerVersion(conn)
+			version := admin.ServerVersion(conn)
 			_ = conn.Close()
 			target := env.Name("orders")
 			vars := []string{"AMQPDELAY_URL=" + env.URL, "AMQPDELAY_PREFIX=" + env.Prefix, "AMQPDELAY_TARGETS=" + target + ":topic",
@@ -98,9 +98,9 @@ func TestStatusExportImport(t *testing.T) {
 		t.Parallel()
 		env := brokertest.NewEnv(t)
 		conn := env.Dial(t)
-		version := topology.ServerVersion(conn)
+		version := admin.ServerVersion(conn)
 		_ = conn.Close()
-		major, _, _ := topology.ParseVersion(version)
+		major, _, _ := admin.ParseVersion(version)
 		other := map[bool]string{true: "4", false: "3"}[major < 4]
 		vars := []string{"AMQPDELAY_URL=" + env.URL, "AMQPDELAY_PREFIX=" + env.Prefix, "AMQPDELAY_TARGETS=" + env.Name("orders") + ":topic",
 			"AMQPDELAY_LADDER_RADIX=16", "AMQPDELAY_LADDER_MAX=1m", "AMQPDELAY_PLUGIN=off", "AMQPDELAY_MANAGEMENT_URL="}

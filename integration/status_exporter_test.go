@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/exporter"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/exporter"
 )
 
 // TestStatusExporterZeroSeries: every series of every label set the specification configures
@@ -30,7 +30,7 @@ func TestStatusExporterZeroSeries(t *testing.T) {
 	spec.Targets = delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}}
 	ready := env.Name("ready")
 	spec.ReadyQueues = delayspec.ReadyQueues{{Queue: ready, Exchange: env.Name("orders"), BindingKey: "k"}}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestStatusExporterZeroSeries(t *testing.T) {
 	reg.MustRegister(exporter.New(m, p, exporter.Options{}))
 	var levels, buckets []string
 	for _, q := range p.DelayQueues() {
-		if q.Role == topology.RoleLadder {
+		if q.Role == admin.RoleLadder {
 			levels = appendNew(levels, strconv.Itoa(q.Level))
 		} else {
 			buckets = appendNew(buckets, (time.Duration(q.TTL) * time.Millisecond).String())

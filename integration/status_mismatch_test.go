@@ -13,7 +13,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestStatusMismatchedObjects: an exchange or queue of the topology deleted and declared again
@@ -33,12 +33,12 @@ func TestStatusMismatchedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := env.Dial(t)
-	if rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.Mismatched) != 0 {
+	if rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m}); err != nil || len(rep.Mismatched) != 0 {
 		t.Fatalf("status after apply: %v, mismatched %v", err, rep.Mismatched)
 	}
 	var delay, entries []string // a ladder queue; two entry exchanges (of other ladder queues)
 	for _, q := range p.DelayQueues() {
-		if q.Role != topology.RoleLadder {
+		if q.Role != admin.RoleLadder {
 			continue
 		}
 		if delay == nil {
@@ -60,19 +60,19 @@ func TestStatusMismatchedObjects(t *testing.T) {
 
 	tests := []struct {
 		name     string
-		kind     topology.Kind
+		kind     admin.Kind
 		object   string
 		property string
 		existing string
 		redo     func(ch *amqp.Channel) error // declares the object again, otherwise than planned
 	}{
-		{"entry exchange as direct", topology.KindExchange, entries[0], "type", "direct", func(ch *amqp.Channel) error {
+		{"entry exchange as direct", admin.KindExchange, entries[0], "type", "direct", func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclare(entries[0], amqp.ExchangeDirect, true, false, false, false, nil)
 		}},
-		{"exchange internal", topology.KindExchange, entries[1], "internal", "true", func(ch *amqp.Channel) error {
+		{"exchange internal", admin.KindExchange, entries[1], "internal", "true", func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclare(entries[1], amqp.ExchangeFanout, true, false, true, false, nil)
 		}},
-		{"delay queue with another TTL", topology.KindQueue, dq.Name, "x-message-ttl", "4321", func(ch *amqp.Channel) error {
+		{"delay queue with another TTL", admin.KindQueue, dq.Name, "x-message-ttl", "4321", func(ch *amqp.Channel) error {
 			args := amqp.Table{}
 			for k, v := range dq.Args {
 				args[k] = v
@@ -81,11 +81,11 @@ func TestStatusMismatchedObjects(t *testing.T) {
 			_, err := ch.QueueDeclare(dq.Name, true, false, false, false, args)
 			return err
 		}},
-		{"parking queue classic", topology.KindQueue, parking, "type", "classic", func(ch *amqp.Channel) error {
+		{"parking queue classic", admin.KindQueue, parking, "type", "classic", func(ch *amqp.Channel) error {
 			_, err := ch.QueueDeclare(parking, true, false, false, false, amqp.Table{"x-queue-type": "classic"})
 			return err
 		}},
-		{"parking queue exclusive", topology.KindQueue, parking, "exclusive", "true", func(*amqp.Channel) error {
+		{"parking queue exclusive", admin.KindQueue, parking, "exclusive", "true", func(*amqp.Channel) error {
 			_, err := otherCh.QueueDeclare(parking, false, false, true, false, nil)
 			return err
 		}},
@@ -95,7 +95,7 @@ func TestStatusMismatchedObjects(t *testing.T) {
 		remove := func() {
 			t.Helper()
 			var err error
-			if tt.kind == topology.KindExchange {
+			if tt.kind == admin.KindExchange {
 				err = ch.ExchangeDelete(tt.object, false, false)
 			} else {
 				_, err = ch.QueueDelete(tt.object, false, false, false)
@@ -116,9 +116,9 @@ func TestStatusMismatchedObjects(t *testing.T) {
 		for _, b := range p.Bindings {
 			var err error
 			switch {
-			case b.DestinationType == topology.DestQueue && (b.Destination == tt.object || b.Source == tt.object):
+			case b.DestinationType == admin.DestQueue && (b.Destination == tt.object || b.Source == tt.object):
 				err = bindCh.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
-			case b.DestinationType == topology.DestExchange && (b.Destination == tt.object || b.Source == tt.object):
+			case b.DestinationType == admin.DestExchange && (b.Destination == tt.object || b.Source == tt.object):
 				err = bindCh.ExchangeBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
 			}
 			if err != nil {
@@ -126,33 +126,33 @@ func TestStatusMismatchedObjects(t *testing.T) {
 			}
 		}
 
-		rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
-		var found *topology.Mismatch
+		rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
+		var found *admin.Mismatch
 		for i, mm := range rep.Mismatched {
 			if mm.Kind == tt.kind && mm.Name == tt.object && mm.Property == tt.property {
 				found = &rep.Mismatched[i]
 			}
 		}
-		if !errors.Is(err, topology.ErrUnhealthy) || errors.Is(err, topology.ErrIncomplete) || found == nil || found.Existing != tt.existing ||
+		if !errors.Is(err, admin.ErrUnhealthy) || errors.Is(err, admin.ErrIncomplete) || found == nil || found.Existing != tt.existing ||
 			!strings.Contains(err.Error(), tt.object) || !strings.Contains(err.Error(), "rabbitdelay apply") {
 			t.Fatalf("%s: status = %v, mismatched %v; want ErrUnhealthy (and nothing missing) naming %s %s, %s = %s",
 				tt.name, err, rep.Mismatched, tt.kind, tt.object, tt.property, tt.existing)
 		}
 		t.Logf("%s: %v", tt.name, rep.Mismatched)
-		if tt.kind == topology.KindQueue && !strings.Contains(err.Error(), "deletes the messages it holds") {
+		if tt.kind == admin.KindQueue && !strings.Contains(err.Error(), "deletes the messages it holds") {
 			t.Errorf("%s: the error does not say that deleting the queue deletes its messages: %v", tt.name, err)
 		}
 		if tt.property == "exclusive" {
 			// AMQP alone sees it too: a passive declare of another connection's exclusive
 			// queue is refused with 405 RESOURCE_LOCKED.
-			rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{})
-			want := []topology.Mismatch{{Kind: topology.KindQueue, Name: parking, Property: "exclusive", Existing: "true", Wanted: "false"}}
-			if !errors.Is(err, topology.ErrUnhealthy) || len(rep.Mismatched) != 1 || rep.Mismatched[0] != want[0] {
+			rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{})
+			want := []admin.Mismatch{{Kind: admin.KindQueue, Name: parking, Property: "exclusive", Existing: "true", Wanted: "false"}}
+			if !errors.Is(err, admin.ErrUnhealthy) || len(rep.Mismatched) != 1 || rep.Mismatched[0] != want[0] {
 				t.Fatalf("%s: status without the management API = %v, mismatched %v; want ErrUnhealthy and %v", tt.name, err, rep.Mismatched, want)
 			}
 		}
 		if tt.property != "exclusive" { // apply's own check: a 406 on declaring it again
-			if _, err := mismatchApply(t, env, m, p); !errors.Is(err, topology.ErrConflict) {
+			if _, err := mismatchApply(t, env, m, p); !errors.Is(err, admin.ErrConflict) {
 				t.Errorf("%s: apply over the mismatched object = %v, want ErrConflict", tt.name, err)
 			}
 		}
@@ -168,7 +168,7 @@ func TestStatusMismatchedObjects(t *testing.T) {
 		if _, err := mismatchApply(t, env, m, p); err != nil {
 			t.Fatalf("%s: apply after deleting: %v", tt.name, err)
 		}
-		if rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.Mismatched) != 0 {
+		if rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m}); err != nil || len(rep.Mismatched) != 0 {
 			t.Fatalf("%s: status after deleting and applying: %v, mismatched %v", tt.name, err, rep.Mismatched)
 		}
 		_ = ch.Close()
@@ -176,9 +176,9 @@ func TestStatusMismatchedObjects(t *testing.T) {
 }
 
 // mismatchApply applies p in env's vhost with the management API.
-func mismatchApply(t *testing.T, env *brokertest.Env, m *topology.Management, p *topology.Plan) (*topology.Report, error) {
+func mismatchApply(t *testing.T, env *brokertest.Env, m *admin.Management, p *admin.Plan) (*admin.Report, error) {
 	t.Helper()
-	return topology.Apply(topoTestCtx(t, 2*time.Minute), env.Dial(t), p, topology.ApplyOptions{Management: m})
+	return admin.Apply(topoTestCtx(t, 2*time.Minute), env.Dial(t), p, admin.ApplyOptions{Management: m})
 }
 
 // TestApplyClassicInQuorumDefaultVhost: a classic topology applied to a vhost whose default
@@ -204,7 +204,7 @@ func TestApplyClassicInQuorumDefaultVhost(t *testing.T) {
 		}
 	}
 	ctx := topoTestCtx(t, time.Minute)
-	if rep, err := topology.Status(ctx, env.Dial(t), p, topology.StatusOptions{Management: m}); err != nil {
+	if rep, err := admin.Status(ctx, env.Dial(t), p, admin.StatusOptions{Management: m}); err != nil {
 		t.Errorf("status: %v (mismatched %v)", err, rep.Mismatched)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestStatusRequeueLoop: a plain consumer of a ready queue that gives one message back with
@@ -55,7 +55,7 @@ func TestStatusRequeueLoop(t *testing.T) {
 				t.Fatal(err)
 			}
 			conn := env.Dial(t)
-			version := topology.ServerVersion(conn)
+			version := admin.ServerVersion(conn)
 			ch := env.Channel(t)
 			if err := ch.Publish(env.Name("orders"), "k", false, false, amqp.Publishing{Body: []byte("poison")}); err != nil {
 				t.Fatal(err)
@@ -89,16 +89,16 @@ func TestStatusRequeueLoop(t *testing.T) {
 			wantLoop := ""
 			switch {
 			case c.qt == delayspec.Classic:
-				wantLoop = topology.CauseClassic
+				wantLoop = admin.CauseClassic
 			case !c.reject && strings.HasPrefix(version, "4.") && !strings.HasPrefix(version, "4.0") &&
 				!strings.HasPrefix(version, "4.1") && !strings.HasPrefix(version, "4.2"):
-				wantLoop = topology.CauseNackNotCounted
+				wantLoop = admin.CauseNackNotCounted
 			}
 			deadline := time.Now().Add(90 * time.Second)
-			var rep *topology.StatusReport
+			var rep *admin.StatusReport
 			for {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				rep, err = topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
+				rep, err = admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
 				cancel()
 				if rep == nil {
 					t.Fatal(err)
@@ -140,7 +140,7 @@ func TestStatusRequeueLoop(t *testing.T) {
 }
 
 // readyMessages is the messages a ready queue holds in rep (management API), -1 when unknown.
-func readyMessages(rep *topology.StatusReport, name string) int64 {
+func readyMessages(rep *admin.StatusReport, name string) int64 {
 	for _, q := range rep.Queues {
 		if q.Name == name {
 			return q.Messages

@@ -11,7 +11,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestStatusUnplannedBindingFails: a ready queue's binding key changed from order.# to
@@ -41,13 +41,13 @@ func TestStatusUnplannedBindingFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := env.Dial(t)
-	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
+	rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
 	var got []string
 	for _, b := range rep.UnplannedBindings {
 		got = append(got, b.String())
 	}
 	want := []string{"orders -> orders.ready key=order.#", p.Names.Dispatch() + " -> extra"}
-	if !errors.Is(err, topology.ErrUnhealthy) || errors.Is(err, topology.ErrIncomplete) || len(got) != 2 ||
+	if !errors.Is(err, admin.ErrUnhealthy) || errors.Is(err, admin.ErrIncomplete) || len(got) != 2 ||
 		!slicesHaveAll(got, want) || !strings.Contains(err.Error(), "not in the plan") {
 		t.Fatalf("status with an old ready-queue binding and a hand-made one: %v, unplanned %q; want ErrUnhealthy listing %q", err, got, want)
 	}
@@ -69,7 +69,7 @@ func TestStatusUnplannedBindingFails(t *testing.T) {
 			}
 		}
 	}
-	if rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m}); err != nil || len(rep.UnplannedBindings) != 0 {
+	if rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m}); err != nil || len(rep.UnplannedBindings) != 0 {
 		t.Errorf("status after unbinding: %v, unplanned %v", err, rep.UnplannedBindings)
 	}
 }
@@ -86,9 +86,9 @@ func TestStatusMissingPolicyFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	polClear(t, env, "policies", p.Names.TargetsPolicy())
-	rep, err := topology.Status(topoTestCtx(t, time.Minute), env.Dial(t), p, topology.StatusOptions{Management: m})
-	if !errors.Is(err, topology.ErrIncomplete) || !errors.Is(err, topology.ErrPolicy) || len(topology.Failing(rep.PolicyProblems)) != 1 ||
-		rep.PolicyProblems[0].Object != "orders" || rep.PolicyProblems[0].Breaks != topology.BreaksStalls {
+	rep, err := admin.Status(topoTestCtx(t, time.Minute), env.Dial(t), p, admin.StatusOptions{Management: m})
+	if !errors.Is(err, admin.ErrIncomplete) || !errors.Is(err, admin.ErrPolicy) || len(admin.Failing(rep.PolicyProblems)) != 1 ||
+		rep.PolicyProblems[0].Object != "orders" || rep.PolicyProblems[0].Breaks != admin.BreaksStalls {
 		t.Errorf("status without the targets policy: %v, problems %v", err, rep.PolicyProblems)
 	}
 }

@@ -22,18 +22,18 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // topoNeedManagement skips tests that compare with the broker's own view through the management
 // API when the broker has none (AMQP cannot list exchanges, queues or bindings).
-func topoNeedManagement(t testing.TB, env *brokertest.Env) *topology.Management {
+func topoNeedManagement(t testing.TB, env *brokertest.Env) *admin.Management {
 	t.Helper()
 	if env.Broker.ManagementURL == "" {
 		t.Skip("needs the management API (AMQP_MANAGEMENT_URL) to list what the broker holds")
 	}
-	m, err := topology.NewManagement(env.Broker.ManagementURL, env.VHost)
+	m, err := admin.NewManagement(env.Broker.ManagementURL, env.VHost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func topoBrokerView(t *testing.T, env *brokertest.Env) (ex, qs, bs []string) {
 
 // topoPlanView lists p's objects in brokerView's form, plus extra exchanges that exist apart
 // from the plan (targets the test declared).
-func topoPlanView(p *topology.Plan, extra ...string) (ex, qs, bs []string) {
+func topoPlanView(p *admin.Plan, extra ...string) (ex, qs, bs []string) {
 	ex = append(ex, extra...)
 	for _, e := range p.Exchanges {
 		ex = append(ex, fmt.Sprintf("%s %s durable=true %s", e.Name, e.Type, topoArgsText(e.Args)))
@@ -172,18 +172,18 @@ func TestApplyDeclaresExactlyThePlan(t *testing.T) {
 		Buckets:     delayspec.Delays{30 * time.Second, 5 * time.Minute},
 		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.timeouts", Exchange: "orders", BindingKey: "order.timeout.#"}},
 		Plugin:      delayspec.PluginOff}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: m})
+	rep, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{Management: m})
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	t.Logf("first apply of %d exchanges, %d queues, %d bindings: %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), time.Since(start))
 	total := len(p.Exchanges) + len(p.Queues) + len(p.Bindings) + len(p.Policies)
-	if n := rep.Count(topology.StateCreated); n != total {
+	if n := rep.Count(admin.StateCreated); n != total {
 		t.Errorf("first apply: %d created, want %d (all)", n, total)
 	}
 	if len(rep.PolicyProblems) != 0 {
@@ -224,13 +224,13 @@ func TestApplyDeclaresExactlyThePlan(t *testing.T) {
 		}
 	}
 
-	rep, err = topology.Apply(ctx, conn, p, topology.ApplyOptions{Management: m})
+	rep, err = admin.Apply(ctx, conn, p, admin.ApplyOptions{Management: m})
 	if err != nil {
 		t.Fatalf("second apply: %v", err)
 	}
-	if n := rep.Count(topology.StateUnchanged); n != total {
+	if n := rep.Count(admin.StateUnchanged); n != total {
 		for _, r := range rep.Results {
-			if r.State != topology.StateUnchanged {
+			if r.State != admin.StateUnchanged {
 				t.Logf("%s %s: %s", r.Kind, r.Name, r.State)
 			}
 		}
@@ -249,22 +249,22 @@ func TestApplyWithoutManagementReportsBound(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("t"), Type: "direct"}},
+	p, err := admin.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("t"), Type: "direct"}},
 		Ladder: ttlbuckets.Ladder{Radix: 4, Max: time.Hour}, QueueType: delayspec.Classic, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if env.VHost == "/" {
-		t.Cleanup(func() { _, _ = topology.Teardown(context.Background(), conn, p, topology.TeardownOptions{Force: true}) })
+		t.Cleanup(func() { _, _ = admin.Teardown(context.Background(), conn, p, admin.TeardownOptions{Force: true}) })
 	}
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+	if _, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{})
+	rep, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, b := rep.Count(topology.StateUnchanged), rep.Count(topology.StateBound); u != len(p.Exchanges)+len(p.Queues) || b != len(p.Bindings) {
+	if u, b := rep.Count(admin.StateUnchanged), rep.Count(admin.StateBound); u != len(p.Exchanges)+len(p.Queues) || b != len(p.Bindings) {
 		t.Errorf("second apply: %d unchanged, %d bound; want %d and %d", u, b, len(p.Exchanges)+len(p.Queues), len(p.Bindings))
 	}
 }
@@ -278,7 +278,7 @@ func TestApplyConflictKeepsMessages(t *testing.T) {
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
 	ch := env.Channel(t)
-	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}}, Plugin: delayspec.PluginOff})
+	p, err := admin.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,9 +306,9 @@ func TestApplyConflictKeepsMessages(t *testing.T) {
 		t.Fatalf("confirm: %v %v", ok, err)
 	}
 
-	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{})
-	var c *topology.ConflictError
-	if !errors.Is(err, topology.ErrConflict) || !errors.As(err, &c) {
+	rep, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{})
+	var c *admin.ConflictError
+	if !errors.Is(err, admin.ErrConflict) || !errors.As(err, &c) {
 		t.Fatalf("apply: err %v, want a ConflictError", err)
 	}
 	var ae *amqp.Error
@@ -323,10 +323,10 @@ func TestApplyConflictKeepsMessages(t *testing.T) {
 			t.Errorf("message %q lacks %q", err, want)
 		}
 	}
-	if n := rep.Count(topology.StateConflict); n != 1 {
+	if n := rep.Count(admin.StateConflict); n != 1 {
 		t.Errorf("%d conflicts in the report, want 1", n)
 	}
-	if n := rep.Count(topology.StateCreated); n != 0 {
+	if n := rep.Count(admin.StateCreated); n != 0 {
 		t.Errorf("%d objects created despite the conflict", n)
 	}
 	ch2 := env.Channel(t)
@@ -354,13 +354,13 @@ func TestApplyMissingTargetDeclaresNothing(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("absent")}},
+	p, err := admin.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("absent")}},
 		ReadyQueues: delayspec.ReadyQueues{{Queue: env.Name("rq"), Exchange: env.Name("absent2"), BindingKey: "k"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = topology.Apply(ctx, conn, p, topology.ApplyOptions{})
-	if !errors.Is(err, topology.ErrTargetMissing) || !strings.Contains(err.Error(), env.Name("absent")) || !strings.Contains(err.Error(), env.Name("absent2")) {
+	_, err = admin.Apply(ctx, conn, p, admin.ApplyOptions{})
+	if !errors.Is(err, admin.ErrTargetMissing) || !strings.Contains(err.Error(), env.Name("absent")) || !strings.Contains(err.Error(), env.Name("absent2")) {
 		t.Fatalf("apply: %v; want ErrTargetMissing naming both exchanges", err)
 	}
 	ch := env.Channel(t)
@@ -378,14 +378,14 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
 	ctx := topoTestCtx(t, 10*time.Minute)
-	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "headers"}},
+	p, err := admin.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "headers"}},
 		Buckets:     delayspec.Delays{time.Second, 90 * 24 * time.Hour},
 		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.t", Exchange: "orders", BindingKey: "#"}},
 		Ladder:      ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defs, err := topology.Export(p.ForBroker(brokerMajor(t, env)), env.VHost) // as `rabbitdelay export --rabbitmq-version`
+	defs, err := admin.Export(p.ForBroker(brokerMajor(t, env)), env.VHost) // as `rabbitdelay export --rabbitmq-version`
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,13 +396,13 @@ func TestExportImportThenApplyUnchanged(t *testing.T) {
 	topoDiff(t, "imported queues", gotQ, wantQ)
 	topoDiff(t, "imported bindings", gotB, wantB)
 
-	rep, err := topology.Apply(ctx, env.Dial(t), p, topology.ApplyOptions{Management: m})
+	rep, err := admin.Apply(ctx, env.Dial(t), p, admin.ApplyOptions{Management: m})
 	if err != nil {
 		t.Fatalf("apply after import: %v", err)
 	}
-	if n, total := rep.Count(topology.StateUnchanged), len(rep.Results); n != total {
+	if n, total := rep.Count(admin.StateUnchanged), len(rep.Results); n != total {
 		for _, r := range rep.Results {
-			if r.State != topology.StateUnchanged {
+			if r.State != admin.StateUnchanged {
 				t.Logf("%s %s: %s %s", r.Kind, r.Name, r.State, r.Detail)
 			}
 		}
@@ -424,7 +424,7 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 		t.Fatal(err)
 	}
 	declared := env.Name("declared")
-	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: existing}, {Name: declared, Type: "topic"}},
+	p, err := admin.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: existing}, {Name: declared, Type: "topic"}},
 		Ladder: ttlbuckets.Ladder{Radix: 4, Max: 24 * time.Hour}, Buckets: delayspec.Delays{time.Hour}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
@@ -436,7 +436,7 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 			_ = c.ExchangeDelete(declared, false, false)
 		}
 	})
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+	if _, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A message waiting in the bucket queue (1 h).
@@ -447,8 +447,8 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 	bucketQ := p.Names.BucketQueue(3_600_000)
 	topoWaitReady(t, env, bucketQ, 1)
 
-	_, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{})
-	if !errors.Is(err, topology.ErrNotEmpty) || !strings.Contains(err.Error(), bucketQ) || !strings.Contains(err.Error(), "--force") {
+	_, err = admin.Teardown(ctx, conn, p, admin.TeardownOptions{})
+	if !errors.Is(err, admin.ErrNotEmpty) || !strings.Contains(err.Error(), bucketQ) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("teardown of a non-empty topology: %v; want ErrNotEmpty naming %s", err, bucketQ)
 	}
 	// Nothing was deleted.
@@ -464,15 +464,15 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 		}
 	}
 
-	rep, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{Force: true})
+	rep, err := admin.Teardown(ctx, conn, p, admin.TeardownOptions{Force: true})
 	if err != nil {
 		t.Fatalf("teardown --force: %v", err)
 	}
 	wantDeleted := len(p.Exchanges) - 1 + len(p.Queues) // every exchange but the declared target
-	if n := rep.Count(topology.StateDeleted); n != wantDeleted {
+	if n := rep.Count(admin.StateDeleted); n != wantDeleted {
 		t.Errorf("%d deleted, want %d", n, wantDeleted)
 	}
-	if n := rep.Count(topology.StateAbsent); n != 1 { // the plugin exchange, never declared
+	if n := rep.Count(admin.StateAbsent); n != 1 { // the plugin exchange, never declared
 		t.Errorf("%d absent, want 1 (the plugin exchange)", n)
 	}
 	for _, r := range rep.Results {
@@ -496,25 +496,25 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 		}
 	}
 	// Teardown again: everything absent, no error.
-	rep, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{})
-	if err != nil || rep.Count(topology.StateDeleted) != 0 {
-		t.Errorf("second teardown: %v, %d deleted", err, rep.Count(topology.StateDeleted))
+	rep, err = admin.Teardown(ctx, conn, p, admin.TeardownOptions{})
+	if err != nil || rep.Count(admin.StateDeleted) != 0 {
+		t.Errorf("second teardown: %v, %d deleted", err, rep.Count(admin.StateDeleted))
 	}
 	// An empty topology of quorum queues goes without Force: RabbitMQ refuses queue.delete's
 	// if-empty flag on quorum queues (540, closing the connection), so Teardown must not use it.
 	// Without the management API it cannot count their unacknowledged and dead-letter-state
 	// messages, so it refuses and deletes nothing.
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+	if _, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{})
-	if !errors.Is(err, topology.ErrCannotCount) || !strings.Contains(err.Error(), "--management-url") || rep.Count(topology.StateDeleted) != 0 {
-		t.Fatalf("teardown of quorum queues without the management API: %v, %d deleted; want ErrCannotCount, nothing deleted", err, rep.Count(topology.StateDeleted))
+	rep, err = admin.Teardown(ctx, conn, p, admin.TeardownOptions{})
+	if !errors.Is(err, admin.ErrCannotCount) || !strings.Contains(err.Error(), "--management-url") || rep.Count(admin.StateDeleted) != 0 {
+		t.Fatalf("teardown of quorum queues without the management API: %v, %d deleted; want ErrCannotCount, nothing deleted", err, rep.Count(admin.StateDeleted))
 	}
 	m := topoNeedManagement(t, env)
-	rep, err = topology.Teardown(ctx, conn, p, topology.TeardownOptions{Management: m})
-	if err != nil || rep.Count(topology.StateDeleted) != wantDeleted {
-		t.Fatalf("teardown of an empty quorum topology: %v, %d deleted, want %d", err, rep.Count(topology.StateDeleted), wantDeleted)
+	rep, err = admin.Teardown(ctx, conn, p, admin.TeardownOptions{Management: m})
+	if err != nil || rep.Count(admin.StateDeleted) != wantDeleted {
+		t.Fatalf("teardown of an empty quorum topology: %v, %d deleted, want %d", err, rep.Count(admin.StateDeleted), wantDeleted)
 	}
 	if conn.IsClosed() {
 		t.Error("teardown closed the connection")
@@ -547,21 +547,21 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, time.Minute)
 	conn := env.Dial(t)
-	p, err := topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("t"), Type: "direct"}},
+	p, err := admin.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: env.Name("t"), Type: "direct"}},
 		Ladder: ttlbuckets.Ladder{Radix: 8, Max: time.Hour}, QueueType: delayspec.Classic, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if env.VHost == "/" {
 		t.Cleanup(func() {
-			_, _ = topology.Teardown(context.Background(), env.Dial(t), p, topology.TeardownOptions{Force: true})
+			_, _ = admin.Teardown(context.Background(), env.Dial(t), p, admin.TeardownOptions{Force: true})
 			_ = env.Channel(t).ExchangeDelete(env.Name("t"), false, false)
 		})
 	}
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+	if _, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{})
+	rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{})
 	if err != nil || len(rep.Missing) != 0 || len(rep.ConsumedDelayQueues) != 0 {
 		t.Fatalf("status of a fresh topology: %v, missing %v, consumed %v", err, rep.Missing, rep.ConsumedDelayQueues)
 	}
@@ -580,8 +580,8 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rep, err = topology.Status(ctx, conn, p, topology.StatusOptions{})
-	if !errors.Is(err, topology.ErrUnhealthy) || errors.Is(err, topology.ErrIncomplete) || !strings.Contains(err.Error(), consumed) {
+	rep, err = admin.Status(ctx, conn, p, admin.StatusOptions{})
+	if !errors.Is(err, admin.ErrUnhealthy) || errors.Is(err, admin.ErrIncomplete) || !strings.Contains(err.Error(), consumed) {
 		t.Errorf("status with a consumer on %s: %v; want ErrUnhealthy naming it", consumed, err)
 	}
 	for _, q := range rep.Queues {
@@ -607,18 +607,18 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 	if _, err := env.Channel(t).QueueDelete(p.Names.LadderQueue(1, 2), false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = topology.Status(ctx, conn, p, topology.StatusOptions{})
-	if !errors.Is(err, topology.ErrIncomplete) || !slices.Contains(rep.Missing, "queue "+p.Names.LadderQueue(1, 2)) {
+	rep, err = admin.Status(ctx, conn, p, admin.StatusOptions{})
+	if !errors.Is(err, admin.ErrIncomplete) || !slices.Contains(rep.Missing, "queue "+p.Names.LadderQueue(1, 2)) {
 		t.Errorf("status after deleting a queue: %v, missing %v; want ErrIncomplete naming it", err, rep.Missing)
 	}
 	// Apply repairs it; without the consumer the topology is healthy again.
-	if _, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{}); err != nil {
+	if _, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cch.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topology.Status(ctx, conn, p, topology.StatusOptions{}); err != nil {
+	if _, err := admin.Status(ctx, conn, p, admin.StatusOptions{}); err != nil {
 		t.Errorf("status after apply repaired the topology: %v", err)
 	}
 }
@@ -629,8 +629,8 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 type deadLetterFixture struct {
 	ctx     context.Context
 	conn    *amqp.Connection
-	p       *topology.Plan
-	m       *topology.Management
+	p       *admin.Plan
+	m       *admin.Management
 	bucketQ string
 }
 
@@ -638,12 +638,12 @@ func newDeadLetterFixture(t *testing.T, env *brokertest.Env) deadLetterFixture {
 	t.Helper()
 	f := deadLetterFixture{m: topoNeedManagement(t, env), ctx: topoTestCtx(t, time.Minute), conn: env.Dial(t)}
 	var err error
-	f.p, err = topology.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "t", Type: "direct"}}, Buckets: delayspec.Delays{50 * time.Millisecond},
+	f.p, err = admin.NewPlan(delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: "t", Type: "direct"}}, Buckets: delayspec.Delays{50 * time.Millisecond},
 		Ladder: ttlbuckets.Ladder{Radix: 2, Max: time.Second}, Plugin: delayspec.PluginOff})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topology.Apply(f.ctx, f.conn, f.p, topology.ApplyOptions{}); err != nil {
+	if _, err := admin.Apply(f.ctx, f.conn, f.p, admin.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ch := env.Channel(t)
@@ -668,8 +668,8 @@ func TestStatusShowsDeadLetterState(t *testing.T) {
 	f := newDeadLetterFixture(t, brokertest.NewEnv(t))
 	ctx, conn, p, m, bucketQ := f.ctx, f.conn, f.p, f.m, f.bucketQ
 	for {
-		rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m})
-		if !errors.Is(err, topology.ErrIncomplete) || !slices.Contains(rep.Missing, "queue "+p.Names.Parking()) {
+		rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
+		if !errors.Is(err, admin.ErrIncomplete) || !slices.Contains(rep.Missing, "queue "+p.Names.Parking()) {
 			t.Fatalf("status without the parking queue: %v, missing %v", err, rep.Missing)
 		}
 		if !rep.Management || rep.Bindings == nil {
@@ -681,7 +681,7 @@ func TestStatusShowsDeadLetterState(t *testing.T) {
 					t.Errorf("ready %d: a message in dead-letter state is not ready", q.Ready)
 				}
 				want := fmt.Sprintf("%s (1)", bucketQ)
-				if !errors.Is(err, topology.ErrUnhealthy) || !slices.Contains(rep.DeadLettering, want) ||
+				if !errors.Is(err, admin.ErrUnhealthy) || !slices.Contains(rep.DeadLettering, want) ||
 					!strings.Contains(err.Error(), "messages in dead-letter state (messages_dlx) in "+want) {
 					t.Errorf("status with a message in dead-letter state: %v, dead-lettering %v; want ErrUnhealthy naming %s", err, rep.DeadLettering, want)
 				}
@@ -706,7 +706,7 @@ func TestProbePluginWithoutPlugin(t *testing.T) {
 	dial := func(ctx context.Context) (*amqp.Connection, error) {
 		return amqp.DialConfig(env.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	}
-	ok, err := topology.ProbePlugin(ctx, dial, env.Prefix)
+	ok, err := admin.ProbePlugin(ctx, dial, env.Prefix)
 	if err != nil {
 		t.Fatalf("probe: %v", err)
 	}
@@ -718,7 +718,7 @@ func TestProbePluginWithoutPlugin(t *testing.T) {
 	}
 	if env.Broker.ManagementURL != "" {
 		m := topoNeedManagement(t, env)
-		viaMgmt, err := topology.ProbePluginManagement(ctx, m)
+		viaMgmt, err := admin.ProbePluginManagement(ctx, m)
 		if err != nil || viaMgmt != ok {
 			t.Errorf("management probe %v (%v), AMQP probe %v", viaMgmt, err, ok)
 		}
@@ -770,8 +770,8 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, 2*time.Minute)
-	plan := func(prefix string, radix int) *topology.Plan {
-		p, err := topology.NewPlan(delayspec.Spec{Prefix: prefix, Targets: delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}},
+	plan := func(prefix string, radix int) *admin.Plan {
+		p, err := admin.NewPlan(delayspec.Spec{Prefix: prefix, Targets: delayspec.Targets{{Name: env.Name("orders"), Type: "topic"}},
 			Ladder: ttlbuckets.Ladder{Radix: radix, Max: time.Hour}, QueueType: delayspec.Classic, Plugin: delayspec.PluginOff})
 		if err != nil {
 			t.Fatal(err)
@@ -787,12 +787,12 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 	}
 	for round := range 3 {
 		prefix := env.Name(fmt.Sprintf("race%d", round))
-		plans := []*topology.Plan{plan(prefix, 16), plan(prefix, 32)}
+		plans := []*admin.Plan{plan(prefix, 16), plan(prefix, 32)}
 		errs := make([]error, len(plans))
 		var wg sync.WaitGroup
 		for i, p := range plans {
 			conn := env.Dial(t)
-			wg.Go(func() { _, errs[i] = topology.Apply(ctx, conn, p, topology.ApplyOptions{}) })
+			wg.Go(func() { _, errs[i] = admin.Apply(ctx, conn, p, admin.ApplyOptions{}) })
 		}
 		wg.Wait()
 		if errs[0] == nil && errs[1] == nil {
@@ -805,14 +805,14 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 		}
 		if env.VHost == "/" {
 			for _, p := range plans {
-				_, _ = topology.Teardown(ctx, env.Dial(t), p, topology.TeardownOptions{Force: true})
+				_, _ = admin.Teardown(ctx, env.Dial(t), p, admin.TeardownOptions{Force: true})
 			}
 		}
 	}
 
 	cut := plan(env.Name("cut"), 16)
 	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
-	_, err := topology.Apply(short, env.Dial(t), cut, topology.ApplyOptions{})
+	_, err := admin.Apply(short, env.Dial(t), cut, admin.ApplyOptions{})
 	cancel()
 	if err == nil {
 		t.Skip("the apply finished within 30 ms: nothing was cut off")
@@ -822,7 +822,7 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 		t.Errorf("an apply cut off by its context (%v) left the marker %s", err, m)
 	}
 	if env.VHost == "/" {
-		_, _ = topology.Teardown(ctx, env.Dial(t), cut, topology.TeardownOptions{Force: true})
+		_, _ = admin.Teardown(ctx, env.Dial(t), cut, admin.TeardownOptions{Force: true})
 	}
 }
 
@@ -847,11 +847,11 @@ func TestTeardownCountsDeadLetterState(t *testing.T) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	rep, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{Management: m})
-	if !errors.Is(err, topology.ErrNotEmpty) || !strings.Contains(err.Error(), bucketQ) || rep.Count(topology.StateDeleted) != 0 {
-		t.Fatalf("teardown with a message in dead-letter state: %v, %d deleted; want ErrNotEmpty naming %s", err, rep.Count(topology.StateDeleted), bucketQ)
+	rep, err := admin.Teardown(ctx, conn, p, admin.TeardownOptions{Management: m})
+	if !errors.Is(err, admin.ErrNotEmpty) || !strings.Contains(err.Error(), bucketQ) || rep.Count(admin.StateDeleted) != 0 {
+		t.Fatalf("teardown with a message in dead-letter state: %v, %d deleted; want ErrNotEmpty naming %s", err, rep.Count(admin.StateDeleted), bucketQ)
 	}
-	if _, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{Management: m, Force: true}); err != nil {
+	if _, err := admin.Teardown(ctx, conn, p, admin.TeardownOptions{Management: m, Force: true}); err != nil {
 		t.Fatalf("teardown --force: %v", err)
 	}
 }
@@ -982,12 +982,12 @@ func TestApplyTargetMarkersAndDispatchBound(t *testing.T) {
 	if ok, err := m.DispatchBound(ctx, p, "orders"); ok || err != nil {
 		t.Errorf("DispatchBound(orders) after unbinding = %v, %v; want false", ok, err)
 	}
-	rep, err := topology.Teardown(ctx, env.Dial(t), p, topology.TeardownOptions{Force: true, Management: m})
+	rep, err := admin.Teardown(ctx, env.Dial(t), p, admin.TeardownOptions{Force: true, Management: m})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rep.Results {
-		if (r.Kind == topology.KindPolicy || strings.HasPrefix(r.Name, "rd.target")) && r.State != topology.StateDeleted {
+		if (r.Kind == admin.KindPolicy || strings.HasPrefix(r.Name, "rd.target")) && r.State != admin.StateDeleted {
 			t.Errorf("teardown: %s %s %s", r.Kind, r.Name, r.State)
 		}
 	}

@@ -7,17 +7,17 @@ import (
 	"io"
 	"strings"
 
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // clustered reports whether the status has a cluster of more than one node to show.
-func clustered(rep *topology.StatusReport) bool {
+func clustered(rep *admin.StatusReport) bool {
 	return rep.Cluster != nil && len(rep.Cluster.Nodes) > 1
 }
 
 // leaderText is a quorum queue's leader and how many of its members are online:
 // "rabbit@b (2/3)", "NONE (1/3)", or "-" for a queue without members (classic, missing).
-func leaderText(q topology.QueueStatus) string {
+func leaderText(q admin.QueueStatus) string {
 	if len(q.Members) == 0 {
 		return "-"
 	}
@@ -44,7 +44,7 @@ func runningText(r *bool) string {
 
 // printCluster prints, for a cluster, the leaders per node, the queues with members offline or
 // without a leader, and dead-lettering waiting on an unreachable node.
-func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
+func printCluster(w io.Writer, rep *admin.StatusReport, vhost string) {
 	if !clustered(rep) {
 		return
 	}
@@ -120,14 +120,14 @@ func printCluster(w io.Writer, rep *topology.StatusReport, vhost string) {
 // cmdRebalance spreads the leaders of quorum queues over the running nodes through the
 // management API and prints the topology's leaders per node before and after.
 func cmdRebalance(ctx context.Context, e *invocation) error {
-	p, m, err := e.managed(func(p *topology.Plan) string {
+	p, m, err := e.managed(func(p *admin.Plan) string {
 		return "rebalance needs the management API: pass --management-url (a user with the administrator tag), " +
 			"or run on a cluster node: " + p.RebalanceCommand(e.vhost())
 	})
 	if err != nil {
 		return err
 	}
-	rep, err := m.Rebalance(ctx, p, topology.RebalanceOptions{DryRun: e.s.dryRun})
+	rep, err := m.Rebalance(ctx, p, admin.RebalanceOptions{DryRun: e.s.dryRun})
 	if rep == nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func cmdRebalance(ctx context.Context, e *invocation) error {
 	return err
 }
 
-func printLeaders(w io.Writer, when string, nodes []topology.NodeLeaders) {
+func printLeaders(w io.Writer, when string, nodes []admin.NodeLeaders) {
 	fmt.Fprintf(w, "\nleaders %s:\n", when)
 	t := newTable(w)
 	fmt.Fprintln(t, "NODE\tSTATE\tDELAY QUEUES LED\tQUORUM QUEUES LED")

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestPrintCluster: status prints the leaders per node, flags members offline with the down
@@ -16,15 +16,15 @@ import (
 // prints nothing.
 func TestPrintCluster(t *testing.T) {
 	down, up := false, true
-	rep := &topology.StatusReport{Cluster: &topology.ClusterStatus{
-		Nodes: []topology.NodeLeaders{
-			{ClusterNode: topology.ClusterNode{Name: "rabbit@a", Running: &up}, DelayQueues: 70, Leaders: 71, Members: 122},
-			{ClusterNode: topology.ClusterNode{Name: "rabbit@b", Running: &up}, DelayQueues: 50, Leaders: 51, Members: 122},
-			{ClusterNode: topology.ClusterNode{Name: "rabbit@c", Running: &down}, Members: 122},
+	rep := &admin.StatusReport{Cluster: &admin.ClusterStatus{
+		Nodes: []admin.NodeLeaders{
+			{ClusterNode: admin.ClusterNode{Name: "rabbit@a", Running: &up}, DelayQueues: 70, Leaders: 71, Members: 122},
+			{ClusterNode: admin.ClusterNode{Name: "rabbit@b", Running: &up}, DelayQueues: 50, Leaders: 51, Members: 122},
+			{ClusterNode: admin.ClusterNode{Name: "rabbit@c", Running: &down}, Members: 122},
 		},
-		Degraded: []topology.DegradedQueue{{Queue: "p.ladder.00.01", Leader: "", Members: []string{"rabbit@a", "rabbit@b", "rabbit@c"}, Offline: []string{"rabbit@c"}}},
-		Waits: []topology.DeadLetterWait{{Node: "rabbit@c", Running: &down, Messages: 4,
-			Queues: []topology.WaitingQueue{{Name: "p.bucket.5000ms", MessagesDLX: 4}}}},
+		Degraded: []admin.DegradedQueue{{Queue: "p.ladder.00.01", Leader: "", Members: []string{"rabbit@a", "rabbit@b", "rabbit@c"}, Offline: []string{"rabbit@c"}}},
+		Waits: []admin.DeadLetterWait{{Node: "rabbit@c", Running: &down, Messages: 4,
+			Queues: []admin.WaitingQueue{{Name: "p.bucket.5000ms", MessagesDLX: 4}}}},
 	}}
 	var out bytes.Buffer
 	printCluster(&out, rep, "/")
@@ -45,11 +45,11 @@ func TestPrintCluster(t *testing.T) {
 	if out.Len() != 0 {
 		t.Errorf("a single node prints a cluster section:\n%s", out.String())
 	}
-	q := topology.QueueStatus{Leader: "", Members: []string{"a", "b", "c"}, Online: []string{"a", "b"}}
+	q := admin.QueueStatus{Leader: "", Members: []string{"a", "b", "c"}, Online: []string{"a", "b"}}
 	if got := leaderText(q); got != "NONE (2/3)  <-- members offline" {
 		t.Errorf("leaderText = %q", got)
 	}
-	if got := leaderText(topology.QueueStatus{}); got != "-" {
+	if got := leaderText(admin.QueueStatus{}); got != "-" {
 		t.Errorf("leaderText of a classic queue = %q", got)
 	}
 }

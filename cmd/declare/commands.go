@@ -13,9 +13,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/plugin"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 8, 2, ' ', 0) }
@@ -27,7 +27,7 @@ func ttlText(ms int64) string {
 	return fmt.Sprintf("%dms (%s)", ms, time.Duration(ms)*time.Millisecond)
 }
 
-func specLine(p *topology.Plan) string {
+func specLine(p *admin.Plan) string {
 	l := p.Ladder
 	copies := ""
 	if p.Spec.Shards > 1 {
@@ -64,7 +64,7 @@ func cmdPlan(_ context.Context, e *invocation) error {
 	t := newTable(w)
 	fmt.Fprintln(t, "NAME\tTYPE\tROLE\tARGUMENTS")
 	for _, x := range p.Exchanges {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", x.Name, x.Type, x.Role, topology.FormatArgs(x.Args))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", x.Name, x.Type, x.Role, admin.FormatArgs(x.Args))
 	}
 	_ = t.Flush()
 	fmt.Fprintf(w, "\nQUEUES (%d, all durable)\n", len(p.Queues))
@@ -75,14 +75,14 @@ func cmdPlan(_ context.Context, e *invocation) error {
 		if dlx == "" {
 			dlx = "-"
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), dlx, topology.FormatArgs(q.Args))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), dlx, admin.FormatArgs(q.Args))
 	}
 	_ = t.Flush()
 	fmt.Fprintf(w, "\nBINDINGS (%d, in declaration order)\n", len(p.Bindings))
 	t = newTable(w)
 	fmt.Fprintln(t, "SOURCE\tDESTINATION\tTYPE\tKEY\tARGUMENTS")
 	for _, b := range p.Bindings {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", b.Source, b.Destination, b.DestinationType, b.RoutingKey, topology.FormatArgs(b.Args))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", b.Source, b.Destination, b.DestinationType, b.RoutingKey, admin.FormatArgs(b.Args))
 	}
 	_ = t.Flush()
 	fmt.Fprintf(w, "\nPOLICIES (%d, set through the management API)\n", len(p.Policies))
@@ -93,7 +93,7 @@ func cmdPlan(_ context.Context, e *invocation) error {
 		if len(pattern) > 80 {
 			pattern = pattern[:77] + "..."
 		}
-		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\n", pol.Name, pol.ApplyTo, pol.Priority, topology.FormatArgs(pol.Definition), pattern)
+		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\n", pol.Name, pol.ApplyTo, pol.Priority, admin.FormatArgs(pol.Definition), pattern)
 	}
 	_ = t.Flush()
 	if len(p.Existing) > 0 {
@@ -110,14 +110,14 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	defer conn.Close()
 	// Missing targets are bad input: report them before the plugin probe declares its
 	// temporary exchange, so nothing at all is declared.
-	if err := topology.Preflight(ctx, conn, p, m); err != nil {
+	if err := admin.Preflight(ctx, conn, p, m); err != nil {
 		return err
 	}
 	if p, err = e.resolvePlugin(ctx, p, m); err != nil {
 		// On RabbitMQ 4.3 or later "enable the plugin" cannot be done: say why.
-		if why := plugin.ErrUnsupported(topology.ServerVersion(conn)); why != nil && errors.Is(err, topology.ErrPluginUnavailable) {
+		if why := plugin.ErrUnsupported(admin.ServerVersion(conn)); why != nil && errors.Is(err, admin.ErrPluginUnavailable) {
 			return fmt.Errorf("%w: --plugin on, but %v: use --plugin auto or off (the ladder and buckets carry every delay)",
-				topology.ErrPluginUnavailable, why)
+				admin.ErrPluginUnavailable, why)
 		}
 		return err
 	}
@@ -128,11 +128,11 @@ func cmdApply(ctx context.Context, e *invocation) error {
 			_ = c.Close()
 		}
 	}()
-	rep, err := topology.Apply(ctx, conn, p, topology.ApplyOptions{DryRun: e.s.dryRun, Management: m, Logger: e.log, Nodes: nodes})
+	rep, err := admin.Apply(ctx, conn, p, admin.ApplyOptions{DryRun: e.s.dryRun, Management: m, Logger: e.log, Nodes: nodes})
 	printReport(e.stdout, rep, e.s.dryRun, e.s.verbose, p.Names.LadderPrefix())
 	if rep != nil {
 		printPolicyProblems(e.stdout, rep.PolicyProblems)
-		if m == nil && rep.Count(topology.StateSkipped) > 0 {
+		if m == nil && rep.Count(admin.StateSkipped) > 0 {
 			fmt.Fprintf(e.stdout, "\nWARNING: the topology's policies are NOT set: AMQP cannot set policies. Without them a due message that a target "+
 				"routes to no queue is not parked (it stalls its delay queue), and other policies can make delays early or delete queues. "+
 				"Pass --management-url (a user with the policymaker tag), or run:\n")
@@ -148,14 +148,14 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	if e.s.dryRun {
 		verb = "apply --dry-run (nothing declared)"
 	}
-	fmt.Fprintf(e.stdout, "%s: %d created, %d unchanged", verb, rep.Count(topology.StateCreated), rep.Count(topology.StateUnchanged))
-	if n := rep.Count(topology.StateUpdated); n > 0 {
+	fmt.Fprintf(e.stdout, "%s: %d created, %d unchanged", verb, rep.Count(admin.StateCreated), rep.Count(admin.StateUnchanged))
+	if n := rep.Count(admin.StateUpdated); n > 0 {
 		fmt.Fprintf(e.stdout, ", %s updated", plural(n, "policy"))
 	}
-	if n := rep.Count(topology.StateBound); n > 0 {
+	if n := rep.Count(admin.StateBound); n > 0 {
 		fmt.Fprintf(e.stdout, ", %s bound (pass --management-url to tell created from unchanged)", plural(n, "binding"))
 	}
-	if n := rep.Count(topology.StateMissing) + rep.Count(topology.StateUnknown); e.s.dryRun && n > 0 {
+	if n := rep.Count(admin.StateMissing) + rep.Count(admin.StateUnknown); e.s.dryRun && n > 0 {
 		fmt.Fprintf(e.stdout, ", %d to declare", n)
 	}
 	fmt.Fprintf(e.stdout, " in %s", rep.Elapsed.Round(time.Millisecond))
@@ -171,15 +171,15 @@ func cmdApply(ctx context.Context, e *invocation) error {
 // policyCounts returns how many of rep's policies are in place (created, updated or
 // unchanged) and how many were skipped (no management API), so that apply's last line, the one
 // a script keeps, says whether the topology's policies are set.
-func policyCounts(rep *topology.Report) (set, skipped int) {
+func policyCounts(rep *admin.Report) (set, skipped int) {
 	for _, r := range rep.Results {
-		if r.Kind != topology.KindPolicy {
+		if r.Kind != admin.KindPolicy {
 			continue
 		}
 		switch r.State {
-		case topology.StateCreated, topology.StateUpdated, topology.StateUnchanged:
+		case admin.StateCreated, admin.StateUpdated, admin.StateUnchanged:
 			set++
-		case topology.StateSkipped:
+		case admin.StateSkipped:
 			skipped++
 		}
 	}
@@ -190,18 +190,18 @@ func policyCounts(rep *topology.Report) (set, skipped int) {
 // (unchanged, or not declared because apply stopped at a conflict) only as counts, and the
 // ladder's objects (names starting with ladder, <prefix>.ladder.: hundreds on a first apply)
 // created, bound or to be created as a count per state and kind.
-func printReport(w io.Writer, rep *topology.Report, dryRun, all bool, ladder string) {
+func printReport(w io.Writer, rep *admin.Report, dryRun, all bool, ladder string) {
 	if rep == nil || len(rep.Results) == 0 {
 		return
 	}
-	state := func(r topology.Result) string {
+	state := func(r admin.Result) string {
 		if dryRun {
 			switch r.State {
-			case topology.StateMissing:
+			case admin.StateMissing:
 				return "would create"
-			case topology.StateUnknown:
+			case admin.StateUnknown:
 				return "would bind"
-			case topology.StateDeleted:
+			case admin.StateDeleted:
 				return "would delete"
 			}
 		}
@@ -209,19 +209,19 @@ func printReport(w io.Writer, rep *topology.Report, dryRun, all bool, ladder str
 	}
 	// The states counted, not listed, for the ladder's objects; a conflict, an error or a
 	// skip is always listed.
-	routine := map[topology.State]bool{topology.StateCreated: true, topology.StateBound: true, topology.StateMissing: true,
-		topology.StateUnknown: true}
-	var rows []topology.Result
-	var ladderStates []string                          // in order of appearance
-	ladderCounts := map[string]map[topology.Kind]int{} // state -> kind -> count
+	routine := map[admin.State]bool{admin.StateCreated: true, admin.StateBound: true, admin.StateMissing: true,
+		admin.StateUnknown: true}
+	var rows []admin.Result
+	var ladderStates []string                       // in order of appearance
+	ladderCounts := map[string]map[admin.Kind]int{} // state -> kind -> count
 	for _, r := range rep.Results {
-		if !all && (r.State == topology.StateUnchanged || r.State == topology.StateNotDeclared) {
+		if !all && (r.State == admin.StateUnchanged || r.State == admin.StateNotDeclared) {
 			continue
 		}
 		if !all && ladder != "" && strings.HasPrefix(r.Name, ladder) && routine[r.State] {
 			st := state(r)
 			if ladderCounts[st] == nil {
-				ladderCounts[st] = map[topology.Kind]int{}
+				ladderCounts[st] = map[admin.Kind]int{}
 				ladderStates = append(ladderStates, st)
 			}
 			ladderCounts[st][r.Kind]++
@@ -230,7 +230,7 @@ func printReport(w io.Writer, rep *topology.Report, dryRun, all bool, ladder str
 		rows = append(rows, r)
 	}
 	var hidden []string
-	for _, st := range []topology.State{topology.StateUnchanged, topology.StateNotDeclared} {
+	for _, st := range []admin.State{admin.StateUnchanged, admin.StateNotDeclared} {
 		if n := rep.Count(st); n > 0 && !all {
 			hidden = append(hidden, plural(n, "object")+" "+string(st))
 		}
@@ -240,7 +240,7 @@ func printReport(w io.Writer, rep *topology.Report, dryRun, all bool, ladder str
 	}
 	for _, st := range ladderStates {
 		var parts []string
-		for _, k := range []topology.Kind{topology.KindExchange, topology.KindQueue, topology.KindBinding} {
+		for _, k := range []admin.Kind{admin.KindExchange, admin.KindQueue, admin.KindBinding} {
 			if n := ladderCounts[st][k]; n > 0 {
 				parts = append(parts, plural(n, string(k)))
 			}
@@ -284,8 +284,8 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 			p = p.WithoutPlugin()
 		}
 	}
-	plugin := pluginText(p.Spec.Plugin, avail, pluginErr, topology.ServerVersion(conn)) // status.go
-	rep, err := topology.Status(ctx, conn, p, topology.StatusOptions{Management: m, Logger: e.log})
+	plugin := pluginText(p.Spec.Plugin, avail, pluginErr, admin.ServerVersion(conn)) // status.go
+	rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m, Logger: e.log})
 	if rep == nil || (err != nil && !statusProblem(err)) {
 		e.statusFailedJSON(p, err)
 		return err
@@ -308,7 +308,7 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 // statusFailedJSON prints, for --json, the object of a status that could not look (the broker
 // or the management API unreachable, a refusal): ok false and the error as its problem, so a
 // script reading the JSON sees every exit 1. Usage errors (exit 2) print nothing.
-func (e *invocation) statusFailedJSON(p *topology.Plan, err error) {
+func (e *invocation) statusFailedJSON(p *admin.Plan, err error) {
 	if e.s.output != "json" || exitCode(err) != exitRuntime {
 		return
 	}
@@ -320,7 +320,7 @@ func (e *invocation) statusFailedJSON(p *topology.Plan, err error) {
 	}
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(newStatusJSON(p, &topology.StatusReport{PluginMessagesDelayed: -1}, err, "unknown", e.vhost()))
+	_ = enc.Encode(newStatusJSON(p, &admin.StatusReport{PluginMessagesDelayed: -1}, err, "unknown", e.vhost()))
 }
 
 // statusUnknownNote explains a "?" count: the management API reports a queue's message counts
@@ -360,18 +360,18 @@ func cmdExport(ctx context.Context, e *invocation) error {
 			e.log.Info().Str("rabbitmq_version", version).Str("from", from).Msg("export: definitions for the broker's version")
 		}
 	}
-	major, _, _ := topology.ParseVersion(version)
+	major, _, _ := admin.ParseVersion(version)
 	noPlugin := plugin.ErrUnsupported(version)
 	switch p.Spec.Plugin {
 	case delayspec.PluginOn:
 		if noPlugin != nil {
 			return fmt.Errorf("%w: --plugin on, but %v, and an import with an exchange of type %s fails there: use --plugin auto "+
-				"or off (the ladder and buckets carry every delay)", topology.ErrPluginUnavailable, noPlugin, topology.PluginExchangeType)
+				"or off (the ladder and buckets carry every delay)", admin.ErrPluginUnavailable, noPlugin, admin.PluginExchangeType)
 		}
 	case delayspec.PluginAuto:
 		avail := false
 		if m != nil && noPlugin == nil {
-			if avail, err = topology.ProbePluginManagement(ctx, m); err != nil {
+			if avail, err = admin.ProbePluginManagement(ctx, m); err != nil {
 				e.log.Warn().Err(err).Msg("export: cannot ask the management API whether the broker has the delayed-message plugin: the plugin exchange is left out")
 			}
 		}
@@ -384,7 +384,7 @@ func cmdExport(ctx context.Context, e *invocation) error {
 	if len(p.Existing) > 0 {
 		e.log.Info().Strs("exchanges", p.Existing).Msg("not in the export: these exchanges must exist before the import")
 	}
-	out, err := topology.Export(p.ForBroker(major), vhost)
+	out, err := admin.Export(p.ForBroker(major), vhost)
 	if err != nil {
 		return err
 	}
@@ -399,7 +399,7 @@ const versionTimeout = 10 * time.Second
 // askVersion asks the broker its RabbitMQ version: the management API's overview when m is
 // set, else (or when that fails) the server properties of an AMQP connection. from says which
 // answered.
-func (e *invocation) askVersion(ctx context.Context, m *topology.Management) (version, from string, err error) {
+func (e *invocation) askVersion(ctx context.Context, m *admin.Management) (version, from string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
 	var errs []error
@@ -415,7 +415,7 @@ func (e *invocation) askVersion(ctx context.Context, m *topology.Management) (ve
 		return "", "", errors.Join(append(errs, err)...)
 	}
 	defer conn.Close()
-	if v := topology.ServerVersion(conn); v != "" {
+	if v := admin.ServerVersion(conn); v != "" {
 		return v, "AMQP server properties", nil
 	}
 	return "", "", errors.Join(append(errs, errors.New("the broker's AMQP server properties name no version"))...)
@@ -427,7 +427,7 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 		return err
 	}
 	defer conn.Close()
-	rep, err := topology.Teardown(ctx, conn, p, topology.TeardownOptions{
+	rep, err := admin.Teardown(ctx, conn, p, admin.TeardownOptions{
 		Force: e.s.force, ReadyQueues: e.s.readyQueues, DryRun: e.s.dryRun, Management: m, Logger: e.log})
 	printReport(e.stdout, rep, e.s.dryRun, true, "")
 	if err != nil {
@@ -442,9 +442,9 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 		verb, deleted = "teardown --dry-run (nothing deleted)", "to delete"
 	}
 	fmt.Fprintf(e.stdout, "%s: %d %s, %d absent; target exchanges left untouched: %s\n",
-		verb, rep.Count(topology.StateDeleted), deleted, rep.Count(topology.StateAbsent), strings.Join(targets, ", "))
+		verb, rep.Count(admin.StateDeleted), deleted, rep.Count(admin.StateAbsent), strings.Join(targets, ", "))
 	for _, r := range rep.Results {
-		if r.Kind == topology.KindExchange && r.Name == p.Names.PluginExchange() && r.State == topology.StateDeleted {
+		if r.Kind == admin.KindExchange && r.Name == p.Names.PluginExchange() && r.State == admin.StateDeleted {
 			fmt.Fprintf(e.stdout, "note: messages already held by the delayed-message plugin are NOT removed by deleting %s: "+
 				"the plugin still delivers them when they fall due if an exchange of that name exists by then.\n", r.Name)
 		}
@@ -459,12 +459,12 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 
 // printPolicyProblems prints the policy problems, one line per policy, key, value and effect,
 // with the objects it touches.
-func printPolicyProblems(w io.Writer, problems []topology.PolicyProblem) {
+func printPolicyProblems(w io.Writer, problems []admin.PolicyProblem) {
 	if len(problems) == 0 {
 		return
 	}
 	type group struct {
-		first   topology.PolicyProblem
+		first   admin.PolicyProblem
 		objects []string
 	}
 	var order []string
@@ -499,13 +499,13 @@ func printPolicyProblems(w io.Writer, problems []topology.PolicyProblem) {
 
 // printMismatched lists the properties of existing exchanges and queues that differ from the
 // specification, and what to do about them (nothing when there are none).
-func printMismatched(w io.Writer, mm []topology.Mismatch) {
+func printMismatched(w io.Writer, mm []admin.Mismatch) {
 	if len(mm) == 0 {
 		return
 	}
 	queues := false
 	for _, m := range mm {
-		queues = queues || m.Kind == topology.KindQueue
+		queues = queues || m.Kind == admin.KindQueue
 	}
 	fmt.Fprintf(w, "\nNOT AS SPECIFIED: %s of existing exchanges and queues %s from the specification (typically an object deleted and "+
 		"declared again with another type, flag or argument); it changes how messages are routed, kept or dead-lettered, and RabbitMQ "+
@@ -524,7 +524,7 @@ func printMismatched(w io.Writer, mm []topology.Mismatch) {
 // name (from the management API), saying what to do about them. live is status's case: the
 // objects sit beside a topology in use, so tearing down the specification that declared them
 // would also delete the objects the two share (the ladder, the dispatch exchange).
-func printUnplanned(w io.Writer, names delayspec.Names, objs []topology.Unplanned, what string, live bool) {
+func printUnplanned(w io.Writer, names delayspec.Names, objs []admin.Unplanned, what string, live bool) {
 	if len(objs) == 0 {
 		return
 	}
@@ -541,7 +541,7 @@ func printUnplanned(w io.Writer, names delayspec.Names, objs []topology.Unplanne
 		"or a target no longer named): %s:\n", plural(len(objs), "object"), verb, what, fix)
 	for _, o := range objs {
 		target, marker := names.MarkedTarget(o.Name)
-		if !marker || o.Kind != topology.KindExchange || !live {
+		if !marker || o.Kind != admin.KindExchange || !live {
 			fmt.Fprintf(w, "  %s\n", o)
 			continue
 		}
@@ -553,7 +553,7 @@ func printUnplanned(w io.Writer, names delayspec.Names, objs []topology.Unplanne
 
 // connect builds the plan, the optional management API client and the broker connection that
 // apply, status and teardown share. The caller closes the connection.
-func (e *invocation) connect(ctx context.Context) (*topology.Plan, *topology.Management, *amqp.Connection, error) {
+func (e *invocation) connect(ctx context.Context) (*admin.Plan, *admin.Management, *amqp.Connection, error) {
 	p, err := e.plan()
 	if err != nil {
 		return nil, nil, nil, err
@@ -568,14 +568,14 @@ func (e *invocation) connect(ctx context.Context) (*topology.Plan, *topology.Man
 	}
 	// The plan for this broker's version, for what the CLI prints from it too (the
 	// rabbitmqctl set_policy commands of an apply without the management API).
-	return p.ForBroker(topology.ServerMajor(conn)), m, conn, nil
+	return p.ForBroker(admin.ServerMajor(conn)), m, conn, nil
 }
 
 // dialNodes opens one connection per URL of the address list, for apply to place the copies of
-// the ladder's queues on different nodes (topology.ApplyOptions.Nodes), when the plan has
+// the ladder's queues on different nodes (admin.ApplyOptions.Nodes), when the plan has
 // copies and the list names more than one node. A node that does not answer is left out
 // (logged); nil when there is nothing to place.
-func (e *invocation) dialNodes(ctx context.Context, p *topology.Plan) []*amqp.Connection {
+func (e *invocation) dialNodes(ctx context.Context, p *admin.Plan) []*amqp.Connection {
 	if p.Spec.Shards <= 1 || e.s.dryRun {
 		return nil
 	}

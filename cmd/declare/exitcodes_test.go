@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // cliExitCodes reads the exit-code constants of the CLI (const exitXxx = N in this package's
@@ -110,12 +110,12 @@ func TestExitCodesDocumented(t *testing.T) {
 		{usageError{errors.New("bad flag")}, "flag"},
 		{fmt.Errorf("x: %w", delayspec.ErrInvalidSpec), "specification"},
 		{fmt.Errorf("x: %w", amqpconn.ErrConfig), "invalid value"},
-		{fmt.Errorf("x: %w", topology.ErrTargetMissing), "missing target exchange"},
-		{fmt.Errorf("x: %w", topology.ErrConflict), "conflict"},
-		{fmt.Errorf("x: %w", topology.ErrIncomplete), "not declared, incomplete"},
-		{fmt.Errorf("x: %w", topology.ErrUnhealthy), "unhealthy"},
-		{fmt.Errorf("x: %w", topology.ErrPolicy), "policy in effect"},
-		{fmt.Errorf("x: %w", topology.ErrPluginUnavailable), "plugin required"},
+		{fmt.Errorf("x: %w", admin.ErrTargetMissing), "missing target exchange"},
+		{fmt.Errorf("x: %w", admin.ErrConflict), "conflict"},
+		{fmt.Errorf("x: %w", admin.ErrIncomplete), "not declared, incomplete"},
+		{fmt.Errorf("x: %w", admin.ErrUnhealthy), "unhealthy"},
+		{fmt.Errorf("x: %w", admin.ErrPolicy), "policy in effect"},
+		{fmt.Errorf("x: %w", admin.ErrPluginUnavailable), "plugin required"},
 		{errors.New("dial tcp: connection refused"), "unreachable"},
 	} {
 		code := exitCode(c.err)
@@ -152,7 +152,7 @@ func TestExitCodesDocumented(t *testing.T) {
 // Plan.Policies), and says how many.
 func TestApplyHelpNamesPolicies(t *testing.T) {
 	spec := delayspec.Spec{Prefix: "PREFIX", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

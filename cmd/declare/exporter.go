@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/exporter"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/exporter"
 )
 
 // defaultListen is where `rabbitdelay exporter` listens unless --listen says otherwise.
@@ -39,7 +39,7 @@ func exporterCommand() command {
 }
 
 func cmdExporter(ctx context.Context, e *invocation) error {
-	p, m, err := e.managed(func(*topology.Plan) string {
+	p, m, err := e.managed(func(*admin.Plan) string {
 		return "exporter reads the management API: set --management-url or AMQPDELAY_MANAGEMENT_URL " +
 			"(a user with the monitoring tag also sees the cluster's nodes)"
 	})

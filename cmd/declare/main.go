@@ -15,8 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
-	"github.com/delaykit/rabbitdelay/topology"
 
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
@@ -115,7 +115,7 @@ func commands() []command {
 					{name: "rabbitmq-version", arg: "VERSION", def: "the broker's", usage: "version of the RabbitMQ that imports the definitions " +
 						"(3, 4, or e.g. 3.10 or 4.3.6): skips asking the broker",
 						set: func(v string) error {
-							major, _, ok := topology.ParseVersion(v)
+							major, _, ok := admin.ParseVersion(v)
 							if !ok || major < 3 || major > 4 {
 								return errors.New("want the version of the RabbitMQ that imports the definitions: 3 or 4, or " +
 									"MAJOR.MINOR such as 3.10 or 4.3")
@@ -238,8 +238,8 @@ func exitCode(err error) int {
 	case errors.As(err, &u),
 		errors.Is(err, delayspec.ErrInvalidSpec),
 		errors.Is(err, amqpconn.ErrConfig),
-		errors.Is(err, topology.ErrConflict),
-		errors.Is(err, topology.ErrTargetMissing):
+		errors.Is(err, admin.ErrConflict),
+		errors.Is(err, admin.ErrTargetMissing):
 		return exitUsage
 	default:
 		return exitRuntime
@@ -338,11 +338,11 @@ func (e *invocation) vhost() string {
 }
 
 // management returns the management API client, or nil without --management-url.
-func (e *invocation) management() (*topology.Management, error) {
+func (e *invocation) management() (*admin.Management, error) {
 	if e.s.mgmtURL == "" {
 		return nil, nil
 	}
-	m, err := topology.NewManagement(e.s.mgmtURL, e.vhost())
+	m, err := admin.NewManagement(e.s.mgmtURL, e.vhost())
 	if err != nil {
 		return nil, fmt.Errorf("AMQPDELAY_MANAGEMENT_URL (--management-url): %w", err)
 	}
@@ -351,7 +351,7 @@ func (e *invocation) management() (*topology.Management, error) {
 
 // managed returns the plan and the management API client of a command that cannot run without
 // the latter; without --management-url it returns a usage error saying missing(plan).
-func (e *invocation) managed(missing func(p *topology.Plan) string) (*topology.Plan, *topology.Management, error) {
+func (e *invocation) managed(missing func(p *admin.Plan) string) (*admin.Plan, *admin.Management, error) {
 	p, err := e.plan()
 	if err != nil {
 		return nil, nil, err
@@ -367,8 +367,8 @@ func (e *invocation) managed(missing func(p *topology.Plan) string) (*topology.P
 }
 
 // plan validates the specification and computes the plan: usage errors.
-func (e *invocation) plan() (*topology.Plan, error) {
-	p, err := topology.NewPlan(e.s.spec)
+func (e *invocation) plan() (*admin.Plan, error) {
+	p, err := admin.NewPlan(e.s.spec)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -376,7 +376,7 @@ func (e *invocation) plan() (*topology.Plan, error) {
 }
 
 // resolvePlugin asks the broker about the plugin (unless off) and returns the plan to use.
-func (e *invocation) resolvePlugin(ctx context.Context, p *topology.Plan, m *topology.Management) (*topology.Plan, error) {
+func (e *invocation) resolvePlugin(ctx context.Context, p *admin.Plan, m *admin.Management) (*admin.Plan, error) {
 	if p.Spec.Plugin == delayspec.PluginOff {
 		return p, nil
 	}
@@ -395,11 +395,11 @@ func (e *invocation) resolvePlugin(ctx context.Context, p *topology.Plan, m *top
 // probePlugin reports whether the broker has the delayed-message plugin: from the exchange
 // types the management API lists when m is set (it declares nothing, so it suits read-only
 // users), else with an AMQP probe that declares and deletes a temporary exchange.
-func (e *invocation) probePlugin(ctx context.Context, p *topology.Plan, m *topology.Management) (bool, error) {
+func (e *invocation) probePlugin(ctx context.Context, p *admin.Plan, m *admin.Management) (bool, error) {
 	if m != nil {
-		return topology.ProbePluginManagement(ctx, m)
+		return admin.ProbePluginManagement(ctx, m)
 	}
-	return topology.ProbePlugin(ctx, e.dial, p.Spec.Prefix)
+	return admin.ProbePlugin(ctx, e.dial, p.Spec.Prefix)
 }
 
 // plural gives "1 object" or "n objects" (text.Plural).

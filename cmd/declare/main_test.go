@@ -27,8 +27,8 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/plugin"
-	"github.com/delaykit/rabbitdelay/topology"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -170,7 +170,7 @@ func TestBadInput(t *testing.T) {
 				}
 			}
 			// On RabbitMQ 4.3 the plugin cannot be enabled: the error says so instead of "enable it".
-			v := topology.ServerVersion(env.Dial(t))
+			v := admin.ServerVersion(env.Dial(t))
 			if c.noPlugin && plugin.ErrUnsupported(v) != nil && !strings.Contains(r.stderr, "Mnesia, which RabbitMQ 4.3 removed") {
 				t.Errorf("RabbitMQ %s, --plugin on: the error does not say 4.3 cannot load the plugin:\n%s", v, r.stderr)
 			}
@@ -437,7 +437,7 @@ func TestExportCLI(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("%v: %d %s", c.args, r.code, r.stderr)
 		}
-		var d topology.Definitions
+		var d admin.Definitions
 		if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
 			t.Fatal(err)
 		}
@@ -446,7 +446,7 @@ func TestExportCLI(t *testing.T) {
 			if x.VHost != c.vhost {
 				t.Errorf("%v: exchange %s in vhost %q, want %q", c.args, x.Name, x.VHost, c.vhost)
 			}
-			hasPlugin = hasPlugin || x.Type == topology.PluginExchangeType
+			hasPlugin = hasPlugin || x.Type == admin.PluginExchangeType
 		}
 		if hasPlugin != c.plugin {
 			t.Errorf("%v: plugin exchange exported: %v, want %v", c.args, hasPlugin, c.plugin)
@@ -642,8 +642,8 @@ func TestPolicyCLI(t *testing.T) {
 	}
 	// The printed delay-queue policy is this broker's: on 4.x with delivery-limit -1, which
 	// Apply sets through the management API there (and 3.x refuses).
-	if four := topology.ServerMajor(env.Dial(t)) >= 4; four != strings.Contains(r.stdout, `"delivery-limit":-1`) {
-		t.Errorf("apply without the management API on RabbitMQ %d prints the policies:\n%s", topology.ServerMajor(env.Dial(t)), r.stdout)
+	if four := admin.ServerMajor(env.Dial(t)) >= 4; four != strings.Contains(r.stdout, `"delivery-limit":-1`) {
+		t.Errorf("apply without the management API on RabbitMQ %d prints the policies:\n%s", admin.ServerMajor(env.Dial(t)), r.stdout)
 	}
 	r = declare(t, e, "apply")
 	if r.code != 0 || !regexpLine(r.stdout, "created", queuesPolicy) || !regexpLine(r.stdout, "created", env.Prefix+".targets") ||

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/schedule"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // Schedules (package schedule): `rabbitdelay schedules` lists them from the stream
@@ -109,7 +109,7 @@ func brokenSchedules(infos []schedule.Info) error {
 	}
 	return fmt.Errorf("%w: schedule chain broken, nothing of it will fire: %s; declaring the schedule again repairs it "+
 		"(restart an instance that declares it at start, or call schedule.Scheduler.Declare)",
-		topology.ErrUnhealthy, strings.Join(broken, "; "))
+		admin.ErrUnhealthy, strings.Join(broken, "; "))
 }
 
 // scheduleStatus is `rabbitdelay status`'s check of the schedules (nil when there are none).

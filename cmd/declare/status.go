@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/plugin"
-	"github.com/delaykit/rabbitdelay/topology"
 )
 
 // statusView is what the table form of `rabbitdelay status` prints from.
 type statusView struct {
-	p      *topology.Plan
-	rep    *topology.StatusReport
+	p      *admin.Plan
+	rep    *admin.StatusReport
 	err    error  // Status's error: the problems (nil when none)
 	plugin string // the plugin line's text
 	vhost  string
@@ -234,7 +234,7 @@ func printProblems(w io.Writer, v statusView) {
 // otherProblems are the lines of Status's error that no section of printProblems covers
 // (members offline, dead-lettering waiting on a node: printCluster prints those later, with
 // the leaders), so that every problem is in the first screen.
-func otherProblems(err error, rep *topology.StatusReport) []string {
+func otherProblems(err error, rep *admin.StatusReport) []string {
 	if err == nil || rep.Cluster == nil {
 		return nil
 	}
@@ -259,7 +259,7 @@ type level struct {
 	minTTL, maxTTL             int64
 }
 
-func (l *level) add(q topology.QueueStatus, management bool) {
+func (l *level) add(q admin.QueueStatus, management bool) {
 	l.queues++
 	if l.minTTL == 0 || q.TTL < l.minTTL {
 		l.minTTL = q.TTL
@@ -298,16 +298,16 @@ func ttlRange(lo, hi int64) string {
 
 // printLevels prints one line per ladder level and per bucket: queues (and how many are
 // missing), messages held, messages in dead-letter state, consumers, TTLs.
-func printLevels(w io.Writer, rep *topology.StatusReport, count func(int64) string) {
+func printLevels(w io.Writer, rep *admin.StatusReport, count func(int64) string) {
 	var order []string
 	levels := map[string]*level{}
 	for _, q := range rep.Queues {
 		var key string
 		var rank int64
 		switch q.Role {
-		case topology.RoleLadder:
+		case admin.RoleLadder:
 			key, rank = fmt.Sprintf("ladder level %d", q.Level), int64(q.Level)-1<<40
-		case topology.RoleBucket:
+		case admin.RoleBucket:
 			key, rank = "bucket "+(time.Duration(q.TTL)*time.Millisecond).String(), q.TTL
 		default:
 			continue
@@ -352,7 +352,7 @@ func printLevels(w io.Writer, rep *topology.StatusReport, count func(int64) stri
 }
 
 // printQueueTable prints one line per queue of the topology (--queues).
-func printQueueTable(w io.Writer, rep *topology.StatusReport, count func(int64) string) {
+func printQueueTable(w io.Writer, rep *admin.StatusReport, count func(int64) string) {
 	fmt.Fprintln(w)
 	t := newTable(w)
 	leaders := clustered(rep) // a LEADER column: the node and the members online
@@ -372,7 +372,7 @@ func printQueueTable(w io.Writer, rep *topology.StatusReport, count func(int64) 
 			cons += "  <-- WARNING: consumer on a delay queue"
 		}
 		dlx := "-" // a stream (the revocation stream) has no dead-letter state
-		if q.Role != topology.RoleRevoked {
+		if q.Role != admin.RoleRevoked {
 			dlx = count(q.MessagesDLX)
 		}
 		switch {
@@ -389,7 +389,7 @@ func printQueueTable(w io.Writer, rep *topology.StatusReport, count func(int64) 
 
 // printTargets prints one line per target exchange: whether it exists and, with the
 // management API, whether it is bound to the dispatch exchange.
-func printTargets(w io.Writer, p *topology.Plan, rep *topology.StatusReport) {
+func printTargets(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	if len(p.Spec.Targets) == 0 {
 		return
 	}
@@ -403,7 +403,7 @@ func printTargets(w io.Writer, p *topology.Plan, rep *topology.StatusReport) {
 	}
 	bound := map[string]bool{}
 	for _, b := range rep.Bindings {
-		if b.Source == p.Names.Dispatch() && b.DestinationType == topology.DestExchange && b.Exists {
+		if b.Source == p.Names.Dispatch() && b.DestinationType == admin.DestExchange && b.Exists {
 			bound[b.Destination] = true
 		}
 	}
@@ -427,15 +427,15 @@ func printTargets(w io.Writer, p *topology.Plan, rep *topology.StatusReport) {
 }
 
 // printReady prints one line per ready queue and the revocation stream.
-func printReady(w io.Writer, rep *topology.StatusReport, count func(int64) string) {
+func printReady(w io.Writer, rep *admin.StatusReport, count func(int64) string) {
 	seen := map[string]bool{}
 	for _, q := range rep.Queues {
-		if (q.Role != topology.RoleReady && q.Role != topology.RoleRevoked) || seen[q.Name] {
+		if (q.Role != admin.RoleReady && q.Role != admin.RoleRevoked) || seen[q.Name] {
 			continue
 		}
 		seen[q.Name] = true
 		what := "ready queue"
-		if q.Role == topology.RoleRevoked {
+		if q.Role == admin.RoleRevoked {
 			what = "revocation stream"
 		}
 		if !q.Exists {
@@ -447,7 +447,7 @@ func printReady(w io.Writer, rep *topology.StatusReport, count func(int64) strin
 			held = count(q.Messages) + " messages"
 		}
 		line := fmt.Sprintf("%s %s: %s, %s", what, q.Name, held, plural(q.Consumers, "consumer"))
-		if slices.ContainsFunc(rep.RequeueLoops, func(l topology.RequeueLoop) bool { return l.Queue == q.Name }) {
+		if slices.ContainsFunc(rep.RequeueLoops, func(l admin.RequeueLoop) bool { return l.Queue == q.Name }) {
 			line += "  <-- REQUEUE LOOP (see the problems)"
 		}
 		fmt.Fprintln(w, line)
@@ -457,5 +457,5 @@ func printReady(w io.Writer, rep *topology.StatusReport, count func(int64) strin
 // statusProblem reports whether err is one of the problems Status reports (the topology
 // incomplete or unhealthy, a policy problem), as opposed to a failure to look.
 func statusProblem(err error) bool {
-	return errors.Is(err, topology.ErrIncomplete) || errors.Is(err, topology.ErrUnhealthy) || errors.Is(err, topology.ErrPolicy)
+	return errors.Is(err, admin.ErrIncomplete) || errors.Is(err, admin.ErrUnhealthy) || errors.Is(err, admin.ErrPolicy)
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestPluginText: on RabbitMQ 4.3 and later, which cannot load the delayed-message plugin,
@@ -43,17 +43,17 @@ func TestPluginText(t *testing.T) {
 func TestPrintStatusCompact(t *testing.T) {
 	spec := delayspec.Spec{Prefix: "rd", Targets: delayspec.Targets{{Name: "orders", Type: "topic"}}, Buckets: delayspec.Delays{30e9},
 		ReadyQueues: delayspec.ReadyQueues{{Queue: "orders.ready", Exchange: "orders", BindingKey: "k"}}}
-	p, err := topology.NewPlan(spec)
+	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &topology.StatusReport{Management: true, Version: "3.10.8", PluginMessagesDelayed: 6}
+	rep := &admin.StatusReport{Management: true, Version: "3.10.8", PluginMessagesDelayed: 6}
 	for _, x := range p.Exchanges {
-		rep.Exchanges = append(rep.Exchanges, topology.ExchangeStatus{Exchange: x, Exists: true})
+		rep.Exchanges = append(rep.Exchanges, admin.ExchangeStatus{Exchange: x, Exists: true})
 	}
 	for _, q := range p.Queues {
-		s := topology.QueueStatus{Queue: q, Exists: true, Messages: 0, MessagesDLX: 0}
-		if q.Role == topology.RoleParking {
+		s := admin.QueueStatus{Queue: q, Exists: true, Messages: 0, MessagesDLX: 0}
+		if q.Role == admin.RoleParking {
 			s.Ready, s.Messages = 1, 1
 		}
 		rep.Queues = append(rep.Queues, s)

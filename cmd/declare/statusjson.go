@@ -4,7 +4,7 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // statusSchema is the version of the JSON that `rabbitdelay status --json` prints. It changes
@@ -37,7 +37,7 @@ type statusJSON struct {
 	// until they exist.
 	MissingExchanges []statusMissingExchangeJSON `json:"missing_exchanges"`
 	// Mismatched are the properties of existing exchanges and queues that differ from the
-	// specification (management API only; see topology.Mismatch).
+	// specification (management API only; see admin.Mismatch).
 	Mismatched []statusMismatchJSON `json:"mismatched"`
 	// ExchangesPresent of ExchangesTotal exist; BindingsPresent of BindingsTotal (-1 without
 	// --management-url).
@@ -67,14 +67,14 @@ type statusJSON struct {
 	// this vhost, or torn down); policy_problems is then empty.
 	NotDeclared bool `json:"not_declared"`
 	// RequeueLoops are the ready queues whose consumers requeue messages in a loop that no
-	// delivery limit ends (management API; topology.RequeueLoop).
+	// delivery limit ends (management API; admin.RequeueLoop).
 	RequeueLoops []statusRequeueLoopJSON `json:"requeue_loops"`
 	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
 	// plugin exchange (management API), -1 when unknown or there is none.
 	PluginMessagesDelayed int64 `json:"plugin_messages_delayed"`
 }
 
-// statusRequeueLoopJSON is one topology.RequeueLoop: the rates per second, the cause
+// statusRequeueLoopJSON is one admin.RequeueLoop: the rates per second, the cause
 // (nack-not-counted, classic, no-delivery-limit) and what to do.
 type statusRequeueLoopJSON struct {
 	Queue         string  `json:"queue"`
@@ -107,7 +107,7 @@ type statusQueueJSON struct {
 	Online  []string `json:"online"`
 }
 
-// statusMismatchJSON is one topology.Mismatch: Kind is exchange or queue; Property is type,
+// statusMismatchJSON is one admin.Mismatch: Kind is exchange or queue; Property is type,
 // durable, auto_delete, internal, exclusive or an argument's name; Existing and Wanted are
 // the printed values ("none" for an absent argument).
 type statusMismatchJSON struct {
@@ -162,7 +162,7 @@ type statusClusterJSON struct {
 	DegradedQueues []string         `json:"degraded_queues"`
 	Waits          []statusWaitJSON `json:"dead_letter_waits"`
 	// SharedCopies are the copies of ladder queues (--shards > 1) that share a leader node.
-	SharedCopies []topology.SharedCopies `json:"shared_copies"`
+	SharedCopies []admin.SharedCopies `json:"shared_copies"`
 }
 
 type statusNodeJSON struct {
@@ -189,7 +189,7 @@ func orEmpty[T any](s []T) []T {
 }
 
 // queueJSON is q in the JSON shape.
-func queueJSON(q topology.QueueStatus) statusQueueJSON {
+func queueJSON(q admin.QueueStatus) statusQueueJSON {
 	return statusQueueJSON{Name: q.Name, Role: string(q.Role), Level: q.Level, Digit: q.Digit, TTLMs: q.TTL, Exists: q.Exists,
 		Ready: q.Ready, Consumers: q.Consumers, Messages: q.Messages, MessagesDLX: q.MessagesDLX,
 		Leader: q.Leader, Members: orEmpty(q.Members), Online: orEmpty(q.Online)}
@@ -197,7 +197,7 @@ func queueJSON(q topology.QueueStatus) statusQueueJSON {
 
 // newStatusJSON builds the JSON of rep, whose Status call returned err, with the plugin's
 // state and the vhost.
-func newStatusJSON(p *topology.Plan, rep *topology.StatusReport, err error, plugin, vhost string) statusJSON {
+func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vhost string) statusJSON {
 	out := statusJSON{Schema: statusSchema, OK: err == nil, Problems: []string{}, Prefix: p.Spec.Prefix, VHost: vhost,
 		Plugin: plugin, Management: rep.Management, Queues: []statusQueueJSON{}, MissingObjects: orEmpty(rep.Missing),
 		Mismatched: []statusMismatchJSON{}, MissingExchanges: []statusMissingExchangeJSON{},

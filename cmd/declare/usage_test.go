@@ -19,7 +19,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/topology"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
 // TestUsageErrors: every input that is wrong whatever the broker holds exits 2 before any
@@ -175,9 +175,9 @@ func TestPlanCLI(t *testing.T) {
 		t.Fatalf("plan: %d %s", r.code, r.stderr)
 	}
 	var p struct {
-		Exchanges []topology.Exchange
-		Queues    []topology.Queue
-		Bindings  []topology.Binding
+		Exchanges []admin.Exchange
+		Queues    []admin.Queue
+		Bindings  []admin.Binding
 		Existing  []string `json:"existing_exchanges"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {

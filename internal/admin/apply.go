@@ -1,0 +1,660 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/text"
+)
+
+// Kind is the kind of a topology object in a report.
+type Kind string
+
+// Kinds.
+const (
+	KindExchange Kind = "exchange"
+	KindQueue    Kind = "queue"
+	KindBinding  Kind = "binding"
+)
+
+// State is what happened to (or was found of) one object.
+type State string
+
+// States.
+const (
+	// StateCreated: Apply declared the object and it did not exist before.
+	StateCreated State = "created"
+	// StateUnchanged: the object existed with the plan's arguments; nothing changed.
+	StateUnchanged State = "unchanged"
+	// StateBound: Apply declared the binding; without the management API it cannot tell
+	// whether it existed (AMQP has no passive bind). Declaring a binding twice is harmless.
+	StateBound State = "bound"
+	// StateUpdated: Apply rewrote a policy of the topology that had another pattern,
+	// priority or definition.
+	StateUpdated State = "updated"
+	// StateMissing: the object does not exist (Apply with DryRun: it would be created).
+	StateMissing State = "missing"
+	// StateUnknown: a binding whose existence cannot be checked without the management API.
+	StateUnknown State = "unknown"
+	// StateConflict: the object exists with other arguments (see [ConflictError]).
+	StateConflict State = "conflict"
+	// StateNotDeclared: not declared because an earlier step failed.
+	StateNotDeclared State = "not declared"
+	// StateSkipped: a policy not set (Apply) or not deleted (Teardown) because there is no
+	// management API client: AMQP cannot set policies. Detail gives the rabbitmqctl command.
+	StateSkipped State = "skipped"
+	// StateDeleted: Teardown deleted the object; with DryRun, it would do so.
+	StateDeleted State = "deleted"
+	// StateAbsent: Teardown found nothing to delete.
+	StateAbsent State = "absent"
+	// StateNotDeleted: Teardown did not delete the object because an earlier step failed.
+	StateNotDeleted State = "not deleted"
+)
+
+// Result is the outcome for one object.
+type Result struct {
+	Kind  Kind   `json:"kind"`
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// Detail is extra information: the conflict, the error, the messages a queue holds.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Report lists the outcome for every object, in plan order (exchanges, queues, bindings).
+type Report struct {
+	Results []Result `json:"results"`
+	// Unplanned (Teardown with the management API only) are the exchanges and queues with
+	// the plan's prefix that the plan does not have, left in place: Teardown deletes only
+	// what its plan names.
+	Unplanned []Unplanned `json:"unplanned,omitempty"`
+	// PolicyProblems (Apply with the management API only) are the policy keys in effect on
+	// the topology's objects once it is applied (see [Management.PolicyProblems]).
+	PolicyProblems []PolicyProblem `json:"policy_problems,omitempty"`
+	// Elapsed is the wall-clock time of the whole operation.
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Count returns how many results have state s.
+func (r *Report) Count(s State) int {
+	n := 0
+	for _, x := range r.Results {
+		if x.State == s {
+			n++
+		}
+	}
+	return n
+}
+
+// ApplyOptions tune [Apply]. The zero value declares with DefaultWorkers channels and no
+// management API.
+type ApplyOptions struct {
+	// DryRun checks everything Apply checks (exchanges the plan needs, conflicts with existing
+	// objects) and reports what would be created, without creating anything.
+	DryRun bool
+	// Workers is the number of channels to declare on in parallel; 0 means DefaultWorkers.
+	Workers int
+	// Management, when set, lets Apply tell created bindings from unchanged ones (AMQP cannot;
+	// without it bindings are reported as StateBound), set the plan's policies
+	// ([Plan.Policies]; without it they are reported as StateSkipped, with the rabbitmqctl
+	// command to run) and check the policies in effect ([Management.PolicyProblems]).
+	Management *Management
+	// Logger receives debug lines for every declaration; the zero value logs nothing.
+	Logger zerolog.Logger
+	// Nodes are connections to the cluster's nodes, one per node, in any order, for a topology
+	// with shards of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue
+	// through Nodes[Queue.Slot mod len(Nodes)], so that RabbitMQ places its leader on that
+	// connection's node (client-local, see [Queue.Slot]) and the copies of one queue lead
+	// from different nodes. Without them (or with one ladder) every queue is declared through
+	// Apply's own connection, and with copies every new ladder queue then leads from that one
+	// node. Queues that already exist keep their leaders. With Management as well, Apply reads
+	// the leaders of the copies that exist and the node of each connection (matched by its
+	// local port in the management API's connection list), and declares each new copy through
+	// a node that leads no other copy of the same queue: adding copies to a deployed ladder
+	// keeps them apart from shard 0's leaders. Apply leaves the connections open.
+	Nodes []*amqp.Connection
+}
+
+// Preflight checks, with passive declarations only, that no target, ready queue or ready
+// queue's exchange of p is an object of another prefix's topology in the vhost (an error
+// wrapping ErrInvalidSpec that names it), and that every exchange in p.Existing exists. It
+// returns an error wrapping ErrTargetMissing that names every missing exchange and the fixes,
+// or the broker's error. With m (nil for none), the error also names the vhost's
+// exchanges whose names look like a mistyping of a missing one.
+func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Management) error {
+	if err := foreignObjects(ctx, conn, p); err != nil { // foreign.go
+		return err
+	}
+	if len(p.Existing) == 0 {
+		return nil
+	}
+	jobs := make([]job, len(p.Existing))
+	for i, name := range p.Existing {
+		jobs[i] = func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(name, amqp.ExchangeDirect, true, false, false, false, nil)
+		}
+	}
+	errs, err := runJobs(ctx, conn, DefaultWorkers, false, jobs)
+	if err != nil {
+		return fmt.Errorf("topology: check target exchanges: %w", err)
+	}
+	var missing []string
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case code(err) == amqp.NotFound:
+			missing = append(missing, p.Existing[i])
+		default:
+			return wrapBroker(err, fmt.Sprintf("check that exchange %q exists", p.Existing[i]))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	// amq.*: RabbitMQ refuses to declare them (403), only the broker creates them. The others
+	// are named by where the specification has them: a target given without a type, or the
+	// exchange of a ready queue that is no target.
+	var own, targets, readyOnly []string
+	isTarget := map[string]bool{}
+	for _, t := range p.Spec.Targets {
+		isTarget[t.Name] = true
+	}
+	for _, name := range missing {
+		switch {
+		case delayspec.BrokerReserved(name):
+			own = append(own, name)
+		case isTarget[name]:
+			targets = append(targets, name)
+		default:
+			readyOnly = append(readyOnly, name)
+		}
+	}
+	var advice []string
+	if len(targets) > 0 {
+		advice = append(advice, fmt.Sprintf("declare %s first, give the target as name:type (e.g. %s:topic) so apply declares it, "+
+			"or, if the name is mistyped, correct it in the targets (AMQPDELAY_TARGETS, --target)", quoteList(targets), targets[0]))
+	}
+	for _, name := range readyOnly {
+		var queues []string
+		for _, r := range p.Spec.ReadyQueues {
+			if r.Exchange == name {
+				queues = append(queues, r.Queue)
+			}
+		}
+		advice = append(advice, fmt.Sprintf("ready queue %s binds to exchange %q, which is not among the targets (%s): if the name "+
+			"is mistyped, correct it in the ready queues (AMQPDELAY_READY_QUEUES, --ready-queue); if it is another exchange of "+
+			"yours, declare it first", quoteList(queues), name, quoteList(targetNames(p.Spec.Targets))))
+	}
+	// Names like a missing one: among the targets this apply declares, and (with the management
+	// API) in the vhost. A failure to list the vhost's leaves those out: the missing exchanges
+	// are the error.
+	var declaring []string
+	for _, t := range p.Spec.Targets {
+		if t.Type != "" {
+			declaring = append(declaring, t.Name)
+		}
+	}
+	var inVHost []string
+	if m != nil {
+		inVHost, _ = m.exchangeNames(ctx)
+	}
+	for _, name := range missing {
+		if similar := text.Similar(name, declaring); len(similar) > 0 {
+			advice = append(advice, fmt.Sprintf("the targets declare %s, similar to %q", quoteList(similar), name))
+		}
+		if similar := text.Similar(name, inVHost); len(similar) > 0 {
+			advice = append(advice, fmt.Sprintf("this vhost has %s, similar to %q", quoteList(similar), name))
+		}
+	}
+	if len(own) > 0 {
+		advice = append(advice, fmt.Sprintf("%s: names starting with \"amq.\" are RabbitMQ's own exchanges and cannot be declared; "+
+			"enable what creates them on the broker, or use a target of another name", quoteList(own)))
+	}
+	return fmt.Errorf("%w: %s (nothing was declared): %s", ErrTargetMissing, quoteList(missing), strings.Join(advice, "; "))
+}
+
+// Apply declares the plan on conn, idempotently, and reports every object as created or
+// unchanged. In order:
+//
+//  1. [Preflight]: the exchanges the plan binds to but does not declare must exist.
+//  2. Passive declarations find which exchanges and queues exist.
+//  3. Each existing object is declared again with the plan's arguments: equal arguments
+//     change nothing, different ones make the broker answer 406 PRECONDITION_FAILED. Every
+//     conflict is listed in the report (StateConflict) and Apply stops before creating
+//     anything, returning the first [ConflictError] (errors.Is(err, ErrConflict)).
+//  4. The missing exchanges, then the missing queues (whose dead-letter exchanges now exist),
+//     then the bindings by ascending [Binding.Tier]: a binding never routes into an exchange
+//     whose bindings are not declared yet, so a failure part-way leaves no path on which an
+//     expiring message would be dropped.
+//     Before creating anything, with opts.Management, the plan's policies are set
+//     ([Management.SetPolicies]), so a new queue never runs under another policy.
+//  5. Last, the marker exchanges ([Names.LadderMarker], [Names.TargetMarker]), which
+//     publishers check: they exist only once every object of the plan was declared with the
+//     plan's arguments, so an apply that fails half way, is cut off, or races an apply of
+//     another ladder (one of the two then meets a 406) leaves no marker, and no publisher
+//     trusts a mixed ladder or an unbound target.
+//  6. With opts.Management, the policies in effect are checked ([Management.PolicyProblems]):
+//     Report.PolicyProblems lists them, and those that break a guarantee make Apply return an
+//     error wrapping ErrPolicy (the topology is declared all the same). A queue deleted
+//     meanwhile (an expires policy) is declared again and read at once (checkPolicies).
+//
+// Apply never deletes an exchange, queue or binding, and never re-declares one with other
+// arguments. Work is spread over opts.Workers channels of conn; conn stays open. The report lists what was done even when
+// Apply fails. Errors wrap ErrTargetMissing, ErrConflict, ErrAccessRefused (403: the user
+// lacks configure permission), ErrPolicy, ErrManagement (a policy could not be set or read) or
+// the broker's *amqp091.Error; when ctx ends, Apply returns
+// ctx.Err() at once (declarations in flight finish in the background: amqp091's declare
+// methods take no context).
+func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOptions) (*Report, error) {
+	start := time.Now()
+	rep := &Report{}
+	defer func() { rep.Elapsed = time.Since(start) }()
+	log := opts.Logger
+	p = p.ForBroker(ServerMajor(conn))
+	if err := Preflight(ctx, conn, p, opts.Management); err != nil {
+		return rep, err
+	}
+	r := newRunner(ctx, conn, opts.Workers, log, "declare", rep)
+	objects := objectsOf(p, opts.Nodes)
+	exists, err := survey(r, objects)
+	if err != nil {
+		return rep, err
+	}
+	var bindings map[string]bool
+	if opts.Management != nil {
+		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
+			log.Warn().Err(err).Msg("cannot list bindings through the management API: bindings are reported as bound, not created/unchanged")
+		}
+	}
+
+	conflicts, conflictOf, err := findConflicts(r, objects, exists, opts)
+	if err != nil {
+		return rep, err
+	}
+
+	// Report of what exists.
+	for _, o := range objects {
+		row := Result{Kind: o.kind, Name: o.name, State: StateMissing}
+		if c := conflictOf[o.key()]; c != nil {
+			row.State, row.Detail = StateConflict, conflictDetail(c)
+		} else if exists[o.key()] {
+			row.State = StateUnchanged
+		}
+		r.add(row)
+	}
+	for _, b := range p.Bindings {
+		row := Result{Kind: KindBinding, Name: b.String(), State: StateUnknown}
+		if bindings != nil {
+			row.State = StateMissing
+			if bindings[b.key()] {
+				row.State = StateUnchanged
+			}
+		}
+		r.add(row)
+	}
+	// notDeclared marks what is still to be declared as not declared, when Apply stops.
+	notDeclared := func() {
+		for i := range rep.Results {
+			if s := rep.Results[i].State; s == StateMissing || s == StateUnknown {
+				rep.Results[i].State = StateNotDeclared
+			}
+		}
+	}
+	if len(conflicts) > 0 {
+		notDeclared()
+		if len(conflicts) == 1 {
+			return rep, conflicts[0]
+		}
+		// The report lists every conflict; the error keeps the first one in full.
+		return rep, fmt.Errorf("%w\n(and %d more objects exist with different arguments: see the report)", conflicts[0], len(conflicts)-1)
+	}
+	// The policies, before any object is created, so new queues never run under another
+	// policy; AMQP cannot set them.
+	var policyResults []Result
+	if opts.Management != nil {
+		policyResults, err = opts.Management.SetPolicies(ctx, p, opts.DryRun)
+		if err != nil {
+			rep.Results = append(rep.Results, policyResults...)
+			return rep, err
+		}
+	} else {
+		cmds := p.PolicyCommands(conn.Config.Vhost) // the vhost the connection opened
+		for i, pol := range p.Policies {
+			policyResults = append(policyResults, Result{Kind: KindPolicy, Name: pol.Name, State: StateSkipped,
+				Detail: "AMQP cannot set policies: pass the management API, or run " + cmds[i]})
+		}
+	}
+	if opts.DryRun {
+		rep.Results = append(rep.Results, policyResults...)
+		return rep, nil
+	}
+
+	// Create what is missing, phase by phase: exchanges, queues, the bindings tier by tier,
+	// and last the markers. The markers tell publishers that the ladder is declared as it says
+	// (Names.LadderMarker) and that a target is bound to D (Names.TargetMarker), so they come
+	// once every queue and binding has been declared with this plan's arguments and the
+	// policies are set: an apply that fails or is cut off half way (or loses a race with an
+	// apply of another ladder) leaves no marker, and publishers refuse to start.
+	type phase struct {
+		steps []step
+		done  State
+	}
+	// With shards of the ladder, new ladder queues lead from nodes that lead no other copy of
+	// the same queue (placeCopies), when the management API tells the nodes apart.
+	if opts.Management != nil && len(opts.Nodes) > 1 && p.Spec.Shards > 1 {
+		place, err := placeCopies(ctx, opts.Management, p, opts.Nodes, exists)
+		if err != nil {
+			log.Warn().Err(err).Msg("cannot read the leaders or connections through the management API: new shards of the ladder are placed by slot")
+		}
+		if place == nil {
+			log.Debug().Msg("the nodes of ApplyOptions.Nodes are not all found in the management API's connection list: copies placed by slot")
+		}
+		for i, o := range objects {
+			if idx, ok := place[o.name]; ok && o.kind == KindQueue {
+				q, _ := p.Queue(o.name)
+				objects[i].decl = declareQueueOn(q, opts.Nodes[idx])
+			}
+		}
+	}
+	var exchanges, queues, markers []step
+	for _, o := range objects {
+		switch {
+		case r.row(o.declare()).State != StateMissing:
+		case o.marker:
+			markers = append(markers, o.declare())
+		case o.kind == KindExchange:
+			exchanges = append(exchanges, o.declare())
+		default:
+			queues = append(queues, o.declare())
+		}
+	}
+	phases := []phase{{steps: exchanges, done: StateCreated}, {steps: queues, done: StateCreated}}
+	bound := StateCreated
+	if bindings == nil {
+		bound = StateBound // AMQP cannot tell a created binding from an existing one
+	}
+	for i, b := range p.Bindings {
+		if i == 0 || b.Tier != p.Bindings[i-1].Tier {
+			phases = append(phases, phase{done: bound})
+		}
+		s := step{KindBinding, b.String(), declareBinding(b)}
+		switch row := r.row(s); row.State {
+		case StateUnknown:
+			row.State = StateMissing // declared below, reported as bound
+			fallthrough
+		case StateMissing:
+			last := &phases[len(phases)-1]
+			last.steps = append(last.steps, s)
+		}
+	}
+	phases = append(phases, phase{steps: markers, done: StateCreated})
+	for _, ph := range phases {
+		if err := r.run(ph.steps, ph.done, declareFailed); err != nil {
+			notDeclared()
+			return rep, err
+		}
+	}
+	rep.Results = append(rep.Results, policyResults...)
+	if opts.Management != nil {
+		if rep.PolicyProblems, err = checkPolicies(r, opts.Management, p, objects); err != nil {
+			return rep, err
+		}
+		if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
+			return rep, policyError(failing)
+		}
+	}
+	log.Debug().Int("created", rep.Count(StateCreated)).Int("unchanged", rep.Count(StateUnchanged)).
+		Dur("elapsed", time.Since(start)).Msg("topology applied")
+	return rep, nil
+}
+
+// findConflicts declares the existing objects again with the plan's arguments: equal
+// arguments change nothing, different ones make the broker answer 406 PRECONDITION_FAILED. It
+// returns every conflict (each a *ConflictError, completed from the management API when
+// opts.Management is set) in plan order, and the same keyed by planObject.key, or the first
+// other error.
+func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts ApplyOptions) ([]error, map[string]*ConflictError, error) {
+	ctx, log := r.ctx, r.log
+	var existing []planObject
+	var redeclare []step
+	for _, o := range objects {
+		if exists[o.key()] {
+			existing, redeclare = append(existing, o), append(redeclare, o.declare())
+		}
+	}
+	errs, err := r.look(redeclare)
+	if err != nil {
+		return nil, nil, fmt.Errorf("topology: check existing objects: %w", err)
+	}
+	var conflicts []error
+	conflictOf := map[string]*ConflictError{}
+	var current map[string]*vhostObject // from the management API, when a message was cut
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		o := existing[i]
+		var c *ConflictError
+		if !errors.As(wrapBroker(err, ""), &c) {
+			return nil, nil, wrapBroker(err, fmt.Sprintf("declare %s %q", o.kind, o.name))
+		}
+		if c.Existing == unknownValue && current == nil && opts.Management != nil {
+			if current, err = opts.Management.objects(ctx); err != nil {
+				log.Warn().Err(err).Msg("cannot read the existing arguments through the management API")
+				current = map[string]*vhostObject{}
+			}
+		}
+		c.fill(o.args, o.typ, current[o.key()].props(o.kind))
+		conflicts = append(conflicts, c)
+		conflictOf[o.key()] = c
+	}
+	// A redeclare of an x-delayed-message exchange compares none of the plugin's own arguments
+	// (the plugin hands the check to the delayed type, which looks at alternate-exchange only;
+	// seen on 3.10.8): an existing plugin exchange with another x-delayed-type would take every
+	// plugin publish and route it nowhere. The management API shows its arguments.
+	for _, o := range existing {
+		if !o.plugin || conflictOf[o.key()] != nil || opts.Management == nil {
+			continue
+		}
+		if current == nil {
+			if current, err = opts.Management.objects(ctx); err != nil {
+				log.Warn().Err(err).Msg("cannot read the plugin exchange's arguments through the management API")
+				current = map[string]*vhostObject{}
+			}
+		}
+		got, ok := current[o.key()]
+		if !ok {
+			continue
+		}
+		have, want := "none", fmt.Sprint(o.args["x-delayed-type"])
+		if v, ok := got.Arguments["x-delayed-type"]; ok {
+			have = fmt.Sprint(v)
+		}
+		if have != want {
+			c := &ConflictError{Kind: string(KindExchange), Name: o.name, Argument: "x-delayed-type", Existing: have, Wanted: want}
+			conflicts = append(conflicts, c)
+			conflictOf[o.key()] = c
+		}
+	}
+	return conflicts, conflictOf, nil
+}
+
+// declareFailed records the first failed declaration of a phase in its row and returns the
+// error Apply returns.
+func declareFailed(row *Result, err error) error {
+	werr := wrapBroker(err, fmt.Sprintf("declare %s %q", row.Kind, row.Name))
+	var c *ConflictError
+	if errors.As(werr, &c) {
+		row.State, row.Detail = StateConflict, conflictDetail(c)
+	} else {
+		row.Detail = werr.Error()
+	}
+	return werr
+}
+
+// conflictDetail is the Detail of a conflict's row.
+func conflictDetail(c *ConflictError) string {
+	return fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
+}
+
+// planObject is one exchange or queue of a plan, as Apply looks it up and declares it.
+type planObject struct {
+	kind   Kind
+	name   string
+	typ    string // the exchange type
+	args   amqp.Table
+	plugin bool // the delayed-message plugin's exchange
+	marker bool // a marker exchange, declared last
+	decl   job
+}
+
+// objectsOf lists the exchanges, then the queues, of p in plan order. A queue with a Slot is
+// declared through nodes[Slot mod len(nodes)] when nodes are given.
+func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
+	var objects []planObject
+	for _, e := range p.Exchanges {
+		objects = append(objects, planObject{kind: KindExchange, name: e.Name, typ: e.Type, args: e.Args,
+			plugin: e.Role == RolePlugin, marker: e.Marker, decl: declareExchange(e)})
+	}
+	for _, q := range p.Queues {
+		decl := declareQueue(q)
+		if q.Slot >= 0 && len(nodes) > 0 {
+			decl = declareQueueOn(q, nodes[q.Slot%len(nodes)])
+		}
+		objects = append(objects, planObject{kind: KindQueue, name: q.Name, args: q.Args, decl: decl})
+	}
+	return objects
+}
+
+func (o planObject) key() string   { return rowKey(o.kind, o.name) }
+func (o planObject) declare() step { return step{o.kind, o.name, o.decl} }
+
+// lookup is a passive declaration: it fails with 404 NOT_FOUND when the object does not exist.
+func (o planObject) lookup() step {
+	if o.kind == KindExchange {
+		return step{o.kind, o.name, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(o.name, o.typ, true, false, false, false, nil)
+		}}
+	}
+	return step{o.kind, o.name, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclarePassive(o.name, true, false, false, false, nil)
+		return err
+	}}
+}
+
+// survey finds, with passive declarations, which of objects exist (by planObject.key).
+func survey(r *runner, objects []planObject) (map[string]bool, error) {
+	steps := make([]step, len(objects))
+	for i, o := range objects {
+		steps[i] = o.lookup()
+	}
+	errs, err := r.look(steps)
+	if err != nil {
+		return nil, fmt.Errorf("topology: look up existing objects: %w", err)
+	}
+	exists := map[string]bool{}
+	for i, e := range errs {
+		s := steps[i]
+		switch {
+		case e == nil:
+			exists[s.key()] = true
+		case code(e) == amqp.NotFound:
+		default:
+			return nil, wrapBroker(e, fmt.Sprintf("look up %s %q", s.kind, s.name))
+		}
+	}
+	return exists, nil
+}
+
+func declareExchange(e Exchange) job {
+	return func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, e.Args)
+	}
+}
+
+func declareQueue(q Queue) job {
+	return func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
+		return err
+	}
+}
+
+// declareQueueOn declares q on a channel of its own on conn (a connection to the node that is to
+// lead q), not on the worker's channel.
+func declareQueueOn(q Queue, conn *amqp.Connection) job {
+	return func(*amqp.Channel) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("topology: open channel to place queue %q: %w", q.Name, err)
+		}
+		defer ch.Close()
+		_, err = ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
+		return err
+	}
+}
+
+func declareBinding(b Binding) job {
+	return func(ch *amqp.Channel) error {
+		if b.DestinationType == DestExchange {
+			return ch.ExchangeBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
+		}
+		return ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
+	}
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// targetNames returns the names of ts.
+func targetNames(ts []delayspec.Target) []string {
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+// checkPolicies returns the policy problems of p once its objects are declared. A queue gone
+// by then was deleted right after Apply declared it (an expires policy deletes an idle queue
+// a second after it applies), so it is declared again and read at once, twice at most: the
+// policy that deletes it is named while the queue exists. Errors wrap ErrManagement, or
+// ErrPolicy when a queue is deleted every time.
+func checkPolicies(r *runner, m *Management, p *Plan, objects []planObject) ([]PolicyProblem, error) {
+	for attempt := 1; ; attempt++ {
+		probs, _, missing, err := m.policyProblems(r.ctx, p)
+		if err != nil || len(missing) == 0 {
+			return probs, err
+		}
+		if attempt == 3 {
+			return probs, fmt.Errorf("%w: queue %q is deleted right after declare apply declares it (%d times): an expires "+
+				"policy in effect on it, or another client; see the policies of the vhost", ErrPolicy, missing[0], attempt)
+		}
+		gone := make(map[string]bool, len(missing))
+		for _, name := range missing {
+			gone[name] = true
+		}
+		var steps []step
+		for _, o := range objects {
+			if o.kind == KindQueue && gone[o.name] {
+				steps = append(steps, o.declare())
+			}
+		}
+		if len(steps) == 0 { // not Apply's queues
+			return probs, nil
+		}
+		if err := r.runUnrecorded(steps, "declare"); err != nil {
+			return nil, err
+		}
+	}
+}

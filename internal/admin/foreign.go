@@ -1,0 +1,62 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// foreignObjects returns an error wrapping ErrInvalidSpec when a target, a ready queue's exchange
+// or a ready queue of p is an object of another prefix's topology that exists in the vhost
+// (ForeignPrefixes, then a passive declare of that prefix's parking queue): binding it into this
+// topology would send this topology's messages into the other's delay queues, parking queue or
+// exchanges.
+func foreignObjects(ctx context.Context, conn *amqp.Connection, p *Plan) error {
+	type candidate struct{ what, name, prefix string }
+	var cands []candidate
+	own := p.Names.Prefix
+	for _, t := range p.Spec.Targets {
+		for _, prefix := range delayspec.ForeignPrefixes(t.Name, own, false, false) {
+			cands = append(cands, candidate{"target exchange", t.Name, prefix})
+		}
+	}
+	for _, r := range p.Spec.ReadyQueues {
+		for _, prefix := range delayspec.ForeignPrefixes(r.Exchange, own, false, false) {
+			cands = append(cands, candidate{"ready queue's exchange", r.Exchange, prefix})
+		}
+		for _, prefix := range delayspec.ForeignPrefixes(r.Queue, own, true, true) {
+			cands = append(cands, candidate{"ready queue", r.Queue, prefix})
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	jobs := make([]job, len(cands))
+	for i, c := range cands {
+		parking := delayspec.Names{Prefix: c.prefix}.Parking()
+		jobs[i] = func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(parking, true, false, false, false, nil)
+			return err
+		}
+	}
+	errs, err := runJobs(ctx, conn, DefaultWorkers, false, jobs)
+	if err != nil {
+		return fmt.Errorf("topology: check for other prefixes' topologies: %w", err)
+	}
+	var found []error
+	for i, c := range cands {
+		switch {
+		case errs[i] == nil:
+			found = append(found, fmt.Errorf("%w: %s %q is an object of the delay topology of prefix %q in this vhost (its "+
+				"parking queue %q exists): binding it into this topology would send this topology's messages into that one's; "+
+				"choose another name", delayspec.ErrInvalidSpec, c.what, c.name, c.prefix, delayspec.Names{Prefix: c.prefix}.Parking()))
+		case code(errs[i]) == amqp.NotFound:
+		default:
+			return wrapBroker(errs[i], fmt.Sprintf("check whether prefix %q has a topology", c.prefix))
+		}
+	}
+	return errors.Join(found...)
+}

@@ -1,0 +1,112 @@
+package admin
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// connListWait bounds how long placeCopies waits for its connections to appear in the
+// management API's connection list: RabbitMQ lists a connection once its first statistics are
+// emitted (collect_statistics_interval, 5 s by default; seen 3-4 s on 3.10.8).
+const connListWait = 20 * time.Second
+
+// connNodes returns the node each of conns is attached to, by index, from the management API's
+// connection list (GET /api/vhosts/<vhost>/connections, matched by the client's local port,
+// which RabbitMQ reports as peer_port), asking every second until all are listed or
+// connListWait has passed. ok is false when one of them is still not found (a proxy between
+// client and broker): the caller then places by slot alone.
+func (m *Management) connNodes(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool, err error) {
+	deadline := time.Now().Add(connListWait)
+	for {
+		nodes, ok, err = m.connNodesOnce(ctx, conns)
+		if err != nil || ok || time.Now().After(deadline) {
+			return nodes, ok, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (m *Management) connNodesOnce(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool, err error) {
+	var raw []struct {
+		Node     string `json:"node"`
+		PeerPort int    `json:"peer_port"`
+	}
+	if err := m.get(ctx, "api/vhosts/"+url.PathEscape(m.vhost)+"/connections?columns=node,peer_port", &raw); err != nil {
+		return nil, false, err
+	}
+	byPort := map[int][]string{}
+	for _, c := range raw {
+		byPort[c.PeerPort] = append(byPort[c.PeerPort], c.Node)
+	}
+	for _, c := range conns {
+		a, isTCP := c.LocalAddr().(*net.TCPAddr)
+		if !isTCP || len(byPort[a.Port]) != 1 {
+			return nil, false, nil
+		}
+		nodes = append(nodes, byPort[a.Port][0])
+	}
+	return nodes, true, nil
+}
+
+// placeCopies chooses, for each ladder queue of p that does not exist yet (exists: by the
+// report's row key), the connection of conns to declare it through, so that it leads from a
+// node that leads no other copy of the same queue (level and digit): the leaders of the copies
+// that exist are read from the management API, and each missing copy takes the first node
+// from its slot on (Queue.Slot, then Slot+1, ...) that none of its copies leads yet, or its
+// slot's node when every node leads one (more copies than nodes). It returns nil, to place by
+// slot alone, when the nodes of conns cannot be told (see connNodes).
+func placeCopies(ctx context.Context, m *Management, p *Plan, conns []*amqp.Connection, exists map[string]bool) (map[string]int, error) {
+	nodes, ok, err := m.connNodes(ctx, conns)
+	if err != nil || !ok {
+		return nil, err
+	}
+	queues, err := m.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type ld struct {
+		level, digit int
+		lastHop      bool
+	}
+	used := map[ld]map[string]bool{}
+	for _, q := range p.Queues {
+		if q.Role != RoleLadder {
+			continue
+		}
+		k := ld{q.Level, q.Digit, q.LastHop}
+		if used[k] == nil {
+			used[k] = map[string]bool{}
+		}
+		if exists[rowKey(KindQueue, q.Name)] {
+			if l := queues[q.Name].Leader; l != "" {
+				used[k][l] = true
+			}
+		}
+	}
+	out := map[string]int{}
+	n := len(conns)
+	for _, q := range p.Queues {
+		if q.Role != RoleLadder || q.Slot < 0 || exists[rowKey(KindQueue, q.Name)] {
+			continue
+		}
+		u := used[ld{q.Level, q.Digit, q.LastHop}]
+		pick := q.Slot % n
+		for j := range n {
+			if i := (q.Slot + j) % n; !u[nodes[i]] {
+				pick = i
+				break
+			}
+		}
+		u[nodes[pick]] = true
+		out[q.Name] = pick
+	}
+	return out, nil
+}

@@ -1,0 +1,683 @@
+package admin
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// Role says what part of the delay topology an exchange, queue or binding plays.
+type Role string
+
+// Roles.
+const (
+	// RoleDispatch is the dispatch exchange D and its bindings to the targets.
+	RoleDispatch Role = "dispatch"
+	// RoleUnroutable is D's alternate exchange, the targets' alternate exchange
+	// (<prefix>.due-unroutable), and their bindings to the parking queue.
+	RoleUnroutable Role = "unroutable"
+	// RoleParking is the parking queue: due messages that no target took.
+	RoleParking Role = "parking"
+	// RoleLadder is a ladder exchange, ladder queue, or one of their bindings.
+	RoleLadder Role = "ladder"
+	// RoleBucket is the bucket exchange, a bucket queue, or a bucket binding.
+	RoleBucket Role = "bucket"
+	// RolePlugin is the x-delayed-message exchange and its binding to D.
+	RolePlugin Role = "plugin"
+	// RoleTarget is a target exchange declared by the topology (a target given as name:type).
+	RoleTarget Role = "target"
+	// RoleReady is a ready queue and its binding.
+	RoleReady Role = "ready"
+)
+
+// Exchange is one exchange of a [Plan]. Every exchange is durable, not auto-delete and not
+// internal.
+type Exchange struct {
+	// Name is the exchange name.
+	Name string `json:"name"`
+	// Type is headers, fanout, direct, topic or x-delayed-message.
+	Type string `json:"type"`
+	// Args are the exchange arguments (alternate-exchange, x-delayed-type), or nil.
+	Args amqp.Table `json:"arguments,omitempty"`
+	// Role is the exchange's part in the topology.
+	Role Role `json:"role"`
+	// Level is the ladder level of a RoleLadder exchange (a level's headers exchange, its
+	// last-hop exchange, or the entry exchange of one of its queues: see Type and the name),
+	// -1 otherwise and for the markers.
+	Level int `json:"level"`
+	// Shard is the copy of the ladder a ladder exchange with Level >= 0 belongs to (0 to
+	// Spec.Shards-1; see [Spec.Shards]), 0 for other exchanges.
+	Shard int `json:"shard,omitempty"`
+	// Marker is set for the empty exchanges whose existence tells publishers what was
+	// declared: the ladder marker ([Names.LadderMarker]), the markers of its copies, last-hop
+	// queues and entry exchanges ([Names.ShardsMarker], [Names.LastHopMarker],
+	// [Names.EntryMarker]) and the target markers ([Names.TargetMarker]). Apply declares them
+	// last.
+	Marker bool `json:"marker,omitempty"`
+}
+
+// Queue is one queue of a [Plan]. Every queue is durable, not exclusive and not auto-delete,
+// and never has x-expires (an unused queue would be deleted with the messages it holds).
+type Queue struct {
+	// Name is the queue name.
+	Name string `json:"name"`
+	// Args are the queue arguments (x-queue-type, x-message-ttl, x-dead-letter-exchange,
+	// x-dead-letter-strategy, x-overflow), or nil.
+	Args amqp.Table `json:"arguments,omitempty"`
+	// Role is RoleLadder, RoleBucket (the delay queues), RoleParking or RoleReady.
+	Role Role `json:"role"`
+	// Level and Digit place a ladder queue; both are -1 for other queues.
+	Level int `json:"level"`
+	Digit int `json:"digit"`
+	// LastHop marks a ladder's last-hop queue ([Names.LadderLastHopQueueShard]): the TTL of the
+	// queue of the same Level and Digit, dead-lettering into the dispatch exchange.
+	LastHop bool `json:"last_hop,omitempty"`
+	// Shard is the copy of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for
+	// other queues.
+	Shard int `json:"shard,omitempty"`
+	// Slot places the queue's leader when the ladder has copies (Spec.Shards > 1): Apply
+	// declares it through connection Slot mod len(ApplyOptions.Nodes), so that the copies of
+	// one ladder queue (slots i, i+1, ..., i+Shards-1 for the i-th ladder queue) get their
+	// leaders on different nodes. -1 for queues placed by the policy's leader locator (every
+	// queue of a topology with one ladder) or declared through Apply's own connection.
+	Slot int `json:"slot"`
+	// TTL is the x-message-ttl of a delay queue in milliseconds, 0 for other queues.
+	TTL int64 `json:"ttl_ms,omitempty"`
+	// DeadLetterExchange is where a delay queue dead-letters expired messages, "" for others.
+	DeadLetterExchange string `json:"dead_letter_exchange,omitempty"`
+}
+
+// IsDelay reports whether q is a delay queue (a ladder or bucket queue): a queue that must
+// never have a consumer, because a consumer would take its messages before they are due.
+func (q Queue) IsDelay() bool { return q.Role == RoleLadder || q.Role == RoleBucket }
+
+// Destination types of a [Binding], as RabbitMQ's definitions JSON spells them.
+const (
+	DestQueue    = "queue"
+	DestExchange = "exchange"
+)
+
+// Binding is one binding of a [Plan]: from the Source exchange to a queue or, for
+// exchange-to-exchange bindings (https://www.rabbitmq.com/docs/e2e), to an exchange.
+type Binding struct {
+	// Source is the exchange the binding routes from.
+	Source string `json:"source"`
+	// Destination is the queue or exchange it routes to.
+	Destination string `json:"destination"`
+	// DestinationType is DestQueue or DestExchange.
+	DestinationType string `json:"destination_type"`
+	// RoutingKey is the binding key ("" for headers and fanout exchanges).
+	RoutingKey string `json:"routing_key"`
+	// Args are the binding arguments: for headers exchanges x-match and the header values
+	// (integers as int64, see package ttlbuckets), or nil.
+	Args amqp.Table `json:"arguments,omitempty"`
+	// Role is the binding's part in the topology.
+	Role Role `json:"role"`
+	// Tier orders the bindings for declaration: tier 0 bindings lead out of the dispatch
+	// exchange and its alternate exchange; a binding of tier n routes into an exchange whose
+	// bindings are all of tier < n. Declaring by ascending tier means a binding never routes
+	// into an exchange whose own bindings are not declared yet.
+	Tier int `json:"tier"`
+}
+
+// String describes the binding: "source -> destination (queue) key=... {args}".
+func (b Binding) String() string {
+	var sb strings.Builder
+	sb.WriteString(b.Source)
+	sb.WriteString(" -> ")
+	sb.WriteString(b.Destination)
+	if b.DestinationType == DestExchange {
+		sb.WriteString(" (exchange)")
+	}
+	if b.RoutingKey != "" {
+		sb.WriteString(" key=")
+		sb.WriteString(b.RoutingKey)
+	}
+	if len(b.Args) > 0 {
+		sb.WriteString(" ")
+		sb.WriteString(FormatArgs(b.Args))
+	}
+	return sb.String()
+}
+
+// Plan is the exact set of exchanges, queues and bindings that a [Spec] declares, each list
+// in declaration order (the dependency-safe order Apply uses). Build one with [NewPlan];
+// do not modify its tables.
+type Plan struct {
+	// Spec is the specification, with its defaults filled in.
+	Spec delayspec.Spec `json:"-"`
+	// Names is the naming rule of Spec.Prefix.
+	Names delayspec.Names `json:"-"`
+	// Ladder is Spec.Ladder with its defaults filled in.
+	Ladder ttlbuckets.Ladder `json:"-"`
+	// Exchanges are the exchanges to declare: D's alternate exchange, D, targets given as
+	// name:type, the ladder levels' and last-hop exchanges, the markers, the bucket exchange,
+	// the plugin exchange, and the entry exchange of every ladder and last-hop queue
+	// ([Names.LadderEntryExchange]).
+	Exchanges []Exchange `json:"exchanges"`
+	// Queues are the queues to declare: parking, ready queues, ladder queues, bucket queues.
+	Queues []Queue `json:"queues"`
+	// Bindings are the bindings to declare, by ascending Tier.
+	Bindings []Binding `json:"bindings"`
+	// Existing are exchanges the topology binds to but does not declare: targets given
+	// without a type and the exchanges of ready queues that are not such targets. Apply
+	// fails with ErrTargetMissing, before declaring anything, when one does not exist.
+	Existing []string `json:"existing_exchanges"`
+	// Policies are the policies Apply sets through the management API (AMQP cannot set
+	// policies): [Names.DelayQueuesPolicy] on the delay queues and the parking queue, and
+	// [Names.TargetsPolicy] on the target exchanges.
+	Policies []Policy `json:"policies"`
+}
+
+// Policy is one RabbitMQ policy of a [Plan] (https://www.rabbitmq.com/docs/policies), in the
+// form of the management API and the definitions format.
+type Policy struct {
+	// Name is the policy name.
+	Name string `json:"name"`
+	// Pattern is the regular expression (PCRE, matched against the whole name) selecting the
+	// queues or exchanges: the plan's own names, quoted and anchored.
+	Pattern string `json:"pattern"`
+	// ApplyTo is "queues" or "exchanges".
+	ApplyTo string `json:"apply-to"`
+	// Priority is Spec.PolicyPriority.
+	Priority int `json:"priority"`
+	// Definition is the policy's keys and values.
+	Definition map[string]any `json:"definition"`
+	// Role is RoleLadder for the delay-queue policy and RoleTarget for the target policy.
+	Role Role `json:"role"`
+}
+
+// Policy apply-to values.
+const (
+	ApplyToQueues    = "queues"
+	ApplyToExchanges = "exchanges"
+)
+
+// exactPattern returns a PCRE pattern matching exactly the given names.
+func exactPattern(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = regexp.QuoteMeta(n)
+	}
+	return "^(?:" + strings.Join(q, "|") + ")$"
+}
+
+// NewPlan returns the topology s describes, computed from package ttlbuckets
+// ([ttlbuckets.DelayQueues], [ttlbuckets.Ladder.Next], [ttlbuckets.DigitHeader]). It does no
+// I/O. The plugin exchange and its binding are included unless s.Plugin is PluginOff; use
+// [Plan.ForPlugin] once the broker's answer is known. It returns an error wrapping
+// ErrInvalidSpec (with every problem of [Spec.Validate]) when s is invalid.
+func NewPlan(s delayspec.Spec) (*Plan, error) {
+	s = s.WithDefaults()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	ladder, buckets, err := s.LadderOrBuckets()
+	if err != nil {
+		return nil, err
+	}
+	n := s.Names()
+	p := &Plan{Spec: s, Names: n, Ladder: ladder}
+	// A target named like the topology's retry exchange (the consumer package's Publisher
+	// names it) is that exchange, which addRetry plans with its binding and marker.
+	s.Targets = slices.DeleteFunc(slices.Clone(s.Targets), func(t delayspec.Target) bool { return t.Name == n.Retry() })
+
+	// Where a level hands its messages to, and how far each level is from D (in levels).
+	levels := ladder.Levels()
+	nextExchange := func(level, shard int) string {
+		if next, ok := ladder.Next(level); ok {
+			return n.LadderExchangeShard(next, shard)
+		}
+		return n.Dispatch()
+	}
+	dist := make([]int, levels)
+	for l := range levels {
+		d, cur := 1, l
+		for {
+			next, ok := ladder.Next(cur)
+			if !ok {
+				break
+			}
+			d, cur = d+1, next
+		}
+		dist[l] = d
+	}
+	// Levels nearest to D first: their downstream exists when they are declared.
+	order := make([]int, levels)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return dist[order[i]] < dist[order[j]] })
+
+	// Exchanges.
+	p.Exchanges = append(p.Exchanges,
+		Exchange{Name: n.Unroutable(), Type: amqp.ExchangeFanout, Role: RoleUnroutable, Level: -1},
+		Exchange{Name: n.DueUnroutable(), Type: amqp.ExchangeHeaders, Role: RoleUnroutable, Level: -1},
+		Exchange{Name: n.Dispatch(), Type: amqp.ExchangeHeaders, Args: amqp.Table{"alternate-exchange": n.Unroutable()}, Role: RoleDispatch, Level: -1},
+	)
+	declared := map[string]bool{}
+	for _, t := range s.Targets {
+		if t.Type != "" {
+			p.Exchanges = append(p.Exchanges, Exchange{Name: t.Name, Type: t.Type, Role: RoleTarget, Level: -1})
+			declared[t.Name] = true
+		} else {
+			p.Existing = appendOnce(p.Existing, t.Name)
+		}
+	}
+	for _, r := range s.ReadyQueues {
+		if !declared[r.Exchange] {
+			p.Existing = appendOnce(p.Existing, r.Exchange)
+		}
+	}
+	for k := range s.Shards {
+		for _, l := range order {
+			p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+			if _, ok := ladder.Next(l); ok {
+				p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderLastHopExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+			}
+		}
+	}
+	// The marker records the ladder's geometry for publishers to check (see Names.LadderMarker),
+	// and the shards marker that the copies exist (Names.ShardsMarker).
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderMarker(ladder), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	if s.Shards > 1 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.ShardsMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	}
+	// Every copy has last-hop queues, so both a Publisher of the copies and one of shard 0 alone
+	// may use them (Names.LastHopMarker).
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastHopMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	if s.Shards > 1 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastHopMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	}
+	// Likewise every copy's queues have their entry exchanges (Names.EntryMarker).
+	p.Exchanges = append(p.Exchanges, Exchange{Name: n.EntryMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	if s.Shards > 1 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.EntryMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
+	}
+	if buckets.Len() > 0 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
+	}
+	if s.Plugin != delayspec.PluginOff {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.PluginExchange(), Type: PluginExchangeType,
+			Args: amqp.Table{"x-delayed-type": amqp.ExchangeHeaders}, Role: RolePlugin, Level: -1})
+	}
+
+	// The target markers tell publishers that a target is bound to D (see Names.TargetMarker).
+	for _, t := range s.Targets {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.TargetMarker(t.Name), Type: amqp.ExchangeFanout, Role: RoleDispatch, Level: -1, Marker: true})
+	}
+
+	// Queues.
+	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: plainArgs(s.QueueType), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
+	p.addRevoked() // revoked.go: the revocation stream
+	for _, r := range s.ReadyQueues {
+		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
+	}
+	all := ttlbuckets.DelayQueues(ladder, buckets)
+	byLevel := make([][]ttlbuckets.DelayQueue, levels)
+	var bucketQs []ttlbuckets.DelayQueue
+	for _, q := range all {
+		if q.Kind == ttlbuckets.LadderKind {
+			byLevel[q.Level] = append(byLevel[q.Level], q)
+		} else {
+			bucketQs = append(bucketQs, q)
+		}
+	}
+	// With copies, the i-th ladder queue (by level, then digit) of shard k gets slot i+k: Apply
+	// places it on node (i+k) mod nodes (see Queue.Slot).
+	radix1 := ladder.WithDefaults().Radix - 1
+	for k := range s.Shards {
+		for _, l := range order {
+			for _, q := range byLevel[l] {
+				dlx := nextExchange(l, k)
+				slot := -1
+				if s.Shards > 1 {
+					slot = l*radix1 + q.Digit - 1 + k
+				}
+				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
+					Role: RoleLadder, Level: l, Digit: q.Digit, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: dlx})
+			}
+		}
+	}
+	// Last-hop queues: per level that does not dead-letter into D already, a queue per digit
+	// with the same TTL that does, for the messages whose last hop is there. With copies their
+	// slots follow those of the ladder's queues.
+	for k := range s.Shards {
+		for _, l := range order {
+			if _, ok := ladder.Next(l); !ok {
+				continue
+			}
+			for _, q := range byLevel[l] {
+				slot := -1
+				if s.Shards > 1 {
+					slot = (levels+l)*radix1 + q.Digit - 1 + k
+				}
+				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
+					Role: RoleLadder, Level: l, Digit: q.Digit, LastHop: true, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
+			}
+		}
+	}
+	// Entry exchanges: a fanout exchange per ladder queue and last-hop queue, bound to it alone,
+	// for a message's first hop (Names.LadderEntryExchange).
+	// Its binding has the tier of the level's bindings into the queue (1 for a last-hop queue,
+	// which dead-letters into D): declared once the queue's downstream routes.
+	for _, q := range p.Queues {
+		if q.Role == RoleLadder {
+			x := n.LadderEntryExchange(q.Name)
+			tier := dist[q.Level]
+			if q.LastHop {
+				tier = 1
+			}
+			p.Exchanges = append(p.Exchanges, Exchange{Name: x, Type: amqp.ExchangeFanout, Role: RoleLadder, Level: q.Level, Shard: q.Shard})
+			p.Bindings = append(p.Bindings, Binding{Source: x, Destination: q.Name, DestinationType: DestQueue, Role: RoleLadder, Tier: tier})
+		}
+	}
+	for _, q := range bucketQs {
+		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
+			Role: RoleBucket, Level: -1, Digit: -1, Slot: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
+	}
+
+	// Bindings, by tier.
+	p.Bindings = append(p.Bindings, Binding{Source: n.Unroutable(), Destination: n.Parking(), DestinationType: DestQueue, Role: RoleUnroutable})
+	for _, t := range s.Targets {
+		p.Bindings = append(p.Bindings, Binding{Source: n.DueUnroutable(), Destination: n.Parking(), DestinationType: DestQueue,
+			Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}, Role: RoleUnroutable})
+	}
+	for _, t := range s.Targets {
+		p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: t.Name, DestinationType: DestExchange,
+			Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}, Role: RoleDispatch})
+	}
+	for _, r := range s.ReadyQueues {
+		p.Bindings = append(p.Bindings, Binding{Source: r.Exchange, Destination: r.Queue, DestinationType: DestQueue,
+			RoutingKey: r.BindingKey, Role: RoleReady})
+	}
+	for _, q := range bucketQs {
+		p.Bindings = append(p.Bindings, Binding{Source: n.BucketExchange(), Destination: n.BucketQueue(q.TTL), DestinationType: DestQueue,
+			Args: amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: q.TTL}, Role: RoleBucket, Tier: 1})
+	}
+	if s.Plugin != delayspec.PluginOff {
+		p.Bindings = append(p.Bindings, Binding{Source: n.PluginExchange(), Destination: n.Dispatch(), DestinationType: DestExchange,
+			Args: amqp.Table{"x-match": "all"}, Role: RolePlugin, Tier: 1})
+	}
+	for k := range s.Shards {
+		for _, l := range order {
+			h := ttlbuckets.DigitHeader(l)
+			for _, q := range byLevel[l] {
+				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: n.LadderQueueShard(l, q.Digit, k), DestinationType: DestQueue,
+					Args: amqp.Table{"x-match": "all", h: int64(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
+			}
+			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
+				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
+			// A message whose last hop is digit d of level l goes into the last-hop queue, which
+			// dead-letters straight to D (ttlbuckets.Ladder.EncodeRoute), through the level's
+			// last-hop exchange: a headers exchange tests every one of its bindings against
+			// every message, so the level's exchange keeps radix + 1 bindings instead of
+			// 2 x radix - 1 for the messages that only pass through it or hop at it. The
+			// last-hop exchange's bindings lead to queues that dead-letter to D: tier 1, with the
+			// buckets', before the binding that routes into it.
+			if _, ok := ladder.Next(l); ok {
+				lx := n.LadderLastHopExchangeShard(l, k)
+				for _, q := range byLevel[l] {
+					args := amqp.Table{"x-match": "all", h: ladder.LastHopValue(q.Digit)}
+					p.Bindings = append(p.Bindings, Binding{Source: lx, Destination: n.LadderLastHopQueueShard(l, q.Digit, k), DestinationType: DestQueue,
+						Args: args, Role: RoleLadder, Tier: 1})
+				}
+				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: lx, DestinationType: DestExchange,
+					Args: amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[l]})
+			}
+		}
+	}
+	p.addRetry() // retry.go: the consumer's way back to one queue
+	sort.SliceStable(p.Bindings, func(i, j int) bool { return p.Bindings[i].Tier < p.Bindings[j].Tier })
+
+	// Policies: see Plan.Policies and the package documentation's "Policies" section.
+	targets := make([]string, len(s.Targets))
+	for i, t := range s.Targets {
+		targets[i] = t.Name
+	}
+	p.Policies = []Policy{
+		{Name: n.DelayQueuesPolicy(), Pattern: n.DelayQueuesPattern(), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+			Definition: policyDefinition(s.QueueType, s.Shards), Role: RoleLadder},
+		{Name: n.TargetsPolicy(), Pattern: exactPattern(targets), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
+			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
+		{Name: n.RevokedPolicy(), Pattern: exactPattern([]string{n.Revoked()}), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+			Definition: map[string]any{"max-age": revokedMaxAge(s)}, Role: RoleRevoked},
+	}
+	return p, nil
+}
+
+// policyDefinition is the definition of the delay-queue policy: only values the queues' own
+// arguments already imply, so applying it changes nothing, and its priority shadows every
+// lower-priority policy (RabbitMQ applies one policy per queue, the highest-priority one).
+// overflow reject-publish is what quorum at-least-once dead-lettering needs (for quorum
+// queues a policy's overflow takes precedence over the x-overflow argument); on a classic
+// queue it makes a length limit set by an operator policy refuse publishes (the publisher
+// sees a nack) instead of dropping the oldest message.
+//
+// Quorum queues also get queue-leader-locator balanced ([LeaderLocatorBalanced]), the one key
+// that is not already an argument of the queues: it decides only where a new queue's leader
+// is placed, so it changes nothing for existing queues, and a policy (unlike a new
+// x-queue-leader-locator argument, which an existing queue would refuse with 406
+// PRECONDITION_FAILED) can be added to a deployed topology. Classic queues never get it: on
+// 3.x a classic queue does not support the key, and a policy holding a key its queue type
+// does not support does not apply to that queue at all (rabbit_queue_type:is_policy_applicable;
+// rabbit_classic_queue:capabilities lists queue-leader-locator among its unsupported policies
+// on 3.10), which would leave the classic queues unshadowed.
+//
+// With shards of the ladder (shards > 1) the policy has no queue-leader-locator: Apply places
+// the ladder queues itself (see [Queue.Slot]), and a policy's locator would win over the
+// node of the declaring connection. The queues are then placed by the node's
+// queue_leader_locator setting, client-local unless the operator changed it: on the node the
+// declaring connection is attached to (rabbit_queue_location:leader_locator/1, 3.10.8 and
+// 4.0.5).
+func policyDefinition(t delayspec.QueueType, shards int) map[string]any {
+	d := map[string]any{"overflow": "reject-publish"}
+	if t == delayspec.Quorum {
+		d["dead-letter-strategy"] = "at-least-once"
+		if shards <= 1 {
+			d["queue-leader-locator"] = LeaderLocatorBalanced
+		}
+	}
+	return d
+}
+
+// LeaderLocatorBalanced is the queue-leader-locator value the delay-queue policy gives quorum
+// queues ([Plan.Policies]): RabbitMQ places a new quorum queue's leader on the running member
+// node that leads the fewest quorum queues (of every vhost) at that moment, or on a random
+// running member once the cluster has queue_count_start_random_selection (1,000) queues or
+// more. Without it, a new quorum queue's leader is the node the declaring client is connected
+// to ("client-local", the default), so one apply put every leader of the topology on one
+// node. The policy value wins over an x-queue-leader-locator argument. Source:
+// rabbit_queue_location (leader_locator/1, leader_node/6) in RabbitMQ 3.10.8 and 4.0.5, both
+// of which accept "balanced" (3.10 maps the older "random" and "least-leaders" to it).
+const LeaderLocatorBalanced = "balanced"
+
+// readyArgs are the arguments of a ready queue: quorum ones get an explicit delivery limit and
+// dead-letter to <prefix>.unroutable, so a message returned too often is parked, not
+// redelivered forever (3.x) or dropped (4.x, whose default limit is 20).
+func readyArgs(s delayspec.Spec, n delayspec.Names) amqp.Table {
+	a := plainArgs(s.QueueType)
+	if s.QueueType == delayspec.Quorum && s.ReadyDeliveryLimit != delayspec.NoReadyDeliveryLimit {
+		a["x-delivery-limit"] = int64(s.ReadyDeliveryLimit)
+		a["x-dead-letter-exchange"] = n.Unroutable()
+	}
+	return a
+}
+
+// PluginExchangeType is the exchange type of the rabbitmq_delayed_message_exchange plugin.
+const PluginExchangeType = "x-delayed-message"
+
+func appendOnce(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// delayArgs are the arguments of a delay queue: its type, per-queue TTL and dead-letter
+// exchange, no dead-letter routing key (the message keeps its own), never x-expires. Quorum
+// queues add at-least-once dead-lettering, which needs x-overflow reject-publish
+// (https://www.rabbitmq.com/docs/quorum-queues#dead-lettering).
+func delayArgs(t delayspec.QueueType, ttl int64, dlx string) amqp.Table {
+	a := amqp.Table{"x-queue-type": string(t), "x-message-ttl": ttl, "x-dead-letter-exchange": dlx}
+	if t == delayspec.Quorum {
+		a["x-dead-letter-strategy"] = "at-least-once"
+		a["x-overflow"] = "reject-publish"
+	}
+	return a
+}
+
+// plainArgs are the arguments of parking and ready queues: their type. A classic queue names
+// its type too: without x-queue-type, RabbitMQ 4.x gives a queue its vhost's default queue
+// type, so a vhost defaulting to quorum would make every "classic" queue a quorum queue
+// without the delay queues' dead-letter settings. An existing classic queue declared without
+// the argument takes the declaration with it as equivalent (3.10.8 and 4.0.5, checked).
+func plainArgs(t delayspec.QueueType) amqp.Table {
+	return amqp.Table{"x-queue-type": string(t)}
+}
+
+// HasPlugin reports whether p includes the plugin exchange.
+func (p *Plan) HasPlugin() bool {
+	for _, e := range p.Exchanges {
+		if e.Role == RolePlugin {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutPlugin returns a copy of p without the plugin exchange and its binding.
+func (p *Plan) WithoutPlugin() *Plan {
+	c := *p
+	c.Exchanges = nil
+	for _, e := range p.Exchanges {
+		if e.Role != RolePlugin {
+			c.Exchanges = append(c.Exchanges, e)
+		}
+	}
+	c.Bindings = nil
+	for _, b := range p.Bindings {
+		if b.Role != RolePlugin {
+			c.Bindings = append(c.Bindings, b)
+		}
+	}
+	return &c
+}
+
+// ForPlugin returns the plan to apply once it is known whether the broker has the
+// delayed-message plugin (see [ProbePlugin]): with PluginAuto, p itself when available and p
+// without the plugin exchange otherwise; with PluginOn, p when available and an error
+// wrapping ErrPluginUnavailable otherwise; with PluginOff, p (which has no plugin exchange).
+func (p *Plan) ForPlugin(available bool) (*Plan, error) {
+	switch {
+	case p.Spec.Plugin == delayspec.PluginOff || available:
+		return p, nil
+	case p.Spec.Plugin == delayspec.PluginOn:
+		return nil, fmt.Errorf("%w: plugin mode is on but declaring an exchange of type %s failed: enable rabbitmq_delayed_message_exchange on the broker, or use --plugin auto (or off)",
+			ErrPluginUnavailable, PluginExchangeType)
+	default:
+		return p.WithoutPlugin(), nil
+	}
+}
+
+// ForBroker returns the plan to apply on a broker of RabbitMQ major version major (0:
+// unknown, taken as 3). From 4.0 a quorum queue without a delivery limit has one of 20 (a
+// message returned more often is dead-lettered, or dropped), so on 4.x the delay-queue policy of
+// a quorum topology also sets delivery-limit -1 (none; 3.x refuses -1 and has no default): the
+// parking queue keeps a parked message however often a reader gives it back. A ready queue is
+// the application's and keeps its arguments ([Spec.ReadyDeliveryLimit]). p is not changed.
+func (p *Plan) ForBroker(major int) *Plan {
+	if major < 4 || p.Spec.QueueType != delayspec.Quorum {
+		return p
+	}
+	c := *p
+	c.Policies = make([]Policy, len(p.Policies))
+	copy(c.Policies, p.Policies)
+	for i, pol := range c.Policies {
+		if pol.Name != p.Names.DelayQueuesPolicy() {
+			continue
+		}
+		def := make(map[string]any, len(pol.Definition)+1)
+		for k, v := range pol.Definition {
+			def[k] = v
+		}
+		def["delivery-limit"] = -1
+		c.Policies[i].Definition = def
+	}
+	return &c
+}
+
+// ServerMajor is the RabbitMQ major version conn's server announces (its "version"
+// property, e.g. "4.0.5"), or 0 when it does not say (or conn is nil): the argument of
+// [Plan.ForBroker].
+func ServerMajor(conn *amqp.Connection) int {
+	if conn == nil {
+		return 0
+	}
+	v, _ := conn.Properties["version"].(string)
+	major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	return major
+}
+
+// DelayQueues returns the plan's delay queues (ladder and bucket queues), in plan order.
+func (p *Plan) DelayQueues() []Queue {
+	var out []Queue
+	for _, q := range p.Queues {
+		if q.IsDelay() {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// Queue returns the plan's queue named name.
+func (p *Plan) Queue(name string) (Queue, bool) {
+	for _, q := range p.Queues {
+		if q.Name == name {
+			return q, true
+		}
+	}
+	return Queue{}, false
+}
+
+// Exchange returns the plan's exchange named name.
+func (p *Plan) Exchange(name string) (Exchange, bool) {
+	for _, e := range p.Exchanges {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Exchange{}, false
+}
+
+// FormatArgs formats a table as {k=v, ...} with sorted keys, for tables and messages.
+func FormatArgs(t amqp.Table) string {
+	if len(t) == 0 {
+		return "{}"
+	}
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var sb strings.Builder
+	sb.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%s=%v", k, t[k])
+	}
+	sb.WriteByte('}')
+	return sb.String()
+}

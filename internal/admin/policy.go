@@ -1,0 +1,949 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
+)
+
+// KindPolicy is the kind of a policy in a [Report].
+const KindPolicy Kind = "policy"
+
+// managedPolicy is a policy as GET /api/policies/<vhost> (or /api/operator-policies/<vhost>)
+// lists it.
+type managedPolicy struct {
+	Name       string         `json:"name"`
+	Pattern    string         `json:"pattern"`
+	ApplyTo    string         `json:"apply-to"`
+	Priority   json.Number    `json:"priority"`
+	Definition map[string]any `json:"definition"`
+}
+
+// policies returns the vhost's policies (operator: its operator policies) by name.
+func (m *Management) policies(ctx context.Context, operator bool) (map[string]managedPolicy, error) {
+	kind := "policies"
+	if operator {
+		kind = "operator-policies"
+	}
+	var raw []managedPolicy
+	if err := m.get(ctx, "api/"+kind+"/"+url.PathEscape(m.vhost), &raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string]managedPolicy, len(raw))
+	for _, p := range raw {
+		out[p.Name] = p
+	}
+	return out, nil
+}
+
+// samePolicy reports whether the broker's policy has the plan policy's pattern, apply-to,
+// priority and definition (values compared by their printed form: JSON numbers).
+func samePolicy(have managedPolicy, want Policy) bool {
+	if have.Pattern != want.Pattern || have.ApplyTo != want.ApplyTo || have.Priority.String() != strconv.Itoa(want.Priority) ||
+		len(have.Definition) != len(want.Definition) {
+		return false
+	}
+	for k, v := range want.Definition {
+		if fmt.Sprint(have.Definition[k]) != fmt.Sprint(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// policyAdvice is what to do when the management API refuses to write a policy.
+func policyAdvice(err error) string {
+	switch httpStatus(err) {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return ": setting policies needs a user with the policymaker (or administrator) tag and configure permission on the vhost " +
+			"(rabbitmqctl set_user_tags <user> policymaker), or set them yourself with the rabbitmqctl commands of [Plan.PolicyCommands]"
+	}
+	return ""
+}
+
+// SetPolicies creates or updates p's policies ([Plan.Policies]) in the client's vhost and
+// reports each as StateCreated, StateUnchanged or StateUpdated (with dryRun: StateMissing or
+// StateUpdated, nothing written). A policy of the same name with another pattern, priority or
+// definition is overwritten: the names are the topology's own ([Names.DelayQueuesPolicy],
+// [Names.TargetsPolicy]). Errors wrap ErrManagement; a refusal (401/403) says which user tag
+// is needed.
+func (m *Management) SetPolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
+	have, err := m.policies(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, pol := range p.Policies {
+		r := Result{Kind: KindPolicy, Name: pol.Name, State: StateCreated}
+		old, exists := have[pol.Name]
+		switch {
+		case exists && samePolicy(old, pol):
+			r.State = StateUnchanged
+		case exists:
+			r.State = StateUpdated
+			r.Detail = fmt.Sprintf("was pattern %.60q priority %s definition %v", old.Pattern, old.Priority, FormatArgs(old.Definition))
+		case dryRun:
+			r.State = StateMissing
+		}
+		if !dryRun && r.State != StateUnchanged {
+			body := map[string]any{"pattern": pol.Pattern, "apply-to": pol.ApplyTo, "priority": pol.Priority, "definition": pol.Definition}
+			if err := m.do(ctx, http.MethodPut, "api/policies/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(pol.Name), body, nil); err != nil {
+				r.State, r.Detail = StateNotDeclared, err.Error()
+				out = append(out, r)
+				return out, fmt.Errorf("topology: set policy %q: %w%s", pol.Name, err, policyAdvice(err))
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// DeletePolicies deletes p's policies and reports each as StateDeleted or StateAbsent (with
+// dryRun nothing is deleted; what exists is reported as StateDeleted). Errors wrap
+// ErrManagement.
+func (m *Management) DeletePolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
+	have, err := m.policies(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, pol := range p.Policies {
+		r := Result{Kind: KindPolicy, Name: pol.Name, State: StateAbsent}
+		if _, ok := have[pol.Name]; ok {
+			r.State = StateDeleted
+			if !dryRun {
+				err := m.do(ctx, http.MethodDelete, "api/policies/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(pol.Name), nil, nil)
+				if err != nil && httpStatus(err) != http.StatusNotFound {
+					r.State, r.Detail = StateNotDeleted, err.Error()
+					out = append(out, r)
+					return out, fmt.Errorf("topology: delete policy %q: %w%s", pol.Name, err, policyAdvice(err))
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// PolicyCommands returns the rabbitmqctl commands that set p's policies in vhost, for
+// operators who apply without the management API (AMQP cannot set policies).
+func (p *Plan) PolicyCommands(vhost string) []string {
+	if vhost == "" {
+		vhost = "/"
+	}
+	var out []string
+	for _, pol := range p.Policies {
+		def, _ := json.Marshal(pol.Definition)
+		out = append(out, fmt.Sprintf("rabbitmqctl set_policy -p %s --apply-to %s --priority %d %s %s %s",
+			shellQuote(vhost), pol.ApplyTo, pol.Priority, shellQuote(pol.Name), shellQuote(pol.Pattern), shellQuote(string(def))))
+	}
+	return out
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Breakage names the guarantee a policy key breaks (see [PolicyProblem]).
+type Breakage string
+
+// What a policy key can break.
+const (
+	// BreaksEarly: delayed messages arrive before they are due (a message-ttl below a delay
+	// queue's x-message-ttl: RabbitMQ applies the lower of the two).
+	BreaksEarly Breakage = "early"
+	// BreaksDeletes: the queue is deleted with its messages (expires: a delay queue never has
+	// a consumer, so it always counts as unused).
+	BreaksDeletes Breakage = "deletes"
+	// BreaksDrops: messages can be lost (a length limit that drops, a TTL on the parking
+	// queue, an overflow that downgrades quorum dead-lettering to at-most-once).
+	BreaksDrops Breakage = "drops"
+	// BreaksStalls: messages stop moving (a full queue refusing dead-lettered messages, which
+	// then sit in the upstream queue's dead-letter state; a due message no binding takes and
+	// no alternate exchange parks).
+	BreaksStalls Breakage = "stalls"
+	// BreaksRevocations: revocations are deleted from the revocation stream before the
+	// messages they name are due, so revoked messages reach handlers (a max-age below the
+	// stream's retention, a max-length-bytes).
+	BreaksRevocations Breakage = "revocations lost"
+	// BreaksRouting: messages go somewhere they should not (a dead-letter routing key that
+	// replaces the message's own, an alternate exchange on one of the topology's exchanges).
+	BreaksRouting Breakage = "wrong routing"
+	// BreaksUnknown: where an operator policy applies could not be worked out: before
+	// RabbitMQ 4.3 the management API names it only with a queue's statistics, which a new
+	// queue lacks for up to collect_statistics_interval, and its pattern is beyond Go's regexp.
+	BreaksUnknown Breakage = "not checked"
+)
+
+// PolicyProblem is one policy key in effect on a queue or exchange of the topology that breaks
+// (or, with Warning, may break) one of rabbitdelay's guarantees. It is an error: Error
+// describes the policy, the key, the value, the object and what it breaks, and what to do.
+type PolicyProblem struct {
+	// Kind is KindQueue or KindExchange.
+	Kind Kind `json:"kind"`
+	// Object is the queue or exchange name.
+	Object string `json:"object"`
+	// Policy is the name of the policy that sets Key, or "" when the value is the object's
+	// own argument, or when no policy applies where one should (the topology's policy is not
+	// set).
+	Policy string `json:"policy"`
+	// Operator is set when Policy is an operator policy (rabbitmqctl set_operator_policy):
+	// RabbitMQ merges those with the applying policy, the stricter value winning, so no
+	// policy of the topology can shadow them.
+	Operator bool `json:"operator,omitempty"`
+	// Key is the policy key (message-ttl, expires, max-length, ...) or argument.
+	Key string `json:"key"`
+	// Value is the value in effect (JSON numbers as json.Number), nil when missing.
+	Value any `json:"value"`
+	// Breaks is what it breaks.
+	Breaks Breakage `json:"breaks"`
+	// Warning is set for what does not break a guarantee by itself (a target's own alternate
+	// exchange; a delivery limit on the parking queue). Status and Apply do not fail on
+	// warnings.
+	Warning bool `json:"warning,omitempty"`
+	// Why explains the effect.
+	Why string `json:"why"`
+}
+
+// Error describes the problem: `operator policy "p" sets message-ttl = 1000 on queue "q":
+// early: ...; fix: ...`.
+func (pp PolicyProblem) Error() string {
+	var src string
+	switch {
+	case pp.Policy == "" && pp.Value == nil:
+		src = "no policy sets " + pp.Key
+	case pp.Policy == "":
+		src = fmt.Sprintf("the argument %s = %v", pp.Key, pp.Value)
+	case pp.Operator:
+		src = fmt.Sprintf("operator policy %q sets %s = %v", pp.Policy, pp.Key, pp.Value)
+	default:
+		src = fmt.Sprintf("policy %q sets %s = %v", pp.Policy, pp.Key, pp.Value)
+	}
+	return fmt.Sprintf("%s on %s %q: %s: %s", src, pp.Kind, pp.Object, pp.Breaks, pp.Why)
+}
+
+// fix is the advice common to policy problems, by source.
+func (pp PolicyProblem) fix(ours string, priority int) string {
+	switch {
+	case pp.Operator:
+		return fmt.Sprintf("change the operator policy's pattern so it does not match %q, or remove %s from it "+
+			"(operator policies are merged with every policy, the stricter value winning: no policy can shadow them)", pp.Object, pp.Key)
+	case pp.Policy == "":
+		return ""
+	case pp.Policy == ours:
+		return ""
+	default:
+		return fmt.Sprintf("policy %q has a priority at or above %d, so it applies instead of %q: lower its priority, "+
+			"or make its pattern not match %q (or raise --policy-priority above it and run rabbitdelay apply)", pp.Policy, priority, ours, pp.Object)
+	}
+}
+
+// managedObject is a queue or exchange with what the management API says about its policies.
+type managedObject struct {
+	Name           string          `json:"name"`
+	Type           string          `json:"type"`
+	Arguments      map[string]any  `json:"arguments"`
+	Policy         json.RawMessage `json:"policy"`
+	OperatorPolicy json.RawMessage `json:"operator_policy"`
+	// Effective is effective_policy_definition, which a queue row read with disable_stats
+	// carries from RabbitMQ 4.3 on (rabbit_quorum_queue, rabbit_classic_queue and
+	// rabbit_stream_queue:format_policy_fields); it tells that OperatorPolicy is current.
+	Effective json.RawMessage `json:"effective_policy_definition"`
+}
+
+// rawName reads a policy name field, which RabbitMQ gives as a string, or null / "" / [] for
+// none.
+func rawName(r json.RawMessage) string {
+	var s string
+	if json.Unmarshal(r, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+// numeric returns v as a float64 when it is a number.
+func numeric(v any) (float64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
+	case float64:
+		return x, true
+	case int64:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// effective merges a queue's policy definition with its operator policy's as RabbitMQ does
+// (rabbit_policy: numeric keys take the lower value; operator policies may only set numeric
+// keys on 3.x), remembering which policy each key came from: a problem names the policy to
+// change, and before 4.3 the management API reports the names, not the merged definition.
+func effective(user, op map[string]any) (def map[string]any, fromOp map[string]bool) {
+	def, fromOp = map[string]any{}, map[string]bool{}
+	for k, v := range user {
+		def[k] = v
+	}
+	for k, v := range op {
+		if u, ok := def[k]; ok {
+			a, okA := numeric(u)
+			b, okB := numeric(v)
+			// delivery-limit -1 is "none" (RabbitMQ 4.x): any limit is stricter (seen on 4.0.5:
+			// an operator policy's 2 over a policy's -1 is in effect).
+			noneA := k == "delivery-limit" && okA && a < 0
+			if okA && okB && a <= b && !noneA {
+				continue // the user policy's value is the stricter one
+			}
+			if k == "delivery-limit" && okB && b < 0 {
+				continue // the operator's none is not stricter than the user's limit
+			}
+		}
+		def[k], fromOp[k] = v, true
+	}
+	return def, fromOp
+}
+
+// delayOverflow is the overflow behaviour in effect on a delay queue whose policies in effect
+// are def: on a quorum queue a policy's overflow wins over the queue's x-overflow
+// reject-publish, and reject-publish-dlx, which quorum queues do not support, counts as their
+// default, drop-head (rabbit_quorum_queue:gather_policy_config and overflow/3, 3.10-4.x); a
+// classic delay queue has no x-overflow argument, so a policy's overflow applies, else
+// drop-head (rabbit_amqqueue_process).
+func delayOverflow(def map[string]any, quorum bool) string {
+	v, ok := def["overflow"].(string)
+	switch {
+	case !ok && quorum:
+		return "reject-publish"
+	case !ok:
+		return "drop-head"
+	case quorum && v == "reject-publish-dlx":
+		return "drop-head"
+	}
+	return v
+}
+
+// PolicyProblems reads, through the management API, the policies in effect on p's delay
+// queues, parking queue, revocation stream, exchanges and target exchanges, and returns every
+// key that breaks a guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object
+// and key. Rules
+// (RabbitMQ 3.10-4.x; rabbit_quorum_queue:ra_machine_config and rabbit_amqqueue_process take
+// the lower of a policy's and an argument's message-ttl, expires, max-length,
+// max-length-bytes and delivery-limit, a quorum queue's policy overflow over its argument, and
+// a queue's dead-letter-exchange, -routing-key and -strategy arguments over a policy's;
+// rabbit_exchange takes an exchange's alternate-exchange argument over a policy's):
+//
+//   - delay queues: message-ttl below the queue's TTL (early), expires (deletes), max-length
+//     and max-length-bytes (with the overflow in effect, see delayOverflow: drop-head or
+//     reject-publish-dlx, early, as the queue dead-letters what it drops into the next hop;
+//     reject-publish, stalls on quorum queues and drops on classic ones), a quorum overflow
+//     other than reject-publish (drops: at-least-once dead-lettering falls back to
+//     at-most-once), dead-letter-routing-key (wrong routing);
+//   - the parking queue: message-ttl, max-length, max-length-bytes (drops), expires
+//     (deletes), delivery-limit (warning), and on RabbitMQ 4.x a quorum parking queue without
+//     any delivery limit in effect (warning: 4.x's default of 20 applies; see
+//     parkingDefaultLimit);
+//   - ready queues, on which the topology sets no policy (readyQueueProblems): expires
+//     (deletes); message-ttl, max-length and max-length-bytes with overflow drop-head, and
+//     delivery-limit: warnings where the queue parks what they take out (a quorum ready queue
+//     with a delivery limit), else drops (or, with a dead-letter-exchange from the policy, a
+//     warning); max-length or max-length-bytes with overflow reject-publish(-dlx) (stalls:
+//     dead-lettering into the full queue is refused; classic delay queues drop);
+//     dead-letter-routing-key where the queue parks (warning);
+//   - the revocation stream (revokedProblems): max-age below [Spec.RevocationRetention] or not
+//     a valid max-age, and max-length-bytes (revocations lost; operator policies cannot set
+//     max-age);
+//   - the topology's exchanges: alternate-exchange where the exchange has no argument of its
+//     own (wrong routing);
+//   - target exchanges: no alternate exchange in effect (the topology's targets policy not
+//     set, or shadowed by a policy without one: stalls for quorum delay queues, drops for
+//     classic), or an alternate exchange of their own (warning: due messages that the target
+//     routes nowhere go there instead of to the parking queue).
+//
+// The policy in effect on each object is the one the broker reports (rabbit_policy picks it:
+// pattern, apply-to, priority and ties are the broker's); before RabbitMQ 4.3 the operator
+// policy of a queue without statistics yet is worked out (see fillOperatorPolicies). Objects
+// that do not exist are skipped ([Status] reports them missing; [Apply] declares them before
+// it checks). Errors wrap ErrManagement.
+func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
+	probs, _, _, err := m.policyProblems(ctx, p)
+	return probs, err
+}
+
+// overview is what the management API's overview says of the broker.
+type overview struct {
+	Version      string `json:"rabbitmq_version"`
+	DisableStats bool   `json:"disable_stats"`
+}
+
+// policyProblems is PolicyProblems, with the overview it read on the way and the queues of p
+// that do not exist.
+func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, overview, []string, error) {
+	var pols, ops map[string]managedPolicy
+	var overview overview
+	var queues, exchanges []managedObject
+	vh := url.PathEscape(m.vhost)
+	// The policy names come from the queue and exchange records (disable_stats), which
+	// RabbitMQ updates before a declare or a policy change returns; the statistics name a
+	// policy up to collect_statistics_interval (5 s by default) late.
+	err := parallel( // snapshot.go
+		func() (err error) { pols, err = m.policies(ctx, false); return err },
+		func() (err error) { ops, err = m.policies(ctx, true); return err },
+		func() error { return m.get(ctx, "api/overview", &overview) },
+		func() error {
+			return m.get(ctx, "api/queues/"+vh+"?disable_stats=true&columns=name,type,arguments,policy,operator_policy,effective_policy_definition", &queues)
+		},
+		func() error { return m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges) })
+	if err != nil {
+		return nil, overview, nil, err
+	}
+	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
+	p = p.ForBroker(major)
+	unknown, err := m.fillOperatorPolicies(ctx, p, queues, ops)
+	if err != nil {
+		return nil, overview, nil, err
+	}
+	exists := make(map[string]bool, len(queues))
+	for _, q := range queues {
+		exists[q.Name] = true
+	}
+	var missing []string
+	for _, q := range p.Queues {
+		if !exists[q.Name] {
+			missing = append(missing, q.Name)
+		}
+	}
+	return append(policyProblemsOf(p, pols, ops, queues, exchanges, major), unknown...), overview, missing, nil
+}
+
+// fillOperatorPolicies sets the operator policy of p's queues whose rows lack it: before 4.3,
+// a queue row read with disable_stats names only the policy. It takes the operator policy
+// from the queue statistics where they name the same policy as the record (so are not older
+// than the last policy change), else from the operator policies' patterns (operatorPolicyOf).
+// It returns a warning for each operator policy whose pattern Go's regexp cannot run.
+func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues []managedObject, ops map[string]managedPolicy) ([]PolicyProblem, error) {
+	var need []int
+	for i, q := range queues {
+		if _, ours := p.Queue(q.Name); ours && q.Effective == nil && len(ops) > 0 {
+			need = append(need, i)
+		}
+	}
+	if len(need) == 0 {
+		return nil, nil
+	}
+	var stats []managedObject
+	if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns=name,policy,operator_policy", &stats); err != nil {
+		return nil, err
+	}
+	reported := make(map[string]managedObject, len(stats))
+	for _, s := range stats {
+		reported[s.Name] = s
+	}
+	bad := map[string]bool{}
+	for _, i := range need {
+		q := &queues[i]
+		if s, ok := reported[q.Name]; ok && s.OperatorPolicy != nil && rawName(s.Policy) == rawName(q.Policy) {
+			q.OperatorPolicy = s.OperatorPolicy
+			continue
+		}
+		name, unrunnable := operatorPolicyOf(ops, *q)
+		q.OperatorPolicy, _ = json.Marshal(name)
+		for _, n := range unrunnable {
+			bad[n] = true
+		}
+	}
+	var out []PolicyProblem
+	for name := range bad {
+		out = append(out, PolicyProblem{Kind: KindPolicy, Object: name, Policy: name, Operator: true, Key: "pattern",
+			Value: ops[name].Pattern, Breaks: BreaksUnknown, Warning: true,
+			Why: "before RabbitMQ 4.3 the management API names a queue's operator policy only with its statistics, which a queue " +
+				"declared a moment ago has not got yet, and this pattern uses a PCRE construct Go's regexp cannot run, so whether " +
+				"it applies is not known; run status again after collect_statistics_interval (5 s by default)"})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Object < out[j].Object })
+	return out, nil
+}
+
+// operatorPolicyOf returns the operator policy RabbitMQ applies to queue q: of those whose
+// apply-to takes q and whose pattern Go's regexp finds in q's name, the one with the highest
+// priority (a tie goes to the name that sorts first; RabbitMQ documents no order). Patterns Go
+// cannot compile are skipped and returned. Kept because before 4.3 an operator policy with
+// expires can delete a new delay queue, with its messages, before any statistics name it.
+func operatorPolicyOf(ops map[string]managedPolicy, q managedObject) (name string, unrunnable []string) {
+	var best *big.Int
+	for _, pol := range ops {
+		switch pol.ApplyTo {
+		case "all", "queues":
+		case "classic_queues", "quorum_queues", "streams":
+			if strings.TrimSuffix(strings.TrimSuffix(pol.ApplyTo, "s"), "_queue") != q.Type {
+				continue
+			}
+		default:
+			continue
+		}
+		re, err := regexp.Compile(pol.Pattern)
+		if err != nil {
+			unrunnable = append(unrunnable, pol.Name)
+			continue
+		}
+		prio, ok := new(big.Int).SetString(pol.Priority.String(), 10)
+		if !ok || !re.MatchString(q.Name) {
+			continue
+		}
+		if c := prio.Cmp(orZero(best)); best == nil || c > 0 || c == 0 && pol.Name < name {
+			name, best = pol.Name, prio
+		}
+	}
+	return name, unrunnable
+}
+
+func orZero(n *big.Int) *big.Int {
+	if n == nil {
+		return new(big.Int)
+	}
+	return n
+}
+
+// policyProblemsOf is PolicyProblems on what the management API returned.
+func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, exchanges []managedObject, major int) []PolicyProblem {
+	var out []PolicyProblem
+	ours := p.Names.DelayQueuesPolicy()
+	prio := p.Spec.PolicyPriority
+	stallOrDrop := BreaksStalls
+	if p.Spec.QueueType == delayspec.Classic {
+		stallOrDrop = BreaksDrops
+	}
+	add := func(pp PolicyProblem, ourPolicy string) {
+		if fix := pp.fix(ourPolicy, prio); fix != "" {
+			pp.Why += "; fix: " + fix
+		}
+		out = append(out, pp)
+	}
+	for _, mq := range queues {
+		q, ok := p.Queue(mq.Name)
+		if !ok {
+			continue
+		}
+		if q.Role == RoleReady {
+			out = append(out, readyQueueProblems(p, q, mq, pols, ops, major, exchangeNames(exchanges))...) // with their own fix
+			continue
+		}
+		if q.Role == RoleRevoked {
+			for _, pp := range revokedProblems(p, q, mq, pols, ops) {
+				add(pp, p.Names.RevokedPolicy())
+			}
+			continue
+		}
+		if !q.IsDelay() && q.Role != RoleParking {
+			continue
+		}
+		userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
+		def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
+		quorum := mq.Type == string(delayspec.Quorum)
+		if _, argLimit := mq.Arguments["x-delivery-limit"]; q.Role == RoleParking && quorum && major >= 4 && !argLimit {
+			if _, ok := def["delivery-limit"]; !ok {
+				// Kept (warning): 4.x's default limit of 20 drops a parked message given back 21 times.
+				add(parkingDefaultLimit(p, q.Name, userName), ours)
+			}
+		}
+		keys := make([]string, 0, len(def))
+		for k := range def {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			v := def[k]
+			pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
+			if fromOp[k] {
+				pp.Policy, pp.Operator = opName, true
+			}
+			n, isNum := numeric(v)
+			switch {
+			// Kept: the broker takes the lower TTL silently, so delayed messages arrive early.
+			case q.IsDelay() && k == "message-ttl" && isNum && n < float64(q.TTL):
+				pp.Breaks = BreaksEarly
+				pp.Why = fmt.Sprintf("RabbitMQ applies the lower of the policy's message-ttl and the queue's x-message-ttl (%d ms), "+
+					"so messages leave this delay queue after %v ms: delayed messages arrive up to %v ms early", q.TTL, v, float64(q.TTL)-n)
+			// Kept: the broker deletes the queue with the messages it holds.
+			case k == "expires":
+				pp.Breaks = BreaksDeletes
+				pp.Why = fmt.Sprintf("RabbitMQ deletes the queue, with every message it holds, once it has been unused for %v ms "+
+					"(no consumer, no basic.get, no redeclaration: a delay or parking queue is always unused)", v)
+			// Kept: at the limit, messages leave before their TTL (early) or are refused (stall or drop).
+			case q.IsDelay() && (k == "max-length" || k == "max-length-bytes"):
+				switch overflow := delayOverflow(def, quorum); {
+				case overflow != "reject-publish":
+					pp.Breaks = BreaksEarly
+					pp.Why = fmt.Sprintf("with overflow %s in effect, once the queue holds %v (messages or bytes) it dead-letters the "+
+						"message it drops (the oldest; with reject-publish-dlx on a classic queue, the one arriving) into its "+
+						"dead-letter exchange (reason maxlen): the message moves on before its TTL and arrives early", overflow, v)
+				case quorum:
+					pp.Breaks = BreaksStalls
+					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (reject-publish): delayed publishes are "+
+						"nacked, and messages dead-lettered into it stay in the dead-letter state of the queue before it (messages_dlx), "+
+						"holding up the messages behind them", v)
+				default:
+					pp.Breaks = BreaksDrops
+					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (overflow reject-publish): "+
+						"delayed publishes are nacked, and messages dead-lettered into it are dropped", v)
+				}
+			// Kept: dead-lettering falls back to at-most-once, so a message in flight is lost when a node fails.
+			case q.IsDelay() && quorum && k == "overflow" && fmt.Sprint(v) != "reject-publish":
+				pp.Breaks = BreaksDrops
+				pp.Why = fmt.Sprintf("for quorum queues a policy's overflow wins over x-overflow; with %v, at-least-once "+
+					"dead-lettering falls back to at-most-once: a message being dead-lettered when a broker node fails is lost", v)
+			// Kept: due messages reach their target with another routing key.
+			case q.IsDelay() && k == "dead-letter-routing-key":
+				pp.Breaks = BreaksRouting
+				pp.Why = fmt.Sprintf("delay queues dead-letter with the message's own routing key (they have no "+
+					"x-dead-letter-routing-key); this policy replaces it with %q, so due messages reach their target with the wrong "+
+					"routing key", fmt.Sprint(v))
+			// Kept: parked messages expire or are dropped.
+			case q.Role == RoleParking && (k == "message-ttl" || k == "max-length" || k == "max-length-bytes"):
+				pp.Breaks = BreaksDrops
+				pp.Why = fmt.Sprintf("parked messages are kept for an operator to look at; with %s %v they expire or are dropped "+
+					"(or refused, and then stall in a delay queue's dead-letter state)", k, v)
+			// Kept (warning): a parked message given back more often than the limit is dropped.
+			case q.Role == RoleParking && k == "delivery-limit" && fmt.Sprint(v) != "-1":
+				pp.Breaks, pp.Warning = BreaksDrops, true
+				pp.Why = fmt.Sprintf("a parked message returned (nack or reject with requeue) more than %v times is dropped: "+
+					"read parked messages with acknowledgements and ack them", v)
+			default:
+				continue
+			}
+			add(pp, ours)
+		}
+	}
+	targets := map[string]bool{}
+	for _, t := range p.Spec.Targets {
+		targets[t.Name] = true
+	}
+	exists := map[string]bool{}
+	for _, mx := range exchanges {
+		exists[mx.Name] = true
+	}
+	// missingAE turns a warning about a target's own alternate exchange into an error when that
+	// exchange does not exist: RabbitMQ then routes the message nowhere, and at-least-once
+	// dead-lettering retries it forever (classic delay queues drop it).
+	missingAE := func(pp *PolicyProblem, ae any) {
+		if name := fmt.Sprint(ae); !exists[name] {
+			pp.Warning = false
+			pp.Why = fmt.Sprintf("the alternate exchange %q in effect on this target exchange does not exist, so a due message "+
+				"the target routes to no queue goes nowhere: %s; fix: declare %q, or remove it from the target (the argument or "+
+				"the policy) so that %q, which parks such messages, applies", name, stallText(p.Spec.QueueType), name, p.Names.TargetsPolicy())
+		}
+	}
+	for _, mx := range exchanges {
+		userName := rawName(mx.Policy)
+		argAE, hasArg := mx.Arguments["alternate-exchange"]
+		if targets[mx.Name] {
+			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Key: "alternate-exchange"}
+			switch {
+			// Kept (warning): unroutable due messages go to the target's own alternate exchange, not to parking.
+			case hasArg:
+				pp.Value, pp.Breaks, pp.Warning = argAE, stallOrDrop, true
+				pp.Why = fmt.Sprintf("this target exchange has its own alternate exchange %q (an argument, which wins over "+
+					"policy %q): a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
+					fmt.Sprint(argAE), p.Names.TargetsPolicy(), fmt.Sprint(argAE))
+				missingAE(&pp, argAE)
+			// Kept: the alternate exchange is gone, so an unroutable due message goes nowhere.
+			case userName == p.Names.TargetsPolicy():
+				if ae := p.Names.DueUnroutable(); !exists[ae] {
+					pp.Policy, pp.Value, pp.Breaks = userName, ae, stallOrDrop
+					pp.Why = fmt.Sprintf("policy %q gives this target the alternate exchange %q, which does not exist (a teardown "+
+						"without the management API leaves the policy): a due message the target routes to no queue goes nowhere: %s; "+
+						"fix: run rabbitdelay apply, or delete the policy", userName, ae, stallText(p.Spec.QueueType))
+					break
+				}
+				continue
+			// Kept (warning): unroutable due messages go to that policy's alternate exchange, not to parking.
+			case userName != "" && pols[userName].Definition["alternate-exchange"] != nil:
+				ae := pols[userName].Definition["alternate-exchange"]
+				pp.Policy, pp.Value, pp.Breaks, pp.Warning = userName, ae, stallOrDrop, true
+				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sends what it cannot route to %q: "+
+					"a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
+					userName, p.Names.TargetsPolicy(), fmt.Sprint(ae), fmt.Sprint(ae))
+				missingAE(&pp, ae)
+			// Kept: an unroutable due message is not parked: it stalls (quorum) or is dropped (classic).
+			case userName != "":
+				pp.Policy, pp.Breaks = userName, stallOrDrop
+				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sets no alternate-exchange: a due "+
+					"message the target routes to no queue is not parked; %s", userName, p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
+				pp.Why += "; fix: " + pp.fix(p.Names.TargetsPolicy(), prio)
+			// Kept: as above, the targets policy not being in effect.
+			default:
+				pp.Breaks = stallOrDrop
+				pp.Why = fmt.Sprintf("policy %q is not in effect on this target (not set: run rabbitdelay apply with the management API, "+
+					"or the rabbitmqctl set_policy command it prints): a due message the target routes to no queue is not parked; %s",
+					p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
+			}
+			out = append(out, pp)
+			continue
+		}
+		e, ok := p.Exchange(mx.Name)
+		if !ok || e.Marker || hasArg || userName == "" {
+			continue
+		}
+		// Kept: a message no queue takes goes to the alternate exchange instead of back to its publisher.
+		if ae := pols[userName].Definition["alternate-exchange"]; ae != nil {
+			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Policy: userName, Key: "alternate-exchange", Value: ae, Breaks: BreaksRouting,
+				Why: fmt.Sprintf("a message this exchange of the topology routes to no queue goes to %q instead of being returned to "+
+					"its publisher (mandatory) or parked; fix: make the policy's pattern not match %q", fmt.Sprint(ae), mx.Name)}
+			out = append(out, pp)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Object != out[j].Object {
+			return out[i].Object < out[j].Object
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+// readyQueueProblems are the policy problems of ready queue q (see [Management.PolicyProblems]).
+// The topology sets no policy on ready queues: they belong to the application that consumes
+// them, whose own policies (a length limit, a TTL for messages nobody wants late, a leader
+// locator) are its business, and a policy of the topology would shadow them all. What is
+// reported is what loses or misroutes due messages. A quorum ready queue that `rabbitdelay apply`
+// declared with a delivery limit has x-dead-letter-exchange <prefix>.unroutable (an argument,
+// which wins over a policy's), so what it expires, drops at its length limit or returns past
+// its limit is parked: a warning. Without it (classic ready queues, or ReadyDeliveryLimit -1)
+// the same is lost, unless the policy in effect gives a dead-letter-exchange of its own.
+func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int, exchanges map[string]bool) []PolicyProblem {
+	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
+	def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
+	parks := q.Args["x-dead-letter-exchange"] == p.Names.Unroutable()
+	dlxValue, ownDLX := def["dead-letter-exchange"]
+	dlx := fmt.Sprint(dlxValue)
+	var out []PolicyProblem
+	_, argLimit := mq.Arguments["x-delivery-limit"]
+	// Kept: a due message given back 21 times is dropped (no dead-letter exchange).
+	if _, policyLimit := def["delivery-limit"]; major >= 4 && mq.Type == "quorum" && !argLimit && !policyLimit && !parks && !ownDLX {
+		// RabbitMQ 4.0 gives a quorum queue without a delivery limit one of 20
+		// (rabbit_quorum_queue, the default delivery limit), and this one has no dead-letter
+		// exchange: a due message returned a 21st time is dropped.
+		out = append(out, PolicyProblem{Kind: KindQueue, Object: q.Name, Key: "delivery-limit", Value: "none (RabbitMQ 4.x default: 20)",
+			Breaks: BreaksDrops, Why: "RabbitMQ 4.x gives a quorum queue without a delivery limit one of 20, and this ready queue (declared " +
+				"without x-delivery-limit: AMQPDELAY_READY_DELIVERY_LIMIT=-1) has no dead-letter exchange, so a due message returned " +
+				"(nack or reject with requeue, or its consumer gone) more than 20 times is dropped; fix: give it a delivery limit " +
+				"(AMQPDELAY_READY_DELIVERY_LIMIT, after deleting the queue: the topology then parks what it takes out), or set a " +
+				"policy with delivery-limit -1 (none) on it"})
+	}
+	overflow := fmt.Sprint(def["overflow"])
+	rejects := overflow == "reject-publish" || overflow == "reject-publish-dlx"
+	stallOrDrop := BreaksStalls
+	if p.Spec.QueueType == delayspec.Classic {
+		stallOrDrop = BreaksDrops
+	}
+	keys := make([]string, 0, len(def))
+	for k := range def {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := def[k]
+		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
+		if fromOp[k] {
+			pp.Policy, pp.Operator = opName, true
+		}
+		lost := func(what string) {
+			switch {
+			case parks:
+				pp.Breaks, pp.Warning = BreaksDrops, true
+				pp.Why = what + fmt.Sprintf(": this ready queue dead-letters them to %q, so they are parked in %q, not lost", p.Names.Unroutable(), p.Names.Parking())
+			case ownDLX && (dlx == "" || exchanges[dlx]):
+				pp.Breaks, pp.Warning = BreaksRouting, true
+				pp.Why = what + fmt.Sprintf(": they are dead-lettered to the policy's dead-letter-exchange %q", dlx)
+			case ownDLX:
+				// RabbitMQ drops a message dead-lettered to an exchange that does not exist
+				// (rabbit_dead_letter: no route), so this loses due messages as surely as none.
+				pp.Breaks = BreaksDrops
+				pp.Why = what + fmt.Sprintf(": the policy dead-letters them to exchange %q, which does not exist, so they are lost", dlx)
+			default:
+				pp.Breaks = BreaksDrops
+				pp.Why = what + ": this ready queue has no dead-letter exchange, so they are lost"
+			}
+		}
+		switch k {
+		// Kept: the broker deletes the ready queue with its due messages.
+		case "expires":
+			pp.Breaks = BreaksDeletes
+			pp.Why = fmt.Sprintf("RabbitMQ deletes this ready queue, with every due message it holds, once it has been unused for %v ms "+
+				"(no consumer, no basic.get, no redeclaration), and due messages for it are then routed elsewhere or parked", v)
+		// Kept: due messages expire from the ready queue (parked or lost).
+		case "message-ttl":
+			lost(fmt.Sprintf("due messages not consumed within %v ms expire from this ready queue", v))
+		// Kept: at the limit due messages are dropped, or refused so that dead-lettering stalls.
+		case "max-length", "max-length-bytes":
+			if rejects {
+				pp.Breaks = stallOrDrop
+				pp.Why = fmt.Sprintf("once this ready queue holds %v (messages or bytes), overflow %s refuses due messages "+
+					"dead-lettered into it: %s", v, overflow, stallText(p.Spec.QueueType))
+			} else {
+				lost(fmt.Sprintf("once this ready queue holds %v (messages or bytes), it drops the oldest due messages", v))
+			}
+		// Kept: a due message given back past the limit is taken out (parked or lost).
+		case "delivery-limit":
+			if fmt.Sprint(v) == "-1" {
+				continue // none (RabbitMQ 4.x)
+			}
+			lost(fmt.Sprintf("a due message returned (nack or reject with requeue, or its consumer gone) more than %v times "+
+				"is taken out of this ready queue", v))
+		// Kept (warning): parked messages lose their routing key.
+		case "dead-letter-routing-key":
+			if !parks {
+				continue // the application's own dead-lettering
+			}
+			pp.Breaks, pp.Warning = BreaksRouting, true
+			pp.Why = fmt.Sprintf("messages this ready queue parks (rejected, or past its delivery limit) lose their routing key for %q", fmt.Sprint(v))
+		default:
+			continue
+		}
+		if pp.Operator {
+			pp.Why += "; fix: " + pp.fix("", 0)
+		} else if !pp.Warning {
+			pp.Why += fmt.Sprintf("; fix: remove %s from policy %q or make its pattern not match this ready queue (the topology sets no "+
+				"policy on ready queues: they are the application's)", k, pp.Policy)
+		}
+		out = append(out, pp)
+	}
+	return out
+}
+
+// exchangeNames is the set of the names of exchanges.
+func exchangeNames(exchanges []managedObject) map[string]bool {
+	set := make(map[string]bool, len(exchanges))
+	for _, x := range exchanges {
+		set[x.Name] = true
+	}
+	return set
+}
+
+// revokedProblems are the policy problems of the revocation stream q (see
+// [Management.PolicyProblems]). For a stream, RabbitMQ takes a policy's max-age and
+// max-length-bytes over the stream's own x-max-age and x-max-length-bytes
+// (rabbit_stream_queue:policy_precedence/2, 3.10.8 and 4.0.5), merging a policy's
+// max-length-bytes with an operator policy's by the lower value (rabbit_policies; operator
+// policies cannot set max-age). The other keys a policy on a stream may hold
+// (stream-max-segment-size-bytes, queue-leader-locator, initial-cluster-size, 4.x's
+// stream-filter-size-bytes) drop no record: retention deletes whole segments, and only once
+// every record in one is past the retention.
+func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy) []PolicyProblem {
+	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
+	def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
+	retention := p.Spec.RevocationRetention()
+	var out []PolicyProblem
+	for _, k := range []string{"max-age", "max-length-bytes"} {
+		v, ok := def[k]
+		if !ok {
+			continue
+		}
+		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v, Breaks: BreaksRevocations}
+		if fromOp[k] {
+			pp.Policy, pp.Operator = opName, true
+		}
+		const lost = "revoked messages due after that reach handlers"
+		switch k {
+		// Kept: revocations are deleted before their messages are due, which then reach handlers.
+		case "max-age":
+			if age, ok := parseMaxAge(v); ok && age >= retention {
+				continue
+			}
+			pp.Why = fmt.Sprintf("RabbitMQ applies a policy's max-age to a stream instead of its x-max-age (%s): revocations are deleted "+
+				"after %v, before the messages they name are due (the topology's longest delay plus a day), and %s", revokedMaxAge(p.Spec), v, lost)
+		// Kept: as max-age, by size.
+		case "max-length-bytes":
+			pp.Why = fmt.Sprintf("RabbitMQ deletes a stream's oldest records once it holds more than %v bytes (the policy's value wins "+
+				"over an x-max-length-bytes argument), whatever their age: revocations (and fences) fill it, and %s", v, lost)
+		}
+		out = append(out, pp)
+	}
+	return out
+}
+
+func stallText(t delayspec.QueueType) string {
+	if t == delayspec.Classic {
+		return "classic queues drop it"
+	}
+	return "quorum queues keep it in their dead-letter state and retry it forever, and once more such messages are stuck " +
+		"than the dead-letter worker's prefetch (dead_letter_worker_consumer_prefetch, 32 by default) the whole delay queue stalls"
+}
+
+// Failing returns the problems that are not warnings.
+func Failing(problems []PolicyProblem) []PolicyProblem {
+	var out []PolicyProblem
+	for _, pp := range problems {
+		if !pp.Warning {
+			out = append(out, pp)
+		}
+	}
+	return out
+}
+
+// DispatchBound reports whether the dispatch exchange of p is bound to target with the plan's
+// binding ({x-match: all, rabbitdelay-target: target}), reading the broker's bindings through
+// the management API: what [Names.TargetMarker] records at apply time, checked now. It returns
+// false for a target the plan does not have. Errors wrap ErrManagement (a missing dispatch
+// exchange answers 404).
+func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) (bool, error) {
+	var want *Binding
+	for _, b := range p.Bindings {
+		if b.Role == RoleDispatch && b.Source == p.Names.Dispatch() && b.Destination == target && b.DestinationType == DestExchange {
+			want = &b
+			break
+		}
+	}
+	if want == nil {
+		return false, nil
+	}
+	var raw []struct {
+		Destination     string         `json:"destination"`
+		DestinationType string         `json:"destination_type"`
+		RoutingKey      string         `json:"routing_key"`
+		Arguments       map[string]any `json:"arguments"`
+	}
+	path := "api/exchanges/" + url.PathEscape(m.vhost) + "/" + url.PathEscape(p.Names.Dispatch()) + "/bindings/source"
+	if err := m.get(ctx, path, &raw); err != nil {
+		return false, err
+	}
+	for _, b := range raw {
+		if bindingKey(p.Names.Dispatch(), b.Destination, b.DestinationType, b.RoutingKey, b.Arguments) == want.key() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// parkingDefaultLimit is the warning for a quorum parking queue on RabbitMQ 4.x that no
+// delivery limit is set on: neither the delay-queue policy's delivery-limit -1 ([Plan.ForBroker];
+// policy userName applies instead, or none does) nor an argument. RabbitMQ 4.x then gives the
+// queue its default limit of 20 (rabbit_quorum_queue; 3.x has none), so a parked message that a
+// reader gives back as failed more often is dropped: the same reader loses nothing on 3.x.
+func parkingDefaultLimit(p *Plan, parking, userName string) PolicyProblem {
+	ours := p.Names.DelayQueuesPolicy()
+	pp := PolicyProblem{Kind: KindQueue, Object: parking, Policy: userName, Key: "delivery-limit", Value: "none (RabbitMQ 4.x default: 20)",
+		Breaks: BreaksDrops, Warning: true}
+	var src string
+	switch userName {
+	case "":
+		pp.Value = nil // Error: "no policy sets delivery-limit"
+		src = fmt.Sprintf("policy %q, which sets delivery-limit -1 (none), is not in effect on it (run rabbitdelay apply with the management API)", ours)
+	case ours:
+		src = fmt.Sprintf("policy %q lacks delivery-limit -1 (none), as rabbitdelay apply sets it for RabbitMQ 3.x (run rabbitdelay apply again)", ours)
+	default:
+		src = fmt.Sprintf("policy %q applies to it instead of %q, which sets delivery-limit -1 (none)", userName, ours)
+	}
+	pp.Why = "RabbitMQ 4.x gives a quorum queue without a delivery limit one of 20, and " + src + ": a parked message returned " +
+		"as failed (reject with requeue, or its reader gone; before 4.3 also nack with requeue) more than 20 times is " +
+		"dropped; read parked messages with acknowledgements and ack them"
+	return pp
+}

@@ -1,0 +1,67 @@
+package admin
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// The revocation stream: where amqpdelay's Publisher.Revoke records which delayed messages must
+// not reach a handler, and where package revoke's readers (and the consumer package) read them.
+//
+//	<prefix>.revoked   stream (x-queue-type stream, x-max-age [Spec.RevocationRetention])
+//
+// A stream is an append-only, replicated log that every reader reads from its start
+// (https://www.rabbitmq.com/docs/streams; RabbitMQ 3.9 and later, stream_queue feature flag).
+// Nothing is bound to it: records are published to the default exchange with the stream's
+// name as routing key.
+
+// RoleRevoked is the revocation stream ([Names.Revoked]).
+const RoleRevoked Role = "revoked"
+
+// revokedArgs are the stream's arguments: x-max-age in hours ("<n>h", a unit RabbitMQ's
+// x-max-age takes: Y, M, D, h, m, s). RabbitMQ deletes whole segment files once all their
+// records are older, so a record is kept at least that long.
+func revokedArgs(s delayspec.Spec) amqp.Table {
+	return amqp.Table{"x-queue-type": "stream", "x-max-age": revokedMaxAge(s)}
+}
+
+// revokedMaxAge is the stream's retention as a max-age value: whole hours, "<n>h".
+func revokedMaxAge(s delayspec.Spec) string {
+	return fmt.Sprintf("%dh", int64(s.RevocationRetention()/time.Hour))
+}
+
+// maxAgeUnits are the units of a stream's max-age (x-max-age argument or policy key), in ms:
+// rabbit_amqqueue:check_max_age, 3.10.8 and 4.0.5 (Y is 365 days, M 30 days).
+var maxAgeUnits = map[string]int64{"Y": 365 * 86_400_000, "M": 30 * 86_400_000, "D": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
+
+// parseMaxAge reads a max-age value ("<n><unit>", n > 0, unit one of Y M D h m s), false when it
+// is not one.
+func parseMaxAge(v any) (time.Duration, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, false
+	}
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	unit, ok := maxAgeUnits[s[i:]]
+	if i == 0 || !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/unit/int64(time.Millisecond) {
+		return 0, false
+	}
+	return time.Duration(n*unit) * time.Millisecond, true
+}
+
+// addRevoked adds the revocation stream to p (called by NewPlan).
+func (p *Plan) addRevoked() {
+	p.Queues = append(p.Queues, Queue{Name: p.Names.Revoked(), Args: revokedArgs(p.Spec), Role: RoleRevoked, Level: -1, Digit: -1, Slot: -1})
+}

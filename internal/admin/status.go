@@ -1,0 +1,666 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/text"
+)
+
+// StatusOptions tune [Status]. The zero value uses DefaultWorkers channels and no
+// management API.
+type StatusOptions struct {
+	// Workers is the number of channels to inspect on in parallel; 0 means DefaultWorkers.
+	Workers int
+	// Management, when set, adds what AMQP cannot see: the type, flags and arguments of the
+	// existing exchanges and queues (compared with the plan's), messages held in quorum
+	// queues' dead-letter state (messages_dlx), unacknowledged messages, the bindings
+	// (planned and unplanned), the topology's policies and the policies in effect.
+	Management *Management
+	// Logger receives a warning per delay queue with a consumer; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// ExchangeStatus is one exchange of the plan and whether it exists.
+type ExchangeStatus struct {
+	Exchange
+	Exists bool `json:"exists"`
+}
+
+// QueueStatus is one queue of the plan and what it holds.
+type QueueStatus struct {
+	Queue
+	Exists bool `json:"exists"`
+	// Ready is the number of messages ready for delivery (what a passive queue.declare
+	// returns). For a delay queue these are the messages waiting for their TTL.
+	Ready int `json:"ready"`
+	// Consumers is the number of consumers. A delay queue must have none: a consumer takes
+	// messages before they are due.
+	Consumers int `json:"consumers"`
+	// Messages is every message the queue holds (ready, unacknowledged, dead-letter state),
+	// from the management API; -1 when unknown.
+	Messages int64 `json:"messages"`
+	// MessagesDLX is the number of messages a quorum queue holds in its dead-letter state
+	// (at-least-once dead-lettering that has not completed, retried forever), from the
+	// management API; -1 when unknown.
+	MessagesDLX int64 `json:"messages_dlx"`
+	// Leader is the node of a quorum queue's leader ("" when none is reachable), Members the
+	// nodes with a replica and Online those whose replica runs (management API only; empty
+	// for classic queues and without the management API).
+	Leader  string   `json:"leader,omitempty"`
+	Members []string `json:"members,omitempty"`
+	Online  []string `json:"online,omitempty"`
+}
+
+// BindingStatus is one binding of the plan and whether it exists.
+type BindingStatus struct {
+	Binding
+	Exists bool `json:"exists"`
+}
+
+// StatusReport is what [Status] found.
+type StatusReport struct {
+	Exchanges []ExchangeStatus `json:"exchanges"`
+	Queues    []QueueStatus    `json:"queues"`
+	// Bindings is nil without the management API (AMQP cannot list bindings).
+	Bindings []BindingStatus `json:"bindings,omitempty"`
+	// Missing names every object of the plan that does not exist ("queue x", ...).
+	Missing []string `json:"missing,omitempty"`
+	// MissingExchanges are the exchanges the plan binds to but does not declare
+	// ([Plan.Existing]: targets given without a type, ready queues' exchanges) that do not
+	// exist. Apply refuses to run until they do ([Preflight]), so they are not in Missing.
+	MissingExchanges []MissingExchange `json:"missing_exchanges,omitempty"`
+	// Mismatched are the properties of existing exchanges and queues that differ from the
+	// plan's (see [Mismatch]), in plan order (exchanges, then queues), typically an object
+	// deleted and declared again with another type, flag or argument. Such an object routes,
+	// keeps or dead-letters the messages that reach it otherwise than planned, so Status
+	// fails with ErrUnhealthy. Management API only, except for a queue exclusive to another
+	// connection, which a passive declare reveals too (405 RESOURCE_LOCKED).
+	Mismatched []Mismatch `json:"mismatched,omitempty"`
+	// ConsumedDelayQueues names the delay queues that have consumers.
+	ConsumedDelayQueues []string `json:"consumed_delay_queues,omitempty"`
+	// Management says whether the management API was read.
+	Management bool `json:"management"`
+	// StatsDisabled: the management API collects no queue statistics
+	// ([Management.StatsDisabled]): message counts and messages_dlx are unknown, so Status
+	// cannot see messages stuck in dead-letter state and fails with ErrUnhealthy.
+	StatsDisabled bool `json:"stats_disabled,omitempty"`
+	// Unplanned are the exchanges and queues with the plan's prefix that the plan does not
+	// have (management API only): left by an earlier specification. They do not make the
+	// status incomplete.
+	Unplanned []Unplanned `json:"unplanned,omitempty"`
+	// UnplannedBindings are bindings from or to the topology's exchanges (targets excepted)
+	// or to its queues (ready queues included) that the plan does not have (management API
+	// only): left by an earlier specification (a ready queue's old binding key) or added by
+	// hand. They change where messages go, so Status fails with ErrUnhealthy.
+	UnplannedBindings []Binding `json:"unplanned_bindings,omitempty"`
+	// RetryBindings are the consumers' retry bindings for queues that are not ready queues of
+	// the specification ([Plan.ConsumerRetryBinding]; management API only): expected, they do
+	// not make Status fail.
+	RetryBindings []Binding `json:"retry_bindings,omitempty"`
+	// DeadLettering names the queues holding messages in their dead-letter state
+	// (messages_dlx > 0, management API only) while every member of the queue and of the
+	// queues it dead-letters into is online: at-least-once dead-lettering that has not
+	// completed because nothing routes the message (a target with no binding for it and no
+	// alternate exchange) or the queue it goes to refuses it. Queues waiting on an
+	// unreachable node are in Cluster.Waits instead. A busy ladder shows small counts in
+	// passing; counts that stay make Status fail with ErrUnhealthy.
+	DeadLettering []string `json:"dead_lettering,omitempty"`
+	// Policies are the topology's own policies and whether each is set as planned
+	// (management API only).
+	Policies []PolicyStatus `json:"policies,omitempty"`
+	// PolicyProblems are the policy keys in effect that break a guarantee, and warnings
+	// (management API only; see [Management.PolicyProblems]).
+	PolicyProblems []PolicyProblem `json:"policy_problems,omitempty"`
+	// Cluster is where the quorum queues live: leaders per node, queues with members offline
+	// or without a leader, dead-lettering waiting on an unreachable node (management API
+	// only; nil without it). Members offline, a missing leader and such waits make Status
+	// fail with ErrUnhealthy; unbalanced leaders do not (run [Management.Rebalance]).
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
+	// Version is the RabbitMQ version the broker announced on the connection (its "version"
+	// server property, e.g. "4.3.6"); "" when it did not say.
+	Version string `json:"rabbitmq_version,omitempty"`
+	// NotDeclared: none of the topology's own exchanges and queues exist (target exchanges
+	// and ready queues, the application's, may): it was never applied in this vhost, or it was
+	// torn down. Missing still lists every object; PolicyProblems is then empty, since a
+	// policy's effect on objects that do not exist, or on targets no delay topology feeds,
+	// breaks nothing.
+	NotDeclared bool `json:"not_declared,omitempty"`
+	// RequeueLoops are the ready queues whose consumers keep getting the same messages back
+	// and that no delivery limit will stop (management API only; see [RequeueLoop]).
+	RequeueLoops []RequeueLoop `json:"requeue_loops,omitempty"`
+	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
+	// plan's plugin exchange ([Management.MessagesDelayed]); -1 when unknown (no plugin
+	// exchange in the plan, no management API, or a plugin release that does not report it).
+	PluginMessagesDelayed int64 `json:"plugin_messages_delayed"`
+}
+
+// RequeueLoop is a ready queue that redelivers the messages it holds over and over, with no
+// delivery limit that will end it: a consumer that gives back (requeues) a message it cannot
+// handle, forever. What the management API shows for such a loop (seen on 3.10.8 with a
+// classic queue and on 4.3.6 with a quorum queue and basic.nack): a redeliver rate of hundreds
+// to thousands a second equal to the deliver rate, no acknowledgements, and the message
+// counted as held (ready or unacknowledged). See [RequeueLoopOf] for the rule.
+type RequeueLoop struct {
+	Queue string `json:"queue"`
+	// RedeliverRate and DeliverRate are the management API's rates, per second.
+	RedeliverRate float64 `json:"redeliver_rate"`
+	DeliverRate   float64 `json:"deliver_rate"`
+	// Messages is every message the queue holds.
+	Messages int64 `json:"messages"`
+	// Cause is why no delivery limit ends the loop: CauseNackNotCounted, CauseClassic or
+	// CauseNoLimit.
+	Cause string `json:"cause"`
+}
+
+// Causes of a [RequeueLoop].
+const (
+	// CauseNackNotCounted: a quorum queue on RabbitMQ 4.3 or later, where basic.nack with
+	// requeue=true is a plain return that does not count toward the delivery limit
+	// (rabbitmq-server PR #15387, rabbit_channel); basic.reject with requeue=true does.
+	CauseNackNotCounted = "nack-not-counted"
+	// CauseClassic: a classic queue, which has no delivery limit.
+	CauseClassic = "classic"
+	// CauseNoLimit: a quorum queue on RabbitMQ 3.x without x-delivery-limit (3.x has no
+	// default limit; AMQPDELAY_READY_DELIVERY_LIMIT=-1).
+	CauseNoLimit = "no-delivery-limit"
+)
+
+// requeueLoopMinRate is the redeliver rate (per second) from which a ready queue's
+// redeliveries count as a loop. A poison message requeued in a loop came back 400-6,000 times
+// a second in the cases measured; a consumer that requeues now and then (at shutdown, say)
+// stays far below.
+const requeueLoopMinRate = 1.0
+
+// RequeueLoopOf reports whether the ready queue q, as the management API shows it (mq), on
+// RabbitMQ version (e.g. "4.3.6"), is in a requeue loop that no delivery limit ends: the
+// redeliver rate is at least 1 a second and at least half the deliver rate (most deliveries
+// are messages coming back), the queue holds messages, and either it is a classic queue (no
+// delivery limit), a quorum queue on 3.x without x-delivery-limit, or a quorum queue on 4.3
+// or later (basic.nack requeues do not count there). A quorum queue with a limit on 3.x and
+// 4.0-4.2 counts every requeue and parks (or, without a dead-letter exchange, drops) the
+// message at its limit: not a loop. The rates are averages over the management API's last
+// statistics samples (collect_statistics_interval, 5 s by default), so a loop shows a few
+// seconds after it starts.
+func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool) {
+	if mq.RedeliverRate < requeueLoopMinRate || mq.RedeliverRate < mq.DeliverRate/2 || mq.Messages <= 0 {
+		return RequeueLoop{}, false
+	}
+	loop := RequeueLoop{Queue: q.Name, RedeliverRate: mq.RedeliverRate, DeliverRate: mq.DeliverRate, Messages: mq.Messages}
+	typ := mq.Type
+	if typ == "" {
+		typ, _ = q.Args["x-queue-type"].(string)
+	}
+	_, limit := mq.Arguments["x-delivery-limit"]
+	switch {
+	case typ == string(delayspec.Classic):
+		loop.Cause = CauseClassic
+	case typ != string(delayspec.Quorum):
+		return RequeueLoop{}, false
+	case versionAtLeast(version, 4, 3):
+		loop.Cause = CauseNackNotCounted
+	case !limit && !versionAtLeast(version, 4, 0):
+		loop.Cause = CauseNoLimit
+	default:
+		return RequeueLoop{}, false
+	}
+	return loop, true
+}
+
+// Advice is what to do about the loop, in one sentence; parking is the parking queue's name.
+func (l RequeueLoop) Advice(parking string) string {
+	switch l.Cause {
+	case CauseNackNotCounted:
+		return "RabbitMQ 4.3 does not count a basic.nack with requeue toward a quorum queue's delivery limit (rabbitmq-server " +
+			"PR #15387), so the limit never parks the message: give a message the consumer cannot handle back with basic.reject " +
+			"(requeue true counts; at the limit the queue parks it in " + parking + "), or reject it without requeue to park it at " +
+			"once; or give the queue a delayed retry (policy keys delayed-retry-type returned, delayed-retry-min, delayed-retry-max; " +
+			"RabbitMQ 4.3.1+), which makes the loop slow instead of hot"
+	case CauseClassic:
+		return "a classic queue has no delivery limit, so a message its consumer keeps requeueing comes back forever: reject it " +
+			"without requeue (with a dead-letter exchange set it is dead-lettered), or use quorum ready queues " +
+			"(AMQPDELAY_QUEUE_TYPE=quorum), whose delivery limit parks it in " + parking
+	default:
+		return "the queue has no delivery limit (RabbitMQ 3.x has no default), so a message its consumer keeps requeueing comes " +
+			"back forever: give it one (AMQPDELAY_READY_DELIVERY_LIMIT, default 20: at the limit it is parked in " + parking +
+			"), or reject the message without requeue"
+	}
+}
+
+// String is "queue Q: N redeliveries a second (of M deliveries), K messages held".
+func (l RequeueLoop) String() string {
+	return fmt.Sprintf("queue %s: %.0f redeliveries a second (of %.0f deliveries), %s held", l.Queue, l.RedeliverRate, l.DeliverRate,
+		text.Plural(int(l.Messages), "message"))
+}
+
+// versionAtLeast reports whether the RabbitMQ version v ("4.3.6", "3.10.8") is at least
+// major.minor; an unknown version ("") is not.
+func versionAtLeast(v string, major, minor int) bool {
+	maj, mino, ok := ParseVersion(v)
+	if !ok {
+		return false
+	}
+	return maj > major || (maj == major && mino >= minor)
+}
+
+// ParseVersion reads the major and minor number of a RabbitMQ version ("4.3.6", "3.10",
+// "4"; a missing minor is 0). ok is false when v does not start with a number.
+func ParseVersion(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(v, ".", 3)
+	major, err := strconv.Atoi(parts[0])
+	if err != nil || major < 0 {
+		return 0, 0, false
+	}
+	if len(parts) > 1 {
+		digits := strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+		if minor, err = strconv.Atoi(digits); err != nil {
+			return 0, 0, false
+		}
+	}
+	return major, minor, true
+}
+
+// ServerVersion is the RabbitMQ version conn's server announces (its "version" property,
+// e.g. "4.3.6"), or "" when it does not say (or conn is nil).
+func ServerVersion(conn *amqp.Connection) string {
+	if conn == nil {
+		return ""
+	}
+	v, _ := conn.Properties["version"].(string)
+	return v
+}
+
+// MissingExchange is an exchange of [Plan.Existing] that does not exist.
+type MissingExchange struct {
+	Name string `json:"name"`
+	// Similar are the vhost's exchanges whose names look like a mistyping of Name (the same
+	// name in another case, or one or two letters apart; management API only).
+	Similar []string `json:"similar,omitempty"`
+}
+
+// String is "exchange NAME", with the similar names when there are any.
+func (m MissingExchange) String() string {
+	if len(m.Similar) == 0 {
+		return fmt.Sprintf("exchange %q", m.Name)
+	}
+	return fmt.Sprintf("exchange %q (similar names here: %s)", m.Name, quoteList(m.Similar))
+}
+
+// PolicyStatus is one policy of the plan and whether the broker has it as planned.
+type PolicyStatus struct {
+	Policy
+	// Exists: a policy of that name exists.
+	Exists bool `json:"exists"`
+	// Current: it exists with the plan's pattern, apply-to, priority and definition.
+	Current bool `json:"current"`
+}
+
+// Parking returns the parking queue's status.
+func (r *StatusReport) Parking() QueueStatus {
+	for _, q := range r.Queues {
+		if q.Role == RoleParking {
+			return q
+		}
+	}
+	return QueueStatus{}
+}
+
+// Status inspects the plan's objects on conn with passive declarations (read-only: it
+// declares nothing): which exist, the messages waiting and consumers of every queue, and,
+// with opts.Management, whether each existing exchange and queue has the plan's type, flags
+// and arguments (a passive declare compares none of them), messages in quorum queues'
+// dead-letter state, the bindings (missing and unplanned), the topology's policies and the
+// policy keys in effect that break a guarantee. It logs a warning for every delay queue with
+// a consumer (a consumer takes delayed messages early).
+//
+// It returns the report and an error joining, as found: ErrIncomplete naming the exchanges
+// the plan binds to but does not declare that do not exist (with similar names), and
+// ErrIncomplete naming the missing objects (policies included); ErrUnhealthy naming the existing objects whose type, flags or
+// arguments differ from the plan's (the first mismatch, and the fix: delete the object, then
+// Apply), the delay queues with consumers, the queues holding messages in their dead-letter
+// state, dead-lettering waiting on an unreachable node, queues with members offline or no
+// leader, and the unplanned bindings; ErrPolicy naming the policy
+// problems (warnings excepted). errors.Is tells them apart. Other errors are the broker's, or
+// wrap ErrManagement.
+func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
+	rep := &StatusReport{Version: ServerVersion(conn), PluginMessagesDelayed: -1}
+	p = p.ForBroker(ServerMajor(conn))
+	var jobs []job
+	for _, e := range p.Exchanges {
+		jobs = append(jobs, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(e.Name, e.Type, true, false, false, false, nil)
+		})
+	}
+	queues := make([]amqp.Queue, len(p.Queues))
+	for i, q := range p.Queues {
+		jobs = append(jobs, func(ch *amqp.Channel) error {
+			var err error
+			queues[i], err = ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
+			return err
+		})
+	}
+	for _, name := range p.Existing {
+		jobs = append(jobs, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(name, amqp.ExchangeDirect, true, false, false, false, nil)
+		})
+	}
+	errs, err := runJobs(ctx, conn, opts.Workers, false, jobs)
+	if err != nil {
+		return rep, fmt.Errorf("topology: status: %w", err)
+	}
+	var managed map[string]ManagedQueue
+	var objects map[string]*vhostObject
+	var bindings map[string]bool
+	if opts.Management != nil {
+		if managed, err = opts.Management.Queues(ctx); err != nil {
+			return rep, err
+		}
+		if rep.StatsDisabled, err = opts.Management.StatsDisabled(ctx); err != nil {
+			return rep, err
+		}
+		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
+			return rep, err
+		}
+		if objects, err = opts.Management.objects(ctx); err != nil {
+			return rep, err
+		}
+		var exchanges []string
+		for key := range objects {
+			if name, ok := strings.CutPrefix(key, string(KindExchange)+" "); ok {
+				exchanges = append(exchanges, name)
+			}
+		}
+		rep.Unplanned = unplannedOf(p, exchanges, managed)
+		all, err := opts.Management.bindings(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, all)
+		have, err := opts.Management.policies(ctx, false)
+		if err != nil {
+			return rep, err
+		}
+		for _, pol := range p.Policies {
+			old, ok := have[pol.Name]
+			rep.Policies = append(rep.Policies, PolicyStatus{Policy: pol, Exists: ok, Current: ok && samePolicy(old, pol)})
+		}
+		if rep.PolicyProblems, err = opts.Management.PolicyProblems(ctx, p); err != nil {
+			return rep, err
+		}
+		nodes, err := opts.Management.Nodes(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.Cluster = clusterOf(p, managed, nodes, all)
+		rep.Management = true
+	}
+	locked := map[string]bool{} // queues exclusive to another connection
+	check := func(i int, kind Kind, name string) (bool, error) {
+		switch e := errs[i]; {
+		case e == nil:
+			return true, nil
+		case kind == KindQueue && code(e) == amqp.ResourceLocked:
+			// 405 RESOURCE_LOCKED: the queue exists, exclusive to another connection.
+			locked[name] = true
+			return true, nil
+		case code(e) == amqp.NotFound:
+			rep.Missing = append(rep.Missing, string(kind)+" "+name)
+			return false, nil
+		default:
+			return false, wrapBroker(e, fmt.Sprintf("look up %s %q", kind, name))
+		}
+	}
+	for i, e := range p.Exchanges {
+		ok, err := check(i, KindExchange, e.Name)
+		if err != nil {
+			return rep, err
+		}
+		if have := objects[string(KindExchange)+" "+e.Name]; ok && have != nil {
+			rep.Mismatched = append(rep.Mismatched, exchangeMismatches(e, have)...)
+		}
+		rep.Exchanges = append(rep.Exchanges, ExchangeStatus{Exchange: e, Exists: ok})
+	}
+	loopSeen := map[string]bool{} // ready queues checked for a requeue loop
+	waiting := map[string]bool{}  // queues whose dead-lettering waits on an unreachable node
+	if rep.Cluster != nil {
+		for _, w := range rep.Cluster.Waits {
+			for _, q := range w.Queues {
+				waiting[q.Name] = true
+			}
+		}
+	}
+	for i, q := range p.Queues {
+		ok, err := check(len(p.Exchanges)+i, KindQueue, q.Name)
+		if err != nil {
+			return rep, err
+		}
+		s := QueueStatus{Queue: q, Exists: ok, Messages: -1, MessagesDLX: -1}
+		if ok {
+			s.Ready, s.Consumers = queues[i].Messages, queues[i].Consumers
+		}
+		if have := objects[string(KindQueue)+" "+q.Name]; ok && have != nil {
+			rep.Mismatched = append(rep.Mismatched, queueMismatches(q, have)...)
+		} else if locked[q.Name] {
+			rep.Mismatched = append(rep.Mismatched, Mismatch{Kind: KindQueue, Name: q.Name, Property: "exclusive", Existing: "true", Wanted: "false"})
+		}
+		if m, found := managed[q.Name]; found {
+			s.Messages, s.MessagesDLX = m.Messages, m.MessagesDLX
+			s.Leader, s.Members, s.Online = m.Leader, m.Members, m.Online
+			if m.MessagesDLX > 0 && !waiting[q.Name] {
+				rep.DeadLettering = append(rep.DeadLettering, fmt.Sprintf("%s (%d)", q.Name, m.MessagesDLX))
+			}
+		}
+		if ok && q.IsDelay() && s.Consumers > 0 {
+			rep.ConsumedDelayQueues = append(rep.ConsumedDelayQueues, q.Name)
+			opts.Logger.Warn().Str("queue", q.Name).Int("consumers", s.Consumers).
+				Msg("a consumer is attached to a delay queue: it takes delayed messages before they are due; stop it")
+		}
+		rep.Queues = append(rep.Queues, s)
+		if m, found := managed[q.Name]; found && ok && q.Role == RoleReady && !loopSeen[q.Name] {
+			loopSeen[q.Name] = true // a ready queue with several bindings is in the plan once per binding
+			if loop, is := RequeueLoopOf(q, m, rep.Version); is {
+				rep.RequeueLoops = append(rep.RequeueLoops, loop)
+			}
+		}
+	}
+	rep.NotDeclared = notDeclared(rep)
+	if rep.NotDeclared {
+		rep.PolicyProblems = nil
+	}
+	if opts.Management != nil && p.HasPlugin() {
+		n, found, err := opts.Management.MessagesDelayed(ctx, p.Names.PluginExchange())
+		if err != nil {
+			return rep, err
+		}
+		if found {
+			rep.PluginMessagesDelayed = n
+		}
+	}
+	var exchangeNames []string // the vhost's, for similar names (management API only)
+	for key := range objects {
+		if name, ok := strings.CutPrefix(key, string(KindExchange)+" "); ok && !p.Names.Reserved(name) {
+			exchangeNames = append(exchangeNames, name)
+		}
+	}
+	slices.Sort(exchangeNames)
+	for i, name := range p.Existing {
+		switch e := errs[len(p.Exchanges)+len(p.Queues)+i]; {
+		case e == nil:
+		case code(e) == amqp.NotFound:
+			rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, exchangeNames)})
+		default:
+			return rep, wrapBroker(e, fmt.Sprintf("check that exchange %q exists", name))
+		}
+	}
+	if bindings != nil {
+		for _, b := range p.Bindings {
+			ok := bindings[b.key()]
+			if !ok {
+				rep.Missing = append(rep.Missing, "binding "+b.String())
+			}
+			rep.Bindings = append(rep.Bindings, BindingStatus{Binding: b, Exists: ok})
+		}
+	}
+	for _, ps := range rep.Policies {
+		switch {
+		case !ps.Exists:
+			rep.Missing = append(rep.Missing, "policy "+ps.Name)
+		case !ps.Current:
+			rep.Missing = append(rep.Missing, "policy "+ps.Name+" (exists with another pattern, priority or definition)")
+		}
+	}
+	var problems []error
+	if len(rep.MissingExchanges) > 0 {
+		problems = append(problems, missingExchangesError(rep.MissingExchanges))
+	}
+	if rep.NotDeclared {
+		problems = append(problems, fmt.Errorf("%w: the topology is not declared in vhost %q: none of its own %d exchanges and queues exist (%s missing in "+
+			"all; target exchanges and ready queues are the application's and may remain): declare it with `rabbitdelay apply` and the "+
+			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, conn.Config.Vhost,
+			ownObjects(p), text.Plural(len(rep.Missing), "object")))
+	} else if len(rep.Missing) > 0 {
+		apply := "run rabbitdelay apply"
+		if len(rep.MissingExchanges) > 0 {
+			apply += " once the exchanges it binds to exist"
+		}
+		problems = append(problems, fmt.Errorf("%w: %s missing (first: %s): %s", ErrIncomplete, text.Plural(len(rep.Missing), "object"), rep.Missing[0], apply))
+	}
+	if rep.StatsDisabled {
+		problems = append(problems, fmt.Errorf("%w: the management API collects no queue statistics (its overview says "+
+			"disable_stats: rabbitmq_management_agent.disable_metrics_collector is true), so status cannot count messages or see "+
+			"messages stuck in a delay queue's dead-letter state (messages_dlx); set the collector back on to check the topology "+
+			"with status or the exporter", ErrUnhealthy))
+	}
+	if err := mismatchError(rep.Mismatched); err != nil {
+		problems = append(problems, err)
+	}
+	if len(rep.ConsumedDelayQueues) > 0 {
+		problems = append(problems, fmt.Errorf("%w: consumers on delay queues (%s): they take delayed messages before they are due; "+
+			"stop them and consume from the targets' queues", ErrUnhealthy, strings.Join(rep.ConsumedDelayQueues, ", ")))
+	}
+	if len(rep.DeadLettering) > 0 {
+		problems = append(problems, fmt.Errorf("%w: messages in dead-letter state (messages_dlx) in %s: their dead-lettering has not "+
+			"completed, and every member of these queues and of the queues they dead-letter into is online, so nothing routes them "+
+			"(a target with no binding for their routing key and no alternate exchange: see the policies) or the queue they go to "+
+			"refuses them; RabbitMQ retries them forever. A busy topology shows small counts in passing: run status again, and if "+
+			"they stay, look at the targets' bindings and the policy problems",
+			ErrUnhealthy, strings.Join(rep.DeadLettering, ", ")))
+	}
+	if rep.Cluster != nil {
+		for _, w := range rep.Cluster.Waits {
+			problems = append(problems, fmt.Errorf("%w: %s", ErrUnhealthy, deadLetterWaitText(w, opts.Management.VHost())))
+		}
+		if err := degradedError(rep.Cluster); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if len(rep.UnplannedBindings) > 0 {
+		problems = append(problems, fmt.Errorf("%w: %s on the topology's exchanges and queues not in the plan (first: %s): "+
+			"left by an earlier specification or added by hand, they change where messages go; unbind them "+
+			"(rabbitmqctl has no unbind: use the management UI or API), or put them in the specification",
+			ErrUnhealthy, text.Plural(len(rep.UnplannedBindings), "binding"), rep.UnplannedBindings[0]))
+	}
+	for _, l := range rep.RequeueLoops {
+		problems = append(problems, fmt.Errorf("%w: requeue loop in ready %s: %s", ErrUnhealthy, l, l.Advice(p.Names.Parking())))
+	}
+	if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
+		problems = append(problems, policyError(failing))
+	}
+	return rep, errors.Join(problems...)
+}
+
+// mismatchError is ErrUnhealthy naming the first of the mismatched properties and what to do,
+// or nil when there are none.
+func mismatchError(mm []Mismatch) error {
+	if len(mm) == 0 {
+		return nil
+	}
+	objects, queues := map[string]bool{}, 0
+	for _, m := range mm {
+		key := string(m.Kind) + " " + m.Name
+		if !objects[key] && m.Kind == KindQueue {
+			queues++
+		}
+		objects[key] = true
+	}
+	first := mm[0]
+	it, tool := "it", "management UI or API"
+	if len(objects) > 1 {
+		it = "them"
+	}
+	if queues > 0 {
+		tool += ", or rabbitmqctl delete_queue"
+	}
+	fix := fmt.Sprintf("delete %s (%s) and run rabbitdelay apply, which declares %s again as planned", it, tool, it)
+	if queues > 0 {
+		fix += "; deleting a queue deletes the messages it holds: move them elsewhere first"
+	}
+	return fmt.Errorf("%w: %s of %s %s from the plan's (first: %s): such an object routes, keeps or "+
+		"dead-letters messages otherwise than planned, and RabbitMQ cannot change it in place; %s",
+		ErrUnhealthy, text.Plural(len(mm), "property"), text.Plural(len(objects), "existing object"),
+		map[bool]string{true: "differs", false: "differ"}[len(mm) == 1], first, fix)
+}
+
+// missingExchangesError is ErrIncomplete naming the exchanges of Plan.Existing that do not
+// exist, and the fixes.
+func missingExchangesError(missing []MissingExchange) error {
+	names := make([]string, len(missing))
+	for i, m := range missing {
+		names[i] = m.String()
+	}
+	return fmt.Errorf("%w: %s, which the topology binds to but does not declare: declare it, give a target as name:type "+
+		"(AMQPDELAY_TARGETS, --target) so apply declares it, or, if the name is mistyped, correct it in the specification; "+
+		"until it exists apply declares nothing", ErrIncomplete, strings.Join(names, ", "))
+}
+
+// own reports whether an exchange or queue role is the topology's own (what teardown deletes),
+// not the application's: target exchanges and ready queues.
+func own(r Role) bool { return r != RoleTarget && r != RoleReady }
+
+// ownObjects counts the plan's own exchanges and queues.
+func ownObjects(p *Plan) int {
+	n := 0
+	for _, e := range p.Exchanges {
+		if own(e.Role) {
+			n++
+		}
+	}
+	seen := map[string]bool{}
+	for _, q := range p.Queues {
+		if own(q.Role) && !seen[q.Name] {
+			seen[q.Name] = true
+			n++
+		}
+	}
+	return n
+}
+
+// notDeclared reports whether none of the topology's own exchanges and queues exist.
+func notDeclared(rep *StatusReport) bool {
+	n := 0
+	for _, e := range rep.Exchanges {
+		if own(e.Role) {
+			if e.Exists {
+				return false
+			}
+			n++
+		}
+	}
+	for _, q := range rep.Queues {
+		if own(q.Role) {
+			if q.Exists {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
+}

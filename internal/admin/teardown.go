@@ -1,0 +1,292 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/text"
+)
+
+// TeardownOptions tune [Teardown].
+type TeardownOptions struct {
+	// Force deletes queues that hold messages (the messages are lost).
+	Force bool
+	// ReadyQueues also deletes the plan's ready queues (with the same emptiness rule). By
+	// default they are left: they belong to the applications that consume them.
+	ReadyQueues bool
+	// DryRun deletes nothing; the report gives StateDeleted to what would be deleted.
+	DryRun bool
+	// Workers is the number of channels to work on in parallel; 0 means DefaultWorkers.
+	Workers int
+	// Management, when set, counts every message a queue holds (unacknowledged and quorum
+	// dead-letter state included); without it only ready messages are seen, and the
+	// broker's if-empty check on delete catches the rest.
+	Management *Management
+	// Logger receives a debug line per deletion; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Teardown deletes the delay topology of p: the delay queues (ladder and bucket queues), the
+// revocation stream (whatever it holds: its records are about delayed messages), the parking
+// queue, the target markers, the ladder exchanges and marker, the bucket exchange,
+// the plugin exchange, the dispatch exchange, the alternate exchanges (and, with
+// opts.ReadyQueues, the ready queues), and last, with opts.Management, the topology's
+// policies (without it they are reported as StateSkipped: AMQP cannot delete policies).
+// It never touches target exchanges, also those the topology declared (name:type).
+//
+// Unless opts.Force is set it first counts the messages of every queue it would delete and,
+// when any holds messages, deletes nothing and returns an error wrapping ErrNotEmpty that
+// names them. Without opts.Management it cannot count the unacknowledged and dead-letter-state
+// messages of quorum queues, so it refuses (ErrCannotCount) unless opts.Force is set. The
+// deletions of classic queues then use queue.delete's if-empty flag, so a
+// message that arrives in between makes the broker refuse (406) rather than lose it. Quorum
+// queues do not support that flag (RabbitMQ answers 540 NOT_IMPLEMENTED and closes the
+// connection), so each is looked at again just before it is deleted: a message published in
+// that instant would be lost. Stop publishers before a teardown. Queues are deleted before
+// exchanges, the parking queue last.
+//
+// Messages already held by the delayed-message plugin are not counted (they are in no queue)
+// and not removed by deleting its exchange: the plugin stores them apart and delivers those
+// that fall due after the topology (plugin exchange, its binding, the dispatch exchange) has
+// been applied again; those that fall due in between are lost (seen on 3.10.8).
+//
+// The report lists every object as deleted or absent (Detail says how many messages a
+// forced delete discarded) and, with opts.Management, the objects with the plan's prefix that
+// the plan does not name (Report.Unplanned), which it leaves in place: tear those down with
+// the specification that declared them. Errors are the broker's, wrapped (ErrAccessRefused for 403).
+func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts TeardownOptions) (*Report, error) {
+	start := time.Now()
+	rep := &Report{}
+	defer func() { rep.Elapsed = time.Since(start) }()
+	r := newRunner(ctx, conn, opts.Workers, opts.Logger, "teardown", rep)
+
+	// What to delete, in order: queues (delay, ready, parking last), then exchanges from
+	// where messages enter (plugin, buckets, ladder) to where they leave (D, unroutable).
+	// classic marks the plan's classic queues: only they support queue.delete's if-empty.
+	classic := map[string]bool{}
+	for _, q := range p.Queues {
+		if t, _ := q.Args["x-queue-type"].(string); t == "" || t == string(delayspec.Classic) {
+			classic[q.Name] = true
+		}
+	}
+	var queues []*doomed
+	for _, q := range p.Queues {
+		if q.IsDelay() {
+			queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
+		}
+	}
+	if opts.ReadyQueues {
+		for _, q := range p.Queues {
+			if q.Role == RoleReady {
+				queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
+			}
+		}
+	}
+	// The revocation stream holds no delayed message, only records about them, which mean
+	// nothing once the delay queues are gone: it is deleted whatever it holds.
+	forced := opts
+	forced.Force = true
+	for _, q := range p.Queues {
+		if q.Role == RoleRevoked {
+			d := doomedQueue(q.Name, classic[q.Name], forced)
+			d.records = true
+			queues = append(queues, d)
+		}
+	}
+	parking := doomedQueue(p.Names.Parking(), classic[p.Names.Parking()], opts)
+	// The target markers first: publishers that check them stop trusting the topology.
+	var exchanges []*doomed
+	for _, e := range p.Exchanges {
+		if e.Marker && e.Role == RoleDispatch {
+			exchanges = append(exchanges, doomedExchange(e.Name))
+		}
+	}
+	exchanges = append(exchanges, doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange()))
+	for _, e := range p.Exchanges {
+		if e.Role == RoleLadder {
+			exchanges = append(exchanges, doomedExchange(e.Name))
+		}
+	}
+	for _, name := range []string{p.Names.Dispatch(), p.Names.Retry(), p.Names.DueUnroutable(), p.Names.Unroutable()} {
+		exchanges = append(exchanges, doomedExchange(name))
+	}
+	all := append(append(append([]*doomed{}, queues...), parking), exchanges...)
+
+	// What exists, and what it holds.
+	lookups := make([]step, len(all))
+	for i, d := range all {
+		lookups[i] = d.lookup
+	}
+	errs, err := r.look(lookups)
+	if err != nil {
+		return rep, fmt.Errorf("topology: teardown: %w", err)
+	}
+	var managed map[string]ManagedQueue
+	if opts.Management != nil {
+		if managed, err = opts.Management.Queues(ctx); err != nil {
+			return rep, err
+		}
+		if rep.Unplanned, err = opts.Management.unplanned(ctx, p, managed); err != nil {
+			return rep, err
+		}
+	}
+	var full []string
+	for i, e := range errs {
+		d := all[i]
+		switch {
+		case e == nil:
+			d.exists = true
+		case code(e) == amqp.NotFound:
+		default:
+			return rep, wrapBroker(e, fmt.Sprintf("look up %s %q", d.kind, d.name))
+		}
+		if d.kind == KindQueue && d.exists && !d.records {
+			d.held = int64(d.found.Messages)
+			if m, ok := managed[d.name]; ok {
+				d.held = max(d.held, m.Messages, m.MessagesDLX)
+			}
+			if d.held > 0 {
+				full = append(full, fmt.Sprintf("%s (%s)", d.name, text.Plural(int(d.held), "message")))
+			}
+		}
+	}
+	if len(full) > 0 && !opts.Force {
+		return rep, fmt.Errorf("%w: %s; nothing was deleted: wait until they are delivered (rabbitdelay status), or use --force to delete them with their messages",
+			ErrNotEmpty, strings.Join(full, ", "))
+	}
+	if !opts.Force && opts.Management == nil {
+		var blind []string
+		for _, d := range all {
+			if d.kind == KindQueue && d.exists && !d.classic && !d.records {
+				blind = append(blind, d.name)
+			}
+		}
+		if len(blind) > 0 {
+			return rep, fmt.Errorf("%w: %d quorum queues (the first: %s): AMQP counts only their ready messages, not the "+
+				"unacknowledged ones nor those held for dead-lettering (messages_dlx); nothing was deleted: give the management API "+
+				"(--management-url) so teardown can count them, or use --force to delete them with whatever they hold",
+				ErrCannotCount, len(blind), blind[0])
+		}
+	}
+
+	// The report, and the deletions.
+	for _, d := range all {
+		row := Result{Kind: d.kind, Name: d.name, State: StateAbsent}
+		if d.exists {
+			row.State = StateNotDeleted // until it is
+			if opts.DryRun {
+				row.State = StateDeleted // dry run: would be
+			}
+			if d.held > 0 {
+				row.Detail = "held " + text.Plural(int(d.held), "message")
+			}
+		}
+		r.add(row)
+	}
+	if opts.DryRun {
+		return rep, teardownPolicies(ctx, p, opts, rep)
+	}
+	// Delay and ready queues, then the parking queue, then the exchanges one by one in order.
+	phases := [][]*doomed{queues, {parking}}
+	for _, d := range exchanges {
+		phases = append(phases, []*doomed{d})
+	}
+	for _, ph := range phases {
+		var steps []step
+		for _, d := range ph {
+			if d.exists {
+				steps = append(steps, d.del)
+			}
+		}
+		if err := r.run(steps, StateDeleted, deleteFailed); err != nil {
+			return rep, err
+		}
+	}
+	return rep, teardownPolicies(ctx, p, opts, rep)
+}
+
+// doomed is one queue or exchange that Teardown deletes when it exists: how to look it up,
+// what the look-up found, and how to delete it.
+type doomed struct {
+	kind    Kind
+	name    string
+	classic bool // a classic queue: queue.delete's if-empty works
+	lookup  step
+	del     step
+	exists  bool
+	found   amqp.Queue // the passive declaration's answer (queues)
+	held    int64      // messages the queue holds
+	records bool       // the revocation stream: deleted whatever it holds
+}
+
+func doomedQueue(name string, classic bool, opts TeardownOptions) *doomed {
+	d := &doomed{kind: KindQueue, name: name, classic: classic}
+	d.lookup = step{KindQueue, name, func(ch *amqp.Channel) error {
+		var err error
+		d.found, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		return err
+	}}
+	d.del = step{KindQueue, name, func(ch *amqp.Channel) error {
+		ifEmpty := !opts.Force
+		if ifEmpty && !classic {
+			// Quorum queues refuse queue.delete's if-empty with 540 NOT_IMPLEMENTED, a
+			// connection error that ends every job in flight. Look again just before
+			// deleting instead.
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			if q.Messages > 0 {
+				return &amqp.Error{Code: amqp.PreconditionFailed, Reason: text.Plural(q.Messages, "message") + " ready"}
+			}
+			ifEmpty = false
+		}
+		n, err := ch.QueueDelete(name, false, ifEmpty, false)
+		if err == nil && n > 0 {
+			opts.Logger.Warn().Str("queue", name).Int("messages", n).Msg("deleted a queue with its messages")
+		}
+		return err
+	}}
+	return d
+}
+
+func doomedExchange(name string) *doomed {
+	return &doomed{kind: KindExchange, name: name,
+		lookup: step{KindExchange, name, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(name, amqp.ExchangeHeaders, true, false, false, false, nil)
+		}},
+		del: step{KindExchange, name, func(ch *amqp.Channel) error {
+			return ch.ExchangeDelete(name, false, false)
+		}},
+	}
+}
+
+// deleteFailed returns the error Teardown returns for the first failed deletion of a phase.
+func deleteFailed(row *Result, err error) error {
+	if code(err) == amqp.PreconditionFailed {
+		return fmt.Errorf("%w: %s %q received messages during teardown and was not deleted (%v); run teardown again, or with --force",
+			ErrNotEmpty, row.Kind, row.Name, err)
+	}
+	return wrapBroker(err, fmt.Sprintf("delete %s %q", row.Kind, row.Name))
+}
+
+// teardownPolicies deletes the plan's policies (the management API is needed) and adds
+// their results to rep.
+func teardownPolicies(ctx context.Context, p *Plan, opts TeardownOptions, rep *Report) error {
+	if opts.Management == nil {
+		for _, pol := range p.Policies {
+			rep.Results = append(rep.Results, Result{Kind: KindPolicy, Name: pol.Name, State: StateSkipped,
+				Detail: fmt.Sprintf("AMQP cannot delete policies: pass the management API, or run rabbitmqctl clear_policy -p <vhost> %s", shellQuote(pol.Name))})
+		}
+		return nil
+	}
+	res, err := opts.Management.DeletePolicies(ctx, p, opts.DryRun)
+	rep.Results = append(rep.Results, res...)
+	return err
+}

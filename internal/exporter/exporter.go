@@ -1,0 +1,325 @@
+// Package exporter serves the delay topology's state as Prometheus metrics, read from the
+// RabbitMQ management API at every scrape: what `rabbitdelay status --management-url` shows,
+// as numbers an alert can watch. `rabbitdelay exporter --listen ADDR` serves it on /metrics.
+//
+// # Metrics
+//
+// Every name starts with rabbitdelay_; counts are plain numbers of messages, queues or
+// policy keys. The delay queues' figures are summed per ladder level (label level, path
+// "ladder") and per bucket (label bucket, the bucket's delay as Go prints it, "30s"; path
+// "bucket"), so a default ladder gives 8 series, not 120; [Options.PerQueue] adds a queue
+// label (one series per delay queue).
+//
+//   - rabbitdelay_up: 1 when the management API answered this scrape, else 0 (and nothing
+//     else is reported but rabbitdelay_scrape_duration_seconds).
+//   - rabbitdelay_scrape_duration_seconds: how long reading the management API took.
+//   - rabbitdelay_queue_statistics: 1 when the management API collects queue statistics,
+//     0 when it does not (rabbitmq_management_agent.disable_metrics_collector = true): the
+//     message and dead-letter gauges are then absent, and an alert on them cannot fire, so
+//     alert on this one at 0 too.
+//   - rabbitdelay_delay_messages{path,level,bucket}: messages the delay queues hold (the
+//     management API's messages: ready and unacknowledged).
+//   - rabbitdelay_delay_messages_dlx{path,level,bucket}: messages held in the delay queues'
+//     dead-letter state (quorum queues' messages_dlx): due messages whose dead-lettering has
+//     not completed. Small counts in passing are normal on a busy ladder; counts that stay
+//     mean no queue takes them (see `rabbitdelay status`).
+//   - rabbitdelay_delay_queue_consumers{path,level,bucket}: consumers attached to delay
+//     queues. Must be 0: a consumer takes delayed messages before they are due.
+//   - rabbitdelay_parking_messages: messages in the parking queue (due messages no target
+//     took, parked deliveries).
+//   - rabbitdelay_ready_queue_messages{queue}: messages in each ready queue of the
+//     specification (AMQPDELAY_READY_QUEUES): due messages waiting for a consumer.
+//   - rabbitdelay_ready_queue_requeue_loop{queue}: 1 when the ready queue's consumers requeue
+//     messages in a loop that no delivery limit ends (admin.RequeueLoopOf gives the rule),
+//     else 0. `rabbitdelay status` says what to do.
+//   - rabbitdelay_missing_queues: queues of the specification the management API does not
+//     list (run `rabbitdelay apply`).
+//   - rabbitdelay_policy_problems{breaks,severity}: policy keys in effect that break a
+//     guarantee (severity error) or deserve a look (warning), by what they break (early,
+//     deletes, drops, stalls, wrong routing; each series present, 0 when none).
+//   - rabbitdelay_node_running{node}, rabbitdelay_node_leaders{node},
+//     rabbitdelay_node_delay_queue_leaders{node}, rabbitdelay_node_members{node}: per cluster
+//     node, whether it runs (when the user has the monitoring tag), and how many of the
+//     specification's quorum queues it leads (delay queues alone in the second) and holds a
+//     replica of.
+//   - rabbitdelay_leaders_balanced: 1 when the delay queues' leaders are spread over the
+//     running nodes (admin.LeadersBalanced).
+//   - rabbitdelay_degraded_queues: quorum queues of the specification with a member offline
+//     or no leader.
+//   - rabbitdelay_dead_letter_waiting_messages{node}: messages in dead-letter state waiting
+//     for the unreachable node.
+//   - rabbitdelay_revocation_stream_messages{queue}: messages in the revocation stream
+//     <prefix>.revoked: revocation records and its readers' fences. It shrinks only when
+//     RabbitMQ deletes a segment older than the stream's x-max-age
+//     (delayspec.Spec.RevocationRetention).
+//
+// Every series of every label set the specification configures is in every scrape, at 0
+// where nothing happened, so that an alert sees 0 rather than nothing; a queue that does not
+// exist counts 0 (and in rabbitdelay_missing_queues). A queue the management API has no
+// figures for yet is left out of its sums. The figures lag the broker by up to the management
+// API's collect_statistics_interval (https://www.rabbitmq.com/docs/management#statistics-interval).
+package exporter
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/metrics"
+)
+
+// Options tune an [Exporter]. The zero value sums per level and bucket and gives a scrape
+// DefaultTimeout.
+type Options struct {
+	// PerQueue adds the label queue to the delay queues' metrics: one series per delay queue
+	// (120 for the default ladder) instead of one per level and bucket.
+	PerQueue bool
+	// Timeout bounds the management API requests of one scrape; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// OnScrape, when set, is called after every scrape with the error that made it report
+	// rabbitdelay_up 0 (it names the management API's URL without a password, and, for a
+	// refusal, what to check), or nil when the scrape read the management API. The Exporter
+	// logs nothing itself: this is where its user learns why a scrape failed. It runs on the
+	// scraping goroutine; keep it quick.
+	OnScrape func(err error)
+}
+
+// DefaultTimeout is how long one scrape waits for the management API unless Options.Timeout
+// says otherwise.
+const DefaultTimeout = 10 * time.Second
+
+// Exporter is a prometheus.Collector of one plan's topology, read through one management
+// API client at every Collect. Register it on a prometheus.Registry and serve that with
+// promhttp. It is safe for concurrent use.
+type Exporter struct {
+	m    *admin.Management
+	p    *admin.Plan
+	opts Options
+
+	up, duration, stats, parking, missing, balanced, degraded *prometheus.Desc
+	delayMessages, delayDLX, delayConsumers                   *prometheus.Desc
+	ready, policyProblems                                     *prometheus.Desc
+	nodeRunning, nodeLeaders, nodeDelayLeaders                *prometheus.Desc
+	nodeMembers, waiting, revocations, requeueLoop            *prometheus.Desc
+}
+
+// New returns the Exporter of plan p, read through m (whose vhost is the topology's).
+func New(m *admin.Management, p *admin.Plan, opts Options) *Exporter {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	name := func(n string) string { return prometheus.BuildFQName(metrics.Namespace, "", n) }
+	delay := []string{"path", "level", "bucket"}
+	if opts.PerQueue {
+		delay = append(delay, "queue")
+	}
+	node := []string{"node"}
+	return &Exporter{
+		m: m, p: p, opts: opts,
+		up:       prometheus.NewDesc(name("up"), "1 when the management API answered this scrape, else 0.", nil, nil),
+		duration: prometheus.NewDesc(name("scrape_duration_seconds"), "Time spent reading the management API for this scrape.", nil, nil),
+		stats: prometheus.NewDesc(name("queue_statistics"),
+			"1 when the management API collects queue statistics, 0 when disable_metrics_collector is set (message gauges absent).", nil, nil),
+		delayMessages: prometheus.NewDesc(name("delay_messages"),
+			"Messages the delay queues hold, per ladder level or bucket (management API messages: ready and unacknowledged).", delay, nil),
+		delayDLX: prometheus.NewDesc(name("delay_messages_dlx"),
+			"Messages held in the delay queues' dead-letter state (messages_dlx): due messages whose dead-lettering has not completed.", delay, nil),
+		delayConsumers: prometheus.NewDesc(name("delay_queue_consumers"),
+			"Consumers attached to delay queues; must be 0 (a consumer takes delayed messages before they are due).", delay, nil),
+		parking: prometheus.NewDesc(name("parking_messages"), "Messages in the parking queue.", nil, nil),
+		ready:   prometheus.NewDesc(name("ready_queue_messages"), "Messages in each ready queue of the specification.", []string{"queue"}, nil),
+		missing: prometheus.NewDesc(name("missing_queues"), "Queues of the specification that the management API does not list.", nil, nil),
+		policyProblems: prometheus.NewDesc(name("policy_problems"),
+			"Policy keys in effect that break a guarantee (severity error) or deserve a look (warning), by what they break.",
+			[]string{"breaks", "severity"}, nil),
+		nodeRunning: prometheus.NewDesc(name("node_running"), "1 when the cluster node runs, 0 when the cluster cannot reach it.", node, nil),
+		nodeLeaders: prometheus.NewDesc(name("node_leaders"), "Quorum queues of the specification whose leader is on the node.", node, nil),
+		nodeDelayLeaders: prometheus.NewDesc(name("node_delay_queue_leaders"),
+			"Delay queues (ladder and bucket) whose leader is on the node.", node, nil),
+		nodeMembers: prometheus.NewDesc(name("node_members"), "Quorum queues of the specification with a replica on the node.", node, nil),
+		balanced: prometheus.NewDesc(name("leaders_balanced"),
+			"1 when the delay queues' leaders are spread over the running nodes, else 0.", nil, nil),
+		degraded: prometheus.NewDesc(name("degraded_queues"),
+			"Quorum queues of the specification with a member offline or no leader.", nil, nil),
+		waiting: prometheus.NewDesc(name("dead_letter_waiting_messages"),
+			"Messages in dead-letter state that wait for the unreachable node.", node, nil),
+		requeueLoop: prometheus.NewDesc(name("ready_queue_requeue_loop"),
+			"1 when the ready queue's consumers requeue messages in a loop that no delivery limit ends (admin.RequeueLoopOf), else 0.",
+			[]string{"queue"}, nil),
+		revocations: prometheus.NewDesc(name("revocation_stream_messages"),
+			"Messages in the revocation stream <prefix>.revoked: revocation records and the fences of its readers.", []string{"queue"}, nil),
+	}
+}
+
+// Describe sends the descriptors of every metric the Exporter can report.
+func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{e.up, e.duration, e.stats, e.delayMessages, e.delayDLX, e.delayConsumers, e.parking, e.ready,
+		e.missing, e.policyProblems, e.nodeRunning, e.nodeLeaders, e.nodeDelayLeaders, e.nodeMembers, e.balanced, e.degraded,
+		e.waiting, e.revocations, e.requeueLoop} {
+		ch <- d
+	}
+}
+
+// group is the label values of one delay queue's series.
+type group struct{ path, level, bucket, queue string }
+
+// sums are a group's totals; -1 while no queue of the group has a figure.
+type sums struct{ messages, dlx, consumers int64 }
+
+func add(to *int64, v int64) {
+	if v < 0 {
+		return
+	}
+	if *to < 0 {
+		*to = 0
+	}
+	*to += v
+}
+
+// Collect reads the management API (bounded by Options.Timeout) and sends the metrics.
+// [Handler] also bounds each scrape by its request (the client gone, or Prometheus's
+// X-Prometheus-Scrape-Timeout-Seconds).
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) { e.collect(context.Background(), ch) }
+
+// collect is Collect bounded by ctx too.
+func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+	defer cancel()
+	s, err := e.m.Snapshot(ctx, e.p)
+	if e.opts.OnScrape != nil {
+		e.opts.OnScrape(err)
+	}
+	ch <- prometheus.MustNewConstMetric(e.duration, prometheus.GaugeValue, time.Since(start).Seconds())
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 1)
+	collected := 1.0
+	if s.StatsDisabled {
+		collected = 0
+	}
+	ch <- prometheus.MustNewConstMetric(e.stats, prometheus.GaugeValue, collected)
+	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	var order []group
+	groups := map[group]*sums{}
+	missing := 0
+	seen := map[string]bool{} // a ready queue with several bindings is in the plan once per binding
+	for _, q := range e.p.Queues {
+		if seen[q.Name] {
+			continue
+		}
+		seen[q.Name] = true
+		mq, ok := s.Queues[q.Name]
+		if !ok {
+			// A missing queue holds nothing: its series are 0, present from the first scrape
+			// (rabbitdelay_missing_queues counts it).
+			missing++
+			mq = admin.ManagedQueue{Name: q.Name, RedeliverRate: -1, DeliverRate: -1, AckRate: -1}
+		}
+		switch {
+		case q.IsDelay():
+			g := group{path: string(q.Role)}
+			if q.Role == admin.RoleLadder {
+				g.level = strconv.Itoa(q.Level)
+			} else {
+				g.bucket = (time.Duration(q.TTL) * time.Millisecond).String()
+			}
+			if e.opts.PerQueue {
+				g.queue = q.Name
+			}
+			t, seen := groups[g]
+			if !seen {
+				t = &sums{-1, -1, -1}
+				groups[g] = t
+				order = append(order, g)
+			}
+			add(&t.messages, mq.Messages)
+			add(&t.dlx, mq.MessagesDLX)
+			add(&t.consumers, mq.Consumers)
+		case q.Role == admin.RoleParking:
+			if mq.Messages >= 0 {
+				gauge(e.parking, mq.Messages)
+			}
+		case q.Role == admin.RoleRevoked:
+			if mq.Messages >= 0 {
+				gauge(e.revocations, mq.Messages, q.Name)
+			}
+		case q.Role == admin.RoleReady:
+			if mq.Messages >= 0 {
+				gauge(e.ready, mq.Messages, q.Name)
+			}
+			_, looping := admin.RequeueLoopOf(q, mq, s.Version)
+			gauge(e.requeueLoop, map[bool]int64{true: 1}[looping], q.Name)
+		}
+	}
+	for _, g := range order {
+		t := groups[g]
+		labels := []string{g.path, g.level, g.bucket}
+		if e.opts.PerQueue {
+			labels = append(labels, g.queue)
+		}
+		if t.messages >= 0 {
+			gauge(e.delayMessages, t.messages, labels...)
+		}
+		if t.dlx >= 0 {
+			gauge(e.delayDLX, t.dlx, labels...)
+		}
+		if t.consumers >= 0 {
+			gauge(e.delayConsumers, t.consumers, labels...)
+		}
+	}
+	gauge(e.missing, int64(missing))
+	type problem struct{ breaks, severity string }
+	problems := map[problem]int64{}
+	for _, b := range []admin.Breakage{admin.BreaksEarly, admin.BreaksDeletes, admin.BreaksDrops, admin.BreaksStalls,
+		admin.BreaksRouting} { // every series present, at 0 when none
+		problems[problem{string(b), "error"}], problems[problem{string(b), "warning"}] = 0, 0
+	}
+	for _, pp := range s.PolicyProblems {
+		k := problem{breaks: string(pp.Breaks), severity: "error"}
+		if pp.Warning {
+			k.severity = "warning"
+		}
+		problems[k]++
+	}
+	for k, n := range problems {
+		gauge(e.policyProblems, n, k.breaks, k.severity)
+	}
+	if c := s.Cluster; c != nil {
+		for _, n := range c.Nodes {
+			if n.Running != nil {
+				v := int64(0)
+				if *n.Running {
+					v = 1
+				}
+				gauge(e.nodeRunning, v, n.Name)
+			}
+			gauge(e.nodeLeaders, int64(n.Leaders), n.Name)
+			gauge(e.nodeDelayLeaders, int64(n.DelayQueues), n.Name)
+			gauge(e.nodeMembers, int64(n.Members), n.Name)
+		}
+		b := int64(0)
+		if c.Balanced {
+			b = 1
+		}
+		gauge(e.balanced, b)
+		gauge(e.degraded, int64(len(c.Degraded)))
+		waiting := map[string]int64{} // every node's series present, at 0 when nothing waits on it
+		for _, n := range c.Nodes {
+			waiting[n.Name] = 0
+		}
+		for _, w := range c.Waits {
+			waiting[w.Node] += w.Messages
+		}
+		for n, v := range waiting {
+			gauge(e.waiting, v, n)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+// Package topology declares and checks rabbitdelay's delay topology from Go, for a service that
+// declares its own topology when it starts: the work of `rabbitdelay apply` and `rabbitdelay
+// status`, with the specification given as a [delayspec.Spec] instead of AMQPDELAY_*
+// variables. Operators use the CLI; the machinery behind both lives in an internal package.
+//
+// RabbitMQ sets policies only through its management API (https://www.rabbitmq.com/docs/policies),
+// so both functions need its URL.
+package topology
+
+import (
+	"context"
+	"errors"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/admin"
+)
+
+// Apply declares the delay topology that spec describes in conn's virtual host, as `rabbitdelay
+// apply` does: the exchanges, queues and bindings that do not exist yet, and the policies, set
+// through the management API at managementURL (http://user:password@host:15672). Objects that
+// exist with the same arguments are left as they are; Apply never deletes anything. The error
+// wraps [delayspec.ErrInvalidSpec] for a bad spec, and otherwise names the object RabbitMQ
+// refused, a conflicting object already declared, a target exchange that does not exist, or a
+// policy that makes delays early or drops messages, each with its fix. ctx bounds the whole
+// call. The connection stays open.
+func Apply(ctx context.Context, conn *amqp.Connection, spec delayspec.Spec, managementURL string) error {
+	p, m, err := prepare(conn, spec, managementURL)
+	if err != nil {
+		return err
+	}
+	_, err = admin.Apply(ctx, conn, p, admin.ApplyOptions{Management: m})
+	return err
+}
+
+// Check returns nil when the delay topology that spec describes is declared in conn's virtual
+// host and nothing in the broker makes it lose, stall or hurry a message, as when `rabbitdelay
+// status` reports OK: every object exists with the planned arguments, the policies in effect
+// are safe, and no message waits in a dead-letter state. Otherwise its error lists every
+// problem with its fix. It changes nothing. ctx bounds the whole call; the connection stays
+// open.
+func Check(ctx context.Context, conn *amqp.Connection, spec delayspec.Spec, managementURL string) error {
+	p, m, err := prepare(conn, spec, managementURL)
+	if err != nil {
+		return err
+	}
+	_, err = admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
+	return err
+}
+
+// prepare checks the arguments and builds the plan and the management client.
+func prepare(conn *amqp.Connection, spec delayspec.Spec, managementURL string) (*admin.Plan, *admin.Management, error) {
+	if conn == nil {
+		return nil, nil, errors.New("topology: conn is nil: pass an open AMQP connection to the broker")
+	}
+	if managementURL == "" {
+		return nil, nil, errors.New("topology: managementURL is empty: RabbitMQ sets policies only through its management API; " +
+			"pass its URL, e.g. http://user:password@host:15672")
+	}
+	p, err := admin.NewPlan(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	vhost := conn.Config.Vhost
+	if vhost == "" {
+		vhost = "/"
+	}
+	m, err := admin.NewManagement(managementURL, vhost)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, m, nil
+}
