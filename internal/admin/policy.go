@@ -426,8 +426,9 @@ func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 
 // fillOperatorPolicies sets the operator policy of p's queues whose rows lack it: before 4.3,
 // a queue row read with disable_stats names only the policy. It takes the operator policy
-// from the queue statistics where they name the same policy as the record (so are not older
-// than the last policy change), else from the operator policies' patterns (operatorPolicyOf).
+// from the operator policies' patterns (operatorPolicyOf), and from the queue statistics only
+// where a pattern is one Go's regexp cannot run and the statistics name the same policy as the
+// record.
 // It returns a warning for each operator policy whose pattern Go's regexp cannot run.
 func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues []managedObject, ops map[string]managedPolicy) ([]PolicyProblem, error) {
 	var need []int
@@ -450,11 +451,17 @@ func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues [
 	bad := map[string]bool{}
 	for _, i := range need {
 		q := &queues[i]
-		if s, ok := reported[q.Name]; ok && s.OperatorPolicy != nil && rawName(s.Policy) == rawName(q.Policy) {
-			q.OperatorPolicy = s.OperatorPolicy
-			continue
-		}
+		// The patterns first: the statistics lag a policy change by up to their interval (an
+		// operator policy replaced a moment ago is still named there), and an expires policy can
+		// delete the queue within that lag. The statistics decide only for a pattern Go's regexp
+		// cannot run.
 		name, unrunnable := operatorPolicyOf(ops, *q)
+		if len(unrunnable) > 0 {
+			if s, ok := reported[q.Name]; ok && s.OperatorPolicy != nil && rawName(s.Policy) == rawName(q.Policy) {
+				q.OperatorPolicy = s.OperatorPolicy
+				continue
+			}
+		}
 		q.OperatorPolicy, _ = json.Marshal(name)
 		for _, n := range unrunnable {
 			bad[n] = true
