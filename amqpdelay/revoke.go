@@ -67,9 +67,9 @@ func newMessageID() string {
 	return u.String()
 }
 
-// idRandom buffers crypto/rand for newMessageID, 4 KiB (256 UUIDs) per read: one getrandom
-// call per UUID (uuid.NewString) was about 2 µs of a publish's client CPU. uuid.EnableRandPool
-// does the same but for the whole process, which a library must not change.
+// idRandom buffers crypto/rand for newMessageID, 4 KiB (256 UUIDs) per read, sparing a
+// getrandom call per UUID (docs/benchmarks.md). uuid.EnableRandPool does the same but for the
+// whole process, which a library must not change.
 var idRandom = struct {
 	sync.Mutex
 	r *bufio.Reader
