@@ -11,20 +11,13 @@ import (
 
 // pubChan is one AMQP channel in confirm mode shared by many publishing goroutines.
 //
-// Publishes are serialized only around the write itself (sem); each registers its delivery
-// tag before writing, then waits for its own confirmation without holding anything, so
-// confirms are pipelined. One dispatcher goroutine receives both basic.return and the
-// confirmations: amqp091's reader goroutine hands them over in wire order, returns through an
-// unbuffered Go channel (the reader waits until the dispatcher has taken each) and
-// confirmations through a buffered one (confirmBuffer). RabbitMQ sends a mandatory message's
-// basic.return before its basic.ack
-// (https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed), so the ack enters the
-// buffer only after the dispatcher took the return, and the dispatcher records a return before
-// it reads the next confirmation: it has recorded the return before it completes the publish.
-//
-// A return carries no delivery tag, only the message's properties, so at most one publish
-// per message ID is in flight on a channel: a second one with the same ID waits for the
-// first to be confirmed.
+// Publishes are serialized only around the write (sem); each then waits for its own
+// confirmation, so confirms are pipelined. One dispatcher goroutine receives basic.return
+// (unbuffered) and the confirmations (buffered, confirmBuffer) in wire order. RabbitMQ sends a
+// mandatory message's basic.return before its basic.ack
+// (https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed), so a publish's return
+// is recorded before the publish completes. A return carries no delivery tag, only the
+// properties, so at most one publish per message ID is in flight on a channel.
 type pubChan struct {
 	ch  *amqp.Channel
 	sem chan struct{} // capacity 1: held while writing a publish

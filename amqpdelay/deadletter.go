@@ -48,10 +48,9 @@ import (
 // deadLetterMargin is room left beyond the computed size of a dead-lettered message's
 // headers: 26 bytes for the x-delivery-count header (key 1+16, type 1, long 8) that a quorum
 // ready queue adds when it redelivers the message (after a failed return, or a consumer that
-// went away), 26 bytes for x-acquired-count (the same size), which RabbitMQ 4.3 adds at every
-// return and keeps when it parks the message (both seen on 4.3.6 on redeliveries and on a
-// parked message; rabbit_fifo.erl), or the 25-byte x-stream-offset a stream adds instead, and
-// 6 bytes spare.
+// went away), 26 bytes for x-acquired-count (the same size), which RabbitMQ 4.3 and later add
+// at every return and keep when they park the message (rabbit_fifo.erl), or the 25-byte
+// x-stream-offset a stream adds instead, and 6 bytes spare.
 const deadLetterMargin = 26 + 26 + 6
 
 // deadLetterReason is the reason RabbitMQ records when a delay queue's TTL expires a message.

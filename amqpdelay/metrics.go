@@ -14,29 +14,19 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// WithMetrics makes the Publisher register its Prometheus metrics on reg (nothing is
-// registered without this option, and the global registry is never touched):
+// WithMetrics makes the Publisher register its Prometheus metrics on reg (the global registry
+// is never touched; a nil reg is no metrics):
 //
-//   - rabbitdelay_publisher_publishes_total{path,outcome}: every Publish and PublishAt call
-//     once it returns. path is direct, bucket, ladder, plugin, or none (refused before a path
-//     was chosen); outcome is one of [PublishOutcome]'s values: confirmed, nacked, unroutable,
-//     invalid, refused, lost, canceled, closed, failed.
-//   - rabbitdelay_publisher_confirm_duration_seconds{path}: histogram of the time from
-//     handing a message to its channel until the broker's confirm (confirmed publishes only).
-//   - rabbitdelay_publisher_publishes_in_flight: Publish calls in progress.
-//   - rabbitdelay_publisher_disconnects_total, rabbitdelay_publisher_reconnects_total and
-//     rabbitdelay_publisher_reconnect_failures_total: connection losses, reconnections, and
-//     failed reconnection attempts (the events of [WithReconnectHandler]).
-//   - rabbitdelay_publisher_plugin_available: 1 while the delayed-message plugin's exchange is
-//     in use ([Publisher.PluginAvailable]), else 0.
-//   - rabbitdelay_revocations_total{outcome}: message ids given to [Publisher.Revoke] and
-//     [Publisher.Reschedule], by the outcome of their record's publish (no series until the
-//     first one).
+//   - rabbitdelay_publisher_publishes_total{path,outcome}: every Publish and PublishAt call;
+//     path is direct, bucket, ladder, plugin or none, outcome one of [PublishOutcome]'s values.
+//   - rabbitdelay_publisher_confirm_duration_seconds{path}: time until the broker's confirm.
+//   - rabbitdelay_publisher_publishes_in_flight, rabbitdelay_publisher_disconnects_total,
+//     rabbitdelay_publisher_reconnects_total, rabbitdelay_publisher_reconnect_failures_total.
+//   - rabbitdelay_publisher_plugin_available: 1 while the plugin exchange is in use.
+//   - rabbitdelay_revocations_total{outcome}: message ids given to Revoke and Reschedule.
 //
-// Label values are bounded (4 paths and none, 9 outcomes). One Publisher per Registerer:
-// NewPublisher fails with ErrInvalidConfig when the names are already registered there; give
-// each Publisher its own label, prometheus.WrapRegistererWith(prometheus.Labels{"publisher":
-// "orders"}, reg). Close unregisters them. A nil reg is no metrics.
+// NewPublisher fails with ErrInvalidConfig when the names are already registered on reg: give
+// each Publisher its own label with prometheus.WrapRegistererWith. Close unregisters them.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return func(o *options) error { o.metricsReg = reg; return nil }
 }

@@ -234,33 +234,18 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 // Publish sends msg to exchange with routingKey, due after delay, by the path the strategy
 // chooses (see the package documentation), and returns once the broker has confirmed it.
 //
-// A delay <= 0 publishes to exchange at once (PathDirect). For a positive delay, exchange
-// must be one of the topology's targets (else ErrUnknownTarget, nothing sent). msg is not
-// modified: the Publisher sends a copy with its own headers (the target, the due time, the
-// path's routing headers) in place of any stale delay headers (x-death, x-first-death-*,
-// x-last-death-*, x-delay, rabbitdelay-*), a generated MessageId (a random UUID) when msg has
-// none, its copy tag (CopyHeader: msg's own, else a new one), and persistent delivery mode when
-// msg.DeliveryMode is 0.
+// A delay <= 0 publishes to exchange at once (PathDirect); a positive delay needs exchange to
+// be one of the topology's targets. msg is not modified: the Publisher sends a copy with its
+// own delay headers, a random MessageId when msg has none, its copy tag (CopyHeader) and
+// persistent delivery mode when msg.DeliveryMode is 0.
 //
-// It returns nil only after a broker ack. Errors: ErrInvalidInput (nil ctx, headers AMQP
-// cannot encode, a NaN or infinite float header at any depth, an exchange, routing key,
-// string property or header key longer than 255 bytes, properties and headers that do not
-// fit in one frame of the connection's frame_max (RabbitMQ's default 131,072 bytes), a body
-// larger than WithMaxMessageSize (default 16 MiB), msg.Expiration on a delayed message or not
-// digits, msg.DeliveryMode above 2, a Go int header beyond 32 bits, a direct publish into the
-// delay topology's own exchanges or, through the default exchange, its queues (which would
-// hold up other people's delayed messages; the parking queue stays open); each
-// refused before anything is sent, because amqp091 or RabbitMQ would close the whole
-// connection or channel and fail every publish on it), ErrUnknownTarget, ErrDelayTooLong,
-// ErrPluginUnavailable, ErrExchangeNotFound (a direct publish to a missing exchange; nothing
-// sent for any of these), ErrAccessRefused (the broker refused the publish: no write
-// permission on exchange, or a topic permission that refuses routingKey; a delayed publish is
-// refused where the same publish made directly would be, as the broker checks nothing when
-// the message reaches its target by dead-lettering: see permission.go; nothing stored), ErrUnroutable (a mandatory publish
-// came back), ErrNacked, ErrConnectionLost (the connection, or a channel for a reason other
-// than a refusal of a publish in flight on it, closed before the confirm: outcome unknown),
-// ErrClosed, or ctx's error (wrapped) when ctx ends first, including while the broker is
-// unreachable and the Publisher reconnects.
+// Errors: ErrInvalidInput (input that amqp091 or RabbitMQ would answer by closing the
+// connection or channel, such as a short string over 255 bytes, a NaN header, headers over the
+// frame_max, a body over WithMaxMessageSize, msg.Expiration on a delayed message, a direct
+// publish into the delay topology), ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable,
+// ErrExchangeNotFound (nothing sent for any of these), ErrAccessRefused (nothing stored; see
+// permission.go), ErrUnroutable, ErrNacked, ErrConnectionLost (outcome unknown), ErrClosed, or
+// ctx's error, wrapped, when ctx ends first.
 func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
 	if ctx == nil {
 		err := fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
@@ -669,7 +654,7 @@ func (p *Publisher) pluginGone(err error) bool {
 // exchange ("NOT_FOUND - no exchange 'NAME' in vhost 'V'").
 //
 // RabbitMQ cuts a long reply text off to fit an AMQP short string (255 bytes), ending it
-// with "..." (seen on 3.10.8), so for a long name the reason may end inside the name: a reason
+// with "..." (RabbitMQ 3.10 and later), so for a long name the reason may end inside the name: a reason
 // of that length whose rest, less the "...", begins the name counts too.
 func isExchangeNotFound(err error, exchange string) bool {
 	var ae *amqp.Error

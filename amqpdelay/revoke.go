@@ -67,9 +67,9 @@ func newMessageID() string {
 	return u.String()
 }
 
-// idRandom buffers crypto/rand for newMessageID, 4 KiB (256 UUIDs) per read: one getrandom
-// call per UUID (uuid.NewString) was about 2 µs of a publish's client CPU. uuid.EnableRandPool
-// does the same but for the whole process, which a library must not change.
+// idRandom buffers crypto/rand for newMessageID, 4 KiB (256 UUIDs) per read, sparing a
+// getrandom call per UUID (docs/benchmarks.md). uuid.EnableRandPool does the same but for the
+// whole process, which a library must not change.
 var idRandom = struct {
 	sync.Mutex
 	r *bufio.Reader
@@ -79,17 +79,15 @@ var idRandom = struct {
 // the broker has confirmed the record in the revocation stream <prefix>.revoked. Every copy of
 // each id published before is revoked, and so is a copy of the id that a plain Publish sends
 // later (use [Publisher.Reschedule] to send an id again); the record is kept for the topology's
-// longest delay plus a day (delayspec.Spec.RevocationRetention), after which the id is free again.
+// longest delay plus a day (delayspec.Spec.RevocationRetention).
 //
-// Readers (package revoke; the consumer package uses one by default) drop a revoked delivery. A
-// revocation confirmed at least the reader's bound (revoke.DefaultBound, 100 ms) before a
-// copy's due time never lets that copy reach a handler; one confirmed later may or may not (see
-// package revoke). An id nobody published is recorded all the same (nil). One call writes one
-// record per MiB of ids, so revoke many ids in one call rather than one at a time.
+// Readers (package revoke) drop a revoked delivery: a revocation confirmed at least the reader's
+// bound (revoke.DefaultBound, 100 ms) before a copy's due time never lets that copy reach a
+// handler. An id nobody published is recorded all the same. Revoke many ids in one call rather
+// than one at a time (one record per MiB of ids).
 //
-// Errors: ErrInvalidInput (nil ctx, no ids, an empty id, or one longer than 255 bytes, AMQP's
-// short string limit for a message id; nothing is recorded), ErrTopologyMissing (the stream does
-// not exist: run `rabbitdelay apply`; the message names it), ErrNacked, ErrConnectionLost (outcome
+// Errors: ErrInvalidInput (nil ctx, no ids, an empty id or one over 255 bytes; nothing
+// recorded), ErrTopologyMissing (run `rabbitdelay apply`), ErrNacked, ErrConnectionLost (outcome
 // unknown: revoke again, which is harmless), ErrClosed, or ctx's error.
 func (p *Publisher) Revoke(ctx context.Context, ids ...string) error {
 	if ctx == nil {
@@ -119,34 +117,19 @@ func checkID(id string) error {
 	return nil
 }
 
-// Reschedule replaces the message with id msg.MessageId by msg, due after delay, the id kept
-// (so a business key can be the id). It writes three things in this order, each confirmed
-// before the next:
+// Reschedule replaces the message with id msg.MessageId by msg, due after delay, the id kept.
+// It writes, each confirmed before the next: an allow record for the new copy's tag (so no
+// earlier revocation of the id drops it), the new copy (as [Publisher.Publish], the tag in
+// CopyHeader), then the revocation of every other copy of the id. Only the old copies are
+// dropped, as Revoke says; if the new copy is not published, the old ones are not revoked.
 //
-//  1. an allow record in the revocation stream: the new copy's tag (a new one, starting with
-//     'r') is kept by whatever revocation of the id a reader already knows, so an earlier
-//     Revoke or Reschedule of the id never drops the new copy (it revokes nothing);
-//  2. the new copy, published as [Publisher.Publish] does, with that tag in CopyHeader;
-//  3. the revocation of every copy of the id but the new one (Revoke, keeping the new tag).
-//
-// So whatever the order in which readers see the copies and the records, only the old copies
-// are dropped, never the new one (a new copy due at once, delivered before the revocation is
-// read, is kept); only a later Revoke or Reschedule of the same id drops it. The old copies
-// are dropped as Revoke says: never, once due more than the bound after this call returns;
-// best effort closer to their due time. If the new copy is not published, the old copies are
-// not revoked and still arrive.
-//
-// It returns the new copy's Receipt once all three are confirmed. Errors, by the step that
-// failed:
-//   - before step 1: ErrInvalidInput (msg.MessageId empty or longer than 255 bytes, or
-//     Publish's checks), ErrUnknownTarget; nothing written.
-//   - step 1: the errors of Revoke (ErrTopologyMissing when the stream does not exist, ...);
-//     nothing published, nothing revoked.
-//   - step 2: the errors of Publish (wrapped); the old copies are not revoked (with
-//     ErrConnectionLost the new copy may exist too).
-//   - step 3: the Receipt of the new copy, which is scheduled, and an error wrapping
-//     ErrNotRevoked and the cause: the old copies were not revoked and will arrive too. Call
-//     Reschedule again (it keeps only the copy it publishes), or Revoke the id to drop all.
+// It returns the new copy's Receipt once all three are confirmed. Errors, by step:
+//   - before the first: ErrInvalidInput (msg.MessageId empty or over 255 bytes, or Publish's
+//     checks), ErrUnknownTarget; nothing written.
+//   - allow record: Revoke's errors; nothing published, nothing revoked.
+//   - new copy: Publish's errors, wrapped; the old copies are not revoked.
+//   - revocation: the new copy's Receipt and an error wrapping ErrNotRevoked: the old copies
+//     will arrive too. Call Reschedule again, or Revoke the id to drop all.
 func (p *Publisher) Reschedule(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
 	if ctx == nil {
 		return Receipt{}, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)

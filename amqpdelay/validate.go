@@ -48,15 +48,13 @@ const headerRoom = 64
 
 // validateMessage checks what amqp091 would fail to encode or silently change, or the broker
 // would answer by closing the connection or channel, before anything is sent: msg.Expiration
-// that is not digits and msg.DeliveryMode above 2 (RabbitMQ 3.10.8 closes the channel with
-// 406; observed), Go int header values outside 32 bits (amqp091 writes an int as a 32-bit
-// field, truncating it), and the byte length of every short string
-// (exchange, routing key, the string properties, header keys at any depth), the float
-// header values NaN and ±Inf (RabbitMQ 3.10.8 closes the connection with 541
-// INTERNAL_ERROR; observed, TestPublisherRefusesConnectionKillers), and header tables and
-// arrays that amqp091-go cannot read back (maxFieldDepth, maxContainerElements, headerRoom;
-// TestPublisherRefusesUnreadableHeaders). The value types must
-// already have passed amqp.Table.Validate. It returns nil or an error wrapping
+// that is not digits and msg.DeliveryMode above 2 (RabbitMQ 3.10 closes the channel with
+// 406), Go int header values outside 32 bits (amqp091 writes an int as a 32-bit field,
+// truncating it), the byte length of every short string (exchange, routing key, the string
+// properties, header keys at any depth), the float header values NaN and ±Inf (RabbitMQ 3.10
+// closes the connection with 541 INTERNAL_ERROR), and header tables and arrays that
+// amqp091-go cannot read back (maxFieldDepth, maxContainerElements, headerRoom). The value
+// types must already have passed amqp.Table.Validate. It returns nil or an error wrapping
 // ErrInvalidInput that lists every problem.
 func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 	var problems []string
@@ -230,8 +228,8 @@ const frameOverhead = 8
 // contentHeaderSize returns the size in bytes of the content-header frame payload that
 // amqp091 writes for m: class id, weight, body size and property flags (14 bytes), then each
 // property that is set. AMQP 0-9-1 allows no continuation for it: properties and headers
-// together must fit in one frame, and RabbitMQ closes the whole connection (501 FRAME_ERROR,
-// observed on 3.10.8) when they do not.
+// together must fit in one frame, and RabbitMQ closes the whole connection (501 FRAME_ERROR)
+// when they do not.
 func contentHeaderSize(m *amqp.Publishing) int {
 	n := 14
 	for _, s := range []string{m.ContentType, m.ContentEncoding, m.CorrelationId, m.ReplyTo, m.Expiration, m.MessageId, m.Type, m.UserId, m.AppId} {

@@ -13,32 +13,8 @@ import (
 // Names is the one naming rule of the topology: every object's name is the prefix, a dot and a
 // fixed suffix, so two prefixes live side by side in one vhost. The shapes of the ladder's and
 // buckets' names are written once (form.go) and serve to format them, to parse them
-// ([IsDelayQueueName]) and to build the policy pattern ([Names.DelayQueuesPattern]).
-//
-//	<prefix>.dispatch          headers exchange D: routes a due message to its target by the
-//	                           rabbitdelay-target header; alternate exchange <prefix>.unroutable
-//	<prefix>.unroutable        fanout exchange, D's alternate exchange
-//	<prefix>.parking           queue bound to <prefix>.unroutable: due messages no target took
-//	<prefix>.ladder.LL         headers exchange of ladder level LL (two digits: 00, 01, ...)
-//	<prefix>.ladder.LL.DD      ladder queue of level LL, digit DD (x-message-ttl DD·radix^LL·unit)
-//	<prefix>.ladder.LL.last    headers exchange of level LL's last-hop queues, bound to <prefix>.ladder.LL
-//	<prefix>.ladder.LL.DD.last last-hop queue of level LL, digit DD: same TTL, dead-letters to D
-//	<prefix>.ladder.LL.sK      headers exchange of level LL in shard K >= 1 of the ladder (Spec.Shards)
-//	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in shard K >= 1
-//	<prefix>.ladder.LL.sK.last, <prefix>.ladder.LL.DD.sK.last  the same for shard K >= 1
-//	<queue>.entry              fanout exchange bound to the ladder or last-hop queue <queue> alone:
-//	                           a message's first hop is published there (see [Names.LadderEntryExchange])
-//	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)
-//	<prefix>.bucket.<ms>ms     bucket queue with x-message-ttl <ms>
-//	<prefix>.plugin            x-delayed-message exchange (x-delayed-type headers), bound to D
-//	<prefix>.due-unroutable    headers exchange, the target exchanges' alternate exchange (set by
-//	                           the policy <prefix>.targets): parks due messages a target routes nowhere
-//	<prefix>.revoked           stream of revocations (see [Names.Revoked])
-//	<prefix>.target.<X>        empty fanout exchange: marker that target X is bound to D (hashed
-//	                           as <prefix>.target-sha256.<32 hex> when too long)
-//
-// and three policies (not exchanges or queues): <prefix>.delay-queues, <prefix>.targets and
-// <prefix>.revoked-retention.
+// ([IsDelayQueueName]) and to build the policy pattern ([Names.DelayQueuesPattern]). The
+// package documentation lists every name.
 type Names struct {
 	// Prefix is the name prefix; "" means DefaultPrefix.
 	Prefix string

@@ -375,7 +375,7 @@ func (s Spec) Validate() error {
 				add("ready queue %q: the %s is %d bytes: at most %d", shorten(r.String()), f.what, len(f.v), MaxNameLen)
 			}
 			// A binding key may hold control characters, but queue.bind takes it as UTF-8 (RabbitMQ
-			// closes the connection otherwise: 501, seen on 3.10.8).
+			// closes the connection otherwise: 501 FRAME_ERROR).
 			problem := NameProblem(f.v)
 			if f.what == "binding key" && utf8.ValidString(f.v) {
 				problem = ""
@@ -400,8 +400,8 @@ func (s Spec) Validate() error {
 // "holds a control character (U+000A at byte 6)"), or returns "" when nothing does.
 // RabbitMQ takes these names as UTF-8 (https://www.rabbitmq.com/docs/exchanges#names): a
 // declare with a name that is not UTF-8 closes the whole connection (501 FRAME_ERROR
-// "Malformed UTF-8 in shortstr", seen on 3.10.8). A control character makes the name mean two
-// things: exchange.declare drops CR and LF from it, basic.publish keeps them (seen on 3.10.8).
+// "Malformed UTF-8 in shortstr"). A control character makes the name mean two things on
+// RabbitMQ 3.10: exchange.declare drops CR and LF from it, basic.publish keeps them.
 func NameProblem(name string) string {
 	if !utf8.ValidString(name) {
 		return "is not valid UTF-8"

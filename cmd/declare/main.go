@@ -21,8 +21,7 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-// Exit codes (documented in docs/operations.md, doc.go and the help; TestExitCodesDocumented
-// holds the page's table to these constants).
+// Exit codes, documented in docs/operations.md, doc.go and the help.
 const (
 	exitOK      = 0
 	exitRuntime = 1 // broker unreachable or refusing, incomplete topology, teardown refused

@@ -220,37 +220,18 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 }
 
 // Apply declares the plan on conn, idempotently, and reports every object as created or
-// unchanged. In order:
+// unchanged (the package documentation gives the order and why). It runs [Preflight], finds
+// what exists, declares every existing object again with the plan's arguments and, if any
+// conflicts (406), stops before creating anything. With opts.Management it sets the plan's
+// policies ([Management.SetPolicies]) before creating anything, creates what is missing,
+// declares the marker exchanges that publishers check last (so an apply that fails half way
+// leaves no marker), then checks the policies in effect ([Management.PolicyProblems]).
+// Apply never deletes an object nor re-declares one with other arguments; conn stays open.
 //
-//  1. [Preflight]: the exchanges the plan binds to but does not declare must exist.
-//  2. Passive declarations find which exchanges and queues exist.
-//  3. Each existing object is declared again with the plan's arguments: equal arguments
-//     change nothing, different ones make the broker answer 406 PRECONDITION_FAILED. Every
-//     conflict is listed in the report (StateConflict) and Apply stops before creating
-//     anything, returning the first [ConflictError] (errors.Is(err, ErrConflict)).
-//  4. The missing exchanges, then the missing queues (whose dead-letter exchanges now exist),
-//     then the bindings by ascending [Binding.Tier]: a binding never routes into an exchange
-//     whose bindings are not declared yet, so a failure part-way leaves no path on which an
-//     expiring message would be dropped.
-//     Before creating anything, with opts.Management, the plan's policies are set
-//     ([Management.SetPolicies]), so a new queue never runs under another policy.
-//  5. Last, the marker exchanges ([Names.LadderMarker], [Names.TargetMarker]), which
-//     publishers check: they exist only once every object of the plan was declared with the
-//     plan's arguments, so an apply that fails half way, is cut off, or races an apply of
-//     another ladder (one of the two then meets a 406) leaves no marker, and no publisher
-//     trusts a mixed ladder or an unbound target.
-//  6. With opts.Management, the policies in effect are checked ([Management.PolicyProblems]):
-//     Report.PolicyProblems lists them, and those that break a guarantee make Apply return an
-//     error wrapping ErrPolicy (the topology is declared all the same). A queue deleted
-//     meanwhile (an expires policy) is declared again and read at once (checkPolicies).
-//
-// Apply never deletes an exchange, queue or binding, and never re-declares one with other
-// arguments. Work is spread over opts.Workers channels of conn; conn stays open. The report lists what was done even when
-// Apply fails. Errors wrap ErrTargetMissing, ErrConflict, ErrAccessRefused (403: the user
-// lacks configure permission), ErrPolicy, ErrManagement (a policy could not be set or read) or
-// the broker's *amqp091.Error; when ctx ends, Apply returns
-// ctx.Err() at once (declarations in flight finish in the background: amqp091's declare
-// methods take no context).
+// The report lists what was done even when Apply fails. Errors wrap ErrTargetMissing,
+// ErrConflict (the first [ConflictError]), ErrAccessRefused (403: no configure permission),
+// ErrPolicy (the topology is declared all the same), ErrManagement or the broker's
+// *amqp091.Error; when ctx ends, Apply returns ctx.Err() at once.
 func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOptions) (*Report, error) {
 	start := time.Now()
 	rep := &Report{}
@@ -456,7 +437,7 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 	}
 	// A redeclare of an x-delayed-message exchange compares none of the plugin's own arguments
 	// (the plugin hands the check to the delayed type, which looks at alternate-exchange only;
-	// seen on 3.10.8): an existing plugin exchange with another x-delayed-type would take every
+	// RabbitMQ 3.10 and later): an existing plugin exchange with another x-delayed-type would take every
 	// plugin publish and route it nowhere. The management API shows its arguments.
 	for _, o := range existing {
 		if !o.plugin || conflictOf[o.key()] != nil || opts.Management == nil {

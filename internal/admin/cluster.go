@@ -20,7 +20,7 @@ import (
 // queue view names them: leader (the node of the leader, "" while the node recorded as
 // leader is unreachable), members (every node with a replica) and online (the members whose
 // replica process is alive); rabbit_quorum_queue:format/1 and leader/1 compute them when the
-// queue is listed, in RabbitMQ 3.10.8 and 4.0.5.
+// queue is listed (RabbitMQ 3.10 and 4.0).
 
 // ClusterNode is one node of the broker's cluster, as GET /api/nodes lists it.
 type ClusterNode struct {
@@ -62,11 +62,11 @@ func (d DegradedQueue) NoLeader() bool { return d.Leader == "" }
 
 // DeadLetterWait is dead-lettering waiting on an unreachable node: queues holding messages in
 // their dead-letter state (messages_dlx) while Node, a member of the queue or of a queue it
-// dead-letters into, is offline. Seen on RabbitMQ 3.10.8: when the node leading a quorum queue
-// with at-least-once dead-lettering dies, the queue elects a new leader, but the messages
-// already in its dead-letter state stay there until that node comes back; removing the node
-// with forget_cluster_node alone did not release them. A dead-letter target without a
-// majority online confirms nothing, so its sources keep their messages too.
+// dead-letters into, is offline. On RabbitMQ 3.10, when the node leading a quorum queue with
+// at-least-once dead-lettering dies, the new leader does not take over the messages already in
+// its dead-letter state: they stay until that node comes back (forget_cluster_node alone does
+// not release them). A dead-letter target without a majority online confirms nothing, so its
+// sources keep their messages too.
 type DeadLetterWait struct {
 	// Node is the unreachable node.
 	Node string `json:"node"`
@@ -475,19 +475,14 @@ func leaders(p *Plan, queues map[string]ManagedQueue) map[string]string {
 // before and after. When p's delay queues are already balanced ([LeadersBalanced]), or with
 // opts.DryRun, it moves nothing.
 //
-// RabbitMQ's only HTTP endpoint for this, POST /api/rebalance/queues (3.10 and 4.0,
-// rabbit_mgmt_wm_rebalance_queues), takes no filter: it rebalances every replicated queue of
-// every vhost (quorum queues, and on 3.x mirrored classic queues), in the background, needs a
-// user with the administrator tag, and reports nothing (204). Each move is a Raft leadership
-// transfer (rabbit_quorum_queue:transfer_leadership), a short pause for that queue, no message
-// lost. RabbitMQ balances the count of all matching queues per node, so the topology's own
-// leaders end up about even when it holds most of the cluster's quorum queues. To move only
-// the topology's queues, run [RebalanceReport.Command] on a cluster node instead.
+// RabbitMQ's endpoint, POST /api/rebalance/queues (rabbit_mgmt_wm_rebalance_queues), takes no
+// filter: it rebalances every replicated queue of every vhost and needs the administrator tag.
+// Each move is a Raft leadership transfer, no message lost. To move only the topology's
+// queues, run [RebalanceReport.Command] on a cluster node instead.
 //
-// After asking, Rebalance reads the leaders every opts.Poll until they are balanced after a
-// move, stay unchanged for opts.Settle, or ctx ends (then it returns the report so far and
-// ctx's error). Errors wrap ErrManagement; a refusal (401/403) says the administrator tag is
-// needed.
+// Rebalance then reads the leaders every opts.Poll until they are balanced, stay unchanged for
+// opts.Settle, or ctx ends (it returns the report so far and ctx's error). Errors wrap
+// ErrManagement; a refusal (401/403) says the administrator tag is needed.
 func (m *Management) Rebalance(ctx context.Context, p *Plan, opts RebalanceOptions) (*RebalanceReport, error) {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second

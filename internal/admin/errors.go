@@ -76,7 +76,8 @@ func (e *ConflictError) Error() string {
 // Unwrap returns ErrConflict and the broker's error.
 func (e *ConflictError) Unwrap() []error { return []error{ErrConflict, e.Err} }
 
-// 3.10.8: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'q' in vhost 'v':
+// inequivalentRE, receivedRE and valueRE read the broker's 406 text, which RabbitMQ 3.10
+// words as "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'q' in vhost 'v':
 // received the value '1000' of type 'long' but current is the value '2000' of type 'long'".
 // The broker cuts the text at 255 bytes (an AMQP short string) and ends it with "...", so with
 // long names the values can be missing: they are then filled in from what Apply sent and,

@@ -228,7 +228,7 @@ type ManagedQueue struct {
 
 // managedQueueColumns are the fields [Management.Queues] asks for: dotted names pick one
 // field of a nested object (message_stats.redeliver_details.rate), as the management API's
-// columns parameter allows (seen on 3.10.8 and 4.3.6).
+// columns parameter allows (RabbitMQ 3.10 and 4.3).
 const managedQueueColumns = "name,messages,messages_dlx,messages_unacknowledged,consumers,arguments,type,leader,members,online," +
 	"message_stats.redeliver_details.rate,message_stats.deliver_get_details.rate,message_stats.ack_details.rate"
 

@@ -11,7 +11,7 @@ import (
 
 // connListWait bounds how long placeCopies waits for its connections to appear in the
 // management API's connection list: RabbitMQ lists a connection once its first statistics are
-// emitted (collect_statistics_interval, 5 s by default; seen 3-4 s on 3.10.8).
+// emitted (collect_statistics_interval, 5 s by default).
 const connListWait = 20 * time.Second
 
 // connNodes returns the node each of conns is attached to, by index, from the management API's

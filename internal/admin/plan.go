@@ -456,28 +456,16 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 
 // policyDefinition is the definition of the delay-queue policy: only values the queues' own
 // arguments already imply, so applying it changes nothing, and its priority shadows every
-// lower-priority policy (RabbitMQ applies one policy per queue, the highest-priority one).
-// overflow reject-publish is what quorum at-least-once dead-lettering needs (for quorum
-// queues a policy's overflow takes precedence over the x-overflow argument); on a classic
-// queue it makes a length limit set by an operator policy refuse publishes (the publisher
-// sees a nack) instead of dropping the oldest message.
+// lower-priority policy. overflow reject-publish is what quorum at-least-once dead-lettering
+// needs (a quorum queue takes a policy's overflow over its argument); on a classic queue it
+// makes an operator's length limit refuse publishes instead of dropping the oldest message.
 //
-// Quorum queues also get queue-leader-locator balanced ([LeaderLocatorBalanced]), the one key
-// that is not already an argument of the queues: it decides only where a new queue's leader
-// is placed, so it changes nothing for existing queues, and a policy (unlike a new
-// x-queue-leader-locator argument, which an existing queue would refuse with 406
-// PRECONDITION_FAILED) can be added to a deployed topology. Classic queues never get it: on
-// 3.x a classic queue does not support the key, and a policy holding a key its queue type
-// does not support does not apply to that queue at all (rabbit_queue_type:is_policy_applicable;
-// rabbit_classic_queue:capabilities lists queue-leader-locator among its unsupported policies
-// on 3.10), which would leave the classic queues unshadowed.
-//
-// With shards of the ladder (shards > 1) the policy has no queue-leader-locator: Apply places
-// the ladder queues itself (see [Queue.Slot]), and a policy's locator would win over the
-// node of the declaring connection. The queues are then placed by the node's
-// queue_leader_locator setting, client-local unless the operator changed it: on the node the
-// declaring connection is attached to (rabbit_queue_location:leader_locator/1, 3.10.8 and
-// 4.0.5).
+// Quorum queues also get queue-leader-locator balanced, which a policy can add to a deployed
+// topology (a new argument would meet 406). Classic queues never get it: on RabbitMQ 3.10 a
+// policy with a key the queue type does not support does not apply at all
+// (rabbit_queue_type:is_policy_applicable). With copies of the ladder (shards > 1) there is
+// no locator: Apply places the queues itself ([Queue.Slot]), and a policy's locator would win
+// over the declaring connection's node (rabbit_queue_location:leader_locator/1).
 func policyDefinition(t delayspec.QueueType, shards int) map[string]any {
 	d := map[string]any{"overflow": "reject-publish"}
 	if t == delayspec.Quorum {
@@ -541,7 +529,7 @@ func delayArgs(t delayspec.QueueType, ttl int64, dlx string) amqp.Table {
 // its type too: without x-queue-type, RabbitMQ 4.x gives a queue its vhost's default queue
 // type, so a vhost defaulting to quorum would make every "classic" queue a quorum queue
 // without the delay queues' dead-letter settings. An existing classic queue declared without
-// the argument takes the declaration with it as equivalent (3.10.8 and 4.0.5, checked).
+// the argument takes the declaration with it as equivalent (RabbitMQ 3.10 and 4.0).
 func plainArgs(t delayspec.QueueType) amqp.Table {
 	return amqp.Table{"x-queue-type": string(t)}
 }

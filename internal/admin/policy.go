@@ -297,8 +297,8 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 		if u, ok := def[k]; ok {
 			a, okA := numeric(u)
 			b, okB := numeric(v)
-			// delivery-limit -1 is "none" (RabbitMQ 4.x): any limit is stricter (seen on 4.0.5:
-			// an operator policy's 2 over a policy's -1 is in effect).
+			// delivery-limit -1 is "none" (RabbitMQ 4.x): any limit is stricter (an operator
+			// policy's 2 over a policy's -1 is in effect).
 			noneA := k == "delivery-limit" && okA && a < 0
 			if okA && okB && a <= b && !noneA {
 				continue // the user policy's value is the stricter one
@@ -332,47 +332,16 @@ func delayOverflow(def map[string]any, quorum bool) string {
 }
 
 // PolicyProblems reads, through the management API, the policies in effect on p's delay
-// queues, parking queue, revocation stream, exchanges and target exchanges, and returns every
-// key that breaks a guarantee (and warnings; see [PolicyProblem.Warning]), sorted by object
-// and key. Rules
-// (RabbitMQ 3.10-4.x; rabbit_quorum_queue:ra_machine_config and rabbit_amqqueue_process take
-// the lower of a policy's and an argument's message-ttl, expires, max-length,
-// max-length-bytes and delivery-limit, a quorum queue's policy overflow over its argument, and
-// a queue's dead-letter-exchange, -routing-key and -strategy arguments over a policy's;
-// rabbit_exchange takes an exchange's alternate-exchange argument over a policy's):
+// queues, parking queue, ready queues, revocation stream, exchanges and target exchanges, and
+// returns every key that breaks a guarantee (and warnings; see [PolicyProblem.Warning]),
+// sorted by object and key: a key that makes delays early, deletes or drops messages, stalls
+// dead-lettering, or routes due messages wrong. Each [PolicyProblem] names the key, the value
+// and the fix.
 //
-//   - delay queues: message-ttl below the queue's TTL (early), expires (deletes), max-length
-//     and max-length-bytes (with the overflow in effect, see delayOverflow: drop-head or
-//     reject-publish-dlx, early, as the queue dead-letters what it drops into the next hop;
-//     reject-publish, stalls on quorum queues and drops on classic ones), a quorum overflow
-//     other than reject-publish (drops: at-least-once dead-lettering falls back to
-//     at-most-once), dead-letter-routing-key (wrong routing);
-//   - the parking queue: message-ttl, max-length, max-length-bytes (drops), expires
-//     (deletes), delivery-limit (warning), and on RabbitMQ 4.x a quorum parking queue without
-//     any delivery limit in effect (warning: 4.x's default of 20 applies; see
-//     parkingDefaultLimit);
-//   - ready queues, on which the topology sets no policy (readyQueueProblems): expires
-//     (deletes); message-ttl, max-length and max-length-bytes with overflow drop-head, and
-//     delivery-limit: warnings where the queue parks what they take out (a quorum ready queue
-//     with a delivery limit), else drops (or, with a dead-letter-exchange from the policy, a
-//     warning); max-length or max-length-bytes with overflow reject-publish(-dlx) (stalls:
-//     dead-lettering into the full queue is refused; classic delay queues drop);
-//     dead-letter-routing-key where the queue parks (warning);
-//   - the revocation stream (revokedProblems): max-age below [Spec.RevocationRetention] or not
-//     a valid max-age, and max-length-bytes (revocations lost; operator policies cannot set
-//     max-age);
-//   - the topology's exchanges: alternate-exchange where the exchange has no argument of its
-//     own (wrong routing);
-//   - target exchanges: no alternate exchange in effect (the topology's targets policy not
-//     set, or shadowed by a policy without one: stalls for quorum delay queues, drops for
-//     classic), or an alternate exchange of their own (warning: due messages that the target
-//     routes nowhere go there instead of to the parking queue).
-//
-// The policy in effect on each object is the one the broker reports (rabbit_policy picks it:
-// pattern, apply-to, priority and ties are the broker's); before RabbitMQ 4.3 the operator
-// policy of a queue without statistics yet is worked out (see fillOperatorPolicies). Objects
-// that do not exist are skipped ([Status] reports them missing; [Apply] declares them before
-// it checks). Errors wrap ErrManagement.
+// How a policy and an argument combine is RabbitMQ's rule (RabbitMQ 3.10 to 4.x:
+// rabbit_amqqueue_process, rabbit_quorum_queue:ra_machine_config, rabbit_policy:get_arg), and
+// the policy in effect on each object is the one the broker reports. Objects that do not exist
+// are skipped ([Status] reports them missing). Errors wrap ErrManagement.
 func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
 	probs, _, _, err := m.policyProblems(ctx, p)
 	return probs, err

@@ -10,9 +10,8 @@ import (
 )
 
 // DefaultWorkers is the number of channels Apply, Status and Teardown use in parallel when
-// their options say 0. Declaring a quorum queue takes about 10 ms of broker work on 3.10.8
-// (measured here: 20 queues one after the other in 208 ms, 160 queues on 8 channels in 1.0 s
-// on 2 cores); several channels overlap that work.
+// their options say 0. Declaring a quorum queue costs the broker noticeable work; several
+// channels overlap it (docs/benchmarks.md).
 const DefaultWorkers = 8
 
 // job is one AMQP operation on a channel. A job whose error closed the channel (any broker

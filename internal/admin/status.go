@@ -145,10 +145,9 @@ type StatusReport struct {
 
 // RequeueLoop is a ready queue that redelivers the messages it holds over and over, with no
 // delivery limit that will end it: a consumer that gives back (requeues) a message it cannot
-// handle, forever. What the management API shows for such a loop (seen on 3.10.8 with a
-// classic queue and on 4.3.6 with a quorum queue and basic.nack): a redeliver rate of hundreds
-// to thousands a second equal to the deliver rate, no acknowledgements, and the message
-// counted as held (ready or unacknowledged). See [RequeueLoopOf] for the rule.
+// handle, forever. The management API shows it as a high redeliver rate equal to the deliver
+// rate, no acknowledgements, and the message counted as held (ready or unacknowledged). See
+// [RequeueLoopOf] for the rule.
 type RequeueLoop struct {
 	Queue string `json:"queue"`
 	// RedeliverRate and DeliverRate are the management API's rates, per second.
@@ -175,9 +174,9 @@ const (
 )
 
 // requeueLoopMinRate is the redeliver rate (per second) from which a ready queue's
-// redeliveries count as a loop. A poison message requeued in a loop came back 400-6,000 times
-// a second in the cases measured; a consumer that requeues now and then (at shutdown, say)
-// stays far below.
+// redeliveries count as a loop. A poison message requeued in a loop comes back hundreds of
+// times a second or more; a consumer that requeues now and then (at shutdown, say) stays far
+// below.
 const requeueLoopMinRate = 1.0
 
 // RequeueLoopOf reports whether the ready queue q, as the management API shows it (mq), on
@@ -313,22 +312,16 @@ func (r *StatusReport) Parking() QueueStatus {
 	return QueueStatus{}
 }
 
-// Status inspects the plan's objects on conn with passive declarations (read-only: it
-// declares nothing): which exist, the messages waiting and consumers of every queue, and,
-// with opts.Management, whether each existing exchange and queue has the plan's type, flags
-// and arguments (a passive declare compares none of them), messages in quorum queues'
-// dead-letter state, the bindings (missing and unplanned), the topology's policies and the
-// policy keys in effect that break a guarantee. It logs a warning for every delay queue with
-// a consumer (a consumer takes delayed messages early).
+// Status inspects the plan's objects on conn with passive declarations (it declares nothing):
+// which exist, the messages waiting and consumers of every queue and, with opts.Management,
+// each object's type, flags and arguments, messages in dead-letter state, bindings, policies
+// and policy problems. It logs a warning for every delay queue with a consumer.
 //
-// It returns the report and an error joining, as found: ErrIncomplete naming the exchanges
-// the plan binds to but does not declare that do not exist (with similar names), and
-// ErrIncomplete naming the missing objects (policies included); ErrUnhealthy naming the existing objects whose type, flags or
-// arguments differ from the plan's (the first mismatch, and the fix: delete the object, then
-// Apply), the delay queues with consumers, the queues holding messages in their dead-letter
-// state, dead-lettering waiting on an unreachable node, queues with members offline or no
-// leader, and the unplanned bindings; ErrPolicy naming the policy
-// problems (warnings excepted). errors.Is tells them apart. Other errors are the broker's, or
+// It returns the report and an error joining, as found: ErrIncomplete (missing objects, or
+// missing exchanges the plan binds to), ErrUnhealthy (objects that differ from the plan, delay
+// queues with consumers, messages held in dead-letter state or waiting on an unreachable node,
+// queues without leader or with members offline, unplanned bindings) and ErrPolicy (policy
+// problems, warnings excepted); errors.Is tells them apart. Other errors are the broker's, or
 // wrap ErrManagement.
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
 	rep := &StatusReport{Version: ServerVersion(conn), PluginMessagesDelayed: -1}

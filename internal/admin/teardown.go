@@ -32,34 +32,21 @@ type TeardownOptions struct {
 	Logger zerolog.Logger
 }
 
-// Teardown deletes the delay topology of p: the delay queues (ladder and bucket queues), the
-// revocation stream (whatever it holds: its records are about delayed messages), the parking
-// queue, the target markers, the ladder exchanges and marker, the bucket exchange,
-// the plugin exchange, the dispatch exchange, the alternate exchanges (and, with
-// opts.ReadyQueues, the ready queues), and last, with opts.Management, the topology's
-// policies (without it they are reported as StateSkipped: AMQP cannot delete policies).
-// It never touches target exchanges, also those the topology declared (name:type).
+// Teardown deletes the delay topology of p: its queues (the parking queue last), then its
+// exchanges, with opts.ReadyQueues the ready queues, and with opts.Management its policies
+// (else StateSkipped). It never touches target exchanges.
 //
-// Unless opts.Force is set it first counts the messages of every queue it would delete and,
-// when any holds messages, deletes nothing and returns an error wrapping ErrNotEmpty that
-// names them. Without opts.Management it cannot count the unacknowledged and dead-letter-state
-// messages of quorum queues, so it refuses (ErrCannotCount) unless opts.Force is set. The
-// deletions of classic queues then use queue.delete's if-empty flag, so a
-// message that arrives in between makes the broker refuse (406) rather than lose it. Quorum
-// queues do not support that flag (RabbitMQ answers 540 NOT_IMPLEMENTED and closes the
-// connection), so each is looked at again just before it is deleted: a message published in
-// that instant would be lost. Stop publishers before a teardown. Queues are deleted before
-// exchanges, the parking queue last.
+// Unless opts.Force is set, a queue that holds messages makes it delete nothing and return an
+// error wrapping ErrNotEmpty that names the queues; without opts.Management it cannot count a
+// quorum queue's unacknowledged and dead-letter-state messages and returns ErrCannotCount.
+// Quorum queues do not support queue.delete's if-empty flag, so a message published between
+// the count and the delete is lost: stop publishers first. Messages held by the
+// delayed-message plugin are in no queue: those that fall due before the topology is applied
+// again are lost.
 //
-// Messages already held by the delayed-message plugin are not counted (they are in no queue)
-// and not removed by deleting its exchange: the plugin stores them apart and delivers those
-// that fall due after the topology (plugin exchange, its binding, the dispatch exchange) has
-// been applied again; those that fall due in between are lost (seen on 3.10.8).
-//
-// The report lists every object as deleted or absent (Detail says how many messages a
-// forced delete discarded) and, with opts.Management, the objects with the plan's prefix that
-// the plan does not name (Report.Unplanned), which it leaves in place: tear those down with
-// the specification that declared them. Errors are the broker's, wrapped (ErrAccessRefused for 403).
+// The report lists every object as deleted or absent and, with opts.Management, objects with
+// the plan's prefix that the plan does not name (Report.Unplanned). Errors are the broker's,
+// wrapped (ErrAccessRefused for 403).
 func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts TeardownOptions) (*Report, error) {
 	start := time.Now()
 	rep := &Report{}

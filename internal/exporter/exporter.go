@@ -1,63 +1,49 @@
 // Package exporter serves the delay topology's state as Prometheus metrics, read from the
 // RabbitMQ management API at every scrape: what `rabbitdelay status --management-url` shows,
-// as numbers an alert can watch. `rabbitdelay exporter --listen ADDR` serves it on /metrics.
+// as numbers an alert can watch. `rabbitdelay exporter --listen ADDR` serves it on /metrics;
+// docs/operations.md gives alerts on them.
 //
 // # Metrics
 //
-// Every name starts with rabbitdelay_; counts are plain numbers of messages, queues or
-// policy keys. The delay queues' figures are summed per ladder level (label level, path
-// "ladder") and per bucket (label bucket, the bucket's delay as Go prints it, "30s"; path
-// "bucket"), so a default ladder gives 8 series, not 120; [Options.PerQueue] adds a queue
-// label (one series per delay queue).
+// Every name starts with rabbitdelay_; counts are numbers of messages, queues or policy keys.
+// The delay queues' figures are summed per ladder level (label level, path "ladder") and per
+// bucket (label bucket, as Go prints the delay, "30s"; path "bucket"); [Options.PerQueue] adds
+// a queue label.
 //
-//   - rabbitdelay_up: 1 when the management API answered this scrape, else 0 (and nothing
-//     else is reported but rabbitdelay_scrape_duration_seconds).
+//   - rabbitdelay_up: 1 when the management API answered this scrape (else only
+//     rabbitdelay_scrape_duration_seconds is reported besides).
 //   - rabbitdelay_scrape_duration_seconds: how long reading the management API took.
-//   - rabbitdelay_queue_statistics: 1 when the management API collects queue statistics,
-//     0 when it does not (rabbitmq_management_agent.disable_metrics_collector = true): the
-//     message and dead-letter gauges are then absent, and an alert on them cannot fire, so
-//     alert on this one at 0 too.
-//   - rabbitdelay_delay_messages{path,level,bucket}: messages the delay queues hold (the
-//     management API's messages: ready and unacknowledged).
-//   - rabbitdelay_delay_messages_dlx{path,level,bucket}: messages held in the delay queues'
-//     dead-letter state (quorum queues' messages_dlx): due messages whose dead-lettering has
-//     not completed. Small counts in passing are normal on a busy ladder; counts that stay
-//     mean no queue takes them (see `rabbitdelay status`).
-//   - rabbitdelay_delay_queue_consumers{path,level,bucket}: consumers attached to delay
-//     queues. Must be 0: a consumer takes delayed messages before they are due.
-//   - rabbitdelay_parking_messages: messages in the parking queue (due messages no target
-//     took, parked deliveries).
-//   - rabbitdelay_ready_queue_messages{queue}: messages in each ready queue of the
-//     specification (AMQPDELAY_READY_QUEUES): due messages waiting for a consumer.
-//   - rabbitdelay_ready_queue_requeue_loop{queue}: 1 when the ready queue's consumers requeue
-//     messages in a loop that no delivery limit ends (admin.RequeueLoopOf gives the rule),
-//     else 0. `rabbitdelay status` says what to do.
-//   - rabbitdelay_missing_queues: queues of the specification the management API does not
-//     list (run `rabbitdelay apply`).
+//   - rabbitdelay_queue_statistics: 0 when the management API collects no queue statistics
+//     (the message gauges are then absent: alert on this one at 0 too).
+//   - rabbitdelay_delay_messages{path,level,bucket}: messages the delay queues hold.
+//   - rabbitdelay_delay_messages_dlx{path,level,bucket}: messages in the delay queues'
+//     dead-letter state; counts that stay mean no queue takes them.
+//   - rabbitdelay_delay_queue_consumers{path,level,bucket}: must be 0 (a consumer takes
+//     delayed messages early).
+//   - rabbitdelay_parking_messages: messages in the parking queue.
+//   - rabbitdelay_ready_queue_messages{queue}: due messages waiting in each ready queue.
+//   - rabbitdelay_ready_queue_requeue_loop{queue}: 1 when a ready queue is in a requeue loop
+//     no delivery limit ends (admin.RequeueLoopOf).
+//   - rabbitdelay_missing_queues: queues of the specification that do not exist.
 //   - rabbitdelay_policy_problems{breaks,severity}: policy keys in effect that break a
-//     guarantee (severity error) or deserve a look (warning), by what they break (early,
-//     deletes, drops, stalls, wrong routing; each series present, 0 when none).
+//     guarantee (error) or deserve a look (warning), by what they break.
 //   - rabbitdelay_node_running{node}, rabbitdelay_node_leaders{node},
-//     rabbitdelay_node_delay_queue_leaders{node}, rabbitdelay_node_members{node}: per cluster
-//     node, whether it runs (when the user has the monitoring tag), and how many of the
-//     specification's quorum queues it leads (delay queues alone in the second) and holds a
+//     rabbitdelay_node_delay_queue_leaders{node}, rabbitdelay_node_members{node}: per node,
+//     whether it runs and how many of the specification's quorum queues it leads or holds a
 //     replica of.
 //   - rabbitdelay_leaders_balanced: 1 when the delay queues' leaders are spread over the
 //     running nodes (admin.LeadersBalanced).
-//   - rabbitdelay_degraded_queues: quorum queues of the specification with a member offline
-//     or no leader.
+//   - rabbitdelay_degraded_queues: quorum queues with a member offline or no leader.
 //   - rabbitdelay_dead_letter_waiting_messages{node}: messages in dead-letter state waiting
 //     for the unreachable node.
-//   - rabbitdelay_revocation_stream_messages{queue}: messages in the revocation stream
-//     <prefix>.revoked: revocation records and its readers' fences. It shrinks only when
-//     RabbitMQ deletes a segment older than the stream's x-max-age
-//     (delayspec.Spec.RevocationRetention).
+//   - rabbitdelay_revocation_stream_messages{queue}: records in the revocation stream; it
+//     shrinks only as RabbitMQ deletes segments older than the stream's x-max-age.
 //
-// Every series of every label set the specification configures is in every scrape, at 0
-// where nothing happened, so that an alert sees 0 rather than nothing; a queue that does not
-// exist counts 0 (and in rabbitdelay_missing_queues). A queue the management API has no
-// figures for yet is left out of its sums. The figures lag the broker by up to the management
-// API's collect_statistics_interval (https://www.rabbitmq.com/docs/management#statistics-interval).
+// Every series the specification configures is in every scrape, at 0 where nothing happened,
+// so an alert sees 0 rather than nothing; a queue that does not exist counts 0, and one the
+// management API has no figures for yet is left out of its sums. The figures lag the broker by up to the management
+// API's collect_statistics_interval
+// (https://www.rabbitmq.com/docs/management#statistics-interval).
 package exporter
 
 import (
