@@ -3,11 +3,11 @@ package delayspec
 import (
 	"errors"
 	"fmt"
-	"os"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kelseyhightower/envconfig"
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -102,53 +102,19 @@ func ConfigFromEnv() (Config, error) {
 }
 
 // ReadEnv fills dst, a pointer to [Env] or to a struct that embeds it and adds variables of
-// its own (as the rabbitdelay CLI does), from the environment. It is the one reader of the
-// AMQPDELAY_* variables: each field tagged `envconfig:"NAME"` (the variable's full name, the
-// form envconfig reads) is set from the variable NAME when that is set and not empty, through
-// the field's Decode method (a string field takes the value as it is); embedded structs are
-// read the same way. A value that a field's type refuses is returned as a [*ValueError] naming
-// the variable; reading stops at the first one.
+// its own (as the rabbitdelay CLI does), from the environment with envconfig. It is the one
+// reader of the AMQPDELAY_* variables. A value that its field's type refuses is returned as a
+// [*ValueError] naming the variable; envconfig stops at the first one. Other errors (dst not a
+// pointer to a struct) wrap ErrInvalidSpec.
 func ReadEnv(dst any) error {
-	v := reflect.ValueOf(dst)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return fmt.Errorf("%w: ReadEnv takes a pointer to a struct, not %T", ErrInvalidSpec, dst)
+	// No prefix: the tags are the full names.
+	err := envconfig.Process("", dst)
+	var pe *envconfig.ParseError
+	if errors.As(err, &pe) {
+		return &ValueError{Name: pe.KeyName, Value: pe.Value, Err: pe.Err}
 	}
-	return readEnv(v.Elem())
-}
-
-// decoder is a field type that parses its variable's value (the envconfig.Decoder method).
-type decoder interface{ Decode(value string) error }
-
-func readEnv(v reflect.Value) error {
-	t := v.Type()
-	for i := range t.NumField() {
-		f, fv := t.Field(i), v.Field(i)
-		name, tagged := f.Tag.Lookup("envconfig")
-		switch {
-		case !f.IsExported():
-			continue
-		case !tagged && f.Anonymous && fv.Kind() == reflect.Struct:
-			if err := readEnv(fv); err != nil {
-				return err
-			}
-			continue
-		case !tagged:
-			continue
-		}
-		value := os.Getenv(name)
-		if value == "" {
-			continue
-		}
-		if d, ok := fv.Addr().Interface().(decoder); ok {
-			if err := d.Decode(value); err != nil {
-				return &ValueError{Name: name, Value: value, Err: err}
-			}
-			continue
-		}
-		if fv.Kind() != reflect.String {
-			return fmt.Errorf("%w: %s: field %s of type %s has no Decode method", ErrInvalidSpec, name, f.Name, f.Type)
-		}
-		fv.SetString(value)
+	if err != nil {
+		return fmt.Errorf("%w: reading the %s_* variables: %w", ErrInvalidSpec, EnvPrefix, err)
 	}
 	return nil
 }

@@ -8,11 +8,10 @@ import (
 	"github.com/kelseyhightower/envconfig"
 )
 
-// TestReadEnvAsEnvconfig: ReadEnv, the reader the client and the rabbitdelay CLI share, reads every
-// variable of Env into the same value as envconfig (the library the tags are written for), and
-// refuses the same bad value naming the same variable; a struct that embeds Env and adds a
-// variable of its own (as the rabbitdelay CLI's does) is read whole.
-func TestReadEnvAsEnvconfig(t *testing.T) {
+// TestReadEnv: ReadEnv, the reader the client and the rabbitdelay CLI share, reads every variable
+// of Env into the value envconfig reads, and refuses a bad value naming its variable; a struct
+// that embeds Env and adds a variable of its own (as the rabbitdelay CLI's does) is read whole.
+func TestReadEnv(t *testing.T) {
 	sample := map[string]string{
 		"AMQPDELAY_URL": "amqp://u:p@h/v", "AMQPDELAY_TLS_CA": "ca.pem", "AMQPDELAY_TLS_CERT": "c.pem", "AMQPDELAY_TLS_KEY": "k.pem",
 		"AMQPDELAY_PREFIX": "p", "AMQPDELAY_TARGETS": "o, x:topic", "AMQPDELAY_BUCKETS": "5s,1h", "AMQPDELAY_LADDER_UNIT": "2ms",
