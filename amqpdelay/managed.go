@@ -12,9 +12,9 @@ import (
 )
 
 // ManagementCheck asks the broker's management API, for one vhost, what AMQP cannot see.
-// *topology.Management has these methods (topology.NewManagement with the management URL and
-// the vhost of Config.URL): the package that talks to the management API is the
-// administration side's, and the Publisher only asks. Each check stays because its absence
+// topology.NewManagement returns one (with the management URL and the vhost of Config.URL): the
+// package that talks to the management API is the administration side's, and the Publisher
+// only asks. Each check stays because its absence
 // loses, stalls or lets through messages at runtime:
 //
 //   - UnboundTargets: a target the dispatch exchange is not bound to parks every due message

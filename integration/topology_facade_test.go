@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/topology"
@@ -48,7 +49,14 @@ func TestTopologyApplyCheck(t *testing.T) {
 	ready := env.Name("ready")
 	declareReadyQueue(t, env, ready, target, "#")
 	got := consumeQueue(t, env, ready)
-	pub := newPublisher(t, env, spec)
+	mc, err := topology.NewManagement(mgmt, env.VHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newPublisher(t, env, spec, amqpdelay.WithManagement(mc)) // its checks pass on the applied topology
+	if mc, err := topology.NewManagement("http://u:secret@[::1", env.VHost); err == nil || mc != nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("NewManagement of a bad URL: %v, %v; want nil and an error without the password", mc, err)
+	}
 	if _, err := pub.Publish(pubCtx(t), target, "k", textMsg("via topology.Apply"), 300*time.Millisecond); err != nil {
 		t.Fatalf("publish: %v", err)
 	}

@@ -4,7 +4,8 @@
 // variables. Operators use the CLI; the machinery behind both lives in an internal package.
 //
 // RabbitMQ sets policies only through its management API (https://www.rabbitmq.com/docs/policies),
-// so both functions need its URL.
+// so both functions need its URL. [NewManagement] gives a Publisher the same API's checks
+// (amqpdelay.WithManagement).
 package topology
 
 import (
@@ -13,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
 )
@@ -47,6 +49,21 @@ func Check(ctx context.Context, conn *amqp.Connection, spec delayspec.Spec, mana
 	}
 	_, err = admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
 	return err
+}
+
+// NewManagement returns the checks a Publisher asks of the management API at managementURL
+// (http://user:password@host:15672) for vhost ("/" when empty): pass it to
+// amqpdelay.WithManagement. It does no I/O; the error names a URL that does not parse, without
+// its password.
+func NewManagement(managementURL, vhost string) (amqpdelay.ManagementCheck, error) {
+	if vhost == "" {
+		vhost = "/"
+	}
+	m, err := admin.NewManagement(managementURL, vhost)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // prepare checks the arguments and builds the plan and the management client.
