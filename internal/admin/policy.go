@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -409,31 +411,37 @@ func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues [
 	if len(need) == 0 {
 		return nil, nil
 	}
-	var stats []managedObject
-	if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns=name,policy,operator_policy", &stats); err != nil {
-		return nil, err
-	}
-	reported := make(map[string]managedObject, len(stats))
-	for _, s := range stats {
-		reported[s.Name] = s
-	}
-	bad := map[string]bool{}
+	// The patterns first: the statistics lag a policy change by up to their interval (an
+	// operator policy replaced a moment ago is still named there), and an expires policy can
+	// delete the queue within that lag. The statistics, read only then, decide for a pattern
+	// Go's regexp cannot run.
+	unsure := map[int][]string{} // queue index -> the operator policies whose pattern Go cannot run
 	for _, i := range need {
 		q := &queues[i]
-		// The patterns first: the statistics lag a policy change by up to their interval (an
-		// operator policy replaced a moment ago is still named there), and an expires policy can
-		// delete the queue within that lag. The statistics decide only for a pattern Go's regexp
-		// cannot run.
 		name, unrunnable := operatorPolicyOf(ops, *q)
+		q.OperatorPolicy, _ = json.Marshal(name)
 		if len(unrunnable) > 0 {
-			if s, ok := reported[q.Name]; ok && s.OperatorPolicy != nil && rawName(s.Policy) == rawName(q.Policy) {
-				q.OperatorPolicy = s.OperatorPolicy
+			unsure[i] = unrunnable
+		}
+	}
+	bad := map[string]bool{}
+	if len(unsure) > 0 {
+		var stats []managedObject
+		if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns=name,policy,operator_policy", &stats); err != nil {
+			return nil, err
+		}
+		reported := make(map[string]managedObject, len(stats))
+		for _, s := range stats {
+			reported[s.Name] = s
+		}
+		for i, unrunnable := range unsure {
+			if s, ok := reported[queues[i].Name]; ok && s.OperatorPolicy != nil && rawName(s.Policy) == rawName(queues[i].Policy) {
+				queues[i].OperatorPolicy = s.OperatorPolicy
 				continue
 			}
-		}
-		q.OperatorPolicy, _ = json.Marshal(name)
-		for _, n := range unrunnable {
-			bad[n] = true
+			for _, n := range unrunnable {
+				bad[n] = true
+			}
 		}
 	}
 	var out []PolicyProblem
@@ -530,12 +538,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 				add(parkingDefaultLimit(p, q.Name, userName), ours)
 			}
 		}
-		keys := make([]string, 0, len(def))
-		for k := range def {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(def)) {
 			v := def[k]
 			pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
 			if fromOp[k] {
@@ -720,12 +723,7 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 	if p.Spec.QueueType == delayspec.Classic {
 		stallOrDrop = BreaksDrops
 	}
-	keys := make([]string, 0, len(def))
-	for k := range def {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(def)) {
 		v := def[k]
 		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
 		if fromOp[k] {
