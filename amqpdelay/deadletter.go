@@ -137,6 +137,10 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 				exchange = names.Dispatch() // the last-hop queue dead-letters into D
 				break
 			}
+			if firstHopQueue(l, &c.plan, i) {
+				exchange = names.LadderExchangeShard(0, shard) // the first-hop queue dead-letters into level 0
+				continue
+			}
 			if next, ok := l.Next(h.Level); ok {
 				exchange = names.LadderExchangeShard(next, shard)
 			} else {
@@ -151,11 +155,15 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 // hopQueue returns the queue of hop i of plan in shard of the ladder, as
 // ttlbuckets.Ladder.EncodeRoute's headers route it: the last hop at a level whose queues
 // dead-letter into a next level takes the last-hop queue of its digit (lastHopQueue true);
-// every other hop the level's queue of its digit.
+// the first of several hops in the top-first order the first-hop queue of its digit; every
+// other hop the level's queue of its digit.
 func hopQueue(names delayspec.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int) (queue string, lastHopQueue bool) {
 	h := plan.Hops[i]
 	if _, more := l.Next(h.Level); more && i == len(plan.Hops)-1 {
 		return names.LadderLastHopQueueShard(h.Level, h.Digit, shard), true
+	}
+	if firstHopQueue(l, plan, i) {
+		return names.LadderFirstHopQueueShard(h.Level, h.Digit, shard), false
 	}
 	return names.LadderQueueShard(h.Level, h.Digit, shard), false
 }
@@ -270,4 +278,10 @@ func headerTooLarge(size, frameMax, reserve int) string {
 	return fmt.Sprintf("the message's properties and headers encode to %d bytes (with this path's own headers), more than the "+
 		"connection's frame_max of %d bytes: AMQP 0-9-1 carries them in one frame and RabbitMQ closes the whole connection "+
 		"(501 FRAME_ERROR) when they do not fit; move large values from msg.Headers into the body", n, frameMax)
+}
+
+// firstHopQueue reports whether hop i of plan goes through a first-hop queue: the first of
+// several hops in the top-first order, which dead-letters back into level 0.
+func firstHopQueue(l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i int) bool {
+	return l.Order == ttlbuckets.TopFirst && i == 0 && len(plan.Hops) > 1
 }

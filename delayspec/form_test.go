@@ -52,9 +52,10 @@ func TestNamingRuleAgrees(t *testing.T) {
 		for level := range l.Levels() {
 			for digit := range l.Radix {
 				for shard := range s.Shards {
-					check(n.LadderQueueShard(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 0})
-					check(n.LadderLastHopQueueShard(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 1})
-					count += 2
+					check(n.LadderQueueShard(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 0, 0})
+					check(n.LadderLastHopQueueShard(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 1, 0})
+					check(n.LadderFirstHopQueueShard(level, digit, shard), ladderQueueForm, []int64{int64(level), int64(digit), int64(shard), 0, 1})
+					count += 3
 				}
 			}
 		}
@@ -71,11 +72,13 @@ func TestNamingRuleAgrees(t *testing.T) {
 		others := []string{n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.BucketExchange(), n.PluginExchange(), n.Revoked(), n.Retry(),
 			n.LadderMarker(l), n.ShardsMarker(l, 3), n.LastHopMarker(l, 1), n.EntryMarker(l, 2), n.TargetMarker("orders"),
 			own + "ladder.1.1", own + "ladder.001.01", own + "ladder.01.01.s", own + "ladder.01.01.last.s1", own + "ladder.01.01.s1.x",
+			own + "ladder.01.01.first.last", own + "ladder.01.01.first.s1",
 			own + "bucket.ms", own + "bucket.5ms.x", own + "bucket.5", own + "parkingx", "x" + n.Parking(), n.Prefix + "x.parking", own + "orders"}
 		for level := range 3 {
 			for shard := range 3 {
 				others = append(others, n.LadderExchangeShard(level, shard), n.LadderLastHopExchangeShard(level, shard),
-					n.LadderEntryExchange(n.LadderQueueShard(level, 1, shard)), n.LadderEntryExchange(n.LadderLastHopQueueShard(level, 1, shard)))
+					n.LadderEntryExchange(n.LadderQueueShard(level, 1, shard)), n.LadderEntryExchange(n.LadderLastHopQueueShard(level, 1, shard)),
+					n.LadderEntryExchange(n.LadderFirstHopQueueShard(level, 1, shard)))
 			}
 		}
 		for _, name := range others {
@@ -92,13 +95,14 @@ func TestFormsSpellTheNames(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{ladderQueueForm.name("p", 3, 7), "p.ladder.03.07"},
 		{ladderQueueForm.name("p", 3, 7, 12, 1), "p.ladder.03.07.s12.last"},
+		{ladderQueueForm.name("p", 3, 7, 0, 0, 1), "p.ladder.03.07.first"},
 		{ladderExchangeForm.name("p", 0, 2), "p.ladder.00.s2"},
 		{ladderExchangeForm.name("p", 0, 0, 1), "p.ladder.00.last"},
 		{bucketQueueForm.name("p", 90_000), "p.bucket.90000ms"},
 		{parkingForm.name("p"), "p.parking"},
-		{ladderQueueForm.pattern(), `ladder\.[0-9]{2}\.[0-9]{2}(?:\.s[0-9]+)?(?:\.last)?`},
+		{ladderQueueForm.pattern(), `ladder\.[0-9]{2}\.[0-9]{2}(?:\.s[0-9]+)?(?:\.last)?(?:\.first)?`},
 		{bucketQueueForm.pattern(), `bucket\.[0-9]+ms`},
-		{Names{Prefix: "a.b"}.DelayQueuesPattern(), `^a\.b\.(?:parking|bucket\.[0-9]+ms|ladder\.[0-9]{2}\.[0-9]{2}(?:\.s[0-9]+)?(?:\.last)?)$`},
+		{Names{Prefix: "a.b"}.DelayQueuesPattern(), `^a\.b\.(?:parking|bucket\.[0-9]+ms|ladder\.[0-9]{2}\.[0-9]{2}(?:\.s[0-9]+)?(?:\.last)?(?:\.first)?)$`},
 		{fmt.Sprint(IsDelayQueueName("q.bucket.99999999999999999999999ms")), "true"},
 	} {
 		if c.got != c.want {

@@ -60,6 +60,16 @@ func (n Names) LadderLastHopQueueShard(level, digit, shard int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard), 1)
 }
 
+// LadderFirstHopQueueShard is the first-hop queue of digit value digit at ladder level level
+// (1 and up) in shard of the ladder, for the [ttlbuckets.TopFirst] order:
+// <prefix>.ladder.LL.DD.first (shard 0) or <prefix>.ladder.LL.DD.sK.first (shard K). It has the
+// TTL of [Names.LadderQueueShard] of the same level and digit but dead-letters into level 0's
+// exchange of the shard, and takes the first hop of the messages whose highest digit is that
+// digit of that level and that have more hops after it.
+func (n Names) LadderFirstHopQueueShard(level, digit, shard int) string {
+	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard), 0, 1)
+}
+
 // LadderLastHopExchangeShard is the headers exchange of the last-hop queues of ladder level
 // level in shard of the ladder: [Names.LadderExchangeShard] + ".last". The level's exchange
 // routes to it every message whose last hop is at that level ([ttlbuckets.LastLevelHeader]
@@ -69,8 +79,9 @@ func (n Names) LadderLastHopExchangeShard(level, shard int) string {
 	return ladderExchangeForm.name(n.p(), int64(level), int64(shard), 1)
 }
 
-// LadderEntryExchange is the fanout exchange bound to the ladder queue or last-hop queue named
-// queue ([Names.LadderQueueShard], [Names.LadderLastHopQueueShard]) and to nothing else: queue +
+// LadderEntryExchange is the fanout exchange bound to the ladder queue, last-hop or first-hop
+// queue named queue ([Names.LadderQueueShard], [Names.LadderLastHopQueueShard],
+// [Names.LadderFirstHopQueueShard]) and to nothing else: queue +
 // ".entry", e.g. rabbitdelay.ladder.05.03.entry. A Publisher sends a ladder message's first hop
 // there when the topology has them ([Names.EntryMarker]): a fanout exchange routes without
 // reading the message's headers, where the level's headers exchange tests each of its bindings

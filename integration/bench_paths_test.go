@@ -67,6 +67,7 @@ const (
 var burstCatalogue = []delayCase{
 	ladderCase("shortest", ms1, 16, sf, delayspec.Quorum, ""),
 	ladderCase("longest", ms1, 16, lf, delayspec.Quorum, ""),
+	ladderCase("top", ms1, 16, ttlbuckets.TopFirst, delayspec.Quorum, ""),
 	ladderCase("classic-shortest", ms1, 16, sf, delayspec.Classic, ""),
 	ladderCase("classic-longest", ms1, 16, lf, delayspec.Classic, ""),
 	ladderCase("classic2-shortest", ms1, 16, sf, delayspec.Classic, "classic2"),

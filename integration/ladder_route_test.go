@@ -51,6 +51,20 @@ func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
 		first = levels - 1
 	}
 	out := map[time.Duration]int{}
+	if order == ttlbuckets.TopFirst {
+		// The highest digit's hop first (a first-hop queue, into level 0), then up from level 0:
+		// the last hop is the second-highest digit's.
+		for l := range levels {
+			out[3*pow(l)] = l // one hop: the last-hop queue
+			if l < levels-1 {
+				out[pow(levels-1)+2*pow(l)] = l // the top level's first-hop queue, last at l
+			}
+			if l > 0 {
+				out[2*pow(l)+pow(0)] = 0 // level l's first-hop queue, last at level 0
+			}
+		}
+		return out
+	}
 	for l := range levels {
 		out[3*pow(l)] = l
 		if l != first {
@@ -60,17 +74,19 @@ func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
 	return out
 }
 
-// TestLadderLastLevel: in both hop orders, a message whose last hop is at level L (every L of
+// TestLadderLastLevel: in every hop order, a message whose last hop is at level L (every L of
 // the ladder, with and without an earlier hop) takes that hop in the last-hop queue of L and
 // its digit (x-death names it), which dead-letters into the dispatch exchange: it arrives
 // exactly once, never early, carrying the last-level header and no digit header of a level
-// after L. A message sent with every level's digit header (by a plain AMQP publisher) still takes
-// the ladder's own queues and passes through the remaining levels, and arrives exactly once.
-// x-death shows each message of the Publisher entering its first queue from the queue's entry
-// exchange.
+// after L. In the top-first order a message of several hops takes its first in the first-hop
+// queue of its highest level and digit (every level above 0). A message sent with every level's
+// digit header (by a plain AMQP publisher, to the exchange of its lowest non-zero level; the
+// top-first order's level queues are the shortest-first order's) still takes the ladder's own
+// queues and passes through the remaining levels, and arrives exactly once. x-death shows each
+// message of the Publisher entering its first queue from the queue's entry exchange.
 func TestLadderLastLevel(t *testing.T) {
 	t.Parallel()
-	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst} {
 		t.Run(order.String(), func(t *testing.T) {
 			t.Parallel()
 			env, spec, target, got := ladderRouteSetup(t, routeLadder(order))
@@ -102,7 +118,14 @@ func TestLadderLastLevel(t *testing.T) {
 				m.MessageId = fmt.Sprintf("legacy-%d", d.Milliseconds())
 				m.Headers = amqp.Table{ttlbuckets.TargetHeader: target, ttlbuckets.DueHeader: time.Now().Add(d).UnixMilli()}
 				l.EncodeDigits(plan, m.Headers)
-				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, n.LadderExchange(plan.Entry), "k", false, false, m)
+				entry := plan.Entry
+				if order == ttlbuckets.TopFirst {
+					entry = plan.Hops[len(plan.Hops)-1].Level // the lowest non-zero level
+					if len(plan.Hops) > 1 {
+						entry = plan.Hops[1].Level
+					}
+				}
+				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, n.LadderExchange(entry), "k", false, false, m)
 				if err != nil {
 					t.Fatalf("publish legacy %v: %v", d, err)
 				}
@@ -117,14 +140,14 @@ func TestLadderLastLevel(t *testing.T) {
 }
 
 // TestLadderRadix64Digits: on a radix-64 ladder (1 ms, two levels: 1-63 ms and 64-4,032 ms;
-// the largest radix AMQPDELAY_LADDER_RADIX takes), in both hop orders, every digit value of
+// the largest radix AMQPDELAY_LADDER_RADIX takes), in every hop order, every digit value of
 // every level routes: a message with one non-zero digit v at level 0 or 1, and one with both
 // (v at level 1, another digit at level 0), for v = 1..63, arrives exactly once, never early,
 // through the queue or last-hop queue of its last level and digit (last-hop header values up to
 // 127: digit + radix).
 func TestLadderRadix64Digits(t *testing.T) {
 	t.Parallel()
-	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst} {
 		t.Run(order.String(), func(t *testing.T) {
 			t.Parallel()
 			env, spec, target, got := ladderRouteSetup(t, ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 64, Max: 4095 * time.Millisecond, Order: order})
@@ -216,20 +239,27 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		}
 		// Digit headers from the entry (the first non-zero digit in travel order) to the last
 		// hop's level, and none outside: the message never reaches those levels.
-		entry := -1
+		entry, hops := -1, 0
 		for level, d := range digits {
-			if d != 0 && (entry < 0 || l.Order == ttlbuckets.LongestFirst) {
-				entry = level // the lowest non-zero level, or for longest-first the highest
+			if d != 0 && (entry < 0 || l.Order != ttlbuckets.ShortestFirst) {
+				entry = level // the lowest non-zero level, or for longest-first and top-first the highest
+			}
+			if d != 0 {
+				hops++
 			}
 		}
 		if entry < 0 {
 			t.Errorf("%q: every digit 0 (%v) with the last-level header", id, digits)
 			continue
 		}
+		topFirst := l.Order == ttlbuckets.TopFirst && hops > 1
 		for level := range l.Levels() {
 			outside := level > last || level < entry
-			if l.Order == ttlbuckets.LongestFirst {
+			switch {
+			case l.Order == ttlbuckets.LongestFirst:
 				outside = level < last || level > entry
+			case topFirst:
+				outside = level > last && level != entry // the top level, then 0 to the last
 			}
 			if _, has := h[ttlbuckets.DigitHeader(level)]; has == outside {
 				t.Errorf("%q (entry level %d, last level %d): digit header of level %d present = %v", id, entry, last, level, has)
@@ -247,8 +277,11 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		// The first queue: the last-hop queue when the first hop is also the last (at a level
 		// that has last-hop queues), else the entry level's queue of its digit.
 		first := n.LadderQueueShard(entry, digits[entry], 0)
-		if entry == last {
+		switch {
+		case entry == last:
 			first = want
+		case topFirst:
+			first = n.LadderFirstHopQueueShard(entry, digits[entry], 0)
 		}
 		wantFrom := n.LadderEntryExchange(first)
 		if from[first] != wantFrom {

@@ -179,7 +179,7 @@ func ExampleParseOrder() {
 	fmt.Println(err)
 	// Output:
 	// longest-first 1 <nil>
-	// ttlbuckets: invalid ladder: Order "newest-first": allowed "shortest-first" (default) or "longest-first"
+	// ttlbuckets: invalid ladder: Order "newest-first": allowed "shortest-first" (default), "longest-first" or "top-first"
 }
 
 // IsDelayHeader picks the headers to strip from a delivery before it is delayed again.

@@ -111,7 +111,8 @@ func (l Ladder) LastHopValue(digit int) int64 {
 // EncodeRoute sets, in h, the headers of a message whose last hop goes through a last-hop
 // queue (same TTL as the level's queue of that digit, dead-lettering straight to the dispatch
 // exchange, as a bucket does): the digit header of every level from [Plan.Entry] to the last
-// hop's level in travel order, zeros included; [Ladder.LastHopValue] of the last digit (the
+// hop's level in travel order, zeros included (for [TopFirst], the entry level's and those of
+// levels 0 to the last hop's); [Ladder.LastHopValue] of the last digit (the
 // plain digit at the level where the order ends, which dead-letters to the dispatch exchange
 // already); and that level in [LastLevelHeader]. Levels the message never reaches get no
 // header. The topology must have the last-hop queues; for one without them use
@@ -127,8 +128,14 @@ func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 		l.EncodeDigits(p, h)
 		return
 	}
+	// A TopFirst message with more than one hop comes back to level 0 after its first hop,
+	// and climbs from there to its last.
+	from := p.Entry
+	if g.order == TopFirst && len(p.Hops) > 1 {
+		from = 0
+	}
 	for level := range g.levels {
-		if g.beyond(level, last) || g.before(level, p.Entry) {
+		if level != p.Entry && (g.beyond(level, last) || g.before(level, from)) {
 			continue
 		}
 		var v int64

@@ -214,7 +214,7 @@ func TestHeaderInt(t *testing.T) {
 // the entry level and stop at the last hop's (in travel order), and DecodeDigits reads the same digits as from EncodeDigits; a plan
 // without hops gets EncodeDigits' headers.
 func TestEncodeRoute(t *testing.T) {
-	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst} {
 		l := ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Order: order}
 		for _, d := range []time.Duration{time.Millisecond, 90 * time.Second, 0x1000 * time.Millisecond, 0x10001 * time.Millisecond, 0xF000000 * time.Millisecond, time.Hour} {
 			p, err := l.Plan(d, ttlbuckets.Strict)
@@ -232,8 +232,12 @@ func TestEncodeRoute(t *testing.T) {
 			}
 			for level := range l.Levels() {
 				outside := level > last || level < p.Entry
-				if order == ttlbuckets.LongestFirst {
+				switch {
+				case order == ttlbuckets.LongestFirst:
 					outside = level < last || level > p.Entry
+				case order == ttlbuckets.TopFirst && len(p.Hops) > 1:
+					// the entry (top) level, then back to level 0 and up to the last hop's
+					outside = level > last && level != p.Entry
 				}
 				v, has := h[ttlbuckets.DigitHeader(level)]
 				want := int64(p.Digits[level])
@@ -250,7 +254,8 @@ func TestEncodeRoute(t *testing.T) {
 			}
 			// Messages of earlier versions carry a 0 for every level before the entry too.
 			for level := range l.Levels() {
-				if (order == ttlbuckets.ShortestFirst && level < p.Entry) || (order == ttlbuckets.LongestFirst && level > p.Entry) {
+				if (order != ttlbuckets.LongestFirst && level < p.Entry && (order == ttlbuckets.ShortestFirst || len(p.Hops) == 1)) ||
+					(order == ttlbuckets.LongestFirst && level > p.Entry) {
 					h[ttlbuckets.DigitHeader(level)] = int64(0)
 				}
 			}

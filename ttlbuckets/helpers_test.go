@@ -17,7 +17,7 @@ import (
 
 var radixes = []int{2, 4, 8, 16, 32, 64}
 
-var orders = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst}
+var orders = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst}
 
 // unwrapAll returns the errors joined in err (or err itself).
 func unwrapAll(err error) []error {
@@ -91,7 +91,7 @@ func checkLadder(t testing.TB, l ttlbuckets.Ladder) {
 		case level < 0 || level >= levels:
 		case lw.Order == ttlbuckets.LongestFirst && level > 0:
 			wantNext, wantOK = level-1, true
-		case lw.Order == ttlbuckets.ShortestFirst && level < levels-1:
+		case lw.Order != ttlbuckets.LongestFirst && level < levels-1:
 			wantNext, wantOK = level+1, true
 		}
 		if next != wantNext || ok != wantOK {
@@ -173,8 +173,13 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 		}
 		if i > 0 {
 			prev := p.Hops[i-1].Level
-			if (lw.Order == ttlbuckets.ShortestFirst && h.Level <= prev) || (lw.Order == ttlbuckets.LongestFirst && h.Level >= prev) {
+			ascending := lw.Order == ttlbuckets.ShortestFirst || (lw.Order == ttlbuckets.TopFirst && i > 1)
+			if (ascending && h.Level <= prev) || (lw.Order == ttlbuckets.LongestFirst && h.Level >= prev) ||
+				(lw.Order == ttlbuckets.TopFirst && i == 1 && h.Level >= prev) {
 				t.Fatalf("%+v Plan(%v): hops %+v out of %v order", lw, d, p.Hops, lw.Order)
+			}
+			if lw.Order == ttlbuckets.TopFirst && h.Level >= p.Hops[0].Level {
+				t.Fatalf("%+v Plan(%v): hops %+v: top-first takes the highest level first", lw, d, p.Hops)
 			}
 		}
 		sum += h.TTL
@@ -186,7 +191,15 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 	// through, then go to Next until the dispatch exchange.
 	var route []ttlbuckets.Hop
 	level := p.Entry
+	if lw.Order == ttlbuckets.TopFirst && len(p.Hops) > 1 {
+		// The first-hop queue of the top digit dead-letters into level 0.
+		route = append(route, ttlbuckets.Hop{Level: level, Digit: p.Digits[level], TTL: queues[[2]int{level, p.Digits[level]}]})
+		level = 0
+	}
 	for steps := 0; ; steps++ {
+		if lw.Order == ttlbuckets.TopFirst && len(p.Hops) > 1 && level == p.Entry {
+			break // the last hop (the one below Entry) left for the dispatch exchange
+		}
 		if steps >= levels {
 			t.Fatalf("%+v Plan(%v): route from Entry %d does not end", lw, d, p.Entry)
 		}

@@ -104,7 +104,7 @@ const (
 	badUnit     = 1 << iota // unit below 1 ms or not whole ms
 	badRadix                // radix not a power of two in 2..64
 	badMax                  // max below one unit
-	badOrder                // order neither ShortestFirst nor LongestFirst
+	badOrder                // order not ShortestFirst, LongestFirst or TopFirst
 	badUnitTTL              // level 0's longest queue TTL above MaxQueueTTL
 	badLevelTTL             // the top level's longest queue TTL above MaxQueueTTL
 )
@@ -199,7 +199,7 @@ func (g geometry) ttl(level, digit int) int64 {
 //   - Unit below 1 ms or not a whole number of milliseconds;
 //   - Radix not a power of two from 2 to 64;
 //   - Max below one Unit;
-//   - Order neither [ShortestFirst] nor [LongestFirst];
+//   - Order not one of [ShortestFirst], [LongestFirst] and [TopFirst];
 //   - a queue TTL above [MaxQueueTTL], RabbitMQ's x-message-ttl limit: reported on Unit
 //     when even level 0's longest queue, (Radix-1)·Unit, is too long, otherwise on Max
 //     with the largest Max this Unit and Radix allow.
@@ -227,7 +227,7 @@ func (l Ladder) Validate() error {
 		}
 	}
 	if p&badOrder != 0 {
-		add("Order %d: allowed %d (%v) or %d (%v)", int(l.Order), int(ShortestFirst), ShortestFirst, int(LongestFirst), LongestFirst)
+		add("Order %d: allowed %s", int(l.Order), allowedOrders)
 	}
 	if p&badUnitTTL != 0 {
 		r := int64(l.Radix)
@@ -296,7 +296,8 @@ func (g geometry) before(level, entry int) bool {
 }
 
 // Next returns the level to which level's queues and pass-through binding hand a message:
-// with [ShortestFirst], level+1 (and ok false at the top level: the dispatch exchange);
+// with [ShortestFirst] and [TopFirst], level+1 (and ok false at the top level: the dispatch
+// exchange; a [TopFirst] first-hop queue hands to level 0 instead);
 // with [LongestFirst], level-1 (ok false at level 0). When ok is false next is -1; so it
 // is for a level outside 0..Levels()-1 and for an invalid ladder.
 func (l Ladder) Next(level int) (next int, ok bool) {

@@ -108,7 +108,7 @@ func TestValidate(t *testing.T) {
 			[]string{"Max 9ms: allowed at least one Unit (10ms)"}},
 		{"max just below unit", ttlbuckets.Ladder{Max: time.Millisecond - 1},
 			[]string{"Max 999.999µs: allowed at least one Unit (1ms)"}},
-		{"order", ttlbuckets.Ladder{Order: 2}, []string{"Order 2: allowed 0 (shortest-first) or 1 (longest-first)"}},
+		{"order", ttlbuckets.Ladder{Order: 3}, []string{"Order 3: allowed 0 (shortest-first), 1 (longest-first) or 2 (top-first)"}},
 		{"max over TTL limit", ttlbuckets.Ladder{Max: 3 * 365 * 24 * time.Hour},
 			[]string{"Max 26280h0m0s: needs 10 levels, whose longest queue (level 9, digit 15) would have x-message-ttl 1030792151040 ms, above RabbitMQ's limit of 315360000000 ms; allowed with Unit 1ms and Radix 16: 1ms to 19088h44m36.735s (68719476735 ms)"}},
 		{"max just over TTL limit radix 2", ttlbuckets.Ladder{Radix: 2, Max: (1 << 39) * time.Millisecond},
@@ -121,8 +121,8 @@ func TestValidate(t *testing.T) {
 			[]string{"Unit 1ns", "Order 9"}},
 		{"radix and max", ttlbuckets.Ladder{Radix: 10, Max: time.Microsecond},
 			[]string{"Radix 10", "Max 1µs"}},
-		{"order and TTL", ttlbuckets.Ladder{Max: 3 * 365 * 24 * time.Hour, Order: 3},
-			[]string{"Order 3", "Max 26280h0m0s: needs 10 levels"}},
+		{"order and TTL", ttlbuckets.Ladder{Max: 3 * 365 * 24 * time.Hour, Order: 4},
+			[]string{"Order 4", "Max 26280h0m0s: needs 10 levels"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.ladder.Validate()
@@ -210,6 +210,7 @@ func TestNext(t *testing.T) {
 	}{
 		{ttlbuckets.ShortestFirst, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
 		{ttlbuckets.LongestFirst, []step{{-1, false}, {-1, false}, {0, true}, {1, true}, {-1, false}}},
+		{ttlbuckets.TopFirst, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
 	} {
 		l.Order = tc.order
 		for i, w := range tc.want {
@@ -236,6 +237,7 @@ func TestOrderText(t *testing.T) {
 		{"longest-first", ttlbuckets.LongestFirst},
 		{" Longest-First\n", ttlbuckets.LongestFirst},
 		{"SHORTEST-FIRST", ttlbuckets.ShortestFirst},
+		{"top-first", ttlbuckets.TopFirst},
 		{"", ttlbuckets.ShortestFirst},
 	} {
 		got, err := ttlbuckets.ParseOrder(tc.text)
@@ -250,7 +252,8 @@ func TestOrderText(t *testing.T) {
 	for _, bad := range []string{"shortest", "longest_first", "1", "fifo"} {
 		_, err := ttlbuckets.ParseOrder(bad)
 		if !errors.Is(err, ttlbuckets.ErrInvalidLadder) || !strings.Contains(err.Error(), fmt.Sprintf("Order %q", bad)) ||
-			!strings.Contains(err.Error(), `"shortest-first"`) || !strings.Contains(err.Error(), `"longest-first"`) {
+			!strings.Contains(err.Error(), `"shortest-first"`) || !strings.Contains(err.Error(), `"longest-first"`) ||
+			!strings.Contains(err.Error(), `"top-first"`) {
 			t.Errorf("ParseOrder(%q) error = %v", bad, err)
 		}
 		o := ttlbuckets.LongestFirst

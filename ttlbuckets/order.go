@@ -11,7 +11,7 @@ import (
 // level's queues and pass-through binding hand a message on ([Ladder.Next]).
 //
 // The zero value is [ShortestFirst]. Its text form ([Order.String], [ParseOrder],
-// [Order.UnmarshalText]) is "shortest-first" or "longest-first".
+// [Order.UnmarshalText]) is "shortest-first", "longest-first" or "top-first".
 type Order int
 
 const (
@@ -27,40 +27,57 @@ const (
 	// the textbook ladder; every hop but the first falls into the last Radix^top units
 	// before the message is due.
 	LongestFirst
+
+	// TopFirst takes the hop of the highest non-zero digit first, then the others as
+	// [ShortestFirst] does, from level 0 up. The first hop is at least half the delay, so
+	// the broker does next to nothing while a message is being published, and the short
+	// hops run after it, before the last. It needs a first-hop queue per digit of every
+	// level but 0 (same TTL, dead-lettering into level 0's exchange); the other queues are
+	// [ShortestFirst]'s.
+	TopFirst
 )
 
 const (
 	shortestFirstName = "shortest-first"
 	longestFirstName  = "longest-first"
+	topFirstName      = "top-first"
 )
 
-// String returns "shortest-first" or "longest-first", or "Order(N)" for a value that is
-// neither.
+// String returns "shortest-first", "longest-first" or "top-first", or "Order(N)" for any
+// other value.
 func (o Order) String() string {
 	switch o {
 	case ShortestFirst:
 		return shortestFirstName
 	case LongestFirst:
 		return longestFirstName
+	case TopFirst:
+		return topFirstName
 	}
 	return "Order(" + strconv.Itoa(int(o)) + ")"
 }
 
-func (o Order) valid() bool { return o == ShortestFirst || o == LongestFirst }
+// allowedOrders lists the orders with their numbers, for error messages.
+var allowedOrders = fmt.Sprintf("%d (%s), %d (%s) or %d (%s)",
+	int(ShortestFirst), shortestFirstName, int(LongestFirst), longestFirstName, int(TopFirst), topFirstName)
 
-// ParseOrder parses "shortest-first" or "longest-first" (ASCII case and surrounding space
-// ignored). The empty string gives the default, [ShortestFirst], as the zero value does.
-// Any other text returns an error wrapping [ErrInvalidLadder] that quotes the text and
-// lists the allowed names.
+func (o Order) valid() bool { return o == ShortestFirst || o == LongestFirst || o == TopFirst }
+
+// ParseOrder parses "shortest-first", "longest-first" or "top-first" (ASCII case and
+// surrounding space ignored). The empty string gives the default, [ShortestFirst], as the
+// zero value does. Any other text returns an error wrapping [ErrInvalidLadder] that quotes
+// the text and lists the allowed names.
 func ParseOrder(s string) (Order, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", shortestFirstName:
 		return ShortestFirst, nil
 	case longestFirstName:
 		return LongestFirst, nil
+	case topFirstName:
+		return TopFirst, nil
 	}
-	return ShortestFirst, fmt.Errorf("%w: Order %q: allowed %q (default) or %q",
-		ErrInvalidLadder, s, shortestFirstName, longestFirstName)
+	return ShortestFirst, fmt.Errorf("%w: Order %q: allowed %q (default), %q or %q",
+		ErrInvalidLadder, s, shortestFirstName, longestFirstName, topFirstName)
 }
 
 // UnmarshalText implements [encoding.TextUnmarshaler] with [ParseOrder], so configuration
@@ -75,13 +92,11 @@ func (o *Order) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// MarshalText implements [encoding.TextMarshaler]: the [Order.String] name. A value that
-// is neither [ShortestFirst] nor [LongestFirst] returns an error wrapping
-// [ErrInvalidLadder].
+// MarshalText implements [encoding.TextMarshaler]: the [Order.String] name. Any other
+// value returns an error wrapping [ErrInvalidLadder].
 func (o Order) MarshalText() ([]byte, error) {
 	if !o.valid() {
-		return nil, fmt.Errorf("%w: Order %d: allowed %d (%s) or %d (%s)",
-			ErrInvalidLadder, int(o), int(ShortestFirst), shortestFirstName, int(LongestFirst), longestFirstName)
+		return nil, fmt.Errorf("%w: Order %d: allowed %s", ErrInvalidLadder, int(o), allowedOrders)
 	}
 	return []byte(o.String()), nil
 }

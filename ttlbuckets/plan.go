@@ -37,13 +37,14 @@ type Plan struct {
 	// target).
 	Entry int
 	// Hops lists one hop per non-zero digit, in travel order: ascending levels for
-	// [ShortestFirst], descending for [LongestFirst].
+	// [ShortestFirst], descending for [LongestFirst], and for [TopFirst] the highest level
+	// first, then the others ascending.
 	Hops []Hop
 }
 
 // LastLevel returns the level of the last hop (Hops[len(Hops)-1].Level): the highest level with
-// a non-zero digit for [ShortestFirst], the lowest for [LongestFirst]. It returns -1 for a plan
-// without hops.
+// a non-zero digit for [ShortestFirst], the lowest for [LongestFirst], the second highest for
+// [TopFirst] (the highest when it is the only one). It returns -1 for a plan without hops.
 func (p Plan) LastLevel() int {
 	if len(p.Hops) == 0 {
 		return -1
@@ -103,8 +104,16 @@ func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 			}
 		}
 	} else {
+		top := -1
+		if g.order == TopFirst && n > 1 {
+			top = g.levels - 1
+			for digits[top] == 0 {
+				top--
+			}
+			hops = append(hops, Hop{Level: top, Digit: digits[top], TTL: g.ttl(top, digits[top])})
+		}
 		for level, v := range digits {
-			if v != 0 {
+			if v != 0 && level != top {
 				hops = append(hops, Hop{Level: level, Digit: v, TTL: g.ttl(level, v)})
 			}
 		}

@@ -116,6 +116,7 @@ func TestPlanKnown(t *testing.T) {
 	}{
 		{ttlbuckets.ShortestFirst, 1, climb},
 		{ttlbuckets.LongestFirst, 5, descend},
+		{ttlbuckets.TopFirst, 5, append([]ttlbuckets.Hop{climb[4]}, climb[:4]...)},
 	} {
 		l := ttlbuckets.Ladder{Order: tc.order}
 		p, err := l.Plan(90*time.Minute, ttlbuckets.Strict)

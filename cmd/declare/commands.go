@@ -33,15 +33,22 @@ func specLine(p *admin.Plan) string {
 	if p.Spec.Shards > 1 {
 		copies = fmt.Sprintf(" x %d copies", p.Spec.Shards)
 	}
-	lastHop := 0
+	lastHop, firstHop := 0, 0
 	for _, q := range p.Queues {
 		if q.LastHop && q.Shard == 0 {
 			lastHop++
 		}
+		if q.FirstHop && q.Shard == 0 {
+			firstHop++
+		}
+	}
+	hopQueues := plural(lastHop, "last-hop queue")
+	if firstHop > 0 {
+		hopQueues += ", " + plural(firstHop, "first-hop queue")
 	}
 	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%s, %s and %s%s); %s; queue type %s; plugin %s",
 		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(l.Queues()), "queue"),
-		plural(lastHop, "last-hop queue"), copies,
+		hopQueues, copies,
 		plural(len(p.Spec.Buckets), "bucket"), p.Spec.QueueType, p.Spec.Plugin)
 }
 

@@ -240,9 +240,9 @@ func sharedCopies(p *Plan, queues map[string]ManagedQueue) []SharedCopies {
 		return nil
 	}
 	type key struct {
-		level, digit int
-		lastHop      bool
-		node         string
+		level, digit      int
+		lastHop, firstHop bool
+		node              string
 	}
 	by := map[key][]string{}
 	var order []key
@@ -254,7 +254,7 @@ func sharedCopies(p *Plan, queues map[string]ManagedQueue) []SharedCopies {
 		if !ok || mq.Leader == "" {
 			continue
 		}
-		k := key{q.Level, q.Digit, q.LastHop, mq.Leader}
+		k := key{q.Level, q.Digit, q.LastHop, q.FirstHop, mq.Leader}
 		if _, seen := by[k]; !seen {
 			order = append(order, k)
 		}
@@ -447,7 +447,7 @@ func (p *Plan) RebalanceCommand(vhost string) string {
 	for _, q := range p.Queues {
 		switch {
 		case q.Role == RoleLadder && !seen[q.Role]:
-			alts = append(alts, pre+`\.ladder\.[0-9]+\.[0-9]+(?:\.s[0-9]+)?(?:\.last)?`)
+			alts = append(alts, pre+`\.ladder\.[0-9]+\.[0-9]+(?:\.s[0-9]+)?(?:\.last|\.first)?`)
 		case q.Role == RoleBucket && !seen[q.Role]:
 			alts = append(alts, pre+`\.bucket\.[0-9]+ms`)
 		case q.Role != RoleLadder && q.Role != RoleBucket:

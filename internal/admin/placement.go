@@ -75,13 +75,14 @@ func placeCopies(ctx context.Context, m *Management, p *Plan, conns []*amqp.Conn
 	type ld struct {
 		level, digit int
 		lastHop      bool
+		firstHop     bool
 	}
 	used := map[ld]map[string]bool{}
 	for _, q := range p.Queues {
 		if q.Role != RoleLadder {
 			continue
 		}
-		k := ld{q.Level, q.Digit, q.LastHop}
+		k := ld{q.Level, q.Digit, q.LastHop, q.FirstHop}
 		if used[k] == nil {
 			used[k] = map[string]bool{}
 		}
@@ -97,7 +98,7 @@ func placeCopies(ctx context.Context, m *Management, p *Plan, conns []*amqp.Conn
 		if q.Role != RoleLadder || q.Slot < 0 || exists[rowKey(KindQueue, q.Name)] {
 			continue
 		}
-		u := used[ld{q.Level, q.Digit, q.LastHop}]
+		u := used[ld{q.Level, q.Digit, q.LastHop, q.FirstHop}]
 		pick := q.Slot % n
 		for j := range n {
 			if i := (q.Slot + j) % n; !u[nodes[i]] {

@@ -80,6 +80,9 @@ type Queue struct {
 	// LastHop marks a ladder's last-hop queue ([Names.LadderLastHopQueueShard]): the TTL of the
 	// queue of the same Level and Digit, dead-lettering into the dispatch exchange.
 	LastHop bool `json:"last_hop,omitempty"`
+	// FirstHop marks a first-hop queue of the top-first order ([Names.LadderFirstHopQueueShard]):
+	// the TTL of the level's queue of its digit, dead-lettering into level 0's exchange.
+	FirstHop bool `json:"first_hop,omitempty"`
 	// Shard is the copy of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for
 	// other queues.
 	Shard int `json:"shard,omitempty"`
@@ -365,7 +368,28 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 			}
 		}
 	}
-	// Entry exchanges: a fanout exchange per ladder queue and last-hop queue, bound to it alone,
+	// First-hop queues (top-first order): per level above 0, a queue per digit with the same TTL
+	// that dead-letters into level 0's exchange, for the first hop of the messages whose highest
+	// digit is there. Their slots follow those of the last-hop queues.
+	if ladder.Order == ttlbuckets.TopFirst {
+		for k := range s.Shards {
+			for _, l := range order {
+				if l == 0 {
+					continue
+				}
+				for _, q := range byLevel[l] {
+					slot := -1
+					if s.Shards > 1 {
+						slot = (2*levels+l)*radix1 + q.Digit - 1 + k
+					}
+					dlx := n.LadderExchangeShard(0, k)
+					p.Queues = append(p.Queues, Queue{Name: n.LadderFirstHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
+						Role: RoleLadder, Level: l, Digit: q.Digit, FirstHop: true, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: dlx})
+				}
+			}
+		}
+	}
+	// Entry exchanges: a fanout exchange per ladder queue, last-hop and first-hop queue, bound to it alone,
 	// for a message's first hop (Names.LadderEntryExchange).
 	// Its binding has the tier of the level's bindings into the queue (1 for a last-hop queue,
 	// which dead-letters into D): declared once the queue's downstream routes.
@@ -373,8 +397,11 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 		if q.Role == RoleLadder {
 			x := n.LadderEntryExchange(q.Name)
 			tier := dist[q.Level]
-			if q.LastHop {
+			switch {
+			case q.LastHop:
 				tier = 1
+			case q.FirstHop:
+				tier = dist[0]
 			}
 			p.Exchanges = append(p.Exchanges, Exchange{Name: x, Type: amqp.ExchangeFanout, Role: RoleLadder, Level: q.Level, Shard: q.Shard})
 			p.Bindings = append(p.Bindings, Binding{Source: x, Destination: q.Name, DestinationType: DestQueue, Role: RoleLadder, Tier: tier})

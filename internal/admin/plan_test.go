@@ -82,10 +82,12 @@ func TestPlanDefaultCounts(t *testing.T) {
 }
 
 // TestPlanQueuesFromTTLBuckets checks that every delay queue's TTL is exactly what ttlbuckets
-// computes and that every queue dead-letters to the exchange of Ladder.Next (or D), for both
-// hop orders, quorum and classic.
+// computes and that every queue dead-letters to the exchange of Ladder.Next (or D), for every
+// hop order, quorum and classic; the top-first order's first-hop queues (every digit of every
+// level above 0, each with its entry exchange) have the TTL of their level's queue and
+// dead-letter into level 0's exchange.
 func TestPlanQueuesFromTTLBuckets(t *testing.T) {
-	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst} {
 		for _, qt := range []delayspec.QueueType{delayspec.Quorum, delayspec.Classic} {
 			t.Run(order.String()+"/"+string(qt), func(t *testing.T) {
 				spec := delayspec.Spec{Targets: delayspec.Targets{{Name: "a"}, {Name: "b", Type: "topic"}}, Buckets: delayspec.Delays{30 * time.Second, time.Hour},
@@ -96,7 +98,20 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 				b, _ := ttlbuckets.NewBuckets(spec.Buckets...)
 				want := ttlbuckets.DelayQueues(l, b)
 				var got []Queue
+				firstHop := 0
 				for _, q := range p.DelayQueues() {
+					if q.FirstHop {
+						firstHop++
+						byName := n.LadderQueue(q.Level, q.Digit)
+						base, ok := p.Queue(byName)
+						x, hasEntry := p.Exchange(n.LadderEntryExchange(q.Name))
+						if !ok || q.Level == 0 || q.Name != byName+".first" || q.TTL != base.TTL || q.DeadLetterExchange != n.LadderExchange(0) ||
+							q.Args["x-dead-letter-exchange"] != n.LadderExchange(0) || q.Args["x-message-ttl"] != base.Args["x-message-ttl"] ||
+							len(q.Args) != len(base.Args) || !hasEntry || x.Type != amqp.ExchangeFanout {
+							t.Errorf("first-hop queue %+v (entry exchange %v), want %s's TTL dead-lettering into %s, with a fanout entry exchange", q, hasEntry, byName, n.LadderExchange(0))
+						}
+						continue
+					}
 					if q.LastHop {
 						// Checked below: one per ladder queue of a level that does not end in D.
 						byName := n.LadderQueue(q.Level, q.Digit)
@@ -110,7 +125,14 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 					}
 					got = append(got, q)
 				}
-				lastHop := len(p.DelayQueues()) - len(got)
+				wantFirst := 0
+				if order == ttlbuckets.TopFirst {
+					wantFirst = (l.Levels() - 1) * (l.Radix - 1)
+				}
+				if firstHop != wantFirst {
+					t.Errorf("%d first-hop queues, want %d", firstHop, wantFirst)
+				}
+				lastHop := len(p.DelayQueues()) - len(got) - firstHop
 				if want := (l.Levels() - 1) * (l.Radix - 1); lastHop != want {
 					t.Errorf("%d last-hop queues, want %d", lastHop, want)
 				}

@@ -211,3 +211,33 @@ func TestSharedCopies(t *testing.T) {
 		t.Errorf("shared: %+v", c.SharedCopies)
 	}
 }
+
+// TestPlanShardsTopFirst: with the top-first order every copy has its own first-hop queues
+// (every digit of every level above 0), each dead-lettering into level 0's exchange of the same
+// copy, with a slot no other delay queue of its copy has.
+func TestPlanShardsTopFirst(t *testing.T) {
+	s := shardSpec()
+	s.Ladder.Order = ttlbuckets.TopFirst
+	p := mustPlan(t, s)
+	n := p.Names
+	levels := p.Ladder.Levels()
+	first := 0
+	slots := map[[2]int]string{} // copy, slot
+	for _, q := range p.DelayQueues() {
+		if other, dup := slots[[2]int{q.Shard, q.Slot}]; dup {
+			t.Errorf("queues %s and %s of copy %d share slot %d", other, q.Name, q.Shard, q.Slot)
+		}
+		slots[[2]int{q.Shard, q.Slot}] = q.Name
+		if !q.FirstHop {
+			continue
+		}
+		first++
+		want := n.LadderExchangeShard(0, q.Shard)
+		if q.Name != n.LadderFirstHopQueueShard(q.Level, q.Digit, q.Shard) || q.Level == 0 || q.DeadLetterExchange != want || q.Args["x-dead-letter-exchange"] != want {
+			t.Errorf("first-hop queue %s (level %d, copy %d) dead-letters into %s, want %s", q.Name, q.Level, q.Shard, q.DeadLetterExchange, want)
+		}
+	}
+	if want := 3 * (levels - 1) * 3; first != want {
+		t.Errorf("%d first-hop queues, want %d (3 digits of levels - 1 levels per copy)", first, want)
+	}
+}
