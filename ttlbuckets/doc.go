@@ -32,7 +32,10 @@
 // [Ladder.Order] chooses the direction of travel. [ShortestFirst], the default, climbs from
 // the lowest non-zero level, so only the last and longest hop ends just before the message
 // is due; [LongestFirst] descends from the highest, so most hops of a burst fall in the last
-// moments before due. Publisher and topology must agree on the order.
+// moments before due; [TopFirst] takes the highest digit's hop first (through a first-hop
+// queue that dead-letters into level 0) and then climbs from level 0: the broker does almost
+// nothing while a message is published, and the short hops run when the first hop ends, the
+// sum of the lower digits before due. Publisher and topology must agree on the order.
 //
 // Each hop costs the broker a dead-lettering (see docs/benchmarks.md): a larger radix means
 // fewer hops but more queues. With the default maximum, 2^32-1 ms (about 49.7 days, the
