@@ -187,7 +187,7 @@ func (n Names) MarkedTarget(marker string) (target string, ok bool) {
 
 // DelayQueuesPattern is the pattern of the policy [Names.DelayQueuesPolicy]: the parking queue
 // and every name of the naming rule's delay queues, whatever the ladder, its copies and the
-// buckets: <prefix>.ladder.LL.DD, with .sK and .last, and <prefix>.bucket.<TTL>ms. Built from
+// buckets: <prefix>.ladder.LL.DD, with .sK, .last or .first, and <prefix>.bucket.<TTL>ms. Built from
 // the forms that also format and parse these names, not by listing the plan's queues: RabbitMQ refuses a policy pattern over about
 // 32 KB ("regular expression is too large"), which a list of the ladder's queues passes with 5
 // copies of the default ladder, 3 of a radix-32 one, or a prefix of 150 bytes. It also covers

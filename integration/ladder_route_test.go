@@ -119,11 +119,8 @@ func TestLadderLastLevel(t *testing.T) {
 				m.Headers = amqp.Table{ttlbuckets.TargetHeader: target, ttlbuckets.DueHeader: time.Now().Add(d).UnixMilli()}
 				l.EncodeDigits(plan, m.Headers)
 				entry := plan.Entry
-				if order == ttlbuckets.TopFirst {
-					entry = plan.Hops[len(plan.Hops)-1].Level // the lowest non-zero level
-					if len(plan.Hops) > 1 {
-						entry = plan.Hops[1].Level
-					}
+				if order == ttlbuckets.TopFirst && len(plan.Hops) > 1 {
+					entry = plan.Hops[1].Level // the lowest non-zero level
 				}
 				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, n.LadderExchange(entry), "k", false, false, m)
 				if err != nil {

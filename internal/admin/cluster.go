@@ -434,26 +434,20 @@ type RebalanceReport struct {
 // RebalanceCommand returns the rabbitmq-queues command that moves the leaders of p's quorum
 // queues in vhost, and only theirs, for an operator on a cluster node: `rabbitmq-queues
 // rebalance quorum` with a vhost pattern matching exactly vhost and a queue pattern (PCRE,
-// rabbit_amqqueue:rebalance matches it with re:run) matching the plan's parking and ready
-// queues by name and its ladder and bucket queues by their naming rule (<prefix>.ladder.LL.DD,
-// with .sK for a copy and .last for a last-hop queue, <prefix>.bucket.<ms>ms; an earlier ladder's queues under the same prefix match too).
+// rabbit_amqqueue:rebalance matches it with re:run) matching the parking and delay queues by
+// the naming rule ([Names.DelayQueuesPattern], the delay-queue policy's pattern; an earlier
+// ladder's queues under the same prefix match too) and the other queues by name.
 func (p *Plan) RebalanceCommand(vhost string) string {
 	if vhost == "" {
 		vhost = "/"
 	}
-	pre := regexp.QuoteMeta(p.Spec.Prefix)
-	var alts []string
-	seen := map[Role]bool{}
+	delay := p.Names.DelayQueuesPattern()
+	alts := []string{strings.TrimSuffix(strings.TrimPrefix(delay, "^"), "$")}
+	re := regexp.MustCompile(delay)
 	for _, q := range p.Queues {
-		switch {
-		case q.Role == RoleLadder && !seen[q.Role]:
-			alts = append(alts, pre+`\.ladder\.[0-9]+\.[0-9]+(?:\.s[0-9]+)?(?:\.last|\.first)?`)
-		case q.Role == RoleBucket && !seen[q.Role]:
-			alts = append(alts, pre+`\.bucket\.[0-9]+ms`)
-		case q.Role != RoleLadder && q.Role != RoleBucket:
+		if !re.MatchString(q.Name) {
 			alts = append(alts, regexp.QuoteMeta(q.Name))
 		}
-		seen[q.Role] = true
 	}
 	return fmt.Sprintf("rabbitmq-queues rebalance quorum --vhost-pattern %s --queue-pattern %s",
 		shellQuote(exactPattern([]string{vhost})), shellQuote("^(?:"+strings.Join(alts, "|")+")$"))

@@ -240,4 +240,13 @@ func TestPlanShardsTopFirst(t *testing.T) {
 	if want := 3 * (levels - 1) * 3; first != want {
 		t.Errorf("%d first-hop queues, want %d (3 digits of levels - 1 levels per copy)", first, want)
 	}
+	// The delay-queue policy and the rebalance command cover them.
+	pol := regexp.MustCompile(p.Policies[0].Pattern)
+	cmd := p.RebalanceCommand("")
+	re := regexp.MustCompile(cmd[strings.Index(cmd, "--queue-pattern '")+len("--queue-pattern '") : len(cmd)-1])
+	for _, q := range p.Queues {
+		if q.FirstHop && (!pol.MatchString(q.Name) || !re.MatchString(q.Name)) {
+			t.Errorf("%s: policy pattern %v, rebalance pattern %v", q.Name, pol.MatchString(q.Name), re.MatchString(q.Name))
+		}
+	}
 }
