@@ -2,7 +2,9 @@ package amqpdelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -10,11 +12,12 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 )
 
-// Config is the Publisher's configuration: how to reach the broker and the delay topology it
-// publishes into. The zero value dials amqp://guest:guest@localhost:5672/ with the default
-// topology (which has no targets: set at least Spec.Targets). [ConfigFromEnv] fills it from
-// the AMQPDELAY_* variables, exactly as the rabbitdelay CLI reads them, so one set of variables
-// serves both.
+// Config is how to reach the broker and which delay topology to use: a URL and a prefix. The
+// rest of the topology (targets, buckets, ladder, plugin mode, shards) is what `rabbitdelay
+// apply` recorded in the broker for that prefix (the stream <prefix>.spec), which every client
+// reads when it connects. The zero value dials amqp://guest:guest@localhost:5672/ with prefix
+// "rabbitdelay". [ConfigFromEnv] fills it from AMQPDELAY_URL, AMQPDELAY_TLS_* and
+// AMQPDELAY_PREFIX.
 type Config struct {
 	// URL is an amqp:// or amqps:// URL (user:password@host:port/vhost; the vhost is the
 	// path, https://www.rabbitmq.com/docs/uri-spec), or the comma-separated URLs of one
@@ -29,10 +32,9 @@ type Config struct {
 	// TLSCert and TLSKey are PEM files of a client certificate and its key, for brokers that
 	// require one (amqps:// only): both or neither. AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY.
 	TLSCert, TLSKey string
-	// Spec is the delay topology, as `rabbitdelay apply` declared it (prefix, targets, buckets,
-	// ladder, plugin mode, queue type, shards of the ladder): the Publisher checks at start that
-	// the broker has it.
-	Spec delayspec.Spec
+	// Prefix names the delay topology, as given to `rabbitdelay apply`; empty means
+	// "rabbitdelay". AMQPDELAY_PREFIX.
+	Prefix string
 }
 
 // conn returns the connection part of c in the form the internal dialer takes.
@@ -40,12 +42,25 @@ func (c Config) conn() amqpconn.Config {
 	return amqpconn.Config{URL: c.URL, TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey}
 }
 
-// ConfigFromEnv reads the AMQPDELAY_* variables, exactly as the rabbitdelay CLI does (see
-// delayspec.ConfigFromEnv). It returns an error wrapping delayspec.ErrInvalidSpec that names a
-// variable that does not parse; [NewPublisher] validates the values.
+// ConfigFromEnv reads AMQPDELAY_URL, AMQPDELAY_TLS_CA, AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY
+// and AMQPDELAY_PREFIX, as the rabbitdelay CLI does; the topology's other variables are the
+// CLI's alone. It never fails today; [NewPublisher] validates the values.
 func ConfigFromEnv() (Config, error) {
-	c, err := delayspec.ConfigFromEnv()
-	return Config{URL: c.URL, TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey, Spec: c.Spec}, err
+	return Config{URL: os.Getenv("AMQPDELAY_URL"), TLSCA: os.Getenv("AMQPDELAY_TLS_CA"), TLSCert: os.Getenv("AMQPDELAY_TLS_CERT"),
+		TLSKey: os.Getenv("AMQPDELAY_TLS_KEY"), Prefix: os.Getenv("AMQPDELAY_PREFIX")}, nil
+}
+
+// readSpec reads the spec record of c's prefix on conn (see delayspec.ReadRecord), wrapping
+// ErrTopologyMissing when there is none.
+func (c Config) readSpec(ctx context.Context, conn *amqp.Connection) (delayspec.Spec, error) {
+	s, err := delayspec.ReadRecord(ctx, conn, c.Prefix)
+	if errors.Is(err, delayspec.ErrNoRecord) {
+		return s, fmt.Errorf("%w: %w", ErrTopologyMissing, err)
+	}
+	if err != nil {
+		return s, fmt.Errorf("amqpdelay: %w", err)
+	}
+	return s, nil
 }
 
 // Dial opens a connection to the broker of c, with the settings the Publisher uses (the

@@ -47,7 +47,7 @@ func (p *Publisher) checkManaged(ctx context.Context) error {
 		return nil
 	}
 	var problems []error
-	unbound, err := m.UnboundTargets(ctx, p.cfg.Spec)
+	unbound, err := m.UnboundTargets(ctx, p.spec)
 	if err != nil {
 		return fmt.Errorf("amqpdelay: check the dispatch exchange's bindings to the targets: %w", err)
 	}
@@ -63,7 +63,7 @@ func (p *Publisher) checkManaged(ctx context.Context) error {
 			p.refusals.topicGuarded.add(x)
 		}
 	}
-	unsafe, err := m.UnsafePolicies(ctx, p.cfg.Spec)
+	unsafe, err := m.UnsafePolicies(ctx, p.spec)
 	if err != nil {
 		return fmt.Errorf("amqpdelay: read the policies in effect on the topology: %w", err)
 	}

@@ -1,6 +1,9 @@
 package amqpdelay
 
 import (
+	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/pubhook"
+
 	"fmt"
 	"time"
 
@@ -24,6 +27,19 @@ type options struct {
 	management  ManagementCheck       // WithManagement (managed.go)
 	metricsReg  prometheus.Registerer // WithMetrics (metrics.go)
 	maxInFlight int
+	// extraTargets are targets beside the spec record's (pubhook.ExtraTargets).
+	extraTargets []delayspec.Target
+}
+
+func init() {
+	pubhook.ExtraTargets = func(names ...string) any {
+		return Option(func(o *options) error {
+			for _, n := range names {
+				o.extraTargets = append(o.extraTargets, delayspec.Target{Name: n})
+			}
+			return nil
+		})
+	}
 }
 
 func defaultOptions() options {

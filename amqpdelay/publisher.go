@@ -53,6 +53,7 @@ type Receipt struct {
 // [NewPublisher] and end it with [Publisher.Close].
 type Publisher struct {
 	cfg      Config
+	spec     delayspec.Spec // the spec record read at start, with o.extraTargets
 	names    delayspec.Names
 	targets  map[string]struct{}
 	ladder   ttlbuckets.Ladder
@@ -137,16 +138,17 @@ func (c *publishes) close() <-chan struct{} {
 // isClosed reports whether Close has begun.
 func (p *Publisher) isClosed() bool { return p.closeCtx.Err() != nil }
 
-// NewPublisher connects to the broker of cfg, checks that the delay topology of cfg.Spec has
-// been declared (passive declares of the dispatch exchange, the ladder marker, every bucket
-// queue and every target exchange), probes for the delayed-message
-// plugin's exchange on a connection of its own, and opens its publishing channels. ctx bounds
-// all of that; the Publisher keeps running after ctx ends.
+// NewPublisher connects to the broker of cfg, reads the delay topology that `rabbitdelay apply`
+// recorded for cfg.Prefix (the stream <prefix>.spec), checks that its dispatch exchange, targets
+// and bucket queues exist (passive declares), probes for the delayed-message plugin's exchange,
+// and opens its publishing channels. ctx bounds all of that; the Publisher keeps running after
+// ctx ends.
 //
-// Errors: ErrInvalidConfig (bad cfg.Spec, connection settings or option: every problem at
-// once; or a broker whose channel_max is below WithChannels + 1), ErrTopologyMissing (run `rabbitdelay apply`), ErrPluginUnavailable (strategy PluginOnly
-// and no plugin exchange), or the connection's error (never containing the password; a
-// broker refusal reachable as *amqp091.Error).
+// Errors: ErrInvalidConfig (bad prefix, connection settings or option: every problem at once;
+// or a broker whose channel_max is below WithChannels + 1), ErrTopologyMissing (no record or a
+// missing object: run `rabbitdelay apply`), ErrPluginUnavailable (strategy PluginOnly and no
+// plugin exchange), or the connection's error (never containing the password; a broker refusal
+// reachable as *amqp091.Error).
 func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidInput)
@@ -161,15 +163,11 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 			errs = append(errs, err)
 		}
 	}
-	spec := cfg.Spec.WithDefaults()
-	if err := spec.Validate(); err != nil {
+	if err := (delayspec.Spec{Prefix: cfg.Prefix}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	if err := cfg.conn().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
-	}
-	if o.strategy == PluginOnly && spec.Plugin == delayspec.PluginOff {
-		errs = append(errs, fmt.Errorf("%w: strategy PluginOnly with AMQPDELAY_PLUGIN=off: the topology has no plugin exchange", ErrInvalidConfig))
 	}
 	if o.management != nil {
 		if have, want := o.management.VHost(), vhostOf(cfg.conn().URLOrDefault()); have != want {
@@ -180,15 +178,32 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	conn, err := amqpconn.Dial(ctx, cfg.conn(), o.name)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := cfg.readSpec(ctx, conn)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	spec.Targets = append(spec.Targets, o.extraTargets...)
+	if o.strategy == PluginOnly && spec.Plugin == delayspec.PluginOff {
+		_ = conn.Close()
+		return nil, fmt.Errorf("%w: strategy PluginOnly, and prefix %q was applied with AMQPDELAY_PLUGIN=off: the topology has no plugin exchange",
+			ErrInvalidConfig, spec.Prefix)
+	}
 	ladder, buckets, err := spec.LadderOrBuckets()
 	if err != nil {
+		_ = conn.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	cfg.Spec = spec
+	cfg.Prefix = spec.Prefix
 	p := &Publisher{
 		cfg:      cfg,
+		spec:     spec,
 		names:    spec.Names(),
-		targets:  make(map[string]struct{}, len(spec.Targets)),
+		targets:  make(map[string]struct{}, len(spec.Targets)+1),
 		ladder:   ladder,
 		buckets:  buckets,
 		park:     newParkRoute(spec),
@@ -201,6 +216,9 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 		inFlight: make(chan struct{}, o.maxInFlight),
 		user:     urlUser(cfg.conn().URLOrDefault()),
 	}
+	// The retry exchange is a target of every topology: the consumer package's retries go
+	// through it (its binding to the dispatch exchange is part of the applied topology).
+	p.targets[p.names.Retry()] = struct{}{}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
 		p.knowExchange(t.Name) // checkTopology checks that it exists
@@ -210,10 +228,11 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	// last-hop queue; the buckets' exchange), beside maxNames targets of direct publishes.
 	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*2*(len(ladder.Queues())+ladder.Levels()) + 1
 	if p.metrics, err = newPubMetrics(o.metricsReg, p); err != nil {
+		_ = conn.Close()
 		return nil, err
 	}
 	p.closeCtx, p.cancel = context.WithCancel(context.Background())
-	s, err := p.connect(ctx)
+	s, err := p.setUp(ctx, conn)
 	if err != nil {
 		p.cancel()
 		p.metrics.close()
@@ -230,6 +249,11 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	go p.supervise(s)
 	return p, nil
 }
+
+// MaxDelay returns the longest delay the topology's ladder carries (AMQPDELAY_LADDER_MAX as
+// applied). A longer delay takes the plugin when the broker has it, and otherwise fails with
+// ErrDelayTooLong.
+func (p *Publisher) MaxDelay() time.Duration { return p.ladder.WithDefaults().Max }
 
 // Publish sends msg to exchange with routingKey, due after delay, by the path the strategy
 // chooses (see the package documentation), and returns once the broker has confirmed it.
@@ -303,7 +327,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			return Receipt{}, err
 		}
 	}
-	shard := shardOf(out.MessageId, p.cfg.Spec.Shards) // the copy of the ladder (PathLadder)
+	shard := shardOf(out.MessageId, p.spec.Shards) // the copy of the ladder (PathLadder)
 	dest, hops, mandatory := p.destination(c, exchange, shard)
 	// alone: sent again on the serial channel because a refusal closed the shared channel it
 	// was in flight on (closedByRefusal).
@@ -773,7 +797,7 @@ func (p *Publisher) Close() error {
 
 func (p *Publisher) targetList() string {
 	s := ""
-	for _, t := range p.cfg.Spec.Targets {
+	for _, t := range p.spec.Targets {
 		if s != "" {
 			s += ", "
 		}

@@ -48,12 +48,37 @@ const (
 	serialSlot                   // publishes the broker may refuse (Publisher.mayBeRefused)
 )
 
-// connect dials, checks the topology, probes the plugin and opens the channels.
+// connect dials again after a connection loss, reads the spec record, which must still be the
+// one the Publisher started with, and sets the connection up.
 func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	conn, err := amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name)
 	if err != nil {
 		return nil, err
 	}
+	spec, err := p.cfg.readSpec(ctx, conn)
+	if err == nil && !sameSpec(spec, p.spec, p.opts.extraTargets) {
+		err = fmt.Errorf("%w: prefix %q was applied again with another topology since this Publisher started: "+
+			"start a new Publisher, which reads the new one", ErrTopologyMissing, p.spec.Prefix)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return p.setUp(ctx, conn)
+}
+
+// sameSpec reports whether the record read is the one a Publisher started with (which has
+// extra appended to its targets).
+func sameSpec(read, started delayspec.Spec, extra []delayspec.Target) bool {
+	read.Targets = append(read.Targets, extra...)
+	a, errA := delayspec.EncodeRecord(read)
+	b, errB := delayspec.EncodeRecord(started)
+	return errA == nil && errB == nil && string(a) == string(b)
+}
+
+// setUp checks the topology on conn, probes the plugin and opens the channels; it closes conn
+// when it fails.
+func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session, error) {
 	fail := func(err error) (*session, error) {
 		_ = conn.Close()
 		return nil, err
@@ -68,7 +93,8 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	// The plugin was in use before this (re)connection, or was being looked for.
 	hadPlugin := p.pluginOK.Load() || p.pluginLost.Load()
 	pluginOK := false
-	if p.opts.strategy != LadderOnly && p.cfg.Spec.Plugin != delayspec.PluginOff {
+	if p.opts.strategy != LadderOnly && p.spec.Plugin != delayspec.PluginOff {
+		var err error
 		if pluginOK, err = p.probePlugin(ctx); err != nil {
 			return fail(fmt.Errorf("amqpdelay: probe for the delayed-message plugin: %w", err))
 		}
@@ -163,58 +189,33 @@ func (s *session) onChanDied() {
 // exchange closes only that channel with 404 NOT_FOUND).
 func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) error {
 	// Each check is a passive declare on a channel of its own: a missing object closes the
-	// channel (404 NOT_FOUND). The ladder marker's name records the unit, radix, order and
-	// levels that `rabbitdelay apply` used (delayspec.Names.LadderMarker): a publisher with another
-	// ladder would send messages that arrive early or never, so it must not start.
+	// channel (404 NOT_FOUND). The spec record says what apply declared; these find what was
+	// deleted since.
 	type check struct {
 		exchange, queue string
 		missing         func() error
 	}
-	l := p.ladder
 	checks := []check{
 		{exchange: p.names.Dispatch(), missing: func() error {
-			return fmt.Errorf("%w: exchange %q does not exist in this vhost: run `rabbitdelay apply` with the same AMQPDELAY_* variables (prefix %q)",
-				ErrTopologyMissing, p.names.Dispatch(), p.cfg.Spec.Prefix)
-		}},
-		{exchange: p.names.LadderMarker(l), missing: func() error {
-			return fmt.Errorf("%w: the topology of prefix %q was declared with another ladder than this publisher's (unit %v, radix %d, order %s, %d levels; "+
-				"exchange %q is missing): use the same AMQPDELAY_LADDER_UNIT, _RADIX, _MAX and _ORDER as `rabbitdelay apply`, or apply this ladder under another prefix",
-				ErrTopologyMissing, p.cfg.Spec.Prefix, l.Unit, l.Radix, l.Order, l.Levels(), p.names.LadderMarker(l))
+			return fmt.Errorf("%w: exchange %q does not exist in this vhost, though prefix %q has a spec record: run `rabbitdelay apply` again",
+				ErrTopologyMissing, p.names.Dispatch(), p.spec.Prefix)
 		}},
 	}
-	if n := p.cfg.Spec.Shards; n > 1 {
-		checks = append(checks, check{exchange: p.names.ShardsMarker(l, n), missing: func() error {
-			return fmt.Errorf("%w: the topology of prefix %q has no %d copies of its ladder (exchange %q is missing): "+
-				"use the same AMQPDELAY_SHARDS as `rabbitdelay apply`, or apply again with AMQPDELAY_SHARDS=%d",
-				ErrTopologyMissing, p.cfg.Spec.Prefix, n, p.names.ShardsMarker(l, n), n)
-		}})
-	}
-	for _, t := range p.cfg.Spec.Targets {
+	for _, t := range p.spec.Targets {
 		checks = append(checks, check{exchange: t.Name, missing: func() error {
 			if delayspec.BrokerReserved(t.Name) {
 				return fmt.Errorf("%w: target exchange %q does not exist, and names starting with \"amq.\" are RabbitMQ's own: only the broker "+
-					"creates them; enable what creates it, or leave it out of this publisher's AMQPDELAY_TARGETS", ErrTopologyMissing, t.Name)
+					"creates them; enable what creates it, or apply again without it", ErrTopologyMissing, t.Name)
 			}
-			return fmt.Errorf("%w: target exchange %q does not exist: correct its name in this publisher's AMQPDELAY_TARGETS if it is "+
-				"mistyped, declare it (AMQPDELAY_TARGETS=%s:topic, or another type, then `rabbitdelay apply`), or leave it out",
+			return fmt.Errorf("%w: target exchange %q of the applied topology does not exist (deleted since `rabbitdelay apply`?): "+
+				"declare it again (AMQPDELAY_TARGETS=%s:topic, or another type, then `rabbitdelay apply`), or apply again without it",
 				ErrTopologyMissing, t.Name, t.Name)
-		}})
-	}
-	// A target the broker does not have, or one `rabbitdelay apply` did not bind to the dispatch
-	// exchange, would send every due message to the parking queue. AMQP cannot list bindings:
-	// apply declares a marker exchange per target once it is bound (delayspec.Names.TargetMarker);
-	// WithManagement checks the binding itself (checkManaged).
-	for _, t := range p.cfg.Spec.Targets {
-		checks = append(checks, check{exchange: p.names.TargetMarker(t.Name), missing: func() error {
-			return fmt.Errorf("%w: target exchange %q is not bound to the dispatch exchange %q (marker exchange %q is missing): "+
-				"run `rabbitdelay apply` with %q among AMQPDELAY_TARGETS, or leave it out of this publisher's AMQPDELAY_TARGETS",
-				ErrTopologyMissing, t.Name, p.names.Dispatch(), p.names.TargetMarker(t.Name), t.Name)
 		}})
 	}
 	for _, b := range p.buckets.List() {
 		checks = append(checks, check{queue: p.names.BucketQueue(b.TTL), missing: func() error {
-			return fmt.Errorf("%w: bucket %v (queue %q) is not declared: use the same AMQPDELAY_BUCKETS as `rabbitdelay apply`, or add %v there and apply again",
-				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL), b.Delay)
+			return fmt.Errorf("%w: bucket %v (queue %q) of the applied topology does not exist (deleted since `rabbitdelay apply`?): run `rabbitdelay apply` again",
+				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL))
 		}})
 	}
 	done := make(chan error, 1)

@@ -47,9 +47,10 @@ type Consumer struct {
 }
 
 // New returns a Consumer of queue that runs h, with the connection settings of cfg (dialled
-// with amqpdelay.Dial) and the delay topology of cfg.Spec (through which retries wait: the
+// with amqpdelay.Dial) and the delay topology of cfg.Prefix (through which retries wait: the
 // topology's ladder and buckets, and the retry exchange that `rabbitdelay apply` declares). It does
-// no I/O. Errors wrap ErrInvalidConfig and name every unusable value.
+// no I/O. Errors wrap ErrInvalidConfig and name every unusable value; waits longer than the
+// topology's ladder carries are found by Run, which reads the topology.
 func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consumer, error) {
 	o := defaultOptions()
 	var errs []error
@@ -67,33 +68,7 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 	if h == nil {
 		errs = append(errs, fmt.Errorf("%w: nil handler", ErrInvalidConfig))
 	}
-	spec := cfg.Spec.WithDefaults()
-	names := spec.Names()
-	// The retry Publisher's topology: the caller's, with the retry exchange as its only target.
-	rspec := spec
-	rspec.Targets = delayspec.Targets{{Name: names.Retry()}}
-	rspec.ReadyQueues = nil
-	if err := rspec.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: cfg.Spec: %w", ErrInvalidConfig, err))
-	} else if ladder, _, err := rspec.LadderOrBuckets(); err == nil {
-		// Every wait the Consumer asks for (a retry, a deferred or an early copy) goes through the
-		// ladder: a wait beyond its maximum could never be published, and the delivery would be
-		// given back to the queue again and again.
-		m := ladder.WithDefaults().Max
-		if fit := time.Duration(float64(m) / (1 + o.backoff.Jitter)); o.backoff.longest() > float64(m) && !o.backoffSet {
-			o.backoff.Max = max(fit, time.Millisecond)
-			o.backoff.Initial = min(o.backoff.Initial, o.backoff.Max)
-		} else if o.backoff.longest() > float64(m) {
-			errs = append(errs, fmt.Errorf("%w: WithBackoff: Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
-				"the topology's ladder carries (retries wait in it): want Backoff.Max from Backoff.Initial (%v) to %v",
-				ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, floatDuration(o.backoff.longest()), m, o.backoff.Initial, fit))
-		}
-		if o.busyDelay > m {
-			errs = append(errs, fmt.Errorf("%w: WithBusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
-				ErrInvalidConfig, o.busyDelay, m))
-		}
-		o.maxDelay = m
-	}
+	names := delayspec.Spec{Prefix: cfg.Prefix}.WithDefaults().Names()
 	m, err := newConsumerMetrics(o.metricsReg)
 	if err != nil {
 		errs = append(errs, err)
@@ -101,16 +76,9 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	if o.busyDelay == 0 {
-		o.busyDelay = max(o.lease/4, time.Second)
-		if o.maxDelay > 0 {
-			o.busyDelay = min(o.busyDelay, o.maxDelay)
-		}
-	}
 	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: names, log: o.logger, m: m}
 	m.start(queue)
 	c.pubCfg = cfg
-	c.pubCfg.Spec = rspec
 	c.store = o.store
 	if !o.storeSet {
 		c.store = NewMemoryStore(DefaultMemoryWindow)
@@ -130,7 +98,8 @@ func (c *Consumer) Queue() string { return c.queue }
 // At start it pings the store (when it has a Ping method, as [RedisStore] has), opens the
 // retry Publisher and the consuming connection, checks the queue, binds it to the retry
 // exchange (unless [WithoutRetryBinding]) and, unless [WithoutRevocations], reads the
-// revocation stream. A failure there is returned at once: ErrStore, ErrQueueNotFound,
+// revocation stream. A failure there is returned at once: ErrStore, ErrInvalidConfig (a
+// WithBackoff or WithBusyDelay wait beyond the ladder's maximum), ErrQueueNotFound,
 // amqpdelay.ErrTopologyMissing (run `rabbitdelay apply`), a dial error, or ctx's error. Once
 // running, a store that fails a claim defers only that delivery ([WithBusyDelay]). Run may be
 // called once (ErrRunning).
@@ -160,6 +129,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.log.Warn().Err(err).Msg("consumer: close the retry publisher")
 		}
 	}()
+	if err := c.o.fitWaits(pub.MaxDelay()); err != nil {
+		return err
+	}
 	if c.o.revocations {
 		if c.revs, err = c.openRevocations(startCtx); err != nil {
 			return err
@@ -1003,4 +975,29 @@ func (c *Consumer) nack(f *flight, why error, in Info, failedMsg bool) {
 		kind, why = Unsettled, errors.Join(why, err)
 	}
 	c.emit(Event{Kind: kind, Info: in, Err: why, At: time.Now()})
+}
+
+// fitWaits fits o's waits to m, the longest delay the topology carries: every wait the
+// Consumer asks for (a retry, a deferred or an early copy) goes through the ladder, and a wait
+// beyond its maximum could never be published, so the delivery would be given back to the queue
+// again and again. A default backoff is shortened to fit; one the caller set is refused.
+func (o *options) fitWaits(m time.Duration) error {
+	var errs []error
+	if fit := time.Duration(float64(m) / (1 + o.backoff.Jitter)); o.backoff.longest() > float64(m) && !o.backoffSet {
+		o.backoff.Max = max(fit, time.Millisecond)
+		o.backoff.Initial = min(o.backoff.Initial, o.backoff.Max)
+	} else if o.backoff.longest() > float64(m) {
+		errs = append(errs, fmt.Errorf("%w: WithBackoff: Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
+			"the topology's ladder carries (retries wait in it): want Backoff.Max from Backoff.Initial (%v) to %v",
+			ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, floatDuration(o.backoff.longest()), m, o.backoff.Initial, fit))
+	}
+	if o.busyDelay > m {
+		errs = append(errs, fmt.Errorf("%w: WithBusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
+			ErrInvalidConfig, o.busyDelay, m))
+	}
+	o.maxDelay = m
+	if o.busyDelay == 0 {
+		o.busyDelay = min(max(o.lease/4, time.Second), m)
+	}
+	return errors.Join(errs...)
 }

@@ -14,14 +14,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 func noop(context.Context, amqp.Delivery) error { return nil }
 
 func TestNewValidates(t *testing.T) {
-	cfg := amqpdelay.Config{Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}}
+	cfg := amqpdelay.Config{}
 	_, err := New(cfg, "", nil, WithConcurrency(0), WithLease(time.Millisecond, time.Hour), WithSettleTimeout(0))
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
@@ -31,27 +30,23 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
-	short := cfg
-	short.Spec.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
-	if _, err := New(short, "q", noop, WithBackoff(Backoff{Max: time.Hour})); !errors.Is(err, ErrInvalidConfig) ||
+	short := 65535 * time.Millisecond // a ladder of radix 16 and 4 levels
+	if _, err := newOn(short, WithBackoff(Backoff{Max: time.Hour})); !errors.Is(err, ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "the topology's ladder carries") {
 		t.Errorf("a back-off beyond the ladder: %v", err)
 	}
-	c, err := New(short, "q", noop) // the default back-off is lowered to fit
+	c, err := newOn(short) // the default back-off is lowered to fit
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.o.settleTimeout != DefaultSettleTimeout {
 		t.Errorf("default settle timeout %v, want %v", c.o.settleTimeout, DefaultSettleTimeout)
 	}
-	if c2, err := New(short, "q", noop, WithSettleTimeout(2*time.Second)); err != nil || c2.o.settleTimeout != 2*time.Second {
+	if c2, err := newOn(short, WithSettleTimeout(2*time.Second)); err != nil || c2.o.settleTimeout != 2*time.Second {
 		t.Errorf("WithSettleTimeout(2s): err %v", err)
 	}
 	if longest := time.Duration(float64(c.o.backoff.Max) * (1 + c.o.backoff.Jitter)); longest > 65535*time.Millisecond {
 		t.Errorf("default back-off reaches %v beyond the ladder", longest)
-	}
-	if c.pubCfg.Spec.Targets[0].Name != "rabbitdelay.retry" || len(c.pubCfg.Spec.Targets) != 1 {
-		t.Errorf("retry publisher targets %v", c.pubCfg.Spec.Targets)
 	}
 	if err := c.Run(nil); !errors.Is(err, ErrInvalidConfig) { //nolint:staticcheck // a nil context is refused
 		t.Errorf("Run(nil) = %v", err)
@@ -166,7 +161,7 @@ func TestRunRefusesUnreachableStore(t *testing.T) {
 	_ = l.Close() // nothing listens there now
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer client.Close()
-	cfg := amqpdelay.Config{URL: "amqp://guest:guest@127.0.0.1:1/", Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}}
+	cfg := amqpdelay.Config{URL: "amqp://guest:guest@127.0.0.1:1/"}
 	c, err := New(cfg, "q", noop, WithStore(NewRedisStore(client, "")))
 	if err != nil {
 		t.Fatal(err)

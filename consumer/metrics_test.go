@@ -11,7 +11,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 // TestMetricsShared: two Consumers share one registry's collectors, told apart by the queue
@@ -86,7 +85,7 @@ func histogramCount(t *testing.T, h *prometheus.HistogramVec, labels ...string) 
 // missing from the started set.
 func TestMetricsStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	cfg := amqpdelay.Config{Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}}
+	cfg := amqpdelay.Config{}
 	if _, err := New(cfg, "work", noop, WithMetrics(reg)); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"github.com/delaykit/rabbitdelay/delayspec"
+
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +36,7 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 	if queue == "" {
 		return 0, fmt.Errorf("%w: empty queue name", ErrInvalidConfig)
 	}
-	parking := cfg.Spec.WithDefaults().Names().Parking()
+	parking := delayspec.Spec{Prefix: cfg.Prefix}.WithDefaults().Names().Parking()
 	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-replay")
 	if err != nil {
 		return 0, fmt.Errorf("consumer: replay: dial: %w", err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -59,16 +58,15 @@ func TestPermanent(t *testing.T) {
 }
 
 // TestBackoffRefused: every kind of back-off setting out of range, or that would overflow, is
-// refused by New with ErrInvalidConfig and an error naming the option and the allowed range.
+// refused by New, or by Run once it knows the topology's ladder (newOn), with ErrInvalidConfig and an error naming the option and the allowed range.
 // Before, a Max near the largest time.Duration passed New's ladder check (Max x (1+Jitter)
 // wrapped negative) and its retries waited 1 ms or failed to publish, without end.
 func TestBackoffRefused(t *testing.T) {
-	cfg := amqpdelay.Config{Spec: delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}} // default ladder: 2^32-1 ms
-	short := cfg
-	short.Spec.Ladder = ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
+	cfg := ttlbuckets.DefaultMax          // the default ladder's maximum: 2^32-1 ms
+	short := 65535 * time.Millisecond // a ladder of radix 16 and 4 levels
 	for _, tc := range []struct {
 		name string
-		cfg  amqpdelay.Config
+		cfg  time.Duration // the ladder's maximum
 		opt  Option
 		want []string // in the error
 	}{
@@ -101,7 +99,7 @@ func TestBackoffRefused(t *testing.T) {
 		{"reconnect min zero", cfg, WithReconnectBackoff(0, time.Second), []string{"want 0 < min <= max"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(tc.cfg, "q", noop, tc.opt)
+			_, err := newOn(tc.cfg, tc.opt)
 			if !errors.Is(err, ErrInvalidConfig) {
 				t.Fatalf("New = %v, want ErrInvalidConfig", err)
 			}
@@ -120,15 +118,15 @@ func TestBackoffRefused(t *testing.T) {
 		WithBusyDelay(ttlbuckets.DefaultMax),
 		WithReconnectBackoff(time.Millisecond, MaxReconnectBackoff),
 	} {
-		if _, err := New(cfg, "q", noop, opt); err != nil {
+		if _, err := newOn(cfg, opt); err != nil {
 			t.Errorf("New with a setting at the edge of its range: %v", err)
 		}
 	}
 	// A lease so long that the default busy delay (a quarter of it) is beyond a short ladder:
 	// the default is lowered to fit, not refused.
-	c, err := New(short, "q", noop, WithLease(time.Hour, 2*time.Hour))
-	if err != nil || c.o.busyDelay != short.Spec.Ladder.Max {
-		t.Errorf("New with a long lease on a short ladder: busy delay %v, %v; want %v", c.o.busyDelay, err, short.Spec.Ladder.Max)
+	c, err := newOn(short, WithLease(time.Hour, 2*time.Hour))
+	if err != nil || c.o.busyDelay != short {
+		t.Errorf("New with a long lease on a short ladder: busy delay %v, %v; want %v", c.o.busyDelay, err, short)
 	}
 }
 
@@ -163,4 +161,17 @@ func TestBackoffDelayBounded(t *testing.T) {
 	if d := (Backoff{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.5, NoJitter: true}).Delay(4); d != 3375*time.Microsecond {
 		t.Errorf("Delay(4) with 1ms x 1.5^3 = %v, want 3.375ms", d)
 	}
+}
+
+// newOn is New, then the fitting of the waits to a topology whose ladder carries at most m, as
+// Run does once it has read the topology.
+func newOn(m time.Duration, opts ...Option) (*Consumer, error) {
+	c, err := New(amqpdelay.Config{}, "q", noop, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.o.fitWaits(m); err != nil {
+		return nil, err
+	}
+	return c, nil
 }

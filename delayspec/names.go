@@ -1,13 +1,8 @@
 package delayspec
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"regexp"
 	"strings"
-
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // Names is the one naming rule of the topology: every object's name is the prefix, a dot and a
@@ -83,7 +78,7 @@ func (n Names) LadderLastHopExchangeShard(level, shard int) string {
 // queue named queue ([Names.LadderQueueShard], [Names.LadderLastHopQueueShard],
 // [Names.LadderFirstHopQueueShard]) and to nothing else: queue +
 // ".entry", e.g. rabbitdelay.ladder.05.03.entry. A Publisher sends a ladder message's first hop
-// there when the topology has them ([Names.EntryMarker]): a fanout exchange routes without
+// : a fanout exchange routes without
 // reading the message's headers, where the level's headers exchange tests each of its bindings
 // against them (rabbit_exchange_type_headers). The routing key, which the message keeps for its
 // target, plays no part in either.
@@ -101,52 +96,6 @@ func (n Names) LadderQueueShard(level, digit, shard int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard))
 }
 
-// ShardsMarker is an empty fanout exchange that records that the ladder l was declared in
-// shards copies (Spec.Shards > 1): [Names.LadderMarker] followed by .sNN, e.g.
-// rabbitdelay.ladder.1ms.r16.shortest-first.l08.s03. A Publisher with Shards > 1 checks it
-// (a passive declare) before it sends messages into the copies. A topology of one ladder has
-// no such marker.
-func (n Names) ShardsMarker(l ttlbuckets.Ladder, shards int) string {
-	return fmt.Sprintf("%s.s%02d", n.LadderMarker(l), shards)
-}
-
-// LastHopMarker is an empty fanout exchange that records that every copy of the ladder l
-// (shards copies; 1 or less: the ladder alone) has its last-hop queues
-// ([Names.LadderLastHopQueueShard]) and their bindings. Its name is [Names.LadderMarker] (or
-// [Names.ShardsMarker] for shards > 1) followed by .last-hop, e.g.
-// rabbitdelay.ladder.1ms.r16.shortest-first.l08.last-hop. No Publisher checks it: the
-// [Names.LadderMarker], declared after every object of the plan, covers the last-hop queues.
-func (n Names) LastHopMarker(l ttlbuckets.Ladder, shards int) string {
-	if shards > 1 {
-		return n.ShardsMarker(l, shards) + ".last-hop"
-	}
-	return n.LadderMarker(l) + ".last-hop"
-}
-
-// EntryMarker is an empty fanout exchange that records that every ladder queue and last-hop
-// queue of every copy of the ladder l (shards copies; 1 or less: the ladder alone) has its
-// entry exchange ([Names.LadderEntryExchange]) bound to it. Its name is [Names.LastHopMarker]'s
-// with .entry in place of .last-hop, e.g. rabbitdelay.ladder.1ms.r16.shortest-first.l08.entry.
-// No Publisher checks it: the [Names.LadderMarker], declared after every object of the plan,
-// covers the entry exchanges.
-func (n Names) EntryMarker(l ttlbuckets.Ladder, shards int) string {
-	if shards > 1 {
-		return n.ShardsMarker(l, shards) + ".entry"
-	}
-	return n.LadderMarker(l) + ".entry"
-}
-
-// LadderMarker is an empty fanout exchange whose name records the ladder the topology was
-// declared with: <prefix>.ladder.<unit ms>ms.r<radix>.<order>.l<levels>, e.g.
-// rabbitdelay.ladder.1ms.r16.shortest-first.l08. AMQP cannot read a queue's arguments back, so a
-// publisher checks that this exchange exists (a passive declare) before it trusts the ladder's
-// TTLs and dead-letter routing: a publisher with another unit, radix, order or number of levels
-// would otherwise send messages that arrive early or never.
-func (n Names) LadderMarker(l ttlbuckets.Ladder) string {
-	l = l.WithDefaults()
-	return fmt.Sprintf("%s.ladder.%dms.r%d.%s.l%02d", n.p(), l.Unit.Milliseconds(), l.Radix, l.Order, l.Levels())
-}
-
 // BucketExchange is the headers exchange the bucket queues are bound to.
 func (n Names) BucketExchange() string { return n.p() + ".buckets" }
 
@@ -160,30 +109,6 @@ func (n Names) PluginExchange() string { return n.p() + ".plugin" }
 // every target exchange: a due message that came through D for target X (header
 // rabbitdelay-target: X) and that X routes to no queue goes there, and on to the parking queue.
 func (n Names) DueUnroutable() string { return n.p() + ".due-unroutable" }
-
-// TargetMarker is an empty durable fanout exchange that topology.Apply declares once target is bound to
-// the dispatch exchange D (and, with the management API, once the policy giving it its alternate
-// exchange is set): <prefix>.target.<target>, or <prefix>.target-sha256.<first 32 hex digits of
-// the SHA-256 of target> when that would exceed [MaxNameLen] bytes. AMQP cannot list bindings, so
-// a publisher checks this exchange with a passive declare (404 NOT_FOUND: the target is not bound)
-// before it sends delayed messages to target. Teardown deletes it. The marker says what Apply
-// did, not what holds now: a binding deleted by hand afterwards leaves it in place
-// (topology.Management.DispatchBound reads the real binding).
-func (n Names) TargetMarker(target string) string {
-	if name := n.p() + ".target." + target; len(name) <= MaxNameLen {
-		return name
-	}
-	sum := sha256.Sum256([]byte(target))
-	return n.p() + ".target-sha256." + hex.EncodeToString(sum[:16])
-}
-
-// MarkedTarget is the target that a [Names.TargetMarker] name marks, and ok, for the marker of
-// a target whose name fits: <prefix>.target.<target>. A hashed marker (target-sha256) tells no
-// target: ok is false, as for any other name.
-func (n Names) MarkedTarget(marker string) (target string, ok bool) {
-	target, ok = strings.CutPrefix(marker, n.p()+".target.")
-	return target, ok && target != ""
-}
 
 // DelayQueuesPattern is the pattern of the policy [Names.DelayQueuesPolicy]: the parking queue
 // and every name of the naming rule's delay queues, whatever the ladder, its copies and the
@@ -210,20 +135,19 @@ func (n Names) RevokedPolicy() string { return n.p() + ".revoked-retention" }
 
 // Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
 // <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, .revoked (the
-// revocation stream, [Names.Revoked]), .retry (the
+// revocation stream, [Names.Revoked]), .spec (the spec stream, [Names.SpecStream]), .retry (the
 // consumer package's retry exchange: [Spec.Validate] takes it as a target without a type only,
 // meaning that exchange itself), or a name
-// starting with <prefix>.ladder., <prefix>.bucket., <prefix>.target., <prefix>.target-sha256.
-// (target markers) or <prefix>.plugin-probe. (the plugin probe's temporary exchange, see
+// starting with <prefix>.ladder., <prefix>.bucket. or <prefix>.plugin-probe. (the plugin probe's temporary exchange, see
 // topology.ProbePlugin). A target, ready queue or ready-queue exchange with such
 // a name would collide with the topology's own objects (now or after a ladder change), so
 // [Spec.Validate] refuses it. Other names under the prefix, like <prefix>.orders, are free.
 func (n Names) Reserved(name string) bool {
 	switch name {
-	case n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange(), n.Retry(), n.Revoked():
+	case n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange(), n.Retry(), n.Revoked(), n.SpecStream():
 		return true
 	}
-	for _, under := range []string{".ladder.", ".bucket.", ".plugin-probe.", ".target.", ".target-sha256."} {
+	for _, under := range []string{".ladder.", ".bucket.", ".plugin-probe."} {
 		if strings.HasPrefix(name, n.p()+under) {
 			return true
 		}
@@ -240,20 +164,24 @@ func (n Names) Retry() string { return n.p() + ".retry" }
 // (x-queue-type stream, x-max-age [Spec.RevocationRetention]).
 func (n Names) Revoked() string { return n.p() + ".revoked" }
 
+// SpecStream is the stream whose last record is the Spec that `rabbitdelay apply` declared
+// (see [ReadRecord]).
+func (n Names) SpecStream() string { return n.p() + ".spec" }
+
 // OwnsExchange reports whether name is one of the exchanges of n's topology that only its
 // Publishers' delay paths write to: the names [Names.Reserved] holds, less those of queues (the
-// parking queue, the revocation stream, the delay queues), which an exchange of the user's may
+// parking queue, the revocation and spec streams, the delay queues), which an exchange of the user's may
 // carry: queues and exchanges are named apart.
 func (n Names) OwnsExchange(name string) bool {
-	return n.Reserved(name) && name != n.Parking() && name != n.Revoked() && !IsDelayQueueName(name)
+	return n.Reserved(name) && name != n.Parking() && name != n.Revoked() && name != n.SpecStream() && !IsDelayQueueName(name)
 }
 
 // OwnsQueue reports whether name is one of the queues of n's topology that only its Publishers'
-// delay paths write to: the revocation stream and the delay queues (ladder, last-hop and bucket
+// delay paths write to: the revocation stream, the spec stream and the delay queues (ladder, last-hop and bucket
 // queues). The parking queue is not one (the consumer package parks messages there through the
 // default exchange).
 func (n Names) OwnsQueue(name string) bool {
-	return name == n.Revoked() || (strings.HasPrefix(name, n.LadderPrefix()) || strings.HasPrefix(name, n.p()+".bucket.")) && IsDelayQueueName(name)
+	return name == n.Revoked() || name == n.SpecStream() || (strings.HasPrefix(name, n.LadderPrefix()) || strings.HasPrefix(name, n.p()+".bucket.")) && IsDelayQueueName(name)
 }
 
 // ForeignPrefixes returns the prefixes other than own under which name is one of a topology's

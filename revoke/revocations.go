@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/revlog"
 )
 
@@ -155,8 +156,9 @@ type Revocations struct {
 	once    sync.Once
 }
 
-// New connects to the broker of cfg (amqpdelay.Dial), reads the revocation stream of cfg.Spec
-// (delayspec.Names.Revoked, "<prefix>.revoked") from its start, and returns once it has read
+// New connects to the broker of cfg (amqpdelay.Dial), reads the revocation stream of cfg.Prefix
+// ("<prefix>.revoked") from its start, keeping each revocation for the applied topology's
+// retention (its longest delay plus a day), and returns once it has read
 // everything confirmed before the call (it writes a fence record and waits until it reads it
 // back). It then follows the stream until Close, reconnecting after a connection loss and
 // resuming where it stopped (from the stream's start when the stream was deleted and declared again
@@ -181,9 +183,8 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Revocation
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	spec := cfg.Spec.WithDefaults()
 	r := &Revocations{
-		cfg: cfg, stream: spec.Names().Revoked(), retention: spec.RevocationRetention(), o: o,
+		cfg: cfg, stream: delayspec.Spec{Prefix: cfg.Prefix}.WithDefaults().Names().Revoked(), o: o,
 		set: map[string]entry{}, progress: make(chan struct{}), fenceReq: make(chan fenceReq, 1),
 		self: uuid.NewString(),
 	}
@@ -213,6 +214,16 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 		_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
 		return nil, nil, err
 	}
+	if r.retention == 0 { // the first open, before the reader starts: the retention of the applied topology
+		spec, err := delayspec.ReadRecord(ctx, conn, r.cfg.Prefix)
+		if errors.Is(err, delayspec.ErrNoRecord) {
+			err = fmt.Errorf("%w: %w", amqpdelay.ErrTopologyMissing, err)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("revoke: %w", err))
+		}
+		r.retention = spec.RevocationRetention()
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return fail(fmt.Errorf("revoke: open a channel: %w", err))
@@ -220,7 +231,7 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 	if _, err := ch.QueueDeclarePassive(r.stream, true, false, false, false, nil); err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			return fail(fmt.Errorf("%w: the revocation stream %q does not exist: run `rabbitdelay apply` with the same AMQPDELAY_* variables "+
+			return fail(fmt.Errorf("%w: the revocation stream %q does not exist: run `rabbitdelay apply` for this prefix "+
 				"(RabbitMQ 3.9 or later, feature flag stream_queue): %w", amqpdelay.ErrTopologyMissing, r.stream, err))
 		}
 		return fail(fmt.Errorf("revoke: check stream %q: %w", r.stream, err))

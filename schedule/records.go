@@ -72,8 +72,10 @@ func isOwnHeader(k string) bool {
 // Names are the broker objects of the schedules of one prefix.
 type Names struct{ Prefix string }
 
-// NamesOf returns the names for spec's prefix (its default when empty).
-func NamesOf(spec delayspec.Spec) Names { return Names{Prefix: spec.WithDefaults().Prefix} }
+// namesOf returns the names for prefix (the default prefix when empty).
+func namesOf(prefix string) Names {
+	return Names{Prefix: delayspec.Spec{Prefix: prefix}.WithDefaults().Prefix}
+}
 
 // Stream is the stream of schedule records: <prefix>.schedules.
 func (n Names) Stream() string { return n.Prefix + ".schedules" }

@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"github.com/delaykit/rabbitdelay/internal/pubhook"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/delayspec"
 )
 
 // ErrUnknownSchedule: no schedule of that name was ever declared under the prefix.
@@ -117,10 +118,10 @@ type Scheduler struct {
 	sess   *session
 }
 
-// New declares the schedule objects under cfg.Spec's prefix (the stream <prefix>.schedules,
+// New declares the schedule objects under cfg.Prefix (the stream <prefix>.schedules,
 // the exchanges <prefix>.schedules.fire and .links, the links queue, and the dispatch
 // exchange's binding to the links exchange; idempotent), starts a Publisher for links (the
-// delay topology of cfg.Spec must exist: `rabbitdelay apply`), and reads the stream. ctx bounds
+// delay topology of cfg.Prefix must exist: `rabbitdelay apply`), and reads the stream. ctx bounds
 // the start. Errors: ErrInvalidSchedule for a bad option, the Publisher's errors
 // (amqpdelay.ErrTopologyMissing, ...), the connection's.
 func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler, error) {
@@ -133,17 +134,16 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler,
 	if o.instance == "" {
 		o.instance = defaultInstance()
 	}
-	cfg.Spec = cfg.Spec.WithDefaults()
-	s := &Scheduler{cfg: cfg, names: NamesOf(cfg.Spec), unit: cfg.Spec.Ladder.Unit, opts: o}
-	sess, err := dialSession(ctx, cfg, o.name, s.names, s.unit, true, o.maxAge, o.log)
+	s := &Scheduler{cfg: cfg, names: namesOf(cfg.Prefix), opts: o}
+	sess, err := dialSession(ctx, cfg, o.name, s.names, true, o.maxAge, o.log)
 	if err != nil {
 		return nil, err
 	}
-	s.sess = sess
-	pcfg := cfg
-	pcfg.Spec.Targets = delayspec.Targets{{Name: s.names.Links()}}
-	pcfg.Spec.ReadyQueues = nil
-	s.pub, err = amqpdelay.NewPublisher(ctx, pcfg, amqpdelay.WithConnectionName(o.name+"-links"), amqpdelay.WithLogger(o.log), amqpdelay.WithChannels(1))
+	s.sess, s.unit = sess, sess.unit
+	// The links exchange is a target the spec record does not list: the session declared it
+	// and bound it to the dispatch exchange.
+	links := pubhook.ExtraTargets(s.names.Links()).(amqpdelay.Option)
+	s.pub, err = amqpdelay.NewPublisher(ctx, cfg, links, amqpdelay.WithConnectionName(o.name+"-links"), amqpdelay.WithLogger(o.log), amqpdelay.WithChannels(1))
 	if err != nil {
 		sess.kill(errors.New("closed"))
 		return nil, fmt.Errorf("schedule: links publisher: %w", err)
@@ -168,7 +168,7 @@ func (s *Scheduler) session(ctx context.Context) (*session, error) {
 	if s.sess != nil && s.sess.alive() {
 		return s.sess, nil
 	}
-	sess, err := dialSession(ctx, s.cfg, s.opts.name, s.names, s.unit, true, s.opts.maxAge, s.opts.log)
+	sess, err := dialSession(ctx, s.cfg, s.opts.name, s.names, true, s.opts.maxAge, s.opts.log)
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +440,7 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	return out, nil
 }
 
-// Inspect lists the schedules of cfg.Spec's prefix from the stream alone, declaring nothing and
+// Inspect lists the schedules of cfg.Prefix from the stream alone, declaring nothing and
 // starting no Publisher (it writes one marker record to the stream to know where its end is).
 // No stream (no schedule ever declared): no schedules and no error. Of opts, only
 // [WithLinkGrace] counts.
@@ -451,8 +451,7 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info,
 			return nil, err
 		}
 	}
-	cfg.Spec = cfg.Spec.WithDefaults()
-	n := NamesOf(cfg.Spec)
+	n := namesOf(cfg.Prefix)
 	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-schedules-inspect")
 	if err != nil {
 		return nil, err
@@ -471,7 +470,7 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info,
 	if err != nil {
 		return nil, err
 	}
-	sess, err := dialSession(ctx, cfg, "rabbitdelay-schedules-inspect", n, cfg.Spec.Ladder.Unit, false, DefaultRetention, zerolog.Nop())
+	sess, err := dialSession(ctx, cfg, "rabbitdelay-schedules-inspect", n, false, DefaultRetention, zerolog.Nop())
 	if err != nil {
 		return nil, err
 	}

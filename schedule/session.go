@@ -27,6 +27,7 @@ type session struct {
 	conn *amqp.Connection
 	ch   *amqp.Channel
 	log  zerolog.Logger
+	unit time.Duration // the ladder's unit, from the spec record
 
 	mu      sync.Mutex
 	st      *state
@@ -62,8 +63,8 @@ func streamArgs(maxAge string) amqp.Table {
 }
 
 // declareObjects declares the stream, the fire exchange and its binding to the stream, and the
-// links exchange, queue and bindings (the dispatch exchange's binding to the links exchange and
-// its target marker, as `rabbitdelay apply` makes them for a target), all idempotent.
+// links exchange, queue and bindings (the dispatch exchange's binding to the links exchange, as
+// `rabbitdelay apply` makes it for a target), all idempotent.
 func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n Names, maxAge string) error {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -94,9 +95,6 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n Names, maxAge 
 		{"binding " + tn.Dispatch() + " -> " + n.Links(), func() error {
 			return ch.ExchangeBind(n.Links(), "", tn.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: n.Links()})
 		}},
-		{"exchange " + tn.TargetMarker(n.Links()), func() error {
-			return ch.ExchangeDeclare(tn.TargetMarker(n.Links()), amqp.ExchangeFanout, true, false, false, false, nil)
-		}},
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {
@@ -118,7 +116,8 @@ func linksArgs(spec delayspec.Spec) amqp.Table {
 }
 
 // dialSession connects and starts reading the stream.
-func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n Names, unit time.Duration, declare bool, maxAge string, log zerolog.Logger) (*session, error) {
+// The ladder's unit, from the spec record, is the session's rounding of occurrences.
+func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n Names, declare bool, maxAge string, log zerolog.Logger) (*session, error) {
 	conn, err := amqpdelay.Dial(ctx, cfg, name)
 	if err != nil {
 		return nil, err
@@ -129,8 +128,16 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n Names
 			_ = conn.Close()
 		}
 	}()
+	spec, err := delayspec.ReadRecord(ctx, conn, n.Prefix)
+	if errors.Is(err, delayspec.ErrNoRecord) {
+		err = fmt.Errorf("%w: %w", amqpdelay.ErrTopologyMissing, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("schedule: %w", err)
+	}
+	unit := spec.Ladder.Unit
 	if declare {
-		if err := declareObjects(conn, cfg.Spec, n, maxAge); err != nil {
+		if err := declareObjects(conn, spec, n, maxAge); err != nil {
 			return nil, err
 		}
 	} else {

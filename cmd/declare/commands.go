@@ -547,14 +547,7 @@ func printUnplanned(w io.Writer, names delayspec.Names, objs []admin.Unplanned, 
 	fmt.Fprintf(w, "\n%s named like this topology's own %s %s (an earlier specification's, e.g. another ladder or bucket list, "+
 		"or a target no longer named): %s:\n", plural(len(objs), "object"), verb, what, fix)
 	for _, o := range objs {
-		target, marker := names.MarkedTarget(o.Name)
-		if !marker || o.Kind != admin.KindExchange || !live {
-			fmt.Fprintf(w, "  %s\n", o)
-			continue
-		}
-		fmt.Fprintf(w, "  %s: says target %q was bound to %s by an apply; if %q is still a target, add it to the specification "+
-			"(AMQPDELAY_TARGETS, --target: a mistyped or left-out name?) and run apply; if not, unbind it from %s, then delete this exchange\n",
-			o, target, names.Dispatch(), target, names.Dispatch())
+		fmt.Fprintf(w, "  %s\n", o)
 	}
 }
 

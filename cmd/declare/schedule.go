@@ -41,7 +41,7 @@ func scheduleCommand() command {
 }
 
 func (e *invocation) scheduleConfig() amqpdelay.Config {
-	return amqpdelay.Config{URL: e.s.conn.URL, TLSCA: e.s.conn.TLSCA, TLSCert: e.s.conn.TLSCert, TLSKey: e.s.conn.TLSKey, Spec: e.s.spec}
+	return amqpdelay.Config{URL: e.s.conn.URL, TLSCA: e.s.conn.TLSCA, TLSCert: e.s.conn.TLSCert, TLSKey: e.s.conn.TLSKey, Prefix: e.s.spec.Prefix}
 }
 
 func cmdSchedules(ctx context.Context, e *invocation) error {

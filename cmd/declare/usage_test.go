@@ -183,7 +183,7 @@ func TestPlanCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Exchanges) < 14 || len(p.Queues) != 122+105 || len(p.Bindings) < 132+105 || len(p.Existing) != 1 {
+	if len(p.Exchanges) < 14 || len(p.Queues) != 123+105 || len(p.Bindings) < 132+105 || len(p.Existing) != 1 {
 		t.Errorf("plan: %d exchanges, %d queues, %d bindings, existing %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), p.Existing)
 	}
 	tab := declare(t, e, "plan")

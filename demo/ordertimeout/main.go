@@ -2,8 +2,8 @@
 // payment time-out for each of 10,000 orders with rabbitdelay, and a plain amqp091-go consumer
 // that reads the time-outs from a queue bound to the `orders` exchange when they fall due.
 //
-// It reads the same AMQPDELAY_* variables as the rabbitdelay CLI (the topology must be declared
-// first: `rabbitdelay apply`), shows progress while it runs, and ends with a table per delivery path:
+// It reads AMQPDELAY_URL and AMQPDELAY_PREFIX (the topology must be declared first: `rabbitdelay
+// apply`), and AMQPDELAY_BUCKETS to send a fifth of the orders with a bucket's exact delay, shows progress while it runs, and ends with a table per delivery path:
 // count, arrived, lost, early, and lateness p50, p99 and max. It exits 1 when any message is lost
 // or early, 2 on bad flags.
 //
@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -147,8 +148,8 @@ func run() int {
 	// The delays: about a fifth exactly equal to a declared bucket (when there are buckets in
 	// range), the rest arbitrary milliseconds between -min and -max.
 	var buckets []time.Duration
-	for _, b := range cfg.Spec.Buckets {
-		if b >= *minDelay && b <= *maxDelay {
+	for _, f := range strings.Split(os.Getenv("AMQPDELAY_BUCKETS"), ",") {
+		if b, err := time.ParseDuration(strings.TrimSpace(f)); err == nil && b >= *minDelay && b <= *maxDelay {
 			buckets = append(buckets, b)
 		}
 	}

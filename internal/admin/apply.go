@@ -224,8 +224,9 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 // what exists, declares every existing object again with the plan's arguments and, if any
 // conflicts (406), stops before creating anything. With opts.Management it sets the plan's
 // policies ([Management.SetPolicies]) before creating anything, creates what is missing,
-// declares the marker exchanges that publishers check last (so an apply that fails half way
-// leaves no marker), then checks the policies in effect ([Management.PolicyProblems]).
+// writes the spec record last (delayspec.WriteRecord: publishers read it, so an apply that fails
+// half way leaves the record of the last complete apply), then checks the policies in effect
+// ([Management.PolicyProblems]).
 // Apply never deletes an object nor re-declares one with other arguments; conn stays open.
 //
 // The report lists what was done even when Apply fails. Errors wrap ErrTargetMissing,
@@ -316,12 +317,9 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		return rep, nil
 	}
 
-	// Create what is missing, phase by phase: exchanges, queues, the bindings tier by tier,
-	// and last the markers. The markers tell publishers that the ladder is declared as it says
-	// (Names.LadderMarker) and that a target is bound to D (Names.TargetMarker), so they come
-	// once every queue and binding has been declared with this plan's arguments and the
-	// policies are set: an apply that fails or is cut off half way (or loses a race with an
-	// apply of another ladder) leaves no marker, and publishers refuse to start.
+	// Create what is missing, phase by phase: exchanges, queues, the bindings tier by tier;
+	// then write the spec record, once every object has been declared with this plan's
+	// arguments and the policies are set.
 	type phase struct {
 		steps []step
 		done  State
@@ -343,12 +341,10 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 			}
 		}
 	}
-	var exchanges, queues, markers []step
+	var exchanges, queues []step
 	for _, o := range objects {
 		switch {
 		case r.row(o.declare()).State != StateMissing:
-		case o.marker:
-			markers = append(markers, o.declare())
 		case o.kind == KindExchange:
 			exchanges = append(exchanges, o.declare())
 		default:
@@ -374,12 +370,14 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 			last.steps = append(last.steps, s)
 		}
 	}
-	phases = append(phases, phase{steps: markers, done: StateCreated})
 	for _, ph := range phases {
 		if err := r.run(ph.steps, ph.done, declareFailed); err != nil {
 			notDeclared()
 			return rep, err
 		}
+	}
+	if err := delayspec.WriteRecord(ctx, conn, p.Spec); err != nil {
+		return rep, fmt.Errorf("topology: %w", err)
 	}
 	rep.Results = append(rep.Results, policyResults...)
 	if opts.Management != nil {
@@ -491,7 +489,6 @@ type planObject struct {
 	typ    string // the exchange type
 	args   amqp.Table
 	plugin bool // the delayed-message plugin's exchange
-	marker bool // a marker exchange, declared last
 	decl   job
 }
 
@@ -501,7 +498,7 @@ func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
 	var objects []planObject
 	for _, e := range p.Exchanges {
 		objects = append(objects, planObject{kind: KindExchange, name: e.Name, typ: e.Type, args: e.Args,
-			plugin: e.Role == RolePlugin, marker: e.Marker, decl: declareExchange(e)})
+			plugin: e.Role == RolePlugin, decl: declareExchange(e)})
 	}
 	for _, q := range p.Queues {
 		decl := declareQueue(q)

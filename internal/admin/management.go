@@ -581,7 +581,7 @@ func unplannedOf(p *Plan, exchanges []string, queues map[string]ManagedQueue) []
 	}
 	var out []Unplanned
 	for _, name := range exchanges {
-		if p.Names.Reserved(name) && !planned["exchange "+name] && name != p.Names.TargetMarker(scheduleLinks(p.Names)) {
+		if p.Names.Reserved(name) && !planned["exchange "+name] {
 			out = append(out, Unplanned{Kind: KindExchange, Name: name, Messages: -1})
 		}
 	}
@@ -616,8 +616,8 @@ func nodeNames(v any) []string {
 }
 
 // scheduleLinks is the links exchange of package schedule, <prefix>.schedules.links: a target of
-// the delay topology that schedule.New declares and binds to the dispatch exchange itself, with
-// its target marker, so the status of the topology expects both.
+// the delay topology that schedule.New declares and binds to the dispatch exchange itself, so the
+// status of the topology expects it.
 func scheduleLinks(n delayspec.Names) string { return prefixOf(n) + ".schedules.links" }
 
 // scheduleLinksBinding reports whether b is the dispatch exchange's binding to scheduleLinks.

@@ -36,6 +36,9 @@ const (
 	RoleTarget Role = "target"
 	// RoleReady is a ready queue and its binding.
 	RoleReady Role = "ready"
+	// RoleSpec is the spec stream (delayspec.Names.SpecStream), whose last record is the spec
+	// Apply declared.
+	RoleSpec Role = "spec"
 )
 
 // Exchange is one exchange of a [Plan]. Every exchange is durable, not auto-delete and not
@@ -51,17 +54,11 @@ type Exchange struct {
 	Role Role `json:"role"`
 	// Level is the ladder level of a RoleLadder exchange (a level's headers exchange, its
 	// last-hop exchange, or the entry exchange of one of its queues: see Type and the name),
-	// -1 otherwise and for the markers.
+	// -1 otherwise.
 	Level int `json:"level"`
 	// Shard is the copy of the ladder a ladder exchange with Level >= 0 belongs to (0 to
 	// Spec.Shards-1; see [Spec.Shards]), 0 for other exchanges.
 	Shard int `json:"shard,omitempty"`
-	// Marker is set for the empty exchanges whose existence tells publishers what was
-	// declared: the ladder marker ([Names.LadderMarker]), the markers of its copies, last-hop
-	// queues and entry exchanges ([Names.ShardsMarker], [Names.LastHopMarker],
-	// [Names.EntryMarker]) and the target markers ([Names.TargetMarker]). Apply declares them
-	// last.
-	Marker bool `json:"marker,omitempty"`
 }
 
 // Queue is one queue of a [Plan]. Every queue is durable, not exclusive and not auto-delete,
@@ -162,11 +159,12 @@ type Plan struct {
 	// Ladder is Spec.Ladder with its defaults filled in.
 	Ladder ttlbuckets.Ladder `json:"-"`
 	// Exchanges are the exchanges to declare: D's alternate exchange, D, targets given as
-	// name:type, the ladder levels' and last-hop exchanges, the markers, the bucket exchange,
+	// name:type, the ladder levels' and last-hop exchanges, the bucket exchange,
 	// the plugin exchange, and the entry exchange of every ladder and last-hop queue
 	// ([Names.LadderEntryExchange]).
 	Exchanges []Exchange `json:"exchanges"`
-	// Queues are the queues to declare: parking, ready queues, ladder queues, bucket queues.
+	// Queues are the queues to declare: parking, the revocation and spec streams, ready
+	// queues, ladder queues, bucket queues.
 	Queues []Queue `json:"queues"`
 	// Bindings are the bindings to declare, by ascending Tier.
 	Bindings []Binding `json:"bindings"`
@@ -230,7 +228,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	n := s.Names()
 	p := &Plan{Spec: s, Names: n, Ladder: ladder}
 	// A target named like the topology's retry exchange (the consumer package's Publisher
-	// names it) is that exchange, which addRetry plans with its binding and marker.
+	// names it) is that exchange, which addRetry plans with its binding.
 	s.Targets = slices.DeleteFunc(slices.Clone(s.Targets), func(t delayspec.Target) bool { return t.Name == n.Retry() })
 
 	// Where a level hands its messages to, and how far each level is from D (in levels).
@@ -288,23 +286,6 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 			}
 		}
 	}
-	// The marker records the ladder's geometry for publishers to check (see Names.LadderMarker),
-	// and the shards marker that the copies exist (Names.ShardsMarker).
-	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderMarker(ladder), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
-	if s.Shards > 1 {
-		p.Exchanges = append(p.Exchanges, Exchange{Name: n.ShardsMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
-	}
-	// Every copy has last-hop queues, so both a Publisher of the copies and one of shard 0 alone
-	// may use them (Names.LastHopMarker).
-	p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastHopMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
-	if s.Shards > 1 {
-		p.Exchanges = append(p.Exchanges, Exchange{Name: n.LastHopMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
-	}
-	// Likewise every copy's queues have their entry exchanges (Names.EntryMarker).
-	p.Exchanges = append(p.Exchanges, Exchange{Name: n.EntryMarker(ladder, 1), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
-	if s.Shards > 1 {
-		p.Exchanges = append(p.Exchanges, Exchange{Name: n.EntryMarker(ladder, s.Shards), Type: amqp.ExchangeFanout, Role: RoleLadder, Level: -1, Marker: true})
-	}
 	if buckets.Len() > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}
@@ -313,14 +294,10 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 			Args: amqp.Table{"x-delayed-type": amqp.ExchangeHeaders}, Role: RolePlugin, Level: -1})
 	}
 
-	// The target markers tell publishers that a target is bound to D (see Names.TargetMarker).
-	for _, t := range s.Targets {
-		p.Exchanges = append(p.Exchanges, Exchange{Name: n.TargetMarker(t.Name), Type: amqp.ExchangeFanout, Role: RoleDispatch, Level: -1, Marker: true})
-	}
-
 	// Queues.
 	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: plainArgs(s.QueueType), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
 	p.addRevoked() // revoked.go: the revocation stream
+	p.Queues = append(p.Queues, Queue{Name: n.SpecStream(), Args: delayspec.SpecStreamArgs(), Role: RoleSpec, Level: -1, Digit: -1, Slot: -1})
 	for _, r := range s.ReadyQueues {
 		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
 	}

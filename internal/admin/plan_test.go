@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,13 +42,13 @@ func TestPlanDefaultCounts(t *testing.T) {
 		what      string
 		got, want int
 	}{
-		{"ladder exchanges (8 levels, the last-hop exchanges of levels 0-6, an entry exchange per ladder and last-hop queue, the markers of the ladder, the last-hop queues and the entry exchanges)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 7 + 225 + 3},
+		{"ladder exchanges (8 levels, the last-hop exchanges of levels 0-6, an entry exchange per ladder and last-hop queue)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 7 + 225},
 		{"ladder queues (and last-hop queues on levels 0-6)", countRole(p.Queues, qRole, RoleLadder), 120 + 105},
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
-		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, target marker, retry and its marker)", len(p.Exchanges), 8 + 7 + 225 + 3 + 3 + 1 + 1 + 2},
-		{"queues", len(p.Queues), 122 + 105},
+		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, retry)", len(p.Exchanges), 8 + 7 + 225 + 3 + 1 + 1},
+		{"queues (parking, revocation and spec streams, ladder)", len(p.Queues), 123 + 105},
 		{"ladder bindings (digits, pass-through, to the last-hop exchanges, last-hop queues, entry exchanges)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7 + 105 + 225},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
@@ -62,9 +61,6 @@ func TestPlanDefaultCounts(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
 		}
-	}
-	if _, ok := p.Exchange("rabbitdelay.ladder.1ms.r16.shortest-first.l08"); !ok {
-		t.Errorf("no ladder marker exchange rabbitdelay.ladder.1ms.r16.shortest-first.l08")
 	}
 	d, ok := p.Exchange("rabbitdelay.dispatch")
 	if !ok || d.Type != amqp.ExchangeHeaders || d.Args["alternate-exchange"] != "rabbitdelay.unroutable" {
@@ -472,7 +468,7 @@ func TestPlanPoliciesMatchExactlyOwnNames(t *testing.T) {
 	}
 	re := regexp.MustCompile(qp.Pattern)
 	for _, q := range p.Queues {
-		if got, want := re.MatchString(q.Name), q.Role != RoleReady && q.Role != RoleRevoked; got != want {
+		if got, want := re.MatchString(q.Name), q.Role != RoleReady && q.Role != RoleRevoked && q.Role != RoleSpec; got != want {
 			t.Errorf("queue %s (%s): policy matches %v, want %v", q.Name, q.Role, got, want)
 		}
 	}
@@ -532,31 +528,23 @@ func TestPlanReadyQueueArgs(t *testing.T) {
 	}
 }
 
-// TestTargetMarker: one marker per target, declared last with the ladder marker; a name that
-// would exceed 255 bytes is hashed, stays under the limit and differs per target; markers are
-// reserved names.
-func TestTargetMarker(t *testing.T) {
+// TestPlanSpecStream: the plan declares the spec stream, whose last record publishers read, as
+// a stream kept small; its name is reserved; the ladder has no fanout exchange but the entry
+// exchanges (no marker exchanges).
+func TestPlanSpecStream(t *testing.T) {
 	n := delayspec.Names{Prefix: "app1"}
-	if got := n.TargetMarker("orders"); got != "app1.target.orders" {
-		t.Errorf("TargetMarker(orders) = %q", got)
+	p := mustPlan(t, delayspec.Spec{Prefix: "app1", Targets: delayspec.Targets{{Name: "orders"}}})
+	q, ok := p.Queue(n.SpecStream())
+	if !ok || q.Role != RoleSpec || q.Args["x-queue-type"] != "stream" || q.Args["x-max-length-bytes"] == nil || q.IsDelay() {
+		t.Errorf("spec stream %q: %+v (found %v)", n.SpecStream(), q, ok)
 	}
-	long1, long2 := strings.Repeat("x", 250), strings.Repeat("x", 249)+"y"
-	m1, m2 := n.TargetMarker(long1), n.TargetMarker(long2)
-	if len(m1) > delayspec.MaxNameLen || m1 == m2 || !strings.HasPrefix(m1, "app1.target-sha256.") {
-		t.Errorf("long markers %q, %q", m1, m2)
+	if !n.Reserved(n.SpecStream()) || !n.Reserved("app1.due-unroutable") {
+		t.Error("the spec stream and due-unroutable must be reserved names")
 	}
-	if !n.Reserved(m1) || !n.Reserved("app1.target.orders") || !n.Reserved("app1.due-unroutable") {
-		t.Error("markers and due-unroutable must be reserved names")
-	}
-	p := mustPlan(t, delayspec.Spec{Prefix: "app1", Targets: delayspec.Targets{{Name: "orders"}, {Name: long1}}})
-	var markers []string
 	for _, e := range p.Exchanges {
-		if e.Marker {
-			markers = append(markers, e.Name)
+		if e.Role == RoleLadder && e.Type == amqp.ExchangeFanout && !strings.HasSuffix(e.Name, ".entry") {
+			t.Errorf("fanout ladder exchange %s is not an entry exchange", e.Name)
 		}
-	}
-	if len(markers) != 6 || !slices.Contains(markers, n.LastHopMarker(ttlbuckets.DefaultLadder(), 1)) || !slices.Contains(markers, n.EntryMarker(ttlbuckets.DefaultLadder(), 1)) {
-		t.Errorf("markers %v, want the ladder's, its last-hop queues', its entry exchanges', two targets' and the retry exchange's", markers)
 	}
 }
 
@@ -605,7 +593,7 @@ func TestPlanEntryExchanges(t *testing.T) {
 			}
 			name := p.Names.LadderEntryExchange(q.Name)
 			e, ok := p.Exchange(name)
-			if !ok || e.Type != amqp.ExchangeFanout || e.Role != RoleLadder || e.Level != q.Level || e.Shard != q.Shard || e.Marker {
+			if !ok || e.Type != amqp.ExchangeFanout || e.Role != RoleLadder || e.Level != q.Level || e.Shard != q.Shard {
 				t.Errorf("shards %d: entry exchange of %s = %+v (found %v), want a fanout ladder exchange of level %d, copy %d", shards, q.Name, e, ok, q.Level, q.Shard)
 				continue
 			}
@@ -626,18 +614,6 @@ func TestPlanEntryExchanges(t *testing.T) {
 		if entries != 0 {
 			t.Errorf("shards %d: %d more exchanges named *.entry with bindings than queues", shards, -entries)
 		}
-		markers := []string{p.Names.EntryMarker(p.Ladder, 1)}
-		if shards > 1 {
-			markers = append(markers, p.Names.EntryMarker(p.Ladder, shards))
-		}
-		for _, m := range markers {
-			if e, ok := p.Exchange(m); !ok || !e.Marker || e.Type != amqp.ExchangeFanout {
-				t.Errorf("shards %d: marker %s = %+v (found %v)", shards, m, e, ok)
-			}
-		}
-	}
-	if got := (delayspec.Names{}).EntryMarker(ttlbuckets.DefaultLadder(), 3); got != "rabbitdelay.ladder.1ms.r16.shortest-first.l08.s03.entry" {
-		t.Errorf("EntryMarker of 3 copies = %q", got)
 	}
 	if got := (delayspec.Names{Prefix: "a"}).LadderEntryExchange((delayspec.Names{Prefix: "a"}).LadderLastHopQueueShard(5, 3, 2)); got != "a.ladder.05.03.s2.last.entry" {
 		t.Errorf("entry exchange of a copy's last-hop queue = %q", got)

@@ -667,8 +667,7 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			out = append(out, pp)
 			continue
 		}
-		e, ok := p.Exchange(mx.Name)
-		if !ok || e.Marker || hasArg || userName == "" {
+		if _, ok := p.Exchange(mx.Name); !ok || hasArg || userName == "" {
 			continue
 		}
 		// Kept: a message no queue takes goes to the alternate exchange instead of back to its publisher.
@@ -865,7 +864,7 @@ func Failing(problems []PolicyProblem) []PolicyProblem {
 
 // DispatchBound reports whether the dispatch exchange of p is bound to target with the plan's
 // binding ({x-match: all, rabbitdelay-target: target}), reading the broker's bindings through
-// the management API: what [Names.TargetMarker] records at apply time, checked now. It returns
+// the management API. It returns
 // false for a target the plan does not have. Errors wrap ErrManagement (a missing dispatch
 // exchange answers 404).
 func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) (bool, error) {

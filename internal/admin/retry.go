@@ -13,7 +13,6 @@ import (
 //	<prefix>.retry          direct exchange, alternate exchange <prefix>.unroutable (-> parking)
 //	D -> <prefix>.retry     {x-match: all, rabbitdelay-target: <prefix>.retry}
 //	<prefix>.retry -> Q     binding key Q, for every ready queue Q
-//	<prefix>.target.<prefix>.retry   its target marker (declared last, like every marker)
 //
 // A consumer's retry Publisher has <prefix>.retry as its only target and publishes with the
 // queue's name as routing key: the delay paths keep the routing key, D hands the due message to
@@ -23,14 +22,13 @@ import (
 // queue has no such binding goes to the alternate exchange and waits in the parking queue.
 
 // addRetry adds the retry routing to p (called by NewPlan, before the bindings are sorted by
-// tier and before the policies are computed): the retry exchange, its target marker, D's
+// tier and before the policies are computed): the retry exchange, D's
 // binding to it and one binding per ready queue.
 func (p *Plan) addRetry() {
 	n := p.Names
 	retry := n.Retry()
 	p.Exchanges = append(p.Exchanges,
 		Exchange{Name: retry, Type: amqp.ExchangeDirect, Args: amqp.Table{"alternate-exchange": n.Unroutable()}, Role: RoleRetry, Level: -1},
-		Exchange{Name: n.TargetMarker(retry), Type: amqp.ExchangeFanout, Role: RoleDispatch, Level: -1, Marker: true},
 	)
 	for _, r := range p.Spec.ReadyQueues {
 		p.Bindings = append(p.Bindings, Binding{Source: retry, Destination: r.Queue, DestinationType: DestQueue,
@@ -51,6 +49,5 @@ func (p *Plan) ConsumerRetryBinding(b Binding) bool {
 	return b.Source == p.Names.Retry() && b.DestinationType == DestQueue && b.RoutingKey == b.Destination && len(b.Args) == 0
 }
 
-// RoleRetry is the retry exchange and its bindings (see [Names.Retry]); its target marker has
-// RoleDispatch, like every target marker.
+// RoleRetry is the retry exchange and its bindings (see [Names.Retry]).
 const RoleRetry Role = "retry"

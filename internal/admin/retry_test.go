@@ -23,9 +23,6 @@ func TestPlanRetryRouting(t *testing.T) {
 	if !ok || x.Type != amqp.ExchangeDirect || x.Args["alternate-exchange"] != "app.unroutable" || x.Role != RoleRetry {
 		t.Errorf("retry exchange %+v", x)
 	}
-	if m, ok := p.Exchange(p.Names.TargetMarker(retry)); !ok || !m.Marker {
-		t.Errorf("retry exchange's target marker missing: %+v", m)
-	}
 	want := map[string]bool{
 		"app.dispatch -> app.retry (exchange) {rabbitdelay-target=app.retry, x-match=all}": false,
 		"app.retry -> a key=a": false,

@@ -80,13 +80,7 @@ func TestPlanShardsCopies(t *testing.T) {
 			t.Errorf("binding %s leaves copy %d", b, src.Shard)
 		}
 	}
-	if e, ok := p.Exchange(n.ShardsMarker(p.Ladder, 3)); !ok || !e.Marker {
-		t.Errorf("shards marker %s: %+v %v", n.ShardsMarker(p.Ladder, 3), e, ok)
-	}
-	if _, ok := p1.Exchange(n.ShardsMarker(p.Ladder, 1)); ok {
-		t.Errorf("one ladder has a shards marker")
-	}
-	// Every copy has its last-hop queues, so the topology has both last-hop markers.
+	// Every copy has its last-hop queues.
 	lastHop := 0
 	for _, q := range p.Queues {
 		if q.LastHop {
@@ -99,15 +93,7 @@ func TestPlanShardsCopies(t *testing.T) {
 	if want := 3 * (levels - 1) * 3; lastHop != want {
 		t.Errorf("%d last-hop queues, want %d (3 digits of levels - 1 levels per copy)", lastHop, want)
 	}
-	for _, m := range []string{n.LastHopMarker(p.Ladder, 1), n.LastHopMarker(p.Ladder, 3)} {
-		if e, ok := p.Exchange(m); !ok || !e.Marker {
-			t.Errorf("last-level marker %s: %+v %v", m, e, ok)
-		}
-	}
-	if _, ok := p1.Exchange(n.LastHopMarker(p.Ladder, 3)); ok {
-		t.Errorf("one ladder has the copies' last-level marker")
-	}
-	if !n.Reserved(n.ShardsMarker(p.Ladder, 3)) || !n.Reserved(n.LadderQueueShard(0, 1, 1)) {
+	if !n.Reserved(n.LadderQueueShard(0, 1, 1)) {
 		t.Errorf("copy names are not reserved")
 	}
 }

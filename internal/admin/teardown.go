@@ -75,26 +75,20 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 			}
 		}
 	}
-	// The revocation stream holds no delayed message, only records about them, which mean
-	// nothing once the delay queues are gone: it is deleted whatever it holds.
+	// The revocation and spec streams hold no delayed message, only records about them and the
+	// topology, which mean nothing once the delay queues are gone: they are deleted whatever
+	// they hold.
 	forced := opts
 	forced.Force = true
 	for _, q := range p.Queues {
-		if q.Role == RoleRevoked {
+		if q.Role == RoleRevoked || q.Role == RoleSpec {
 			d := doomedQueue(q.Name, classic[q.Name], forced)
 			d.records = true
 			queues = append(queues, d)
 		}
 	}
 	parking := doomedQueue(p.Names.Parking(), classic[p.Names.Parking()], opts)
-	// The target markers first: publishers that check them stop trusting the topology.
-	var exchanges []*doomed
-	for _, e := range p.Exchanges {
-		if e.Marker && e.Role == RoleDispatch {
-			exchanges = append(exchanges, doomedExchange(e.Name))
-		}
-	}
-	exchanges = append(exchanges, doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange()))
+	exchanges := append([]*doomed{}, doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange()))
 	for _, e := range p.Exchanges {
 		if e.Role == RoleLadder {
 			exchanges = append(exchanges, doomedExchange(e.Name))

@@ -1,0 +1,10 @@
+// Package pubhook gives rabbitdelay's own packages settings of an amqpdelay Publisher that users
+// have no reason to set. Package amqpdelay fills its variables when it is initialized, so a
+// package that imports amqpdelay finds them set.
+package pubhook
+
+// ExtraTargets returns an amqpdelay.Option (as any: this package cannot import amqpdelay) that
+// adds the named exchanges to the targets the spec record lists. The caller declares each of
+// them and binds it to the dispatch exchange itself, as package schedule does for its links
+// exchange.
+var ExtraTargets func(names ...string) any
