@@ -62,7 +62,7 @@ func TestPermanent(t *testing.T) {
 // Before, a Max near the largest time.Duration passed New's ladder check (Max x (1+Jitter)
 // wrapped negative) and its retries waited 1 ms or failed to publish, without end.
 func TestBackoffRefused(t *testing.T) {
-	cfg := ttlbuckets.DefaultMax          // the default ladder's maximum: 2^32-1 ms
+	cfg := ttlbuckets.DefaultMax      // the default ladder's maximum: 2^32-1 ms
 	short := 65535 * time.Millisecond // a ladder of radix 16 and 4 levels
 	for _, tc := range []struct {
 		name string

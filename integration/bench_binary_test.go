@@ -191,7 +191,7 @@ func declareLadderRaw(tb testing.TB) setup {
 	tb.Helper()
 	s := declare(tb, defaultLadderCase("ladder-raw"))
 	chs := channels(tb, s.url)
-	names := s.cfg.Spec.Names()
+	names := delayspec.Names{Prefix: s.cfg.Prefix}
 	l := ttlbuckets.DefaultLadder()
 	s.publish = func(ctx context.Context, w, i int, delay time.Duration) (time.Time, error) {
 		now := time.Now()

@@ -233,7 +233,7 @@ func declare(tb testing.TB, c delayCase) setup {
 	}
 	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer pcancel()
-	cfg := amqpdelay.Config{URL: env.URL, Spec: spec}
+	cfg := amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix}
 	pub := newBenchPublisher(tb, pctx, cfg, strategy, c.path, c.shards())
 	return setup{broker: env.Broker, vhost: env.VHost, url: env.URL, ready: benchReady, publish: pub, cfg: cfg}
 }
@@ -349,7 +349,8 @@ func declareVariant(tb testing.TB, conn *amqp.Connection, spec delayspec.Spec, v
 	for level := range levels {
 		must(names.LadderExchange(level), ch.ExchangeDeclare(names.LadderExchange(level), "headers", true, false, false, false, nil))
 	}
-	must(names.LadderMarker(l), ch.ExchangeDeclare(names.LadderMarker(l), "fanout", true, false, false, false, nil))
+	_, err = ch.QueueDeclare(names.SpecStream(), true, false, false, false, delayspec.SpecStreamArgs())
+	must(names.SpecStream(), err)
 	for level := range levels {
 		must("pass-through", ch.ExchangeBind(next(level), "", names.LadderExchange(level), false,
 			amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(level): int64(0)}))
@@ -390,6 +391,7 @@ func declareVariant(tb testing.TB, conn *amqp.Connection, spec delayspec.Spec, v
 	if len(spec.Buckets) > 0 {
 		tb.Fatalf("declareVariant does not declare buckets")
 	}
+	must("the spec record", delayspec.WriteRecord(context.Background(), conn, spec))
 }
 
 // pluginSetup returns what declares a plugin case on the broker of AMQP_PLUGIN_URL, or nil
@@ -450,7 +452,7 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 				tb.Logf("teardown of the plugin case: %v", err)
 			}
 		})
-		p, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: u, Spec: spec}, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+		p, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: u, Prefix: spec.Prefix}, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
 		if err != nil {
 			tb.Fatalf("publisher (plugin): %v", err)
 		}
@@ -531,7 +533,7 @@ func declareBucketBurst(tb testing.TB) setup {
 	s := declare(tb, delayCase{name: "bucket-1h", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum,
 		buckets: []time.Duration{time.Hour}, path: amqpdelay.PathBucket})
 	chs := channels(tb, s.url)
-	exchange := s.cfg.Spec.Names().BucketExchange()
+	exchange := delayspec.Names{Prefix: s.cfg.Prefix}.BucketExchange()
 	ttl := time.Hour.Milliseconds()
 	s.publish = func(ctx context.Context, w, i int, delay time.Duration) (time.Time, error) {
 		now := time.Now()

@@ -57,7 +57,7 @@ func BenchmarkRevocationsCatchUp(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		cpu0 := processCPU()
 		start = time.Now()
-		revs, err := revoke.New(ctx, amqpdelay.Config{URL: env.URL, Spec: spec})
+		revs, err := revoke.New(ctx, amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix})
 		catchUp := time.Since(start)
 		cpu := processCPU() - cpu0
 		cancel()

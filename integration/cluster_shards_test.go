@@ -92,7 +92,7 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	// The burst: n messages all due at one instant, 10 s ahead (the publishing takes a few
 	// seconds on a busy machine; each message's delay is what is left until then).
 	const n = 3000
-	cfg := amqpdelay.Config{URL: strings.Join(c.vhostURLs(env.VHost), ","), Spec: spec}
+	cfg := amqpdelay.Config{URL: strings.Join(c.vhostURLs(env.VHost), ","), Prefix: spec.Prefix}
 	pub, err := amqpdelay.NewPublisher(ctx, cfg)
 	if err != nil {
 		t.Fatalf("publisher: %v", err)

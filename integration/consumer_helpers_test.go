@@ -53,7 +53,7 @@ func newConsumerFixture(t testing.TB, opts ...func(*delayspec.Spec)) *consumerFi
 		o(&f.spec)
 	}
 	declareTopology(t, env, f.spec)
-	f.cfg = amqpdelay.Config{URL: env.URL, Spec: f.spec}
+	f.cfg = amqpdelay.Config{URL: env.URL, Prefix: f.spec.Prefix}
 	f.pub = newPublisher(t, env, f.spec)
 	return f
 }

@@ -43,7 +43,7 @@ func TestConsumerRetryBindingStatus(t *testing.T) {
 		}
 	}
 	handled := make(chan struct{}, 1)
-	c := newConsumer(t, amqpdelay.Config{URL: env.URL, Spec: spec}, jobs, func(ctx context.Context, d amqp.Delivery) error {
+	c := newConsumer(t, amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix}, jobs, func(ctx context.Context, d amqp.Delivery) error {
 		select {
 		case handled <- struct{}{}:
 		default:

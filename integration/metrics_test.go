@@ -141,7 +141,7 @@ func TestMetricsPublisherAndConsumer(t *testing.T) {
 	// first is closed.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := amqpdelay.Config{Spec: spec}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = env.URL
 	if p2, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithMetrics(reg)); !errors.Is(err, amqpdelay.ErrInvalidConfig) {
 		if p2 != nil {
@@ -554,7 +554,7 @@ func TestMetricsFaultsAndOutcomes(t *testing.T) {
 
 	// The Consumer: a retried message, a duplicate, a revoked one, then a reconnection.
 	creg := prometheus.NewRegistry()
-	cfg := amqpdelay.Config{Spec: spec}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = env.URL
 	var handled atomic.Int32
 	var failedOnce atomic.Bool
@@ -731,7 +731,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	preg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
 	newPublisher(t, env, spec, amqpdelay.WithMetrics(preg))
 	creg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
-	cfg := amqpdelay.Config{Spec: spec}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = env.URL
 	newConsumer(t, cfg, "orders.work", func(context.Context, amqp.Delivery) error { return nil }, consumer.WithMetrics(creg))
 	p, err := admin.NewPlan(spec)

@@ -101,7 +101,7 @@ func TestPolicyReadyAndParkingKeys(t *testing.T) {
 			}
 			if !tc.warning && !publisherChecked {
 				publisherChecked = true
-				cfg := amqpdelay.Config{URL: env.URL, Spec: spec}
+				cfg := amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix}
 				pub, err := amqpdelay.NewPublisher(pubCtx(t), cfg, withManagement(t, env))
 				if err == nil {
 					_ = pub.Close()

@@ -132,7 +132,7 @@ func TestPolicyRevokedStreamKeys(t *testing.T) {
 			if _, rep, err := polApply(t, env, m, spec); !errors.Is(err, admin.ErrPolicy) || len(rep.PolicyProblems) == 0 {
 				t.Errorf("%s: apply: %v, want ErrPolicy", what, err)
 			}
-			pub, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: env.URL, Spec: spec}, withManagement(t, env))
+			pub, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix}, withManagement(t, env))
 			if err == nil {
 				_ = pub.Close()
 			}

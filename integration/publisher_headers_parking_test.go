@@ -409,7 +409,7 @@ func TestReplayParkedLargeMessageBounded(t *testing.T) {
 	if _, err := f.p.Publish(f.ctx, f.target, "k", padMsg(pad), boundaryDelay); err != nil {
 		t.Fatal(err)
 	}
-	cfg := amqpdelay.Config{URL: env.URL, Spec: spec}
+	cfg := amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix}
 	names := spec.WithDefaults().Names()
 	parkedCount := func() int {
 		q, err := env.Channel(t).QueueDeclarePassive(names.Parking(), true, false, false, false, nil)

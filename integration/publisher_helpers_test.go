@@ -185,7 +185,7 @@ func withManagement(t testing.TB, env *brokertest.Env) amqpdelay.Option {
 // newPublisher opens a Publisher on url for spec and closes it with the test.
 func newPublisherURL(t testing.TB, url string, spec delayspec.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
 	t.Helper()
-	cfg := amqpdelay.Config{Spec: spec}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = url
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

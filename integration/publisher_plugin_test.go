@@ -68,7 +68,7 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 		}
 		checkOnTime(t, nextDelivery(t, got, 5*time.Second))
 	}
-	cfg := amqpdelay.Config{Spec: spec}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = env.URL
 	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
 	if err == nil {

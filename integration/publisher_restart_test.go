@@ -234,7 +234,7 @@ func TestPublisherBrokerOutage(t *testing.T) {
 	// Closed while the alarm blocks its connection: Close still returns, within its bounds (5 s
 	// for the publish in flight, 5 s for the broker's answer). Not newPublisherURL: its clean-up
 	// would count Close's error (the broker never answered) as a failure.
-	ccfg := amqpdelay.Config{Spec: restartSpec("rdt-outage")}
+	ccfg := amqpdelay.Config{Prefix: restartSpec("rdt-outage").Prefix}
 	ccfg.URL = b.URL
 	closing, err := amqpdelay.NewPublisher(pubCtx(t), ccfg, amqpdelay.WithChannels(1))
 	if err != nil {

@@ -293,7 +293,7 @@ func TestPublisherChannelMax(t *testing.T) {
 	q := u.Query()
 	q.Set("channel_max", "2")
 	u.RawQuery = q.Encode()
-	cfg := amqpdelay.Config{Spec: spec}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = u.String()
 	if p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(2)); !errors.Is(err, amqpdelay.ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "channel_max") || !strings.Contains(err.Error(), "at most 1") {
@@ -592,7 +592,7 @@ func TestPublisherConcurrent(t *testing.T) {
 func TestPublisherTopologyMissing(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
-	cfg := amqpdelay.Config{Spec: testSpec(env, delayspec.Target{Name: env.Name("orders")})}
+	cfg := amqpdelay.Config{Prefix: testSpec(env, delayspec.Target{Name: env.Name("orders")}).Prefix}
 	cfg.URL = env.URL
 	p, err := amqpdelay.NewPublisher(pubCtx(t), cfg)
 	if err == nil {
@@ -617,7 +617,7 @@ func TestPublisherClose(t *testing.T) {
 	// Every goroutine the Publisher starts (its supervisor, one dispatcher per channel,
 	// amqp091's own) must end with Close; goleak retries for a while before it reports.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	cfg := amqpdelay.Config{Spec: spec}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = env.URL
 	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(3))
 	if err != nil {
@@ -639,45 +639,59 @@ func TestPublisherClose(t *testing.T) {
 	}
 }
 
-// TestPublisherRefusesAnotherLadder: a publisher whose ladder (unit, radix, order) or buckets
-// differ from what `rabbitdelay apply` declared would send messages that arrive early or never;
-// NewPublisher refuses to start, naming what differs, and nothing is sent.
-func TestPublisherRefusesAnotherLadder(t *testing.T) {
+// TestPublisherFollowsTheRecord: a Publisher uses the ladder (unit, radix, order), buckets and
+// targets that `rabbitdelay apply` recorded for its prefix, never others, so its messages never
+// arrive early or never: for each setting applied otherwise, a Publisher given only the prefix
+// plans its messages with the applied ladder, takes the applied bucket, and refuses a target
+// the apply did not bind (ErrUnknownTarget, nothing sent).
+func TestPublisherFollowsTheRecord(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	target := env.Name("orders")
 	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
 	spec.Buckets = delayspec.Delays{5 * time.Second}
-	declareTopology(t, env, spec)
-	newPublisher(t, env, spec) // the declared settings work
-
 	for _, tc := range []struct {
 		name   string
 		change func(*delayspec.Spec)
-		want   string
 	}{
-		{"unit", func(s *delayspec.Spec) { s.Ladder.Unit = 10 * time.Millisecond }, "another ladder"},
-		{"radix", func(s *delayspec.Spec) { s.Ladder.Radix = 32 }, "another ladder"},
-		{"order", func(s *delayspec.Spec) { s.Ladder.Order = ttlbuckets.LongestFirst }, "another ladder"},
-		{"bucket", func(s *delayspec.Spec) { s.Buckets = delayspec.Delays{2 * time.Second} }, "bucket 2s"},
-		{"target", func(s *delayspec.Spec) {
-			s.Targets = append(append(delayspec.Targets{}, s.Targets...), delayspec.Target{Name: env.Name("undeclared")})
-		}, "target exchange"},
+		{"as-is", func(s *delayspec.Spec) {}},
+		{"unit", func(s *delayspec.Spec) { s.Ladder.Unit = 10 * time.Millisecond }},
+		{"radix", func(s *delayspec.Spec) { s.Ladder.Radix = 32 }},
+		{"order", func(s *delayspec.Spec) { s.Ladder.Order = ttlbuckets.LongestFirst }},
+		{"bucket", func(s *delayspec.Spec) { s.Buckets = delayspec.Delays{2 * time.Second} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			other := spec
+			other.Prefix = spec.Prefix + "-" + tc.name
 			tc.change(&other)
-			cfg := amqpdelay.Config{Spec: other}
-			cfg.URL = env.URL
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			p, err := amqpdelay.NewPublisher(ctx, cfg)
-			if err == nil {
-				p.Close()
-				t.Fatalf("NewPublisher with another %s: nil error, want ErrTopologyMissing", tc.name)
+			declareTopology(t, env, other)
+			p := newPublisher(t, env, delayspec.Spec{Prefix: other.Prefix})
+			ladder, buckets, err := other.WithDefaults().LadderOrBuckets()
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("NewPublisher with another %s: %v; want ErrTopologyMissing saying %q", tc.name, err, tc.want)
+			ctx := pubCtx(t)
+			for _, d := range []time.Duration{1234 * time.Millisecond, 2 * time.Second, 5 * time.Second} {
+				r, err := p.Publish(ctx, target, "k", textMsg("x"), d)
+				if err != nil {
+					t.Fatalf("publish %v: %v", d, err)
+				}
+				if _, ok := buckets.Lookup(d); ok {
+					if r.Path != amqpdelay.PathBucket {
+						t.Errorf("delay %v, an applied bucket: path %v, want bucket", d, r.Path)
+					}
+					continue
+				}
+				plan, err := ladder.Plan(d, ttlbuckets.RoundUp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Path != amqpdelay.PathLadder || r.Hops != len(plan.Hops) || r.Delay != plan.Effective {
+					t.Errorf("delay %v: path %v, %d hops, delay %v; want the applied ladder's %d hops, %v", d, r.Path, r.Hops, r.Delay, len(plan.Hops), plan.Effective)
+				}
+			}
+			if _, err := p.Publish(ctx, env.Name("undeclared"), "k", textMsg("x"), time.Second); !errors.Is(err, amqpdelay.ErrUnknownTarget) {
+				t.Errorf("publish to a target the apply did not bind: %v, want ErrUnknownTarget", err)
 			}
 		})
 	}

@@ -50,7 +50,7 @@ func newRevokeFixture(t testing.TB) *revokeFixture {
 	f.spec.Buckets = revokeBuckets
 	f.spec.ReadyQueues = delayspec.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
 	declareTopology(t, env, f.spec)
-	f.cfg = amqpdelay.Config{URL: env.URL, Spec: f.spec}
+	f.cfg = amqpdelay.Config{URL: env.URL, Prefix: f.spec.Prefix}
 	f.pub = newPublisher(t, env, f.spec)
 	return f
 }

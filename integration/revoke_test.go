@@ -478,7 +478,7 @@ func TestRevokePlainConsumer(t *testing.T) {
 func TestRevokePluginPath(t *testing.T) {
 	f := newPluginFixture(t)
 	p := newPublisherURL(t, f.env.URL, f.spec, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
-	checkPlainConsumer(t, p, amqpdelay.Config{URL: f.env.URL, Spec: f.spec}, f.target, f.got)
+	checkPlainConsumer(t, p, amqpdelay.Config{URL: f.env.URL, Prefix: f.spec.Prefix}, f.target, f.got)
 }
 
 // checkPlainConsumer publishes 40 messages with routing key k, revokes every other one, and checks

@@ -61,7 +61,7 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 				t.Fatalf("Inspect before the link is lost: %+v, %v", infos, err)
 			}
 			next := infos[0].Next
-			links := schedule.NamesOf(f.spec).Links()
+			links := (f.spec.WithDefaults().Prefix + ".schedules.links")
 			ch := f.env.Channel(t)
 			purged := 0
 			switch c.where {

@@ -31,7 +31,7 @@ func TestClusterScheduleNodeKilled(t *testing.T) {
 	f.spec.ReadyQueues = delayspec.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
 	declareTopology(t, env, f.spec)
 	urls := c.vhostURLs(env.VHost)
-	f.cfg = amqpdelay.Config{URL: strings.Join(urls, ","), Spec: f.spec}
+	f.cfg = amqpdelay.Config{URL: strings.Join(urls, ","), Prefix: f.spec.Prefix}
 	log := consumeOccurrencesAt(t, urls, f.queue)
 	const every = 2 * time.Second
 	sch := f.schedule("cluster", every)
@@ -41,7 +41,7 @@ func TestClusterScheduleNodeKilled(t *testing.T) {
 	}
 	waitFor(t, 2*time.Minute, "5 occurrences", func() bool { return log.count() >= 5 })
 	victim := 2
-	if q, err := c.queueMembers(env.VHost, schedule.NamesOf(f.spec).Links()); err == nil {
+	if q, err := c.queueMembers(env.VHost, (f.spec.WithDefaults().Prefix + ".schedules.links")); err == nil {
 		if n := c.nodeOf(q.Leader); n > 1 {
 			victim = n
 		}

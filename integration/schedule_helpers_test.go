@@ -112,7 +112,7 @@ func newSchedFixture(t *testing.T) *schedFixture {
 	f.spec = testSpec(env, delayspec.Target{Name: f.target, Type: "topic"})
 	f.spec.ReadyQueues = delayspec.ReadyQueues{{Queue: f.queue, Exchange: f.target, BindingKey: "#"}}
 	declareTopology(t, env, f.spec)
-	f.cfg = amqpdelay.Config{URL: env.URL, Spec: f.spec}
+	f.cfg = amqpdelay.Config{URL: env.URL, Prefix: f.spec.Prefix}
 	return f
 }
 

@@ -762,11 +762,11 @@ func importDefinitions(t *testing.T, env *brokertest.Env, defs []byte) {
 	t.Logf("imported through the management API (no private node of scripts/broker to run rabbitmqctl on)")
 }
 
-// TestApplyMarkerOnlyAfterWholeLadder: the ladder marker, which publishers trust, exists only
+// TestApplyRecordOnlyAfterWholeLadder: the spec record, which publishers read, is written only
 // when its apply declared every object. Two applies of different ladders racing on one prefix
-// cannot both succeed, and a ladder's marker exists exactly when its apply succeeded; an apply
-// cut off by its context leaves no marker.
-func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
+// cannot both succeed, and the record is the spec of the apply that succeeded; an apply cut off
+// by its context leaves no record.
+func TestApplyRecordOnlyAfterWholeLadder(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	ctx := topoTestCtx(t, 2*time.Minute)
@@ -778,10 +778,7 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 		}
 		return p
 	}
-	exists := func(name string) bool {
-		ch := env.Channel(t) // a 404 closes the channel: one per look-up
-		return ch.ExchangeDeclarePassive(name, amqp.ExchangeFanout, true, false, false, false, nil) == nil
-	}
+	record := func(prefix string) (delayspec.Spec, error) { return delayspec.ReadRecord(ctx, env.Dial(t), prefix) }
 	if env.VHost == "/" {
 		t.Cleanup(func() { _ = env.Channel(t).ExchangeDelete(env.Name("orders"), false, false) })
 	}
@@ -798,9 +795,13 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 		if errs[0] == nil && errs[1] == nil {
 			t.Fatalf("round %d: applies of radix 16 and radix 32 on one prefix both succeeded", round)
 		}
+		rec, err := record(prefix)
+		if err != nil {
+			t.Fatalf("round %d: the spec record after the race: %v (applies returned %v)", round, err, errs)
+		}
 		for i, p := range plans {
-			if m := p.Names.LadderMarker(p.Ladder); exists(m) != (errs[i] == nil) {
-				t.Errorf("round %d: marker %s exists: %v, but its apply returned %v", round, m, exists(m), errs[i])
+			if (rec.Ladder == p.Ladder) != (errs[i] == nil) {
+				t.Errorf("round %d: the record's ladder is radix %d, and the apply of radix %d returned %v", round, rec.Ladder.Radix, p.Ladder.Radix, errs[i])
 			}
 		}
 		if env.VHost == "/" {
@@ -818,8 +819,8 @@ func TestApplyMarkerOnlyAfterWholeLadder(t *testing.T) {
 		t.Skip("the apply finished within 30 ms: nothing was cut off")
 	}
 	time.Sleep(500 * time.Millisecond) // declarations in flight finish in the background
-	if m := cut.Names.LadderMarker(cut.Ladder); exists(m) {
-		t.Errorf("an apply cut off by its context (%v) left the marker %s", err, m)
+	if rec, rerr := record(cut.Spec.Prefix); !errors.Is(rerr, delayspec.ErrNoRecord) {
+		t.Errorf("an apply cut off by its context (%v) left the record %+v (%v)", err, rec, rerr)
 	}
 	if env.VHost == "/" {
 		_, _ = admin.Teardown(ctx, env.Dial(t), cut, admin.TeardownOptions{Force: true})
@@ -948,10 +949,10 @@ func TestApplyReadyQueueDeliveryLimitParks(t *testing.T) {
 	}
 }
 
-// TestApplyTargetMarkersAndDispatchBound: apply declares a marker exchange per target, which
-// a passive declare finds; DispatchBound reads the real binding (false once it is removed by
-// hand, while the marker stays); teardown deletes the markers and the policies.
-func TestApplyTargetMarkersAndDispatchBound(t *testing.T) {
+// TestApplyRecordsTargetsAndDispatchBound: apply records every target in the spec record;
+// DispatchBound reads the real binding (false once it is removed by hand, while the record
+// stays); teardown deletes the spec stream and the policies.
+func TestApplyRecordsTargetsAndDispatchBound(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	m := topoNeedManagement(t, env)
@@ -964,10 +965,13 @@ func TestApplyTargetMarkersAndDispatchBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := env.Channel(t)
+	rec, err := delayspec.ReadRecord(ctx, env.Dial(t), p.Spec.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, target := range []string{"orders", long} {
-		marker := p.Names.TargetMarker(target)
-		if err := ch.ExchangeDeclarePassive(marker, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-			t.Fatalf("marker %s of target %.20s...: %v", marker, target, err)
+		if !rec.HasTarget(target) {
+			t.Fatalf("the spec record lacks target %.20s...: %+v", target, rec.Targets)
 		}
 		if ok, err := m.DispatchBound(ctx, p, target); !ok || err != nil {
 			t.Errorf("DispatchBound(%.20s...) = %v, %v; want true", target, ok, err)
@@ -987,7 +991,7 @@ func TestApplyTargetMarkersAndDispatchBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rep.Results {
-		if (r.Kind == admin.KindPolicy || strings.HasPrefix(r.Name, "rd.target")) && r.State != admin.StateDeleted {
+		if (r.Kind == admin.KindPolicy || r.Name == p.Names.SpecStream()) && r.State != admin.StateDeleted {
 			t.Errorf("teardown: %s %s %s", r.Kind, r.Name, r.State)
 		}
 	}

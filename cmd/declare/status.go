@@ -154,6 +154,14 @@ func printStatus(w io.Writer, v statusView) {
 	}
 	printCluster(w, rep, v.vhost) // leaders per node; members offline and waits are problems, printed there too
 	printUnplanned(w, p.Names, rep.Unplanned, "not in this specification", true)
+	if rep.RecordDiffers {
+		fmt.Fprintf(w, "\nspec record: the topology in use (stream %s, read by publishers and consumers) was applied with another "+
+			"specification than this one: run apply with this one to put it in use, or status with the applied one\n", p.Names.SpecStream())
+		for _, t := range rep.RecordOnlyTargets {
+			fmt.Fprintf(w, "  target %q is in the applied specification and not in this one: if %q is still a target, add it to the "+
+				"specification (AMQPDELAY_TARGETS, --target: a mistyped or left-out name?) and run apply\n", t, t)
+		}
+	}
 	if v.err == nil {
 		fmt.Fprintln(w, "\nstatus: OK, no problem found")
 	} else {

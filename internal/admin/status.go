@@ -128,6 +128,12 @@ type StatusReport struct {
 	// Version is the RabbitMQ version the broker announced on the connection (its "version"
 	// server property, e.g. "4.3.6"); "" when it did not say.
 	Version string `json:"rabbitmq_version,omitempty"`
+	// RecordDiffers: the spec record (delayspec.ReadRecord), which publishers and consumers
+	// use, is not this specification: the topology in use was applied with another one.
+	RecordDiffers bool `json:"record_differs,omitempty"`
+	// RecordOnlyTargets are the targets of the spec record that this specification lacks:
+	// publishers send delayed messages to them; a left-out or mistyped name?
+	RecordOnlyTargets []string `json:"record_only_targets,omitempty"`
 	// NotDeclared: none of the topology's own exchanges and queues exist (target exchanges
 	// and ready queues, the application's, may): it was never applied in this vhost, or it was
 	// torn down. Missing still lists every object; PolicyProblems is then empty, since a
@@ -510,6 +516,11 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			rep.Missing = append(rep.Missing, "policy "+ps.Name+" (exists with another pattern, priority or definition)")
 		}
 	}
+	if q, ok := p.Queue(p.Names.SpecStream()); ok && !slices.Contains(rep.Missing, "queue "+q.Name) {
+		if err := rep.checkRecord(ctx, conn, p); err != nil {
+			return rep, fmt.Errorf("topology: status: %w", err)
+		}
+	}
 	var problems []error
 	if len(rep.MissingExchanges) > 0 {
 		problems = append(problems, missingExchangesError(rep.MissingExchanges))
@@ -656,4 +667,30 @@ func notDeclared(rep *StatusReport) bool {
 		}
 	}
 	return n > 0
+}
+
+// checkRecord reads the spec record and compares it with p's specification: no record is a
+// missing object (publishers cannot start without one); another specification's is reported in
+// RecordDiffers and RecordOnlyTargets.
+func (rep *StatusReport) checkRecord(ctx context.Context, conn *amqp.Connection, p *Plan) error {
+	rec, err := delayspec.ReadRecord(ctx, conn, p.Spec.Prefix)
+	if errors.Is(err, delayspec.ErrNoRecord) {
+		rep.Missing = append(rep.Missing, "spec record (stream "+p.Names.SpecStream()+" holds none)")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	a, errA := delayspec.EncodeRecord(rec)
+	b, errB := delayspec.EncodeRecord(p.Spec)
+	if err := errors.Join(errA, errB); err != nil {
+		return err
+	}
+	rep.RecordDiffers = string(a) != string(b)
+	for _, t := range rec.Targets {
+		if !p.Spec.HasTarget(t.Name) {
+			rep.RecordOnlyTargets = append(rep.RecordOnlyTargets, t.Name)
+		}
+	}
+	return nil
 }
