@@ -80,12 +80,12 @@ var (
 	// reported at once.
 	ErrInvalidConfig = errors.New("amqpdelay: invalid configuration")
 
-	// ErrTopologyMissing: NewPublisher found part of the topology missing: no dispatch
-	// exchange, another ladder, a bucket queue, a target exchange, or a target that `declare
-	// apply` did not bind to the dispatch exchange (its marker exchange, or with
-	// WithManagement the binding itself); the message names it (run `rabbitdelay apply` with
-	// the same AMQPDELAY_* variables). Revoke and Reschedule return it when the revocation
-	// stream <prefix>.revoked does not exist, naming it.
+	// ErrTopologyMissing: NewPublisher found no spec record for its prefix (the stream
+	// <prefix>.spec that `rabbitdelay apply` writes), or part of the recorded topology missing:
+	// the dispatch exchange, a bucket queue, a target exchange, or with WithManagement a
+	// target's binding; the message names it (run `rabbitdelay apply`). After a reconnect it
+	// also means the record changed since the Publisher started. Revoke and Reschedule return
+	// it when the revocation stream <prefix>.revoked does not exist, naming it.
 	ErrTopologyMissing = errors.New("amqpdelay: delay topology not declared")
 
 	// ErrTopologyUnsafe: with WithManagement, NewPublisher found a policy or operator

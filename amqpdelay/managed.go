@@ -18,7 +18,7 @@ import (
 // loses, stalls or lets through messages at runtime:
 //
 //   - UnboundTargets: a target the dispatch exchange is not bound to parks every due message
-//     for it (a binding deleted by hand after apply leaves the marker exchange that AMQP sees).
+//     for it (a binding deleted by hand after apply, which the spec record does not show).
 //   - UnsafePolicies: a policy in effect on the delay queues (message-ttl, expires, a length
 //     limit, ...) delivers early, drops or stalls delayed messages.
 //   - TopicPermissionExchanges: dead-lettering is not checked against permissions, so a

@@ -163,7 +163,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 			errs = append(errs, err)
 		}
 	}
-	if err := (delayspec.Spec{Prefix: cfg.Prefix}).Validate(); err != nil {
+	if err := delayspec.ValidatePrefix(cfg.Prefix); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	if err := cfg.conn().Validate(); err != nil {

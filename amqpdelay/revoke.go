@@ -201,7 +201,7 @@ func (p *Publisher) record(ctx context.Context, typ string, entries []revlog.Ent
 			}
 			if errors.Is(err, ErrUnroutable) {
 				return fmt.Errorf("%w: the revocation stream %q does not exist (the broker returned the record): run `rabbitdelay apply` "+
-					"with the same AMQPDELAY_* variables (RabbitMQ 3.9 or later, feature flag stream_queue): %w", ErrTopologyMissing, stream, err)
+					"for this prefix (RabbitMQ 3.9 or later, feature flag stream_queue): %w", ErrTopologyMissing, stream, err)
 			}
 			if err != nil {
 				return fmt.Errorf("amqpdelay: write %d %s entr(ies) to %q: %w", len(group), typ, stream, err)

@@ -28,8 +28,7 @@
 //	<prefix>.due-unroutable    headers exchange, the target exchanges' alternate exchange (set by
 //	                           the policy <prefix>.targets): parks due messages a target routes nowhere
 //	<prefix>.revoked           stream of revocations (see [Names.Revoked])
-//	<prefix>.target.<X>        empty fanout exchange: marker that target X is bound to D (hashed
-//	                           as <prefix>.target-sha256.<32 hex> when too long)
+//	<prefix>.spec              stream whose last record is the Spec apply declared (see [ReadRecord])
 //
 // and three policies (not exchanges or queues): <prefix>.delay-queues, <prefix>.targets and
 // <prefix>.revoked-retention.

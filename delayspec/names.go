@@ -35,7 +35,7 @@ func (n Names) Unroutable() string { return n.p() + ".unroutable" }
 func (n Names) Parking() string { return parkingForm.name(n.p()) }
 
 // LadderPrefix is how the names of the ladder's exchanges and queues (copies, entry and
-// last-hop exchanges, markers included) begin: <prefix>.ladder.
+// last-hop exchanges included) begin: <prefix>.ladder.
 func (n Names) LadderPrefix() string { return n.p() + ".ladder." }
 
 // LadderExchange is the headers exchange of ladder level level.

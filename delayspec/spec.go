@@ -278,6 +278,24 @@ func (s Spec) WithDefaults() Spec {
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
 
+// ValidatePrefix checks a prefix ("" means [DefaultPrefix]) as [Spec.Validate] does: letters,
+// digits and . _ - : only, at most 200 bytes, not starting with "amq." (reserved by RabbitMQ).
+// The error wraps ErrInvalidSpec.
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	switch {
+	case !prefixRE.MatchString(prefix):
+		return fmt.Errorf("%w: prefix %q: use only letters, digits and . _ - : (it starts every exchange and queue name)", ErrInvalidSpec, prefix)
+	case len(prefix) > 200:
+		return fmt.Errorf("%w: prefix is %d bytes: at most 200 (RabbitMQ names hold at most 255 bytes, and suffixes are added)", ErrInvalidSpec, len(prefix))
+	case BrokerReserved(prefix):
+		return fmt.Errorf("%w: prefix %q: names starting with \"amq.\" are reserved by RabbitMQ", ErrInvalidSpec, prefix)
+	}
+	return nil
+}
+
 // Validate checks s (after [Spec.WithDefaults]) without touching the network and returns every
 // problem at once, joined; each wraps ErrInvalidSpec (ladder problems also wrap
 // ttlbuckets.ErrInvalidLadder, bucket problems ttlbuckets.ErrInvalidBuckets). Besides the
@@ -292,13 +310,8 @@ func (s Spec) Validate() error {
 	add := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...))
 	}
-	switch {
-	case !prefixRE.MatchString(s.Prefix):
-		add("prefix %q: use only letters, digits and . _ - : (it starts every exchange and queue name)", s.Prefix)
-	case len(s.Prefix) > 200:
-		add("prefix is %d bytes: at most 200 (RabbitMQ names hold at most 255 bytes, and suffixes are added)", len(s.Prefix))
-	case BrokerReserved(s.Prefix):
-		add("prefix %q: names starting with \"amq.\" are reserved by RabbitMQ", s.Prefix)
+	if err := ValidatePrefix(s.Prefix); err != nil {
+		errs = append(errs, err)
 	}
 	if len(s.Targets) == 0 {
 		add("no target exchange: set AMQPDELAY_TARGETS (the rabbitdelay CLI also takes --target), e.g. orders, or orders:topic to declare it")

@@ -29,7 +29,7 @@ import (
 )
 
 func main() {
-	exchange := flag.String("exchange", "billing", "target exchange (one of AMQPDELAY_TARGETS)")
+	exchange := flag.String("exchange", "billing", "target exchange (one of the AMQPDELAY_TARGETS apply was given)")
 	queue := flag.String("queue", "billing.runs", "queue to print the occurrences from (\"\": print nothing)")
 	every := flag.Duration("every", 10*time.Second, "the schedule's interval (ignored with -cron)")
 	cronExpr := flag.String("cron", "", `cron expression instead of -every, e.g. "0 1 28 * *"`)

@@ -1,7 +1,7 @@
 // Command publish schedules one delayed message with rabbitdelay and prints how it travels.
 //
-// It reads the AMQPDELAY_* variables of `rabbitdelay apply` (AMQPDELAY_URL, AMQPDELAY_TARGETS, ...);
-// the topology must be declared first. Run it from this directory:
+// It reads AMQPDELAY_URL and AMQPDELAY_PREFIX; the topology must be declared first (`rabbitdelay
+// apply`), and the Publisher reads the rest from what apply recorded. Run it from this directory:
 //
 //	go run . -delay 10s
 package main
@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	exchange := flag.String("exchange", "orders", "target exchange (one of AMQPDELAY_TARGETS)")
+	exchange := flag.String("exchange", "orders", "target exchange (one of the AMQPDELAY_TARGETS apply was given)")
 	key := flag.String("key", "order.42.payment-timeout", "routing key the target routes it with when due")
 	delay := flag.Duration("delay", 10*time.Second, "how long until the message is due")
 	body := flag.String("body", `{"order_id":42}`, "message body")

@@ -22,7 +22,7 @@ import (
 )
 
 func main() {
-	exchange := flag.String("exchange", "orders", "target exchange (one of AMQPDELAY_TARGETS)")
+	exchange := flag.String("exchange", "orders", "target exchange (one of the AMQPDELAY_TARGETS apply was given)")
 	queue := flag.String("queue", "orders.timeouts", "ready queue bound to the exchange for order.#")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
