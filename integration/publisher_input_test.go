@@ -140,8 +140,14 @@ func TestPublisherHeaderFrameLimit(t *testing.T) {
 	// Without a ready queue that parks (ReadyDeliveryLimit -1), a direct publish reserves no
 	// room for an x-death entry (TestPublisherDeadLetterHeaderLimit covers that room): the
 	// limit found is the frame's.
+	// The Publisher reads the delivery limit from the spec record: a topology of its own, under
+	// another prefix, with the fixture's target and without the fixture's ready queue (declared
+	// with a limit, it would conflict), whose binding still takes the direct publishes.
 	spec := f.spec
+	spec.Prefix += "-nolimit"
 	spec.ReadyDeliveryLimit = delayspec.NoReadyDeliveryLimit
+	spec.ReadyQueues = nil
+	declareTopology(t, f.env, spec)
 	env, target, p := f.env, f.target, newPublisher(t, f.env, spec, amqpdelay.WithReconnectHandler(ev.add))
 	frameMax := env.Dial(t).Config.FrameSize
 	if frameMax <= 0 {

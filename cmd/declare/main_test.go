@@ -344,7 +344,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 		}
 	}
 	for _, q := range parsed.Queues {
-		if !slices.Contains([]string{"ladder", "bucket", "parking", "ready", "revoked"}, q.Role) {
+		if !slices.Contains([]string{"ladder", "bucket", "parking", "ready", "revoked", "spec"}, q.Role) {
 			t.Errorf("status --json: queue %s has role %q, not a documented one", q.Name, q.Role)
 		}
 	}

@@ -69,6 +69,11 @@ type statusJSON struct {
 	// RequeueLoops are the ready queues whose consumers requeue messages in a loop that no
 	// delivery limit ends (management API; admin.RequeueLoop).
 	RequeueLoops []statusRequeueLoopJSON `json:"requeue_loops"`
+	// RecordDiffers: the spec record, which publishers and consumers use, is another
+	// specification's than this one.
+	RecordDiffers bool `json:"record_differs"`
+	// RecordOnlyTargets are the targets of the spec record that this specification lacks.
+	RecordOnlyTargets []string `json:"record_only_targets"`
 	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
 	// plugin exchange (management API), -1 when unknown or there is none.
 	PluginMessagesDelayed int64 `json:"plugin_messages_delayed"`
@@ -87,7 +92,8 @@ type statusRequeueLoopJSON struct {
 
 type statusQueueJSON struct {
 	Name string `json:"name"`
-	// Role is ladder, bucket, parking, ready or revoked (the revocation stream); Level and
+	// Role is ladder, bucket, parking, ready, revoked (the revocation stream) or spec (the
+	// spec stream); Level and
 	// Digit place a ladder queue (-1 for others); TTLMs is a delay queue's x-message-ttl (0
 	// for others).
 	Role   string `json:"role"`
@@ -205,6 +211,7 @@ func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vh
 		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, RetryBindings: []string{},
 		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{},
 		RabbitMQVersion: rep.Version, NotDeclared: rep.NotDeclared, RequeueLoops: []statusRequeueLoopJSON{},
+		RecordDiffers: rep.RecordDiffers, RecordOnlyTargets: append([]string{}, rep.RecordOnlyTargets...),
 		PluginMessagesDelayed: rep.PluginMessagesDelayed}
 	for _, l := range rep.RequeueLoops {
 		out.RequeueLoops = append(out.RequeueLoops, statusRequeueLoopJSON{Queue: l.Queue, RedeliverRate: l.RedeliverRate,

@@ -36,7 +36,7 @@ var statusJSONKeys = []string{
 	"cluster.shared_copies.queues",
 	"rabbitmq_version", "not_declared", "plugin_messages_delayed",
 	"requeue_loops", "requeue_loops.queue", "requeue_loops.redeliver_rate", "requeue_loops.deliver_rate", "requeue_loops.messages",
-	"requeue_loops.cause", "requeue_loops.advice",
+	"requeue_loops.cause", "requeue_loops.advice", "record_differs", "record_only_targets",
 }
 
 // jsonKeys returns the key paths of the JSON encoding of t (struct fields by their json tag,
@@ -104,7 +104,7 @@ func TestStatusJSONShape(t *testing.T) {
 		}
 	}
 	// The role values docs/status-json.md lists are the roles of a plan's queues.
-	for _, role := range []string{"ladder", "bucket", "parking", "ready", "revoked"} {
+	for _, role := range []string{"ladder", "bucket", "parking", "ready", "revoked", "spec"} {
 		if !strings.Contains(section, "`"+role+"`") {
 			t.Errorf("docs/status-json.md's paragraph does not list the role %q", role)
 		}
