@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -22,19 +21,6 @@ const (
 	// one died less than a lease ago): try again later.
 	Busy
 )
-
-// String returns "claimed", "already-handled" or "busy".
-func (s ClaimState) String() string {
-	switch s {
-	case Claimed:
-		return "claimed"
-	case AlreadyHandled:
-		return "already-handled"
-	case Busy:
-		return "busy"
-	}
-	return fmt.Sprintf("ClaimState(%d)", int(s))
-}
 
 // Store remembers which message ids have been handled, so that a Consumer runs its handler at
 // most once per id while the id is remembered (the exactly-once effect). Keys are a queue and a
@@ -64,9 +50,16 @@ type Store interface {
 	Release(ctx context.Context, queue, id, token string) error
 }
 
-// pinger is a [Store] that can tell whether it answers: [Consumer.Run] pings it at start.
-type pinger interface {
-	Ping(ctx context.Context) error
+// ping asks s whether it answers, when it can tell: a RedisStore, or a Store with a method
+// Ping(ctx) error. [Consumer.Run] pings its store at start.
+func ping(ctx context.Context, s Store) error {
+	switch p := s.(type) {
+	case *RedisStore:
+		return p.ping(ctx)
+	case interface{ Ping(context.Context) error }:
+		return p.Ping(ctx)
+	}
+	return nil
 }
 
 // newToken returns a random lease token.
@@ -237,12 +230,4 @@ func (m *MemoryStore) Release(ctx context.Context, queue, id, token string) erro
 		}
 	}
 	return nil
-}
-
-// Len returns how many keys the store holds now (done marks and leases, expired ones included
-// until they are next looked at or pushed out).
-func (m *MemoryStore) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.keys)
 }
