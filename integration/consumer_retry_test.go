@@ -30,7 +30,7 @@ var consumerLoad = flag.Int("consumer-load", 10000, "messages of TestConsumerLoa
 // first attempts at random. Every message is handled successfully exactly once; every retry
 // arrives no earlier than its back-off after its failure and is due no earlier; the other queue
 // bound to the same target with the same key gets every message once and no retry. The Consumer
-// runs WithoutRetryBinding: the retries reach the queue through the binding `rabbitdelay apply`
+// runs with Options.NoRetryBinding: the retries reach the queue through the binding `rabbitdelay apply`
 // made for it as a ready queue (the other queue has one too, by its own name).
 func TestConsumerLoadRetries(t *testing.T) {
 	t.Parallel()

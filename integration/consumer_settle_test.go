@@ -24,7 +24,7 @@ import (
 // TestConsumerAckAfterRetryConfirmed: a failed delivery is acked only once its retry copy is
 // confirmed. With the topology's delay queues deleted (after the Consumer started), the retry
 // publish comes back unroutable (amqpdelay.ErrUnroutable): the Consumer publishes again with
-// back-off until its settle timeout (3 s here, consumer.WithSettleTimeout) ends, then gives the
+// back-off until its settle timeout (3 s here, consumer.Options.SettleTimeout) ends, then gives the
 // delivery back (Requeued)
 // instead of acking it, and the broker delivers it again, flagged redelivered. The
 // handler holds that delivery until `rabbitdelay apply` (admin.Apply) has declared the delay
@@ -358,7 +358,7 @@ func TestConsumerReconnects(t *testing.T) {
 
 // TestConsumerSettleAfterLongHandler: the settle timeout bounds the settling after the handler
 // returned, not the handler's run. A handler that runs longer (6 s) than the settle timeout
-// (5 s, consumer.WithSettleTimeout) and fails still has its retry published and the delivery
+// (5 s, consumer.Options.SettleTimeout) and fails still has its retry published and the delivery
 // acked (Retried), never given back; attempt 2, as long, succeeds and its done mark is written
 // (a Handled event without an error). With one settle timeout counted from the delivery, both
 // settlings would find it over.
