@@ -77,7 +77,7 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer
 	c.pubCfg = cfg
 	c.store = o.store
 	if !o.storeSet {
-		c.store = NewMemoryStore(DefaultMemoryWindow)
+		c.store = &MemoryStore{}
 	}
 	return c, nil
 }

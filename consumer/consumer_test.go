@@ -22,7 +22,7 @@ func noop(context.Context, amqp.Delivery) error { return nil }
 func TestNewValidates(t *testing.T) {
 	cfg := amqpdelay.Config{}
 	_, err := New(cfg, "", nil, Options{Concurrency: -1, Lease: time.Millisecond, Keep: time.Hour, SettleTimeout: time.Microsecond,
-		HandlerTimeout: -time.Second, Store: NewMemoryStore(0), NoStore: true})
+		HandlerTimeout: -time.Second, Store: &MemoryStore{}, NoStore: true})
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}

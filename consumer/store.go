@@ -76,10 +76,16 @@ const DefaultMemoryWindow = 100_000
 // one process only, and remembers at most a bounded window of keys. When the window is full,
 // the oldest done marks are forgotten first (a copy of such a message arriving later is handled
 // again), then expired leases; a window full of live leases refuses new claims with Busy.
-// Create one with [NewMemoryStore]; the zero value is not usable.
+// The zero value is ready to use: &MemoryStore{} remembers DefaultMemoryWindow keys. A
+// MemoryStore must not be copied after first use.
 type MemoryStore struct {
+	// Window is how many keys the store remembers at most, done marks and live leases
+	// together (<= 0: DefaultMemoryWindow). Set it before the first use; later changes are
+	// ignored.
+	Window int
+
 	mu     sync.Mutex
-	max    int
+	max    int // Window, fixed at the first use
 	now    func() time.Time
 	keys   map[memKey]*list.Element
 	order  *list.List // of *memEntry, oldest first (by last write)
@@ -93,13 +99,19 @@ type memEntry struct {
 	expires time.Time
 }
 
-// NewMemoryStore returns a MemoryStore that remembers at most window keys (done marks and live
-// leases together); window <= 0 means DefaultMemoryWindow.
-func NewMemoryStore(window int) *MemoryStore {
-	if window <= 0 {
-		window = DefaultMemoryWindow
+// init prepares m at its first use; m.mu is held.
+func (m *MemoryStore) init() {
+	if m.keys != nil {
+		return
 	}
-	return &MemoryStore{max: window, now: time.Now, keys: map[memKey]*list.Element{}, order: list.New()}
+	m.max = m.Window
+	if m.max <= 0 {
+		m.max = DefaultMemoryWindow
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	m.keys, m.order = map[memKey]*list.Element{}, list.New()
 }
 
 // memKey is a MemoryStore's key: a queue and a message id, kept apart.
@@ -162,6 +174,7 @@ func (m *MemoryStore) Claim(ctx context.Context, queue, id string, lease time.Du
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	now := m.now()
 	key := memKey{queue, id}
 	if e := m.get(key, now); e != nil {
@@ -185,6 +198,7 @@ func (m *MemoryStore) Extend(ctx context.Context, queue, id, token string, lease
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	now := m.now()
 	e := m.get(memKey{queue, id}, now)
 	if e == nil {
@@ -208,6 +222,7 @@ func (m *MemoryStore) Done(ctx context.Context, queue, id, token string, keep ti
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	now := m.now()
 	key := memKey{queue, id}
 	if m.get(key, now) == nil && !m.room(now) {
@@ -224,6 +239,7 @@ func (m *MemoryStore) Release(ctx context.Context, queue, id, token string) erro
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	if el, ok := m.keys[memKey{queue, id}]; ok {
 		if e := el.Value.(*memEntry); !e.done && e.token == token {
 			m.remove(el)

@@ -46,7 +46,7 @@ func redisClient(t *testing.T) *redis.Client {
 
 // stores returns the implementations to test, each with keys unique to the test.
 func stores(t *testing.T) map[string]Store {
-	out := map[string]Store{"memory": NewMemoryStore(0)}
+	out := map[string]Store{"memory": &MemoryStore{}}
 	if os.Getenv("REDIS_URL") != "" || inCI() {
 		out["redis"] = NewRedisStore(redisClient(t), fmt.Sprintf("rdtest:%s:%d:", t.Name(), time.Now().UnixNano()))
 	}
@@ -159,7 +159,7 @@ func TestStoreOneClaimant(t *testing.T) {
 }
 
 func TestMemoryStoreWindow(t *testing.T) {
-	m := NewMemoryStore(3)
+	m := &MemoryStore{Window: 3}
 	ctx := context.Background()
 	for _, id := range []string{"a", "b", "c"} {
 		_, tok, _ := m.Claim(ctx, "q", id, time.Minute)
@@ -196,7 +196,7 @@ func TestMemoryStoreWindow(t *testing.T) {
 func TestMemoryStoreContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := NewMemoryStore(0).Claim(ctx, "q", "x", time.Minute); err == nil {
+	if _, _, err := (&MemoryStore{}).Claim(ctx, "q", "x", time.Minute); err == nil {
 		t.Fatal("claim with an ended context succeeded")
 	}
 }
@@ -254,7 +254,7 @@ func TestStoreExtendRetakesLostLease(t *testing.T) {
 		}
 	}
 	t.Run("memory", func(t *testing.T) {
-		m := NewMemoryStore(0)
+		m := &MemoryStore{}
 		check(t, m, func(queue, id string) {
 			m.mu.Lock()
 			if el, ok := m.keys[memKey{queue, id}]; ok {

@@ -118,7 +118,7 @@ func killMidHandler(t *testing.T, consumers int, store func() consumer.Store) {
 // TestConsumerDuplicatesMemory: one process, two Consumers sharing one MemoryStore.
 func TestConsumerDuplicatesMemory(t *testing.T) {
 	t.Parallel()
-	m := consumer.NewMemoryStore(0)
+	m := &consumer.MemoryStore{}
 	killMidHandler(t, 2, func() consumer.Store { return m })
 }
 

@@ -259,7 +259,7 @@ func TestConsumerRescheduleAfterHandled(t *testing.T) {
 		ids = append(ids, in.ID)
 		mu.Unlock()
 		return nil
-	}, consumer.Options{Observer: evs.observe, Store: consumer.NewMemoryStore(0)})
+	}, consumer.Options{Observer: evs.observe, Store: &consumer.MemoryStore{}})
 	runConsumer(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -34,7 +34,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	var store consumer.Store = consumer.NewMemoryStore(0) // one process
+	var store consumer.Store = &consumer.MemoryStore{} // one process
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
