@@ -42,25 +42,21 @@ type Consumer struct {
 	store  Store
 	log    zerolog.Logger
 	ran    atomic.Bool
-	revs   *revoke.Revocations // set by Run unless WithoutRevocations
-	m      *consumerMetrics    // WithMetrics (metrics.go); nil records nothing
+	revs   *revoke.Revocations // set by Run unless Options.NoRevocations
+	m      *consumerMetrics    // Options.Metrics (metrics.go); nil records nothing
 }
 
 // New returns a Consumer of queue that runs h, with the connection settings of cfg (dialled
-// with amqpdelay.Dial) and the delay topology of cfg.Prefix (through which retries wait: the
-// topology's ladder and buckets, and the retry exchange that `rabbitdelay apply` declares). It does
-// no I/O. Errors wrap ErrInvalidConfig and name every unusable value; waits longer than the
-// topology's ladder carries are found by Run, which reads the topology.
-func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consumer, error) {
-	o := defaultOptions()
+// with amqpdelay.Dial), the delay topology of cfg.Prefix (through which retries wait: the
+// topology's ladder and buckets, and the retry exchange that `rabbitdelay apply` declares) and
+// opts (Options{}: every default). It does no I/O. Errors wrap ErrInvalidConfig and name every
+// unusable value; waits longer than the topology's ladder carries are found by Run, which reads
+// the topology.
+func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer, error) {
+	o, err := opts.resolve()
 	var errs []error
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			errs = append(errs, err)
-		}
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if queue == "" || len(queue) > delayspec.MaxNameLen {
 		errs = append(errs, fmt.Errorf("%w: queue name %q: want 1 to %d bytes", ErrInvalidConfig, queue, delayspec.MaxNameLen))
@@ -81,7 +77,7 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 	c.pubCfg = cfg
 	c.store = o.store
 	if !o.storeSet {
-		c.store = NewMemoryStore(DefaultMemoryWindow)
+		c.store = &MemoryStore{}
 	}
 	return c, nil
 }
@@ -90,19 +86,19 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts ...Option) (*Consum
 func (c *Consumer) Queue() string { return c.queue }
 
 // Run consumes until ctx ends, then shuts down gracefully and returns nil: it stops taking
-// messages, lets running handlers finish for up to the shutdown timeout ([WithShutdownTimeout]),
-// cancels the contexts of those still running, gives their messages back (nack with requeue)
-// and returns once every handler has returned. After a connection loss it reconnects with
-// back-off until ctx ends.
+// messages, lets running handlers finish for up to [Options.ShutdownTimeout], cancels the
+// contexts of those still running, gives their messages back (nack with requeue) and returns
+// once every handler has returned. After a connection loss it reconnects with back-off until
+// ctx ends.
 //
-// At start it pings the store (when it has a Ping method, as [RedisStore] has), opens the
-// retry Publisher and the consuming connection, checks the queue, binds it to the retry
-// exchange (unless [WithoutRetryBinding]) and, unless [WithoutRevocations], reads the
-// revocation stream. A failure there is returned at once: ErrStore, ErrInvalidConfig (a
-// WithBackoff or WithBusyDelay wait beyond the ladder's maximum), ErrQueueNotFound,
+// At start it pings the store (a [RedisStore], or a Store with a method Ping(ctx) error), opens
+// the retry Publisher and the consuming connection, checks the queue, binds it to the retry
+// exchange (unless [Options.NoRetryBinding]) and, unless [Options.NoRevocations], reads the
+// revocation stream. A failure there is returned at once: ErrStore, ErrInvalidConfig (an
+// Options.Backoff or Options.BusyDelay wait beyond the ladder's maximum), ErrQueueNotFound,
 // amqpdelay.ErrTopologyMissing (run `rabbitdelay apply`), a dial error, or ctx's error. Once
-// running, a store that fails a claim defers only that delivery ([WithBusyDelay]). Run may be
-// called once (ErrRunning).
+// running, a store that fails a claim defers only that delivery (Options.BusyDelay). Run may
+// be called once (ErrRunning).
 func (c *Consumer) Run(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)
@@ -112,11 +108,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if p, ok := c.store.(pinger); ok {
-		if err := p.Ping(startCtx); err != nil {
-			return fmt.Errorf("consumer: the store of handled ids does not answer, so no delivery could be claimed "+
-				"(is Redis running, and are the address and password of its client right?): %w", err)
-		}
+	if err := ping(startCtx, c.store); err != nil {
+		return fmt.Errorf("consumer: the store of handled ids does not answer, so no delivery could be claimed "+
+			"(is Redis running, and are the address and password of its client right?): %w", err)
 	}
 	pub, err := amqpdelay.NewPublisher(startCtx, c.pubCfg, amqpdelay.WithLogger(c.log), amqpdelay.WithChannels(1),
 		amqpdelay.WithConnectionName(c.o.name+"-retry"), amqpdelay.WithReconnectBackoff(c.o.reconnectMin, c.o.reconnectMax))
@@ -254,7 +248,7 @@ func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 	if c.o.bind {
 		if err := ch.QueueBind(c.queue, c.queue, c.names.Retry(), false, nil); err != nil {
 			return fail(fmt.Errorf("consumer: bind queue %q to the retry exchange %q with key %q (run `rabbitdelay apply`, or pass "+
-				"WithoutRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err))
+				"Options.NoRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err))
 		}
 	}
 	prefetch := c.o.concurrency
@@ -634,7 +628,7 @@ func (c *Consumer) process(base context.Context, s *session, pub *amqpdelay.Publ
 		reason = ParkAttempts
 	default:
 		h[HeaderAttempt] = int64(in.Attempt + 1)
-		delay := c.o.backoff.Delay(in.Attempt)
+		delay := c.o.backoff.delay(in.Attempt)
 		retry := copyOf(d, h, in)
 		r, perr := c.settlePublish(sctx, in, func() (amqpdelay.Receipt, error) {
 			return pub.Publish(sctx, c.names.Retry(), c.queue, retry, delay)
@@ -987,12 +981,12 @@ func (o *options) fitWaits(m time.Duration) error {
 		o.backoff.Max = max(fit, time.Millisecond)
 		o.backoff.Initial = min(o.backoff.Initial, o.backoff.Max)
 	} else if o.backoff.longest() > float64(m) {
-		errs = append(errs, fmt.Errorf("%w: WithBackoff: Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
+		errs = append(errs, fmt.Errorf("%w: Options.Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
 			"the topology's ladder carries (retries wait in it): want Backoff.Max from Backoff.Initial (%v) to %v",
 			ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, floatDuration(o.backoff.longest()), m, o.backoff.Initial, fit))
 	}
 	if o.busyDelay > m {
-		errs = append(errs, fmt.Errorf("%w: WithBusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
+		errs = append(errs, fmt.Errorf("%w: Options.BusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
 			ErrInvalidConfig, o.busyDelay, m))
 	}
 	o.maxDelay = m

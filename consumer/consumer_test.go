@@ -21,29 +21,46 @@ func noop(context.Context, amqp.Delivery) error { return nil }
 
 func TestNewValidates(t *testing.T) {
 	cfg := amqpdelay.Config{}
-	_, err := New(cfg, "", nil, WithConcurrency(0), WithLease(time.Millisecond, time.Hour), WithSettleTimeout(0))
+	_, err := New(cfg, "", nil, Options{Concurrency: -1, Lease: time.Millisecond, Keep: time.Hour, SettleTimeout: time.Microsecond,
+		HandlerTimeout: -time.Second, Store: &MemoryStore{}, NoStore: true})
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"queue name", "nil handler", "concurrency 0", "lease 1ms", "settle timeout 0s"} {
+	for _, want := range []string{"queue name", "nil handler", "Options.Concurrency -1", "Options.Lease 1ms", "Options.SettleTimeout 1µs",
+		"Options.HandlerTimeout -1s", "Options.NoStore with a Store"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
 	short := 65535 * time.Millisecond // a ladder of radix 16 and 4 levels
-	if _, err := newOn(short, WithBackoff(Backoff{Max: time.Hour})); !errors.Is(err, ErrInvalidConfig) ||
+	if _, err := newOn(short, Options{Backoff: Backoff{Max: time.Hour}}); !errors.Is(err, ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "the topology's ladder carries") {
 		t.Errorf("a back-off beyond the ladder: %v", err)
 	}
-	c, err := newOn(short) // the default back-off is lowered to fit
+	c, err := newOn(short, Options{}) // the default back-off is lowered to fit
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.o.settleTimeout != DefaultSettleTimeout {
 		t.Errorf("default settle timeout %v, want %v", c.o.settleTimeout, DefaultSettleTimeout)
 	}
-	if c2, err := newOn(short, WithSettleTimeout(2*time.Second)); err != nil || c2.o.settleTimeout != 2*time.Second {
-		t.Errorf("WithSettleTimeout(2s): err %v", err)
+	if c2, err := newOn(short, Options{SettleTimeout: 2 * time.Second}); err != nil || c2.o.settleTimeout != 2*time.Second {
+		t.Errorf("Options.SettleTimeout 2s: err %v", err)
+	}
+	// The zero value of each field is its default; a negative shutdown timeout is none, and
+	// NoStore turns deduplication off.
+	d := defaultOptions()
+	if c.o.concurrency != d.concurrency || c.o.lease != DefaultLease || c.o.keep != DefaultKeep || c.o.shutdownTimeout != DefaultShutdownTimeout ||
+		c.o.name != d.name || c.o.reconnectMin != d.reconnectMin || c.o.reconnectMax != d.reconnectMax || !c.o.bind || !c.o.revocations ||
+		c.o.idFunc == nil || c.o.handlerTimeout != 0 {
+		t.Errorf("Options{} resolved to %+v, want the defaults", c.o)
+	}
+	if _, ok := c.store.(*MemoryStore); !ok {
+		t.Errorf("Options{}: store %T, want a *MemoryStore", c.store)
+	}
+	c3, err := New(cfg, "q", noop, Options{ShutdownTimeout: -1, NoStore: true, Lease: 48 * time.Hour, ReconnectMin: 10 * time.Second})
+	if err != nil || c3.o.shutdownTimeout != 0 || c3.store != nil || c3.o.keep != 48*time.Hour || c3.o.reconnectMax != 10*time.Second {
+		t.Errorf("Options{ShutdownTimeout: -1, NoStore: true, Lease: 48h, ReconnectMin: 10s}: %+v, store %v, %v", c3.o, c3.store, err)
 	}
 	if longest := time.Duration(float64(c.o.backoff.Max) * (1 + c.o.backoff.Jitter)); longest > 65535*time.Millisecond {
 		t.Errorf("default back-off reaches %v beyond the ladder", longest)
@@ -162,7 +179,7 @@ func TestRunRefusesUnreachableStore(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer client.Close()
 	cfg := amqpdelay.Config{URL: "amqp://guest:guest@127.0.0.1:1/"}
-	c, err := New(cfg, "q", noop, WithStore(NewRedisStore(client, "")))
+	c, err := New(cfg, "q", noop, Options{Store: NewRedisStore(client, "")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,10 +4,11 @@
 // exactly-once effect per message id through a store of handled ids (in memory, or Redis for
 // several instances). Plain consumers keep working: nothing here changes the topology.
 //
-//	c, err := consumer.New(cfg, "orders.timeouts", handle,
-//		consumer.WithConcurrency(16),
-//		consumer.WithBackoff(consumer.Backoff{MaxAttempts: 5, Initial: time.Second}),
-//		consumer.WithStore(consumer.NewRedisStore(redisClient, "")))
+//	c, err := consumer.New(cfg, "orders.timeouts", handle, consumer.Options{
+//		Concurrency: 16,
+//		Backoff:     consumer.Backoff{MaxAttempts: 5, Initial: time.Second},
+//		Store:       consumer.NewRedisStore(redisClient, ""),
+//	})
 //	err = c.Run(ctx) // until ctx ends; then a graceful shutdown
 //
 // # How a delivery is handled
@@ -15,7 +16,7 @@
 // A Consumer consumes with a prefetch equal to its concurrency, and publishes its copies
 // through an amqpdelay.Publisher, whose publishes return only after the broker's confirm.
 //
-//  1. Claim the message's id ([WithIDFunc]; MessageId by default) in the [Store] with an
+//  1. Claim the message's id ([Options.IDFunc]; MessageId by default) in the [Store] with an
 //     expiring lease. Already handled: ack ([Skipped]). Leased by another holder: send it back
 //     through the delay topology for the busy delay, then ack ([Deferred]; no attempt counted).
 //  2. Run the handler with a context that carries [Info] and ends with the handler timeout or
@@ -29,8 +30,8 @@
 //     [Replay] sends parked messages back to their queue.
 //
 // The retry exchange is bound to each ready queue by its own name, so a retry reaches its queue
-// and no other; Run makes that binding itself unless [WithoutRetryBinding]. [WithObserver]
-// reports every outcome as an [Event]; [WithMetrics] counts them.
+// and no other; Run makes that binding itself unless [Options.NoRetryBinding].
+// [Options.Observer] receives every outcome as an [Event]; [Options.Metrics] counts them.
 //
 // # Guarantees
 //
@@ -44,7 +45,7 @@
 //   - Revoked messages (Publisher.Revoke and Reschedule) are acked without running the handler
 //     ([Revoked]): always when the revocation was confirmed at least 100 ms before the due
 //     time, best effort later (package revoke). A delivery the revocation stream cannot answer
-//     for within the settle timeout is deferred, never handled. [WithoutRevocations] turns this
+//     for within the settle timeout is deferred, never handled. [Options.NoRevocations] turns this
 //     off.
 //   - Exactly-once effect while the id is remembered and the store answers: the handler runs
 //     to success at most once per queue and id, whatever the copies. Two instances sharing a
@@ -56,7 +57,7 @@
 //     beside another instance's copy; the Consumer cancels its context when it sees this.
 //   - Graceful shutdown: no new message is taken; running handlers get the shutdown timeout;
 //     the rest are given back.
-//   - No global logger ([WithLogger]); every blocking call is bounded by a context.
+//   - No global logger ([Options.Logger]); every blocking call is bounded by a context.
 //
 // # Limits
 //
@@ -70,7 +71,22 @@
 //     a refused retry parks the message ([ParkRetryRefused]), a refused parking copy rejects
 //     the delivery without requeue ([Rejected]), for its queue's dead-letter exchange.
 //   - A copy whose publish keeps failing is retried, the delivery held, for up to the settle
-//     timeout ([WithSettleTimeout]); then the delivery is given back.
+//     timeout ([Options.SettleTimeout]); then the delivery is given back.
+//
+// # Metrics
+//
+// With [Options.Metrics], a Consumer records these Prometheus series, each with the label
+// queue, the queue consumed, and each existing from New, at 0:
+//
+//   - rabbitdelay_consumer_messages_total{outcome}: deliveries by outcome: handled, retried,
+//     parked, duplicate ([Skipped]), deferred, requeued, unsettled, revoked, rejected.
+//   - rabbitdelay_consumer_handler_failures_total: handler runs that failed or panicked.
+//   - rabbitdelay_consumer_handler_duration_seconds{result}: histogram, result ok or error.
+//   - rabbitdelay_consumer_lateness_seconds{path}: histogram of [Info.Late] of handled
+//     deliveries with a due time, by amqpdelay.DeliveryPath, less those [Replay] moved.
+//   - rabbitdelay_consumer_reconnects_total: reconnections after a connection loss.
+//   - rabbitdelay_consumer_derived_ids_total{reason}: ids the Consumer derived ([IDDerived]),
+//     reason missing or too-long.
 //
 // # Giving a delivery back
 //

@@ -47,7 +47,7 @@ func IsPermanent(err error) bool {
 
 // PanicError is a handler's panic, turned into an error: the delivery is retried (or parked)
 // like any other failure. The outcome's [Event].Err is a *PanicError (errors.As), with the
-// whole stack trace; the Consumer's logger ([WithLogger]) records it at error level with the
+// whole stack trace; the Consumer's logger ([Options.Logger]) records it at error level with the
 // stack; and the retry or parked copy carries [HeaderPanic], the bounded Summary.
 type PanicError struct {
 	// Value is the value the handler passed to panic (a *runtime.PanicNilError for panic(nil)).

@@ -32,10 +32,11 @@ func Example() {
 		_ = in
 		return cancelOrder(ctx, order.ID) // an error: retried after the back-off
 	}
-	c, err := consumer.New(cfg, "orders.timeouts", handle,
-		consumer.WithConcurrency(16),
-		consumer.WithBackoff(consumer.Backoff{MaxAttempts: 5, Initial: time.Second, Max: time.Minute}),
-		consumer.WithStore(consumer.NewRedisStore(redis.NewClient(opt), "")))
+	c, err := consumer.New(cfg, "orders.timeouts", handle, consumer.Options{
+		Concurrency: 16,
+		Backoff:     consumer.Backoff{MaxAttempts: 5, Initial: time.Second, Max: time.Minute},
+		Store:       consumer.NewRedisStore(redis.NewClient(opt), ""),
+	})
 	if err != nil {
 		panic(err)
 	}

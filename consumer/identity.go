@@ -16,7 +16,7 @@ import (
 
 // MaxIDLen is the longest id, in bytes, the Consumer puts in a [Store]'s key: 255, the
 // longest MessageId AMQP 0-9-1 carries (a short string). A longer id (only an id function of
-// [WithIDFunc] returns one) is replaced by "id-sha256:" and the hex SHA-256 of the id.
+// [Options.IDFunc] returns one) is replaced by "id-sha256:" and the hex SHA-256 of the id.
 const MaxIDLen = 255
 
 // Prefixes of the ids the Consumer derives ([IDDerived]).

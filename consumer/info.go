@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
@@ -13,7 +12,7 @@ import (
 type Info struct {
 	// Queue is the queue consumed.
 	Queue string
-	// ID is the delivery's id for deduplication: the id function's answer ([WithIDFunc];
+	// ID is the delivery's id for deduplication: the id function's answer ([Options.IDFunc];
 	// default the MessageId), or one the Consumer derived (IDDerived says why).
 	ID string
 	// IDDerived is "" when ID is the id function's answer; else why the Consumer derived it:
@@ -35,7 +34,7 @@ type Info struct {
 	// includes the time the message spent parked.
 	Late time.Duration
 	// Replayed is true when [Replay] sent this delivery back from the parking queue
-	// (HeaderReplayed). Its lateness is not recorded by [WithMetrics].
+	// (HeaderReplayed). Its lateness is not recorded in the metrics ([Options.Metrics]).
 	Replayed bool
 	// Path is the delay path the delivery came through, from its headers
 	// (amqpdelay.DeliveryPath); PathDirect when HasDue is false.
@@ -53,46 +52,47 @@ func InfoFrom(ctx context.Context) (info Info, ok bool) {
 	return info, ok
 }
 
-// EventKind says what happened to a delivery (or to the connection).
-type EventKind int
+// EventKind says what happened to a delivery (or to the connection): the kind's name in lower
+// case ("handled", "retried", ...).
+type EventKind string
 
 const (
 	// Handled: the handler returned nil; the message was acked.
-	Handled EventKind = iota + 1
+	Handled EventKind = "handled"
 	// Retried: the handler failed; a copy was published to come back after Event.Delay (and
 	// confirmed), then the delivery was acked.
-	Retried
+	Retried EventKind = "retried"
 	// Parked: the handler failed for the last time, or permanently; the message was published
 	// to the parking queue with the reason (and confirmed), then acked.
-	Parked
+	Parked EventKind = "parked"
 	// Skipped: the id was handled before (a duplicate): acked without running the handler.
-	Skipped
+	Skipped EventKind = "skipped"
 	// Deferred: another handler holds the id's lease, the store or the revocation stream
 	// could not answer, or the delivery arrived more than EarlyHold before its due time
 	// (Event.Err says which; errors.Is(Err, ErrEarly) for the last); a copy was published to
 	// come back after Event.Delay without counting an attempt, then the delivery was acked.
-	Deferred
+	Deferred EventKind = "deferred"
 	// Requeued: given back to the queue: with basic.reject (requeue) because its retry or
 	// parking copy could not be published, or with basic.nack (requeue) at shutdown or
 	// because a deferred copy could not be (Event.Err says which; see "Giving a delivery back"
 	// in the package documentation).
-	Requeued
+	Requeued EventKind = "requeued"
 	// Unsettled: the outcome could not be settled with the broker (the channel closed before the
 	// ack): the broker delivers the message again, and the store decides.
-	Unsettled
+	Unsettled EventKind = "unsettled"
 	// Disconnected: the Consumer's connection was lost.
-	Disconnected
+	Disconnected EventKind = "disconnected"
 	// Reconnected: the Consumer's connection is back after a loss.
-	Reconnected
+	Reconnected EventKind = "reconnected"
 	// Revoked: the message was revoked (amqpdelay's Publisher.Revoke or Reschedule): acked
 	// without running the handler.
-	Revoked
+	Revoked EventKind = "revoked"
 	// Rejected: the handler failed and no copy of the message could be parked (the Publisher
 	// refused it as invalid, typically for too many headers): it was rejected without requeue
 	// (basic.reject), so its queue's dead-letter exchange took it (a quorum ready queue's: the
 	// parking queue, without the failure record) or, for a queue without one, RabbitMQ
 	// dropped it (Event.Err).
-	Rejected
+	Rejected EventKind = "rejected"
 	// IDDerived: the delivery had no id the store can hold, so the Consumer derived one
 	// (Info.ID, Info.IDDerived; Event.Err says why and what to do). It is reported when the
 	// delivery arrives, before its outcome's event, for every delivery of such a message:
@@ -106,41 +106,10 @@ const (
 	//     and parked copies carry the derived id as their MessageId.
 	//   - an id longer than MaxIDLen (from an id function): the id is HashedIDPrefix and the
 	//     SHA-256 of the id.
-	IDDerived
+	IDDerived EventKind = "id-derived"
 )
 
-// String returns the kind's name in lower case ("handled", "retried", ...).
-func (k EventKind) String() string {
-	switch k {
-	case Handled:
-		return "handled"
-	case Retried:
-		return "retried"
-	case Parked:
-		return "parked"
-	case Skipped:
-		return "skipped"
-	case Deferred:
-		return "deferred"
-	case Requeued:
-		return "requeued"
-	case Unsettled:
-		return "unsettled"
-	case Disconnected:
-		return "disconnected"
-	case Reconnected:
-		return "reconnected"
-	case Revoked:
-		return "revoked"
-	case Rejected:
-		return "rejected"
-	case IDDerived:
-		return "id-derived"
-	}
-	return fmt.Sprintf("EventKind(%d)", int(k))
-}
-
-// Event is one outcome that [WithObserver] reports.
+// Event is one outcome that [Options.Observer] receives.
 type Event struct {
 	// Kind says what happened.
 	Kind EventKind

@@ -10,25 +10,6 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/metrics"
 )
 
-// WithMetrics records Prometheus metrics on reg (nil: none; the global registry is never
-// touched). Every series has the label queue, the queue consumed, and exists from New, at 0:
-//
-//   - rabbitdelay_consumer_messages_total{outcome}: deliveries by outcome: handled, retried,
-//     parked, duplicate ([Skipped]), deferred, requeued, unsettled, revoked, rejected.
-//   - rabbitdelay_consumer_handler_failures_total: handler runs that failed or panicked.
-//   - rabbitdelay_consumer_handler_duration_seconds{result}: histogram, result ok or error.
-//   - rabbitdelay_consumer_lateness_seconds{path}: histogram of [Info.Late] of handled
-//     deliveries with a due time, by amqpdelay.DeliveryPath, less those [Replay] moved.
-//   - rabbitdelay_consumer_reconnects_total: reconnections after a connection loss.
-//   - rabbitdelay_consumer_derived_ids_total{reason}: ids the Consumer derived ([IDDerived]),
-//     reason missing or too-long.
-//
-// Consumers may share reg: they share the collectors. New fails with ErrInvalidConfig when
-// reg refuses the collectors (names registered with other labels).
-func WithMetrics(reg prometheus.Registerer) Option {
-	return func(o *options) error { o.metricsReg = reg; return nil }
-}
-
 // consumerMetrics are the collectors shared by the Consumers of one registry.
 type consumerMetrics struct {
 	messages   *prometheus.CounterVec
@@ -65,7 +46,7 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 	}
 	in, _, err := metrics.Register(reg, true, cs...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: WithMetrics: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: Options.Metrics: %w", ErrInvalidConfig, err)
 	}
 	m := &consumerMetrics{}
 	var ok [6]bool
@@ -77,7 +58,7 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 	m.derived, ok[5] = in[5].(*prometheus.CounterVec)
 	for i, good := range ok {
 		if !good {
-			return nil, fmt.Errorf("%w: WithMetrics: the registry already has a collector of another kind for metric %d of the consumer's",
+			return nil, fmt.Errorf("%w: Options.Metrics: the registry already has a collector of another kind for metric %d of the consumer's",
 				ErrInvalidConfig, i+1)
 		}
 	}
@@ -93,7 +74,7 @@ func outcome(k EventKind) string {
 	if k == Skipped {
 		return "duplicate"
 	}
-	return k.String()
+	return string(k)
 }
 
 // paths are the path label values of lateness_seconds.

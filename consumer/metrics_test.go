@@ -86,7 +86,7 @@ func histogramCount(t *testing.T, h *prometheus.HistogramVec, labels ...string) 
 func TestMetricsStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := amqpdelay.Config{}
-	if _, err := New(cfg, "work", noop, WithMetrics(reg)); err != nil {
+	if _, err := New(cfg, "work", noop, Options{Metrics: reg}); err != nil {
 		t.Fatal(err)
 	}
 	const want = `
@@ -130,7 +130,8 @@ rabbitdelay_consumer_reconnects_total{queue="work"} 0
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k := Handled; k <= IDDerived; k++ {
+	for _, k := range []EventKind{Handled, Retried, Parked, Skipped, Deferred, Requeued, Unsettled, Disconnected, Reconnected,
+		Revoked, Rejected, IDDerived} {
 		in := Info{HasDue: true, IDDerived: DerivedMissing}
 		for _, p := range paths {
 			in.Path = p
@@ -145,7 +146,7 @@ rabbitdelay_consumer_reconnects_total{queue="work"} 0
 		t.Errorf("%d series after an event of every kind (%v), %d from New: an outcome or label value was not started at 0", after, err, before)
 	}
 	// A second Consumer on the registry starts its own queue's series.
-	if _, err := New(cfg, "other", noop, WithMetrics(reg)); err != nil {
+	if _, err := New(cfg, "other", noop, Options{Metrics: reg}); err != nil {
 		t.Fatal(err)
 	}
 	if v := testutil.ToFloat64(m.messages.WithLabelValues("other", "parked")); v != 0 {

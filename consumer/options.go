@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,10 +13,109 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/revlog"
 )
 
-// Option configures a Consumer; pass options to [New]. An option given a value it cannot use
-// makes New fail with an error wrapping ErrInvalidConfig.
-type Option func(*options) error
+// Options configure a Consumer; pass them to [New]. The zero value of each field means its
+// default, so Options{} gives a Consumer with every default. New refuses a value out of its
+// range with an error wrapping ErrInvalidConfig that names the field and the range, one error
+// per field, joined.
+type Options struct {
+	// Concurrency is how many handlers run at once, and the channel's prefetch count
+	// (basic.qos), so the broker never hands the Consumer a message no handler is free for.
+	// 0: DefaultConcurrency; else 1 to 10,000.
+	Concurrency int
 
+	// Backoff is the retry policy; its zero fields take the values of DefaultBackoff, and a
+	// field out of its range (see [Backoff]) is refused. The zero Backoff is DefaultBackoff
+	// with Max lowered to fit a ladder shorter than it; a Backoff with any field set whose
+	// longest wait the topology's ladder cannot carry makes Run fail with ErrInvalidConfig.
+	Backoff Backoff
+
+	// Store is the store of handled ids. nil: a [MemoryStore] of DefaultMemoryWindow keys,
+	// private to the Consumer. Pass one [RedisStore] (or one MemoryStore) to every Consumer of
+	// a queue that must not handle a message twice.
+	Store Store
+	// NoStore turns deduplication off: every delivery runs the handler. With a Store as well:
+	// ErrInvalidConfig.
+	NoStore bool
+
+	// Lease is how long a claim on a message id lasts. 0: DefaultLease; else at least 100 ms.
+	// The Consumer renews it every third of it while the handler runs, so a handler may take
+	// longer; a Consumer that dies stops renewing, and its claim expires after at most Lease
+	// (see the package documentation's Guarantees).
+	Lease time.Duration
+	// Keep is how long a handled id is remembered: a copy of a handled message that arrives
+	// later runs the handler again. 0: DefaultKeep, or Lease when that is longer; else at
+	// least Lease.
+	Keep time.Duration
+	// BusyDelay is how long a delivery waits in the delay topology, like a retry but without
+	// counting as an attempt, when another handler holds its id (a copy being handled now, or
+	// by a Consumer that died less than a lease ago) or when the store or the revocation
+	// stream could not answer. 0: a quarter of the lease, at least 1 s and at most the
+	// topology's ladder maximum; else 1 ms to that maximum (which Run checks).
+	BusyDelay time.Duration
+
+	// ShutdownTimeout is how long Run, once its context ends, lets running handlers finish;
+	// then their contexts are cancelled and their messages given back to the queue (nack with
+	// requeue). Run returns once every step that records a handler's outcome has ended, which
+	// SettleTimeout bounds. 0: DefaultShutdownTimeout; negative: none, everything is given back
+	// at once.
+	ShutdownTimeout time.Duration
+	// SettleTimeout bounds the settling of one delivery after its handler returned: the store
+	// writes and the publish of its retry, deferred or parked copy, tried again with back-off
+	// while the error may pass (a store or broker outage, a nack, a lost connection). When it
+	// ends before a copy is published, the delivery is given back (Event kind Requeued); a
+	// handled delivery whose done mark was not written is acked anyway, so as not to run it
+	// again. The steps before the handler (revocation check, claim, deferred copy) have a
+	// timeout of the same length of their own. 0: DefaultSettleTimeout; else at least 1 ms.
+	SettleTimeout time.Duration
+	// HandlerTimeout bounds each handler's context; a handler that returns its context's error
+	// after it has failed, and is retried. 0: no bound but the shutdown's; negative:
+	// ErrInvalidConfig.
+	HandlerTimeout time.Duration
+
+	// Logger receives the Consumer's logs: connection events, store failures, handler errors
+	// at debug level; never a body or a password. The zero Logger logs nothing; the Consumer
+	// never uses a global logger.
+	Logger zerolog.Logger
+	// Observer, when set, is called for every outcome of a delivery (see [Event]) and for
+	// every connection change. It runs on the handler's goroutine, after the outcome is
+	// settled with the broker: keep it quick.
+	Observer func(Event)
+	// Metrics, when set, is the Prometheus registry the Consumer records its metrics on (see
+	// "Metrics" in the package documentation); the global registry is never touched.
+	// Consumers may share one: they share the collectors. A registry that refuses the
+	// collectors (names registered with other labels): ErrInvalidConfig.
+	Metrics prometheus.Registerer
+
+	// ConnectionName is the name of the Consumer's connection in the management UI; its retry
+	// Publisher's connection gets the same name plus "-retry". "": "rabbitdelay-consumer".
+	ConnectionName string
+	// ReconnectMin and ReconnectMax bound the exponential back-off between reconnection
+	// attempts, as for the amqpdelay Publisher: about ReconnectMin first, doubling to about
+	// ReconnectMax, each wait randomized by ±50 %. 0: 100 ms and 5 s (ReconnectMax: at least
+	// ReconnectMin); else 0 < ReconnectMin <= ReconnectMax <= MaxReconnectBackoff.
+	ReconnectMin, ReconnectMax time.Duration
+
+	// IDFunc returns a delivery's id for deduplication. nil: its MessageId (which the
+	// amqpdelay Publisher always sets) and, for a copy that Publisher.Reschedule published,
+	// "@" and that copy's tag (the header amqpdelay.CopyHeader), so that a message
+	// rescheduled after it was handled is handled again, once. For an id "" the Consumer
+	// derives one from the delivery's content, and it replaces an id longer than MaxIDLen by
+	// its hash: see the Event kind IDDerived.
+	IDFunc func(amqp.Delivery) string
+
+	// NoRetryBinding stops Run from binding the queue to the retry exchange itself (by
+	// default it does, with the binding `rabbitdelay apply` declares for ready queues:
+	// idempotent). Set it when the Consumer's user may not bind (RabbitMQ's write permission
+	// on the queue, read on the exchange) and the queue is a ready queue of the topology.
+	NoRetryBinding bool
+	// NoRevocations stops the Consumer from reading the revocation stream (package revoke):
+	// every delivery runs the handler, revoked or not, so amqpdelay's Publisher.Revoke and
+	// Reschedule have no effect on this queue. By default revoked deliveries are acked
+	// without calling the handler.
+	NoRevocations bool
+}
+
+// options are Options resolved: defaults filled in, ranges checked.
 type options struct {
 	concurrency     int
 	backoff         Backoff
@@ -25,7 +125,7 @@ type options struct {
 	lease           time.Duration
 	keep            time.Duration
 	busyDelay       time.Duration
-	maxDelay        time.Duration // the topology's ladder maximum (New)
+	maxDelay        time.Duration // the topology's ladder maximum (Run)
 	shutdownTimeout time.Duration
 	handlerTimeout  time.Duration
 	settleTimeout   time.Duration
@@ -37,7 +137,7 @@ type options struct {
 	idFunc          func(amqp.Delivery) string
 	bind            bool
 	revocations     bool
-	metricsReg      prometheus.Registerer // WithMetrics (metrics.go)
+	metricsReg      prometheus.Registerer
 }
 
 // Defaults.
@@ -56,10 +156,17 @@ const (
 	DefaultSettleTimeout = 30 * time.Second
 )
 
-// MaxReconnectBackoff is the longest wait [WithReconnectBackoff] takes between reconnection
-// attempts: a consumer that waits longer is as good as stopped, and a wait near the largest
-// time.Duration would overflow with its ±50 % randomization into no wait at all.
+// MaxReconnectBackoff is the largest Options.ReconnectMax: a consumer that waits longer is as
+// good as stopped, and a wait near the largest time.Duration would overflow with its ±50 %
+// randomization into no wait at all.
 const MaxReconnectBackoff = time.Hour
+
+// The defaults of Options.ConnectionName, ReconnectMin and ReconnectMax.
+const (
+	defaultName         = "rabbitdelay-consumer"
+	defaultReconnectMin = 100 * time.Millisecond
+	defaultReconnectMax = 5 * time.Second
+)
 
 func defaultOptions() options {
 	return options{
@@ -70,197 +177,113 @@ func defaultOptions() options {
 		shutdownTimeout: DefaultShutdownTimeout,
 		settleTimeout:   DefaultSettleTimeout,
 		logger:          zerolog.Nop(),
-		name:            "rabbitdelay-consumer",
-		reconnectMin:    100 * time.Millisecond,
-		reconnectMax:    5 * time.Second,
+		name:            defaultName,
+		reconnectMin:    defaultReconnectMin,
+		reconnectMax:    defaultReconnectMax,
 		idFunc:          defaultID,
 		bind:            true,
 		revocations:     true,
 	}
 }
 
-// WithConcurrency sets how many handlers run at once, 1 to 10,000 (default
-// [DefaultConcurrency]); the channel's prefetch count (basic.qos) is the same number, so the
-// broker never hands the Consumer a message no handler is free for.
-func WithConcurrency(n int) Option {
-	return func(o *options) error {
-		if n < 1 || n > 10_000 {
-			return fmt.Errorf("%w: concurrency %d: want 1 to 10,000", ErrInvalidConfig, n)
-		}
-		o.concurrency = n
-		return nil
+// resolve fills in the defaults of the zero fields of opts and checks the others; the error
+// joins one error per unusable field, each wrapping ErrInvalidConfig.
+func (opts Options) resolve() (options, error) {
+	o := defaultOptions()
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
-}
 
-// WithBackoff sets the retry policy (default [DefaultBackoff]: 5 attempts, 1 s doubling to
-// 5 min, ±20 % jitter, with Max lowered to fit a ladder shorter than that); zero fields take the
-// defaults. A field out of its range (see [Backoff]) is ErrInvalidConfig, naming the field
-// and the range; New also fails when Max with its jitter exceeds the topology's ladder
-// maximum.
-func WithBackoff(b Backoff) Option {
-	return func(o *options) error {
-		b = b.withDefaults()
+	switch n := opts.Concurrency; {
+	case n == 0:
+	case n < 1 || n > 10_000:
+		bad("Options.Concurrency %d: want 1 to 10,000 (0: the default %d)", n, DefaultConcurrency)
+	default:
+		o.concurrency = n
+	}
+
+	if opts.Backoff != (Backoff{}) {
+		b := opts.Backoff.withDefaults()
 		if err := b.validate(); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 		o.backoff, o.backoffSet = b, true
-		return nil
 	}
-}
 
-// WithStore sets the store of handled ids (default: a [MemoryStore] of [DefaultMemoryWindow]
-// keys, private to the Consumer). Pass one [RedisStore] (or one MemoryStore) to every Consumer
-// of a queue that must not handle a message twice. nil turns deduplication off: every delivery
-// runs the handler.
-func WithStore(s Store) Option {
-	return func(o *options) error { o.store, o.storeSet = s, true; return nil }
-}
+	switch {
+	case opts.NoStore && opts.Store != nil:
+		bad("Options.NoStore with a Store: set one or the other (NoStore turns deduplication off)")
+	case opts.NoStore:
+		o.store, o.storeSet = nil, true
+	case opts.Store != nil:
+		o.store, o.storeSet = opts.Store, true
+	}
 
-// WithLease sets how long a claim on a message id lasts (default [DefaultLease]; at least
-// 100 ms) and how long a handled id is remembered (default [DefaultKeep]; at least the lease).
-// The Consumer renews the lease every third of it while the handler runs, so a handler may take
-// longer than lease; a Consumer that dies stops renewing, and its claim expires after at most
-// lease (see the package documentation's Guarantees). A copy of a handled message that arrives
-// after keep runs the handler again.
-func WithLease(lease, keep time.Duration) Option {
-	return func(o *options) error {
-		if lease < 100*time.Millisecond || keep < lease {
-			return fmt.Errorf("%w: lease %v, keep %v: want lease >= 100ms and keep >= lease", ErrInvalidConfig, lease, keep)
-		}
+	lease, keep := opts.Lease, opts.Keep
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	if keep == 0 {
+		keep = max(DefaultKeep, lease)
+	}
+	if lease < 100*time.Millisecond || keep < lease {
+		bad("Options.Lease %v, Options.Keep %v: want Lease 100ms or more and Keep at least Lease (0: the defaults %v and %v)",
+			opts.Lease, opts.Keep, DefaultLease, DefaultKeep)
+	} else {
 		o.lease, o.keep = lease, keep
-		return nil
 	}
-}
 
-// WithBusyDelay sets how long a message whose id another handler holds (a copy being handled
-// now, or by a Consumer that died less than a lease ago) waits before it is looked at again
-// (default: a quarter of the lease, at least 1 s), and a message deferred because the store or
-// the revocation stream could not answer. It waits in the delay topology, like a retry,
-// without counting as an attempt. Less than 1 ms, or more than the topology's ladder carries
-// (49.7 days by default; checked by New): ErrInvalidConfig.
-func WithBusyDelay(d time.Duration) Option {
-	return func(o *options) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: WithBusyDelay %v: want 1ms or more (at most the topology's ladder maximum)", ErrInvalidConfig, d)
-		}
+	if d := opts.BusyDelay; d != 0 && d < time.Millisecond {
+		bad("Options.BusyDelay %v: want 1ms or more (at most the topology's ladder maximum; 0: a quarter of the lease)", d)
+	} else {
 		o.busyDelay = d
-		return nil
 	}
-}
 
-// WithShutdownTimeout sets how long Run, once its context ends, lets running handlers finish
-// (default [DefaultShutdownTimeout]; 0: none, give everything back at once; negative:
-// ErrInvalidConfig). Handlers still running then have their contexts cancelled and their
-// messages given back to the queue (nack with requeue). Run returns once every step that
-// records a handler's outcome has ended, which the settle timeout bounds
-// ([WithSettleTimeout]).
-func WithShutdownTimeout(d time.Duration) Option {
-	return func(o *options) error {
-		if d < 0 {
-			return fmt.Errorf("%w: shutdown timeout %v: want 0 or more", ErrInvalidConfig, d)
-		}
+	switch d := opts.ShutdownTimeout; {
+	case d < 0:
+		o.shutdownTimeout = 0
+	case d > 0:
 		o.shutdownTimeout = d
-		return nil
 	}
-}
-
-// WithSettleTimeout sets how long the Consumer may take to settle one delivery after its handler
-// returned (default [DefaultSettleTimeout]; at least 1 ms, else ErrInvalidConfig): the store
-// writes and the publish of the retry, deferred or parked copy are tried again with back-off
-// while the error may pass (store or broker outage, a nack, a lost connection). When it ends
-// before a copy is published, the delivery is given back (Event kind Requeued; see "Giving a
-// delivery back" in the package documentation); a handled delivery whose done mark was not
-// written is acked anyway, so as not to run it again. The steps before the handler (revocation
-// check, claim, deferred copy) have a timeout of the same length of their own. A longer
-// timeout rides out longer outages, holding the delivery meanwhile.
-func WithSettleTimeout(d time.Duration) Option {
-	return func(o *options) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: settle timeout %v: want 1ms or more", ErrInvalidConfig, d)
-		}
+	if d := opts.SettleTimeout; d != 0 && d < time.Millisecond {
+		bad("Options.SettleTimeout %v: want 1ms or more (0: the default %v)", d, DefaultSettleTimeout)
+	} else if d != 0 {
 		o.settleTimeout = d
-		return nil
 	}
-}
-
-// WithHandlerTimeout bounds each handler's context (default and 0: no bound but the
-// shutdown's; negative: ErrInvalidConfig). A handler that returns its context's error after the
-// timeout has failed, and is retried.
-func WithHandlerTimeout(d time.Duration) Option {
-	return func(o *options) error {
-		if d < 0 {
-			return fmt.Errorf("%w: handler timeout %v: want 0 (none) or more", ErrInvalidConfig, d)
-		}
+	if d := opts.HandlerTimeout; d < 0 {
+		bad("Options.HandlerTimeout %v: want 0 (none) or more", d)
+	} else {
 		o.handlerTimeout = d
-		return nil
 	}
-}
 
-// WithLogger makes the Consumer log through l (connection events, store failures, handler
-// errors at debug level; never a body or a password). The default logs nothing; the Consumer
-// never uses a global logger.
-func WithLogger(l zerolog.Logger) Option {
-	return func(o *options) error { o.logger = l; return nil }
-}
-
-// WithObserver makes the Consumer call f for every outcome of a delivery (see [Event]) and for
-// every connection change. f runs on the handler's goroutine, after the outcome is settled with
-// the broker: keep it quick. For lateness metrics, [WithMetrics] needs no observer
-// (Event.Info.Late is the figure).
-func WithObserver(f func(Event)) Option {
-	return func(o *options) error { o.observer = f; return nil }
-}
-
-// WithConnectionName sets the name of the Consumer's connection in the management UI (default
-// "rabbitdelay-consumer"); its retry Publisher's connection gets the same name plus "-retry".
-func WithConnectionName(name string) Option {
-	return func(o *options) error { o.name = name; return nil }
-}
-
-// WithReconnectBackoff sets the bounds of the exponential back-off between reconnection
-// attempts, as for the amqpdelay Publisher: about min first, doubling to about max (defaults
-// 100 ms and 5 s), each wait randomized by ±50 %. 0 < min <= max <= [MaxReconnectBackoff],
-// else ErrInvalidConfig.
-func WithReconnectBackoff(min, max time.Duration) Option {
-	return func(o *options) error {
-		if min <= 0 || max < min || max > MaxReconnectBackoff {
-			return fmt.Errorf("%w: WithReconnectBackoff(%v, %v): want 0 < min <= max <= %v", ErrInvalidConfig, min, max, MaxReconnectBackoff)
-		}
-		o.reconnectMin, o.reconnectMax = min, max
-		return nil
+	o.logger = opts.Logger
+	o.observer = opts.Observer
+	o.metricsReg = opts.Metrics
+	if opts.ConnectionName != "" {
+		o.name = opts.ConnectionName
 	}
-}
 
-// WithIDFunc sets how a delivery's id for deduplication is found (default: its MessageId,
-// which the amqpdelay Publisher always sets, and, for a copy that Publisher.Reschedule
-// published, "@" and that copy's tag (the header amqpdelay.CopyHeader, starting with 'r'), so
-// that a message rescheduled after it was handled is handled again, once). For a delivery whose
-// id is "" (no MessageId) the Consumer derives one from its content, and it replaces an id
-// longer than MaxIDLen by its hash: see the Event kind IDDerived.
-func WithIDFunc(f func(amqp.Delivery) string) Option {
-	return func(o *options) error {
-		if f == nil {
-			return fmt.Errorf("%w: nil id function", ErrInvalidConfig)
-		}
-		o.idFunc = f
-		return nil
+	rmin, rmax := opts.ReconnectMin, opts.ReconnectMax
+	if rmin == 0 {
+		rmin = defaultReconnectMin
 	}
-}
+	if rmax == 0 {
+		rmax = max(defaultReconnectMax, rmin)
+	}
+	if rmin <= 0 || rmax < rmin || rmax > MaxReconnectBackoff {
+		bad("Options.ReconnectMin %v, Options.ReconnectMax %v: want 0 < ReconnectMin <= ReconnectMax <= %v (0: the defaults %v and %v)",
+			opts.ReconnectMin, opts.ReconnectMax, MaxReconnectBackoff, defaultReconnectMin, defaultReconnectMax)
+	} else {
+		o.reconnectMin, o.reconnectMax = rmin, rmax
+	}
 
-// WithoutRetryBinding stops Run from binding the queue to the retry exchange itself (by default
-// it does, with the binding `rabbitdelay apply` declares for ready queues: idempotent). Use it when
-// the Consumer's user may not bind (RabbitMQ's write permission on the queue, read on the
-// exchange) and the queue is a ready queue of the topology.
-func WithoutRetryBinding() Option {
-	return func(o *options) error { o.bind = false; return nil }
-}
-
-// WithoutRevocations stops the Consumer from reading the revocation stream: every delivery runs
-// the handler, revoked or not (amqpdelay's Publisher.Revoke and Reschedule then have no effect on
-// this queue). By default Run reads it (package revoke) and acks revoked deliveries without
-// calling the handler.
-func WithoutRevocations() Option {
-	return func(o *options) error { o.revocations = false; return nil }
+	if opts.IDFunc != nil {
+		o.idFunc = opts.IDFunc
+	}
+	o.bind = !opts.NoRetryBinding
+	o.revocations = !opts.NoRevocations
+	return o, errors.Join(errs...)
 }
 
 // defaultID is a delivery's MessageId, and for a copy Reschedule published (revlog.Rescheduled)

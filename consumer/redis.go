@@ -31,7 +31,7 @@ type RedisStore struct {
 // NewRedisStore returns a RedisStore on client with keys under prefix ("" means
 // DefaultRedisPrefix). Use [redis.ParseURL] and [redis.NewClient] for a client from a URL such
 // as the REDIS_URL of scripts/redis. How long a lease lasts and a handled id is remembered
-// (DefaultLease, DefaultKeep: 24 h) is the Consumer's to say ([WithLease]): each key expires
+// (DefaultLease, DefaultKeep: 24 h) is the Consumer's to say ([Options.Lease], [Options.Keep]): each key expires
 // by itself (PX) after that.
 func NewRedisStore(client redis.UniversalClient, prefix string) *RedisStore {
 	if prefix == "" {
@@ -108,9 +108,9 @@ func (r *RedisStore) Done(ctx context.Context, queue, id, token string, keep tim
 	return nil
 }
 
-// Ping sends Redis a PING, bounded by ctx, and returns nil when it answers; otherwise an error
+// ping sends Redis a PING, bounded by ctx, and returns nil when it answers; otherwise an error
 // wrapping ErrStore. [Consumer.Run] calls it at start.
-func (r *RedisStore) Ping(ctx context.Context) error {
+func (r *RedisStore) ping(ctx context.Context) error {
 	if err := r.c.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("%w: redis PING: %w", ErrStore, err)
 	}

@@ -61,9 +61,9 @@ const MaxErrorLen = 1000
 
 // Backoff is the retry policy: how many attempts a message gets and how long each retry waits.
 // The wait before attempt a+1 is Initial * Multiplier^(a-1), at most Max, then randomized by
-// ±Jitter (a fraction). Zero fields take the defaults of [DefaultBackoff]; [WithBackoff] refuses
-// a value outside a field's range, and [New] a Max that, with its jitter, the topology's ladder
-// cannot delay.
+// ±Jitter (a fraction). It is [Options.Backoff]: zero fields take the defaults of
+// [DefaultBackoff]; [New] refuses a value outside a field's range, and [Consumer.Run] a Max that,
+// with its jitter, the topology's ladder cannot delay.
 type Backoff struct {
 	// MaxAttempts is how many times the handler runs for one message, the first included;
 	// after the last failure the message is parked. Default 5; 1 to MaxBackoffAttempts; 1
@@ -88,7 +88,7 @@ type Backoff struct {
 // MaxBackoffAttempts is the largest Backoff.MaxAttempts.
 const MaxBackoffAttempts = 10_000
 
-// DefaultBackoff is the retry policy of a Consumer without [WithBackoff].
+// DefaultBackoff is the retry policy of a Consumer whose Options.Backoff is zero.
 var DefaultBackoff = Backoff{MaxAttempts: 5, Initial: time.Second, Max: 5 * time.Minute, Multiplier: 2, Jitter: 0.2}
 
 // withDefaults fills zero fields.
@@ -119,21 +119,21 @@ func (b Backoff) withDefaults() Backoff {
 func (b Backoff) validate() error {
 	switch {
 	case b.MaxAttempts < 1 || b.MaxAttempts > MaxBackoffAttempts:
-		return fmt.Errorf("%w: WithBackoff: Backoff.MaxAttempts %d: want 1 to %d (0: the default %d)", ErrInvalidConfig,
+		return fmt.Errorf("%w: Options.Backoff.MaxAttempts %d: want 1 to %d (0: the default %d)", ErrInvalidConfig,
 			b.MaxAttempts, MaxBackoffAttempts, DefaultBackoff.MaxAttempts)
 	case b.Initial < time.Millisecond:
-		return fmt.Errorf("%w: WithBackoff: Backoff.Initial %v: want 1ms or more (the ladder's resolution; 0: the default %v)",
+		return fmt.Errorf("%w: Options.Backoff.Initial %v: want 1ms or more (the ladder's resolution; 0: the default %v)",
 			ErrInvalidConfig, b.Initial, DefaultBackoff.Initial)
 	case b.Max < b.Initial:
-		return fmt.Errorf("%w: WithBackoff: Backoff.Max %v below Backoff.Initial %v: want Initial <= Max", ErrInvalidConfig, b.Max, b.Initial)
+		return fmt.Errorf("%w: Options.Backoff.Max %v below Backoff.Initial %v: want Initial <= Max", ErrInvalidConfig, b.Max, b.Initial)
 	case b.Max > maxBackoffMax:
-		return fmt.Errorf("%w: WithBackoff: Backoff.Max %v: want at most the topology's ladder maximum (49.7 days by default; "+
+		return fmt.Errorf("%w: Options.Backoff.Max %v: want at most the topology's ladder maximum (49.7 days by default; "+
 			"never above %v)", ErrInvalidConfig, b.Max, maxBackoffMax)
 	case !(b.Multiplier >= 1) || math.IsInf(b.Multiplier, 0):
-		return fmt.Errorf("%w: WithBackoff: Backoff.Multiplier %v: want a finite number, 1 or more (0: the default %v)",
+		return fmt.Errorf("%w: Options.Backoff.Multiplier %v: want a finite number, 1 or more (0: the default %v)",
 			ErrInvalidConfig, b.Multiplier, DefaultBackoff.Multiplier)
 	case !(b.Jitter >= 0 && b.Jitter <= 1):
-		return fmt.Errorf("%w: WithBackoff: Backoff.Jitter %v: want 0 to 1 (0: the default %v; NoJitter for none)",
+		return fmt.Errorf("%w: Options.Backoff.Jitter %v: want 0 to 1 (0: the default %v; NoJitter for none)",
 			ErrInvalidConfig, b.Jitter, DefaultBackoff.Jitter)
 	}
 	return nil
@@ -148,12 +148,12 @@ const maxBackoffMax = time.Duration(math.MaxInt64 / 4)
 // not overflow where a Duration would).
 func (b Backoff) longest() float64 { return float64(b.Max) * (1 + b.Jitter) }
 
-// Delay returns the wait before the retry that follows failed attempt attempt (1 for the
+// delay returns the wait before the retry that follows failed attempt attempt (1 for the
 // first), jitter included: at least 1 ms, at most Max with its jitter. b's zero fields take
-// their defaults, and a value WithBackoff would refuse is brought into its range first, so no
-// Backoff and no attempt overflows (the growth and the jitter are cenkalti/backoff's
+// their defaults, and a value New would refuse is brought into its range first, so no Backoff
+// and no attempt overflows (the growth and the jitter are cenkalti/backoff's
 // ExponentialBackOff, which caps each step at Max).
-func (b Backoff) Delay(attempt int) time.Duration {
+func (b Backoff) delay(attempt int) time.Duration {
 	b = b.withDefaults().clamp()
 	grow := &backoff.ExponentialBackOff{InitialInterval: b.Initial, Multiplier: b.Multiplier, MaxInterval: b.Max,
 		Stop: backoff.Stop, Clock: backoff.SystemClock}

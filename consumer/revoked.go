@@ -17,7 +17,7 @@ import (
 func (c *Consumer) openRevocations(ctx context.Context) (*revoke.Revocations, error) {
 	r, err := revoke.New(ctx, c.cfg, revoke.WithLogger(c.log), revoke.WithConnectionName(c.o.name+"-revocations"))
 	if err != nil {
-		return nil, fmt.Errorf("consumer: read the revocation stream (or pass WithoutRevocations): %w", err)
+		return nil, fmt.Errorf("consumer: read the revocation stream (or set Options.NoRevocations): %w", err)
 	}
 	return r, nil
 }

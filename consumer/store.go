@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -22,19 +21,6 @@ const (
 	// one died less than a lease ago): try again later.
 	Busy
 )
-
-// String returns "claimed", "already-handled" or "busy".
-func (s ClaimState) String() string {
-	switch s {
-	case Claimed:
-		return "claimed"
-	case AlreadyHandled:
-		return "already-handled"
-	case Busy:
-		return "busy"
-	}
-	return fmt.Sprintf("ClaimState(%d)", int(s))
-}
 
 // Store remembers which message ids have been handled, so that a Consumer runs its handler at
 // most once per id while the id is remembered (the exactly-once effect). Keys are a queue and a
@@ -64,9 +50,16 @@ type Store interface {
 	Release(ctx context.Context, queue, id, token string) error
 }
 
-// pinger is a [Store] that can tell whether it answers: [Consumer.Run] pings it at start.
-type pinger interface {
-	Ping(ctx context.Context) error
+// ping asks s whether it answers, when it can tell: a RedisStore, or a Store with a method
+// Ping(ctx) error. [Consumer.Run] pings its store at start.
+func ping(ctx context.Context, s Store) error {
+	switch p := s.(type) {
+	case *RedisStore:
+		return p.ping(ctx)
+	case interface{ Ping(context.Context) error }:
+		return p.Ping(ctx)
+	}
+	return nil
 }
 
 // newToken returns a random lease token.
@@ -83,10 +76,16 @@ const DefaultMemoryWindow = 100_000
 // one process only, and remembers at most a bounded window of keys. When the window is full,
 // the oldest done marks are forgotten first (a copy of such a message arriving later is handled
 // again), then expired leases; a window full of live leases refuses new claims with Busy.
-// Create one with [NewMemoryStore]; the zero value is not usable.
+// The zero value is ready to use: &MemoryStore{} remembers DefaultMemoryWindow keys. A
+// MemoryStore must not be copied after first use.
 type MemoryStore struct {
+	// Window is how many keys the store remembers at most, done marks and live leases
+	// together (<= 0: DefaultMemoryWindow). Set it before the first use; later changes are
+	// ignored.
+	Window int
+
 	mu     sync.Mutex
-	max    int
+	max    int // Window, fixed at the first use
 	now    func() time.Time
 	keys   map[memKey]*list.Element
 	order  *list.List // of *memEntry, oldest first (by last write)
@@ -100,13 +99,19 @@ type memEntry struct {
 	expires time.Time
 }
 
-// NewMemoryStore returns a MemoryStore that remembers at most window keys (done marks and live
-// leases together); window <= 0 means DefaultMemoryWindow.
-func NewMemoryStore(window int) *MemoryStore {
-	if window <= 0 {
-		window = DefaultMemoryWindow
+// init prepares m at its first use; m.mu is held.
+func (m *MemoryStore) init() {
+	if m.keys != nil {
+		return
 	}
-	return &MemoryStore{max: window, now: time.Now, keys: map[memKey]*list.Element{}, order: list.New()}
+	m.max = m.Window
+	if m.max <= 0 {
+		m.max = DefaultMemoryWindow
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	m.keys, m.order = map[memKey]*list.Element{}, list.New()
 }
 
 // memKey is a MemoryStore's key: a queue and a message id, kept apart.
@@ -169,6 +174,7 @@ func (m *MemoryStore) Claim(ctx context.Context, queue, id string, lease time.Du
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	now := m.now()
 	key := memKey{queue, id}
 	if e := m.get(key, now); e != nil {
@@ -192,6 +198,7 @@ func (m *MemoryStore) Extend(ctx context.Context, queue, id, token string, lease
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	now := m.now()
 	e := m.get(memKey{queue, id}, now)
 	if e == nil {
@@ -215,6 +222,7 @@ func (m *MemoryStore) Done(ctx context.Context, queue, id, token string, keep ti
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	now := m.now()
 	key := memKey{queue, id}
 	if m.get(key, now) == nil && !m.room(now) {
@@ -231,18 +239,11 @@ func (m *MemoryStore) Release(ctx context.Context, queue, id, token string) erro
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	if el, ok := m.keys[memKey{queue, id}]; ok {
 		if e := el.Value.(*memEntry); !e.done && e.token == token {
 			m.remove(el)
 		}
 	}
 	return nil
-}
-
-// Len returns how many keys the store holds now (done marks and leases, expired ones included
-// until they are next looked at or pushed out).
-func (m *MemoryStore) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.keys)
 }

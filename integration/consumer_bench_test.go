@@ -33,22 +33,22 @@ var consumerBenchN = flag.Int("consumer-bench", 20000, "messages per case of Ben
 //	direct          no rabbitdelay-due (published without rabbitdelay): the revocation check of
 //	                each delivery waits for a fence sent after it arrived (one round trip to the
 //	                stream, shared by the deliveries waiting at the time)
-//	no-revocations  no rabbitdelay-due, consumer.WithoutRevocations
+//	no-revocations  no rabbitdelay-due, consumer.Options.NoRevocations
 func BenchmarkConsumerThroughput(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		due  bool
-		opts []consumer.Option
+		opts consumer.Options
 	}{
-		{"due", true, nil},
-		{"direct", false, nil},
-		{"no-revocations", false, []consumer.Option{consumer.WithoutRevocations()}},
+		{"due", true, consumer.Options{}},
+		{"direct", false, consumer.Options{}},
+		{"no-revocations", false, consumer.Options{NoRevocations: true}},
 	} {
-		b.Run(c.name, func(b *testing.B) { benchConsumer(b, c.due, c.opts...) })
+		b.Run(c.name, func(b *testing.B) { benchConsumer(b, c.due, c.opts) })
 	}
 }
 
-func benchConsumer(b *testing.B, due bool, opts ...consumer.Option) {
+func benchConsumer(b *testing.B, due bool, opts consumer.Options) {
 	f := newConsumerFixture(b)
 	n := *consumerBenchN
 	conn := f.env.Dial(b)
@@ -118,18 +118,20 @@ func benchConsumer(b *testing.B, due bool, opts ...consumer.Option) {
 		var handled atomic.Int64
 		var firstAt atomic.Int64 // the first Handled event's time, Unix ns
 		doneAll := make(chan struct{})
-		c := newConsumer(b, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error { return nil },
-			append([]consumer.Option{consumer.WithConcurrency(8), consumer.WithObserver(func(e consumer.Event) {
-				if e.Kind != consumer.Handled {
-					return
-				}
-				switch handled.Add(1) {
-				case 1:
-					firstAt.Store(e.At.UnixNano())
-				case int64(n):
-					close(doneAll)
-				}
-			})}, opts...)...)
+		o := opts
+		o.Concurrency = 8
+		o.Observer = func(e consumer.Event) {
+			if e.Kind != consumer.Handled {
+				return
+			}
+			switch handled.Add(1) {
+			case 1:
+				firstAt.Store(e.At.UnixNano())
+			case int64(n):
+				close(doneAll)
+			}
+		}
+		c := newConsumer(b, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error { return nil }, o)
 		start := time.Now()
 		stop := runConsumer(b, c)
 		select {

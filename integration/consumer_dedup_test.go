@@ -70,8 +70,15 @@ func killMidHandler(t *testing.T, consumers int, store func() consumer.Store) {
 			}
 			fx.add(d.MessageId)
 			return nil
-		}, consumer.WithStore(store()), consumer.WithConnectionName(name), consumer.WithConcurrency(4),
-			consumer.WithLease(10*time.Second, time.Hour), consumer.WithBusyDelay(300*time.Millisecond), consumer.WithObserver(ev.observe))
+		}, consumer.Options{
+			Store:          store(),
+			ConnectionName: name,
+			Concurrency:    4,
+			Lease:          10 * time.Second,
+			Keep:           time.Hour,
+			BusyDelay:      300 * time.Millisecond,
+			Observer:       ev.observe,
+		})
 		runConsumer(t, c)
 	}
 	total := func(k consumer.EventKind) int {
@@ -111,7 +118,7 @@ func killMidHandler(t *testing.T, consumers int, store func() consumer.Store) {
 // TestConsumerDuplicatesMemory: one process, two Consumers sharing one MemoryStore.
 func TestConsumerDuplicatesMemory(t *testing.T) {
 	t.Parallel()
-	m := consumer.NewMemoryStore(0)
+	m := &consumer.MemoryStore{}
 	killMidHandler(t, 2, func() consumer.Store { return m })
 }
 
@@ -132,7 +139,7 @@ func TestConsumerLeaseExpiry(t *testing.T) {
 		c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
 			fx.add(d.MessageId)
 			return nil
-		}, consumer.WithStore(rs()), consumer.WithBusyDelay(200*time.Millisecond), consumer.WithObserver(ev.observe))
+		}, consumer.Options{Store: rs(), BusyDelay: 200 * time.Millisecond, Observer: ev.observe})
 		runConsumer(t, c)
 	}
 	start := time.Now()

@@ -45,7 +45,7 @@ func TestConsumerEarlyBeyondHold(t *testing.T) {
 		calls[d.MessageId] = append(calls[d.MessageId], call{at: time.Now(), in: in})
 		mu.Unlock()
 		return nil
-	}, consumer.WithConcurrency(4), consumer.WithObserver(evs.observe))
+	}, consumer.Options{Concurrency: 4, Observer: evs.observe})
 	runConsumer(t, c)
 	ch := f.env.Channel(t)
 	now := time.Now()

@@ -51,8 +51,11 @@ func TestConsumerRetryFailingParkedByLimit(t *testing.T) {
 		}
 		calls.Add(1)
 		return errors.New("always fails")
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 5, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-		consumer.WithObserver(evs.observe), consumer.WithSettleTimeout(300*time.Millisecond))
+	}, consumer.Options{
+		Backoff:       consumer.Backoff{MaxAttempts: 5, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+		Observer:      evs.observe,
+		SettleTimeout: 300 * time.Millisecond,
+	})
 	stop := runConsumer(t, c)
 	f.publish(t, "warm-up", 0)
 	waitFor(t, time.Minute, "the warm-up message handled", func() bool { return ok.count("warm-up") == 1 })
@@ -122,7 +125,7 @@ func TestConsumerShutdownNotCounted(t *testing.T) {
 			entered <- struct{}{}
 			<-ctx.Done()
 			return ctx.Err()
-		}, consumer.WithShutdownTimeout(0), consumer.WithConcurrency(1), consumer.WithConnectionName(fmt.Sprintf("round-%d", i)))
+		}, consumer.Options{ShutdownTimeout: -1, Concurrency: 1, ConnectionName: fmt.Sprintf("round-%d", i)})
 		stop := runConsumer(t, c)
 		select {
 		case <-entered:
@@ -138,7 +141,7 @@ func TestConsumerShutdownNotCounted(t *testing.T) {
 		got = append(got, d)
 		mu.Unlock()
 		return nil
-	})
+	}, consumer.Options{})
 	stop := runConsumer(t, c)
 	waitFor(t, time.Minute, "the message handled", func() bool {
 		mu.Lock()

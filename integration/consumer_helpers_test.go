@@ -132,9 +132,9 @@ func runConsumer(t testing.TB, c *consumer.Consumer) (stop func()) {
 	return stop
 }
 
-func newConsumer(t testing.TB, cfg amqpdelay.Config, queue string, h consumer.Handler, opts ...consumer.Option) *consumer.Consumer {
+func newConsumer(t testing.TB, cfg amqpdelay.Config, queue string, h consumer.Handler, opts consumer.Options) *consumer.Consumer {
 	t.Helper()
-	c, err := consumer.New(cfg, queue, h, opts...)
+	c, err := consumer.New(cfg, queue, h, opts)
 	if err != nil {
 		t.Fatalf("consumer.New: %v", err)
 	}

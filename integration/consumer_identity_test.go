@@ -67,8 +67,13 @@ func TestConsumerNoMessageIDRedelivered(t *testing.T) {
 		r.handled(in)
 		once.Do(func() { closeConnection(t, f.env, "idless") })
 		return nil
-	}, consumer.WithStore(store()), consumer.WithConnectionName("idless"), consumer.WithObserver(r.evs.observe),
-		consumer.WithReconnectBackoff(10*time.Millisecond, 100*time.Millisecond))
+	}, consumer.Options{
+		Store:          store(),
+		ConnectionName: "idless",
+		Observer:       r.evs.observe,
+		ReconnectMin:   10 * time.Millisecond,
+		ReconnectMax:   100 * time.Millisecond,
+	})
 	rawToQueue(t, f.env.Channel(t), f.work, amqp.Publishing{ContentType: "text/plain", Headers: amqp.Table{"tenant": "a"}, Body: []byte("no id")})
 	stop := runConsumer(t, c)
 	waitFor(t, time.Minute, "the redelivery skipped", func() bool { return r.evs.n(consumer.Skipped) == 1 })
@@ -109,8 +114,12 @@ func TestConsumerNoMessageIDContent(t *testing.T) {
 		}
 		r.handled(in)
 		return nil
-	}, consumer.WithStore(store()), consumer.WithObserver(r.evs.observe), consumer.WithConcurrency(1),
-		consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
+	}, consumer.Options{
+		Store:       store(),
+		Observer:    r.evs.observe,
+		Concurrency: 1,
+		Backoff:     consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+	})
 	ch := f.env.Channel(t)
 	msg := func(body, tenant string) amqp.Publishing {
 		return amqp.Publishing{Headers: amqp.Table{"tenant": tenant}, Body: []byte(body)}
@@ -173,14 +182,13 @@ func TestConsumerIDFuncEmptyOrLong(t *testing.T) {
 		in, _ := consumer.InfoFrom(ctx)
 		r.handled(in)
 		return nil
-	}, consumer.WithStore(store()), consumer.WithObserver(r.evs.observe), consumer.WithConcurrency(1),
-		consumer.WithIDFunc(func(d amqp.Delivery) string {
-			k, _ := d.Headers["order"].(string)
-			if k == "" {
-				return ""
-			}
-			return long + k
-		}))
+	}, consumer.Options{Store: store(), Observer: r.evs.observe, Concurrency: 1, IDFunc: func(d amqp.Delivery) string {
+		k, _ := d.Headers["order"].(string)
+		if k == "" {
+			return ""
+		}
+		return long + k
+	}})
 	ch := f.env.Channel(t)
 	for _, m := range []amqp.Publishing{
 		{MessageId: "m1", Headers: amqp.Table{"order": "1"}, Body: []byte("x")},

@@ -82,8 +82,11 @@ func TestConsumerDefersWhileRevocationStreamMissing(t *testing.T) {
 	f := newConsumerFixture(t)
 	ev := newConsumerEvents()
 	fx := newConsumerEffects()
-	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error { fx.add(d.MessageId); return nil },
-		consumer.WithSettleTimeout(500*time.Millisecond), consumer.WithBusyDelay(200*time.Millisecond), consumer.WithObserver(ev.observe))
+	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error { fx.add(d.MessageId); return nil }, consumer.Options{
+		SettleTimeout: 500 * time.Millisecond,
+		BusyDelay:     200 * time.Millisecond,
+		Observer:      ev.observe,
+	})
 	stop := runConsumer(t, c)
 	defer stop()
 	stream := f.spec.Names().Revoked()
@@ -215,8 +218,13 @@ func TestConsumerDoneMarkRidesOutRedisOutage(t *testing.T) {
 		}
 		fx.add(d.MessageId)
 		return nil
-	}, consumer.WithStore(store), consumer.WithLease(time.Second, time.Hour), consumer.WithObserver(ev.observe),
-		consumer.WithBusyDelay(200*time.Millisecond))
+	}, consumer.Options{
+		Store:     store,
+		Lease:     time.Second,
+		Keep:      time.Hour,
+		Observer:  ev.observe,
+		BusyDelay: 200 * time.Millisecond,
+	})
 	runConsumer(t, c)
 	f.publish(t, "once", 10*time.Millisecond)
 	<-entered
@@ -256,8 +264,14 @@ func TestConsumerRetriesThroughRedisOutage(t *testing.T) {
 			px.setCut(true) // Redis goes away while the handler runs
 		}
 		return errors.New("fails")
-	}, consumer.WithStore(store), consumer.WithLease(10*time.Second, time.Hour), consumer.WithObserver(ev.observe),
-		consumer.WithSettleTimeout(3*time.Second), consumer.WithBusyDelay(200*time.Millisecond))
+	}, consumer.Options{
+		Store:         store,
+		Lease:         10 * time.Second,
+		Keep:          time.Hour,
+		Observer:      ev.observe,
+		SettleTimeout: 3 * time.Second,
+		BusyDelay:     200 * time.Millisecond,
+	})
 	runConsumer(t, c)
 	f.publish(t, "r1", 10*time.Millisecond)
 	waitFor(t, time.Minute, "the failure settled", func() bool { return ev.n(consumer.Retried)+ev.n(consumer.Requeued) >= 1 })
@@ -279,7 +293,7 @@ func TestConsumerMetricsCountEveryHandlerRun(t *testing.T) {
 	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
 		calls.Add(1)
 		return errors.New("always fails")
-	}, consumer.WithObserver(ev.observe), consumer.WithMetrics(reg))
+	}, consumer.Options{Observer: ev.observe, Metrics: reg})
 	rawToQueue(t, f.env.Channel(t), f.work, amqp.Publishing{MessageId: "crowded", Headers: manyHeaders(8125), Body: []byte("x")})
 	stop := runConsumer(t, c)
 	waitFor(t, time.Minute, "rejected", func() bool { return ev.n(consumer.Rejected) == 1 })
@@ -327,7 +341,7 @@ func TestConsumerCopiesLeaveCCBehind(t *testing.T) {
 			return consumer.Permanent(errors.New("park it"))
 		}
 		return nil
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
+	}, consumer.Options{Backoff: consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}})
 	stop := runConsumer(t, c)
 	ctx := pubCtx(t)
 	for _, id := range []string{"retried", "parked"} {

@@ -40,8 +40,11 @@ func TestConsumerPanicStack(t *testing.T) {
 		}
 		ok.add(d.MessageId)
 		return nil
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 2, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-		consumer.WithObserver(evs.observe), consumer.WithLogger(zerolog.New(&logs)))
+	}, consumer.Options{
+		Backoff:  consumer.Backoff{MaxAttempts: 2, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+		Observer: evs.observe,
+		Logger:   zerolog.New(&logs),
+	})
 	f.publish(t, "panics", 10*time.Millisecond)
 	for i := range 3 {
 		f.publish(t, fmt.Sprintf("good-%d", i), 10*time.Millisecond)

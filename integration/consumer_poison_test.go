@@ -72,8 +72,10 @@ func TestConsumerHandlerErrorPanics(t *testing.T) {
 		}
 		ok.add(d.MessageId)
 		return nil
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 2, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-		consumer.WithObserver(evs.observe))
+	}, consumer.Options{
+		Backoff:  consumer.Backoff{MaxAttempts: 2, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+		Observer: evs.observe,
+	})
 	f.publish(t, "typed-nil", 10*time.Millisecond)
 	for i := range 5 {
 		f.publish(t, fmt.Sprintf("good-%d", i), 10*time.Millisecond)
@@ -117,8 +119,10 @@ func TestConsumerCopyRefused(t *testing.T) {
 				}
 				ok.add(d.MessageId)
 				return nil
-			}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-				consumer.WithObserver(evs.observe))
+			}, consumer.Options{
+				Backoff:  consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+				Observer: evs.observe,
+			})
 			rawToQueue(t, f.env.Channel(t), f.work, amqp.Publishing{MessageId: "crowded", Headers: manyHeaders(8125), Body: []byte("x")})
 			for i := range 5 {
 				f.publish(t, fmt.Sprintf("good-%d", i), 10*time.Millisecond)
@@ -179,15 +183,15 @@ func TestConsumerUnreadableDelivery(t *testing.T) {
 	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
 		ok.add(d.MessageId)
 		return nil
-	}, consumer.WithConcurrency(4), consumer.WithReconnectBackoff(10*time.Millisecond, 100*time.Millisecond),
-		consumer.WithObserver(func(e consumer.Event) {
+	}, consumer.Options{Concurrency: 4, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond,
+		Observer: func(e consumer.Event) {
 			evs.observe(e)
 			if e.Kind == consumer.Disconnected {
 				mu.Lock()
 				lost = append(lost, e.Err.Error())
 				mu.Unlock()
 			}
-		}))
+		}})
 	ch := f.env.Channel(t)
 	rawToQueue(t, ch, f.work, amqp.Publishing{MessageId: "unreadable", Headers: manyHeaders(8200), Body: []byte("x")})
 	for i := range 20 {
@@ -255,7 +259,7 @@ func TestConsumerRescheduleAfterHandled(t *testing.T) {
 		ids = append(ids, in.ID)
 		mu.Unlock()
 		return nil
-	}, consumer.WithObserver(evs.observe), consumer.WithStore(consumer.NewMemoryStore(0)))
+	}, consumer.Options{Observer: evs.observe, Store: &consumer.MemoryStore{}})
 	runConsumer(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

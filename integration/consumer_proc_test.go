@@ -42,9 +42,9 @@ type procConfig struct {
 	RedisURL string
 	Store    string        // the RedisStore's key prefix, shared by the processes of a test
 	Keys     string        // prefix of the keys the handler and observer write (below)
-	Lease    time.Duration // consumer.WithLease
-	Busy     time.Duration // consumer.WithBusyDelay
-	Grace    time.Duration // consumer.WithShutdownTimeout
+	Lease    time.Duration // consumer.Options.Lease
+	Busy     time.Duration // consumer.Options.BusyDelay
+	Grace    time.Duration // consumer.Options.ShutdownTimeout (negative: none)
 	Work     time.Duration // the least time the handler of an "other" message takes (0: 5 ms); up to 5 times it
 }
 
@@ -146,11 +146,18 @@ func consumerProcMain() int {
 	observe := func(e consumer.Event) {
 		c, cancel := bg()
 		defer cancel()
-		_ = rdb.HIncrBy(c, pc.Keys+"events", e.Kind.String(), 1).Err()
+		_ = rdb.HIncrBy(c, pc.Keys+"events", string(e.Kind), 1).Err()
 	}
-	c, err := consumer.New(pc.Config, pc.Queue, h, consumer.WithStore(consumer.NewRedisStore(rdb, pc.Store)),
-		consumer.WithConnectionName(pc.Name), consumer.WithConcurrency(8), consumer.WithLease(pc.Lease, time.Hour),
-		consumer.WithBusyDelay(pc.Busy), consumer.WithShutdownTimeout(pc.Grace), consumer.WithObserver(observe))
+	c, err := consumer.New(pc.Config, pc.Queue, h, consumer.Options{
+		Store:           consumer.NewRedisStore(rdb, pc.Store),
+		ConnectionName:  pc.Name,
+		Concurrency:     8,
+		Lease:           pc.Lease,
+		Keep:            time.Hour,
+		BusyDelay:       pc.Busy,
+		ShutdownTimeout: pc.Grace,
+		Observer:        observe,
+	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "consumer process: %v\n", err)
 		return 2
@@ -292,7 +299,7 @@ func (r *procRig) hash(name string) map[string]int {
 
 func (r *procRig) effects(id string) int { return r.hash("effects")[id] }
 func (r *procRig) events(k consumer.EventKind) int {
-	return r.hash("events")[k.String()]
+	return r.hash("events")[string(k)]
 }
 
 // entered returns the process whose handler entered id first, or nil.
@@ -387,8 +394,8 @@ func TestConsumerProcessesDuplicates(t *testing.T) {
 // every process has handlers running and deliveries prefetched whenever it is stopped); three
 // consumer processes sharing a RedisStore handle them (100-500 ms each: the effect, then return).
 // Once every process has handled some and a quarter are done, one is stopped with SIGTERM (a
-// graceful shutdown, 5 s grace); at half, one with no grace at all (SIGTERM, shutdown timeout
-// 0: its running handlers are cancelled and their messages given back, Requeued); at three
+// graceful shutdown, 5 s grace); at half, one with no grace at all (SIGTERM, a negative
+// shutdown timeout: its running handlers are cancelled and their messages given back, Requeued); at three
 // quarters a fourth starts. Nothing is lost, no effect happens twice, and the no-grace stop
 // gave messages back (else the test checked nothing of a shutdown under load).
 func TestConsumerProcessesShutdownUnderLoad(t *testing.T) {
@@ -400,7 +407,7 @@ func TestConsumerProcessesShutdownUnderLoad(t *testing.T) {
 	r.base.Work = 100 * time.Millisecond
 	const n = 1000
 	f.publishLoad(t, n, "s", 20*time.Millisecond, nil)
-	p1, p2 := r.start(5*time.Second), r.start(0)
+	p1, p2 := r.start(5*time.Second), r.start(-1)
 	p3 := r.start(5 * time.Second)
 	waitFor(t, 3*time.Minute, "each of the three processes handled a message", func() bool {
 		by := r.hash("by")

@@ -30,7 +30,7 @@ var consumerLoad = flag.Int("consumer-load", 10000, "messages of TestConsumerLoa
 // first attempts at random. Every message is handled successfully exactly once; every retry
 // arrives no earlier than its back-off after its failure and is due no earlier; the other queue
 // bound to the same target with the same key gets every message once and no retry. The Consumer
-// runs WithoutRetryBinding: the retries reach the queue through the binding `rabbitdelay apply`
+// runs with Options.NoRetryBinding: the retries reach the queue through the binding `rabbitdelay apply`
 // made for it as a ready queue (the other queue has one too, by its own name).
 func TestConsumerLoadRetries(t *testing.T) {
 	t.Parallel()
@@ -68,12 +68,12 @@ func TestConsumerLoadRetries(t *testing.T) {
 		}
 		ok.add(d.MessageId)
 		return nil
-	}, consumer.WithConcurrency(16), consumer.WithBackoff(backoff), consumer.WithoutRetryBinding(), consumer.WithObserver(func(e consumer.Event) {
+	}, consumer.Options{Concurrency: 16, Backoff: backoff, NoRetryBinding: true, Observer: func(e consumer.Event) {
 		evs.observe(e)
 		if e.Kind == consumer.Retried {
 			retried.Store(e.Info.ID, e)
 		}
-	}))
+	}})
 	stop := runConsumer(t, c)
 	others := consumeQueue(t, f.env, f.other)
 
@@ -180,8 +180,10 @@ func TestConsumerParkAndReplay(t *testing.T) {
 			return fmt.Errorf("decode: %w", consumer.Permanent(errors.New("not JSON")))
 		}
 		return errors.New("the payment service is down")
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-		consumer.WithObserver(evs.observe))
+	}, consumer.Options{
+		Backoff:  consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+		Observer: evs.observe,
+	})
 	stop := runConsumer(t, c)
 	// A due message no target took, parked by the topology: Replay must leave it.
 	ch := f.env.Channel(t)
@@ -261,7 +263,7 @@ func TestConsumerParkAndReplay(t *testing.T) {
 		}
 		ok.add(d.MessageId)
 		return nil
-	}, consumer.WithObserver(evs2.observe))
+	}, consumer.Options{Observer: evs2.observe})
 	runConsumer(t, c2)
 	waitFor(t, time.Minute, "replayed messages handled", func() bool { return ok.count("poison") == 1 && ok.count("bad-input") == 1 })
 }
@@ -293,8 +295,10 @@ func TestConsumerDeliveryLimit(t *testing.T) {
 					maxCount.Store(n)
 				}
 				return errors.New("always")
-			}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 25, Initial: 5 * time.Millisecond, Max: 5 * time.Millisecond, NoJitter: true}),
-				consumer.WithObserver(evs.observe))
+			}, consumer.Options{
+				Backoff:  consumer.Backoff{MaxAttempts: 25, Initial: 5 * time.Millisecond, Max: 5 * time.Millisecond, NoJitter: true},
+				Observer: evs.observe,
+			})
 			stop := runConsumer(t, cons)
 			f.publish(t, "forever", 0)
 			waitFor(t, 2*time.Minute, "the message parked by the Consumer (a tripped delivery limit would drop or dead-letter it)",

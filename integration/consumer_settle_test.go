@@ -24,7 +24,7 @@ import (
 // TestConsumerAckAfterRetryConfirmed: a failed delivery is acked only once its retry copy is
 // confirmed. With the topology's delay queues deleted (after the Consumer started), the retry
 // publish comes back unroutable (amqpdelay.ErrUnroutable): the Consumer publishes again with
-// back-off until its settle timeout (3 s here, consumer.WithSettleTimeout) ends, then gives the
+// back-off until its settle timeout (3 s here, consumer.Options.SettleTimeout) ends, then gives the
 // delivery back (Requeued)
 // instead of acking it, and the broker delivers it again, flagged redelivered. The
 // handler holds that delivery until `rabbitdelay apply` (admin.Apply) has declared the delay
@@ -54,8 +54,11 @@ func TestConsumerAckAfterRetryConfirmed(t *testing.T) {
 			}
 		}
 		return errors.New("fails until retried")
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-		consumer.WithObserver(evs.observe), consumer.WithSettleTimeout(3*time.Second))
+	}, consumer.Options{
+		Backoff:       consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+		Observer:      evs.observe,
+		SettleTimeout: 3 * time.Second,
+	})
 	runConsumer(t, c)
 	// A message handled first: the Consumer (and its retry Publisher) runs before the queues go.
 	f.publish(t, "warm-up", 0)
@@ -118,8 +121,10 @@ func TestConsumerRetryPublishHeld(t *testing.T) {
 		}
 		firsts.Add(1)
 		return errors.New("fails until retried")
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-		consumer.WithObserver(evs.observe))
+	}, consumer.Options{
+		Backoff:  consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+		Observer: evs.observe,
+	})
 	runConsumer(t, c)
 	f.publish(t, "warm-up", 0)
 	waitFor(t, time.Minute, "the warm-up message handled", func() bool { return ok.count("warm-up") == 1 })
@@ -200,7 +205,7 @@ func TestConsumerLateness(t *testing.T) {
 		in, _ := consumer.InfoFrom(ctx)
 		got <- call{in: in, at: at}
 		return nil
-	}, consumer.WithConcurrency(1))
+	}, consumer.Options{Concurrency: 1})
 	runConsumer(t, c)
 	calls := map[string]call{}
 	for len(calls) < 2 {
@@ -272,7 +277,7 @@ func TestConsumerConcurrencyAndShutdown(t *testing.T) {
 			cancelled.Add(1)
 			return ctx.Err()
 		}
-	}, consumer.WithConcurrency(workers), consumer.WithShutdownTimeout(10*time.Second), consumer.WithObserver(evs.observe))
+	}, consumer.Options{Concurrency: workers, ShutdownTimeout: 10 * time.Second, Observer: evs.observe})
 	stop := runConsumer(t, c)
 	waitFor(t, time.Minute, "4 handlers running", func() bool { return running.Load() == workers })
 	var prefetch []int
@@ -335,7 +340,7 @@ func TestConsumerReconnects(t *testing.T) {
 	c := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
 		fx.add(d.MessageId)
 		return nil
-	}, consumer.WithConnectionName("reconnecting"), consumer.WithObserver(evs.observe))
+	}, consumer.Options{ConnectionName: "reconnecting", Observer: evs.observe})
 	runConsumer(t, c)
 	f.publish(t, "before", 0)
 	waitFor(t, time.Minute, "the first message handled", func() bool { return fx.count("before") == 1 })
@@ -353,7 +358,7 @@ func TestConsumerReconnects(t *testing.T) {
 
 // TestConsumerSettleAfterLongHandler: the settle timeout bounds the settling after the handler
 // returned, not the handler's run. A handler that runs longer (6 s) than the settle timeout
-// (5 s, consumer.WithSettleTimeout) and fails still has its retry published and the delivery
+// (5 s, consumer.Options.SettleTimeout) and fails still has its retry published and the delivery
 // acked (Retried), never given back; attempt 2, as long, succeeds and its done mark is written
 // (a Handled event without an error). With one settle timeout counted from the delivery, both
 // settlings would find it over.
@@ -374,8 +379,11 @@ func TestConsumerSettleAfterLongHandler(t *testing.T) {
 		}
 		ok.add(d.MessageId)
 		return nil
-	}, consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}),
-		consumer.WithObserver(evs.observe), consumer.WithSettleTimeout(5*time.Second))
+	}, consumer.Options{
+		Backoff:       consumer.Backoff{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond},
+		Observer:      evs.observe,
+		SettleTimeout: 5 * time.Second,
+	})
 	runConsumer(t, c)
 	f.publish(t, "slow", 0)
 	waitFor(t, 3*time.Minute, "attempt 2 of slow handled", func() bool { return evs.n(consumer.Handled) >= 1 })
@@ -432,7 +440,7 @@ func TestConsumerHoldsEarlyDelivery(t *testing.T) {
 		calls[d.MessageId] = call{at: time.Now(), ctxErr: ctx.Err()}
 		mu.Unlock()
 		return nil
-	}, consumer.WithConcurrency(3), consumer.WithHandlerTimeout(500*time.Millisecond), consumer.WithObserver(evs.observe))
+	}, consumer.Options{Concurrency: 3, HandlerTimeout: 500 * time.Millisecond, Observer: evs.observe})
 	runConsumer(t, c)
 	time.Sleep(300 * time.Millisecond) // the deliveries are held by now
 	if err := f.pub.Revoke(ctx, "revoked"); err != nil {

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
@@ -49,7 +50,7 @@ func TestConsumerRetryBindingStatus(t *testing.T) {
 		default:
 		}
 		return nil
-	})
+	}, consumer.Options{})
 	stop := runConsumer(t, c)
 	pub := newPublisher(t, env, spec)
 	ctx := topoTestCtx(t, 2*time.Minute)

@@ -211,7 +211,7 @@ func TestMetricsPublisherAndConsumer(t *testing.T) {
 		}
 		handled.Add(1)
 		return nil
-	}, consumer.WithMetrics(creg))
+	}, consumer.Options{Metrics: creg})
 	runConsumer(t, c)
 	count := func(outcome string) float64 {
 		v, _ := metValue(metGather(t, creg), "rabbitdelay_consumer_messages_total", map[string]string{"queue": "orders.work", "outcome": outcome})
@@ -564,9 +564,14 @@ func TestMetricsFaultsAndOutcomes(t *testing.T) {
 		}
 		handled.Add(1)
 		return nil
-	}, consumer.WithMetrics(creg), consumer.WithConnectionName("met-con"), consumer.WithConcurrency(1),
-		consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: 200 * time.Millisecond, Max: 10 * time.Second, NoJitter: true}),
-		consumer.WithReconnectBackoff(100*time.Millisecond, time.Second))
+	}, consumer.Options{
+		Metrics:        creg,
+		ConnectionName: "met-con",
+		Concurrency:    1,
+		Backoff:        consumer.Backoff{MaxAttempts: 3, Initial: 200 * time.Millisecond, Max: 10 * time.Second, NoJitter: true},
+		ReconnectMin:   100 * time.Millisecond,
+		ReconnectMax:   time.Second,
+	})
 	runConsumer(t, c)
 	cvalue := func(name string, labels map[string]string) float64 {
 		v, _ := metValue(metGather(t, creg), name, labels)
@@ -733,7 +738,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	creg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
 	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = env.URL
-	newConsumer(t, cfg, "orders.work", func(context.Context, amqp.Delivery) error { return nil }, consumer.WithMetrics(creg))
+	newConsumer(t, cfg, "orders.work", func(context.Context, amqp.Delivery) error { return nil }, consumer.Options{Metrics: creg})
 	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)

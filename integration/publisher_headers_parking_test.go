@@ -422,11 +422,11 @@ func TestReplayParkedLargeMessageBounded(t *testing.T) {
 	var evs []string
 	c := newConsumer(t, cfg, rq, func(context.Context, amqp.Delivery) error {
 		return consumer.Permanent(errors.New(strings.Repeat("e", 2*consumer.MaxErrorLen)))
-	}, consumer.WithObserver(func(e consumer.Event) {
+	}, consumer.Options{Observer: func(e consumer.Event) {
 		evMu.Lock()
 		evs = append(evs, fmt.Sprintf("%v: %.300v", e.Kind, e.Err))
 		evMu.Unlock()
-	}))
+	}})
 	stop := runConsumer(t, c)
 	waitFor(t, time.Minute, "the consumer parks the message", func() bool { return parkedCount() == 1 })
 	stop()

@@ -95,13 +95,13 @@ func (h *handled) total() int {
 	return n
 }
 
-// consume runs a Consumer of the fixture's queue (revocations on, the default) recording into
-// f.seen; stop ends it.
-func (f *revokeFixture) consume(t testing.TB, store consumer.Store, opts ...consumer.Option) (stop func(), events *consumerEvents) {
+// consume runs a Consumer of the fixture's queue (revocations on, the default) with store and a
+// concurrency of 32, recording into f.seen; stop ends it.
+func (f *revokeFixture) consume(t testing.TB, store consumer.Store) (stop func(), events *consumerEvents) {
 	t.Helper()
 	events = newConsumerEvents()
-	opts = append([]consumer.Option{consumer.WithConcurrency(32), consumer.WithStore(store), consumer.WithObserver(events.observe)}, opts...)
-	return runConsumer(t, newConsumer(t, f.cfg, f.queue, f.seen.handler, opts...)), events
+	opts := consumer.Options{Concurrency: 32, Store: store, Observer: events.observe}
+	return runConsumer(t, newConsumer(t, f.cfg, f.queue, f.seen.handler, opts)), events
 }
 
 // publishMany publishes n messages with ids prefix-i, due after delay(i), from 16 goroutines;

@@ -33,7 +33,7 @@ func TestRevokeBeforeDue(t *testing.T) {
 	f := newRevokeFixture(t)
 	n := revokeScale(1000)
 	k := n / 10
-	stop, events := f.consume(t, consumer.NewMemoryStore(4*n))
+	stop, events := f.consume(t, &consumer.MemoryStore{Window: 4 * n})
 	defer stop()
 	delays := make([]time.Duration, n)
 	for i := range delays {
@@ -141,7 +141,7 @@ func TestRevokeAtTheBound(t *testing.T) {
 	t.Parallel()
 	f := newRevokeFixture(t)
 	n := revokeScale(200)
-	stop, _ := f.consume(t, consumer.NewMemoryStore(4*n))
+	stop, _ := f.consume(t, &consumer.MemoryStore{Window: 4 * n})
 	defer stop()
 	due := time.UnixMilli(time.Now().Add(20 * time.Second).UnixMilli())
 	rs := f.publishMany(t, "b", n, func(int) time.Duration { return time.Until(due) })
@@ -228,7 +228,7 @@ func TestRevokeLateAndRestartedConsumer(t *testing.T) {
 	if err := f.pub.Revoke(ctx, ids...); err != nil { // one record for all
 		t.Fatal(err)
 	}
-	store := consumer.NewMemoryStore(4 * n)
+	store := &consumer.MemoryStore{Window: 4 * n}
 	stopA, eventsA := f.consume(t, store)
 	waitFor(t, 2*time.Minute, "a third handled by the first consumer", func() bool { return f.seen.total() >= n/3 })
 	stopA()
@@ -267,7 +267,7 @@ func TestReschedule(t *testing.T) {
 	t.Parallel()
 	f := newRevokeFixture(t)
 	n := revokeScale(100)
-	stop, _ := f.consume(t, consumer.NewMemoryStore(4*n))
+	stop, _ := f.consume(t, &consumer.MemoryStore{Window: 4 * n})
 	defer stop()
 	// The old copies are due once the reschedules have had time to finish on a busy machine (10 ms
 	// each); the new ones 7 s later.
@@ -324,7 +324,7 @@ func TestReschedule(t *testing.T) {
 func TestRescheduleFailedPublish(t *testing.T) {
 	t.Parallel()
 	f := newRevokeFixture(t)
-	stop, _ := f.consume(t, consumer.NewMemoryStore(64))
+	stop, _ := f.consume(t, &consumer.MemoryStore{Window: 64})
 	defer stop()
 	ctx := pubCtx(t)
 	old := f.publishMany(t, "f", 4, func(int) time.Duration { return 3 * time.Second })
@@ -383,7 +383,7 @@ func TestRescheduleFailedPublish(t *testing.T) {
 func TestReceiptID(t *testing.T) {
 	t.Parallel()
 	f := newRevokeFixture(t)
-	stop, _ := f.consume(t, consumer.NewMemoryStore(64))
+	stop, _ := f.consume(t, &consumer.MemoryStore{Window: 64})
 	defer stop()
 	ctx := pubCtx(t)
 	msg := amqp.Publishing{Body: []byte("x")}

@@ -34,7 +34,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	var store consumer.Store = consumer.NewMemoryStore(0) // one process
+	var store consumer.Store = &consumer.MemoryStore{} // one process
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
@@ -54,15 +54,16 @@ func main() {
 		}
 		return nil // acked
 	}
-	c, err := consumer.New(cfg, *queue, handle,
-		consumer.WithConcurrency(8),
-		consumer.WithBackoff(consumer.Backoff{MaxAttempts: 3, Initial: time.Second, Max: 10 * time.Second}),
-		consumer.WithStore(store),
-		consumer.WithObserver(func(e consumer.Event) {
+	c, err := consumer.New(cfg, *queue, handle, consumer.Options{
+		Concurrency: 8,
+		Backoff:     consumer.Backoff{MaxAttempts: 3, Initial: time.Second, Max: 10 * time.Second},
+		Store:       store,
+		Observer: func(e consumer.Event) {
 			if e.Err != nil {
 				fmt.Printf("  %v: %v\n", e.Kind, e.Err)
 			}
-		}))
+		},
+	})
 	if err != nil {
 		fail(err)
 	}

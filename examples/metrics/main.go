@@ -43,7 +43,7 @@ func main() {
 	fail(err)
 	defer p.Close()
 	c, err := consumer.New(cfg, *queue, func(context.Context, amqp.Delivery) error { return nil },
-		consumer.WithMetrics(reg))
+		consumer.Options{Metrics: reg})
 	fail(err)
 	runCtx, stop := context.WithTimeout(ctx, 8*time.Second)
 	defer stop()

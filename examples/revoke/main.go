@@ -54,11 +54,11 @@ func main() {
 		in, _ := consumer.InfoFrom(ctx)
 		fmt.Printf("arrived %s at %s (%v after due)\n", d.Body, time.Now().Format("15:04:05.000"), in.Late)
 		return nil
-	}, consumer.WithObserver(func(e consumer.Event) {
+	}, consumer.Options{Observer: func(e consumer.Event) {
 		if e.Kind == consumer.Revoked {
 			fmt.Printf("dropped a revoked copy of %s\n", e.Info.ID)
 		}
-	}))
+	}})
 	check(err)
 	runCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
