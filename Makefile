@@ -63,7 +63,8 @@ unit:
 # (golang/go#75804); a fixed count of executions is reliable.
 fuzz:
 	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./ttlbuckets -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/route -run '^$$' -fuzz '^FuzzRoute$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/route -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
 ## demo: `rabbitdelay apply` of a demo topology, then demo/ordertimeout (10,000 orders), on the
 ## broker `scripts/broker up` recorded, or else on one started for the demo (see scripts/demo)

@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -141,7 +142,7 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 				exchange = names.LadderExchangeShard(0, shard) // the first-hop queue dead-letters into level 0
 				continue
 			}
-			if next, ok := l.Next(h.Level); ok {
+			if next, ok := route.Next(l, h.Level); ok {
 				exchange = names.LadderExchangeShard(next, shard)
 			} else {
 				exchange = names.Dispatch()
@@ -153,13 +154,13 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 }
 
 // hopQueue returns the queue of hop i of plan in shard of the ladder, as
-// ttlbuckets.Ladder.EncodeRoute's headers route it: the last hop at a level whose queues
+// route.EncodeRoute's headers route it: the last hop at a level whose queues
 // dead-letter into a next level takes the last-hop queue of its digit (lastHopQueue true);
 // the first of several hops in the top-first order the first-hop queue of its digit; every
 // other hop the level's queue of its digit.
 func hopQueue(names delayspec.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int) (queue string, lastHopQueue bool) {
 	h := plan.Hops[i]
-	if _, more := l.Next(h.Level); more && i == len(plan.Hops)-1 {
+	if _, more := route.Next(l, h.Level); more && i == len(plan.Hops)-1 {
 		return names.LadderLastHopQueueShard(h.Level, h.Digit, shard), true
 	}
 	if firstHopQueue(l, plan, i) {

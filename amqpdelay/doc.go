@@ -29,7 +29,8 @@
 // default 4), chosen round robin; concurrent publishes are pipelined. Returns are matched to
 // publishes by message ID (the Publisher sets one when the message has none). It sends a copy
 // of the caller's message: on a delay path the copy loses every header that decides or records
-// a delay (ttlbuckets.IsDelayHeader) and gains the target (rabbitdelay-target), the due time
+// a delay (rabbitdelay-target, -due, -bucket, -last-level and -digit-N, x-delay, x-death,
+// x-first-death-* and x-last-death-*) and gains the target (rabbitdelay-target), the due time
 // (rabbitdelay-due, Unix ms) and the path's routing header. Delivery mode is persistent unless
 // the caller chose transient. Direct, bucket and ladder publishes are mandatory; plugin
 // publishes are not (the plugin answers every delayed publish with NO_ROUTE).

@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // A service publishes an order time-out due in 15 minutes, with the configuration of the
@@ -48,7 +47,7 @@ func Example() {
 // A consumer of a ready queue reads when a delivery was due and how late it is. The
 // delivery here is built by hand, as the broker would deliver it.
 func ExampleDue() {
-	d := amqp.Delivery{Headers: amqp.Table{ttlbuckets.DueHeader: int64(1_767_225_600_000)}}
+	d := amqp.Delivery{Headers: amqp.Table{"rabbitdelay-due": int64(1_767_225_600_000)}}
 	due, ok := amqpdelay.Due(d)
 	fmt.Println(ok, due.UTC().Format(time.RFC3339))
 

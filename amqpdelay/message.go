@@ -6,17 +6,18 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // delayHeaders returns a copy of h without the headers that decide or record a delay
-// (ttlbuckets.IsDelayHeader: the routing headers, x-delay, x-death, x-first-death-*,
+// (route.IsDelayHeader: the routing headers, x-delay, x-death, x-first-death-*,
 // x-last-death-*), with room for extra more entries. h is not modified.
 func delayHeaders(h amqp.Table, extra int) amqp.Table {
 	out := make(amqp.Table, len(h)+extra)
 	for k, v := range h {
-		if !ttlbuckets.IsDelayHeader(k) {
+		if !route.IsDelayHeader(k) {
 			out[k] = v
 		}
 	}
@@ -29,7 +30,7 @@ func delayHeaders(h amqp.Table, extra int) amqp.Table {
 func directHeaders(h amqp.Table) amqp.Table {
 	out := make(amqp.Table, len(h)+1)
 	for k, v := range h {
-		if !ttlbuckets.IsDelayHeader(k) || strings.HasPrefix(k, "x-") {
+		if !route.IsDelayHeader(k) || strings.HasPrefix(k, "x-") {
 			out[k] = v
 		}
 	}
@@ -37,7 +38,7 @@ func directHeaders(h amqp.Table) amqp.Table {
 }
 
 // buildHeaders returns the headers of the copy sent for choice c to target, due at due. A
-// ladder message's last hop goes through a last-hop queue (ttlbuckets.Ladder.EncodeRoute).
+// ladder message's last hop goes through a last-hop queue (route.EncodeRoute).
 func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, target string, due time.Time) amqp.Table {
 	var out amqp.Table
 	switch c.path {
@@ -45,18 +46,18 @@ func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, target string, d
 		out = directHeaders(h)
 	case PathLadder:
 		out = delayHeaders(h, len(c.plan.Digits)+3)
-		l.EncodeRoute(c.plan, out)
-		out[ttlbuckets.TargetHeader] = target
+		route.EncodeRoute(l, c.plan, out)
+		out[route.TargetHeader] = target
 	case PathBucket:
 		out = delayHeaders(h, 3)
-		out[ttlbuckets.BucketHeader] = c.bucketTTL
-		out[ttlbuckets.TargetHeader] = target
+		out[route.BucketHeader] = c.bucketTTL
+		out[route.TargetHeader] = target
 	case PathPlugin:
 		out = delayHeaders(h, 3)
 		plugin.SetDelay(out, c.pluginMs)
-		out[ttlbuckets.TargetHeader] = target
+		out[route.TargetHeader] = target
 	}
-	out[ttlbuckets.DueHeader] = due.UnixMilli()
+	out[route.DueHeader] = due.UnixMilli()
 	return out
 }
 
@@ -70,7 +71,7 @@ func Due(delivery amqp.Delivery) (due time.Time, ok bool) {
 }
 
 func dueFromHeaders(h amqp.Table) (time.Time, bool) {
-	ms, isInt, fits := ttlbuckets.HeaderInt(h[ttlbuckets.DueHeader])
+	ms, isInt, fits := route.HeaderInt(h[route.DueHeader])
 	if !isInt || !fits {
 		return time.Time{}, false
 	}

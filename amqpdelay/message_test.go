@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -17,29 +18,29 @@ import (
 // retryHeaders is what a consumer re-publishing a delivery (a retry) typically sends back.
 func retryHeaders() amqp.Table {
 	return amqp.Table{
-		"x-death":                 []any{amqp.Table{"queue": "rabbitdelay.ladder.00.03", "reason": "expired", "count": int64(1)}},
-		"x-first-death-queue":     "rabbitdelay.ladder.00.03",
-		"x-first-death-reason":    "expired",
-		"x-first-death-exchange":  "rabbitdelay.ladder.00",
-		"x-last-death-queue":      "rabbitdelay.ladder.01.02",
-		"x-last-death-reason":     "expired",
-		"x-last-death-exchange":   "rabbitdelay.ladder.01",
-		"x-delay":                 int32(-5000),
-		ttlbuckets.DigitHeader(0): int64(3),
-		ttlbuckets.DigitHeader(9): int64(7), // from a ladder with more levels
-		ttlbuckets.TargetHeader:   "old-target",
-		ttlbuckets.DueHeader:      int64(1),
-		ttlbuckets.BucketHeader:   int64(30000),
-		"tenant":                  "acme",
-		"attempt":                 int64(2),
-		"x-custom":                "kept",
-		"rabbitdelay-attempt":     int64(3), // a consumer's retry record: not a routing header
-		"rabbitdelay-copy":        "c1",
+		"x-death":                []any{amqp.Table{"queue": "rabbitdelay.ladder.00.03", "reason": "expired", "count": int64(1)}},
+		"x-first-death-queue":    "rabbitdelay.ladder.00.03",
+		"x-first-death-reason":   "expired",
+		"x-first-death-exchange": "rabbitdelay.ladder.00",
+		"x-last-death-queue":     "rabbitdelay.ladder.01.02",
+		"x-last-death-reason":    "expired",
+		"x-last-death-exchange":  "rabbitdelay.ladder.01",
+		"x-delay":                int32(-5000),
+		route.DigitHeader(0):     int64(3),
+		route.DigitHeader(9):     int64(7), // from a ladder with more levels
+		route.TargetHeader:       "old-target",
+		route.DueHeader:          int64(1),
+		route.BucketHeader:       int64(30000),
+		"tenant":                 "acme",
+		"attempt":                int64(2),
+		"x-custom":               "kept",
+		"rabbitdelay-attempt":    int64(3), // a consumer's retry record: not a routing header
+		"rabbitdelay-copy":       "c1",
 	}
 }
 
 func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	plan, err := l.Plan(90*time.Minute, ttlbuckets.Strict)
 	if err != nil {
 		t.Fatal(err)
@@ -58,11 +59,11 @@ func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
 				t.Fatalf("caller's headers were modified:\n got %v\nwant %v", in, before)
 			}
 			for k := range out {
-				if ttlbuckets.IsDelayHeader(k) {
+				if route.IsDelayHeader(k) {
 					switch {
-					case k == ttlbuckets.TargetHeader, k == ttlbuckets.DueHeader:
-					case k == ttlbuckets.BucketHeader && c.path == PathBucket:
-					case k == ttlbuckets.LastLevelHeader && c.path == PathLadder:
+					case k == route.TargetHeader, k == route.DueHeader:
+					case k == route.BucketHeader && c.path == PathBucket:
+					case k == route.LastLevelHeader && c.path == PathLadder:
 					case k == plugin.DelayHeader && c.path == PathPlugin:
 					case len(k) > len("rabbitdelay-digit-") && k[:len("rabbitdelay-digit-")] == "rabbitdelay-digit-" && c.path == PathLadder:
 					default:
@@ -75,30 +76,30 @@ func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
 					t.Errorf("header %q = %v, want %v (the caller's)", k, out[k], before[k])
 				}
 			}
-			if out[ttlbuckets.TargetHeader] != "orders" {
-				t.Errorf("target header = %v", out[ttlbuckets.TargetHeader])
+			if out[route.TargetHeader] != "orders" {
+				t.Errorf("target header = %v", out[route.TargetHeader])
 			}
-			if got, ok := out[ttlbuckets.DueHeader].(int64); !ok || got != 1_700_000_000_123 {
-				t.Errorf("due header = %#v, want int64 1700000000123", out[ttlbuckets.DueHeader])
+			if got, ok := out[route.DueHeader].(int64); !ok || got != 1_700_000_000_123 {
+				t.Errorf("due header = %#v, want int64 1700000000123", out[route.DueHeader])
 			}
 			if err := out.Validate(); err != nil {
 				t.Errorf("headers do not encode: %v", err)
 			}
 			switch c.path {
 			case PathLadder:
-				digits, err := l.DecodeDigits(out)
+				digits, err := route.DecodeDigits(l, out)
 				if err != nil || !reflect.DeepEqual(digits, plan.Digits) {
 					t.Errorf("digits = %v, %v; want %v", digits, err, plan.Digits)
 				}
-				if _, ok := out[ttlbuckets.DigitHeader(9)]; ok {
+				if _, ok := out[route.DigitHeader(9)]; ok {
 					t.Errorf("stale digit of level 9 kept")
 				}
-				if v, has := out[ttlbuckets.LastLevelHeader]; !has || v != int64(plan.LastLevel()) {
-					t.Errorf("last-level header %v (present %v), want int64 %d", v, has, plan.LastLevel())
+				if v, has := out[route.LastLevelHeader]; !has || v != int64(route.LastLevel(plan)) {
+					t.Errorf("last-level header %v (present %v), want int64 %d", v, has, route.LastLevel(plan))
 				}
 			case PathBucket:
-				if v, ok := out[ttlbuckets.BucketHeader].(int64); !ok || v != 30000 {
-					t.Errorf("bucket header = %#v, want int64 30000", out[ttlbuckets.BucketHeader])
+				if v, ok := out[route.BucketHeader].(int64); !ok || v != 30000 {
+					t.Errorf("bucket header = %#v, want int64 30000", out[route.BucketHeader])
 				}
 			}
 		})
@@ -108,11 +109,11 @@ func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
 // TestPluginDelayHeaderIsInt64 checks the built headers: 30 days is 2,592,000,000 ms, which a Go
 // int would send as a negative 32-bit value.
 func TestPluginDelayHeaderIsInt64(t *testing.T) {
-	c, err := chooser{ladder: ttlbuckets.DefaultLadder(), strategy: PluginOnly, pluginOK: true}.choose(30 * 24 * time.Hour)
+	c, err := chooser{ladder: ttlbuckets.Ladder{}.WithDefaults(), strategy: PluginOnly, pluginOK: true}.choose(30 * 24 * time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := buildHeaders(amqp.Table{"x-delay": 5}, &c, ttlbuckets.DefaultLadder(), "orders", time.Now())
+	out := buildHeaders(amqp.Table{"x-delay": 5}, &c, ttlbuckets.Ladder{}.WithDefaults(), "orders", time.Now())
 	v, ok := out[plugin.DelayHeader].(int64)
 	if !ok || v != 2_592_000_000 {
 		t.Fatalf("x-delay = %#v (%T), want int64(2592000000)", out[plugin.DelayHeader], out[plugin.DelayHeader])
@@ -123,14 +124,14 @@ func TestDirectHeadersKeepCallerHeaders(t *testing.T) {
 	in := retryHeaders()
 	c := choice{path: PathDirect}
 	now := time.UnixMilli(1_700_000_000_000)
-	out := buildHeaders(in, &c, ttlbuckets.DefaultLadder(), "orders", now)
+	out := buildHeaders(in, &c, ttlbuckets.Ladder{}.WithDefaults(), "orders", now)
 	if _, ok := out["x-death"]; !ok {
 		t.Error("direct path dropped x-death: a direct publish is the caller's message as given")
 	}
-	if _, ok := out[ttlbuckets.TargetHeader]; ok {
+	if _, ok := out[route.TargetHeader]; ok {
 		t.Error("direct path kept a stale target header")
 	}
-	if _, ok := out[ttlbuckets.DigitHeader(0)]; ok {
+	if _, ok := out[route.DigitHeader(0)]; ok {
 		t.Error("direct path kept a stale digit header")
 	}
 	if due, ok := dueFromHeaders(out); !ok || !due.Equal(now) {
@@ -140,7 +141,7 @@ func TestDirectHeadersKeepCallerHeaders(t *testing.T) {
 		t.Error("caller's headers modified")
 	}
 	// nil headers get a table with the due time only.
-	out = buildHeaders(nil, &c, ttlbuckets.DefaultLadder(), "orders", now)
+	out = buildHeaders(nil, &c, ttlbuckets.Ladder{}.WithDefaults(), "orders", now)
 	if len(out) != 1 {
 		t.Errorf("headers for a message without headers = %v", out)
 	}
@@ -149,15 +150,15 @@ func TestDirectHeadersKeepCallerHeaders(t *testing.T) {
 func TestDue(t *testing.T) {
 	want := time.UnixMilli(1_700_000_000_123)
 	for _, v := range []any{int64(1_700_000_000_123), int(1_700_000_000_123), uint64(1_700_000_000_123)} {
-		got, ok := Due(amqp.Delivery{Headers: amqp.Table{ttlbuckets.DueHeader: v}})
+		got, ok := Due(amqp.Delivery{Headers: amqp.Table{route.DueHeader: v}})
 		if !ok || !got.Equal(want) {
 			t.Errorf("Due(%T) = %v, %v; want %v", v, got, ok, want)
 		}
 	}
-	if got, ok := Due(amqp.Delivery{Headers: amqp.Table{ttlbuckets.DueHeader: int32(1000)}}); !ok || got.UnixMilli() != 1000 {
+	if got, ok := Due(amqp.Delivery{Headers: amqp.Table{route.DueHeader: int32(1000)}}); !ok || got.UnixMilli() != 1000 {
 		t.Errorf("Due(int32) = %v, %v", got, ok)
 	}
-	for _, h := range []amqp.Table{nil, {}, {ttlbuckets.DueHeader: "1700000000123"}, {ttlbuckets.DueHeader: 1.5}, {ttlbuckets.DueHeader: uint64(1 << 63)}} {
+	for _, h := range []amqp.Table{nil, {}, {route.DueHeader: "1700000000123"}, {route.DueHeader: 1.5}, {route.DueHeader: uint64(1 << 63)}} {
 		if got, ok := Due(amqp.Delivery{Headers: h}); ok {
 			t.Errorf("Due(%v) = %v, true; want false", h, got)
 		}
@@ -165,7 +166,7 @@ func TestDue(t *testing.T) {
 }
 
 func BenchmarkBuildHeadersLadder(b *testing.B) {
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	h := amqp.Table{"tenant": "acme"}
 	now := time.Now()
 	b.ReportAllocs()

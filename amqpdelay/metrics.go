@@ -10,8 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/internal/metrics"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // WithMetrics makes the Publisher register its Prometheus metrics on reg (the global registry
@@ -195,13 +195,13 @@ func DeliveryPath(d amqp.Delivery) (path Path, ok bool) {
 	if _, ok := dueFromHeaders(d.Headers); !ok {
 		return PathDirect, false
 	}
-	if _, ok := d.Headers[ttlbuckets.BucketHeader]; ok {
+	if _, ok := d.Headers[route.BucketHeader]; ok {
 		return PathBucket, true
 	}
-	if _, ok := d.Headers[ttlbuckets.LastLevelHeader]; ok {
+	if _, ok := d.Headers[route.LastLevelHeader]; ok {
 		return PathLadder, true
 	}
-	if _, ok := d.Headers[ttlbuckets.DigitHeader(0)]; ok {
+	if _, ok := d.Headers[route.DigitHeader(0)]; ok {
 		return PathLadder, true
 	}
 	if _, ok := d.Headers[plugin.DelayHeader]; ok {

@@ -8,8 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 func TestOutcomeOf(t *testing.T) {
@@ -47,10 +47,10 @@ func TestDeliveryPath(t *testing.T) {
 		ok      bool
 	}{
 		{"not rabbitdelay's", amqp.Table{"x": "y"}, PathDirect, false},
-		{"direct", amqp.Table{ttlbuckets.DueHeader: due}, PathDirect, true},
-		{"bucket", amqp.Table{ttlbuckets.DueHeader: due, ttlbuckets.BucketHeader: int64(1000)}, PathBucket, true},
-		{"ladder", amqp.Table{ttlbuckets.DueHeader: due, ttlbuckets.DigitHeader(0): int64(0), ttlbuckets.DigitHeader(1): int64(3)}, PathLadder, true},
-		{"plugin", amqp.Table{ttlbuckets.DueHeader: due, plugin.DelayHeader: int64(5000)}, PathPlugin, true},
+		{"direct", amqp.Table{route.DueHeader: due}, PathDirect, true},
+		{"bucket", amqp.Table{route.DueHeader: due, route.BucketHeader: int64(1000)}, PathBucket, true},
+		{"ladder", amqp.Table{route.DueHeader: due, route.DigitHeader(0): int64(0), route.DigitHeader(1): int64(3)}, PathLadder, true},
+		{"plugin", amqp.Table{route.DueHeader: due, plugin.DelayHeader: int64(5000)}, PathPlugin, true},
 	} {
 		got, ok := DeliveryPath(amqp.Delivery{Headers: c.headers})
 		if got != c.want || ok != c.ok {

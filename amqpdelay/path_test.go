@@ -22,7 +22,7 @@ func mustBuckets(t *testing.T, ds ...time.Duration) ttlbuckets.Buckets {
 // TestChoosePath is the path table of docs/how-it-works.md, row by row.
 func TestChoosePath(t *testing.T) {
 	ms := time.Millisecond
-	defLadder := ttlbuckets.DefaultLadder()                                              // 1 ms unit, max 2^32-1 ms
+	defLadder := ttlbuckets.Ladder{}.WithDefaults()                                      // 1 ms unit, max 2^32-1 ms
 	coarse := ttlbuckets.Ladder{Unit: time.Second, Radix: 16, Max: 100 * 24 * time.Hour} // 1 s unit, 100 days
 	short := ttlbuckets.Ladder{Unit: ms, Radix: 16, Max: time.Hour}.WithDefaults()       // max 1 h
 	buckets := mustBuckets(t, 30*time.Second, 5*time.Minute)
@@ -125,7 +125,7 @@ func TestDelayTooLongStatesMaximum(t *testing.T) {
 }
 
 func TestPluginMissingErrorSaysWhy(t *testing.T) {
-	_, err := chooser{ladder: ttlbuckets.DefaultLadder(), strategy: PluginOnly}.choose(time.Second)
+	_, err := chooser{ladder: ttlbuckets.Ladder{}.WithDefaults(), strategy: PluginOnly}.choose(time.Second)
 	if !errors.Is(err, ErrPluginUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
@@ -143,7 +143,7 @@ func TestPluginMissingErrorNames43(t *testing.T) {
 		version string
 		gone    bool
 	}{{"3.10.8", false}, {"4.0.5", false}, {"4.2.4", false}, {"4.3.0", true}, {"4.3.6", true}, {"4.10.1", true}, {"5.0.0", true}, {"", false}, {"unknown", false}} {
-		_, err := chooser{ladder: ttlbuckets.DefaultLadder(), strategy: PluginOnly, brokerVersion: tc.version}.choose(time.Second)
+		_, err := chooser{ladder: ttlbuckets.Ladder{}.WithDefaults(), strategy: PluginOnly, brokerVersion: tc.version}.choose(time.Second)
 		if !errors.Is(err, ErrPluginUnavailable) {
 			t.Fatalf("%s: err = %v", tc.version, err)
 		}
@@ -168,7 +168,7 @@ func TestPathAndStrategyStrings(t *testing.T) {
 }
 
 func BenchmarkChoose(b *testing.B) {
-	c := chooser{ladder: ttlbuckets.DefaultLadder(), buckets: mustBucketsB(b, 30*time.Second)}
+	c := chooser{ladder: ttlbuckets.Ladder{}.WithDefaults(), buckets: mustBucketsB(b, 30*time.Second)}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := c.choose(90 * time.Minute); err != nil {

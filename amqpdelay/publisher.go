@@ -16,6 +16,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -226,7 +227,7 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	// Room among the exchanges trusted after a confirm for every exchange of the delay topology
 	// (per copy: the ladder's levels and last-hop exchanges, an entry exchange per ladder and
 	// last-hop queue; the buckets' exchange), beside maxNames targets of direct publishes.
-	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*2*(len(ladder.Queues())+ladder.Levels()) + 1
+	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*2*(len(route.Queues(ladder))+ladder.Levels()) + 1
 	if p.metrics, err = newPubMetrics(o.metricsReg, p); err != nil {
 		_ = conn.Close()
 		return nil, err

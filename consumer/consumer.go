@@ -17,8 +17,8 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/revoke"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // Handler handles one delivery. It returns nil when the message is done (the Consumer acks
@@ -418,10 +418,10 @@ func (c *Consumer) emit(e Event) {
 func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 	in := Info{Queue: c.queue, Attempt: 1, MaxAttempts: c.o.backoff.MaxAttempts}
 	in.ID, in.IDDerived = c.identify(*d)
-	if a, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderAttempt]); ok && fits && a > 1 {
+	if a, ok, fits := route.HeaderInt(d.Headers[HeaderAttempt]); ok && fits && a > 1 {
 		in.Attempt = int(a)
 	}
-	if ms, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderFirstFailure]); ok && fits {
+	if ms, ok, fits := route.HeaderInt(d.Headers[HeaderFirstFailure]); ok && fits {
 		in.FirstFailure = time.UnixMilli(ms)
 	}
 	_, in.Replayed = d.Headers[HeaderReplayed]
@@ -431,7 +431,7 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 		// A copy sent back early, for at most the ladder's maximum (holdUntilDue), is due at
 		// the first delivery's due time, which it keeps in HeaderDue; a retry's own due time
 		// is the later one.
-		if ms, ok, fits := ttlbuckets.HeaderInt(d.Headers[HeaderDue]); ok && fits && time.UnixMilli(ms).After(due) {
+		if ms, ok, fits := route.HeaderInt(d.Headers[HeaderDue]); ok && fits && time.UnixMilli(ms).After(due) {
 			in.Due = time.UnixMilli(ms)
 		}
 		in.Late = max(start.Sub(in.Due), 0)
@@ -497,9 +497,9 @@ func restore(d *amqp.Delivery) {
 	}
 	if t, ok := d.Headers[HeaderTarget].(string); ok {
 		if t == "" {
-			delete(d.Headers, ttlbuckets.TargetHeader) // the first delivery had none (a direct publish)
+			delete(d.Headers, route.TargetHeader) // the first delivery had none (a direct publish)
 		} else {
-			d.Headers[ttlbuckets.TargetHeader] = t
+			d.Headers[route.TargetHeader] = t
 		}
 	}
 }
@@ -762,11 +762,11 @@ func keepHeaders(orig amqp.Table, origKey string) amqp.Table {
 		h[HeaderRoutingKey] = origKey
 	}
 	if _, ok := h[HeaderTarget]; !ok {
-		t, _ := orig[ttlbuckets.TargetHeader].(string)
+		t, _ := orig[route.TargetHeader].(string)
 		h[HeaderTarget] = t // "" when the first delivery had none
 	}
 	if _, ok := h[HeaderDue]; !ok {
-		if ms, ok, fits := ttlbuckets.HeaderInt(orig[ttlbuckets.DueHeader]); ok && fits {
+		if ms, ok, fits := route.HeaderInt(orig[route.DueHeader]); ok && fits {
 			h[HeaderDue] = ms
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 func noop(context.Context, amqp.Delivery) error { return nil }
@@ -72,7 +72,7 @@ func TestNewValidates(t *testing.T) {
 
 func TestRestoreAndHeaders(t *testing.T) {
 	c := &Consumer{queue: "work"}
-	orig := amqp.Table{ttlbuckets.TargetHeader: "orders", ttlbuckets.DueHeader: int64(1234), "app": "x"}
+	orig := amqp.Table{route.TargetHeader: "orders", route.DueHeader: int64(1234), "app": "x"}
 	h := c.failureHeaders(orig, "o.1", Info{}, errors.New(strings.Repeat("e", 2000)), time.UnixMilli(5000))
 	if h[HeaderRoutingKey] != "o.1" || h[HeaderTarget] != "orders" || h[HeaderDue] != int64(1234) || h[HeaderQueue] != "work" ||
 		h[HeaderFirstFailure] != int64(5000) || len(h[HeaderError].(string)) != MaxErrorLen || h["app"] != "x" {
@@ -83,12 +83,12 @@ func TestRestoreAndHeaders(t *testing.T) {
 	if h2[HeaderRoutingKey] != "o.1" || h2[HeaderFirstFailure] != int64(5000) || h2[HeaderLastFailure] != int64(9000) {
 		t.Fatalf("second failure headers %v", h2)
 	}
-	d := amqp.Delivery{RoutingKey: "work", Headers: amqp.Table{HeaderRoutingKey: "o.1", HeaderTarget: "", ttlbuckets.TargetHeader: "rabbitdelay.retry"}}
+	d := amqp.Delivery{RoutingKey: "work", Headers: amqp.Table{HeaderRoutingKey: "o.1", HeaderTarget: "", route.TargetHeader: "rabbitdelay.retry"}}
 	restore(&d)
 	if d.RoutingKey != "o.1" {
 		t.Errorf("routing key %q", d.RoutingKey)
 	}
-	if _, ok := d.Headers[ttlbuckets.TargetHeader]; ok {
+	if _, ok := d.Headers[route.TargetHeader]; ok {
 		t.Errorf("target header kept although the first delivery had none: %v", d.Headers)
 	}
 	r := replayHeaders(amqp.Table(h2))

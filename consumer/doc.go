@@ -66,7 +66,8 @@
 //     than [MaxIDLen] bytes is replaced by its hash.
 //   - Copies lose Expiration (it would expire them inside the delay topology) and UserId
 //     (RabbitMQ refuses a user id other than the publishing connection's); the Publisher
-//     strips the routing headers (ttlbuckets.IsDelayHeader) and x-death.
+//     strips the routing headers (rabbitdelay-target, -due, -bucket, -last-level, -digit-N),
+//     x-delay and x-death.
 //   - A copy the Publisher refuses as invalid (amqpdelay.ErrInvalidInput) cannot be published:
 //     a refused retry parks the message ([ParkRetryRefused]), a refused parking copy rejects
 //     the delivery without requeue ([Rejected]), for its queue's dead-letter exchange.

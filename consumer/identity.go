@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -84,7 +84,7 @@ func contentID(d amqp.Delivery) string {
 	hashValue(h, d.Priority)
 	app := amqp.Table{}
 	for k, v := range d.Headers {
-		if !strings.HasPrefix(k, "x-") && !strings.HasPrefix(k, ttlbuckets.HeaderPrefix) && k != "CC" && k != "BCC" {
+		if !strings.HasPrefix(k, "x-") && !strings.HasPrefix(k, route.HeaderPrefix) && k != "CC" && k != "BCC" {
 			app[k] = v
 		}
 	}

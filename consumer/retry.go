@@ -9,7 +9,7 @@ import (
 )
 
 // Headers the Consumer writes on the copies it sends (retries, parked messages). The amqpdelay
-// Publisher strips only the routing headers (ttlbuckets.IsDelayHeader) from a delayed copy, so
+// Publisher strips only the routing headers (internal/route.IsDelayHeader) from a delayed copy, so
 // these travel with the retry.
 const (
 	// HeaderAttempt (int64) is the attempt a delivery is: absent or 1 for the first, 2 for the

@@ -50,7 +50,7 @@ func (n Names) LadderQueue(level, digit int) string {
 // shard of the ladder: <prefix>.ladder.LL.DD.last (shard 0) or <prefix>.ladder.LL.DD.sK.last
 // (shard K). It has the TTL of [Names.LadderQueueShard] of the same level and digit but
 // dead-letters into the dispatch exchange, and takes the messages whose last hop is that digit
-// of that level ([ttlbuckets.Ladder.LastHopValue]).
+// of that level (its digit header holds the digit plus the radix).
 func (n Names) LadderLastHopQueueShard(level, digit, shard int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard), 1)
 }
@@ -67,9 +67,9 @@ func (n Names) LadderFirstHopQueueShard(level, digit, shard int) string {
 
 // LadderLastHopExchangeShard is the headers exchange of the last-hop queues of ladder level
 // level in shard of the ladder: [Names.LadderExchangeShard] + ".last". The level's exchange
-// routes to it every message whose last hop is at that level ([ttlbuckets.LastLevelHeader]
+// routes to it every message whose last hop is at that level (header rabbitdelay-last-level
 // = level), and it routes them by the level's digit header, which holds the digit's last-hop
-// value ([ttlbuckets.Ladder.LastHopValue]), to the last-hop queue of that digit.
+// value (the digit plus the radix), to the last-hop queue of that digit.
 func (n Names) LadderLastHopExchangeShard(level, shard int) string {
 	return ladderExchangeForm.name(n.p(), int64(level), int64(shard), 1)
 }

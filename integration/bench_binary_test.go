@@ -18,6 +18,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -183,7 +184,7 @@ func declareBinary(tb testing.TB, top bool) setup {
 
 // declareLadderRaw is the diagnostic publish case "ladder-raw": the default ladder as declare
 // applies it, each message sent with amqp091-go directly, as the Publisher sends it (its
-// headers: ttlbuckets.Ladder.EncodeRoute's digits and last level, target, due time, copy tag; a
+// headers: route.EncodeRoute's digits and last level, target, due time, copy tag; a
 // UUID-long message id; to the entry exchange of its first queue), without the Publisher's own
 // work (checks, header validation, the dead-letter reserve, its channel choice). Beside
 // "ladder", it splits a ladder publish's cost into the broker's and the Publisher's.
@@ -192,7 +193,7 @@ func declareLadderRaw(tb testing.TB) setup {
 	s := declare(tb, defaultLadderCase("ladder-raw"))
 	chs := channels(tb, s.url)
 	names := delayspec.Names{Prefix: s.cfg.Prefix}
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	s.publish = func(ctx context.Context, w, i int, delay time.Duration) (time.Time, error) {
 		now := time.Now()
 		p, err := l.Plan(delay, ttlbuckets.RoundUp)
@@ -201,13 +202,13 @@ func declareLadderRaw(tb testing.TB) setup {
 		}
 		due := now.Add(p.Effective)
 		h := amqp.Table{}
-		l.EncodeRoute(p, h)
-		h[ttlbuckets.TargetHeader] = benchTarget
-		h[ttlbuckets.DueHeader] = due.UnixMilli()
+		route.EncodeRoute(l, p, h)
+		h[route.TargetHeader] = benchTarget
+		h[route.DueHeader] = due.UnixMilli()
 		h[amqpdelay.CopyHeader] = fmt.Sprintf("%016x", i)
 		first := p.Hops[0]
 		q := names.LadderQueue(first.Level, first.Digit)
-		if _, more := l.Next(first.Level); more && len(p.Hops) == 1 {
+		if _, more := route.Next(l, first.Level); more && len(p.Hops) == 1 {
 			q = names.LadderLastHopQueueShard(first.Level, first.Digit, 0)
 		}
 		m := benchPublishing(i)
@@ -230,7 +231,7 @@ type binaryCase struct {
 
 func binaryCaseOf(tb testing.TB, name string) binaryCase {
 	bucket := func(tb testing.TB) setup {
-		return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum, buckets: binaryBuckets, path: amqpdelay.PathBucket})
+		return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.Ladder{}.WithDefaults(), qtype: delayspec.Quorum, buckets: binaryBuckets, path: amqpdelay.PathBucket})
 	}
 	switch name {
 	case "binary":

@@ -56,7 +56,7 @@ func BenchmarkLatenessSteady(b *testing.B) {
 			cases = append(cases, scase{name: name, delay: func() time.Duration { return 0 }, setup: rawReady})
 		case "bucket":
 			cases = append(cases, scase{name: name, delay: func() time.Duration { return steadyBuckets[rand.IntN(len(steadyBuckets))] }, setup: func(tb testing.TB) setup {
-				return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum, buckets: steadyBuckets, path: amqpdelay.PathBucket})
+				return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.Ladder{}.WithDefaults(), qtype: delayspec.Quorum, buckets: steadyBuckets, path: amqpdelay.PathBucket})
 			}})
 		default:
 			c := casesFromFlag(b, name)[0]

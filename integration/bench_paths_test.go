@@ -18,6 +18,7 @@ import (
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -50,7 +51,7 @@ func ladderOf(unit time.Duration, radix int, order ttlbuckets.Order) ttlbuckets.
 
 // defaultLadderCase is the library's default: radix 16, 1 ms, shortest first, quorum queues.
 func defaultLadderCase(name string) delayCase {
-	return delayCase{name: name, ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum, path: amqpdelay.PathLadder}
+	return delayCase{name: name, ladder: ttlbuckets.Ladder{}.WithDefaults(), qtype: delayspec.Quorum, path: amqpdelay.PathLadder}
 }
 
 func ladderCase(name string, unit time.Duration, radix int, order ttlbuckets.Order, qt delayspec.QueueType, variant string) delayCase {
@@ -336,11 +337,11 @@ func declareVariant(tb testing.TB, conn *amqp.Connection, spec delayspec.Spec, v
 	must(names.Dispatch(), ch.ExchangeDeclare(names.Dispatch(), "headers", true, false, false, false, amqp.Table{"alternate-exchange": names.Unroutable()}))
 	for _, t := range spec.Targets {
 		must(t.Name, ch.ExchangeDeclare(t.Name, t.Type, true, false, false, false, nil))
-		must("dispatch binding", ch.ExchangeBind(t.Name, "", names.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}))
+		must("dispatch binding", ch.ExchangeBind(t.Name, "", names.Dispatch(), false, amqp.Table{"x-match": "all", route.TargetHeader: t.Name}))
 	}
 	l := spec.Ladder.WithDefaults()
 	next := func(level int) string {
-		if n, ok := l.Next(level); ok {
+		if n, ok := route.Next(l, level); ok {
 			return names.LadderExchange(n)
 		}
 		return names.Dispatch()
@@ -353,9 +354,9 @@ func declareVariant(tb testing.TB, conn *amqp.Connection, spec delayspec.Spec, v
 	must(names.SpecStream(), err)
 	for level := range levels {
 		must("pass-through", ch.ExchangeBind(next(level), "", names.LadderExchange(level), false,
-			amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(level): int64(0)}))
+			amqp.Table{"x-match": "all", route.DigitHeader(level): int64(0)}))
 	}
-	for _, q := range l.Queues() {
+	for _, q := range route.Queues(l) {
 		var classic bool
 		shards := 1
 		switch {
@@ -378,7 +379,7 @@ func declareVariant(tb testing.TB, conn *amqp.Connection, spec delayspec.Spec, v
 		}
 		for k := range shards {
 			name := names.LadderQueue(q.Level, q.Digit)
-			args := amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(q.Level): int64(q.Digit)}
+			args := amqp.Table{"x-match": "all", route.DigitHeader(q.Level): int64(q.Digit)}
 			if shards > 1 {
 				name += fmt.Sprintf(".s%d", k)
 				args[benchShardHeader] = int64(k)
@@ -530,7 +531,7 @@ func declareOneHop(tb testing.TB, xdeath bool) setup {
 // 1 h bucket.
 func declareBucketBurst(tb testing.TB) setup {
 	tb.Helper()
-	s := declare(tb, delayCase{name: "bucket-1h", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum,
+	s := declare(tb, delayCase{name: "bucket-1h", ladder: ttlbuckets.Ladder{}.WithDefaults(), qtype: delayspec.Quorum,
 		buckets: []time.Duration{time.Hour}, path: amqpdelay.PathBucket})
 	chs := channels(tb, s.url)
 	exchange := delayspec.Names{Prefix: s.cfg.Prefix}.BucketExchange()
@@ -540,8 +541,8 @@ func declareBucketBurst(tb testing.TB) setup {
 		due := now.Add(delay)
 		m := benchPublishing(i)
 		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		m.Headers = amqp.Table{ttlbuckets.BucketHeader: ttl, ttlbuckets.TargetHeader: benchTarget,
-			ttlbuckets.DueHeader: due.UnixMilli(), amqpdelay.CopyHeader: fmt.Sprintf("%016x", i)}
+		m.Headers = amqp.Table{route.BucketHeader: ttl, route.TargetHeader: benchTarget,
+			route.DueHeader: due.UnixMilli(), amqpdelay.CopyHeader: fmt.Sprintf("%016x", i)}
 		m.Expiration = strconv.FormatInt(max(0, (delay+time.Millisecond-1).Milliseconds()), 10) // never early
 		return due, publishConfirmed(ctx, chs[w], exchange, "bench.key", m)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -93,7 +94,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 			}
 		}
 	}
-	bucket := delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum,
+	bucket := delayCase{name: "bucket", ladder: ttlbuckets.Ladder{}.WithDefaults(), qtype: delayspec.Quorum,
 		buckets: []time.Duration{time.Hour}, path: amqpdelay.PathBucket}
 	cases := []tcase{
 		{name: "raw", setup: rawPipelined},
@@ -144,13 +145,13 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	rows := reportRates(b, names, took, done, n)
 	rows[0] = append(rows[0], "x raw by round", "x route by round", "client us/msg", "broker us/msg")
 	for k, c := range cases {
-		route := ""
+		vsRoute := ""
 		if r := slices.Index(names, c.route); r >= 0 {
 			if x := roundRatios(runs[r], runs[k]); x != "" {
-				route = c.route + " " + x
+				vsRoute = c.route + " " + x
 			}
 		}
-		rows[k+1] = append(rows[k+1], roundRatios(runs[0], runs[k]), route)
+		rows[k+1] = append(rows[k+1], roundRatios(runs[0], runs[k]), vsRoute)
 		if client[k] > 0 {
 			rows[k+1] = append(rows[k+1], fmt.Sprintf("%.0f", float64(client[k].Microseconds())/float64(done[k]*n)))
 		}
@@ -242,17 +243,17 @@ func rawHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error
 		}
 		const radix = 16
 		for v := 1; v < radix; v++ {
-			if err := ch.QueueBind(q, "", x, false, amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(5): int64(v)}); err != nil {
+			if err := ch.QueueBind(q, "", x, false, amqp.Table{"x-match": "all", route.DigitHeader(5): int64(v)}); err != nil {
 				tb.Fatalf("bind %s: %v", q, err)
 			}
-			if err := ch.QueueBind(last, "", lastX, false, amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(5): int64(v + radix)}); err != nil {
+			if err := ch.QueueBind(last, "", lastX, false, amqp.Table{"x-match": "all", route.DigitHeader(5): int64(v + radix)}); err != nil {
 				tb.Fatalf("bind %s: %v", last, err)
 			}
 		}
-		if err := ch.ExchangeBind(next, "", x, false, amqp.Table{"x-match": "all", ttlbuckets.DigitHeader(5): int64(0)}); err != nil {
+		if err := ch.ExchangeBind(next, "", x, false, amqp.Table{"x-match": "all", route.DigitHeader(5): int64(0)}); err != nil {
 			tb.Fatalf("bind %s: %v", next, err)
 		}
-		if err := ch.ExchangeBind(lastX, "", x, false, amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(5)}); err != nil {
+		if err := ch.ExchangeBind(lastX, "", x, false, amqp.Table{"x-match": "all", route.LastLevelHeader: int64(5)}); err != nil {
 			tb.Fatalf("bind %s: %v", lastX, err)
 		}
 		return x, "bench.key"
@@ -276,13 +277,13 @@ func rawFanoutNoHeadersPipelined(tb testing.TB) func(context.Context, int) (func
 }
 
 // rawFanoutOneHeaderPipelined is rawFanoutNoHeadersPipelined with one header on each message,
-// the target's name as the Publisher sets it (ttlbuckets.TargetHeader), which the dispatch
+// the target's name as the Publisher sets it (route.TargetHeader), which the dispatch
 // exchange routes a due message on: the least any delayed message of this design carries.
 func rawFanoutOneHeaderPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
 	return rawPipelinedTo(tb, boundTo(tb, amqp.ExchangeFanout, "", nil), func(i int) amqp.Publishing {
 		m := benchPublishing(i)
-		m.Headers = amqp.Table{ttlbuckets.TargetHeader: benchTarget}
+		m.Headers = amqp.Table{route.TargetHeader: benchTarget}
 		return m
 	})
 }
@@ -316,7 +317,7 @@ func rawTopicPipelined(tb testing.TB) func(context.Context, int) (func() error, 
 // message (bucketShapedMsg): the bucket case's route without any rabbitdelay code.
 func rawBucketHeadersPipelined(tb testing.TB) func(context.Context, int) (func() error, error) {
 	tb.Helper()
-	args := amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: time.Hour.Milliseconds()}
+	args := amqp.Table{"x-match": "all", route.BucketHeader: time.Hour.Milliseconds()}
 	return rawPipelinedTo(tb, boundTo(tb, amqp.ExchangeHeaders, "", args), bucketShapedMsg(time.Now().Add(time.Hour)))
 }
 
@@ -330,33 +331,33 @@ func rawBucketFanoutPipelined(tb testing.TB) func(context.Context, int) (func() 
 // bucketShapedMsg returns messages with the headers the Publisher sets on a message for a 1 h
 // bucket due at due (amqpdelay's buildHeaders): publisherShapedMsg's and the bucket's TTL.
 func bucketShapedMsg(due time.Time) func(int) amqp.Publishing {
-	return publisherShapedMsg(due, func(h amqp.Table) { h[ttlbuckets.BucketHeader] = time.Hour.Milliseconds() })
+	return publisherShapedMsg(due, func(h amqp.Table) { h[route.BucketHeader] = time.Hour.Milliseconds() })
 }
 
 // ladderShapedMsg returns messages with the headers the Publisher sets on a longest-first
 // default-ladder message due at due after a delay of 1 h, on a topology with last-hop queues:
 // publisherShapedMsg's, the digit headers of levels 5 (its entry) to 1 (its last hop) and the
-// last-level header (ttlbuckets.Ladder.EncodeRoute).
+// last-level header (route.EncodeRoute).
 func ladderShapedMsg(due time.Time) func(int) amqp.Publishing {
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	l.Order = ttlbuckets.LongestFirst
 	plan, err := l.Plan(time.Hour, ttlbuckets.RoundUp)
 	if err != nil {
 		panic(err)
 	}
-	return publisherShapedMsg(due, func(h amqp.Table) { l.EncodeRoute(plan, h) })
+	return publisherShapedMsg(due, func(h amqp.Table) { route.EncodeRoute(l, plan, h) })
 }
 
 // publisherShapedMsg returns benchPublishing's messages with what the Publisher adds on every
 // delayed path (amqpdelay's buildHeaders): the target, the due time, a copy tag and a
-// UUID-long message id, plus the path's own headers, which route adds.
-func publisherShapedMsg(due time.Time, route func(amqp.Table)) func(int) amqp.Publishing {
+// UUID-long message id, plus the path's own headers, which pathHeaders adds.
+func publisherShapedMsg(due time.Time, pathHeaders func(amqp.Table)) func(int) amqp.Publishing {
 	return func(i int) amqp.Publishing {
 		m := benchPublishing(i)
 		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		m.Headers = amqp.Table{ttlbuckets.TargetHeader: benchTarget, ttlbuckets.DueHeader: due.UnixMilli(),
+		m.Headers = amqp.Table{route.TargetHeader: benchTarget, route.DueHeader: due.UnixMilli(),
 			amqpdelay.CopyHeader: fmt.Sprintf("%016x", i)}
-		route(m.Headers)
+		pathHeaders(m.Headers)
 		return m
 	}
 }

@@ -44,7 +44,7 @@ func BenchmarkPublishThroughput(b *testing.B) {
 			return declare(tb, ladderCase("ladder-longest", ms1, 16, lf, delayspec.Quorum, "")).publish
 		}, delay: longDelay},
 		{name: "bucket", setup: func(tb testing.TB) publishFunc {
-			return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.DefaultLadder(), qtype: delayspec.Quorum,
+			return declare(tb, delayCase{name: "bucket", ladder: ttlbuckets.Ladder{}.WithDefaults(), qtype: delayspec.Quorum,
 				buckets: []time.Duration{throughputBucket}, path: amqpdelay.PathBucket}).publish
 		}, delay: func(int) time.Duration { return throughputBucket }},
 	}

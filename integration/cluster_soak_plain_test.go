@@ -15,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -169,10 +170,10 @@ func (pl *plainLadder) publishBatch(ch *amqp.Channel, returns <-chan amqp.Return
 			return perr
 		}
 		h := amqp.Table{}
-		pl.ladder.EncodeDigits(plan, h)
+		route.EncodeDigits(pl.ladder, plan, h)
 		due := time.Now().Add(plan.Effective)
-		h[ttlbuckets.TargetHeader] = pl.target
-		h[ttlbuckets.DueHeader] = due.UnixMilli()
+		h[route.TargetHeader] = pl.target
+		h[route.DueHeader] = due.UnixMilli()
 		s := sent{id: id, due: due, hops: len(plan.Hops)}
 		s.dc, err = ch.PublishWithDeferredConfirmWithContext(ctx, pl.names.LadderExchange(plan.Entry), "k", true, false,
 			amqp.Publishing{MessageId: id, ContentType: "text/plain", DeliveryMode: amqp.Persistent, Headers: h, Body: []byte(id)})

@@ -13,7 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/consumer"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 var consumerBenchN = flag.Int("consumer-bench", 20000, "messages per case of BenchmarkConsumerThroughput")
@@ -67,7 +67,7 @@ func benchConsumer(b *testing.B, due bool, opts consumer.Options) {
 		for i := range n {
 			var h amqp.Table
 			if due {
-				h = amqp.Table{ttlbuckets.DueHeader: time.Now().UnixMilli()}
+				h = amqp.Table{route.DueHeader: time.Now().UnixMilli()}
 			}
 			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", f.work, false, false, amqp.Publishing{Headers: h,
 				DeliveryMode: amqp.Persistent, MessageId: fmt.Sprintf("b%d-%d", time.Now().UnixNano(), i), Body: make([]byte, 100)})

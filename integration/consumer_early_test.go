@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -51,7 +52,7 @@ func TestConsumerEarlyBeyondHold(t *testing.T) {
 	now := time.Now()
 	due := map[string]time.Time{"beyond": now.Add(6 * time.Second), "beyond-ladder": now.Add(12 * time.Second), "within": now.Add(time.Second)}
 	for id, at := range due {
-		rawToQueue(t, ch, f.work, amqp.Publishing{MessageId: id, Body: []byte("x"), Headers: amqp.Table{ttlbuckets.DueHeader: at.UnixMilli()}})
+		rawToQueue(t, ch, f.work, amqp.Publishing{MessageId: id, Body: []byte("x"), Headers: amqp.Table{route.DueHeader: at.UnixMilli()}})
 	}
 	waitFor(t, time.Minute, "the three handled", func() bool {
 		mu.Lock()

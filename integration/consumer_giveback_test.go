@@ -17,7 +17,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // How the Consumer gives a delivery back, against RabbitMQ 4.3's delivery counting
@@ -27,7 +27,7 @@ import (
 
 // headerCount is an integer header of d (0 when absent).
 func headerCount(d amqp.Delivery, name string) int64 {
-	n, _, _ := ttlbuckets.HeaderInt(d.Headers[name])
+	n, _, _ := route.HeaderInt(d.Headers[name])
 	return n
 }
 

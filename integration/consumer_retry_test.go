@@ -18,7 +18,7 @@ import (
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 var consumerLoad = flag.Int("consumer-load", 10000, "messages of TestConsumerLoadRetries")
@@ -52,7 +52,7 @@ func TestConsumerLoadRetries(t *testing.T) {
 		if d.RoutingKey != "o."+d.MessageId {
 			t.Errorf("message %s: routing key %q, want the original o.%s (attempt %d)", d.MessageId, d.RoutingKey, d.MessageId, in.Attempt)
 		}
-		if tgt, _ := d.Headers[ttlbuckets.TargetHeader].(string); tgt != f.target() {
+		if tgt, _ := d.Headers[route.TargetHeader].(string); tgt != f.target() {
 			t.Errorf("message %s: target header %q, want %q", d.MessageId, tgt, f.target())
 		}
 		if in.Attempt == 1 && rand.IntN(5) == 0 {
@@ -60,7 +60,7 @@ func TestConsumerLoadRetries(t *testing.T) {
 			return errors.New("random failure")
 		}
 		if in.Attempt > 1 {
-			ms, _, _ := ttlbuckets.HeaderInt(d.Headers[consumer.HeaderLastFailure])
+			ms, _, _ := route.HeaderInt(d.Headers[consumer.HeaderLastFailure])
 			arrivals.Store(d.MessageId, arrival{at: time.Now(), lastFailure: time.UnixMilli(ms), due: in.Due})
 			if !in.HasDue || time.Now().Before(in.Due) {
 				early.Add(1)
@@ -224,9 +224,9 @@ func TestConsumerParkAndReplay(t *testing.T) {
 	}{"poison": {consumer.ParkAttempts, 3}, "bad-input": {consumer.ParkPermanent, 1}} {
 		d := byID[id]
 		h := d.Headers
-		attempt, _, _ := ttlbuckets.HeaderInt(h[consumer.HeaderAttempt])
-		first, _, _ := ttlbuckets.HeaderInt(h[consumer.HeaderFirstFailure])
-		last, _, _ := ttlbuckets.HeaderInt(h[consumer.HeaderLastFailure])
+		attempt, _, _ := route.HeaderInt(h[consumer.HeaderAttempt])
+		first, _, _ := route.HeaderInt(h[consumer.HeaderFirstFailure])
+		last, _, _ := route.HeaderInt(h[consumer.HeaderLastFailure])
 		errText, _ := h[consumer.HeaderError].(string)
 		if h[consumer.HeaderParkReason] != want.reason || attempt != want.attempt || h[consumer.HeaderQueue] != f.work ||
 			h[consumer.HeaderRoutingKey] != "o."+id || h[consumer.HeaderTarget] != f.target() || errText == "" ||
@@ -291,7 +291,7 @@ func TestConsumerDeliveryLimit(t *testing.T) {
 			evs := newConsumerEvents()
 			cons := newConsumer(t, f.cfg, f.work, func(ctx context.Context, d amqp.Delivery) error {
 				attempts.Add(1)
-				if n, ok, _ := ttlbuckets.HeaderInt(d.Headers["x-delivery-count"]); ok && n > maxCount.Load() {
+				if n, ok, _ := route.HeaderInt(d.Headers["x-delivery-count"]); ok && n > maxCount.Load() {
 					maxCount.Store(n)
 				}
 				return errors.New("always")

@@ -18,7 +18,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/internal/admin"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // TestConsumerAckAfterRetryConfirmed: a failed delivery is acked only once its retry copy is
@@ -423,7 +423,7 @@ func TestConsumerHoldsEarlyDelivery(t *testing.T) {
 	soon := time.Now().Add(1500 * time.Millisecond)
 	far := time.Now().Add(time.Hour)
 	for id, due := range map[string]time.Time{"soon": soon, "far": far, "revoked": soon} {
-		m := amqp.Publishing{MessageId: id, Body: []byte("x"), Headers: amqp.Table{ttlbuckets.DueHeader: due.UnixMilli()}}
+		m := amqp.Publishing{MessageId: id, Body: []byte("x"), Headers: amqp.Table{route.DueHeader: due.UnixMilli()}}
 		if err := ch.PublishWithContext(ctx, "", f.work, false, false, m); err != nil {
 			t.Fatal(err)
 		}

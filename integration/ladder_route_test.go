@@ -15,6 +15,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -116,8 +117,8 @@ func TestLadderLastLevel(t *testing.T) {
 				}
 				m := textMsg("legacy " + d.String())
 				m.MessageId = fmt.Sprintf("legacy-%d", d.Milliseconds())
-				m.Headers = amqp.Table{ttlbuckets.TargetHeader: target, ttlbuckets.DueHeader: time.Now().Add(d).UnixMilli()}
-				l.EncodeDigits(plan, m.Headers)
+				m.Headers = amqp.Table{route.TargetHeader: target, route.DueHeader: time.Now().Add(d).UnixMilli()}
+				route.EncodeDigits(l, plan, m.Headers)
 				entry := plan.Entry
 				if order == ttlbuckets.TopFirst && len(plan.Hops) > 1 {
 					entry = plan.Hops[1].Level // the lowest non-zero level
@@ -169,7 +170,7 @@ func TestLadderRadix64Digits(t *testing.T) {
 					if err != nil {
 						t.Fatalf("publish %v: %v", d, err)
 					}
-					sent[r.MessageID] = plan.LastLevel()
+					sent[r.MessageID] = route.LastLevel(plan)
 				}
 			}
 			checkArrivals(t, l, delayspec.Names{Prefix: spec.Prefix}, got, sent, 30*time.Second)
@@ -216,20 +217,20 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 					t.Errorf("%q: dead-lettered from a last-hop queue %s without the last-level header", id, q)
 				}
 			}
-			if _, has := h[ttlbuckets.LastLevelHeader]; has {
-				t.Errorf("%q: has %s, want every level's digit instead", id, ttlbuckets.LastLevelHeader)
+			if _, has := h[route.LastLevelHeader]; has {
+				t.Errorf("%q: has %s, want every level's digit instead", id, route.LastLevelHeader)
 			}
 			for level := range l.Levels() {
-				if _, has := h[ttlbuckets.DigitHeader(level)]; !has {
-					t.Errorf("%q: no %s", id, ttlbuckets.DigitHeader(level))
+				if _, has := h[route.DigitHeader(level)]; !has {
+					t.Errorf("%q: no %s", id, route.DigitHeader(level))
 				}
 			}
 			continue
 		}
-		if h[ttlbuckets.LastLevelHeader] != int64(last) {
-			t.Errorf("%q: %s = %v, want %d", id, ttlbuckets.LastLevelHeader, h[ttlbuckets.LastLevelHeader], last)
+		if h[route.LastLevelHeader] != int64(last) {
+			t.Errorf("%q: %s = %v, want %d", id, route.LastLevelHeader, h[route.LastLevelHeader], last)
 		}
-		digits, err := l.DecodeDigits(h)
+		digits, err := route.DecodeDigits(l, h)
 		if err != nil {
 			t.Errorf("%q: DecodeDigits: %v", id, err)
 			continue
@@ -258,14 +259,14 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 			case topFirst:
 				outside = level > last && level != entry // the top level, then 0 to the last
 			}
-			if _, has := h[ttlbuckets.DigitHeader(level)]; has == outside {
+			if _, has := h[route.DigitHeader(level)]; has == outside {
 				t.Errorf("%q (entry level %d, last level %d): digit header of level %d present = %v", id, entry, last, level, has)
 			}
 		}
 		// The last hop went through the last-hop queue of its level and digit, unless its level
 		// is where the order ends (its queues dead-letter into the dispatch exchange already).
 		want := n.LadderLastHopQueueShard(last, digits[last], 0)
-		if _, more := l.Next(last); !more {
+		if _, more := route.Next(l, last); !more {
 			want = n.LadderQueue(last, digits[last])
 		}
 		if !slices.Contains(queues, want) {

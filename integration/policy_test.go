@@ -19,6 +19,7 @@ import (
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -255,7 +256,7 @@ func polPublishBucket(t testing.TB, env *brokertest.Env, p *admin.Plan, ms int64
 	for i := range n {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.Names.BucketExchange(), key(i), true, false, amqp.Publishing{
 			DeliveryMode: amqp.Persistent, MessageId: fmt.Sprint(i), Body: []byte(key(i)),
-			Headers: amqp.Table{ttlbuckets.BucketHeader: ms, ttlbuckets.TargetHeader: target}})
+			Headers: amqp.Table{route.BucketHeader: ms, route.TargetHeader: target}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // polUnroutableRun is the input of the stall report: a 3 s bucket, 1,100 messages for target
@@ -68,7 +68,7 @@ func polUnroutableRun(t *testing.T, env *brokertest.Env, qt delayspec.QueueType)
 	parked := polConsume(t, env, p.Names.Parking())
 	for i := range 3 {
 		a := <-parked
-		if a.d.Headers[ttlbuckets.TargetHeader] != "orders" || !strings.HasPrefix(a.d.RoutingKey, "unbound.") {
+		if a.d.Headers[route.TargetHeader] != "orders" || !strings.HasPrefix(a.d.RoutingKey, "unbound.") {
 			t.Errorf("parked message %d: routing key %q, headers %v", i, a.d.RoutingKey, a.d.Headers)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
@@ -265,7 +266,7 @@ func deleteTopologyAt(t testing.TB, url string, spec delayspec.Spec) {
 	n := spec.Names()
 	l, b, _ := spec.LadderOrBuckets()
 	var queues []string
-	for _, q := range l.Queues() {
+	for _, q := range route.Queues(l) {
 		queues = append(queues, n.LadderQueue(q.Level, q.Digit))
 	}
 	for _, bk := range b.List() {

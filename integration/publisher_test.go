@@ -22,6 +22,7 @@ import (
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -127,8 +128,8 @@ func TestPublisherRouting(t *testing.T) {
 			}
 			// Delivery.Exchange is the exchange the broker last published the message to (a
 			// dead-letter exchange of the delay topology); the target is in the header.
-			if r.d.Headers[ttlbuckets.TargetHeader] != target {
-				t.Errorf("queue %s: target header %v, want %q", q, r.d.Headers[ttlbuckets.TargetHeader], target)
+			if r.d.Headers[route.TargetHeader] != target {
+				t.Errorf("queue %s: target header %v, want %q", q, r.d.Headers[route.TargetHeader], target)
 			}
 			keys = append(keys, r.d.RoutingKey)
 		}
@@ -369,7 +370,7 @@ func TestPublisherUnroutable(t *testing.T) {
 	// Due, but its target is no longer bound to the dispatch exchange: the dispatch exchange's
 	// alternate exchange puts it in the parking queue, headers intact.
 	unbind := env.Channel(t)
-	if err := unbind.ExchangeUnbind(gone, "", n.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: gone}); err != nil {
+	if err := unbind.ExchangeUnbind(gone, "", n.Dispatch(), false, amqp.Table{"x-match": "all", route.TargetHeader: gone}); err != nil {
 		t.Fatal(err)
 	}
 	parked := consumeQueue(t, env, n.Parking())
@@ -379,8 +380,8 @@ func TestPublisherUnroutable(t *testing.T) {
 	}
 	a := nextDelivery(t, parked, 5*time.Second)
 	checkOnTime(t, a)
-	if a.d.MessageId != r.MessageID || a.d.RoutingKey != "bound" || a.d.Headers[ttlbuckets.TargetHeader] != gone {
-		t.Errorf("parked message: id %q key %q target %v; want %q, bound, %q", a.d.MessageId, a.d.RoutingKey, a.d.Headers[ttlbuckets.TargetHeader], r.MessageID, gone)
+	if a.d.MessageId != r.MessageID || a.d.RoutingKey != "bound" || a.d.Headers[route.TargetHeader] != gone {
+		t.Errorf("parked message: id %q key %q target %v; want %q, bound, %q", a.d.MessageId, a.d.RoutingKey, a.d.Headers[route.TargetHeader], r.MessageID, gone)
 	}
 }
 
@@ -500,7 +501,7 @@ func TestPublisherBadInput(t *testing.T) {
 	noDelivery(t, got, 1500*time.Millisecond)
 
 	// The default exchange without a delay is a plain publish to the queue named by the key.
-	h := amqp.Table{"x-death": []any{amqp.Table{"queue": "q"}}, ttlbuckets.DigitHeader(0): int64(3), "keep": "me"}
+	h := amqp.Table{"x-death": []any{amqp.Table{"queue": "q"}}, route.DigitHeader(0): int64(3), "keep": "me"}
 	msg := textMsg("direct")
 	msg.Headers = h
 	if _, err := p.Publish(ctx, "", q, msg, 0); err != nil {
@@ -508,7 +509,7 @@ func TestPublisherBadInput(t *testing.T) {
 	}
 	a := nextDelivery(t, got, 2*time.Second)
 	checkOnTime(t, a)
-	if len(h) != 3 || h["keep"] != "me" || h[ttlbuckets.DigitHeader(0)] != int64(3) {
+	if len(h) != 3 || h["keep"] != "me" || h[route.DigitHeader(0)] != int64(3) {
 		t.Errorf("caller's headers modified: %v", h)
 	}
 	if a.d.Headers["keep"] != "me" {

@@ -23,6 +23,7 @@ import (
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -441,7 +442,7 @@ func TestTeardownRefusesThenForces(t *testing.T) {
 	}
 	// A message waiting in the bucket queue (1 h).
 	if err := ch.PublishWithContext(ctx, p.Names.BucketExchange(), "", false, false, amqp.Publishing{
-		Headers: amqp.Table{ttlbuckets.BucketHeader: int64(3_600_000), ttlbuckets.TargetHeader: declared}, Body: []byte("x")}); err != nil {
+		Headers: amqp.Table{route.BucketHeader: int64(3_600_000), route.TargetHeader: declared}, Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
 	bucketQ := p.Names.BucketQueue(3_600_000)
@@ -569,7 +570,7 @@ func TestStatusCountsMessagesAndFlagsConsumers(t *testing.T) {
 	top := p.Ladder.Levels() - 1
 	waiting := p.Names.LadderQueue(top, 1)
 	ch := env.Channel(t)
-	headers := amqp.Table{ttlbuckets.DigitHeader(top): int64(1), ttlbuckets.TargetHeader: env.Name("t")}
+	headers := amqp.Table{route.DigitHeader(top): int64(1), route.TargetHeader: env.Name("t")}
 	if err := ch.PublishWithContext(ctx, p.Names.LadderExchange(top), "k", false, false, amqp.Publishing{Headers: headers, Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
@@ -655,7 +656,7 @@ func newDeadLetterFixture(t *testing.T, env *brokertest.Env) deadLetterFixture {
 		t.Fatal(err)
 	}
 	if err := ch.PublishWithContext(f.ctx, f.p.Names.BucketExchange(), "", false, false, amqp.Publishing{
-		Headers: amqp.Table{ttlbuckets.BucketHeader: int64(50), ttlbuckets.TargetHeader: "nowhere"}, Body: []byte("x")}); err != nil {
+		Headers: amqp.Table{route.BucketHeader: int64(50), route.TargetHeader: "nowhere"}, Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
 	f.bucketQ = f.p.Names.BucketQueue(50)
@@ -984,7 +985,7 @@ func TestApplyRecordsTargetsAndDispatchBound(t *testing.T) {
 	if ok, err := m.DispatchBound(ctx, p, "not-a-target"); ok || err != nil {
 		t.Errorf("DispatchBound(not-a-target) = %v, %v; want false", ok, err)
 	}
-	if err := ch.ExchangeUnbind("orders", "", p.Names.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: "orders"}); err != nil {
+	if err := ch.ExchangeUnbind("orders", "", p.Names.Dispatch(), false, amqp.Table{"x-match": "all", route.TargetHeader: "orders"}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := m.DispatchBound(ctx, p, "orders"); ok || err != nil {

@@ -22,7 +22,7 @@
 //   - The plugin's last release supports RabbitMQ up to 4.2; it cannot run on RabbitMQ 4.3
 //     and later ([ErrUnsupported]).
 //   - A delivery keeps its x-delay header: a consumer that re-publishes it must strip it
-//     (ttlbuckets.IsDelayHeader lists it).
+//     (the amqpdelay Publisher strips it from a message it delays).
 //
 // # Probing
 //

@@ -10,7 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // Header names. None begins with "x-": a headers exchange ignores binding arguments whose names
@@ -128,9 +128,9 @@ func parseRecord(d amqp.Delivery) (r record, ok bool, err error) {
 	r.hash, _ = h[HashHeader].(string)
 	r.instance, _ = h[InstanceHeader].(string)
 	r.written = d.Timestamp
-	late, _, _ := ttlbuckets.HeaderInt(h[LateHeader])
+	late, _, _ := route.HeaderInt(h[LateHeader])
 	r.late = time.Duration(late) * time.Millisecond
-	r.missed, _, _ = ttlbuckets.HeaderInt(h[MissedHeader])
+	r.missed, _, _ = route.HeaderInt(h[MissedHeader])
 	if s, _ := h[NextHeader].(string); s != "" {
 		if r.next, err = time.Parse(time.RFC3339Nano, s); err != nil {
 			return r, false, fmt.Errorf("schedule: record %s of %q: %s: %w", r.kind, r.name, NextHeader, err)

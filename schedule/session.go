@@ -14,7 +14,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // ErrConnectionLost: the connection that reads the stream and publishes records closed; the
@@ -93,7 +93,7 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n Names, maxAge 
 		}},
 		{"binding " + n.Links() + " -> queue " + n.Links(), func() error { return ch.QueueBind(n.Links(), "", n.Links(), false, nil) }},
 		{"binding " + tn.Dispatch() + " -> " + n.Links(), func() error {
-			return ch.ExchangeBind(n.Links(), "", tn.Dispatch(), false, amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: n.Links()})
+			return ch.ExchangeBind(n.Links(), "", tn.Dispatch(), false, amqp.Table{"x-match": "all", route.TargetHeader: n.Links()})
 		}},
 	}
 	for _, s := range steps {

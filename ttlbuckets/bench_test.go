@@ -30,17 +30,3 @@ func BenchmarkPlan(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkEncodeDigits measures writing a plan's 8 digit headers into a reused map.
-func BenchmarkEncodeDigits(b *testing.B) {
-	l := ttlbuckets.DefaultLadder()
-	p, err := l.Plan(90*time.Minute, ttlbuckets.RoundUp)
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := make(map[string]any, 16)
-	b.ReportAllocs()
-	for b.Loop() {
-		l.EncodeDigits(p, h)
-	}
-}

@@ -60,9 +60,6 @@ func NewBuckets(delays ...time.Duration) (Buckets, error) {
 // List returns the buckets in ascending order of delay. The slice is a copy.
 func (b Buckets) List() []Bucket { return slices.Clone(b.list) }
 
-// Len returns the number of buckets.
-func (b Buckets) Len() int { return len(b.list) }
-
 // Lookup returns the bucket whose Delay is exactly d. There is no rounding: a d that is
 // not one of the set's delays returns false. It does not allocate.
 func (b Buckets) Lookup(d time.Duration) (Bucket, bool) {

@@ -19,8 +19,8 @@ func TestBuckets(t *testing.T) {
 		{Delay: time.Millisecond, TTL: 1}, {Delay: 5 * time.Second, TTL: 5000},
 		{Delay: time.Minute, TTL: 60000}, {Delay: time.Hour, TTL: 3600000},
 	}
-	if got := b.List(); !slices.Equal(got, want) || b.Len() != 4 {
-		t.Fatalf("List() = %v (Len %d), want %v", got, b.Len(), want)
+	if got := b.List(); !slices.Equal(got, want) || len(b.List()) != 4 {
+		t.Fatalf("List() = %v (Len %d), want %v", got, len(b.List()), want)
 	}
 	b.List()[0].TTL = 99 // a copy
 	if b.List()[0].TTL != 1 {
@@ -37,10 +37,10 @@ func TestBuckets(t *testing.T) {
 		}
 	}
 	var zero ttlbuckets.Buckets
-	if _, ok := zero.Lookup(time.Second); ok || zero.Len() != 0 || len(zero.List()) != 0 {
+	if _, ok := zero.Lookup(time.Second); ok || len(zero.List()) != 0 {
 		t.Error("zero Buckets is not empty")
 	}
-	if none, err := ttlbuckets.NewBuckets(); err != nil || none.Len() != 0 {
+	if none, err := ttlbuckets.NewBuckets(); err != nil || len(none.List()) != 0 {
 		t.Errorf("NewBuckets() = %v, %v", none, err)
 	}
 	maxDelay := time.Duration(ttlbuckets.MaxQueueTTL) * time.Millisecond
@@ -67,7 +67,7 @@ func TestNewBucketsErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := ttlbuckets.NewBuckets(tc.delays...)
-			if !errors.Is(err, ttlbuckets.ErrInvalidBuckets) || b.Len() != 0 {
+			if !errors.Is(err, ttlbuckets.ErrInvalidBuckets) || len(b.List()) != 0 {
 				t.Fatalf("NewBuckets = %v, %v; want ErrInvalidBuckets and an empty set", b, err)
 			}
 			errs := unwrapAll(err)
@@ -80,38 +80,5 @@ func TestNewBucketsErrors(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestDelayQueues(t *testing.T) {
-	b, err := ttlbuckets.NewBuckets(time.Minute, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := ttlbuckets.DefaultLadder()
-	qs := ttlbuckets.DelayQueues(l, b)
-	if len(qs) != 122 {
-		t.Fatalf("%d queues, want 122", len(qs))
-	}
-	for i, q := range l.Queues() {
-		if want := (ttlbuckets.DelayQueue{Kind: ttlbuckets.LadderKind, Level: q.Level, Digit: q.Digit, TTL: q.TTL}); qs[i] != want {
-			t.Fatalf("queue %d = %+v, want %+v", i, qs[i], want)
-		}
-	}
-	wantBuckets := []ttlbuckets.DelayQueue{{Kind: ttlbuckets.BucketKind, Level: -1, Digit: -1, TTL: 5000}, {Kind: ttlbuckets.BucketKind, Level: -1, Digit: -1, TTL: 60000}}
-	if !slices.Equal(qs[120:], wantBuckets) {
-		t.Errorf("buckets = %+v", qs[120:])
-	}
-	if again := ttlbuckets.DelayQueues(l, b); !slices.Equal(again, qs) {
-		t.Error("DelayQueues is not stable")
-	}
-	if got := ttlbuckets.DelayQueues(ttlbuckets.Ladder{Radix: 3}, b); !slices.Equal(got, wantBuckets) {
-		t.Errorf("invalid ladder: %+v", got)
-	}
-	if got := ttlbuckets.DelayQueues(ttlbuckets.Ladder{Max: 15 * time.Millisecond, Radix: 4}, ttlbuckets.Buckets{}); len(got) != 6 {
-		t.Errorf("small ladder, no buckets: %+v", got)
-	}
-	if ttlbuckets.LadderKind.String() != "ladder" || ttlbuckets.BucketKind.String() != "bucket" || ttlbuckets.QueueKind(4).String() != "QueueKind(4)" {
-		t.Error("QueueKind names")
 	}
 }

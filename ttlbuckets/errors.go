@@ -7,8 +7,8 @@ import "errors"
 // allowed range.
 var (
 	// ErrInvalidLadder is wrapped by every problem [Ladder.Validate] reports, by
-	// [ParseOrder] and [Order.UnmarshalText] for an unknown name, and by the methods of
-	// [Ladder] that need a valid ladder ([Ladder.Plan], [Ladder.DecodeDigits]).
+	// [ParseOrder], [Order.UnmarshalText] and [Order.MarshalText] for an unknown order, and
+	// by [Ladder.Plan] for an invalid ladder.
 	ErrInvalidLadder = errors.New("ttlbuckets: invalid ladder")
 
 	// ErrDelayTooLong is wrapped by [Ladder.Plan] when the requested delay is above
@@ -21,8 +21,4 @@ var (
 
 	// ErrInvalidBuckets is wrapped by every problem [NewBuckets] reports.
 	ErrInvalidBuckets = errors.New("ttlbuckets: invalid buckets")
-
-	// ErrInvalidHeaders is wrapped by every problem [Ladder.DecodeDigits] reports: a digit
-	// header that is missing, not an integer, or outside 0..Radix-1.
-	ErrInvalidHeaders = errors.New("ttlbuckets: invalid delay headers")
 )

@@ -2,30 +2,25 @@ package ttlbuckets_test
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// The default ladder: 1 ms unit, radix 16, 8 levels, 120 queues.
-func ExampleDefaultLadder() {
-	l := ttlbuckets.DefaultLadder()
-	qs := l.Queues()
-	fmt.Println(l.Levels(), "levels,", len(qs), "queues, max", l.Max)
-	fmt.Printf("shortest queue %+v\n", qs[0])
-	fmt.Printf("longest queue %+v\n", qs[len(qs)-1])
+// The zero Ladder is the default ladder: 1 ms unit, radix 16, 8 levels of 15 queues each.
+func ExampleLadder() {
+	l := ttlbuckets.Ladder{}.WithDefaults()
+	fmt.Println("unit", l.Unit, "radix", l.Radix, "max", l.Max, l.Order)
+	fmt.Println(l.Levels(), "levels,", l.Levels()*(l.Radix-1), "queues, at most", l.Levels(), "hops")
 	// Output:
-	// 8 levels, 120 queues, max 1193h2m47.295s
-	// shortest queue {Level:0 Digit:1 TTL:1}
-	// longest queue {Level:7 Digit:15 TTL:4026531840}
+	// unit 1ms radix 16 max 1193h2m47.295s shortest-first
+	// 8 levels, 120 queues, at most 8 hops
 }
 
 // A 90-minute delay is 0x5265C0 ms: five non-zero hex digits, five hops. With the default
 // order the message enters at its lowest non-zero level and climbs.
 func ExampleLadder_Plan() {
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	p, err := l.Plan(90*time.Minute, ttlbuckets.RoundUp)
 	if err != nil {
 		fmt.Println(err)
@@ -92,46 +87,6 @@ func ExampleLadder_Validate() {
 	// ttlbuckets: invalid ladder: Max 43800h0m0s: needs 10 levels, whose longest queue (level 9, digit 15) would have x-message-ttl 1030792151040 ms, above RabbitMQ's limit of 315360000000 ms; allowed with Unit 1ms and Radix 16: 1ms to 19088h44m36.735s (68719476735 ms)
 }
 
-// Next tells where each level's queues dead-letter to; false means the dispatch exchange.
-func ExampleLadder_Next() {
-	for _, o := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst} {
-		l := ttlbuckets.Ladder{Max: 4095 * time.Millisecond, Order: o} // 3 levels
-		fmt.Print(o, ":")
-		for level := range l.Levels() {
-			next, ok := l.Next(level)
-			if ok {
-				fmt.Printf(" %d->%d", level, next)
-			} else {
-				fmt.Printf(" %d->dispatch", level)
-			}
-		}
-		fmt.Println()
-	}
-	// Output:
-	// shortest-first: 0->1 1->2 2->dispatch
-	// longest-first: 0->dispatch 1->0 2->1
-}
-
-// EncodeDigits writes every level's digit as an int64 header; DecodeDigits reads them
-// back, from any integer type.
-func ExampleLadder_EncodeDigits() {
-	l := ttlbuckets.Ladder{Max: 4095 * time.Millisecond}
-	p, _ := l.Plan(1234*time.Millisecond, ttlbuckets.RoundUp) // 0x4D2
-	h := map[string]any{}
-	l.EncodeDigits(p, h)
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		fmt.Printf("%s: %T %v\n", k, h[k], h[k])
-	}
-	h[ttlbuckets.DigitHeader(1)] = int32(13) // as a broker might hand it back
-	digits, err := l.DecodeDigits(h)
-	fmt.Println(digits, err)
-	// Output:
-	// rabbitdelay-digit-0: int64 2
-	// rabbitdelay-digit-1: int64 13
-	// rabbitdelay-digit-2: int64 4
-	// [2 13 4] <nil>
-}
-
 // Buckets serve a few fixed delays in one exact hop each.
 func ExampleNewBuckets() {
 	b, err := ttlbuckets.NewBuckets(time.Minute, 5*time.Second, 30*time.Second)
@@ -152,26 +107,6 @@ func ExampleNewBuckets() {
 	// ttlbuckets: invalid buckets: delay #2 1s: duplicate of delay #0; allowed each delay once
 }
 
-// DelayQueues lists everything to declare: ladder queues, then buckets.
-func ExampleDelayQueues() {
-	l := ttlbuckets.Ladder{Radix: 4, Max: 63 * time.Millisecond} // 3 levels of 3 queues
-	b, _ := ttlbuckets.NewBuckets(time.Second)
-	for _, q := range ttlbuckets.DelayQueues(l, b) {
-		fmt.Printf("%v level %d digit %d ttl %d ms\n", q.Kind, q.Level, q.Digit, q.TTL)
-	}
-	// Output:
-	// ladder level 0 digit 1 ttl 1 ms
-	// ladder level 0 digit 2 ttl 2 ms
-	// ladder level 0 digit 3 ttl 3 ms
-	// ladder level 1 digit 1 ttl 4 ms
-	// ladder level 1 digit 2 ttl 8 ms
-	// ladder level 1 digit 3 ttl 12 ms
-	// ladder level 2 digit 1 ttl 16 ms
-	// ladder level 2 digit 2 ttl 32 ms
-	// ladder level 2 digit 3 ttl 48 ms
-	// bucket level -1 digit -1 ttl 1000 ms
-}
-
 func ExampleParseOrder() {
 	o, err := ttlbuckets.ParseOrder("longest-first")
 	fmt.Println(o, int(o), err)
@@ -180,20 +115,4 @@ func ExampleParseOrder() {
 	// Output:
 	// longest-first 1 <nil>
 	// ttlbuckets: invalid ladder: Order "newest-first": allowed "shortest-first" (default), "longest-first" or "top-first"
-}
-
-// IsDelayHeader picks the headers to strip from a delivery before it is delayed again.
-func ExampleIsDelayHeader() {
-	delivered := map[string]any{
-		"x-death": []any{}, "x-first-death-queue": "rabbitdelay.ladder.00.03", "x-delay": int32(-5000),
-		"rabbitdelay-digit-0": int64(3), "rabbitdelay-target": "orders", "trace-id": "abc",
-	}
-	for k := range delivered {
-		if ttlbuckets.IsDelayHeader(k) {
-			delete(delivered, k)
-		}
-	}
-	fmt.Println(delivered)
-	// Output:
-	// map[trace-id:abc]
 }

@@ -46,7 +46,8 @@ func refDigits(units int64, r, levels int) (digits []int, ok bool) {
 	return digits, units == 0
 }
 
-// checkLadder checks Levels, Queues and Next of a valid ladder against the definitions.
+// checkLadder checks Levels of a valid ladder against its definition. (The queues and where
+// each level hands a message on are checked in package internal/route.)
 func checkLadder(t testing.TB, l ttlbuckets.Ladder) {
 	t.Helper()
 	lw := l.WithDefaults()
@@ -65,39 +66,19 @@ func checkLadder(t testing.TB, l ttlbuckets.Ladder) {
 	if new(big.Int).Mul(pow(r, levels), big.NewInt(int64(u))).Cmp(big.NewInt(int64(lw.Max))) <= 0 {
 		t.Fatalf("%+v: %d^%d units do not exceed Max", lw, r, levels)
 	}
-	qs := l.Queues()
-	if len(qs) != levels*(r-1) {
-		t.Fatalf("%+v: %d queues, want %d", lw, len(qs), levels*(r-1))
+	// The longest queue, digit r-1 at the top level, fits RabbitMQ's limit.
+	top := new(big.Int).Mul(big.NewInt(int64(r-1)), pow(r, levels-1))
+	top.Mul(top, big.NewInt(int64(u/time.Millisecond)))
+	if !top.IsInt64() || top.Int64() > ttlbuckets.MaxQueueTTL {
+		t.Fatalf("%+v: longest queue TTL %v above MaxQueueTTL", lw, top)
 	}
-	i := 0
-	for level := range levels {
-		for digit := 1; digit < r; digit++ {
-			want := new(big.Int).Mul(big.NewInt(int64(digit)), pow(r, level))
-			want.Mul(want, big.NewInt(int64(u/time.Millisecond)))
-			q := qs[i]
-			if q.Level != level || q.Digit != digit || !want.IsInt64() || q.TTL != want.Int64() {
-				t.Fatalf("%+v: queue %d = %+v, want level %d digit %d TTL %v", lw, i, q, level, digit, want)
-			}
-			if q.TTL > ttlbuckets.MaxQueueTTL {
-				t.Fatalf("%+v: queue %+v above MaxQueueTTL", lw, q)
-			}
-			i++
-		}
-	}
-	for level := -1; level <= levels; level++ {
-		next, ok := l.Next(level)
-		wantNext, wantOK := -1, false
-		switch {
-		case level < 0 || level >= levels:
-		case lw.Order == ttlbuckets.LongestFirst && level > 0:
-			wantNext, wantOK = level-1, true
-		case lw.Order != ttlbuckets.LongestFirst && level < levels-1:
-			wantNext, wantOK = level+1, true
-		}
-		if next != wantNext || ok != wantOK {
-			t.Fatalf("%+v: Next(%d) = %d, %v; want %d, %v", lw, level, next, ok, wantNext, wantOK)
-		}
-	}
+}
+
+// queueTTL is the definition of the TTL in ms of the queue of digit at level:
+// digit·r^level·unit, computed with math/big.
+func queueTTL(lw ttlbuckets.Ladder, level, digit int) *big.Int {
+	want := new(big.Int).Mul(big.NewInt(int64(digit)), pow(lw.Radix, level))
+	return want.Mul(want, big.NewInt(int64(lw.Unit/time.Millisecond)))
 }
 
 // checkPlan checks the result of l.Plan(d, mode) against the definitions.
@@ -108,8 +89,8 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 		if !errors.Is(err, ttlbuckets.ErrInvalidLadder) {
 			t.Fatalf("%+v invalid (%v), Plan(%v) error = %v, want ErrInvalidLadder", lw, verr, d, err)
 		}
-		if l.Exact(d) || l.Levels() != 0 || l.Queues() != nil {
-			t.Fatalf("%+v invalid, yet Exact/Levels/Queues answer", lw)
+		if l.Exact(d) || l.Levels() != 0 {
+			t.Fatalf("%+v invalid, yet Exact/Levels answer", lw)
 		}
 		return
 	}
@@ -162,14 +143,11 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 	if len(p.Hops) != nonZero || len(p.Hops) == 0 || p.Entry != p.Hops[0].Level {
 		t.Fatalf("%+v Plan(%v): %d hops for %d non-zero digits, Entry %d", lw, d, len(p.Hops), nonZero, p.Entry)
 	}
-	queues := map[[2]int]int64{}
-	for _, q := range l.Queues() {
-		queues[[2]int{q.Level, q.Digit}] = q.TTL
-	}
 	var sum int64
 	for i, h := range p.Hops {
-		if ttl, ok := queues[[2]int{h.Level, h.Digit}]; !ok || ttl != h.TTL || p.Digits[h.Level] != h.Digit {
-			t.Fatalf("%+v Plan(%v): hop %+v is no queue of Queues()", lw, d, h)
+		if want := queueTTL(lw, h.Level, h.Digit); h.Digit < 1 || h.Digit >= r || h.Level < 0 || h.Level >= levels ||
+			!want.IsInt64() || want.Int64() != h.TTL || p.Digits[h.Level] != h.Digit {
+			t.Fatalf("%+v Plan(%v): hop %+v is no queue of the ladder", lw, d, h)
 		}
 		if i > 0 {
 			prev := p.Hops[i-1].Level
@@ -186,59 +164,5 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 	}
 	if time.Duration(sum)*time.Millisecond != p.Effective {
 		t.Fatalf("%+v Plan(%v): hop TTLs sum to %d ms, Effective %v", lw, d, sum, p.Effective)
-	}
-	// Route the message as the broker would: from Entry, park in the digit's queue or pass
-	// through, then go to Next until the dispatch exchange.
-	var route []ttlbuckets.Hop
-	level := p.Entry
-	if lw.Order == ttlbuckets.TopFirst && len(p.Hops) > 1 {
-		// The first-hop queue of the top digit dead-letters into level 0.
-		route = append(route, ttlbuckets.Hop{Level: level, Digit: p.Digits[level], TTL: queues[[2]int{level, p.Digits[level]}]})
-		level = 0
-	}
-	for steps := 0; ; steps++ {
-		if lw.Order == ttlbuckets.TopFirst && len(p.Hops) > 1 && level == p.Entry {
-			break // the last hop (the one below Entry) left for the dispatch exchange
-		}
-		if steps >= levels {
-			t.Fatalf("%+v Plan(%v): route from Entry %d does not end", lw, d, p.Entry)
-		}
-		if v := p.Digits[level]; v != 0 {
-			route = append(route, ttlbuckets.Hop{Level: level, Digit: v, TTL: queues[[2]int{level, v}]})
-		}
-		next, ok := l.Next(level)
-		if !ok {
-			break
-		}
-		level = next
-	}
-	if !slices.Equal(route, p.Hops) {
-		t.Fatalf("%+v Plan(%v): broker route %+v, plan hops %+v", lw, d, route, p.Hops)
-	}
-	checkHeaders(t, l, p)
-}
-
-// checkHeaders encodes p's digits and decodes them back.
-func checkHeaders(t testing.TB, l ttlbuckets.Ladder, p ttlbuckets.Plan) {
-	t.Helper()
-	h := map[string]any{"keep": "me"}
-	l.EncodeDigits(p, h)
-	if len(h) != l.Levels()+1 {
-		t.Fatalf("EncodeDigits set %d headers, want %d", len(h)-1, l.Levels())
-	}
-	for k, v := range h {
-		if k == "keep" {
-			continue
-		}
-		if strings.HasPrefix(k, "x-") || !ttlbuckets.IsDelayHeader(k) {
-			t.Fatalf("header %q: starts with x- or is no delay header", k)
-		}
-		if _, ok := v.(int64); !ok {
-			t.Fatalf("header %q = %T, want int64", k, v)
-		}
-	}
-	got, err := l.DecodeDigits(h)
-	if err != nil || !slices.Equal(got, p.Digits) {
-		t.Fatalf("DecodeDigits = %v, %v; want %v", got, err, p.Digits)
 	}
 }

@@ -26,13 +26,12 @@ const (
 
 // Ladder describes a delay ladder: a delay is written as a number of units in base Radix,
 // and level L holds one queue per non-zero digit value v with x-message-ttl v·Radix^L·Unit.
-// The zero value is the default ladder ([DefaultLadder]). A Ladder is a small value; its
-// methods are safe for concurrent use.
+// The zero value is the default ladder: 1 ms unit, radix 16, maximum 2^32-1 ms,
+// [ShortestFirst] (8 levels of 15 queues; a message takes at most 8 hops). A Ladder is a
+// small value; its methods are safe for concurrent use.
 //
 // Methods that need a valid ladder report an invalid one as documented on each: [Ladder.Plan]
-// and [Ladder.DecodeDigits] return [Ladder.Validate]'s error; [Ladder.Levels] returns 0,
-// [Ladder.Queues] nil, [Ladder.Next] (-1, false), [Ladder.Exact] false, and
-// [Ladder.EncodeDigits] sets nothing.
+// returns [Ladder.Validate]'s error; [Ladder.Levels] returns 0 and [Ladder.Exact] false.
 type Ladder struct {
 	// Unit is the resolution: a whole number of milliseconds, at least 1 ms. A delay that
 	// is not a whole number of units is rounded up (or rejected, see [Strict]). 0 means
@@ -55,20 +54,6 @@ type Ladder struct {
 
 	// Order is the travel order through the levels; the zero value is [ShortestFirst].
 	Order Order
-}
-
-// LadderQueue is one ladder queue: the queue of digit value Digit (1..Radix-1) at level
-// Level, whose x-message-ttl is TTL milliseconds (Digit·Radix^Level·Unit).
-type LadderQueue struct {
-	Level, Digit int
-	TTL          int64 // ms
-}
-
-// DefaultLadder returns the ladder with every field at its default: 1 ms unit, radix 16,
-// maximum 2^32-1 ms (49.7 days), [ShortestFirst]. It has 8 levels and 120 queues, and a
-// message takes at most 8 hops.
-func DefaultLadder() Ladder {
-	return Ladder{Unit: DefaultUnit, Radix: DefaultRadix, Max: DefaultMax, Order: ShortestFirst}
 }
 
 // WithDefaults returns l with its zero fields replaced by the defaults ([DefaultUnit],
@@ -259,75 +244,12 @@ func durationMs(d time.Duration) string {
 
 // Levels returns the number of levels: the smallest L with Radix^L > ceil(Max/Unit), so
 // that Radix^L·Unit > Max and every delay up to Max, rounded up to whole units, can be
-// written with L digits. It returns 0 for an invalid ladder. The default ladder has 8.
+// written with L digits. A message takes at most Levels hops, and the ladder has
+// Levels·(Radix-1) queues. It returns 0 for an invalid ladder. The default ladder has 8.
 func (l Ladder) Levels() int {
 	g, p := l.resolve()
 	if p != 0 {
 		return 0
 	}
 	return g.levels
-}
-
-// ends reports whether level is where the travel order ends (the top level for ShortestFirst,
-// level 0 for LongestFirst): its queues dead-letter into the dispatch exchange.
-func (g geometry) ends(level int) bool {
-	if g.order == LongestFirst {
-		return level == 0
-	}
-	return level == g.levels-1
-}
-
-// beyond reports whether level comes after last in travel order: a message whose last hop is
-// at level last never reaches it.
-func (g geometry) beyond(level, last int) bool {
-	if g.order == LongestFirst {
-		return level < last
-	}
-	return level > last
-}
-
-// before reports whether level comes before entry in travel order: a message that enters the
-// ladder at level entry never reaches it.
-func (g geometry) before(level, entry int) bool {
-	if g.order == LongestFirst {
-		return level > entry
-	}
-	return level < entry
-}
-
-// Next returns the level to which level's queues and pass-through binding hand a message:
-// with [ShortestFirst] and [TopFirst], level+1 (and ok false at the top level: the dispatch
-// exchange; a [TopFirst] first-hop queue hands to level 0 instead);
-// with [LongestFirst], level-1 (ok false at level 0). When ok is false next is -1; so it
-// is for a level outside 0..Levels()-1 and for an invalid ladder.
-func (l Ladder) Next(level int) (next int, ok bool) {
-	g, p := l.resolve()
-	if p != 0 || level < 0 || level >= g.levels {
-		return -1, false
-	}
-	if g.ends(level) {
-		return -1, false
-	}
-	if g.order == LongestFirst {
-		return level - 1, true
-	}
-	return level + 1, true
-}
-
-// Queues returns every ladder queue, Levels()·(Radix-1) of them, ordered by level then
-// digit, both ascending. Every digit of the top level is included, even when Max needs
-// only smaller ones there, so the set of queues depends only on Unit, Radix and Levels().
-// It returns nil for an invalid ladder. The slice is new on every call.
-func (l Ladder) Queues() []LadderQueue {
-	g, p := l.resolve()
-	if p != 0 {
-		return nil
-	}
-	qs := make([]LadderQueue, 0, g.levels*int(g.mask))
-	for level := range g.levels {
-		for digit := 1; digit <= int(g.mask); digit++ {
-			qs = append(qs, LadderQueue{Level: level, Digit: digit, TTL: g.ttl(level, digit)})
-		}
-	}
-	return qs
 }

@@ -11,9 +11,12 @@ import (
 )
 
 func TestDefaultLadder(t *testing.T) {
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{Unit: ttlbuckets.DefaultUnit, Radix: ttlbuckets.DefaultRadix, Max: ttlbuckets.DefaultMax, Order: ttlbuckets.ShortestFirst}
 	if got := (ttlbuckets.Ladder{}).WithDefaults(); got != l {
 		t.Fatalf("zero Ladder with defaults = %+v, want %+v", got, l)
+	}
+	if l.Unit != time.Millisecond || l.Radix != 16 {
+		t.Fatalf("default Unit, Radix = %v, %d; want 1ms, 16", l.Unit, l.Radix)
 	}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
@@ -21,16 +24,11 @@ func TestDefaultLadder(t *testing.T) {
 	if err := (ttlbuckets.Ladder{}).Validate(); err != nil {
 		t.Fatalf("zero Ladder: %v", err)
 	}
-	if l.Levels() != 8 || len(l.Queues()) != 120 {
-		t.Fatalf("default ladder: %d levels, %d queues; want 8 and 120", l.Levels(), len(l.Queues()))
+	if l.Levels() != 8 {
+		t.Fatalf("default ladder: %d levels; want 8", l.Levels())
 	}
 	if ttlbuckets.DefaultMax < 30*24*time.Hour || ttlbuckets.DefaultMax != (1<<32-1)*time.Millisecond {
 		t.Fatalf("DefaultMax = %v", ttlbuckets.DefaultMax)
-	}
-	qs := l.Queues()
-	if first, last := qs[0], qs[len(qs)-1]; first != (ttlbuckets.LadderQueue{Level: 0, Digit: 1, TTL: 1}) ||
-		last != (ttlbuckets.LadderQueue{Level: 7, Digit: 15, TTL: 15 << 28}) {
-		t.Fatalf("first/last queue = %+v, %+v", first, last)
 	}
 	// The maximum is all digits 15: 8 hops, the most there are.
 	p, err := l.Plan(ttlbuckets.DefaultMax, ttlbuckets.Strict)
@@ -42,11 +40,12 @@ func TestDefaultLadder(t *testing.T) {
 }
 
 func TestQueueCountsPerRadix(t *testing.T) {
-	// The table in the package documentation, for the default maximum.
+	// The table in the package documentation, for the default maximum: levels, and
+	// Levels·(Radix-1) queues. (Queues itself is checked in package internal/route.)
 	want := map[int][2]int{2: {32, 32}, 4: {16, 48}, 8: {11, 77}, 16: {8, 120}, 32: {7, 217}, 64: {6, 378}}
 	for _, r := range radixes {
 		l := ttlbuckets.Ladder{Radix: r}
-		if got := [2]int{l.Levels(), len(l.Queues())}; got != want[r] {
+		if got := [2]int{l.Levels(), l.Levels() * (r - 1)}; got != want[r] {
 			t.Errorf("radix %d: levels, queues = %v, want %v", r, got, want[r])
 		}
 		for _, o := range orders {
@@ -148,19 +147,8 @@ func TestValidate(t *testing.T) {
 			if _, perr := tc.ladder.Plan(0, ttlbuckets.RoundUp); !errors.Is(perr, ttlbuckets.ErrInvalidLadder) {
 				t.Errorf("Plan(0) error = %v", perr)
 			}
-			if _, derr := tc.ladder.DecodeDigits(nil); !errors.Is(derr, ttlbuckets.ErrInvalidLadder) {
-				t.Errorf("DecodeDigits error = %v", derr)
-			}
-			if tc.ladder.Levels() != 0 || tc.ladder.Queues() != nil || tc.ladder.Exact(time.Millisecond) {
-				t.Errorf("invalid ladder: Levels %d, Queues %d, Exact true", tc.ladder.Levels(), len(tc.ladder.Queues()))
-			}
-			if next, ok := tc.ladder.Next(0); next != -1 || ok {
-				t.Errorf("invalid ladder: Next(0) = %d, %v", next, ok)
-			}
-			h := map[string]any{}
-			tc.ladder.EncodeDigits(ttlbuckets.Plan{Digits: []int{1}}, h)
-			if len(h) != 0 {
-				t.Errorf("invalid ladder: EncodeDigits set %v", h)
+			if tc.ladder.Levels() != 0 || tc.ladder.Exact(time.Millisecond) {
+				t.Errorf("invalid ladder: Levels %d, Exact true", tc.ladder.Levels())
 			}
 		})
 	}
@@ -194,36 +182,6 @@ func TestValidateLimits(t *testing.T) {
 			if err := l.Validate(); !errors.Is(err, ttlbuckets.ErrInvalidLadder) {
 				t.Errorf("%+v: Validate() = %v", l, err)
 			}
-		}
-	}
-}
-
-func TestNext(t *testing.T) {
-	l := ttlbuckets.Ladder{Max: 4095 * time.Millisecond} // 3 levels
-	type step struct {
-		next int
-		ok   bool
-	}
-	for _, tc := range []struct {
-		order ttlbuckets.Order
-		want  []step // for levels -1..3
-	}{
-		{ttlbuckets.ShortestFirst, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
-		{ttlbuckets.LongestFirst, []step{{-1, false}, {-1, false}, {0, true}, {1, true}, {-1, false}}},
-		{ttlbuckets.TopFirst, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
-	} {
-		l.Order = tc.order
-		for i, w := range tc.want {
-			if next, ok := l.Next(i - 1); next != w.next || ok != w.ok {
-				t.Errorf("%v: Next(%d) = %d, %v; want %d, %v", tc.order, i-1, next, ok, w.next, w.ok)
-			}
-		}
-	}
-	// A one-level ladder hands straight to the dispatch exchange in both orders.
-	for _, o := range orders {
-		one := ttlbuckets.Ladder{Max: 15 * time.Millisecond, Order: o}
-		if next, ok := one.Next(0); one.Levels() != 1 || next != -1 || ok {
-			t.Errorf("%v: one level: Next(0) = %d, %v", o, next, ok)
 		}
 	}
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // Order is the order in which a message travels through the ladder's levels. It decides
-// which level a message enters at ([Plan.Entry]), the order of [Plan.Hops], and where each
-// level's queues and pass-through binding hand a message on ([Ladder.Next]).
+// which level a message enters at ([Plan.Entry]), the order of [Plan.Hops], and so the
+// level to which each level's queues hand a message on. Publisher and topology must agree
+// on it.
 //
 // The zero value is [ShortestFirst]. Its text form ([Order.String], [ParseOrder],
 // [Order.UnmarshalText]) is "shortest-first", "longest-first" or "top-first".

@@ -42,16 +42,6 @@ type Plan struct {
 	Hops []Hop
 }
 
-// LastLevel returns the level of the last hop (Hops[len(Hops)-1].Level): the highest level with
-// a non-zero digit for [ShortestFirst], the lowest for [LongestFirst], the second highest for
-// [TopFirst] (the highest when it is the only one). It returns -1 for a plan without hops.
-func (p Plan) LastLevel() int {
-	if len(p.Hops) == 0 {
-		return -1
-	}
-	return p.Hops[len(p.Hops)-1].Level
-}
-
 // Hop is one stay in a ladder queue: the queue of digit Digit at level Level, whose
 // x-message-ttl is TTL milliseconds.
 type Hop struct {

@@ -165,7 +165,7 @@ func TestPlanMaxNotWholeUnits(t *testing.T) {
 }
 
 func TestPlanErrorMessages(t *testing.T) {
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	_, err := l.Plan(50*24*time.Hour, ttlbuckets.RoundUp)
 	if want := "ttlbuckets: delay too long: 1200h0m0s is above the ladder's maximum (Max) of 1193h2m47.295s (4294967295 ms)"; err == nil || err.Error() != want {
 		t.Errorf("too long: %v\nwant %s", err, want)
@@ -199,7 +199,7 @@ func TestExact(t *testing.T) {
 }
 
 func TestPlanConcurrent(t *testing.T) {
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {

@@ -15,6 +15,7 @@ import (
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
@@ -47,7 +48,7 @@ func specLine(p *admin.Plan) string {
 		hopQueues += ", " + plural(firstHop, "first-hop queue")
 	}
 	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%s, %s and %s%s); %s; queue type %s; plugin %s",
-		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(l.Queues()), "queue"),
+		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(route.Queues(l)), "queue"),
 		hopQueues, copies,
 		plural(len(p.Spec.Buckets), "bucket"), p.Spec.QueueType, p.Spec.Plugin)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -284,7 +285,7 @@ func TestStatusTeardownCLI(t *testing.T) {
 	names := delayspec.Names{Prefix: env.Prefix}
 	ch := env.Channel(t)
 	if err := ch.Publish(names.LadderExchange(10), "", false, false, amqp.Publishing{
-		Headers: amqp.Table{ttlbuckets.DigitHeader(10): int64(2), ttlbuckets.TargetHeader: target}, Body: []byte("x")}); err != nil {
+		Headers: amqp.Table{route.DigitHeader(10): int64(2), route.TargetHeader: target}, Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Channel(t).Consume(names.LadderQueue(1, 1), "", false, false, false, false, nil); err != nil {

@@ -17,12 +17,12 @@
 //     X is bound to D.
 //   - The ladder: per level L the headers exchange p.ladder.LL and, per digit v, the queue
 //     p.ladder.LL.VV with x-message-ttl v·radix^L·unit ms, dead-lettering to the next level's
-//     exchange ([ttlbuckets.Ladder.Next]; D after the last). A level that does not dead-letter
+//     exchange ([route.Next]; D after the last). A level that does not dead-letter
 //     into D also has last-hop queues, dead-lettering straight into D, on an exchange of their
 //     own: a headers exchange tests every binding against every message
 //     (rabbit_exchange_type_headers). Every ladder queue has an entry exchange <queue>.entry,
-//     where a Publisher sends a message's first hop. TTLs and header names come from package
-//     ttlbuckets; nothing is computed twice.
+//     where a Publisher sends a message's first hop. TTLs and header names come from packages
+//     ttlbuckets and internal/route; nothing is computed twice.
 //   - With buckets, the headers exchange p.buckets and per bucket the queue p.bucket.<ms>ms,
 //     dead-lettering straight to D.
 //   - Unless the plugin mode is off, p.plugin of type x-delayed-message, bound to D; with mode

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -211,10 +212,10 @@ func exactPattern(names []string) string {
 	return "^(?:" + strings.Join(q, "|") + ")$"
 }
 
-// NewPlan returns the topology s describes, computed from package ttlbuckets
-// ([ttlbuckets.DelayQueues], [ttlbuckets.Ladder.Next], [ttlbuckets.DigitHeader]). It does no
-// I/O. The plugin exchange and its binding are included unless s.Plugin is PluginOff; use
-// [Plan.ForPlugin] once the broker's answer is known. It returns an error wrapping
+// NewPlan returns the topology s describes, computed from packages ttlbuckets and route
+// ([route.DelayQueues], [route.Next], [route.DigitHeader]). It does no I/O. The plugin
+// exchange and its binding are included unless s.Plugin is PluginOff; use [Plan.ForPlugin]
+// once the broker's answer is known. It returns an error wrapping
 // ErrInvalidSpec (with every problem of [Spec.Validate]) when s is invalid.
 func NewPlan(s delayspec.Spec) (*Plan, error) {
 	s = s.WithDefaults()
@@ -234,7 +235,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	// Where a level hands its messages to, and how far each level is from D (in levels).
 	levels := ladder.Levels()
 	nextExchange := func(level, shard int) string {
-		if next, ok := ladder.Next(level); ok {
+		if next, ok := route.Next(ladder, level); ok {
 			return n.LadderExchangeShard(next, shard)
 		}
 		return n.Dispatch()
@@ -243,7 +244,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	for l := range levels {
 		d, cur := 1, l
 		for {
-			next, ok := ladder.Next(cur)
+			next, ok := route.Next(ladder, cur)
 			if !ok {
 				break
 			}
@@ -281,12 +282,12 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	for k := range s.Shards {
 		for _, l := range order {
 			p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
-			if _, ok := ladder.Next(l); ok {
+			if _, ok := route.Next(ladder, l); ok {
 				p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderLastHopExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
 			}
 		}
 	}
-	if buckets.Len() > 0 {
+	if len(buckets.List()) > 0 {
 		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
 	}
 	if s.Plugin != delayspec.PluginOff {
@@ -301,11 +302,11 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	for _, r := range s.ReadyQueues {
 		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
 	}
-	all := ttlbuckets.DelayQueues(ladder, buckets)
-	byLevel := make([][]ttlbuckets.DelayQueue, levels)
-	var bucketQs []ttlbuckets.DelayQueue
+	all := route.DelayQueues(ladder, buckets)
+	byLevel := make([][]route.DelayQueue, levels)
+	var bucketQs []route.DelayQueue
 	for _, q := range all {
-		if q.Kind == ttlbuckets.LadderKind {
+		if q.Kind == route.LadderKind {
 			byLevel[q.Level] = append(byLevel[q.Level], q)
 		} else {
 			bucketQs = append(bucketQs, q)
@@ -332,7 +333,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	// slots follow those of the ladder's queues.
 	for k := range s.Shards {
 		for _, l := range order {
-			if _, ok := ladder.Next(l); !ok {
+			if _, ok := route.Next(ladder, l); !ok {
 				continue
 			}
 			for _, q := range byLevel[l] {
@@ -393,11 +394,11 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	p.Bindings = append(p.Bindings, Binding{Source: n.Unroutable(), Destination: n.Parking(), DestinationType: DestQueue, Role: RoleUnroutable})
 	for _, t := range s.Targets {
 		p.Bindings = append(p.Bindings, Binding{Source: n.DueUnroutable(), Destination: n.Parking(), DestinationType: DestQueue,
-			Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}, Role: RoleUnroutable})
+			Args: amqp.Table{"x-match": "all", route.TargetHeader: t.Name}, Role: RoleUnroutable})
 	}
 	for _, t := range s.Targets {
 		p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: t.Name, DestinationType: DestExchange,
-			Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: t.Name}, Role: RoleDispatch})
+			Args: amqp.Table{"x-match": "all", route.TargetHeader: t.Name}, Role: RoleDispatch})
 	}
 	for _, r := range s.ReadyQueues {
 		p.Bindings = append(p.Bindings, Binding{Source: r.Exchange, Destination: r.Queue, DestinationType: DestQueue,
@@ -405,7 +406,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	}
 	for _, q := range bucketQs {
 		p.Bindings = append(p.Bindings, Binding{Source: n.BucketExchange(), Destination: n.BucketQueue(q.TTL), DestinationType: DestQueue,
-			Args: amqp.Table{"x-match": "all", ttlbuckets.BucketHeader: q.TTL}, Role: RoleBucket, Tier: 1})
+			Args: amqp.Table{"x-match": "all", route.BucketHeader: q.TTL}, Role: RoleBucket, Tier: 1})
 	}
 	if s.Plugin != delayspec.PluginOff {
 		p.Bindings = append(p.Bindings, Binding{Source: n.PluginExchange(), Destination: n.Dispatch(), DestinationType: DestExchange,
@@ -413,7 +414,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	}
 	for k := range s.Shards {
 		for _, l := range order {
-			h := ttlbuckets.DigitHeader(l)
+			h := route.DigitHeader(l)
 			for _, q := range byLevel[l] {
 				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: n.LadderQueueShard(l, q.Digit, k), DestinationType: DestQueue,
 					Args: amqp.Table{"x-match": "all", h: int64(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
@@ -421,21 +422,21 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
 				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
 			// A message whose last hop is digit d of level l goes into the last-hop queue, which
-			// dead-letters straight to D (ttlbuckets.Ladder.EncodeRoute), through the level's
+			// dead-letters straight to D (route.EncodeRoute), through the level's
 			// last-hop exchange: a headers exchange tests every one of its bindings against
 			// every message, so the level's exchange keeps radix + 1 bindings instead of
 			// 2 x radix - 1 for the messages that only pass through it or hop at it. The
 			// last-hop exchange's bindings lead to queues that dead-letter to D: tier 1, with the
 			// buckets', before the binding that routes into it.
-			if _, ok := ladder.Next(l); ok {
+			if _, ok := route.Next(ladder, l); ok {
 				lx := n.LadderLastHopExchangeShard(l, k)
 				for _, q := range byLevel[l] {
-					args := amqp.Table{"x-match": "all", h: ladder.LastHopValue(q.Digit)}
+					args := amqp.Table{"x-match": "all", h: route.LastHopValue(ladder, q.Digit)}
 					p.Bindings = append(p.Bindings, Binding{Source: lx, Destination: n.LadderLastHopQueueShard(l, q.Digit, k), DestinationType: DestQueue,
 						Args: args, Role: RoleLadder, Tier: 1})
 				}
 				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: lx, DestinationType: DestExchange,
-					Args: amqp.Table{"x-match": "all", ttlbuckets.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[l]})
+					Args: amqp.Table{"x-match": "all", route.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[l]})
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -78,7 +79,7 @@ func TestPlanDefaultCounts(t *testing.T) {
 }
 
 // TestPlanQueuesFromTTLBuckets checks that every delay queue's TTL is exactly what ttlbuckets
-// computes and that every queue dead-letters to the exchange of Ladder.Next (or D), for every
+// computes and that every queue dead-letters to the exchange of route.Next (or D), for every
 // hop order, quorum and classic; the top-first order's first-hop queues (every digit of every
 // level above 0, each with its entry exchange) have the TTL of their level's queue and
 // dead-letter into level 0's exchange.
@@ -92,7 +93,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 				l := p.Ladder
 				n := p.Names
 				b, _ := ttlbuckets.NewBuckets(spec.Buckets...)
-				want := ttlbuckets.DelayQueues(l, b)
+				want := route.DelayQueues(l, b)
 				var got []Queue
 				firstHop := 0
 				for _, q := range p.DelayQueues() {
@@ -112,7 +113,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 						// Checked below: one per ladder queue of a level that does not end in D.
 						byName := n.LadderQueue(q.Level, q.Digit)
 						base, ok := p.Queue(byName)
-						if _, more := l.Next(q.Level); !ok || !more || q.Name != byName+".last" || q.TTL != base.TTL ||
+						if _, more := route.Next(l, q.Level); !ok || !more || q.Name != byName+".last" || q.TTL != base.TTL ||
 							q.DeadLetterExchange != n.Dispatch() || q.Args["x-dead-letter-exchange"] != n.Dispatch() ||
 							q.Args["x-message-ttl"] != base.Args["x-message-ttl"] || len(q.Args) != len(base.Args) {
 							t.Errorf("last-hop queue %+v, want %s's TTL dead-lettering into %s", q, byName, n.Dispatch())
@@ -141,10 +142,10 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 				}
 				for _, w := range want {
 					var name, dlx string
-					if w.Kind == ttlbuckets.LadderKind {
+					if w.Kind == route.LadderKind {
 						name = n.LadderQueue(w.Level, w.Digit)
 						dlx = n.Dispatch()
-						if next, ok := l.Next(w.Level); ok {
+						if next, ok := route.Next(l, w.Level); ok {
 							dlx = n.LadderExchange(next)
 						}
 					} else {
@@ -177,10 +178,10 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 				// Each level: one binding per digit with an int64 header value, and the
 				// pass-through for digit 0 to the same place the queues dead-letter to.
 				for level := range l.Levels() {
-					h := ttlbuckets.DigitHeader(level)
+					h := route.DigitHeader(level)
 					ex := n.LadderExchange(level)
 					next := n.Dispatch()
-					if nl, ok := l.Next(level); ok {
+					if nl, ok := route.Next(l, level); ok {
 						next = n.LadderExchange(nl)
 					}
 					// A level that does not end in D also binds its last-hop exchange on its level
@@ -189,7 +190,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 					var digits []int64
 					pass, toLast, lastHops, wantLastHops := 0, 0, 0, 0
 					lx := n.LadderLastHopExchangeShard(level, 0)
-					if _, more := l.Next(level); more {
+					if _, more := route.Next(l, level); more {
 						wantLastHops = l.Radix - 1
 					}
 					for _, bd := range p.Bindings {
@@ -201,7 +202,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 								t.Errorf("binding %s: args %v, want x-match all and int64 %s", bd, bd.Args, h)
 							}
 							lastHops++
-							if d := int(v) - l.Radix; d < 1 || bd.Destination != n.LadderLastHopQueueShard(level, d, 0) || l.LastHopValue(d) != v {
+							if d := int(v) - l.Radix; d < 1 || bd.Destination != n.LadderLastHopQueueShard(level, d, 0) || route.LastHopValue(l, d) != v {
 								t.Errorf("binding %s: value %d goes to the wrong queue", bd, v)
 							}
 							continue
@@ -210,8 +211,8 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 						}
 						if bd.Destination == lx {
 							toLast++
-							if bd.DestinationType != DestExchange || bd.Args["x-match"] != "all" || bd.Args[ttlbuckets.LastLevelHeader] != int64(level) || len(bd.Args) != 2 {
-								t.Errorf("binding %s: want -> %s on %s = %d", bd, lx, ttlbuckets.LastLevelHeader, level)
+							if bd.DestinationType != DestExchange || bd.Args["x-match"] != "all" || bd.Args[route.LastLevelHeader] != int64(level) || len(bd.Args) != 2 {
+								t.Errorf("binding %s: want -> %s on %s = %d", bd, lx, route.LastLevelHeader, level)
 							}
 							continue
 						}
@@ -239,7 +240,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 				}
 				for _, bd := range p.Bindings {
 					if bd.Role == RoleBucket {
-						ttl, ok := bd.Args[ttlbuckets.BucketHeader].(int64)
+						ttl, ok := bd.Args[route.BucketHeader].(int64)
 						if !ok || bd.Destination != n.BucketQueue(ttl) {
 							t.Errorf("bucket binding %s", bd)
 						}
@@ -304,7 +305,7 @@ func TestPlanTargetsBucketsReadyPlugin(t *testing.T) {
 	for _, b := range p.Bindings {
 		if b.Role == RoleDispatch {
 			targets = append(targets, b.Destination)
-			if b.Source != "app1.dispatch" || b.DestinationType != DestExchange || b.Args[ttlbuckets.TargetHeader] != b.Destination || b.Args["x-match"] != "all" {
+			if b.Source != "app1.dispatch" || b.DestinationType != DestExchange || b.Args[route.TargetHeader] != b.Destination || b.Args["x-match"] != "all" {
 				t.Errorf("dispatch binding %s", b)
 			}
 		}

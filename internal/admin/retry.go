@@ -3,7 +3,7 @@ package admin
 import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // Retry routing: the way the consumer package (github.com/delaykit/rabbitdelay/consumer) sends a
@@ -35,7 +35,7 @@ func (p *Plan) addRetry() {
 			RoutingKey: r.Queue, Role: RoleRetry})
 	}
 	p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: retry, DestinationType: DestExchange,
-		Args: amqp.Table{"x-match": "all", ttlbuckets.TargetHeader: retry}, Role: RoleRetry})
+		Args: amqp.Table{"x-match": "all", route.TargetHeader: retry}, Role: RoleRetry})
 }
 
 // ConsumerRetryBinding reports whether b is the binding a consumer makes for its queue Q when

@@ -6,7 +6,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
-	"github.com/delaykit/rabbitdelay/ttlbuckets"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // TestPlanRetryRouting: the retry exchange (direct, alternate exchange <prefix>.unroutable), its
@@ -42,7 +42,7 @@ func TestPlanRetryRouting(t *testing.T) {
 			t.Errorf("missing retry binding %s", b)
 		}
 	}
-	if _, ok := p.Bindings[0].Args[ttlbuckets.TargetHeader]; ok && p.Bindings[0].Tier != 0 {
+	if _, ok := p.Bindings[0].Args[route.TargetHeader]; ok && p.Bindings[0].Tier != 0 {
 		t.Errorf("bindings not sorted by tier")
 	}
 	// A consumer's retry Publisher has the retry exchange as its only target: the name must be

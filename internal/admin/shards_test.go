@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -51,7 +52,7 @@ func TestPlanShardsCopies(t *testing.T) {
 				}
 				base, _ := p.Queue(n.LadderQueue(l, d))
 				want := n.Dispatch()
-				if next, ok := p.Ladder.Next(l); ok {
+				if next, ok := route.Next(p.Ladder, l); ok {
 					want = n.LadderExchangeShard(next, k)
 				}
 				if q.TTL != base.TTL || q.DeadLetterExchange != want || q.Args["x-dead-letter-exchange"] != want || q.Shard != k {

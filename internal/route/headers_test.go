@@ -1,4 +1,4 @@
-package ttlbuckets_test
+package route_test
 
 import (
 	"errors"
@@ -8,26 +8,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 func TestHeaderNames(t *testing.T) {
-	if got := ttlbuckets.DigitHeader(3); got != "rabbitdelay-digit-3" {
+	if got := route.DigitHeader(3); got != "rabbitdelay-digit-3" {
 		t.Errorf("DigitHeader(3) = %q", got)
 	}
-	if got := ttlbuckets.DigitHeader(70); got != "rabbitdelay-digit-70" {
+	if got := route.DigitHeader(70); got != "rabbitdelay-digit-70" {
 		t.Errorf("DigitHeader(70) = %q", got)
 	}
-	names := []string{ttlbuckets.TargetHeader, ttlbuckets.DueHeader, ttlbuckets.BucketHeader, ttlbuckets.LastLevelHeader}
+	names := []string{route.TargetHeader, route.DueHeader, route.BucketHeader, route.LastLevelHeader}
 	for level := range 64 {
-		names = append(names, ttlbuckets.DigitHeader(level))
+		names = append(names, route.DigitHeader(level))
 	}
 	for _, n := range names {
 		// A headers exchange ignores binding arguments that begin with "x-".
-		if strings.HasPrefix(strings.ToLower(n), "x-") || !strings.HasPrefix(n, ttlbuckets.HeaderPrefix) {
-			t.Errorf("header %q must not begin with x- and must begin with %q", n, ttlbuckets.HeaderPrefix)
+		if strings.HasPrefix(strings.ToLower(n), "x-") || !strings.HasPrefix(n, route.HeaderPrefix) {
+			t.Errorf("header %q must not begin with x- and must begin with %q", n, route.HeaderPrefix)
 		}
-		if !ttlbuckets.IsDelayHeader(n) {
+		if !route.IsDelayHeader(n) {
 			t.Errorf("IsDelayHeader(%q) = false", n)
 		}
 	}
@@ -65,23 +66,23 @@ func TestIsDelayHeader(t *testing.T) {
 		"my-rabbitdelay-digit-0":        false,
 		"x-last-death-exchange-renamed": true,
 	} {
-		if got := ttlbuckets.IsDelayHeader(name); got != want {
+		if got := route.IsDelayHeader(name); got != want {
 			t.Errorf("IsDelayHeader(%q) = %v, want %v", name, got, want)
 		}
 	}
 }
 
 func TestEncodeDigits(t *testing.T) {
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	p, err := l.Plan(90*time.Minute, ttlbuckets.RoundUp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := map[string]any{"rabbitdelay-digit-2": "stale", "other": 1}
-	l.EncodeDigits(p, h)
+	route.EncodeDigits(l, p, h)
 	want := map[string]any{"other": 1}
 	for level, v := range []int64{0, 12, 5, 6, 2, 5, 0, 0} {
-		want[ttlbuckets.DigitHeader(level)] = v
+		want[route.DigitHeader(level)] = v
 	}
 	if len(h) != len(want) {
 		t.Fatalf("headers = %v, want %v", h, want)
@@ -94,14 +95,14 @@ func TestEncodeDigits(t *testing.T) {
 	// A plan with no hops (d <= 0) writes zeros; so does a Plan whose Digits are short.
 	for _, p := range []ttlbuckets.Plan{{Entry: -1}, {Digits: []int{3}}} {
 		h := map[string]any{}
-		l.EncodeDigits(p, h)
+		route.EncodeDigits(l, p, h)
 		for level := range l.Levels() {
 			want := int64(0)
 			if level < len(p.Digits) {
 				want = int64(p.Digits[level])
 			}
-			if h[ttlbuckets.DigitHeader(level)] != want {
-				t.Errorf("%+v: level %d = %#v", p, level, h[ttlbuckets.DigitHeader(level)])
+			if h[route.DigitHeader(level)] != want {
+				t.Errorf("%+v: level %d = %#v", p, level, h[route.DigitHeader(level)])
 			}
 		}
 	}
@@ -120,9 +121,9 @@ func TestDecodeDigitsIntegerTypes(t *testing.T) {
 	for name, conv := range convs {
 		h := map[string]any{}
 		for level, v := range want {
-			h[ttlbuckets.DigitHeader(level)] = conv(v)
+			h[route.DigitHeader(level)] = conv(v)
 		}
-		got, err := l.DecodeDigits(h)
+		got, err := route.DecodeDigits(l, h)
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("%s: DecodeDigits = %v, %v; want %v", name, got, err, want)
 		}
@@ -131,7 +132,7 @@ func TestDecodeDigitsIntegerTypes(t *testing.T) {
 
 func TestDecodeDigitsErrors(t *testing.T) {
 	l := ttlbuckets.Ladder{Max: 4095 * time.Millisecond} // 3 levels, radix 16
-	d0, d1, d2 := ttlbuckets.DigitHeader(0), ttlbuckets.DigitHeader(1), ttlbuckets.DigitHeader(2)
+	d0, d1, d2 := route.DigitHeader(0), route.DigitHeader(1), route.DigitHeader(2)
 	for _, tc := range []struct {
 		name    string
 		h       map[string]any
@@ -162,8 +163,8 @@ func TestDecodeDigitsErrors(t *testing.T) {
 		{"many", map[string]any{d1: true}, []int{0, 0, 0}, []string{"digit-0: missing", "digit-1: value true has type bool", "digit-2: missing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := l.DecodeDigits(tc.h)
-			if !errors.Is(err, ttlbuckets.ErrInvalidHeaders) {
+			got, err := route.DecodeDigits(l, tc.h)
+			if !errors.Is(err, route.ErrInvalidHeaders) {
 				t.Fatalf("DecodeDigits error = %v, want ErrInvalidHeaders", err)
 			}
 			if !slices.Equal(got, tc.partial) {
@@ -174,14 +175,14 @@ func TestDecodeDigitsErrors(t *testing.T) {
 				t.Fatalf("%d problems, want %d:\n%v", len(errs), len(tc.want), err)
 			}
 			for i, e := range errs {
-				if !errors.Is(e, ttlbuckets.ErrInvalidHeaders) || !strings.Contains(e.Error(), tc.want[i]) {
+				if !errors.Is(e, route.ErrInvalidHeaders) || !strings.Contains(e.Error(), tc.want[i]) {
 					t.Errorf("problem %d = %q, want %q", i, e, tc.want[i])
 				}
 			}
 		})
 	}
 	// Digit headers for extra levels whose value is 0 are harmless.
-	got, err := l.DecodeDigits(map[string]any{d0: int64(1), d1: int64(2), d2: int64(3), "rabbitdelay-digit-3": int64(0), "rabbitdelay-digit-4": uint32(0)})
+	got, err := route.DecodeDigits(l, map[string]any{d0: int64(1), d1: int64(2), d2: int64(3), "rabbitdelay-digit-3": int64(0), "rabbitdelay-digit-4": uint32(0)})
 	if err != nil || !slices.Equal(got, []int{1, 2, 3}) {
 		t.Errorf("zero extra levels: %v, %v", got, err)
 	}
@@ -203,7 +204,7 @@ func TestHeaderInt(t *testing.T) {
 		{1.0, 0, false, false},
 		{nil, 0, false, false},
 	} {
-		v, isInt, fits := ttlbuckets.HeaderInt(tc.raw)
+		v, isInt, fits := route.HeaderInt(tc.raw)
 		if v != tc.v || isInt != tc.isInt || fits != tc.fits {
 			t.Errorf("HeaderInt(%T %v) = %d, %v, %v; want %d, %v, %v", tc.raw, tc.raw, v, isInt, fits, tc.v, tc.isInt, tc.fits)
 		}
@@ -222,13 +223,13 @@ func TestEncodeRoute(t *testing.T) {
 				t.Fatal(err)
 			}
 			last := p.Hops[len(p.Hops)-1].Level
-			if p.LastLevel() != last {
-				t.Errorf("%v %v: LastLevel() = %d, want %d", order, d, p.LastLevel(), last)
+			if route.LastLevel(p) != last {
+				t.Errorf("%v %v: LastLevel() = %d, want %d", order, d, route.LastLevel(p), last)
 			}
 			h := map[string]any{}
-			l.EncodeRoute(p, h)
-			if h[ttlbuckets.LastLevelHeader] != int64(last) {
-				t.Errorf("%v %v: last-level header %v, want int64 %d", order, d, h[ttlbuckets.LastLevelHeader], last)
+			route.EncodeRoute(l, p, h)
+			if h[route.LastLevelHeader] != int64(last) {
+				t.Errorf("%v %v: last-level header %v, want int64 %d", order, d, h[route.LastLevelHeader], last)
 			}
 			for level := range l.Levels() {
 				outside := level > last || level < p.Entry
@@ -239,16 +240,16 @@ func TestEncodeRoute(t *testing.T) {
 					// the entry (top) level, then back to level 0 and up to the last hop's
 					outside = level > last && level != p.Entry
 				}
-				v, has := h[ttlbuckets.DigitHeader(level)]
+				v, has := h[route.DigitHeader(level)]
 				want := int64(p.Digits[level])
-				if _, more := l.Next(level); level == last && more {
-					want = l.LastHopValue(p.Digits[level]) // into the last-hop queue
+				if _, more := route.Next(l, level); level == last && more {
+					want = route.LastHopValue(l, p.Digits[level]) // into the last-hop queue
 				}
 				if has == outside || (has && v != want) {
 					t.Errorf("%v %v (last level %d): level %d digit header %v (present %v)", order, d, last, level, v, has)
 				}
 			}
-			digits, err := l.DecodeDigits(h)
+			digits, err := route.DecodeDigits(l, h)
 			if err != nil || !slices.Equal(digits, p.Digits) {
 				t.Errorf("%v %v: DecodeDigits = %v, %v; want %v", order, d, digits, err, p.Digits)
 			}
@@ -256,33 +257,33 @@ func TestEncodeRoute(t *testing.T) {
 			for level := range l.Levels() {
 				if (order != ttlbuckets.LongestFirst && level < p.Entry && (order == ttlbuckets.ShortestFirst || len(p.Hops) == 1)) ||
 					(order == ttlbuckets.LongestFirst && level > p.Entry) {
-					h[ttlbuckets.DigitHeader(level)] = int64(0)
+					h[route.DigitHeader(level)] = int64(0)
 				}
 			}
-			if digits, err := l.DecodeDigits(h); err != nil || !slices.Equal(digits, p.Digits) {
+			if digits, err := route.DecodeDigits(l, h); err != nil || !slices.Equal(digits, p.Digits) {
 				t.Errorf("%v %v with zeros before the entry: DecodeDigits = %v, %v; want %v", order, d, digits, err, p.Digits)
 			}
 		}
 		p, _ := l.Plan(0, ttlbuckets.Strict)
-		if p.LastLevel() != -1 {
-			t.Errorf("LastLevel of a plan without hops = %d", p.LastLevel())
+		if route.LastLevel(p) != -1 {
+			t.Errorf("LastLevel of a plan without hops = %d", route.LastLevel(p))
 		}
 		h := map[string]any{}
-		l.EncodeRoute(p, h)
-		if _, has := h[ttlbuckets.LastLevelHeader]; has || len(h) != l.Levels() {
+		route.EncodeRoute(l, p, h)
+		if _, has := h[route.LastLevelHeader]; has || len(h) != l.Levels() {
 			t.Errorf("%v: EncodeRoute without hops = %v, want every level's digit 0", order, h)
 		}
 	}
-	if got := ttlbuckets.DefaultLadder().LastHopValue(3); got != 19 {
+	if got := route.LastHopValue(ttlbuckets.Ladder{}, 3); got != 19 {
 		t.Errorf("LastHopValue(3) = %d, want 3 + 16", got)
 	}
 	// A digit left out is an error without the last-level header, and a bad last level is named.
-	l := ttlbuckets.DefaultLadder()
+	l := ttlbuckets.Ladder{}.WithDefaults()
 	p, _ := l.Plan(90*time.Second, ttlbuckets.Strict)
 	h := map[string]any{}
-	l.EncodeRoute(p, h)
-	delete(h, ttlbuckets.LastLevelHeader)
-	if _, err := l.DecodeDigits(h); !errors.Is(err, ttlbuckets.ErrInvalidHeaders) || !strings.Contains(err.Error(), ttlbuckets.DigitHeader(7)) {
+	route.EncodeRoute(l, p, h)
+	delete(h, route.LastLevelHeader)
+	if _, err := route.DecodeDigits(l, h); !errors.Is(err, route.ErrInvalidHeaders) || !strings.Contains(err.Error(), route.DigitHeader(7)) {
 		t.Errorf("without the last-level header: %v", err)
 	}
 	// A digit header missing between the entry and the last hop is reported, in either order.
@@ -290,15 +291,15 @@ func TestEncodeRoute(t *testing.T) {
 		l := ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Order: order}
 		p, _ := l.Plan(time.Hour, ttlbuckets.Strict) // digits 0 8 e e 6 3: levels 1 to 5
 		h := map[string]any{}
-		l.EncodeRoute(p, h)
-		delete(h, ttlbuckets.DigitHeader(3))
-		if _, err := l.DecodeDigits(h); !errors.Is(err, ttlbuckets.ErrInvalidHeaders) || !strings.Contains(err.Error(), ttlbuckets.DigitHeader(3)) {
+		route.EncodeRoute(l, p, h)
+		delete(h, route.DigitHeader(3))
+		if _, err := route.DecodeDigits(l, h); !errors.Is(err, route.ErrInvalidHeaders) || !strings.Contains(err.Error(), route.DigitHeader(3)) {
 			t.Errorf("%v: level 3 left out between entry and last hop: %v", order, err)
 		}
 	}
 	for _, bad := range []any{int64(8), int64(-1), "4"} {
-		h[ttlbuckets.LastLevelHeader] = bad
-		if _, err := l.DecodeDigits(h); err == nil || !strings.Contains(err.Error(), ttlbuckets.LastLevelHeader) {
+		h[route.LastLevelHeader] = bad
+		if _, err := route.DecodeDigits(l, h); err == nil || !strings.Contains(err.Error(), route.LastLevelHeader) {
 			t.Errorf("last level %v: %v", bad, err)
 		}
 	}

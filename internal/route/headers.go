@@ -1,4 +1,4 @@
-package ttlbuckets
+package route
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // Header names. None begins with "x-": a headers exchange ignores binding arguments whose
@@ -26,13 +28,18 @@ const (
 	// BucketHeader (int64) is a bucket's TTL in milliseconds, matched by the bucket
 	// exchange's bindings.
 	BucketHeader = "rabbitdelay-bucket"
-	// LastLevelHeader (int64) is the level of a ladder message's last hop ([Plan.LastLevel]),
-	// set by [Ladder.EncodeRoute], whose digit header at that level holds
-	// [Ladder.LastHopValue] of the digit. The level's exchange routes the message on it to
-	// the level's last-hop exchange, whose bindings on the last-hop value send it into the
-	// digit's last-hop queue, which dead-letters straight to the dispatch exchange.
+	// LastLevelHeader (int64) is the level of a ladder message's last hop ([LastLevel]), set
+	// by [EncodeRoute], whose digit header at that level holds [LastHopValue] of the digit.
+	// The level's exchange routes the message on it to the level's last-hop exchange, whose
+	// bindings on the last-hop value send it into the digit's last-hop queue, which
+	// dead-letters straight to the dispatch exchange.
 	LastLevelHeader = "rabbitdelay-last-level"
 )
+
+// ErrInvalidHeaders is wrapped by every problem [DecodeDigits] reports: a digit header that
+// is missing, not an integer, or outside 0..Radix-1, or a [LastLevelHeader] that is no level
+// of the ladder.
+var ErrInvalidHeaders = errors.New("route: invalid delay headers")
 
 const digitHeaderPrefix = HeaderPrefix + "digit-"
 
@@ -81,12 +88,23 @@ func isRoutingHeader(name string) bool {
 	return strings.HasPrefix(name, digitHeaderPrefix)
 }
 
-// EncodeDigits sets, in h, the digit header ([DigitHeader]) of every level of the ladder,
-// zeros included, to int64(p.Digits[level]) (0 for a level p.Digits lacks), so that
-// whichever ladder exchange the message reaches can route it. p should come from
-// l.Plan. h must not be nil. It sets nothing for an invalid ladder. It does not allocate
-// for ladders of up to 64 levels beyond the map's own growth.
-func (l Ladder) EncodeDigits(p Plan, h map[string]any) {
+// LastLevel returns the level of p's last hop (p.Hops[len(p.Hops)-1].Level): the highest level
+// with a non-zero digit for [ttlbuckets.ShortestFirst], the lowest for
+// [ttlbuckets.LongestFirst], the second highest for [ttlbuckets.TopFirst] (the highest when it
+// is the only one). It returns -1 for a plan without hops.
+func LastLevel(p ttlbuckets.Plan) int {
+	if len(p.Hops) == 0 {
+		return -1
+	}
+	return p.Hops[len(p.Hops)-1].Level
+}
+
+// EncodeDigits sets, in h, the digit header ([DigitHeader]) of every level of l, zeros
+// included, to int64(p.Digits[level]) (0 for a level p.Digits lacks), so that whichever
+// ladder exchange the message reaches can route it. p should come from l.Plan. h must not
+// be nil. It sets nothing for an invalid ladder. It does not allocate for ladders of up to
+// 64 levels beyond the map's own growth.
+func EncodeDigits(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 	levels := l.Levels()
 	for level := range levels {
 		var v int64
@@ -98,11 +116,11 @@ func (l Ladder) EncodeDigits(p Plan, h map[string]any) {
 }
 
 // LastHopValue returns the value of the digit header that sends a message with digit (1 to
-// Radix-1) at its last hop's level into that level's last-hop queue: digit + Radix, which no
-// other binding of the level matches. It returns digit for an invalid ladder.
-func (l Ladder) LastHopValue(digit int) int64 {
-	g, bad := l.resolve()
-	if bad != 0 {
+// Radix-1) at its last hop's level of l into that level's last-hop queue: digit + Radix,
+// which no other binding of the level matches. It returns digit for an invalid ladder.
+func LastHopValue(l ttlbuckets.Ladder, digit int) int64 {
+	g, ok := resolve(l)
+	if !ok {
 		return int64(digit)
 	}
 	return int64(digit) + g.mask + 1
@@ -110,28 +128,28 @@ func (l Ladder) LastHopValue(digit int) int64 {
 
 // EncodeRoute sets, in h, the headers of a message whose last hop goes through a last-hop
 // queue (same TTL as the level's queue of that digit, dead-lettering straight to the dispatch
-// exchange, as a bucket does): the digit header of every level from [Plan.Entry] to the last
-// hop's level in travel order, zeros included (for [TopFirst], the entry level's and those of
-// levels 0 to the last hop's); [Ladder.LastHopValue] of the last digit (the
-// plain digit at the level where the order ends, which dead-letters to the dispatch exchange
-// already); and that level in [LastLevelHeader]. Levels the message never reaches get no
-// header. The topology must have the last-hop queues; for one without them use
-// [Ladder.EncodeDigits]. For a plan without hops it does what EncodeDigits does. h must not
-// be nil; it sets nothing for an invalid ladder.
-func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
-	g, bad := l.resolve()
-	if bad != 0 {
+// exchange, as a bucket does): the digit header of every level of l from p.Entry to the last
+// hop's level in travel order, zeros included (for [ttlbuckets.TopFirst], the entry level's
+// and those of levels 0 to the last hop's); [LastHopValue] of the last digit (the plain digit
+// at the level where the order ends, which dead-letters to the dispatch exchange already);
+// and that level in [LastLevelHeader]. Levels the message never reaches get no header. The
+// topology must have the last-hop queues; for one without them use [EncodeDigits]. For a
+// plan without hops it does what EncodeDigits does. p should come from l.Plan. h must not be
+// nil; it sets nothing for an invalid ladder.
+func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
+	g, ok := resolve(l)
+	if !ok {
 		return
 	}
-	last := p.LastLevel()
+	last := LastLevel(p)
 	if last < 0 {
-		l.EncodeDigits(p, h)
+		EncodeDigits(l, p, h)
 		return
 	}
 	// A TopFirst message with more than one hop comes back to level 0 after its first hop,
 	// and climbs from there to its last.
 	from := p.Entry
-	if g.order == TopFirst && len(p.Hops) > 1 {
+	if g.order == ttlbuckets.TopFirst && len(p.Hops) > 1 {
 		from = 0
 	}
 	for level := range g.levels {
@@ -152,18 +170,18 @@ func (l Ladder) EncodeRoute(p Plan, h map[string]any) {
 	h[LastLevelHeader] = int64(last)
 }
 
-// DecodeDigits reads the digits that [Ladder.EncodeDigits] or [Ladder.EncodeRoute] wrote, for
-// diagnostics: one per level, len == Levels(). Values may have any Go integer type, as
-// amqp091 decodes AMQP's integer types. At the [LastLevelHeader] level, [Ladder.LastHopValue]
-// of a digit reads as that digit, and digit headers that EncodeRoute leaves out read as 0.
+// DecodeDigits reads the digits that [EncodeDigits] or [EncodeRoute] wrote for l, for
+// diagnostics: one per level, len == l.Levels(). Values may have any Go integer type, as
+// amqp091 decodes AMQP's integer types. At the [LastLevelHeader] level, [LastHopValue] of a
+// digit reads as that digit, and digit headers that EncodeRoute leaves out read as 0.
 // Every problem is reported, joined, each wrapping [ErrInvalidHeaders]: a digit header that
 // is missing, not an integer, or outside 0..Radix-1; a non-zero digit for a level the ladder
 // does not have; a LastLevelHeader that is not a level of the ladder. The returned digits
 // hold what could be read (0 where a header was bad) even on error. An invalid ladder
-// returns nil and [Ladder.Validate]'s error.
-func (l Ladder) DecodeDigits(h map[string]any) ([]int, error) {
-	g, p := l.resolve()
-	if p != 0 {
+// returns nil and l.Validate's error (wrapping [ttlbuckets.ErrInvalidLadder]).
+func DecodeDigits(l ttlbuckets.Ladder, h map[string]any) ([]int, error) {
+	g, ok := resolve(l)
+	if !ok {
 		return nil, l.Validate()
 	}
 	digits := make([]int, g.levels)
