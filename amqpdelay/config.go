@@ -8,8 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // Config is how to reach the broker and which delay topology to use: a URL and a prefix. The

@@ -36,7 +36,7 @@
 // publishes are not (the plugin answers every delayed publish with NO_ROUTE).
 //
 // A ladder publish goes to the entry exchange of the message's first queue. With several
-// copies of the ladder (delayspec.Spec.Shards, AMQPDELAY_SHARDS) the message's MessageId picks
+// copies of the ladder (AMQPDELAY_SHARDS as applied) the message's MessageId picks
 // the copy (FNV-1a modulo the copies) and the message keeps to it for every hop;
 // [Receipt.Exchange] names it.
 //

@@ -1,7 +1,7 @@
 package amqpdelay
 
 import (
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/pubhook"
 
 	"fmt"

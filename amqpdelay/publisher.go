@@ -14,8 +14,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -44,7 +44,7 @@ type Receipt struct {
 	// MessageID is the message's ID: the caller's, or a UUID the Publisher generated ([Receipt.ID]).
 	MessageID string
 	// Exchange is the exchange the message was published to: the target itself (direct); for
-	// a ladder message its first queue's entry exchange (delayspec.Names.LadderEntryExchange);
+	// a ladder message its first queue's entry exchange (<queue>.entry);
 	// the bucket exchange; the plugin exchange.
 	Exchange string
 }
@@ -500,7 +500,7 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 }
 
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is
-// mandatory; a ladder publish enters shard of the ladder (see delayspec.Spec.Shards) through
+// mandatory; a ladder publish enters shard of the ladder (AMQPDELAY_SHARDS as applied) through
 // its first queue's entry exchange.
 func (p *Publisher) destination(c choice, target string, shard int) (dest string, hops int, mandatory bool) {
 	switch c.path {

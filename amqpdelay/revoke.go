@@ -79,7 +79,7 @@ var idRandom = struct {
 // the broker has confirmed the record in the revocation stream <prefix>.revoked. Every copy of
 // each id published before is revoked, and so is a copy of the id that a plain Publish sends
 // later (use [Publisher.Reschedule] to send an id again); the record is kept for the topology's
-// longest delay plus a day (delayspec.Spec.RevocationRetention).
+// longest delay plus a day.
 //
 // Readers (package revoke) drop a revoked delivery: a revocation confirmed at least the reader's
 // bound (revoke.DefaultBound, 100 ms) before a copy's due time never lets that copy reach a

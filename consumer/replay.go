@@ -1,7 +1,7 @@
 package consumer
 
 import (
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 
 	"context"
 	"errors"

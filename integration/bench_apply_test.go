@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // BenchmarkApplyDefault measures apply of the default topology (15 ladder exchanges, 225

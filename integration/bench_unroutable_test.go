@@ -4,7 +4,7 @@ package integration
 
 import (
 	"fmt"
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"strings"
 	"testing"
 	"time"

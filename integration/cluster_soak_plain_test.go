@@ -5,7 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"math/rand/v2"
 	"sort"
 	"strings"

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // TestClusterTopology: on a 3-node cluster, rabbitdelay apply spreads the leaders of the default

@@ -5,7 +5,7 @@ package integration
 import (
 	"context"
 	"errors"
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"sync"
 	"testing"
 	"time"

@@ -5,7 +5,7 @@ package integration
 import (
 	"errors"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"slices"
 	"strings"
 	"testing"

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // queuePolicy is the policy the management API says is in effect on queue.

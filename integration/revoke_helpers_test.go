@@ -4,7 +4,7 @@ package integration
 
 import (
 	"context"
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"math/rand/v2"
 	"os"
 	"strconv"

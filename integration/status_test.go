@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // TestStatusUnplannedBindingFails: a ready queue's binding key changed from order.# to

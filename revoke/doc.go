@@ -47,7 +47,7 @@
 // # Memory and retention
 //
 // A reader keeps one entry per revoked id and forgets it once its record is older than
-// delayspec.Spec.RevocationRetention (the topology's longest delay plus a day), which is also
+// the retention (the topology's longest delay plus a day), which is also
 // the stream's x-max-age; it sweeps once a minute. New reads the whole stream first, fences
 // included, so it takes longer the more records the stream holds; a record holds up to 1 MiB
 // of ids, so revoke many ids per call.

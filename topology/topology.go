@@ -1,7 +1,6 @@
 // Package topology declares and checks rabbitdelay's delay topology from Go, for a service that
 // declares its own topology when it starts: the work of `rabbitdelay apply` and `rabbitdelay
-// status`, with the specification given as a [delayspec.Spec] instead of AMQPDELAY_*
-// variables. Operators use the CLI; the machinery behind both lives in an internal package.
+// status`, with the specification given as a [Spec] instead of AMQPDELAY_* variables. Operators use the CLI; the machinery behind both lives in an internal package.
 //
 // RabbitMQ sets policies only through its management API (https://www.rabbitmq.com/docs/policies),
 // so both functions need its URL. [NewManagement] gives a Publisher the same API's checks
@@ -15,19 +14,33 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
+
+// Spec is the delay topology to declare, one field per AMQPDELAY_* variable that `rabbitdelay
+// apply` reads (docs/configuration.md gives each one's meaning, range and default): Prefix,
+// Targets, Buckets (whole milliseconds), Ladder, Plugin ("off", "auto", "on"), QueueType
+// ("quorum", "classic"), ReadyQueues, ReadyDeliveryLimit, PolicyPriority, Shards. Zero fields
+// take their defaults; Apply and Check validate it.
+type Spec = delayspec.Spec
+
+// Target is a target exchange of a [Spec]: Name, and Type ("topic", "direct", ...) for Apply to
+// declare it, or "" for an exchange that exists already.
+type Target = delayspec.Target
+
+// ReadyQueue is a queue a [Spec] declares (Queue) and binds to Exchange with BindingKey.
+type ReadyQueue = delayspec.ReadyQueue
 
 // Apply declares the delay topology that spec describes in conn's virtual host, as `rabbitdelay
 // apply` does: the exchanges, queues and bindings that do not exist yet, and the policies, set
 // through the management API at managementURL (http://user:password@host:15672). Objects that
 // exist with the same arguments are left as they are; Apply never deletes anything. The error
-// wraps [delayspec.ErrInvalidSpec] for a bad spec, and otherwise names the object RabbitMQ
+// wraps a spec error naming the setting and its fix for a bad spec, and otherwise names the object RabbitMQ
 // refused, a conflicting object already declared, a target exchange that does not exist, or a
 // policy that makes delays early or drops messages, each with its fix. ctx bounds the whole
 // call. The connection stays open.
-func Apply(ctx context.Context, conn *amqp.Connection, spec delayspec.Spec, managementURL string) error {
+func Apply(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL string) error {
 	p, m, err := prepare(conn, spec, managementURL)
 	if err != nil {
 		return err
@@ -42,7 +55,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, spec delayspec.Spec, mana
 // are safe, and no message waits in a dead-letter state. Otherwise its error lists every
 // problem with its fix. It changes nothing. ctx bounds the whole call; the connection stays
 // open.
-func Check(ctx context.Context, conn *amqp.Connection, spec delayspec.Spec, managementURL string) error {
+func Check(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL string) error {
 	p, m, err := prepare(conn, spec, managementURL)
 	if err != nil {
 		return err

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // TestPrintCluster: status prints the leaders per node, flags members offline with the down

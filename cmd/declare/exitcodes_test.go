@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // cliExitCodes reads the exit-code constants of the CLI (const exitXxx = N in this package's

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // TestPluginText: on RabbitMQ 4.3 and later, which cannot load the delayed-message plugin,

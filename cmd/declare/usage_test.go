@@ -18,8 +18,8 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // TestUsageErrors: every input that is wrong whatever the broker holds exits 2 before any

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 
 	"github.com/delaykit/rabbitdelay/internal/text"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // TestManagementErrorAdvice: a refusal by the management API names the user and what to do,

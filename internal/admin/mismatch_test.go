@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // KindPolicy is the kind of a policy in a [Report].

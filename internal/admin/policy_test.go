@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 func jsName(s string) json.RawMessage { b, _ := json.Marshal(s); return b }

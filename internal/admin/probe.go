@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 

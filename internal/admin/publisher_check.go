@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // What amqpdelay.WithManagement asks at every Publisher connection (amqpdelay.ManagementCheck):

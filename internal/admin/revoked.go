@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

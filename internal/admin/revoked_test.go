@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
