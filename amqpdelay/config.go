@@ -51,10 +51,10 @@ func ConfigFromEnv() (Config, error) {
 }
 
 // readSpec reads the spec record of c's prefix on conn (see delayspec.ReadRecord), wrapping
-// ErrTopologyMissing when there is none.
+// ErrTopologyMissing when there is none or it is not one this version reads (apply fixes both).
 func (c Config) readSpec(ctx context.Context, conn *amqp.Connection) (delayspec.Spec, error) {
 	s, err := delayspec.ReadRecord(ctx, conn, c.Prefix)
-	if errors.Is(err, delayspec.ErrNoRecord) {
+	if errors.Is(err, delayspec.ErrNoRecord) || errors.Is(err, delayspec.ErrInvalidSpec) {
 		return s, fmt.Errorf("%w: %w", ErrTopologyMissing, err)
 	}
 	if err != nil {

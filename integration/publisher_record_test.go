@@ -4,9 +4,14 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
@@ -69,4 +74,52 @@ func TestPublisherRefusesAReappliedTopology(t *testing.T) {
 	if r, err := q.Publish(pubCtx(t), target, "k", textMsg("new"), 2*time.Second); err != nil || r.Path != amqpdelay.PathBucket {
 		t.Errorf("a new Publisher, 2 s: %v, path %v; want the bucket the new apply added", err, r.Path)
 	}
+}
+
+// TestPublisherUnreadableRecord: a spec record the Publisher cannot use gives an error that
+// names the stream and the fix, and no Publisher: a record that is not a spec (something else
+// published to the stream) says to run apply (ErrTopologyMissing); a user who may not read the
+// stream is told to grant read permission on it.
+func TestPublisherUnreadableRecord(t *testing.T) {
+	t.Parallel()
+	env := brokertest.NewEnv(t)
+	needUsers(t, env)
+	target := env.Name("orders")
+	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
+	declareTopology(t, env, spec)
+	stream := spec.Names().SpecStream()
+
+	noRead := env.Name("noread")
+	if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(noRead), map[string]string{"password": "pw", "tags": ""}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(noRead), nil, nil) })
+	perm := map[string]string{"configure": "^$", "write": ".*", "read": "^" + regexp.QuoteMeta(target) + "$"}
+	if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(noRead), perm, nil); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(env.URL)
+	u.User = url.UserPassword(noRead, "pw")
+	_, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: u.String(), Prefix: spec.Prefix})
+	if err == nil || !strings.Contains(err.Error(), stream) || !strings.Contains(err.Error(), "read permission") || strings.Contains(err.Error(), "pw@") {
+		t.Errorf("a user who may not read the spec stream: %v; want an error naming %s and read permission", err, stream)
+	}
+
+	ch := env.Channel(t)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(pubCtx(t), "", stream, true, false, amqp.Publishing{Body: []byte("not a spec")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(pubCtx(t)); !ok || err != nil {
+		t.Fatalf("the broker did not confirm the foreign record: %v %v", ok, err)
+	}
+	_, err = amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix})
+	if !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), "not a spec record") || !strings.Contains(err.Error(), "rabbitdelay apply") {
+		t.Errorf("a foreign last record: %v; want ErrTopologyMissing saying it is not a spec record and to run apply", err)
+	}
+	declareTopology(t, env, spec) // apply writes the record again
+	newPublisher(t, env, spec)
 }

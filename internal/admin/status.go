@@ -678,6 +678,10 @@ func (rep *StatusReport) checkRecord(ctx context.Context, conn *amqp.Connection,
 		rep.Missing = append(rep.Missing, "spec record (stream "+p.Names.SpecStream()+" holds none)")
 		return nil
 	}
+	if errors.Is(err, delayspec.ErrInvalidSpec) { // something else was published to the stream
+		rep.Missing = append(rep.Missing, "spec record (the last record of stream "+p.Names.SpecStream()+" is not one this version reads)")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

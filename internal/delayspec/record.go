@@ -148,7 +148,7 @@ func lastRecord(ctx context.Context, conn *amqp.Connection, stream string) (amqp
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	ds, err := ch.ConsumeWithContext(ctx, stream, "", false, false, false, false, amqp.Table{"x-stream-offset": "last"})
 	if err != nil {
-		return amqp.Delivery{}, fmt.Errorf("read stream %q: %w", stream, err)
+		return amqp.Delivery{}, readError(stream, err)
 	}
 	wait, cancel := context.WithTimeout(ctx, recordWait)
 	defer cancel()
@@ -157,15 +157,29 @@ func lastRecord(ctx context.Context, conn *amqp.Connection, stream string) (amqp
 		if ok {
 			return d, nil
 		}
-		return amqp.Delivery{}, fmt.Errorf("read stream %q: the channel closed: %v", stream, <-closed)
+		return amqp.Delivery{}, readError(stream, <-closed)
 	case err := <-closed:
-		return amqp.Delivery{}, fmt.Errorf("read stream %q: the channel closed: %v", stream, err)
+		return amqp.Delivery{}, readError(stream, err)
 	case <-wait.Done():
 		if ctx.Err() != nil {
 			return amqp.Delivery{}, fmt.Errorf("read stream %q: %w", stream, ctx.Err())
 		}
 		return amqp.Delivery{}, fmt.Errorf("%w: stream %q holds no record: run `rabbitdelay apply` for this prefix", ErrNoRecord, stream)
 	}
+}
+
+// readError describes the broker's refusal to let this client read stream: a user without read
+// permission on it gets the fix (403 ACCESS_REFUSED: https://www.rabbitmq.com/docs/access-control).
+func readError(stream string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+		return fmt.Errorf("read stream %q: the user may not read it (%w): every client reads the spec record there, so "+
+			"give the user read permission on it (the read pattern of rabbitmqctl set_permissions must match %q)", stream, err, stream)
+	}
+	if err == nil {
+		return fmt.Errorf("read stream %q: the channel closed", stream)
+	}
+	return fmt.Errorf("read stream %q: %w", stream, err)
 }
 
 // randomID returns 16 random bytes in hex.
