@@ -107,7 +107,7 @@ func WithMetrics(m *Metrics) Option { return func(o *options) error { o.metrics 
 // consumer makes one of them handle the links at a time. Safe for concurrent use.
 type Scheduler struct {
 	cfg   amqpdelay.Config
-	names Names
+	names objectNames
 	unit  time.Duration
 	opts  options
 	pub   *amqpdelay.Publisher
@@ -142,7 +142,7 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler,
 	s.sess, s.unit = sess, sess.unit
 	// The links exchange is a target the spec record does not list: the session declared it
 	// and bound it to the dispatch exchange.
-	links := pubhook.ExtraTargets(s.names.Links()).(amqpdelay.Option)
+	links := pubhook.ExtraTargets(s.names.links()).(amqpdelay.Option)
 	s.pub, err = amqpdelay.NewPublisher(ctx, cfg, links, amqpdelay.WithConnectionName(o.name+"-links"), amqpdelay.WithLogger(o.log), amqpdelay.WithChannels(1))
 	if err != nil {
 		sess.kill(errors.New("closed"))
@@ -215,8 +215,8 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	if err := s.bindTarget(sess, c.Exchange); err != nil {
 		return err
 	}
-	queued := sess.queued(s.names.Links()) // before the sync: a link handled in between is then known
-	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+	queued := sess.queued(s.names.links()) // before the sync: a link handled in between is then known
+	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
 		return err
 	}
 	s.opts.metrics.init(c.Name)
@@ -247,7 +247,7 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	}
 	switch {
 	case !same:
-		if err := sess.record(ctx, s.names.Stream(), definitionRecord(c.Schedule, c.hash, stateActive, s.opts.instance, now)); err != nil {
+		if err := sess.record(ctx, s.names.stream(), definitionRecord(c.Schedule, c.hash, stateActive, s.opts.instance, now)); err != nil {
 			return err
 		}
 		next = c.Next(now)
@@ -270,14 +270,14 @@ func (s *Scheduler) startChain(ctx context.Context, sess *session, c *compiled, 
 	if err := s.publishLink(ctx, c, at); err != nil {
 		return err
 	}
-	return sess.record(ctx, s.names.Stream(), plainRecord(recLink, c.Name, c.hash, at, time.Time{}, 0, s.opts.instance, time.Now()))
+	return sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, at, time.Time{}, 0, s.opts.instance, time.Now()))
 }
 
 // publishLink publishes the link for occurrence at of c, due when it fires.
 func (s *Scheduler) publishLink(ctx context.Context, c *compiled, at time.Time) error {
 	body, _ := json.Marshal(link{Name: c.Name, At: at.UTC(), Hash: c.hash})
 	msg := amqp.Publishing{MessageId: linkID(c.Name, at, c.hash), ContentType: "application/json", Body: body}
-	if _, err := s.pub.PublishAt(ctx, s.names.Links(), c.Name, msg, c.due(at)); err != nil {
+	if _, err := s.pub.PublishAt(ctx, s.names.links(), c.Name, msg, c.due(at)); err != nil {
 		return fmt.Errorf("schedule: publish the link of %s: %w", OccurrenceID(c.Name, at), err)
 	}
 	return nil
@@ -290,13 +290,13 @@ func (s *Scheduler) bindTarget(sess *session, exchange string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrConnectionLost, err)
 	}
-	err = ch.ExchangeBind(exchange, "", s.names.Fire(), false, amqp.Table{"x-match": "all", TargetHeader: exchange})
+	err = ch.ExchangeBind(exchange, "", s.names.fire(), false, amqp.Table{"x-match": "all", TargetHeader: exchange})
 	if err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 			return fmt.Errorf("%w: target exchange %q does not exist: declare it (or correct Schedule.Exchange)", amqpdelay.ErrExchangeNotFound, exchange)
 		}
-		return fmt.Errorf("schedule: bind %q to %q: %w", s.names.Fire(), exchange, err)
+		return fmt.Errorf("schedule: bind %q to %q: %w", s.names.fire(), exchange, err)
 	}
 	_ = ch.Close()
 	return nil
@@ -338,7 +338,7 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	if err != nil {
 		return entry{}, err
 	}
-	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
 		return entry{}, err
 	}
 	var e entry
@@ -356,7 +356,7 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	case e.state == stateRemoved && st == stateActive:
 		return e, fmt.Errorf("%w: %q was removed: declare it again to restart it", ErrUnknownSchedule, name)
 	}
-	if err := sess.record(ctx, s.names.Stream(), definitionRecord(*e.def, e.hash, st, s.opts.instance, time.Now())); err != nil {
+	if err := sess.record(ctx, s.names.stream(), definitionRecord(*e.def, e.hash, st, s.opts.instance, time.Now())); err != nil {
 		return e, err
 	}
 	if st == stateActive && e.comp != nil {
@@ -431,8 +431,8 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	queued := sess.queued(s.names.Links())
-	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+	queued := sess.queued(s.names.links())
+	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
 		return nil, err
 	}
 	var out []Info
@@ -461,7 +461,7 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info,
 		_ = conn.Close()
 		return nil, err
 	}
-	_, err = ch.QueueDeclarePassive(n.Stream(), true, false, false, false, nil)
+	_, err = ch.QueueDeclarePassive(n.stream(), true, false, false, false, nil)
 	_ = conn.Close()
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
@@ -475,8 +475,8 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info,
 		return nil, err
 	}
 	defer sess.kill(errors.New("done"))
-	queued := sess.queued(n.Links())
-	if err := sess.sync(ctx, n.Stream(), "inspect"); err != nil {
+	queued := sess.queued(n.links())
+	if err := sess.sync(ctx, n.stream(), "inspect"); err != nil {
 		return nil, err
 	}
 	var out []Info
@@ -513,9 +513,9 @@ func (s *Scheduler) consume(ctx context.Context, sess *session) error {
 		return err
 	}
 	tag := "schedule-" + s.opts.instance
-	deliveries, err := sess.ch.ConsumeWithContext(ctx, s.names.Links(), tag, false, false, false, false, nil)
+	deliveries, err := sess.ch.ConsumeWithContext(ctx, s.names.links(), tag, false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("schedule: consume %q: %w", s.names.Links(), err)
+		return fmt.Errorf("schedule: consume %q: %w", s.names.links(), err)
 	}
 	defer func() { _ = sess.ch.Cancel(tag, false) }()
 	for {
@@ -573,7 +573,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
 		return err
 	}
 	var (
@@ -596,7 +596,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		return d.Ack(false)
 	}
 	if defOld && e.def != nil {
-		if err := sess.record(ctx, s.names.Stream(), definitionRecord(*e.def, e.hash, e.state, s.opts.instance, now)); err != nil {
+		if err := sess.record(ctx, s.names.stream(), definitionRecord(*e.def, e.hash, e.state, s.opts.instance, now)); err != nil {
 			return err
 		}
 	}
@@ -612,18 +612,18 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 	switch {
 	case !v.fire.IsZero():
 		m := occurrenceMessage(c, v.fire, v.next, v.late, v.missed, s.opts.instance, time.Now())
-		if err := sess.publish(ctx, s.names.Fire(), c.RoutingKey, m); err != nil {
+		if err := sess.publish(ctx, s.names.fire(), c.RoutingKey, m); err != nil {
 			return err
 		}
 		s.opts.metrics.fired(c.Name, v.late, v.missed)
 		s.opts.log.Debug().Str("occurrence", m.MessageId).Dur("late", v.late).Int64("missed", v.missed).Time("next", v.next).Msg("schedule: fired")
 	case !v.skip.IsZero():
-		if err := sess.record(ctx, s.names.Stream(), plainRecord(recSkipped, c.Name, c.hash, v.skip, v.next, v.missed, s.opts.instance, time.Now())); err != nil {
+		if err := sess.record(ctx, s.names.stream(), plainRecord(recSkipped, c.Name, c.hash, v.skip, v.next, v.missed, s.opts.instance, time.Now())); err != nil {
 			return err
 		}
 		s.opts.metrics.fired(c.Name, -1, v.missed)
 	case !v.next.IsZero():
-		if err := sess.record(ctx, s.names.Stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now())); err != nil {
+		if err := sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now())); err != nil {
 			return err
 		}
 	}
