@@ -30,7 +30,7 @@ const (
 	// this one (MissedLatest) or in its place (a skipped record).
 	MissedHeader = "rabbitdelay-schedule-missed"
 	// InstanceHeader (string) is the instance that published the occurrence or record
-	// ([WithInstance]).
+	// (Options.Instance).
 	InstanceHeader = "rabbitdelay-schedule-instance"
 	// TargetHeader (string) is the target exchange; the fire exchange's binding to that
 	// exchange matches it.
