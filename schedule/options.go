@@ -29,8 +29,8 @@ type Options struct {
 	// Retention is the schedules stream's x-max-age when the Scheduler declares it, in
 	// RabbitMQ's syntax: a positive integer and a unit of Y, M, D, h, m or s, such as 7D or
 	// 12h. "": DefaultRetention. Every instance must give the same value: RabbitMQ refuses to
-	// redeclare a queue with other arguments (406 PRECONDITION_FAILED). New returns the
-	// broker's refusal of a value it cannot read.
+	// redeclare a queue with other arguments (406 PRECONDITION_FAILED). A value RabbitMQ
+	// cannot read fails New with the broker's 406 PRECONDITION_FAILED (invalid_max_age).
 	Retention string
 
 	// ConnectionName is the name of the Scheduler's connection in the management UI; its
