@@ -16,8 +16,8 @@ import (
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/pluginprobe"
 	"github.com/delaykit/rabbitdelay/internal/route"
-	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -700,12 +700,12 @@ func isExchangeNotFound(err error, exchange string) bool {
 }
 
 // probePlugin reports whether the topology's plugin exchange exists, with a passive declare on
-// a connection of its own (plugin.ExchangeExists), bounded by ctx.
+// a connection of its own (pluginprobe.ExchangeExists), bounded by ctx.
 func (p *Publisher) probePlugin(ctx context.Context) (bool, error) {
 	dial := func(ctx context.Context) (*amqp.Connection, error) {
 		return amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name+"-probe")
 	}
-	return plugin.ExchangeExists(ctx, dial, p.names.PluginExchange())
+	return pluginprobe.ExchangeExists(ctx, dial, p.names.PluginExchange())
 }
 
 // reprobePlugin starts a look for the plugin exchange in the background, at most once per

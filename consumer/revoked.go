@@ -15,7 +15,7 @@ import (
 // openRevocations starts the reader of the revocation stream (package revoke) on the Consumer's
 // connection settings; it returns once the reader has caught up with the stream.
 func (c *Consumer) openRevocations(ctx context.Context) (*revoke.Revocations, error) {
-	r, err := revoke.New(ctx, c.cfg, revoke.WithLogger(c.log), revoke.WithConnectionName(c.o.name+"-revocations"))
+	r, err := revoke.New(ctx, c.cfg, revoke.Options{Logger: c.log, ConnectionName: c.o.name + "-revocations"})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: read the revocation stream (or set Options.NoRevocations): %w", err)
 	}

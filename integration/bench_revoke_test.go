@@ -57,7 +57,7 @@ func BenchmarkRevocationsCatchUp(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		cpu0 := processCPU()
 		start = time.Now()
-		revs, err := revoke.New(ctx, amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix})
+		revs, err := revoke.New(ctx, amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix}, revoke.Options{})
 		catchUp := time.Since(start)
 		cpu := processCPU() - cpu0
 		cancel()

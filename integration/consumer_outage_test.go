@@ -34,7 +34,7 @@ func TestRevocationStreamDeletedWhileReading(t *testing.T) {
 	f := newRevokeFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	revs, err := revoke.New(ctx, f.cfg)
+	revs, err := revoke.New(ctx, f.cfg, revoke.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

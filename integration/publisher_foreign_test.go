@@ -75,7 +75,7 @@ func TestPublishIntoForeignTopologyRefused(t *testing.T) {
 		t.Errorf("got %q, want the look-alike exchange's message", a.d.Body)
 	}
 
-	revs, err := revoke.New(ctx, amqpdelay.Config{URL: envB.URL, Prefix: specB.Prefix})
+	revs, err := revoke.New(ctx, amqpdelay.Config{URL: envB.URL, Prefix: specB.Prefix}, revoke.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
-	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/internal/pluginprobe"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -68,7 +68,7 @@ func declareTopologyAt(t testing.TB, url string, spec delayspec.Spec) {
 		dial := func(ctx context.Context) (*amqp.Connection, error) {
 			return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 		}
-		has, err := plugin.Probe(ctx, dial, "rabbitdelay-test.plugin-probe")
+		has, err := pluginprobe.Probe(ctx, dial, "rabbitdelay-test.plugin-probe")
 		if err != nil {
 			t.Fatalf("declareTopology: probe plugin: %v", err)
 		}

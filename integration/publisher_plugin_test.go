@@ -16,11 +16,12 @@ import (
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/pluginprobe"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
-func dialer(url string) plugin.Dialer {
+func dialer(url string) pluginprobe.Dialer {
 	return func(ctx context.Context) (*amqp.Connection, error) {
 		return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	}
@@ -34,9 +35,9 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 	t.Parallel()
 	env := brokertest.NewEnv(t)
 	ctx := pubCtx(t)
-	has, err := plugin.Probe(ctx, dialer(env.URL), env.Prefix+".plugin-probe")
+	has, err := pluginprobe.Probe(ctx, dialer(env.URL), env.Prefix+".plugin-probe")
 	if err != nil {
-		t.Fatalf("plugin.Probe: %v", err)
+		t.Fatalf("pluginprobe.Probe: %v", err)
 	}
 	if has {
 		t.Skip("this broker has the delayed-message plugin; TestPublisherPluginPath covers it")
@@ -45,10 +46,10 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
 	spec.Plugin = delayspec.PluginAuto
 	declareTopology(t, env, spec)
-	if ok, err := plugin.ExchangeExists(ctx, dialer(env.URL), spec.Names().PluginExchange()); err != nil || ok {
+	if ok, err := pluginprobe.ExchangeExists(ctx, dialer(env.URL), spec.Names().PluginExchange()); err != nil || ok {
 		t.Fatalf("ExchangeExists(plugin exchange) = %v, %v; want false, nil", ok, err)
 	}
-	if ok, err := plugin.ExchangeExists(ctx, dialer(env.URL), spec.Names().Dispatch()); err != nil || !ok {
+	if ok, err := pluginprobe.ExchangeExists(ctx, dialer(env.URL), spec.Names().Dispatch()); err != nil || !ok {
 		t.Fatalf("ExchangeExists(dispatch) = %v, %v; want true, nil", ok, err)
 	}
 	q := env.Name("ready")
@@ -147,9 +148,9 @@ type pluginFixture struct {
 func newPluginFixture(t *testing.T) pluginFixture {
 	t.Helper()
 	url := brokertest.PluginURL(t)
-	has, err := plugin.Probe(pubCtx(t), dialer(url), "rabbitdelay-test.plugin-probe")
+	has, err := pluginprobe.Probe(pubCtx(t), dialer(url), "rabbitdelay-test.plugin-probe")
 	if err != nil || !has {
-		t.Fatalf("AMQP_PLUGIN_URL: plugin.Probe = %v, %v; want true", has, err)
+		t.Fatalf("AMQP_PLUGIN_URL: pluginprobe.Probe = %v, %v; want true", has, err)
 	}
 	env := &brokertest.Env{URL: url, VHost: "/", Prefix: "rdt-plugin-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")}
 	target := env.Name("orders")

@@ -457,7 +457,7 @@ func TestRevokeBadInput(t *testing.T) {
 	if _, err := f.pub.Reschedule(ctx, f.target, "k", amqp.Publishing{MessageId: "a"}, time.Second); !errors.Is(err, amqpdelay.ErrTopologyMissing) {
 		t.Errorf("Reschedule without the stream = %v, want ErrTopologyMissing", err)
 	}
-	if _, err := revoke.New(ctx, f.cfg); !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), stream) {
+	if _, err := revoke.New(ctx, f.cfg, revoke.Options{}); !errors.Is(err, amqpdelay.ErrTopologyMissing) || !strings.Contains(err.Error(), stream) {
 		t.Errorf("revoke.New without the stream = %v, want ErrTopologyMissing naming %s", err, stream)
 	}
 	if err := f.pub.Revoke(ctx, "a"); err == nil || !errors.Is(err, amqpdelay.ErrTopologyMissing) {
@@ -485,7 +485,7 @@ func TestRevokePluginPath(t *testing.T) {
 // what a Revocations says of each delivery that got receives.
 func checkPlainConsumer(t *testing.T, p *amqpdelay.Publisher, cfg amqpdelay.Config, target string, got <-chan arrival) {
 	ctx := pubCtx(t)
-	revs, err := revoke.New(ctx, cfg)
+	revs, err := revoke.New(ctx, cfg, revoke.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestRevocationsStreamRecreated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	logs := &lockedBuffer{}
-	revs, err := revoke.New(ctx, f.cfg, revoke.WithLogger(zerolog.New(logs)))
+	revs, err := revoke.New(ctx, f.cfg, revoke.Options{Logger: zerolog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 			}
 			stop()
 			_ = a.Close()
-			infos, err := schedule.Inspect(ctx, f.cfg)
+			infos, err := schedule.Inspect(ctx, f.cfg, schedule.Options{})
 			if err != nil || len(infos) != 1 || infos[0].Next.IsZero() || infos[0].Broken {
 				t.Fatalf("Inspect before the link is lost: %+v, %v", infos, err)
 			}

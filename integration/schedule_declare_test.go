@@ -93,7 +93,7 @@ func TestScheduleDeclaredAtOnce(t *testing.T) {
 		t.Errorf("first occurrence %s: want the first after the common instant %s (declares returned by %s)",
 			first.id, at.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
 	}
-	infos, err := schedule.Inspect(t.Context(), f.cfg)
+	infos, err := schedule.Inspect(t.Context(), f.cfg, schedule.Options{})
 	if err != nil || len(infos) != 1 || infos[0].Broken || infos[0].Next.IsZero() {
 		t.Errorf("Inspect: %+v, %v", infos, err)
 	}

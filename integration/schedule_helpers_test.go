@@ -63,7 +63,7 @@ func schedProcMain() int {
 	for ctx.Err() == nil { // the broker (a cluster node) may be down at start
 		c, cancel := context.WithTimeout(ctx, 20*time.Second)
 		var err error
-		s, err = schedule.New(c, pc.Config, schedule.WithInstance(pc.Instance))
+		s, err = schedule.New(c, pc.Config, schedule.Options{Instance: pc.Instance})
 		if err == nil {
 			time.Sleep(time.Until(pc.DeclareAt))
 			err = s.Declare(c, pc.Schedule)
@@ -126,7 +126,7 @@ func (f *schedFixture) newScheduler(t *testing.T, instance string) *schedule.Sch
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := schedule.New(ctx, f.cfg, schedule.WithInstance(instance), schedule.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)))
+	s, err := schedule.New(ctx, f.cfg, schedule.Options{Instance: instance, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)})
 	if err != nil {
 		t.Fatalf("schedule.New: %v", err)
 	}

@@ -1,14 +1,13 @@
-// Package plugin holds what rabbitdelay needs to know about RabbitMQ's community
-// delayed-message plugin (rabbitmq_delayed_message_exchange): its exchange type, its x-delay
-// header and that header's limits, and how to find out, on a connection of its own, whether a
-// broker has the plugin and whether the topology's plugin exchange exists.
+// Package plugin holds what a program needs that publishes to RabbitMQ's community
+// delayed-message plugin (rabbitmq_delayed_message_exchange): the plugin's exchange type and
+// arguments, its x-delay header, that header's limits, and the RabbitMQ versions that cannot
+// load it.
 //
 // The plugin adds the exchange type "x-delayed-message". A message published to such an
 // exchange with an integer header x-delay (milliseconds) is held by the plugin and routed, as
 // the exchange's x-delayed-type would route it, once the delay has passed. rabbitdelay
 // declares one such exchange per topology and binds it to the dispatch exchange. [Delay]
-// turns a time.Duration into the x-delay value, [SetDelay] writes it, and [ExchangeExists]
-// tells whether the plugin path can be used.
+// turns a time.Duration into the x-delay value and [SetDelay] writes it.
 //
 // # Limits
 //
@@ -23,12 +22,10 @@
 //     and later ([ErrUnsupported]).
 //   - A delivery keeps its x-delay header: a consumer that re-publishes it must strip it
 //     (the amqpdelay Publisher strips it from a message it delays).
-//
-// # Probing
-//
-// Declaring an exchange of an unknown type fails, in a way that depends on the RabbitMQ
-// version ([IsUnknownExchangeType]); on RabbitMQ 3.x it closes the whole connection. [Probe]
-// and [ExchangeExists] therefore work on a connection of their own, which they close.
+//   - Without the plugin, a declare of an exchange of type [ExchangeType] fails as an unknown
+//     exchange type: on RabbitMQ 3.x with 503 COMMAND_INVALID, which closes the whole
+//     connection; from 4.0 with 406 PRECONDITION_FAILED, which closes the channel. Declare or
+//     probe on a connection of its own.
 //
 // # Sources
 //

@@ -2,7 +2,7 @@
 // Publisher.Reschedule write, and answers whether a delivery is revoked, next to any AMQP
 // consumer:
 //
-//	revs, err := revoke.New(ctx, cfg) // cfg: amqpdelay.ConfigFromEnv(), as for the Publisher
+//	revs, err := revoke.New(ctx, cfg, revoke.Options{}) // cfg: amqpdelay.ConfigFromEnv(), as for the Publisher
 //	defer revs.Close()
 //	for d := range deliveries {
 //		if gone, err := revs.Revoked(ctx, d); err != nil {

@@ -37,41 +37,52 @@ const sweepEvery = time.Minute
 // ErrClosed: the Revocations was closed (before or during the call).
 var ErrClosed = errors.New("revoke: closed")
 
-// ErrInvalidConfig: New refused its configuration or an option.
+// ErrInvalidConfig: New refused its configuration or an Options field.
 var ErrInvalidConfig = errors.New("revoke: invalid configuration")
 
-// Option configures a [Revocations]; pass options to [New].
-type Option func(*options) error
+// Options configure a [Revocations]; pass them to [New]. The zero value of each field means its
+// default, so Options{} gives a Revocations with every default. New refuses a value out of its
+// range with an error wrapping ErrInvalidConfig that names the field and the range.
+type Options struct {
+	// Bound is the bound B of the guarantee (see the package documentation). Every B is
+	// correct: a smaller one lets later revocations count and costs more fence records (at
+	// most one per B of due times while messages fall due), a larger one the reverse.
+	// 0: DefaultBound; negative: B = 0; else at most 1 minute.
+	Bound time.Duration
 
+	// ConnectionName is the name of the reader's connection in the management UI. "":
+	// "rabbitdelay-revocations".
+	ConnectionName string
+
+	// Logger receives the reader's logs (connection events, records that do not decode). The
+	// zero Logger logs nothing; the package never uses a global logger.
+	Logger zerolog.Logger
+}
+
+// options are Options resolved: defaults filled in, ranges checked.
 type options struct {
 	bound  time.Duration
 	logger zerolog.Logger
 	name   string
 }
 
-// WithBound sets the bound B (default [DefaultBound]; 0 to 1 minute). Every B is correct: a
-// smaller one lets later revocations count and costs more fence records (at most one per B of
-// due times while messages fall due), a larger one the reverse.
-func WithBound(b time.Duration) Option {
-	return func(o *options) error {
-		if b < 0 || b > time.Minute {
-			return fmt.Errorf("%w: bound %v: want 0 to 1m", ErrInvalidConfig, b)
-		}
+// resolve fills in the defaults of the zero fields of opts and checks the others; the error
+// joins one error per unusable field, each wrapping ErrInvalidConfig.
+func (opts Options) resolve() (options, error) {
+	o := options{bound: DefaultBound, logger: opts.Logger, name: "rabbitdelay-revocations"}
+	var errs []error
+	switch b := opts.Bound; {
+	case b < 0:
+		o.bound = 0
+	case b > time.Minute:
+		errs = append(errs, fmt.Errorf("%w: Options.Bound %v: want at most 1m (0: the default %v; negative: no bound)", ErrInvalidConfig, b, DefaultBound))
+	case b > 0:
 		o.bound = b
-		return nil
 	}
-}
-
-// WithLogger makes the reader log through l (connection events); the default logs nothing and
-// the package never uses a global logger.
-func WithLogger(l zerolog.Logger) Option {
-	return func(o *options) error { o.logger = l; return nil }
-}
-
-// WithConnectionName sets the name of the reader's connection in the management UI (default
-// "rabbitdelay-revocations").
-func WithConnectionName(name string) Option {
-	return func(o *options) error { o.name = name; return nil }
+	if opts.ConnectionName != "" {
+		o.name = opts.ConnectionName
+	}
+	return o, errors.Join(errs...)
 }
 
 // entry is one remembered revocation: every copy of its id but keep ("" none) and those in
@@ -164,24 +175,16 @@ type Revocations struct {
 // resuming where it stopped (from the stream's start when the stream was deleted and declared again
 // meanwhile; the revocations read before stay known). ctx bounds the start only.
 //
-// Errors: ErrInvalidConfig (an option; cfg's connection settings), an error wrapping
+// Errors: ErrInvalidConfig (a bad Options field; cfg's connection settings), an error wrapping
 // amqpdelay.ErrTopologyMissing that names the stream when it does not exist (run `declare
 // apply`), a dial error (no password in it), or ctx's error.
-func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Revocations, error) {
+func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Revocations, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)
 	}
-	o := options{bound: DefaultBound, logger: zerolog.Nop(), name: "rabbitdelay-revocations"}
-	var errs []error
-	for _, opt := range opts {
-		if opt != nil {
-			if err := opt(&o); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
 	}
 	r := &Revocations{
 		cfg: cfg, stream: delayspec.Spec{Prefix: cfg.Prefix}.WithDefaults().Names().Revoked(), o: o,

@@ -2,7 +2,7 @@
 // minutes") that fire once across every instance of a service, with RabbitMQ as the only
 // scheduler: no lock table, no extra process, no store beside the broker.
 //
-//	s, err := schedule.New(ctx, cfg) // cfg: the amqpdelay.Config of the delay topology
+//	s, err := schedule.New(ctx, cfg, schedule.Options{}) // cfg: the amqpdelay.Config of the delay topology
 //	err = s.Declare(ctx, schedule.Schedule{Name: "billing.monthly", Cron: "0 1 28 * *",
 //		Zone: "Europe/Berlin", Exchange: "billing", RoutingKey: "bill.run",
 //		Message: amqp.Publishing{Body: []byte(`{"job":"bill"}`)}})

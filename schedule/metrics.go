@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,43 +13,44 @@ import (
 // late in the metrics (the message's [LateHeader] always says how late it is).
 const LateThreshold = time.Second
 
-// Metrics counts, per schedule, the occurrences this instance fired, fired late, and missed
-// (dropped by the missed policy). It is a prometheus.Collector: register it, and pass it to
-// [New] with [WithMetrics]. Every counter of a schedule starts at 0 when the schedule is
-// declared. Metric names: rabbitdelay_schedule_occurrences_fired_total,
-// rabbitdelay_schedule_occurrences_late_total, rabbitdelay_schedule_occurrences_missed_total,
-// each with the label schedule. A nil *Metrics counts nothing.
-type Metrics struct {
+// schedMetrics are the counters of Options.Metrics, shared by the Schedulers of one registry.
+// A nil *schedMetrics counts nothing.
+type schedMetrics struct {
 	firedC, lateC, missedC *prometheus.CounterVec
 }
 
-// NewMetrics returns counters to register.
-func NewMetrics() *Metrics {
+// newMetrics registers the counters on reg, or finds those already there (nil reg: none).
+func newMetrics(reg prometheus.Registerer) (*schedMetrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "schedule", Name: name, Help: help}, []string{"schedule"})
 	}
-	return &Metrics{
-		firedC:  vec("occurrences_fired_total", "Occurrences this instance published to their target."),
-		lateC:   vec("occurrences_late_total", "Occurrences this instance published more than 1 s after their due time."),
-		missedC: vec("occurrences_missed_total", "Occurrences the missed policy dropped (every instance was down at their time)."),
+	in, _, err := metrics.Register(reg, true,
+		vec("occurrences_fired_total", "Occurrences this instance published to their target."),
+		vec("occurrences_late_total", "Occurrences this instance published more than 1 s after their due time."),
+		vec("occurrences_missed_total", "Occurrences the missed policy dropped (every instance was down at their time)."),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Options.Metrics: %w", ErrInvalidConfig, err)
 	}
+	m := &schedMetrics{}
+	var ok [3]bool
+	m.firedC, ok[0] = in[0].(*prometheus.CounterVec)
+	m.lateC, ok[1] = in[1].(*prometheus.CounterVec)
+	m.missedC, ok[2] = in[2].(*prometheus.CounterVec)
+	for i, good := range ok {
+		if !good {
+			return nil, fmt.Errorf("%w: Options.Metrics: the registry already has a collector of another kind for metric %d of the scheduler's",
+				ErrInvalidConfig, i+1)
+		}
+	}
+	return m, nil
 }
 
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.firedC.Describe(ch)
-	m.lateC.Describe(ch)
-	m.missedC.Describe(ch)
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.firedC.Collect(ch)
-	m.lateC.Collect(ch)
-	m.missedC.Collect(ch)
-}
-
-func (m *Metrics) init(name string) {
+// init makes the counters of schedule name exist, at 0.
+func (m *schedMetrics) init(name string) {
 	if m == nil {
 		return
 	}
@@ -58,7 +60,7 @@ func (m *Metrics) init(name string) {
 }
 
 // fired counts one occurrence fired late by late (late < 0: none fired) and missed dropped.
-func (m *Metrics) fired(name string, late time.Duration, missed int64) {
+func (m *schedMetrics) fired(name string, late time.Duration, missed int64) {
 	if m == nil {
 		return
 	}

@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,14 +11,14 @@ import (
 )
 
 func TestMetricsStartAtZero(t *testing.T) {
-	m := NewMetrics()
 	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(m); err != nil {
+	m, err := newMetrics(reg)
+	if err != nil {
 		t.Fatal(err)
 	}
 	m.init("a")
-	if n := testutil.CollectAndCount(m); n != 3 {
-		t.Errorf("%d series after declaring one schedule, want 3 (fired, late, missed at 0)", n)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 3 {
+		t.Errorf("%d series (%v) after declaring one schedule, want 3 (fired, late, missed at 0)", n, err)
 	}
 	m.fired("a", 2*time.Second, 4)
 	m.fired("a", 0, 0)
@@ -30,6 +32,33 @@ func TestMetricsStartAtZero(t *testing.T) {
 	if got := testutil.ToFloat64(m.missedC.WithLabelValues("a")); got != 6 {
 		t.Errorf("missed %v", got)
 	}
-	var nilM *Metrics
+	var nilM *schedMetrics
 	nilM.fired("a", 0, 1) // counts nothing, no panic
+	if m, err := newMetrics(nil); m != nil || err != nil {
+		t.Errorf("newMetrics(nil) = %v, %v; want no counters and no error", m, err)
+	}
+}
+
+// TestMetricsShared: Schedulers on one registry share its counters; a registry that holds one
+// of the names with other labels is refused, naming Options.Metrics.
+func TestMetricsShared(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	a, err := newMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newMetrics(reg)
+	if err != nil {
+		t.Fatalf("second Scheduler on the registry: %v", err)
+	}
+	b.fired("s", 0, 0)
+	if got := testutil.ToFloat64(a.firedC.WithLabelValues("s")); got != 1 {
+		t.Errorf("fired seen by the first Scheduler's counters: %v, want 1", got)
+	}
+
+	clash := prometheus.NewPedanticRegistry()
+	clash.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rabbitdelay_schedule_occurrences_late_total", Help: "other"}, []string{"other"}))
+	if _, err := newMetrics(clash); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "Options.Metrics") {
+		t.Errorf("a clashing registry: %v, want ErrInvalidConfig naming Options.Metrics", err)
+	}
 }

@@ -30,7 +30,7 @@ const (
 	// this one (MissedLatest) or in its place (a skipped record).
 	MissedHeader = "rabbitdelay-schedule-missed"
 	// InstanceHeader (string) is the instance that published the occurrence or record
-	// ([WithInstance]).
+	// (Options.Instance).
 	InstanceHeader = "rabbitdelay-schedule-instance"
 	// TargetHeader (string) is the target exchange; the fire exchange's binding to that
 	// exchange matches it.
@@ -69,24 +69,24 @@ func isOwnHeader(k string) bool {
 	return strings.HasPrefix(k, headerPrefix) || strings.HasPrefix(k, OccurrenceHeader)
 }
 
-// Names are the broker objects of the schedules of one prefix.
-type Names struct{ Prefix string }
+// objectNames are the broker objects of the schedules of one prefix.
+type objectNames struct{ Prefix string }
 
 // namesOf returns the names for prefix (the default prefix when empty).
-func namesOf(prefix string) Names {
-	return Names{Prefix: delayspec.Spec{Prefix: prefix}.WithDefaults().Prefix}
+func namesOf(prefix string) objectNames {
+	return objectNames{Prefix: delayspec.Spec{Prefix: prefix}.WithDefaults().Prefix}
 }
 
-// Stream is the stream of schedule records: <prefix>.schedules.
-func (n Names) Stream() string { return n.Prefix + ".schedules" }
+// stream is the stream of schedule records: <prefix>.schedules.
+func (n objectNames) stream() string { return n.Prefix + ".schedules" }
 
-// Links is the exchange (fanout, a target of the delay topology) and the quorum queue
+// links is the exchange (fanout, a target of the delay topology) and the quorum queue
 // (single active consumer) of the links: <prefix>.schedules.links.
-func (n Names) Links() string { return n.Prefix + ".schedules.links" }
+func (n objectNames) links() string { return n.Prefix + ".schedules.links" }
 
-// Fire is the headers exchange occurrences are published to: <prefix>.schedules.fire, bound
+// fire is the headers exchange occurrences are published to: <prefix>.schedules.fire, bound
 // to the stream and to every schedule's target exchange.
-func (n Names) Fire() string { return n.Prefix + ".schedules.fire" }
+func (n objectNames) fire() string { return n.Prefix + ".schedules.fire" }
 
 // link is the body of a link message (JSON: the Publisher replaces rabbitdelay-* headers on
 // the delay paths, so a link carries its data in its body).

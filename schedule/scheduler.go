@@ -24,90 +24,12 @@ import (
 // ErrUnknownSchedule: no schedule of that name was ever declared under the prefix.
 var ErrUnknownSchedule = errors.New("schedule: unknown schedule")
 
-// Option configures a Scheduler; pass options to [New].
-type Option func(*options) error
-
-type options struct {
-	log      zerolog.Logger
-	instance string
-	maxAge   string
-	name     string
-	metrics  *Metrics
-	grace    time.Duration
-}
-
-// DefaultLinkGrace is how long after its due time a pending link may stay out of the links
-// queue before the chain counts as broken ([Info.Broken]): the delay topology delivers a link
-// milliseconds after its time, seconds on a busy cluster.
-const DefaultLinkGrace = 10 * time.Second
-
-// WithLinkGrace sets the link grace (default [DefaultLinkGrace]); d must be at least 1 s.
-// [Inspect] takes it too.
-func WithLinkGrace(d time.Duration) Option {
-	return func(o *options) error {
-		if d < time.Second {
-			return fmt.Errorf("%w: link grace %v: want at least 1s", ErrInvalidSchedule, d)
-		}
-		o.grace = d
-		return nil
-	}
-}
-
-func defaultOptions() options {
-	return options{log: zerolog.Nop(), maxAge: DefaultRetention, name: "rabbitdelay-schedule", grace: DefaultLinkGrace}
-}
-
-// WithLogger makes the Scheduler log through l (default: nothing).
-func WithLogger(l zerolog.Logger) Option { return func(o *options) error { o.log = l; return nil } }
-
-// WithInstance names this instance in the fired records ([InstanceHeader]) and in `declare
-// schedules`; the default is <hostname>-<pid>-<4 random hex digits>.
-func WithInstance(id string) Option {
-	return func(o *options) error {
-		if id == "" || len(id) > 200 {
-			return fmt.Errorf("%w: instance id of %d bytes: want 1 to 200", ErrInvalidSchedule, len(id))
-		}
-		o.instance = id
-		return nil
-	}
-}
-
-// WithRetention sets the schedules stream's x-max-age (RabbitMQ's syntax: 7D, 12h, ...; default
-// [DefaultRetention]) when the Scheduler declares it. Every instance must give the same value:
-// RabbitMQ refuses to redeclare a queue with other arguments (406 PRECONDITION_FAILED).
-func WithRetention(maxAge string) Option {
-	return func(o *options) error {
-		if maxAge == "" {
-			return fmt.Errorf("%w: empty retention: give a stream max-age like 7D", ErrInvalidSchedule)
-		}
-		o.maxAge = maxAge
-		return nil
-	}
-}
-
-// DefaultRetention is the schedules stream's default x-max-age: 7 days. A definition record is
-// written again by the instance handling the schedule's links when its last one is older than
-// half of this, so an active schedule never ages out of the stream.
-const DefaultRetention = "7D"
-
-// retentionAge is DefaultRetention as a duration, for the rewrite of old definition records.
-const retentionAge = 7 * 24 * time.Hour
-
-// WithConnectionName names the Scheduler's connections in the management UI (default
-// "rabbitdelay-schedule"; the links Publisher's gets "-links").
-func WithConnectionName(name string) Option {
-	return func(o *options) error { o.name = name; return nil }
-}
-
-// WithMetrics counts occurrences in m ([NewMetrics]); register m with a Prometheus registry.
-func WithMetrics(m *Metrics) Option { return func(o *options) error { o.metrics = m; return nil } }
-
 // Scheduler declares schedules and, while [Scheduler.Run] runs, takes its turn at firing their
 // occurrences. Every instance of a service may run one: the links queue's single active
 // consumer makes one of them handle the links at a time. Safe for concurrent use.
 type Scheduler struct {
 	cfg   amqpdelay.Config
-	names Names
+	names objectNames
 	unit  time.Duration
 	opts  options
 	pub   *amqpdelay.Publisher
@@ -122,17 +44,12 @@ type Scheduler struct {
 // the exchanges <prefix>.schedules.fire and .links, the links queue, and the dispatch
 // exchange's binding to the links exchange; idempotent), starts a Publisher for links (the
 // delay topology of cfg.Prefix must exist: `rabbitdelay apply`), and reads the stream. ctx bounds
-// the start. Errors: ErrInvalidSchedule for a bad option, the Publisher's errors
-// (amqpdelay.ErrTopologyMissing, ...), the connection's.
-func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler, error) {
-	o := defaultOptions()
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	if o.instance == "" {
-		o.instance = defaultInstance()
+// the start. Errors: ErrInvalidConfig for a bad Options field (one per field, joined), the
+// Publisher's errors (amqpdelay.ErrTopologyMissing, ...), the connection's.
+func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Scheduler, error) {
+	o, err := opts.resolve(true)
+	if err != nil {
+		return nil, err
 	}
 	s := &Scheduler{cfg: cfg, names: namesOf(cfg.Prefix), opts: o}
 	sess, err := dialSession(ctx, cfg, o.name, s.names, true, o.maxAge, o.log)
@@ -142,7 +59,7 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts ...Option) (*Scheduler,
 	s.sess, s.unit = sess, sess.unit
 	// The links exchange is a target the spec record does not list: the session declared it
 	// and bound it to the dispatch exchange.
-	links := pubhook.ExtraTargets(s.names.Links()).(amqpdelay.Option)
+	links := pubhook.ExtraTargets(s.names.links()).(amqpdelay.Option)
 	s.pub, err = amqpdelay.NewPublisher(ctx, cfg, links, amqpdelay.WithConnectionName(o.name+"-links"), amqpdelay.WithLogger(o.log), amqpdelay.WithChannels(1))
 	if err != nil {
 		sess.kill(errors.New("closed"))
@@ -158,7 +75,7 @@ func defaultInstance() string {
 	return fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// Instance returns this instance's id ([WithInstance]).
+// Instance returns this instance's id (Options.Instance, or the default made by New).
 func (s *Scheduler) Instance() string { return s.opts.instance }
 
 // session returns a live session, dialling a new one when the last one died.
@@ -215,8 +132,8 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	if err := s.bindTarget(sess, c.Exchange); err != nil {
 		return err
 	}
-	queued := sess.queued(s.names.Links()) // before the sync: a link handled in between is then known
-	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+	queued := sess.queued(s.names.links()) // before the sync: a link handled in between is then known
+	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
 		return err
 	}
 	s.opts.metrics.init(c.Name)
@@ -247,7 +164,7 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	}
 	switch {
 	case !same:
-		if err := sess.record(ctx, s.names.Stream(), definitionRecord(c.Schedule, c.hash, stateActive, s.opts.instance, now)); err != nil {
+		if err := sess.record(ctx, s.names.stream(), definitionRecord(c.Schedule, c.hash, stateActive, s.opts.instance, now)); err != nil {
 			return err
 		}
 		next = c.Next(now)
@@ -270,14 +187,14 @@ func (s *Scheduler) startChain(ctx context.Context, sess *session, c *compiled, 
 	if err := s.publishLink(ctx, c, at); err != nil {
 		return err
 	}
-	return sess.record(ctx, s.names.Stream(), plainRecord(recLink, c.Name, c.hash, at, time.Time{}, 0, s.opts.instance, time.Now()))
+	return sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, at, time.Time{}, 0, s.opts.instance, time.Now()))
 }
 
 // publishLink publishes the link for occurrence at of c, due when it fires.
 func (s *Scheduler) publishLink(ctx context.Context, c *compiled, at time.Time) error {
 	body, _ := json.Marshal(link{Name: c.Name, At: at.UTC(), Hash: c.hash})
 	msg := amqp.Publishing{MessageId: linkID(c.Name, at, c.hash), ContentType: "application/json", Body: body}
-	if _, err := s.pub.PublishAt(ctx, s.names.Links(), c.Name, msg, c.due(at)); err != nil {
+	if _, err := s.pub.PublishAt(ctx, s.names.links(), c.Name, msg, c.due(at)); err != nil {
 		return fmt.Errorf("schedule: publish the link of %s: %w", OccurrenceID(c.Name, at), err)
 	}
 	return nil
@@ -290,13 +207,13 @@ func (s *Scheduler) bindTarget(sess *session, exchange string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrConnectionLost, err)
 	}
-	err = ch.ExchangeBind(exchange, "", s.names.Fire(), false, amqp.Table{"x-match": "all", TargetHeader: exchange})
+	err = ch.ExchangeBind(exchange, "", s.names.fire(), false, amqp.Table{"x-match": "all", TargetHeader: exchange})
 	if err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 			return fmt.Errorf("%w: target exchange %q does not exist: declare it (or correct Schedule.Exchange)", amqpdelay.ErrExchangeNotFound, exchange)
 		}
-		return fmt.Errorf("schedule: bind %q to %q: %w", s.names.Fire(), exchange, err)
+		return fmt.Errorf("schedule: bind %q to %q: %w", s.names.fire(), exchange, err)
 	}
 	_ = ch.Close()
 	return nil
@@ -338,7 +255,7 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	if err != nil {
 		return entry{}, err
 	}
-	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
 		return entry{}, err
 	}
 	var e entry
@@ -356,7 +273,7 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	case e.state == stateRemoved && st == stateActive:
 		return e, fmt.Errorf("%w: %q was removed: declare it again to restart it", ErrUnknownSchedule, name)
 	}
-	if err := sess.record(ctx, s.names.Stream(), definitionRecord(*e.def, e.hash, st, s.opts.instance, time.Now())); err != nil {
+	if err := sess.record(ctx, s.names.stream(), definitionRecord(*e.def, e.hash, st, s.opts.instance, time.Now())); err != nil {
 		return e, err
 	}
 	if st == stateActive && e.comp != nil {
@@ -384,7 +301,7 @@ type Info struct {
 	// Fired counts the occurrences fired that the stream still holds.
 	Fired int64
 	// Broken reports an active schedule with occurrences left but no pending link: none
-	// recorded, or the one recorded is more than the link grace ([WithLinkGrace]) past due and
+	// recorded, or the one recorded is more than the link grace (Options.LinkGrace) past due and
 	// the links queue holds no message. Nothing will fire until the schedule is declared again
 	// (which repairs it).
 	Broken bool
@@ -431,8 +348,8 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	queued := sess.queued(s.names.Links())
-	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+	queued := sess.queued(s.names.links())
+	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
 		return nil, err
 	}
 	var out []Info
@@ -442,14 +359,13 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 
 // Inspect lists the schedules of cfg.Prefix from the stream alone, declaring nothing and
 // starting no Publisher (it writes one marker record to the stream to know where its end is).
-// No stream (no schedule ever declared): no schedules and no error. Of opts, only
-// [WithLinkGrace] counts.
-func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info, error) {
-	o := defaultOptions()
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+// No stream (no schedule ever declared): no schedules and no error. Of opts, only LinkGrace
+// counts; a bad field is refused as by [New] (ErrInvalidConfig). Other errors: the
+// connection's, the broker's, ctx's.
+func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, error) {
+	o, err := opts.resolve(false)
+	if err != nil {
+		return nil, err
 	}
 	n := namesOf(cfg.Prefix)
 	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-schedules-inspect")
@@ -461,7 +377,7 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info,
 		_ = conn.Close()
 		return nil, err
 	}
-	_, err = ch.QueueDeclarePassive(n.Stream(), true, false, false, false, nil)
+	_, err = ch.QueueDeclarePassive(n.stream(), true, false, false, false, nil)
 	_ = conn.Close()
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
@@ -475,8 +391,8 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info,
 		return nil, err
 	}
 	defer sess.kill(errors.New("done"))
-	queued := sess.queued(n.Links())
-	if err := sess.sync(ctx, n.Stream(), "inspect"); err != nil {
+	queued := sess.queued(n.links())
+	if err := sess.sync(ctx, n.stream(), "inspect"); err != nil {
 		return nil, err
 	}
 	var out []Info
@@ -486,7 +402,8 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts ...Option) ([]Info,
 
 // Run handles links until ctx ends: it consumes the links queue (one instance of all those
 // running Run at a time is its active consumer) and, for each link, fires the occurrence at its
-// time. After a connection loss it connects again, with back-off, and logs why ([WithLogger]).
+// time. After a connection loss it connects again, with back-off, and logs why
+// (Options.Logger).
 // It returns nil when ctx ends, and never an error.
 func (s *Scheduler) Run(ctx context.Context) error {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
@@ -513,9 +430,9 @@ func (s *Scheduler) consume(ctx context.Context, sess *session) error {
 		return err
 	}
 	tag := "schedule-" + s.opts.instance
-	deliveries, err := sess.ch.ConsumeWithContext(ctx, s.names.Links(), tag, false, false, false, false, nil)
+	deliveries, err := sess.ch.ConsumeWithContext(ctx, s.names.links(), tag, false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("schedule: consume %q: %w", s.names.Links(), err)
+		return fmt.Errorf("schedule: consume %q: %w", s.names.links(), err)
 	}
 	defer func() { _ = sess.ch.Cancel(tag, false) }()
 	for {
@@ -573,7 +490,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	if err := sess.sync(ctx, s.names.Stream(), s.opts.instance); err != nil {
+	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
 		return err
 	}
 	var (
@@ -596,7 +513,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		return d.Ack(false)
 	}
 	if defOld && e.def != nil {
-		if err := sess.record(ctx, s.names.Stream(), definitionRecord(*e.def, e.hash, e.state, s.opts.instance, now)); err != nil {
+		if err := sess.record(ctx, s.names.stream(), definitionRecord(*e.def, e.hash, e.state, s.opts.instance, now)); err != nil {
 			return err
 		}
 	}
@@ -612,18 +529,18 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 	switch {
 	case !v.fire.IsZero():
 		m := occurrenceMessage(c, v.fire, v.next, v.late, v.missed, s.opts.instance, time.Now())
-		if err := sess.publish(ctx, s.names.Fire(), c.RoutingKey, m); err != nil {
+		if err := sess.publish(ctx, s.names.fire(), c.RoutingKey, m); err != nil {
 			return err
 		}
 		s.opts.metrics.fired(c.Name, v.late, v.missed)
 		s.opts.log.Debug().Str("occurrence", m.MessageId).Dur("late", v.late).Int64("missed", v.missed).Time("next", v.next).Msg("schedule: fired")
 	case !v.skip.IsZero():
-		if err := sess.record(ctx, s.names.Stream(), plainRecord(recSkipped, c.Name, c.hash, v.skip, v.next, v.missed, s.opts.instance, time.Now())); err != nil {
+		if err := sess.record(ctx, s.names.stream(), plainRecord(recSkipped, c.Name, c.hash, v.skip, v.next, v.missed, s.opts.instance, time.Now())); err != nil {
 			return err
 		}
 		s.opts.metrics.fired(c.Name, -1, v.missed)
 	case !v.next.IsZero():
-		if err := sess.record(ctx, s.names.Stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now())); err != nil {
+		if err := sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now())); err != nil {
 			return err
 		}
 	}

@@ -65,7 +65,7 @@ func streamArgs(maxAge string) amqp.Table {
 // declareObjects declares the stream, the fire exchange and its binding to the stream, and the
 // links exchange, queue and bindings (the dispatch exchange's binding to the links exchange, as
 // `rabbitdelay apply` makes it for a target), all idempotent.
-func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n Names, maxAge string) error {
+func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, maxAge string) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -76,24 +76,24 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n Names, maxAge 
 		what string
 		do   func() error
 	}{
-		{"stream " + n.Stream(), func() error {
-			_, err := ch.QueueDeclare(n.Stream(), true, false, false, false, streamArgs(maxAge))
+		{"stream " + n.stream(), func() error {
+			_, err := ch.QueueDeclare(n.stream(), true, false, false, false, streamArgs(maxAge))
 			return err
 		}},
-		{"exchange " + n.Fire(), func() error {
-			return ch.ExchangeDeclare(n.Fire(), amqp.ExchangeHeaders, true, false, false, false, nil)
+		{"exchange " + n.fire(), func() error {
+			return ch.ExchangeDeclare(n.fire(), amqp.ExchangeHeaders, true, false, false, false, nil)
 		}},
-		{"binding " + n.Fire() + " -> " + n.Stream(), func() error { return ch.QueueBind(n.Stream(), "", n.Fire(), false, nil) }},
-		{"exchange " + n.Links(), func() error {
-			return ch.ExchangeDeclare(n.Links(), amqp.ExchangeFanout, true, false, false, false, nil)
+		{"binding " + n.fire() + " -> " + n.stream(), func() error { return ch.QueueBind(n.stream(), "", n.fire(), false, nil) }},
+		{"exchange " + n.links(), func() error {
+			return ch.ExchangeDeclare(n.links(), amqp.ExchangeFanout, true, false, false, false, nil)
 		}},
-		{"queue " + n.Links(), func() error {
-			_, err := ch.QueueDeclare(n.Links(), true, false, false, false, linksArgs(spec))
+		{"queue " + n.links(), func() error {
+			_, err := ch.QueueDeclare(n.links(), true, false, false, false, linksArgs(spec))
 			return err
 		}},
-		{"binding " + n.Links() + " -> queue " + n.Links(), func() error { return ch.QueueBind(n.Links(), "", n.Links(), false, nil) }},
-		{"binding " + tn.Dispatch() + " -> " + n.Links(), func() error {
-			return ch.ExchangeBind(n.Links(), "", tn.Dispatch(), false, amqp.Table{"x-match": "all", route.TargetHeader: n.Links()})
+		{"binding " + n.links() + " -> queue " + n.links(), func() error { return ch.QueueBind(n.links(), "", n.links(), false, nil) }},
+		{"binding " + tn.Dispatch() + " -> " + n.links(), func() error {
+			return ch.ExchangeBind(n.links(), "", tn.Dispatch(), false, amqp.Table{"x-match": "all", route.TargetHeader: n.links()})
 		}},
 	}
 	for _, s := range steps {
@@ -117,7 +117,7 @@ func linksArgs(spec delayspec.Spec) amqp.Table {
 
 // dialSession connects and starts reading the stream.
 // The ladder's unit, from the spec record, is the session's rounding of occurrences.
-func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n Names, declare bool, maxAge string, log zerolog.Logger) (*session, error) {
+func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n objectNames, declare bool, maxAge string, log zerolog.Logger) (*session, error) {
 	conn, err := amqpdelay.Dial(ctx, cfg, name)
 	if err != nil {
 		return nil, err
@@ -145,8 +145,8 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n Names
 		if err != nil {
 			return nil, err
 		}
-		if _, err := probe.QueueDeclarePassive(n.Stream(), true, false, false, false, streamArgs(maxAge)); err != nil {
-			return nil, fmt.Errorf("schedule: stream %q: %w (no schedule was ever declared under prefix %q)", n.Stream(), err, n.Prefix)
+		if _, err := probe.QueueDeclarePassive(n.stream(), true, false, false, false, streamArgs(maxAge)); err != nil {
+			return nil, fmt.Errorf("schedule: stream %q: %w (no schedule was ever declared under prefix %q)", n.stream(), err, n.Prefix)
 		}
 		_ = probe.Close()
 	}
@@ -164,9 +164,9 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n Names
 	if err := rd.Qos(500, 0, false); err != nil {
 		return nil, err
 	}
-	deliveries, err := rd.Consume(n.Stream(), "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+	deliveries, err := rd.Consume(n.stream(), "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
 	if err != nil {
-		return nil, fmt.Errorf("schedule: read stream %q: %w", n.Stream(), err)
+		return nil, fmt.Errorf("schedule: read stream %q: %w", n.stream(), err)
 	}
 	s := &session{conn: conn, ch: ch, log: log, st: newState(unit), markers: map[string]chan struct{}{}, dead: make(chan struct{})}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))

@@ -28,6 +28,7 @@ import (
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/pluginprobe"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -138,7 +139,7 @@ func TestBadInput(t *testing.T) {
 			want: []string{"RabbitMQ's own exchanges", "rdt-missing-x:topic"}, notWants: []string{"amq.rdt-missing:topic"}},
 		{name: "plugin on without the plugin", args: []string{"apply", "--target", "o:topic", "--plugin", "on"}, code: 1, want: []string{"plugin"}, noPlugin: true},
 	}
-	hasPlugin, err := plugin.Probe(context.Background(), func(ctx context.Context) (*amqp.Connection, error) {
+	hasPlugin, err := pluginprobe.Probe(context.Background(), func(ctx context.Context) (*amqp.Connection, error) {
 		return amqp.DialConfig(env.URL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	}, env.Prefix+".plugin-probe")
 	if err != nil {

@@ -45,7 +45,7 @@ func (e *invocation) scheduleConfig() amqpdelay.Config {
 }
 
 func cmdSchedules(ctx context.Context, e *invocation) error {
-	infos, err := schedule.Inspect(ctx, e.scheduleConfig())
+	infos, err := schedule.Inspect(ctx, e.scheduleConfig(), schedule.Options{})
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func brokenSchedules(infos []schedule.Info) error {
 
 // scheduleStatus is `rabbitdelay status`'s check of the schedules (nil when there are none).
 func (e *invocation) scheduleStatus(ctx context.Context) error {
-	infos, err := schedule.Inspect(ctx, e.scheduleConfig())
+	infos, err := schedule.Inspect(ctx, e.scheduleConfig(), schedule.Options{})
 	if err != nil {
 		e.log.Warn().Err(err).Msg("cannot read the schedules stream")
 		return nil
@@ -138,7 +138,7 @@ func cmdSchedule(ctx context.Context, e *invocation) error {
 	default:
 		return usageError{fmt.Errorf("unknown action %q: want pause, resume or remove", verb)}
 	}
-	s, err := schedule.New(ctx, e.scheduleConfig(), schedule.WithInstance("declare-cli"), schedule.WithConnectionName("rabbitdelay-declare-schedule"))
+	s, err := schedule.New(ctx, e.scheduleConfig(), schedule.Options{Instance: "declare-cli", ConnectionName: "rabbitdelay-declare-schedule"})
 	if err != nil {
 		return err
 	}

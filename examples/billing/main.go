@@ -44,7 +44,7 @@ func main() {
 	}
 	start, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	s, err := schedule.New(start, cfg)
+	s, err := schedule.New(start, cfg, schedule.Options{})
 	if err != nil {
 		fail(err)
 	}

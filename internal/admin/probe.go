@@ -8,15 +8,15 @@ import (
 	"slices"
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
-	"github.com/delaykit/rabbitdelay/plugin"
+	"github.com/delaykit/rabbitdelay/internal/pluginprobe"
 )
 
 // DialFunc opens a new connection to the broker (see the amqpconn-based dialer of the
 // rabbitdelay CLI). ProbePlugin owns and closes what it returns.
-type DialFunc = plugin.Dialer
+type DialFunc = pluginprobe.Dialer
 
 // ProbePlugin reports whether the broker has the delayed-message plugin
-// (rabbitmq_delayed_message_exchange), with [plugin.Probe] on a connection of its own: it
+// (rabbitmq_delayed_message_exchange), with [pluginprobe.Probe] on a connection of its own: it
 // declares a temporary exchange of type x-delayed-message named
 // "<prefix>.plugin-probe.<random>" and deletes it again. Without the plugin RabbitMQ 3.x
 // closes the whole connection (503) and 4.x the channel (406); both answer (false, nil).
@@ -28,7 +28,7 @@ func ProbePlugin(ctx context.Context, dial DialFunc, prefix string) (bool, error
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	name := prefixOf(delayspec.Names{Prefix: prefix}) + ".plugin-probe." + hex.EncodeToString(rnd[:])
-	ok, err := plugin.Probe(ctx, dial, name)
+	ok, err := pluginprobe.Probe(ctx, dial, name)
 	if err != nil && code(err) != 0 {
 		return false, wrapBroker(err, fmt.Sprintf("plugin probe: declare exchange %q of type %s", name, PluginExchangeType))
 	}
