@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
+
 	"errors"
 	"fmt"
 	"time"
@@ -29,8 +31,9 @@ type Options struct {
 	// Retention is the schedules stream's x-max-age when the Scheduler declares it, in
 	// RabbitMQ's syntax: a positive integer and a unit of Y, M, D, h, m or s, such as 7D or
 	// 12h. "": DefaultRetention. Every instance must give the same value: RabbitMQ refuses to
-	// redeclare a queue with other arguments (406 PRECONDITION_FAILED). A value RabbitMQ
-	// cannot read fails New with the broker's 406 PRECONDITION_FAILED (invalid_max_age).
+	// redeclare a queue with other arguments (406 PRECONDITION_FAILED). Another value is refused
+	// with ErrInvalidConfig. A definition record older than half of it is written again, so an
+	// active schedule never ages out of the stream.
 	Retention string
 
 	// ConnectionName is the name of the Scheduler's connection in the management UI; its
@@ -63,9 +66,6 @@ const DefaultLinkGrace = 10 * time.Second
 // half of this, so an active schedule never ages out of the stream.
 const DefaultRetention = "7D"
 
-// retentionAge is DefaultRetention as a duration, for the rewrite of old definition records.
-const retentionAge = 7 * 24 * time.Hour
-
 // defaultName is the default of Options.ConnectionName.
 const defaultName = "rabbitdelay-schedule"
 
@@ -74,9 +74,12 @@ type options struct {
 	log      zerolog.Logger
 	instance string
 	maxAge   string
-	name     string
-	metrics  *schedMetrics
-	grace    time.Duration
+	// retention is maxAge as a duration: a definition record older than half of it is written
+	// again, so an active schedule never ages out of the stream.
+	retention time.Duration
+	name      string
+	metrics   *schedMetrics
+	grace     time.Duration
 }
 
 // resolve fills in the defaults of the zero fields of opts and checks the others; the error
@@ -100,6 +103,12 @@ func (opts Options) resolve(withMetrics bool) (options, error) {
 	}
 	if opts.Retention != "" {
 		o.maxAge = opts.Retention
+	}
+	// The age is needed here too: definition records are rewritten before half of it.
+	if age, ok := delayspec.ParseMaxAge(o.maxAge); ok {
+		o.retention = age
+	} else {
+		bad("Options.Retention %q: want a whole number and a unit of RabbitMQ's x-max-age (Y, M, D, h, m or s), e.g. 7D or 12h", o.maxAge)
 	}
 	if opts.ConnectionName != "" {
 		o.name = opts.ConnectionName

@@ -13,11 +13,11 @@ func TestOptionsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.grace != DefaultLinkGrace || o.maxAge != DefaultRetention || o.name != "rabbitdelay-schedule" || o.instance == "" || o.metrics != nil {
+	if o.grace != DefaultLinkGrace || o.maxAge != DefaultRetention || o.retention != 7*24*time.Hour || o.name != "rabbitdelay-schedule" || o.instance == "" || o.metrics != nil {
 		t.Errorf("resolved zero Options: %+v", o)
 	}
 	o, err = Options{Instance: "i1", LinkGrace: time.Second, Retention: "12h", ConnectionName: "c"}.resolve(true)
-	if err != nil || o.instance != "i1" || o.grace != time.Second || o.maxAge != "12h" || o.name != "c" {
+	if err != nil || o.instance != "i1" || o.grace != time.Second || o.maxAge != "12h" || o.retention != 12*time.Hour || o.name != "c" {
 		t.Errorf("resolved Options: %+v, %v", o, err)
 	}
 }
@@ -25,11 +25,11 @@ func TestOptionsDefaults(t *testing.T) {
 // TestOptionsRefused: each value out of its range is refused with ErrInvalidConfig and an
 // error naming the field, one per field.
 func TestOptionsRefused(t *testing.T) {
-	_, err := Options{Instance: strings.Repeat("i", 201), LinkGrace: 999 * time.Millisecond}.resolve(true)
+	_, err := Options{Instance: strings.Repeat("i", 201), LinkGrace: 999 * time.Millisecond, Retention: "7 days"}.resolve(true)
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"Options.Instance of 201 bytes", "Options.LinkGrace 999ms: want 1s or more"} {
+	for _, want := range []string{"Options.Instance of 201 bytes", "Options.LinkGrace 999ms: want 1s or more", `Options.Retention "7 days": want a whole number and a unit`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want it to say %q", err, want)
 		}

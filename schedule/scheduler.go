@@ -505,7 +505,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		v = decide(x, l, now)
 		if x != nil {
 			c, e = x.comp, *x
-			defOld = now.Sub(x.defAt) > retentionAge/2
+			defOld = now.Sub(x.defAt) > s.opts.retention/2
 		}
 	})
 	if v.drop != "" {

@@ -828,7 +828,7 @@ func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]ma
 		switch k {
 		// Kept: revocations are deleted before their messages are due, which then reach handlers.
 		case "max-age":
-			if age, ok := parseMaxAge(v); ok && age >= retention {
+			if age, ok := delayspec.ParseMaxAge(v); ok && age >= retention {
 				continue
 			}
 			pp.Why = fmt.Sprintf("RabbitMQ applies a policy's max-age to a stream instead of its x-max-age (%s): revocations are deleted "+
