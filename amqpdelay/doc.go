@@ -6,8 +6,8 @@
 //
 // # Paths
 //
-// The Publisher picks one path per message ([Receipt.Path] reports it), as a pure function of
-// the delay, the ladder, the buckets, the strategy and the last plugin probe:
+// The Publisher picks one path per message ([Receipt.Path] reports it), from nothing but the
+// delay, the ladder, the buckets, the strategy and the last plugin probe:
 //
 //	delay <= 0                  PathDirect  published to X now (any exchange, "" included)
 //	delay equals a bucket       PathBucket  one hop through the bucket queue of that TTL
