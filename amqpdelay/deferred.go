@@ -9,24 +9,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// DefaultMaxInFlight is the number of deferred publishes a Publisher runs at once unless
-// [WithMaxInFlight] says otherwise.
-const DefaultMaxInFlight = 4096
-
-// WithMaxInFlight sets how many publishes started by [Publisher.PublishDeferred] may wait for
-// their confirms at once (default DefaultMaxInFlight); PublishDeferred blocks while that many
-// are outstanding. n below 1 makes NewPublisher fail with ErrInvalidConfig. Publishes made with
-// Publish are not counted.
-func WithMaxInFlight(n int) Option {
-	return func(o *options) error {
-		if n < 1 {
-			return fmt.Errorf("%w: WithMaxInFlight(%d): want at least 1", ErrInvalidConfig, n)
-		}
-		o.maxInFlight = n
-		return nil
-	}
-}
-
 // Deferred is a publish started by [Publisher.PublishDeferred]. Its outcome is the one
 // [Publisher.Publish] would have returned for the same call: a nil error only once the broker
 // has confirmed the message. A Deferred is safe for use by several goroutines.
@@ -66,7 +48,7 @@ func (d *Deferred) Wait(ctx context.Context) (Receipt, error) {
 // msg's top-level header table is copied before PublishDeferred returns; msg.Body and the
 // values inside nested header tables and arrays must not be modified until Done is closed.
 //
-// While [WithMaxInFlight] deferred publishes are outstanding, PublishDeferred waits for one to
+// While Config.MaxInFlight deferred publishes are outstanding, PublishDeferred waits for one to
 // end. It returns an error only when it starts nothing: ErrInvalidInput for a nil ctx,
 // ErrClosed after Close, or ctx's error (wrapped) when ctx ends while it waits. Every other
 // error, bad input included, comes from Deferred.Wait. Close waits for the deferred publishes
@@ -84,7 +66,7 @@ func (p *Publisher) publishDeferred(ctx context.Context, exchange, routingKey st
 	select {
 	case p.inFlight <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("amqpdelay: context ended while waiting for one of %d deferred publishes in flight to end (WithMaxInFlight): %w",
+		return nil, fmt.Errorf("amqpdelay: context ended while waiting for one of %d deferred publishes in flight to end (Config.MaxInFlight): %w",
 			cap(p.inFlight), ctx.Err())
 	case <-p.closeCtx.Done():
 		return nil, ErrClosed

@@ -6,8 +6,8 @@
 //
 // # Paths
 //
-// The Publisher picks one path per message ([Receipt.Path] reports it), as a pure function of
-// the delay, the ladder, the buckets, the strategy and the last plugin probe:
+// The Publisher picks one path per message ([Receipt.Path] reports it), from nothing but the
+// delay, the ladder, the buckets, the strategy and the last plugin probe:
 //
 //	delay <= 0                  PathDirect  published to X now (any exchange, "" included)
 //	delay equals a bucket       PathBucket  one hop through the bucket queue of that TTL
@@ -25,15 +25,15 @@
 //
 // # Design
 //
-// A Publisher owns one connection and a few channels in publisher-confirm mode ([WithChannels],
+// A Publisher owns one connection and a few channels in publisher-confirm mode (Config.Channels,
 // default 4), chosen round robin; concurrent publishes are pipelined. Returns are matched to
-// publishes by message ID (the Publisher sets one when the message has none). It sends a copy
-// of the caller's message: on a delay path the copy loses every header that decides or records
-// a delay (rabbitdelay-target, -due, -bucket, -last-level and -digit-N, x-delay, x-death,
+// publishes by message ID (the Publisher sets one when the message has none). It sends a copy of
+// the caller's message: on a delay path the copy loses every header that decides or records a
+// delay (rabbitdelay-target, -due, -bucket, -last-level and -digit-N, x-delay, x-death,
 // x-first-death-* and x-last-death-*) and gains the target (rabbitdelay-target), the due time
-// (rabbitdelay-due, Unix ms) and the path's routing header. Delivery mode is persistent unless
-// the caller chose transient. Direct, bucket and ladder publishes are mandatory; plugin
-// publishes are not (the plugin answers every delayed publish with NO_ROUTE).
+// (rabbitdelay-due, Unix ms) and the path's routing header. Delivery mode is persistent unless the
+// caller chose transient. Direct, bucket and ladder publishes are mandatory; plugin publishes are
+// not (the plugin answers every delayed publish with NO_ROUTE).
 //
 // A ladder publish goes to the entry exchange of the message's first queue. With several
 // copies of the ladder (AMQPDELAY_SHARDS as applied) the message's MessageId picks
@@ -42,9 +42,9 @@
 //
 // [NewPublisher] checks that the topology exists (passive declares) and probes for the plugin
 // exchange on a connection of its own. After a connection loss it reconnects with exponential
-// back-off ([WithReconnectBackoff]), probes again and replaces the channels; publishes during an
-// outage wait for the new connection until their context ends. [WithReconnectHandler],
-// [WithLogger] and [WithMetrics] observe it.
+// back-off (Config.ReconnectMin and ReconnectMax), probes again and replaces the channels;
+// publishes during an outage wait for the new connection until their context ends.
+// Config.OnReconnect, Config.Logger and Config.Metrics observe it.
 //
 // # Guarantees
 //

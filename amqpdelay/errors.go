@@ -82,13 +82,13 @@ var (
 
 	// ErrTopologyMissing: NewPublisher found no spec record for its prefix (the stream
 	// <prefix>.spec that `rabbitdelay apply` writes), or part of the recorded topology missing:
-	// the dispatch exchange, a bucket queue, a target exchange, or with WithManagement a
+	// the dispatch exchange, a bucket queue, a target exchange, or with Config.Management a
 	// target's binding; the message names it (run `rabbitdelay apply`). After a reconnect it
 	// also means the record changed since the Publisher started. Revoke and Reschedule return
 	// it when the revocation stream <prefix>.revoked does not exist, naming it.
 	ErrTopologyMissing = errors.New("amqpdelay: delay topology not declared")
 
-	// ErrTopologyUnsafe: with WithManagement, NewPublisher found a policy or operator
+	// ErrTopologyUnsafe: with Config.Management, NewPublisher found a policy or operator
 	// policy in effect on the topology that breaks a guarantee (delays early, delay queues
 	// deleted, messages dropped or stalled, wrong routing); the message names each policy,
 	// key, value and object (topology.PolicyProblem) and the fix. `rabbitdelay status` reports the

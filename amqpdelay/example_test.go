@@ -14,8 +14,8 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 )
 
-// A service publishes an order time-out due in 15 minutes, with the configuration of the
-// rabbitdelay CLI (AMQPDELAY_URL, AMQPDELAY_TARGETS, ...). Publish returns once the broker has
+// A service publishes an order time-out due in 15 minutes, with the broker and prefix the
+// rabbitdelay CLI was given (AMQPDELAY_URL, AMQPDELAY_PREFIX), and logs to stderr. Publish returns once the broker has
 // confirmed the message. (Needs a broker and `rabbitdelay apply`, so it has no Output.)
 func Example() {
 	cfg, err := amqpdelay.ConfigFromEnv()
@@ -24,8 +24,8 @@ func Example() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	logger := zerolog.New(os.Stderr).With().Timestamp().Logger()
-	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithLogger(logger))
+	cfg.Logger = zerolog.New(os.Stderr).With().Timestamp().Logger()
+	p, err := amqpdelay.NewPublisher(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -92,11 +92,11 @@ func ExamplePath_String() {
 	// plugin
 }
 
-func ExampleWithStrategy() {
+func ExampleStrategy() {
 	for _, s := range []amqpdelay.Strategy{amqpdelay.Auto, amqpdelay.PreferPlugin, amqpdelay.PluginOnly, amqpdelay.LadderOnly} {
 		fmt.Println(s)
 	}
-	_ = amqpdelay.WithStrategy(amqpdelay.LadderOnly) // never the plugin: replicated queues only
+	_ = amqpdelay.Config{Strategy: amqpdelay.LadderOnly} // never the plugin: replicated queues only
 	// Output:
 	// auto
 	// prefer-plugin

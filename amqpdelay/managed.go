@@ -38,7 +38,7 @@ type ManagementCheck interface {
 	TopicPermissionExchanges(ctx context.Context, user string) ([]string, error)
 }
 
-// checkManaged, with WithManagement, asks the management API what AMQP cannot (see
+// checkManaged, with Config.Management, asks the management API what AMQP cannot (see
 // [ManagementCheck]) at every connection. It returns nil without one, an error wrapping
 // ErrTopologyMissing or ErrTopologyUnsafe, or the management API's error.
 func (p *Publisher) checkManaged(ctx context.Context) error {

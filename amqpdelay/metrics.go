@@ -14,66 +14,49 @@ import (
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
-// WithMetrics makes the Publisher register its Prometheus metrics on reg (the global registry
-// is never touched; a nil reg is no metrics):
-//
-//   - rabbitdelay_publisher_publishes_total{path,outcome}: every Publish and PublishAt call;
-//     path is direct, bucket, ladder, plugin or none, outcome one of [PublishOutcome]'s values.
-//   - rabbitdelay_publisher_confirm_duration_seconds{path}: time until the broker's confirm.
-//   - rabbitdelay_publisher_publishes_in_flight, rabbitdelay_publisher_disconnects_total,
-//     rabbitdelay_publisher_reconnects_total, rabbitdelay_publisher_reconnect_failures_total.
-//   - rabbitdelay_publisher_plugin_available: 1 while the plugin exchange is in use.
-//   - rabbitdelay_revocations_total{outcome}: message ids given to Revoke and Reschedule.
-//
-// NewPublisher fails with ErrInvalidConfig when the names are already registered on reg: give
-// each Publisher its own label with prometheus.WrapRegistererWith. Close unregisters them.
-func WithMetrics(reg prometheus.Registerer) Option {
-	return func(o *options) error { o.metricsReg = reg; return nil }
-}
-
-// PublishOutcome names what a Publish call came to, as the outcome label of
-// rabbitdelay_publisher_publishes_total says it.
-type PublishOutcome string
+// publishOutcome names what a Publish call came to, as the outcome label of
+// rabbitdelay_publisher_publishes_total says it (listed in Config.Metrics).
+type publishOutcome string
 
 // The outcomes of a Publish call, from its error (errors.Is).
 const (
-	OutcomeConfirmed  PublishOutcome = "confirmed"  // nil: the broker confirmed it
-	OutcomeNacked     PublishOutcome = "nacked"     // ErrNacked
-	OutcomeUnroutable PublishOutcome = "unroutable" // ErrUnroutable: a mandatory publish came back
-	// OutcomeInvalid: ErrInvalidInput, ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable
+	outcomeConfirmed  publishOutcome = "confirmed"  // nil: the broker confirmed it
+	outcomeNacked     publishOutcome = "nacked"     // ErrNacked
+	outcomeUnroutable publishOutcome = "unroutable" // ErrUnroutable: a mandatory publish came back
+	// outcomeInvalid: ErrInvalidInput, ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable
 	// (nothing sent).
-	OutcomeInvalid PublishOutcome = "invalid"
-	OutcomeRefused PublishOutcome = "refused" // ErrAccessRefused, ErrExchangeNotFound: the broker refused it, nothing stored
-	OutcomeLost    PublishOutcome = "lost"    // ErrConnectionLost: closed before the confirm, outcome unknown
-	// OutcomeCanceled: the caller's context ended first (context.Canceled, DeadlineExceeded),
+	outcomeInvalid publishOutcome = "invalid"
+	outcomeRefused publishOutcome = "refused" // ErrAccessRefused, ErrExchangeNotFound: the broker refused it, nothing stored
+	outcomeLost    publishOutcome = "lost"    // ErrConnectionLost: closed before the confirm, outcome unknown
+	// outcomeCanceled: the caller's context ended first (context.Canceled, DeadlineExceeded),
 	// including while the broker was unreachable.
-	OutcomeCanceled PublishOutcome = "canceled"
-	OutcomeClosed   PublishOutcome = "closed" // ErrClosed
-	OutcomeFailed   PublishOutcome = "failed" // any other error
+	outcomeCanceled publishOutcome = "canceled"
+	outcomeClosed   publishOutcome = "closed" // ErrClosed
+	outcomeFailed   publishOutcome = "failed" // any other error
 )
 
-// OutcomeOf returns the outcome of a Publish call that returned err.
-func OutcomeOf(err error) PublishOutcome {
+// outcomeOf returns the outcome of a Publish call that returned err.
+func outcomeOf(err error) publishOutcome {
 	switch {
 	case err == nil:
-		return OutcomeConfirmed
+		return outcomeConfirmed
 	case errors.Is(err, ErrNacked):
-		return OutcomeNacked
+		return outcomeNacked
 	case errors.Is(err, ErrUnroutable):
-		return OutcomeUnroutable
+		return outcomeUnroutable
 	case errors.Is(err, ErrInvalidInput), errors.Is(err, ErrUnknownTarget), errors.Is(err, ErrDelayTooLong),
 		errors.Is(err, ErrPluginUnavailable):
-		return OutcomeInvalid
+		return outcomeInvalid
 	case errors.Is(err, ErrAccessRefused), errors.Is(err, ErrExchangeNotFound):
-		return OutcomeRefused
+		return outcomeRefused
 	case errors.Is(err, ErrConnectionLost):
-		return OutcomeLost
+		return outcomeLost
 	case errors.Is(err, ErrClosed):
-		return OutcomeClosed
+		return outcomeClosed
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return OutcomeCanceled
+		return outcomeCanceled
 	}
-	return OutcomeFailed
+	return outcomeFailed
 }
 
 // pathNone is the path label of a publish refused before a path was chosen.
@@ -129,7 +112,7 @@ func newPubMetrics(reg prometheus.Registerer, p *Publisher) (*pubMetrics, error)
 	_, unregister, err := metrics.Register(reg, false, m.publishes, m.confirm, m.inFlight, m.disconnects, m.reconnects, m.reconnFails,
 		m.revocations, plug)
 	if err != nil {
-		return nil, fmt.Errorf("%w: WithMetrics: %w (one Publisher per Registerer: give each its own label with "+
+		return nil, fmt.Errorf("%w: Config.Metrics: %w (one Publisher per Registerer: give each its own label with "+
 			"prometheus.WrapRegistererWith(prometheus.Labels{\"publisher\": \"<name>\"}, reg))", ErrInvalidConfig, err)
 	}
 	m.unregister = unregister
@@ -144,7 +127,7 @@ func (m *pubMetrics) begin() func(path string, err error) {
 	m.inFlight.Inc()
 	return func(path string, err error) {
 		m.inFlight.Dec()
-		m.publishes.WithLabelValues(path, string(OutcomeOf(err))).Inc()
+		m.publishes.WithLabelValues(path, string(outcomeOf(err))).Inc()
 	}
 }
 
@@ -172,7 +155,7 @@ func (m *pubMetrics) connection(k ReconnectKind) {
 
 // revoked counts n revocations (message ids) of the given outcome (Publisher.Revoke and
 // Reschedule).
-func (m *pubMetrics) revoked(outcome PublishOutcome, n int) {
+func (m *pubMetrics) revoked(outcome publishOutcome, n int) {
 	if m != nil {
 		m.revocations.WithLabelValues(string(outcome)).Add(float64(n))
 	}

@@ -15,25 +15,25 @@ import (
 func TestOutcomeOf(t *testing.T) {
 	for _, c := range []struct {
 		err  error
-		want PublishOutcome
+		want publishOutcome
 	}{
-		{nil, OutcomeConfirmed},
-		{fmt.Errorf("x: %w", ErrNacked), OutcomeNacked},
-		{ErrUnroutable, OutcomeUnroutable},
-		{ErrInvalidInput, OutcomeInvalid},
-		{ErrUnknownTarget, OutcomeInvalid},
-		{ErrDelayTooLong, OutcomeInvalid},
-		{ErrPluginUnavailable, OutcomeInvalid},
-		{ErrAccessRefused, OutcomeRefused},
-		{ErrExchangeNotFound, OutcomeRefused},
-		{ErrConnectionLost, OutcomeLost},
-		{ErrClosed, OutcomeClosed},
-		{fmt.Errorf("amqpdelay: context ended: %w", context.DeadlineExceeded), OutcomeCanceled},
-		{context.Canceled, OutcomeCanceled},
-		{errors.New("something else"), OutcomeFailed},
+		{nil, outcomeConfirmed},
+		{fmt.Errorf("x: %w", ErrNacked), outcomeNacked},
+		{ErrUnroutable, outcomeUnroutable},
+		{ErrInvalidInput, outcomeInvalid},
+		{ErrUnknownTarget, outcomeInvalid},
+		{ErrDelayTooLong, outcomeInvalid},
+		{ErrPluginUnavailable, outcomeInvalid},
+		{ErrAccessRefused, outcomeRefused},
+		{ErrExchangeNotFound, outcomeRefused},
+		{ErrConnectionLost, outcomeLost},
+		{ErrClosed, outcomeClosed},
+		{fmt.Errorf("amqpdelay: context ended: %w", context.DeadlineExceeded), outcomeCanceled},
+		{context.Canceled, outcomeCanceled},
+		{errors.New("something else"), outcomeFailed},
 	} {
-		if got := OutcomeOf(c.err); got != c.want {
-			t.Errorf("OutcomeOf(%v) = %s, want %s", c.err, got, c.want)
+		if got := outcomeOf(c.err); got != c.want {
+			t.Errorf("outcomeOf(%v) = %s, want %s", c.err, got, c.want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/pubhook"
 
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,10 +12,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Option configures a Publisher; pass options to [NewPublisher]. An option given a value it
-// cannot use makes NewPublisher fail with an error wrapping ErrInvalidConfig.
-type Option func(*options) error
-
+// options are the Publisher's settings of a Config, with the defaults filled in (resolve).
 type options struct {
 	logger      zerolog.Logger
 	strategy    Strategy
@@ -24,8 +22,8 @@ type options struct {
 	backoffMax  time.Duration
 	onReconnect func(ReconnectEvent)
 	maxBody     int
-	management  ManagementCheck       // WithManagement (managed.go)
-	metricsReg  prometheus.Registerer // WithMetrics (metrics.go)
+	management  ManagementCheck       // Config.Management (managed.go)
+	metricsReg  prometheus.Registerer // Config.Metrics (metrics.go)
 	maxInFlight int
 	// extraTargets are targets beside the spec record's (pubhook.ExtraTargets).
 	extraTargets []delayspec.Target
@@ -33,129 +31,122 @@ type options struct {
 
 func init() {
 	pubhook.ExtraTargets = func(names ...string) any {
-		return Option(func(o *options) error {
-			for _, n := range names {
-				o.extraTargets = append(o.extraTargets, delayspec.Target{Name: n})
-			}
-			return nil
-		})
+		return func(c *Config) { c.extraTargets = append(c.extraTargets, names...) }
 	}
 }
+
+// The defaults of Config.ConnectionName, ReconnectMin and ReconnectMax.
+const (
+	defaultName         = "rabbitdelay-publisher"
+	defaultReconnectMin = 100 * time.Millisecond
+	defaultReconnectMax = 5 * time.Second
+)
 
 func defaultOptions() options {
 	return options{
 		logger:      zerolog.Nop(),
 		strategy:    Auto,
 		channels:    DefaultChannels,
-		name:        "rabbitdelay-publisher",
-		backoffMin:  100 * time.Millisecond,
-		backoffMax:  5 * time.Second,
+		name:        defaultName,
+		backoffMin:  defaultReconnectMin,
+		backoffMax:  defaultReconnectMax,
 		maxBody:     DefaultMaxMessageSize,
 		maxInFlight: DefaultMaxInFlight,
 	}
 }
 
-// DefaultChannels is the number of AMQP channels a Publisher publishes on (see [WithChannels]).
+// DefaultChannels is the number of AMQP channels a Publisher publishes on when
+// Config.Channels is 0.
 const DefaultChannels = 4
 
-// WithLogger makes the Publisher log through l: connection, reconnection and probe events at
-// info and warn level, never a message body, header or password. The default logs nothing
-// (zerolog.Nop). The Publisher never uses the global logger.
-func WithLogger(l zerolog.Logger) Option {
-	return func(o *options) error { o.logger = l; return nil }
-}
-
-// WithStrategy sets how the Publisher chooses between the ladder and the plugin; the default
-// is [Auto]. See the package documentation for the whole rule.
-func WithStrategy(s Strategy) Option {
-	return func(o *options) error {
-		switch s {
-		case Auto, PreferPlugin, PluginOnly, LadderOnly:
-			o.strategy = s
-			return nil
-		}
-		return fmt.Errorf("%w: strategy %d: want Auto, PreferPlugin, PluginOnly or LadderOnly", ErrInvalidConfig, int(s))
-	}
-}
-
-// WithChannels sets how many AMQP channels (1 to 64) the Publisher spreads its publishes
-// over, round robin; the default is [DefaultChannels]. Each channel is in confirm mode and
-// pipelines its publishes, so one channel already serves many goroutines; more channels let
-// the broker process them in parallel (one Erlang process per channel). Besides these, as far
-// as the broker's channel_max leaves room, the Publisher opens one channel for direct
-// publishes to exchanges that are not targets, one for the plugin path when the broker has the
-// plugin exchange (the publishes the broker may refuse by closing their channel: a 404 or a
-// 403 then costs no other publish its confirm), and, one at a time, one to check that the
-// exchange of a direct publish exists. n outside 1 to 64: ErrInvalidConfig; NewPublisher fails
-// with ErrInvalidConfig when the broker's channel_max is below n+1.
-func WithChannels(n int) Option {
-	return func(o *options) error {
-		if n < 1 || n > 64 {
-			return fmt.Errorf("%w: %d channels: want 1 to 64", ErrInvalidConfig, n)
-		}
-		o.channels = n
-		return nil
-	}
-}
-
-// WithConnectionName sets the connection name shown in the management UI (default
-// "rabbitdelay-publisher").
-func WithConnectionName(name string) Option {
-	return func(o *options) error { o.name = name; return nil }
-}
-
-// MaxReconnectBackoff is the largest max [WithReconnectBackoff] accepts: 1 hour. A wait
-// randomized by ±50 % around a much larger one overflows time.Duration.
+// MaxReconnectBackoff is the largest Config.ReconnectMax: 1 hour. A wait randomized by ±50 %
+// around a much larger one overflows time.Duration.
 const MaxReconnectBackoff = time.Hour
 
-// WithReconnectBackoff sets the bounds of the exponential back-off between reconnection
-// attempts: the first wait is about min, each next one doubles, up to about max (defaults
-// 100 ms and 5 s); every wait is randomized by ±50 % (jitter). It returns ErrInvalidConfig
-// unless 0 < min <= max <= [MaxReconnectBackoff].
-func WithReconnectBackoff(min, max time.Duration) Option {
-	return func(o *options) error {
-		if min <= 0 || max < min || max > MaxReconnectBackoff {
-			return fmt.Errorf("%w: reconnect back-off %v..%v: want 0 < min <= max <= %v", ErrInvalidConfig, min, max, MaxReconnectBackoff)
-		}
-		o.backoffMin, o.backoffMax = min, max
-		return nil
-	}
-}
-
-// DefaultMaxMessageSize is the largest body, in bytes (16 MiB), a Publisher sends unless
-// [WithMaxMessageSize] says otherwise: RabbitMQ's default max_message_size since 4.0
+// DefaultMaxMessageSize is the largest body, in bytes (16 MiB), a Publisher sends when
+// Config.MaxMessageSize is 0: RabbitMQ's default max_message_size since 4.0
 // (https://www.rabbitmq.com/docs/configure, max_message_size; 128 MiB on 3.x). RabbitMQ
 // answers a larger body by closing the channel (406 PRECONDITION_FAILED), which would fail
 // every other publish in flight on that channel, so Publish refuses it first.
 const DefaultMaxMessageSize = 16 << 20
 
-// MaxMessageSizeLimit is the largest value [WithMaxMessageSize] accepts: RabbitMQ's own
-// ceiling for max_message_size, 512 MiB.
+// MaxMessageSizeLimit is the largest Config.MaxMessageSize: RabbitMQ's own ceiling for
+// max_message_size, 512 MiB.
 const MaxMessageSizeLimit = 512 << 20
 
-// WithMaxMessageSize sets the largest message body, in bytes, that Publish sends (1 to
-// [MaxMessageSizeLimit]); a larger body gets ErrInvalidInput and nothing is sent. Set it to
-// the broker's max_message_size (default [DefaultMaxMessageSize]). Every hop of a delayed
-// message writes its body to a quorum queue's log again, so keep delayed bodies small.
-func WithMaxMessageSize(bytes int) Option {
-	return func(o *options) error {
-		if bytes < 1 || bytes > MaxMessageSizeLimit {
-			return fmt.Errorf("%w: max message size %d bytes: want 1 to %d (RabbitMQ's ceiling for max_message_size)", ErrInvalidConfig, bytes, MaxMessageSizeLimit)
-		}
-		o.maxBody = bytes
-		return nil
+// DefaultMaxInFlight is the number of deferred publishes a Publisher runs at once when
+// Config.MaxInFlight is 0.
+const DefaultMaxInFlight = 4096
+
+// resolve fills in the defaults of c's zero Publisher fields and checks the others; the error
+// joins one error per unusable field, each wrapping ErrInvalidConfig and naming the field.
+func (c Config) resolve() (options, error) {
+	o := defaultOptions()
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
+
+	switch s := c.Strategy; s {
+	case Auto, PreferPlugin, PluginOnly, LadderOnly:
+		o.strategy = s
+	default:
+		bad("Config.Strategy %d: want Auto (the zero value), PreferPlugin, PluginOnly or LadderOnly", int(s))
+	}
+
+	switch n := c.Channels; {
+	case n == 0:
+	case n < 1 || n > 64:
+		bad("Config.Channels %d: want 1 to 64 (0: the default %d)", n, DefaultChannels)
+	default:
+		o.channels = n
+	}
+
+	switch n := c.MaxMessageSize; {
+	case n == 0:
+	case n < 1 || n > MaxMessageSizeLimit:
+		bad("Config.MaxMessageSize %d bytes: want 1 to %d, RabbitMQ's ceiling for max_message_size (0: the default %d)",
+			n, MaxMessageSizeLimit, DefaultMaxMessageSize)
+	default:
+		o.maxBody = n
+	}
+
+	switch n := c.MaxInFlight; {
+	case n == 0:
+	case n < 1:
+		bad("Config.MaxInFlight %d: want at least 1 (0: the default %d)", n, DefaultMaxInFlight)
+	default:
+		o.maxInFlight = n
+	}
+
+	rmin, rmax := c.ReconnectMin, c.ReconnectMax
+	if rmin == 0 {
+		rmin = defaultReconnectMin
+	}
+	if rmax == 0 {
+		rmax = max(defaultReconnectMax, rmin)
+	}
+	if rmin <= 0 || rmax < rmin || rmax > MaxReconnectBackoff {
+		bad("Config.ReconnectMin %v, Config.ReconnectMax %v: want 0 < ReconnectMin <= ReconnectMax <= %v (0: the defaults %v and %v)",
+			c.ReconnectMin, c.ReconnectMax, MaxReconnectBackoff, defaultReconnectMin, defaultReconnectMax)
+	} else {
+		o.backoffMin, o.backoffMax = rmin, rmax
+	}
+
+	if c.ConnectionName != "" {
+		o.name = c.ConnectionName
+	}
+	o.logger = c.Logger
+	o.onReconnect = c.OnReconnect
+	o.management = c.Management
+	o.metricsReg = c.Metrics
+	for _, n := range c.extraTargets {
+		o.extraTargets = append(o.extraTargets, delayspec.Target{Name: n})
+	}
+	return o, errors.Join(errs...)
 }
 
-// WithReconnectHandler makes the Publisher call f on every connection event (lost,
-// re-established, attempt failed). f runs on the Publisher's reconnecting goroutine: it must
-// return quickly and must not call the Publisher's Close. f is not called once Close has
-// begun (a reconnection attempt that Close cancels reports nothing).
-func WithReconnectHandler(f func(ReconnectEvent)) Option {
-	return func(o *options) error { o.onReconnect = f; return nil }
-}
-
-// ReconnectEvent describes one change of the Publisher's connection.
+// ReconnectEvent describes one change of the Publisher's connection (Config.OnReconnect).
 type ReconnectEvent struct {
 	// Kind says what happened.
 	Kind ReconnectKind
@@ -191,18 +182,4 @@ func (k ReconnectKind) String() string {
 		return "reconnected"
 	}
 	return fmt.Sprintf("ReconnectKind(%d)", int(k))
-}
-
-// WithManagement gives the Publisher the broker's management API through m (a
-// *topology.Management for the vhost of Config.URL), so that NewPublisher, and every
-// reconnection, checks what AMQP cannot see: that the dispatch exchange is bound to every
-// target now (not only that `rabbitdelay apply` bound it once), that no policy or operator policy
-// in effect on the topology breaks a guarantee, and on which exchanges the user has a topic
-// permission ([ManagementCheck]). nil is no management API (the default). NewPublisher fails
-// with ErrInvalidConfig when m reads another vhost than Config.URL's.
-func WithManagement(m ManagementCheck) Option {
-	return func(o *options) error {
-		o.management = m
-		return nil
-	}
 }

@@ -23,7 +23,7 @@ import (
 // topic permission on target is found even when the user's first key passes it; later ones ask
 // again only when target is topicGuarded. A topic permission that allows the empty key but
 // refuses others (a deny-list pattern such as ^(?!secret\.)) is found only through the
-// management API (WithManagement) or a direct publish's refusal, and one set while the
+// management API (Config.Management) or a direct publish's refusal, and one set while the
 // Publisher runs only at its next connection.
 func (p *Publisher) checkPermitted(ctx context.Context, target, routingKey string, headers amqp.Table) error {
 	if p.refusals.permitted.has(target) && !p.refusals.topicGuarded.has(target) {

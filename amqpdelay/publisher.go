@@ -54,7 +54,7 @@ type Receipt struct {
 // [NewPublisher] and end it with [Publisher.Close].
 type Publisher struct {
 	cfg      Config
-	spec     delayspec.Spec // the spec record read at start, with o.extraTargets
+	spec     delayspec.Spec // the spec record read at start, with Config.extraTargets
 	names    delayspec.Names
 	targets  map[string]struct{}
 	ladder   ttlbuckets.Ladder
@@ -89,11 +89,11 @@ type Publisher struct {
 	closeCtx  context.Context
 	cancel    context.CancelFunc
 	active    publishes     // publishes in progress, which Close waits for
-	inFlight  chan struct{} // one slot per deferred publish in progress (WithMaxInFlight)
+	inFlight  chan struct{} // one slot per deferred publish in progress (Config.MaxInFlight)
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup // the supervisor and background probes
-	metrics   *pubMetrics    // WithMetrics (metrics.go); nil records nothing
+	metrics   *pubMetrics    // Config.Metrics (metrics.go); nil records nothing
 }
 
 // publishes counts the publishes in progress; Close waits for them on a signal (drained).
@@ -145,25 +145,17 @@ func (p *Publisher) isClosed() bool { return p.closeCtx.Err() != nil }
 // and opens its publishing channels. ctx bounds all of that; the Publisher keeps running after
 // ctx ends.
 //
-// Errors: ErrInvalidConfig (bad prefix, connection settings or option: every problem at once;
-// or a broker whose channel_max is below WithChannels + 1), ErrTopologyMissing (no record or a
+// Errors: ErrInvalidConfig (a Config field it cannot use: every problem at once, each naming
+// its field; or a broker whose channel_max is below Config.Channels + 1), ErrTopologyMissing (no record or a
 // missing object: run `rabbitdelay apply`), ErrPluginUnavailable (strategy PluginOnly and no
 // plugin exchange), or the connection's error (never containing the password; a broker refusal
 // reachable as *amqp091.Error).
-func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, error) {
+func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidInput)
 	}
-	o := defaultOptions()
-	var errs []error
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	o, err := cfg.resolve()
+	errs := []error{err}
 	if err := delayspec.ValidatePrefix(cfg.Prefix); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
@@ -172,12 +164,12 @@ func NewPublisher(ctx context.Context, cfg Config, opts ...Option) (*Publisher, 
 	}
 	if o.management != nil {
 		if have, want := o.management.VHost(), vhostOf(cfg.conn().URLOrDefault()); have != want {
-			errs = append(errs, fmt.Errorf("%w: WithManagement reads vhost %q, but the Publisher's URL names vhost %q: "+
+			errs = append(errs, fmt.Errorf("%w: Config.Management reads vhost %q, but Config.URL names vhost %q: "+
 				"give the management check the URL's vhost (topology.NewManagement(url, %q))", ErrInvalidConfig, have, want, want))
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	conn, err := amqpconn.Dial(ctx, cfg.conn(), o.name)
 	if err != nil {
@@ -266,7 +258,7 @@ func (p *Publisher) MaxDelay() time.Duration { return p.ladder.WithDefaults().Ma
 //
 // Errors: ErrInvalidInput (input that amqp091 or RabbitMQ would answer by closing the
 // connection or channel, such as a short string over 255 bytes, a NaN header, headers over the
-// frame_max, a body over WithMaxMessageSize, msg.Expiration on a delayed message, a direct
+// frame_max, a body over Config.MaxMessageSize, msg.Expiration on a delayed message, a direct
 // publish into the delay topology), ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable,
 // ErrExchangeNotFound (nothing sent for any of these), ErrAccessRefused (nothing stored; see
 // permission.go), ErrUnroutable, ErrNacked, ErrConnectionLost (outcome unknown), ErrClosed, or

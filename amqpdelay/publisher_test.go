@@ -16,12 +16,12 @@ import (
 )
 
 func TestNewPublisherRefusesBadConfig(t *testing.T) {
-	cfg := Config{Prefix: "amq.bad", URL: "http://user:s3cret@localhost/"}
-	_, err := NewPublisher(context.Background(), cfg, WithChannels(0), WithStrategy(Strategy(42)))
+	cfg := Config{Prefix: "amq.bad", URL: "http://user:s3cret@localhost/", Channels: 65, Strategy: Strategy(42), MaxInFlight: -1}
+	_, err := NewPublisher(context.Background(), cfg)
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"prefix", "channels", "strategy", "URL"} {
+	for _, want := range []string{"prefix", "Config.Channels", "Config.Strategy", "Config.MaxInFlight", "URL"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not report the %s problem:\n%v", want, err)
 		}
@@ -57,16 +57,41 @@ func TestNewPublisherDialErrorHidesPassword(t *testing.T) {
 	}
 }
 
-func TestOptions(t *testing.T) {
-	o := defaultOptions()
-	for _, opt := range []Option{WithChannels(65), WithChannels(-1), WithReconnectBackoff(0, time.Second), WithReconnectBackoff(time.Second, time.Millisecond), WithReconnectBackoff(time.Second, MaxReconnectBackoff+1), WithReconnectBackoff(time.Second, math.MaxInt64), WithReconnectBackoff(-time.Second, -time.Millisecond), WithStrategy(-1)} {
-		if err := opt(&o); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("option accepted a bad value: %v", err)
+// TestConfigResolve: every Publisher field of Config out of its range is refused with
+// ErrInvalidConfig naming the field, and the zero fields take the defaults.
+func TestConfigResolve(t *testing.T) {
+	for _, c := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Channels: 65}, "Config.Channels"},
+		{Config{Channels: -1}, "Config.Channels"},
+		{Config{ReconnectMin: -1, ReconnectMax: time.Second}, "Config.ReconnectMin"},
+		{Config{ReconnectMin: time.Second, ReconnectMax: time.Millisecond}, "Config.ReconnectMin"},
+		{Config{ReconnectMin: time.Second, ReconnectMax: MaxReconnectBackoff + 1}, "Config.ReconnectMax"},
+		{Config{ReconnectMin: time.Second, ReconnectMax: math.MaxInt64}, "Config.ReconnectMax"},
+		{Config{ReconnectMin: -time.Second, ReconnectMax: -time.Millisecond}, "Config.ReconnectMin"},
+		{Config{ReconnectMin: MaxReconnectBackoff + 1}, "Config.ReconnectMin"},
+		{Config{Strategy: -1}, "Config.Strategy"},
+		{Config{MaxMessageSize: -1}, "Config.MaxMessageSize"},
+		{Config{MaxMessageSize: MaxMessageSizeLimit + 1}, "Config.MaxMessageSize"},
+		{Config{MaxInFlight: -1}, "Config.MaxInFlight"},
+	} {
+		if _, err := c.cfg.resolve(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%+v: err = %v, want ErrInvalidConfig naming %s", c.cfg, err, c.field)
 		}
 	}
+	o, err := Config{}.resolve()
 	d := defaultOptions()
-	if o.channels != d.channels || o.strategy != d.strategy || o.backoffMin != d.backoffMin || o.backoffMax != d.backoffMax {
-		t.Errorf("a refused option changed the options: %+v", o)
+	if err != nil || o.channels != d.channels || o.strategy != d.strategy || o.backoffMin != d.backoffMin || o.backoffMax != d.backoffMax ||
+		o.maxBody != d.maxBody || o.maxInFlight != d.maxInFlight || o.name != d.name {
+		t.Errorf("the zero Config resolves to %+v, %v; want the defaults %+v", o, err, d)
+	}
+	o, err = Config{Channels: 64, ReconnectMin: time.Millisecond, ReconnectMax: MaxReconnectBackoff, MaxMessageSize: MaxMessageSizeLimit,
+		MaxInFlight: 1, Strategy: LadderOnly, ConnectionName: "pub"}.resolve()
+	if err != nil || o.channels != 64 || o.backoffMin != time.Millisecond || o.backoffMax != MaxReconnectBackoff || o.maxBody != MaxMessageSizeLimit ||
+		o.maxInFlight != 1 || o.strategy != LadderOnly || o.name != "pub" {
+		t.Errorf("in-range fields resolve to %+v, %v", o, err)
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 //
 //  1. Body larger than max_message_size (406 "message size N is larger than configured max
 //     size M"; 128 MiB by default on 3.x, 16 MiB on 4.x, not advertised over AMQP 0-9-1).
-//     Refused before sending above WithMaxMessageSize or a limit learnt from such a 406; a
+//     Refused before sending above Config.MaxMessageSize or a limit learnt from such a 406; a
 //     body larger than any the broker has confirmed for this Publisher goes on the serial
 //     channel.
 //  2. No write permission on the exchange (403 "access to exchange ... refused"), the
@@ -47,7 +47,7 @@ import (
 //     before delayed publishes instead, so that they keep the user's permissions). Direct
 //     publishes to an exchange
 //     with a topic permission for the user go on the serial channel, each alone: with
-//     WithManagement the Publisher reads those exchanges at every connection
+//     Config.Management the Publisher reads those exchanges at every connection
 //     (ManagementCheck.TopicPermissionExchanges); without it, or when the management user
 //     may not read them, it learns an exchange from the first topic refusal there. Until then
 //     the direct publishes to an exchange that has taken one share the direct publishes'
@@ -173,9 +173,9 @@ func (p *Publisher) accepted(path Path, dest string, bodyLen int) {
 }
 
 // checkBodySize returns an error wrapping ErrInvalidInput when a body of n bytes is above
-// WithMaxMessageSize or the broker's max_message_size learnt from a refusal.
+// Config.MaxMessageSize or the broker's max_message_size learnt from a refusal.
 func (p *Publisher) checkBodySize(n int) error {
-	limit, from := p.opts.maxBody, "WithMaxMessageSize, default 16 MiB: RabbitMQ 4.x's default max_message_size"
+	limit, from := p.opts.maxBody, "Config.MaxMessageSize, default 16 MiB: RabbitMQ 4.x's default max_message_size"
 	if b := p.refusals.brokerMax.Load(); b > 0 && b < int64(limit) {
 		limit, from = int(b), "the broker's max_message_size, from its refusal of a larger message"
 	}
@@ -183,7 +183,7 @@ func (p *Publisher) checkBodySize(n int) error {
 		return nil
 	}
 	return fmt.Errorf("%w: msg.Body is %d bytes, more than the largest message size of %d bytes (%s); RabbitMQ would close the "+
-		"channel: send a smaller body, or raise the limit (WithMaxMessageSize, and max_message_size in rabbitmq.conf)", ErrInvalidInput, n, limit, from)
+		"channel: send a smaller body, or raise the limit (Config.MaxMessageSize, and max_message_size in rabbitmq.conf)", ErrInvalidInput, n, limit, from)
 }
 
 var sizeRefusal = regexp.MustCompile(`message size (\d+) is larger than (?:configured )?max size (\d+)`)

@@ -178,7 +178,7 @@ func (p *Publisher) record(ctx context.Context, typ string, entries []revlog.Ent
 	}
 	defer p.active.leave()
 	if typ == revlog.TypeRevocation {
-		defer func() { p.metrics.revoked(OutcomeOf(err), len(entries)) }()
+		defer func() { p.metrics.revoked(outcomeOf(err), len(entries)) }()
 	}
 	stream := p.names.Revoked()
 	for _, group := range revlog.Split(entries) {

@@ -109,7 +109,7 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 	// for checking exchanges (checkExchange).
 	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels+1 {
 		return fail(fmt.Errorf("%w: the broker allows %d channels per connection (channel_max) and the Publisher needs %d "+
-			"(WithChannels %d, and one to check exchanges): lower WithChannels to at most %d, or raise channel_max in rabbitmq.conf",
+			"(Config.Channels %d, and one to check exchanges): lower Config.Channels to at most %d, or raise channel_max in rabbitmq.conf",
 			ErrInvalidConfig, limit, p.opts.channels+1, p.opts.channels, max(limit-1, 0)))
 	}
 	// The serial channel and the direct publishes get a channel each, and so does the plugin
@@ -313,7 +313,7 @@ func (p *Publisher) reopenChannels(s *session) error {
 }
 
 // reconnect retries connect with exponential back-off and jitter (cenkalti/backoff: from
-// WithReconnectBackoff's minimum, doubling up to its maximum, each wait randomized by ±50 % so
+// Config.ReconnectMin, doubling up to Config.ReconnectMax, each wait randomized by ±50 % so
 // that many publishers that lost one node do not dial the others in step) until it succeeds
 // (the new session) or the Publisher is closed (nil). Each attempt dials the whole address list.
 func (p *Publisher) reconnect() *session {

@@ -74,7 +74,9 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer
 	}
 	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: names, log: o.logger, m: m}
 	m.start(queue)
-	c.pubCfg = cfg
+	// The retry Publisher: cfg's connection and prefix only, with the Consumer's settings.
+	c.pubCfg = amqpdelay.Config{URL: cfg.URL, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, Prefix: cfg.Prefix,
+		Logger: o.logger, Channels: 1, ConnectionName: o.name + "-retry", ReconnectMin: o.reconnectMin, ReconnectMax: o.reconnectMax}
 	c.store = o.store
 	if !o.storeSet {
 		c.store = &MemoryStore{}
@@ -112,8 +114,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("consumer: the store of handled ids does not answer, so no delivery could be claimed "+
 			"(is Redis running, and are the address and password of its client right?): %w", err)
 	}
-	pub, err := amqpdelay.NewPublisher(startCtx, c.pubCfg, amqpdelay.WithLogger(c.log), amqpdelay.WithChannels(1),
-		amqpdelay.WithConnectionName(c.o.name+"-retry"), amqpdelay.WithReconnectBackoff(c.o.reconnectMin, c.o.reconnectMax))
+	pub, err := amqpdelay.NewPublisher(startCtx, c.pubCfg)
 	if err != nil {
 		return fmt.Errorf("consumer: start the retry Publisher (retries go through the delay topology to the retry exchange %q, "+
 			"which `rabbitdelay apply` declares): %w", c.names.Retry(), err)

@@ -275,7 +275,8 @@ func declareReadyClassic(tb testing.TB, conn *amqp.Connection, exchange, queue s
 // it to benchTarget and checks that it took path want (delays <= 0: the direct path).
 func newBenchPublisher(tb testing.TB, ctx context.Context, cfg amqpdelay.Config, strategy amqpdelay.Strategy, want amqpdelay.Path, shards int) publishFunc {
 	tb.Helper()
-	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithStrategy(strategy))
+	cfg.Strategy = strategy
+	p, err := amqpdelay.NewPublisher(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("publisher: %v", err)
 	}
@@ -453,7 +454,7 @@ func pluginSetup(b *testing.B) func(testing.TB) setup {
 				tb.Logf("teardown of the plugin case: %v", err)
 			}
 		})
-		p, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: u, Prefix: spec.Prefix}, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+		p, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: u, Prefix: spec.Prefix, Strategy: amqpdelay.PluginOnly})
 		if err != nil {
 			tb.Fatalf("publisher (plugin): %v", err)
 		}

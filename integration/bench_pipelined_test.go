@@ -23,15 +23,15 @@ import (
 var (
 	pipelinedN      = flag.Int("pipelined", 20_000, "BenchmarkPublishPipelined: messages per case and round")
 	pipelinedRounds = flag.Int("pipelined-rounds", 2, "BenchmarkPublishPipelined: rounds; the cases alternate within each round")
-	pipelinedWindow = flag.Int("pipelined-window", 1024, "BenchmarkPublishPipelined: publishes in flight (raw and WithMaxInFlight)")
-	pipelinedChans  = flag.Int("pipelined-channels", amqpdelay.DefaultChannels, "BenchmarkPublishPipelined: the Publisher's WithChannels")
+	pipelinedWindow = flag.Int("pipelined-window", 1024, "BenchmarkPublishPipelined: publishes in flight (raw and Config.MaxInFlight)")
+	pipelinedChans  = flag.Int("pipelined-channels", amqpdelay.DefaultChannels, "BenchmarkPublishPipelined: the Publisher's Config.Channels")
 	pipelinedRawCh  = flag.Int("pipelined-raw-channels", 1, "BenchmarkPublishPipelined: channels of the raw cases (message i goes on channel i mod N)")
 )
 
 // BenchmarkPublishPipelined measures publishing from one goroutine with many confirms in
 // flight, 100-byte persistent messages: the baseline is raw amqp091-go on one connection and one
 // channel (PublishWithDeferredConfirmWithContext, -pipelined-window in flight) to a plain quorum
-// queue; the Publisher's cases use PublishDeferred with WithMaxInFlight(-pipelined-window):
+// queue; the Publisher's cases use PublishDeferred with Config.MaxInFlight -pipelined-window:
 // direct publishes (no delay) to the target exchange, whose ready queue is a quorum queue as
 // raw's is; the bucket with 1 h delays (no hop falls inside the run); the default ladder with
 // 1 h delays, whose shortest-first order makes every hop but the last (the 3,145,728 ms level)
@@ -73,8 +73,9 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	deferred := func(c delayCase, delay func(int) time.Duration) func(testing.TB) func(context.Context, int) (func() error, error) {
 		return func(tb testing.TB) func(context.Context, int) (func() error, error) {
 			s := declare(tb, c)
-			p, err := amqpdelay.NewPublisher(pubCtx(tb), s.cfg,
-				amqpdelay.WithStrategy(amqpdelay.Auto), amqpdelay.WithMaxInFlight(*pipelinedWindow), amqpdelay.WithChannels(*pipelinedChans))
+			pcfg := s.cfg
+			pcfg.Strategy, pcfg.MaxInFlight, pcfg.Channels = amqpdelay.Auto, *pipelinedWindow, *pipelinedChans
+			p, err := amqpdelay.NewPublisher(pubCtx(tb), pcfg)
 			if err != nil {
 				tb.Fatalf("publisher: %v", err)
 			}

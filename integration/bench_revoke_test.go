@@ -164,7 +164,9 @@ func BenchmarkReschedule(b *testing.B) {
 	for range b.N {
 		s := declare(b, defaultLadderCase("ladder"))
 		pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		p, err := amqpdelay.NewPublisher(pctx, s.cfg, amqpdelay.WithStrategy(amqpdelay.LadderOnly))
+		pcfg := s.cfg
+		pcfg.Strategy = amqpdelay.LadderOnly
+		p, err := amqpdelay.NewPublisher(pctx, pcfg)
 		cancel()
 		if err != nil {
 			b.Fatalf("publisher: %v", err)

@@ -18,7 +18,7 @@ import (
 var (
 	scaleWorkers  = flag.Int("scale-workers", 64, "BenchmarkPendingScale: publishing goroutines (the Publisher pipelines their publishes over its channels)")
 	scaleRounds   = flag.Int("scale-rounds", 1, "BenchmarkPendingScale: rounds, each measuring raw and then running the ladder (and the plugin) against it; use this, not -count, for repeats")
-	scaleDeferred = flag.Int("scale-deferred", 0, "BenchmarkPendingScale: when > 0, publish from one goroutine with PublishDeferred, this many in flight (WithMaxInFlight), instead of -scale-workers goroutines calling Publish")
+	scaleDeferred = flag.Int("scale-deferred", 0, "BenchmarkPendingScale: when > 0, publish from one goroutine with PublishDeferred, this many in flight (Config.MaxInFlight), instead of -scale-workers goroutines calling Publish")
 )
 
 // settledMemory waits (at most 2 minutes) until the broker's memory use stops falling - a vhost
@@ -214,12 +214,13 @@ func publishers() string {
 }
 
 // publishDeferredN publishes messages 0..n-1 to benchTarget from one goroutine with
-// PublishDeferred on a Publisher of its own for cfg (WithMaxInFlight(window)), window in flight
+// PublishDeferred on a Publisher of its own for cfg (Config.MaxInFlight window), window in flight
 // (runPipelined), recording each confirmed one in rec, and returns the time from the first
 // publish to the last confirmation. The first error ends it.
 func publishDeferredN(ctx context.Context, cfg amqpdelay.Config, n, window int, rec *recorder,
 	delayOf func(i int, now time.Time) time.Duration) (time.Duration, error) {
-	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithStrategy(amqpdelay.LadderOnly), amqpdelay.WithMaxInFlight(window))
+	cfg.Strategy, cfg.MaxInFlight = amqpdelay.LadderOnly, window
+	p, err := amqpdelay.NewPublisher(ctx, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("publisher: %w", err)
 	}

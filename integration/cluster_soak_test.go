@@ -41,7 +41,7 @@ import (
 //	pubkills   SOAK_KILLS kills of 30 s each, every one of the node the Publisher is connected
 //	           to at that moment (so every kill makes it reconnect), at SOAK_SOAK_RATE/s
 //
-// Knobs of the Publisher: SOAK_CHANNELS (WithChannels; default the Publisher's) and
+// Knobs of the Publisher: SOAK_CHANNELS (Config.Channels; default the Publisher's) and
 // SOAK_WORKERS (publishing goroutines, default 16). SOAK_PLAIN=1 runs a plainLadder next to
 // the Publisher at the same rate (ids plain-<n>: the same ladder messages published with
 // amqp091 alone), connected to the node the fault kills, so that a loss can be told apart:
@@ -246,12 +246,11 @@ func (r *soakRun) setup() {
 	}
 	r.ev = &events{}
 	r.pubName = "soak-publisher-" + r.env.Prefix
-	opts := []amqpdelay.Option{amqpdelay.WithConnectionName(r.pubName),
-		amqpdelay.WithReconnectHandler(r.ev.add), amqpdelay.WithReconnectBackoff(50*time.Millisecond, time.Second)}
+	pcfg := amqpdelay.Config{ConnectionName: r.pubName, OnReconnect: r.ev.add, ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second}
 	if n := soakEnvInt("SOAK_CHANNELS", 0); n > 0 {
-		opts = append(opts, amqpdelay.WithChannels(n))
+		pcfg.Channels = n
 	}
-	r.p = newPublisherURL(t, strings.Join(r.urls(), ","), spec, opts...)
+	r.p = newPublisherURL(t, strings.Join(r.urls(), ","), spec, pcfg)
 	pn := r.publisherNode()
 	cn := pn%len(r.c.URLs) + 1
 	r.l = newSoakLedger()

@@ -22,7 +22,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 )
 
@@ -36,8 +35,8 @@ const procEnv = "RABBITDELAY_TEST_CONSUMER_PROCESS"
 
 // procConfig is one consumer process's settings.
 type procConfig struct {
-	Name     string           // connection name (the retry Publisher's is Name-retry)
-	Config   amqpdelay.Config // the broker and topology
+	Name     string   // connection name (the retry Publisher's is Name-retry)
+	Config   procConn // the broker and topology
 	Queue    string
 	RedisURL string
 	Store    string        // the RedisStore's key prefix, shared by the processes of a test
@@ -148,7 +147,7 @@ func consumerProcMain() int {
 		defer cancel()
 		_ = rdb.HIncrBy(c, pc.Keys+"events", string(e.Kind), 1).Err()
 	}
-	c, err := consumer.New(pc.Config, pc.Queue, h, consumer.Options{
+	c, err := consumer.New(pc.Config.config(), pc.Queue, h, consumer.Options{
 		Store:           consumer.NewRedisStore(rdb, pc.Store),
 		ConnectionName:  pc.Name,
 		Concurrency:     8,
@@ -218,7 +217,7 @@ func newProcRig(t *testing.T, f *consumerFixture, lease, busy time.Duration) *pr
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := fmt.Sprintf("rdproc:%s:%d:", f.env.Prefix, time.Now().UnixNano())
-	r := &procRig{t: t, f: f, rdb: rdb, base: procConfig{Config: f.cfg, Queue: f.work, RedisURL: u, Store: prefix + "store:",
+	r := &procRig{t: t, f: f, rdb: rdb, base: procConfig{Config: connOf(f.cfg), Queue: f.work, RedisURL: u, Store: prefix + "store:",
 		Keys: prefix, Lease: lease, Busy: busy, Grace: 5 * time.Second}}
 	t.Cleanup(func() {
 		for _, p := range r.procs {

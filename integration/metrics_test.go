@@ -135,15 +135,14 @@ func TestMetricsPublisherAndConsumer(t *testing.T) {
 		t.Fatalf("apply: %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	pub := newPublisher(t, env, spec, amqpdelay.WithMetrics(reg))
+	pub := newPublisher(t, env, spec, amqpdelay.Config{Metrics: reg})
 
 	// One Publisher per Registerer: a second one is refused, and is free to register once the
 	// first is closed.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := amqpdelay.Config{Prefix: spec.Prefix}
-	cfg.URL = env.URL
-	if p2, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithMetrics(reg)); !errors.Is(err, amqpdelay.ErrInvalidConfig) {
+	cfg := amqpdelay.Config{Prefix: spec.Prefix, URL: env.URL, Metrics: reg}
+	if p2, err := amqpdelay.NewPublisher(ctx, cfg); !errors.Is(err, amqpdelay.ErrInvalidConfig) {
 		if p2 != nil {
 			_ = p2.Close()
 		}
@@ -241,7 +240,7 @@ func TestMetricsPublisherAndConsumer(t *testing.T) {
 	if err := pub.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p3, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithMetrics(reg))
+	p3, err := amqpdelay.NewPublisher(ctx, cfg)
 	if err != nil {
 		t.Fatalf("a Publisher on the registry of a closed one: %v", err)
 	}
@@ -442,8 +441,7 @@ func TestMetricsFaultsAndOutcomes(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	pub := newPublisher(t, env, spec, amqpdelay.WithMetrics(reg), amqpdelay.WithConnectionName("met-pub"),
-		amqpdelay.WithReconnectBackoff(100*time.Millisecond, time.Second))
+	pub := newPublisher(t, env, spec, amqpdelay.Config{Metrics: reg, ConnectionName: "met-pub", ReconnectMin: 100 * time.Millisecond, ReconnectMax: time.Second})
 	ctx := topoTestCtx(t, 5*time.Minute)
 	pubValue := func(name string, labels map[string]string) float64 {
 		v, _ := metValue(metGather(t, reg), name, labels)
@@ -462,10 +460,10 @@ func TestMetricsFaultsAndOutcomes(t *testing.T) {
 
 	// Lost: the broker closes the Publisher's connection while 4 goroutines publish; the
 	// publishes in flight then have no answer (ErrConnectionLost). Rounds until one was lost.
-	outcomes := map[amqpdelay.PublishOutcome]float64{amqpdelay.OutcomeConfirmed: 1, amqpdelay.OutcomeNacked: 1}
+	outcomes := map[string]float64{"confirmed": 1, "nacked": 1}
 	var mu sync.Mutex
 	closes := 0
-	for closes < 5 && outcomes[amqpdelay.OutcomeLost] == 0 {
+	for closes < 5 && outcomes["lost"] == 0 {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var sent atomic.Int32
@@ -484,7 +482,7 @@ func TestMetricsFaultsAndOutcomes(t *testing.T) {
 					cancel()
 					sent.Add(1)
 					mu.Lock()
-					outcomes[amqpdelay.OutcomeOf(err)]++
+					outcomes[publishOutcome(err)]++
 					mu.Unlock()
 				}
 			}()
@@ -504,22 +502,22 @@ func TestMetricsFaultsAndOutcomes(t *testing.T) {
 		wg.Wait()
 	}
 	t.Logf("%d connection closes; publish outcomes %v", closes, outcomes)
-	if outcomes[amqpdelay.OutcomeLost] == 0 {
+	if outcomes["lost"] == 0 {
 		t.Errorf("no publish was lost in %d connection closes under load", closes)
 	}
 	fams := metGather(t, reg)
 	var total float64
 	for outcome, n := range outcomes {
 		total += n
-		if v, _ := metValue(fams, "rabbitdelay_publisher_publishes_total", map[string]string{"path": "direct", "outcome": string(outcome)}); v != n {
-			t.Errorf("publishes_total{path=direct,outcome=%s} = %v, want %v (OutcomeOf of each call's error)", outcome, v, n)
+		if v, _ := metValue(fams, "rabbitdelay_publisher_publishes_total", map[string]string{"path": "direct", "outcome": outcome}); v != n {
+			t.Errorf("publishes_total{path=direct,outcome=%s} = %v, want %v (the outcome Config.Metrics documents for each call's error)", outcome, v, n)
 		}
 	}
 	if v, _ := metValue(fams, "rabbitdelay_publisher_publishes_total", nil); v != total {
 		t.Errorf("publishes_total over every label = %v, want %v", v, total)
 	}
-	if v, _ := metValue(fams, "rabbitdelay_publisher_confirm_duration_seconds", nil); v != outcomes[amqpdelay.OutcomeConfirmed] {
-		t.Errorf("confirm_duration_seconds count = %v, want the %v confirmed publishes", v, outcomes[amqpdelay.OutcomeConfirmed])
+	if v, _ := metValue(fams, "rabbitdelay_publisher_confirm_duration_seconds", nil); v != outcomes["confirmed"] {
+		t.Errorf("confirm_duration_seconds count = %v, want the %v confirmed publishes", v, outcomes["confirmed"])
 	}
 	for name, want := range map[string]float64{"rabbitdelay_publisher_disconnects_total": float64(closes),
 		"rabbitdelay_publisher_reconnects_total": float64(closes), "rabbitdelay_publisher_publishes_in_flight": 0} {
@@ -734,7 +732,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	spec := metSpec()
 	declareTopology(t, env, spec)
 	preg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
-	newPublisher(t, env, spec, amqpdelay.WithMetrics(preg))
+	newPublisher(t, env, spec, amqpdelay.Config{Metrics: preg})
 	creg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
 	cfg := amqpdelay.Config{Prefix: spec.Prefix}
 	cfg.URL = env.URL
@@ -808,4 +806,29 @@ func TestGrafanaDashboard(t *testing.T) {
 			t.Errorf("no panel shows %s (%s)", what, expr)
 		}
 	}
+}
+
+// publishOutcome is the outcome label of rabbitdelay_publisher_publishes_total that
+// amqpdelay.Config.Metrics documents for a Publish call that returned err.
+func publishOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "confirmed"
+	case errors.Is(err, amqpdelay.ErrNacked):
+		return "nacked"
+	case errors.Is(err, amqpdelay.ErrUnroutable):
+		return "unroutable"
+	case errors.Is(err, amqpdelay.ErrInvalidInput), errors.Is(err, amqpdelay.ErrUnknownTarget), errors.Is(err, amqpdelay.ErrDelayTooLong),
+		errors.Is(err, amqpdelay.ErrPluginUnavailable):
+		return "invalid"
+	case errors.Is(err, amqpdelay.ErrAccessRefused), errors.Is(err, amqpdelay.ErrExchangeNotFound):
+		return "refused"
+	case errors.Is(err, amqpdelay.ErrConnectionLost):
+		return "lost"
+	case errors.Is(err, amqpdelay.ErrClosed):
+		return "closed"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	return "failed"
 }

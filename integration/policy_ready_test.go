@@ -20,7 +20,7 @@ import (
 // (where the broker accepts the key there: on 3.10 only message-ttl, expires, max-length,
 // max-length-bytes and delivery-limit), one at a time in one vhost, and checks what
 // PolicyProblems reports: the policy, the key, what breaks, and whether it fails (apply
-// returns ErrPolicy; a Publisher WithManagement refuses to start, checked for one key) or is
+// returns ErrPolicy; a Publisher with Config.Management refuses to start, checked for one key) or is
 // a warning (a quorum ready queue with a delivery limit parks what the key takes out). The
 // topology sets no policy on ready queues, so any priority applies there; the parking queue
 // is covered by the topology's delay-queues policy, which a lower-priority one does not pass.
@@ -101,13 +101,13 @@ func TestPolicyReadyAndParkingKeys(t *testing.T) {
 			}
 			if !tc.warning && !publisherChecked {
 				publisherChecked = true
-				cfg := amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix}
-				pub, err := amqpdelay.NewPublisher(pubCtx(t), cfg, withManagement(t, env))
+				cfg := amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix, Management: management(t, env)}
+				pub, err := amqpdelay.NewPublisher(pubCtx(t), cfg)
 				if err == nil {
 					_ = pub.Close()
 				}
 				if !errors.Is(err, amqpdelay.ErrTopologyUnsafe) || !strings.Contains(err.Error(), tc.key) {
-					t.Errorf("%s as %s: NewPublisher WithManagement: %v, want ErrTopologyUnsafe naming %s", name, kind, err, tc.key)
+					t.Errorf("%s as %s: NewPublisher with Config.Management: %v, want ErrTopologyUnsafe naming %s", name, kind, err, tc.key)
 				}
 			}
 			polClear(t, env, kind, pol)

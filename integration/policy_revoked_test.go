@@ -41,7 +41,7 @@ func streamPolicy(t *testing.T, env *brokertest.Env, queue string) (pol, op stri
 // is reported); above it, or as an operator policy (max-length-bytes only: RabbitMQ refuses
 // max-age in an operator policy on 3.10 and 4.0), the broker applies it to the stream and
 // PolicyProblems reports it (revocations lost), apply returns ErrPolicy and NewPublisher
-// WithManagement refuses with ErrTopologyUnsafe. On 4.x the policies are also set with
+// with Config.Management refuses with ErrTopologyUnsafe. On 4.x the policies are also set with
 // apply-to streams. A longer max-age is not reported.
 func TestPolicyRevokedStreamKeys(t *testing.T) {
 	t.Parallel()
@@ -132,12 +132,12 @@ func TestPolicyRevokedStreamKeys(t *testing.T) {
 			if _, rep, err := polApply(t, env, m, spec); !errors.Is(err, admin.ErrPolicy) || len(rep.PolicyProblems) == 0 {
 				t.Errorf("%s: apply: %v, want ErrPolicy", what, err)
 			}
-			pub, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix}, withManagement(t, env))
+			pub, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: env.URL, Prefix: spec.Prefix, Management: management(t, env)})
 			if err == nil {
 				_ = pub.Close()
 			}
 			if !errors.Is(err, amqpdelay.ErrTopologyUnsafe) || !strings.Contains(err.Error(), tc.key) {
-				t.Errorf("%s: NewPublisher WithManagement: %v, want ErrTopologyUnsafe naming %s", what, err, tc.key)
+				t.Errorf("%s: NewPublisher with Config.Management: %v, want ErrTopologyUnsafe naming %s", what, err, tc.key)
 			}
 			polClear(t, env, s.kind, s.name)
 		}

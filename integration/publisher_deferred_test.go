@@ -20,7 +20,7 @@ import (
 // other publish its confirm.
 func TestPublisherDeferred(t *testing.T) {
 	t.Parallel()
-	f := newDirectFixture(t, amqpdelay.WithMaxInFlight(64), amqpdelay.WithChannels(1))
+	f := newDirectFixture(t, amqpdelay.Config{MaxInFlight: 64, Channels: 1})
 	const n = 2000
 	ds := make([]*amqpdelay.Deferred, n)
 	var bad *amqpdelay.Deferred
@@ -99,7 +99,7 @@ func TestPublisherDeferred(t *testing.T) {
 // nothing; one given an ended context returns its error; Close waits for those in flight.
 func TestPublisherDeferredClosed(t *testing.T) {
 	t.Parallel()
-	f := newDirectFixture(t, amqpdelay.WithMaxInFlight(1))
+	f := newDirectFixture(t, amqpdelay.Config{MaxInFlight: 1})
 	d, err := f.p.PublishDeferred(f.ctx, f.target, "k", textMsg("first"), 0)
 	if err != nil {
 		t.Fatalf("start: %v", err)

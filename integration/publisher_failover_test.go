@@ -22,8 +22,7 @@ func TestPublisherFailover(t *testing.T) {
 	gotA := resilientConsumer(t, a.URL, "rdt-failover.ready")
 	gotB := resilientConsumer(t, b.URL, "rdt-failover.ready")
 	ev := &events{}
-	p := newPublisherURL(t, a.URL+","+b.URL, spec, amqpdelay.WithReconnectHandler(ev.add),
-		amqpdelay.WithReconnectBackoff(50*time.Millisecond, time.Second))
+	p := newPublisherURL(t, a.URL+","+b.URL, spec, amqpdelay.Config{OnReconnect: ev.add, ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second})
 	target := spec.Targets[0].Name
 
 	publish := func(what string) {

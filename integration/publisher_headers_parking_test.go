@@ -83,7 +83,7 @@ func startWatch(t *testing.T, env *brokertest.Env, queue string) *watchConsumer 
 	return w
 }
 
-func runAttack(t *testing.T, cases []attackCase, opts ...amqpdelay.Option) {
+func runAttack(t *testing.T, cases []attackCase) {
 	env := brokertest.NewEnv(t)
 	target := env.Name("t")
 	spec := testSpec(env, delayspec.Target{Name: target, Type: "topic"})
@@ -94,8 +94,7 @@ func runAttack(t *testing.T, cases []attackCase, opts ...amqpdelay.Option) {
 	wr := startWatch(t, env, rq)
 	wb := startWatch(t, env, bq)
 	var ev events
-	opts = append([]amqpdelay.Option{amqpdelay.WithChannels(1), amqpdelay.WithReconnectHandler(ev.add)}, opts...)
-	p := newPublisher(t, env, spec, opts...)
+	p := newPublisher(t, env, spec, amqpdelay.Config{Channels: 1, OnReconnect: ev.add})
 
 	var results []attackResult
 	for _, tc := range cases {

@@ -171,25 +171,25 @@ func noDelivery(t testing.TB, c <-chan arrival, d time.Duration) {
 	}
 }
 
-// withManagement is amqpdelay.WithManagement with the management API of env's broker, read for
-// env's vhost.
-func withManagement(t testing.TB, env *brokertest.Env) amqpdelay.Option {
+// management is the management API of env's broker, read for env's vhost, for
+// amqpdelay.Config.Management.
+func management(t testing.TB, env *brokertest.Env) amqpdelay.ManagementCheck {
 	t.Helper()
 	m, err := admin.NewManagement(env.Broker.ManagementURL, env.VHost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return amqpdelay.WithManagement(m)
+	return m
 }
 
-// newPublisher opens a Publisher on url for spec and closes it with the test.
-func newPublisherURL(t testing.TB, url string, spec delayspec.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
+// newPublisherURL opens a Publisher on url for spec and closes it with the test. cfg, when
+// given (at most one), sets the Publisher's other fields; its URL and Prefix are replaced.
+func newPublisherURL(t testing.TB, url string, spec delayspec.Spec, cfg ...amqpdelay.Config) *amqpdelay.Publisher {
 	t.Helper()
-	cfg := amqpdelay.Config{Prefix: spec.Prefix}
-	cfg.URL = url
+	c := publisherConfig(t, url, spec, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := amqpdelay.NewPublisher(ctx, cfg, opts...)
+	p, err := amqpdelay.NewPublisher(ctx, c)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -201,9 +201,25 @@ func newPublisherURL(t testing.TB, url string, spec delayspec.Spec, opts ...amqp
 	return p
 }
 
-func newPublisher(t testing.TB, env *brokertest.Env, spec delayspec.Spec, opts ...amqpdelay.Option) *amqpdelay.Publisher {
+// publisherConfig is cfg[0] (or the zero Config) with url and spec's prefix.
+func publisherConfig(t testing.TB, url string, spec delayspec.Spec, cfg []amqpdelay.Config) amqpdelay.Config {
 	t.Helper()
-	return newPublisherURL(t, env.URL, spec, opts...)
+	var c amqpdelay.Config
+	switch len(cfg) {
+	case 0:
+	case 1:
+		c = cfg[0]
+	default:
+		t.Fatalf("%d Configs given: want at most one", len(cfg))
+	}
+	c.URL, c.Prefix = url, spec.Prefix
+	return c
+}
+
+// newPublisher is newPublisherURL with env's URL.
+func newPublisher(t testing.TB, env *brokertest.Env, spec delayspec.Spec, cfg ...amqpdelay.Config) *amqpdelay.Publisher {
+	t.Helper()
+	return newPublisherURL(t, env.URL, spec, cfg...)
 }
 
 // declareReadyQueue declares a quorum queue bound to exchange with key.
@@ -438,12 +454,12 @@ type directFixture struct {
 }
 
 // newDirectFixture declares a direct target "orders" with a ready queue bound by "k", consumes
-// it, and starts a Publisher with opts.
-func newDirectFixture(t *testing.T, opts ...amqpdelay.Option) directFixture {
+// it, and starts a Publisher with cfg (see newPublisherURL).
+func newDirectFixture(t *testing.T, cfg ...amqpdelay.Config) directFixture {
 	t.Helper()
 	f := declareDirectFixture(t)
 	f.got = consumeQueue(t, f.env, f.q)
-	f.p = newPublisher(t, f.env, f.spec, opts...)
+	f.p = newPublisher(t, f.env, f.spec, cfg...)
 	f.ctx = pubCtx(t)
 	return f
 }

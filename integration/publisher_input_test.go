@@ -28,7 +28,7 @@ import (
 func TestPublisherRefusesConnectionKillers(t *testing.T) {
 	t.Parallel()
 	var ev events
-	f := newDirectFixture(t, amqpdelay.WithReconnectHandler(ev.add))
+	f := newDirectFixture(t, amqpdelay.Config{OnReconnect: ev.add})
 	target, got, p := f.target, f.got, f.p
 
 	// The good publisher: direct publishes, one every 5 ms, until stop.
@@ -79,7 +79,7 @@ func TestPublisherRefusesConnectionKillers(t *testing.T) {
 		{"300-byte msg.Type", "k", typed, 0, "msg.Type"},
 		{"200 KB of headers, direct", "k", withHeaders(amqp.Table{"pad": strings.Repeat("p", 200_000)}), 0, "frame_max"},
 		{"200 KB of headers, delayed", "k", withHeaders(amqp.Table{"pad": strings.Repeat("p", 200_000)}), time.Second, "frame_max"},
-		{"body over the maximum message size", "k", huge, time.Second, "WithMaxMessageSize"},
+		{"body over the maximum message size", "k", huge, time.Second, "Config.MaxMessageSize"},
 		{"tables 33 deep, direct", "k", withHeaders(deepHeaders(33)), 0, "nested 33 deep"},
 		{"tables 33 deep, delayed", "k", withHeaders(deepHeaders(33)), time.Second, "nested 33 deep"},
 		{"array of 8193, delayed", "k", withHeaders(amqp.Table{"w": make([]any, 8193)}), time.Second, "8193 entries"},
@@ -148,7 +148,7 @@ func TestPublisherHeaderFrameLimit(t *testing.T) {
 	spec.ReadyDeliveryLimit = delayspec.NoReadyDeliveryLimit
 	spec.ReadyQueues = nil
 	declareTopology(t, f.env, spec)
-	env, target, p := f.env, f.target, newPublisher(t, f.env, spec, amqpdelay.WithReconnectHandler(ev.add))
+	env, target, p := f.env, f.target, newPublisher(t, f.env, spec, amqpdelay.Config{OnReconnect: ev.add})
 	frameMax := env.Dial(t).Config.FrameSize
 	if frameMax <= 0 {
 		t.Fatalf("negotiated frame_max = %d", frameMax)

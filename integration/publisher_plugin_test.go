@@ -56,7 +56,7 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 	declareReadyQueue(t, env, q, target, "k")
 	got := consumeQueue(t, env, q)
 	for _, s := range []amqpdelay.Strategy{amqpdelay.Auto, amqpdelay.PreferPlugin} {
-		p := newPublisher(t, env, spec, amqpdelay.WithStrategy(s))
+		p := newPublisher(t, env, spec, amqpdelay.Config{Strategy: s})
 		if p.PluginAvailable() {
 			t.Errorf("%v: PluginAvailable() = true on a broker without the plugin", s)
 		}
@@ -70,9 +70,9 @@ func TestPublisherWithoutPlugin(t *testing.T) {
 		}
 		checkOnTime(t, nextDelivery(t, got, 5*time.Second))
 	}
-	cfg := amqpdelay.Config{Prefix: spec.Prefix}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix, Strategy: amqpdelay.PluginOnly}
 	cfg.URL = env.URL
-	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+	p, err := amqpdelay.NewPublisher(ctx, cfg)
 	if err == nil {
 		p.Close()
 		t.Fatal("PluginOnly on a broker without the plugin: NewPublisher succeeded")
@@ -101,7 +101,7 @@ func TestPublisherPluginPath(t *testing.T) {
 		{amqpdelay.LadderOnly, 700*time.Millisecond + 1, amqpdelay.PathLadder},
 	}
 	for _, c := range cases {
-		p := newPublisherURL(t, url, spec, amqpdelay.WithStrategy(c.strategy))
+		p := newPublisherURL(t, url, spec, amqpdelay.Config{Strategy: c.strategy})
 		// LadderOnly never probes the plugin, so it reports it unavailable.
 		if want := c.strategy != amqpdelay.LadderOnly; p.PluginAvailable() != want {
 			t.Fatalf("%v: PluginAvailable() = %v with the plugin exchange declared, want %v", c.strategy, !want, want)
@@ -171,8 +171,8 @@ func TestPublisherPluginExchangeDeleted(t *testing.T) {
 	f := newPluginFixture(t)
 	url, spec, target, got := f.env.URL, f.spec, f.target, f.got
 	ctx := pubCtx(t)
-	prefer := newPublisherURL(t, url, spec, amqpdelay.WithStrategy(amqpdelay.PreferPlugin))
-	only := newPublisherURL(t, url, spec, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+	prefer := newPublisherURL(t, url, spec, amqpdelay.Config{Strategy: amqpdelay.PreferPlugin})
+	only := newPublisherURL(t, url, spec, amqpdelay.Config{Strategy: amqpdelay.PluginOnly})
 	if r, err := prefer.Publish(ctx, target, "k", textMsg("before"), 300*time.Millisecond); err != nil || r.Path != amqpdelay.PathPlugin {
 		t.Fatalf("before: %+v, %v; want the plugin path", r, err)
 	}
@@ -228,7 +228,7 @@ func TestPublisherPluginExchangeDeleted(t *testing.T) {
 func TestPublisherPluginGoneOtherPathsUntouched(t *testing.T) {
 	f := newPluginFixture(t)
 	ctx := pubCtx(t)
-	p := newPublisherURL(t, f.env.URL, f.spec, amqpdelay.WithStrategy(amqpdelay.PreferPlugin), amqpdelay.WithChannels(1))
+	p := newPublisherURL(t, f.env.URL, f.spec, amqpdelay.Config{Strategy: amqpdelay.PreferPlugin, Channels: 1})
 	go func() {
 		for range f.got { // keep the ready queue's consumer flowing
 		}
@@ -349,7 +349,7 @@ func TestPublisherPluginBackAfterRestart(t *testing.T) {
 	spec.ReadyQueues = delayspec.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
 	declareTopologyAt(t, b.URL, spec)
 	ctx := pubCtx(t)
-	p := newPublisherURL(t, b.URL, spec, amqpdelay.WithStrategy(amqpdelay.PreferPlugin))
+	p := newPublisherURL(t, b.URL, spec, amqpdelay.Config{Strategy: amqpdelay.PreferPlugin})
 	if !p.PluginAvailable() {
 		t.Fatal("PluginAvailable() = false on a broker with the plugin exchange")
 	}

@@ -38,12 +38,12 @@ func TestPublisherRefusesAReappliedTopology(t *testing.T) {
 	declareTopology(t, env, spec)
 	events := make(chan amqpdelay.ReconnectEvent, 256)
 	name := env.Name("publisher")
-	p := newPublisher(t, env, spec, amqpdelay.WithConnectionName(name), amqpdelay.WithReconnectHandler(func(e amqpdelay.ReconnectEvent) {
+	p := newPublisher(t, env, spec, amqpdelay.Config{ConnectionName: name, OnReconnect: func(e amqpdelay.ReconnectEvent) {
 		select {
 		case events <- e:
 		default:
 		}
-	}))
+	}})
 	if r, err := p.Publish(pubCtx(t), target, "k", textMsg("before"), 2*time.Second); err != nil || r.Path != amqpdelay.PathLadder {
 		t.Fatalf("2 s before the new apply: %v, path %v; want the ladder", err, r.Path)
 	}

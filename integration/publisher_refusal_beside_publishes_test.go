@@ -84,7 +84,7 @@ func TestPublisherNoWriteOnDelayExchange(t *testing.T) {
 	}
 	u, _ := url.Parse(env.URL)
 	u.User = url.UserPassword(user, "pw")
-	p := newPublisherURL(t, u.String(), spec, amqpdelay.WithChannels(1))
+	p := newPublisherURL(t, u.String(), spec, amqpdelay.Config{Channels: 1})
 	ctx := pubCtx(t)
 	attackCanaries(t, p, target, func() error {
 		r, err := p.Publish(ctx, target, "k", textMsg("bucket"), 90*time.Second)
@@ -115,8 +115,7 @@ func TestPublisherBodyLimitLoweredAcrossReconnect(t *testing.T) {
 	target := spec.Targets[0].Name
 	declareTopologyAt(t, b.URL, spec)
 	var ev events
-	p := newPublisherURL(t, b.URL, spec, amqpdelay.WithChannels(1), amqpdelay.WithReconnectHandler(ev.add),
-		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+	p := newPublisherURL(t, b.URL, spec, amqpdelay.Config{Channels: 1, OnReconnect: ev.add, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
 	ctx := pubCtx(t)
 	if _, err := p.Publish(ctx, target, "k", amqp.Publishing{Body: make([]byte, 2<<20)}, time.Minute); err != nil {
 		t.Fatal(err)
@@ -156,7 +155,7 @@ func TestPublisherCrashWhilePublishing(t *testing.T) {
 	rq := env.Name("ready")
 	declareReadyQueue(t, env, rq, target, "k")
 	got := resilientConsumer(t, env.URL, rq)
-	p := newPublisher(t, env, spec, amqpdelay.WithChannels(2))
+	p := newPublisher(t, env, spec, amqpdelay.Config{Channels: 2})
 	var mu sync.Mutex
 	confirmed := map[string]amqpdelay.Receipt{}
 	unknown := map[string]bool{}

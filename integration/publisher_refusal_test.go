@@ -151,7 +151,7 @@ func TestPublisherChannelRefusals(t *testing.T) {
 				}
 				u = weakURL
 			}
-			p := newPublisherURL(t, u, spec, amqpdelay.WithChannels(1), amqpdelay.WithMaxMessageSize(amqpdelay.MaxMessageSizeLimit))
+			p := newPublisherURL(t, u, spec, amqpdelay.Config{Channels: 1, MaxMessageSize: amqpdelay.MaxMessageSizeLimit})
 			ctx := pubCtx(t)
 			// Victims: due in about a minute, so nothing falls due while the test runs.
 			c := startCanary(8, func() error {

@@ -38,8 +38,7 @@ func newRestartFixture(t *testing.T, prefix string) (b *privateBroker, got <-cha
 	declareTopologyAt(t, b.URL, spec)
 	got = resilientConsumer(t, b.URL, prefix+".ready")
 	ev = &events{}
-	p = newPublisherURL(t, b.URL, spec, amqpdelay.WithReconnectHandler(ev.add),
-		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+	p = newPublisherURL(t, b.URL, spec, amqpdelay.Config{OnReconnect: ev.add, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
 	return b, got, ev, p, spec.Targets[0].Name
 }
 
@@ -152,8 +151,7 @@ func TestPublisherBrokerOutage(t *testing.T) {
 
 	// A second Publisher with one channel: the ladder publishes and the direct publish to a
 	// missing exchange started during the outage share it once the broker is back.
-	one := newPublisherURL(t, b.URL, restartSpec("rdt-outage"), amqpdelay.WithChannels(1),
-		amqpdelay.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+	one := newPublisherURL(t, b.URL, restartSpec("rdt-outage"), amqpdelay.Config{Channels: 1, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
 
 	b.stopApp(t)
 	for _, d := range []time.Duration{0, time.Second} {
@@ -234,9 +232,9 @@ func TestPublisherBrokerOutage(t *testing.T) {
 	// Closed while the alarm blocks its connection: Close still returns, within its bounds (5 s
 	// for the publish in flight, 5 s for the broker's answer). Not newPublisherURL: its clean-up
 	// would count Close's error (the broker never answered) as a failure.
-	ccfg := amqpdelay.Config{Prefix: restartSpec("rdt-outage").Prefix}
+	ccfg := amqpdelay.Config{Prefix: restartSpec("rdt-outage").Prefix, Channels: 1}
 	ccfg.URL = b.URL
-	closing, err := amqpdelay.NewPublisher(pubCtx(t), ccfg, amqpdelay.WithChannels(1))
+	closing, err := amqpdelay.NewPublisher(pubCtx(t), ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,7 +201,7 @@ func TestPublisherRetryWithXDeath(t *testing.T) {
 // after its check gets the broker's 404 once and is checked again afterwards.
 func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 	t.Parallel()
-	f := newDirectFixture(t, amqpdelay.WithChannels(1))
+	f := newDirectFixture(t, amqpdelay.Config{Channels: 1})
 	env, target, p, ctx := f.env, f.target, f.p, f.ctx
 
 	// Due in about a minute (the test ladder's maximum is 65.5 s): nothing falls due while the
@@ -280,7 +280,7 @@ func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 }
 
 // TestPublisherChannelMax: a connection whose channel_max (here lowered by the client, with
-// the URI's channel_max parameter) cannot hold WithChannels(n) channels and the one that checks
+// the URI's channel_max parameter) cannot hold Config.Channels n channels and the one that checks
 // exchanges is refused with ErrInvalidConfig naming channel_max; one that can starts,
 // publishes, and checks exchanges.
 func TestPublisherChannelMax(t *testing.T) {
@@ -294,18 +294,18 @@ func TestPublisherChannelMax(t *testing.T) {
 	q := u.Query()
 	q.Set("channel_max", "2")
 	u.RawQuery = q.Encode()
-	cfg := amqpdelay.Config{Prefix: spec.Prefix}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix, Channels: 2}
 	cfg.URL = u.String()
-	if p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(2)); !errors.Is(err, amqpdelay.ErrInvalidConfig) ||
+	if p, err := amqpdelay.NewPublisher(ctx, cfg); !errors.Is(err, amqpdelay.ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "channel_max") || !strings.Contains(err.Error(), "at most 1") {
 		if p != nil {
 			_ = p.Close()
 		}
-		t.Fatalf("WithChannels(2) on a connection with channel_max 2: err = %v, want ErrInvalidConfig naming channel_max and WithChannels at most 1", err)
+		t.Fatalf("Config.Channels 2 on a connection with channel_max 2: err = %v, want ErrInvalidConfig naming channel_max and Config.Channels at most 1", err)
 	}
-	p := newPublisherURL(t, u.String(), spec, amqpdelay.WithChannels(1))
+	p := newPublisherURL(t, u.String(), spec, amqpdelay.Config{Channels: 1})
 	if _, err := p.Publish(ctx, target, "k", textMsg("x"), time.Second); err != nil {
-		t.Fatalf("WithChannels(1) on a connection with channel_max 2: %v", err)
+		t.Fatalf("Config.Channels 1 on a connection with channel_max 2: %v", err)
 	}
 	// The one channel left checks exchanges: a missing one is refused, a new one taken, and
 	// the publishing channel is never closed by a 404.
@@ -530,7 +530,7 @@ func TestPublisherConcurrent(t *testing.T) {
 	q := env.Name("ready")
 	declareReadyQueue(t, env, q, target, "k")
 	got := consumeQueue(t, env, q)
-	p := newPublisher(t, env, spec, amqpdelay.WithChannels(2))
+	p := newPublisher(t, env, spec, amqpdelay.Config{Channels: 2})
 	ctx := pubCtx(t)
 	const workers, each = 8, 40
 	delays := []time.Duration{0, time.Second, 1200 * time.Millisecond, 1500*time.Millisecond + 1}
@@ -618,9 +618,9 @@ func TestPublisherClose(t *testing.T) {
 	// Every goroutine the Publisher starts (its supervisor, one dispatcher per channel,
 	// amqp091's own) must end with Close; goleak retries for a while before it reports.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	cfg := amqpdelay.Config{Prefix: spec.Prefix}
+	cfg := amqpdelay.Config{Prefix: spec.Prefix, Channels: 3}
 	cfg.URL = env.URL
-	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithChannels(3))
+	p, err := amqpdelay.NewPublisher(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 // publishes on the connection, sent while 8 goroutines publish on the same one-channel
 // Publisher (4 delayed, 4 direct: to another target and to allowed keys of the same topic
 // exchange). A routing key the user's topic permission refuses (403), whether the Publisher
-// read the topic permissions WithManagement or learns them from this refusal, and a
+// read the topic permissions with Config.Management or learns them from this refusal, and a
 // publish to an exchange deleted after it took publishes (404): each bad publish gets its own
 // refusal (ErrAccessRefused, ErrExchangeNotFound) and no victim fails, the first time too (a
 // publish in flight on the shared channel that such a refusal closed is sent again alone).
@@ -38,7 +38,7 @@ func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 		}
 	}
 	spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"}, delayspec.Target{Name: topic})
-	if _, _, err := polApply(t, env, topoNeedManagement(t, env), spec); err != nil { // with the policies WithManagement checks
+	if _, _, err := polApply(t, env, topoNeedManagement(t, env), spec); err != nil { // with the policies Config.Management checks
 		t.Fatalf("apply: %v", err)
 	}
 	declareReadyQueue(t, env, env.Name("ready"), target, "k")
@@ -91,21 +91,21 @@ func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 		v.direct.check(t, what+" (direct victims)")
 	}
 
-	t.Run("topic permission read WithManagement", func(t *testing.T) {
-		p := newPublisherURL(t, weakURL, spec, amqpdelay.WithChannels(1), withManagement(t, env))
+	t.Run("topic permission read with Config.Management", func(t *testing.T) {
+		p := newPublisherURL(t, weakURL, spec, amqpdelay.Config{Channels: 1, Management: management(t, env)})
 		warm(p, topic, allowed)
 		refusedAlone(t, p, topic, "denied.1", amqpdelay.ErrAccessRefused, topic, allowed, "a refused topic key")
 	})
 
 	t.Run("topic permission learnt from a refusal", func(t *testing.T) {
-		p := newPublisherURL(t, weakURL, spec, amqpdelay.WithChannels(1))
+		p := newPublisherURL(t, weakURL, spec, amqpdelay.Config{Channels: 1})
 		warm(p, topic, allowed)
 		refusedAlone(t, p, topic, "denied.1", amqpdelay.ErrAccessRefused, topic, allowed, "the first refused topic key")
 		refusedAlone(t, p, topic, "denied.2", amqpdelay.ErrAccessRefused, topic, allowed, "a refused topic key after the first")
 	})
 
 	t.Run("exchange deleted after it took publishes", func(t *testing.T) {
-		p := newPublisherURL(t, env.URL, spec, amqpdelay.WithChannels(1))
+		p := newPublisherURL(t, env.URL, spec, amqpdelay.Config{Channels: 1})
 		warm(p, doomed, "k")
 		if err := env.Channel(t).ExchangeDelete(doomed, false, false); err != nil {
 			t.Fatal(err)
@@ -119,7 +119,7 @@ func TestPublisherTrustedExchangeRefusals(t *testing.T) {
 // which RabbitMQ does not check against the user's permissions; the Publisher asks the broker
 // (a publish in a rolled-back transaction) so that a delayed publish is refused exactly where
 // the same direct publish would be. Members: a routing key the user's topic permission on a
-// topic target refuses (read WithManagement; learnt by the Publisher's own probe even when
+// topic target refuses (read with Config.Management; learnt by the Publisher's own probe even when
 // the first key is allowed, for an allow-list of prefixes and of key shapes; on 4.x a CC key
 // too; 600 in flight at once, one in five refused), and a target the user has no write
 // permission on. Each is refused with ErrAccessRefused and nothing arrives; allowed keys are
@@ -159,8 +159,8 @@ func TestDelayedPublishKeepsPermissions(t *testing.T) {
 		sent[key] = true
 	}
 
-	t.Run("topic permission read WithManagement", func(t *testing.T) {
-		p := newPublisherURL(t, topicURL, spec, withManagement(t, env))
+	t.Run("topic permission read with Config.Management", func(t *testing.T) {
+		p := newPublisherURL(t, topicURL, spec, amqpdelay.Config{Management: management(t, env)})
 		refused(t, p, topic, "denied.1", textMsg("denied.1"), "a refused key")
 		allowed(t, p, "allowed.1")
 	})

@@ -16,14 +16,13 @@ import (
 )
 
 // newPublisherErr starts a Publisher and returns NewPublisher's error (closing a Publisher
-// that started).
-func newPublisherErr(t *testing.T, env *brokertest.Env, spec delayspec.Spec, opts ...amqpdelay.Option) error {
+// that started). cfg is as for newPublisherURL.
+func newPublisherErr(t *testing.T, env *brokertest.Env, spec delayspec.Spec, cfg ...amqpdelay.Config) error {
 	t.Helper()
-	cfg := amqpdelay.Config{Prefix: spec.Prefix}
-	cfg.URL = env.URL
+	c := publisherConfig(t, env.URL, spec, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := amqpdelay.NewPublisher(ctx, cfg, opts...)
+	p, err := amqpdelay.NewPublisher(ctx, c)
 	if err == nil {
 		_ = p.Close()
 	}
@@ -48,7 +47,7 @@ func TestPublisherTargetNotBound(t *testing.T) {
 	}
 }
 
-// TestPublisherManagedChecks: with WithManagement, NewPublisher refuses a topology whose
+// TestPublisherManagedChecks: with Config.Management, NewPublisher refuses a topology whose
 // dispatch binding to a target was deleted by hand after apply (the marker is still there),
 // and one where a policy in effect breaks a guarantee (a message-ttl policy above the
 // topology's own priority; an expires operator policy); it starts once they are gone.
@@ -76,7 +75,7 @@ func TestPublisherManagedChecks(t *testing.T) {
 	if _, err := admin.Apply(ctx, env.Dial(t), plan, admin.ApplyOptions{Management: m}); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
-	withMgmt := withManagement(t, env)
+	withMgmt := amqpdelay.Config{Management: management(t, env)}
 	if err := newPublisherErr(t, env, spec, withMgmt); err != nil {
 		t.Fatalf("NewPublisher on a healthy topology: %v", err)
 	}
@@ -137,7 +136,7 @@ func TestPublisherManagedChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := newPublisherErr(t, env, spec, amqpdelay.WithManagement(other)); !errors.Is(err, amqpdelay.ErrInvalidConfig) || !strings.Contains(err.Error(), "vhost") {
+	if err := newPublisherErr(t, env, spec, amqpdelay.Config{Management: other}); !errors.Is(err, amqpdelay.ErrInvalidConfig) || !strings.Contains(err.Error(), "vhost") {
 		t.Errorf("management check of another vhost: err = %v, want ErrInvalidConfig naming the vhost", err)
 	}
 }

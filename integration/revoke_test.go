@@ -477,7 +477,7 @@ func TestRevokePlainConsumer(t *testing.T) {
 // the plugin.
 func TestRevokePluginPath(t *testing.T) {
 	f := newPluginFixture(t)
-	p := newPublisherURL(t, f.env.URL, f.spec, amqpdelay.WithStrategy(amqpdelay.PluginOnly))
+	p := newPublisherURL(t, f.env.URL, f.spec, amqpdelay.Config{Strategy: amqpdelay.PluginOnly})
 	checkPlainConsumer(t, p, amqpdelay.Config{URL: f.env.URL, Prefix: f.spec.Prefix}, f.target, f.got)
 }
 

@@ -37,7 +37,7 @@ func TestClusterScheduleNodeKilled(t *testing.T) {
 	sch := f.schedule("cluster", every)
 	sch.Missed = schedule.MissedAll
 	for i := range 3 {
-		startSchedProc(t, schedProcConfig{Instance: fmt.Sprintf("proc-%d", i), Config: f.cfg, Schedule: sch})
+		startSchedProc(t, schedProcConfig{Instance: fmt.Sprintf("proc-%d", i), Config: connOf(f.cfg), Schedule: sch})
 	}
 	waitFor(t, 2*time.Minute, "5 occurrences", func() bool { return log.count() >= 5 })
 	victim := 2

@@ -19,7 +19,7 @@ func startDeclarers(t *testing.T, f *schedFixture, gen string, n int, sch schedu
 	t.Helper()
 	procs := make([]*schedProc, n)
 	for i := range procs {
-		procs[i] = startSchedProc(t, schedProcConfig{Instance: fmt.Sprintf("%s-%d", gen, i), Config: f.cfg, Schedule: sch, DeclareAt: at})
+		procs[i] = startSchedProc(t, schedProcConfig{Instance: fmt.Sprintf("%s-%d", gen, i), Config: connOf(f.cfg), Schedule: sch, DeclareAt: at})
 	}
 	return procs
 }

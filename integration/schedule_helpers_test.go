@@ -33,12 +33,24 @@ const schedProcEnv = "RABBITDELAY_TEST_SCHEDULE_PROCESS"
 
 type schedProcConfig struct {
 	Instance string
-	Config   amqpdelay.Config
+	Config   procConn // the broker and topology (amqpdelay.Config's func fields do not marshal)
 	Schedule schedule.Schedule
 	// DeclareAt, when set, is the instant the process calls Declare (after New): processes
 	// given the same instant declare at the same moment. The process then prints
 	// "declared <RFC 3339 time Declare returned>".
 	DeclareAt time.Time
+}
+
+// procConn is the part of an amqpdelay.Config that a consumer or scheduler process reads,
+// in a form that marshals to JSON.
+type procConn struct{ URL, TLSCA, TLSCert, TLSKey, Prefix string }
+
+func connOf(c amqpdelay.Config) procConn {
+	return procConn{URL: c.URL, TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey, Prefix: c.Prefix}
+}
+
+func (c procConn) config() amqpdelay.Config {
+	return amqpdelay.Config{URL: c.URL, TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey, Prefix: c.Prefix}
 }
 
 func init() {
@@ -63,7 +75,7 @@ func schedProcMain() int {
 	for ctx.Err() == nil { // the broker (a cluster node) may be down at start
 		c, cancel := context.WithTimeout(ctx, 20*time.Second)
 		var err error
-		s, err = schedule.New(c, pc.Config, schedule.Options{Instance: pc.Instance})
+		s, err = schedule.New(c, pc.Config.config(), schedule.Options{Instance: pc.Instance})
 		if err == nil {
 			time.Sleep(time.Until(pc.DeclareAt))
 			err = s.Declare(c, pc.Schedule)

@@ -32,7 +32,7 @@ func TestScheduleProcessesKilled(t *testing.T) {
 	gen := 0
 	start := func(i int) {
 		gen++
-		procs[i] = startSchedProc(t, schedProcConfig{Instance: fmt.Sprintf("proc-%d-%d", i, gen), Config: f.cfg, Schedule: sch})
+		procs[i] = startSchedProc(t, schedProcConfig{Instance: fmt.Sprintf("proc-%d-%d", i, gen), Config: connOf(f.cfg), Schedule: sch})
 	}
 	for i := range procs {
 		start(i)

@@ -53,7 +53,7 @@ func TestTopologyApplyCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := newPublisher(t, env, spec, amqpdelay.WithManagement(mc)) // its checks pass on the applied topology
+	pub := newPublisher(t, env, spec, amqpdelay.Config{Management: mc}) // its checks pass on the applied topology
 	if mc, err := topology.NewManagement("http://u:secret@[::1", env.VHost); err == nil || mc != nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("NewManagement of a bad URL: %v, %v; want nil and an error without the password", mc, err)
 	}

@@ -59,8 +59,10 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Scheduler, e
 	s.sess, s.unit = sess, sess.unit
 	// The links exchange is a target the spec record does not list: the session declared it
 	// and bound it to the dispatch exchange.
-	links := pubhook.ExtraTargets(s.names.links()).(amqpdelay.Option)
-	s.pub, err = amqpdelay.NewPublisher(ctx, cfg, links, amqpdelay.WithConnectionName(o.name+"-links"), amqpdelay.WithLogger(o.log), amqpdelay.WithChannels(1))
+	pcfg := amqpdelay.Config{URL: cfg.URL, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, Prefix: cfg.Prefix,
+		ConnectionName: o.name + "-links", Logger: o.log, Channels: 1}
+	pubhook.ExtraTargets(s.names.links()).(func(*amqpdelay.Config))(&pcfg)
+	s.pub, err = amqpdelay.NewPublisher(ctx, pcfg)
 	if err != nil {
 		sess.kill(errors.New("closed"))
 		return nil, fmt.Errorf("schedule: links publisher: %w", err)

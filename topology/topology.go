@@ -4,7 +4,7 @@
 //
 // RabbitMQ sets policies only through its management API (https://www.rabbitmq.com/docs/policies),
 // so both functions need its URL. [NewManagement] gives a Publisher the same API's checks
-// (amqpdelay.WithManagement).
+// (amqpdelay.Config.Management).
 package topology
 
 import (
@@ -65,8 +65,8 @@ func Check(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL 
 }
 
 // NewManagement returns the checks a Publisher asks of the management API at managementURL
-// (http://user:password@host:15672) for vhost ("/" when empty): pass it to
-// amqpdelay.WithManagement. It does no I/O; the error names a URL that does not parse, without
+// (http://user:password@host:15672) for vhost ("/" when empty): set it as
+// amqpdelay.Config.Management. It does no I/O; the error names a URL that does not parse, without
 // its password.
 func NewManagement(managementURL, vhost string) (amqpdelay.ManagementCheck, error) {
 	if vhost == "" {

@@ -39,7 +39,8 @@ func main() {
 
 	cfg, err := amqpdelay.ConfigFromEnv()
 	fail(err)
-	p, err := amqpdelay.NewPublisher(ctx, cfg, amqpdelay.WithMetrics(reg))
+	cfg.Metrics = reg
+	p, err := amqpdelay.NewPublisher(ctx, cfg)
 	fail(err)
 	defer p.Close()
 	c, err := consumer.New(cfg, *queue, func(context.Context, amqp.Delivery) error { return nil },

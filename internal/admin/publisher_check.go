@@ -7,7 +7,7 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// What amqpdelay.WithManagement asks at every Publisher connection (amqpdelay.ManagementCheck):
+// What amqpdelay.Config.Management asks at every Publisher connection (amqpdelay.ManagementCheck):
 // the checks of the management API whose absence would lose or stall delayed messages, for a
 // specification rather than a plan, so that the client never needs this package.
 
