@@ -22,7 +22,8 @@ import (
 // prefix "rabbitdelay", and every other zero field takes its default. [ConfigFromEnv] fills
 // URL, the TLS files and Prefix. [NewPublisher] refuses a field it cannot use with an error
 // wrapping ErrInvalidConfig that names the field, and reports every such field at once. The
-// packages consumer, revoke and schedule read only URL, the TLS files and Prefix.
+// packages consumer, revoke and schedule read only URL, the TLS files and Prefix. JSON encodes
+// the plain fields only (Management, OnReconnect, Logger and Metrics are left out).
 type Config struct {
 	// URL is an amqp:// or amqps:// URL (user:password@host:port/vhost; the vhost is the
 	// path, https://www.rabbitmq.com/docs/uri-spec), or the comma-separated URLs of one
@@ -71,7 +72,7 @@ type Config struct {
 	// policy in effect on the topology breaks a guarantee, and which exchanges carry a topic
 	// permission (see [ManagementCheck]). nil: no management API. One that reads another
 	// vhost than URL's: ErrInvalidConfig.
-	Management ManagementCheck
+	Management ManagementCheck `json:"-"`
 
 	// ConnectionName is the name of the Publisher's connection in the management UI.
 	// "": "rabbitdelay-publisher".
@@ -84,11 +85,11 @@ type Config struct {
 	// OnReconnect, when set, is called on every connection event (lost, re-established,
 	// attempt failed). It runs on the Publisher's reconnecting goroutine: it must return
 	// quickly and must not call [Publisher.Close]. It is not called once Close has begun.
-	OnReconnect func(ReconnectEvent)
+	OnReconnect func(ReconnectEvent) `json:"-"`
 	// Logger receives the Publisher's logs: connection, reconnection and probe events at info
 	// and warn level, never a message body, header or password. The zero Logger logs nothing;
 	// the Publisher never uses the global logger.
-	Logger zerolog.Logger
+	Logger zerolog.Logger `json:"-"`
 	// Metrics, when set, is the Prometheus registry the Publisher registers its metrics on
 	// (the global registry is never touched); Close unregisters them:
 	//
@@ -105,7 +106,7 @@ type Config struct {
 	//
 	// A registry that already has these names: ErrInvalidConfig; give each Publisher its own
 	// label with prometheus.WrapRegistererWith.
-	Metrics prometheus.Registerer
+	Metrics prometheus.Registerer `json:"-"`
 
 	// extraTargets are exchanges beside the spec record's targets (pubhook.ExtraTargets).
 	extraTargets []string
