@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -120,49 +121,16 @@ func FuzzHeaders(f *testing.F) {
 	})
 }
 
-// fuzzLadder builds a ladder from fuzz inputs. unitMs 0 and maxNs 0 give the defaults; a
-// negative maxNs or an order byte from 0xF0 up give an invalid ladder, which must be
-// reported as such.
-func fuzzLadder(unitMs uint32, radixExp uint8, maxNs int64, order uint8) ttlbuckets.Ladder {
-	l := ttlbuckets.Ladder{
-		Unit:  time.Duration(unitMs) * time.Millisecond,
-		Radix: 1 << (1 + radixExp%6),
-		Order: ttlbuckets.Order(order & 1),
-	}
-	switch {
-	case maxNs < 0:
-		l.Max = time.Duration(maxNs)
-	case maxNs > 0:
-		l.Max = time.Duration(maxNs % int64(3*365*24*time.Hour))
-	}
-	if order >= 0xF0 {
-		l.Order = ttlbuckets.Order(order)
-	}
-	return l
-}
-
 // FuzzRoute checks Queues, Next and the digit headers for any delay on any ladder, with
 // FuzzPlan's inputs (package ttlbuckets): see checkQueues and checkRoute.
 func FuzzRoute(f *testing.F) {
-	f.Add(uint32(0), uint8(3), int64(0), uint8(0), int64(90*time.Minute))
-	f.Add(uint32(0), uint8(3), int64(0), uint8(1), int64(ttlbuckets.DefaultMax))
-	f.Add(uint32(1), uint8(0), int64(time.Hour), uint8(0), int64(time.Hour+1))
-	f.Add(uint32(10), uint8(1), int64(25*time.Millisecond), uint8(1), int64(24*time.Millisecond))
-	f.Add(uint32(7), uint8(5), int64(0), uint8(0), int64(-1))
-	f.Add(uint32(1), uint8(4), int64(34359738367*time.Millisecond), uint8(1), int64(math.MaxInt64))
-	f.Add(uint32(3), uint8(2), int64(-5), uint8(0xF5), int64(time.Second))
+	laddertest.Seed(f)
 	f.Fuzz(func(t *testing.T, unitMs uint32, radixExp uint8, maxNs int64, order uint8, d int64) {
-		l := fuzzLadder(unitMs, radixExp, maxNs, order)
-		delays := []time.Duration{time.Duration(d)}
+		l := laddertest.Ladder(unitMs, radixExp, maxNs, order)
 		if l.Validate() == nil {
 			checkQueues(t, l)
-			lw := l.WithDefaults()
-			// Fold d into [-Unit, Max+Unit) and near Max, where the edges are.
-			span := uint64(lw.Max) + 2*uint64(lw.Unit)
-			near := lw.Max - time.Duration(uint64(d)%uint64(lw.Unit))
-			delays = append(delays, time.Duration(uint64(d)%span)-lw.Unit, near, near+1)
 		}
-		for _, d := range delays {
+		for _, d := range laddertest.Delays(l, d) {
 			for _, mode := range modes {
 				checkRoute(t, l, d, mode)
 			}
