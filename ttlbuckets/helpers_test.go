@@ -1,6 +1,8 @@
 package ttlbuckets_test
 
 import (
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
+
 	"errors"
 	"math/big"
 	"slices"
@@ -15,25 +17,13 @@ import (
 // multiplication with math/big, instead of the package's shifts and masks), so tests and
 // fuzz targets compare two implementations.
 
-var radixes = []int{2, 4, 8, 16, 32, 64}
+var radixes = laddertest.Radixes
 
-var orders = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst}
+var orders = laddertest.Orders
 
-// unwrapAll returns the errors joined in err (or err itself).
-func unwrapAll(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	if err == nil {
-		return nil
-	}
-	return []error{err}
-}
+var unwrapAll = laddertest.UnwrapAll
 
-// pow returns r^n as a big.Int.
-func pow(r, n int) *big.Int {
-	return new(big.Int).Exp(big.NewInt(int64(r)), big.NewInt(int64(n)), nil)
-}
+var pow = laddertest.Pow
 
 // refDigits writes units in base r with the given number of levels; ok is false when it
 // does not fit.

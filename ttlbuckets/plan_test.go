@@ -1,8 +1,9 @@
 package ttlbuckets_test
 
 import (
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
+
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -12,31 +13,11 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-var modes = []ttlbuckets.Rounding{ttlbuckets.RoundUp, ttlbuckets.Strict}
+var modes = laddertest.Modes
 
 func TestPlanEdges(t *testing.T) {
-	for _, r := range radixes {
-		for _, o := range orders {
-			for _, unit := range []time.Duration{time.Millisecond, 7 * time.Millisecond} {
-				allDigits := func(levels int) time.Duration { // (r^levels - 1) units: every digit r-1
-					return time.Duration(math.Pow(float64(r), float64(levels))-1) * unit
-				}
-				for _, mx := range []struct {
-					name string
-					max  time.Duration
-				}{
-					{"default max", 0},
-					{"max all digits r-1", allDigits(3)},
-					{"max not whole units", allDigits(3) - unit/2},
-					{"max one unit", unit},
-				} {
-					l := ttlbuckets.Ladder{Unit: unit, Radix: r, Max: mx.max, Order: o}
-					t.Run(fmt.Sprintf("radix %d/%v/unit %v/%s", r, o, unit, mx.name), func(t *testing.T) {
-						testPlanEdges(t, l)
-					})
-				}
-			}
-		}
+	for _, c := range laddertest.EdgeLadders() {
+		t.Run(c.Name, func(t *testing.T) { testPlanEdges(t, c.Ladder) })
 	}
 }
 
@@ -48,14 +29,7 @@ func testPlanEdges(t *testing.T, l ttlbuckets.Ladder) {
 	lw := l.WithDefaults()
 	u, r, levels := lw.Unit, lw.Radix, l.Levels()
 	allDigits := time.Duration(math.Pow(float64(r), float64(levels))-1) * u
-	delays := []time.Duration{
-		0, -1, math.MinInt64, 1, u - 1, u, u + 1, 2*u - 1, 2 * u,
-		time.Duration(r-1) * u, time.Duration(r) * u, time.Duration(r)*u - 1, time.Duration(r)*u + 1,
-		lw.Max - u, lw.Max - 1, lw.Max, lw.Max + 1, lw.Max + u, math.MaxInt64,
-		allDigits, allDigits - 1, allDigits + 1,
-		time.Hour, 30 * 24 * time.Hour,
-	}
-	for _, d := range delays {
+	for _, d := range laddertest.EdgeDelays(l) {
 		for _, mode := range modes {
 			p, err := l.Plan(d, mode)
 			checkPlan(t, l, d, mode, p, err)

@@ -3,7 +3,9 @@
 package laddertest
 
 import (
+	"fmt"
 	"math"
+	"math/big"
 	"testing"
 	"time"
 
@@ -55,4 +57,78 @@ func Delays(l ttlbuckets.Ladder, d int64) []time.Duration {
 	span := uint64(lw.Max) + 2*uint64(lw.Unit)
 	near := lw.Max - time.Duration(uint64(d)%uint64(lw.Unit))
 	return append(delays, time.Duration(uint64(d)%span)-lw.Unit, near, near+1)
+}
+
+// Radixes are the radixes a ladder may have.
+var Radixes = []int{2, 4, 8, 16, 32, 64}
+
+// Orders are the hop orders.
+var Orders = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst}
+
+// Modes are the roundings.
+var Modes = []ttlbuckets.Rounding{ttlbuckets.RoundUp, ttlbuckets.Strict}
+
+// EdgeCase is one ladder of [EdgeLadders] and its subtest name.
+type EdgeCase struct {
+	Name   string
+	Ladder ttlbuckets.Ladder
+}
+
+// EdgeLadders are ladders of every radix and order, units of 1 and 7 ms, and maxima at their
+// edges: the default, every digit r-1 over three levels, that less half a unit, one unit.
+func EdgeLadders() []EdgeCase {
+	var out []EdgeCase
+	for _, r := range Radixes {
+		for _, o := range Orders {
+			for _, unit := range []time.Duration{time.Millisecond, 7 * time.Millisecond} {
+				allDigits := time.Duration(math.Pow(float64(r), 3)-1) * unit // every digit r-1 over three levels
+				for _, mx := range []struct {
+					name string
+					max  time.Duration
+				}{
+					{"default max", 0},
+					{"max all digits r-1", allDigits},
+					{"max not whole units", allDigits - unit/2},
+					{"max one unit", unit},
+				} {
+					out = append(out, EdgeCase{Name: fmt.Sprintf("radix %d/%v/unit %v/%s", r, o, unit, mx.name),
+						Ladder: ttlbuckets.Ladder{Unit: unit, Radix: r, Max: mx.max, Order: o}})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// EdgeDelays are the delays at the edges of the valid ladder l: around 0, one unit, one digit,
+// the maximum, every digit r-1, and the extremes of time.Duration.
+func EdgeDelays(l ttlbuckets.Ladder) []time.Duration {
+	lw := l.WithDefaults()
+	u, r, levels := lw.Unit, lw.Radix, l.Levels()
+	allDigits := time.Duration(math.Pow(float64(r), float64(levels))-1) * u
+	return []time.Duration{
+		0, -1, math.MinInt64, 1, u - 1, u, u + 1, 2*u - 1, 2 * u,
+		time.Duration(r-1) * u, time.Duration(r) * u, time.Duration(r)*u - 1, time.Duration(r)*u + 1,
+		lw.Max - u, lw.Max - 1, lw.Max, lw.Max + 1, lw.Max + u, math.MaxInt64,
+		allDigits, allDigits - 1, allDigits + 1,
+		time.Hour, 30 * 24 * time.Hour,
+	}
+}
+
+// UnwrapAll returns the errors joined in err (errors.Join), err itself when it joins none, nil
+// for nil.
+func UnwrapAll(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// Pow returns r^n as a big.Int: the tests recompute the ladder with math/big, an independent
+// method, to compare with the package's shifts.
+func Pow(r, n int) *big.Int {
+	return new(big.Int).Exp(big.NewInt(int64(r)), big.NewInt(int64(n)), nil)
 }

@@ -1,6 +1,8 @@
 package route_test
 
 import (
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
+
 	"math/big"
 	"slices"
 	"strings"
@@ -15,27 +17,15 @@ import (
 // math/big, instead of the package's shifts), so tests and fuzz targets compare two
 // implementations. The arithmetic itself (Levels, Plan) is checked in package ttlbuckets.
 
-var radixes = []int{2, 4, 8, 16, 32, 64}
+var radixes = laddertest.Radixes
 
-var orders = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst}
+var orders = laddertest.Orders
 
-var modes = []ttlbuckets.Rounding{ttlbuckets.RoundUp, ttlbuckets.Strict}
+var modes = laddertest.Modes
 
-// unwrapAll returns the errors joined in err (or err itself).
-func unwrapAll(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	if err == nil {
-		return nil
-	}
-	return []error{err}
-}
+var unwrapAll = laddertest.UnwrapAll
 
-// pow returns r^n as a big.Int.
-func pow(r, n int) *big.Int {
-	return new(big.Int).Exp(big.NewInt(int64(r)), big.NewInt(int64(n)), nil)
-}
+var pow = laddertest.Pow
 
 // checkQueues checks Queues and Next of a valid ladder against the definitions.
 func checkQueues(t testing.TB, l ttlbuckets.Ladder) {
