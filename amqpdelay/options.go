@@ -1,15 +1,16 @@
 package amqpdelay
 
 import (
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
-	"github.com/delaykit/rabbitdelay/internal/pubhook"
-
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/pubhook"
 )
 
 // options are the Publisher's settings of a Config, with the defaults filled in (resolve).
@@ -38,8 +39,8 @@ func init() {
 // The defaults of Config.ConnectionName, ReconnectMin and ReconnectMax.
 const (
 	defaultName         = "rabbitdelay-publisher"
-	defaultReconnectMin = 100 * time.Millisecond
-	defaultReconnectMax = 5 * time.Second
+	defaultReconnectMin = amqpconn.DefaultReconnectMin
+	defaultReconnectMax = amqpconn.DefaultReconnectMax
 )
 
 func defaultOptions() options {
@@ -61,7 +62,7 @@ const DefaultChannels = 4
 
 // MaxReconnectBackoff is the largest Config.ReconnectMax: 1 hour. A wait randomized by ±50 %
 // around a much larger one overflows time.Duration.
-const MaxReconnectBackoff = time.Hour
+const MaxReconnectBackoff = amqpconn.MaxReconnect
 
 // DefaultMaxMessageSize is the largest body, in bytes (16 MiB), a Publisher sends when
 // Config.MaxMessageSize is 0: RabbitMQ's default max_message_size since 4.0
@@ -119,16 +120,8 @@ func (c Config) resolve() (options, error) {
 		o.maxInFlight = n
 	}
 
-	rmin, rmax := c.ReconnectMin, c.ReconnectMax
-	if rmin == 0 {
-		rmin = defaultReconnectMin
-	}
-	if rmax == 0 {
-		rmax = max(defaultReconnectMax, rmin)
-	}
-	if rmin <= 0 || rmax < rmin || rmax > MaxReconnectBackoff {
-		bad("Config.ReconnectMin %v, Config.ReconnectMax %v: want 0 < ReconnectMin <= ReconnectMax <= %v (0: the defaults %v and %v)",
-			c.ReconnectMin, c.ReconnectMax, MaxReconnectBackoff, defaultReconnectMin, defaultReconnectMax)
+	if rmin, rmax, err := amqpconn.ReconnectRange("Config", c.ReconnectMin, c.ReconnectMax); err != nil {
+		bad("%w", err)
 	} else {
 		o.backoffMin, o.backoffMax = rmin, rmax
 	}

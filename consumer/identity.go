@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/internal/route"
-
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // MaxIDLen is the longest id, in bytes, the Consumer puts in a [Store]'s key: 255, the

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/revlog"
 )
 
@@ -159,13 +160,13 @@ const (
 // MaxReconnectBackoff is the largest Options.ReconnectMax: a consumer that waits longer is as
 // good as stopped, and a wait near the largest time.Duration would overflow with its ±50 %
 // randomization into no wait at all.
-const MaxReconnectBackoff = time.Hour
+const MaxReconnectBackoff = amqpconn.MaxReconnect
 
 // The defaults of Options.ConnectionName, ReconnectMin and ReconnectMax.
 const (
 	defaultName         = "rabbitdelay-consumer"
-	defaultReconnectMin = 100 * time.Millisecond
-	defaultReconnectMax = 5 * time.Second
+	defaultReconnectMin = amqpconn.DefaultReconnectMin
+	defaultReconnectMax = amqpconn.DefaultReconnectMax
 )
 
 func defaultOptions() options {
@@ -264,16 +265,8 @@ func (opts Options) resolve() (options, error) {
 		o.name = opts.ConnectionName
 	}
 
-	rmin, rmax := opts.ReconnectMin, opts.ReconnectMax
-	if rmin == 0 {
-		rmin = defaultReconnectMin
-	}
-	if rmax == 0 {
-		rmax = max(defaultReconnectMax, rmin)
-	}
-	if rmin <= 0 || rmax < rmin || rmax > MaxReconnectBackoff {
-		bad("Options.ReconnectMin %v, Options.ReconnectMax %v: want 0 < ReconnectMin <= ReconnectMax <= %v (0: the defaults %v and %v)",
-			opts.ReconnectMin, opts.ReconnectMax, MaxReconnectBackoff, defaultReconnectMin, defaultReconnectMax)
+	if rmin, rmax, err := amqpconn.ReconnectRange("Options", opts.ReconnectMin, opts.ReconnectMax); err != nil {
+		bad("%w", err)
 	} else {
 		o.reconnectMin, o.reconnectMax = rmin, rmax
 	}

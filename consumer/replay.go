@@ -1,8 +1,6 @@
 package consumer
 
 import (
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
-
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // HeaderReplayed (int64, Unix ms) is when [Replay] sent a parked message back to its queue.

@@ -5,13 +5,13 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 

@@ -4,12 +4,12 @@ package integration
 
 import (
 	"context"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 

@@ -4,12 +4,12 @@ package integration
 
 import (
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // BenchmarkDueUnroutableLateness measures what 1,100 due messages that no queue takes cost a

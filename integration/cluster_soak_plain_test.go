@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )

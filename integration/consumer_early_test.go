@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )

@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // consumerFixture is a topology with target exchange "orders" (topic) and two ready queues bound

@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"io"
 	"net"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/revoke"
 )
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/consumer"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // The consumer's field faults: one delivery, or one handler result, that must not break the

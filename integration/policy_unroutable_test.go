@@ -4,7 +4,6 @@ package integration
 
 import (
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"net/url"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/route"
 )
 

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"net"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // deadLetterMargin mirrors amqpdelay's margin beyond the computed post-hop size (room for a

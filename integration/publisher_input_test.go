@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"math"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // TestPublisherRefusesConnectionKillers: input that amqp091 cannot encode (a short string

@@ -5,7 +5,6 @@ package integration
 import (
 	"errors"
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // brokerMajor returns the major version of the broker of env, from the connection's server

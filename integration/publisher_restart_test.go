@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // restartSpec is the topology of the restart tests on a private broker's default vhost.

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/consumer"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // revokeScale returns the size a revocation test uses: def, or REVOKE_TEST_N (the sizes:

@@ -4,13 +4,13 @@ package integration
 
 import (
 	"fmt"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/schedule"
 )
 

@@ -1,14 +1,14 @@
 package schedule
 
 import (
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
-
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // ErrInvalidConfig is wrapped by every error about an [Options] field.

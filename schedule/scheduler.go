@@ -1,8 +1,6 @@
 package schedule
 
 import (
-	"github.com/delaykit/rabbitdelay/internal/pubhook"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/pubhook"
 )
 
 // ErrUnknownSchedule: no schedule of that name was ever declared under the prefix.

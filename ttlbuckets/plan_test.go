@@ -1,8 +1,6 @@
 package ttlbuckets_test
 
 import (
-	"github.com/delaykit/rabbitdelay/internal/laddertest"
-
 	"errors"
 	"math"
 	"slices"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 

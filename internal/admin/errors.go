@@ -8,9 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaykit/rabbitdelay/plugin"
-
 	"github.com/delaykit/rabbitdelay/internal/text"
+	"github.com/delaykit/rabbitdelay/plugin"
 )
 
 // Sentinel errors. Errors from this package wrap one of them (or ErrInvalidSpec, see spec.go)

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // foreignObjects returns an error wrapping ErrInvalidSpec when a target, a ready queue's exchange

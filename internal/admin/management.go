@@ -17,7 +17,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
-
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // TestExchangeMismatches: each property of an existing exchange that differs from the plan's

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // The revocation stream: where amqpdelay's Publisher.Revoke records which delayed messages must

@@ -375,3 +375,33 @@ func RedactUserinfo(raw string) string {
 	}
 	return scheme + redactTail(rest)
 }
+
+// The reconnect back-off that the Publisher and the Consumer share: the defaults of a zero
+// minimum and maximum, and the largest maximum (a wait randomized by ±50 % around a much larger
+// one overflows time.Duration).
+const (
+	DefaultReconnectMin = 100 * time.Millisecond
+	DefaultReconnectMax = 5 * time.Second
+	MaxReconnect        = time.Hour
+)
+
+// ReconnectRange resolves the reconnect back-off bounds min and max of the settings struct
+// owner ("Config", "Options"; 0 takes the default) and checks 0 < min <= max <= MaxReconnect.
+// The error names both fields and the range; the caller wraps its ErrInvalidConfig around it.
+func ReconnectRange(owner string, min, max time.Duration) (time.Duration, time.Duration, error) {
+	rmin, rmax := min, max
+	if rmin == 0 {
+		rmin = DefaultReconnectMin
+	}
+	if rmax == 0 {
+		rmax = mathMax(DefaultReconnectMax, rmin)
+	}
+	if rmin <= 0 || rmax < rmin || rmax > MaxReconnect {
+		return 0, 0, fmt.Errorf("%[1]s.ReconnectMin %[2]v, %[1]s.ReconnectMax %[3]v: want 0 < ReconnectMin <= ReconnectMax <= %[4]v (0: the defaults %[5]v and %[6]v)",
+			owner, min, max, MaxReconnect, DefaultReconnectMin, DefaultReconnectMax)
+	}
+	return rmin, rmax, nil
+}
+
+// mathMax is the builtin max, which the parameter named max shadows in ReconnectRange.
+func mathMax(a, b time.Duration) time.Duration { return max(a, b) }

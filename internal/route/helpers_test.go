@@ -1,14 +1,13 @@
 package route_test
 
 import (
-	"github.com/delaykit/rabbitdelay/internal/laddertest"
-
 	"math/big"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )

@@ -1,13 +1,12 @@
 package route_test
 
 import (
-	"github.com/delaykit/rabbitdelay/internal/laddertest"
-
 	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
