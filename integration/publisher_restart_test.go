@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -253,7 +254,22 @@ func TestPublisherBrokerOutage(t *testing.T) {
 		_, err := one.Publish(outageCtx(t), target, "k", textMsg("ladder, in the alarm"), time.Minute)
 		blocked <- err
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// The alarm takes effect, and the two ladder publishes reach the broker, in their own time
+	// (on a busy machine, seconds): until the broker has blocked both connections, a direct
+	// publish's check is answered. The broker says when it has.
+	for start := time.Now(); ; {
+		out, err := b.script(t, "ctl", "list_connections", "state")
+		if err != nil {
+			t.Fatalf("list_connections: %v\n%s", err, out)
+		}
+		if strings.Count(out, "blocked") >= 2 {
+			break
+		}
+		if time.Since(start) > 2*time.Minute { // a hang bound
+			t.Fatalf("the memory alarm did not block the two publishing connections within 2 minutes:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 		_, err := one.Publish(ctx, "rdt-outage.typo", "k", textMsg("x"), 0)
