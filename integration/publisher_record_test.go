@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -89,18 +88,8 @@ func TestPublisherUnreadableRecord(t *testing.T) {
 	declareTopology(t, env, spec)
 	stream := spec.Names().SpecStream()
 
-	noRead := env.Name("noread")
-	if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(noRead), map[string]string{"password": "pw", "tags": ""}, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(noRead), nil, nil) })
-	perm := map[string]string{"configure": "^$", "write": ".*", "read": "^" + regexp.QuoteMeta(target) + "$"}
-	if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(noRead), perm, nil); err != nil {
-		t.Fatal(err)
-	}
-	u, _ := url.Parse(env.URL)
-	u.User = url.UserPassword(noRead, "pw")
-	_, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: u.String(), Prefix: spec.Prefix})
+	noRead := brokerUserPerm(t, env, env.Name("noread"), ".*", "^"+regexp.QuoteMeta(target)+"$")
+	_, err := amqpdelay.NewPublisher(pubCtx(t), amqpdelay.Config{URL: noRead, Prefix: spec.Prefix})
 	if err == nil || !strings.Contains(err.Error(), stream) || !strings.Contains(err.Error(), "read permission") || strings.Contains(err.Error(), "pw@") {
 		t.Errorf("a user who may not read the spec stream: %v; want an error naming %s and read permission", err, stream)
 	}

@@ -257,19 +257,28 @@ func needUsers(t *testing.T, env *brokertest.Env) {
 // permission on it with write pattern topicWrite, and returns env's URL with that user.
 func brokerUser(t *testing.T, env *brokertest.Env, name, write, topicExchange, topicWrite string) string {
 	t.Helper()
-	if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(name), map[string]string{"password": "pw", "tags": ""}, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(name), nil, nil) })
-	perm := map[string]string{"configure": "^$", "write": write, "read": ".*"}
-	if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), perm, nil); err != nil {
-		t.Fatal(err)
-	}
+	u := brokerUserPerm(t, env, name, write, ".*")
 	if topicExchange != "" {
 		tp := map[string]string{"exchange": topicExchange, "write": topicWrite, "read": ".*"}
 		if err := env.Broker.Management("PUT", "api/topic-permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), tp, nil); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return u
+}
+
+// brokerUserPerm creates a user name (password "pw", deleted with the test) with the write and
+// read permission patterns given in env's vhost (configure none), and returns env's URL with
+// that user.
+func brokerUserPerm(t *testing.T, env *brokertest.Env, name, write, read string) string {
+	t.Helper()
+	if err := env.Broker.Management("PUT", "api/users/"+url.PathEscape(name), map[string]string{"password": "pw", "tags": ""}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Broker.Management("DELETE", "api/users/"+url.PathEscape(name), nil, nil) })
+	perm := map[string]string{"configure": "^$", "write": write, "read": read}
+	if err := env.Broker.Management("PUT", "api/permissions/"+url.PathEscape(env.VHost)+"/"+url.PathEscape(name), perm, nil); err != nil {
+		t.Fatal(err)
 	}
 	u, _ := url.Parse(env.URL)
 	u.User = url.UserPassword(name, "pw")
