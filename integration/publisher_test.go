@@ -449,6 +449,9 @@ func TestPublisherZeroNegativeAndTooLong(t *testing.T) {
 	for total != 1 && time.Now().Before(deadline) {
 		total = 0
 		for _, q := range plan.Queues {
+			if q.Role == admin.RoleSpec { // holds the spec record; a stream's count over AMQP varies
+				continue
+			}
 			st, err := ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
 			if err != nil {
 				t.Fatalf("passive declare %s: %v", q.Name, err)
