@@ -139,6 +139,7 @@ func (m *soakMgmt) management(vhost string) *admin.Management {
 // soakQueue is one queue's counts.
 type soakQueue struct {
 	Name        string `json:"name"`
+	Type        string `json:"type"`
 	Messages    int    `json:"messages"`
 	MessagesDLX int    `json:"messages_dlx"`
 	Leader      string `json:"leader"`
@@ -146,19 +147,20 @@ type soakQueue struct {
 
 func (m *soakMgmt) queues(vhost string) ([]soakQueue, error) {
 	var qs []soakQueue
-	err := m.get("api/queues/"+neturl.PathEscape(vhost)+"?columns=name,messages,messages_dlx,leader", &qs)
+	err := m.get("api/queues/"+neturl.PathEscape(vhost)+"?columns=name,type,messages,messages_dlx,leader", &qs)
 	return qs, err
 }
 
-// held sums messages and messages_dlx over the vhost's queues (ready queue excluded), and
-// names the queues holding any.
+// held sums messages and messages_dlx over the vhost's queues (ready queue excluded; streams
+// too: the spec and revocation streams hold records, not messages), and names the queues holding
+// any.
 func (m *soakMgmt) held(vhost, except string) (msgs, dlx int, where []string, err error) {
 	qs, err := m.queues(vhost)
 	if err != nil {
 		return 0, 0, nil, err
 	}
 	for _, q := range qs {
-		if q.Name == except {
+		if q.Name == except || q.Type == "stream" {
 			continue
 		}
 		msgs += q.Messages
