@@ -391,10 +391,14 @@ func waitStats(t testing.TB, env *brokertest.Env, within time.Duration, cond fun
 }
 
 // resilientConsumer consumes queue on url and keeps reconnecting (every 100 ms) until the
-// test ends, for tests that restart the broker.
+// test ends, for tests that restart the broker. It acknowledges each delivery after handing it
+// on: with automatic acknowledgement a delivery the broker sent as it stopped was settled and
+// gone, though the client never read it. A redelivery of a message already handed on (its ack
+// was lost with the connection) is acknowledged and dropped, as at-least-once allows.
 func resilientConsumer(t testing.TB, url, queue string) <-chan arrival {
 	t.Helper()
 	out := make(chan arrival, 1024)
+	seen := map[string]bool{}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	t.Cleanup(func() { close(stop); <-done })
@@ -414,7 +418,7 @@ func resilientConsumer(t testing.TB, url, queue string) <-chan arrival {
 			ch, err := conn.Channel()
 			var ds <-chan amqp.Delivery
 			if err == nil {
-				ds, err = ch.Consume(queue, "", true, false, false, false, nil)
+				ds, err = ch.Consume(queue, "", false, false, false, false, nil)
 			}
 			if err != nil {
 				_ = conn.Close()
@@ -431,7 +435,12 @@ func resilientConsumer(t testing.TB, url, queue string) <-chan arrival {
 					if !ok {
 						break loop
 					}
-					out <- arrival{d: d, at: time.Now()}
+					key := d.MessageId + "\x00" + string(d.Body)
+					if !(d.Redelivered && seen[key]) {
+						seen[key] = true
+						out <- arrival{d: d, at: time.Now()}
+					}
+					_ = d.Ack(false)
 				}
 			}
 			_ = conn.Close()
