@@ -64,7 +64,7 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer
 	if h == nil {
 		errs = append(errs, fmt.Errorf("%w: nil handler", ErrInvalidConfig))
 	}
-	names := delayspec.Spec{Prefix: cfg.Prefix}.WithDefaults().Names()
+	names := delayspec.Names{Prefix: cfg.Prefix}
 	m, err := newConsumerMetrics(o.metricsReg)
 	if err != nil {
 		errs = append(errs, err)

@@ -35,7 +35,7 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 	if queue == "" {
 		return 0, fmt.Errorf("%w: empty queue name", ErrInvalidConfig)
 	}
-	parking := delayspec.Spec{Prefix: cfg.Prefix}.WithDefaults().Names().Parking()
+	parking := delayspec.Names{Prefix: cfg.Prefix}.Parking()
 	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-replay")
 	if err != nil {
 		return 0, fmt.Errorf("consumer: replay: dial: %w", err)

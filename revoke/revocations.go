@@ -187,7 +187,7 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Revocations,
 		return nil, err
 	}
 	r := &Revocations{
-		cfg: cfg, stream: delayspec.Spec{Prefix: cfg.Prefix}.WithDefaults().Names().Revoked(), o: o,
+		cfg: cfg, stream: delayspec.Names{Prefix: cfg.Prefix}.Revoked(), o: o,
 		set: map[string]entry{}, progress: make(chan struct{}), fenceReq: make(chan fenceReq, 1),
 		self: uuid.NewString(),
 	}

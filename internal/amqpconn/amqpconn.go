@@ -385,23 +385,20 @@ const (
 	MaxReconnect        = time.Hour
 )
 
-// ReconnectRange resolves the reconnect back-off bounds min and max of the settings struct
-// owner ("Config", "Options"; 0 takes the default) and checks 0 < min <= max <= MaxReconnect.
+// ReconnectRange resolves the reconnect back-off bounds lo and hi of the settings struct
+// owner ("Config", "Options"; 0 takes the default) and checks 0 < lo <= hi <= MaxReconnect.
 // The error names both fields and the range; the caller wraps its ErrInvalidConfig around it.
-func ReconnectRange(owner string, min, max time.Duration) (time.Duration, time.Duration, error) {
-	rmin, rmax := min, max
+func ReconnectRange(owner string, lo, hi time.Duration) (time.Duration, time.Duration, error) {
+	rmin, rmax := lo, hi
 	if rmin == 0 {
 		rmin = DefaultReconnectMin
 	}
 	if rmax == 0 {
-		rmax = mathMax(DefaultReconnectMax, rmin)
+		rmax = max(DefaultReconnectMax, rmin)
 	}
 	if rmin <= 0 || rmax < rmin || rmax > MaxReconnect {
 		return 0, 0, fmt.Errorf("%[1]s.ReconnectMin %[2]v, %[1]s.ReconnectMax %[3]v: want 0 < ReconnectMin <= ReconnectMax <= %[4]v (0: the defaults %[5]v and %[6]v)",
-			owner, min, max, MaxReconnect, DefaultReconnectMin, DefaultReconnectMax)
+			owner, lo, hi, MaxReconnect, DefaultReconnectMin, DefaultReconnectMax)
 	}
 	return rmin, rmax, nil
 }
-
-// mathMax is the builtin max, which the parameter named max shadows in ReconnectRange.
-func mathMax(a, b time.Duration) time.Duration { return max(a, b) }

@@ -119,7 +119,7 @@ func WriteRecord(ctx context.Context, conn *amqp.Connection, s Spec) error {
 // [ErrNoRecord] (no stream or no record: run apply), ErrInvalidSpec (a record this version
 // cannot read), or are the broker's (403 ACCESS_REFUSED when the user may not read the stream).
 func ReadRecord(ctx context.Context, conn *amqp.Connection, prefix string) (Spec, error) {
-	stream := Spec{Prefix: prefix}.WithDefaults().Names().SpecStream()
+	stream := Names{Prefix: prefix}.SpecStream()
 	d, err := lastRecord(ctx, conn, stream)
 	if err != nil {
 		return Spec{}, err
