@@ -40,9 +40,9 @@ type delayCase struct {
 	// readyClassic declares the ready queue as a classic queue (an experiment: where does the
 	// drain's limit sit?).
 	readyClassic bool
-	// copies is delayspec.Spec.Shards (0: one ladder). On a cluster (AMQP_URLS lists its nodes)
-	// apply places the copies through a connection per node.
-	copies int
+	// ladderShards is delayspec.Spec.Shards (0: one ladder). On a cluster (AMQP_URLS lists its nodes)
+	// apply places the shards through a connection per node.
+	ladderShards int
 }
 
 func ladderOf(unit time.Duration, radix int, order ttlbuckets.Order) ttlbuckets.Ladder {
@@ -82,9 +82,9 @@ var burstCatalogue = []delayCase{
 	ladderCase("amo-shortest", ms1, 16, sf, delayspec.Quorum, "amo"),
 	ladderCase("shard3x4-shortest", ms1, 16, sf, delayspec.Quorum, "shard3x4"),
 	ladderCase("shard3x8-shortest", ms1, 16, sf, delayspec.Quorum, "shard3x8"),
-	// The default ladder in three copies (AMQPDELAY_SHARDS=3), spread over a cluster's nodes
-	// when AMQP_URLS lists them: what the copies give a burst's last hop.
-	withCopies(ladderCase("copies3-shortest", ms1, 16, sf, delayspec.Quorum, ""), 3),
+	// The default ladder in three shards (AMQPDELAY_SHARDS=3), spread over a cluster's nodes
+	// when AMQP_URLS lists them: what the shards give a burst's last hop.
+	withShards(ladderCase("shards3-shortest", ms1, 16, sf, delayspec.Quorum, ""), 3),
 	// The default ladder cut to the levels a 1-10 s delay uses (4 instead of 8): what the
 	// levels a message only passes through (digit 0, exchange to exchange) cost.
 	withMax(ladderCase("max65s-shortest", ms1, 16, sf, delayspec.Quorum, ""), 65535*ms1),
@@ -114,7 +114,7 @@ func (c delayCase) shards() int {
 
 func withReadyClassic(c delayCase) delayCase { c.readyClassic = true; return c }
 
-func withCopies(c delayCase, n int) delayCase { c.copies = n; return c }
+func withShards(c delayCase, n int) delayCase { c.ladderShards = n; return c }
 
 func withMax(c delayCase, max time.Duration) delayCase {
 	c.ladder.Max = max
@@ -192,7 +192,7 @@ func declare(tb testing.TB, c delayCase) setup {
 		Ladder:    c.ladder,
 		Plugin:    delayspec.PluginOff,
 		QueueType: c.qtype,
-		Shards:    c.copies,
+		Shards:    c.ladderShards,
 	}
 	// Declaring hundreds of quorum queues (radix 64: 378) takes minutes on a busy 2-core machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -206,14 +206,14 @@ func declare(tb testing.TB, c delayCase) setup {
 			tb.Fatalf("plan: %v", err)
 		}
 		var nodes []*amqp.Connection
-		if c.copies > 1 {
+		if c.ladderShards > 1 {
 			for _, u := range strings.Split(os.Getenv("AMQP_URLS"), ",") {
 				if u = strings.TrimSpace(u); u == "" {
 					continue
 				}
 				nc, err := amqp.DialConfig(brokertest.WithVHost(u, env.VHost), amqp.Config{Dial: amqp.DefaultDial(30 * time.Second)})
 				if err != nil {
-					tb.Fatalf("dial a node to place the copies: %v", err)
+					tb.Fatalf("dial a node to place the shards: %v", err)
 				}
 				defer nc.Close()
 				nodes = append(nodes, nc)

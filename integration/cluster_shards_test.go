@@ -19,7 +19,7 @@ import (
 // TestClusterShardsSpreadBurst: on a 3-node cluster, three shards of the ladder added to a
 // deployed ladder (shard 0, placed by the balanced policy) by an apply with a connection per
 // node and the management API have the copies of every ladder queue led by three different
-// nodes (status reports no shared copies). A burst of messages all due at the same instant,
+// nodes (status reports no shards sharing a leader). A burst of messages all due at the same instant,
 // published through a Publisher with the same copies, arrives whole (0 lost, 0 early), and
 // the last hop (the dead-lettering out of the queue named first in each delivery's x-death) is
 // done by each node for within 20 % of a third of the messages: the node that leads the queue
@@ -71,8 +71,8 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	if err != nil || rep.Cluster == nil {
 		t.Fatalf("status: %v", err)
 	}
-	if len(rep.Cluster.SharedCopies) != 0 || rep.Cluster.Shards != 3 {
-		t.Fatalf("status: %d copies, shared leaders %+v; want 3 copies, each queue's on three nodes", rep.Cluster.Shards, rep.Cluster.SharedCopies)
+	if len(rep.Cluster.SharedLeaders) != 0 || rep.Cluster.Shards != 3 {
+		t.Fatalf("status: %d copies, shared leaders %+v; want 3 copies, each queue's on three nodes", rep.Cluster.Shards, rep.Cluster.SharedLeaders)
 	}
 	t.Logf("after apply: %s", leadersLine(rep.Cluster))
 	leaderOf := func() map[string]string {

@@ -63,14 +63,14 @@ func printCluster(w io.Writer, rep *admin.StatusReport, vhost string) {
 			"failure or restart); run `rabbitdelay rebalance`")
 	}
 	if c.Shards > 1 {
-		if len(c.SharedCopies) == 0 {
-			fmt.Fprintf(w, "shards of the ladder: %d; the copies of each ladder queue lead from different nodes\n", c.Shards)
+		if len(c.SharedLeaders) == 0 {
+			fmt.Fprintf(w, "shards of the ladder: %d; the shards of each ladder queue lead from different nodes\n", c.Shards)
 		} else {
-			fmt.Fprintf(w, "shards of the ladder: %d; %d ladder queues have copies SHARING a leader node (that node dead-letters their share of a burst too):\n",
-				c.Shards, len(c.SharedCopies))
-			for i, s := range c.SharedCopies {
+			fmt.Fprintf(w, "shards of the ladder: %d; %d ladder queues have shards SHARING a leader node (that node dead-letters their share of a burst too):\n",
+				c.Shards, len(c.SharedLeaders))
+			for i, s := range c.SharedLeaders {
 				if i == 6 {
-					fmt.Fprintf(w, "  ... %d more\n", len(c.SharedCopies)-6)
+					fmt.Fprintf(w, "  ... %d more\n", len(c.SharedLeaders)-6)
 					break
 				}
 				fmt.Fprintf(w, "  %s: %s\n", s.Node, strings.Join(s.Queues, ", "))
@@ -155,7 +155,7 @@ func cmdRebalance(ctx context.Context, e *invocation) error {
 	}
 	fmt.Fprintf(w, "to move only this topology's queues, run on a cluster node:\n  %s\n", rep.Command)
 	if p.Spec.Shards > 1 && rep.Requested {
-		fmt.Fprintln(w, "NOTE: RabbitMQ's rebalance does not know the shards of the ladder: copies of one queue may now share a leader node; "+
+		fmt.Fprintln(w, "NOTE: RabbitMQ's rebalance does not know the shards of the ladder: shards of one queue may now share a leader node; "+
 			"`rabbitdelay status` lists them")
 	}
 	return err

@@ -30,9 +30,9 @@ func ttlText(ms int64) string {
 
 func specLine(p *admin.Plan) string {
 	l := p.Ladder
-	copies := ""
+	shards := ""
 	if p.Spec.Shards > 1 {
-		copies = fmt.Sprintf(" x %d copies", p.Spec.Shards)
+		shards = fmt.Sprintf(" x %d shards", p.Spec.Shards)
 	}
 	lastHop, firstHop := 0, 0
 	for _, q := range p.Queues {
@@ -49,7 +49,7 @@ func specLine(p *admin.Plan) string {
 	}
 	return fmt.Sprintf("prefix %s; ladder unit %s, radix %d, max %s, %s (%s, %s and %s%s); %s; queue type %s; plugin %s",
 		p.Spec.Prefix, l.Unit, l.Radix, l.Max, l.Order, plural(l.Levels(), "level"), plural(len(route.Queues(l)), "queue"),
-		hopQueues, copies,
+		hopQueues, shards,
 		plural(len(p.Spec.Buckets), "bucket"), p.Spec.QueueType, p.Spec.Plugin)
 }
 
@@ -572,7 +572,7 @@ func (e *invocation) connect(ctx context.Context) (*admin.Plan, *admin.Managemen
 	return p.ForBroker(admin.ServerMajor(conn)), m, conn, nil
 }
 
-// dialNodes opens one connection per URL of the address list, for apply to place the copies of
+// dialNodes opens one connection per URL of the address list, for apply to place the shards of
 // the ladder's queues on different nodes (admin.ApplyOptions.Nodes), when the plan has
 // copies and the list names more than one node. A node that does not answer is left out
 // (logged); nil when there is nothing to place.
@@ -583,7 +583,7 @@ func (e *invocation) dialNodes(ctx context.Context, p *admin.Plan) []*amqp.Conne
 	urls := e.s.conn.URLs()
 	if len(urls) < 2 {
 		e.log.Warn().Int("shards", p.Spec.Shards).Msg("shards of the ladder with one URL: new ladder queues lead from the node apply is connected to; " +
-			"list every node of the cluster in AMQPDELAY_URL (--url) so that apply places the copies of each queue on different nodes")
+			"list every node of the cluster in AMQPDELAY_URL (--url) so that apply places the shards of each queue on different nodes")
 		return nil
 	}
 	var nodes []*amqp.Connection
@@ -592,7 +592,7 @@ func (e *invocation) dialNodes(ctx context.Context, p *admin.Plan) []*amqp.Conne
 		c.URL = u
 		conn, err := amqpconn.Dial(ctx, c, "rabbitdelay-declare-place")
 		if err != nil {
-			e.log.Warn().Err(err).Str("url", amqpconn.Redact(u)).Msg("cannot reach this node: no copy of the ladder is placed on it")
+			e.log.Warn().Err(err).Str("url", amqpconn.Redact(u)).Msg("cannot reach this node: no shard of the ladder is placed on it")
 			continue
 		}
 		nodes = append(nodes, conn)

@@ -195,7 +195,7 @@ func commonOptions(s *settings) []option {
 		{name: "policy-priority", env: env("POLICY_PRIORITY"), arg: "N", def: strconv.Itoa(delayspec.DefaultPolicyPriority), set: v.PolicyPriority.Decode,
 			usage: "priority of the three policies apply sets (<prefix>.delay-queues, <prefix>.targets, <prefix>.revoked-retention): above every other policy matching the topology's queues and target exchanges"},
 		{name: "shards", env: env("SHARDS"), arg: "N", def: "1", set: v.Shards.Decode,
-			usage: fmt.Sprintf("shards of the ladder, 1 to %d: a burst due at once leaves from N queues, and apply places the copies of each queue on different nodes "+
+			usage: fmt.Sprintf("shards of the ladder, 1 to %d: a burst due at once leaves from N queues, and apply places the shards of each queue on different nodes "+
 				"(list every node in --url); publishers must use the same", delayspec.MaxShards)},
 		{name: "management-url", env: env("MANAGEMENT_URL"), arg: "URL", set: str(&v.ManagementURL),
 			usage: "management API, http://user:password@host:15672/ (optional, recommended): apply sets the topology's policies (user tag policymaker) " +

@@ -167,8 +167,8 @@ type statusClusterJSON struct {
 	Nodes          []statusNodeJSON `json:"nodes"`
 	DegradedQueues []string         `json:"degraded_queues"`
 	Waits          []statusWaitJSON `json:"dead_letter_waits"`
-	// SharedCopies are the copies of ladder queues (--shards > 1) that share a leader node.
-	SharedCopies []admin.SharedCopies `json:"shared_copies"`
+	// SharedLeaders are the shards of ladder queues (--shards > 1) that share a leader node.
+	SharedLeaders []admin.SharedLeader `json:"shared_leaders"`
 }
 
 type statusNodeJSON struct {
@@ -284,7 +284,7 @@ func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vh
 	}
 	if c := rep.Cluster; c != nil {
 		cj := &statusClusterJSON{Balanced: c.Balanced, Nodes: []statusNodeJSON{}, DegradedQueues: []string{}, Waits: []statusWaitJSON{},
-			SharedCopies: orEmpty(c.SharedCopies)}
+			SharedLeaders: orEmpty(c.SharedLeaders)}
 		for _, n := range c.Nodes {
 			cj.Nodes = append(cj.Nodes, statusNodeJSON{Name: n.Name, Running: n.Running, Leaders: n.Leaders,
 				DelayQueueLeaders: n.DelayQueues, Members: n.Members})

@@ -110,13 +110,13 @@ type ApplyOptions struct {
 	// Nodes are connections to the cluster's nodes, one per node, in any order, for a topology
 	// with shards of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue
 	// through Nodes[Queue.Slot mod len(Nodes)], so that RabbitMQ places its leader on that
-	// connection's node (client-local, see [Queue.Slot]) and the copies of one queue lead
+	// connection's node (client-local, see [Queue.Slot]) and the shards of one queue lead
 	// from different nodes. Without them (or with one ladder) every queue is declared through
-	// Apply's own connection, and with copies every new ladder queue then leads from that one
+	// Apply's own connection, and with shards every new ladder queue then leads from that one
 	// node. Queues that already exist keep their leaders. With Management as well, Apply reads
-	// the leaders of the copies that exist and the node of each connection (matched by its
+	// the leaders of the shards that exist and the node of each connection (matched by its
 	// local port in the management API's connection list), and declares each new copy through
-	// a node that leads no other copy of the same queue: adding copies to a deployed ladder
+	// a node that leads no other shard of the same queue: adding shards to a deployed ladder
 	// keeps them apart from shard 0's leaders. Apply leaves the connections open.
 	Nodes []*amqp.Connection
 }
@@ -324,15 +324,15 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		steps []step
 		done  State
 	}
-	// With shards of the ladder, new ladder queues lead from nodes that lead no other copy of
-	// the same queue (placeCopies), when the management API tells the nodes apart.
+	// With shards of the ladder, new ladder queues lead from nodes that lead no other shard of
+	// the same queue (placeShards), when the management API tells the nodes apart.
 	if opts.Management != nil && len(opts.Nodes) > 1 && p.Spec.Shards > 1 {
-		place, err := placeCopies(ctx, opts.Management, p, opts.Nodes, exists)
+		place, err := placeShards(ctx, opts.Management, p, opts.Nodes, exists)
 		if err != nil {
 			log.Warn().Err(err).Msg("cannot read the leaders or connections through the management API: new shards of the ladder are placed by slot")
 		}
 		if place == nil {
-			log.Debug().Msg("the nodes of ApplyOptions.Nodes are not all found in the management API's connection list: copies placed by slot")
+			log.Debug().Msg("the nodes of ApplyOptions.Nodes are not all found in the management API's connection list: shards placed by slot")
 		}
 		for i, o := range objects {
 			if idx, ok := place[o.name]; ok && o.kind == KindQueue {

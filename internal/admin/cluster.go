@@ -120,19 +120,19 @@ type ClusterStatus struct {
 	Degraded []DegradedQueue `json:"degraded,omitempty"`
 	// Waits are dead-lettering waiting on an unreachable node, by node.
 	Waits []DeadLetterWait `json:"dead_letter_waits,omitempty"`
-	// SharedCopies are the ladder queues (Spec.Shards > 1) two or more of whose copies have
-	// their leader on the same node: that node dead-letters those copies' share of a burst
-	// too. Unavoidable when Shards exceeds the running nodes; otherwise the copies were
+	// SharedLeaders are the ladder queues (Spec.Shards > 1) two or more of whose shards have
+	// their leader on the same node: that node dead-letters those shards' share of a burst
+	// too. Unavoidable when Shards exceeds the running nodes; otherwise the shards were
 	// declared without [ApplyOptions.Nodes], existed before, or their leaders moved (a node
 	// restart, a rebalance). It does not make Status fail.
-	SharedCopies []SharedCopies `json:"shared_copies,omitempty"`
+	SharedLeaders []SharedLeader `json:"shared_leaders,omitempty"`
 	// Shards is the plan's number of shards of the ladder (Spec.Shards).
 	Shards int `json:"shards"`
 }
 
-// SharedCopies is one ladder queue whose copies share a leader node: the copies (queue names,
-// by copy) that Node leads.
-type SharedCopies struct {
+// SharedLeader is one ladder queue whose shards share a leader node: the shards (queue names,
+// by shard) that Node leads.
+type SharedLeader struct {
 	Level  int      `json:"level"`
 	Digit  int      `json:"digit"`
 	Node   string   `json:"node"`
@@ -228,14 +228,14 @@ func clusterOf(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bin
 	slices.SortFunc(c.Nodes, func(a, b NodeLeaders) int { return cmp.Compare(a.Name, b.Name) })
 	c.Balanced = LeadersBalanced(c.Nodes)
 	c.Waits = deadLetterWaits(p, queues, nodes, bindings)
-	c.SharedCopies = sharedCopies(p, queues)
+	c.SharedLeaders = sharedLeaders(p, queues)
 	c.Shards = p.Spec.Shards
 	return c
 }
 
-// sharedCopies finds the ladder queues whose copies share a leader node, in plan order of the
-// copy-0 queues (none for a plan with one ladder).
-func sharedCopies(p *Plan, queues map[string]ManagedQueue) []SharedCopies {
+// sharedLeaders finds the ladder queues whose shards share a leader node, in plan order of the
+// shard-0 queues (none for a plan with one ladder).
+func sharedLeaders(p *Plan, queues map[string]ManagedQueue) []SharedLeader {
 	if p.Spec.Shards <= 1 {
 		return nil
 	}
@@ -260,10 +260,10 @@ func sharedCopies(p *Plan, queues map[string]ManagedQueue) []SharedCopies {
 		}
 		by[k] = append(by[k], q.Name)
 	}
-	var out []SharedCopies
+	var out []SharedLeader
 	for _, k := range order {
 		if qs := by[k]; len(qs) > 1 {
-			out = append(out, SharedCopies{Level: k.level, Digit: k.digit, Node: k.node, Queues: qs})
+			out = append(out, SharedLeader{Level: k.level, Digit: k.digit, Node: k.node, Queues: qs})
 		}
 	}
 	return out

@@ -37,9 +37,9 @@
 // x-dead-letter-strategy at-least-once and x-overflow reject-publish. Integer arguments are
 // int64 (amqp091 sends a Go int as a 32-bit value).
 //
-// [Spec.Shards] > 1 declares that many copies of the ladder, each a chain of its own; a
-// message stays in the copy it was published into. On a cluster Apply places the copies of
-// each queue on different leader nodes ([ApplyOptions]); [ClusterStatus] reports copies that
+// [Spec.Shards] > 1 declares that many shards of the ladder, each a chain of its own; a
+// message stays in the shard it was published into. On a cluster Apply places the shards of
+// each queue on different leader nodes ([ApplyOptions]); [ClusterStatus] reports shards that
 // share one.
 //
 // # Policies

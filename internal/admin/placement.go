@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// connListWait bounds how long placeCopies waits for its connections to appear in the
+// connListWait bounds how long placeShards waits for its connections to appear in the
 // management API's connection list: RabbitMQ lists a connection once its first statistics are
 // emitted (collect_statistics_interval, 5 s by default).
 const connListWait = 20 * time.Second
@@ -56,14 +56,14 @@ func (m *Management) connNodesOnce(ctx context.Context, conns []*amqp.Connection
 	return nodes, true, nil
 }
 
-// placeCopies chooses, for each ladder queue of p that does not exist yet (exists: by the
+// placeShards chooses, for each ladder queue of p that does not exist yet (exists: by the
 // report's row key), the connection of conns to declare it through, so that it leads from a
-// node that leads no other copy of the same queue (level and digit): the leaders of the copies
-// that exist are read from the management API, and each missing copy takes the first node
-// from its slot on (Queue.Slot, then Slot+1, ...) that none of its copies leads yet, or its
-// slot's node when every node leads one (more copies than nodes). It returns nil, to place by
+// node that leads no other shard of the same queue (level and digit): the leaders of the shards
+// that exist are read from the management API, and each missing shard takes the first node
+// from its slot on (Queue.Slot, then Slot+1, ...) that none of its shards leads yet, or its
+// slot's node when every node leads one (more shards than nodes). It returns nil, to place by
 // slot alone, when the nodes of conns cannot be told (see connNodes).
-func placeCopies(ctx context.Context, m *Management, p *Plan, conns []*amqp.Connection, exists map[string]bool) (map[string]int, error) {
+func placeShards(ctx context.Context, m *Management, p *Plan, conns []*amqp.Connection, exists map[string]bool) (map[string]int, error) {
 	nodes, ok, err := m.connNodes(ctx, conns)
 	if err != nil || !ok {
 		return nil, err

@@ -57,7 +57,7 @@ type Exchange struct {
 	// last-hop exchange, or the entry exchange of one of its queues: see Type and the name),
 	// -1 otherwise.
 	Level int `json:"level"`
-	// Shard is the copy of the ladder a ladder exchange with Level >= 0 belongs to (0 to
+	// Shard is the shard of the ladder a ladder exchange with Level >= 0 belongs to (0 to
 	// Spec.Shards-1; see [Spec.Shards]), 0 for other exchanges.
 	Shard int `json:"shard,omitempty"`
 }
@@ -81,11 +81,11 @@ type Queue struct {
 	// FirstHop marks a first-hop queue of the top-first order ([Names.LadderFirstHopQueueShard]):
 	// the TTL of the level's queue of its digit, dead-lettering into level 0's exchange.
 	FirstHop bool `json:"first_hop,omitempty"`
-	// Shard is the copy of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for
+	// Shard is the shard of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for
 	// other queues.
 	Shard int `json:"shard,omitempty"`
-	// Slot places the queue's leader when the ladder has copies (Spec.Shards > 1): Apply
-	// declares it through connection Slot mod len(ApplyOptions.Nodes), so that the copies of
+	// Slot places the queue's leader when the ladder has shards (Spec.Shards > 1): Apply
+	// declares it through connection Slot mod len(ApplyOptions.Nodes), so that the shards of
 	// one ladder queue (slots i, i+1, ..., i+Shards-1 for the i-th ladder queue) get their
 	// leaders on different nodes. -1 for queues placed by the policy's leader locator (every
 	// queue of a topology with one ladder) or declared through Apply's own connection.
@@ -312,7 +312,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 			bucketQs = append(bucketQs, q)
 		}
 	}
-	// With copies, the i-th ladder queue (by level, then digit) of shard k gets slot i+k: Apply
+	// With shards, the i-th ladder queue (by level, then digit) of shard k gets slot i+k: Apply
 	// places it on node (i+k) mod nodes (see Queue.Slot).
 	radix1 := ladder.WithDefaults().Radix - 1
 	for k := range s.Shards {
@@ -468,7 +468,7 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 // Quorum queues also get queue-leader-locator balanced, which a policy can add to a deployed
 // topology (a new argument would meet 406). Classic queues never get it: on RabbitMQ 3.10 a
 // policy with a key the queue type does not support does not apply at all
-// (rabbit_queue_type:is_policy_applicable). With copies of the ladder (shards > 1) there is
+// (rabbit_queue_type:is_policy_applicable). With shards of the ladder (shards > 1) there is
 // no locator: Apply places the queues itself ([Queue.Slot]), and a policy's locator would win
 // over the declaring connection's node (rabbit_queue_location:leader_locator/1).
 func policyDefinition(t delayspec.QueueType, shards int) map[string]any {

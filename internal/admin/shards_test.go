@@ -177,25 +177,25 @@ func TestSpecShardsValidate(t *testing.T) {
 	}
 }
 
-// TestSharedCopies: copies of one queue led by one node are reported, others not.
-func TestSharedCopies(t *testing.T) {
+// TestSharedLeaders: copies of one queue led by one node are reported, others not.
+func TestSharedLeaders(t *testing.T) {
 	p := mustPlan(t, shardSpec())
 	all := []string{nodeA, nodeB, nodeC}
 	qs := map[string]ManagedQueue{}
 	for _, q := range p.Queues {
 		qs[q.Name] = ManagedQueue{Name: q.Name, Type: "quorum", Leader: all[max(q.Slot, 0)%3], Members: all, Online: all}
 	}
-	if c := clusterOf(p, qs, nil, nil); len(c.SharedCopies) != 0 {
-		t.Fatalf("placed by slot: shared %+v", c.SharedCopies)
+	if c := clusterOf(p, qs, nil, nil); len(c.SharedLeaders) != 0 {
+		t.Fatalf("placed by slot: shared %+v", c.SharedLeaders)
 	}
 	n := p.Names
 	q := qs[n.LadderQueueShard(1, 2, 2)]
 	q.Leader = qs[n.LadderQueue(1, 2)].Leader
 	qs[q.Name] = q
 	c := clusterOf(p, qs, nil, nil)
-	if len(c.SharedCopies) != 1 || c.SharedCopies[0].Level != 1 || c.SharedCopies[0].Digit != 2 ||
-		strings.Join(c.SharedCopies[0].Queues, ",") != n.LadderQueue(1, 2)+","+n.LadderQueueShard(1, 2, 2) {
-		t.Errorf("shared: %+v", c.SharedCopies)
+	if len(c.SharedLeaders) != 1 || c.SharedLeaders[0].Level != 1 || c.SharedLeaders[0].Digit != 2 ||
+		strings.Join(c.SharedLeaders[0].Queues, ",") != n.LadderQueue(1, 2)+","+n.LadderQueueShard(1, 2, 2) {
+		t.Errorf("shared: %+v", c.SharedLeaders)
 	}
 }
 

@@ -17,9 +17,9 @@
 //	<prefix>.ladder.LL.DD      ladder queue of level LL, digit DD (x-message-ttl DD·radix^LL·unit)
 //	<prefix>.ladder.LL.last    headers exchange of level LL's last-hop queues, bound to <prefix>.ladder.LL
 //	<prefix>.ladder.LL.DD.last last-hop queue of level LL, digit DD: same TTL, dead-letters to D
-//	<prefix>.ladder.LL.sK      headers exchange of level LL in copy K >= 1 of the ladder (Spec.Shards)
-//	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in copy K >= 1
-//	<prefix>.ladder.LL.sK.last, <prefix>.ladder.LL.DD.sK.last  the same for copy K >= 1
+//	<prefix>.ladder.LL.sK      headers exchange of level LL in shard K >= 1 of the ladder (Spec.Shards)
+//	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in shard K >= 1
+//	<prefix>.ladder.LL.sK.last, <prefix>.ladder.LL.DD.sK.last  the same for shard K >= 1
 //	<queue>.entry              fanout exchange bound to the ladder or last-hop queue <queue> alone:
 //	                           a message's first hop is published there (see [Names.LadderEntryExchange])
 //	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)

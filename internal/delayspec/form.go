@@ -34,11 +34,11 @@ type form []part
 
 // The forms of the naming rule.
 var (
-	// ladderQueueForm is ladder.LL.DD[.sK][.last][.first]: level, digit, copy (0: the ladder
+	// ladderQueueForm is ladder.LL.DD[.sK][.last][.first]: level, digit, shard (0: the ladder
 	// itself, no .sK), last hop (1: .last), first hop of the top-first order (1: .first).
 	ladderQueueForm = form{{lit: "ladder.", field: twoDigits}, {lit: ".", field: twoDigits}, {lit: ".s", field: digits, opt: true},
 		{lit: ".last", opt: true}, {lit: ".first", opt: true}}
-	// ladderExchangeForm is ladder.LL[.sK][.last]: level, copy, last hop.
+	// ladderExchangeForm is ladder.LL[.sK][.last]: level, shard, last hop.
 	ladderExchangeForm = form{{lit: "ladder.", field: twoDigits}, {lit: ".s", field: digits, opt: true}, {lit: ".last", opt: true}}
 	// bucketQueueForm is bucket.<ms>ms: the bucket's TTL in milliseconds.
 	bucketQueueForm = form{{lit: "bucket.", field: digits}, {lit: "ms"}}
@@ -139,7 +139,7 @@ func (f form) pattern() string {
 }
 
 // IsDelayQueueName reports whether name has the shape of a delay queue of any prefix's topology
-// (a ladder, last-hop or bucket queue of any copy: [Names.LadderQueueShard],
+// (a ladder, last-hop or bucket queue of any shard: [Names.LadderQueueShard],
 // [Names.LadderLastHopQueueShard], [Names.BucketQueue]); a vhost may hold the topologies of
 // several prefixes.
 func IsDelayQueueName(name string) bool {

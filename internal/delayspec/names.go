@@ -34,7 +34,7 @@ func (n Names) Unroutable() string { return n.p() + ".unroutable" }
 // Parking is the queue that holds messages no target took.
 func (n Names) Parking() string { return parkingForm.name(n.p()) }
 
-// LadderPrefix is how the names of the ladder's exchanges and queues (copies, entry and
+// LadderPrefix is how the names of the ladder's exchanges and queues (shards, entry and
 // last-hop exchanges included) begin: <prefix>.ladder.
 func (n Names) LadderPrefix() string { return n.p() + ".ladder." }
 
@@ -111,11 +111,11 @@ func (n Names) PluginExchange() string { return n.p() + ".plugin" }
 func (n Names) DueUnroutable() string { return n.p() + ".due-unroutable" }
 
 // DelayQueuesPattern is the pattern of the policy [Names.DelayQueuesPolicy]: the parking queue
-// and every name of the naming rule's delay queues, whatever the ladder, its copies and the
+// and every name of the naming rule's delay queues, whatever the ladder, its shards and the
 // buckets: <prefix>.ladder.LL.DD, with .sK, .last or .first, and <prefix>.bucket.<TTL>ms. Built from
 // the forms that also format and parse these names, not by listing the plan's queues: RabbitMQ refuses a policy pattern over about
 // 32 KB ("regular expression is too large"), which a list of the ladder's queues passes with 5
-// copies of the default ladder, 3 of a radix-32 one, or a prefix of 150 bytes. It also covers
+// shards of the default ladder, 3 of a radix-32 one, or a prefix of 150 bytes. It also covers
 // the delay queues of an earlier ladder of the same prefix, which still hold messages.
 func (n Names) DelayQueuesPattern() string {
 	return "^" + regexp.QuoteMeta(n.p()) + `\.(?:` + parkingForm.pattern() + "|" + bucketQueueForm.pattern() + "|" + ladderQueueForm.pattern() + ")$"

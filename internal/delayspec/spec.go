@@ -220,21 +220,21 @@ type Spec struct {
 	// topology's queues or target exchanges.
 	PolicyPriority int
 	// Shards is how many shards of the ladder the topology has, 1 to [MaxShards]; 0 means 1
-	// (one ladder, the default). Copy 0 is the ladder itself ([Names.LadderExchange],
+	// (one ladder, the default). Shard 0 is the ladder itself ([Names.LadderExchange],
 	// [Names.LadderQueue]); shard k >= 1 is a full second chain of level exchanges and queues
 	// ([Names.LadderExchangeShard], [Names.LadderQueueShard]) with the same TTLs, ending in the
 	// same dispatch exchange. A Publisher configured with the same Shards sends each message
-	// into one copy (chosen from its MessageId) and the message stays in that copy for every
+	// into one shard (chosen from its MessageId) and the message stays in that shard for every
 	// hop, so a burst of messages due at the same time leaves from Shards queues instead of one.
 	// On a cluster, Apply given a connection per node (topology.ApplyOptions.Nodes) places shard k of
-	// the i-th ladder queue on node (i+k) mod nodes, so the copies of one queue have their
+	// the i-th ladder queue on node (i+k) mod nodes, so the shards of one queue have their
 	// leaders on different nodes and each node dead-letters its share of a burst. It
 	// multiplies the ladder's queues (and their idle cost) by Shards.
 	Shards int
 }
 
-// MaxShards is the largest [Spec.Shards]: more copies than a cluster has nodes spread no
-// further, and each copy adds the ladder's queues again.
+// MaxShards is the largest [Spec.Shards]: more shards than a cluster has nodes spread no
+// further, and each shard adds the ladder's queues again.
 const MaxShards = 16
 
 // DefaultReadyDeliveryLimit is the default x-delivery-limit of quorum ready queues: RabbitMQ
