@@ -96,8 +96,7 @@ type settings struct {
 
 // resolve fills the fields that come from s.vars, with the defaults of the CLI's own settings.
 func (s *settings) resolve() {
-	cfg := s.vars.Config()
-	s.conn, s.spec = cfg.Config, cfg.Spec
+	s.conn, s.spec = s.vars.Conn(), s.vars.Spec()
 	s.mgmtURL = s.vars.ManagementURL
 	s.timeout = time.Duration(s.vars.Timeout)
 	if s.timeout == 0 {

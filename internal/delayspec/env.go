@@ -18,15 +18,8 @@ import (
 // variables; their names are a public contract.
 const EnvPrefix = "AMQPDELAY"
 
-// Config is the whole configuration read from the environment: the connection (AMQPDELAY_URL,
-// AMQPDELAY_TLS_CA, AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY) and the [Spec].
-type Config struct {
-	amqpconn.Config
-	Spec
-}
-
-// Env is the AMQPDELAY_* variables of a [Config], one field per variable, as [ReadEnv] reads
-// them. The envconfig tags are the variables' full names. Each field's type parses and checks
+// Env is the AMQPDELAY_* variables, one field per variable, as [ReadEnv] reads them: the
+// connection ([Env.Conn]) and the [Spec] ([Env.Spec]). The envconfig tags are the variables' full names. Each field's type parses and checks
 // its value (a Decode method, also used for the rabbitdelay CLI's flags), so a value that cannot
 // be right is refused naming its variable or flag. A variable that is set but empty counts as
 // unset: the field keeps its zero value, which means the default.
@@ -68,44 +61,34 @@ type Env struct {
 	Shards Shards `envconfig:"AMQPDELAY_SHARDS"`
 }
 
-// Config returns the configuration e holds.
-func (e Env) Config() Config {
-	return Config{
-		Config: amqpconn.Config{URL: e.URL, TLSCA: e.TLSCA, TLSCert: e.TLSCert, TLSKey: e.TLSKey},
-		Spec: Spec{
-			Prefix:  e.Prefix,
-			Targets: e.Targets,
-			Buckets: e.Buckets,
-			Ladder: ttlbuckets.Ladder{Unit: time.Duration(e.LadderUnit), Radix: int(e.LadderRadix),
-				Max: time.Duration(e.LadderMax), Order: ttlbuckets.Order(e.LadderOrder)},
-			Plugin:             e.Plugin,
-			QueueType:          e.QueueType,
-			ReadyQueues:        e.ReadyQueues,
-			ReadyDeliveryLimit: int(e.ReadyDeliveryLimit),
-			PolicyPriority:     int(e.PolicyPriority),
-			Shards:             int(e.Shards),
-		},
-	}
+// Conn returns the connection settings e holds.
+func (e Env) Conn() amqpconn.Config {
+	return amqpconn.Config{URL: e.URL, TLSCA: e.TLSCA, TLSCert: e.TLSCert, TLSKey: e.TLSKey}
 }
 
-// ConfigFromEnv reads the AMQPDELAY_* variables of [Env] with [ReadEnv]. A variable that does
-// not parse or holds a value that cannot be right is reported as a [*ValueError] naming it
-// (wrapping ErrInvalidSpec); what depends on several values (the ladder's maximum against its
-// unit and radix, names against the prefix, ...) is left to [Spec.Validate]. The error never
-// quotes AMQPDELAY_URL.
-func ConfigFromEnv() (Config, error) {
-	var e Env
-	if err := ReadEnv(&e); err != nil {
-		return Config{}, err
+// Spec returns the specification e holds; zero fields mean the defaults.
+func (e Env) Spec() Spec {
+	return Spec{
+		Prefix:  e.Prefix,
+		Targets: e.Targets,
+		Buckets: e.Buckets,
+		Ladder: ttlbuckets.Ladder{Unit: time.Duration(e.LadderUnit), Radix: int(e.LadderRadix),
+			Max: time.Duration(e.LadderMax), Order: ttlbuckets.Order(e.LadderOrder)},
+		Plugin:             e.Plugin,
+		QueueType:          e.QueueType,
+		ReadyQueues:        e.ReadyQueues,
+		ReadyDeliveryLimit: int(e.ReadyDeliveryLimit),
+		PolicyPriority:     int(e.PolicyPriority),
+		Shards:             int(e.Shards),
 	}
-	return e.Config(), nil
 }
 
 // ReadEnv fills dst, a pointer to [Env] or to a struct that embeds it and adds variables of
 // its own (as the rabbitdelay CLI does), from the environment with envconfig. It is the one
 // reader of the AMQPDELAY_* variables. A value that its field's type refuses is returned as a
-// [*ValueError] naming the variable; envconfig stops at the first one. Other errors (dst not a
-// pointer to a struct) wrap ErrInvalidSpec.
+// [*ValueError] naming the variable (envconfig stops at the first one; the error never quotes
+// AMQPDELAY_URL); what depends on several values is left to [Spec.Validate]. Other errors (dst
+// not a pointer to a struct) wrap ErrInvalidSpec.
 func ReadEnv(dst any) error {
 	// No prefix: the tags are the full names.
 	err := envconfig.Process("", dst)
@@ -248,15 +231,22 @@ type DeliveryLimit int
 // Decode sets *l from a decimal integer, at least 1, or -1 for none (an envconfig.Decoder); ""
 // sets 0 (the default, [DefaultReadyDeliveryLimit]). 0 is refused: leave it unset instead.
 func (l *DeliveryLimit) Decode(s string) error {
+	return decodeInt(s, (*int)(l), func(n int) bool { return n >= 1 || n == NoReadyDeliveryLimit },
+		fmt.Sprintf("want a positive number of returns (default %d), or -1 for none", DefaultReadyDeliveryLimit))
+}
+
+// decodeInt sets *dst from a decimal integer that ok accepts, "" to 0 (the default); want says
+// what to write instead.
+func decodeInt(s string, dst *int, ok func(int) bool, want string) error {
 	if s == "" {
-		*l = 0
+		*dst = 0
 		return nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n == 0 || n < NoReadyDeliveryLimit {
-		return fmt.Errorf("want a positive number of returns (default %d), or -1 for none", DefaultReadyDeliveryLimit)
+	if err != nil || !ok(n) {
+		return errors.New(want)
 	}
-	*l = DeliveryLimit(n)
+	*dst = n
 	return nil
 }
 
@@ -267,16 +257,8 @@ type PolicyPriority int
 // Decode sets *p from a positive decimal integer (an envconfig.Decoder); "" sets 0 (the
 // default, [DefaultPolicyPriority]).
 func (p *PolicyPriority) Decode(s string) error {
-	if s == "" {
-		*p = 0
-		return nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return fmt.Errorf("want a positive integer, above every other policy's priority (default %d)", DefaultPolicyPriority)
-	}
-	*p = PolicyPriority(n)
-	return nil
+	return decodeInt(s, (*int)(p), func(n int) bool { return n > 0 },
+		fmt.Sprintf("want a positive integer, above every other policy's priority (default %d)", DefaultPolicyPriority))
 }
 
 // Shards is the number of shards of the ladder (AMQPDELAY_SHARDS, --shards; see
@@ -286,14 +268,6 @@ type Shards int
 // Decode sets *n from a decimal integer from 1 to [MaxShards] (an envconfig.Decoder); "" sets 0
 // (the default: one ladder).
 func (n *Shards) Decode(s string) error {
-	if s == "" {
-		*n = 0
-		return nil
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil || v < 1 || v > MaxShards {
-		return fmt.Errorf("want 1 (one ladder, the default) to %d shards of the ladder", MaxShards)
-	}
-	*n = Shards(v)
-	return nil
+	return decodeInt(s, (*int)(n), func(v int) bool { return v >= 1 && v <= MaxShards },
+		fmt.Sprintf("want 1 (one ladder, the default) to %d shards of the ladder", MaxShards))
 }

@@ -181,8 +181,8 @@ func splitList(s string) []string {
 }
 
 // Spec is what to declare: the delay topology for one prefix. Zero fields mean the documented
-// defaults ([Spec.WithDefaults]). [ConfigFromEnv] fills it from the AMQPDELAY_* variables
-// (see [Env], which names the variable of each field).
+// defaults ([Spec.WithDefaults]). [ReadEnv] and [Env.Spec] fill it from the AMQPDELAY_*
+// variables ([Env] names the variable of each field).
 type Spec struct {
 	// Prefix names every object (see [Names]); default "rabbitdelay". Letters, digits and
 	// . _ - : only, at most 200 bytes, not starting with "amq." (reserved by RabbitMQ).
@@ -220,16 +220,12 @@ type Spec struct {
 	// topology's queues or target exchanges.
 	PolicyPriority int
 	// Shards is how many shards of the ladder the topology has, 1 to [MaxShards]; 0 means 1
-	// (one ladder, the default). Shard 0 is the ladder itself ([Names.LadderExchange],
-	// [Names.LadderQueue]); shard k >= 1 is a full second chain of level exchanges and queues
-	// ([Names.LadderExchangeShard], [Names.LadderQueueShard]) with the same TTLs, ending in the
-	// same dispatch exchange. A Publisher configured with the same Shards sends each message
-	// into one shard (chosen from its MessageId) and the message stays in that shard for every
-	// hop, so a burst of messages due at the same time leaves from Shards queues instead of one.
-	// On a cluster, Apply given a connection per node (topology.ApplyOptions.Nodes) places shard k of
-	// the i-th ladder queue on node (i+k) mod nodes, so the shards of one queue have their
-	// leaders on different nodes and each node dead-letters its share of a burst. It
-	// multiplies the ladder's queues (and their idle cost) by Shards.
+	// (one ladder, the default). Shard 0 is the ladder itself; shard k >= 1 is a full second
+	// chain of level exchanges and queues ([Names.LadderQueueShard]) with the same TTLs, ending
+	// in the same dispatch exchange. A Publisher sends each message into one shard (chosen from
+	// its MessageId) for every hop, so a burst due at once leaves from Shards queues instead of
+	// one; on a cluster, Apply places the shards of one queue on different nodes
+	// (topology.ApplyOptions.Nodes). It multiplies the ladder's queues by Shards.
 	Shards int
 }
 
@@ -317,6 +313,41 @@ func (s Spec) Validate() error {
 		add("no target exchange: set AMQPDELAY_TARGETS (the rabbitdelay CLI also takes --target), e.g. orders, or orders:topic to declare it")
 	}
 	names := s.Names()
+	s.validateTargets(names, add)
+	if err := s.Ladder.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: ladder: %w", ErrInvalidSpec, err))
+	}
+	if _, err := ttlbuckets.NewBuckets(s.Buckets...); err != nil {
+		errs = append(errs, fmt.Errorf("%w: buckets: %w", ErrInvalidSpec, err))
+	}
+	switch s.Plugin {
+	case PluginAuto, PluginOff, PluginOn:
+	default:
+		add("plugin mode %q: want off, auto or on", s.Plugin)
+	}
+	switch s.QueueType {
+	case Quorum, Classic:
+	default:
+		add("queue type %q: want quorum or classic", s.QueueType)
+	}
+	if s.ReadyDeliveryLimit < NoReadyDeliveryLimit {
+		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
+	}
+	if s.Shards < 1 || s.Shards > MaxShards {
+		add("shards %d: want 1 (one ladder, the default) to %d shards of the ladder", s.Shards, MaxShards)
+	}
+	if s.PolicyPriority < 0 {
+		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)
+	}
+	s.validateReadyQueues(names, add)
+	return errors.Join(errs...)
+}
+
+// problemFunc adds one problem of a [Spec.Validate], formatted as fmt.Errorf does.
+type problemFunc func(format string, args ...any)
+
+// validateTargets adds the problems of s's targets (s with its defaults).
+func (s Spec) validateTargets(names Names, add problemFunc) {
 	seen := map[string]bool{}
 	for _, t := range s.Targets {
 		if t.Name == "" {
@@ -346,31 +377,10 @@ func (s Spec) Validate() error {
 			add("target %q: exchange type %q: want direct, fanout, topic or headers", t.Name, t.Type)
 		}
 	}
-	if err := s.Ladder.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: ladder: %w", ErrInvalidSpec, err))
-	}
-	if _, err := ttlbuckets.NewBuckets(s.Buckets...); err != nil {
-		errs = append(errs, fmt.Errorf("%w: buckets: %w", ErrInvalidSpec, err))
-	}
-	switch s.Plugin {
-	case PluginAuto, PluginOff, PluginOn:
-	default:
-		add("plugin mode %q: want off, auto or on", s.Plugin)
-	}
-	switch s.QueueType {
-	case Quorum, Classic:
-	default:
-		add("queue type %q: want quorum or classic", s.QueueType)
-	}
-	if s.ReadyDeliveryLimit < NoReadyDeliveryLimit {
-		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
-	}
-	if s.Shards < 1 || s.Shards > MaxShards {
-		add("shards %d: want 1 (one ladder, the default) to %d shards of the ladder", s.Shards, MaxShards)
-	}
-	if s.PolicyPriority < 0 {
-		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)
-	}
+}
+
+// validateReadyQueues adds the problems of s's ready queues (s with its defaults).
+func (s Spec) validateReadyQueues(names Names, add problemFunc) {
 	seenReady := map[ReadyQueue]bool{}
 	for _, r := range s.ReadyQueues {
 		if seenReady[r] {
@@ -406,7 +416,6 @@ func (s Spec) Validate() error {
 				"bind ready queues to a target or another exchange of yours", shorten(r.Queue), shorten(r.Exchange), s.Prefix)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // NameProblem says what makes name unusable as an exchange or queue name ("is not valid UTF-8",
@@ -456,10 +465,10 @@ func (s Spec) HasTarget(name string) bool {
 	return false
 }
 
-// RevocationMargin is how much longer than the topology's longest delay the revocation stream
+// revocationMargin is how much longer than the topology's longest delay the revocation stream
 // keeps a record ([Spec.RevocationRetention]): room for a message's lateness, a consumer's
 // retries and clocks that differ between hosts.
-const RevocationMargin = 24 * time.Hour
+const revocationMargin = 24 * time.Hour
 
 // MaxDelay returns the longest delay any path of s can carry: the ladder's maximum, the
 // longest bucket, and with the plugin possible (Plugin not off) the plugin's 2^32-1 ms.
@@ -476,11 +485,11 @@ func (s Spec) MaxDelay() time.Duration {
 }
 
 // RevocationRetention is how long a revocation is kept, in the stream (its x-max-age) and in a
-// reader's memory: [Spec.MaxDelay] plus [RevocationMargin], rounded up to whole hours. A copy
+// reader's memory: [Spec.MaxDelay] plus [revocationMargin], rounded up to whole hours. A copy
 // published before a revocation is due within MaxDelay of it, so it is never delivered after
 // its revocation has been forgotten. The default topology's is 1,218 h (50.75 days).
 func (s Spec) RevocationRetention() time.Duration {
-	return (s.MaxDelay() + RevocationMargin + time.Hour - 1).Truncate(time.Hour)
+	return (s.MaxDelay() + revocationMargin + time.Hour - 1).Truncate(time.Hour)
 }
 
 // LadderOrBuckets returns the spec's ladder (with defaults) and its buckets. It returns the

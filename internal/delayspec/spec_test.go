@@ -95,10 +95,10 @@ func TestValidateOwnNamesAndLengths(t *testing.T) {
 	}
 }
 
-// TestConfigFromEnvRefusesBadValues: a value that does not parse, or cannot be right (an
+// TestReadEnvRefusesBadValues: a value that does not parse, or cannot be right (an
 // explicit zero, a radix that is no power of two), is refused as a *ValueError naming the
 // variable, its value and the values allowed; unset, each takes its default.
-func TestConfigFromEnvRefusesBadValues(t *testing.T) {
+func TestReadEnvRefusesBadValues(t *testing.T) {
 	for _, c := range []struct{ name, value, want string }{
 		{"AMQPDELAY_LADDER_RADIX", "0", "2, 4, 8, 16, 32 or 64 (leave it unset"},
 		{"AMQPDELAY_LADDER_RADIX", "7", "want 2, 4, 8, 16, 32 or 64"},
@@ -124,19 +124,19 @@ func TestConfigFromEnvRefusesBadValues(t *testing.T) {
 	} {
 		t.Run(c.name+"="+c.value, func(t *testing.T) {
 			t.Setenv(c.name, c.value)
-			_, err := ConfigFromEnv()
+			err := ReadEnv(&Env{})
 			var ve *ValueError
 			prefix := c.name + "=" + strconv.Quote(c.value) + ": "
 			if !errors.Is(err, ErrInvalidSpec) || !errors.As(err, &ve) || ve.Name != c.name ||
 				!strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("ConfigFromEnv with %s=%q: %v\nwant a *ValueError starting %q and holding %q", c.name, c.value, err, prefix, c.want)
+				t.Errorf("ReadEnv with %s=%q: %v\nwant a *ValueError starting %q and holding %q", c.name, c.value, err, prefix, c.want)
 			}
 		})
 	}
 }
 
-// TestConfigFromEnvEmptyIsUnset: every variable set but empty takes its default.
-func TestConfigFromEnvEmptyIsUnset(t *testing.T) {
+// TestReadEnvEmptyIsUnset: every variable set but empty takes its default.
+func TestReadEnvEmptyIsUnset(t *testing.T) {
 	var keys strings.Builder
 	if err := envconfig.Usagef("", &Env{}, &keys, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
 		t.Fatal(err)
@@ -148,9 +148,9 @@ func TestConfigFromEnvEmptyIsUnset(t *testing.T) {
 	for _, name := range names {
 		t.Setenv(name, "")
 	}
-	c, err := ConfigFromEnv()
-	if err != nil || !reflect.DeepEqual(c, Config{}) {
-		t.Fatalf("set-but-empty variables: %+v, %v; want the zero Config (defaults) and no error", c, err)
+	var e Env
+	if err := ReadEnv(&e); err != nil || !reflect.DeepEqual(e, Env{}) {
+		t.Fatalf("set-but-empty variables: %+v, %v; want the zero Env (defaults) and no error", e, err)
 	}
 	t.Setenv("AMQPDELAY_LADDER_UNIT", "10ms")
 	t.Setenv("AMQPDELAY_LADDER_MAX", "24h")
@@ -160,17 +160,18 @@ func TestConfigFromEnvEmptyIsUnset(t *testing.T) {
 	t.Setenv("AMQPDELAY_POLICY_PRIORITY", "7")
 	t.Setenv("AMQPDELAY_TARGETS", "a, b:topic")
 	want := ttlbuckets.Ladder{Unit: 10 * time.Millisecond, Radix: 32, Max: 24 * time.Hour, Order: ttlbuckets.LongestFirst}
-	c, err = ConfigFromEnv()
+	err := ReadEnv(&e)
+	c := e.Spec()
 	if err != nil || c.Ladder != want || c.ReadyDeliveryLimit != -1 || c.PolicyPriority != 7 ||
 		!reflect.DeepEqual(c.Targets, Targets{{Name: "a"}, {Name: "b", Type: "topic"}}) {
 		t.Errorf("variables: %+v, %v; want ladder %+v, limit -1, priority 7, targets a and b:topic", c, err, want)
 	}
 }
 
-// TestConfigFromEnvReadsOnlyItsVariables: envconfig falls back from AMQPDELAY_NAME to a bare
-// NAME variable; ConfigFromEnv must not pick up a stray URL, PREFIX or TARGETS of another
+// TestReadEnvReadsOnlyItsVariables: envconfig falls back from AMQPDELAY_NAME to a bare
+// NAME variable; ReadEnv must not pick up a stray URL, PREFIX or TARGETS of another
 // program.
-func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
+func TestReadEnvReadsOnlyItsVariables(t *testing.T) {
 	for _, name := range []string{"AMQPDELAY_URL", "AMQPDELAY_PREFIX", "AMQPDELAY_TARGETS", "AMQPDELAY_BUCKETS", "AMQPDELAY_PLUGIN",
 		"AMQPDELAY_QUEUE_TYPE", "AMQPDELAY_READY_QUEUES", "AMQPDELAY_TLS_CA", "AMQPDELAY_LADDER_RADIX"} {
 		t.Setenv(name, "") // restored after the test
@@ -181,16 +182,16 @@ func TestConfigFromEnvReadsOnlyItsVariables(t *testing.T) {
 	for k, v := range stray {
 		t.Setenv(k, v)
 	}
-	c, err := ConfigFromEnv()
-	if err != nil {
-		t.Fatalf("ConfigFromEnv with stray variables: %v", err)
+	var e Env
+	if err := ReadEnv(&e); err != nil {
+		t.Fatalf("ReadEnv with stray variables: %v", err)
 	}
-	if !reflect.DeepEqual(c, Config{}) {
-		t.Errorf("ConfigFromEnv read variables without the AMQPDELAY_ prefix: %+v", c)
+	if !reflect.DeepEqual(e, Env{}) {
+		t.Errorf("ReadEnv read variables without the AMQPDELAY_ prefix: %+v", e)
 	}
 	t.Setenv("AMQPDELAY_PREFIX", "mine")
-	if c, err := ConfigFromEnv(); err != nil || c.Prefix != "mine" {
-		t.Errorf("AMQPDELAY_PREFIX=mine: prefix %q, %v", c.Prefix, err)
+	if err := ReadEnv(&e); err != nil || e.Spec().Prefix != "mine" {
+		t.Errorf("AMQPDELAY_PREFIX=mine: prefix %q, %v", e.Spec().Prefix, err)
 	}
 }
 
