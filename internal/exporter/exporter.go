@@ -179,20 +179,36 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 	if e.opts.OnScrape != nil {
 		e.opts.OnScrape(err)
 	}
-	ch <- prometheus.MustNewConstMetric(e.duration, prometheus.GaugeValue, time.Since(start).Seconds())
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 0)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(e.up, prometheus.GaugeValue, 1)
-	collected := 1.0
-	if s.StatsDisabled {
-		collected = 0
-	}
-	ch <- prometheus.MustNewConstMetric(e.stats, prometheus.GaugeValue, collected)
 	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
+	ch <- prometheus.MustNewConstMetric(e.duration, prometheus.GaugeValue, time.Since(start).Seconds())
+	gauge(e.up, one(err == nil))
+	if err != nil {
+		return
+	}
+	gauge(e.stats, one(!s.StatsDisabled))
+	e.collectQueues(s, gauge)
+	collectPolicyProblems(e.policyProblems, s.PolicyProblems, gauge)
+	if s.Cluster != nil {
+		e.collectCluster(s.Cluster, gauge)
+	}
+}
+
+// gaugeFunc sends one gauge of d with labels.
+type gaugeFunc func(d *prometheus.Desc, v int64, labels ...string)
+
+// one is 1 for true, 0 for false.
+func one(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// collectQueues sends the queues' metrics of s: the delay queues' sums per group, the parking,
+// ready and revocation queues, and how many queues of the plan are missing.
+func (e *Exporter) collectQueues(s *admin.Snapshot, gauge gaugeFunc) {
 	var order []group
 	groups := map[group]*sums{}
 	missing := 0
@@ -229,20 +245,16 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 			add(&t.messages, mq.Messages)
 			add(&t.dlx, mq.MessagesDLX)
 			add(&t.consumers, mq.Consumers)
-		case q.Role == admin.RoleParking:
-			if mq.Messages >= 0 {
-				gauge(e.parking, mq.Messages)
-			}
-		case q.Role == admin.RoleRevoked:
-			if mq.Messages >= 0 {
-				gauge(e.revocations, mq.Messages, q.Name)
-			}
+		case q.Role == admin.RoleParking && mq.Messages >= 0:
+			gauge(e.parking, mq.Messages)
+		case q.Role == admin.RoleRevoked && mq.Messages >= 0:
+			gauge(e.revocations, mq.Messages, q.Name)
 		case q.Role == admin.RoleReady:
 			if mq.Messages >= 0 {
 				gauge(e.ready, mq.Messages, q.Name)
 			}
 			_, looping := admin.RequeueLoopOf(q, mq, s.Version)
-			gauge(e.requeueLoop, map[bool]int64{true: 1}[looping], q.Name)
+			gauge(e.requeueLoop, one(looping), q.Name)
 		}
 	}
 	for _, g := range order {
@@ -251,24 +263,28 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 		if e.opts.PerQueue {
 			labels = append(labels, g.queue)
 		}
-		if t.messages >= 0 {
-			gauge(e.delayMessages, t.messages, labels...)
-		}
-		if t.dlx >= 0 {
-			gauge(e.delayDLX, t.dlx, labels...)
-		}
-		if t.consumers >= 0 {
-			gauge(e.delayConsumers, t.consumers, labels...)
+		for _, m := range []struct {
+			d *prometheus.Desc
+			v int64
+		}{{e.delayMessages, t.messages}, {e.delayDLX, t.dlx}, {e.delayConsumers, t.consumers}} {
+			if m.v >= 0 {
+				gauge(m.d, m.v, labels...)
+			}
 		}
 	}
 	gauge(e.missing, int64(missing))
+}
+
+// collectPolicyProblems sends the count of policy problems per breakage and severity, every
+// series present, at 0 when none.
+func collectPolicyProblems(d *prometheus.Desc, pps []admin.PolicyProblem, gauge gaugeFunc) {
 	type problem struct{ breaks, severity string }
 	problems := map[problem]int64{}
 	for _, b := range []admin.Breakage{admin.BreaksEarly, admin.BreaksDeletes, admin.BreaksDrops, admin.BreaksStalls,
-		admin.BreaksRouting} { // every series present, at 0 when none
+		admin.BreaksRouting} {
 		problems[problem{string(b), "error"}], problems[problem{string(b), "warning"}] = 0, 0
 	}
-	for _, pp := range s.PolicyProblems {
+	for _, pp := range pps {
 		k := problem{breaks: string(pp.Breaks), severity: "error"}
 		if pp.Warning {
 			k.severity = "warning"
@@ -276,36 +292,28 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 		problems[k]++
 	}
 	for k, n := range problems {
-		gauge(e.policyProblems, n, k.breaks, k.severity)
+		gauge(d, n, k.breaks, k.severity)
 	}
-	if c := s.Cluster; c != nil {
-		for _, n := range c.Nodes {
-			if n.Running != nil {
-				v := int64(0)
-				if *n.Running {
-					v = 1
-				}
-				gauge(e.nodeRunning, v, n.Name)
-			}
-			gauge(e.nodeLeaders, int64(n.Leaders), n.Name)
-			gauge(e.nodeDelayLeaders, int64(n.DelayQueues), n.Name)
-			gauge(e.nodeMembers, int64(n.Members), n.Name)
+}
+
+// collectCluster sends the per-node, balance, degraded and dead-letter-wait metrics of c.
+func (e *Exporter) collectCluster(c *admin.ClusterStatus, gauge gaugeFunc) {
+	waiting := map[string]int64{} // every node's series present, at 0 when nothing waits on it
+	for _, n := range c.Nodes {
+		if n.Running != nil {
+			gauge(e.nodeRunning, one(*n.Running), n.Name)
 		}
-		b := int64(0)
-		if c.Balanced {
-			b = 1
-		}
-		gauge(e.balanced, b)
-		gauge(e.degraded, int64(len(c.Degraded)))
-		waiting := map[string]int64{} // every node's series present, at 0 when nothing waits on it
-		for _, n := range c.Nodes {
-			waiting[n.Name] = 0
-		}
-		for _, w := range c.Waits {
-			waiting[w.Node] += w.Messages
-		}
-		for n, v := range waiting {
-			gauge(e.waiting, v, n)
-		}
+		gauge(e.nodeLeaders, int64(n.Leaders), n.Name)
+		gauge(e.nodeDelayLeaders, int64(n.DelayQueues), n.Name)
+		gauge(e.nodeMembers, int64(n.Members), n.Name)
+		waiting[n.Name] = 0
+	}
+	gauge(e.balanced, one(c.Balanced))
+	gauge(e.degraded, int64(len(c.Degraded)))
+	for _, w := range c.Waits {
+		waiting[w.Node] += w.Messages
+	}
+	for n, v := range waiting {
+		gauge(e.waiting, v, n)
 	}
 }
