@@ -2,6 +2,7 @@ package declare
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/delaykit/rabbitdelay/internal/admin"
@@ -194,6 +195,18 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
+// mapList returns f of each element of in: [] rather than null in JSON when in is empty.
+func mapList[T, U any](in []T, f func(T) U) []U {
+	out := make([]U, 0, len(in))
+	for _, v := range in {
+		out = append(out, f(v))
+	}
+	return out
+}
+
+// strs returns the String of each element of in.
+func strs[T fmt.Stringer](in []T) []string { return mapList(in, T.String) }
+
 // queueJSON is q in the JSON shape.
 func queueJSON(q admin.QueueStatus) statusQueueJSON {
 	return statusQueueJSON{Name: q.Name, Role: string(q.Role), Level: q.Level, Digit: q.Digit, TTLMs: q.TTL, Exists: q.Exists,
@@ -201,30 +214,59 @@ func queueJSON(q admin.QueueStatus) statusQueueJSON {
 		Leader: q.Leader, Members: orEmpty(q.Members), Online: orEmpty(q.Online)}
 }
 
+// count returns how many elements of in satisfy ok.
+func count[T any](in []T, ok func(T) bool) int {
+	n := 0
+	for _, v := range in {
+		if ok(v) {
+			n++
+		}
+	}
+	return n
+}
+
 // newStatusJSON builds the JSON of rep, whose Status call returned err, with the plugin's
 // state and the vhost.
 func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vhost string) statusJSON {
 	out := statusJSON{Schema: statusSchema, OK: err == nil, Problems: []string{}, Prefix: p.Spec.Prefix, VHost: vhost,
-		Plugin: plugin, Management: rep.Management, Queues: []statusQueueJSON{}, MissingObjects: orEmpty(rep.Missing),
-		Mismatched: []statusMismatchJSON{}, MissingExchanges: []statusMissingExchangeJSON{},
+		Plugin: plugin, Management: rep.Management, MissingObjects: orEmpty(rep.Missing),
 		ExchangesTotal: len(rep.Exchanges), BindingsPresent: -1, BindingsTotal: -1,
-		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{}, UnplannedBindings: []string{}, RetryBindings: []string{},
-		Unplanned: []statusUnplannedJSON{}, Policies: []statusPolicyJSON{}, PolicyProblems: []statusProblemJSON{},
-		RabbitMQVersion: rep.Version, NotDeclared: rep.NotDeclared, RequeueLoops: []statusRequeueLoopJSON{},
-		RecordDiffers: rep.RecordDiffers, RecordOnlyTargets: append([]string{}, rep.RecordOnlyTargets...),
-		PluginMessagesDelayed: rep.PluginMessagesDelayed}
-	for _, l := range rep.RequeueLoops {
-		out.RequeueLoops = append(out.RequeueLoops, statusRequeueLoopJSON{Queue: l.Queue, RedeliverRate: l.RedeliverRate,
-			DeliverRate: l.DeliverRate, Messages: l.Messages, Cause: l.Cause, Advice: l.Advice(p.Names.Parking())})
+		ExchangesPresent:    count(rep.Exchanges, func(x admin.ExchangeStatus) bool { return x.Exists }),
+		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{},
+		RabbitMQVersion: rep.Version, NotDeclared: rep.NotDeclared,
+		RecordDiffers: rep.RecordDiffers, RecordOnlyTargets: orEmpty(rep.RecordOnlyTargets),
+		PluginMessagesDelayed: rep.PluginMessagesDelayed,
+		Queues:                mapList(rep.Queues, queueJSON),
+		Parking:               queueJSON(rep.Parking()),
+		UnplannedBindings:     strs(rep.UnplannedBindings),
+		RetryBindings:         strs(rep.RetryBindings),
+		RequeueLoops: mapList(rep.RequeueLoops, func(l admin.RequeueLoop) statusRequeueLoopJSON {
+			return statusRequeueLoopJSON{Queue: l.Queue, RedeliverRate: l.RedeliverRate, DeliverRate: l.DeliverRate,
+				Messages: l.Messages, Cause: l.Cause, Advice: l.Advice(p.Names.Parking())}
+		}),
+		MissingExchanges: mapList(rep.MissingExchanges, func(x admin.MissingExchange) statusMissingExchangeJSON {
+			return statusMissingExchangeJSON{Name: x.Name, Similar: orEmpty(x.Similar)}
+		}),
+		Mismatched: mapList(rep.Mismatched, func(m admin.Mismatch) statusMismatchJSON {
+			return statusMismatchJSON{Kind: string(m.Kind), Name: m.Name, Property: m.Property, Existing: m.Existing, Wanted: m.Wanted}
+		}),
+		Unplanned: mapList(rep.Unplanned, func(u admin.Unplanned) statusUnplannedJSON {
+			return statusUnplannedJSON{Kind: string(u.Kind), Name: u.Name, Messages: u.Messages}
+		}),
+		Policies: mapList(rep.Policies, func(ps admin.PolicyStatus) statusPolicyJSON {
+			return statusPolicyJSON{Name: ps.Name, ApplyTo: ps.ApplyTo, Priority: ps.Priority, Exists: ps.Exists, Current: ps.Current}
+		}),
+		PolicyProblems: mapList(rep.PolicyProblems, func(pp admin.PolicyProblem) statusProblemJSON {
+			return statusProblemJSON{Severity: map[bool]string{false: "error", true: "warning"}[pp.Warning], Breaks: string(pp.Breaks),
+				Kind: string(pp.Kind), Object: pp.Object, Policy: pp.Policy, Operator: pp.Operator, Key: pp.Key, Value: pp.Value,
+				Message: pp.Error()}
+		}),
+		Cluster: clusterJSON(rep.Cluster),
 	}
-	if err != nil {
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				out.Problems = append(out.Problems, e.Error())
-			}
-		} else {
-			out.Problems = append(out.Problems, err.Error())
-		}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		out.Problems = mapList(j.Unwrap(), error.Error)
+	} else if err != nil {
+		out.Problems = append(out.Problems, err.Error())
 	}
 	waiting := map[string]bool{} // dead-lettering that waits on an unreachable node (cluster.dead_letter_waits)
 	if rep.Cluster != nil {
@@ -234,74 +276,35 @@ func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vh
 			}
 		}
 	}
-	for _, x := range rep.MissingExchanges {
-		out.MissingExchanges = append(out.MissingExchanges, statusMissingExchangeJSON{Name: x.Name, Similar: orEmpty(x.Similar)})
-	}
 	for _, q := range rep.Queues {
-		out.Queues = append(out.Queues, queueJSON(q))
 		if q.MessagesDLX > 0 && !waiting[q.Name] {
 			out.DeadLettering = append(out.DeadLettering, statusDLXJSON{Queue: q.Name, MessagesDLX: q.MessagesDLX})
 		}
 	}
-	out.Parking = queueJSON(rep.Parking())
-	for _, x := range rep.Exchanges {
-		if x.Exists {
-			out.ExchangesPresent++
-		}
-	}
 	if rep.Management {
-		out.BindingsPresent, out.BindingsTotal = 0, len(rep.Bindings)
-		for _, b := range rep.Bindings {
-			if b.Exists {
-				out.BindingsPresent++
-			}
-		}
-	}
-	for _, m := range rep.Mismatched {
-		out.Mismatched = append(out.Mismatched, statusMismatchJSON{Kind: string(m.Kind), Name: m.Name, Property: m.Property,
-			Existing: m.Existing, Wanted: m.Wanted})
-	}
-	for _, b := range rep.UnplannedBindings {
-		out.UnplannedBindings = append(out.UnplannedBindings, b.String())
-	}
-	for _, b := range rep.RetryBindings {
-		out.RetryBindings = append(out.RetryBindings, b.String())
-	}
-	for _, u := range rep.Unplanned {
-		out.Unplanned = append(out.Unplanned, statusUnplannedJSON{Kind: string(u.Kind), Name: u.Name, Messages: u.Messages})
-	}
-	for _, ps := range rep.Policies {
-		out.Policies = append(out.Policies, statusPolicyJSON{Name: ps.Name, ApplyTo: ps.ApplyTo, Priority: ps.Priority,
-			Exists: ps.Exists, Current: ps.Current})
-	}
-	for _, pp := range rep.PolicyProblems {
-		sev := "error"
-		if pp.Warning {
-			sev = "warning"
-		}
-		out.PolicyProblems = append(out.PolicyProblems, statusProblemJSON{Severity: sev, Breaks: string(pp.Breaks), Kind: string(pp.Kind),
-			Object: pp.Object, Policy: pp.Policy, Operator: pp.Operator, Key: pp.Key, Value: pp.Value, Message: pp.Error()})
-	}
-	if c := rep.Cluster; c != nil {
-		cj := &statusClusterJSON{Balanced: c.Balanced, Nodes: []statusNodeJSON{}, DegradedQueues: []string{}, Waits: []statusWaitJSON{},
-			SharedLeaders: orEmpty(c.SharedLeaders)}
-		for _, n := range c.Nodes {
-			cj.Nodes = append(cj.Nodes, statusNodeJSON{Name: n.Name, Running: n.Running, Leaders: n.Leaders,
-				DelayQueueLeaders: n.DelayQueues, Members: n.Members})
-		}
-		for _, d := range c.Degraded {
-			cj.DegradedQueues = append(cj.DegradedQueues, d.Queue)
-		}
-		for _, w := range c.Waits {
-			wj := statusWaitJSON{Node: w.Node, Messages: w.Messages, Queues: []statusDLXJSON{}}
-			for _, q := range w.Queues {
-				wj.Queues = append(wj.Queues, statusDLXJSON{Queue: q.Name, MessagesDLX: q.MessagesDLX})
-			}
-			cj.Waits = append(cj.Waits, wj)
-		}
-		out.Cluster = cj
+		out.BindingsTotal = len(rep.Bindings)
+		out.BindingsPresent = count(rep.Bindings, func(b admin.BindingStatus) bool { return b.Exists })
 	}
 	return out
+}
+
+// clusterJSON is c in the JSON shape, nil without the management API.
+func clusterJSON(c *admin.ClusterStatus) *statusClusterJSON {
+	if c == nil {
+		return nil
+	}
+	dlx := func(q admin.WaitingQueue) statusDLXJSON {
+		return statusDLXJSON{Queue: q.Name, MessagesDLX: q.MessagesDLX}
+	}
+	return &statusClusterJSON{Balanced: c.Balanced, SharedLeaders: orEmpty(c.SharedLeaders),
+		Nodes: mapList(c.Nodes, func(n admin.NodeLeaders) statusNodeJSON {
+			return statusNodeJSON{Name: n.Name, Running: n.Running, Leaders: n.Leaders, DelayQueueLeaders: n.DelayQueues, Members: n.Members}
+		}),
+		DegradedQueues: mapList(c.Degraded, func(d admin.DegradedQueue) string { return d.Queue }),
+		Waits: mapList(c.Waits, func(w admin.DeadLetterWait) statusWaitJSON {
+			return statusWaitJSON{Node: w.Node, Messages: w.Messages, Queues: mapList(w.Queues, dlx)}
+		}),
+	}
 }
 
 // jsonOption is --json, the same as --output json.
