@@ -2,7 +2,6 @@ package declare
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -132,12 +131,7 @@ func cmdRebalance(ctx context.Context, e *invocation) error {
 		return err
 	}
 	if e.s.output == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if jerr := enc.Encode(rep); jerr != nil {
-			return jerr
-		}
-		return err
+		return writeJSON(e.stdout, rep, err)
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "# %s\n", specLine(p))

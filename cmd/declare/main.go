@@ -60,81 +60,11 @@ type invocation struct {
 
 func commands() []command {
 	return []command{
-		{name: "plan", summary: "print every object the topology declares (no connection needed)",
-			help: "Prints every exchange, queue and binding with its arguments, in declaration order.",
-			extra: func(s *settings) []option {
-				return []option{outputOption(s)}
-			}, run: cmdPlan},
-		{name: "apply", summary: "declare the topology (idempotent)",
-			help: "Declares the plan and prints each object it created or found in conflict, and how many were unchanged\n" +
-				"(--verbose lists those too). Running it again changes nothing.\n" +
-				"When an object exists with other arguments it stops (exit 2) naming the object, the argument, the\n" +
-				"existing and wanted values; it never deletes or re-creates an exchange, queue or binding. Exchanges the\n" +
-				"topology binds to must exist (or be given as name:type) before anything is declared. With --management-url it sets the three\n" +
-				"policies <prefix>.delay-queues, <prefix>.targets and <prefix>.revoked-retention and exits 1 when a policy in\n" +
-				"effect breaks a guarantee (naming policy, key, value, object and effect); without it, it prints the\n" +
-				"rabbitmqctl commands to set them.",
-			extra: func(s *settings) []option {
-				verbose := boolOption("verbose", "also list the objects that are unchanged", &s.verbose)
-				verbose.short = "v"
-				return []option{
-					boolOption("dry-run", "check everything (targets, conflicts) and show what would be created (and, with --management-url, removed); change nothing", &s.dryRun),
-					verbose,
-				}
-			}, run: cmdApply},
-		{name: "status", summary: "show problems, the parking queue, messages per ladder level and bucket, targets, plugin",
-			help: "Inspects the topology without declaring anything and prints, first, every problem with what to do; then the\n" +
-				"parking queue's count, one line per ladder level and bucket (queues, messages held, TTLs; --queues: one line per\n" +
-				"queue), the targets and the ready queues. Exit 1, naming the state, when the topology is not declared, objects\n" +
-				"are missing or a consumer is attached to a delay queue (it takes delayed messages before they are due). With\n" +
-				"--management-url also when an existing exchange or queue has another type, flag or argument than the\n" +
-				"specification's (delete it, then apply declares it again), when messages sit in a queue's dead-letter state\n" +
-				"(messages_dlx), which AMQP cannot see, when a binding on the topology's exchanges or queues is not in the\n" +
-				"specification, when a policy is missing or a policy in effect breaks a guarantee, or when a ready queue's consumer\n" +
-				"requeues a message in a loop that no delivery limit ends (on RabbitMQ 4.3 basic.nack requeues do not count).\n" +
-				"--json prints everything, one line per queue included.",
-			extra: func(s *settings) []option {
-				return []option{outputOption(s), jsonOption(s),
-					boolOption("queues", "one line per queue (the default: one per ladder level and bucket)", &s.queues)}
-			}, run: cmdStatus},
-		{name: "export", summary: "print the topology as RabbitMQ definitions JSON for the broker's version",
-			help: "Prints the topology in the format of `rabbitmqctl export_definitions`, for `rabbitmqctl\n" +
-				"import_definitions` or the management API (POST /api/definitions). Importing it gives what apply declares.\n" +
-				"The definitions depend on the RabbitMQ that imports them (on 4.x the delay-queue policy also sets\n" +
-				"delivery-limit -1, which 3.x refuses): export asks the broker its version (the management API's overview with\n" +
-				"--management-url, else the AMQP connection's server properties); --rabbitmq-version says it instead, and\n" +
-				"must when the broker cannot be reached (else 4 is assumed, with a warning). With --management-url and\n" +
-				"--plugin auto the plugin exchange is included when the broker has the plugin; otherwise --plugin auto leaves\n" +
-				"it out (--plugin on includes it; RabbitMQ 4.3+ cannot load the plugin, so export refuses that there). Target\n" +
-				"exchanges given without a type are not included: they must exist before the import.",
-			extra: func(s *settings) []option {
-				return []option{{name: "vhost", arg: "VHOST", def: "the URL's vhost, or /", usage: "vhost written into the definitions",
-					set: func(v string) error { s.vhost = v; return nil }},
-					{name: "rabbitmq-version", arg: "VERSION", def: "the broker's", usage: "version of the RabbitMQ that imports the definitions " +
-						"(3, 4, or e.g. 3.10 or 4.3.6): skips asking the broker",
-						set: func(v string) error {
-							major, _, ok := admin.ParseVersion(v)
-							if !ok || major < 3 || major > 4 {
-								return errors.New("want the version of the RabbitMQ that imports the definitions: 3 or 4, or " +
-									"MAJOR.MINOR such as 3.10 or 4.3")
-							}
-							s.exportVersion = v
-							return nil
-						}}}
-			}, run: cmdExport},
-		{name: "teardown", summary: "delete the delay topology (never the target exchanges)",
-			help: "Deletes the delay queues, the parking queue and the topology's exchanges, and lists what it deleted.\n" +
-				"Refuses (exit 1, nothing deleted) while any of these queues holds messages, unless --force.\n" +
-				"Target exchanges are never touched; ready queues only with --ready-queues.\n" +
-				"Messages already held by the delayed-message plugin are not removed by deleting its exchange: they are\n" +
-				"still delivered if an exchange of that name exists when they fall due.",
-			extra: func(s *settings) []option {
-				return []option{
-					boolOption("force", "delete queues that hold messages, with their messages", &s.force),
-					boolOption("ready-queues", "also delete the ready queues (same emptiness rule)", &s.readyQueues),
-					boolOption("dry-run", "show what would be deleted; delete nothing", &s.dryRun),
-				}
-			}, run: cmdTeardown},
+		planCommand(),
+		applyCommand(),
+		statusCommand(),
+		exportCommand(),
+		teardownCommand(),
 		rebalanceCommand(), // cluster.go
 		exporterCommand(),  // exporter.go
 		schedulesCommand(), // schedule.go

@@ -1,6 +1,7 @@
 package declare
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -98,19 +99,9 @@ type settings struct {
 func (s *settings) resolve() {
 	s.conn, s.spec = s.vars.Conn(), s.vars.Spec()
 	s.mgmtURL = s.vars.ManagementURL
-	s.timeout = time.Duration(s.vars.Timeout)
-	if s.timeout == 0 {
-		s.timeout = defaultTimeout
-	}
-	s.logFormat = cmpOr(string(s.vars.LogFormat), "console")
-	s.logLevel = cmpOr(string(s.vars.LogLevel), "info")
-}
-
-func cmpOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
+	s.timeout = cmp.Or(time.Duration(s.vars.Timeout), defaultTimeout)
+	s.logFormat = cmp.Or(string(s.vars.LogFormat), "console")
+	s.logLevel = cmp.Or(string(s.vars.LogLevel), "info")
 }
 
 // option is one flag, with the environment variable that sets the same field (for the help).
@@ -210,12 +201,17 @@ func commonOptions(s *settings) []option {
 
 // boolOption is a command-specific switch without a variable.
 func boolOption(name, usage string, p *bool) option {
+	return switchOption(name, usage, func(b bool) { *p = b })
+}
+
+// switchOption is a command-specific switch without a variable that calls set with its value.
+func switchOption(name, usage string, set func(bool)) option {
 	return option{name: name, usage: usage, bool: true, set: func(v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return errors.New("want true or false")
 		}
-		*p = b
+		set(b)
 		return nil
 	}}
 }

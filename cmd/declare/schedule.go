@@ -2,11 +2,9 @@ package declare
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
@@ -67,9 +65,7 @@ func cmdSchedules(ctx context.Context, e *invocation) error {
 			rows = append(rows, row{Name: i.Schedule.Name, Timing: i.Schedule.String(), Hash: i.Hash, State: i.State,
 				Next: tfmt(i.Next), LastFired: tfmt(i.LastFired), LastBy: i.LastBy, Broken: i.Broken, Problem: i.Problem, Ended: i.Ended})
 		}
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rows); err != nil {
+		if err := writeJSON(e.stdout, rows, nil); err != nil {
 			return err
 		}
 	} else {
@@ -77,7 +73,7 @@ func cmdSchedules(ctx context.Context, e *invocation) error {
 			fmt.Fprintf(e.stdout, "no schedules under prefix %q\n", e.s.spec.WithDefaults().Prefix)
 			return nil
 		}
-		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		w := newTable(e.stdout)
 		fmt.Fprintln(w, "NAME\tSTATE\tNEXT\tLAST FIRED\tBY\tDEFINITION")
 		for _, i := range infos {
 			st := i.State

@@ -75,6 +75,36 @@ func printStatus(w io.Writer, v statusView) {
 		}
 		return strconv.FormatInt(n, 10)
 	}
+	printParking(w, p, rep)
+	if v.queues {
+		printQueueTable(w, rep, count)
+	} else {
+		printLevels(w, rep, count)
+	}
+	switch {
+	case unknown && rep.StatsDisabled:
+		fmt.Fprintln(w, "?: the management API collects no queue statistics (rabbitmq_management_agent.disable_metrics_collector is "+
+			"true): these counts are never known")
+	case unknown:
+		fmt.Fprintln(w, statusUnknownNote)
+	}
+	printTargets(w, p, rep)
+	printReady(w, rep, count)
+
+	printObjects(w, rep)
+	printCluster(w, rep, v.vhost) // leaders per node; members offline and waits are problems, printed there too
+	printUnplanned(w, p.Names, rep.Unplanned, "not in this specification", true)
+	printRecord(w, p, rep)
+	if v.err == nil {
+		fmt.Fprintln(w, "\nstatus: OK, no problem found")
+	} else {
+		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the problems are at the top; the reasons, one a line, are on standard error")
+	}
+}
+
+// printParking prints the parking queue's count, what a message there means, and the
+// messages the plugin holds.
+func printParking(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	park := rep.Parking()
 	parked := strconv.Itoa(park.Ready) + " ready"
 	switch {
@@ -96,45 +126,22 @@ func printStatus(w io.Writer, v statusView) {
 			p.Names.PluginExchange(), plural(int(rep.PluginMessagesDelayed), "delayed message"))
 	}
 
-	if v.queues {
-		printQueueTable(w, rep, count)
-	} else {
-		printLevels(w, rep, count)
-	}
-	switch {
-	case unknown && rep.StatsDisabled:
-		fmt.Fprintln(w, "?: the management API collects no queue statistics (rabbitmq_management_agent.disable_metrics_collector is "+
-			"true): these counts are never known")
-	case unknown:
-		fmt.Fprintln(w, statusUnknownNote)
-	}
-	printTargets(w, p, rep)
-	printReady(w, rep, count)
+}
 
-	present := 0
-	for _, x := range rep.Exchanges {
-		if x.Exists {
-			present++
-		}
-	}
+// printObjects prints how many of the exchanges and bindings exist, the consumers' retry
+// bindings and the policies' states.
+func printObjects(w io.Writer, rep *admin.StatusReport) {
+	present := count(rep.Exchanges, func(x admin.ExchangeStatus) bool { return x.Exists })
 	fmt.Fprintf(w, "\nexchanges: %d of %d present\n", present, len(rep.Exchanges))
 	if rep.Management {
-		present = 0
-		for _, b := range rep.Bindings {
-			if b.Exists {
-				present++
-			}
-		}
+		present = count(rep.Bindings, func(b admin.BindingStatus) bool { return b.Exists })
 		fmt.Fprintf(w, "bindings: %d of %d present\n", present, len(rep.Bindings))
 	} else {
 		fmt.Fprintln(w, "bindings: not checked (AMQP cannot list bindings; pass --management-url); messages_dlx: not shown (needs --management-url)")
 		fmt.Fprintln(w, "types, flags and arguments of the exchanges and queues: not compared (AMQP cannot read them; pass --management-url)")
 	}
 	if len(rep.RetryBindings) > 0 {
-		var qs []string
-		for _, b := range rep.RetryBindings {
-			qs = append(qs, b.Destination)
-		}
+		qs := mapList(rep.RetryBindings, func(b admin.Binding) string { return b.Destination })
 		fmt.Fprintf(w, "consumers' retry bindings (queues outside the specification, bound to %s by their own name): %s\n",
 			rep.RetryBindings[0].Source, strings.Join(qs, ", "))
 	}
@@ -152,20 +159,18 @@ func printStatus(w io.Writer, v statusView) {
 	} else {
 		fmt.Fprintln(w, "policies: not checked (needs --management-url)")
 	}
-	printCluster(w, rep, v.vhost) // leaders per node; members offline and waits are problems, printed there too
-	printUnplanned(w, p.Names, rep.Unplanned, "not in this specification", true)
-	if rep.RecordDiffers {
-		fmt.Fprintf(w, "\nspec record: the topology in use (stream %s, read by publishers and consumers) was applied with another "+
-			"specification than this one: run apply with this one to put it in use, or status with the applied one\n", p.Names.SpecStream())
-		for _, t := range rep.RecordOnlyTargets {
-			fmt.Fprintf(w, "  target %q is in the applied specification and not in this one: if %q is still a target, add it to the "+
-				"specification (AMQPDELAY_TARGETS, --target: a mistyped or left-out name?) and run apply\n", t, t)
-		}
+}
+
+// printRecord prints how the spec record differs from this specification, if it does.
+func printRecord(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
+	if !rep.RecordDiffers {
+		return
 	}
-	if v.err == nil {
-		fmt.Fprintln(w, "\nstatus: OK, no problem found")
-	} else {
-		fmt.Fprintln(w, "\nstatus: NOT OK (exit 1): the problems are at the top; the reasons, one a line, are on standard error")
+	fmt.Fprintf(w, "\nspec record: the topology in use (stream %s, read by publishers and consumers) was applied with another "+
+		"specification than this one: run apply with this one to put it in use, or status with the applied one\n", p.Names.SpecStream())
+	for _, t := range rep.RecordOnlyTargets {
+		fmt.Fprintf(w, "  target %q is in the applied specification and not in this one: if %q is still a target, add it to the "+
+			"specification (AMQPDELAY_TARGETS, --target: a mistyped or left-out name?) and run apply\n", t, t)
 	}
 }
 

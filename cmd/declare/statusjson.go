@@ -1,9 +1,7 @@
 package declare
 
 import (
-	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/delaykit/rabbitdelay/internal/admin"
 )
@@ -309,15 +307,9 @@ func clusterJSON(c *admin.ClusterStatus) *statusClusterJSON {
 
 // jsonOption is --json, the same as --output json.
 func jsonOption(s *settings) option {
-	return option{name: "json", bool: true, usage: "the same as --output json: the documented JSON shape (schema 1)",
-		set: func(v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			if b {
-				s.output = "json"
-			}
-			return nil
-		}}
+	return switchOption("json", "the same as --output json: the documented JSON shape (schema 1)", func(b bool) {
+		if b {
+			s.output = "json"
+		}
+	})
 }
