@@ -2,6 +2,7 @@ package declare
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -472,3 +473,87 @@ func printReady(w io.Writer, rep *admin.StatusReport, count func(int64) string) 
 func statusProblem(err error) bool {
 	return errors.Is(err, admin.ErrIncomplete) || errors.Is(err, admin.ErrUnhealthy) || errors.Is(err, admin.ErrPolicy)
 }
+
+// statusCommand is the status subcommand (registered in commands()).
+func statusCommand() command {
+	return command{name: "status", summary: "show problems, the parking queue, messages per ladder level and bucket, targets, plugin",
+		help: "Inspects the topology without declaring anything and prints, first, every problem with what to do; then the\n" +
+			"parking queue's count, one line per ladder level and bucket (queues, messages held, TTLs; --queues: one line per\n" +
+			"queue), the targets and the ready queues. Exit 1, naming the state, when the topology is not declared, objects\n" +
+			"are missing or a consumer is attached to a delay queue (it takes delayed messages before they are due). With\n" +
+			"--management-url also when an existing exchange or queue has another type, flag or argument than the\n" +
+			"specification's (delete it, then apply declares it again), when messages sit in a queue's dead-letter state\n" +
+			"(messages_dlx), which AMQP cannot see, when a binding on the topology's exchanges or queues is not in the\n" +
+			"specification, when a policy is missing or a policy in effect breaks a guarantee, or when a ready queue's consumer\n" +
+			"requeues a message in a loop that no delivery limit ends (on RabbitMQ 4.3 basic.nack requeues do not count).\n" +
+			"--json prints everything, one line per queue included.",
+		extra: func(s *settings) []option {
+			return []option{outputOption(s), jsonOption(s),
+				boolOption("queues", "one line per queue (the default: one per ladder level and bucket)", &s.queues)}
+		}, run: cmdStatus}
+}
+
+func cmdStatus(ctx context.Context, e *invocation) error {
+	p, m, conn, err := e.connect(ctx)
+	if err != nil {
+		e.statusFailedJSON(p, err)
+		return err
+	}
+	defer conn.Close()
+
+	pluginState := "off" // --json's value
+	var avail bool
+	var pluginErr error
+	if p.Spec.Plugin != delayspec.PluginOff {
+		avail, pluginErr = e.probePlugin(ctx, p, m)
+		switch {
+		case pluginErr != nil:
+			pluginState = "unknown"
+			e.log.Warn().Err(pluginErr).Msg("cannot tell whether the broker has the delayed-message plugin")
+		case avail:
+			pluginState = "available"
+		default:
+			pluginState = "not_available"
+		}
+		if (pluginErr != nil || !avail) && p.Spec.Plugin == delayspec.PluginAuto {
+			p = p.WithoutPlugin()
+		}
+	}
+	plugin := pluginText(p.Spec.Plugin, avail, pluginErr, admin.ServerVersion(conn)) // status.go
+	rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m, Logger: e.log})
+	if rep == nil || (err != nil && !statusProblem(err)) {
+		e.statusFailedJSON(p, err)
+		return err
+	}
+	if serr := e.scheduleStatus(ctx); serr != nil { // schedule.go: broken schedule chains
+		err = errors.Join(err, serr)
+	}
+	if e.s.output == "json" {
+		return writeJSON(e.stdout, newStatusJSON(p, rep, err, pluginState, e.vhost()), err) // statusjson.go
+	}
+	printStatus(e.stdout, statusView{p: p, rep: rep, err: err, plugin: plugin, vhost: e.vhost(), queues: e.s.queues}) // status.go
+	return err
+}
+
+// statusFailedJSON prints, for --json, the object of a status that could not look (the broker
+// or the management API unreachable, a refusal): ok false and the error as its problem, so a
+// script reading the JSON sees every exit 1. Usage errors (exit 2) print nothing.
+func (e *invocation) statusFailedJSON(p *admin.Plan, err error) {
+	if e.s.output != "json" || exitCode(err) != exitRuntime {
+		return
+	}
+	if p == nil {
+		var perr error
+		if p, perr = e.plan(); perr != nil {
+			return
+		}
+	}
+	_ = writeJSON(e.stdout, newStatusJSON(p, &admin.StatusReport{PluginMessagesDelayed: -1}, err, "unknown", e.vhost()), nil)
+}
+
+// statusUnknownNote explains a "?" count: the management API reports a queue's message counts
+// only once it has collected statistics for it, every collect_statistics_interval (RabbitMQ's
+// default 5,000 ms; https://www.rabbitmq.com/docs/management#statistics-interval), so a queue
+// declared moments ago has none yet.
+const statusUnknownNote = "?: the management API has no figure for this queue yet (it collects statistics every " +
+	"collect_statistics_interval, 5 s by default): run status again in a few seconds"
