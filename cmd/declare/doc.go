@@ -16,25 +16,8 @@
 //
 // # Commands
 //
-// docs/operations.md describes each in full.
-//
-//	plan      Print every exchange, queue and binding with its arguments, in declaration
-//	          order. No connection needed.
-//	apply     Declare the plan, idempotently; an object that exists with other arguments
-//	          stops it (exit 2) before anything is created. It never deletes anything. With
-//	          --management-url it sets the topology's policies and checks every policy in
-//	          effect (a key that breaks a guarantee: exit 1); without it, it prints the
-//	          rabbitmqctl set_policy commands to run. --dry-run declares nothing.
-//	status    Every problem found, each with what to do, then the state of every object.
-//	          Exit 1 when the topology is missing, incomplete or unhealthy. --json prints the
-//	          stable shape of docs/status-json.md.
-//	exporter  Serve the topology's state as Prometheus metrics on /metrics (--listen ADDR),
-//	          read from the management API at every scrape (package exporter lists them).
-//	export    Print the topology as RabbitMQ definitions JSON (rabbitmqctl
-//	          import_definitions format) for the broker's RabbitMQ version.
-//	teardown  Delete the topology's queues and exchanges (never target exchanges; ready queues
-//	          only with --ready-queues). Refuses (exit 1, nothing deleted) while a queue holds
-//	          messages, unless --force.
+// plan, apply, status, export and teardown, and rebalance, exporter, schedules and schedule:
+// `rabbitdelay --help` lists them and docs/operations.md describes each in full.
 //
 // Results go to stdout; logs (zerolog) to stderr. A value that does not parse, or cannot be
 // right, is refused (exit 2) naming the flag or the variable it came from, with what to write

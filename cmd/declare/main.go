@@ -135,11 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rabbitdelay %s: %s\nSee rabbitdelay %s --help.\n", cmd.name, err, cmd.name)
 		return exitUsage
 	}
-	inv.log, err = newLogger(inv.s.logFormat, inv.s.logLevel, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "rabbitdelay %s: %s\n", cmd.name, err)
-		return exitUsage
-	}
+	inv.log = newLogger(inv.s.logFormat, inv.s.logLevel, stderr)
 	cancel := func() {}
 	if !cmd.long {
 		ctx, cancel = context.WithTimeout(ctx, inv.s.timeout)
@@ -194,20 +190,14 @@ func hint(err error) string {
 	return ""
 }
 
-// newLogger returns the logger of format (console or json) and level, writing to w.
-func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil || level == "" {
-		return zerolog.Nop(), fmt.Errorf("log level %q: want trace, debug, info, warn or error", level)
+// newLogger returns the logger of format (console or json) and level (a zerolog level name),
+// writing to w; the settings' Decode methods have checked both.
+func newLogger(format, level string, w io.Writer) zerolog.Logger {
+	lvl, _ := zerolog.ParseLevel(level)
+	if format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05"}
 	}
-	switch format {
-	case "console":
-		cw := zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05"}
-		return zerolog.New(cw).Level(lvl).With().Timestamp().Logger(), nil
-	case "json":
-		return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-	}
-	return zerolog.Nop(), fmt.Errorf("log format %q: want console or json", format)
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
 func printUsage(w io.Writer) {

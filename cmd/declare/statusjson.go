@@ -10,11 +10,11 @@ import (
 // only when a field changes meaning or is removed; new fields may appear in any version.
 const statusSchema = 1
 
-// statusJSON is the documented shape of `rabbitdelay status --json` (docs/status-json.md).
-// Counts from the management API are -1 when it has none yet (the queue's
-// statistics are collected every collect_statistics_interval, 5 s by default) or without
-// --management-url. Lists are [] when empty, never null; objects that need the management
-// API are null without it.
+// statusJSON is the documented shape of `rabbitdelay status --json`: docs/status-json.md
+// says what each field holds. Counts from the management API are -1 when it has none yet (the
+// queue's statistics are collected every collect_statistics_interval, 5 s by default) or
+// without --management-url. Lists are [] when empty, never null; objects that need the
+// management API are null without it.
 type statusJSON struct {
 	Schema int `json:"schema"`
 	// OK is false exactly when status exits 1; Problems are the reasons, one sentence each.
@@ -27,55 +27,34 @@ type statusJSON struct {
 	Management bool              `json:"management"`
 	Queues     []statusQueueJSON `json:"queues"`
 	Parking    statusQueueJSON   `json:"parking"`
-	// MissingObjects are the specification's objects (queue, exchange, binding, policy) that
-	// the broker lacks: "queue NAME", "policy NAME", ...
-	MissingObjects []string `json:"missing_objects"`
-	// MissingExchanges are the exchanges the specification binds to but does not declare
-	// (targets given without a type, ready queues' exchanges) that do not exist, each with
-	// the vhost's exchanges of a similar name (management API only): apply declares nothing
-	// until they exist.
+	// MissingObjects are "queue NAME", "policy NAME", ...: the specification's objects the
+	// broker lacks.
+	MissingObjects   []string                    `json:"missing_objects"`
 	MissingExchanges []statusMissingExchangeJSON `json:"missing_exchanges"`
-	// Mismatched are the properties of existing exchanges and queues that differ from the
-	// specification (management API only; see admin.Mismatch).
-	Mismatched []statusMismatchJSON `json:"mismatched"`
-	// ExchangesPresent of ExchangesTotal exist; BindingsPresent of BindingsTotal (-1 without
-	// --management-url).
-	ExchangesPresent int `json:"exchanges_present"`
-	ExchangesTotal   int `json:"exchanges_total"`
-	BindingsPresent  int `json:"bindings_present"`
-	BindingsTotal    int `json:"bindings_total"`
-	// ConsumedDelayQueues are the delay queues with a consumer (must be none).
+	Mismatched       []statusMismatchJSON        `json:"mismatched"`
+	ExchangesPresent int                         `json:"exchanges_present"`
+	ExchangesTotal   int                         `json:"exchanges_total"`
+	// BindingsPresent and BindingsTotal are -1 without --management-url.
+	BindingsPresent     int      `json:"bindings_present"`
+	BindingsTotal       int      `json:"bindings_total"`
 	ConsumedDelayQueues []string `json:"consumed_delay_queues"`
 	// DeadLettering are the queues holding messages in dead-letter state while every node
 	// involved is online (nothing routes them).
-	DeadLettering []statusDLXJSON `json:"dead_lettering"`
-	// UnplannedBindings are bindings on the topology that the specification lacks, as text.
-	UnplannedBindings []string `json:"unplanned_bindings"`
-	// RetryBindings are the consumers' retry bindings for queues outside the specification,
-	// as text: expected, not a problem.
-	RetryBindings []string `json:"retry_bindings"`
-	// Unplanned are objects named like the topology's own that the specification lacks.
-	Unplanned      []statusUnplannedJSON `json:"unplanned"`
-	Policies       []statusPolicyJSON    `json:"policies"`
-	PolicyProblems []statusProblemJSON   `json:"policy_problems"`
-	// Cluster is null without --management-url.
-	Cluster *statusClusterJSON `json:"cluster"`
-	// RabbitMQVersion is the version the broker announced ("" when unknown).
-	RabbitMQVersion string `json:"rabbitmq_version"`
-	// NotDeclared: none of the topology's own exchanges and queues exist (never applied in
-	// this vhost, or torn down); policy_problems is then empty.
-	NotDeclared bool `json:"not_declared"`
-	// RequeueLoops are the ready queues whose consumers requeue messages in a loop that no
-	// delivery limit ends (management API; admin.RequeueLoop).
-	RequeueLoops []statusRequeueLoopJSON `json:"requeue_loops"`
-	// RecordDiffers: the spec record, which publishers and consumers use, is another
-	// specification's than this one.
-	RecordDiffers bool `json:"record_differs"`
-	// RecordOnlyTargets are the targets of the spec record that this specification lacks.
-	RecordOnlyTargets []string `json:"record_only_targets"`
-	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
-	// plugin exchange (management API), -1 when unknown or there is none.
-	PluginMessagesDelayed int64 `json:"plugin_messages_delayed"`
+	DeadLettering     []statusDLXJSON `json:"dead_lettering"`
+	UnplannedBindings []string        `json:"unplanned_bindings"`
+	// RetryBindings are the consumers' retry bindings for queues outside the specification:
+	// expected, not a problem.
+	RetryBindings         []string                `json:"retry_bindings"`
+	Unplanned             []statusUnplannedJSON   `json:"unplanned"`
+	Policies              []statusPolicyJSON      `json:"policies"`
+	PolicyProblems        []statusProblemJSON     `json:"policy_problems"`
+	Cluster               *statusClusterJSON      `json:"cluster"`
+	RabbitMQVersion       string                  `json:"rabbitmq_version"`
+	NotDeclared           bool                    `json:"not_declared"`
+	RequeueLoops          []statusRequeueLoopJSON `json:"requeue_loops"`
+	RecordDiffers         bool                    `json:"record_differs"`
+	RecordOnlyTargets     []string                `json:"record_only_targets"`
+	PluginMessagesDelayed int64                   `json:"plugin_messages_delayed"`
 }
 
 // statusRequeueLoopJSON is one admin.RequeueLoop: the rates per second, the cause
@@ -89,32 +68,27 @@ type statusRequeueLoopJSON struct {
 	Advice        string  `json:"advice"`
 }
 
+// statusQueueJSON is one admin.QueueStatus. Level and Digit are -1 for a queue that is not a
+// ladder queue; TTLMs is 0 for a queue that is not a delay queue. Ready and Consumers come
+// from AMQP, the rest from the management API.
 type statusQueueJSON struct {
-	Name string `json:"name"`
-	// Role is ladder, bucket, parking, ready, revoked (the revocation stream) or spec (the
-	// spec stream); Level and
-	// Digit place a ladder queue (-1 for others); TTLMs is a delay queue's x-message-ttl (0
-	// for others).
-	Role   string `json:"role"`
-	Level  int    `json:"level"`
-	Digit  int    `json:"digit"`
-	TTLMs  int64  `json:"ttl_ms"`
-	Exists bool   `json:"exists"`
-	// Ready and Consumers come from AMQP (a passive declare); Messages (ready, unacknowledged)
-	// and MessagesDLX from the management API (-1 when unknown).
-	Ready       int   `json:"ready"`
-	Consumers   int   `json:"consumers"`
-	Messages    int64 `json:"messages"`
-	MessagesDLX int64 `json:"messages_dlx"`
-	// Leader ("" when none), Members and Online nodes of a quorum queue (management API).
-	Leader  string   `json:"leader"`
-	Members []string `json:"members"`
-	Online  []string `json:"online"`
+	Name        string   `json:"name"`
+	Role        string   `json:"role"`
+	Level       int      `json:"level"`
+	Digit       int      `json:"digit"`
+	TTLMs       int64    `json:"ttl_ms"`
+	Exists      bool     `json:"exists"`
+	Ready       int      `json:"ready"`
+	Consumers   int      `json:"consumers"`
+	Messages    int64    `json:"messages"`
+	MessagesDLX int64    `json:"messages_dlx"`
+	Leader      string   `json:"leader"`
+	Members     []string `json:"members"`
+	Online      []string `json:"online"`
 }
 
-// statusMismatchJSON is one admin.Mismatch: Kind is exchange or queue; Property is type,
-// durable, auto_delete, internal, exclusive or an argument's name; Existing and Wanted are
-// the printed values ("none" for an absent argument).
+// statusMismatchJSON is one admin.Mismatch; Existing and Wanted are printed ("none" for an
+// absent argument).
 type statusMismatchJSON struct {
 	Kind     string `json:"kind"`
 	Name     string `json:"name"`
@@ -147,10 +121,9 @@ type statusPolicyJSON struct {
 	Current  bool   `json:"current"`
 }
 
+// statusProblemJSON is one admin.PolicyProblem; Severity is error (status exits 1) or warning.
 type statusProblemJSON struct {
-	// Severity is error (status exits 1) or warning.
 	Severity string `json:"severity"`
-	// Breaks is early, deletes, drops, stalls or wrong routing.
 	Breaks   string `json:"breaks"`
 	Kind     string `json:"kind"`
 	Object   string `json:"object"`
@@ -162,21 +135,20 @@ type statusProblemJSON struct {
 }
 
 type statusClusterJSON struct {
-	Balanced       bool             `json:"balanced"`
-	Nodes          []statusNodeJSON `json:"nodes"`
-	DegradedQueues []string         `json:"degraded_queues"`
-	Waits          []statusWaitJSON `json:"dead_letter_waits"`
-	// SharedLeaders are the shards of ladder queues (--shards > 1) that share a leader node.
-	SharedLeaders []admin.SharedLeader `json:"shared_leaders"`
+	Balanced       bool                 `json:"balanced"`
+	Nodes          []statusNodeJSON     `json:"nodes"`
+	DegradedQueues []string             `json:"degraded_queues"`
+	Waits          []statusWaitJSON     `json:"dead_letter_waits"`
+	SharedLeaders  []admin.SharedLeader `json:"shared_leaders"`
 }
 
+// statusNodeJSON is one node; Running is null when unknown (the user lacks the monitoring tag).
 type statusNodeJSON struct {
-	Name string `json:"name"`
-	// Running is null when unknown (the user lacks the monitoring tag).
-	Running           *bool `json:"running"`
-	Leaders           int   `json:"leaders"`
-	DelayQueueLeaders int   `json:"delay_queue_leaders"`
-	Members           int   `json:"members"`
+	Name              string `json:"name"`
+	Running           *bool  `json:"running"`
+	Leaders           int    `json:"leaders"`
+	DelayQueueLeaders int    `json:"delay_queue_leaders"`
+	Members           int    `json:"members"`
 }
 
 type statusWaitJSON struct {

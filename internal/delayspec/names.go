@@ -6,10 +6,8 @@ import (
 )
 
 // Names is the one naming rule of the topology: every object's name is the prefix, a dot and a
-// fixed suffix, so two prefixes live side by side in one vhost. The shapes of the ladder's and
-// buckets' names are written once (form.go) and serve to format them, to parse them
-// ([IsDelayQueueName]) and to build the policy pattern ([Names.DelayQueuesPattern]). The
-// package documentation lists every name.
+// fixed suffix, so two prefixes live side by side in one vhost. The package documentation
+// lists every name.
 type Names struct {
 	// Prefix is the name prefix; "" means DefaultPrefix.
 	Prefix string
@@ -47,41 +45,33 @@ func (n Names) LadderQueue(level, digit int) string {
 }
 
 // LadderLastHopQueueShard is the last-hop queue of digit value digit at ladder level level in
-// shard of the ladder: <prefix>.ladder.LL.DD.last (shard 0) or <prefix>.ladder.LL.DD.sK.last
-// (shard K). It has the TTL of [Names.LadderQueueShard] of the same level and digit but
-// dead-letters into the dispatch exchange, and takes the messages whose last hop is that digit
-// of that level (its digit header holds the digit plus the radix).
+// shard of the ladder: <prefix>.ladder.LL.DD[.sK].last. It has the TTL of
+// [Names.LadderQueueShard] of the same level and digit but dead-letters into the dispatch
+// exchange: it takes the messages whose last hop is that digit of that level.
 func (n Names) LadderLastHopQueueShard(level, digit, shard int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard), 1)
 }
 
 // LadderFirstHopQueueShard is the first-hop queue of digit value digit at ladder level level
 // (1 and up) in shard of the ladder, for the [ttlbuckets.TopFirst] order:
-// <prefix>.ladder.LL.DD.first (shard 0) or <prefix>.ladder.LL.DD.sK.first (shard K). It has the
-// TTL of [Names.LadderQueueShard] of the same level and digit but dead-letters into level 0's
-// exchange of the shard, and takes the first hop of the messages whose highest digit is that
-// digit of that level and that have more hops after it.
+// <prefix>.ladder.LL.DD[.sK].first. It has the TTL of [Names.LadderQueueShard] of the same
+// level and digit but dead-letters into level 0's exchange of the shard.
 func (n Names) LadderFirstHopQueueShard(level, digit, shard int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard), 0, 1)
 }
 
 // LadderLastHopExchangeShard is the headers exchange of the last-hop queues of ladder level
 // level in shard of the ladder: [Names.LadderExchangeShard] + ".last". The level's exchange
-// routes to it every message whose last hop is at that level (header rabbitdelay-last-level
-// = level), and it routes them by the level's digit header, which holds the digit's last-hop
-// value (the digit plus the radix), to the last-hop queue of that digit.
+// routes to it every message whose last hop is at that level.
 func (n Names) LadderLastHopExchangeShard(level, shard int) string {
 	return ladderExchangeForm.name(n.p(), int64(level), int64(shard), 1)
 }
 
-// LadderEntryExchange is the fanout exchange bound to the ladder queue, last-hop or first-hop
-// queue named queue ([Names.LadderQueueShard], [Names.LadderLastHopQueueShard],
-// [Names.LadderFirstHopQueueShard]) and to nothing else: queue +
-// ".entry", e.g. rabbitdelay.ladder.05.03.entry. A Publisher sends a ladder message's first hop
-// : a fanout exchange routes without
-// reading the message's headers, where the level's headers exchange tests each of its bindings
-// against them (rabbit_exchange_type_headers). The routing key, which the message keeps for its
-// target, plays no part in either.
+// LadderEntryExchange is the fanout exchange bound to the ladder, last-hop or first-hop queue
+// named queue and to nothing else: queue + ".entry", e.g. rabbitdelay.ladder.05.03.entry. A
+// Publisher sends a ladder message's first hop there: a fanout exchange routes without reading
+// the message's headers, where the level's headers exchange tests each of its bindings against
+// them (rabbit_exchange_type_headers).
 func (n Names) LadderEntryExchange(queue string) string { return queue + ".entry" }
 
 // LadderExchangeShard is the headers exchange of ladder level level in shard of the ladder
@@ -112,11 +102,9 @@ func (n Names) DueUnroutable() string { return n.p() + ".due-unroutable" }
 
 // DelayQueuesPattern is the pattern of the policy [Names.DelayQueuesPolicy]: the parking queue
 // and every name of the naming rule's delay queues, whatever the ladder, its shards and the
-// buckets: <prefix>.ladder.LL.DD, with .sK, .last or .first, and <prefix>.bucket.<TTL>ms. Built from
-// the forms that also format and parse these names, not by listing the plan's queues: RabbitMQ refuses a policy pattern over about
-// 32 KB ("regular expression is too large"), which a list of the ladder's queues passes with 5
-// shards of the default ladder, 3 of a radix-32 one, or a prefix of 150 bytes. It also covers
-// the delay queues of an earlier ladder of the same prefix, which still hold messages.
+// buckets (so also an earlier ladder's queues, which may still hold messages). Built from the
+// forms that format and parse these names, not by listing the plan's queues: RabbitMQ refuses a
+// policy pattern over about 32 KB ("regular expression is too large").
 func (n Names) DelayQueuesPattern() string {
 	return "^" + regexp.QuoteMeta(n.p()) + `\.(?:` + parkingForm.pattern() + "|" + bucketQueueForm.pattern() + "|" + ladderQueueForm.pattern() + ")$"
 }
@@ -134,14 +122,11 @@ func (n Names) TargetsPolicy() string { return n.p() + ".targets" }
 func (n Names) RevokedPolicy() string { return n.p() + ".revoked-retention" }
 
 // Reserved reports whether name belongs to the naming rule, whatever the ladder and buckets:
-// <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, .revoked (the
-// revocation stream, [Names.Revoked]), .spec (the spec stream, [Names.SpecStream]), .retry (the
-// consumer package's retry exchange: [Spec.Validate] takes it as a target without a type only,
-// meaning that exchange itself), or a name
-// starting with <prefix>.ladder., <prefix>.bucket. or <prefix>.plugin-probe. (the plugin probe's temporary exchange, see
-// topology.ProbePlugin). A target, ready queue or ready-queue exchange with such
-// a name would collide with the topology's own objects (now or after a ladder change), so
-// [Spec.Validate] refuses it. Other names under the prefix, like <prefix>.orders, are free.
+// <prefix>.dispatch, .unroutable, .due-unroutable, .parking, .buckets, .plugin, .revoked, .spec,
+// .retry (the consumer package's retry exchange, which [Spec.Validate] takes as a target without
+// a type), or a name starting with <prefix>.ladder., <prefix>.bucket. or <prefix>.plugin-probe.
+// (the plugin probe's temporary exchange). [Spec.Validate] refuses such a target, ready queue
+// or ready-queue exchange. Other names under the prefix, like <prefix>.orders, are free.
 func (n Names) Reserved(name string) bool {
 	switch name {
 	case n.Dispatch(), n.Unroutable(), n.DueUnroutable(), n.Parking(), n.BucketExchange(), n.PluginExchange(), n.Retry(), n.Revoked(), n.SpecStream():
