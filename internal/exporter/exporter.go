@@ -90,6 +90,7 @@ type Exporter struct {
 	ready, policyProblems                                     *prometheus.Desc
 	nodeRunning, nodeLeaders, nodeDelayLeaders                *prometheus.Desc
 	nodeMembers, waiting, revocations, requeueLoop            *prometheus.Desc
+	descs                                                     []*prometheus.Desc // all of the above
 }
 
 // New returns the Exporter of plan p, read through m (whose vhost is the topology's).
@@ -97,54 +98,48 @@ func New(m *admin.Management, p *admin.Plan, opts Options) *Exporter {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	name := func(n string) string { return prometheus.BuildFQName(metrics.Namespace, "", n) }
+	e := &Exporter{m: m, p: p, opts: opts}
+	desc := func(n, help string, labels ...string) *prometheus.Desc {
+		d := prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "", n), help, labels, nil)
+		e.descs = append(e.descs, d)
+		return d
+	}
 	delay := []string{"path", "level", "bucket"}
 	if opts.PerQueue {
 		delay = append(delay, "queue")
 	}
-	node := []string{"node"}
-	return &Exporter{
-		m: m, p: p, opts: opts,
-		up:       prometheus.NewDesc(name("up"), "1 when the management API answered this scrape, else 0.", nil, nil),
-		duration: prometheus.NewDesc(name("scrape_duration_seconds"), "Time spent reading the management API for this scrape.", nil, nil),
-		stats: prometheus.NewDesc(name("queue_statistics"),
-			"1 when the management API collects queue statistics, 0 when disable_metrics_collector is set (message gauges absent).", nil, nil),
-		delayMessages: prometheus.NewDesc(name("delay_messages"),
-			"Messages the delay queues hold, per ladder level or bucket (management API messages: ready and unacknowledged).", delay, nil),
-		delayDLX: prometheus.NewDesc(name("delay_messages_dlx"),
-			"Messages held in the delay queues' dead-letter state (messages_dlx): due messages whose dead-lettering has not completed.", delay, nil),
-		delayConsumers: prometheus.NewDesc(name("delay_queue_consumers"),
-			"Consumers attached to delay queues; must be 0 (a consumer takes delayed messages before they are due).", delay, nil),
-		parking: prometheus.NewDesc(name("parking_messages"), "Messages in the parking queue.", nil, nil),
-		ready:   prometheus.NewDesc(name("ready_queue_messages"), "Messages in each ready queue of the specification.", []string{"queue"}, nil),
-		missing: prometheus.NewDesc(name("missing_queues"), "Queues of the specification that the management API does not list.", nil, nil),
-		policyProblems: prometheus.NewDesc(name("policy_problems"),
-			"Policy keys in effect that break a guarantee (severity error) or deserve a look (warning), by what they break.",
-			[]string{"breaks", "severity"}, nil),
-		nodeRunning: prometheus.NewDesc(name("node_running"), "1 when the cluster node runs, 0 when the cluster cannot reach it.", node, nil),
-		nodeLeaders: prometheus.NewDesc(name("node_leaders"), "Quorum queues of the specification whose leader is on the node.", node, nil),
-		nodeDelayLeaders: prometheus.NewDesc(name("node_delay_queue_leaders"),
-			"Delay queues (ladder and bucket) whose leader is on the node.", node, nil),
-		nodeMembers: prometheus.NewDesc(name("node_members"), "Quorum queues of the specification with a replica on the node.", node, nil),
-		balanced: prometheus.NewDesc(name("leaders_balanced"),
-			"1 when the delay queues' leaders are spread over the running nodes, else 0.", nil, nil),
-		degraded: prometheus.NewDesc(name("degraded_queues"),
-			"Quorum queues of the specification with a member offline or no leader.", nil, nil),
-		waiting: prometheus.NewDesc(name("dead_letter_waiting_messages"),
-			"Messages in dead-letter state that wait for the unreachable node.", node, nil),
-		requeueLoop: prometheus.NewDesc(name("ready_queue_requeue_loop"),
-			"1 when the ready queue's consumers requeue messages in a loop that no delivery limit ends (admin.RequeueLoopOf), else 0.",
-			[]string{"queue"}, nil),
-		revocations: prometheus.NewDesc(name("revocation_stream_messages"),
-			"Messages in the revocation stream <prefix>.revoked: revocation records and the fences of its readers.", []string{"queue"}, nil),
-	}
+	e.up = desc("up", "1 when the management API answered this scrape, else 0.")
+	e.duration = desc("scrape_duration_seconds", "Time spent reading the management API for this scrape.")
+	e.stats = desc("queue_statistics",
+		"1 when the management API collects queue statistics, 0 when disable_metrics_collector is set (message gauges absent).")
+	e.delayMessages = desc("delay_messages",
+		"Messages the delay queues hold, per ladder level or bucket (management API messages: ready and unacknowledged).", delay...)
+	e.delayDLX = desc("delay_messages_dlx",
+		"Messages held in the delay queues' dead-letter state (messages_dlx): due messages whose dead-lettering has not completed.", delay...)
+	e.delayConsumers = desc("delay_queue_consumers",
+		"Consumers attached to delay queues; must be 0 (a consumer takes delayed messages before they are due).", delay...)
+	e.parking = desc("parking_messages", "Messages in the parking queue.")
+	e.ready = desc("ready_queue_messages", "Messages in each ready queue of the specification.", "queue")
+	e.missing = desc("missing_queues", "Queues of the specification that the management API does not list.")
+	e.policyProblems = desc("policy_problems",
+		"Policy keys in effect that break a guarantee (severity error) or deserve a look (warning), by what they break.", "breaks", "severity")
+	e.nodeRunning = desc("node_running", "1 when the cluster node runs, 0 when the cluster cannot reach it.", "node")
+	e.nodeLeaders = desc("node_leaders", "Quorum queues of the specification whose leader is on the node.", "node")
+	e.nodeDelayLeaders = desc("node_delay_queue_leaders", "Delay queues (ladder and bucket) whose leader is on the node.", "node")
+	e.nodeMembers = desc("node_members", "Quorum queues of the specification with a replica on the node.", "node")
+	e.balanced = desc("leaders_balanced", "1 when the delay queues' leaders are spread over the running nodes, else 0.")
+	e.degraded = desc("degraded_queues", "Quorum queues of the specification with a member offline or no leader.")
+	e.waiting = desc("dead_letter_waiting_messages", "Messages in dead-letter state that wait for the unreachable node.", "node")
+	e.requeueLoop = desc("ready_queue_requeue_loop",
+		"1 when the ready queue's consumers requeue messages in a loop that no delivery limit ends (admin.RequeueLoopOf), else 0.", "queue")
+	e.revocations = desc("revocation_stream_messages",
+		"Messages in the revocation stream <prefix>.revoked: revocation records and the fences of its readers.", "queue")
+	return e
 }
 
 // Describe sends the descriptors of every metric the Exporter can report.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{e.up, e.duration, e.stats, e.delayMessages, e.delayDLX, e.delayConsumers, e.parking, e.ready,
-		e.missing, e.policyProblems, e.nodeRunning, e.nodeLeaders, e.nodeDelayLeaders, e.nodeMembers, e.balanced, e.degraded,
-		e.waiting, e.revocations, e.requeueLoop} {
+	for _, d := range e.descs {
 		ch <- d
 	}
 }
