@@ -59,7 +59,7 @@ func TestPrintCluster(t *testing.T) {
 func TestRebalanceNeedsManagement(t *testing.T) {
 	var out, errb bytes.Buffer
 	e := &invocation{stdout: &out, stderr: &errb}
-	e.s.spec = delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}}
+	e.s.vars.Targets = delayspec.Targets{{Name: "orders"}}
 	err := cmdRebalance(context.Background(), e)
 	var ue usageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--management-url") || !strings.Contains(err.Error(), "rabbitmq-queues rebalance quorum") {

@@ -471,7 +471,7 @@ func (e *invocation) dialNodes(ctx context.Context, p *admin.Plan) []*amqp.Conne
 	if p.Spec.Shards <= 1 || e.s.dryRun {
 		return nil
 	}
-	urls := e.s.conn.URLs()
+	urls := e.s.vars.Conn().URLs()
 	if len(urls) < 2 {
 		e.log.Warn().Int("shards", p.Spec.Shards).Msg("shards of the ladder with one URL: new ladder queues lead from the node apply is connected to; " +
 			"list every node of the cluster in AMQPDELAY_URL (--url) so that apply places the shards of each queue on different nodes")
@@ -479,7 +479,7 @@ func (e *invocation) dialNodes(ctx context.Context, p *admin.Plan) []*amqp.Conne
 	}
 	var nodes []*amqp.Connection
 	for _, u := range urls {
-		c := e.s.conn
+		c := e.s.vars.Conn()
 		c.URL = u
 		conn, err := amqpconn.Dial(ctx, c, "rabbitdelay-declare-place")
 		if err != nil {

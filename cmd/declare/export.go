@@ -48,7 +48,7 @@ func cmdExport(ctx context.Context, e *invocation) error {
 	vhost := e.s.vhost
 	if vhost == "" {
 		// The vhost comes from the URL: one that does not parse must not become "/" silently.
-		if err := e.s.conn.Validate(); err != nil {
+		if err := e.s.vars.Conn().Validate(); err != nil {
 			return usageError{fmt.Errorf("%w (export takes the vhost from the URL, or from --vhost)", err)}
 		}
 		vhost = e.vhost()

@@ -1,6 +1,7 @@
 package declare
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -49,10 +50,8 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	if p.Spec.Plugin == delayspec.PluginAuto {
 		p = p.WithoutPlugin() // the plugin holds its messages in no queue: nothing to count
 	}
-	scrape := e.s.timeout
-	if e.s.vars.Timeout == 0 { // neither AMQPDELAY_TIMEOUT nor --timeout
-		scrape = exporter.DefaultTimeout // a scrape's bound, not the command's: Prometheus waits 10 s by default
-	}
+	// A scrape's bound, not the command's: Prometheus waits 10 s by default.
+	scrape := cmp.Or(time.Duration(e.s.vars.Timeout), exporter.DefaultTimeout)
 	exp := exporter.New(m, p, exporter.Options{PerQueue: e.s.perQueue, Timeout: scrape, OnScrape: scrapeLogger(e)})
 	// One scrape before serving, so that a wrong management URL or password is in the log at
 	// once, not only as rabbitdelay_up 0 on the first Prometheus scrape.

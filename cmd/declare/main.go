@@ -1,6 +1,7 @@
 package declare
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
@@ -135,10 +137,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rabbitdelay %s: %s\nSee rabbitdelay %s --help.\n", cmd.name, err, cmd.name)
 		return exitUsage
 	}
-	inv.log = newLogger(inv.s.logFormat, inv.s.logLevel, stderr)
+	inv.log = newLogger(string(inv.s.vars.LogFormat), string(inv.s.vars.LogLevel), stderr)
 	cancel := func() {}
 	if !cmd.long {
-		ctx, cancel = context.WithTimeout(ctx, inv.s.timeout)
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(time.Duration(inv.s.vars.Timeout), defaultTimeout))
 	}
 	defer cancel()
 	err = cmd.run(ctx, inv)
@@ -190,11 +192,11 @@ func hint(err error) string {
 	return ""
 }
 
-// newLogger returns the logger of format (console or json) and level (a zerolog level name),
-// writing to w; the settings' Decode methods have checked both.
+// newLogger returns the logger of format (console, the default, or json) and level (a zerolog
+// level name; default info), writing to w; the settings' Decode methods have checked both.
 func newLogger(format, level string, w io.Writer) zerolog.Logger {
-	lvl, _ := zerolog.ParseLevel(level)
-	if format == "console" {
+	lvl, _ := zerolog.ParseLevel(cmp.Or(level, "info"))
+	if format != "json" {
 		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05"}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
@@ -238,17 +240,17 @@ func printCommandUsage(w io.Writer, c *command, opts []option) {
 
 // dial connects with the command's settings.
 func (e *invocation) dial(ctx context.Context) (*amqp.Connection, error) {
-	conn, err := amqpconn.Dial(ctx, e.s.conn, "rabbitdelay-declare")
+	conn, err := amqpconn.Dial(ctx, e.s.vars.Conn(), "rabbitdelay-declare")
 	if err != nil {
 		return nil, err
 	}
-	e.log.Debug().Str("urls", e.s.conn.Redacted()).Str("node", conn.RemoteAddr().String()).Msg("connected")
+	e.log.Debug().Str("urls", e.s.vars.Conn().Redacted()).Str("node", conn.RemoteAddr().String()).Msg("connected")
 	return conn, nil
 }
 
 // vhost is the vhost of the URL.
 func (e *invocation) vhost() string {
-	u, err := amqp.ParseURI(e.s.conn.URLOrDefault())
+	u, err := amqp.ParseURI(e.s.vars.Conn().URLOrDefault())
 	if err != nil || u.Vhost == "" {
 		return "/"
 	}
@@ -257,10 +259,10 @@ func (e *invocation) vhost() string {
 
 // management returns the management API client, or nil without --management-url.
 func (e *invocation) management() (*admin.Management, error) {
-	if e.s.mgmtURL == "" {
+	if e.s.vars.ManagementURL == "" {
 		return nil, nil
 	}
-	m, err := admin.NewManagement(e.s.mgmtURL, e.vhost())
+	m, err := admin.NewManagement(e.s.vars.ManagementURL, e.vhost())
 	if err != nil {
 		return nil, fmt.Errorf("AMQPDELAY_MANAGEMENT_URL (--management-url): %w", err)
 	}
@@ -286,7 +288,7 @@ func (e *invocation) managed(missing func(p *admin.Plan) string) (*admin.Plan, *
 
 // plan validates the specification and computes the plan: usage errors.
 func (e *invocation) plan() (*admin.Plan, error) {
-	p, err := admin.NewPlan(e.s.spec)
+	p, err := admin.NewPlan(e.s.vars.Spec())
 	if err != nil {
 		return nil, usageError{err}
 	}

@@ -1,7 +1,6 @@
 package declare
 
 import (
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -71,17 +70,10 @@ func (l *logLevel) Decode(s string) error {
 
 // settings is everything a command reads from the AMQPDELAY_* variables and its flags.
 type settings struct {
-	vars variables // the variables, then the flags over them
+	vars variables // the variables, then the flags over them: the one form of the configuration
 
-	// From vars once the flags are parsed.
-	conn    amqpconn.Config
-	spec    delayspec.Spec
-	mgmtURL string
-	timeout time.Duration
 	// exportVersion is export's --rabbitmq-version ("": ask the broker).
 	exportVersion string
-	logFormat     string
-	logLevel      string
 
 	// Command-specific flags.
 	output      string
@@ -93,15 +85,6 @@ type settings struct {
 	listen      string // exporter (exporter.go)
 	perQueue    bool   // exporter
 	queues      bool   // status --queues
-}
-
-// resolve fills the fields that come from s.vars, with the defaults of the CLI's own settings.
-func (s *settings) resolve() {
-	s.conn, s.spec = s.vars.Conn(), s.vars.Spec()
-	s.mgmtURL = s.vars.ManagementURL
-	s.timeout = cmp.Or(time.Duration(s.vars.Timeout), defaultTimeout)
-	s.logFormat = cmp.Or(string(s.vars.LogFormat), "console")
-	s.logLevel = cmp.Or(string(s.vars.LogLevel), "info")
 }
 
 // option is one flag, with the environment variable that sets the same field (for the help).
@@ -226,8 +209,8 @@ func (f funcValue) String() string     { return "" }
 func (f funcValue) Set(s string) error { return f.set(s) }
 func (f funcValue) IsBoolFlag() bool   { return f.isBool }
 
-// parse reads the variables (delayspec.ReadEnv), then applies the flags of args over them, and
-// resolves s. A value that does not parse is reported as a *delayspec.ValueError naming the
+// parse reads the variables into s.vars (delayspec.ReadEnv), then applies the flags of args
+// over them. A value that does not parse is reported as a *delayspec.ValueError naming the
 // variable or the flag.
 func parse(name string, opts []option, args []string, s *settings) ([]string, error) {
 	envErr := delayspec.ReadEnv(&s.vars)
@@ -259,7 +242,6 @@ func parse(name string, opts []option, args []string, s *settings) ([]string, er
 	case err != nil:
 		return nil, flagError(err)
 	}
-	s.resolve()
 	return fs.Args(), nil
 }
 

@@ -39,7 +39,8 @@ func scheduleCommand() command {
 }
 
 func (e *invocation) scheduleConfig() amqpdelay.Config {
-	return amqpdelay.Config{URL: e.s.conn.URL, TLSCA: e.s.conn.TLSCA, TLSCert: e.s.conn.TLSCert, TLSKey: e.s.conn.TLSKey, Prefix: e.s.spec.Prefix}
+	v := e.s.vars
+	return amqpdelay.Config{URL: v.URL, TLSCA: v.TLSCA, TLSCert: v.TLSCert, TLSKey: v.TLSKey, Prefix: v.Prefix}
 }
 
 func cmdSchedules(ctx context.Context, e *invocation) error {
@@ -70,7 +71,7 @@ func cmdSchedules(ctx context.Context, e *invocation) error {
 		}
 	} else {
 		if len(infos) == 0 {
-			fmt.Fprintf(e.stdout, "no schedules under prefix %q\n", e.s.spec.WithDefaults().Prefix)
+			fmt.Fprintf(e.stdout, "no schedules under prefix %q\n", e.s.vars.Spec().Names().Prefix)
 			return nil
 		}
 		w := newTable(e.stdout)

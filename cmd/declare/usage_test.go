@@ -242,13 +242,13 @@ func TestHelpListsEveryVariable(t *testing.T) {
 		t.Setenv(v, "") // restored when the test ends
 		os.Unsetenv(v)
 	}
-	parsed := func() settings {
+	parsed := func() []any { // what the commands use
 		var s settings
 		if _, err := parse("plan", commonOptions(&s), nil, &s); err != nil {
 			t.Fatal(err)
 		}
-		s.vars = variables{} // compare what the commands use
-		return s
+		v := s.vars
+		return []any{v.Conn(), v.Spec(), v.ManagementURL, v.Timeout, v.LogFormat, v.LogLevel}
 	}
 	unset := parsed()
 	for _, v := range listed {
