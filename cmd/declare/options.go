@@ -199,16 +199,6 @@ func switchOption(name, usage string, set func(bool)) option {
 	}}
 }
 
-// funcValue adapts an option to flag.Value.
-type funcValue struct {
-	set    func(string) error
-	isBool bool
-}
-
-func (f funcValue) String() string     { return "" }
-func (f funcValue) Set(s string) error { return f.set(s) }
-func (f funcValue) IsBoolFlag() bool   { return f.isBool }
-
 // parse reads the variables into s.vars (delayspec.ReadEnv), then applies the flags of args
 // over them. A value that does not parse is reported as a *delayspec.ValueError naming the
 // variable or the flag.
@@ -219,16 +209,21 @@ func parse(name string, opts []option, args []string, s *settings) ([]string, er
 	fs.Usage = func() {}
 	var setErr error
 	for _, o := range opts {
-		v := funcValue{isBool: o.bool, set: func(val string) error {
+		set := func(val string) error {
 			if err := o.set(val); err != nil {
 				setErr = &delayspec.ValueError{Name: "--" + o.name, Value: val, Err: err}
 				return setErr
 			}
 			return nil
-		}}
-		fs.Var(v, o.name, o.usage)
-		if o.short != "" {
-			fs.Var(v, o.short, o.usage)
+		}
+		define := fs.Func
+		if o.bool {
+			define = fs.BoolFunc
+		}
+		for _, n := range []string{o.name, o.short} {
+			if n != "" {
+				define(n, o.usage, set)
+			}
 		}
 	}
 	err := fs.Parse(args)
