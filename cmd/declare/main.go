@@ -234,7 +234,7 @@ Run rabbitdelay <command> --help for a command's own flags.
 }
 
 func printCommandUsage(w io.Writer, c *command, opts []option) {
-	fmt.Fprintf(w, "Usage: rabbitdelay %s [flags]\n\n%s\n\nFlags:\n", c.name, c.help)
+	fmt.Fprintf(w, "Usage: rabbitdelay %s [flags]%s\n\n%s\n\nFlags:\n", c.name, strings.TrimRight(" "+c.usage, " "), c.help)
 	printOptions(w, opts)
 }
 
