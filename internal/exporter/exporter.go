@@ -5,44 +5,24 @@
 //
 // # Metrics
 //
-// Every name starts with rabbitdelay_; counts are numbers of messages, queues or policy keys.
-// The delay queues' figures are summed per ladder level (label level, path "ladder") and per
-// bucket (label bucket, as Go prints the delay, "30s"; path "bucket"); [Options.PerQueue] adds
-// a queue label.
+// Every name starts with rabbitdelay_ and each metric's HELP text says what it counts (numbers
+// of messages, queues or policy keys):
 //
-//   - rabbitdelay_up: 1 when the management API answered this scrape (else only
-//     rabbitdelay_scrape_duration_seconds is reported besides).
-//   - rabbitdelay_scrape_duration_seconds: how long reading the management API took.
-//   - rabbitdelay_queue_statistics: 0 when the management API collects no queue statistics
-//     (the message gauges are then absent: alert on this one at 0 too).
-//   - rabbitdelay_delay_messages{path,level,bucket}: messages the delay queues hold.
-//   - rabbitdelay_delay_messages_dlx{path,level,bucket}: messages in the delay queues'
-//     dead-letter state; counts that stay mean no queue takes them.
-//   - rabbitdelay_delay_queue_consumers{path,level,bucket}: must be 0 (a consumer takes
-//     delayed messages early).
-//   - rabbitdelay_parking_messages: messages in the parking queue.
-//   - rabbitdelay_ready_queue_messages{queue}: due messages waiting in each ready queue.
-//   - rabbitdelay_ready_queue_requeue_loop{queue}: 1 when a ready queue is in a requeue loop
-//     no delivery limit ends (admin.RequeueLoopOf).
-//   - rabbitdelay_missing_queues: queues of the specification that do not exist.
-//   - rabbitdelay_policy_problems{breaks,severity}: policy keys in effect that break a
-//     guarantee (error) or deserve a look (warning), by what they break.
-//   - rabbitdelay_node_running{node}, rabbitdelay_node_leaders{node},
-//     rabbitdelay_node_delay_queue_leaders{node}, rabbitdelay_node_members{node}: per node,
-//     whether it runs and how many of the specification's quorum queues it leads or holds a
-//     replica of.
-//   - rabbitdelay_leaders_balanced: 1 when the delay queues' leaders are spread over the
-//     running nodes (admin.LeadersBalanced).
-//   - rabbitdelay_degraded_queues: quorum queues with a member offline or no leader.
-//   - rabbitdelay_dead_letter_waiting_messages{node}: messages in dead-letter state waiting
-//     for the unreachable node.
-//   - rabbitdelay_revocation_stream_messages{queue}: records in the revocation stream; it
-//     shrinks only as RabbitMQ deletes segments older than the stream's x-max-age.
+//   - up, scrape_duration_seconds, queue_statistics (0: the management API collects no queue
+//     statistics and the message gauges are absent);
+//   - delay_messages, delay_messages_dlx, delay_queue_consumers{path,level,bucket}: the delay
+//     queues summed per ladder level (path "ladder") and per bucket (as Go prints the delay,
+//     "30s"; path "bucket"); [Options.PerQueue] adds a queue label;
+//   - parking_messages, ready_queue_messages{queue}, ready_queue_requeue_loop{queue},
+//     revocation_stream_messages{queue}, missing_queues;
+//   - policy_problems{breaks,severity};
+//   - node_running, node_leaders, node_delay_queue_leaders, node_members,
+//     dead_letter_waiting_messages{node}; leaders_balanced, degraded_queues.
 //
 // Every series the specification configures is in every scrape, at 0 where nothing happened,
 // so an alert sees 0 rather than nothing; a queue that does not exist counts 0, and one the
-// management API has no figures for yet is left out of its sums. The figures lag the broker by up to the management
-// API's collect_statistics_interval
+// management API has no figures for yet is left out of its sums. The figures lag the broker by
+// up to the management API's collect_statistics_interval
 // (https://www.rabbitmq.com/docs/management#statistics-interval).
 package exporter
 
