@@ -485,7 +485,7 @@ func (s Spec) MaxDelay() time.Duration {
 }
 
 // RevocationRetention is how long a revocation is kept, in the stream (its x-max-age) and in a
-// reader's memory: [Spec.MaxDelay] plus [revocationMargin], rounded up to whole hours. A copy
+// reader's memory: [Spec.MaxDelay] plus 24 h (revocationMargin), rounded up to whole hours. A copy
 // published before a revocation is due within MaxDelay of it, so it is never delivered after
 // its revocation has been forgotten. The default topology's is 1,218 h (50.75 days).
 func (s Spec) RevocationRetention() time.Duration {
