@@ -114,7 +114,7 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 }
 
 // deadLetterHops returns the dead-letterings of a message published to dest on path c, in
-// order, with the queue and exchange names of names (those of shard of the ladder): a bucket's one hop (the bucket queue,
+// order, with the queue and exchange names of names in shard of the ladder: a bucket's one hop (the bucket queue,
 // entered by dest, the buckets exchange); a ladder's one hop per non-zero digit (each queue
 // entered by the exchange the message was last published to: dest for the first, then the
 // previous queue's dead-letter exchange, the next level's exchange; the last hop may be a

@@ -36,9 +36,9 @@
 // not (the plugin answers every delayed publish with NO_ROUTE).
 //
 // A ladder publish goes to the entry exchange of the message's first queue. With several
-// copies of the ladder (AMQPDELAY_SHARDS as applied) the message's MessageId picks
-// the copy (FNV-1a modulo the copies) and the message keeps to it for every hop;
-// [Receipt.Exchange] names it.
+// shards of the ladder (AMQPDELAY_SHARDS as applied) the message's MessageId picks the shard
+// (FNV-1a modulo the shards) and the message keeps to it for every hop; [Receipt.Exchange]
+// names it.
 //
 // [NewPublisher] checks that the topology exists (passive declares) and probes for the plugin
 // exchange on a connection of its own. After a connection loss it reconnects with exponential
@@ -69,12 +69,13 @@
 //     message to, not X; the routing key is K, and the rabbitdelay-target header names X.
 //   - A due message with no binding on X for its key goes to the parking queue, through the
 //     alternate exchange that the policy <prefix>.targets gives X.
-//   - A publish to a missing exchange closes the channel (404 NOT_FOUND), failing every publish
-//     in flight on it. So a direct publish checks the exchange first, once per name, and a
-//     missing one gets ErrExchangeNotFound with nothing sent. What the check cannot see (an
-//     exchange deleted since, 403 ACCESS_REFUSED) still closes the channel: the publishes in
-//     flight on it are sent again one at a time, so one the broker had already stored may be
-//     stored twice, with the same MessageId.
+//   - A publish to a missing exchange (404 NOT_FOUND) or one the user may not write to (403
+//     ACCESS_REFUSED) closes the channel, failing every publish in flight on it. So the first
+//     publish to each exchange on a connection goes alone on a channel of its own, and gets
+//     the refusal as its own answer (ErrExchangeNotFound, ErrAccessRefused). An exchange
+//     deleted, or a permission taken away, after it took publishes still closes a shared
+//     channel: the publishes in flight on it are sent again one at a time, so one the broker
+//     had already stored may be stored twice, with the same MessageId.
 //   - msg.Expiration is refused on delay paths: the message would expire inside the delay
 //     queues, early.
 //   - Input that would cost the whole connection is refused with ErrInvalidInput before

@@ -45,18 +45,16 @@ var (
 	ErrConnectionLost = errors.New("amqpdelay: connection lost before the broker confirmed the message")
 
 	// ErrExchangeNotFound: a direct publish (delay <= 0) named an exchange that does not exist
-	// in the vhost. The Publisher asks before the first publish to each name (a passive
-	// declare on a channel of its own), because RabbitMQ answers a publish to a missing
-	// exchange by closing the channel (404 NOT_FOUND) and so failing the other publishes in
-	// flight on it. The broker's *amqp091.Error is wrapped. Nothing was sent.
+	// in the vhost (RabbitMQ's 404 NOT_FOUND, answered to that publish alone: the first
+	// publish to each exchange goes on a channel of its own). The broker's *amqp091.Error is
+	// wrapped. Nothing was stored.
 	ErrExchangeNotFound = errors.New("amqpdelay: exchange not found")
 
 	// ErrAccessRefused: RabbitMQ refused a publish with 403 ACCESS_REFUSED (no write
 	// permission on the exchange, no topic permission on the routing key, or an internal
 	// exchange, which only exchange-to-exchange bindings may route into). The Publisher sends
 	// such a publish alone on a channel of its own, so the refusal costs no other publish its
-	// confirm; nothing was stored. The broker's *amqp091.Error is wrapped. A direct publish to
-	// an exchange refused less than 30 s earlier gets it without being sent.
+	// confirm; nothing was stored. The broker's *amqp091.Error is wrapped.
 	ErrAccessRefused = errors.New("amqpdelay: access refused")
 
 	// ErrNotRevoked: Reschedule published the new copy (the broker confirmed it; the Receipt

@@ -112,9 +112,9 @@ func (a *topologyAnswers) clear() {
 // queue does (a passive declare on the check channel). Every topology has one, and
 // delayspec.Names.OwnsQueue never counts it, so an exchange of the user's that merely has the
 // shape of another prefix's object (say "shop.dispatch") does not count as that prefix's
-// topology by its own existence. An answer is kept for topologyMemory (and forgotten at a reconnection). A
-// check the broker refuses for another reason than 404 counts as no topology, and is not kept
-// (the publish goes ahead, as checkExchange lets it).
+// topology by its own existence. An answer is kept for topologyMemory (and forgotten at a
+// reconnection). A check the broker refuses for another reason than 404 counts as no
+// topology, and is not kept (the publish goes ahead, and meets the broker's own refusal).
 func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error) {
 	for {
 		if has, ok := p.refusals.topologies.get(prefix); ok {

@@ -7,8 +7,8 @@ import "sync"
 const maxNames = 1024
 
 // nameSet is a set of at most maxNames exchange names (limit, when larger), safe for
-// concurrent use: the exchanges the Publisher knows to exist (checkExchange) and those that took
-// a publish on the connection (refusals). The zero value is empty and ready to use.
+// concurrent use (refusals: the exchanges that took a publish on the connection, those with a
+// topic permission, the targets a delayed publish was permitted to). The zero value is empty and ready to use.
 type nameSet struct {
 	mu    sync.RWMutex
 	names map[string]struct{}

@@ -69,11 +69,8 @@ type Publisher struct {
 	pluginLost atomic.Bool
 	nextProbe  atomic.Int64
 
-	// exchanges holds the names of exchanges seen to exist, so that a direct publish checks
-	// its exchange with a passive declare only once (checkExchange).
-	exchanges nameSet
-	checkSem  chan struct{} // capacity 1: one exchange check at a time
-	permSem   chan struct{} // capacity 1: one first permission check at a time (permission.go)
+	checkSem chan struct{} // capacity 1: one check on the check channel at a time (askOnCheckChannel)
+	permSem  chan struct{} // capacity 1: one first permission check at a time (permission.go)
 	// refusals holds what the broker has refused by closing a channel (refusal.go).
 	refusals refusals
 	// user is the user name of the connection's URL: a UserId property that differs goes
@@ -214,10 +211,9 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	p.targets[p.names.Retry()] = struct{}{}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
-		p.knowExchange(t.Name) // checkTopology checks that it exists
 	}
 	// Room among the exchanges trusted after a confirm for every exchange of the delay topology
-	// (per copy: the ladder's levels and last-hop exchanges, an entry exchange per ladder and
+	// (per shard: the ladder's levels and last-hop exchanges, an entry exchange per ladder and
 	// last-hop queue; the buckets' exchange), beside maxNames targets of direct publishes.
 	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*2*(len(route.Queues(ladder))+ladder.Levels()) + 1
 	if p.metrics, err = newPubMetrics(o.metricsReg, p); err != nil {
@@ -303,12 +299,9 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		out.DeliveryMode = amqp.Persistent
 	}
 	if c.path == PathDirect {
-		if err := p.refusals.earlier(exchange); err != nil {
-			return Receipt{}, err
-		}
-		if err := p.checkExchange(ctx, exchange); err != nil {
-			return Receipt{}, err
-		}
+		// A missing or forbidden exchange needs no check here: the first publish to an
+		// exchange goes alone on the serial channel (mayBeRefused), where the broker's 404 or
+		// 403 is the answer to that publish only (refusal.go).
 		if err := p.intoForeignTopology(ctx, exchange, routingKey, msg.Headers); err != nil { // foreign.go
 			return Receipt{}, err
 		}
@@ -320,7 +313,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			return Receipt{}, err
 		}
 	}
-	shard := shardOf(out.MessageId, p.spec.Shards) // the copy of the ladder (PathLadder)
+	shard := shardOf(out.MessageId, p.spec.Shards) // the shard of the ladder (PathLadder)
 	dest, hops, mandatory := p.destination(c, exchange, shard)
 	// alone: sent again on the serial channel because a refusal closed the shared channel it
 	// was in flight on (closedByRefusal).
@@ -339,11 +332,6 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 				return Receipt{}, err
 			}
 			dest, hops, mandatory = p.destination(c, exchange, shard)
-		}
-		if c.path != PathDirect { // a direct publish asked before the exchange check
-			if err := p.refusals.earlier(dest); err != nil {
-				return Receipt{}, err
-			}
 		}
 		kind := generalSlots
 		switch {
@@ -388,9 +376,6 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		}
 		if err != nil && c.path == PathPlugin && p.pluginGone(err) {
 			continue // chosen again at the top, without the plugin
-		}
-		if err != nil && c.path == PathDirect && isExchangeNotFound(err, dest) {
-			p.forgetExchange(dest) // deleted since it was checked: the next publish checks again
 		}
 		if err != nil {
 			err = p.learn(err, kind == serialSlot, c.path, dest, routingKey, &out)
@@ -508,10 +493,10 @@ func (p *Publisher) destination(c choice, target string, shard int) (dest string
 	return target, 0, true
 }
 
-// shardOf returns the copy of the ladder (0 to shards-1) a message with this id travels
+// shardOf returns the shard of the ladder (0 to shards-1) a message with this id travels
 // through: the FNV-1a hash of the id modulo shards, so that messages spread evenly over the
-// copies (ids are random UUIDs unless the caller sets them) and a message published again
-// with the same id takes the same copy. 0 when shards <= 1.
+// shards (ids are random UUIDs unless the caller sets them) and a message published again
+// with the same id takes the same shard. 0 when shards <= 1.
 func shardOf(id string, shards int) int {
 	if shards <= 1 {
 		return 0
@@ -521,60 +506,8 @@ func shardOf(id string, shards int) int {
 	return int(h.Sum32() % uint32(shards))
 }
 
-// knowExchange records that exchange exists (nameSet: a direct publish to a name beyond its
-// bound is checked each time).
-func (p *Publisher) knowExchange(exchange string) { p.exchanges.add(exchange) }
-
-// knownExchange reports whether exchange is known to exist.
-func (p *Publisher) knownExchange(exchange string) bool { return p.exchanges.has(exchange) }
-
-// forgetExchange drops exchange from the names known to exist.
-func (p *Publisher) forgetExchange(exchange string) { p.exchanges.remove(exchange) }
-
-// checkExchange returns an error wrapping ErrExchangeNotFound when exchange does not exist.
-// RabbitMQ answers a publish to a missing exchange by closing the channel (404 NOT_FOUND),
-// which would fail every other publish waiting for a confirm on that channel; so before the
-// first direct publish to a name, a passive declare on a channel of its own asks whether it
-// exists (the answer is remembered; the default exchange "" always exists), on the check
-// channel (askOnCheckChannel); a check cut off by a connection loss is made again on the next
-// connection. Only when the broker refuses the check for another reason (an error other than
-// 404) does the publish go ahead unchecked (on the channel for other exchanges, which only
-// such publishes share). ctx bounds the wait; Close ends it with ErrClosed.
-func (p *Publisher) checkExchange(ctx context.Context, exchange string) error {
-	if exchange == "" {
-		return nil
-	}
-	for {
-		if p.knownExchange(exchange) {
-			return nil // known, or checked meanwhile by another publish
-		}
-		answer, err := p.askOnCheckChannel(ctx, fmt.Sprintf("check that exchange %q exists", exchange),
-			func() bool { return p.knownExchange(exchange) },
-			func(ch *amqp.Channel) error {
-				return ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil)
-			})
-		if err != nil {
-			return err
-		}
-		var ae *amqp.Error
-		switch {
-		case answer.err == nil:
-			p.knowExchange(exchange)
-			return nil
-		case errors.As(answer.err, &ae) && ae.Code == amqp.NotFound:
-			return fmt.Errorf("%w: exchange %q does not exist in this vhost (RabbitMQ's passive declare answered 404 NOT_FOUND); "+
-				"nothing was sent: declare the exchange, or correct the name: %w", ErrExchangeNotFound, exchange, answer.err)
-		case answer.lost:
-			continue // the connection went during the check: check again on the next one
-		default:
-			p.log.Debug().Str("exchange", exchange).Err(answer.err).Msg("amqpdelay: could not check that the exchange exists; publishing unchecked")
-			return nil
-		}
-	}
-}
-
 // askOnCheckChannel runs ask on a channel of its own on the current connection, for the
-// checks made before a publish (checkExchange, permitted). One check is outstanding at a time
+// checks made before a publish (permitted, hasTopology). One check is outstanding at a time
 // (checkSem), even when the publishes that started them have given up, so checks take at most
 // one channel of the connection's channel_max; the semaphore is released by the check itself,
 // when the broker has answered (or the connection is gone), not when ctx ends: a broker that

@@ -106,7 +106,7 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 	p.pluginLost.Store(hadPlugin && !pluginOK)
 	// The broker caps the channels of a connection (channel_max, negotiated at connection
 	// tuning; RabbitMQ's default 2,047). The Publisher needs its publishing channels and one
-	// for checking exchanges (checkExchange).
+	// for the checks before a publish (askOnCheckChannel).
 	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels+1 {
 		return fail(fmt.Errorf("%w: the broker allows %d channels per connection (channel_max) and the Publisher needs %d "+
 			"(Config.Channels %d, and one to check exchanges): lower Config.Channels to at most %d, or raise channel_max in rabbitmq.conf",
