@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +12,47 @@ import (
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
+
+// intoTopology refuses a direct publish (no delay) into the delay topology's own objects, which
+// only the Publisher's delay paths may write to: an exchange of the topology that is not a
+// target (the dispatch, bucket, ladder, entry, last-hop and plugin exchanges), or, through the
+// default exchange, a queue of the topology by the routing key or a CC or BCC routing key (the
+// ladder, bucket and last-hop queues, the revocation stream; delayspec.Names.Reserved), or a
+// delay queue of another prefix's topology in the vhost (delayspec.IsDelayQueueName). A message
+// put into a delay queue by hand lacks the headers that route it on: it is dead-lettered into an
+// exchange that routes it nowhere, where RabbitMQ 3.10+ keeps it (at-least-once dead-lettering),
+// and once a queue holds more such messages than the dead-letter worker's prefetch
+// (dead_letter_worker_consumer_prefetch, 32 by default) it stops moving every delayed message
+// behind them. The parking queue stays open to the default exchange: the consumer package parks
+// messages there that way. A routing key through the default exchange that starts with
+// "amq.rabbitmq.reply-to." (a direct reply-to address) is refused too: RabbitMQ closes the
+// whole connection over one it cannot decode. The topologies of other prefixes found in the
+// vhost are guarded by intoForeignTopology. The error wraps ErrInvalidInput.
+func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table) error {
+	const directReplyTo = "amq.rabbitmq.reply-to." // https://www.rabbitmq.com/docs/direct-reply-to
+	if exchange != "" {
+		if _, target := p.targets[exchange]; !target && p.names.OwnsExchange(exchange) {
+			return fmt.Errorf("%w: exchange %q belongs to the delay topology, and a message published there by hand "+
+				"lacks the headers that route it on, so it can stall the delay queues for everyone: publish to a target "+
+				"exchange (%s), with a delay for a delayed message", ErrInvalidInput, exchange, p.targetList())
+		}
+		return nil
+	}
+	for _, k := range directKeys(routingKey, headers) { // foreign.go
+		if strings.HasPrefix(k, directReplyTo) {
+			return fmt.Errorf("%w: routing key %q through the default exchange is a direct reply-to address: RabbitMQ "+
+				"decodes it as a channel's process id and closes the whole connection (541 INTERNAL_ERROR) when it is not "+
+				"one of a running channel, failing every publish in flight with it; the Publisher sends no direct "+
+				"reply-to (reply with amqp091-go on a channel of your own)", ErrInvalidInput, k)
+		}
+		if p.names.OwnsQueue(k) || delayspec.IsDelayQueueName(k) {
+			return fmt.Errorf("%w: routing key %q through the default exchange names a queue of the delay topology; "+
+				"a message put there by hand lacks the headers that route it on, and holds up every delayed message behind it: "+
+				"publish to a target exchange (%s), with a delay for a delayed message", ErrInvalidInput, k, p.targetList())
+		}
+	}
+	return nil
+}
 
 // intoForeignTopology refuses a direct publish (no delay) into the topology of another prefix
 // in the vhost, as intoTopology does for the Publisher's own: to an exchange that is not one of

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
-	"github.com/delaykit/rabbitdelay/internal/pluginprobe"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -273,20 +271,11 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 	return p.publish(ctx, exchange, routingKey, msg, delay)
 }
 
-// publish is Publish for a caller that has counted itself in p.active and checked ctx.
+// publish is Publish for a caller that has counted itself in p.active.
 func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (_ Receipt, err error) {
 	metricPath := pathNone // metrics.go: the path label, once a path is chosen
 	defer func(done func(string, error)) { done(metricPath, err) }(p.metrics.begin())
-	if err := ctx.Err(); err != nil {
-		return Receipt{}, fmt.Errorf("amqpdelay: context ended before publishing: %w", err)
-	}
-	if err := p.precheck(exchange, routingKey, &msg, delay); err != nil {
-		return Receipt{}, err
-	}
-	if p.pluginLost.Load() {
-		p.reprobePlugin()
-	}
-	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load(), brokerVersion: p.brokerVersion()}.choose(delay)
+	c, err := p.prepare(ctx, exchange, routingKey, &msg, delay)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -294,25 +283,10 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	if out.MessageId == "" {
 		out.MessageId = newMessageID()
 	}
-	tag := copyTag(msg.Headers) // revoke.go
 	if out.DeliveryMode == 0 {
 		out.DeliveryMode = amqp.Persistent
 	}
-	if c.path == PathDirect {
-		// A missing or forbidden exchange needs no check here: the first publish to an
-		// exchange goes alone on the serial channel (mayBeRefused), where the broker's 404 or
-		// 403 is the answer to that publish only (refusal.go).
-		if err := p.intoForeignTopology(ctx, exchange, routingKey, msg.Headers); err != nil { // foreign.go
-			return Receipt{}, err
-		}
-	} else if !p.names.Reserved(exchange) {
-		// permission.go: dead-lettering into the target is not checked by the broker. A
-		// target of the topology's own (the consumer's retry exchange, which carries retries
-		// back to their queue) is covered by the write permission on the topology's exchanges.
-		if err := p.checkPermitted(ctx, exchange, routingKey, msg.Headers); err != nil {
-			return Receipt{}, err
-		}
-	}
+	tag := copyTag(msg.Headers)                    // revoke.go
 	shard := shardOf(out.MessageId, p.spec.Shards) // the shard of the ladder (PathLadder)
 	dest, hops, mandatory := p.destination(c, exchange, shard)
 	// alone: sent again on the serial channel because a refusal closed the shared channel it
@@ -320,28 +294,14 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	alone := false
 	for {
 		if c.path == PathPlugin && !p.pluginOK.Load() {
-			// A publish found the plugin exchange gone (404) since this path was chosen.
-			// RabbitMQ drops a publish to a missing exchange and closes the channel, and a plugin
-			// publish processed before the exchange went had its ack sent before that close; so
-			// this message was not stored: choose again without the plugin, or fail plainly.
-			if p.opts.strategy == PluginOnly {
-				return Receipt{}, fmt.Errorf("%w: the plugin exchange %q no longer exists (RabbitMQ answered 404 NOT_FOUND; this message "+
-					"was not stored): run `rabbitdelay apply` with the plugin on, then publish again", ErrPluginUnavailable, dest)
-			}
-			if c, err = (chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}).choose(delay); err != nil {
+			// A publish found the plugin exchange gone (404) since this path was chosen; this
+			// message was not stored (pluginGone): choose again without the plugin.
+			if c, err = p.withoutPlugin(delay, dest); err != nil {
 				return Receipt{}, err
 			}
 			dest, hops, mandatory = p.destination(c, exchange, shard)
 		}
-		kind := generalSlots
-		switch {
-		case alone || p.mayBeRefused(c.path, dest, &out):
-			kind = serialSlot
-		case c.path == PathPlugin:
-			kind = pluginSlot
-		case c.path == PathDirect:
-			kind = directSlot
-		}
+		kind := p.slotFor(c.path, dest, &out, alone)
 		pc, err := p.acquire(ctx, kind)
 		if err != nil {
 			return Receipt{}, err
@@ -361,13 +321,8 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		due := time.Now().Add(c.effective)
 		out.Headers = buildHeaders(msg.Headers, &c, p.ladder, exchange, due)
 		out.Headers[CopyHeader] = tag
-		dlHops, last := deadLetterHops(p.names, p.ladder, &c, dest, shard) // none on the plugin and direct paths
-		var park *deadLetterHop
-		if h, ok := p.park.hop(last); ok {
-			park = &h
-		}
 		size := contentHeaderSize(&out)
-		reserve := deadLetterReserve(&out, size, routingKey, dlHops, park)
+		reserve := p.deadLetterReserve(&c, &out, size, routingKey, dest, shard)
 		metricPath = c.path.String()
 		sent := time.Now()
 		err = pc.publish(ctx, dest, routingKey, mandatory, &out, size, reserve)
@@ -399,6 +354,63 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			Rounded: c.rounded, Hops: hops, MessageID: out.MessageId, Exchange: dest,
 		}, nil
 	}
+}
+
+// prepare makes the checks of a publish before it is sent (precheck, then the ones that ask
+// the broker) and chooses its path. An error means nothing may be sent.
+func (p *Publisher) prepare(ctx context.Context, exchange, routingKey string, msg *amqp.Publishing, delay time.Duration) (choice, error) {
+	if err := ctx.Err(); err != nil {
+		return choice{}, fmt.Errorf("amqpdelay: context ended before publishing: %w", err)
+	}
+	if err := p.precheck(exchange, routingKey, msg, delay); err != nil {
+		return choice{}, err
+	}
+	if p.pluginLost.Load() {
+		p.reprobePlugin()
+	}
+	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load(), brokerVersion: p.brokerVersion()}.choose(delay)
+	if err != nil {
+		return choice{}, err
+	}
+	switch {
+	case c.path == PathDirect:
+		// A missing or forbidden exchange needs no check here: the first publish to an
+		// exchange goes alone on the serial channel (mayBeRefused), where the broker's 404 or
+		// 403 is the answer to that publish only (refusal.go).
+		err = p.intoForeignTopology(ctx, exchange, routingKey, msg.Headers) // stays: a stalled foreign topology
+	case !p.names.Reserved(exchange):
+		// Stays: dead-lettering into the target is not checked by the broker (permission.go).
+		// A target of the topology's own (the consumer's retry exchange) is covered by the
+		// write permission on the topology's exchanges.
+		err = p.checkPermitted(ctx, exchange, routingKey, msg.Headers)
+	}
+	return c, err
+}
+
+// slotFor returns the kind of channel a publish on path to dest goes on: the serial channel
+// when it is sent again alone or may be refused (mayBeRefused), else its path's own.
+func (p *Publisher) slotFor(path Path, dest string, out *amqp.Publishing, alone bool) slotKind {
+	switch {
+	case alone || p.mayBeRefused(path, dest, out):
+		return serialSlot
+	case path == PathPlugin:
+		return pluginSlot
+	case path == PathDirect:
+		return directSlot
+	}
+	return generalSlots
+}
+
+// deadLetterReserve is the room to leave in out's content header (its size) for the
+// dead-letter headers RabbitMQ adds on path c through dest in shard, and when a ready queue
+// parks it (deadletter.go).
+func (p *Publisher) deadLetterReserve(c *choice, out *amqp.Publishing, size int, routingKey, dest string, shard int) int {
+	hops, last := deadLetterHops(p.names, p.ladder, c, dest, shard) // none on the plugin and direct paths
+	var park *deadLetterHop
+	if h, ok := p.park.hop(last); ok {
+		park = &h
+	}
+	return deadLetterReserve(out, size, routingKey, hops, park)
 }
 
 // precheck makes the checks of publish that need no channel: the target, a TTL on a delayed
@@ -435,47 +447,6 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 	return nil
 }
 
-// intoTopology refuses a direct publish (no delay) into the delay topology's own objects, which
-// only the Publisher's delay paths may write to: an exchange of the topology that is not a
-// target (the dispatch, bucket, ladder, entry, last-hop and plugin exchanges), or, through the
-// default exchange, a queue of the topology by the routing key or a CC or BCC routing key (the
-// ladder, bucket and last-hop queues, the revocation stream; delayspec.Names.Reserved), or a
-// delay queue of another prefix's topology in the vhost (delayspec.IsDelayQueueName). A message
-// put into a delay queue by hand lacks the headers that route it on: it is dead-lettered into an
-// exchange that routes it nowhere, where RabbitMQ 3.10+ keeps it (at-least-once dead-lettering),
-// and once a queue holds more such messages than the dead-letter worker's prefetch
-// (dead_letter_worker_consumer_prefetch, 32 by default) it stops moving every delayed message
-// behind them. The parking queue stays open to the default exchange: the consumer package parks
-// messages there that way. A routing key through the default exchange that starts with
-// "amq.rabbitmq.reply-to." (a direct reply-to address) is refused too: RabbitMQ closes the
-// whole connection over one it cannot decode. The topologies of other prefixes found in the
-// vhost are guarded by intoForeignTopology. The error wraps ErrInvalidInput.
-func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table) error {
-	const directReplyTo = "amq.rabbitmq.reply-to." // https://www.rabbitmq.com/docs/direct-reply-to
-	if exchange != "" {
-		if _, target := p.targets[exchange]; !target && p.names.OwnsExchange(exchange) {
-			return fmt.Errorf("%w: exchange %q belongs to the delay topology, and a message published there by hand "+
-				"lacks the headers that route it on, so it can stall the delay queues for everyone: publish to a target "+
-				"exchange (%s), with a delay for a delayed message", ErrInvalidInput, exchange, p.targetList())
-		}
-		return nil
-	}
-	for _, k := range directKeys(routingKey, headers) { // foreign.go
-		if strings.HasPrefix(k, directReplyTo) {
-			return fmt.Errorf("%w: routing key %q through the default exchange is a direct reply-to address: RabbitMQ "+
-				"decodes it as a channel's process id and closes the whole connection (541 INTERNAL_ERROR) when it is not "+
-				"one of a running channel, failing every publish in flight with it; the Publisher sends no direct "+
-				"reply-to (reply with amqp091-go on a channel of your own)", ErrInvalidInput, k)
-		}
-		if p.names.OwnsQueue(k) || delayspec.IsDelayQueueName(k) {
-			return fmt.Errorf("%w: routing key %q through the default exchange names a queue of the delay topology; "+
-				"a message put there by hand lacks the headers that route it on, and holds up every delayed message behind it: "+
-				"publish to a target exchange (%s), with a delay for a delayed message", ErrInvalidInput, k, p.targetList())
-		}
-	}
-	return nil
-}
-
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is
 // mandatory; a ladder publish enters shard of the ladder (AMQPDELAY_SHARDS as applied) through
 // its first queue's entry exchange.
@@ -506,165 +477,6 @@ func shardOf(id string, shards int) int {
 	return int(h.Sum32() % uint32(shards))
 }
 
-// askOnCheckChannel runs ask on a channel of its own on the current connection, for the
-// checks made before a publish (permitted, hasTopology). One check is outstanding at a time
-// (checkSem), even when the publishes that started them have given up, so checks take at most
-// one channel of the connection's channel_max; the semaphore is released by the check itself,
-// when the broker has answered (or the connection is gone), not when ctx ends: a broker that
-// blocks its connections (a memory alarm) would otherwise collect one open check channel per
-// timed-out publish. During an outage it waits for the connection.
-//
-// It returns the broker's answer (checkAnswer), or, when none came, ErrClosed or ctx's error
-// (wrapped, naming doing). skip, when not nil, is asked once the turn has come: true ends the
-// check with an empty answer.
-func (p *Publisher) askOnCheckChannel(ctx context.Context, doing string, skip func() bool, ask func(*amqp.Channel) error) (checkAnswer, error) {
-	var s *session
-	for s == nil {
-		if _, err := p.acquire(ctx, generalSlots); err != nil { // waits through an outage
-			return checkAnswer{}, err
-		}
-		s = p.sess.Load()
-	}
-	select {
-	case p.checkSem <- struct{}{}:
-	case <-p.closeCtx.Done():
-		return checkAnswer{}, ErrClosed
-	case <-ctx.Done():
-		return checkAnswer{}, fmt.Errorf("amqpdelay: context ended while waiting to %s: %w", doing, ctx.Err())
-	}
-	if skip != nil && skip() {
-		<-p.checkSem
-		return checkAnswer{}, nil
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer func() { <-p.checkSem }()
-		ch, err := s.conn.Channel()
-		if err != nil {
-			done <- err
-			return
-		}
-		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-		if err = ask(ch); err == nil {
-			_ = ch.Close()
-			done <- nil
-			return
-		}
-		t := time.NewTimer(5 * time.Second)
-		defer t.Stop()
-		select {
-		case e, ok := <-closed:
-			if ok && e != nil {
-				err = e
-			}
-		case <-t.C:
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return checkAnswer{err: err, lost: err != nil && s.conn.IsClosed()}, nil
-	case <-p.closeCtx.Done():
-		return checkAnswer{}, ErrClosed
-	case <-ctx.Done():
-		return checkAnswer{}, fmt.Errorf("amqpdelay: context ended while waiting to %s: %w", doing, ctx.Err())
-	}
-}
-
-// checkAnswer is what the broker answered a check (askOnCheckChannel): err is the error of the
-// check's calls or, when the broker closed the channel, the close's reason (a call that meets
-// the closed channel, a later one than the call the broker refused, gets only amqp091's 504
-// "channel/connection is not open"); lost reports that the connection closed meanwhile (err
-// then says nothing: ask again on the next connection). err nil: the check passed.
-type checkAnswer struct {
-	err  error
-	lost bool
-}
-
-// pluginReprobe is how often publishes look for a plugin exchange that a publish found gone.
-const pluginReprobe = 5 * time.Second
-
-// pluginGone reports whether err is the broker's 404 for the plugin exchange (deleted since the
-// last probe). It then marks the plugin unavailable, so that paths are chosen without it, until
-// a re-probe (reprobePlugin, or the next reconnection) finds the exchange again.
-func (p *Publisher) pluginGone(err error) bool {
-	if !isExchangeNotFound(err, p.names.PluginExchange()) {
-		return false
-	}
-	if p.pluginOK.CompareAndSwap(true, false) {
-		p.nextProbe.Store(time.Now().Add(pluginReprobe).UnixNano())
-		p.pluginLost.Store(true)
-		p.log.Warn().Str("exchange", p.names.PluginExchange()).
-			Msg("amqpdelay: the plugin exchange is gone (404); publishing without the plugin until it is declared again (`rabbitdelay apply`)")
-	}
-	return true
-}
-
-// isExchangeNotFound reports whether err carries RabbitMQ's 404 NOT_FOUND for the exchange named
-// exchange ("NOT_FOUND - no exchange 'NAME' in vhost 'V'").
-//
-// RabbitMQ cuts a long reply text off to fit an AMQP short string (255 bytes), ending it
-// with "..." (RabbitMQ 3.10 and later), so for a long name the reason may end inside the name: a reason
-// of that length whose rest, less the "...", begins the name counts too.
-func isExchangeNotFound(err error, exchange string) bool {
-	var ae *amqp.Error
-	if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
-		return false
-	}
-	const lead = "no exchange '"
-	i := strings.Index(ae.Reason, lead)
-	if i < 0 {
-		return false
-	}
-	rest := ae.Reason[i+len(lead):]
-	if strings.HasPrefix(rest, exchange+"'") {
-		return true
-	}
-	cut, ok := strings.CutSuffix(rest, "...")
-	return ok && len(ae.Reason) >= maxShortstr-8 && cut != "" && strings.HasPrefix(exchange+"' in vhost '", cut)
-}
-
-// probePlugin reports whether the topology's plugin exchange exists, with a passive declare on
-// a connection of its own (pluginprobe.ExchangeExists), bounded by ctx.
-func (p *Publisher) probePlugin(ctx context.Context) (bool, error) {
-	dial := func(ctx context.Context) (*amqp.Connection, error) {
-		return amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name+"-probe")
-	}
-	return pluginprobe.ExchangeExists(ctx, dial, p.names.PluginExchange())
-}
-
-// reprobePlugin starts a look for the plugin exchange in the background, at most once per
-// pluginReprobe across all publishes; no publish waits for it. The probe uses a connection of
-// its own, bounded by pluginReprobe and by Close.
-func (p *Publisher) reprobePlugin() {
-	next := p.nextProbe.Load()
-	now := time.Now()
-	if now.UnixNano() < next || !p.nextProbe.CompareAndSwap(next, now.Add(pluginReprobe).UnixNano()) {
-		return
-	}
-	// Under mu, so that Close (which cancels closeCtx under mu before it waits) never waits on
-	// a WaitGroup that is being added to.
-	p.mu.Lock()
-	if p.isClosed() {
-		p.mu.Unlock()
-		return
-	}
-	p.wg.Add(1)
-	p.mu.Unlock()
-	go func() {
-		defer p.wg.Done()
-		ctx, cancel := context.WithTimeout(p.closeCtx, pluginReprobe)
-		defer cancel()
-		if ok, err := p.probePlugin(ctx); err != nil || !ok {
-			return
-		}
-		if p.pluginLost.CompareAndSwap(true, false) {
-			p.pluginOK.Store(true)
-			p.log.Info().Str("exchange", p.names.PluginExchange()).Msg("amqpdelay: the plugin exchange is back")
-		}
-	}()
-}
-
 // PublishAt is Publish with the delay until at (time.Until(at)); a time not in the future
 // publishes at once (PathDirect). An ErrDelayTooLong names at.
 func (p *Publisher) PublishAt(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, at time.Time) (Receipt, error) {
@@ -680,14 +492,6 @@ func atError(err error, at time.Time) error {
 	}
 	return fmt.Errorf("publish at %s: %w", at.Format(time.RFC3339Nano), err)
 }
-
-// PluginAvailable reports the last probe's answer: whether the topology's delayed-message
-// plugin exchange exists (probed at start and after each reconnection). It is always false
-// under [LadderOnly] and with the topology's Plugin set to off, which never probe. When a
-// publish finds the exchange gone (RabbitMQ's 404), it turns false at once, that message takes
-// the path the strategy chooses without the plugin (PluginOnly: ErrPluginUnavailable), and
-// later publishes look for the exchange again every 5 s until it is back.
-func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
 
 // Close stops the Publisher: new publishes fail with ErrClosed at once, publishes waiting
 // for a connection end with ErrClosed, and publishes waiting for their confirmation get up to
