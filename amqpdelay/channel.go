@@ -165,63 +165,9 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 		defer func() { <-pc.serial }()
 	}
 	f := &inflight{id: m.MessageId, done: make(chan struct{})}
-	var dc *amqp.DeferredConfirmation // amqp091's own record of this publish's answer
-	for {
-		select {
-		case pc.sem <- struct{}{}:
-		case <-pc.dead:
-			return errNotSent
-		case <-ctx.Done():
-			return ctxErr(ctx, "waiting to publish")
-		}
-		// Read the tag before taking pmu: amqp091's reader goroutine holds the lock behind
-		// GetNextPublishSeqNo while it hands a confirmation to the dispatcher, which may be
-		// waiting for pmu. Holding sem, no other publish can change the tag meanwhile.
-		tag := pc.ch.GetNextPublishSeqNo()
-		pc.pmu.Lock()
-		if pc.deadErr != nil {
-			pc.pmu.Unlock()
-			<-pc.sem
-			return errNotSent
-		}
-		if prev := pc.byID[f.id]; prev != nil {
-			pc.pmu.Unlock()
-			<-pc.sem
-			select {
-			case <-prev.done:
-				continue
-			case <-pc.dead:
-				return errNotSent
-			case <-ctx.Done():
-				return ctxErr(ctx, "waiting for an earlier publish of the same message ID")
-			}
-		}
-		pc.pending[tag] = f
-		pc.byID[f.id] = f
-		pc.pmu.Unlock()
-		var err error
-		dc, err = pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, mandatory, false, *m)
-		if err != nil {
-			pc.pmu.Lock()
-			if pc.pending != nil && pc.pending[tag] == f {
-				delete(pc.pending, tag)
-				delete(pc.byID, f.id)
-			}
-			pc.pmu.Unlock()
-			<-pc.sem
-			if ctx.Err() != nil {
-				return ctxErr(ctx, "publishing")
-			}
-			if !isIOError(err) {
-				// amqp091 could not encode the message and has closed the connection because
-				// of it; the same message would close the next connection too: never retry.
-				return fmt.Errorf("%w: amqp091 could not encode the message (exchange %s, routing key %s) and closed the connection; "+
-					"the Publisher reconnects: %w", ErrInvalidInput, preview(exchange), preview(key), err)
-			}
-			return fmt.Errorf("%w: %w", errNotSent, err)
-		}
-		<-pc.sem
-		break
+	dc, err := pc.write(ctx, exchange, key, mandatory, m, f)
+	if err != nil {
+		return err
 	}
 	select {
 	case <-f.done:
@@ -245,6 +191,68 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 		return fmt.Errorf("%w (exchange %q, routing key %q)", ErrNacked, exchange, key)
 	}
 	return nil
+}
+
+// write sends m as the publish f, once no other publish of the same message ID is in flight on
+// pc (a return names only the message ID), and returns amqp091's record of its answer. An
+// error wrapping errNotSent means nothing was written.
+func (pc *pubChan) write(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing, f *inflight) (*amqp.DeferredConfirmation, error) {
+	for {
+		select {
+		case pc.sem <- struct{}{}:
+		case <-pc.dead:
+			return nil, errNotSent
+		case <-ctx.Done():
+			return nil, ctxErr(ctx, "waiting to publish")
+		}
+		// Read the tag before taking pmu: amqp091's reader goroutine holds the lock behind
+		// GetNextPublishSeqNo while it hands a confirmation to the dispatcher, which may be
+		// waiting for pmu. Holding sem, no other publish can change the tag meanwhile.
+		tag := pc.ch.GetNextPublishSeqNo()
+		pc.pmu.Lock()
+		if pc.deadErr != nil {
+			pc.pmu.Unlock()
+			<-pc.sem
+			return nil, errNotSent
+		}
+		if prev := pc.byID[f.id]; prev != nil {
+			pc.pmu.Unlock()
+			<-pc.sem
+			select {
+			case <-prev.done:
+				continue
+			case <-pc.dead:
+				return nil, errNotSent
+			case <-ctx.Done():
+				return nil, ctxErr(ctx, "waiting for an earlier publish of the same message ID")
+			}
+		}
+		pc.pending[tag] = f
+		pc.byID[f.id] = f
+		pc.pmu.Unlock()
+		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, mandatory, false, *m)
+		if err != nil {
+			pc.pmu.Lock()
+			if pc.pending != nil && pc.pending[tag] == f {
+				delete(pc.pending, tag)
+				delete(pc.byID, f.id)
+			}
+			pc.pmu.Unlock()
+			<-pc.sem
+			if ctx.Err() != nil {
+				return nil, ctxErr(ctx, "publishing")
+			}
+			if !isIOError(err) {
+				// amqp091 could not encode the message and has closed the connection because
+				// of it; the same message would close the next connection too: never retry.
+				return nil, fmt.Errorf("%w: amqp091 could not encode the message (exchange %s, routing key %s) and closed the connection; "+
+					"the Publisher reconnects: %w", ErrInvalidInput, preview(exchange), preview(key), err)
+			}
+			return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		}
+		<-pc.sem
+		return dc, nil
+	}
 }
 
 func ctxErr(ctx context.Context, doing string) error {

@@ -149,21 +149,8 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidInput)
 	}
-	o, err := cfg.resolve()
-	errs := []error{err}
-	if err := delayspec.ValidatePrefix(cfg.Prefix); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
-	}
-	if err := cfg.conn().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
-	}
-	if o.management != nil {
-		if have, want := o.management.VHost(), vhostOf(cfg.conn().URLOrDefault()); have != want {
-			errs = append(errs, fmt.Errorf("%w: Config.Management reads vhost %q, but Config.URL names vhost %q: "+
-				"give the management check the URL's vhost (topology.NewManagement(url, %q))", ErrInvalidConfig, have, want, want))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	o, err := cfg.check()
+	if err != nil {
 		return nil, err
 	}
 	conn, err := amqpconn.Dial(ctx, cfg.conn(), o.name)
@@ -339,11 +326,6 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 				// maybe another's: send this one again alone, where a refusal is its own answer.
 				alone = true
 				continue
-			}
-			if errors.Is(err, ErrUnroutable) && (c.path == PathLadder || c.path == PathBucket) {
-				err = fmt.Errorf("%w; the delay topology routes it to no queue, so it is incomplete or damaged (a queue, binding "+
-					"or exchange deleted or re-declared): `rabbitdelay status` names what is wrong, `rabbitdelay apply` declares what is "+
-					"missing", err)
 			}
 			return Receipt{}, err
 		}

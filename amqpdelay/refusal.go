@@ -105,11 +105,17 @@ func (p *Publisher) checkBodySize(n int) error {
 
 var sizeRefusal = regexp.MustCompile(`message size (\d+) is larger than (?:configured )?max size (\d+)`)
 
-// learn turns the error of a publish into what the caller gets, and learns from a refusal.
+// learn turns the error of a publish into what the caller gets, and learns from a refusal. An
+// unroutable delayed publish names the damaged topology.
 // On the serial channel a channel closed by a 403, 404 or 406 is the broker's answer to that
 // publish alone (nothing was stored); elsewhere the outcome stays unknown (ErrConnectionLost),
 // but a 403 naming an exchange makes the next direct publish to it go on the serial channel.
 func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, out *amqp.Publishing) error {
+	if errors.Is(err, ErrUnroutable) && (path == PathLadder || path == PathBucket) {
+		return fmt.Errorf("%w; the delay topology routes it to no queue, so it is incomplete or damaged (a queue, binding "+
+			"or exchange deleted or re-declared): `rabbitdelay status` names what is wrong, `rabbitdelay apply` declares what is "+
+			"missing", err)
+	}
 	var ae *amqp.Error
 	if !errors.Is(err, ErrConnectionLost) || !errors.As(err, &ae) {
 		return err
