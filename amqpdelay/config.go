@@ -91,7 +91,8 @@ type Config struct {
 	// the Publisher never uses the global logger.
 	Logger zerolog.Logger `json:"-"`
 	// Metrics, when set, is the Prometheus registry the Publisher registers its metrics on
-	// (the global registry is never touched); Close unregisters them:
+	// (never the global one); Close unregisters them. A registry that already has these names:
+	// ErrInvalidConfig (give each Publisher its own label with prometheus.WrapRegistererWith).
 	//
 	//   - rabbitdelay_publisher_publishes_total{path,outcome}: every Publish and PublishAt
 	//     call; path is direct, bucket, ladder, plugin or none (refused before a path was
@@ -103,9 +104,6 @@ type Config struct {
 	//     rabbitdelay_publisher_reconnects_total, rabbitdelay_publisher_reconnect_failures_total.
 	//   - rabbitdelay_publisher_plugin_available: 1 while the plugin exchange is in use.
 	//   - rabbitdelay_revocations_total{outcome}: message ids given to Revoke and Reschedule.
-	//
-	// A registry that already has these names: ErrInvalidConfig; give each Publisher its own
-	// label with prometheus.WrapRegistererWith.
 	Metrics prometheus.Registerer `json:"-"`
 
 	// extraTargets are exchanges beside the spec record's targets (pubhook.ExtraTargets).

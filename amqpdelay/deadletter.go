@@ -12,39 +12,21 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// What dead-lettering adds to a message's headers, read in RabbitMQ's source:
+// What dead-lettering adds to a message's headers (rabbit_dead_letter.erl make_msg on 3.10,
+// which quorum queues' rabbit_fifo_dlx_worker.erl calls too; mc.erl record_death and
+// mc_amqpl.erl death_table on 4.x): an x-death entry per (queue, reason), the table {count,
+// reason, queue, time, exchange, routing-keys} plus original-expiration when the message had a
+// per-message TTL (the Expiration property is removed); x-first-death-reason, -queue and
+// -exchange at the first death; on 3.13 and later also x-last-death-* at every death. exchange
+// is the exchange the message was last published to (an exchange-to-exchange binding does not
+// change it); routing-keys is the routing key and the CC list (BCC is stripped on publish).
 //
-//   - 3.10 (deps/rabbit/src/rabbit_dead_letter.erl, make_msg and update_x_death_header; quorum
-//     queues' at-least-once worker rabbit_fifo_dlx_worker.erl calls the same make_msg): an
-//     x-death entry per (queue, reason), prepended to the x-death array, the table
-//     {count: long, reason: longstr, queue: longstr, time: timestamp, exchange: longstr,
-//     routing-keys: array of longstr} plus original-expiration (longstr) when the message had a
-//     per-message TTL; and, at the first dead-lettering only, x-first-death-reason, -queue and
-//     -exchange (longstr). exchange is the exchange the message was last published to (by the
-//     client, or as the previous queue's dead-letter exchange; an exchange-to-exchange binding
-//     does not change it); routing-keys is the publish routing key followed by every longstr of
-//     the CC header (rabbit_basic:header_routes; BCC is stripped from the headers when the
-//     message is published, rabbit_basic:make_message). The Expiration property is removed.
-//   - 4.0 (deps/rabbit/src/mc.erl record_death, mc_amqpl.erl protocol_state and death_table):
-//     the same x-death entries, built when the message is delivered over AMQP 0-9-1 from the
-//     death records (routing-keys: the message's routing keys minus its BCC keys, i.e. the
-//     routing key and the CC list), x-first-death-* at the first death, and x-last-death-reason,
-//     -queue and -exchange (longstr) updated at every death (RabbitMQ 3.13 and later). BCC is
-//     stripped on publish (mc_amqpl:init). protocol_state also turns every other annotation
-//     whose name starts with "x-" into a header: of those, a quorum queue sets
-//     x-delivery-count (long) on a redelivery (rabbit_fifo_client.erl; 3.10 adds the same header
-//     there), from 4.3 on also x-acquired-count (long), and a stream x-stream-offset; none comes
-//     from dead-lettering (deadLetterMargin).
-//
-// A consumer receives the properties and headers in one content-header frame, which must fit
-// in its connection's frame_max (AMQP 0-9-1 allows no continuation); amqp091-go closes the
-// connection (501 "frame size exceeds negotiated frame_max") when it does not, and the message,
-// back in the ready queue unacknowledged, closes the next consumer's connection too. The
-// Publisher refuses such a message (deadLetterReserve, headerTooLarge), counting the
-// dead-lettering that parks it after its path (parkRoute) on every path, the direct one too. It takes
-// the consumers' frame_max to be its own connection's negotiated frame_max: with RabbitMQ's
-// default (131,072 bytes) and the usual clients' defaults they are equal; a consumer that asks
-// for a smaller frame_max is not protected.
+// A consumer receives properties and headers in one content-header frame, which must fit in its
+// connection's frame_max (AMQP 0-9-1 allows no continuation): amqp091-go closes the connection
+// when it does not, and the message, back in the queue, closes the next consumer's too. So the
+// Publisher refuses a message whose headers would outgrow the Publisher's own negotiated
+// frame_max after its path's dead-letterings and a park (deadLetterReserve, headerTooLarge); a
+// consumer that asks for a smaller frame_max is not protected.
 
 // deadLetterMargin is room left beyond the computed size of a dead-lettered message's
 // headers: 26 bytes for the x-delivery-count header (key 1+16, type 1, long 8) that a quorum

@@ -9,30 +9,19 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// What RabbitMQ refuses by closing the channel, and how a refusal is kept from costing other
-// publishes their confirms.
-//
 // RabbitMQ checks every basic.publish before routing it (rabbit_channel.erl,
-// handle_method(#'basic.publish'{})) and answers a failed check by closing the channel with a
-// soft error (403 no write or topic permission, or an internal exchange; 404 no such exchange;
-// 406 a body over max_message_size, a user_id of another user, an invalid expiration,
-// delivery mode or CC/BCC header). Every publish still waiting for its confirm on that channel
-// then fails, outcome unknown. So a publish that may meet such a refusal goes on the serial
-// channel, one publish at a time (mayBeRefused): one to an exchange no publish was confirmed
-// on yet on this connection, a body larger than any confirmed, a UserId other than the
-// connection's user, a direct publish to an exchange with a topic permission for the user
-// (topicGuarded). There the refusal answers that publish alone: learn returns it as
-// ErrAccessRefused, ErrExchangeNotFound or ErrInvalidInput (nothing was stored), and the
-// channel is reopened. A refusal that still closes a shared channel (an exchange deleted or a
-// permission taken away after it took publishes) fails no publish either: every publish in
-// flight there is sent again alone on the serial channel (closedByRefusal), where each gets
-// its own answer; one the broker had already stored is then stored twice, with the same
-// MessageId. validateMessage still refuses before sending the invalid expiration, delivery
-// mode and CC/BCC values, and checkBodySize a body over Config.MaxMessageSize, so that the
-// error names the field. What would close the whole connection (501 for a frame over
-// frame_max or a short string over 255 bytes, 541 for a header value RabbitMQ cannot read)
-// is always refused before sending (validateMessage, headerTooLarge): a connection close
-// fails every publish in flight, outcome unknown.
+// handle_method(#'basic.publish'{})) and answers a failed check by closing the channel (403 no
+// write or topic permission, or an internal exchange; 404 no such exchange; 406 a body over
+// max_message_size, a user_id of another user, an invalid expiration, delivery mode, CC or BCC),
+// which fails every publish in flight there, outcome unknown. So a publish that may be refused
+// (mayBeRefused) goes alone on the serial channel, where the refusal answers it alone (learn:
+// ErrAccessRefused, ErrExchangeNotFound or ErrInvalidInput; nothing stored). A refusal that
+// still closes a shared channel (an exchange deleted, or a permission taken away, after it took
+// publishes) fails no publish either: every publish in flight there is sent again alone
+// (closedByRefusal); one the broker had stored is then stored twice, with the same MessageId.
+// What would close the whole connection (501 for a frame over frame_max or a short string over
+// 255 bytes, 541 for a header value RabbitMQ cannot read) is refused before sending
+// (validateMessage, headerTooLarge), and so are the 406s whose error should name the field.
 
 // refusals is what the broker refused or accepted, learnt from confirmed and refused
 // publishes.
