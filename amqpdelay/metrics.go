@@ -95,7 +95,7 @@ func newPubMetrics(reg prometheus.Registerer, p *Publisher) (*pubMetrics, error)
 			Help: "Reconnections of the Publisher after a connection loss."}),
 		reconnFails: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "reconnect_failures_total",
 			Help: "Failed reconnection attempts of the Publisher."}),
-		// Publisher.Revoke (issue 17) counts here, by outcome, through revoked. A CounterVec
+		// Publisher.Revoke counts here, by outcome, through revoked. A CounterVec
 		// with no label values yet shows nothing on a scrape.
 		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "revocations_total",
 			Help: "Revocations recorded by the Publisher, by outcome (confirmed: the broker's publisher confirm)."},

@@ -67,8 +67,8 @@ const MaxReconnectBackoff = amqpconn.MaxReconnect
 // DefaultMaxMessageSize is the largest body, in bytes (16 MiB), a Publisher sends when
 // Config.MaxMessageSize is 0: RabbitMQ's default max_message_size since 4.0
 // (https://www.rabbitmq.com/docs/configure, max_message_size; 128 MiB on 3.x). RabbitMQ
-// answers a larger body by closing the channel (406 PRECONDITION_FAILED), which would fail
-// every other publish in flight on that channel, so Publish refuses it first.
+// answers a larger body by closing the channel (406 PRECONDITION_FAILED); Publish refuses it
+// first, naming the limit.
 const DefaultMaxMessageSize = 16 << 20
 
 // MaxMessageSizeLimit is the largest Config.MaxMessageSize: RabbitMQ's own ceiling for

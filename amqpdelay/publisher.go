@@ -240,9 +240,9 @@ func (p *Publisher) MaxDelay() time.Duration { return p.ladder.WithDefaults().Ma
 // Errors: ErrInvalidInput (input that amqp091 or RabbitMQ would answer by closing the
 // connection or channel, such as a short string over 255 bytes, a NaN header, headers over the
 // frame_max, a body over Config.MaxMessageSize, msg.Expiration on a delayed message, a direct
-// publish into the delay topology), ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable,
-// ErrExchangeNotFound (nothing sent for any of these), ErrAccessRefused (nothing stored; see
-// permission.go), ErrUnroutable, ErrNacked, ErrConnectionLost (outcome unknown), ErrClosed, or
+// publish into the delay topology), ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable
+// (nothing sent for any of these), ErrExchangeNotFound, ErrAccessRefused (nothing stored; see
+// refusal.go and permission.go), ErrUnroutable, ErrNacked, ErrConnectionLost (outcome unknown), ErrClosed, or
 // ctx's error, wrapped, when ctx ends first.
 func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
 	if ctx == nil {
