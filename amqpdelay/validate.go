@@ -64,10 +64,13 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 				field, preview(s), len(s), maxShortstr))
 		}
 	}
+	// Stays: a short string over 255 bytes makes amqp091 close the whole connection.
 	short("exchange", exchange)
+	// Stays: a name that is not UTF-8 closes the whole connection; one with CR or LF is
+	// declared without them and published to with them on 3.10.
 	if problem := delayspec.NameProblem(exchange); problem != "" {
 		problems = append(problems, fmt.Sprintf("exchange %s %s: correct the name (RabbitMQ would close the connection, "+
-			"or treat the name one way when asked whether it exists and another when publishing)", preview(exchange), problem))
+			"or declare the name one way and publish to it another)", preview(exchange), problem))
 	}
 	short("routing key", routingKey)
 	short("msg.ContentType", msg.ContentType)
@@ -79,6 +82,7 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 	short("msg.Type", msg.Type)
 	short("msg.UserId", msg.UserId)
 	short("msg.AppId", msg.AppId)
+	// Stay: the broker's 406 for these (channel closed) names neither the field nor the limit.
 	if e := msg.Expiration; e != "" && strings.Trim(e, "0123456789") != "" {
 		problems = append(problems, fmt.Sprintf("msg.Expiration %s is not a whole number of milliseconds: RabbitMQ closes the channel "+
 			"(406 PRECONDITION_FAILED, failing every publish in flight on it); write it as digits, e.g. \"60000\"", preview(e)))
@@ -101,6 +105,7 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 		problems = append(problems, fmt.Sprintf("msg.DeliveryMode %d: want 0 (the Publisher's default, persistent), 1 (amqp.Transient) "+
 			"or 2 (amqp.Persistent); RabbitMQ closes the channel on any other value", msg.DeliveryMode))
 	}
+	// Stay: RabbitMQ confirms these, and no amqp091-go consumer could read them.
 	if n := len(msg.Headers); n > maxContainerElements-headerRoom {
 		problems = append(problems, fmt.Sprintf("msg.Headers has %d entries, more than the %d a message may carry: amqp091-go reads at "+
 			"most %d per table, and the Publisher and RabbitMQ add up to %d of their own (consumers would lose their connection on it); "+
