@@ -13,21 +13,16 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// intoTopology refuses a direct publish (no delay) into the delay topology's own objects, which
-// only the Publisher's delay paths may write to: an exchange of the topology that is not a
-// target (the dispatch, bucket, ladder, entry, last-hop and plugin exchanges), or, through the
-// default exchange, a queue of the topology by the routing key or a CC or BCC routing key (the
-// ladder, bucket and last-hop queues, the revocation stream; delayspec.Names.Reserved), or a
-// delay queue of another prefix's topology in the vhost (delayspec.IsDelayQueueName). A message
-// put into a delay queue by hand lacks the headers that route it on: it is dead-lettered into an
-// exchange that routes it nowhere, where RabbitMQ 3.10+ keeps it (at-least-once dead-lettering),
-// and once a queue holds more such messages than the dead-letter worker's prefetch
-// (dead_letter_worker_consumer_prefetch, 32 by default) it stops moving every delayed message
-// behind them. The parking queue stays open to the default exchange: the consumer package parks
-// messages there that way. A routing key through the default exchange that starts with
-// "amq.rabbitmq.reply-to." (a direct reply-to address) is refused too: RabbitMQ closes the
-// whole connection over one it cannot decode. The topologies of other prefixes found in the
-// vhost are guarded by intoForeignTopology. The error wraps ErrInvalidInput.
+// intoTopology refuses a direct publish (no delay) into the delay topology's own objects: an
+// exchange of the topology that is not a target, or, through the default exchange, a queue of
+// the topology or a delay queue of another prefix (delayspec.Names.OwnsQueue,
+// delayspec.IsDelayQueueName) by the routing key or a CC or BCC key. Stays: such a message
+// lacks the headers that route it on, and RabbitMQ's at-least-once dead-lettering keeps it;
+// once a queue holds more of them than the dead-letter worker's prefetch
+// (dead_letter_worker_consumer_prefetch, 32) every delayed message behind them stalls. The
+// parking queue stays open (the consumer package parks messages there). A direct reply-to
+// address ("amq.rabbitmq.reply-to.") through the default exchange is refused too: RabbitMQ
+// closes the whole connection over one it cannot decode. The error wraps ErrInvalidInput.
 func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table) error {
 	const directReplyTo = "amq.rabbitmq.reply-to." // https://www.rabbitmq.com/docs/direct-reply-to
 	if exchange != "" {
@@ -38,7 +33,7 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 		}
 		return nil
 	}
-	for _, k := range directKeys(routingKey, headers) { // foreign.go
+	for _, k := range directKeys(routingKey, headers) {
 		if strings.HasPrefix(k, directReplyTo) {
 			return fmt.Errorf("%w: routing key %q through the default exchange is a direct reply-to address: RabbitMQ "+
 				"decodes it as a channel's process id and closes the whole connection (541 INTERNAL_ERROR) when it is not "+
