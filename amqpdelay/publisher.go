@@ -329,7 +329,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			}
 			return Receipt{}, err
 		}
-		p.accepted(c.path, dest, len(out.Body))
+		p.accepted(dest, len(out.Body))
 		p.metrics.confirmed(c.path, time.Since(sent))
 		return Receipt{
 			Path: c.path, Due: time.UnixMilli(due.UnixMilli()), Delay: c.effective, Requested: delay,

@@ -42,12 +42,6 @@ type refusals struct {
 	bodyOK atomic.Int64 // the largest body, in bytes, the broker has confirmed
 }
 
-func (r *refusals) isTrusted(exchange string) bool { return r.trusted.has(exchange) }
-
-func (r *refusals) trust(exchange string) { r.trusted.add(exchange) }
-
-func (r *refusals) untrust(exchange string) { r.trusted.remove(exchange) }
-
 // forget drops what was learnt on a connection (trusted exchanges, the largest body taken):
 // after a reconnection the broker, or the node, may have other permissions or limits.
 func (r *refusals) forget() {
@@ -63,15 +57,15 @@ func (r *refusals) forget() {
 // UserId other than the connection's user, or a direct publish to an exchange on which the
 // user has a topic permission.
 func (p *Publisher) mayBeRefused(path Path, dest string, out *amqp.Publishing) bool {
-	return !p.refusals.isTrusted(dest) ||
+	return !p.refusals.trusted.has(dest) ||
 		path == PathDirect && p.refusals.topicGuarded.has(dest) ||
 		int64(len(out.Body)) > p.refusals.bodyOK.Load() ||
 		out.UserId != "" && out.UserId != p.user
 }
 
 // accepted records a confirmed publish: its body size and its exchange.
-func (p *Publisher) accepted(path Path, dest string, bodyLen int) {
-	p.refusals.trust(dest)
+func (p *Publisher) accepted(dest string, bodyLen int) {
+	p.refusals.trusted.add(dest)
 	for n := int64(bodyLen); ; {
 		old := p.refusals.bodyOK.Load()
 		if n <= old || p.refusals.bodyOK.CompareAndSwap(old, n) {
@@ -94,11 +88,11 @@ func (p *Publisher) checkBodySize(n int) error {
 
 var sizeRefusal = regexp.MustCompile(`message size (\d+) is larger than (?:configured )?max size (\d+)`)
 
-// learn turns the error of a publish into what the caller gets, and learns from a refusal. An
-// unroutable delayed publish names the damaged topology.
+// learn turns the error of a publish into what the caller gets, and learns from a refusal.
 // On the serial channel a channel closed by a 403, 404 or 406 is the broker's answer to that
 // publish alone (nothing was stored); elsewhere the outcome stays unknown (ErrConnectionLost),
 // but a 403 naming an exchange makes the next direct publish to it go on the serial channel.
+// An unroutable delayed publish's error names the damaged topology.
 func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, out *amqp.Publishing) error {
 	if errors.Is(err, ErrUnroutable) && (path == PathLadder || path == PathBucket) {
 		return fmt.Errorf("%w; the delay topology routes it to no queue, so it is incomplete or damaged (a queue, binding "+
@@ -120,22 +114,22 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 		switch ae.Code {
 		case amqp.AccessRefused:
 			if name, ok := quotedExchange(ae.Reason); ok {
-				p.refusals.untrust(name)
+				p.refusals.trusted.remove(name)
 			}
 		case amqp.NotFound:
 			if path == PathDirect {
-				p.refusals.untrust(dest) // deleted since it took a publish: the next goes alone
+				p.refusals.trusted.remove(dest) // deleted since it took a publish: the next goes alone
 			}
 		}
 		return err
 	}
 	switch ae.Code {
 	case amqp.AccessRefused:
-		p.refusals.untrust(dest)
+		p.refusals.trusted.remove(dest)
 		return fmt.Errorf("%w: RabbitMQ refused the publish to exchange %q with routing key %q (%s); nothing was stored: grant the "+
 			"user write permission (and topic permission) on it, or publish to an exchange that is not internal: %w", ErrAccessRefused, dest, key, ae.Reason, ae)
 	case amqp.NotFound:
-		p.refusals.untrust(dest)
+		p.refusals.trusted.remove(dest)
 		return fmt.Errorf("%w: exchange %q does not exist (RabbitMQ answered the publish with 404 NOT_FOUND); nothing was stored: "+
 			"declare it, or correct the name: %w", ErrExchangeNotFound, dest, ae)
 	case amqp.PreconditionFailed:

@@ -35,7 +35,7 @@ func TestLearn(t *testing.T) {
 		{name: "internal exchange", serial: true, path: PathDirect,
 			err: lost(amqp.AccessRefused, "ACCESS_REFUSED - cannot publish to internal exchange 'x' in vhost '/'"), want: ErrAccessRefused,
 			check: func(t *testing.T, p *Publisher) {
-				if p.refusals.isTrusted("x") {
+				if p.refusals.trusted.has("x") {
 					t.Error("the refused exchange stays trusted: the next publish to it would share a channel")
 				}
 			}},
@@ -56,7 +56,7 @@ func TestLearn(t *testing.T) {
 		{name: "shared channel keeps the outcome unknown", serial: false, path: PathDirect,
 			err: lost(amqp.AccessRefused, "ACCESS_REFUSED - access to exchange 'y' in vhost '/' refused for user 'u'"), want: ErrConnectionLost,
 			check: func(t *testing.T, p *Publisher) {
-				if p.refusals.isTrusted("y") {
+				if p.refusals.trusted.has("y") {
 					t.Error("an exchange named in a 403 stays trusted")
 				}
 			}},
@@ -66,7 +66,7 @@ func TestLearn(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Publisher{opts: defaultOptions()}
-			p.refusals.trust("y")
+			p.refusals.trusted.add("y")
 			err := p.learn(tc.err, tc.serial, tc.path, "x", "k", &amqp.Publishing{Body: make([]byte, 10)})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("learn: %v, want %v", err, tc.want)
@@ -89,7 +89,7 @@ func TestMayBeRefused(t *testing.T) {
 	p := &Publisher{user: "svc"}
 	p.refusals.bodyOK.Store(100)
 	for _, x := range []string{"orders", "rd.ladder.03", "rd.buckets"} {
-		p.refusals.trust(x)
+		p.refusals.trusted.add(x)
 	}
 	cases := []struct {
 		name string
@@ -117,11 +117,11 @@ func TestMayBeRefused(t *testing.T) {
 // taken) is forgotten on the next; the exchanges with a topic permission are kept.
 func TestForgetOnReconnect(t *testing.T) {
 	var r refusals
-	r.trust("orders")
+	r.trusted.add("orders")
 	r.bodyOK.Store(1 << 20)
 	r.topicGuarded.add("topic")
 	r.forget()
-	if r.isTrusted("orders") || r.bodyOK.Load() != 0 {
+	if r.trusted.has("orders") || r.bodyOK.Load() != 0 {
 		t.Error("forget kept what the last connection learnt")
 	}
 	if !r.topicGuarded.has("topic") {
