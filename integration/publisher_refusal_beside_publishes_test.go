@@ -131,7 +131,9 @@ func TestPublisherBodyLimitLoweredAcrossReconnect(t *testing.T) {
 	t.Logf("reconnect events: %d", ev.count())
 	var badErr error
 	attackCanaries(t, p, target, func() error {
-		_, badErr = p.Publish(ctx, target, "k", amqp.Publishing{Body: make([]byte, 1536<<10)}, time.Minute)
+		// A context of its own: the restart above can take longer than the first one's 30 s
+		// on a loaded machine.
+		_, badErr = p.Publish(pubCtx(t), target, "k", amqp.Publishing{Body: make([]byte, 1536<<10)}, time.Minute)
 		return badErr
 	})
 	if !errors.Is(badErr, amqpdelay.ErrInvalidInput) || !strings.Contains(badErr.Error(), "max_message_size") {
