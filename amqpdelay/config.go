@@ -49,12 +49,12 @@ type Config struct {
 	// Channels is how many AMQP channels the Publisher spreads its publishes over, round
 	// robin. 0: [DefaultChannels]; else 1 to 64. Each channel pipelines its publishes in
 	// confirm mode, so one already serves many goroutines; more let the broker process them in
-	// parallel (one Erlang process per channel). As far as the broker's channel_max leaves
-	// room, the Publisher opens besides them one channel for publishes the broker may refuse,
-	// one for direct publishes, one for the plugin path (so that a 404 or 403 the broker
-	// answers by closing a channel costs no other publish its confirm), and one at a time for
-	// the checks before a publish. NewPublisher fails with ErrInvalidConfig when channel_max
-	// is below Channels+1.
+	// parallel (one Erlang process per channel). Besides them the Publisher opens one channel
+	// for publishes the broker may refuse and one at a time for the checks before a publish
+	// (NewPublisher fails with ErrInvalidConfig when channel_max is below Channels+2), and,
+	// as far as channel_max leaves room, one for direct publishes and one for the plugin path,
+	// so that a 404 or 403 the broker answers by closing a channel costs no other publish its
+	// confirm.
 	Channels int
 	// MaxMessageSize is the largest message body, in bytes, that Publish sends; a larger body
 	// gets ErrInvalidInput and nothing is sent. Set it to the broker's max_message_size.

@@ -141,7 +141,7 @@ func (p *Publisher) isClosed() bool { return p.closeCtx.Err() != nil }
 // ctx ends.
 //
 // Errors: ErrInvalidConfig (a Config field it cannot use: every problem at once, each naming
-// its field; or a broker whose channel_max is below Config.Channels + 1), ErrTopologyMissing (no record or a
+// its field; or a broker whose channel_max is below Config.Channels + 2), ErrTopologyMissing (no record or a
 // missing object: run `rabbitdelay apply`), ErrPluginUnavailable (strategy PluginOnly and no
 // plugin exchange), or the connection's error (never containing the password; a broker refusal
 // reachable as *amqp091.Error).

@@ -105,17 +105,19 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 	// had it is not.
 	p.pluginLost.Store(hadPlugin && !pluginOK)
 	// The broker caps the channels of a connection (channel_max, negotiated at connection
-	// tuning; RabbitMQ's default 2,047). The Publisher needs its publishing channels and one
-	// for the checks before a publish (askOnCheckChannel).
-	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels+1 {
+	// tuning; RabbitMQ's default 2,047). The Publisher needs its publishing channels, one for
+	// the checks before a publish (askOnCheckChannel) and the serial channel: without it a
+	// publish the broker may refuse would share a general channel, whose closing by a 404 or
+	// 403 would fail the other publishes in flight there and could be taken for theirs.
+	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels+2 {
 		return fail(fmt.Errorf("%w: the broker allows %d channels per connection (channel_max) and the Publisher needs %d "+
-			"(Config.Channels %d, and one to check exchanges): lower Config.Channels to at most %d, or raise channel_max in rabbitmq.conf",
-			ErrInvalidConfig, limit, p.opts.channels+1, p.opts.channels, max(limit-1, 0)))
+			"(Config.Channels %d, one to check exchanges and one for publishes the broker may refuse): lower Config.Channels to at most %d, or raise channel_max in rabbitmq.conf",
+			ErrInvalidConfig, limit, p.opts.channels+2, p.opts.channels, max(limit-2, 0)))
 	}
-	// The serial channel and the direct publishes get a channel each, and so does the plugin
-	// path when this connection can use the plugin (it has the exchange, or had it and a
-	// re-probe may find it again), as far as channel_max permits; without one, such publishes
-	// share the general channels.
+	// The direct publishes get a channel of their own, and so does the plugin path when this
+	// connection can use the plugin (it has the exchange, or had it and a re-probe may find it
+	// again), as far as channel_max permits; without one, such publishes share the general
+	// channels.
 	brokerVersion, _ := conn.Properties["version"].(string)
 	s := &session{
 		conn:          conn,
@@ -127,10 +129,8 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 		chanDied:      make(chan struct{}, 1),
 		connClose:     conn.NotifyClose(make(chan *amqp.Error, 1)),
 	}
-	nslots, room := p.opts.channels, int(conn.Config.ChannelMax)-p.opts.channels-1
-	if room > 0 {
-		s.serialSlot, nslots, room = nslots, nslots+1, room-1
-	}
+	s.serialSlot = p.opts.channels
+	nslots, room := p.opts.channels+1, int(conn.Config.ChannelMax)-p.opts.channels-2
 	if room > 0 {
 		s.directSlot, nslots, room = nslots, nslots+1, room-1
 	}
@@ -146,7 +146,7 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 		s.slots[i].Store(pc)
 	}
 	p.log.Info().Str("urls", p.cfg.conn().Redacted()).Str("node", conn.RemoteAddr().String()).Bool("plugin", pluginOK).
-		Int("channels", p.opts.channels).Bool("plugin_channel", s.pluginSlot >= 0).Bool("direct_channel", s.directSlot >= 0).Bool("serial_channel", s.serialSlot >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
+		Int("channels", p.opts.channels).Bool("plugin_channel", s.pluginSlot >= 0).Bool("direct_channel", s.directSlot >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
 }
 

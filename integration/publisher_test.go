@@ -280,9 +280,9 @@ func TestPublisherMissingExchangeOthersUntouched(t *testing.T) {
 }
 
 // TestPublisherChannelMax: a connection whose channel_max (here lowered by the client, with
-// the URI's channel_max parameter) cannot hold Config.Channels n channels and the one that checks
-// exchanges is refused with ErrInvalidConfig naming channel_max; one that can starts,
-// publishes, and checks exchanges.
+// the URI's channel_max parameter) cannot hold Config.Channels n channels, the one that checks
+// exchanges and the serial one is refused with ErrInvalidConfig naming channel_max; one that
+// can starts, publishes, and checks exchanges.
 func TestPublisherChannelMax(t *testing.T) {
 	t.Parallel()
 	f := declareDirectFixture(t)
@@ -292,7 +292,7 @@ func TestPublisherChannelMax(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := u.Query()
-	q.Set("channel_max", "2")
+	q.Set("channel_max", "3")
 	u.RawQuery = q.Encode()
 	cfg := amqpdelay.Config{Prefix: spec.Prefix, Channels: 2}
 	cfg.URL = u.String()
@@ -301,16 +301,16 @@ func TestPublisherChannelMax(t *testing.T) {
 		if p != nil {
 			_ = p.Close()
 		}
-		t.Fatalf("Config.Channels 2 on a connection with channel_max 2: err = %v, want ErrInvalidConfig naming channel_max and Config.Channels at most 1", err)
+		t.Fatalf("Config.Channels 2 on a connection with channel_max 3: err = %v, want ErrInvalidConfig naming channel_max and Config.Channels at most 1", err)
 	}
 	p := newPublisherURL(t, u.String(), spec, amqpdelay.Config{Channels: 1})
 	if _, err := p.Publish(ctx, target, "k", textMsg("x"), time.Second); err != nil {
-		t.Fatalf("Config.Channels 1 on a connection with channel_max 2: %v", err)
+		t.Fatalf("Config.Channels 1 on a connection with channel_max 3: %v", err)
 	}
-	// The one channel left checks exchanges: a missing one is refused, a new one taken, and
-	// the publishing channel is never closed by a 404.
+	// The channels left check exchanges and carry the publish a 404 answers: a missing
+	// exchange is refused, a new one taken, and the publishing channel is never closed by a 404.
 	if _, err := p.Publish(ctx, env.Name("missing"), "k", textMsg("x"), 0); !errors.Is(err, amqpdelay.ErrExchangeNotFound) {
-		t.Errorf("direct publish to a missing exchange with channel_max 2: err = %v, want ErrExchangeNotFound", err)
+		t.Errorf("direct publish to a missing exchange with channel_max 3: err = %v, want ErrExchangeNotFound", err)
 	}
 	if _, err := p.Publish(ctx, "amq.direct", "nobody", textMsg("x"), 0); !errors.Is(err, amqpdelay.ErrUnroutable) {
 		t.Errorf("direct publish to amq.direct with an unbound key: err = %v, want ErrUnroutable", err)
