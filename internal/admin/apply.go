@@ -250,7 +250,10 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	}
 	var bindings map[string]bool
 	if opts.Management != nil {
-		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
+		all, err := opts.Management.bindings(ctx)
+		bindings = bindingKeys(all)
+		if err != nil {
+			bindings = nil
 			log.Warn().Err(err).Msg("cannot list bindings through the management API: bindings are reported as bound, not created/unchanged")
 		}
 	}
@@ -610,9 +613,13 @@ func targetNames(ts []delayspec.Target) []string {
 // ErrPolicy when a queue is deleted every time.
 func checkPolicies(r *runner, m *Management, p *Plan, objects []planObject) ([]PolicyProblem, error) {
 	for attempt := 1; ; attempt++ {
-		probs, _, missing, err := m.policyProblems(r.ctx, p)
-		if err != nil || len(missing) == 0 {
-			return probs, err
+		v, err := m.policyView(r.ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		probs, missing := v.problems, v.missing
+		if len(missing) == 0 {
+			return probs, nil
 		}
 		if attempt == 3 {
 			return probs, fmt.Errorf("%w: queue %q is deleted right after declare apply declares it (%d times): an expires "+

@@ -398,7 +398,7 @@ func deadLetterTargets(p *Plan, bindings []Binding, dlx string) []string {
 // /api/queues, /api/nodes (skipped without the monitoring tag) and /api/bindings of the
 // client's vhost. Errors wrap ErrManagement.
 func (m *Management) Cluster(ctx context.Context, p *Plan) (*ClusterStatus, error) {
-	_, c, err := m.clusterView(ctx, p) // snapshot.go
+	_, c, _, err := m.clusterView(ctx, p) // snapshot.go
 	return c, err
 }
 

@@ -252,6 +252,10 @@ type managedObject struct {
 	Name           string          `json:"name"`
 	Type           string          `json:"type"`
 	Arguments      map[string]any  `json:"arguments"`
+	Durable        bool            `json:"durable"`
+	AutoDelete     bool            `json:"auto_delete"`
+	Internal       bool            `json:"internal"`  // exchanges
+	Exclusive      bool            `json:"exclusive"` // queues
 	Policy         json.RawMessage `json:"policy"`
 	OperatorPolicy json.RawMessage `json:"operator_policy"`
 	// Effective is effective_policy_definition, which a queue row read with disable_stats
@@ -345,8 +349,11 @@ func delayOverflow(def map[string]any, quorum bool) string {
 // the policy in effect on each object is the one the broker reports. Objects that do not exist
 // are skipped ([Status] reports them missing). Errors wrap ErrManagement.
 func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
-	probs, _, _, err := m.policyProblems(ctx, p)
-	return probs, err
+	v, err := m.policyView(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return v.problems, nil
 }
 
 // overview is what the management API's overview says of the broker.
@@ -355,44 +362,84 @@ type overview struct {
 	DisableStats bool   `json:"disable_stats"`
 }
 
-// policyProblems is PolicyProblems, with the overview it read on the way and the queues of p
-// that do not exist.
-func (m *Management) policyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, overview, []string, error) {
-	var pols, ops map[string]managedPolicy
-	var overview overview
-	var queues, exchanges []managedObject
-	vh := url.PathEscape(m.vhost)
+// policyRead is one reading of the vhost's policies, objects and overview, and the policy
+// problems of a plan found in it.
+type policyRead struct {
+	problems          []PolicyProblem
+	overview          overview
+	missing           []string // the plan's queues that do not exist
+	policies, ops     map[string]managedPolicy
+	queues, exchanges []managedObject
+}
+
+// policyView reads the vhost's policies, operator policies, overview, queues and exchanges at
+// once and finds p's policy problems in them.
+func (m *Management) policyView(ctx context.Context, p *Plan) (*policyRead, error) {
+	var v policyRead
 	// The policy names come from the queue and exchange records (disable_stats), which
 	// RabbitMQ updates before a declare or a policy change returns; the statistics name a
-	// policy up to collect_statistics_interval (5 s by default) late.
-	err := parallel( // snapshot.go
-		func() (err error) { pols, err = m.policies(ctx, false); return err },
-		func() (err error) { ops, err = m.policies(ctx, true); return err },
-		func() error { return m.get(ctx, "api/overview", &overview) },
-		func() error {
-			return m.get(ctx, "api/queues/"+vh+"?disable_stats=true&columns=name,type,arguments,policy,operator_policy,effective_policy_definition", &queues)
-		},
-		func() error { return m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,arguments,policy", &exchanges) })
+	// policy up to collect_statistics_interval late.
+	err := parallel(append(m.objectRequests(ctx, &v), // snapshot.go
+		func() (err error) { v.policies, err = m.policies(ctx, false); return err },
+		func() (err error) { v.ops, err = m.policies(ctx, true); return err },
+		func() error { return m.get(ctx, "api/overview", &v.overview) })...)
 	if err != nil {
-		return nil, overview, nil, err
+		return nil, err
 	}
-	major, _ := strconv.Atoi(strings.SplitN(overview.Version, ".", 2)[0])
+	major, _, _ := ParseVersion(v.overview.Version)
 	p = p.ForBroker(major)
-	unknown, err := m.fillOperatorPolicies(ctx, p, queues, ops)
+	unknown, err := m.fillOperatorPolicies(ctx, p, v.queues, v.ops)
 	if err != nil {
-		return nil, overview, nil, err
+		return nil, err
 	}
-	exists := make(map[string]bool, len(queues))
-	for _, q := range queues {
+	exists := make(map[string]bool, len(v.queues))
+	for _, q := range v.queues {
 		exists[q.Name] = true
 	}
-	var missing []string
 	for _, q := range p.Queues {
 		if !exists[q.Name] {
-			missing = append(missing, q.Name)
+			v.missing = append(v.missing, q.Name)
 		}
 	}
-	return append(policyProblemsOf(p, pols, ops, queues, exchanges, major), unknown...), overview, missing, nil
+	v.problems = append(policyProblemsOf(p, v.policies, v.ops, v.queues, v.exchanges, major), unknown...)
+	return &v, nil
+}
+
+// objectRequests are the requests that read the vhost's queues (their records: disable_stats)
+// and exchanges, with their properties and policies, into v.
+func (m *Management) objectRequests(ctx context.Context, v *policyRead) []func() error {
+	vh := url.PathEscape(m.vhost)
+	return []func() error{
+		func() error {
+			return m.get(ctx, "api/queues/"+vh+"?disable_stats=true&columns=name,type,durable,auto_delete,exclusive,arguments,"+
+				"policy,operator_policy,effective_policy_definition", &v.queues)
+		},
+		func() error {
+			return m.get(ctx, "api/exchanges/"+vh+"?columns=name,type,durable,auto_delete,internal,arguments,policy", &v.exchanges)
+		},
+	}
+}
+
+// objects returns every exchange and queue of the vhost, keyed as [policyRead.objects] keys them.
+func (m *Management) objects(ctx context.Context) (map[string]*vhostObject, error) {
+	var v policyRead
+	if err := parallel(m.objectRequests(ctx, &v)...); err != nil {
+		return nil, err
+	}
+	return v.objects(), nil
+}
+
+// objects keys the exchanges and queues read as "exchange NAME" and "queue NAME"
+// (planObject.key's form).
+func (v *policyRead) objects() map[string]*vhostObject {
+	out := make(map[string]*vhostObject, len(v.queues)+len(v.exchanges))
+	for kind, rows := range map[Kind][]managedObject{KindExchange: v.exchanges, KindQueue: v.queues} {
+		for _, o := range rows {
+			out[rowKey(kind, o.Name)] = &vhostObject{Type: o.Type, Durable: o.Durable, AutoDelete: o.AutoDelete,
+				Internal: o.Internal, Exclusive: o.Exclusive, Arguments: o.Arguments}
+		}
+	}
+	return out
 }
 
 // fillOperatorPolicies sets the operator policy of p's queues whose rows lack it: before 4.3,

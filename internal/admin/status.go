@@ -332,17 +332,57 @@ func (r *StatusReport) Parking() QueueStatus {
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
 	rep := &StatusReport{Version: ServerVersion(conn), PluginMessagesDelayed: -1}
 	p = p.ForBroker(ServerMajor(conn))
+	l, err := lookUp(ctx, conn, p, opts.Workers)
+	if err != nil {
+		return rep, fmt.Errorf("topology: status: %w", err)
+	}
+	v := &statusView{}
+	if opts.Management != nil {
+		if v, err = opts.Management.statusView(ctx, p); err != nil {
+			return rep, err
+		}
+		rep.fromManagement(p, v)
+	}
+	if err := rep.addExchanges(p, l, v); err != nil {
+		return rep, err
+	}
+	if err := rep.addQueues(p, l, v, opts.Logger); err != nil {
+		return rep, err
+	}
+	if rep.NotDeclared = notDeclared(rep); rep.NotDeclared {
+		rep.PolicyProblems = nil
+	}
+	if err := rep.addMissingExchanges(p, l, v); err != nil {
+		return rep, err
+	}
+	rep.addMissingBindingsAndPolicies(p, v)
+	if q, ok := p.Queue(p.Names.SpecStream()); ok && !slices.Contains(rep.Missing, "queue "+q.Name) {
+		if err := rep.checkRecord(ctx, conn, p); err != nil {
+			return rep, fmt.Errorf("topology: status: %w", err)
+		}
+	}
+	return rep, errors.Join(rep.problems(p, conn.Config.Vhost, opts.Management)...)
+}
+
+// lookup is what the passive declarations of [Status] found: the error of each (p's exchanges,
+// queues, then Existing, in order) and the queues' counts.
+type lookup struct {
+	errs   []error
+	queues []amqp.Queue
+}
+
+// lookUp declares p's exchanges, queues and Existing passively, on up to workers channels.
+func lookUp(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (*lookup, error) {
+	l := &lookup{queues: make([]amqp.Queue, len(p.Queues))}
 	var jobs []job
 	for _, e := range p.Exchanges {
 		jobs = append(jobs, func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclarePassive(e.Name, e.Type, true, false, false, false, nil)
 		})
 	}
-	queues := make([]amqp.Queue, len(p.Queues))
 	for i, q := range p.Queues {
-		jobs = append(jobs, func(ch *amqp.Channel) error {
-			var err error
-			queues[i], err = ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
+		jobs = append(jobs, func(ch *amqp.Channel) (err error) {
+			l.queues[i], err = ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
 			return err
 		})
 	}
@@ -351,82 +391,115 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			return ch.ExchangeDeclarePassive(name, amqp.ExchangeDirect, true, false, false, false, nil)
 		})
 	}
-	errs, err := runJobs(ctx, conn, opts.Workers, false, jobs)
-	if err != nil {
-		return rep, fmt.Errorf("topology: status: %w", err)
+	var err error
+	l.errs, err = runJobs(ctx, conn, workers, false, jobs)
+	return l, err
+}
+
+// statusView is one reading of the management API for [Status]; its zero value is "no
+// management API".
+type statusView struct {
+	policy   *policyRead
+	objects  map[string]*vhostObject
+	queues   map[string]ManagedQueue
+	bindings []Binding
+	cluster  *ClusterStatus
+	delayed  int64 // messages the plugin exchange holds, -1 when unknown
+}
+
+// statusView reads, at once, the vhost's policies, objects, queue statistics, bindings, the
+// cluster's nodes and, when p has a plugin exchange, the messages it holds.
+func (m *Management) statusView(ctx context.Context, p *Plan) (*statusView, error) {
+	v := &statusView{delayed: -1}
+	reads := []func() error{
+		func() (err error) { v.policy, err = m.policyView(ctx, p); return err },
+		func() (err error) { v.queues, v.cluster, v.bindings, err = m.clusterView(ctx, p); return err },
 	}
-	var managed map[string]ManagedQueue
-	var objects map[string]*vhostObject
-	var bindings map[string]bool
-	if opts.Management != nil {
-		if managed, err = opts.Management.Queues(ctx); err != nil {
-			return rep, err
-		}
-		if rep.StatsDisabled, err = opts.Management.StatsDisabled(ctx); err != nil {
-			return rep, err
-		}
-		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
-			return rep, err
-		}
-		if objects, err = opts.Management.objects(ctx); err != nil {
-			return rep, err
-		}
-		var exchanges []string
-		for key := range objects {
-			if name, ok := strings.CutPrefix(key, string(KindExchange)+" "); ok {
-				exchanges = append(exchanges, name)
+	if p.HasPlugin() {
+		reads = append(reads, func() error {
+			n, found, err := m.MessagesDelayed(ctx, p.Names.PluginExchange())
+			if found {
+				v.delayed = n
 			}
-		}
-		rep.Unplanned = unplannedOf(p, exchanges, managed)
-		all, err := opts.Management.bindings(ctx)
-		if err != nil {
-			return rep, err
-		}
-		rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, all)
-		have, err := opts.Management.policies(ctx, false)
-		if err != nil {
-			return rep, err
-		}
-		for _, pol := range p.Policies {
-			old, ok := have[pol.Name]
-			rep.Policies = append(rep.Policies, PolicyStatus{Policy: pol, Exists: ok, Current: ok && samePolicy(old, pol)})
-		}
-		if rep.PolicyProblems, err = opts.Management.PolicyProblems(ctx, p); err != nil {
-			return rep, err
-		}
-		nodes, err := opts.Management.Nodes(ctx)
-		if err != nil {
-			return rep, err
-		}
-		rep.Cluster = clusterOf(p, managed, nodes, all)
-		rep.Management = true
+			return err
+		})
 	}
-	locked := map[string]bool{} // queues exclusive to another connection
-	check := func(i int, kind Kind, name string) (bool, error) {
-		switch e := errs[i]; {
-		case e == nil:
-			return true, nil
-		case kind == KindQueue && code(e) == amqp.ResourceLocked:
-			// 405 RESOURCE_LOCKED: the queue exists, exclusive to another connection.
-			locked[name] = true
-			return true, nil
-		case code(e) == amqp.NotFound:
-			rep.Missing = append(rep.Missing, string(kind)+" "+name)
-			return false, nil
-		default:
-			return false, wrapBroker(e, fmt.Sprintf("look up %s %q", kind, name))
+	if err := parallel(reads...); err != nil {
+		return nil, err
+	}
+	v.objects = v.policy.objects()
+	return v, nil
+}
+
+// exchangeNames are the names of the vhost's exchanges that p's naming rule does not reserve,
+// sorted (nil without the management API).
+func (v *statusView) exchangeNames(p *Plan) []string {
+	if v.policy == nil {
+		return nil
+	}
+	var out []string
+	for _, x := range v.policy.exchanges {
+		if !p.Names.Reserved(x.Name) {
+			out = append(out, x.Name)
 		}
 	}
+	slices.Sort(out)
+	return out
+}
+
+// fromManagement fills in what only the management API tells.
+func (rep *StatusReport) fromManagement(p *Plan, v *statusView) {
+	rep.Management = true
+	rep.StatsDisabled = v.policy.overview.DisableStats
+	names := make([]string, len(v.policy.exchanges))
+	for i, x := range v.policy.exchanges {
+		names[i] = x.Name
+	}
+	rep.Unplanned = unplannedOf(p, names, v.queues)
+	rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, v.bindings)
+	for _, pol := range p.Policies {
+		old, ok := v.policy.policies[pol.Name]
+		rep.Policies = append(rep.Policies, PolicyStatus{Policy: pol, Exists: ok, Current: ok && samePolicy(old, pol)})
+	}
+	rep.PolicyProblems = v.policy.problems
+	rep.Cluster = v.cluster
+	rep.PluginMessagesDelayed = v.delayed
+}
+
+// found reads the passive declaration of the i-th object: whether it exists (a queue
+// exclusive to another connection does), a missing one added to rep.Missing.
+func (rep *StatusReport) found(l *lookup, i int, kind Kind, name string) (exists, locked bool, err error) {
+	switch e := l.errs[i]; {
+	case e == nil:
+		return true, false, nil
+	case kind == KindQueue && code(e) == amqp.ResourceLocked:
+		return true, true, nil // 405 RESOURCE_LOCKED: the queue exists, exclusive to another connection
+	case code(e) == amqp.NotFound:
+		rep.Missing = append(rep.Missing, string(kind)+" "+name)
+		return false, false, nil
+	default:
+		return false, false, wrapBroker(e, fmt.Sprintf("look up %s %q", kind, name))
+	}
+}
+
+// addExchanges reports p's exchanges and their mismatches.
+func (rep *StatusReport) addExchanges(p *Plan, l *lookup, v *statusView) error {
 	for i, e := range p.Exchanges {
-		ok, err := check(i, KindExchange, e.Name)
+		ok, _, err := rep.found(l, i, KindExchange, e.Name)
 		if err != nil {
-			return rep, err
+			return err
 		}
-		if have := objects[string(KindExchange)+" "+e.Name]; ok && have != nil {
+		if have := v.objects[rowKey(KindExchange, e.Name)]; ok && have != nil {
 			rep.Mismatched = append(rep.Mismatched, exchangeMismatches(e, have)...)
 		}
 		rep.Exchanges = append(rep.Exchanges, ExchangeStatus{Exchange: e, Exists: ok})
 	}
+	return nil
+}
+
+// addQueues reports p's queues with what they hold, their mismatches, consumers on delay
+// queues (logged as warnings), dead-lettering that does not complete and requeue loops.
+func (rep *StatusReport) addQueues(p *Plan, l *lookup, v *statusView, log zerolog.Logger) error {
 	loopSeen := map[string]bool{} // ready queues checked for a requeue loop
 	waiting := map[string]bool{}  // queues whose dead-lettering waits on an unreachable node
 	if rep.Cluster != nil {
@@ -437,20 +510,21 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 	}
 	for i, q := range p.Queues {
-		ok, err := check(len(p.Exchanges)+i, KindQueue, q.Name)
+		ok, locked, err := rep.found(l, len(p.Exchanges)+i, KindQueue, q.Name)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		s := QueueStatus{Queue: q, Exists: ok, Messages: -1, MessagesDLX: -1}
 		if ok {
-			s.Ready, s.Consumers = queues[i].Messages, queues[i].Consumers
+			s.Ready, s.Consumers = l.queues[i].Messages, l.queues[i].Consumers
 		}
-		if have := objects[string(KindQueue)+" "+q.Name]; ok && have != nil {
+		if have := v.objects[rowKey(KindQueue, q.Name)]; ok && have != nil {
 			rep.Mismatched = append(rep.Mismatched, queueMismatches(q, have)...)
-		} else if locked[q.Name] {
+		} else if locked {
 			rep.Mismatched = append(rep.Mismatched, Mismatch{Kind: KindQueue, Name: q.Name, Property: "exclusive", Existing: "true", Wanted: "false"})
 		}
-		if m, found := managed[q.Name]; found {
+		m, managed := v.queues[q.Name]
+		if managed {
 			s.Messages, s.MessagesDLX = m.Messages, m.MessagesDLX
 			s.Leader, s.Members, s.Online = m.Leader, m.Members, m.Online
 			if m.MessagesDLX > 0 && !waiting[q.Name] {
@@ -459,49 +533,43 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 		if ok && q.IsDelay() && s.Consumers > 0 {
 			rep.ConsumedDelayQueues = append(rep.ConsumedDelayQueues, q.Name)
-			opts.Logger.Warn().Str("queue", q.Name).Int("consumers", s.Consumers).
+			log.Warn().Str("queue", q.Name).Int("consumers", s.Consumers).
 				Msg("a consumer is attached to a delay queue: it takes delayed messages before they are due; stop it")
 		}
 		rep.Queues = append(rep.Queues, s)
-		if m, found := managed[q.Name]; found && ok && q.Role == RoleReady && !loopSeen[q.Name] {
+		if managed && ok && q.Role == RoleReady && !loopSeen[q.Name] {
 			loopSeen[q.Name] = true // a ready queue with several bindings is in the plan once per binding
 			if loop, is := RequeueLoopOf(q, m, rep.Version); is {
 				rep.RequeueLoops = append(rep.RequeueLoops, loop)
 			}
 		}
 	}
-	rep.NotDeclared = notDeclared(rep)
-	if rep.NotDeclared {
-		rep.PolicyProblems = nil
-	}
-	if opts.Management != nil && p.HasPlugin() {
-		n, found, err := opts.Management.MessagesDelayed(ctx, p.Names.PluginExchange())
-		if err != nil {
-			return rep, err
-		}
-		if found {
-			rep.PluginMessagesDelayed = n
-		}
-	}
-	var exchangeNames []string // the vhost's, for similar names (management API only)
-	for key := range objects {
-		if name, ok := strings.CutPrefix(key, string(KindExchange)+" "); ok && !p.Names.Reserved(name) {
-			exchangeNames = append(exchangeNames, name)
-		}
-	}
-	slices.Sort(exchangeNames)
+	return nil
+}
+
+// addMissingExchanges reports the exchanges of p.Existing that do not exist, with similar
+// names in the vhost.
+func (rep *StatusReport) addMissingExchanges(p *Plan, l *lookup, v *statusView) error {
+	names := v.exchangeNames(p)
 	for i, name := range p.Existing {
-		switch e := errs[len(p.Exchanges)+len(p.Queues)+i]; {
+		switch e := l.errs[len(p.Exchanges)+len(p.Queues)+i]; {
 		case e == nil:
 		case code(e) == amqp.NotFound:
-			rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, exchangeNames)})
+			rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, names)})
 		default:
-			return rep, wrapBroker(e, fmt.Sprintf("check that exchange %q exists", name))
+			return wrapBroker(e, fmt.Sprintf("check that exchange %q exists", name))
 		}
 	}
-	if bindings != nil {
+	return nil
+}
+
+// addMissingBindingsAndPolicies reports p's bindings (management API only) and adds the
+// missing ones, and the policies missing or set otherwise, to rep.Missing.
+func (rep *StatusReport) addMissingBindingsAndPolicies(p *Plan, v *statusView) {
+	if v.policy != nil {
+		have := bindingKeys(v.bindings)
 		for _, b := range p.Bindings {
-			ok := bindings[b.key()]
+			ok := have[b.key()]
 			if !ok {
 				rep.Missing = append(rep.Missing, "binding "+b.String())
 			}
@@ -516,11 +584,10 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			rep.Missing = append(rep.Missing, "policy "+ps.Name+" (exists with another pattern, priority or definition)")
 		}
 	}
-	if q, ok := p.Queue(p.Names.SpecStream()); ok && !slices.Contains(rep.Missing, "queue "+q.Name) {
-		if err := rep.checkRecord(ctx, conn, p); err != nil {
-			return rep, fmt.Errorf("topology: status: %w", err)
-		}
-	}
+}
+
+// problems are the errors of rep, in the order [Status] documents; vhost is the connection's.
+func (rep *StatusReport) problems(p *Plan, vhost string, m *Management) []error {
 	var problems []error
 	if len(rep.MissingExchanges) > 0 {
 		problems = append(problems, missingExchangesError(rep.MissingExchanges))
@@ -528,8 +595,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	if rep.NotDeclared {
 		problems = append(problems, fmt.Errorf("%w: the topology is not declared in vhost %q: none of its own %d exchanges and queues exist (%s missing in "+
 			"all; target exchanges and ready queues are the application's and may remain): declare it with `rabbitdelay apply` and the "+
-			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, conn.Config.Vhost,
-			ownObjects(p), text.Plural(len(rep.Missing), "object")))
+			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, vhost, ownObjects(p), text.Plural(len(rep.Missing), "object")))
 	} else if len(rep.Missing) > 0 {
 		apply := "run rabbitdelay apply"
 		if len(rep.MissingExchanges) > 0 {
@@ -560,7 +626,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	}
 	if rep.Cluster != nil {
 		for _, w := range rep.Cluster.Waits {
-			problems = append(problems, fmt.Errorf("%w: %s", ErrUnhealthy, deadLetterWaitText(w, opts.Management.VHost())))
+			problems = append(problems, fmt.Errorf("%w: %s", ErrUnhealthy, deadLetterWaitText(w, m.VHost())))
 		}
 		if err := degradedError(rep.Cluster); err != nil {
 			problems = append(problems, err)
@@ -578,7 +644,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
 		problems = append(problems, policyError(failing))
 	}
-	return rep, errors.Join(problems...)
+	return problems
 }
 
 // mismatchError is ErrUnhealthy naming the first of the mismatched properties and what to do,

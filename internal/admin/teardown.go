@@ -113,9 +113,11 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		if managed, err = opts.Management.Queues(ctx); err != nil {
 			return rep, err
 		}
-		if rep.Unplanned, err = opts.Management.unplanned(ctx, p, managed); err != nil {
+		names, err := opts.Management.exchangeNames(ctx)
+		if err != nil {
 			return rep, err
 		}
+		rep.Unplanned = unplannedOf(p, names, managed)
 	}
 	var full []string
 	for i, e := range errs {
