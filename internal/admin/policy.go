@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -546,182 +547,31 @@ func orZero(n *big.Int) *big.Int {
 // policyProblemsOf is PolicyProblems on what the management API returned.
 func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, exchanges []managedObject, major int) []PolicyProblem {
 	var out []PolicyProblem
-	ours := p.Names.DelayQueuesPolicy()
-	prio := p.Spec.PolicyPriority
-	stallOrDrop := BreaksStalls
-	if p.Spec.QueueType == delayspec.Classic {
-		stallOrDrop = BreaksDrops
-	}
 	add := func(pp PolicyProblem, ourPolicy string) {
-		if fix := pp.fix(ourPolicy, prio); fix != "" {
+		if fix := pp.fix(ourPolicy, p.Spec.PolicyPriority); fix != "" {
 			pp.Why += "; fix: " + fix
 		}
 		out = append(out, pp)
 	}
+	exists := exchangeNames(exchanges)
 	for _, mq := range queues {
 		q, ok := p.Queue(mq.Name)
-		if !ok {
-			continue
-		}
-		if q.Role == RoleReady {
-			out = append(out, readyQueueProblems(p, q, mq, pols, ops, major, exchangeNames(exchanges))...) // with their own fix
-			continue
-		}
-		if q.Role == RoleRevoked {
+		switch {
+		case !ok:
+		case q.Role == RoleReady:
+			out = append(out, readyQueueProblems(p, q, mq, pols, ops, major, exists)...) // with their own fix
+		case q.Role == RoleRevoked:
 			for _, pp := range revokedProblems(p, q, mq, pols, ops) {
 				add(pp, p.Names.RevokedPolicy())
 			}
-			continue
-		}
-		if !q.IsDelay() && q.Role != RoleParking {
-			continue
-		}
-		userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
-		def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
-		quorum := mq.Type == string(delayspec.Quorum)
-		if _, argLimit := mq.Arguments["x-delivery-limit"]; q.Role == RoleParking && quorum && major >= 4 && !argLimit {
-			if _, ok := def["delivery-limit"]; !ok {
-				// Kept (warning): 4.x's default limit of 20 drops a parked message given back 21 times.
-				add(parkingDefaultLimit(p, q.Name, userName), ours)
+		case q.IsDelay() || q.Role == RoleParking:
+			for _, pp := range delayQueueProblems(p, q, mq, pols, ops, major) {
+				add(pp, p.Names.DelayQueuesPolicy())
 			}
-		}
-		for _, k := range slices.Sorted(maps.Keys(def)) {
-			v := def[k]
-			pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
-			if fromOp[k] {
-				pp.Policy, pp.Operator = opName, true
-			}
-			n, isNum := numeric(v)
-			switch {
-			// Kept: the broker takes the lower TTL silently, so delayed messages arrive early.
-			case q.IsDelay() && k == "message-ttl" && isNum && n < float64(q.TTL):
-				pp.Breaks = BreaksEarly
-				pp.Why = fmt.Sprintf("RabbitMQ applies the lower of the policy's message-ttl and the queue's x-message-ttl (%d ms), "+
-					"so messages leave this delay queue after %v ms: delayed messages arrive up to %v ms early", q.TTL, v, float64(q.TTL)-n)
-			// Kept: the broker deletes the queue with the messages it holds.
-			case k == "expires":
-				pp.Breaks = BreaksDeletes
-				pp.Why = fmt.Sprintf("RabbitMQ deletes the queue, with every message it holds, once it has been unused for %v ms "+
-					"(no consumer, no basic.get, no redeclaration: a delay or parking queue is always unused)", v)
-			// Kept: at the limit, messages leave before their TTL (early) or are refused (stall or drop).
-			case q.IsDelay() && (k == "max-length" || k == "max-length-bytes"):
-				switch overflow := delayOverflow(def, quorum); {
-				case overflow != "reject-publish":
-					pp.Breaks = BreaksEarly
-					pp.Why = fmt.Sprintf("with overflow %s in effect, once the queue holds %v (messages or bytes) it dead-letters the "+
-						"message it drops (the oldest; with reject-publish-dlx on a classic queue, the one arriving) into its "+
-						"dead-letter exchange (reason maxlen): the message moves on before its TTL and arrives early", overflow, v)
-				case quorum:
-					pp.Breaks = BreaksStalls
-					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (reject-publish): delayed publishes are "+
-						"nacked, and messages dead-lettered into it stay in the dead-letter state of the queue before it (messages_dlx), "+
-						"holding up the messages behind them", v)
-				default:
-					pp.Breaks = BreaksDrops
-					pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (overflow reject-publish): "+
-						"delayed publishes are nacked, and messages dead-lettered into it are dropped", v)
-				}
-			// Kept: dead-lettering falls back to at-most-once, so a message in flight is lost when a node fails.
-			case q.IsDelay() && quorum && k == "overflow" && fmt.Sprint(v) != "reject-publish":
-				pp.Breaks = BreaksDrops
-				pp.Why = fmt.Sprintf("for quorum queues a policy's overflow wins over x-overflow; with %v, at-least-once "+
-					"dead-lettering falls back to at-most-once: a message being dead-lettered when a broker node fails is lost", v)
-			// Kept: due messages reach their target with another routing key.
-			case q.IsDelay() && k == "dead-letter-routing-key":
-				pp.Breaks = BreaksRouting
-				pp.Why = fmt.Sprintf("delay queues dead-letter with the message's own routing key (they have no "+
-					"x-dead-letter-routing-key); this policy replaces it with %q, so due messages reach their target with the wrong "+
-					"routing key", fmt.Sprint(v))
-			// Kept: parked messages expire or are dropped.
-			case q.Role == RoleParking && (k == "message-ttl" || k == "max-length" || k == "max-length-bytes"):
-				pp.Breaks = BreaksDrops
-				pp.Why = fmt.Sprintf("parked messages are kept for an operator to look at; with %s %v they expire or are dropped "+
-					"(or refused, and then stall in a delay queue's dead-letter state)", k, v)
-			// Kept (warning): a parked message given back more often than the limit is dropped.
-			case q.Role == RoleParking && k == "delivery-limit" && fmt.Sprint(v) != "-1":
-				pp.Breaks, pp.Warning = BreaksDrops, true
-				pp.Why = fmt.Sprintf("a parked message returned (nack or reject with requeue) more than %v times is dropped: "+
-					"read parked messages with acknowledgements and ack them", v)
-			default:
-				continue
-			}
-			add(pp, ours)
-		}
-	}
-	targets := map[string]bool{}
-	for _, t := range p.Spec.Targets {
-		targets[t.Name] = true
-	}
-	exists := map[string]bool{}
-	for _, mx := range exchanges {
-		exists[mx.Name] = true
-	}
-	// missingAE turns a warning about a target's own alternate exchange into an error when that
-	// exchange does not exist: RabbitMQ then routes the message nowhere, and at-least-once
-	// dead-lettering retries it forever (classic delay queues drop it).
-	missingAE := func(pp *PolicyProblem, ae any) {
-		if name := fmt.Sprint(ae); !exists[name] {
-			pp.Warning = false
-			pp.Why = fmt.Sprintf("the alternate exchange %q in effect on this target exchange does not exist, so a due message "+
-				"the target routes to no queue goes nowhere: %s; fix: declare %q, or remove it from the target (the argument or "+
-				"the policy) so that %q, which parks such messages, applies", name, stallText(p.Spec.QueueType), name, p.Names.TargetsPolicy())
 		}
 	}
 	for _, mx := range exchanges {
-		userName := rawName(mx.Policy)
-		argAE, hasArg := mx.Arguments["alternate-exchange"]
-		if targets[mx.Name] {
-			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Key: "alternate-exchange"}
-			switch {
-			// Kept (warning): unroutable due messages go to the target's own alternate exchange, not to parking.
-			case hasArg:
-				pp.Value, pp.Breaks, pp.Warning = argAE, stallOrDrop, true
-				pp.Why = fmt.Sprintf("this target exchange has its own alternate exchange %q (an argument, which wins over "+
-					"policy %q): a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
-					fmt.Sprint(argAE), p.Names.TargetsPolicy(), fmt.Sprint(argAE))
-				missingAE(&pp, argAE)
-			// Kept: the alternate exchange is gone, so an unroutable due message goes nowhere.
-			case userName == p.Names.TargetsPolicy():
-				if ae := p.Names.DueUnroutable(); !exists[ae] {
-					pp.Policy, pp.Value, pp.Breaks = userName, ae, stallOrDrop
-					pp.Why = fmt.Sprintf("policy %q gives this target the alternate exchange %q, which does not exist (a teardown "+
-						"without the management API leaves the policy): a due message the target routes to no queue goes nowhere: %s; "+
-						"fix: run rabbitdelay apply, or delete the policy", userName, ae, stallText(p.Spec.QueueType))
-					break
-				}
-				continue
-			// Kept (warning): unroutable due messages go to that policy's alternate exchange, not to parking.
-			case userName != "" && pols[userName].Definition["alternate-exchange"] != nil:
-				ae := pols[userName].Definition["alternate-exchange"]
-				pp.Policy, pp.Value, pp.Breaks, pp.Warning = userName, ae, stallOrDrop, true
-				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sends what it cannot route to %q: "+
-					"a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
-					userName, p.Names.TargetsPolicy(), fmt.Sprint(ae), fmt.Sprint(ae))
-				missingAE(&pp, ae)
-			// Kept: an unroutable due message is not parked: it stalls (quorum) or is dropped (classic).
-			case userName != "":
-				pp.Policy, pp.Breaks = userName, stallOrDrop
-				pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sets no alternate-exchange: a due "+
-					"message the target routes to no queue is not parked; %s", userName, p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
-				pp.Why += "; fix: " + pp.fix(p.Names.TargetsPolicy(), prio)
-			// Kept: as above, the targets policy not being in effect.
-			default:
-				pp.Breaks = stallOrDrop
-				pp.Why = fmt.Sprintf("policy %q is not in effect on this target (not set: run rabbitdelay apply with the management API, "+
-					"or the rabbitmqctl set_policy command it prints): a due message the target routes to no queue is not parked; %s",
-					p.Names.TargetsPolicy(), stallText(p.Spec.QueueType))
-			}
-			out = append(out, pp)
-			continue
-		}
-		if _, ok := p.Exchange(mx.Name); !ok || hasArg || userName == "" {
-			continue
-		}
-		// Kept: a message no queue takes goes to the alternate exchange instead of back to its publisher.
-		if ae := pols[userName].Definition["alternate-exchange"]; ae != nil {
-			pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Policy: userName, Key: "alternate-exchange", Value: ae, Breaks: BreaksRouting,
-				Why: fmt.Sprintf("a message this exchange of the topology routes to no queue goes to %q instead of being returned to "+
-					"its publisher (mandatory) or parked; fix: make the policy's pattern not match %q", fmt.Sprint(ae), mx.Name)}
+		if pp, ok := exchangeProblem(p, mx, pols, exists); ok {
 			out = append(out, pp)
 		}
 	}
@@ -732,6 +582,199 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		return out[i].Key < out[j].Key
 	})
 	return out
+}
+
+// definitionOf is the policy definition in effect on queue mq, and which of its keys the
+// operator policy sets. RabbitMQ 4.3 reports the merged definition
+// (effective_policy_definition); before, it is merged here as the broker does ([effective]).
+func definitionOf(mq managedObject, pols, ops map[string]managedPolicy) (def map[string]any, fromOp map[string]bool) {
+	user, op := pols[rawName(mq.Policy)].Definition, ops[rawName(mq.OperatorPolicy)].Definition
+	dec := json.NewDecoder(bytes.NewReader(mq.Effective))
+	dec.UseNumber()
+	if len(mq.Effective) == 0 || dec.Decode(&def) != nil || def == nil {
+		return effective(user, op)
+	}
+	fromOp = map[string]bool{}
+	for k, v := range def {
+		o, inOp := op[k]
+		u, inUser := user[k]
+		fromOp[k] = inOp && fmt.Sprint(o) == fmt.Sprint(v) && (!inUser || fmt.Sprint(u) != fmt.Sprint(v))
+	}
+	return def, fromOp
+}
+
+// delayQueueProblems are the policy problems of delay or parking queue q (see
+// [Management.PolicyProblems]), without their fix.
+func delayQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int) []PolicyProblem {
+	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
+	def, fromOp := definitionOf(mq, pols, ops)
+	quorum := mq.Type == string(delayspec.Quorum)
+	var out []PolicyProblem
+	if _, argLimit := mq.Arguments["x-delivery-limit"]; q.Role == RoleParking && quorum && major >= 4 && !argLimit {
+		if _, ok := def["delivery-limit"]; !ok {
+			// Kept (warning): 4.x's default limit of 20 drops a parked message given back 21 times.
+			out = append(out, parkingDefaultLimit(p, q.Name, userName))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(def)) {
+		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: def[k]}
+		if fromOp[k] {
+			pp.Policy, pp.Operator = opName, true
+		}
+		if delayKeyProblem(&pp, q, delayOverflow(def, quorum), quorum) {
+			out = append(out, pp)
+		}
+	}
+	return out
+}
+
+// delayKeyProblem fills in what policy key pp.Key, of value pp.Value, breaks on delay or parking
+// queue q, where overflow is in effect, and reports whether it breaks anything.
+func delayKeyProblem(pp *PolicyProblem, q Queue, overflow string, quorum bool) bool {
+	k, v := pp.Key, pp.Value
+	n, isNum := numeric(v)
+	switch {
+	// Kept: the broker takes the lower TTL silently, so delayed messages arrive early.
+	case q.IsDelay() && k == "message-ttl" && isNum && n < float64(q.TTL):
+		pp.Breaks = BreaksEarly
+		pp.Why = fmt.Sprintf("RabbitMQ applies the lower of the policy's message-ttl and the queue's x-message-ttl (%d ms), "+
+			"so messages leave this delay queue after %v ms: delayed messages arrive up to %v ms early", q.TTL, v, float64(q.TTL)-n)
+	// Kept: the broker deletes the queue with the messages it holds.
+	case k == "expires":
+		pp.Breaks = BreaksDeletes
+		pp.Why = fmt.Sprintf("RabbitMQ deletes the queue, with every message it holds, once it has been unused for %v ms "+
+			"(no consumer, no basic.get, no redeclaration: a delay or parking queue is always unused)", v)
+	// Kept: at the limit, messages leave before their TTL (early) or are refused (stall or drop).
+	case q.IsDelay() && (k == "max-length" || k == "max-length-bytes"):
+		switch {
+		case overflow != "reject-publish":
+			pp.Breaks = BreaksEarly
+			pp.Why = fmt.Sprintf("with overflow %s in effect, once the queue holds %v (messages or bytes) it dead-letters the "+
+				"message it drops (the oldest; with reject-publish-dlx on a classic queue, the one arriving) into its "+
+				"dead-letter exchange (reason maxlen): the message moves on before its TTL and arrives early", overflow, v)
+		case quorum:
+			pp.Breaks = BreaksStalls
+			pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (reject-publish): delayed publishes are "+
+				"nacked, and messages dead-lettered into it stay in the dead-letter state of the queue before it (messages_dlx), "+
+				"holding up the messages behind them", v)
+		default:
+			pp.Breaks = BreaksDrops
+			pp.Why = fmt.Sprintf("once the queue holds %v (messages or bytes) it refuses more (overflow reject-publish): "+
+				"delayed publishes are nacked, and messages dead-lettered into it are dropped", v)
+		}
+	// Kept: dead-lettering falls back to at-most-once, so a message in flight is lost when a node fails.
+	case q.IsDelay() && quorum && k == "overflow" && fmt.Sprint(v) != "reject-publish":
+		pp.Breaks = BreaksDrops
+		pp.Why = fmt.Sprintf("for quorum queues a policy's overflow wins over x-overflow; with %v, at-least-once "+
+			"dead-lettering falls back to at-most-once: a message being dead-lettered when a broker node fails is lost", v)
+	// Kept: due messages reach their target with another routing key.
+	case q.IsDelay() && k == "dead-letter-routing-key":
+		pp.Breaks = BreaksRouting
+		pp.Why = fmt.Sprintf("delay queues dead-letter with the message's own routing key (they have no "+
+			"x-dead-letter-routing-key); this policy replaces it with %q, so due messages reach their target with the wrong "+
+			"routing key", fmt.Sprint(v))
+	// Kept: parked messages expire or are dropped.
+	case q.Role == RoleParking && (k == "message-ttl" || k == "max-length" || k == "max-length-bytes"):
+		pp.Breaks = BreaksDrops
+		pp.Why = fmt.Sprintf("parked messages are kept for an operator to look at; with %s %v they expire or are dropped "+
+			"(or refused, and then stall in a delay queue's dead-letter state)", k, v)
+	// Kept (warning): a parked message given back more often than the limit is dropped.
+	case q.Role == RoleParking && k == "delivery-limit" && fmt.Sprint(v) != "-1":
+		pp.Breaks, pp.Warning = BreaksDrops, true
+		pp.Why = fmt.Sprintf("a parked message returned (nack or reject with requeue) more than %v times is dropped: "+
+			"read parked messages with acknowledgements and ack them", v)
+	default:
+		return false
+	}
+	return true
+}
+
+// stallOrDrop is what a due message nothing routes suffers: quorum delay queues stall on it,
+// classic ones drop it.
+func stallOrDrop(p *Plan) Breakage {
+	if p.Spec.QueueType == delayspec.Classic {
+		return BreaksDrops
+	}
+	return BreaksStalls
+}
+
+// exchangeProblem is the policy problem of exchange mx, if any: a target whose unroutable due
+// messages are not parked, or an exchange of the topology with a policy's alternate exchange.
+// exists is the set of the vhost's exchanges.
+func exchangeProblem(p *Plan, mx managedObject, pols map[string]managedPolicy, exists map[string]bool) (PolicyProblem, bool) {
+	userName := rawName(mx.Policy)
+	if p.Spec.HasTarget(mx.Name) {
+		return targetProblem(p, mx, pols, exists)
+	}
+	if _, hasArg := mx.Arguments["alternate-exchange"]; hasArg || userName == "" {
+		return PolicyProblem{}, false
+	}
+	if _, ok := p.Exchange(mx.Name); !ok {
+		return PolicyProblem{}, false
+	}
+	// Kept: a message no queue takes goes to the alternate exchange instead of back to its publisher.
+	ae := pols[userName].Definition["alternate-exchange"]
+	return PolicyProblem{Kind: KindExchange, Object: mx.Name, Policy: userName, Key: "alternate-exchange", Value: ae, Breaks: BreaksRouting,
+		Why: fmt.Sprintf("a message this exchange of the topology routes to no queue goes to %q instead of being returned to "+
+			"its publisher (mandatory) or parked; fix: make the policy's pattern not match %q", fmt.Sprint(ae), mx.Name)}, ae != nil
+}
+
+// targetProblem is the problem of target exchange mx, if any: a due message it routes to no
+// queue must reach the parking queue through the targets policy's alternate exchange.
+func targetProblem(p *Plan, mx managedObject, pols map[string]managedPolicy, exists map[string]bool) (PolicyProblem, bool) {
+	userName := rawName(mx.Policy)
+	argAE, hasArg := mx.Arguments["alternate-exchange"]
+	pp := PolicyProblem{Kind: KindExchange, Object: mx.Name, Key: "alternate-exchange", Breaks: stallOrDrop(p)}
+	ours, stall := p.Names.TargetsPolicy(), stallText(p.Spec.QueueType)
+	switch ae := pols[userName].Definition["alternate-exchange"]; {
+	// Kept (warning): unroutable due messages go to the target's own alternate exchange, not to parking.
+	case hasArg:
+		pp.Value, pp.Warning = argAE, true
+		pp.Why = fmt.Sprintf("this target exchange has its own alternate exchange %q (an argument, which wins over "+
+			"policy %q): a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
+			fmt.Sprint(argAE), ours, fmt.Sprint(argAE))
+		missingAE(p, &pp, argAE, exists)
+	// Kept: the alternate exchange is gone, so an unroutable due message goes nowhere.
+	case userName == ours:
+		due := p.Names.DueUnroutable()
+		if exists[due] {
+			return pp, false
+		}
+		pp.Policy, pp.Value = userName, due
+		pp.Why = fmt.Sprintf("policy %q gives this target the alternate exchange %q, which does not exist (a teardown "+
+			"without the management API leaves the policy): a due message the target routes to no queue goes nowhere: %s; "+
+			"fix: run rabbitdelay apply, or delete the policy", userName, due, stall)
+	// Kept (warning): unroutable due messages go to that policy's alternate exchange, not to parking.
+	case userName != "" && ae != nil:
+		pp.Policy, pp.Value, pp.Warning = userName, ae, true
+		pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sends what it cannot route to %q: "+
+			"a due message it routes to no queue goes there, not to the parking queue; make sure %q takes every message",
+			userName, ours, fmt.Sprint(ae), fmt.Sprint(ae))
+		missingAE(p, &pp, ae, exists)
+	// Kept: an unroutable due message is not parked: it stalls (quorum) or is dropped (classic).
+	case userName != "":
+		pp.Policy = userName
+		pp.Why = fmt.Sprintf("policy %q applies to this target instead of %q and sets no alternate-exchange: a due "+
+			"message the target routes to no queue is not parked; %s", userName, ours, stall)
+		pp.Why += "; fix: " + pp.fix(ours, p.Spec.PolicyPriority)
+	// Kept: as above, the targets policy not being in effect.
+	default:
+		pp.Why = fmt.Sprintf("policy %q is not in effect on this target (not set: run rabbitdelay apply with the management API, "+
+			"or the rabbitmqctl set_policy command it prints): a due message the target routes to no queue is not parked; %s", ours, stall)
+	}
+	return pp, true
+}
+
+// missingAE turns a warning about a target's own alternate exchange into an error when that
+// exchange does not exist: RabbitMQ then routes the message nowhere, and at-least-once
+// dead-lettering retries it forever (classic delay queues drop it).
+func missingAE(p *Plan, pp *PolicyProblem, ae any, exists map[string]bool) {
+	if name := fmt.Sprint(ae); !exists[name] {
+		pp.Warning = false
+		pp.Why = fmt.Sprintf("the alternate exchange %q in effect on this target exchange does not exist, so a due message "+
+			"the target routes to no queue goes nowhere: %s; fix: declare %q, or remove it from the target (the argument or "+
+			"the policy) so that %q, which parks such messages, applies", name, stallText(p.Spec.QueueType), name, p.Names.TargetsPolicy())
+	}
 }
 
 // readyQueueProblems are the policy problems of ready queue q (see [Management.PolicyProblems]).
@@ -745,17 +788,14 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 // the same is lost, unless the policy in effect gives a dead-letter-exchange of its own.
 func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int, exchanges map[string]bool) []PolicyProblem {
 	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
-	def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
-	parks := q.Args["x-dead-letter-exchange"] == p.Names.Unroutable()
+	def, fromOp := definitionOf(mq, pols, ops)
 	dlxValue, ownDLX := def["dead-letter-exchange"]
-	dlx := fmt.Sprint(dlxValue)
+	r := readyQueue{p: p, parks: q.Args["x-dead-letter-exchange"] == p.Names.Unroutable(), ownDLX: ownDLX, dlx: fmt.Sprint(dlxValue),
+		exchanges: exchanges, overflow: fmt.Sprint(def["overflow"])}
 	var out []PolicyProblem
 	_, argLimit := mq.Arguments["x-delivery-limit"]
-	// Kept: a due message given back 21 times is dropped (no dead-letter exchange).
-	if _, policyLimit := def["delivery-limit"]; major >= 4 && mq.Type == "quorum" && !argLimit && !policyLimit && !parks && !ownDLX {
-		// RabbitMQ 4.0 gives a quorum queue without a delivery limit one of 20
-		// (rabbit_quorum_queue, the default delivery limit), and this one has no dead-letter
-		// exchange: a due message returned a 21st time is dropped.
+	// Kept: 4.x's default limit of 20 drops a due message given back 21 times (no dead-letter exchange).
+	if _, policyLimit := def["delivery-limit"]; major >= 4 && mq.Type == "quorum" && !argLimit && !policyLimit && !r.parks && !ownDLX {
 		out = append(out, PolicyProblem{Kind: KindQueue, Object: q.Name, Key: "delivery-limit", Value: "none (RabbitMQ 4.x default: 20)",
 			Breaks: BreaksDrops, Why: "RabbitMQ 4.x gives a quorum queue without a delivery limit one of 20, and this ready queue (declared " +
 				"without x-delivery-limit: AMQPDELAY_READY_DELIVERY_LIMIT=-1) has no dead-letter exchange, so a due message returned " +
@@ -763,69 +803,12 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 				"(AMQPDELAY_READY_DELIVERY_LIMIT, after deleting the queue: the topology then parks what it takes out), or set a " +
 				"policy with delivery-limit -1 (none) on it"})
 	}
-	overflow := fmt.Sprint(def["overflow"])
-	rejects := overflow == "reject-publish" || overflow == "reject-publish-dlx"
-	stallOrDrop := BreaksStalls
-	if p.Spec.QueueType == delayspec.Classic {
-		stallOrDrop = BreaksDrops
-	}
 	for _, k := range slices.Sorted(maps.Keys(def)) {
-		v := def[k]
-		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v}
+		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: def[k]}
 		if fromOp[k] {
 			pp.Policy, pp.Operator = opName, true
 		}
-		lost := func(what string) {
-			switch {
-			case parks:
-				pp.Breaks, pp.Warning = BreaksDrops, true
-				pp.Why = what + fmt.Sprintf(": this ready queue dead-letters them to %q, so they are parked in %q, not lost", p.Names.Unroutable(), p.Names.Parking())
-			case ownDLX && (dlx == "" || exchanges[dlx]):
-				pp.Breaks, pp.Warning = BreaksRouting, true
-				pp.Why = what + fmt.Sprintf(": they are dead-lettered to the policy's dead-letter-exchange %q", dlx)
-			case ownDLX:
-				// RabbitMQ drops a message dead-lettered to an exchange that does not exist
-				// (rabbit_dead_letter: no route), so this loses due messages as surely as none.
-				pp.Breaks = BreaksDrops
-				pp.Why = what + fmt.Sprintf(": the policy dead-letters them to exchange %q, which does not exist, so they are lost", dlx)
-			default:
-				pp.Breaks = BreaksDrops
-				pp.Why = what + ": this ready queue has no dead-letter exchange, so they are lost"
-			}
-		}
-		switch k {
-		// Kept: the broker deletes the ready queue with its due messages.
-		case "expires":
-			pp.Breaks = BreaksDeletes
-			pp.Why = fmt.Sprintf("RabbitMQ deletes this ready queue, with every due message it holds, once it has been unused for %v ms "+
-				"(no consumer, no basic.get, no redeclaration), and due messages for it are then routed elsewhere or parked", v)
-		// Kept: due messages expire from the ready queue (parked or lost).
-		case "message-ttl":
-			lost(fmt.Sprintf("due messages not consumed within %v ms expire from this ready queue", v))
-		// Kept: at the limit due messages are dropped, or refused so that dead-lettering stalls.
-		case "max-length", "max-length-bytes":
-			if rejects {
-				pp.Breaks = stallOrDrop
-				pp.Why = fmt.Sprintf("once this ready queue holds %v (messages or bytes), overflow %s refuses due messages "+
-					"dead-lettered into it: %s", v, overflow, stallText(p.Spec.QueueType))
-			} else {
-				lost(fmt.Sprintf("once this ready queue holds %v (messages or bytes), it drops the oldest due messages", v))
-			}
-		// Kept: a due message given back past the limit is taken out (parked or lost).
-		case "delivery-limit":
-			if fmt.Sprint(v) == "-1" {
-				continue // none (RabbitMQ 4.x)
-			}
-			lost(fmt.Sprintf("a due message returned (nack or reject with requeue, or its consumer gone) more than %v times "+
-				"is taken out of this ready queue", v))
-		// Kept (warning): parked messages lose their routing key.
-		case "dead-letter-routing-key":
-			if !parks {
-				continue // the application's own dead-lettering
-			}
-			pp.Breaks, pp.Warning = BreaksRouting, true
-			pp.Why = fmt.Sprintf("messages this ready queue parks (rejected, or past its delivery limit) lose their routing key for %q", fmt.Sprint(v))
-		default:
+		if !r.keyProblem(&pp) {
 			continue
 		}
 		if pp.Operator {
@@ -837,6 +820,79 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 		out = append(out, pp)
 	}
 	return out
+}
+
+// readyQueue is what decides the effect of a policy key on a ready queue.
+type readyQueue struct {
+	p         *Plan
+	parks     bool   // the queue dead-letters to <prefix>.unroutable (its argument, which wins over a policy's)
+	ownDLX    bool   // the policy in effect sets dead-letter-exchange
+	dlx       string // that exchange
+	exchanges map[string]bool
+	overflow  string // the policy's overflow
+}
+
+// keyProblem fills in what policy key pp.Key, of value pp.Value, breaks, and reports whether
+// it breaks anything (warnings included).
+func (r readyQueue) keyProblem(pp *PolicyProblem) bool {
+	v := pp.Value
+	switch pp.Key {
+	// Kept: the broker deletes the ready queue with its due messages.
+	case "expires":
+		pp.Breaks = BreaksDeletes
+		pp.Why = fmt.Sprintf("RabbitMQ deletes this ready queue, with every due message it holds, once it has been unused for %v ms "+
+			"(no consumer, no basic.get, no redeclaration), and due messages for it are then routed elsewhere or parked", v)
+	// Kept: due messages expire from the ready queue (parked or lost).
+	case "message-ttl":
+		r.lost(pp, fmt.Sprintf("due messages not consumed within %v ms expire from this ready queue", v))
+	// Kept: at the limit due messages are dropped, or refused so that dead-lettering stalls.
+	case "max-length", "max-length-bytes":
+		if r.overflow == "reject-publish" || r.overflow == "reject-publish-dlx" {
+			pp.Breaks = stallOrDrop(r.p)
+			pp.Why = fmt.Sprintf("once this ready queue holds %v (messages or bytes), overflow %s refuses due messages "+
+				"dead-lettered into it: %s", v, r.overflow, stallText(r.p.Spec.QueueType))
+		} else {
+			r.lost(pp, fmt.Sprintf("once this ready queue holds %v (messages or bytes), it drops the oldest due messages", v))
+		}
+	// Kept: a due message given back past the limit is taken out (parked or lost).
+	case "delivery-limit":
+		if fmt.Sprint(v) == "-1" {
+			return false // none (RabbitMQ 4.x)
+		}
+		r.lost(pp, fmt.Sprintf("a due message returned (nack or reject with requeue, or its consumer gone) more than %v times "+
+			"is taken out of this ready queue", v))
+	// Kept (warning): parked messages lose their routing key.
+	case "dead-letter-routing-key":
+		if !r.parks {
+			return false // the application's own dead-lettering
+		}
+		pp.Breaks, pp.Warning = BreaksRouting, true
+		pp.Why = fmt.Sprintf("messages this ready queue parks (rejected, or past its delivery limit) lose their routing key for %q", fmt.Sprint(v))
+	default:
+		return false
+	}
+	return true
+}
+
+// lost says where the due messages the queue takes out (what) go: parked (a warning),
+// dead-lettered by the policy (a warning), or lost.
+func (r readyQueue) lost(pp *PolicyProblem, what string) {
+	switch {
+	case r.parks:
+		pp.Breaks, pp.Warning = BreaksDrops, true
+		pp.Why = what + fmt.Sprintf(": this ready queue dead-letters them to %q, so they are parked in %q, not lost", r.p.Names.Unroutable(), r.p.Names.Parking())
+	case r.ownDLX && (r.dlx == "" || r.exchanges[r.dlx]):
+		pp.Breaks, pp.Warning = BreaksRouting, true
+		pp.Why = what + fmt.Sprintf(": they are dead-lettered to the policy's dead-letter-exchange %q", r.dlx)
+	case r.ownDLX:
+		// RabbitMQ drops a message dead-lettered to an exchange that does not exist
+		// (rabbit_dead_letter: no route), so this loses due messages as surely as none.
+		pp.Breaks = BreaksDrops
+		pp.Why = what + fmt.Sprintf(": the policy dead-letters them to exchange %q, which does not exist, so they are lost", r.dlx)
+	default:
+		pp.Breaks = BreaksDrops
+		pp.Why = what + ": this ready queue has no dead-letter exchange, so they are lost"
+	}
 }
 
 // exchangeNames is the set of the names of exchanges.
@@ -859,7 +915,7 @@ func exchangeNames(exchanges []managedObject) map[string]bool {
 // every record in one is past the retention.
 func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy) []PolicyProblem {
 	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
-	def, fromOp := effective(pols[userName].Definition, ops[opName].Definition)
+	def, fromOp := definitionOf(mq, pols, ops)
 	retention := p.Spec.RevocationRetention()
 	var out []PolicyProblem
 	for _, k := range []string{"max-age", "max-length-bytes"} {
