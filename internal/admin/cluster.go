@@ -520,44 +520,46 @@ func (m *Management) Rebalance(ctx context.Context, p *Plan, opts RebalanceOptio
 		return rep, fmt.Errorf("topology: rebalance: %w", err)
 	}
 	rep.Requested = true
+	return rep, m.waitSettled(ctx, p, opts, rep, start)
+}
+
+// waitSettled reads the leaders of p's quorum queues every opts.Poll, into rep, until they are
+// balanced after a move, stay unchanged for opts.Settle, or ctx ends; start are the leaders
+// before the rebalance.
+func (m *Management) waitSettled(ctx context.Context, p *Plan, opts RebalanceOptions, rep *RebalanceReport, start map[string]string) error {
 	last, lastChange := start, time.Now()
 	t := time.NewTicker(opts.Poll)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return rep, fmt.Errorf("topology: rebalance: leaders still moving when the deadline came (%d moved so far); "+
+			return fmt.Errorf("topology: rebalance: leaders still moving when the deadline came (%d moved so far); "+
 				"RabbitMQ goes on in the background: run rabbitdelay status later: %w", rep.Moved, ctx.Err())
 		case <-t.C:
 		}
-		queues, err := m.Queues(ctx)
+		var queues map[string]ManagedQueue
+		var nodes []ClusterNode
+		err := parallel(
+			func() (err error) { queues, err = m.Queues(ctx); return err },
+			func() (err error) { nodes, err = m.Nodes(ctx); return err })
 		if err != nil {
-			return rep, err
+			return err
 		}
 		now := leaders(p, queues)
-		nodes, err := m.Nodes(ctx)
-		if err != nil {
-			return rep, err
-		}
 		c := clusterOf(p, queues, nodes, nil)
-		rep.After = c.Nodes
-		rep.Moved = 0
+		rep.After, rep.Moved = c.Nodes, 0
+		changed := false
 		for q, l := range now {
 			if l != start[q] {
 				rep.Moved++
 			}
-		}
-		changed := false
-		for q, l := range now {
-			if l != last[q] {
-				changed = true
-			}
+			changed = changed || l != last[q]
 		}
 		if changed {
 			last, lastChange = now, time.Now()
 		}
 		if (rep.Moved > 0 && c.Balanced) || time.Since(lastChange) >= opts.Settle {
-			return rep, nil
+			return nil
 		}
 	}
 }
