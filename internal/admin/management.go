@@ -351,24 +351,6 @@ func unplannedBindings(p *Plan, all []Binding) (unplanned, retry []Binding) {
 	return unplanned, retry
 }
 
-// ExchangeTypes returns the exchange types the broker knows (from /api/overview), for
-// example x-delayed-message when the plugin is enabled.
-func (m *Management) ExchangeTypes(ctx context.Context) ([]string, error) {
-	var raw struct {
-		ExchangeTypes []struct {
-			Name string `json:"name"`
-		} `json:"exchange_types"`
-	}
-	if err := m.get(ctx, "api/overview", &raw); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, t := range raw.ExchangeTypes {
-		out = append(out, t.Name)
-	}
-	return out, nil
-}
-
 // Version returns the RabbitMQ version the management API reports (its overview's
 // rabbitmq_version, e.g. "3.10.8" or "4.3.6"). Errors wrap ErrManagement.
 func (m *Management) Version(ctx context.Context) (string, error) {

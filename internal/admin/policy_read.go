@@ -58,7 +58,7 @@ func numeric(v any) (float64, bool) {
 // effective merges a queue's policy definition with its operator policy's as RabbitMQ does
 // (rabbit_policy: numeric keys take the lower value; operator policies may only set numeric
 // keys on 3.x), remembering which policy each key came from: a problem names the policy to
-// change, and before 4.3 the management API reports the names, not the merged definition.
+// change. Kept: before 4.3 the management API reports the names, not the merged definition.
 func effective(user, op map[string]any) (def map[string]any, fromOp map[string]bool) {
 	def, fromOp = map[string]any{}, map[string]bool{}
 	for k, v := range user {
