@@ -153,19 +153,12 @@ func (c *ClusterStatus) Offline() map[string]int {
 // monitoring tag (401, 403) returns nil and no error: callers then take the nodes from the
 // queues' members. Other errors wrap ErrManagement.
 func (m *Management) Nodes(ctx context.Context) ([]ClusterNode, error) {
-	var raw []struct {
-		Name    string `json:"name"`
-		Running *bool  `json:"running"`
-	}
-	if err := m.get(ctx, "api/nodes?columns=name,running", &raw); err != nil {
+	var out []ClusterNode
+	if err := m.get(ctx, "api/nodes?columns=name,running", &out); err != nil {
 		if s := httpStatus(err); s == http.StatusUnauthorized || s == http.StatusForbidden {
 			return nil, nil
 		}
 		return nil, err
-	}
-	out := make([]ClusterNode, 0, len(raw))
-	for _, n := range raw {
-		out = append(out, ClusterNode{Name: n.Name, Running: n.Running})
 	}
 	slices.SortFunc(out, func(a, b ClusterNode) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil

@@ -296,25 +296,11 @@ func bindingKeys(bindings []Binding) map[string]bool {
 
 // bindings returns every binding of the vhost but the default exchange's (Role is empty).
 func (m *Management) bindings(ctx context.Context) ([]Binding, error) {
-	var raw []struct {
-		Source          string         `json:"source"`
-		Destination     string         `json:"destination"`
-		DestinationType string         `json:"destination_type"`
-		RoutingKey      string         `json:"routing_key"`
-		Arguments       map[string]any `json:"arguments"`
-	}
-	if err := m.get(ctx, "api/bindings/"+url.PathEscape(m.vhost), &raw); err != nil {
+	var all []Binding // the API's fields have Binding's JSON names
+	if err := m.get(ctx, "api/bindings/"+url.PathEscape(m.vhost), &all); err != nil {
 		return nil, err
 	}
-	out := make([]Binding, 0, len(raw))
-	for _, b := range raw {
-		if b.Source == "" {
-			continue
-		}
-		out = append(out, Binding{Source: b.Source, Destination: b.Destination, DestinationType: b.DestinationType,
-			RoutingKey: b.RoutingKey, Args: b.Arguments})
-	}
-	return out, nil
+	return slices.DeleteFunc(all, func(b Binding) bool { return b.Source == "" }), nil
 }
 
 // unplannedBindings picks, from the vhost's bindings, those that lead from or to the plan's

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -343,20 +344,10 @@ func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) 
 	if want == nil {
 		return false, nil
 	}
-	var raw []struct {
-		Destination     string         `json:"destination"`
-		DestinationType string         `json:"destination_type"`
-		RoutingKey      string         `json:"routing_key"`
-		Arguments       map[string]any `json:"arguments"`
-	}
+	var have []Binding
 	path := "api/exchanges/" + url.PathEscape(m.vhost) + "/" + url.PathEscape(p.Names.Dispatch()) + "/bindings/source"
-	if err := m.get(ctx, path, &raw); err != nil {
+	if err := m.get(ctx, path, &have); err != nil {
 		return false, err
 	}
-	for _, b := range raw {
-		if bindingKey(p.Names.Dispatch(), b.Destination, b.DestinationType, b.RoutingKey, b.Arguments) == want.key() {
-			return true, nil
-		}
-	}
-	return false, nil
+	return slices.ContainsFunc(have, func(b Binding) bool { return b.key() == want.key() }), nil
 }

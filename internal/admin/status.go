@@ -217,7 +217,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	if rep.NotDeclared = notDeclared(rep); rep.NotDeclared {
 		rep.PolicyProblems = nil
 	}
-	if err := rep.addMissingExchanges(p, l, v); err != nil {
+	if err := rep.addMissingExchanges(ctx, conn, p, v); err != nil {
 		return rep, err
 	}
 	rep.addMissingBindingsAndPolicies(p, v)
@@ -230,13 +230,13 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 }
 
 // lookup is what the passive declarations of [Status] found: the error of each (p's exchanges,
-// queues, then Existing, in order) and the queues' counts.
+// then queues) and the queues' counts.
 type lookup struct {
 	errs   []error
 	queues []amqp.Queue
 }
 
-// lookUp declares p's exchanges, queues and Existing passively, on up to workers channels.
+// lookUp declares p's exchanges and queues passively, on up to workers channels.
 func lookUp(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (*lookup, error) {
 	l := &lookup{queues: make([]amqp.Queue, len(p.Queues))}
 	var jobs []job
@@ -249,11 +249,6 @@ func lookUp(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (*
 		jobs = append(jobs, func(ch *amqp.Channel) (err error) {
 			l.queues[i], err = ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
 			return err
-		})
-	}
-	for _, name := range p.Existing {
-		jobs = append(jobs, func(ch *amqp.Channel) error {
-			return ch.ExchangeDeclarePassive(name, amqp.ExchangeDirect, true, false, false, false, nil)
 		})
 	}
 	var err error
@@ -414,18 +409,12 @@ func (rep *StatusReport) addQueues(p *Plan, l *lookup, v *statusView, log zerolo
 
 // addMissingExchanges reports the exchanges of p.Existing that do not exist, with similar
 // names in the vhost.
-func (rep *StatusReport) addMissingExchanges(p *Plan, l *lookup, v *statusView) error {
-	names := v.exchangeNames(p)
-	for i, name := range p.Existing {
-		switch e := l.errs[len(p.Exchanges)+len(p.Queues)+i]; {
-		case e == nil:
-		case code(e) == amqp.NotFound:
-			rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, names)})
-		default:
-			return wrapBroker(e, fmt.Sprintf("check that exchange %q exists", name))
-		}
+func (rep *StatusReport) addMissingExchanges(ctx context.Context, conn *amqp.Connection, p *Plan, v *statusView) error {
+	missing, err := missingExchanges(ctx, conn, p) // apply.go
+	for _, name := range missing {
+		rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, v.exchangeNames(p))})
 	}
-	return nil
+	return err
 }
 
 // addMissingBindingsAndPolicies reports p's bindings (management API only) and adds the
