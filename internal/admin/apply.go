@@ -107,17 +107,13 @@ type ApplyOptions struct {
 	Management *Management
 	// Logger receives debug lines for every declaration; the zero value logs nothing.
 	Logger zerolog.Logger
-	// Nodes are connections to the cluster's nodes, one per node, in any order, for a topology
-	// with shards of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue
-	// through Nodes[Queue.Slot mod len(Nodes)], so that RabbitMQ places its leader on that
-	// connection's node (client-local, see [Queue.Slot]) and the shards of one queue lead
-	// from different nodes. Without them (or with one ladder) every queue is declared through
-	// Apply's own connection, and with shards every new ladder queue then leads from that one
-	// node. Queues that already exist keep their leaders. With Management as well, Apply reads
-	// the leaders of the shards that exist and the node of each connection (matched by its
-	// local port in the management API's connection list), and declares each new copy through
-	// a node that leads no other shard of the same queue: adding shards to a deployed ladder
-	// keeps them apart from shard 0's leaders. Apply leaves the connections open.
+	// Nodes are connections to the cluster's nodes, one per node, for a topology with shards
+	// of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue through
+	// Nodes[Queue.Slot mod len(Nodes)], so that its leader is on that node (client-local) and
+	// the shards of one queue lead from different nodes; with Management as well, through a node
+	// that leads no other shard of the same queue (matched by local port in the management
+	// API's connection list). Without them every new queue leads from the node of Apply's own
+	// connection. Existing queues keep their leaders. Apply leaves the connections open.
 	Nodes []*amqp.Connection
 }
 

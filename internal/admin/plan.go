@@ -270,7 +270,7 @@ func policyDefinition(t delayspec.QueueType, shards int) map[string]any {
 // node that leads the fewest quorum queues (of every vhost) at that moment, or on a random
 // running member once the cluster has queue_count_start_random_selection (1,000) queues or
 // more. Without it, a new quorum queue's leader is the node the declaring client is connected
-// to ("client-local", the default), so one apply put every leader of the topology on one
+// to ("client-local", the default), so one apply would put every leader of the topology on one
 // node. The policy value wins over an x-queue-leader-locator argument. Source:
 // rabbit_queue_location (leader_locator/1, leader_node/6) in RabbitMQ 3.10.8 and 4.0.5, both
 // of which accept "balanced" (3.10 maps the older "random" and "least-leaders" to it).
