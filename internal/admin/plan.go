@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -397,11 +396,7 @@ func (p *Plan) ForBroker(major int) *Plan {
 // property, e.g. "4.0.5"), or 0 when it does not say (or conn is nil): the argument of
 // [Plan.ForBroker].
 func ServerMajor(conn *amqp.Connection) int {
-	if conn == nil {
-		return 0
-	}
-	v, _ := conn.Properties["version"].(string)
-	major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	major, _, _ := ParseVersion(ServerVersion(conn))
 	return major
 }
 
