@@ -8,7 +8,6 @@ import (
 	"math/big"
 	"net/url"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 )
@@ -330,24 +329,33 @@ func definitionOf(mq managedObject, pols, ops map[string]managedPolicy) (def map
 
 // DispatchBound reports whether the dispatch exchange of p is bound to target with the plan's
 // binding ({x-match: all, rabbitdelay-target: target}), reading the broker's bindings through
-// the management API. It returns
-// false for a target the plan does not have. Errors wrap ErrManagement (a missing dispatch
-// exchange answers 404).
+// the management API. It returns false for a target the plan does not have. Errors wrap
+// ErrManagement (a missing dispatch exchange answers 404).
 func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) (bool, error) {
-	var want *Binding
-	for _, b := range p.Bindings {
-		if b.Role == RoleDispatch && b.Source == p.Names.Dispatch() && b.Destination == target && b.DestinationType == DestExchange {
-			want = &b
-			break
-		}
-	}
-	if want == nil {
+	want, ok := p.dispatchBinding(target)
+	if !ok {
 		return false, nil
 	}
+	have, err := m.dispatchBindings(ctx, p)
+	return have[want.key()], err
+}
+
+// dispatchBinding is the plan's binding of the dispatch exchange to target.
+func (p *Plan) dispatchBinding(target string) (Binding, bool) {
+	for _, b := range p.Bindings {
+		if b.Role == RoleDispatch && b.Source == p.Names.Dispatch() && b.Destination == target && b.DestinationType == DestExchange {
+			return b, true
+		}
+	}
+	return Binding{}, false
+}
+
+// dispatchBindings returns the keys (see bindingKey) of the dispatch exchange's bindings.
+func (m *Management) dispatchBindings(ctx context.Context, p *Plan) (map[string]bool, error) {
 	var have []Binding
 	path := "api/exchanges/" + url.PathEscape(m.vhost) + "/" + url.PathEscape(p.Names.Dispatch()) + "/bindings/source"
 	if err := m.get(ctx, path, &have); err != nil {
-		return false, err
+		return nil, err
 	}
-	return slices.ContainsFunc(have, func(b Binding) bool { return b.key() == want.key() }), nil
+	return bindingKeys(have), nil
 }
