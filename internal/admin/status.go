@@ -88,9 +88,10 @@ type StatusReport struct {
 	ConsumedDelayQueues []string `json:"consumed_delay_queues,omitempty"`
 	// Management says whether the management API was read.
 	Management bool `json:"management"`
-	// StatsDisabled: the management API collects no queue statistics
-	// ([Management.StatsDisabled]): message counts and messages_dlx are unknown, so Status
-	// cannot see messages stuck in dead-letter state and fails with ErrUnhealthy.
+	// StatsDisabled: the management API collects no queue statistics (its overview's
+	// disable_stats, rabbitmq_management_agent.disable_metrics_collector = true): message
+	// counts and messages_dlx are unknown, so Status cannot see messages stuck in dead-letter
+	// state and fails with ErrUnhealthy.
 	StatsDisabled bool `json:"stats_disabled,omitempty"`
 	// Unplanned are the exchanges and queues with the plan's prefix that the plan does not
 	// have (management API only): left by an earlier specification. They do not make the
