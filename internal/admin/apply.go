@@ -107,17 +107,13 @@ type ApplyOptions struct {
 	Management *Management
 	// Logger receives debug lines for every declaration; the zero value logs nothing.
 	Logger zerolog.Logger
-	// Nodes are connections to the cluster's nodes, one per node, in any order, for a topology
-	// with shards of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue
-	// through Nodes[Queue.Slot mod len(Nodes)], so that RabbitMQ places its leader on that
-	// connection's node (client-local, see [Queue.Slot]) and the shards of one queue lead
-	// from different nodes. Without them (or with one ladder) every queue is declared through
-	// Apply's own connection, and with shards every new ladder queue then leads from that one
-	// node. Queues that already exist keep their leaders. With Management as well, Apply reads
-	// the leaders of the shards that exist and the node of each connection (matched by its
-	// local port in the management API's connection list), and declares each new copy through
-	// a node that leads no other shard of the same queue: adding shards to a deployed ladder
-	// keeps them apart from shard 0's leaders. Apply leaves the connections open.
+	// Nodes are connections to the cluster's nodes, one per node, for a topology with shards
+	// of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue through
+	// Nodes[Queue.Slot mod len(Nodes)], so that its leader is on that node (client-local) and
+	// the shards of one queue lead from different nodes; with Management as well, through a node
+	// that leads no other shard of the same queue (matched by local port in the management
+	// API's connection list). Without them every new queue leads from the node of Apply's own
+	// connection. Existing queues keep their leaders. Apply leaves the connections open.
 	Nodes []*amqp.Connection
 }
 
@@ -131,8 +127,17 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 	if err := foreignObjects(ctx, conn, p); err != nil { // foreign.go
 		return err
 	}
+	missing, err := missingExchanges(ctx, conn, p)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: %s (nothing was declared): %s", ErrTargetMissing, quoteList(missing), strings.Join(missingAdvice(ctx, p, m, missing), "; "))
+}
+
+// missingExchanges returns the exchanges of p.Existing that do not exist.
+func missingExchanges(ctx context.Context, conn *amqp.Connection, p *Plan) ([]string, error) {
 	if len(p.Existing) == 0 {
-		return nil
+		return nil, nil
 	}
 	jobs := make([]job, len(p.Existing))
 	for i, name := range p.Existing {
@@ -142,7 +147,7 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 	}
 	errs, err := runJobs(ctx, conn, DefaultWorkers, false, jobs)
 	if err != nil {
-		return fmt.Errorf("topology: check target exchanges: %w", err)
+		return nil, fmt.Errorf("topology: check target exchanges: %w", err)
 	}
 	var missing []string
 	for i, err := range errs {
@@ -151,12 +156,15 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 		case code(err) == amqp.NotFound:
 			missing = append(missing, p.Existing[i])
 		default:
-			return wrapBroker(err, fmt.Sprintf("check that exchange %q exists", p.Existing[i]))
+			return nil, wrapBroker(err, fmt.Sprintf("check that exchange %q exists", p.Existing[i]))
 		}
 	}
-	if len(missing) == 0 {
-		return nil
-	}
+	return missing, nil
+}
+
+// missingAdvice is what to do about the missing exchanges, by where the specification has
+// them, with the similar names among the targets and (with m) in the vhost.
+func missingAdvice(ctx context.Context, p *Plan, m *Management, missing []string) []string {
 	// amq.*: RabbitMQ refuses to declare them (403), only the broker creates them. The others
 	// are named by where the specification has them: a target given without a type, or the
 	// exchange of a ready queue that is no target.
@@ -216,7 +224,7 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 		advice = append(advice, fmt.Sprintf("%s: names starting with \"amq.\" are RabbitMQ's own exchanges and cannot be declared; "+
 			"enable what creates them on the broker, or use a target of another name", quoteList(own)))
 	}
-	return fmt.Errorf("%w: %s (nothing was declared): %s", ErrTargetMissing, quoteList(missing), strings.Join(advice, "; "))
+	return advice
 }
 
 // Apply declares the plan on conn, idempotently, and reports every object as created or
@@ -237,30 +245,83 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	start := time.Now()
 	rep := &Report{}
 	defer func() { rep.Elapsed = time.Since(start) }()
-	log := opts.Logger
 	p = p.ForBroker(ServerMajor(conn))
 	if err := Preflight(ctx, conn, p, opts.Management); err != nil {
 		return rep, err
 	}
-	r := newRunner(ctx, conn, opts.Workers, log, "declare", rep)
+	r := newRunner(ctx, conn, opts.Workers, opts.Logger, "declare", rep)
 	objects := objectsOf(p, opts.Nodes)
 	exists, err := survey(r, objects)
 	if err != nil {
 		return rep, err
 	}
-	var bindings map[string]bool
-	if opts.Management != nil {
-		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
-			log.Warn().Err(err).Msg("cannot list bindings through the management API: bindings are reported as bound, not created/unchanged")
-		}
-	}
-
+	bindings := existingBindings(ctx, opts)
 	conflicts, conflictOf, err := findConflicts(r, objects, exists, opts)
 	if err != nil {
 		return rep, err
 	}
+	r.reportExisting(p, objects, exists, conflictOf, bindings)
+	if len(conflicts) > 0 {
+		markNotDeclared(rep)
+		if len(conflicts) == 1 {
+			return rep, conflicts[0]
+		}
+		// The report lists every conflict; the error keeps the first one in full.
+		return rep, fmt.Errorf("%w\n(and %d more objects exist with different arguments: see the report)", conflicts[0], len(conflicts)-1)
+	}
+	// The policies, before any object is created, so new queues never run under another
+	// policy; AMQP cannot set them.
+	policyResults, err := applyPolicies(ctx, conn, p, opts)
+	if err != nil || opts.DryRun {
+		rep.Results = append(rep.Results, policyResults...)
+		return rep, err
+	}
+	if opts.Management != nil && len(opts.Nodes) > 1 && p.Spec.Shards > 1 {
+		placeNewShards(ctx, p, opts, objects, exists)
+	}
+	// Create what is missing, phase by phase: exchanges, queues, the bindings tier by tier;
+	// then write the spec record, once every object has been declared with this plan's
+	// arguments and the policies are set.
+	for _, ph := range r.createPhases(p, objects, bindings != nil) {
+		if err := r.run(ph.steps, ph.done, declareFailed); err != nil {
+			markNotDeclared(rep)
+			return rep, err
+		}
+	}
+	if err := delayspec.WriteRecord(ctx, conn, p.Spec); err != nil {
+		return rep, fmt.Errorf("topology: %w", err)
+	}
+	rep.Results = append(rep.Results, policyResults...)
+	if opts.Management != nil {
+		if rep.PolicyProblems, err = checkPolicies(r, opts.Management, p, objects); err != nil {
+			return rep, err
+		}
+		if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
+			return rep, policyError(failing)
+		}
+	}
+	opts.Logger.Debug().Int("created", rep.Count(StateCreated)).Int("unchanged", rep.Count(StateUnchanged)).
+		Dur("elapsed", time.Since(start)).Msg("topology applied")
+	return rep, nil
+}
 
-	// Report of what exists.
+// existingBindings returns the keys of the vhost's bindings (see bindingKey), or nil without
+// the management API or when it cannot list them (bindings are then reported as bound).
+func existingBindings(ctx context.Context, opts ApplyOptions) map[string]bool {
+	if opts.Management == nil {
+		return nil
+	}
+	all, err := opts.Management.bindings(ctx)
+	if err != nil {
+		opts.Logger.Warn().Err(err).Msg("cannot list bindings through the management API: bindings are reported as bound, not created/unchanged")
+		return nil
+	}
+	return bindingKeys(all)
+}
+
+// reportExisting adds a row per object and binding of p: unchanged, in conflict, or missing
+// (a binding is unknown without the management API's bindings).
+func (r *runner) reportExisting(p *Plan, objects []planObject, exists map[string]bool, conflictOf map[string]*ConflictError, bindings map[string]bool) {
 	for _, o := range objects {
 		row := Result{Kind: o.kind, Name: o.name, State: StateMissing}
 		if c := conflictOf[o.key()]; c != nil {
@@ -280,67 +341,60 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		}
 		r.add(row)
 	}
-	// notDeclared marks what is still to be declared as not declared, when Apply stops.
-	notDeclared := func() {
-		for i := range rep.Results {
-			if s := rep.Results[i].State; s == StateMissing || s == StateUnknown {
-				rep.Results[i].State = StateNotDeclared
-			}
-		}
-	}
-	if len(conflicts) > 0 {
-		notDeclared()
-		if len(conflicts) == 1 {
-			return rep, conflicts[0]
-		}
-		// The report lists every conflict; the error keeps the first one in full.
-		return rep, fmt.Errorf("%w\n(and %d more objects exist with different arguments: see the report)", conflicts[0], len(conflicts)-1)
-	}
-	// The policies, before any object is created, so new queues never run under another
-	// policy; AMQP cannot set them.
-	var policyResults []Result
-	if opts.Management != nil {
-		policyResults, err = opts.Management.SetPolicies(ctx, p, opts.DryRun)
-		if err != nil {
-			rep.Results = append(rep.Results, policyResults...)
-			return rep, err
-		}
-	} else {
-		cmds := p.PolicyCommands(conn.Config.Vhost) // the vhost the connection opened
-		for i, pol := range p.Policies {
-			policyResults = append(policyResults, Result{Kind: KindPolicy, Name: pol.Name, State: StateSkipped,
-				Detail: "AMQP cannot set policies: pass the management API, or run " + cmds[i]})
-		}
-	}
-	if opts.DryRun {
-		rep.Results = append(rep.Results, policyResults...)
-		return rep, nil
-	}
+}
 
-	// Create what is missing, phase by phase: exchanges, queues, the bindings tier by tier;
-	// then write the spec record, once every object has been declared with this plan's
-	// arguments and the policies are set.
-	type phase struct {
-		steps []step
-		done  State
-	}
-	// With shards of the ladder, new ladder queues lead from nodes that lead no other shard of
-	// the same queue (placeShards), when the management API tells the nodes apart.
-	if opts.Management != nil && len(opts.Nodes) > 1 && p.Spec.Shards > 1 {
-		place, err := placeShards(ctx, opts.Management, p, opts.Nodes, exists)
-		if err != nil {
-			log.Warn().Err(err).Msg("cannot read the leaders or connections through the management API: new shards of the ladder are placed by slot")
-		}
-		if place == nil {
-			log.Debug().Msg("the nodes of ApplyOptions.Nodes are not all found in the management API's connection list: shards placed by slot")
-		}
-		for i, o := range objects {
-			if idx, ok := place[o.name]; ok && o.kind == KindQueue {
-				q, _ := p.Queue(o.name)
-				objects[i].decl = declareQueueOn(q, opts.Nodes[idx])
-			}
+// markNotDeclared marks what is still to be declared as not declared, when Apply stops.
+func markNotDeclared(rep *Report) {
+	for i := range rep.Results {
+		if s := rep.Results[i].State; s == StateMissing || s == StateUnknown {
+			rep.Results[i].State = StateNotDeclared
 		}
 	}
+}
+
+// applyPolicies sets p's policies through the management API, or, without it, reports each
+// as skipped with the rabbitmqctl command that sets it.
+func applyPolicies(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOptions) ([]Result, error) {
+	if opts.Management != nil {
+		return opts.Management.SetPolicies(ctx, p, opts.DryRun)
+	}
+	var out []Result
+	cmds := p.PolicyCommands(conn.Config.Vhost) // the vhost the connection opened
+	for i, pol := range p.Policies {
+		out = append(out, Result{Kind: KindPolicy, Name: pol.Name, State: StateSkipped,
+			Detail: "AMQP cannot set policies: pass the management API, or run " + cmds[i]})
+	}
+	return out, nil
+}
+
+// placeNewShards makes each new ladder queue of objects lead from a node that leads no other
+// shard of the same queue (placeShards), when the management API tells the nodes apart.
+func placeNewShards(ctx context.Context, p *Plan, opts ApplyOptions, objects []planObject, exists map[string]bool) {
+	place, err := placeShards(ctx, opts.Management, p, opts.Nodes, exists)
+	if err != nil {
+		opts.Logger.Warn().Err(err).Msg("cannot read the leaders or connections through the management API: new shards of the ladder are placed by slot")
+	}
+	if place == nil {
+		opts.Logger.Debug().Msg("the nodes of ApplyOptions.Nodes are not all found in the management API's connection list: shards placed by slot")
+	}
+	for i, o := range objects {
+		if idx, ok := place[o.name]; ok && o.kind == KindQueue {
+			q, _ := p.Queue(o.name)
+			objects[i].decl = declareQueueOn(q, opts.Nodes[idx])
+		}
+	}
+}
+
+// phase is a set of declarations Apply runs together, and the state of what it declared.
+type phase struct {
+	steps []step
+	done  State
+}
+
+// createPhases are the declarations of what is missing: the exchanges, the queues, then the
+// bindings tier by tier. Bindings are reported as bound when knownBindings is false (AMQP
+// cannot tell a created binding from an existing one).
+func (r *runner) createPhases(p *Plan, objects []planObject, knownBindings bool) []phase {
 	var exchanges, queues []step
 	for _, o := range objects {
 		switch {
@@ -353,8 +407,8 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	}
 	phases := []phase{{steps: exchanges, done: StateCreated}, {steps: queues, done: StateCreated}}
 	bound := StateCreated
-	if bindings == nil {
-		bound = StateBound // AMQP cannot tell a created binding from an existing one
+	if !knownBindings {
+		bound = StateBound
 	}
 	for i, b := range p.Bindings {
 		if i == 0 || b.Tier != p.Bindings[i-1].Tier {
@@ -370,27 +424,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 			last.steps = append(last.steps, s)
 		}
 	}
-	for _, ph := range phases {
-		if err := r.run(ph.steps, ph.done, declareFailed); err != nil {
-			notDeclared()
-			return rep, err
-		}
-	}
-	if err := delayspec.WriteRecord(ctx, conn, p.Spec); err != nil {
-		return rep, fmt.Errorf("topology: %w", err)
-	}
-	rep.Results = append(rep.Results, policyResults...)
-	if opts.Management != nil {
-		if rep.PolicyProblems, err = checkPolicies(r, opts.Management, p, objects); err != nil {
-			return rep, err
-		}
-		if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
-			return rep, policyError(failing)
-		}
-	}
-	log.Debug().Int("created", rep.Count(StateCreated)).Int("unchanged", rep.Count(StateUnchanged)).
-		Dur("elapsed", time.Since(start)).Msg("topology applied")
-	return rep, nil
+	return phases
 }
 
 // findConflicts declares the existing objects again with the plan's arguments: equal
@@ -482,110 +516,6 @@ func conflictDetail(c *ConflictError) string {
 	return fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
 }
 
-// planObject is one exchange or queue of a plan, as Apply looks it up and declares it.
-type planObject struct {
-	kind   Kind
-	name   string
-	typ    string // the exchange type
-	args   amqp.Table
-	plugin bool // the delayed-message plugin's exchange
-	decl   job
-}
-
-// objectsOf lists the exchanges, then the queues, of p in plan order. A queue with a Slot is
-// declared through nodes[Slot mod len(nodes)] when nodes are given.
-func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
-	var objects []planObject
-	for _, e := range p.Exchanges {
-		objects = append(objects, planObject{kind: KindExchange, name: e.Name, typ: e.Type, args: e.Args,
-			plugin: e.Role == RolePlugin, decl: declareExchange(e)})
-	}
-	for _, q := range p.Queues {
-		decl := declareQueue(q)
-		if q.Slot >= 0 && len(nodes) > 0 {
-			decl = declareQueueOn(q, nodes[q.Slot%len(nodes)])
-		}
-		objects = append(objects, planObject{kind: KindQueue, name: q.Name, args: q.Args, decl: decl})
-	}
-	return objects
-}
-
-func (o planObject) key() string   { return rowKey(o.kind, o.name) }
-func (o planObject) declare() step { return step{o.kind, o.name, o.decl} }
-
-// lookup is a passive declaration: it fails with 404 NOT_FOUND when the object does not exist.
-func (o planObject) lookup() step {
-	if o.kind == KindExchange {
-		return step{o.kind, o.name, func(ch *amqp.Channel) error {
-			return ch.ExchangeDeclarePassive(o.name, o.typ, true, false, false, false, nil)
-		}}
-	}
-	return step{o.kind, o.name, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclarePassive(o.name, true, false, false, false, nil)
-		return err
-	}}
-}
-
-// survey finds, with passive declarations, which of objects exist (by planObject.key).
-func survey(r *runner, objects []planObject) (map[string]bool, error) {
-	steps := make([]step, len(objects))
-	for i, o := range objects {
-		steps[i] = o.lookup()
-	}
-	errs, err := r.look(steps)
-	if err != nil {
-		return nil, fmt.Errorf("topology: look up existing objects: %w", err)
-	}
-	exists := map[string]bool{}
-	for i, e := range errs {
-		s := steps[i]
-		switch {
-		case e == nil:
-			exists[s.key()] = true
-		case code(e) == amqp.NotFound:
-		default:
-			return nil, wrapBroker(e, fmt.Sprintf("look up %s %q", s.kind, s.name))
-		}
-	}
-	return exists, nil
-}
-
-func declareExchange(e Exchange) job {
-	return func(ch *amqp.Channel) error {
-		return ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, e.Args)
-	}
-}
-
-func declareQueue(q Queue) job {
-	return func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
-		return err
-	}
-}
-
-// declareQueueOn declares q on a channel of its own on conn (a connection to the node that is to
-// lead q), not on the worker's channel.
-func declareQueueOn(q Queue, conn *amqp.Connection) job {
-	return func(*amqp.Channel) error {
-		ch, err := conn.Channel()
-		if err != nil {
-			return fmt.Errorf("topology: open channel to place queue %q: %w", q.Name, err)
-		}
-		defer ch.Close()
-		_, err = ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
-		return err
-	}
-}
-
-func declareBinding(b Binding) job {
-	return func(ch *amqp.Channel) error {
-		if b.DestinationType == DestExchange {
-			return ch.ExchangeBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
-		}
-		return ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
-	}
-}
-
 func quoteList(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
@@ -610,9 +540,13 @@ func targetNames(ts []delayspec.Target) []string {
 // ErrPolicy when a queue is deleted every time.
 func checkPolicies(r *runner, m *Management, p *Plan, objects []planObject) ([]PolicyProblem, error) {
 	for attempt := 1; ; attempt++ {
-		probs, _, missing, err := m.policyProblems(r.ctx, p)
-		if err != nil || len(missing) == 0 {
-			return probs, err
+		v, err := m.policyView(r.ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		probs, missing := v.problems, v.missing
+		if len(missing) == 0 {
+			return probs, nil
 		}
 		if attempt == 3 {
 			return probs, fmt.Errorf("%w: queue %q is deleted right after declare apply declares it (%d times): an expires "+

@@ -285,40 +285,22 @@ func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error
 	return out, nil
 }
 
-// bindingKeys returns a key for every binding of the vhost (see bindingKey).
-func (m *Management) bindingKeys(ctx context.Context) (map[string]bool, error) {
-	all, err := m.bindings(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]bool, len(all))
-	for _, b := range all {
+// bindingKeys is the set of the keys of bindings (see bindingKey).
+func bindingKeys(bindings []Binding) map[string]bool {
+	out := make(map[string]bool, len(bindings))
+	for _, b := range bindings {
 		out[b.key()] = true
 	}
-	return out, nil
+	return out
 }
 
 // bindings returns every binding of the vhost but the default exchange's (Role is empty).
 func (m *Management) bindings(ctx context.Context) ([]Binding, error) {
-	var raw []struct {
-		Source          string         `json:"source"`
-		Destination     string         `json:"destination"`
-		DestinationType string         `json:"destination_type"`
-		RoutingKey      string         `json:"routing_key"`
-		Arguments       map[string]any `json:"arguments"`
-	}
-	if err := m.get(ctx, "api/bindings/"+url.PathEscape(m.vhost), &raw); err != nil {
+	var all []Binding // the API's fields have Binding's JSON names
+	if err := m.get(ctx, "api/bindings/"+url.PathEscape(m.vhost), &all); err != nil {
 		return nil, err
 	}
-	out := make([]Binding, 0, len(raw))
-	for _, b := range raw {
-		if b.Source == "" {
-			continue
-		}
-		out = append(out, Binding{Source: b.Source, Destination: b.Destination, DestinationType: b.DestinationType,
-			RoutingKey: b.RoutingKey, Args: b.Arguments})
-	}
-	return out, nil
+	return slices.DeleteFunc(all, func(b Binding) bool { return b.Source == "" }), nil
 }
 
 // unplannedBindings picks, from the vhost's bindings, those that lead from or to the plan's
@@ -353,24 +335,6 @@ func unplannedBindings(p *Plan, all []Binding) (unplanned, retry []Binding) {
 		}
 	}
 	return unplanned, retry
-}
-
-// ExchangeTypes returns the exchange types the broker knows (from /api/overview), for
-// example x-delayed-message when the plugin is enabled.
-func (m *Management) ExchangeTypes(ctx context.Context) ([]string, error) {
-	var raw struct {
-		ExchangeTypes []struct {
-			Name string `json:"name"`
-		} `json:"exchange_types"`
-	}
-	if err := m.get(ctx, "api/overview", &raw); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, t := range raw.ExchangeTypes {
-		out = append(out, t.Name)
-	}
-	return out, nil
 }
 
 // Version returns the RabbitMQ version the management API reports (its overview's
@@ -481,35 +445,6 @@ func (o *vhostObject) props(kind Kind) map[string]any {
 	return out
 }
 
-// objects returns every exchange and queue of the vhost (one request per kind), keyed
-// "exchange NAME" and "queue NAME" (planObject.key's form).
-func (m *Management) objects(ctx context.Context) (map[string]*vhostObject, error) {
-	out := map[string]*vhostObject{}
-	for _, kind := range []Kind{KindExchange, KindQueue} {
-		var raw []struct {
-			Name       string         `json:"name"`
-			Type       string         `json:"type"`
-			Durable    bool           `json:"durable"`
-			AutoDelete bool           `json:"auto_delete"`
-			Internal   bool           `json:"internal"`
-			Exclusive  bool           `json:"exclusive"`
-			Arguments  map[string]any `json:"arguments"`
-		}
-		columns := "name,type,durable,auto_delete,internal,arguments"
-		if kind == KindQueue {
-			columns = "name,type,durable,auto_delete,exclusive,arguments"
-		}
-		if err := m.get(ctx, "api/"+string(kind)+"s/"+url.PathEscape(m.vhost)+"?columns="+columns, &raw); err != nil {
-			return nil, err
-		}
-		for _, o := range raw {
-			out[string(kind)+" "+o.Name] = &vhostObject{Type: o.Type, Durable: o.Durable, AutoDelete: o.AutoDelete,
-				Internal: o.Internal, Exclusive: o.Exclusive, Arguments: o.Arguments}
-		}
-	}
-	return out, nil
-}
-
 // Unplanned is an exchange or queue named by the plan's naming rule but not in the plan:
 // typically left by an earlier specification with the same prefix (another ladder unit,
 // radix or order, a bucket no longer listed).
@@ -528,29 +463,6 @@ func (u Unplanned) String() string {
 		return fmt.Sprintf("queue %s (%s)", u.Name, text.Plural(int(u.Messages), "message"))
 	}
 	return string(u.Kind) + " " + u.Name
-}
-
-// Unplanned lists, by kind and name, the exchanges and queues of the vhost whose names
-// belong to p's naming rule ([Names.Reserved]: <prefix>.dispatch, .ladder.*, .bucket.*, ...)
-// and that p does not have. Other names under the prefix (an application's <prefix>.orders,
-// or another topology's <prefix>.eu.*) are not listed. AMQP cannot list objects, so this
-// needs the management API. Errors wrap ErrManagement.
-func (m *Management) Unplanned(ctx context.Context, p *Plan) ([]Unplanned, error) {
-	queues, err := m.Queues(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return m.unplanned(ctx, p, queues)
-}
-
-// unplanned is Unplanned with the vhost's queues already read (Status and Teardown read them
-// for their own counts).
-func (m *Management) unplanned(ctx context.Context, p *Plan, queues map[string]ManagedQueue) ([]Unplanned, error) {
-	names, err := m.exchangeNames(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return unplannedOf(p, names, queues), nil
 }
 
 // exchangeNames lists the names of the vhost's exchanges.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
 // Mismatch is one property of an existing exchange or queue that differs from what the plan
@@ -198,4 +200,36 @@ func sameValue(have, want any) bool {
 		return ok && h == w
 	}
 	return fmt.Sprint(have) == fmt.Sprint(want)
+}
+
+// mismatchError is ErrUnhealthy naming the first of the mismatched properties and what to do,
+// or nil when there are none.
+func mismatchError(mm []Mismatch) error {
+	if len(mm) == 0 {
+		return nil
+	}
+	objects, queues := map[string]bool{}, 0
+	for _, m := range mm {
+		key := string(m.Kind) + " " + m.Name
+		if !objects[key] && m.Kind == KindQueue {
+			queues++
+		}
+		objects[key] = true
+	}
+	first := mm[0]
+	it, tool := "it", "management UI or API"
+	if len(objects) > 1 {
+		it = "them"
+	}
+	if queues > 0 {
+		tool += ", or rabbitmqctl delete_queue"
+	}
+	fix := fmt.Sprintf("delete %s (%s) and run rabbitdelay apply, which declares %s again as planned", it, tool, it)
+	if queues > 0 {
+		fix += "; deleting a queue deletes the messages it holds: move them elsewhere first"
+	}
+	return fmt.Errorf("%w: %s of %s %s from the plan's (first: %s): such an object routes, keeps or "+
+		"dead-letters messages otherwise than planned, and RabbitMQ cannot change it in place; %s",
+		ErrUnhealthy, text.Plural(len(mm), "property"), text.Plural(len(objects), "existing object"),
+		map[bool]string{true: "differs", false: "differ"}[len(mm) == 1], first, fix)
 }

@@ -2,10 +2,12 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/url"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -20,19 +22,29 @@ const connListWait = 20 * time.Second
 // connListWait has passed. ok is false when one of them is still not found (a proxy between
 // client and broker): the caller then places by slot alone.
 func (m *Management) connNodes(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool, err error) {
-	deadline := time.Now().Add(connListWait)
-	for {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.Multiplier, b.RandomizationFactor, b.MaxElapsedTime = time.Second, 1, 0, connListWait
+	err = backoff.Retry(func() error {
 		nodes, ok, err = m.connNodesOnce(ctx, conns)
-		if err != nil || ok || time.Now().After(deadline) {
-			return nodes, ok, err
+		switch {
+		case err != nil:
+			return backoff.Permanent(err)
+		case !ok:
+			return errNotListed
 		}
-		select {
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		case <-time.After(time.Second):
-		}
+		return nil
+	}, backoff.WithContext(b, ctx))
+	if errors.Is(err, errNotListed) {
+		return nil, false, nil
 	}
+	if err != nil {
+		return nil, false, err
+	}
+	return nodes, true, nil
 }
+
+// errNotListed: a connection is not in the management API's connection list yet.
+var errNotListed = errors.New("connection not listed")
 
 func (m *Management) connNodesOnce(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool, err error) {
 	var raw []struct {

@@ -5,13 +5,11 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
-	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
@@ -231,231 +229,15 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	// A target named like the topology's retry exchange (the consumer package's Publisher
 	// names it) is that exchange, which addRetry plans with its binding.
 	s.Targets = slices.DeleteFunc(slices.Clone(s.Targets), func(t delayspec.Target) bool { return t.Name == n.Retry() })
-
-	// Where a level hands its messages to, and how far each level is from D (in levels).
-	levels := ladder.Levels()
-	nextExchange := func(level, shard int) string {
-		if next, ok := route.Next(ladder, level); ok {
-			return n.LadderExchangeShard(next, shard)
-		}
-		return n.Dispatch()
-	}
-	dist := make([]int, levels)
-	for l := range levels {
-		d, cur := 1, l
-		for {
-			next, ok := route.Next(ladder, cur)
-			if !ok {
-				break
-			}
-			d, cur = d+1, next
-		}
-		dist[l] = d
-	}
-	// Levels nearest to D first: their downstream exists when they are declared.
-	order := make([]int, levels)
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(i, j int) bool { return dist[order[i]] < dist[order[j]] })
-
-	// Exchanges.
-	p.Exchanges = append(p.Exchanges,
-		Exchange{Name: n.Unroutable(), Type: amqp.ExchangeFanout, Role: RoleUnroutable, Level: -1},
-		Exchange{Name: n.DueUnroutable(), Type: amqp.ExchangeHeaders, Role: RoleUnroutable, Level: -1},
-		Exchange{Name: n.Dispatch(), Type: amqp.ExchangeHeaders, Args: amqp.Table{"alternate-exchange": n.Unroutable()}, Role: RoleDispatch, Level: -1},
-	)
-	declared := map[string]bool{}
-	for _, t := range s.Targets {
-		if t.Type != "" {
-			p.Exchanges = append(p.Exchanges, Exchange{Name: t.Name, Type: t.Type, Role: RoleTarget, Level: -1})
-			declared[t.Name] = true
-		} else {
-			p.Existing = appendOnce(p.Existing, t.Name)
-		}
-	}
-	for _, r := range s.ReadyQueues {
-		if !declared[r.Exchange] {
-			p.Existing = appendOnce(p.Existing, r.Exchange)
-		}
-	}
-	for k := range s.Shards {
-		for _, l := range order {
-			p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
-			if _, ok := route.Next(ladder, l); ok {
-				p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderLastHopExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
-			}
-		}
-	}
-	if len(buckets.List()) > 0 {
-		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
-	}
-	if s.Plugin != delayspec.PluginOff {
-		p.Exchanges = append(p.Exchanges, Exchange{Name: n.PluginExchange(), Type: PluginExchangeType,
-			Args: amqp.Table{"x-delayed-type": amqp.ExchangeHeaders}, Role: RolePlugin, Level: -1})
-	}
-
-	// Queues.
-	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: plainArgs(s.QueueType), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
-	p.addRevoked() // revoked.go: the revocation stream
-	p.Queues = append(p.Queues, Queue{Name: n.SpecStream(), Args: delayspec.SpecStreamArgs(), Role: RoleSpec, Level: -1, Digit: -1, Slot: -1})
-	for _, r := range s.ReadyQueues {
-		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
-	}
-	all := route.DelayQueues(ladder, buckets)
-	byLevel := make([][]route.DelayQueue, levels)
-	var bucketQs []route.DelayQueue
-	for _, q := range all {
-		if q.Kind == route.LadderKind {
-			byLevel[q.Level] = append(byLevel[q.Level], q)
-		} else {
-			bucketQs = append(bucketQs, q)
-		}
-	}
-	// With shards, the i-th ladder queue (by level, then digit) of shard k gets slot i+k: Apply
-	// places it on node (i+k) mod nodes (see Queue.Slot).
-	radix1 := ladder.WithDefaults().Radix - 1
-	for k := range s.Shards {
-		for _, l := range order {
-			for _, q := range byLevel[l] {
-				dlx := nextExchange(l, k)
-				slot := -1
-				if s.Shards > 1 {
-					slot = l*radix1 + q.Digit - 1 + k
-				}
-				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
-					Role: RoleLadder, Level: l, Digit: q.Digit, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: dlx})
-			}
-		}
-	}
-	// Last-hop queues: per level that does not dead-letter into D already, a queue per digit
-	// with the same TTL that does, for the messages whose last hop is there. With copies their
-	// slots follow those of the ladder's queues.
-	for k := range s.Shards {
-		for _, l := range order {
-			if _, ok := route.Next(ladder, l); !ok {
-				continue
-			}
-			for _, q := range byLevel[l] {
-				slot := -1
-				if s.Shards > 1 {
-					slot = (levels+l)*radix1 + q.Digit - 1 + k
-				}
-				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
-					Role: RoleLadder, Level: l, Digit: q.Digit, LastHop: true, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
-			}
-		}
-	}
-	// First-hop queues (top-first order): per level above 0, a queue per digit with the same TTL
-	// that dead-letters into level 0's exchange, for the first hop of the messages whose highest
-	// digit is there. Their slots follow those of the last-hop queues.
-	if ladder.Order == ttlbuckets.TopFirst {
-		for k := range s.Shards {
-			for _, l := range order {
-				if l == 0 {
-					continue
-				}
-				for _, q := range byLevel[l] {
-					slot := -1
-					if s.Shards > 1 {
-						slot = (2*levels+l)*radix1 + q.Digit - 1 + k
-					}
-					dlx := n.LadderExchangeShard(0, k)
-					p.Queues = append(p.Queues, Queue{Name: n.LadderFirstHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
-						Role: RoleLadder, Level: l, Digit: q.Digit, FirstHop: true, Shard: k, Slot: slot, TTL: q.TTL, DeadLetterExchange: dlx})
-				}
-			}
-		}
-	}
-	// Entry exchanges: a fanout exchange per ladder queue, last-hop and first-hop queue, bound to it alone,
-	// for a message's first hop (Names.LadderEntryExchange).
-	// Its binding has the tier of the level's bindings into the queue (1 for a last-hop queue,
-	// which dead-letters into D): declared once the queue's downstream routes.
-	for _, q := range p.Queues {
-		if q.Role == RoleLadder {
-			x := n.LadderEntryExchange(q.Name)
-			tier := dist[q.Level]
-			switch {
-			case q.LastHop:
-				tier = 1
-			case q.FirstHop:
-				tier = dist[0]
-			}
-			p.Exchanges = append(p.Exchanges, Exchange{Name: x, Type: amqp.ExchangeFanout, Role: RoleLadder, Level: q.Level, Shard: q.Shard})
-			p.Bindings = append(p.Bindings, Binding{Source: x, Destination: q.Name, DestinationType: DestQueue, Role: RoleLadder, Tier: tier})
-		}
-	}
-	for _, q := range bucketQs {
-		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
-			Role: RoleBucket, Level: -1, Digit: -1, Slot: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
-	}
-
-	// Bindings, by tier.
-	p.Bindings = append(p.Bindings, Binding{Source: n.Unroutable(), Destination: n.Parking(), DestinationType: DestQueue, Role: RoleUnroutable})
-	for _, t := range s.Targets {
-		p.Bindings = append(p.Bindings, Binding{Source: n.DueUnroutable(), Destination: n.Parking(), DestinationType: DestQueue,
-			Args: amqp.Table{"x-match": "all", route.TargetHeader: t.Name}, Role: RoleUnroutable})
-	}
-	for _, t := range s.Targets {
-		p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: t.Name, DestinationType: DestExchange,
-			Args: amqp.Table{"x-match": "all", route.TargetHeader: t.Name}, Role: RoleDispatch})
-	}
-	for _, r := range s.ReadyQueues {
-		p.Bindings = append(p.Bindings, Binding{Source: r.Exchange, Destination: r.Queue, DestinationType: DestQueue,
-			RoutingKey: r.BindingKey, Role: RoleReady})
-	}
-	for _, q := range bucketQs {
-		p.Bindings = append(p.Bindings, Binding{Source: n.BucketExchange(), Destination: n.BucketQueue(q.TTL), DestinationType: DestQueue,
-			Args: amqp.Table{"x-match": "all", route.BucketHeader: q.TTL}, Role: RoleBucket, Tier: 1})
-	}
-	if s.Plugin != delayspec.PluginOff {
-		p.Bindings = append(p.Bindings, Binding{Source: n.PluginExchange(), Destination: n.Dispatch(), DestinationType: DestExchange,
-			Args: amqp.Table{"x-match": "all"}, Role: RolePlugin, Tier: 1})
-	}
-	for k := range s.Shards {
-		for _, l := range order {
-			h := route.DigitHeader(l)
-			for _, q := range byLevel[l] {
-				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: n.LadderQueueShard(l, q.Digit, k), DestinationType: DestQueue,
-					Args: amqp.Table{"x-match": "all", h: int64(q.Digit)}, Role: RoleLadder, Tier: dist[l]})
-			}
-			p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: nextExchange(l, k), DestinationType: DestExchange,
-				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: dist[l]})
-			// A message whose last hop is digit d of level l goes into the last-hop queue, which
-			// dead-letters straight to D (route.EncodeRoute), through the level's
-			// last-hop exchange: a headers exchange tests every one of its bindings against
-			// every message, so the level's exchange keeps radix + 1 bindings instead of
-			// 2 x radix - 1 for the messages that only pass through it or hop at it. The
-			// last-hop exchange's bindings lead to queues that dead-letter to D: tier 1, with the
-			// buckets', before the binding that routes into it.
-			if _, ok := route.Next(ladder, l); ok {
-				lx := n.LadderLastHopExchangeShard(l, k)
-				for _, q := range byLevel[l] {
-					args := amqp.Table{"x-match": "all", h: route.LastHopValue(ladder, q.Digit)}
-					p.Bindings = append(p.Bindings, Binding{Source: lx, Destination: n.LadderLastHopQueueShard(l, q.Digit, k), DestinationType: DestQueue,
-						Args: args, Role: RoleLadder, Tier: 1})
-				}
-				p.Bindings = append(p.Bindings, Binding{Source: n.LadderExchangeShard(l, k), Destination: lx, DestinationType: DestExchange,
-					Args: amqp.Table{"x-match": "all", route.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: dist[l]})
-			}
-		}
-	}
+	b := newPlanner(p, s, buckets)
+	b.addExchanges()
+	b.addQueues()
+	b.addEntryExchanges()
+	b.addBindings()
+	b.addLadderBindings()
 	p.addRetry() // retry.go: the consumer's way back to one queue
 	sort.SliceStable(p.Bindings, func(i, j int) bool { return p.Bindings[i].Tier < p.Bindings[j].Tier })
-
-	// Policies: see Plan.Policies and the package documentation's "Policies" section.
-	targets := make([]string, len(s.Targets))
-	for i, t := range s.Targets {
-		targets[i] = t.Name
-	}
-	p.Policies = []Policy{
-		{Name: n.DelayQueuesPolicy(), Pattern: n.DelayQueuesPattern(), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
-			Definition: policyDefinition(s.QueueType, s.Shards), Role: RoleLadder},
-		{Name: n.TargetsPolicy(), Pattern: exactPattern(targets), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
-			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
-		{Name: n.RevokedPolicy(), Pattern: exactPattern([]string{n.Revoked()}), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
-			Definition: map[string]any{"max-age": revokedMaxAge(s)}, Role: RoleRevoked},
-	}
+	p.Policies = policiesOf(s, n) // see Plan.Policies and the package documentation's "Policies" section
 	return p, nil
 }
 
@@ -487,7 +269,7 @@ func policyDefinition(t delayspec.QueueType, shards int) map[string]any {
 // node that leads the fewest quorum queues (of every vhost) at that moment, or on a random
 // running member once the cluster has queue_count_start_random_selection (1,000) queues or
 // more. Without it, a new quorum queue's leader is the node the declaring client is connected
-// to ("client-local", the default), so one apply put every leader of the topology on one
+// to ("client-local", the default), so one apply would put every leader of the topology on one
 // node. The policy value wins over an x-queue-leader-locator argument. Source:
 // rabbit_queue_location (leader_locator/1, leader_node/6) in RabbitMQ 3.10.8 and 4.0.5, both
 // of which accept "balanced" (3.10 maps the older "random" and "least-leaders" to it).
@@ -614,11 +396,7 @@ func (p *Plan) ForBroker(major int) *Plan {
 // property, e.g. "4.0.5"), or 0 when it does not say (or conn is nil): the argument of
 // [Plan.ForBroker].
 func ServerMajor(conn *amqp.Connection) int {
-	if conn == nil {
-		return 0
-	}
-	v, _ := conn.Properties["version"].(string)
-	major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	major, _, _ := ParseVersion(ServerVersion(conn))
 	return major
 }
 

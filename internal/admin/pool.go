@@ -20,40 +20,38 @@ type job func(ch *amqp.Channel) error
 
 // runJobs runs jobs on up to workers channels of conn and returns each job's error, by
 // index. When stopOnError is set, no job starts after one has failed (those are reported
-// with errSkipped). It returns ctx.Err() as soon as ctx ends: amqp091's declare methods take
+// with errSkipped). It returns ctx.Err() as soon as ctx ends, and when ctx ended before every
+// job ran: amqp091's declare methods take
 // no context, so an operation in flight then finishes (or fails) in the background when the
 // broker answers or the connection closes.
 func runJobs(ctx context.Context, conn *amqp.Connection, workers int, stopOnError bool, jobs []job) ([]error, error) {
 	errs := make([]error, len(jobs))
-	if len(jobs) == 0 {
-		return errs, ctx.Err()
-	}
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	workers = min(workers, len(jobs))
-	var (
-		mu     sync.Mutex
-		next   int
-		failed bool
-	)
+	var mu sync.Mutex
+	next, failed := 0, false
+	// take returns the next job to run, marking those skipped on the way; false when none is left.
 	take := func() (int, bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if next >= len(jobs) {
-			return 0, false
+		for ; next < len(jobs); next++ {
+			if (stopOnError && failed) || ctx.Err() != nil {
+				errs[next] = errSkipped
+				continue
+			}
+			next++
+			return next - 1, true
 		}
-		i := next
-		next++
-		if (stopOnError && failed) || ctx.Err() != nil {
-			errs[i] = errSkipped
-			return i, true
-		}
-		return i, true
+		return 0, false
+	}
+	record := func(i int, err error) {
+		mu.Lock()
+		errs[i], failed = err, true
+		mu.Unlock()
 	}
 	var wg sync.WaitGroup
-	done := make(chan struct{})
-	for range workers {
+	for range min(workers, len(jobs)) {
 		wg.Go(func() {
 			var ch *amqp.Channel
 			defer func() {
@@ -61,33 +59,17 @@ func runJobs(ctx context.Context, conn *amqp.Connection, workers int, stopOnErro
 					_ = ch.Close()
 				}
 			}()
-			for {
-				i, ok := take()
-				if !ok {
-					return
-				}
-				mu.Lock()
-				skip := errs[i] != nil
-				mu.Unlock()
-				if skip {
-					continue
-				}
+			for i, ok := take(); ok; i, ok = take() {
 				if ch == nil || ch.IsClosed() {
 					var err error
 					if ch, err = conn.Channel(); err != nil {
 						ch = nil
-						err = fmt.Errorf("topology: open channel: %w", err)
-						mu.Lock()
-						errs[i], failed = err, true
-						mu.Unlock()
+						record(i, fmt.Errorf("topology: open channel: %w", err))
 						continue
 					}
 				}
-				err := jobs[i](ch)
-				if err != nil {
-					mu.Lock()
-					errs[i], failed = err, true
-					mu.Unlock()
+				if err := jobs[i](ch); err != nil {
+					record(i, err)
 					// Any broker refusal closes the channel; start the next job on a new one.
 					_ = ch.Close()
 					ch = nil
@@ -95,13 +77,16 @@ func runJobs(ctx context.Context, conn *amqp.Connection, workers int, stopOnErro
 			}
 		})
 	}
+	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return errs, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return errs, nil
 }
 
 // errSkipped marks a job that did not run because an earlier one failed or ctx ended.

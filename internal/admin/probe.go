@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"slices"
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/pluginprobe"
@@ -41,11 +40,18 @@ func ProbePlugin(ctx context.Context, dial DialFunc, prefix string) (bool, error
 // ProbePluginManagement reports whether the broker has the delayed-message plugin from the
 // exchange types the management API lists; it declares nothing, so it suits read-only users.
 func ProbePluginManagement(ctx context.Context, m *Management) (bool, error) {
-	types, err := m.ExchangeTypes(ctx)
-	if err != nil {
+	var raw struct {
+		ExchangeTypes []struct{ Name string } `json:"exchange_types"`
+	}
+	if err := m.get(ctx, "api/overview", &raw); err != nil {
 		return false, err
 	}
-	return slices.Contains(types, PluginExchangeType), nil
+	for _, t := range raw.ExchangeTypes {
+		if t.Name == PluginExchangeType {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // prefixOf is n's prefix, delayspec.DefaultPrefix when empty.

@@ -12,20 +12,20 @@ import (
 // specification rather than a plan, so that the client never needs this package.
 
 // UnboundTargets returns the targets of spec that the dispatch exchange is not bound to, as
-// the management API lists the bindings of m's vhost now ([Management.DispatchBound]). Errors
+// the management API lists its bindings now (one request; see [Management.DispatchBound]). Errors
 // wrap ErrInvalidSpec for a spec that does not validate, or are the management API's.
 func (m *Management) UnboundTargets(ctx context.Context, spec delayspec.Spec) ([]string, error) {
 	p, err := NewPlan(spec)
 	if err != nil {
 		return nil, err
 	}
+	have, err := m.dispatchBindings(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("topology: check the bindings of the dispatch exchange %q: %w", p.Names.Dispatch(), err)
+	}
 	var unbound []string
 	for _, t := range p.Spec.Targets {
-		bound, err := m.DispatchBound(ctx, p, t.Name)
-		if err != nil {
-			return nil, fmt.Errorf("topology: check the binding of target %q: %w", t.Name, err)
-		}
-		if !bound {
+		if want, ok := p.dispatchBinding(t.Name); !ok || !have[want.key()] {
 			unbound = append(unbound, t.Name)
 		}
 	}

@@ -19,7 +19,7 @@ type Snapshot struct {
 	PolicyProblems []PolicyProblem
 	// StatsDisabled: the management API collects no queue statistics (its overview's
 	// disable_stats, rabbitmq_management_agent.disable_metrics_collector = true), so the
-	// queues' message counts and messages_dlx are unknown ([Management.StatsDisabled]).
+	// queues' message counts and messages_dlx are unknown.
 	StatsDisabled bool
 	// Version is the RabbitMQ version the management API reports (its overview's
 	// rabbitmq_version, e.g. "4.3.6"; "" when it does not say).
@@ -33,20 +33,20 @@ type Snapshot struct {
 // ctx bounds every request. Errors wrap ErrManagement.
 func (m *Management) Snapshot(ctx context.Context, p *Plan) (*Snapshot, error) {
 	var s Snapshot
-	var ov overview
+	var v *policyRead
 	err := parallel(
-		func() (err error) { s.PolicyProblems, ov, _, err = m.policyProblems(ctx, p); return err },
-		func() (err error) { s.Queues, s.Cluster, err = m.clusterView(ctx, p); return err })
+		func() (err error) { v, err = m.policyView(ctx, p); return err },
+		func() (err error) { s.Queues, s.Cluster, _, err = m.clusterView(ctx, p); return err })
 	if err != nil {
 		return nil, err
 	}
-	s.StatsDisabled, s.Version = ov.DisableStats, ov.Version
+	s.PolicyProblems, s.StatsDisabled, s.Version = v.problems, v.overview.DisableStats, v.overview.Version
 	return &s, nil
 }
 
 // clusterView reads the vhost's queues, the cluster's nodes and the vhost's bindings (in
 // parallel), and works out where p's quorum queues live.
-func (m *Management) clusterView(ctx context.Context, p *Plan) (map[string]ManagedQueue, *ClusterStatus, error) {
+func (m *Management) clusterView(ctx context.Context, p *Plan) (map[string]ManagedQueue, *ClusterStatus, []Binding, error) {
 	var queues map[string]ManagedQueue
 	var nodes []ClusterNode
 	var bindings []Binding
@@ -55,9 +55,9 @@ func (m *Management) clusterView(ctx context.Context, p *Plan) (map[string]Manag
 		func() (err error) { nodes, err = m.Nodes(ctx); return err },
 		func() (err error) { bindings, err = m.bindings(ctx); return err })
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return queues, clusterOf(p, queues, nodes, bindings), nil
+	return queues, clusterOf(p, queues, nodes, bindings), bindings, nil
 }
 
 // parallel runs every f at once (management API requests: the broker answers each in a
@@ -68,17 +68,4 @@ func parallel(fs ...func() error) error {
 		g.Go(f)
 	}
 	return g.Wait()
-}
-
-// StatsDisabled reports whether the management API collects no queue statistics: its
-// overview's disable_stats, true when rabbitmq_management_agent.disable_metrics_collector is
-// set (a common setting beside rabbitmq_prometheus). The queues' message counts and
-// messages_dlx are then never known: a status or an exporter reading them sees nothing stuck.
-// Errors wrap ErrManagement.
-func (m *Management) StatsDisabled(ctx context.Context) (bool, error) {
-	var ov overview
-	if err := m.get(ctx, "api/overview", &ov); err != nil {
-		return false, err
-	}
-	return ov.DisableStats, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -89,9 +88,10 @@ type StatusReport struct {
 	ConsumedDelayQueues []string `json:"consumed_delay_queues,omitempty"`
 	// Management says whether the management API was read.
 	Management bool `json:"management"`
-	// StatsDisabled: the management API collects no queue statistics
-	// ([Management.StatsDisabled]): message counts and messages_dlx are unknown, so Status
-	// cannot see messages stuck in dead-letter state and fails with ErrUnhealthy.
+	// StatsDisabled: the management API collects no queue statistics (its overview's
+	// disable_stats, rabbitmq_management_agent.disable_metrics_collector = true): message
+	// counts and messages_dlx are unknown, so Status cannot see messages stuck in dead-letter
+	// state and fails with ErrUnhealthy.
 	StatsDisabled bool `json:"stats_disabled,omitempty"`
 	// Unplanned are the exchanges and queues with the plan's prefix that the plan does not
 	// have (management API only): left by an earlier specification. They do not make the
@@ -149,140 +149,6 @@ type StatusReport struct {
 	PluginMessagesDelayed int64 `json:"plugin_messages_delayed"`
 }
 
-// RequeueLoop is a ready queue that redelivers the messages it holds over and over, with no
-// delivery limit that will end it: a consumer that gives back (requeues) a message it cannot
-// handle, forever. The management API shows it as a high redeliver rate equal to the deliver
-// rate, no acknowledgements, and the message counted as held (ready or unacknowledged). See
-// [RequeueLoopOf] for the rule.
-type RequeueLoop struct {
-	Queue string `json:"queue"`
-	// RedeliverRate and DeliverRate are the management API's rates, per second.
-	RedeliverRate float64 `json:"redeliver_rate"`
-	DeliverRate   float64 `json:"deliver_rate"`
-	// Messages is every message the queue holds.
-	Messages int64 `json:"messages"`
-	// Cause is why no delivery limit ends the loop: CauseNackNotCounted, CauseClassic or
-	// CauseNoLimit.
-	Cause string `json:"cause"`
-}
-
-// Causes of a [RequeueLoop].
-const (
-	// CauseNackNotCounted: a quorum queue on RabbitMQ 4.3 or later, where basic.nack with
-	// requeue=true is a plain return that does not count toward the delivery limit
-	// (rabbitmq-server PR #15387, rabbit_channel); basic.reject with requeue=true does.
-	CauseNackNotCounted = "nack-not-counted"
-	// CauseClassic: a classic queue, which has no delivery limit.
-	CauseClassic = "classic"
-	// CauseNoLimit: a quorum queue on RabbitMQ 3.x without x-delivery-limit (3.x has no
-	// default limit; AMQPDELAY_READY_DELIVERY_LIMIT=-1).
-	CauseNoLimit = "no-delivery-limit"
-)
-
-// requeueLoopMinRate is the redeliver rate (per second) from which a ready queue's
-// redeliveries count as a loop. A poison message requeued in a loop comes back hundreds of
-// times a second or more; a consumer that requeues now and then (at shutdown, say) stays far
-// below.
-const requeueLoopMinRate = 1.0
-
-// RequeueLoopOf reports whether the ready queue q, as the management API shows it (mq), on
-// RabbitMQ version (e.g. "4.3.6"), is in a requeue loop that no delivery limit ends: the
-// redeliver rate is at least 1 a second and at least half the deliver rate (most deliveries
-// are messages coming back), the queue holds messages, and either it is a classic queue (no
-// delivery limit), a quorum queue on 3.x without x-delivery-limit, or a quorum queue on 4.3
-// or later (basic.nack requeues do not count there). A quorum queue with a limit on 3.x and
-// 4.0-4.2 counts every requeue and parks (or, without a dead-letter exchange, drops) the
-// message at its limit: not a loop. The rates are averages over the management API's last
-// statistics samples (collect_statistics_interval, 5 s by default), so a loop shows a few
-// seconds after it starts.
-func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool) {
-	if mq.RedeliverRate < requeueLoopMinRate || mq.RedeliverRate < mq.DeliverRate/2 || mq.Messages <= 0 {
-		return RequeueLoop{}, false
-	}
-	loop := RequeueLoop{Queue: q.Name, RedeliverRate: mq.RedeliverRate, DeliverRate: mq.DeliverRate, Messages: mq.Messages}
-	typ := mq.Type
-	if typ == "" {
-		typ, _ = q.Args["x-queue-type"].(string)
-	}
-	_, limit := mq.Arguments["x-delivery-limit"]
-	switch {
-	case typ == string(delayspec.Classic):
-		loop.Cause = CauseClassic
-	case typ != string(delayspec.Quorum):
-		return RequeueLoop{}, false
-	case versionAtLeast(version, 4, 3):
-		loop.Cause = CauseNackNotCounted
-	case !limit && !versionAtLeast(version, 4, 0):
-		loop.Cause = CauseNoLimit
-	default:
-		return RequeueLoop{}, false
-	}
-	return loop, true
-}
-
-// Advice is what to do about the loop, in one sentence; parking is the parking queue's name.
-func (l RequeueLoop) Advice(parking string) string {
-	switch l.Cause {
-	case CauseNackNotCounted:
-		return "RabbitMQ 4.3 does not count a basic.nack with requeue toward a quorum queue's delivery limit (rabbitmq-server " +
-			"PR #15387), so the limit never parks the message: give a message the consumer cannot handle back with basic.reject " +
-			"(requeue true counts; at the limit the queue parks it in " + parking + "), or reject it without requeue to park it at " +
-			"once; or give the queue a delayed retry (policy keys delayed-retry-type returned, delayed-retry-min, delayed-retry-max; " +
-			"RabbitMQ 4.3.1+), which makes the loop slow instead of hot"
-	case CauseClassic:
-		return "a classic queue has no delivery limit, so a message its consumer keeps requeueing comes back forever: reject it " +
-			"without requeue (with a dead-letter exchange set it is dead-lettered), or use quorum ready queues " +
-			"(AMQPDELAY_QUEUE_TYPE=quorum), whose delivery limit parks it in " + parking
-	default:
-		return "the queue has no delivery limit (RabbitMQ 3.x has no default), so a message its consumer keeps requeueing comes " +
-			"back forever: give it one (AMQPDELAY_READY_DELIVERY_LIMIT, default 20: at the limit it is parked in " + parking +
-			"), or reject the message without requeue"
-	}
-}
-
-// String is "queue Q: N redeliveries a second (of M deliveries), K messages held".
-func (l RequeueLoop) String() string {
-	return fmt.Sprintf("queue %s: %.0f redeliveries a second (of %.0f deliveries), %s held", l.Queue, l.RedeliverRate, l.DeliverRate,
-		text.Plural(int(l.Messages), "message"))
-}
-
-// versionAtLeast reports whether the RabbitMQ version v ("4.3.6", "3.10.8") is at least
-// major.minor; an unknown version ("") is not.
-func versionAtLeast(v string, major, minor int) bool {
-	maj, mino, ok := ParseVersion(v)
-	if !ok {
-		return false
-	}
-	return maj > major || (maj == major && mino >= minor)
-}
-
-// ParseVersion reads the major and minor number of a RabbitMQ version ("4.3.6", "3.10",
-// "4"; a missing minor is 0). ok is false when v does not start with a number.
-func ParseVersion(v string) (major, minor int, ok bool) {
-	parts := strings.SplitN(v, ".", 3)
-	major, err := strconv.Atoi(parts[0])
-	if err != nil || major < 0 {
-		return 0, 0, false
-	}
-	if len(parts) > 1 {
-		digits := strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
-		if minor, err = strconv.Atoi(digits); err != nil {
-			return 0, 0, false
-		}
-	}
-	return major, minor, true
-}
-
-// ServerVersion is the RabbitMQ version conn's server announces (its "version" property,
-// e.g. "4.3.6"), or "" when it does not say (or conn is nil).
-func ServerVersion(conn *amqp.Connection) string {
-	if conn == nil {
-		return ""
-	}
-	v, _ := conn.Properties["version"].(string)
-	return v
-}
-
 // MissingExchange is an exchange of [Plan.Existing] that does not exist.
 type MissingExchange struct {
 	Name string `json:"name"`
@@ -332,101 +198,169 @@ func (r *StatusReport) Parking() QueueStatus {
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
 	rep := &StatusReport{Version: ServerVersion(conn), PluginMessagesDelayed: -1}
 	p = p.ForBroker(ServerMajor(conn))
+	l, err := lookUp(ctx, conn, p, opts.Workers)
+	if err != nil {
+		return rep, fmt.Errorf("topology: status: %w", err)
+	}
+	v := &statusView{}
+	if opts.Management != nil {
+		if v, err = opts.Management.statusView(ctx, p); err != nil {
+			return rep, err
+		}
+		rep.fromManagement(p, v)
+	}
+	if err := rep.addExchanges(p, l, v); err != nil {
+		return rep, err
+	}
+	if err := rep.addQueues(p, l, v, opts.Logger); err != nil {
+		return rep, err
+	}
+	if rep.NotDeclared = notDeclared(rep); rep.NotDeclared {
+		rep.PolicyProblems = nil
+	}
+	if err := rep.addMissingExchanges(ctx, conn, p, v); err != nil {
+		return rep, err
+	}
+	rep.addMissingBindingsAndPolicies(p, v)
+	if q, ok := p.Queue(p.Names.SpecStream()); ok && !slices.Contains(rep.Missing, "queue "+q.Name) {
+		if err := rep.checkRecord(ctx, conn, p); err != nil {
+			return rep, fmt.Errorf("topology: status: %w", err)
+		}
+	}
+	return rep, errors.Join(rep.problems(p, conn.Config.Vhost, opts.Management)...)
+}
+
+// lookup is what the passive declarations of [Status] found: the error of each (p's exchanges,
+// then queues) and the queues' counts.
+type lookup struct {
+	errs   []error
+	queues []amqp.Queue
+}
+
+// lookUp declares p's exchanges and queues passively, on up to workers channels.
+func lookUp(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (*lookup, error) {
+	l := &lookup{queues: make([]amqp.Queue, len(p.Queues))}
 	var jobs []job
 	for _, e := range p.Exchanges {
 		jobs = append(jobs, func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclarePassive(e.Name, e.Type, true, false, false, false, nil)
 		})
 	}
-	queues := make([]amqp.Queue, len(p.Queues))
 	for i, q := range p.Queues {
-		jobs = append(jobs, func(ch *amqp.Channel) error {
-			var err error
-			queues[i], err = ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
+		jobs = append(jobs, func(ch *amqp.Channel) (err error) {
+			l.queues[i], err = ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
 			return err
 		})
 	}
-	for _, name := range p.Existing {
-		jobs = append(jobs, func(ch *amqp.Channel) error {
-			return ch.ExchangeDeclarePassive(name, amqp.ExchangeDirect, true, false, false, false, nil)
+	var err error
+	l.errs, err = runJobs(ctx, conn, workers, false, jobs)
+	return l, err
+}
+
+// statusView is one reading of the management API for [Status]; its zero value is "no
+// management API".
+type statusView struct {
+	policy   *policyRead
+	objects  map[string]*vhostObject
+	queues   map[string]ManagedQueue
+	bindings []Binding
+	cluster  *ClusterStatus
+	delayed  int64 // messages the plugin exchange holds, -1 when unknown
+}
+
+// statusView reads, at once, the vhost's policies, objects, queue statistics, bindings, the
+// cluster's nodes and, when p has a plugin exchange, the messages it holds.
+func (m *Management) statusView(ctx context.Context, p *Plan) (*statusView, error) {
+	v := &statusView{delayed: -1}
+	reads := []func() error{
+		func() (err error) { v.policy, err = m.policyView(ctx, p); return err },
+		func() (err error) { v.queues, v.cluster, v.bindings, err = m.clusterView(ctx, p); return err },
+	}
+	if p.HasPlugin() {
+		reads = append(reads, func() error {
+			n, found, err := m.MessagesDelayed(ctx, p.Names.PluginExchange())
+			if found {
+				v.delayed = n
+			}
+			return err
 		})
 	}
-	errs, err := runJobs(ctx, conn, opts.Workers, false, jobs)
-	if err != nil {
-		return rep, fmt.Errorf("topology: status: %w", err)
+	if err := parallel(reads...); err != nil {
+		return nil, err
 	}
-	var managed map[string]ManagedQueue
-	var objects map[string]*vhostObject
-	var bindings map[string]bool
-	if opts.Management != nil {
-		if managed, err = opts.Management.Queues(ctx); err != nil {
-			return rep, err
-		}
-		if rep.StatsDisabled, err = opts.Management.StatsDisabled(ctx); err != nil {
-			return rep, err
-		}
-		if bindings, err = opts.Management.bindingKeys(ctx); err != nil {
-			return rep, err
-		}
-		if objects, err = opts.Management.objects(ctx); err != nil {
-			return rep, err
-		}
-		var exchanges []string
-		for key := range objects {
-			if name, ok := strings.CutPrefix(key, string(KindExchange)+" "); ok {
-				exchanges = append(exchanges, name)
-			}
-		}
-		rep.Unplanned = unplannedOf(p, exchanges, managed)
-		all, err := opts.Management.bindings(ctx)
-		if err != nil {
-			return rep, err
-		}
-		rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, all)
-		have, err := opts.Management.policies(ctx, false)
-		if err != nil {
-			return rep, err
-		}
-		for _, pol := range p.Policies {
-			old, ok := have[pol.Name]
-			rep.Policies = append(rep.Policies, PolicyStatus{Policy: pol, Exists: ok, Current: ok && samePolicy(old, pol)})
-		}
-		if rep.PolicyProblems, err = opts.Management.PolicyProblems(ctx, p); err != nil {
-			return rep, err
-		}
-		nodes, err := opts.Management.Nodes(ctx)
-		if err != nil {
-			return rep, err
-		}
-		rep.Cluster = clusterOf(p, managed, nodes, all)
-		rep.Management = true
+	v.objects = v.policy.objects()
+	return v, nil
+}
+
+// exchangeNames are the names of the vhost's exchanges that p's naming rule does not reserve,
+// sorted (nil without the management API).
+func (v *statusView) exchangeNames(p *Plan) []string {
+	if v.policy == nil {
+		return nil
 	}
-	locked := map[string]bool{} // queues exclusive to another connection
-	check := func(i int, kind Kind, name string) (bool, error) {
-		switch e := errs[i]; {
-		case e == nil:
-			return true, nil
-		case kind == KindQueue && code(e) == amqp.ResourceLocked:
-			// 405 RESOURCE_LOCKED: the queue exists, exclusive to another connection.
-			locked[name] = true
-			return true, nil
-		case code(e) == amqp.NotFound:
-			rep.Missing = append(rep.Missing, string(kind)+" "+name)
-			return false, nil
-		default:
-			return false, wrapBroker(e, fmt.Sprintf("look up %s %q", kind, name))
+	var out []string
+	for _, x := range v.policy.exchanges {
+		if !p.Names.Reserved(x.Name) {
+			out = append(out, x.Name)
 		}
 	}
+	slices.Sort(out)
+	return out
+}
+
+// fromManagement fills in what only the management API tells.
+func (rep *StatusReport) fromManagement(p *Plan, v *statusView) {
+	rep.Management = true
+	rep.StatsDisabled = v.policy.overview.DisableStats
+	names := make([]string, len(v.policy.exchanges))
+	for i, x := range v.policy.exchanges {
+		names[i] = x.Name
+	}
+	rep.Unplanned = unplannedOf(p, names, v.queues)
+	rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, v.bindings)
+	for _, pol := range p.Policies {
+		old, ok := v.policy.policies[pol.Name]
+		rep.Policies = append(rep.Policies, PolicyStatus{Policy: pol, Exists: ok, Current: ok && samePolicy(old, pol)})
+	}
+	rep.PolicyProblems = v.policy.problems
+	rep.Cluster = v.cluster
+	rep.PluginMessagesDelayed = v.delayed
+}
+
+// found reads the passive declaration of the i-th object: whether it exists (a queue
+// exclusive to another connection does), a missing one added to rep.Missing.
+func (rep *StatusReport) found(l *lookup, i int, kind Kind, name string) (exists, locked bool, err error) {
+	switch e := l.errs[i]; {
+	case e == nil:
+		return true, false, nil
+	case kind == KindQueue && code(e) == amqp.ResourceLocked:
+		return true, true, nil // 405 RESOURCE_LOCKED: the queue exists, exclusive to another connection
+	case code(e) == amqp.NotFound:
+		rep.Missing = append(rep.Missing, string(kind)+" "+name)
+		return false, false, nil
+	default:
+		return false, false, wrapBroker(e, fmt.Sprintf("look up %s %q", kind, name))
+	}
+}
+
+// addExchanges reports p's exchanges and their mismatches.
+func (rep *StatusReport) addExchanges(p *Plan, l *lookup, v *statusView) error {
 	for i, e := range p.Exchanges {
-		ok, err := check(i, KindExchange, e.Name)
+		ok, _, err := rep.found(l, i, KindExchange, e.Name)
 		if err != nil {
-			return rep, err
+			return err
 		}
-		if have := objects[string(KindExchange)+" "+e.Name]; ok && have != nil {
+		if have := v.objects[rowKey(KindExchange, e.Name)]; ok && have != nil {
 			rep.Mismatched = append(rep.Mismatched, exchangeMismatches(e, have)...)
 		}
 		rep.Exchanges = append(rep.Exchanges, ExchangeStatus{Exchange: e, Exists: ok})
 	}
+	return nil
+}
+
+// addQueues reports p's queues with what they hold, their mismatches, consumers on delay
+// queues (logged as warnings), dead-lettering that does not complete and requeue loops.
+func (rep *StatusReport) addQueues(p *Plan, l *lookup, v *statusView, log zerolog.Logger) error {
 	loopSeen := map[string]bool{} // ready queues checked for a requeue loop
 	waiting := map[string]bool{}  // queues whose dead-lettering waits on an unreachable node
 	if rep.Cluster != nil {
@@ -437,20 +371,21 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 	}
 	for i, q := range p.Queues {
-		ok, err := check(len(p.Exchanges)+i, KindQueue, q.Name)
+		ok, locked, err := rep.found(l, len(p.Exchanges)+i, KindQueue, q.Name)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		s := QueueStatus{Queue: q, Exists: ok, Messages: -1, MessagesDLX: -1}
 		if ok {
-			s.Ready, s.Consumers = queues[i].Messages, queues[i].Consumers
+			s.Ready, s.Consumers = l.queues[i].Messages, l.queues[i].Consumers
 		}
-		if have := objects[string(KindQueue)+" "+q.Name]; ok && have != nil {
+		if have := v.objects[rowKey(KindQueue, q.Name)]; ok && have != nil {
 			rep.Mismatched = append(rep.Mismatched, queueMismatches(q, have)...)
-		} else if locked[q.Name] {
+		} else if locked {
 			rep.Mismatched = append(rep.Mismatched, Mismatch{Kind: KindQueue, Name: q.Name, Property: "exclusive", Existing: "true", Wanted: "false"})
 		}
-		if m, found := managed[q.Name]; found {
+		m, managed := v.queues[q.Name]
+		if managed {
 			s.Messages, s.MessagesDLX = m.Messages, m.MessagesDLX
 			s.Leader, s.Members, s.Online = m.Leader, m.Members, m.Online
 			if m.MessagesDLX > 0 && !waiting[q.Name] {
@@ -459,49 +394,37 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 		}
 		if ok && q.IsDelay() && s.Consumers > 0 {
 			rep.ConsumedDelayQueues = append(rep.ConsumedDelayQueues, q.Name)
-			opts.Logger.Warn().Str("queue", q.Name).Int("consumers", s.Consumers).
+			log.Warn().Str("queue", q.Name).Int("consumers", s.Consumers).
 				Msg("a consumer is attached to a delay queue: it takes delayed messages before they are due; stop it")
 		}
 		rep.Queues = append(rep.Queues, s)
-		if m, found := managed[q.Name]; found && ok && q.Role == RoleReady && !loopSeen[q.Name] {
+		if managed && ok && q.Role == RoleReady && !loopSeen[q.Name] {
 			loopSeen[q.Name] = true // a ready queue with several bindings is in the plan once per binding
 			if loop, is := RequeueLoopOf(q, m, rep.Version); is {
 				rep.RequeueLoops = append(rep.RequeueLoops, loop)
 			}
 		}
 	}
-	rep.NotDeclared = notDeclared(rep)
-	if rep.NotDeclared {
-		rep.PolicyProblems = nil
+	return nil
+}
+
+// addMissingExchanges reports the exchanges of p.Existing that do not exist, with similar
+// names in the vhost.
+func (rep *StatusReport) addMissingExchanges(ctx context.Context, conn *amqp.Connection, p *Plan, v *statusView) error {
+	missing, err := missingExchanges(ctx, conn, p) // apply.go
+	for _, name := range missing {
+		rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, v.exchangeNames(p))})
 	}
-	if opts.Management != nil && p.HasPlugin() {
-		n, found, err := opts.Management.MessagesDelayed(ctx, p.Names.PluginExchange())
-		if err != nil {
-			return rep, err
-		}
-		if found {
-			rep.PluginMessagesDelayed = n
-		}
-	}
-	var exchangeNames []string // the vhost's, for similar names (management API only)
-	for key := range objects {
-		if name, ok := strings.CutPrefix(key, string(KindExchange)+" "); ok && !p.Names.Reserved(name) {
-			exchangeNames = append(exchangeNames, name)
-		}
-	}
-	slices.Sort(exchangeNames)
-	for i, name := range p.Existing {
-		switch e := errs[len(p.Exchanges)+len(p.Queues)+i]; {
-		case e == nil:
-		case code(e) == amqp.NotFound:
-			rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, exchangeNames)})
-		default:
-			return rep, wrapBroker(e, fmt.Sprintf("check that exchange %q exists", name))
-		}
-	}
-	if bindings != nil {
+	return err
+}
+
+// addMissingBindingsAndPolicies reports p's bindings (management API only) and adds the
+// missing ones, and the policies missing or set otherwise, to rep.Missing.
+func (rep *StatusReport) addMissingBindingsAndPolicies(p *Plan, v *statusView) {
+	if v.policy != nil {
+		have := bindingKeys(v.bindings)
 		for _, b := range p.Bindings {
-			ok := bindings[b.key()]
+			ok := have[b.key()]
 			if !ok {
 				rep.Missing = append(rep.Missing, "binding "+b.String())
 			}
@@ -516,11 +439,10 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			rep.Missing = append(rep.Missing, "policy "+ps.Name+" (exists with another pattern, priority or definition)")
 		}
 	}
-	if q, ok := p.Queue(p.Names.SpecStream()); ok && !slices.Contains(rep.Missing, "queue "+q.Name) {
-		if err := rep.checkRecord(ctx, conn, p); err != nil {
-			return rep, fmt.Errorf("topology: status: %w", err)
-		}
-	}
+}
+
+// problems are the errors of rep, in the order [Status] documents; vhost is the connection's.
+func (rep *StatusReport) problems(p *Plan, vhost string, m *Management) []error {
 	var problems []error
 	if len(rep.MissingExchanges) > 0 {
 		problems = append(problems, missingExchangesError(rep.MissingExchanges))
@@ -528,8 +450,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	if rep.NotDeclared {
 		problems = append(problems, fmt.Errorf("%w: the topology is not declared in vhost %q: none of its own %d exchanges and queues exist (%s missing in "+
 			"all; target exchanges and ready queues are the application's and may remain): declare it with `rabbitdelay apply` and the "+
-			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, conn.Config.Vhost,
-			ownObjects(p), text.Plural(len(rep.Missing), "object")))
+			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, vhost, ownObjects(p), text.Plural(len(rep.Missing), "object")))
 	} else if len(rep.Missing) > 0 {
 		apply := "run rabbitdelay apply"
 		if len(rep.MissingExchanges) > 0 {
@@ -560,7 +481,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	}
 	if rep.Cluster != nil {
 		for _, w := range rep.Cluster.Waits {
-			problems = append(problems, fmt.Errorf("%w: %s", ErrUnhealthy, deadLetterWaitText(w, opts.Management.VHost())))
+			problems = append(problems, fmt.Errorf("%w: %s", ErrUnhealthy, deadLetterWaitText(w, m.VHost())))
 		}
 		if err := degradedError(rep.Cluster); err != nil {
 			problems = append(problems, err)
@@ -578,39 +499,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
 		problems = append(problems, policyError(failing))
 	}
-	return rep, errors.Join(problems...)
-}
-
-// mismatchError is ErrUnhealthy naming the first of the mismatched properties and what to do,
-// or nil when there are none.
-func mismatchError(mm []Mismatch) error {
-	if len(mm) == 0 {
-		return nil
-	}
-	objects, queues := map[string]bool{}, 0
-	for _, m := range mm {
-		key := string(m.Kind) + " " + m.Name
-		if !objects[key] && m.Kind == KindQueue {
-			queues++
-		}
-		objects[key] = true
-	}
-	first := mm[0]
-	it, tool := "it", "management UI or API"
-	if len(objects) > 1 {
-		it = "them"
-	}
-	if queues > 0 {
-		tool += ", or rabbitmqctl delete_queue"
-	}
-	fix := fmt.Sprintf("delete %s (%s) and run rabbitdelay apply, which declares %s again as planned", it, tool, it)
-	if queues > 0 {
-		fix += "; deleting a queue deletes the messages it holds: move them elsewhere first"
-	}
-	return fmt.Errorf("%w: %s of %s %s from the plan's (first: %s): such an object routes, keeps or "+
-		"dead-letters messages otherwise than planned, and RabbitMQ cannot change it in place; %s",
-		ErrUnhealthy, text.Plural(len(mm), "property"), text.Plural(len(objects), "existing object"),
-		map[bool]string{true: "differs", false: "differ"}[len(mm) == 1], first, fix)
+	return problems
 }
 
 // missingExchangesError is ErrIncomplete naming the exchanges of Plan.Existing that do not

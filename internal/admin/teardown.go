@@ -52,110 +52,14 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	rep := &Report{}
 	defer func() { rep.Elapsed = time.Since(start) }()
 	r := newRunner(ctx, conn, opts.Workers, opts.Logger, "teardown", rep)
-
-	// What to delete, in order: queues (delay, ready, parking last), then exchanges from
-	// where messages enter (plugin, buckets, ladder) to where they leave (D, unroutable).
-	// classic marks the plan's classic queues: only they support queue.delete's if-empty.
-	classic := map[string]bool{}
-	for _, q := range p.Queues {
-		if t, _ := q.Args["x-queue-type"].(string); t == "" || t == string(delayspec.Classic) {
-			classic[q.Name] = true
-		}
-	}
-	var queues []*doomed
-	for _, q := range p.Queues {
-		if q.IsDelay() {
-			queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
-		}
-	}
-	if opts.ReadyQueues {
-		for _, q := range p.Queues {
-			if q.Role == RoleReady {
-				queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
-			}
-		}
-	}
-	// The revocation and spec streams hold no delayed message, only records about them and the
-	// topology, which mean nothing once the delay queues are gone: they are deleted whatever
-	// they hold.
-	forced := opts
-	forced.Force = true
-	for _, q := range p.Queues {
-		if q.Role == RoleRevoked || q.Role == RoleSpec {
-			d := doomedQueue(q.Name, classic[q.Name], forced)
-			d.records = true
-			queues = append(queues, d)
-		}
-	}
-	parking := doomedQueue(p.Names.Parking(), classic[p.Names.Parking()], opts)
-	exchanges := append([]*doomed{}, doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange()))
-	for _, e := range p.Exchanges {
-		if e.Role == RoleLadder {
-			exchanges = append(exchanges, doomedExchange(e.Name))
-		}
-	}
-	for _, name := range []string{p.Names.Dispatch(), p.Names.Retry(), p.Names.DueUnroutable(), p.Names.Unroutable()} {
-		exchanges = append(exchanges, doomedExchange(name))
-	}
+	queues, parking, exchanges := doomedOf(p, opts)
 	all := append(append(append([]*doomed{}, queues...), parking), exchanges...)
-
-	// What exists, and what it holds.
-	lookups := make([]step, len(all))
-	for i, d := range all {
-		lookups[i] = d.lookup
+	if err := r.lookUpDoomed(p, all, opts); err != nil {
+		return rep, err
 	}
-	errs, err := r.look(lookups)
-	if err != nil {
-		return rep, fmt.Errorf("topology: teardown: %w", err)
+	if err := refuseUnsafe(all, opts); err != nil {
+		return rep, err
 	}
-	var managed map[string]ManagedQueue
-	if opts.Management != nil {
-		if managed, err = opts.Management.Queues(ctx); err != nil {
-			return rep, err
-		}
-		if rep.Unplanned, err = opts.Management.unplanned(ctx, p, managed); err != nil {
-			return rep, err
-		}
-	}
-	var full []string
-	for i, e := range errs {
-		d := all[i]
-		switch {
-		case e == nil:
-			d.exists = true
-		case code(e) == amqp.NotFound:
-		default:
-			return rep, wrapBroker(e, fmt.Sprintf("look up %s %q", d.kind, d.name))
-		}
-		if d.kind == KindQueue && d.exists && !d.records {
-			d.held = int64(d.found.Messages)
-			if m, ok := managed[d.name]; ok {
-				d.held = max(d.held, m.Messages, m.MessagesDLX)
-			}
-			if d.held > 0 {
-				full = append(full, fmt.Sprintf("%s (%s)", d.name, text.Plural(int(d.held), "message")))
-			}
-		}
-	}
-	if len(full) > 0 && !opts.Force {
-		return rep, fmt.Errorf("%w: %s; nothing was deleted: wait until they are delivered (rabbitdelay status), or use --force to delete them with their messages",
-			ErrNotEmpty, strings.Join(full, ", "))
-	}
-	if !opts.Force && opts.Management == nil {
-		var blind []string
-		for _, d := range all {
-			if d.kind == KindQueue && d.exists && !d.classic && !d.records {
-				blind = append(blind, d.name)
-			}
-		}
-		if len(blind) > 0 {
-			return rep, fmt.Errorf("%w: %d quorum queues (the first: %s): AMQP counts only their ready messages, not the "+
-				"unacknowledged ones nor those held for dead-lettering (messages_dlx); nothing was deleted: give the management API "+
-				"(--management-url) so teardown can count them, or use --force to delete them with whatever they hold",
-				ErrCannotCount, len(blind), blind[0])
-		}
-	}
-
 	// The report, and the deletions.
 	for _, d := range all {
 		row := Result{Kind: d.kind, Name: d.name, State: StateAbsent}
@@ -190,6 +94,123 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 		}
 	}
 	return rep, teardownPolicies(ctx, p, opts, rep)
+}
+
+// doomedOf lists what Teardown deletes, in order: queues (delay, ready, the streams), the
+// parking queue, then exchanges from where messages enter (plugin, buckets, ladder) to where
+// they leave (D, unroutable).
+func doomedOf(p *Plan, opts TeardownOptions) (queues []*doomed, parking *doomed, exchanges []*doomed) {
+	// classic marks the plan's classic queues: only they support queue.delete's if-empty.
+	classic := map[string]bool{}
+	for _, q := range p.Queues {
+		if t, _ := q.Args["x-queue-type"].(string); t == "" || t == string(delayspec.Classic) {
+			classic[q.Name] = true
+		}
+	}
+	for _, q := range p.Queues {
+		if q.IsDelay() {
+			queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
+		}
+	}
+	if opts.ReadyQueues {
+		for _, q := range p.Queues {
+			if q.Role == RoleReady {
+				queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
+			}
+		}
+	}
+	// The revocation and spec streams hold no delayed message, only records about them and the
+	// topology, which mean nothing once the delay queues are gone: they are deleted whatever
+	// they hold.
+	forced := opts
+	forced.Force = true
+	for _, q := range p.Queues {
+		if q.Role == RoleRevoked || q.Role == RoleSpec {
+			d := doomedQueue(q.Name, classic[q.Name], forced)
+			d.records = true
+			queues = append(queues, d)
+		}
+	}
+	parking = doomedQueue(p.Names.Parking(), classic[p.Names.Parking()], opts)
+	exchanges = []*doomed{doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange())}
+	for _, e := range p.Exchanges {
+		if e.Role == RoleLadder {
+			exchanges = append(exchanges, doomedExchange(e.Name))
+		}
+	}
+	for _, name := range []string{p.Names.Dispatch(), p.Names.Retry(), p.Names.DueUnroutable(), p.Names.Unroutable()} {
+		exchanges = append(exchanges, doomedExchange(name))
+	}
+	return queues, parking, exchanges
+}
+
+// lookUpDoomed finds which of all exist and what each queue holds (with opts.Management, every
+// message it holds), and, with opts.Management, the unplanned objects of p's naming rule.
+func (r *runner) lookUpDoomed(p *Plan, all []*doomed, opts TeardownOptions) error {
+	lookups := make([]step, len(all))
+	for i, d := range all {
+		lookups[i] = d.lookup
+	}
+	errs, err := r.look(lookups)
+	if err != nil {
+		return fmt.Errorf("topology: teardown: %w", err)
+	}
+	var managed map[string]ManagedQueue
+	if m := opts.Management; m != nil {
+		var names []string
+		err := parallel(
+			func() (err error) { managed, err = m.Queues(r.ctx); return err },
+			func() (err error) { names, err = m.exchangeNames(r.ctx); return err })
+		if err != nil {
+			return err
+		}
+		r.rep.Unplanned = unplannedOf(p, names, managed)
+	}
+	for i, e := range errs {
+		d := all[i]
+		switch {
+		case e == nil:
+			d.exists = true
+		case code(e) == amqp.NotFound:
+		default:
+			return wrapBroker(e, fmt.Sprintf("look up %s %q", d.kind, d.name))
+		}
+		if d.kind == KindQueue && d.exists && !d.records {
+			d.held = int64(d.found.Messages)
+			if m, ok := managed[d.name]; ok {
+				d.held = max(d.held, m.Messages, m.MessagesDLX)
+			}
+		}
+	}
+	return nil
+}
+
+// refuseUnsafe returns, unless opts.Force is set, ErrNotEmpty when a queue of all holds
+// messages, and ErrCannotCount when, without the management API, a quorum queue exists.
+func refuseUnsafe(all []*doomed, opts TeardownOptions) error {
+	if opts.Force {
+		return nil
+	}
+	var full, blind []string
+	for _, d := range all {
+		if d.held > 0 {
+			full = append(full, fmt.Sprintf("%s (%s)", d.name, text.Plural(int(d.held), "message")))
+		}
+		if d.kind == KindQueue && d.exists && !d.classic && !d.records {
+			blind = append(blind, d.name)
+		}
+	}
+	if len(full) > 0 {
+		return fmt.Errorf("%w: %s; nothing was deleted: wait until they are delivered (rabbitdelay status), or use --force to delete them with their messages",
+			ErrNotEmpty, strings.Join(full, ", "))
+	}
+	if len(blind) > 0 && opts.Management == nil {
+		return fmt.Errorf("%w: %d quorum queues (the first: %s): AMQP counts only their ready messages, not the "+
+			"unacknowledged ones nor those held for dead-lettering (messages_dlx); nothing was deleted: give the management API "+
+			"(--management-url) so teardown can count them, or use --force to delete them with whatever they hold",
+			ErrCannotCount, len(blind), blind[0])
+	}
+	return nil
 }
 
 // doomed is one queue or exchange that Teardown deletes when it exists: how to look it up,

@@ -1,0 +1,111 @@
+package admin
+
+import (
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// planObject is one exchange or queue of a plan, as Apply looks it up and declares it.
+type planObject struct {
+	kind   Kind
+	name   string
+	typ    string // the exchange type
+	args   amqp.Table
+	plugin bool // the delayed-message plugin's exchange
+	decl   job
+}
+
+// objectsOf lists the exchanges, then the queues, of p in plan order. A queue with a Slot is
+// declared through nodes[Slot mod len(nodes)] when nodes are given.
+func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
+	var objects []planObject
+	for _, e := range p.Exchanges {
+		objects = append(objects, planObject{kind: KindExchange, name: e.Name, typ: e.Type, args: e.Args,
+			plugin: e.Role == RolePlugin, decl: declareExchange(e)})
+	}
+	for _, q := range p.Queues {
+		decl := declareQueue(q)
+		if q.Slot >= 0 && len(nodes) > 0 {
+			decl = declareQueueOn(q, nodes[q.Slot%len(nodes)])
+		}
+		objects = append(objects, planObject{kind: KindQueue, name: q.Name, args: q.Args, decl: decl})
+	}
+	return objects
+}
+
+func (o planObject) key() string   { return rowKey(o.kind, o.name) }
+func (o planObject) declare() step { return step{o.kind, o.name, o.decl} }
+
+// lookup is a passive declaration: it fails with 404 NOT_FOUND when the object does not exist.
+func (o planObject) lookup() step {
+	if o.kind == KindExchange {
+		return step{o.kind, o.name, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(o.name, o.typ, true, false, false, false, nil)
+		}}
+	}
+	return step{o.kind, o.name, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclarePassive(o.name, true, false, false, false, nil)
+		return err
+	}}
+}
+
+// survey finds, with passive declarations, which of objects exist (by planObject.key).
+func survey(r *runner, objects []planObject) (map[string]bool, error) {
+	steps := make([]step, len(objects))
+	for i, o := range objects {
+		steps[i] = o.lookup()
+	}
+	errs, err := r.look(steps)
+	if err != nil {
+		return nil, fmt.Errorf("topology: look up existing objects: %w", err)
+	}
+	exists := map[string]bool{}
+	for i, e := range errs {
+		s := steps[i]
+		switch {
+		case e == nil:
+			exists[s.key()] = true
+		case code(e) == amqp.NotFound:
+		default:
+			return nil, wrapBroker(e, fmt.Sprintf("look up %s %q", s.kind, s.name))
+		}
+	}
+	return exists, nil
+}
+
+func declareExchange(e Exchange) job {
+	return func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, e.Args)
+	}
+}
+
+func declareQueue(q Queue) job {
+	return func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
+		return err
+	}
+}
+
+// declareQueueOn declares q on a channel of its own on conn (a connection to the node that is to
+// lead q), not on the worker's channel.
+func declareQueueOn(q Queue, conn *amqp.Connection) job {
+	return func(*amqp.Channel) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("topology: open channel to place queue %q: %w", q.Name, err)
+		}
+		defer ch.Close()
+		_, err = ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
+		return err
+	}
+}
+
+func declareBinding(b Binding) job {
+	return func(ch *amqp.Channel) error {
+		if b.DestinationType == DestExchange {
+			return ch.ExchangeBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
+		}
+		return ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
+	}
+}

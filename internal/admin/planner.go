@@ -1,0 +1,275 @@
+package admin
+
+import (
+	"sort"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/route"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
+)
+
+// planner builds a [Plan]: the spec (targets without the retry exchange), and the ladder's
+// levels in declaration order with the delay queues of each.
+type planner struct {
+	p       *Plan
+	s       delayspec.Spec
+	n       delayspec.Names
+	levels  int
+	radix1  int                  // the ladder's radix - 1: queues per level
+	dist    []int                // how far each level is from D, in levels
+	order   []int                // the levels, nearest to D first: their downstream exists when they are declared
+	byLevel [][]route.DelayQueue // the ladder's delay queues by level
+	buckets []route.DelayQueue
+}
+
+func newPlanner(p *Plan, s delayspec.Spec, buckets ttlbuckets.Buckets) *planner {
+	ladder := p.Ladder
+	b := &planner{p: p, s: s, n: p.Names, levels: ladder.Levels(), radix1: ladder.WithDefaults().Radix - 1}
+	b.dist = make([]int, b.levels)
+	b.order = make([]int, b.levels)
+	for l := range b.levels {
+		d, cur := 1, l
+		for next, ok := route.Next(ladder, cur); ok; next, ok = route.Next(ladder, cur) {
+			d, cur = d+1, next
+		}
+		b.dist[l], b.order[l] = d, l
+	}
+	sort.SliceStable(b.order, func(i, j int) bool { return b.dist[b.order[i]] < b.dist[b.order[j]] })
+	b.byLevel = make([][]route.DelayQueue, b.levels)
+	for _, q := range route.DelayQueues(ladder, buckets) {
+		if q.Kind == route.LadderKind {
+			b.byLevel[q.Level] = append(b.byLevel[q.Level], q)
+		} else {
+			b.buckets = append(b.buckets, q)
+		}
+	}
+	return b
+}
+
+// hasNext reports whether level l hands its messages to another level (not to D).
+func (b *planner) hasNext(l int) bool {
+	_, ok := route.Next(b.p.Ladder, l)
+	return ok
+}
+
+// nextExchange is where level l of shard k hands its messages to.
+func (b *planner) nextExchange(l, k int) string {
+	if next, ok := route.Next(b.p.Ladder, l); ok {
+		return b.n.LadderExchangeShard(next, k)
+	}
+	return b.n.Dispatch()
+}
+
+// slot is the Slot of digit d's queue of level l in shard k, in the block-th block of ladder
+// queues (0: the ladder's, 1: last-hop, 2: first-hop): with shards, the i-th queue (by block,
+// level, then digit) of shard k gets slot i+k, so Apply places it on node (i+k) mod nodes
+// (see Queue.Slot); -1 with one ladder.
+func (b *planner) slot(block, l, d, k int) int {
+	if b.s.Shards <= 1 {
+		return -1
+	}
+	return (block*b.levels+l)*b.radix1 + d - 1 + k
+}
+
+// addExchanges plans D, its alternate exchanges, the targets given with a type, the ladder
+// levels' and last-hop exchanges, the bucket and plugin exchanges, and lists in Existing the
+// exchanges the plan binds to without declaring them.
+func (b *planner) addExchanges() {
+	p, s, n := b.p, b.s, b.n
+	p.Exchanges = append(p.Exchanges,
+		Exchange{Name: n.Unroutable(), Type: amqp.ExchangeFanout, Role: RoleUnroutable, Level: -1},
+		Exchange{Name: n.DueUnroutable(), Type: amqp.ExchangeHeaders, Role: RoleUnroutable, Level: -1},
+		Exchange{Name: n.Dispatch(), Type: amqp.ExchangeHeaders, Args: amqp.Table{"alternate-exchange": n.Unroutable()}, Role: RoleDispatch, Level: -1},
+	)
+	declared := map[string]bool{}
+	for _, t := range s.Targets {
+		if t.Type != "" {
+			p.Exchanges = append(p.Exchanges, Exchange{Name: t.Name, Type: t.Type, Role: RoleTarget, Level: -1})
+			declared[t.Name] = true
+		} else {
+			p.Existing = appendOnce(p.Existing, t.Name)
+		}
+	}
+	for _, r := range s.ReadyQueues {
+		if !declared[r.Exchange] {
+			p.Existing = appendOnce(p.Existing, r.Exchange)
+		}
+	}
+	for k := range s.Shards {
+		for _, l := range b.order {
+			p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+			if b.hasNext(l) {
+				p.Exchanges = append(p.Exchanges, Exchange{Name: n.LadderLastHopExchangeShard(l, k), Type: amqp.ExchangeHeaders, Role: RoleLadder, Level: l, Shard: k})
+			}
+		}
+	}
+	if len(b.buckets) > 0 {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.BucketExchange(), Type: amqp.ExchangeHeaders, Role: RoleBucket, Level: -1})
+	}
+	if s.Plugin != delayspec.PluginOff {
+		p.Exchanges = append(p.Exchanges, Exchange{Name: n.PluginExchange(), Type: PluginExchangeType,
+			Args: amqp.Table{"x-delayed-type": amqp.ExchangeHeaders}, Role: RolePlugin, Level: -1})
+	}
+}
+
+// addQueues plans the parking queue, the revocation and spec streams, the ready queues, the
+// ladder's queues (with its last-hop and first-hop queues) and the bucket queues.
+func (b *planner) addQueues() {
+	p, s, n := b.p, b.s, b.n
+	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: plainArgs(s.QueueType), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
+	p.addRevoked() // revoked.go: the revocation stream
+	p.Queues = append(p.Queues, Queue{Name: n.SpecStream(), Args: delayspec.SpecStreamArgs(), Role: RoleSpec, Level: -1, Digit: -1, Slot: -1})
+	for _, r := range s.ReadyQueues {
+		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
+	}
+	for k := range s.Shards {
+		for _, l := range b.order {
+			for _, q := range b.byLevel[l] {
+				dlx := b.nextExchange(l, k)
+				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
+					Role: RoleLadder, Level: l, Digit: q.Digit, Shard: k, Slot: b.slot(0, l, q.Digit, k), TTL: q.TTL, DeadLetterExchange: dlx})
+			}
+		}
+	}
+	b.addLastHopQueues()
+	b.addFirstHopQueues()
+	for _, q := range b.buckets {
+		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
+			Role: RoleBucket, Level: -1, Digit: -1, Slot: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
+	}
+}
+
+// addLastHopQueues plans, per level that does not dead-letter into D already, a queue per digit
+// with the same TTL that does, for the messages whose last hop is there.
+func (b *planner) addLastHopQueues() {
+	p, s, n := b.p, b.s, b.n
+	for k := range s.Shards {
+		for _, l := range b.order {
+			if !b.hasNext(l) {
+				continue
+			}
+			for _, q := range b.byLevel[l] {
+				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
+					Role: RoleLadder, Level: l, Digit: q.Digit, LastHop: true, Shard: k, Slot: b.slot(1, l, q.Digit, k), TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
+			}
+		}
+	}
+}
+
+// addFirstHopQueues plans, for the top-first order, per level above 0 a queue per digit with
+// the same TTL that dead-letters into level 0's exchange, for the first hop of the messages
+// whose highest digit is there.
+func (b *planner) addFirstHopQueues() {
+	p, s, n := b.p, b.s, b.n
+	if p.Ladder.Order != ttlbuckets.TopFirst {
+		return
+	}
+	for k := range s.Shards {
+		for _, l := range b.order {
+			if l == 0 {
+				continue
+			}
+			for _, q := range b.byLevel[l] {
+				dlx := n.LadderExchangeShard(0, k)
+				p.Queues = append(p.Queues, Queue{Name: n.LadderFirstHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
+					Role: RoleLadder, Level: l, Digit: q.Digit, FirstHop: true, Shard: k, Slot: b.slot(2, l, q.Digit, k), TTL: q.TTL, DeadLetterExchange: dlx})
+			}
+		}
+	}
+}
+
+// addEntryExchanges plans a fanout exchange per ladder, last-hop and first-hop queue, bound to
+// it alone, for a message's first hop (Names.LadderEntryExchange). Its binding has the tier of
+// the level's bindings into the queue (1 for a last-hop queue, which dead-letters into D):
+// declared once the queue's downstream routes.
+func (b *planner) addEntryExchanges() {
+	p := b.p
+	for _, q := range p.Queues {
+		if q.Role != RoleLadder {
+			continue
+		}
+		x := b.n.LadderEntryExchange(q.Name)
+		tier := b.dist[q.Level]
+		switch {
+		case q.LastHop:
+			tier = 1
+		case q.FirstHop:
+			tier = b.dist[0]
+		}
+		p.Exchanges = append(p.Exchanges, Exchange{Name: x, Type: amqp.ExchangeFanout, Role: RoleLadder, Level: q.Level, Shard: q.Shard})
+		p.Bindings = append(p.Bindings, Binding{Source: x, Destination: q.Name, DestinationType: DestQueue, Role: RoleLadder, Tier: tier})
+	}
+}
+
+// addBindings plans the bindings of the parking queue, D, the ready queues, the buckets and
+// the plugin exchange.
+func (b *planner) addBindings() {
+	p, s, n := b.p, b.s, b.n
+	p.Bindings = append(p.Bindings, Binding{Source: n.Unroutable(), Destination: n.Parking(), DestinationType: DestQueue, Role: RoleUnroutable})
+	for _, t := range s.Targets {
+		p.Bindings = append(p.Bindings, Binding{Source: n.DueUnroutable(), Destination: n.Parking(), DestinationType: DestQueue,
+			Args: amqp.Table{"x-match": "all", route.TargetHeader: t.Name}, Role: RoleUnroutable})
+	}
+	for _, t := range s.Targets {
+		p.Bindings = append(p.Bindings, Binding{Source: n.Dispatch(), Destination: t.Name, DestinationType: DestExchange,
+			Args: amqp.Table{"x-match": "all", route.TargetHeader: t.Name}, Role: RoleDispatch})
+	}
+	for _, r := range s.ReadyQueues {
+		p.Bindings = append(p.Bindings, Binding{Source: r.Exchange, Destination: r.Queue, DestinationType: DestQueue,
+			RoutingKey: r.BindingKey, Role: RoleReady})
+	}
+	for _, q := range b.buckets {
+		p.Bindings = append(p.Bindings, Binding{Source: n.BucketExchange(), Destination: n.BucketQueue(q.TTL), DestinationType: DestQueue,
+			Args: amqp.Table{"x-match": "all", route.BucketHeader: q.TTL}, Role: RoleBucket, Tier: 1})
+	}
+	if s.Plugin != delayspec.PluginOff {
+		p.Bindings = append(p.Bindings, Binding{Source: n.PluginExchange(), Destination: n.Dispatch(), DestinationType: DestExchange,
+			Args: amqp.Table{"x-match": "all"}, Role: RolePlugin, Tier: 1})
+	}
+}
+
+// addLadderBindings plans each level's bindings: digit d to its queue, 0 to the next level (or
+// D), and a last hop through the level's last-hop exchange. A message whose last hop is digit
+// d of level l goes into the last-hop queue, which dead-letters straight to D
+// (route.EncodeRoute): a headers exchange tests every one of its bindings against every
+// message, so the level's exchange keeps radix + 1 bindings instead of 2 x radix - 1. The
+// last-hop exchange's bindings lead to queues that dead-letter to D: tier 1, with the
+// buckets', before the binding that routes into it.
+func (b *planner) addLadderBindings() {
+	p, n := b.p, b.n
+	for k := range b.s.Shards {
+		for _, l := range b.order {
+			h, x := route.DigitHeader(l), n.LadderExchangeShard(l, k)
+			for _, q := range b.byLevel[l] {
+				p.Bindings = append(p.Bindings, Binding{Source: x, Destination: n.LadderQueueShard(l, q.Digit, k), DestinationType: DestQueue,
+					Args: amqp.Table{"x-match": "all", h: int64(q.Digit)}, Role: RoleLadder, Tier: b.dist[l]})
+			}
+			p.Bindings = append(p.Bindings, Binding{Source: x, Destination: b.nextExchange(l, k), DestinationType: DestExchange,
+				Args: amqp.Table{"x-match": "all", h: int64(0)}, Role: RoleLadder, Tier: b.dist[l]})
+			if !b.hasNext(l) {
+				continue
+			}
+			lx := n.LadderLastHopExchangeShard(l, k)
+			for _, q := range b.byLevel[l] {
+				p.Bindings = append(p.Bindings, Binding{Source: lx, Destination: n.LadderLastHopQueueShard(l, q.Digit, k), DestinationType: DestQueue,
+					Args: amqp.Table{"x-match": "all", h: route.LastHopValue(p.Ladder, q.Digit)}, Role: RoleLadder, Tier: 1})
+			}
+			p.Bindings = append(p.Bindings, Binding{Source: x, Destination: lx, DestinationType: DestExchange,
+				Args: amqp.Table{"x-match": "all", route.LastLevelHeader: int64(l)}, Role: RoleLadder, Tier: b.dist[l]})
+		}
+	}
+}
+
+// policiesOf is [Plan.Policies] of s.
+func policiesOf(s delayspec.Spec, n delayspec.Names) []Policy {
+	return []Policy{
+		{Name: n.DelayQueuesPolicy(), Pattern: n.DelayQueuesPattern(), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+			Definition: policyDefinition(s.QueueType, s.Shards), Role: RoleLadder},
+		{Name: n.TargetsPolicy(), Pattern: exactPattern(targetNames(s.Targets)), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
+			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
+		{Name: n.RevokedPolicy(), Pattern: exactPattern([]string{n.Revoked()}), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+			Definition: map[string]any{"max-age": revokedMaxAge(s)}, Role: RoleRevoked},
+	}
+}

@@ -1,0 +1,146 @@
+package admin
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/text"
+)
+
+// RequeueLoop is a ready queue that redelivers the messages it holds over and over, with no
+// delivery limit that will end it: a consumer that gives back (requeues) a message it cannot
+// handle, forever. The management API shows it as a high redeliver rate equal to the deliver
+// rate, no acknowledgements, and the message counted as held (ready or unacknowledged). See
+// [RequeueLoopOf] for the rule.
+type RequeueLoop struct {
+	Queue string `json:"queue"`
+	// RedeliverRate and DeliverRate are the management API's rates, per second.
+	RedeliverRate float64 `json:"redeliver_rate"`
+	DeliverRate   float64 `json:"deliver_rate"`
+	// Messages is every message the queue holds.
+	Messages int64 `json:"messages"`
+	// Cause is why no delivery limit ends the loop: CauseNackNotCounted, CauseClassic or
+	// CauseNoLimit.
+	Cause string `json:"cause"`
+}
+
+// Causes of a [RequeueLoop].
+const (
+	// CauseNackNotCounted: a quorum queue on RabbitMQ 4.3 or later, where basic.nack with
+	// requeue=true is a plain return that does not count toward the delivery limit
+	// (rabbitmq-server PR #15387, rabbit_channel); basic.reject with requeue=true does.
+	CauseNackNotCounted = "nack-not-counted"
+	// CauseClassic: a classic queue, which has no delivery limit.
+	CauseClassic = "classic"
+	// CauseNoLimit: a quorum queue on RabbitMQ 3.x without x-delivery-limit (3.x has no
+	// default limit; AMQPDELAY_READY_DELIVERY_LIMIT=-1).
+	CauseNoLimit = "no-delivery-limit"
+)
+
+// requeueLoopMinRate is the redeliver rate (per second) from which a ready queue's
+// redeliveries count as a loop. A poison message requeued in a loop comes back hundreds of
+// times a second or more; a consumer that requeues now and then (at shutdown, say) stays far
+// below.
+const requeueLoopMinRate = 1.0
+
+// RequeueLoopOf reports whether the ready queue q, as the management API shows it (mq), on
+// RabbitMQ version (e.g. "4.3.6"), is in a requeue loop that no delivery limit ends: the
+// redeliver rate is at least 1 a second and at least half the deliver rate (most deliveries
+// are messages coming back), the queue holds messages, and either it is a classic queue (no
+// delivery limit), a quorum queue on 3.x without x-delivery-limit, or a quorum queue on 4.3
+// or later (basic.nack requeues do not count there). A quorum queue with a limit on 3.x and
+// 4.0-4.2 counts every requeue and parks (or, without a dead-letter exchange, drops) the
+// message at its limit: not a loop. The rates are averages over the management API's last
+// statistics samples (collect_statistics_interval, 5 s by default), so a loop shows a few
+// seconds after it starts.
+func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool) {
+	if mq.RedeliverRate < requeueLoopMinRate || mq.RedeliverRate < mq.DeliverRate/2 || mq.Messages <= 0 {
+		return RequeueLoop{}, false
+	}
+	loop := RequeueLoop{Queue: q.Name, RedeliverRate: mq.RedeliverRate, DeliverRate: mq.DeliverRate, Messages: mq.Messages}
+	typ := mq.Type
+	if typ == "" {
+		typ, _ = q.Args["x-queue-type"].(string)
+	}
+	_, limit := mq.Arguments["x-delivery-limit"]
+	switch {
+	case typ == string(delayspec.Classic):
+		loop.Cause = CauseClassic
+	case typ != string(delayspec.Quorum):
+		return RequeueLoop{}, false
+	case versionAtLeast(version, 4, 3):
+		loop.Cause = CauseNackNotCounted
+	case !limit && !versionAtLeast(version, 4, 0):
+		loop.Cause = CauseNoLimit
+	default:
+		return RequeueLoop{}, false
+	}
+	return loop, true
+}
+
+// Advice is what to do about the loop, in one sentence; parking is the parking queue's name.
+func (l RequeueLoop) Advice(parking string) string {
+	switch l.Cause {
+	case CauseNackNotCounted:
+		return "RabbitMQ 4.3 does not count a basic.nack with requeue toward a quorum queue's delivery limit (rabbitmq-server " +
+			"PR #15387), so the limit never parks the message: give a message the consumer cannot handle back with basic.reject " +
+			"(requeue true counts; at the limit the queue parks it in " + parking + "), or reject it without requeue to park it at " +
+			"once; or give the queue a delayed retry (policy keys delayed-retry-type returned, delayed-retry-min, delayed-retry-max; " +
+			"RabbitMQ 4.3.1+), which makes the loop slow instead of hot"
+	case CauseClassic:
+		return "a classic queue has no delivery limit, so a message its consumer keeps requeueing comes back forever: reject it " +
+			"without requeue (with a dead-letter exchange set it is dead-lettered), or use quorum ready queues " +
+			"(AMQPDELAY_QUEUE_TYPE=quorum), whose delivery limit parks it in " + parking
+	default:
+		return "the queue has no delivery limit (RabbitMQ 3.x has no default), so a message its consumer keeps requeueing comes " +
+			"back forever: give it one (AMQPDELAY_READY_DELIVERY_LIMIT, default 20: at the limit it is parked in " + parking +
+			"), or reject the message without requeue"
+	}
+}
+
+// String is "queue Q: N redeliveries a second (of M deliveries), K messages held".
+func (l RequeueLoop) String() string {
+	return fmt.Sprintf("queue %s: %.0f redeliveries a second (of %.0f deliveries), %s held", l.Queue, l.RedeliverRate, l.DeliverRate,
+		text.Plural(int(l.Messages), "message"))
+}
+
+// versionAtLeast reports whether the RabbitMQ version v ("4.3.6", "3.10.8") is at least
+// major.minor; an unknown version ("") is not.
+func versionAtLeast(v string, major, minor int) bool {
+	maj, mino, ok := ParseVersion(v)
+	if !ok {
+		return false
+	}
+	return maj > major || (maj == major && mino >= minor)
+}
+
+// ParseVersion reads the major and minor number of a RabbitMQ version ("4.3.6", "3.10",
+// "4"; a missing minor is 0). ok is false when v does not start with a number.
+func ParseVersion(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(v, ".", 3)
+	major, err := strconv.Atoi(parts[0])
+	if err != nil || major < 0 {
+		return 0, 0, false
+	}
+	if len(parts) > 1 {
+		digits := strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+		if minor, err = strconv.Atoi(digits); err != nil {
+			return 0, 0, false
+		}
+	}
+	return major, minor, true
+}
+
+// ServerVersion is the RabbitMQ version conn's server announces (its "version" property,
+// e.g. "4.3.6"), or "" when it does not say (or conn is nil).
+func ServerVersion(conn *amqp.Connection) string {
+	if conn == nil {
+		return ""
+	}
+	v, _ := conn.Properties["version"].(string)
+	return v
+}
