@@ -89,7 +89,7 @@ const (
 	badUnit     = 1 << iota // unit below 1 ms or not whole ms
 	badRadix                // radix not a power of two in 2..64
 	badMax                  // max below one unit
-	badOrder                // order not ShortestFirst, LongestFirst or TopFirst
+	badOrder                // order not ShortestFirst, LongestFirst, TopFirst or TopSplit
 	badUnitTTL              // level 0's longest queue TTL above MaxQueueTTL
 	badLevelTTL             // the top level's longest queue TTL above MaxQueueTTL
 )
@@ -184,7 +184,7 @@ func (g geometry) ttl(level, digit int) int64 {
 //   - Unit below 1 ms or not a whole number of milliseconds;
 //   - Radix not a power of two from 2 to 64;
 //   - Max below one Unit;
-//   - Order not one of [ShortestFirst], [LongestFirst] and [TopFirst];
+//   - Order not one of [ShortestFirst], [LongestFirst], [TopFirst] and [TopSplit];
 //   - a queue TTL above [MaxQueueTTL], RabbitMQ's x-message-ttl limit: reported on Unit
 //     when even level 0's longest queue, (Radix-1)·Unit, is too long, otherwise on Max
 //     with the largest Max this Unit and Radix allow.
