@@ -57,6 +57,7 @@ func TestNext(t *testing.T) {
 		{ttlbuckets.ShortestFirst, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
 		{ttlbuckets.LongestFirst, []step{{-1, false}, {-1, false}, {0, true}, {1, true}, {-1, false}}},
 		{ttlbuckets.TopFirst, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
+		{ttlbuckets.TopSplit, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
 	} {
 		l.Order = tc.order
 		for i, w := range tc.want {
