@@ -78,7 +78,7 @@ type Queue struct {
 	// LastHop marks a ladder's last-hop queue ([Names.LadderLastHopQueueShard]): the TTL of the
 	// queue of the same Level and Digit, dead-lettering into the dispatch exchange.
 	LastHop bool `json:"last_hop,omitempty"`
-	// FirstHop marks a first-hop queue of the top-first order ([Names.LadderFirstHopQueueShard]):
+	// FirstHop marks a first-hop queue of the top-first and top-split orders ([Names.LadderFirstHopQueueShard]):
 	// the TTL of the level's queue of its digit, dead-lettering into level 0's exchange.
 	FirstHop bool `json:"first_hop,omitempty"`
 	// Shard is the copy of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for
@@ -346,10 +346,10 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 			}
 		}
 	}
-	// First-hop queues (top-first order): per level above 0, a queue per digit with the same TTL
-	// that dead-letters into level 0's exchange, for the first hop of the messages whose highest
-	// digit is there. Their slots follow those of the last-hop queues.
-	if ladder.Order == ttlbuckets.TopFirst {
+	// First-hop queues (top-first and top-split orders): per level above 0, a queue per digit with
+	// the same TTL that dead-letters into level 0's exchange, for the first hop of the messages
+	// whose highest digit is there. Their slots follow those of the last-hop queues.
+	if ladder.Order == ttlbuckets.TopFirst || ladder.Order == ttlbuckets.TopSplit {
 		for k := range s.Shards {
 			for _, l := range order {
 				if l == 0 {
