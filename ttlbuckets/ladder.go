@@ -39,7 +39,8 @@ type Ladder struct {
 	Unit time.Duration
 
 	// Radix is the number base: a power of two from 2 to 64. Each level has Radix-1
-	// queues, and a delay takes one hop per non-zero digit. 0 means [DefaultRadix].
+	// queues, and a delay takes one hop per non-zero digit ([TopSplit]: at most one more). 0
+	// means [DefaultRadix].
 	Radix int
 
 	// Max is the largest delay accepted, at least one Unit. 0 means [DefaultMax].
