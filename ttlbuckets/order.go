@@ -41,9 +41,10 @@ const (
 	// or more and other digits are non-zero: d-1 units of level T first, through level T's
 	// first-hop queue as [TopFirst] does, then the other digits from level 0 up and one unit
 	// of level T last, as [ShortestFirst] does. The broker does little while a message is
-	// being published, and only the last hop (at least Radix^T units) ends in the moments
-	// before due, at the price of one hop more. Any other delay takes [ShortestFirst]'s route.
-	// Its queues are [TopFirst]'s.
+	// being published, and only the last hop (Radix^T units) ends in the moments before due,
+	// at the price of one hop more; but every split message of level T leaves through the same
+	// queue (digit 1), so a burst due at once funnels through it. Any other delay takes
+	// [ShortestFirst]'s route. Its queues are [TopFirst]'s.
 	TopSplit
 )
 
