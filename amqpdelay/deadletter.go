@@ -138,7 +138,7 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 // hopQueue returns the queue of hop i of plan in shard of the ladder, as
 // route.EncodeRoute's headers route it: the last hop at a level whose queues
 // dead-letter into a next level takes the last-hop queue of its digit (lastHopQueue true);
-// the first of several hops in the top-first order the first-hop queue of its digit; every
+// a first hop that route.FirstHopQueue sends through a first-hop queue that queue; every
 // other hop the level's queue of its digit.
 func hopQueue(names delayspec.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int) (queue string, lastHopQueue bool) {
 	h := plan.Hops[i]
@@ -263,8 +263,8 @@ func headerTooLarge(size, frameMax, reserve int) string {
 		"(501 FRAME_ERROR) when they do not fit; move large values from msg.Headers into the body", n, frameMax)
 }
 
-// firstHopQueue reports whether hop i of plan goes through a first-hop queue: the first of
-// several hops in the top-first order, which dead-letters back into level 0.
+// firstHopQueue reports whether hop i of plan goes through a first-hop queue, which
+// dead-letters back into level 0 (route.FirstHopQueue: the first hop only).
 func firstHopQueue(l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i int) bool {
-	return l.Order == ttlbuckets.TopFirst && i == 0 && len(plan.Hops) > 1
+	return i == 0 && route.FirstHopQueue(l, *plan)
 }

@@ -336,3 +336,46 @@ func TestShardOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterHopsTopSplit: a top-split message enters through the first-hop queue of its
+// highest digit less one, comes back to level 0, climbs, and leaves through one unit of its
+// highest level: that level's last-hop queue, or its own queue at the top level (which ends in
+// D). Each hop is entered from the previous queue's dead-letter exchange in the plan.
+func TestDeadLetterHopsTopSplit(t *testing.T) {
+	spec := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}},
+		Ladder: ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond, Order: ttlbuckets.TopSplit}}
+	plan, err := admin.NewPlan(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, ladder := spec.Names(), plan.Ladder
+	for _, tc := range []struct {
+		d      time.Duration
+		queues []string
+	}{
+		{0x321 * time.Millisecond, []string{"rd.ladder.02.02.first", "rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.02.01.last"}},
+		{0x3021 * time.Millisecond, []string{"rd.ladder.03.02.first", "rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.03.01"}},
+		{0x121 * time.Millisecond, []string{"rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.02.01.last"}}, // highest digit 1: shortest-first
+	} {
+		lp, err := ladder.Plan(tc.d, ttlbuckets.Strict)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := choice{path: PathLadder, plan: lp}
+		dest, _, _ := (&Publisher{names: names, ladder: ladder}).destination(c, "orders", 0)
+		hops, last := deadLetterHops(names, ladder, &c, dest, 0)
+		entered := dest
+		var got []string
+		for _, h := range hops {
+			q, ok := plan.Queue(h.queue)
+			if !ok || h.exchange != entered {
+				t.Errorf("%v: hop %+v (in plan %v), entered from %s", tc.d, h, ok, entered)
+			}
+			got = append(got, h.queue)
+			entered = q.DeadLetterExchange
+		}
+		if !slices.Equal(got, tc.queues) || last != entered || last != names.Dispatch() || dest != names.LadderEntryExchange(tc.queues[0]) {
+			t.Errorf("%v: queues %v entered from %s, last exchange %s; want %v entered from its entry exchange, then %s", tc.d, got, dest, last, tc.queues, names.Dispatch())
+		}
+	}
+}

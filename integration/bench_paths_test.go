@@ -69,6 +69,7 @@ var burstCatalogue = []delayCase{
 	ladderCase("shortest", ms1, 16, sf, delayspec.Quorum, ""),
 	ladderCase("longest", ms1, 16, lf, delayspec.Quorum, ""),
 	ladderCase("top", ms1, 16, ttlbuckets.TopFirst, delayspec.Quorum, ""),
+	ladderCase("split", ms1, 16, ttlbuckets.TopSplit, delayspec.Quorum, ""),
 	ladderCase("classic-shortest", ms1, 16, sf, delayspec.Classic, ""),
 	ladderCase("classic-longest", ms1, 16, lf, delayspec.Classic, ""),
 	ladderCase("classic2-shortest", ms1, 16, sf, delayspec.Classic, "classic2"),

@@ -15,6 +15,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -71,8 +72,29 @@ func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
 		if l != first {
 			out[pow(l)+2*pow(first)] = l
 		}
+		if order == ttlbuckets.TopSplit && l > 0 {
+			// The top digit less one first (a first-hop queue, into level 0), then up from level 0,
+			// one unit of the top level last.
+			out[2*pow(l)+pow(0)] = l
+			out[3*pow(l)+2*pow(l-1)] = l
+		}
 	}
 	return out
+}
+
+// topSplit returns the highest digit of plan when, in the top-split order, its first hop goes
+// through a first-hop queue (one hop more than its non-zero digits), and ok false otherwise.
+func topSplit(l ttlbuckets.Ladder, plan ttlbuckets.Plan) (top int, ok bool) {
+	nonZero := 0
+	for _, v := range plan.Digits {
+		if v != 0 {
+			nonZero++
+		}
+	}
+	if l.Order != ttlbuckets.TopSplit || len(plan.Hops) <= nonZero {
+		return 0, false
+	}
+	return plan.Digits[plan.Entry], true
 }
 
 // TestLadderLastLevel: in every hop order, a message whose last hop is at level L (every L of
@@ -80,14 +102,16 @@ func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
 // its digit (x-death names it), which dead-letters into the dispatch exchange: it arrives
 // exactly once, never early, carrying the last-level header and no digit header of a level
 // after L. In the top-first order a message of several hops takes its first in the first-hop
-// queue of its highest level and digit (every level above 0). A message sent with every level's
+// queue of its highest level and digit (every level above 0); in the top-split order one whose
+// highest digit d is 2 or more takes its first in the first-hop queue of that level and d-1,
+// and its last in the (last-hop) queue of that level and 1. A message sent with every level's
 // digit header (by a plain AMQP publisher, to the exchange of its lowest non-zero level; the
-// top-first order's level queues are the shortest-first order's) still takes the ladder's own
+// top-first and top-split orders' level queues are the shortest-first order's) still takes the ladder's own
 // queues and passes through the remaining levels, and arrives exactly once. x-death shows each
 // message of the Publisher entering its first queue from the queue's entry exchange.
 func TestLadderLastLevel(t *testing.T) {
 	t.Parallel()
-	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst} {
+	for _, order := range laddertest.Orders {
 		t.Run(order.String(), func(t *testing.T) {
 			t.Parallel()
 			env, spec, target, got := ladderRouteSetup(t, routeLadder(order))
@@ -95,7 +119,8 @@ func TestLadderLastLevel(t *testing.T) {
 			ctx := pubCtx(t)
 
 			delays := lastLevelDelays(order)
-			sent := map[string]int{} // message ID -> last level; -1: every digit (legacy)
+			sent := map[string]int{}   // message ID -> last level; -1: every digit (legacy)
+			splits := map[string]int{} // message ID -> highest digit, for a top-split message through a first-hop queue
 			p := newPublisher(t, env, spec)
 			for d, last := range delays {
 				r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
@@ -103,6 +128,13 @@ func TestLadderLastLevel(t *testing.T) {
 					t.Fatalf("publish %v: %v", d, err)
 				}
 				sent[r.MessageID] = last
+				plan, err := l.Plan(d, ttlbuckets.Strict)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if top, ok := topSplit(l, plan); ok {
+					splits[r.MessageID] = top
+				}
 			}
 			// Messages with every level's digit header, published by hand to the entry exchange.
 			ch := env.Channel(t)
@@ -120,7 +152,7 @@ func TestLadderLastLevel(t *testing.T) {
 				m.Headers = amqp.Table{route.TargetHeader: target, route.DueHeader: time.Now().Add(d).UnixMilli()}
 				route.EncodeDigits(l, plan, m.Headers)
 				entry := plan.Entry
-				if order == ttlbuckets.TopFirst && len(plan.Hops) > 1 {
+				if route.FirstHopQueue(l, plan) {
 					entry = plan.Hops[1].Level // the lowest non-zero level
 				}
 				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, n.LadderExchange(entry), "k", false, false, m)
@@ -132,7 +164,7 @@ func TestLadderLastLevel(t *testing.T) {
 				}
 				sent[m.MessageId] = -1
 			}
-			checkArrivals(t, l, n, got, sent, 4*time.Second)
+			checkArrivals(t, l, n, got, sent, splits, 4*time.Second)
 		})
 	}
 }
@@ -142,10 +174,11 @@ func TestLadderLastLevel(t *testing.T) {
 // every level routes: a message with one non-zero digit v at level 0 or 1, and one with both
 // (v at level 1, another digit at level 0), for v = 1..63, arrives exactly once, never early,
 // through the queue or last-hop queue of its last level and digit (last-hop header values up to
-// 127: digit + radix).
+// 127: digit + radix); in the top-split order, a message with both whose level-1 digit v is 2 or
+// more first through the first-hop queue of level 1 and v-1.
 func TestLadderRadix64Digits(t *testing.T) {
 	t.Parallel()
-	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst} {
+	for _, order := range laddertest.Orders {
 		t.Run(order.String(), func(t *testing.T) {
 			t.Parallel()
 			env, spec, target, got := ladderRouteSetup(t, ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 64, Max: 4095 * time.Millisecond, Order: order})
@@ -155,7 +188,8 @@ func TestLadderRadix64Digits(t *testing.T) {
 			}
 			ctx := pubCtx(t)
 			p := newPublisher(t, env, spec)
-			sent := map[string]int{} // message ID -> last level
+			sent := map[string]int{}   // message ID -> last level
+			splits := map[string]int{} // message ID -> highest digit, for a top-split message through a first-hop queue
 			for v := 1; v < 64; v++ {
 				for _, d := range []time.Duration{
 					time.Duration(v) * time.Millisecond,             // level 0 only
@@ -171,9 +205,12 @@ func TestLadderRadix64Digits(t *testing.T) {
 						t.Fatalf("publish %v: %v", d, err)
 					}
 					sent[r.MessageID] = route.LastLevel(plan)
+					if top, ok := topSplit(l, plan); ok {
+						splits[r.MessageID] = top
+					}
 				}
 			}
-			checkArrivals(t, l, delayspec.Names{Prefix: spec.Prefix}, got, sent, 30*time.Second)
+			checkArrivals(t, l, delayspec.Names{Prefix: spec.Prefix}, got, sent, splits, 30*time.Second)
 		})
 	}
 }
@@ -182,8 +219,10 @@ func TestLadderRadix64Digits(t *testing.T) {
 // name, or -1 for a message that must carry every level's digit and no last-level header),
 // checks each arrived once, on time, with the headers its route needs, and that nothing else
 // arrives. For a message with the last-level header, x-death must show that its first queue
-// was entered from that queue's entry exchange.
-func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-chan arrival, sent map[string]int, within time.Duration) {
+// was entered from that queue's entry exchange. splits holds the highest digit of each
+// top-split message whose first hop goes through a first-hop queue (its headers carry the last
+// hop's digit, 1, at that level).
+func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-chan arrival, sent map[string]int, splits map[string]int, within time.Duration) {
 	t.Helper()
 	seen := map[string]bool{}
 	for range sent {
@@ -237,10 +276,11 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		}
 		// Digit headers from the entry (the first non-zero digit in travel order) to the last
 		// hop's level, and none outside: the message never reaches those levels.
+		splitTop, split := splits[id]
 		entry, hops := -1, 0
 		for level, d := range digits {
-			if d != 0 && (entry < 0 || l.Order != ttlbuckets.ShortestFirst) {
-				entry = level // the lowest non-zero level, or for longest-first and top-first the highest
+			if d != 0 && (entry < 0 || l.Order == ttlbuckets.LongestFirst || l.Order == ttlbuckets.TopFirst || split) {
+				entry = level // the lowest non-zero level, or for longest-first, top-first and a top-split message the highest
 			}
 			if d != 0 {
 				hops++
@@ -258,6 +298,8 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 				outside = level < last || level > entry
 			case topFirst:
 				outside = level > last && level != entry // the top level, then 0 to the last
+			case split:
+				outside = level > last // the top level, then 0 to the top level again
 			}
 			if _, has := h[route.DigitHeader(level)]; has == outside {
 				t.Errorf("%q (entry level %d, last level %d): digit header of level %d present = %v", id, entry, last, level, has)
@@ -276,6 +318,8 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		// that has last-hop queues), else the entry level's queue of its digit.
 		first := n.LadderQueueShard(entry, digits[entry], 0)
 		switch {
+		case split:
+			first = n.LadderFirstHopQueueShard(entry, splitTop-1, 0)
 		case entry == last:
 			first = want
 		case topFirst:

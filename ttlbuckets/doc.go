@@ -25,8 +25,9 @@
 // target. Each queue has one TTL, so no message waits behind a longer one (RabbitMQ expires
 // messages only from a queue's head).
 //
-// A message takes one hop per non-zero digit ([Plan.Hops]); the hops' TTLs add up to the
-// effective delay ([Plan.Effective]). [Ladder.Levels] is the most hops a message can take.
+// A message takes one hop per non-zero digit ([Plan.Hops]; [TopSplit] one more); the hops'
+// TTLs add up to the effective delay ([Plan.Effective]). [Ladder.Levels] is the most hops a
+// message can take ([TopSplit]: one more).
 //
 // [Ladder.Order] chooses the direction of travel. [ShortestFirst], the default, climbs from
 // the lowest non-zero level, so only the last and longest hop ends just before the message
@@ -34,7 +35,9 @@
 // moments before due; [TopFirst] takes the highest digit's hop first (through a first-hop
 // queue that dead-letters into level 0) and then climbs from level 0: the broker does almost
 // nothing while a message is published, and the short hops run when the first hop ends, the
-// sum of the lower digits before due. Publisher and topology must agree on the order.
+// sum of the lower digits before due; [TopSplit] takes all but one unit of the highest
+// digit first and that unit last, so the short hops run between the two. Publisher and
+// topology must agree on the order.
 //
 // Each hop costs the broker a dead-lettering (see docs/benchmarks.md): a larger radix means
 // fewer hops but more queues. With the default maximum, 2^32-1 ms (the delayed-message

@@ -114,5 +114,5 @@ func ExampleParseOrder() {
 	fmt.Println(err)
 	// Output:
 	// longest-first 1 <nil>
-	// ttlbuckets: invalid ladder: Order "newest-first": allowed "shortest-first" (default), "longest-first" or "top-first"
+	// ttlbuckets: invalid ladder: Order "newest-first": allowed "shortest-first" (default), "longest-first", "top-first" or "top-split"
 }

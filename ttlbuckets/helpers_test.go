@@ -123,26 +123,41 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 	if !fits || !slices.Equal(digits, p.Digits) {
 		t.Fatalf("%+v Plan(%v): digits %v, want %v (fits %v)", lw, d, p.Digits, digits, fits)
 	}
-	nonZero := 0
-	for _, v := range digits {
+	nonZero, top := 0, -1
+	for level, v := range digits {
 		if v != 0 {
-			nonZero++
+			nonZero, top = nonZero+1, level
 		}
 	}
-	if len(p.Hops) != nonZero || len(p.Hops) == 0 || p.Entry != p.Hops[0].Level {
+	// A top-split plan of several digits whose highest is 2 or more takes that level twice:
+	// digit-1 first, 1 last.
+	split := lw.Order == ttlbuckets.TopSplit && nonZero > 1 && digits[top] > 1
+	wantHops := nonZero
+	if split {
+		wantHops++
+	}
+	if len(p.Hops) != wantHops || len(p.Hops) == 0 || p.Entry != p.Hops[0].Level {
 		t.Fatalf("%+v Plan(%v): %d hops for %d non-zero digits, Entry %d", lw, d, len(p.Hops), nonZero, p.Entry)
+	}
+	if split && (p.Hops[0].Level != top || p.Hops[0].Digit != digits[top]-1 || p.Hops[len(p.Hops)-1].Level != top || p.Hops[len(p.Hops)-1].Digit != 1) {
+		t.Fatalf("%+v Plan(%v): hops %+v: top-split takes digit %d less one of level %d first and one unit of it last", lw, d, p.Hops, digits[top], top)
 	}
 	var sum int64
 	for i, h := range p.Hops {
+		wantDigit := p.Digits[h.Level]
+		if split && h.Level == top {
+			wantDigit = h.Digit // checked above
+		}
 		if want := queueTTL(lw, h.Level, h.Digit); h.Digit < 1 || h.Digit >= r || h.Level < 0 || h.Level >= levels ||
-			!want.IsInt64() || want.Int64() != h.TTL || p.Digits[h.Level] != h.Digit {
+			!want.IsInt64() || want.Int64() != h.TTL || wantDigit != h.Digit {
 			t.Fatalf("%+v Plan(%v): hop %+v is no queue of the ladder", lw, d, h)
 		}
 		if i > 0 {
 			prev := p.Hops[i-1].Level
-			ascending := lw.Order == ttlbuckets.ShortestFirst || (lw.Order == ttlbuckets.TopFirst && i > 1)
+			topFirst := lw.Order == ttlbuckets.TopFirst || split // the highest level first, then ascending
+			ascending := lw.Order == ttlbuckets.ShortestFirst || (lw.Order == ttlbuckets.TopSplit && !split) || (topFirst && i > 1)
 			if (ascending && h.Level <= prev) || (lw.Order == ttlbuckets.LongestFirst && h.Level >= prev) ||
-				(lw.Order == ttlbuckets.TopFirst && i == 1 && h.Level >= prev) {
+				(topFirst && i == 1 && h.Level >= prev) {
 				t.Fatalf("%+v Plan(%v): hops %+v out of %v order", lw, d, p.Hops, lw.Order)
 			}
 			if lw.Order == ttlbuckets.TopFirst && h.Level >= p.Hops[0].Level {

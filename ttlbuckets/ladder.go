@@ -39,7 +39,8 @@ type Ladder struct {
 	Unit time.Duration
 
 	// Radix is the number base: a power of two from 2 to 64. Each level has Radix-1
-	// queues, and a delay takes one hop per non-zero digit. 0 means [DefaultRadix].
+	// queues, and a delay takes one hop per non-zero digit ([TopSplit]: at most one more). 0
+	// means [DefaultRadix].
 	Radix int
 
 	// Max is the largest delay accepted, at least one Unit. 0 means [DefaultMax].
@@ -89,7 +90,7 @@ const (
 	badUnit     = 1 << iota // unit below 1 ms or not whole ms
 	badRadix                // radix not a power of two in 2..64
 	badMax                  // max below one unit
-	badOrder                // order not ShortestFirst, LongestFirst or TopFirst
+	badOrder                // order not ShortestFirst, LongestFirst, TopFirst or TopSplit
 	badUnitTTL              // level 0's longest queue TTL above MaxQueueTTL
 	badLevelTTL             // the top level's longest queue TTL above MaxQueueTTL
 )
@@ -184,7 +185,7 @@ func (g geometry) ttl(level, digit int) int64 {
 //   - Unit below 1 ms or not a whole number of milliseconds;
 //   - Radix not a power of two from 2 to 64;
 //   - Max below one Unit;
-//   - Order not one of [ShortestFirst], [LongestFirst] and [TopFirst];
+//   - Order not one of [ShortestFirst], [LongestFirst], [TopFirst] and [TopSplit];
 //   - a queue TTL above [MaxQueueTTL], RabbitMQ's x-message-ttl limit: reported on Unit
 //     when even level 0's longest queue, (Radix-1)·Unit, is too long, otherwise on Max
 //     with the largest Max this Unit and Radix allow.

@@ -107,7 +107,7 @@ func TestValidate(t *testing.T) {
 			[]string{"Max 9ms: allowed at least one Unit (10ms)"}},
 		{"max just below unit", ttlbuckets.Ladder{Max: time.Millisecond - 1},
 			[]string{"Max 999.999µs: allowed at least one Unit (1ms)"}},
-		{"order", ttlbuckets.Ladder{Order: 3}, []string{"Order 3: allowed 0 (shortest-first), 1 (longest-first) or 2 (top-first)"}},
+		{"order", ttlbuckets.Ladder{Order: 4}, []string{"Order 4: allowed 0 (shortest-first), 1 (longest-first), 2 (top-first) or 3 (top-split)"}},
 		{"max over TTL limit", ttlbuckets.Ladder{Max: 3 * 365 * 24 * time.Hour},
 			[]string{"Max 26280h0m0s: needs 10 levels, whose longest queue (level 9, digit 15) would have x-message-ttl 1030792151040 ms, above RabbitMQ's limit of 315360000000 ms; allowed with Unit 1ms and Radix 16: 1ms to 19088h44m36.735s (68719476735 ms)"}},
 		{"max just over TTL limit radix 2", ttlbuckets.Ladder{Radix: 2, Max: (1 << 39) * time.Millisecond},
@@ -196,6 +196,7 @@ func TestOrderText(t *testing.T) {
 		{" Longest-First\n", ttlbuckets.LongestFirst},
 		{"SHORTEST-FIRST", ttlbuckets.ShortestFirst},
 		{"top-first", ttlbuckets.TopFirst},
+		{"Top-Split", ttlbuckets.TopSplit},
 		{"", ttlbuckets.ShortestFirst},
 	} {
 		got, err := ttlbuckets.ParseOrder(tc.text)
@@ -211,7 +212,7 @@ func TestOrderText(t *testing.T) {
 		_, err := ttlbuckets.ParseOrder(bad)
 		if !errors.Is(err, ttlbuckets.ErrInvalidLadder) || !strings.Contains(err.Error(), fmt.Sprintf("Order %q", bad)) ||
 			!strings.Contains(err.Error(), `"shortest-first"`) || !strings.Contains(err.Error(), `"longest-first"`) ||
-			!strings.Contains(err.Error(), `"top-first"`) {
+			!strings.Contains(err.Error(), `"top-first"`) || !strings.Contains(err.Error(), `"top-split"`) {
 			t.Errorf("ParseOrder(%q) error = %v", bad, err)
 		}
 		o := ttlbuckets.LongestFirst

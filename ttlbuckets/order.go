@@ -12,7 +12,7 @@ import (
 // on it.
 //
 // The zero value is [ShortestFirst]. Its text form ([Order.String], [ParseOrder],
-// [Order.UnmarshalText]) is "shortest-first", "longest-first" or "top-first".
+// [Order.UnmarshalText]) is "shortest-first", "longest-first", "top-first" or "top-split".
 type Order int
 
 const (
@@ -36,16 +36,27 @@ const (
 	// level but 0 (same TTL, dead-lettering into level 0's exchange); the other queues are
 	// [ShortestFirst]'s.
 	TopFirst
+
+	// TopSplit splits the hop of the highest non-zero digit d, at level T, in two when d is 2
+	// or more and other digits are non-zero: d-1 units of level T first, through level T's
+	// first-hop queue as [TopFirst] does, then the other digits from level 0 up and one unit
+	// of level T last, as [ShortestFirst] does. The broker does little while a message is
+	// being published, and only the last hop (Radix^T units) ends in the moments before due,
+	// at the price of one hop more; but every split message of level T leaves through the same
+	// queue (digit 1), so a burst due at once funnels through it. Any other delay takes
+	// [ShortestFirst]'s route. Its queues are [TopFirst]'s.
+	TopSplit
 )
 
 const (
 	shortestFirstName = "shortest-first"
 	longestFirstName  = "longest-first"
 	topFirstName      = "top-first"
+	topSplitName      = "top-split"
 )
 
-// String returns "shortest-first", "longest-first" or "top-first", or "Order(N)" for any
-// other value.
+// String returns "shortest-first", "longest-first", "top-first" or "top-split", or
+// "Order(N)" for any other value.
 func (o Order) String() string {
 	switch o {
 	case ShortestFirst:
@@ -54,18 +65,21 @@ func (o Order) String() string {
 		return longestFirstName
 	case TopFirst:
 		return topFirstName
+	case TopSplit:
+		return topSplitName
 	}
 	return "Order(" + strconv.Itoa(int(o)) + ")"
 }
 
 // allowedOrders lists the orders with their numbers, for error messages.
-var allowedOrders = fmt.Sprintf("%d (%s), %d (%s) or %d (%s)",
-	int(ShortestFirst), shortestFirstName, int(LongestFirst), longestFirstName, int(TopFirst), topFirstName)
+var allowedOrders = fmt.Sprintf("%d (%s), %d (%s), %d (%s) or %d (%s)",
+	int(ShortestFirst), shortestFirstName, int(LongestFirst), longestFirstName, int(TopFirst), topFirstName,
+	int(TopSplit), topSplitName)
 
-func (o Order) valid() bool { return o == ShortestFirst || o == LongestFirst || o == TopFirst }
+func (o Order) valid() bool { return o >= ShortestFirst && o <= TopSplit }
 
-// ParseOrder parses "shortest-first", "longest-first" or "top-first" (ASCII case and
-// surrounding space ignored). The empty string gives the default, [ShortestFirst], as the
+// ParseOrder parses "shortest-first", "longest-first", "top-first" or "top-split" (ASCII
+// case and surrounding space ignored). The empty string gives the default, [ShortestFirst], as the
 // zero value does. Any other text returns an error wrapping [ErrInvalidLadder] that quotes
 // the text and lists the allowed names.
 func ParseOrder(s string) (Order, error) {
@@ -76,9 +90,11 @@ func ParseOrder(s string) (Order, error) {
 		return LongestFirst, nil
 	case topFirstName:
 		return TopFirst, nil
+	case topSplitName:
+		return TopSplit, nil
 	}
-	return ShortestFirst, fmt.Errorf("%w: Order %q: allowed %q (default), %q or %q",
-		ErrInvalidLadder, s, shortestFirstName, longestFirstName, topFirstName)
+	return ShortestFirst, fmt.Errorf("%w: Order %q: allowed %q (default), %q, %q or %q",
+		ErrInvalidLadder, s, shortestFirstName, longestFirstName, topFirstName, topSplitName)
 }
 
 // UnmarshalText implements [encoding.TextUnmarshaler] with [ParseOrder], so configuration

@@ -38,7 +38,9 @@ type Plan struct {
 	Entry int
 	// Hops lists one hop per non-zero digit, in travel order: ascending levels for
 	// [ShortestFirst], descending for [LongestFirst], and for [TopFirst] the highest level
-	// first, then the others ascending.
+	// first, then the others ascending. For [TopSplit] with a highest digit d of 2 or more
+	// and other non-zero digits, it has one hop more: the highest level with digit d-1
+	// first, then the others ascending, then the highest level with digit 1.
 	Hops []Hop
 }
 
@@ -86,7 +88,12 @@ func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 			n++
 		}
 	}
-	hops := make([]Hop, 0, n)
+	top := g.levels - 1
+	for digits[top] == 0 {
+		top--
+	}
+	split := g.order == TopSplit && n > 1 && digits[top] > 1
+	hops := make([]Hop, 0, n+1)
 	if g.order == LongestFirst {
 		for level := g.levels - 1; level >= 0; level-- {
 			if v := digits[level]; v != 0 {
@@ -94,16 +101,19 @@ func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 			}
 		}
 	} else {
-		top := -1
-		if g.order == TopFirst && n > 1 {
-			top = g.levels - 1
-			for digits[top] == 0 {
-				top--
-			}
+		first := -1 // the level taken first, out of ascending order
+		switch {
+		case g.order == TopFirst && n > 1:
+			first = top
 			hops = append(hops, Hop{Level: top, Digit: digits[top], TTL: g.ttl(top, digits[top])})
+		case split:
+			hops = append(hops, Hop{Level: top, Digit: digits[top] - 1, TTL: g.ttl(top, digits[top]-1)})
 		}
 		for level, v := range digits {
-			if v != 0 && level != top {
+			if level == top && split {
+				v = 1
+			}
+			if v != 0 && level != first {
 				hops = append(hops, Hop{Level: level, Digit: v, TTL: g.ttl(level, v)})
 			}
 		}

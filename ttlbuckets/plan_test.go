@@ -66,10 +66,23 @@ func testPlanEdges(t *testing.T, l ttlbuckets.Ladder) {
 	}
 	if allDigits <= lw.Max {
 		p, err := l.Plan(allDigits, ttlbuckets.Strict)
-		if err != nil || len(p.Hops) != levels {
+		// Top-split takes the highest level twice: r-2 units first, 1 last.
+		split := lw.Order == ttlbuckets.TopSplit && levels > 1 && r > 2
+		want := levels
+		if split {
+			want++
+		}
+		if err != nil || len(p.Hops) != want {
 			t.Fatalf("Plan(all digits %d) = %+v, %v", r-1, p, err)
 		}
-		for _, h := range p.Hops {
+		hops := p.Hops
+		if split {
+			if first, last := hops[0], hops[levels]; first.Level != levels-1 || first.Digit != r-2 || last.Level != levels-1 || last.Digit != 1 {
+				t.Errorf("Plan(all digits): top-split hops %+v", hops)
+			}
+			hops = hops[1:levels]
+		}
+		for _, h := range hops {
 			if h.Digit != r-1 {
 				t.Errorf("Plan(all digits): hop %+v", h)
 			}
@@ -90,6 +103,7 @@ func TestPlanKnown(t *testing.T) {
 		{ttlbuckets.ShortestFirst, 1, climb},
 		{ttlbuckets.LongestFirst, 5, descend},
 		{ttlbuckets.TopFirst, 5, append([]ttlbuckets.Hop{climb[4]}, climb[:4]...)},
+		{ttlbuckets.TopSplit, 5, append(append([]ttlbuckets.Hop{{5, 4, 4194304}}, climb[:4]...), ttlbuckets.Hop{5, 1, 1048576})},
 	} {
 		l := ttlbuckets.Ladder{Order: tc.order}
 		p, err := l.Plan(90*time.Minute, ttlbuckets.Strict)

@@ -65,7 +65,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "explicit max-delay 0", args: []string{"apply", "--target", "o:topic", "--max-delay", "0s"},
 			want: []string{"--max-delay 0s: want at least one ladder unit"}},
 		{name: "bad order", args: []string{"plan", "--target", "o", "--order", "sideways"},
-			want: []string{"--order sideways: want shortest-first (the default), longest-first or top-first"}},
+			want: []string{"--order sideways: want shortest-first (the default), longest-first, top-first or top-split"}},
 		{name: "max beyond the TTL limit", args: []string{"apply", "--target", "o:topic", "--max-delay", "100000h"}, want: []string{"Max 100000h0m0s", "allowed"}},
 		{name: "no target", args: []string{"apply"}, want: []string{"no target exchange", "AMQPDELAY_TARGETS", "--target"}},
 		{name: "bad target type", args: []string{"plan", "--target", "o:stream"},

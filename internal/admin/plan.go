@@ -76,7 +76,7 @@ type Queue struct {
 	// LastHop marks a ladder's last-hop queue ([Names.LadderLastHopQueueShard]): the TTL of the
 	// queue of the same Level and Digit, dead-lettering into the dispatch exchange.
 	LastHop bool `json:"last_hop,omitempty"`
-	// FirstHop marks a first-hop queue of the top-first order ([Names.LadderFirstHopQueueShard]):
+	// FirstHop marks a first-hop queue of the top-first and top-split orders ([Names.LadderFirstHopQueueShard]):
 	// the TTL of the level's queue of its digit, dead-lettering into level 0's exchange.
 	FirstHop bool `json:"first_hop,omitempty"`
 	// Shard is the shard of the ladder a ladder queue belongs to (0 to Spec.Shards-1), 0 for

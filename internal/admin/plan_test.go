@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/laddertest"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -80,11 +81,11 @@ func TestPlanDefaultCounts(t *testing.T) {
 
 // TestPlanQueuesFromTTLBuckets checks that every delay queue's TTL is exactly what ttlbuckets
 // computes and that every queue dead-letters to the exchange of route.Next (or D), for every
-// hop order, quorum and classic; the top-first order's first-hop queues (every digit of every
-// level above 0, each with its entry exchange) have the TTL of their level's queue and
-// dead-letter into level 0's exchange.
+// hop order, quorum and classic; the top-first and top-split orders' first-hop queues (every
+// digit of every level above 0, each with its entry exchange) have the TTL of their level's
+// queue and dead-letter into level 0's exchange.
 func TestPlanQueuesFromTTLBuckets(t *testing.T) {
-	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst} {
+	for _, order := range laddertest.Orders {
 		for _, qt := range []delayspec.QueueType{delayspec.Quorum, delayspec.Classic} {
 			t.Run(order.String()+"/"+string(qt), func(t *testing.T) {
 				spec := delayspec.Spec{Targets: delayspec.Targets{{Name: "a"}, {Name: "b", Type: "topic"}}, Buckets: delayspec.Delays{30 * time.Second, time.Hour},
@@ -123,7 +124,7 @@ func TestPlanQueuesFromTTLBuckets(t *testing.T) {
 					got = append(got, q)
 				}
 				wantFirst := 0
-				if order == ttlbuckets.TopFirst {
+				if order == ttlbuckets.TopFirst || order == ttlbuckets.TopSplit {
 					wantFirst = (l.Levels() - 1) * (l.Radix - 1)
 				}
 				if firstHop != wantFirst {

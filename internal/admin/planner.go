@@ -158,12 +158,12 @@ func (b *planner) addLastHopQueues() {
 	}
 }
 
-// addFirstHopQueues plans, for the top-first order, per level above 0 a queue per digit with
+// addFirstHopQueues plans, for the top-first and top-split orders, per level above 0 a queue per digit with
 // the same TTL that dead-letters into level 0's exchange, for the first hop of the messages
 // whose highest digit is there.
 func (b *planner) addFirstHopQueues() {
 	p, s, n := b.p, b.s, b.n
-	if p.Ladder.Order != ttlbuckets.TopFirst {
+	if p.Ladder.Order != ttlbuckets.TopFirst && p.Ladder.Order != ttlbuckets.TopSplit {
 		return
 	}
 	for k := range s.Shards {

@@ -199,12 +199,18 @@ func TestSharedLeaders(t *testing.T) {
 	}
 }
 
-// TestPlanShardsTopFirst: with the top-first order every copy has its own first-hop queues
-// (every digit of every level above 0), each dead-lettering into level 0's exchange of the same
-// copy, with a slot no other delay queue of its copy has.
+// TestPlanShardsTopFirst: with the top-first and top-split orders every copy has its own
+// first-hop queues (every digit of every level above 0), each dead-lettering into level 0's
+// exchange of the same copy, with a slot no other delay queue of its copy has.
 func TestPlanShardsTopFirst(t *testing.T) {
+	for _, order := range []ttlbuckets.Order{ttlbuckets.TopFirst, ttlbuckets.TopSplit} {
+		t.Run(order.String(), func(t *testing.T) { testPlanShardsFirstHop(t, order) })
+	}
+}
+
+func testPlanShardsFirstHop(t *testing.T, order ttlbuckets.Order) {
 	s := shardSpec()
-	s.Ladder.Order = ttlbuckets.TopFirst
+	s.Ladder.Order = order
 	p := mustPlan(t, s)
 	n := p.Names
 	levels := p.Ladder.Levels()

@@ -35,7 +35,8 @@ type form []part
 // The forms of the naming rule.
 var (
 	// ladderQueueForm is ladder.LL.DD[.sK][.last][.first]: level, digit, shard (0: the ladder
-	// itself, no .sK), last hop (1: .last), first hop of the top-first order (1: .first).
+	// itself, no .sK), last hop (1: .last), first hop of the top-first and top-split orders
+	// (1: .first).
 	ladderQueueForm = form{{lit: "ladder.", field: twoDigits}, {lit: ".", field: twoDigits}, {lit: ".s", field: digits, opt: true},
 		{lit: ".last", opt: true}, {lit: ".first", opt: true}}
 	// ladderExchangeForm is ladder.LL[.sK][.last]: level, shard, last hop.

@@ -53,9 +53,9 @@ func (n Names) LadderLastHopQueueShard(level, digit, shard int) string {
 }
 
 // LadderFirstHopQueueShard is the first-hop queue of digit value digit at ladder level level
-// (1 and up) in shard of the ladder, for the [ttlbuckets.TopFirst] order:
-// <prefix>.ladder.LL.DD[.sK].first. It has the TTL of [Names.LadderQueueShard] of the same
-// level and digit but dead-letters into level 0's exchange of the shard.
+// (1 and up) in shard of the ladder, for the [ttlbuckets.TopFirst] and [ttlbuckets.TopSplit]
+// orders: <prefix>.ladder.LL.DD[.sK].first. It has the TTL of [Names.LadderQueueShard] of the
+// same level and digit but dead-letters into level 0's exchange of the shard.
 func (n Names) LadderFirstHopQueueShard(level, digit, shard int) string {
 	return ladderQueueForm.name(n.p(), int64(level), int64(digit), int64(shard), 0, 1)
 }

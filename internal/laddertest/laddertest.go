@@ -18,6 +18,7 @@ func Seed(f *testing.F) {
 	f.Add(uint32(0), uint8(3), int64(0), uint8(0), int64(90*time.Minute))
 	f.Add(uint32(0), uint8(3), int64(0), uint8(1), int64(ttlbuckets.DefaultMax))
 	f.Add(uint32(0), uint8(3), int64(0), uint8(2), int64(90*time.Minute+7*time.Millisecond))
+	f.Add(uint32(0), uint8(3), int64(0), uint8(3), int64(90*time.Minute+7*time.Millisecond))
 	f.Add(uint32(1), uint8(0), int64(time.Hour), uint8(0), int64(time.Hour+1))
 	f.Add(uint32(10), uint8(1), int64(25*time.Millisecond), uint8(1), int64(24*time.Millisecond))
 	f.Add(uint32(7), uint8(5), int64(0), uint8(0), int64(-1))
@@ -26,13 +27,13 @@ func Seed(f *testing.F) {
 }
 
 // Ladder builds a ladder from fuzz inputs: unitMs 0 and maxNs 0 give the defaults, order picks
-// one of the three orders; a negative maxNs or an order byte from 0xF0 up give an invalid
+// one of [Orders]; a negative maxNs or an order byte from 0xF0 up give an invalid
 // ladder, which must be reported as such.
 func Ladder(unitMs uint32, radixExp uint8, maxNs int64, order uint8) ttlbuckets.Ladder {
 	l := ttlbuckets.Ladder{
 		Unit:  time.Duration(unitMs) * time.Millisecond,
 		Radix: 1 << (1 + radixExp%6),
-		Order: ttlbuckets.Order(order % 3),
+		Order: Orders[int(order)%len(Orders)],
 	}
 	switch {
 	case maxNs < 0:
@@ -63,7 +64,7 @@ func Delays(l ttlbuckets.Ladder, d int64) []time.Duration {
 var Radixes = []int{2, 4, 8, 16, 32, 64}
 
 // Orders are the hop orders.
-var Orders = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst}
+var Orders = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst, ttlbuckets.TopSplit}
 
 // Modes are the roundings.
 var Modes = []ttlbuckets.Rounding{ttlbuckets.RoundUp, ttlbuckets.Strict}

@@ -38,8 +38,8 @@ func (g geometry) ttl(level, digit int) int64 {
 	return int64(digit) << (g.shift * uint(level)) * g.unitMs
 }
 
-// ends reports whether level is where the travel order ends (the top level for ShortestFirst
-// and TopFirst, level 0 for LongestFirst): its queues dead-letter into the dispatch exchange.
+// ends reports whether level is where the travel order ends (the top level for ShortestFirst,
+// TopFirst and TopSplit, level 0 for LongestFirst): its queues dead-letter into the dispatch exchange.
 func (g geometry) ends(level int) bool {
 	if g.order == ttlbuckets.LongestFirst {
 		return level == 0

@@ -89,14 +89,29 @@ func isRoutingHeader(name string) bool {
 }
 
 // LastLevel returns the level of p's last hop (p.Hops[len(p.Hops)-1].Level): the highest level
-// with a non-zero digit for [ttlbuckets.ShortestFirst], the lowest for
-// [ttlbuckets.LongestFirst], the second highest for [ttlbuckets.TopFirst] (the highest when it
-// is the only one). It returns -1 for a plan without hops.
+// with a non-zero digit for [ttlbuckets.ShortestFirst] and [ttlbuckets.TopSplit], the lowest
+// for [ttlbuckets.LongestFirst], the second highest for [ttlbuckets.TopFirst] (the highest when
+// it is the only one). It returns -1 for a plan without hops.
 func LastLevel(p ttlbuckets.Plan) int {
 	if len(p.Hops) == 0 {
 		return -1
 	}
 	return p.Hops[len(p.Hops)-1].Level
+}
+
+// FirstHopQueue reports whether p's first hop goes through its level's first-hop queue, which
+// dead-letters into level 0's exchange: for a [ttlbuckets.TopFirst] plan of several hops, and
+// for a [ttlbuckets.TopSplit] plan that takes its highest level twice (first and last). p
+// should come from l.Plan.
+func FirstHopQueue(l ttlbuckets.Ladder, p ttlbuckets.Plan) bool {
+	n := len(p.Hops)
+	switch l.Order {
+	case ttlbuckets.TopFirst:
+		return n > 1
+	case ttlbuckets.TopSplit:
+		return n > 1 && p.Hops[0].Level == p.Hops[n-1].Level
+	}
+	return false
 }
 
 // EncodeDigits sets, in h, the digit header ([DigitHeader]) of every level of l, zeros
@@ -129,9 +144,10 @@ func LastHopValue(l ttlbuckets.Ladder, digit int) int64 {
 // EncodeRoute sets, in h, the headers of a message whose last hop goes through a last-hop
 // queue (same TTL as the level's queue of that digit, dead-lettering straight to the dispatch
 // exchange, as a bucket does): the digit header of every level of l from p.Entry to the last
-// hop's level in travel order, zeros included (for [ttlbuckets.TopFirst], the entry level's
-// and those of levels 0 to the last hop's); [LastHopValue] of the last digit (the plain digit
-// at the level where the order ends, which dead-letters to the dispatch exchange already);
+// hop's level in travel order, zeros included (after a first hop through a first-hop queue
+// ([FirstHopQueue]), the entry level's and those of levels 0 to the last hop's); [LastHopValue]
+// of the last hop's digit (the plain digit at the level where the order ends, which
+// dead-letters to the dispatch exchange already);
 // and that level in [LastLevelHeader]. Levels the message never reaches get no header. The
 // topology must have the last-hop queues; for one without them use [EncodeDigits]. For a
 // plan without hops it does what EncodeDigits does. p should come from l.Plan. h must not be
@@ -146,10 +162,10 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 		EncodeDigits(l, p, h)
 		return
 	}
-	// A TopFirst message with more than one hop comes back to level 0 after its first hop,
+	// A message whose first hop goes through a first-hop queue comes back to level 0 after it,
 	// and climbs from there to its last.
 	from := p.Entry
-	if g.order == ttlbuckets.TopFirst && len(p.Hops) > 1 {
+	if FirstHopQueue(l, p) {
 		from = 0
 	}
 	for level := range g.levels {
@@ -160,10 +176,13 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 		if level < len(p.Digits) {
 			v = int64(p.Digits[level])
 		}
-		// The level where the order ends dead-letters into the dispatch exchange already: it has
-		// no last-hop queues.
-		if level == last && !g.ends(last) {
-			v += g.mask + 1
+		if level == last {
+			v = int64(p.Hops[len(p.Hops)-1].Digit) // a TopSplit plan's last hop is less than the level's digit
+			// The level where the order ends dead-letters into the dispatch exchange already: it
+			// has no last-hop queues.
+			if !g.ends(last) {
+				v += g.mask + 1
+			}
 		}
 		h[DigitHeader(level)] = v
 	}
@@ -173,7 +192,8 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 // DecodeDigits reads the digits that [EncodeDigits] or [EncodeRoute] wrote for l, for
 // diagnostics: one per level, len == l.Levels(). Values may have any Go integer type, as
 // amqp091 decodes AMQP's integer types. At the [LastLevelHeader] level, [LastHopValue] of a
-// digit reads as that digit, and digit headers that EncodeRoute leaves out read as 0.
+// digit reads as that digit (for a [ttlbuckets.TopSplit] plan that takes that level twice, 1:
+// the last hop's), and digit headers that EncodeRoute leaves out read as 0.
 // Every problem is reported, joined, each wrapping [ErrInvalidHeaders]: a digit header that
 // is missing, not an integer, or outside 0..Radix-1; a non-zero digit for a level the ladder
 // does not have; a LastLevelHeader that is not a level of the ladder. The returned digits

@@ -215,12 +215,30 @@ func TestHeaderInt(t *testing.T) {
 // the entry level and stop at the last hop's (in travel order), and DecodeDigits reads the same digits as from EncodeDigits; a plan
 // without hops gets EncodeDigits' headers.
 func TestEncodeRoute(t *testing.T) {
-	for _, order := range []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst} {
+	for _, order := range orders {
 		l := ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Order: order}
-		for _, d := range []time.Duration{time.Millisecond, 90 * time.Second, 0x1000 * time.Millisecond, 0x10001 * time.Millisecond, 0xF000000 * time.Millisecond, time.Hour} {
+		for _, d := range []time.Duration{time.Millisecond, 90 * time.Second, 0x1000 * time.Millisecond, 0x10001 * time.Millisecond, 0xF000000 * time.Millisecond, time.Hour,
+			0x2001 * time.Millisecond, 0xF0000001 * time.Millisecond} {
 			p, err := l.Plan(d, ttlbuckets.Strict)
 			if err != nil {
 				t.Fatal(err)
+			}
+			nonZero := 0
+			for _, v := range p.Digits {
+				if v != 0 {
+					nonZero++
+				}
+			}
+			// The first hop through a first-hop queue (top-first of several hops; top-split that
+			// takes the highest level twice, its digit less one first and 1 last).
+			split := order == ttlbuckets.TopSplit && len(p.Hops) > nonZero
+			firstHop := (order == ttlbuckets.TopFirst && len(p.Hops) > 1) || split
+			if firstHop != route.FirstHopQueue(l, p) {
+				t.Errorf("%v %v: FirstHopQueue() = %v, want %v", order, d, !firstHop, firstHop)
+			}
+			routeDigits := slices.Clone(p.Digits) // what the headers carry after the first hop
+			if split {
+				routeDigits[p.Entry] = 1
 			}
 			last := p.Hops[len(p.Hops)-1].Level
 			if route.LastLevel(p) != last {
@@ -236,32 +254,32 @@ func TestEncodeRoute(t *testing.T) {
 				switch {
 				case order == ttlbuckets.LongestFirst:
 					outside = level < last || level > p.Entry
-				case order == ttlbuckets.TopFirst && len(p.Hops) > 1:
+				case firstHop:
 					// the entry (top) level, then back to level 0 and up to the last hop's
 					outside = level > last && level != p.Entry
 				}
 				v, has := h[route.DigitHeader(level)]
-				want := int64(p.Digits[level])
+				want := int64(routeDigits[level])
 				if _, more := route.Next(l, level); level == last && more {
-					want = route.LastHopValue(l, p.Digits[level]) // into the last-hop queue
+					want = route.LastHopValue(l, routeDigits[level]) // into the last-hop queue
 				}
 				if has == outside || (has && v != want) {
 					t.Errorf("%v %v (last level %d): level %d digit header %v (present %v)", order, d, last, level, v, has)
 				}
 			}
 			digits, err := route.DecodeDigits(l, h)
-			if err != nil || !slices.Equal(digits, p.Digits) {
-				t.Errorf("%v %v: DecodeDigits = %v, %v; want %v", order, d, digits, err, p.Digits)
+			if err != nil || !slices.Equal(digits, routeDigits) {
+				t.Errorf("%v %v: DecodeDigits = %v, %v; want %v", order, d, digits, err, routeDigits)
 			}
 			// Messages of earlier versions carry a 0 for every level before the entry too.
 			for level := range l.Levels() {
-				if (order != ttlbuckets.LongestFirst && level < p.Entry && (order == ttlbuckets.ShortestFirst || len(p.Hops) == 1)) ||
+				if (order != ttlbuckets.LongestFirst && level < p.Entry && !firstHop) ||
 					(order == ttlbuckets.LongestFirst && level > p.Entry) {
 					h[route.DigitHeader(level)] = int64(0)
 				}
 			}
-			if digits, err := route.DecodeDigits(l, h); err != nil || !slices.Equal(digits, p.Digits) {
-				t.Errorf("%v %v with zeros before the entry: DecodeDigits = %v, %v; want %v", order, d, digits, err, p.Digits)
+			if digits, err := route.DecodeDigits(l, h); err != nil || !slices.Equal(digits, routeDigits) {
+				t.Errorf("%v %v with zeros before the entry: DecodeDigits = %v, %v; want %v", order, d, digits, err, routeDigits)
 			}
 		}
 		p, _ := l.Plan(0, ttlbuckets.Strict)

@@ -89,8 +89,26 @@ func checkRoute(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbuck
 	for _, q := range route.Queues(l) {
 		queues[[2]int{q.Level, q.Digit}] = q.TTL
 	}
-	for _, h := range p.Hops {
-		if ttl, ok := queues[[2]int{h.Level, h.Digit}]; !ok || ttl != h.TTL || p.Digits[h.Level] != h.Digit {
+	// A top-split plan of several digits whose highest, at level top, is 2 or more takes that
+	// digit less one first and 1 last.
+	nonZero, top := 0, -1
+	for level, v := range p.Digits {
+		if v != 0 {
+			nonZero, top = nonZero+1, level
+		}
+	}
+	split := lw.Order == ttlbuckets.TopSplit && nonZero > 1 && p.Digits[top] > 1
+	digit := func(level int, first bool) int {
+		switch {
+		case split && level == top && first:
+			return p.Digits[level] - 1
+		case split && level == top:
+			return 1
+		}
+		return p.Digits[level]
+	}
+	for i, h := range p.Hops {
+		if ttl, ok := queues[[2]int{h.Level, h.Digit}]; !ok || ttl != h.TTL || digit(h.Level, i == 0) != h.Digit {
 			t.Fatalf("%+v Plan(%v): hop %+v is no queue of Queues()", lw, d, h)
 		}
 	}
@@ -98,9 +116,10 @@ func checkRoute(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbuck
 	// through, then go to Next until the dispatch exchange.
 	var path []ttlbuckets.Hop
 	level := p.Entry
-	if lw.Order == ttlbuckets.TopFirst && len(p.Hops) > 1 {
+	if (lw.Order == ttlbuckets.TopFirst && len(p.Hops) > 1) || split {
 		// The first-hop queue of the top digit dead-letters into level 0.
-		path = append(path, ttlbuckets.Hop{Level: level, Digit: p.Digits[level], TTL: queues[[2]int{level, p.Digits[level]}]})
+		v := digit(level, true)
+		path = append(path, ttlbuckets.Hop{Level: level, Digit: v, TTL: queues[[2]int{level, v}]})
 		level = 0
 	}
 	for steps := 0; ; steps++ {
@@ -110,7 +129,7 @@ func checkRoute(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbuck
 		if steps >= levels {
 			t.Fatalf("%+v Plan(%v): route from Entry %d does not end", lw, d, p.Entry)
 		}
-		if v := p.Digits[level]; v != 0 {
+		if v := digit(level, false); v != 0 {
 			path = append(path, ttlbuckets.Hop{Level: level, Digit: v, TTL: queues[[2]int{level, v}]})
 		}
 		next, ok := route.Next(l, level)

@@ -32,8 +32,9 @@ func Queues(l ttlbuckets.Ladder) []LadderQueue {
 }
 
 // Next returns the level to which level's queues and pass-through binding hand a message on
-// l: with [ttlbuckets.ShortestFirst] and [ttlbuckets.TopFirst], level+1 (and ok false at the
-// top level: the dispatch exchange; a TopFirst first-hop queue hands to level 0 instead);
+// l: with [ttlbuckets.ShortestFirst], [ttlbuckets.TopFirst] and [ttlbuckets.TopSplit], level+1
+// (and ok false at the top level: the dispatch exchange; a first-hop queue hands to level 0
+// instead);
 // with [ttlbuckets.LongestFirst], level-1 (ok false at level 0). When ok is false next is -1;
 // so it is for a level outside 0..l.Levels()-1 and for an invalid ladder.
 func Next(l ttlbuckets.Ladder, level int) (next int, ok bool) {

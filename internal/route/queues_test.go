@@ -57,6 +57,7 @@ func TestNext(t *testing.T) {
 		{ttlbuckets.ShortestFirst, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
 		{ttlbuckets.LongestFirst, []step{{-1, false}, {-1, false}, {0, true}, {1, true}, {-1, false}}},
 		{ttlbuckets.TopFirst, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
+		{ttlbuckets.TopSplit, []step{{-1, false}, {1, true}, {2, true}, {-1, false}, {-1, false}}},
 	} {
 		l.Order = tc.order
 		for i, w := range tc.want {
@@ -174,7 +175,7 @@ func TestInvalidLadder(t *testing.T) {
 		{Unit: -time.Millisecond}, {Unit: time.Microsecond}, {Unit: 1}, {Unit: 1500 * time.Microsecond},
 		{Radix: 1}, {Radix: 3}, {Radix: 6}, {Radix: 128}, {Radix: -16},
 		{Max: -time.Second}, {Unit: 10 * time.Millisecond, Max: 9 * time.Millisecond}, {Max: time.Millisecond - 1},
-		{Order: 3}, {Max: 3 * 365 * 24 * time.Hour}, {Radix: 2, Max: (1 << 39) * time.Millisecond},
+		{Order: 4}, {Max: 3 * 365 * 24 * time.Hour}, {Radix: 2, Max: (1 << 39) * time.Millisecond},
 		{Unit: 30 * 365 * 24 * time.Hour, Radix: 4, Max: 30 * 365 * 24 * time.Hour},
 		{Unit: -1, Radix: 5, Max: -1, Order: -1}, {Unit: 1, Order: 9}, {Radix: 10, Max: time.Microsecond},
 		{Max: 3 * 365 * 24 * time.Hour, Order: 4},
