@@ -198,9 +198,10 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 		p.targets[t.Name] = struct{}{}
 	}
 	// Room among the exchanges trusted after a confirm for every exchange of the delay topology
-	// (per shard: the ladder's levels and last-hop exchanges, an entry exchange per ladder and
-	// last-hop queue; the buckets' exchange), beside maxNames targets of direct publishes.
-	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*2*(len(route.Queues(ladder))+ladder.Levels()) + 1
+	// (per shard: the ladder's levels and last-hop exchanges, an entry exchange per ladder,
+	// last-hop and first-hop queue; the buckets' exchange), beside maxNames targets of direct
+	// publishes. A name beyond the limit is only checked again, never refused.
+	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*3*(len(route.Queues(ladder))+ladder.Levels()) + 1
 	if p.metrics, err = newPubMetrics(o.metricsReg, p); err != nil {
 		_ = conn.Close()
 		return nil, err
