@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -290,4 +291,37 @@ func defaultID(d amqp.Delivery) string {
 		return d.MessageId + "@" + tag
 	}
 	return d.MessageId
+}
+
+// fitWaits fits o's waits to m, the longest delay the topology carries: every wait the
+// Consumer asks for (a retry, a deferred or an early copy) goes through the ladder, and a wait
+// beyond its maximum could never be published, so the delivery would be given back to the queue
+// again and again. A default backoff is shortened to fit; one the caller set is refused.
+func (o *options) fitWaits(m time.Duration) error {
+	var errs []error
+	if fit := time.Duration(float64(m) / (1 + o.backoff.Jitter)); o.backoff.longest() > float64(m) && !o.backoffSet {
+		o.backoff.Max = max(fit, time.Millisecond)
+		o.backoff.Initial = min(o.backoff.Initial, o.backoff.Max)
+	} else if o.backoff.longest() > float64(m) {
+		errs = append(errs, fmt.Errorf("%w: Options.Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
+			"the topology's ladder carries (retries wait in it): want Backoff.Max from Backoff.Initial (%v) to %v",
+			ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, floatDuration(o.backoff.longest()), m, o.backoff.Initial, fit))
+	}
+	if o.busyDelay > m {
+		errs = append(errs, fmt.Errorf("%w: Options.BusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
+			ErrInvalidConfig, o.busyDelay, m))
+	}
+	o.maxDelay = m
+	if o.busyDelay == 0 {
+		o.busyDelay = min(max(o.lease/4, time.Second), m)
+	}
+	return errors.Join(errs...)
+}
+
+// floatDuration formats d nanoseconds, also beyond the largest time.Duration.
+func floatDuration(d float64) string {
+	if d >= math.MaxInt64 {
+		return fmt.Sprintf("%.0f years", d/float64(365*24*time.Hour))
+	}
+	return time.Duration(d).String()
 }
