@@ -222,6 +222,27 @@ func (opts Options) resolve() (options, error) {
 		o.store, o.storeSet = opts.Store, true
 	}
 
+	opts.resolveTimes(&o, bad)
+	o.logger, o.observer, o.metricsReg = opts.Logger, opts.Observer, opts.Metrics
+	if opts.ConnectionName != "" {
+		o.name = opts.ConnectionName
+	}
+
+	if rmin, rmax, err := amqpconn.ReconnectRange("Options", opts.ReconnectMin, opts.ReconnectMax); err != nil {
+		bad("%w", err)
+	} else {
+		o.reconnectMin, o.reconnectMax = rmin, rmax
+	}
+
+	if opts.IDFunc != nil {
+		o.idFunc = opts.IDFunc
+	}
+	o.bind, o.revocations = !opts.NoRetryBinding, !opts.NoRevocations
+	return o, errors.Join(errs...)
+}
+
+// resolveTimes is resolve's part for the leases and timeouts.
+func (opts Options) resolveTimes(o *options, bad func(format string, a ...any)) {
 	lease, keep := opts.Lease, opts.Keep
 	if lease == 0 {
 		lease = DefaultLease
@@ -258,26 +279,6 @@ func (opts Options) resolve() (options, error) {
 	} else {
 		o.handlerTimeout = d
 	}
-
-	o.logger = opts.Logger
-	o.observer = opts.Observer
-	o.metricsReg = opts.Metrics
-	if opts.ConnectionName != "" {
-		o.name = opts.ConnectionName
-	}
-
-	if rmin, rmax, err := amqpconn.ReconnectRange("Options", opts.ReconnectMin, opts.ReconnectMax); err != nil {
-		bad("%w", err)
-	} else {
-		o.reconnectMin, o.reconnectMax = rmin, rmax
-	}
-
-	if opts.IDFunc != nil {
-		o.idFunc = opts.IDFunc
-	}
-	o.bind = !opts.NoRetryBinding
-	o.revocations = !opts.NoRevocations
-	return o, errors.Join(errs...)
 }
 
 // defaultID is a delivery's MessageId, and for a copy Reschedule published (revlog.Rescheduled)
