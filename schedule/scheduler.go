@@ -210,8 +210,7 @@ func (s *Scheduler) bindTarget(sess *session, exchange string) error {
 	}
 	err = ch.ExchangeBind(exchange, "", s.names.fire(), false, amqp.Table{"x-match": "all", TargetHeader: exchange})
 	if err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		if isNotFound(err) {
 			return fmt.Errorf("%w: target exchange %q does not exist: declare it (or correct Schedule.Exchange)", amqpdelay.ErrExchangeNotFound, exchange)
 		}
 		return fmt.Errorf("schedule: bind %q to %q: %w", s.names.fire(), exchange, err)
@@ -369,25 +368,10 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, e
 		return nil, err
 	}
 	n := namesOf(cfg.Prefix)
-	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-schedules-inspect")
-	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		_ = conn.Close()
-		return nil, err
-	}
-	_, err = ch.QueueDeclarePassive(n.stream(), true, false, false, false, nil)
-	_ = conn.Close()
-	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+	sess, err := dialSession(ctx, cfg, "rabbitdelay-schedules-inspect", n, false, DefaultRetention, zerolog.Nop())
+	if errors.Is(err, errNoStream) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	sess, err := dialSession(ctx, cfg, "rabbitdelay-schedules-inspect", n, false, DefaultRetention, zerolog.Nop())
 	if err != nil {
 		return nil, err
 	}
@@ -418,12 +402,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		wait := b.NextBackOff()
 		s.opts.log.Warn().Err(err).Dur("retry_in", wait).Msg("schedule: links consumer stopped")
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
+		sleep(ctx, wait)
 	}
 	return nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 func (s *Scheduler) consume(ctx context.Context, sess *session) error {
@@ -453,10 +444,7 @@ func (s *Scheduler) consume(ctx context.Context, sess *session) error {
 				}
 				s.opts.log.Warn().Err(err).Msg("schedule: link given back")
 				if sess.alive() {
-					select {
-					case <-time.After(time.Second):
-					case <-ctx.Done():
-					}
+					sleep(ctx, time.Second)
 					_ = d.Nack(false, true)
 				}
 				return err
@@ -473,21 +461,8 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		s.opts.log.Warn().Str("message_id", d.MessageId).Msg("schedule: unreadable link dropped")
 		return d.Ack(false)
 	}
-	// Never fire before the occurrence's time (plus its jitter).
-	due := l.At
-	sess.view(func(st *state) {
-		if e := st.entries[l.Name]; e != nil && e.comp != nil {
-			due = e.comp.due(l.At)
-		}
-	})
-	if wait := time.Until(due); wait > 0 {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-sess.dead:
-			return sess.err()
-		}
+	if err := waitDue(ctx, sess, l); err != nil {
+		return err
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -527,6 +502,41 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 	}
 	// 2. The occurrence, or the record of what was skipped, on the channel that holds the link:
 	// if this connection dies the link is requeued and nothing more is published on it.
+	if err := s.fire(ctx, sess, c, v); err != nil {
+		return err
+	}
+	// 3. Done with the link.
+	return d.Ack(false)
+}
+
+// waitDue returns at the due time of link l's occurrence (its time plus its jitter), so that
+// nothing fires early, or with ctx's error or the session's loss.
+func waitDue(ctx context.Context, sess *session, l link) error {
+	due := l.At
+	sess.view(func(st *state) {
+		if e := st.entries[l.Name]; e != nil && e.comp != nil {
+			due = e.comp.due(l.At)
+		}
+	})
+	wait := time.Until(due)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-sess.dead:
+		return sess.err()
+	}
+}
+
+// fire publishes what verdict v of a link of c says: the occurrence, the record of the
+// occurrences skipped, or the record of the next link alone.
+func (s *Scheduler) fire(ctx context.Context, sess *session, c *compiled, v verdict) error {
 	switch {
 	case !v.fire.IsZero():
 		m := occurrenceMessage(c, v.fire, v.next, v.late, v.missed, s.opts.instance, time.Now())
@@ -541,10 +551,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		}
 		s.opts.metrics.fired(c.Name, -1, v.missed)
 	case !v.next.IsZero():
-		if err := sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now())); err != nil {
-			return err
-		}
+		return sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now()))
 	}
-	// 3. Done with the link.
-	return d.Ack(false)
+	return nil
 }
