@@ -77,19 +77,17 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer
 func (c *Consumer) Queue() string { return c.queue }
 
 // Run consumes until ctx ends, then shuts down gracefully and returns nil: it stops taking
-// messages, lets running handlers finish for up to [Options.ShutdownTimeout], cancels the
-// contexts of those still running, gives their messages back (nack with requeue) and returns
-// once every handler has returned. After a connection loss it reconnects with back-off until
-// ctx ends.
+// messages, lets running handlers finish for up to [Options.ShutdownTimeout], then cancels
+// their contexts, gives their messages back (nack with requeue) and returns once every handler
+// has returned. After a connection loss it reconnects with back-off until ctx ends.
 //
-// At start it pings the store (a [RedisStore], or a Store with a method Ping(ctx) error), opens
-// the retry Publisher and the consuming connection, checks the queue, binds it to the retry
-// exchange (unless [Options.NoRetryBinding]) and, unless [Options.NoRevocations], reads the
-// revocation stream. A failure there is returned at once: ErrStore, ErrInvalidConfig (an
-// Options.Backoff or Options.BusyDelay wait beyond the ladder's maximum), ErrQueueNotFound,
-// amqpdelay.ErrTopologyMissing (run `rabbitdelay apply`), a dial error, or ctx's error. Once
-// running, a store that fails a claim defers only that delivery (Options.BusyDelay). Run may
-// be called once (ErrRunning).
+// At start (within 60 s) it pings the store (a [RedisStore], or a Store with a method
+// Ping(ctx) error), opens the retry Publisher and the consuming connection, checks the queue,
+// binds it to the retry exchange (unless [Options.NoRetryBinding]) and reads the revocation
+// stream (unless [Options.NoRevocations]). A failure there is returned: ErrStore,
+// ErrInvalidConfig (an Options.Backoff or BusyDelay wait beyond the ladder's maximum),
+// ErrQueueNotFound, amqpdelay.ErrTopologyMissing (run `rabbitdelay apply`), a dial error, or
+// ctx's error. Later, a failed claim defers only its delivery. Run may be called once (ErrRunning).
 func (c *Consumer) Run(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)

@@ -15,19 +15,18 @@ import (
 // HeaderReplayed (int64, Unix ms) is when [Replay] sent a parked message back to its queue.
 const HeaderReplayed = "rabbitdelay-replayed"
 
-// Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue names
-// queue) from the topology's parking queue back to queue (n <= 0: all of them), and returns how
-// many it moved. A moved message loses its failure record and starts again at attempt 1; it
-// keeps its body, properties (UserId excepted) and other headers (CC and BCC excepted: they
-// would route the copy to more queues), and gets HeaderReplayed. Each is published to queue
-// with a publisher confirm before its parked copy is acked, so a failure midway loses nothing
-// (a message may then be in both queues). The other messages there are moved to the back of
-// the parking queue the same way: a nack would count toward a quorum queue's delivery limit on
-// RabbitMQ 4.0 to 4.2. Run one Replay at a time per parking queue.
+// Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue) from the
+// parking queue back to queue (n <= 0: all), and returns how many it moved. A moved message
+// loses its failure record, starts again at attempt 1, keeps its body, properties (but UserId)
+// and other headers (but CC and BCC, which would route it to more queues), and gets
+// HeaderReplayed. Each is published with a confirm before its parked copy is acked, so a
+// failure midway loses nothing (a message may then be in both queues). Other parked messages
+// go to the back of the parking queue the same way: a nack would count toward a quorum queue's
+// delivery limit on RabbitMQ 4.0 to 4.2. Run one Replay at a time per parking queue.
 //
-// ctx bounds the whole call. Errors: ErrQueueNotFound (queue or the parking queue missing), a
-// dial error, a refused or unconfirmed publish, a parked message the client library cannot
-// read (the error says how to take it out), or ctx's error; moved counts what was moved.
+// ctx bounds the call. Errors: ErrQueueNotFound, a dial error, a refused or unconfirmed
+// publish, a parked message the client library cannot read (the error says how to take it
+// out), or ctx's error.
 func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (moved int, err error) {
 	if ctx == nil {
 		return 0, fmt.Errorf("%w: nil context", ErrInvalidConfig)

@@ -161,15 +161,12 @@ type Revocations struct {
 
 // New connects to the broker of cfg (amqpdelay.Dial), reads the revocation stream of cfg.Prefix
 // ("<prefix>.revoked") from its start, keeping each revocation for the applied topology's
-// retention (its longest delay plus a day), and returns once it has read
-// everything confirmed before the call (it writes a fence record and waits until it reads it
-// back). It then follows the stream until Close, reconnecting after a connection loss and
-// resuming where it stopped (from the stream's start when the stream was deleted and declared again
-// meanwhile; the revocations read before stay known). ctx bounds the start only.
-//
-// Errors: ErrInvalidConfig (a bad Options field; cfg's connection settings), an error wrapping
-// amqpdelay.ErrTopologyMissing that names the stream when it does not exist (run `declare
-// apply`), a dial error (no password in it), or ctx's error.
+// retention (its longest delay plus a day), and returns once it has read everything confirmed
+// before the call (a fence record read back). It then follows the stream until Close,
+// reconnecting after a loss and resuming where it stopped (from the start when the stream was
+// declared again meanwhile; the revocations read stay known). ctx bounds the start only.
+// Errors: ErrInvalidConfig, amqpdelay.ErrTopologyMissing naming the stream when it does not
+// exist (run `rabbitdelay apply`), a dial error (no password in it), or ctx's error.
 func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Revocations, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)
@@ -200,16 +197,13 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Revocations,
 }
 
 // Revoked reports whether d must not reach a handler: a revocation of its id (d.MessageId) is
-// known and does not keep d's copy (the header amqpdelay.CopyHeader). Before it answers, it makes
-// sure every revocation confirmed up to the bound before d's due time (amqpdelay.Due; the time
-// of the call for a delivery without one) has been read: it waits, at most a fence's round trip
-// (publish, confirm, read back; a few ms), when no fence read back covers that time yet. A
-// delivery without a MessageId is never revoked.
-//
-// Errors: ErrClosed, or ctx's error (wrapped) when the stream is unreachable longer than ctx
-// allows; the error then names the stream and, when the reader knows it, why it cannot be read
-// (it wraps amqpdelay.ErrTopologyMissing when the stream does not exist: run `rabbitdelay apply`).
-// The caller must then not settle d as handled: it cannot know that d is not revoked.
+// known and does not keep d's copy (the header amqpdelay.CopyHeader). It first makes sure every
+// revocation confirmed up to the bound before d's due time (amqpdelay.Due; else the time of
+// the call) has been read, waiting at most a fence's round trip when no fence read back covers
+// that time. A delivery without a MessageId is never revoked. Errors: ErrClosed, or ctx's
+// error (wrapped) when the stream is unreachable longer than ctx allows, naming the stream and
+// why it cannot be read (amqpdelay.ErrTopologyMissing when it does not exist); the caller must
+// then not settle d as handled, as it cannot know that d is not revoked.
 func (r *Revocations) Revoked(ctx context.Context, d amqp.Delivery) (bool, error) {
 	if ctx == nil {
 		return false, fmt.Errorf("%w: nil context", ErrInvalidConfig)

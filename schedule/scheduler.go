@@ -107,18 +107,15 @@ func (s *Scheduler) Close() error {
 
 // Declare makes sch exist as given, and returns once the broker confirmed what it wrote.
 // Every instance may call it at start with the same schedule:
-//   - same definition as the stream's latest, chain pending (or the schedule paused): nothing
-//     is written;
-//   - same definition, but no pending link (the chain broke: see [Info.Broken]): a link for the
-//     occurrence after the last one handled is published, which repairs it (the missed policy
-//     decides what fires when that time has passed);
+//   - same definition as the stream's latest, chain pending (or paused): nothing is written;
+//   - same definition, no pending link (the chain broke: [Info.Broken]): a link for the
+//     occurrence after the last one handled repairs it (the missed policy decides what fires);
 //   - new, changed or removed before: a definition record, then a link for the first occurrence
-//     after now. Links of the earlier definition are dropped when they arrive, so the change
-//     takes effect from the next occurrence.
+//     after now; the earlier definition's links are dropped when they arrive.
 //
-// Instances declaring at the same moment make at most duplicate links, which are dropped.
-// Errors: ErrInvalidSchedule (every problem of sch, joined), amqpdelay.ErrExchangeNotFound
-// (the target exchange does not exist), ErrConnectionLost, the links Publisher's errors, ctx's.
+// Instances declaring at once make at most duplicate links, which are dropped. Errors:
+// ErrInvalidSchedule (every problem of sch, joined), amqpdelay.ErrExchangeNotFound (the target
+// exchange does not exist), ErrConnectionLost, the links Publisher's errors, ctx's.
 func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	c, err := sch.compile(s.unit)
 	if err != nil {

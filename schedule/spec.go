@@ -216,7 +216,9 @@ func (s Schedule) checkTiming(unit time.Duration, add func(format string, args .
 	return loc, cs
 }
 
-// checkTarget reports through add what is wrong with s's target and message.
+// checkTarget reports through add what is wrong with s's target and message. These are checked
+// here, not left to the broker: an occurrence refused when it fires, long after Declare, would
+// stall the schedule's chain.
 func (s Schedule) checkTarget(add func(format string, args ...any)) {
 	switch {
 	case s.Exchange == "":
