@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/rs/zerolog"
-
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
@@ -29,18 +28,17 @@ type Handler func(ctx context.Context, d amqp.Delivery) error
 // retries, a parking queue and, through a [Store], an exactly-once effect per message id.
 // Create it with [New] and run it with [Consumer.Run].
 type Consumer struct {
-	cfg    amqpdelay.Config
-	pubCfg amqpdelay.Config
-	queue  string
-	h      Handler
-	o      options
-	names  delayspec.Names
-	store  Store
-	log    zerolog.Logger
-	ran    atomic.Bool
-	pub    *amqpdelay.Publisher // the retry Publisher, set by Run
-	revs   *revoke.Revocations  // set by Run unless Options.NoRevocations
-	m      *consumerMetrics     // Options.Metrics (metrics.go); nil records nothing
+	cfg   amqpdelay.Config
+	queue string
+	h     Handler
+	o     options
+	names delayspec.Names
+	store Store
+	log   zerolog.Logger
+	ran   atomic.Bool
+	pub   *amqpdelay.Publisher // the retry Publisher, set by Run
+	revs  *revoke.Revocations  // set by Run unless Options.NoRevocations
+	m     *consumerMetrics     // Options.Metrics (metrics.go); nil records nothing
 }
 
 // New returns a Consumer of queue that runs h, with the connection settings of cfg (dialled
@@ -64,9 +62,6 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer
 	}
 	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: delayspec.Names{Prefix: cfg.Prefix}, log: o.logger, m: m, store: o.store}
 	m.start(queue)
-	// The retry Publisher: cfg's connection and prefix only, with the Consumer's settings.
-	c.pubCfg = amqpdelay.Config{URL: cfg.URL, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, Prefix: cfg.Prefix,
-		Logger: o.logger, Channels: 1, ConnectionName: o.name + "-retry", ReconnectMin: o.reconnectMin, ReconnectMax: o.reconnectMax}
 	if !o.storeSet {
 		c.store = &MemoryStore{}
 	}
@@ -139,7 +134,10 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("consumer: the store of handled ids does not answer, so no delivery could be claimed "+
 			"(is Redis running, and are the address and password of its client right?): %w", err)
 	}
-	pub, err := amqpdelay.NewPublisher(ctx, c.pubCfg)
+	// The retry Publisher: cfg's connection and prefix only, with the Consumer's settings.
+	cfg, o := c.cfg, c.o
+	pub, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: cfg.URL, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey,
+		Prefix: cfg.Prefix, Logger: o.logger, Channels: 1, ConnectionName: o.name + "-retry", ReconnectMin: o.reconnectMin, ReconnectMax: o.reconnectMax})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: start the retry Publisher (retries go through the delay topology to the retry exchange %q, "+
 			"which `rabbitdelay apply` declares): %w", c.names.Retry(), err)

@@ -163,13 +163,7 @@ const (
 // randomization into no wait at all.
 const MaxReconnectBackoff = amqpconn.MaxReconnect
 
-// The defaults of Options.ConnectionName, ReconnectMin and ReconnectMax.
-const (
-	defaultName         = "rabbitdelay-consumer"
-	defaultReconnectMin = amqpconn.DefaultReconnectMin
-	defaultReconnectMax = amqpconn.DefaultReconnectMax
-)
-
+// defaultOptions are the options of Options{}.
 func defaultOptions() options {
 	return options{
 		concurrency:     DefaultConcurrency,
@@ -179,9 +173,9 @@ func defaultOptions() options {
 		shutdownTimeout: DefaultShutdownTimeout,
 		settleTimeout:   DefaultSettleTimeout,
 		logger:          zerolog.Nop(),
-		name:            defaultName,
-		reconnectMin:    defaultReconnectMin,
-		reconnectMax:    defaultReconnectMax,
+		name:            "rabbitdelay-consumer",
+		reconnectMin:    amqpconn.DefaultReconnectMin,
+		reconnectMax:    amqpconn.DefaultReconnectMax,
 		idFunc:          defaultID,
 		bind:            true,
 		revocations:     true,
