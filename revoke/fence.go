@@ -54,7 +54,6 @@ func (r *Revocations) fenceFailed() {
 // doubling to 5 s) before it wakes the waiters to ask again, so that a stream that refuses
 // fences does not make them ask in a busy loop.
 func (r *Revocations) fencer() {
-	defer r.wg.Done()
 	b := newBackOff()
 	for {
 		var req fenceReq

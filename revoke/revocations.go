@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -93,18 +94,7 @@ type entry struct {
 
 // keeps reports whether the copy with this tag is kept.
 func (e *entry) keeps(tag string) bool {
-	if tag == "" {
-		return false
-	}
-	if tag == e.keep {
-		return true
-	}
-	for _, t := range e.more {
-		if t == tag {
-			return true
-		}
-	}
-	return false
+	return tag != "" && (tag == e.keep || slices.Contains(e.more, tag))
 }
 
 // Revocations reads the revocation stream and answers whether a delivery is revoked. Create it
@@ -186,9 +176,8 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Revocations,
 		r.cancel()
 		return nil, err
 	}
-	r.wg.Add(2)
-	go r.read(deliveries, closed)
-	go r.fencer()
+	r.wg.Go(func() { r.read(deliveries, closed) })
+	r.wg.Go(r.fencer)
 	if err := r.wait(ctx, time.Now().UnixMilli(), 0); err != nil {
 		_ = r.Close()
 		return nil, fmt.Errorf("revoke: catch up with %q: %w", r.stream, err)

@@ -150,7 +150,6 @@ func (r *Revocations) probeEnd(ctx context.Context, conn *amqp.Connection) (int6
 
 // read applies the stream's records until Close, reconnecting after a loss.
 func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Error) {
-	defer r.wg.Done()
 	sweep := time.NewTicker(sweepEvery)
 	defer sweep.Stop()
 	n := 0
