@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -143,13 +144,9 @@ func replayOne(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return
 
 // replayHeaders drops the failure record from a parked message's headers.
 func replayHeaders(h amqp.Table) amqp.Table {
-	out := make(amqp.Table, len(h)+1)
-	for k, v := range h {
-		switch k {
-		case HeaderAttempt, HeaderFirstFailure, HeaderLastFailure, HeaderError, HeaderPanic, HeaderParked, HeaderParkReason, HeaderQueue:
-		default:
-			out[k] = v
-		}
+	out := maps.Clone(h)
+	for _, k := range []string{HeaderAttempt, HeaderFirstFailure, HeaderLastFailure, HeaderError, HeaderPanic, HeaderParked, HeaderParkReason, HeaderQueue} {
+		delete(out, k)
 	}
 	out[HeaderReplayed] = time.Now().UnixMilli()
 	return out

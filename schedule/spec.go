@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -349,11 +350,7 @@ func writeCanonical(w interface{ Write([]byte) (int, error) }, v any) {
 	case nil:
 		fmt.Fprint(w, "n")
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(x))
 		fmt.Fprint(w, "{")
 		for _, k := range keys {
 			fmt.Fprintf(w, "%q:", k)
