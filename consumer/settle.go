@@ -24,16 +24,12 @@ const (
 // that arrives before then is deferred as a busy one is).
 const releaseBudget = 2 * time.Second
 
-// The two ways of giving a delivery back to its queue (see "Giving a delivery back" in the
-// package documentation).
+// The two ways nack gives a delivery back (package documentation, "Giving a delivery back"):
+// failed, the message's own failure (basic.reject with requeue, which RabbitMQ 4.3+ counts
+// toward a quorum queue's delivery limit, so the ready queue still parks it in the end), and
+// notFailed, the Consumer cannot work on it now (basic.nack with requeue, not counted).
 const (
-	// failed: this message failed (its retry or parking copy could not be published, or no copy
-	// of it can be): basic.reject with requeue, which RabbitMQ 4.3+ counts toward a quorum
-	// queue's delivery limit, so that the ready queue still parks it in the end.
-	failed = true
-	// notFailed: the Consumer cannot work on it now (shutting down, the delay topology or the
-	// store unavailable for a deferred copy): basic.nack with requeue, which RabbitMQ 4.3+ does
-	// not count.
+	failed    = true
 	notFailed = false
 )
 
@@ -169,8 +165,7 @@ func (c *Consumer) reject(f *flight, why error) {
 	c.emit(Event{Kind: kind, Info: f.in, Err: why, At: time.Now()})
 }
 
-// nack gives f's delivery back to the queue: with basic.reject (requeue) when the message
-// failed (failed), else with basic.nack (requeue). Both count on RabbitMQ before 4.3.
+// nack gives f's delivery back to the queue: see failed. Both ways count before RabbitMQ 4.3.
 func (c *Consumer) nack(f *flight, why error, failedMsg bool) {
 	c.log.Warn().Err(why).Str("id", f.in.ID).Bool("failed", failedMsg).Msg("consumer: giving the message back to the queue")
 	kind := Requeued
