@@ -345,12 +345,18 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	queued := sess.queued(s.names.links())
-	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
+	return list(ctx, sess, s.names, s.opts.instance, s.opts.grace)
+}
+
+// list returns the schedules sess reads once it has read every record confirmed before the
+// call, sorted by name.
+func list(ctx context.Context, sess *session, n objectNames, instance string, grace time.Duration) ([]Info, error) {
+	queued := sess.queued(n.links()) // before the sync: a link handled in between is then known
+	if err := sess.sync(ctx, n.stream(), instance); err != nil {
 		return nil, err
 	}
 	var out []Info
-	sess.view(func(st *state) { out = infos(st, time.Now(), s.opts.grace, queued) })
+	sess.view(func(st *state) { out = infos(st, time.Now(), grace, queued) })
 	return out, nil
 }
 
@@ -373,13 +379,7 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, e
 		return nil, err
 	}
 	defer sess.kill(errors.New("done"))
-	queued := sess.queued(n.links())
-	if err := sess.sync(ctx, n.stream(), "inspect"); err != nil {
-		return nil, err
-	}
-	var out []Info
-	sess.view(func(st *state) { out = infos(st, time.Now(), o.grace, queued) })
-	return out, nil
+	return list(ctx, sess, n, "inspect", o.grace)
 }
 
 // Run handles links until ctx ends: it consumes the links queue (one instance of all those
