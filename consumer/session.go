@@ -82,6 +82,9 @@ func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 
 // consume opens the consuming channel of conn: see open.
 func (c *Consumer) consume(conn *amqp.Connection, careful bool) (*session, error) {
+	// Before the consume: a delivery the client cannot read may close the connection at once,
+	// and a listener registered after that gets no reason (see isUnreadable).
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("consumer: open a channel: %w", err)
@@ -112,11 +115,10 @@ func (c *Consumer) consume(conn *amqp.Connection, careful bool) (*session, error
 	if err != nil {
 		return nil, fmt.Errorf("consumer: consume queue %q: %w", c.queue, err)
 	}
-	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, flights: map[*flight]struct{}{}}
+	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, closed: closed, flights: map[*flight]struct{}{}}
 	if careful {
 		s.careful.Store(int64(carefulDeliveries(c.o.concurrency)))
 	}
-	s.closed = conn.NotifyClose(make(chan *amqp.Error, 1))
 	return s, nil
 }
 
