@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -98,11 +99,7 @@ func contentID(d amqp.Delivery) string {
 func hashValue(h hash.Hash, v any) {
 	switch v := v.(type) {
 	case amqp.Table:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+		keys := slices.Sorted(maps.Keys(v))
 		fmt.Fprintf(h, "F%d{", len(keys))
 		for _, k := range keys {
 			hashValue(h, k)

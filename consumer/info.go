@@ -94,18 +94,13 @@ const (
 	// dropped it (Event.Err).
 	Rejected EventKind = "rejected"
 	// IDDerived: the delivery had no id the store can hold, so the Consumer derived one
-	// (Info.ID, Info.IDDerived; Event.Err says why and what to do). It is reported when the
-	// delivery arrives, before its outcome's event, for every delivery of such a message:
-	//   - no MessageId (a plain client's publish), or the id function returned "": the id is
-	//     ContentIDPrefix and the SHA-256 of the routing key the message first arrived with,
-	//     its properties (but MessageId, Expiration, UserId, DeliveryMode), its application
-	//     headers (but x-*, rabbitdelay-*, CC, BCC) and its body. A redelivery
-	//     has the same id, so it is skipped once the message was handled, as one with a
-	//     MessageId would be; and messages alike in all of these count as one (the second is
-	//     skipped as a duplicate while the first is remembered). The Consumer's retry, deferred
-	//     and parked copies carry the derived id as their MessageId.
-	//   - an id longer than MaxIDLen (from an id function): the id is HashedIDPrefix and the
-	//     SHA-256 of the id.
+	// (Info.ID, Info.IDDerived; Event.Err says why and what to do), reported on arrival, before
+	// the outcome's event. Without a MessageId (or with "" from the id function) the id is
+	// ContentIDPrefix and the SHA-256 of the routing key it first arrived with, its properties
+	// (but MessageId, Expiration, UserId, DeliveryMode), application headers (but x-*,
+	// rabbitdelay-*, CC, BCC) and body: a redelivery keeps it, and messages alike in all of
+	// these count as one. Copies carry it as their MessageId. An id longer than MaxIDLen is
+	// replaced by HashedIDPrefix and its SHA-256.
 	IDDerived EventKind = "id-derived"
 )
 

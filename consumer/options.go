@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -162,13 +163,7 @@ const (
 // randomization into no wait at all.
 const MaxReconnectBackoff = amqpconn.MaxReconnect
 
-// The defaults of Options.ConnectionName, ReconnectMin and ReconnectMax.
-const (
-	defaultName         = "rabbitdelay-consumer"
-	defaultReconnectMin = amqpconn.DefaultReconnectMin
-	defaultReconnectMax = amqpconn.DefaultReconnectMax
-)
-
+// defaultOptions are the options of Options{}.
 func defaultOptions() options {
 	return options{
 		concurrency:     DefaultConcurrency,
@@ -178,9 +173,9 @@ func defaultOptions() options {
 		shutdownTimeout: DefaultShutdownTimeout,
 		settleTimeout:   DefaultSettleTimeout,
 		logger:          zerolog.Nop(),
-		name:            defaultName,
-		reconnectMin:    defaultReconnectMin,
-		reconnectMax:    defaultReconnectMax,
+		name:            "rabbitdelay-consumer",
+		reconnectMin:    amqpconn.DefaultReconnectMin,
+		reconnectMax:    amqpconn.DefaultReconnectMax,
 		idFunc:          defaultID,
 		bind:            true,
 		revocations:     true,
@@ -221,6 +216,27 @@ func (opts Options) resolve() (options, error) {
 		o.store, o.storeSet = opts.Store, true
 	}
 
+	opts.resolveTimes(&o, bad)
+	o.logger, o.observer, o.metricsReg = opts.Logger, opts.Observer, opts.Metrics
+	if opts.ConnectionName != "" {
+		o.name = opts.ConnectionName
+	}
+
+	if rmin, rmax, err := amqpconn.ReconnectRange("Options", opts.ReconnectMin, opts.ReconnectMax); err != nil {
+		bad("%w", err)
+	} else {
+		o.reconnectMin, o.reconnectMax = rmin, rmax
+	}
+
+	if opts.IDFunc != nil {
+		o.idFunc = opts.IDFunc
+	}
+	o.bind, o.revocations = !opts.NoRetryBinding, !opts.NoRevocations
+	return o, errors.Join(errs...)
+}
+
+// resolveTimes is resolve's part for the leases and timeouts.
+func (opts Options) resolveTimes(o *options, bad func(format string, a ...any)) {
 	lease, keep := opts.Lease, opts.Keep
 	if lease == 0 {
 		lease = DefaultLease
@@ -257,26 +273,6 @@ func (opts Options) resolve() (options, error) {
 	} else {
 		o.handlerTimeout = d
 	}
-
-	o.logger = opts.Logger
-	o.observer = opts.Observer
-	o.metricsReg = opts.Metrics
-	if opts.ConnectionName != "" {
-		o.name = opts.ConnectionName
-	}
-
-	if rmin, rmax, err := amqpconn.ReconnectRange("Options", opts.ReconnectMin, opts.ReconnectMax); err != nil {
-		bad("%w", err)
-	} else {
-		o.reconnectMin, o.reconnectMax = rmin, rmax
-	}
-
-	if opts.IDFunc != nil {
-		o.idFunc = opts.IDFunc
-	}
-	o.bind = !opts.NoRetryBinding
-	o.revocations = !opts.NoRevocations
-	return o, errors.Join(errs...)
 }
 
 // defaultID is a delivery's MessageId, and for a copy Reschedule published (revlog.Rescheduled)
@@ -290,4 +286,37 @@ func defaultID(d amqp.Delivery) string {
 		return d.MessageId + "@" + tag
 	}
 	return d.MessageId
+}
+
+// fitWaits fits o's waits to m, the longest delay the topology carries: every wait the
+// Consumer asks for (a retry, a deferred or an early copy) goes through the ladder, and a wait
+// beyond its maximum could never be published, so the delivery would be given back to the queue
+// again and again. A default backoff is shortened to fit; one the caller set is refused.
+func (o *options) fitWaits(m time.Duration) error {
+	var errs []error
+	if fit := time.Duration(float64(m) / (1 + o.backoff.Jitter)); o.backoff.longest() > float64(m) && !o.backoffSet {
+		o.backoff.Max = max(fit, time.Millisecond)
+		o.backoff.Initial = min(o.backoff.Initial, o.backoff.Max)
+	} else if o.backoff.longest() > float64(m) {
+		errs = append(errs, fmt.Errorf("%w: Options.Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
+			"the topology's ladder carries (retries wait in it): want Backoff.Max from Backoff.Initial (%v) to %v",
+			ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, floatDuration(o.backoff.longest()), m, o.backoff.Initial, fit))
+	}
+	if o.busyDelay > m {
+		errs = append(errs, fmt.Errorf("%w: Options.BusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
+			ErrInvalidConfig, o.busyDelay, m))
+	}
+	o.maxDelay = m
+	if o.busyDelay == 0 {
+		o.busyDelay = min(max(o.lease/4, time.Second), m)
+	}
+	return errors.Join(errs...)
+}
+
+// floatDuration formats d nanoseconds, also beyond the largest time.Duration.
+func floatDuration(d float64) string {
+	if d >= math.MaxInt64 {
+		return fmt.Sprintf("%.0f years", d/float64(365*24*time.Hour))
+	}
+	return time.Duration(d).String()
 }

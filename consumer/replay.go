@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -15,19 +16,18 @@ import (
 // HeaderReplayed (int64, Unix ms) is when [Replay] sent a parked message back to its queue.
 const HeaderReplayed = "rabbitdelay-replayed"
 
-// Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue names
-// queue) from the topology's parking queue back to queue (n <= 0: all of them), and returns how
-// many it moved. A moved message loses its failure record and starts again at attempt 1; it
-// keeps its body, properties (UserId excepted) and other headers (CC and BCC excepted: they
-// would route the copy to more queues), and gets HeaderReplayed. Each is published to queue
-// with a publisher confirm before its parked copy is acked, so a failure midway loses nothing
-// (a message may then be in both queues). The other messages there are moved to the back of
-// the parking queue the same way: a nack would count toward a quorum queue's delivery limit on
-// RabbitMQ 4.0 to 4.2. Run one Replay at a time per parking queue.
+// Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue) from the
+// parking queue back to queue (n <= 0: all), and returns how many it moved. A moved message
+// loses its failure record, starts again at attempt 1, keeps its body, properties (but UserId)
+// and other headers (but CC and BCC, which would route it to more queues), and gets
+// HeaderReplayed. Each is published with a confirm before its parked copy is acked, so a
+// failure midway loses nothing (a message may then be in both queues). Other parked messages
+// go to the back of the parking queue the same way: a nack would count toward a quorum queue's
+// delivery limit on RabbitMQ 4.0 to 4.2. Run one Replay at a time per parking queue.
 //
-// ctx bounds the whole call. Errors: ErrQueueNotFound (queue or the parking queue missing), a
-// dial error, a refused or unconfirmed publish, a parked message the client library cannot
-// read (the error says how to take it out), or ctx's error; moved counts what was moved.
+// ctx bounds the call. Errors: ErrQueueNotFound, a dial error, a refused or unconfirmed
+// publish, a parked message the client library cannot read (the error says how to take it
+// out), or ctx's error.
 func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (moved int, err error) {
 	if ctx == nil {
 		return 0, fmt.Errorf("%w: nil context", ErrInvalidConfig)
@@ -40,7 +40,7 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 	if err != nil {
 		return 0, fmt.Errorf("consumer: replay: dial: %w", err)
 	}
-	defer func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
+	defer func() { _ = closeConn(conn) }()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
@@ -49,11 +49,10 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 	var count int
 	for _, name := range []string{queue, parking} {
 		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		if err != nil {
-			var ae *amqp.Error
-			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-				return 0, fmt.Errorf("%w: replay: queue %q does not exist (404): check the name and the prefix (AMQPDELAY_PREFIX)", ErrQueueNotFound, name)
-			}
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return 0, fmt.Errorf("%w: replay: queue %q does not exist (404): check the name and the prefix (AMQPDELAY_PREFIX)", ErrQueueNotFound, name)
+		} else if err != nil {
 			return 0, fmt.Errorf("consumer: replay: check queue %q: %w", name, err)
 		}
 		count = q.Messages
@@ -71,52 +70,14 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 		}
 		d, ok, err := ch.Get(parking, false)
 		if err != nil {
-			select { // the connection's close reason, when it was the connection that closed
-			case e := <-closed:
-				if e != nil {
-					err = e
-				}
-			case <-time.After(time.Second):
-			}
-			if isUnreadable(err) {
-				return moved, fmt.Errorf("%w: consumer: replay: the message at the head of %q cannot be read by the client library "+
-					"(amqp091-go), which closed the connection (typically a header table nested more than 32 deep or with more "+
-					"than 8,192 entries, from a publisher other than amqpdelay's); it stays first in line: take it out by hand "+
-					"(management UI, %s, Get messages, Ack mode \"Reject requeue false\"), then replay again", err, parking, parking)
-			}
-			return moved, fmt.Errorf("consumer: replay: get from %q: %w", parking, err)
+			return moved, getError(err, closed, parking)
 		}
 		if !ok {
 			break
 		}
-		// A failure below gives the parked message back with a nack (requeue): not its failure,
-		// so RabbitMQ 4.3+ does not count it toward the parking queue's delivery limit (4.x's
-		// default of 20 would drop it), as closing the connection with it unacked would.
-		giveBack := func(err error) (int, error) {
-			_ = d.Nack(false, true)
-			return moved, err
-		}
-		dest, h := parking, d.Headers
-		if q, _ := d.Headers[HeaderQueue].(string); q == queue && d.Headers[HeaderParked] != nil {
-			dest, h = queue, replayHeaders(d.Headers)
-		}
-		msg := publishingOf(d, h)
-		msg.Expiration = d.Expiration
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, true, false, msg)
+		dest, err := replayOne(ctx, ch, returns, d, queue, parking)
 		if err != nil {
-			return giveBack(fmt.Errorf("consumer: replay: publish to %q: %w", dest, err))
-		}
-		acked, err := dc.WaitContext(ctx)
-		if err != nil || !acked {
-			return giveBack(fmt.Errorf("consumer: replay: queue %q did not confirm (acked %v): %w", dest, acked, err))
-		}
-		select {
-		case r := <-returns:
-			return giveBack(fmt.Errorf("consumer: replay: queue %q returned the message (%d %s); it stays parked", dest, r.ReplyCode, r.ReplyText))
-		default:
-		}
-		if err := d.Ack(false); err != nil {
-			return moved, fmt.Errorf("consumer: replay: ack the parked copy (the message may now be in both queues): %w", err)
+			return moved, err
 		}
 		if dest == queue {
 			moved++
@@ -125,15 +86,67 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 	return moved, nil
 }
 
+// getError explains err, a failed basic.get from parking, by the connection's close reason
+// when it was the connection that closed.
+func getError(err error, closed <-chan *amqp.Error, parking string) error {
+	select {
+	case e := <-closed:
+		if e != nil {
+			err = e
+		}
+	case <-time.After(time.Second):
+	}
+	if isUnreadable(err) {
+		return fmt.Errorf("%w: consumer: replay: the message at the head of %q cannot be read by the client library "+
+			"(amqp091-go), which closed the connection (typically a header table nested more than 32 deep or with more "+
+			"than 8,192 entries, from a publisher other than amqpdelay's); it stays first in line: take it out by hand "+
+			"(management UI, %s, Get messages, Ack mode \"Reject requeue false\"), then replay again", err, parking, parking)
+	}
+	return fmt.Errorf("consumer: replay: get from %q: %w", parking, err)
+}
+
+// replayOne publishes d, a parked message, to queue when a Consumer of queue parked it and else
+// to the back of parking, with a confirm, then acks d; it returns where d went. A failure gives
+// d back with a nack (requeue): not its failure, so RabbitMQ 4.3+ does not count it toward the
+// parking queue's delivery limit (4.x's default of 20 would drop it), as closing the
+// connection with it unacked would.
+func replayOne(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return, d amqp.Delivery, queue, parking string) (string, error) {
+	dest, h := parking, d.Headers
+	if q, _ := d.Headers[HeaderQueue].(string); q == queue && d.Headers[HeaderParked] != nil {
+		dest, h = queue, replayHeaders(d.Headers)
+	}
+	msg := publishingOf(d, h)
+	msg.Expiration = d.Expiration
+	err := func() error {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, true, false, msg)
+		if err != nil {
+			return fmt.Errorf("consumer: replay: publish to %q: %w", dest, err)
+		}
+		if acked, err := dc.WaitContext(ctx); err != nil || !acked {
+			return fmt.Errorf("consumer: replay: queue %q did not confirm (acked %v): %w", dest, acked, err)
+		}
+		select {
+		case r := <-returns:
+			return fmt.Errorf("consumer: replay: queue %q returned the message (%d %s); it stays parked", dest, r.ReplyCode, r.ReplyText)
+		default:
+			return nil
+		}
+	}()
+	if err != nil {
+		_ = d.Nack(false, true)
+		return "", err
+	}
+	if err := d.Ack(false); err != nil {
+		return "", fmt.Errorf("consumer: replay: ack the parked copy (the message may now be in both queues): %w", err)
+	}
+	return dest, nil
+}
+
 // replayHeaders drops the failure record from a parked message's headers.
 func replayHeaders(h amqp.Table) amqp.Table {
-	out := make(amqp.Table, len(h)+1)
-	for k, v := range h {
-		switch k {
-		case HeaderAttempt, HeaderFirstFailure, HeaderLastFailure, HeaderError, HeaderPanic, HeaderParked, HeaderParkReason, HeaderQueue:
-		default:
-			out[k] = v
-		}
+	out := maps.Clone(h)
+	for _, k := range []string{HeaderAttempt, HeaderFirstFailure, HeaderLastFailure, HeaderError, HeaderPanic, HeaderParked, HeaderParkReason, HeaderQueue} {
+		delete(out, k)
 	}
 	out[HeaderReplayed] = time.Now().UnixMilli()
 	return out

@@ -107,18 +107,15 @@ func (s *Scheduler) Close() error {
 
 // Declare makes sch exist as given, and returns once the broker confirmed what it wrote.
 // Every instance may call it at start with the same schedule:
-//   - same definition as the stream's latest, chain pending (or the schedule paused): nothing
-//     is written;
-//   - same definition, but no pending link (the chain broke: see [Info.Broken]): a link for the
-//     occurrence after the last one handled is published, which repairs it (the missed policy
-//     decides what fires when that time has passed);
+//   - same definition as the stream's latest, chain pending (or paused): nothing is written;
+//   - same definition, no pending link (the chain broke: [Info.Broken]): a link for the
+//     occurrence after the last one handled repairs it (the missed policy decides what fires);
 //   - new, changed or removed before: a definition record, then a link for the first occurrence
-//     after now. Links of the earlier definition are dropped when they arrive, so the change
-//     takes effect from the next occurrence.
+//     after now; the earlier definition's links are dropped when they arrive.
 //
-// Instances declaring at the same moment make at most duplicate links, which are dropped.
-// Errors: ErrInvalidSchedule (every problem of sch, joined), amqpdelay.ErrExchangeNotFound
-// (the target exchange does not exist), ErrConnectionLost, the links Publisher's errors, ctx's.
+// Instances declaring at once make at most duplicate links, which are dropped. Errors:
+// ErrInvalidSchedule (every problem of sch, joined), amqpdelay.ErrExchangeNotFound (the target
+// exchange does not exist), ErrConnectionLost, the links Publisher's errors, ctx's.
 func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	c, err := sch.compile(s.unit)
 	if err != nil {
@@ -210,8 +207,7 @@ func (s *Scheduler) bindTarget(sess *session, exchange string) error {
 	}
 	err = ch.ExchangeBind(exchange, "", s.names.fire(), false, amqp.Table{"x-match": "all", TargetHeader: exchange})
 	if err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		if isNotFound(err) {
 			return fmt.Errorf("%w: target exchange %q does not exist: declare it (or correct Schedule.Exchange)", amqpdelay.ErrExchangeNotFound, exchange)
 		}
 		return fmt.Errorf("schedule: bind %q to %q: %w", s.names.fire(), exchange, err)
@@ -349,12 +345,18 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	queued := sess.queued(s.names.links())
-	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
+	return list(ctx, sess, s.names, s.opts.instance, s.opts.grace)
+}
+
+// list returns the schedules sess reads once it has read every record confirmed before the
+// call, sorted by name.
+func list(ctx context.Context, sess *session, n objectNames, instance string, grace time.Duration) ([]Info, error) {
+	queued := sess.queued(n.links()) // before the sync: a link handled in between is then known
+	if err := sess.sync(ctx, n.stream(), instance); err != nil {
 		return nil, err
 	}
 	var out []Info
-	sess.view(func(st *state) { out = infos(st, time.Now(), s.opts.grace, queued) })
+	sess.view(func(st *state) { out = infos(st, time.Now(), grace, queued) })
 	return out, nil
 }
 
@@ -369,36 +371,15 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, e
 		return nil, err
 	}
 	n := namesOf(cfg.Prefix)
-	conn, err := amqpdelay.Dial(ctx, cfg, "rabbitdelay-schedules-inspect")
-	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		_ = conn.Close()
-		return nil, err
-	}
-	_, err = ch.QueueDeclarePassive(n.stream(), true, false, false, false, nil)
-	_ = conn.Close()
-	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+	sess, err := dialSession(ctx, cfg, "rabbitdelay-schedules-inspect", n, false, DefaultRetention, zerolog.Nop())
+	if errors.Is(err, errNoStream) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	sess, err := dialSession(ctx, cfg, "rabbitdelay-schedules-inspect", n, false, DefaultRetention, zerolog.Nop())
-	if err != nil {
-		return nil, err
-	}
 	defer sess.kill(errors.New("done"))
-	queued := sess.queued(n.links())
-	if err := sess.sync(ctx, n.stream(), "inspect"); err != nil {
-		return nil, err
-	}
-	var out []Info
-	sess.view(func(st *state) { out = infos(st, time.Now(), o.grace, queued) })
-	return out, nil
+	return list(ctx, sess, n, "inspect", o.grace)
 }
 
 // Run handles links until ctx ends: it consumes the links queue (one instance of all those
@@ -418,12 +399,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		wait := b.NextBackOff()
 		s.opts.log.Warn().Err(err).Dur("retry_in", wait).Msg("schedule: links consumer stopped")
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
+		sleep(ctx, wait)
 	}
 	return nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 func (s *Scheduler) consume(ctx context.Context, sess *session) error {
@@ -453,10 +441,7 @@ func (s *Scheduler) consume(ctx context.Context, sess *session) error {
 				}
 				s.opts.log.Warn().Err(err).Msg("schedule: link given back")
 				if sess.alive() {
-					select {
-					case <-time.After(time.Second):
-					case <-ctx.Done():
-					}
+					sleep(ctx, time.Second)
 					_ = d.Nack(false, true)
 				}
 				return err
@@ -473,21 +458,8 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		s.opts.log.Warn().Str("message_id", d.MessageId).Msg("schedule: unreadable link dropped")
 		return d.Ack(false)
 	}
-	// Never fire before the occurrence's time (plus its jitter).
-	due := l.At
-	sess.view(func(st *state) {
-		if e := st.entries[l.Name]; e != nil && e.comp != nil {
-			due = e.comp.due(l.At)
-		}
-	})
-	if wait := time.Until(due); wait > 0 {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-sess.dead:
-			return sess.err()
-		}
+	if err := waitDue(ctx, sess, l); err != nil {
+		return err
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -527,6 +499,41 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 	}
 	// 2. The occurrence, or the record of what was skipped, on the channel that holds the link:
 	// if this connection dies the link is requeued and nothing more is published on it.
+	if err := s.fire(ctx, sess, c, v); err != nil {
+		return err
+	}
+	// 3. Done with the link.
+	return d.Ack(false)
+}
+
+// waitDue returns at the due time of link l's occurrence (its time plus its jitter), so that
+// nothing fires early, or with ctx's error or the session's loss.
+func waitDue(ctx context.Context, sess *session, l link) error {
+	due := l.At
+	sess.view(func(st *state) {
+		if e := st.entries[l.Name]; e != nil && e.comp != nil {
+			due = e.comp.due(l.At)
+		}
+	})
+	wait := time.Until(due)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-sess.dead:
+		return sess.err()
+	}
+}
+
+// fire publishes what verdict v of a link of c says: the occurrence, the record of the
+// occurrences skipped, or the record of the next link alone.
+func (s *Scheduler) fire(ctx context.Context, sess *session, c *compiled, v verdict) error {
 	switch {
 	case !v.fire.IsZero():
 		m := occurrenceMessage(c, v.fire, v.next, v.late, v.missed, s.opts.instance, time.Now())
@@ -541,10 +548,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		}
 		s.opts.metrics.fired(c.Name, -1, v.missed)
 	case !v.next.IsZero():
-		if err := sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now())); err != nil {
-			return err
-		}
+		return sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now()))
 	}
-	// 3. Done with the link.
-	return d.Ack(false)
+	return nil
 }

@@ -88,7 +88,7 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, m
 			return ch.ExchangeDeclare(n.links(), amqp.ExchangeFanout, true, false, false, false, nil)
 		}},
 		{"queue " + n.links(), func() error {
-			_, err := ch.QueueDeclare(n.links(), true, false, false, false, linksArgs(spec))
+			_, err := ch.QueueDeclare(n.links(), true, false, false, false, linksArgs())
 			return err
 		}},
 		{"binding " + n.links() + " -> queue " + n.links(), func() error { return ch.QueueBind(n.links(), "", n.links(), false, nil) }},
@@ -98,8 +98,7 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, m
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {
-			var ae *amqp.Error
-			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			if isNotFound(err) {
 				return fmt.Errorf("schedule: declare %s: %w (run `rabbitdelay apply` for prefix %q first)", s.what, err, spec.WithDefaults().Prefix)
 			}
 			return fmt.Errorf("schedule: declare %s: %w", s.what, err)
@@ -111,12 +110,22 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, m
 // linksArgs are the links queue's arguments: a quorum queue (replicated) read by a single
 // active consumer, so one instance at a time handles links. Its delivery limit is far above
 // what connection losses cause: RabbitMQ 4.x would otherwise drop a link after 20 returns.
-func linksArgs(spec delayspec.Spec) amqp.Table {
+func linksArgs() amqp.Table {
 	return amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": int64(1_000_000)}
 }
 
-// dialSession connects and starts reading the stream.
-// The ladder's unit, from the spec record, is the session's rounding of occurrences.
+// isNotFound reports whether err is the broker's 404 NOT_FOUND.
+func isNotFound(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound
+}
+
+// errNoStream: dialSession without declare found no schedules stream.
+var errNoStream = errors.New("schedule: no schedules stream")
+
+// dialSession connects, declares the schedule objects (declare) or checks that the stream
+// exists, and starts reading the stream. The ladder's unit, from the spec record, is the
+// session's rounding of occurrences.
 func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n objectNames, declare bool, maxAge string, log zerolog.Logger) (*session, error) {
 	conn, err := amqpdelay.Dial(ctx, cfg, name)
 	if err != nil {
@@ -128,6 +137,18 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n objec
 			_ = conn.Close()
 		}
 	}()
+	if !declare {
+		probe, err := conn.Channel()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := probe.QueueDeclarePassive(n.stream(), true, false, false, false, nil); isNotFound(err) {
+			return nil, fmt.Errorf("%w: stream %q: %w (no schedule was ever declared under prefix %q)", errNoStream, n.stream(), err, n.Prefix)
+		} else if err != nil {
+			return nil, fmt.Errorf("schedule: check stream %q: %w", n.stream(), err)
+		}
+		_ = probe.Close()
+	}
 	spec, err := delayspec.ReadRecord(ctx, conn, n.Prefix)
 	if errors.Is(err, delayspec.ErrNoRecord) {
 		err = fmt.Errorf("%w: %w", amqpdelay.ErrTopologyMissing, err)
@@ -140,15 +161,6 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n objec
 		if err := declareObjects(conn, spec, n, maxAge); err != nil {
 			return nil, err
 		}
-	} else {
-		probe, err := conn.Channel()
-		if err != nil {
-			return nil, err
-		}
-		if _, err := probe.QueueDeclarePassive(n.stream(), true, false, false, false, streamArgs(maxAge)); err != nil {
-			return nil, fmt.Errorf("schedule: stream %q: %w (no schedule was ever declared under prefix %q)", n.stream(), err, n.Prefix)
-		}
-		_ = probe.Close()
 	}
 	ch, err := conn.Channel()
 	if err != nil {
@@ -281,9 +293,8 @@ func (s *session) queued(queue string) int {
 		return -1
 	}
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	var ae *amqp.Error
 	switch {
-	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+	case isNotFound(err):
 		return 0
 	case err != nil:
 		_ = ch.Close()

@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,6 +124,7 @@ type compiled struct {
 	hash string
 }
 
+// compile checks s (see Validate) and parses its cron expression and zone.
 func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 	if unit <= 0 {
 		unit = time.Millisecond
@@ -132,6 +134,18 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSchedule}, args...)...))
 	}
 	c := &compiled{Schedule: s}
+	s.checkName(add)
+	c.loc, c.spec = s.checkTiming(unit, add)
+	s.checkTarget(add)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c.hash = s.hash()
+	return c, nil
+}
+
+// checkName reports through add what is wrong with s.Name.
+func (s Schedule) checkName(add func(format string, args ...any)) {
 	switch {
 	case s.Name == "":
 		add("Name is empty: give the schedule a name of letters, digits and . _ -")
@@ -140,6 +154,11 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 	case !nameRE.MatchString(s.Name):
 		add("Name %q: use only letters, digits and . _ - (it is part of each occurrence's message id, <name>@<time>)", short(s.Name))
 	}
+}
+
+// checkTiming reports through add what is wrong with s's timing fields, and returns its zone
+// and parsed cron expression (nil for Interval).
+func (s Schedule) checkTiming(unit time.Duration, add func(format string, args ...any)) (loc *time.Location, cs *cron.SpecSchedule) {
 	zone := s.Zone
 	if zone == "" {
 		zone = "UTC"
@@ -149,7 +168,6 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 		add("Zone %q is not a known IANA time zone (like Europe/Berlin or America/New_York): %v", s.Zone, err)
 		loc = time.UTC
 	}
-	c.loc = loc
 	switch {
 	case s.Cron == "" && s.Interval == 0:
 		add("neither Cron nor Interval is set: give a cron expression (\"0 1 28 * *\") or an interval")
@@ -175,7 +193,7 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 			break
 		}
 		spec.Location = loc
-		c.spec = spec
+		cs = spec
 	case s.Interval < 0:
 		add("Interval %v is negative: give a positive period", s.Interval)
 	case s.Interval < unit:
@@ -196,6 +214,13 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 	default:
 		add("Missed %d: want MissedLatest, MissedAll or MissedSkip", int(s.Missed))
 	}
+	return loc, cs
+}
+
+// checkTarget reports through add what is wrong with s's target and message. These are checked
+// here, not left to the broker: an occurrence refused when it fires, long after Declare, would
+// stall the schedule's chain.
+func (s Schedule) checkTarget(add func(format string, args ...any)) {
 	switch {
 	case s.Exchange == "":
 		add("Exchange is empty: name the target exchange each occurrence is published to (the default exchange cannot be bound)")
@@ -216,11 +241,6 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 	if err := s.Message.Headers.Validate(); err != nil {
 		add("Message.Headers: %v", err)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	c.hash = s.hash()
-	return c, nil
 }
 
 func short(s string) string {
@@ -330,11 +350,7 @@ func writeCanonical(w interface{ Write([]byte) (int, error) }, v any) {
 	case nil:
 		fmt.Fprint(w, "n")
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(x))
 		fmt.Fprint(w, "{")
 		for _, k := range keys {
 			fmt.Fprintf(w, "%q:", k)

@@ -1,0 +1,317 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/route"
+)
+
+// flight states: a handler may be running; the worker settles it; shutdown gave it back.
+const (
+	stateHandling int32 = iota
+	stateSettling
+	stateReturned
+)
+
+// flight is one delivery being processed.
+type flight struct {
+	d       amqp.Delivery // as delivered: what is settled with the broker
+	state   atomic.Int32
+	in      Info
+	orig    amqp.Table // the headers as delivered, before restore: what copies start from
+	origKey string     // the routing key as delivered
+}
+
+// settle moves f from handling to settling; false when shutdown gave it back meanwhile.
+func (f *flight) settle() bool { return f.state.CompareAndSwap(stateHandling, stateSettling) }
+
+// EarlyHold is the longest a Consumer holds a delivery that arrives before its due time
+// (Info.Due, by this machine's clock): it checks revocations, claims the id and calls the
+// handler at the due time, so a handler never runs early by the clock it reads. A held
+// delivery takes a concurrency slot; a shutdown gives it back unhandled. A delivery due
+// further ahead is not held: a copy goes back through the delay topology for the time left,
+// and the delivery is acked once the copy is confirmed (Event kind Deferred, Err wrapping
+// ErrEarly; no attempt counted). Broker timers can end early: a RabbitMQ 3.x node runs Erlang
+// in no_time_warp mode, where after the system clock steps forward time correction runs the
+// node's clock up to 1 % fast until it catches up, and message TTLs end up to 1 % early
+// (https://www.erlang.org/doc/apps/erts/time_correction.html).
+const EarlyHold = 2 * time.Second
+
+// process runs the whole protocol for one delivery: claim, handle, then ack, retry or park.
+func (c *Consumer) process(base context.Context, s *session, d amqp.Delivery) {
+	f := &flight{d: d, in: c.info(&d, time.Now()), orig: maps.Clone(d.Headers), origKey: d.RoutingKey}
+	s.add(f)
+	defer s.remove(f)
+	if f.in.IDDerived != "" {
+		c.emit(Event{Kind: IDDerived, Info: f.in, Err: derivedError(f.in.IDDerived, f.in.ID), At: time.Now()})
+	}
+	if f.orig == nil {
+		f.orig = amqp.Table{}
+	}
+	if d.Headers == nil {
+		d.Headers = amqp.Table{}
+	}
+	restore(&d)
+	if !c.holdUntilDue(base, f) {
+		return
+	}
+	token, ok := c.claim(f)
+	if !ok {
+		return
+	}
+	took, err := c.handle(base, d, f.in, token)
+	c.settleOutcome(f, token, took, err)
+}
+
+// info reads what the headers say about d, started at start.
+func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
+	in := Info{Queue: c.queue, Attempt: 1, MaxAttempts: c.o.backoff.MaxAttempts}
+	in.ID, in.IDDerived = c.identify(*d)
+	if a, ok, fits := route.HeaderInt(d.Headers[HeaderAttempt]); ok && fits && a > 1 {
+		in.Attempt = int(a)
+	}
+	if ms, ok, fits := route.HeaderInt(d.Headers[HeaderFirstFailure]); ok && fits {
+		in.FirstFailure = time.UnixMilli(ms)
+	}
+	_, in.Replayed = d.Headers[HeaderReplayed]
+	in.Path, _ = amqpdelay.DeliveryPath(*d)
+	if due, ok := amqpdelay.Due(*d); ok {
+		in.Due, in.HasDue = due, true
+		// A copy sent back early, for at most the ladder's maximum (holdUntilDue), is due at
+		// the first delivery's due time, which it keeps in HeaderDue; a retry's own due time
+		// is the later one.
+		if ms, ok, fits := route.HeaderInt(d.Headers[HeaderDue]); ok && fits && time.UnixMilli(ms).After(due) {
+			in.Due = time.UnixMilli(ms)
+		}
+		in.Late = max(start.Sub(in.Due), 0)
+	}
+	return in
+}
+
+// restore gives the handler the routing key and target the message first arrived with (a retry
+// travels with the queue's name as routing key and the retry exchange as target).
+func restore(d *amqp.Delivery) {
+	if rk, ok := d.Headers[HeaderRoutingKey].(string); ok {
+		d.RoutingKey = rk
+	}
+	if t, ok := d.Headers[HeaderTarget].(string); ok {
+		if t == "" {
+			delete(d.Headers, route.TargetHeader) // the first delivery had none (a direct publish)
+		} else {
+			d.Headers[route.TargetHeader] = t
+		}
+	}
+}
+
+// holdUntilDue waits until the due time when the delivery arrived before it by at most
+// EarlyHold, before the revocation check (which then sees the revocations sent meanwhile), the
+// claim and the handler's own timeout. It returns false when the delivery is done with: due
+// further ahead than EarlyHold (a copy was sent through the delay topology for the time left),
+// or base ended first (shutting down: the delivery is given back, unless shutdown already did).
+func (c *Consumer) holdUntilDue(base context.Context, f *flight) bool {
+	in := f.in
+	wait := time.Until(in.Due)
+	if !in.HasDue || wait <= 0 {
+		return true
+	}
+	if wait > EarlyHold {
+		ctx, cancel := c.settleCtx()
+		defer cancel()
+		again := wait
+		if c.o.maxDelay > 0 {
+			again = min(wait, c.o.maxDelay)
+		}
+		c.deferFor(ctx, f, again, fmt.Errorf("%w: due at %s, %v after it arrived by this machine's clock; "+
+			"sent back through the delay topology for %v", ErrEarly, in.Due.Format(time.RFC3339Nano), wait.Round(time.Millisecond), again))
+		return false
+	}
+	if sleep(base, wait) {
+		return true
+	}
+	if f.settle() {
+		c.nack(f, fmt.Errorf("consumer: shutting down while holding a delivery that arrived before its due time: %w", base.Err()), notFailed)
+	}
+	return false
+}
+
+// settleCtx bounds the store calls and publishes of one delivery's steps before its handler
+// runs (revocation check, claim, deferred copy), and, a new one, those that settle it after the
+// handler returned (done mark, release, retry or parked copy).
+func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.o.settleTimeout)
+}
+
+// claim runs the steps before the handler, the revocation check and the claim, within a settle
+// timeout of their own, so a handler's run time never uses it up. It returns the lease token
+// ("" without a store), or false when the delivery is done with (revoked, handled before, or
+// deferred: its id busy or the store failing).
+func (c *Consumer) claim(f *flight) (string, bool) {
+	ctx, cancel := c.settleCtx()
+	defer cancel()
+	if c.revs != nil && c.revoked(ctx, f) { // revoked.go
+		return "", false
+	}
+	if c.store == nil {
+		return "", true
+	}
+	st, token, err := c.store.Claim(ctx, c.queue, f.in.ID, c.o.lease)
+	switch {
+	case err != nil:
+		c.log.Warn().Err(err).Str("id", f.in.ID).Msg("consumer: claim failed; deferring the message")
+		c.deferFor(ctx, f, c.o.busyDelay, err)
+	case st == AlreadyHandled:
+		if f.settle() {
+			c.ack(f, Event{Kind: Skipped, Info: f.in, At: time.Now()})
+		}
+	case st == Busy:
+		c.deferFor(ctx, f, c.o.busyDelay, nil)
+	default:
+		return token, true
+	}
+	return "", false
+}
+
+// handle runs the handler for d, under the handler timeout and renewing the lease of token
+// meanwhile, and returns how long it took and its error.
+func (c *Consumer) handle(base context.Context, d amqp.Delivery, in Info, token string) (time.Duration, error) {
+	hctx, hcancel := context.WithCancel(base)
+	if c.o.handlerTimeout > 0 {
+		hctx, hcancel = context.WithTimeout(base, c.o.handlerTimeout)
+	}
+	hctx = context.WithValue(hctx, infoKey{}, in)
+	renewed := make(chan struct{})
+	stopRenew := make(chan struct{})
+	if token != "" {
+		go c.renew(in.ID, token, hcancel, stopRenew, renewed)
+	} else {
+		close(renewed)
+	}
+	start := time.Now()
+	err := c.call(hctx, d)
+	took := time.Since(start)
+	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		c.log.Error().Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Str("panic", truncate(fmt.Sprint(pe.Value), MaxErrorLen)).
+			Str("stack", string(pe.Stack)).Msg("consumer: handler panicked")
+	}
+	c.m.handlerRan(c.queue, err, took)
+	hcancel()
+	close(stopRenew)
+	<-renewed
+	return took, err
+}
+
+// settleOutcome settles f after its handler returned err: done mark and ack, or release and a
+// retry or parked copy. When shutdown gave f back meanwhile it only records the outcome.
+func (c *Consumer) settleOutcome(f *flight, token string, took time.Duration, err error) {
+	ctx, cancel := c.settleCtx()
+	defer func() { cancel() }() // cancel is replaced below
+	in := f.in
+	if !f.settle() {
+		if token != "" && err == nil {
+			c.done(ctx, in.ID, token)
+		} else if token != "" {
+			c.release(in.ID, token)
+		}
+		return
+	}
+	if err == nil {
+		var serr error
+		if token != "" {
+			serr = c.done(ctx, in.ID, token)
+		}
+		c.ack(f, Event{Kind: Handled, Info: in, Err: serr, Duration: took, At: time.Now()})
+		return
+	}
+	c.log.Debug().Err(err).Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Msg("consumer: handler failed")
+	now := time.Now()
+	h := c.failureHeaders(f.orig, f.origKey, in, err, now)
+	if token != "" {
+		c.release(in.ID, token) // a retry copy must be able to claim it
+		// The release has a budget of its own: the copy's publish gets the whole settle timeout.
+		cancel()
+		ctx, cancel = c.settleCtx()
+	}
+	reason := ParkAttempts
+	switch {
+	case IsPermanent(err):
+		reason = ParkPermanent
+	case in.Attempt < c.o.backoff.MaxAttempts:
+		h[HeaderAttempt] = int64(in.Attempt + 1)
+		delay := c.o.backoff.delay(in.Attempt)
+		r, perr := c.publishCopy(ctx, f, c.names.Retry(), c.queue, h, delay)
+		if perr == nil {
+			c.ack(f, Event{Kind: Retried, Info: in, Err: err, Delay: r.Delay, Due: r.Due, Duration: took, At: time.Now()})
+			return
+		}
+		if !errors.Is(perr, amqpdelay.ErrInvalidInput) {
+			c.nack(f, fmt.Errorf("consumer: publish the retry: %w", perr), failed)
+			return
+		}
+		// No retry copy of this delivery can ever be published (it carries more than the
+		// copy can hold): retrying it means requeueing it without end. Park it.
+		reason = ParkRetryRefused
+		h[HeaderError] = truncate(fmt.Sprintf("%s (its retry copy was refused: %v)", h[HeaderError], perr), MaxErrorLen)
+	}
+	c.park(ctx, f, h, reason, now, took, err)
+}
+
+// call runs the handler, turning a panic into a *PanicError (with its stack trace), and an
+// error whose Error method panics (a typed nil pointer returned as the error, typically) into
+// one that does not: the Consumer reads the text for the failure record and the logs.
+func (c *Consumer) call(ctx context.Context, d amqp.Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = newPanicError(v)
+		}
+	}()
+	if err = c.h(ctx, d); err != nil {
+		err = readableError(err)
+	}
+	return err
+}
+
+// readableError returns err, or, when err.Error() panics, an error saying so that names err's type.
+func readableError(err error) (out error) {
+	defer func() {
+		if v := recover(); v != nil {
+			out = fmt.Errorf("consumer: the handler returned an error of type %T whose Error method panics (%v): a nil "+
+				"pointer of an error type is not a nil error; return nil for success", err, v)
+		}
+	}()
+	_ = err.Error()
+	return err
+}
+
+// renew extends the lease every third of it until stop is closed; when the lease is found lost
+// (another holder has it, or it was marked done), it cancels the handler's context.
+func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(c.o.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, ccancel := context.WithTimeout(context.Background(), c.o.lease/3)
+		ok, err := c.store.Extend(ctx, c.queue, id, token, c.o.lease)
+		ccancel()
+		switch {
+		case err != nil:
+			c.log.Warn().Err(err).Str("id", id).Msg("consumer: extend the lease")
+		case !ok:
+			c.log.Warn().Str("id", id).Msg("consumer: lease lost (another handler claimed the id, or it was marked done); cancelling the handler")
+			cancel()
+			return
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+)
+
+// session is one connection and its consuming channel.
+type session struct {
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	tag        string
+	deliveries <-chan amqp.Delivery
+	closed     chan *amqp.Error
+
+	mu      sync.Mutex
+	flights map[*flight]struct{}
+
+	// careful counts down the deliveries to read, with a prefetch of 1, before the prefetch
+	// goes back to the concurrency (after a delivery the client could not read; 0: not careful).
+	careful atomic.Int64
+}
+
+// carefulDeliveries is how many deliveries a session opened after an unreadable delivery reads
+// with a prefetch of 1: twice the prefetch the lost connection had, so the deliveries that
+// were in flight with the unreadable one have come back first.
+func carefulDeliveries(concurrency int) int { return 2 * concurrency }
+
+// isUnreadable reports whether err says that the client closed the connection because it could
+// not parse a frame: a delivery whose content header it cannot read. amqp091-go closes the
+// connection with a FrameError (not from the server) on every read error, a reset or EOF too,
+// whose reason is the read error's text: only its two parse errors (ErrSyntax, ErrFrame)
+// count.
+func isUnreadable(err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Server || (ae.Code != amqp.FrameError && ae.Code != amqp.SyntaxError) {
+		return false
+	}
+	return strings.Contains(ae.Reason, amqp.ErrSyntax.Reason) || strings.Contains(ae.Reason, amqp.ErrFrame.Reason)
+}
+
+func (s *session) add(f *flight) {
+	s.mu.Lock()
+	s.flights[f] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *session) remove(f *flight) {
+	s.mu.Lock()
+	delete(s.flights, f)
+	s.mu.Unlock()
+}
+
+// closeConn closes conn, waiting at most 5 s for the broker.
+func closeConn(conn *amqp.Connection) error {
+	return conn.CloseDeadline(time.Now().Add(5 * time.Second))
+}
+
+// open dials, checks the queue, binds it to the retry exchange and starts consuming; careful
+// starts with a prefetch of 1 (see carefulDeliveries).
+func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
+	conn, err := amqpdelay.Dial(ctx, c.cfg, c.o.name)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: dial: %w", err)
+	}
+	s, err := c.consume(conn, careful)
+	if err != nil {
+		_ = closeConn(conn)
+		return nil, err
+	}
+	return s, nil
+}
+
+// consume opens the consuming channel of conn: see open.
+func (c *Consumer) consume(conn *amqp.Connection, careful bool) (*session, error) {
+	// Before the consume: a delivery the client cannot read may close the connection at once,
+	// and a listener registered after that gets no reason (see isUnreadable).
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("consumer: open a channel: %w", err)
+	}
+	if _, err := ch.QueueDeclarePassive(c.queue, true, false, false, false, nil); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return nil, fmt.Errorf("%w: queue %q does not exist in this vhost (RabbitMQ's passive declare answered 404): declare it "+
+				"(a ready queue of `rabbitdelay apply`, AMQPDELAY_READY_QUEUES) or correct the name: %w", ErrQueueNotFound, c.queue, err)
+		}
+		return nil, fmt.Errorf("consumer: check queue %q: %w", c.queue, err)
+	}
+	if c.o.bind {
+		if err := ch.QueueBind(c.queue, c.queue, c.names.Retry(), false, nil); err != nil {
+			return nil, fmt.Errorf("consumer: bind queue %q to the retry exchange %q with key %q (run `rabbitdelay apply`, or pass "+
+				"Options.NoRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err)
+		}
+	}
+	prefetch := c.o.concurrency
+	if careful {
+		prefetch = 1
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return nil, fmt.Errorf("consumer: set prefetch %d: %w", prefetch, err)
+	}
+	tag := fmt.Sprintf("%s-%s", c.o.name, newToken()[:8])
+	deliveries, err := ch.Consume(c.queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: consume queue %q: %w", c.queue, err)
+	}
+	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, closed: closed, flights: map[*flight]struct{}{}}
+	if careful {
+		s.careful.Store(int64(carefulDeliveries(c.o.concurrency)))
+	}
+	return s, nil
+}
+
+// serve runs the workers of session s until ctx ends (then it shuts down gracefully and returns
+// nil) or the session's deliveries end (it returns why: a connection or channel loss).
+func (c *Consumer) serve(ctx context.Context, s *session) error {
+	// Handlers' contexts end at the hard deadline of a shutdown, not when ctx ends.
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range c.o.concurrency {
+		wg.Go(func() { c.work(base, s, stop) })
+	}
+	workers := make(chan struct{})
+	go func() { wg.Wait(); close(workers) }()
+
+	select {
+	case <-workers:
+		// The deliveries ended: the channel or the connection is gone.
+		var why error = errors.New("the broker closed the consuming channel")
+		select {
+		case e := <-s.closed:
+			if e != nil {
+				why = e
+			}
+		default:
+		}
+		_ = closeConn(s.conn)
+		return fmt.Errorf("consumer: consuming %q ended: %w", c.queue, why)
+	case <-ctx.Done():
+	}
+	close(stop)
+	c.shutdown(s, workers, cancelBase)
+	return nil
+}
+
+// work is one worker of serve: it processes s's deliveries until they end or stop is closed.
+func (c *Consumer) work(base context.Context, s *session, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case d, ok := <-s.deliveries:
+			if !ok {
+				return
+			}
+			select {
+			case <-stop: // a delivery that raced the shutdown
+				c.giveBack(d, "shutting down")
+				continue
+			default:
+			}
+			if s.careful.Load() > 0 && s.careful.Add(-1) == 0 {
+				if err := s.ch.Qos(c.o.concurrency, 0, false); err != nil {
+					c.log.Warn().Err(err).Msg("consumer: set the prefetch back to the concurrency")
+				}
+			}
+			c.process(base, s, d)
+		}
+	}
+}
+
+// shutdown is serve's graceful end, once stop is closed: it takes nothing more, lets running
+// handlers finish within the shutdown timeout, then gives the rest back and cancels their
+// contexts (cancelBase), and closes the session once workers is closed.
+func (c *Consumer) shutdown(s *session, workers <-chan struct{}, cancelBase context.CancelFunc) {
+	// Deliveries the broker sent before the cancel and no worker took are given back with a
+	// nack: closing the channel with them unacked would count toward a quorum queue's delivery
+	// limit on RabbitMQ 4.3 (a channel closed with unacked deliveries counts as failed ones).
+	// The deliveries channel ends once the broker has confirmed the cancel (or the channel
+	// closed).
+	_ = s.ch.Cancel(s.tag, false)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for d := range s.deliveries {
+			c.giveBack(d, "shutting down")
+		}
+	}()
+	grace := time.NewTimer(c.o.shutdownTimeout)
+	defer grace.Stop()
+	select {
+	case <-workers:
+	case <-grace.C:
+		s.mu.Lock()
+		for f := range s.flights {
+			if f.state.CompareAndSwap(stateHandling, stateReturned) {
+				c.giveBack(f.d, "shutdown timeout")
+			}
+		}
+		s.mu.Unlock()
+		cancelBase()
+		<-workers
+	}
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second): // the channel then returns the rest as it closes
+	}
+	_ = s.ch.Close()
+	if err := closeConn(s.conn); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		c.log.Warn().Err(err).Msg("consumer: close connection")
+	}
+}
+
+// giveBack returns d to the queue at shutdown, with a nack with requeue: not the message's
+// failure, which RabbitMQ 4.3+ does not count toward a quorum queue's delivery limit.
+func (c *Consumer) giveBack(d amqp.Delivery, why string) {
+	err := d.Nack(false, true)
+	kind := Requeued
+	if err != nil {
+		kind = Unsettled
+	}
+	in := Info{Queue: c.queue}
+	in.ID, in.IDDerived = c.identify(d)
+	c.emit(Event{Kind: kind, Info: in, Err: errors.Join(errors.New(why), err), At: time.Now()})
+}

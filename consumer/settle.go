@@ -1,0 +1,257 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/route"
+)
+
+// The back-off of retryUntil.
+const (
+	settleBackoffMin = 100 * time.Millisecond
+	settleBackoffMax = 5 * time.Second
+)
+
+// releaseBudget bounds release: best effort, since the lease expires by itself (a retry copy
+// that arrives before then is deferred as a busy one is).
+const releaseBudget = 2 * time.Second
+
+// The two ways nack gives a delivery back (package documentation, "Giving a delivery back"):
+// failed, the message's own failure (basic.reject with requeue, which RabbitMQ 4.3+ counts
+// toward a quorum queue's delivery limit, so the ready queue still parks it in the end), and
+// notFailed, the Consumer cannot work on it now (basic.nack with requeue, not counted).
+const (
+	failed    = true
+	notFailed = false
+)
+
+// park publishes a copy of f's delivery with the failure record h and reason to the parking
+// queue, then acks the delivery; it rejects the delivery when no copy can be parked, and gives
+// it back (failed) when the publish fails until ctx ends.
+func (c *Consumer) park(ctx context.Context, f *flight, h amqp.Table, reason string, now time.Time, took time.Duration, err error) {
+	h[HeaderAttempt] = int64(f.in.Attempt)
+	h[HeaderParked] = now.UnixMilli()
+	h[HeaderParkReason] = reason
+	_, perr := c.publishCopy(ctx, f, "", c.names.Parking(), h, 0)
+	switch {
+	case perr == nil:
+		c.ack(f, Event{Kind: Parked, Info: f.in, Err: err, Duration: took, At: time.Now()})
+	case errors.Is(perr, amqpdelay.ErrInvalidInput):
+		c.reject(f, fmt.Errorf("consumer: no copy of the message can be parked in %q, so it was rejected without requeue: its "+
+			"queue's dead-letter exchange takes it (a quorum ready queue's: the parking queue, x-death reason rejected, "+
+			"without the failure record), or RabbitMQ drops it when the queue has none: %w (the handler's error: %w)",
+			c.names.Parking(), perr, err))
+	default:
+		c.nack(f, fmt.Errorf("consumer: park the message in %q: %w", c.names.Parking(), perr), failed)
+	}
+}
+
+// deferFor sends a copy of f's delivery back through the delay topology to come back after
+// delay, without counting an attempt, then acks the delivery (Event kind Deferred, Err why).
+func (c *Consumer) deferFor(ctx context.Context, f *flight, delay time.Duration, why error) {
+	if !f.settle() {
+		return
+	}
+	r, err := c.publishCopy(ctx, f, c.names.Retry(), c.queue, keepHeaders(f.orig, f.origKey), delay)
+	if err != nil {
+		// Deferring is no failure of the message's, unless no copy of it can ever be published.
+		c.nack(f, fmt.Errorf("consumer: defer the message: %w", err), errors.Is(err, amqpdelay.ErrInvalidInput))
+		return
+	}
+	c.ack(f, Event{Kind: Deferred, Info: f.in, Err: why, Delay: r.Delay, Due: r.Due, At: time.Now()})
+}
+
+// publishCopy publishes a copy of f's delivery with headers h through the retry Publisher (see
+// settlePublish).
+func (c *Consumer) publishCopy(ctx context.Context, f *flight, exchange, key string, h amqp.Table, delay time.Duration) (amqpdelay.Receipt, error) {
+	msg := copyOf(f.d, h, f.in)
+	return c.settlePublish(ctx, f.in, func() (amqpdelay.Receipt, error) {
+		return c.pub.Publish(ctx, exchange, key, msg, delay)
+	})
+}
+
+// settlePublish runs publish (a copy of a delivery the Consumer holds) until it is confirmed,
+// with retryUntil, stopping at an error that publishing again cannot mend (ErrInvalidInput,
+// ErrUnknownTarget, ErrClosed). The delivery stays unacked meanwhile, so a failing publish
+// does not give it back again and again: every give-back counts toward the quorum queue's
+// delivery limit.
+func (c *Consumer) settlePublish(ctx context.Context, in Info, publish func() (amqpdelay.Receipt, error)) (amqpdelay.Receipt, error) {
+	var r amqpdelay.Receipt
+	err := retryUntil(ctx, func() error {
+		var err error
+		if r, err = publish(); err != nil {
+			c.log.Debug().Err(err).Str("id", in.ID).Msg("consumer: publishing the copy failed")
+		}
+		return err
+	}, func(err error) bool {
+		return errors.Is(err, amqpdelay.ErrInvalidInput) || errors.Is(err, amqpdelay.ErrUnknownTarget) || errors.Is(err, amqpdelay.ErrClosed)
+	})
+	return r, err
+}
+
+// retryUntil runs op until it succeeds, stop(its error) is true or ctx ends, with back-off
+// (settleBackoffMin doubling to settleBackoffMax). When ctx ended, the error wraps both the
+// last error of op's own (one that is not ctx's) and ctx's.
+func retryUntil(ctx context.Context, op func() error, stop func(error) bool) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = settleBackoffMin, settleBackoffMax, 0
+	// The last error that is not ctx's own: why op failed, when ctx ends while op runs or while
+	// backoff.Retry waits (it then returns ctx's error).
+	var last error
+	err := backoff.Retry(func() error {
+		err := op()
+		if err != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+			last = err
+		}
+		if err != nil && (ctx.Err() != nil || stop(err)) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+	if err != nil && ctx.Err() != nil && last != nil && !errors.Is(last, ctx.Err()) {
+		err = fmt.Errorf("%w (tried again until its context ended: %w)", last, ctx.Err())
+	}
+	return err
+}
+
+// done marks id handled with retryUntil until the store takes it or ctx (the settle timeout)
+// ends. The delivery stays unacked meanwhile: a mark given up on leaves the id unremembered
+// once the lease expires, and a copy arriving after that runs the handler again.
+func (c *Consumer) done(ctx context.Context, id, token string) error {
+	err := retryUntil(ctx, func() error { return c.store.Done(ctx, c.queue, id, token, c.o.keep) }, neverStop)
+	if err != nil {
+		c.log.Warn().Err(err).Str("id", id).Msg("consumer: mark handled failed until the settle timeout; a copy arriving " +
+			"once the lease expired may run the handler again")
+	}
+	return err
+}
+
+// release gives up the lease so that a retry copy can claim the id, with retryUntil for at most
+// releaseBudget (or the lease, when shorter), on a context of its own.
+func (c *Consumer) release(id, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(releaseBudget, c.o.lease))
+	defer cancel()
+	if err := retryUntil(ctx, func() error { return c.store.Release(ctx, c.queue, id, token) }, neverStop); err != nil {
+		c.log.Warn().Err(err).Str("id", id).Msg("consumer: release the lease (it expires by itself)")
+	}
+}
+
+func neverStop(error) bool { return false }
+
+// ack acks f's delivery and reports e (Unsettled when the ack fails).
+func (c *Consumer) ack(f *flight, e Event) {
+	if err := f.d.Ack(false); err != nil {
+		e = Event{Kind: Unsettled, Info: e.Info, Err: fmt.Errorf("consumer: ack after %s: %w", e.Kind, err), At: time.Now()}
+	}
+	c.emit(e)
+}
+
+// reject rejects f's delivery without requeue (its queue dead-letters it, or drops it) when no
+// copy of it can be parked, and reports it as Rejected.
+func (c *Consumer) reject(f *flight, why error) {
+	c.log.Error().Err(why).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: rejected a message that cannot be parked")
+	kind := Rejected
+	if err := f.d.Reject(false); err != nil {
+		kind, why = Unsettled, errors.Join(why, err)
+	}
+	c.emit(Event{Kind: kind, Info: f.in, Err: why, At: time.Now()})
+}
+
+// nack gives f's delivery back to the queue: see failed. Both ways count before RabbitMQ 4.3.
+func (c *Consumer) nack(f *flight, why error, failedMsg bool) {
+	c.log.Warn().Err(why).Str("id", f.in.ID).Bool("failed", failedMsg).Msg("consumer: giving the message back to the queue")
+	kind := Requeued
+	var err error
+	if failedMsg {
+		err = f.d.Reject(true)
+	} else {
+		err = f.d.Nack(false, true)
+	}
+	if err != nil {
+		kind, why = Unsettled, errors.Join(why, err)
+	}
+	c.emit(Event{Kind: kind, Info: f.in, Err: why, At: time.Now()})
+}
+
+// keepHeaders returns a copy of the delivered headers with the original routing key, target
+// and first due time recorded (once) in the Consumer's own headers.
+func keepHeaders(orig amqp.Table, origKey string) amqp.Table {
+	h := make(amqp.Table, len(orig)+8)
+	maps.Copy(h, orig)
+	if _, ok := h[HeaderRoutingKey]; !ok {
+		h[HeaderRoutingKey] = origKey
+	}
+	if _, ok := h[HeaderTarget]; !ok {
+		t, _ := orig[route.TargetHeader].(string)
+		h[HeaderTarget] = t // "" when the first delivery had none
+	}
+	if _, ok := h[HeaderDue]; !ok {
+		if ms, ok, fits := route.HeaderInt(orig[route.DueHeader]); ok && fits {
+			h[HeaderDue] = ms
+		}
+	}
+	return h
+}
+
+// failureHeaders are keepHeaders plus the failure's record.
+func (c *Consumer) failureHeaders(orig amqp.Table, origKey string, in Info, err error, now time.Time) amqp.Table {
+	h := keepHeaders(orig, origKey)
+	if _, ok := h[HeaderFirstFailure]; !ok {
+		h[HeaderFirstFailure] = now.UnixMilli()
+	}
+	h[HeaderLastFailure] = now.UnixMilli()
+	h[HeaderError] = truncate(err.Error(), MaxErrorLen)
+	delete(h, HeaderPanic) // an earlier attempt's
+	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		h[HeaderPanic] = pe.Summary
+	}
+	h[HeaderQueue] = c.queue
+	return h
+}
+
+// publishingOf is the copy of d to publish, with headers h less CC and BCC. Expiration and
+// UserId are left out: a per-message TTL would expire the copy inside the delay topology, and
+// RabbitMQ refuses a UserId other than the publishing connection's user. CC and BCC are left
+// out because RabbitMQ routes a message with its CC and BCC keys too: through the retry exchange
+// or the default exchange (parking, Replay), the CC header a delivery still carries from its
+// first publish would send the copy to every queue it names, not to its own queue alone.
+func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
+	_, cc := h["CC"]
+	if _, bcc := h["BCC"]; cc || bcc {
+		h = maps.Clone(h)
+		delete(h, "CC")
+		delete(h, "BCC")
+	}
+	return amqp.Publishing{
+		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode,
+		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
+		Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
+	}
+}
+
+// copyOf is publishingOf(d, h) with, for a delivery without a MessageId, its derived id
+// (Info.ID) as MessageId: the amqpdelay Publisher would give the copy a random one, and every
+// copy of the message must keep its id.
+func copyOf(d amqp.Delivery, h amqp.Table, in Info) amqp.Publishing {
+	p := publishingOf(d, h)
+	if p.MessageId == "" && in.IDDerived == DerivedMissing {
+		p.MessageId = in.ID
+	}
+	return p
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
