@@ -13,15 +13,19 @@ import (
 
 // connListWait bounds how long placeShards waits for its connections to appear in the
 // management API's connection list: RabbitMQ lists a connection once its first statistics are
-// emitted (collect_statistics_interval, 5 s by default).
-const connListWait = 20 * time.Second
+// emitted (collect_statistics_interval, 5 s by default), later on a node that just restarted.
+const connListWait = 60 * time.Second
 
-// connNodes returns the node each of conns is attached to, by index, from the management API's
-// connection list (GET /api/vhosts/<vhost>/connections, matched by the client's local port,
-// which RabbitMQ reports as peer_port), asking every second until all are listed or
-// connListWait has passed. ok is false when one of them is still not found (a proxy between
-// client and broker): the caller then places by slot alone.
+// connNodes returns the node each of conns is attached to, by index. Where every node listens
+// on a port of its own (the overview's listeners), the server port of each connection names
+// its node at once. Otherwise it matches the client's local port with the peer_port of the
+// management API's connection list (GET /api/vhosts/<vhost>/connections), asking every second
+// until all are listed or connListWait has passed. ok is false when one of them is still not
+// found (a proxy between client and broker): the caller then places by slot alone.
 func (m *Management) connNodes(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool, err error) {
+	if nodes, ok := m.listenerNodes(ctx, conns); ok {
+		return nodes, true, nil
+	}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.Multiplier, b.RandomizationFactor, b.MaxElapsedTime = time.Second, 1, 0, connListWait
 	err = backoff.Retry(func() error {
@@ -41,6 +45,40 @@ func (m *Management) connNodes(ctx context.Context, conns []*amqp.Connection) (n
 		return nil, false, err
 	}
 	return nodes, true, nil
+}
+
+// listenerNodes names the node of each of conns by its server port, when the overview's AMQP
+// listeners give each port to one node only (nodes on one host); ok is false otherwise.
+func (m *Management) listenerNodes(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool) {
+	var raw struct {
+		Listeners []struct {
+			Node     string `json:"node"`
+			Protocol string `json:"protocol"`
+			Port     int    `json:"port"`
+		} `json:"listeners"`
+	}
+	if m.get(ctx, "api/overview", &raw) != nil {
+		return nil, false
+	}
+	byPort := map[int]map[string]bool{}
+	for _, l := range raw.Listeners {
+		if l.Protocol == "amqp" || l.Protocol == "amqp/ssl" {
+			if byPort[l.Port] == nil {
+				byPort[l.Port] = map[string]bool{}
+			}
+			byPort[l.Port][l.Node] = true
+		}
+	}
+	for _, c := range conns {
+		a, isTCP := c.RemoteAddr().(*net.TCPAddr)
+		if !isTCP || len(byPort[a.Port]) != 1 {
+			return nil, false
+		}
+		for n := range byPort[a.Port] {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes, true
 }
 
 // errNotListed: a connection is not in the management API's connection list yet.
