@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/revoke"
 )
@@ -173,7 +174,7 @@ func (c *Consumer) reconnect(ctx context.Context, careful bool) *session {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = c.o.reconnectMin, c.o.reconnectMax, 0.5, 0
 	b.Reset()
-	for attempt := 1; sleep(ctx, b.NextBackOff()); attempt++ {
+	for attempt := 1; amqpconn.Sleep(ctx, b.NextBackOff()); attempt++ {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		s, err := c.open(dctx, careful)
 		cancel()
@@ -186,18 +187,6 @@ func (c *Consumer) reconnect(ctx context.Context, careful bool) *session {
 		c.log.Warn().Err(err).Int("attempt", attempt).Msg("consumer: reconnect failed")
 	}
 	return nil
-}
-
-// sleep waits d and reports true, or false once ctx has ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func (c *Consumer) emit(e Event) {

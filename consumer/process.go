@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
@@ -133,7 +134,7 @@ func (c *Consumer) holdUntilDue(base context.Context, f *flight) bool {
 			"sent back through the delay topology for %v", ErrEarly, in.Due.Format(time.RFC3339Nano), wait.Round(time.Millisecond), again))
 		return false
 	}
-	if sleep(base, wait) {
+	if amqpconn.Sleep(base, wait) {
 		return true
 	}
 	if f.settle() {

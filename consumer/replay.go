@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -10,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
@@ -49,8 +49,7 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 	var count int
 	for _, name := range []string{queue, parking} {
 		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		if amqpconn.IsNotFound(err) {
 			return 0, fmt.Errorf("%w: replay: queue %q does not exist (404): check the name and the prefix (AMQPDELAY_PREFIX)", ErrQueueNotFound, name)
 		} else if err != nil {
 			return 0, fmt.Errorf("consumer: replay: check queue %q: %w", name, err)

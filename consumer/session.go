@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 )
 
 // session is one connection and its consuming channel.
@@ -90,8 +91,7 @@ func (c *Consumer) consume(conn *amqp.Connection, careful bool) (*session, error
 		return nil, fmt.Errorf("consumer: open a channel: %w", err)
 	}
 	if _, err := ch.QueueDeclarePassive(c.queue, true, false, false, false, nil); err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		if amqpconn.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: queue %q does not exist in this vhost (RabbitMQ's passive declare answered 404): declare it "+
 				"(a ready queue of `rabbitdelay apply`, AMQPDELAY_READY_QUEUES) or correct the name: %w", ErrQueueNotFound, c.queue, err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/revlog"
 )
 
@@ -77,7 +78,7 @@ func (r *Revocations) fencer() {
 			r.o.logger.Warn().Err(err).Msg("revoke: fence not written")
 			r.fencesFailed.Add(1)
 			r.setTrouble(fmt.Errorf("a fence was not written: %w", err))
-			if !r.sleep(b.NextBackOff()) {
+			if !amqpconn.Sleep(r.ctx, b.NextBackOff()) {
 				return
 			}
 			r.fenceFailed()

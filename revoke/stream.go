@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/revlog"
 )
@@ -41,8 +42,7 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 		return fail(fmt.Errorf("revoke: open a channel: %w", err))
 	}
 	if _, err := ch.QueueDeclarePassive(r.stream, true, false, false, false, nil); err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		if amqpconn.IsNotFound(err) {
 			return fail(fmt.Errorf("%w: the revocation stream %q does not exist: run `rabbitdelay apply` for this prefix "+
 				"(RabbitMQ 3.9 or later, feature flag stream_queue): %w", amqpdelay.ErrTopologyMissing, r.stream, err))
 		}
@@ -263,7 +263,7 @@ func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
 		_ = r.conn.CloseDeadline(time.Now().Add(time.Second))
 	}
 	b := newBackOff()
-	for r.sleep(b.NextBackOff()) {
+	for amqpconn.Sleep(r.ctx, b.NextBackOff()) {
 		var offset any = "first"
 		if r.next > 0 && !r.restart {
 			offset = r.next - 1 // the last record read: open checks it is still there
@@ -292,18 +292,6 @@ func newBackOff() *backoff.ExponentialBackOff {
 	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0.5, 0
 	b.Reset()
 	return b
-}
-
-// sleep waits d and reports true, or false once r is closed.
-func (r *Revocations) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-r.ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // publishConfirmed publishes msg to stream on ch, a channel in confirm mode, and waits for the

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/pubhook"
 )
 
@@ -207,7 +208,7 @@ func (s *Scheduler) bindTarget(sess *session, exchange string) error {
 	}
 	err = ch.ExchangeBind(exchange, "", s.names.fire(), false, amqp.Table{"x-match": "all", TargetHeader: exchange})
 	if err != nil {
-		if isNotFound(err) {
+		if amqpconn.IsNotFound(err) {
 			return fmt.Errorf("%w: target exchange %q does not exist: declare it (or correct Schedule.Exchange)", amqpdelay.ErrExchangeNotFound, exchange)
 		}
 		return fmt.Errorf("schedule: bind %q to %q: %w", s.names.fire(), exchange, err)
@@ -399,19 +400,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		wait := b.NextBackOff()
 		s.opts.log.Warn().Err(err).Dur("retry_in", wait).Msg("schedule: links consumer stopped")
-		sleep(ctx, wait)
+		amqpconn.Sleep(ctx, wait)
 	}
 	return nil
-}
-
-// sleep waits d, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 func (s *Scheduler) consume(ctx context.Context, sess *session) error {
@@ -441,7 +432,7 @@ func (s *Scheduler) consume(ctx context.Context, sess *session) error {
 				}
 				s.opts.log.Warn().Err(err).Msg("schedule: link given back")
 				if sess.alive() {
-					sleep(ctx, time.Second)
+					amqpconn.Sleep(ctx, time.Second)
 					_ = d.Nack(false, true)
 				}
 				return err

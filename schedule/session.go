@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/route"
 )
@@ -98,7 +99,7 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, m
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {
-			if isNotFound(err) {
+			if amqpconn.IsNotFound(err) {
 				return fmt.Errorf("schedule: declare %s: %w (run `rabbitdelay apply` for prefix %q first)", s.what, err, spec.WithDefaults().Prefix)
 			}
 			return fmt.Errorf("schedule: declare %s: %w", s.what, err)
@@ -112,12 +113,6 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, m
 // what connection losses cause: RabbitMQ 4.x would otherwise drop a link after 20 returns.
 func linksArgs() amqp.Table {
 	return amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": int64(1_000_000)}
-}
-
-// isNotFound reports whether err is the broker's 404 NOT_FOUND.
-func isNotFound(err error) bool {
-	var ae *amqp.Error
-	return errors.As(err, &ae) && ae.Code == amqp.NotFound
 }
 
 // errNoStream: dialSession without declare found no schedules stream.
@@ -142,7 +137,7 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n objec
 		if err != nil {
 			return nil, err
 		}
-		if _, err := probe.QueueDeclarePassive(n.stream(), true, false, false, false, nil); isNotFound(err) {
+		if _, err := probe.QueueDeclarePassive(n.stream(), true, false, false, false, nil); amqpconn.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: stream %q: %w (no schedule was ever declared under prefix %q)", errNoStream, n.stream(), err, n.Prefix)
 		} else if err != nil {
 			return nil, fmt.Errorf("schedule: check stream %q: %w", n.stream(), err)
@@ -294,7 +289,7 @@ func (s *session) queued(queue string) int {
 	}
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	switch {
-	case isNotFound(err):
+	case amqpconn.IsNotFound(err):
 		return 0
 	case err != nil:
 		_ = ch.Close()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -135,8 +136,7 @@ func lastRecord(ctx context.Context, conn *amqp.Connection, stream string) (amqp
 	}
 	defer ch.Close()
 	if _, err := ch.QueueDeclarePassive(stream, true, false, false, false, nil); err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		if amqpconn.IsNotFound(err) {
 			return amqp.Delivery{}, fmt.Errorf("%w: stream %q does not exist: run `rabbitdelay apply` for this prefix", ErrNoRecord, stream)
 		}
 		return amqp.Delivery{}, fmt.Errorf("read stream %q: %w", stream, err)
