@@ -338,9 +338,9 @@ func TestShardOf(t *testing.T) {
 }
 
 // TestDeadLetterHopsTopSplit: a top-split message enters through the first-hop queue of its
-// highest digit less one, comes back to level 0, climbs, and leaves through one unit of its
-// highest level: that level's last-hop queue, or its own queue at the top level (which ends in
-// D). Each hop is entered from the previous queue's dead-letter exchange in the plan.
+// highest digit d less u, comes back to level 0, climbs, and leaves through u units of its
+// highest level (u = 1 + the lower digits' value mod (d-1)): that level's last-hop queue, or
+// its own queue at the top level (which ends in D). Each hop is entered from the previous queue's dead-letter exchange in the plan.
 func TestDeadLetterHopsTopSplit(t *testing.T) {
 	spec := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}},
 		Ladder: ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond, Order: ttlbuckets.TopSplit}}
@@ -353,8 +353,9 @@ func TestDeadLetterHopsTopSplit(t *testing.T) {
 		d      time.Duration
 		queues []string
 	}{
-		{0x321 * time.Millisecond, []string{"rd.ladder.02.02.first", "rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.02.01.last"}},
-		{0x3021 * time.Millisecond, []string{"rd.ladder.03.02.first", "rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.03.01"}},
+		{0x321 * time.Millisecond, []string{"rd.ladder.02.01.first", "rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.02.02.last"}}, // 0x21 mod 2 = 1: u = 2
+		{0x320 * time.Millisecond, []string{"rd.ladder.02.02.first", "rd.ladder.01.02", "rd.ladder.02.01.last"}},                    // 0x20 mod 2 = 0: u = 1
+		{0x3021 * time.Millisecond, []string{"rd.ladder.03.01.first", "rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.03.02"}},
 		{0x121 * time.Millisecond, []string{"rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.02.01.last"}}, // highest digit 1: shortest-first
 	} {
 		lp, err := ladder.Plan(tc.d, ttlbuckets.Strict)

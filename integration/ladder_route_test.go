@@ -77,14 +77,15 @@ func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
 			// one unit of the top level last.
 			out[2*pow(l)+pow(0)] = l
 			out[3*pow(l)+2*pow(l-1)] = l
+			out[3*pow(l)+pow(0)] = l // 1 unit of the top level first, 2 last
 		}
 	}
 	return out
 }
 
-// topSplit returns the highest digit of plan when, in the top-split order, its first hop goes
+// topSplit returns the digit of plan's first hop when, in the top-split order, that hop goes
 // through a first-hop queue (one hop more than its non-zero digits), and ok false otherwise.
-func topSplit(l ttlbuckets.Ladder, plan ttlbuckets.Plan) (top int, ok bool) {
+func topSplit(l ttlbuckets.Ladder, plan ttlbuckets.Plan) (first int, ok bool) {
 	nonZero := 0
 	for _, v := range plan.Digits {
 		if v != 0 {
@@ -94,7 +95,7 @@ func topSplit(l ttlbuckets.Ladder, plan ttlbuckets.Plan) (top int, ok bool) {
 	if l.Order != ttlbuckets.TopSplit || len(plan.Hops) <= nonZero {
 		return 0, false
 	}
-	return plan.Digits[plan.Entry], true
+	return plan.Hops[0].Digit, true
 }
 
 // TestLadderLastLevel: in every hop order, a message whose last hop is at level L (every L of
@@ -103,8 +104,9 @@ func topSplit(l ttlbuckets.Ladder, plan ttlbuckets.Plan) (top int, ok bool) {
 // exactly once, never early, carrying the last-level header and no digit header of a level
 // after L. In the top-first order a message of several hops takes its first in the first-hop
 // queue of its highest level and digit (every level above 0); in the top-split order one whose
-// highest digit d is 2 or more takes its first in the first-hop queue of that level and d-1,
-// and its last in the (last-hop) queue of that level and 1. A message sent with every level's
+// highest digit d is 2 or more takes its first in the first-hop queue of that level and d-u,
+// and its last in the (last-hop) queue of that level and u (u from ttlbuckets' Plan, 1 or 2
+// among the delays sent). A message sent with every level's
 // digit header (by a plain AMQP publisher, to the exchange of its lowest non-zero level; the
 // top-first and top-split orders' level queues are the shortest-first order's) still takes the ladder's own
 // queues and passes through the remaining levels, and arrives exactly once. x-death shows each
@@ -120,7 +122,7 @@ func TestLadderLastLevel(t *testing.T) {
 
 			delays := lastLevelDelays(order)
 			sent := map[string]int{}   // message ID -> last level; -1: every digit (legacy)
-			splits := map[string]int{} // message ID -> highest digit, for a top-split message through a first-hop queue
+			splits := map[string]int{} // message ID -> its first hop's digit, for a top-split message through a first-hop queue
 			p := newPublisher(t, env, spec)
 			for d, last := range delays {
 				r, err := p.Publish(ctx, target, "k", textMsg(d.String()), d)
@@ -175,7 +177,9 @@ func TestLadderLastLevel(t *testing.T) {
 // (v at level 1, another digit at level 0), for v = 1..63, arrives exactly once, never early,
 // through the queue or last-hop queue of its last level and digit (last-hop header values up to
 // 127: digit + radix); in the top-split order, a message with both whose level-1 digit v is 2 or
-// more first through the first-hop queue of level 1 and v-1.
+// more first through the first-hop queue of level 1 and v-u, and last through the queue of
+// level 1 and u (u = 1 + the level-0 digit mod (v-1)); for v of 3 or more one more message
+// takes level-0 digit v-2, so that u = v-1 (a first hop of one unit): every u from 1 to 62.
 func TestLadderRadix64Digits(t *testing.T) {
 	t.Parallel()
 	for _, order := range laddertest.Orders {
@@ -189,13 +193,17 @@ func TestLadderRadix64Digits(t *testing.T) {
 			ctx := pubCtx(t)
 			p := newPublisher(t, env, spec)
 			sent := map[string]int{}   // message ID -> last level
-			splits := map[string]int{} // message ID -> highest digit, for a top-split message through a first-hop queue
+			splits := map[string]int{} // message ID -> its first hop's digit, for a top-split message through a first-hop queue
 			for v := 1; v < 64; v++ {
-				for _, d := range []time.Duration{
+				delays := []time.Duration{
 					time.Duration(v) * time.Millisecond,             // level 0 only
 					time.Duration(v*64) * time.Millisecond,          // level 1 only
 					time.Duration(v*64+(v%63)+1) * time.Millisecond, // both
-				} {
+				}
+				if v >= 3 {
+					delays = append(delays, time.Duration(v*64+v-2)*time.Millisecond) // both; top-split: u = v-1
+				}
+				for _, d := range delays {
 					plan, err := l.Plan(d, ttlbuckets.Strict)
 					if err != nil {
 						t.Fatal(err)
@@ -219,9 +227,9 @@ func TestLadderRadix64Digits(t *testing.T) {
 // name, or -1 for a message that must carry every level's digit and no last-level header),
 // checks each arrived once, on time, with the headers its route needs, and that nothing else
 // arrives. For a message with the last-level header, x-death must show that its first queue
-// was entered from that queue's entry exchange. splits holds the highest digit of each
+// was entered from that queue's entry exchange. splits holds the first hop's digit of each
 // top-split message whose first hop goes through a first-hop queue (its headers carry the last
-// hop's digit, 1, at that level).
+// hop's digit at that level).
 func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-chan arrival, sent map[string]int, splits map[string]int, within time.Duration) {
 	t.Helper()
 	seen := map[string]bool{}
@@ -276,7 +284,7 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		}
 		// Digit headers from the entry (the first non-zero digit in travel order) to the last
 		// hop's level, and none outside: the message never reaches those levels.
-		splitTop, split := splits[id]
+		splitFirst, split := splits[id]
 		entry, hops := -1, 0
 		for level, d := range digits {
 			if d != 0 && (entry < 0 || l.Order == ttlbuckets.LongestFirst || l.Order == ttlbuckets.TopFirst || split) {
@@ -319,7 +327,7 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		first := n.LadderQueueShard(entry, digits[entry], 0)
 		switch {
 		case split:
-			first = n.LadderFirstHopQueueShard(entry, splitTop-1, 0)
+			first = n.LadderFirstHopQueueShard(entry, splitFirst, 0)
 		case entry == last:
 			first = want
 		case topFirst:

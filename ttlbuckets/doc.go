@@ -35,8 +35,8 @@
 // moments before due; [TopFirst] takes the highest digit's hop first (through a first-hop
 // queue that dead-letters into level 0) and then climbs from level 0: the broker does almost
 // nothing while a message is published, and the short hops run when the first hop ends, the
-// sum of the lower digits before due; [TopSplit] takes all but one unit of the highest
-// digit first and that unit last, so the short hops run between the two. Publisher and
+// sum of the lower digits before due; [TopSplit] takes part of the highest digit first
+// and the rest last, so the short hops run between the two. Publisher and
 // topology must agree on the order.
 //
 // Each hop costs the broker a dead-lettering (see docs/benchmarks.md): a larger radix means

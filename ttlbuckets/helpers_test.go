@@ -130,7 +130,7 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 		}
 	}
 	// A top-split plan of several digits whose highest is 2 or more takes that level twice:
-	// digit-1 first, 1 last.
+	// digit-u first, u last (u from splitLast).
 	split := lw.Order == ttlbuckets.TopSplit && nonZero > 1 && digits[top] > 1
 	wantHops := nonZero
 	if split {
@@ -139,8 +139,11 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 	if len(p.Hops) != wantHops || len(p.Hops) == 0 || p.Entry != p.Hops[0].Level {
 		t.Fatalf("%+v Plan(%v): %d hops for %d non-zero digits, Entry %d", lw, d, len(p.Hops), nonZero, p.Entry)
 	}
-	if split && (p.Hops[0].Level != top || p.Hops[0].Digit != digits[top]-1 || p.Hops[len(p.Hops)-1].Level != top || p.Hops[len(p.Hops)-1].Digit != 1) {
-		t.Fatalf("%+v Plan(%v): hops %+v: top-split takes digit %d less one of level %d first and one unit of it last", lw, d, p.Hops, digits[top], top)
+	if split {
+		u := splitLast(digits, r, top)
+		if p.Hops[0].Level != top || p.Hops[0].Digit != digits[top]-u || p.Hops[len(p.Hops)-1].Level != top || p.Hops[len(p.Hops)-1].Digit != u {
+			t.Fatalf("%+v Plan(%v): hops %+v: top-split takes digit %d less %d of level %d first and %d units of it last", lw, d, p.Hops, digits[top], u, top, u)
+		}
 	}
 	var sum int64
 	for i, h := range p.Hops {
@@ -169,4 +172,14 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 	if time.Duration(sum)*time.Millisecond != p.Effective {
 		t.Fatalf("%+v Plan(%v): hop TTLs sum to %d ms, Effective %v", lw, d, sum, p.Effective)
 	}
+}
+
+// splitLast is the units of level top (digit digits[top] >= 2) that a top-split plan takes
+// last: 1 + (the value of the lower digits) mod (digits[top] - 1); the rest it takes first.
+func splitLast(digits []int, radix, top int) int {
+	var lower int64
+	for level := top - 1; level >= 0; level-- {
+		lower = lower*int64(radix) + int64(digits[level])
+	}
+	return 1 + int(lower%int64(digits[top]-1))
 }

@@ -38,13 +38,13 @@ const (
 	TopFirst
 
 	// TopSplit splits the hop of the highest non-zero digit d, at level T, in two when d is 2
-	// or more and other digits are non-zero: d-1 units of level T first, through level T's
-	// first-hop queue as [TopFirst] does, then the other digits from level 0 up and one unit
-	// of level T last, as [ShortestFirst] does. The broker does little while a message is
-	// being published, and only the last hop (Radix^T units) ends in the moments before due,
-	// at the price of one hop more; but every split message of level T leaves through the same
-	// queue (digit 1), so a burst due at once funnels through it. Any other delay takes
-	// [ShortestFirst]'s route. Its queues are [TopFirst]'s.
+	// or more and other digits are non-zero: d-u units of level T first, through level T's
+	// first-hop queue as [TopFirst] does, then the other digits from level 0 up and u units
+	// of level T last, as [ShortestFirst] does ([Plan.Hops] gives u). The broker does little
+	// while a message is being published, and only the last hop (u Radix^T units) ends in the
+	// moments before due, at the price of one hop more; u varies with the lower digits, so
+	// the last hops of a burst due at once leave through up to d-1 queues, not one. Any other
+	// delay takes [ShortestFirst]'s route. Its queues are [TopFirst]'s.
 	TopSplit
 )
 

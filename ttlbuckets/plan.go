@@ -39,8 +39,9 @@ type Plan struct {
 	// Hops lists one hop per non-zero digit, in travel order: ascending levels for
 	// [ShortestFirst], descending for [LongestFirst], and for [TopFirst] the highest level
 	// first, then the others ascending. For [TopSplit] with a highest digit d of 2 or more
-	// and other non-zero digits, it has one hop more: the highest level with digit d-1
-	// first, then the others ascending, then the highest level with digit 1.
+	// and other non-zero digits, it has one hop more: the highest level with digit d-u
+	// first, then the others ascending, then the highest level with digit u, where u is
+	// 1 + (the delay's units below the highest level) mod (d-1).
 	Hops []Hop
 }
 
@@ -93,6 +94,10 @@ func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 		top--
 	}
 	split := g.order == TopSplit && n > 1 && digits[top] > 1
+	last := 0 // with split: the units of level top taken last
+	if split {
+		last = splitLast(digits[top], units&(int64(1)<<(g.shift*uint(top))-1))
+	}
 	hops := make([]Hop, 0, n+1)
 	if g.order == LongestFirst {
 		for level := g.levels - 1; level >= 0; level-- {
@@ -107,11 +112,11 @@ func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 			first = top
 			hops = append(hops, Hop{Level: top, Digit: digits[top], TTL: g.ttl(top, digits[top])})
 		case split:
-			hops = append(hops, Hop{Level: top, Digit: digits[top] - 1, TTL: g.ttl(top, digits[top]-1)})
+			hops = append(hops, Hop{Level: top, Digit: digits[top] - last, TTL: g.ttl(top, digits[top]-last)})
 		}
 		for level, v := range digits {
 			if level == top && split {
-				v = 1
+				v = last
 			}
 			if v != 0 && level != first {
 				hops = append(hops, Hop{Level: level, Digit: v, TTL: g.ttl(level, v)})
@@ -126,6 +131,15 @@ func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 		Entry:     hops[0].Level,
 		Hops:      hops,
 	}, nil
+}
+
+// splitLast returns how many of the top digit's d units (d >= 2) a [TopSplit] route takes
+// last: 1 + lower mod (d-1), where lower is the delay's value below the top level, in units.
+// It spreads the last hops of messages due at one moment over the top level's queues of
+// digits 1 to d-1 (one queue's dead-lettering would carry a whole burst), and it is the same
+// for the same delay.
+func splitLast(d int, lower int64) int {
+	return 1 + int(lower%int64(d-1))
 }
 
 // Exact reports whether the ladder carries d without rounding: d >= 0, d is a whole

@@ -66,7 +66,7 @@ func testPlanEdges(t *testing.T, l ttlbuckets.Ladder) {
 	}
 	if allDigits <= lw.Max {
 		p, err := l.Plan(allDigits, ttlbuckets.Strict)
-		// Top-split takes the highest level twice: r-2 units first, 1 last.
+		// Top-split takes the highest level twice: r-1-u units first, u last.
 		split := lw.Order == ttlbuckets.TopSplit && levels > 1 && r > 2
 		want := levels
 		if split {
@@ -77,7 +77,8 @@ func testPlanEdges(t *testing.T, l ttlbuckets.Ladder) {
 		}
 		hops := p.Hops
 		if split {
-			if first, last := hops[0], hops[levels]; first.Level != levels-1 || first.Digit != r-2 || last.Level != levels-1 || last.Digit != 1 {
+			u := splitLast(p.Digits, r, levels-1)
+			if first, last := hops[0], hops[levels]; first.Level != levels-1 || first.Digit != r-1-u || last.Level != levels-1 || last.Digit != u {
 				t.Errorf("Plan(all digits): top-split hops %+v", hops)
 			}
 			hops = hops[1:levels]
@@ -118,6 +119,13 @@ func TestPlanKnown(t *testing.T) {
 			!slices.Equal(p.Digits, want.Digits) || !slices.Equal(p.Hops, want.Hops) {
 			t.Errorf("%v: Plan(90m) = %+v, want %+v", tc.order, p, want)
 		}
+	}
+	// Top-split: 90 min 7 ms = 0x5265C7 ms. The lower digits are worth 0x265C7 = 157,127 ms,
+	// and 157,127 mod (5-1) = 3, so 4 units of level 5 go last and 1 first.
+	p, err := ttlbuckets.Ladder{Order: ttlbuckets.TopSplit}.Plan(90*time.Minute+7*time.Millisecond, ttlbuckets.Strict)
+	want := []ttlbuckets.Hop{{5, 1, 1048576}, {0, 7, 7}, {1, 12, 192}, {2, 5, 1280}, {3, 6, 24576}, {4, 2, 131072}, {5, 4, 4194304}}
+	if err != nil || !slices.Equal(p.Hops, want) {
+		t.Errorf("top-split: Plan(90m7ms) hops %+v, %v; want %+v", p.Hops, err, want)
 	}
 }
 

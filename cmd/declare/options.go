@@ -152,7 +152,7 @@ func commonOptions(s *settings) []option {
 		{name: "max-delay", env: env("LADDER_MAX"), arg: "DURATION", def: ttlbuckets.DefaultMax.String() + " (2^32-1 ms, 49.7 days)", set: v.LadderMax.Decode,
 			usage: "largest delay the ladder carries: at least one ladder unit"},
 		{name: "order", env: env("LADDER_ORDER"), arg: "ORDER", def: ttlbuckets.ShortestFirst.String(), set: v.LadderOrder.Decode,
-			usage: "hop order: shortest-first (only the last, longest hop ends near the due time), longest-first, top-first (the longest hop first, so a publish costs the broker least; then shortest first), or top-split (the longest hop less one unit of its level first, then shortest first, that unit last); publishers must use the same"},
+			usage: "hop order: shortest-first (only the last, longest hop ends near the due time), longest-first, top-first (the longest hop first, so a publish costs the broker least; then shortest first), or top-split (part of the longest hop first, then shortest first, the rest of it last); publishers must use the same"},
 		{name: "plugin", env: env("PLUGIN"), arg: "MODE", def: string(delayspec.PluginAuto), set: v.Plugin.Decode,
 			usage: "delayed-message plugin exchange: off, auto (declare it when the broker has the plugin) or on (fail when it does not)"},
 		{name: "queue-type", env: env("QUEUE_TYPE"), arg: "TYPE", def: string(delayspec.Quorum), set: v.QueueType.Decode,

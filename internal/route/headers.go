@@ -192,8 +192,8 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 // DecodeDigits reads the digits that [EncodeDigits] or [EncodeRoute] wrote for l, for
 // diagnostics: one per level, len == l.Levels(). Values may have any Go integer type, as
 // amqp091 decodes AMQP's integer types. At the [LastLevelHeader] level, [LastHopValue] of a
-// digit reads as that digit (for a [ttlbuckets.TopSplit] plan that takes that level twice, 1:
-// the last hop's), and digit headers that EncodeRoute leaves out read as 0.
+// digit reads as that digit (for a [ttlbuckets.TopSplit] plan that takes that level twice,
+// the last hop's digit), and digit headers that EncodeRoute leaves out read as 0.
 // Every problem is reported, joined, each wrapping [ErrInvalidHeaders]: a digit header that
 // is missing, not an integer, or outside 0..Radix-1; a non-zero digit for a level the ladder
 // does not have; a LastLevelHeader that is not a level of the ladder. The returned digits

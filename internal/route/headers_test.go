@@ -230,7 +230,7 @@ func TestEncodeRoute(t *testing.T) {
 				}
 			}
 			// The first hop through a first-hop queue (top-first of several hops; top-split that
-			// takes the highest level twice, its digit less one first and 1 last).
+			// takes the highest level twice, its digit less u first and u last).
 			split := order == ttlbuckets.TopSplit && len(p.Hops) > nonZero
 			firstHop := (order == ttlbuckets.TopFirst && len(p.Hops) > 1) || split
 			if firstHop != route.FirstHopQueue(l, p) {
@@ -238,7 +238,7 @@ func TestEncodeRoute(t *testing.T) {
 			}
 			routeDigits := slices.Clone(p.Digits) // what the headers carry after the first hop
 			if split {
-				routeDigits[p.Entry] = 1
+				routeDigits[p.Entry] = splitLast(p.Digits, 16, p.Entry)
 			}
 			last := p.Hops[len(p.Hops)-1].Level
 			if route.LastLevel(p) != last {

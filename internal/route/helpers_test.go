@@ -98,12 +98,16 @@ func checkRoute(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbuck
 		}
 	}
 	split := lw.Order == ttlbuckets.TopSplit && nonZero > 1 && p.Digits[top] > 1
+	u := 0
+	if split {
+		u = splitLast(p.Digits, lw.Radix, top)
+	}
 	digit := func(level int, first bool) int {
 		switch {
 		case split && level == top && first:
-			return p.Digits[level] - 1
+			return p.Digits[level] - u
 		case split && level == top:
-			return 1
+			return u
 		}
 		return p.Digits[level]
 	}
@@ -167,4 +171,14 @@ func checkHeaders(t testing.TB, l ttlbuckets.Ladder, p ttlbuckets.Plan) {
 	if err != nil || !slices.Equal(got, p.Digits) {
 		t.Fatalf("DecodeDigits = %v, %v; want %v", got, err, p.Digits)
 	}
+}
+
+// splitLast is the units of level top (digit digits[top] >= 2) that a top-split route takes
+// last: 1 + (the value of the lower digits) mod (digits[top] - 1); the rest it takes first.
+func splitLast(digits []int, radix, top int) int {
+	var lower int64
+	for level := top - 1; level >= 0; level-- {
+		lower = lower*int64(radix) + int64(digits[level])
+	}
+	return 1 + int(lower%int64(digits[top]-1))
 }
