@@ -18,8 +18,9 @@ const panicFrames = 4
 // maxPanicValueLen bounds the panic value's text in a summary, so that the frames fit.
 const maxPanicValueLen = 120
 
-// callFunc is the function name of Consumer.call: a summary's frames stop there.
-var callFunc = reflect.TypeFor[Consumer]().PkgPath() + ".(*Consumer).call"
+// callFunc is the function name of Consumer.run, which calls the handler: a summary's frames
+// stop there.
+var callFunc = reflect.TypeFor[Consumer]().PkgPath() + ".(*Consumer).run"
 
 // newPanicError turns the value v recovered in Consumer.call's deferred function into a
 // *PanicError. It must be called from that deferred function directly: it skips its own frame,

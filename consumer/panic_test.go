@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,8 @@ func panicsDeeper(runtimePanic bool, v any) {
 // TestPanicError: Consumer.call turns a handler's panic (a value, a runtime error, panic(nil),
 // an error marked Permanent) into a *PanicError with the stack trace and a summary that names
 // the panicking function, its file and line first and stops at the handler, within MaxPanicLen;
-// failureHeaders puts the summary in HeaderPanic and drops an earlier attempt's.
+// failureHeaders puts the summary in HeaderPanic and drops an earlier attempt's. A handler
+// that calls runtime.Goexit fails with an error that says so.
 func TestPanicError(t *testing.T) {
 	long := strings.Repeat("v", 5000)
 	for _, tc := range []struct {
@@ -62,7 +64,7 @@ func TestPanicError(t *testing.T) {
 			if len(frames) < 2 || !strings.HasPrefix(frames[1], tc.first) || !strings.Contains(frames[1], "consumer/panic_test.go:") {
 				t.Errorf("summary %q: want the first frame %s (consumer/panic_test.go:<line>)", s, tc.first)
 			}
-			if strings.Contains(s, "runtime.") || strings.Contains(s, "(*Consumer).call") {
+			if strings.Contains(s, "runtime.") || strings.Contains(s, "(*Consumer).run") {
 				t.Errorf("summary %q names the runtime's or the Consumer's frames", s)
 			}
 			if !bytes.Contains(pe.Stack, []byte("consumer/panic_test.go:")) || !bytes.Contains(pe.Stack, []byte("goroutine ")) {
@@ -73,6 +75,11 @@ func TestPanicError(t *testing.T) {
 				t.Errorf("HeaderPanic %q, want the summary %q", h[HeaderPanic], s)
 			}
 		})
+	}
+	// A handler that ends its goroutine with runtime.Goexit fails the delivery: call returns.
+	goexit := &Consumer{h: func(context.Context, amqp.Delivery) error { runtime.Goexit(); return nil }}
+	if err := goexit.call(context.Background(), amqp.Delivery{}); err == nil || !strings.Contains(err.Error(), "runtime.Goexit") {
+		t.Errorf("call of a handler that calls runtime.Goexit = %v, want an error naming runtime.Goexit", err)
 	}
 	h := (&Consumer{queue: "q"}).failureHeaders(amqp.Table{HeaderPanic: "an earlier attempt's"}, "k", Info{}, errors.New("plain"), time.Now())
 	if _, ok := h[HeaderPanic]; ok {

@@ -264,19 +264,34 @@ func (c *Consumer) settleOutcome(f *flight, token string, took time.Duration, er
 	c.park(ctx, f, h, reason, now, took, err)
 }
 
-// call runs the handler, turning a panic into a *PanicError (with its stack trace), and an
-// error whose Error method panics (a typed nil pointer returned as the error, typically) into
-// one that does not: the Consumer reads the text for the failure record and the logs.
-func (c *Consumer) call(ctx context.Context, d amqp.Delivery) (err error) {
+// call runs the handler on a goroutine of its own ([Consumer.run]) and returns its result: a
+// handler that ends its goroutine with runtime.Goexit (t.FailNow does) fails the delivery
+// instead of ending the worker and leaving the delivery unacknowledged until the channel closes.
+func (c *Consumer) call(ctx context.Context, d amqp.Delivery) error {
+	out := make(chan error, 1)
+	go c.run(ctx, d, out)
+	return <-out
+}
+
+// run calls the handler and sends its result on out, turning a panic into a *PanicError (with
+// its stack trace), runtime.Goexit into an error that says so, and an error whose Error method
+// panics (a typed nil pointer returned as the error, typically) into one that does not: the
+// Consumer reads the text for the failure record and the logs.
+func (c *Consumer) run(ctx context.Context, d amqp.Delivery, out chan<- error) {
+	returned := false
 	defer func() {
 		if v := recover(); v != nil {
-			err = newPanicError(v)
+			out <- newPanicError(v)
+		} else if !returned {
+			out <- errors.New("consumer: the handler called runtime.Goexit (t.FailNow does) before it returned: the delivery failed")
 		}
 	}()
-	if err = c.h(ctx, d); err != nil {
+	err := c.h(ctx, d)
+	returned = true
+	if err != nil {
 		err = readableError(err)
 	}
-	return err
+	out <- err
 }
 
 // readableError returns err, or, when err.Error() panics, an error saying so that names err's type.
