@@ -22,7 +22,7 @@ const maxPanicValueLen = 120
 // stop there.
 var callFunc = reflect.TypeFor[Consumer]().PkgPath() + ".(*Consumer).run"
 
-// newPanicError turns the value v recovered in Consumer.call's deferred function into a
+// newPanicError turns the value v recovered in Consumer.run's deferred function into a
 // *PanicError. It must be called from that deferred function directly: it skips its own frame,
 // that function's and the runtime's panic frames.
 func newPanicError(v any) *PanicError {
@@ -32,7 +32,7 @@ func newPanicError(v any) *PanicError {
 }
 
 // panicSummary is v's text and the first panicFrames frames of pcs below the runtime's panic
-// frames (the panicking function first), up to Consumer.call, as "panic: <v>; at <func>
+// frames (the panicking function first), up to Consumer.run, as "panic: <v>; at <func>
 // (<dir>/<file>:<line>); at ...", cut to MaxPanicLen bytes.
 func panicSummary(v any, pcs []uintptr) string {
 	var b strings.Builder

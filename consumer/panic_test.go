@@ -26,7 +26,7 @@ func panicsDeeper(runtimePanic bool, v any) {
 	panic(v)
 }
 
-// TestPanicError: Consumer.call turns a handler's panic (a value, a runtime error, panic(nil),
+// TestPanicError: Consumer.call (through Consumer.run) turns a handler's panic (a value, a runtime error, panic(nil),
 // an error marked Permanent) into a *PanicError with the stack trace and a summary that names
 // the panicking function, its file and line first and stops at the handler, within MaxPanicLen;
 // failureHeaders puts the summary in HeaderPanic and drops an earlier attempt's. A handler
