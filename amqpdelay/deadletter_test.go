@@ -340,7 +340,10 @@ func TestShardOf(t *testing.T) {
 // TestDeadLetterHopsTopSplit: a top-split message enters through the first-hop queue of its
 // highest digit d less u, comes back to level 0, climbs, and leaves through u units of its
 // highest level (u = 1 + the lower digits' value mod (d-1)): that level's last-hop queue, or
-// its own queue at the top level (which ends in D). Each hop is entered from the previous queue's dead-letter exchange in the plan.
+// its own queue at the top level (which ends in D). A message whose highest digit is 1 takes the
+// top-first route: that digit's first-hop queue, then up from level 0, leaving through the
+// last-hop queue of its second-highest level. Each hop is entered from the previous queue's
+// dead-letter exchange in the plan.
 func TestDeadLetterHopsTopSplit(t *testing.T) {
 	spec := delayspec.Spec{Prefix: "rd", Targets: []delayspec.Target{{Name: "orders", Type: "direct"}},
 		Ladder: ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond, Order: ttlbuckets.TopSplit}}
@@ -356,7 +359,10 @@ func TestDeadLetterHopsTopSplit(t *testing.T) {
 		{0x321 * time.Millisecond, []string{"rd.ladder.02.01.first", "rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.02.02.last"}}, // 0x21 mod 2 = 1: u = 2
 		{0x320 * time.Millisecond, []string{"rd.ladder.02.02.first", "rd.ladder.01.02", "rd.ladder.02.01.last"}},                    // 0x20 mod 2 = 0: u = 1
 		{0x3021 * time.Millisecond, []string{"rd.ladder.03.01.first", "rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.03.02"}},
-		{0x121 * time.Millisecond, []string{"rd.ladder.00.01", "rd.ladder.01.02", "rd.ladder.02.01.last"}}, // highest digit 1: shortest-first
+		{0x121 * time.Millisecond, []string{"rd.ladder.02.01.first", "rd.ladder.00.01", "rd.ladder.01.02.last"}}, // highest digit 1: top-first
+		{0x1021 * time.Millisecond, []string{"rd.ladder.03.01.first", "rd.ladder.00.01", "rd.ladder.01.02.last"}},
+		{0x1300 * time.Millisecond, []string{"rd.ladder.03.01.first", "rd.ladder.02.03.last"}},
+		{0x100 * time.Millisecond, []string{"rd.ladder.02.01.last"}}, // one digit: one hop
 	} {
 		lp, err := ladder.Plan(tc.d, ttlbuckets.Strict)
 		if err != nil {

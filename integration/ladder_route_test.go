@@ -69,8 +69,13 @@ func lastLevelDelays(order ttlbuckets.Order) map[time.Duration]int {
 	}
 	for l := range levels {
 		out[3*pow(l)] = l
-		if l != first {
+		if l != first && order != ttlbuckets.TopSplit {
 			out[pow(l)+2*pow(first)] = l
+		}
+		if order == ttlbuckets.TopSplit && l < levels-1 {
+			// A highest digit of 1 takes the top-first route: the top level's first-hop queue,
+			// then up from level 0, last at l.
+			out[pow(levels-1)+2*pow(l)] = l
 		}
 		if order == ttlbuckets.TopSplit && l > 0 {
 			// The top digit less one first (a first-hop queue, into level 0), then up from level 0,
@@ -106,7 +111,8 @@ func topSplit(l ttlbuckets.Ladder, plan ttlbuckets.Plan) (first int, ok bool) {
 // queue of its highest level and digit (every level above 0); in the top-split order one whose
 // highest digit d is 2 or more takes its first in the first-hop queue of that level and d-u,
 // and its last in the (last-hop) queue of that level and u (u from ttlbuckets' Plan, 1 or 2
-// among the delays sent). A message sent with every level's
+// among the delays sent), and one whose highest digit is 1 takes the top-first route (last at
+// every level below the top among the delays sent). A message sent with every level's
 // digit header (by a plain AMQP publisher, to the exchange of its lowest non-zero level; the
 // top-first and top-split orders' level queues are the shortest-first order's) still takes the ladder's own
 // queues and passes through the remaining levels, and arrives exactly once. x-death shows each
@@ -287,8 +293,8 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 		splitFirst, split := splits[id]
 		entry, hops := -1, 0
 		for level, d := range digits {
-			if d != 0 && (entry < 0 || l.Order == ttlbuckets.LongestFirst || l.Order == ttlbuckets.TopFirst || split) {
-				entry = level // the lowest non-zero level, or for longest-first, top-first and a top-split message the highest
+			if d != 0 && (entry < 0 || l.Order != ttlbuckets.ShortestFirst) {
+				entry = level // the lowest non-zero level, or for longest-first, top-first and top-split the highest
 			}
 			if d != 0 {
 				hops++
@@ -298,7 +304,8 @@ func checkArrivals(t *testing.T, l ttlbuckets.Ladder, n delayspec.Names, got <-c
 			t.Errorf("%q: every digit 0 (%v) with the last-level header", id, digits)
 			continue
 		}
-		topFirst := l.Order == ttlbuckets.TopFirst && hops > 1
+		// The top-first route: top-first of several hops, and top-split whose highest digit is 1.
+		topFirst := (l.Order == ttlbuckets.TopFirst || l.Order == ttlbuckets.TopSplit && !split) && hops > 1
 		for level := range l.Levels() {
 			outside := level > last || level < entry
 			switch {

@@ -132,6 +132,8 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 	// A top-split plan of several digits whose highest is 2 or more takes that level twice:
 	// digit-u first, u last (u from splitLast).
 	split := lw.Order == ttlbuckets.TopSplit && nonZero > 1 && digits[top] > 1
+	// A top-split plan of several digits whose highest is 1 takes the top-first route.
+	topFirst := (lw.Order == ttlbuckets.TopFirst || lw.Order == ttlbuckets.TopSplit && !split) && nonZero > 1
 	wantHops := nonZero
 	if split {
 		wantHops++
@@ -157,14 +159,14 @@ func checkPlan(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbucke
 		}
 		if i > 0 {
 			prev := p.Hops[i-1].Level
-			topFirst := lw.Order == ttlbuckets.TopFirst || split // the highest level first, then ascending
-			ascending := lw.Order == ttlbuckets.ShortestFirst || (lw.Order == ttlbuckets.TopSplit && !split) || (topFirst && i > 1)
+			highFirst := topFirst || split // the highest level first, then ascending
+			ascending := lw.Order == ttlbuckets.ShortestFirst || (highFirst && i > 1)
 			if (ascending && h.Level <= prev) || (lw.Order == ttlbuckets.LongestFirst && h.Level >= prev) ||
-				(topFirst && i == 1 && h.Level >= prev) {
+				(highFirst && i == 1 && h.Level >= prev) {
 				t.Fatalf("%+v Plan(%v): hops %+v out of %v order", lw, d, p.Hops, lw.Order)
 			}
-			if lw.Order == ttlbuckets.TopFirst && h.Level >= p.Hops[0].Level {
-				t.Fatalf("%+v Plan(%v): hops %+v: top-first takes the highest level first", lw, d, p.Hops)
+			if topFirst && (h.Level >= p.Hops[0].Level || p.Hops[0].Level != top) {
+				t.Fatalf("%+v Plan(%v): hops %+v: the top-first route takes the highest level %d first", lw, d, p.Hops, top)
 			}
 		}
 		sum += h.TTL

@@ -43,8 +43,10 @@ const (
 	// of level T last, as [ShortestFirst] does ([Plan.Hops] gives u). The broker does little
 	// while a message is being published, and only the last hop (u Radix^T units) ends in the
 	// moments before due, at the price of one hop more; u varies with the lower digits, so
-	// the last hops of a burst due at once leave through up to d-1 queues, not one. Any other
-	// delay takes [ShortestFirst]'s route. Its queues are [TopFirst]'s.
+	// the last hops of a burst due at once leave through up to d-1 queues, not one. A delay
+	// whose highest digit is 1 takes [TopFirst]'s route (that hop first, the last hop is the
+	// second-highest digit's), so no delay of several digits has its short hops right after
+	// the publish. Its queues are [TopFirst]'s.
 	TopSplit
 )
 

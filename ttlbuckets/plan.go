@@ -41,7 +41,8 @@ type Plan struct {
 	// first, then the others ascending. For [TopSplit] with a highest digit d of 2 or more
 	// and other non-zero digits, it has one hop more: the highest level with digit d-u
 	// first, then the others ascending, then the highest level with digit u, where u is
-	// 1 + (the delay's units below the highest level) mod (d-1).
+	// 1 + (the delay's units below the highest level) mod (d-1); with a highest digit of 1,
+	// [TopFirst]'s order.
 	Hops []Hop
 }
 
@@ -108,7 +109,7 @@ func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 	} else {
 		first := -1 // the level taken first, out of ascending order
 		switch {
-		case g.order == TopFirst && n > 1:
+		case (g.order == TopFirst || (g.order == TopSplit && !split)) && n > 1:
 			first = top
 			hops = append(hops, Hop{Level: top, Digit: digits[top], TTL: g.ttl(top, digits[top])})
 		case split:

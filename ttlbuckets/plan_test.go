@@ -127,6 +127,13 @@ func TestPlanKnown(t *testing.T) {
 	if err != nil || !slices.Equal(p.Hops, want) {
 		t.Errorf("top-split: Plan(90m7ms) hops %+v, %v; want %+v", p.Hops, err, want)
 	}
+	// Top-split with a highest digit of 1 takes the top-first route: 78 s 5 ms = 0x130B5 ms,
+	// level 4 first, then the others from level 0 up; the last hop is level 3's.
+	p, err = ttlbuckets.Ladder{Order: ttlbuckets.TopSplit}.Plan(78*time.Second+5*time.Millisecond, ttlbuckets.Strict)
+	want = []ttlbuckets.Hop{{4, 1, 65536}, {0, 5, 5}, {1, 11, 176}, {3, 3, 12288}}
+	if err != nil || !slices.Equal(p.Hops, want) || p.Entry != 4 {
+		t.Errorf("top-split: Plan(78.005s) hops %+v, Entry %d, %v; want %+v, Entry 4", p.Hops, p.Entry, err, want)
+	}
 }
 
 func TestPlanMaxNotWholeUnits(t *testing.T) {

@@ -89,9 +89,10 @@ func isRoutingHeader(name string) bool {
 }
 
 // LastLevel returns the level of p's last hop (p.Hops[len(p.Hops)-1].Level): the highest level
-// with a non-zero digit for [ttlbuckets.ShortestFirst] and [ttlbuckets.TopSplit], the lowest
-// for [ttlbuckets.LongestFirst], the second highest for [ttlbuckets.TopFirst] (the highest when
-// it is the only one). It returns -1 for a plan without hops.
+// with a non-zero digit for [ttlbuckets.ShortestFirst] and [ttlbuckets.TopSplit] (whose highest
+// digit is 2 or more), the lowest for [ttlbuckets.LongestFirst], the second highest for
+// [ttlbuckets.TopFirst] and a top-split plan whose highest digit is 1 (the highest when it is
+// the only one). It returns -1 for a plan without hops.
 func LastLevel(p ttlbuckets.Plan) int {
 	if len(p.Hops) == 0 {
 		return -1
@@ -100,18 +101,10 @@ func LastLevel(p ttlbuckets.Plan) int {
 }
 
 // FirstHopQueue reports whether p's first hop goes through its level's first-hop queue, which
-// dead-letters into level 0's exchange: for a [ttlbuckets.TopFirst] plan of several hops, and
-// for a [ttlbuckets.TopSplit] plan that takes its highest level twice (first and last). p
-// should come from l.Plan.
+// dead-letters into level 0's exchange: for a [ttlbuckets.TopFirst] or [ttlbuckets.TopSplit]
+// plan of several hops. p should come from l.Plan.
 func FirstHopQueue(l ttlbuckets.Ladder, p ttlbuckets.Plan) bool {
-	n := len(p.Hops)
-	switch l.Order {
-	case ttlbuckets.TopFirst:
-		return n > 1
-	case ttlbuckets.TopSplit:
-		return n > 1 && p.Hops[0].Level == p.Hops[n-1].Level
-	}
-	return false
+	return (l.Order == ttlbuckets.TopFirst || l.Order == ttlbuckets.TopSplit) && len(p.Hops) > 1
 }
 
 // EncodeDigits sets, in h, the digit header ([DigitHeader]) of every level of l, zeros

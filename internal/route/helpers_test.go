@@ -90,7 +90,7 @@ func checkRoute(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbuck
 		queues[[2]int{q.Level, q.Digit}] = q.TTL
 	}
 	// A top-split plan of several digits whose highest, at level top, is 2 or more takes that
-	// digit less one first and 1 last.
+	// digit less u first and u last.
 	nonZero, top := 0, -1
 	for level, v := range p.Digits {
 		if v != 0 {
@@ -98,6 +98,9 @@ func checkRoute(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbuck
 		}
 	}
 	split := lw.Order == ttlbuckets.TopSplit && nonZero > 1 && p.Digits[top] > 1
+	// A top-first plan of several digits, and a top-split one whose highest digit is 1, take
+	// the top digit first through its first-hop queue and end at the level below it.
+	topFirst := (lw.Order == ttlbuckets.TopFirst || lw.Order == ttlbuckets.TopSplit && !split) && nonZero > 1
 	u := 0
 	if split {
 		u = splitLast(p.Digits, lw.Radix, top)
@@ -120,14 +123,14 @@ func checkRoute(t testing.TB, l ttlbuckets.Ladder, d time.Duration, mode ttlbuck
 	// through, then go to Next until the dispatch exchange.
 	var path []ttlbuckets.Hop
 	level := p.Entry
-	if (lw.Order == ttlbuckets.TopFirst && len(p.Hops) > 1) || split {
+	if topFirst || split {
 		// The first-hop queue of the top digit dead-letters into level 0.
 		v := digit(level, true)
 		path = append(path, ttlbuckets.Hop{Level: level, Digit: v, TTL: queues[[2]int{level, v}]})
 		level = 0
 	}
 	for steps := 0; ; steps++ {
-		if lw.Order == ttlbuckets.TopFirst && len(p.Hops) > 1 && level == p.Entry {
+		if topFirst && level == p.Entry {
 			break // the last hop (the one below Entry) left for the dispatch exchange
 		}
 		if steps >= levels {
