@@ -40,7 +40,7 @@ func retryHeaders() amqp.Table {
 }
 
 func TestBuildHeadersStripsDelayHeadersAndKeepsTheRest(t *testing.T) {
-	l := ttlbuckets.Ladder{}.WithDefaults()
+	l := ttlbuckets.Ladder{Order: ttlbuckets.ShortestFirst}.WithDefaults() // DecodeDigits reads back Digits; a top-split route carries its last hop's digit
 	plan, err := l.Plan(90*time.Minute, ttlbuckets.Strict)
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,8 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// BenchmarkApplyDefault measures apply of the default topology (15 ladder exchanges, 225
-// quorum queues) on an empty vhost with 4, 8 (the default) and 16 channels, and (again) a
+// BenchmarkApplyDefault measures apply of the default topology (15 ladder exchanges, 330
+// quorum queues with the top-split order's first-hop queues) on an empty vhost with 4, 8 (the default) and 16 channels, and (again) a
 // second apply with the default channels, which finds everything declared; the target is
 // under 2 s
 // against a local broker.

@@ -211,6 +211,9 @@ func declareLadderRaw(tb testing.TB) setup {
 		if _, more := route.Next(l, first.Level); more && len(p.Hops) == 1 {
 			q = names.LadderLastHopQueueShard(first.Level, first.Digit, 0)
 		}
+		if route.FirstHopQueue(l, p) {
+			q = names.LadderFirstHopQueueShard(first.Level, first.Digit, 0)
+		}
 		m := benchPublishing(i)
 		m.MessageId = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
 		m.Headers = h

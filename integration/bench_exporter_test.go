@@ -23,7 +23,7 @@ import (
 var exporterWaiting = flag.Int("exporter-waiting", 200_000, "BenchmarkExporterScrape: messages waiting in the delay queues")
 
 // BenchmarkExporterScrape measures one scrape of the exporter's /metrics over HTTP (the
-// management API requests and the exposition) for the default ladder (225 queues) with
+// management API requests and the exposition) for the default ladder (330 queues) with
 // -exporter-waiting messages waiting in its level 6 queues (4.7 h and more). The baselines, in
 // the same run: the same scrape of the same topology while it was empty (s/scrape-empty), and
 // one management API request for the vhost's queues with the messages waiting

@@ -49,7 +49,7 @@ func ladderOf(unit time.Duration, radix int, order ttlbuckets.Order) ttlbuckets.
 	return ttlbuckets.Ladder{Unit: unit, Radix: radix, Order: order}.WithDefaults()
 }
 
-// defaultLadderCase is the library's default: radix 16, 1 ms, shortest first, quorum queues.
+// defaultLadderCase is the library's default: radix 16, 1 ms, top-split, quorum queues.
 func defaultLadderCase(name string) delayCase {
 	return delayCase{name: name, ladder: ttlbuckets.Ladder{}.WithDefaults(), qtype: delayspec.Quorum, path: amqpdelay.PathLadder}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // TestClusterShardsSpreadBurst: on a 3-node cluster, three shards of the ladder added to a
@@ -38,6 +39,9 @@ func TestClusterShardsSpreadBurst(t *testing.T) {
 	// Six levels (radix 8 up to 262,143 ms), so that the burst's last hop, at level 4 (delays
 	// of 4.1-32.8 s), is taken in the copies' last-hop queues, not in the top level's queues.
 	spec.Ladder.Max = 262143 * time.Millisecond
+	// Shortest-first, whose last hop is the highest digit's, as the delays above assume; the
+	// default order's copies are tested in TestShardsSingleNode.
+	spec.Ladder.Order = ttlbuckets.ShortestFirst
 	p, err := admin.NewPlan(spec)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
 // deadLetterMargin mirrors amqpdelay's margin beyond the computed post-hop size (room for a
@@ -33,7 +34,7 @@ const countHeaderSize = 1 + 16 + 1 + 8
 // ready queue that `rabbitdelay apply` declared adds one more entry when it parks the message
 // (reason delivery_limit, the longest). Publish computes the size the headers reach after the
 // last hop of the message's path and that parking: on a real broker, for a 4,095 ms ladder
-// delay (3 hops) and for a bucket (1 hop), a message with a CC list whose headers are just
+// delay (3 hops; 4 in the default order, top-split) and for a bucket (1 hop), a message with a CC list whose headers are just
 // under that limit is confirmed and delivered intact to a plain consumer whose connection stays
 // open (also when it is returned as failed, basic.reject with requeue, to the ready queue and
 // comes back with x-delivery-count, and from RabbitMQ 4.3 x-acquired-count, which the margin
@@ -49,9 +50,13 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 		delay time.Duration
 		path  amqpdelay.Path
 		hops  int
+		order ttlbuckets.Order
 	}{
-		{"ladder", 4095 * time.Millisecond, amqpdelay.PathLadder, 3}, // 0xfff ms: digits 15, 15, 15
-		{"bucket", 1500 * time.Millisecond, amqpdelay.PathBucket, 1},
+		{"ladder", 4095 * time.Millisecond, amqpdelay.PathLadder, 3, ttlbuckets.ShortestFirst}, // 0xfff ms: digits 15, 15, 15
+		// 11 units of level 2 first, then 15 of level 0 and of level 1, then 4 of level 2
+		// (u = 1 + 0xff mod 14): one hop more than shortest-first.
+		{"ladder top-split", 4095 * time.Millisecond, amqpdelay.PathLadder, 4, ttlbuckets.TopSplit},
+		{"bucket", 1500 * time.Millisecond, amqpdelay.PathBucket, 1, ttlbuckets.ShortestFirst},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -59,6 +64,7 @@ func TestPublisherDeadLetterHeaderLimit(t *testing.T) {
 			target := env.Name("orders")
 			spec := testSpec(env, delayspec.Target{Name: target, Type: "direct"})
 			spec.Buckets = delayspec.Delays{1500 * time.Millisecond}
+			spec.Ladder.Order = tc.order
 			q := env.Name("ready")
 			spec.ReadyQueues = delayspec.ReadyQueues{{Queue: q, Exchange: target, BindingKey: "k"}}
 			spec.ReadyDeliveryLimit = 1 // parked at the second return

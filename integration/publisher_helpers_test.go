@@ -28,8 +28,13 @@ import (
 
 // testLadder keeps each test's queue count down: radix 16, 1 ms unit, maximum 65,535 ms
 // (16^4-1): 4 levels, 60 queues and 45 last-hop queues.
+//
+// Its order is shortest-first: the default, top-split, adds 45 first-hop quorum queues to every
+// test's topology, which make test cannot afford in every test. The routes of every order are
+// tested in ladder_route_test.go, and the default order's room for dead-letter headers in
+// TestPublisherDeadLetterHeaderLimit.
 func testLadder() ttlbuckets.Ladder {
-	return ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond}
+	return ttlbuckets.Ladder{Unit: time.Millisecond, Radix: 16, Max: 65535 * time.Millisecond, Order: ttlbuckets.ShortestFirst}
 }
 
 // testSpec is a specification with the test ladder, quorum queues, no plugin and the given

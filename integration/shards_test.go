@@ -19,8 +19,8 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// shardsSpec is a small ladder (radix 8, maximum 32,767 ms: 5 levels of 7 queues) in three
-// copies, with a topic target and a ready queue bound to it.
+// shardsSpec is a small ladder (radix 8, maximum 32,767 ms: 5 levels of 7 queues; the default
+// order, top-split) in three copies, with a topic target and a ready queue bound to it.
 func shardsSpec(env *brokertest.Env) delayspec.Spec {
 	target := env.Name("orders")
 	return delayspec.Spec{Prefix: env.Prefix, Targets: delayspec.Targets{{Name: target, Type: "topic"}}, Plugin: delayspec.PluginOff,
@@ -68,8 +68,8 @@ func TestShardsSingleNode(t *testing.T) {
 	topoDiff(t, "exchanges", ex, wex)
 	topoDiff(t, "queues", qs, wqs)
 	topoDiff(t, "bindings", bs, wbs)
-	if n := len(p.DelayQueues()); n != 3*(35+28) {
-		t.Fatalf("%d delay queues, want 189 (3 copies of 35 ladder queues and 28 last-hop queues)", n)
+	if n := len(p.DelayQueues()); n != 3*(35+28+28) {
+		t.Fatalf("%d delay queues, want 273 (3 copies of 35 ladder queues, 28 last-hop and 28 first-hop queues: the default order is top-split)", n)
 	}
 
 	rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m})
@@ -117,7 +117,8 @@ func TestShardsSingleNode(t *testing.T) {
 		copyOf := map[string]bool{}
 		for _, x := range deaths {
 			q, _ := x.(amqp.Table)["queue"].(string)
-			q = strings.TrimSuffix(q, ".last") // a last-hop queue belongs to the copy it ends
+			// A last-hop or first-hop queue belongs to the copy its name ends with.
+			q = strings.TrimSuffix(strings.TrimSuffix(q, ".last"), ".first")
 			c := "s0"
 			if i := strings.LastIndex(q, ".s"); i > len(env.Prefix) && strings.Count(q[len(env.Prefix):], ".") == 4 {
 				c = q[i+1:]

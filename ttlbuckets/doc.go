@@ -29,20 +29,19 @@
 // TTLs add up to the effective delay ([Plan.Effective]). [Ladder.Levels] is the most hops a
 // message can take ([TopSplit]: one more).
 //
-// [Ladder.Order] chooses the direction of travel. [ShortestFirst], the default, climbs from
-// the lowest non-zero level, so only the last and longest hop ends just before the message
-// is due; [LongestFirst] descends from the highest, so most hops of a burst fall in the last
-// moments before due; [TopFirst] takes the highest digit's hop first (through a first-hop
-// queue that dead-letters into level 0) and then climbs from level 0: the broker does almost
-// nothing while a message is published, and the short hops run when the first hop ends, the
-// sum of the lower digits before due; [TopSplit] takes part of the highest digit first
-// and the rest last, so the short hops run between the two. Publisher and
-// topology must agree on the order.
+// [Ladder.Order] chooses the direction of travel. [TopSplit], the default, takes part of the
+// highest digit first (through a first-hop queue that dead-letters into level 0) and the rest
+// last, so the broker does almost nothing while a message is published and the short hops
+// run between the two long ones; [ShortestFirst] climbs from the lowest non-zero level, so
+// only the last and longest hop ends just before the message is due, but the short hops run
+// right after the publish; [LongestFirst] descends from the highest, so most hops of a burst
+// fall in the last moments before due; [TopFirst] takes the highest digit's hop first and
+// then climbs from level 0. Publisher and topology must agree on the order.
 //
 // Each hop costs the broker a dead-lettering (see docs/benchmarks.md): a larger radix means
 // fewer hops but more queues. With the default maximum, 2^32-1 ms (the delayed-message
-// plugin's ceiling), radix 16, the default, needs 8 levels, 120 queues and at most 8 hops;
-// radix 2 needs 32 queues and 32 hops, radix 64 378 queues and 6 hops.
+// plugin's ceiling), radix 16, the default, needs 8 levels, 120 queues and at most 8 hops
+// (top-split: 9); radix 2 needs 32 queues and 32 hops, radix 64 378 queues and 6 hops.
 //
 // # Rounding and the maximum
 //

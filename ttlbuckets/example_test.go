@@ -11,16 +11,16 @@ import (
 func ExampleLadder() {
 	l := ttlbuckets.Ladder{}.WithDefaults()
 	fmt.Println("unit", l.Unit, "radix", l.Radix, "max", l.Max, l.Order)
-	fmt.Println(l.Levels(), "levels,", l.Levels()*(l.Radix-1), "queues, at most", l.Levels(), "hops")
+	fmt.Println(l.Levels(), "levels,", l.Levels()*(l.Radix-1), "queues, at most", l.Levels()+1, "hops (top-split: one more than the levels)")
 	// Output:
-	// unit 1ms radix 16 max 1193h2m47.295s shortest-first
-	// 8 levels, 120 queues, at most 8 hops
+	// unit 1ms radix 16 max 1193h2m47.295s top-split
+	// 8 levels, 120 queues, at most 9 hops (top-split: one more than the levels)
 }
 
-// A 90-minute delay is 0x5265C0 ms: five non-zero hex digits, five hops. With the default
-// order the message enters at its lowest non-zero level and climbs.
+// A 90-minute delay is 0x5265C0 ms: five non-zero hex digits. With ShortestFirst the
+// message enters at its lowest non-zero level and climbs: five hops.
 func ExampleLadder_Plan() {
-	l := ttlbuckets.Ladder{}.WithDefaults()
+	l := ttlbuckets.Ladder{Order: ttlbuckets.ShortestFirst}.WithDefaults()
 	p, err := l.Plan(90*time.Minute, ttlbuckets.RoundUp)
 	if err != nil {
 		fmt.Println(err)
@@ -37,6 +37,23 @@ func ExampleLadder_Plan() {
 	// level 3 digit  6:   24576 ms
 	// level 4 digit  2:  131072 ms
 	// level 5 digit  5: 5242880 ms
+}
+
+// With the default order, TopSplit, the same delay takes 4 of its 5 units of level 5 first,
+// then climbs from level 1, and takes the last unit of level 5 last: six hops, the short ones
+// between two long ones.
+func ExampleLadder_Plan_topSplit() {
+	p, _ := ttlbuckets.Ladder{}.Plan(90*time.Minute, ttlbuckets.RoundUp)
+	for _, h := range p.Hops {
+		fmt.Printf("level %d digit %2d\n", h.Level, h.Digit)
+	}
+	// Output:
+	// level 5 digit  4
+	// level 1 digit 12
+	// level 2 digit  5
+	// level 3 digit  6
+	// level 4 digit  2
+	// level 5 digit  1
 }
 
 // With LongestFirst (the textbook order) the same delay enters at its highest level.
@@ -113,6 +130,6 @@ func ExampleParseOrder() {
 	_, err = ttlbuckets.ParseOrder("newest-first")
 	fmt.Println(err)
 	// Output:
-	// longest-first 1 <nil>
-	// ttlbuckets: invalid ladder: Order "newest-first": allowed "shortest-first" (default), "longest-first", "top-first" or "top-split"
+	// longest-first 2 <nil>
+	// ttlbuckets: invalid ladder: Order "newest-first": allowed "top-split" (default), "shortest-first", "longest-first" or "top-first"
 }

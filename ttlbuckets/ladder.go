@@ -27,7 +27,7 @@ const (
 // Ladder describes a delay ladder: a delay is written as a number of units in base Radix,
 // and level L holds one queue per non-zero digit value v with x-message-ttl v·Radix^L·Unit.
 // The zero value is the default ladder: 1 ms unit, radix 16, maximum 2^32-1 ms,
-// [ShortestFirst] (8 levels of 15 queues; a message takes at most 8 hops). A Ladder is a
+// [TopSplit] (8 levels of 15 queues; a message takes at most 9 hops). A Ladder is a
 // small value; its methods are safe for concurrent use.
 //
 // Methods that need a valid ladder report an invalid one as documented on each: [Ladder.Plan]
@@ -53,12 +53,12 @@ type Ladder struct {
 	// even when it is below the capacity, so [Ladder.Exact] and [Ladder.Plan] agree.
 	Max time.Duration
 
-	// Order is the travel order through the levels; the zero value is [ShortestFirst].
+	// Order is the travel order through the levels; the zero value is [TopSplit].
 	Order Order
 }
 
 // WithDefaults returns l with its zero fields replaced by the defaults ([DefaultUnit],
-// [DefaultRadix], [DefaultMax]; the zero Order is already [ShortestFirst]). Negative or
+// [DefaultRadix], [DefaultMax]; the zero Order is already [TopSplit]). Negative or
 // otherwise invalid values are kept for [Ladder.Validate] to report.
 func (l Ladder) WithDefaults() Ladder {
 	if l.Unit == 0 {
@@ -90,7 +90,7 @@ const (
 	badUnit     = 1 << iota // unit below 1 ms or not whole ms
 	badRadix                // radix not a power of two in 2..64
 	badMax                  // max below one unit
-	badOrder                // order not ShortestFirst, LongestFirst, TopFirst or TopSplit
+	badOrder                // order not TopSplit, ShortestFirst, LongestFirst or TopFirst
 	badUnitTTL              // level 0's longest queue TTL above MaxQueueTTL
 	badLevelTTL             // the top level's longest queue TTL above MaxQueueTTL
 )
@@ -185,7 +185,7 @@ func (g geometry) ttl(level, digit int) int64 {
 //   - Unit below 1 ms or not a whole number of milliseconds;
 //   - Radix not a power of two from 2 to 64;
 //   - Max below one Unit;
-//   - Order not one of [ShortestFirst], [LongestFirst], [TopFirst] and [TopSplit];
+//   - Order not one of [TopSplit], [ShortestFirst], [LongestFirst] and [TopFirst];
 //   - a queue TTL above [MaxQueueTTL], RabbitMQ's x-message-ttl limit: reported on Unit
 //     when even level 0's longest queue, (Radix-1)·Unit, is too long, otherwise on Max
 //     with the largest Max this Unit and Radix allow.

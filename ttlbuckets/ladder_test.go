@@ -11,7 +11,7 @@ import (
 )
 
 func TestDefaultLadder(t *testing.T) {
-	l := ttlbuckets.Ladder{Unit: ttlbuckets.DefaultUnit, Radix: ttlbuckets.DefaultRadix, Max: ttlbuckets.DefaultMax, Order: ttlbuckets.ShortestFirst}
+	l := ttlbuckets.Ladder{Unit: ttlbuckets.DefaultUnit, Radix: ttlbuckets.DefaultRadix, Max: ttlbuckets.DefaultMax, Order: ttlbuckets.TopSplit}
 	if got := (ttlbuckets.Ladder{}).WithDefaults(); got != l {
 		t.Fatalf("zero Ladder with defaults = %+v, want %+v", got, l)
 	}
@@ -30,9 +30,10 @@ func TestDefaultLadder(t *testing.T) {
 	if ttlbuckets.DefaultMax < 30*24*time.Hour || ttlbuckets.DefaultMax != (1<<32-1)*time.Millisecond {
 		t.Fatalf("DefaultMax = %v", ttlbuckets.DefaultMax)
 	}
-	// The maximum is all digits 15: 8 hops, the most there are.
+	// The maximum is all digits 15: 8 hops, and with the default order, top-split, 9: the
+	// most there are.
 	p, err := l.Plan(ttlbuckets.DefaultMax, ttlbuckets.Strict)
-	if err != nil || len(p.Hops) != 8 {
+	if err != nil || len(p.Hops) != 9 {
 		t.Fatalf("Plan(DefaultMax) = %+v, %v", p, err)
 	}
 	checkLadder(t, l)
@@ -107,7 +108,7 @@ func TestValidate(t *testing.T) {
 			[]string{"Max 9ms: allowed at least one Unit (10ms)"}},
 		{"max just below unit", ttlbuckets.Ladder{Max: time.Millisecond - 1},
 			[]string{"Max 999.999µs: allowed at least one Unit (1ms)"}},
-		{"order", ttlbuckets.Ladder{Order: 4}, []string{"Order 4: allowed 0 (shortest-first), 1 (longest-first), 2 (top-first) or 3 (top-split)"}},
+		{"order", ttlbuckets.Ladder{Order: 4}, []string{"Order 4: allowed 0 (top-split), 1 (shortest-first), 2 (longest-first) or 3 (top-first)"}},
 		{"max over TTL limit", ttlbuckets.Ladder{Max: 3 * 365 * 24 * time.Hour},
 			[]string{"Max 26280h0m0s: needs 10 levels, whose longest queue (level 9, digit 15) would have x-message-ttl 1030792151040 ms, above RabbitMQ's limit of 315360000000 ms; allowed with Unit 1ms and Radix 16: 1ms to 19088h44m36.735s (68719476735 ms)"}},
 		{"max just over TTL limit radix 2", ttlbuckets.Ladder{Radix: 2, Max: (1 << 39) * time.Millisecond},
@@ -197,7 +198,7 @@ func TestOrderText(t *testing.T) {
 		{"SHORTEST-FIRST", ttlbuckets.ShortestFirst},
 		{"top-first", ttlbuckets.TopFirst},
 		{"Top-Split", ttlbuckets.TopSplit},
-		{"", ttlbuckets.ShortestFirst},
+		{"", ttlbuckets.TopSplit},
 	} {
 		got, err := ttlbuckets.ParseOrder(tc.text)
 		if err != nil || got != tc.want {
@@ -233,7 +234,7 @@ func TestOrderText(t *testing.T) {
 	if _, err := ttlbuckets.Order(5).MarshalText(); !errors.Is(err, ttlbuckets.ErrInvalidLadder) {
 		t.Errorf("Order(5).MarshalText() error = %v", err)
 	}
-	if ttlbuckets.ShortestFirst != 0 || ttlbuckets.ShortestFirst.String() != "shortest-first" || ttlbuckets.LongestFirst.String() != "longest-first" {
+	if ttlbuckets.TopSplit != 0 || ttlbuckets.TopSplit.String() != "top-split" || ttlbuckets.ShortestFirst.String() != "shortest-first" || ttlbuckets.LongestFirst.String() != "longest-first" {
 		t.Error("Order names")
 	}
 }

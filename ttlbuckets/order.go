@@ -11,17 +11,29 @@ import (
 // level to which each level's queues hand a message on. Publisher and topology must agree
 // on it.
 //
-// The zero value is [ShortestFirst]. Its text form ([Order.String], [ParseOrder],
+// The zero value is [TopSplit], the default. Its text form ([Order.String], [ParseOrder],
 // [Order.UnmarshalText]) is "shortest-first", "longest-first", "top-first" or "top-split".
 type Order int
 
 const (
-	// ShortestFirst (the default) enters at the lowest level with a non-zero digit and
+	// TopSplit (the default) splits the hop of the highest non-zero digit d, at level T, in two when d is 2
+	// or more and other digits are non-zero: d-u units of level T first, through level T's
+	// first-hop queue as [TopFirst] does, then the other digits from level 0 up and u units
+	// of level T last, as [ShortestFirst] does ([Plan.Hops] gives u). The broker does little
+	// while a message is being published, and only the last hop (u Radix^T units) ends in the
+	// moments before due, at the price of one hop more; u varies with the lower digits, so
+	// the last hops of a burst due at once leave through up to d-1 queues, not one. A delay
+	// whose highest digit is 1 takes [TopFirst]'s route (that hop first, the last hop is the
+	// second-highest digit's), so no delay of several digits has its short hops right after
+	// the publish. Its queues are [TopFirst]'s.
+	TopSplit Order = iota
+
+	// ShortestFirst enters at the lowest level with a non-zero digit and
 	// climbs: level L hands to level L+1, the top level to the dispatch exchange. Only
 	// the last, longest hop ends in the moments before the message is due, so a burst of
 	// messages due at the same time costs the broker one dead-lettering each in that
 	// window, not one per hop.
-	ShortestFirst Order = iota
+	ShortestFirst
 
 	// LongestFirst enters at the highest level with a non-zero digit and descends: level
 	// L hands to level L-1, level 0 to the dispatch exchange. This is the order of
@@ -36,18 +48,6 @@ const (
 	// level but 0 (same TTL, dead-lettering into level 0's exchange); the other queues are
 	// [ShortestFirst]'s.
 	TopFirst
-
-	// TopSplit splits the hop of the highest non-zero digit d, at level T, in two when d is 2
-	// or more and other digits are non-zero: d-u units of level T first, through level T's
-	// first-hop queue as [TopFirst] does, then the other digits from level 0 up and u units
-	// of level T last, as [ShortestFirst] does ([Plan.Hops] gives u). The broker does little
-	// while a message is being published, and only the last hop (u Radix^T units) ends in the
-	// moments before due, at the price of one hop more; u varies with the lower digits, so
-	// the last hops of a burst due at once leave through up to d-1 queues, not one. A delay
-	// whose highest digit is 1 takes [TopFirst]'s route (that hop first, the last hop is the
-	// second-highest digit's), so no delay of several digits has its short hops right after
-	// the publish. Its queues are [TopFirst]'s.
-	TopSplit
 )
 
 const (
@@ -75,28 +75,28 @@ func (o Order) String() string {
 
 // allowedOrders lists the orders with their numbers, for error messages.
 var allowedOrders = fmt.Sprintf("%d (%s), %d (%s), %d (%s) or %d (%s)",
-	int(ShortestFirst), shortestFirstName, int(LongestFirst), longestFirstName, int(TopFirst), topFirstName,
-	int(TopSplit), topSplitName)
+	int(TopSplit), topSplitName, int(ShortestFirst), shortestFirstName, int(LongestFirst), longestFirstName,
+	int(TopFirst), topFirstName)
 
-func (o Order) valid() bool { return o >= ShortestFirst && o <= TopSplit }
+func (o Order) valid() bool { return o >= TopSplit && o <= TopFirst }
 
 // ParseOrder parses "shortest-first", "longest-first", "top-first" or "top-split" (ASCII
-// case and surrounding space ignored). The empty string gives the default, [ShortestFirst], as the
+// case and surrounding space ignored). The empty string gives the default, [TopSplit], as the
 // zero value does. Any other text returns an error wrapping [ErrInvalidLadder] that quotes
 // the text and lists the allowed names.
 func ParseOrder(s string) (Order, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", shortestFirstName:
+	case "", topSplitName:
+		return TopSplit, nil
+	case shortestFirstName:
 		return ShortestFirst, nil
 	case longestFirstName:
 		return LongestFirst, nil
 	case topFirstName:
 		return TopFirst, nil
-	case topSplitName:
-		return TopSplit, nil
 	}
-	return ShortestFirst, fmt.Errorf("%w: Order %q: allowed %q (default), %q, %q or %q",
-		ErrInvalidLadder, s, shortestFirstName, longestFirstName, topFirstName, topSplitName)
+	return TopSplit, fmt.Errorf("%w: Order %q: allowed %q (default), %q, %q or %q",
+		ErrInvalidLadder, s, topSplitName, shortestFirstName, longestFirstName, topFirstName)
 }
 
 // UnmarshalText implements [encoding.TextUnmarshaler] with [ParseOrder], so configuration

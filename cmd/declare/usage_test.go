@@ -65,7 +65,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "explicit max-delay 0", args: []string{"apply", "--target", "o:topic", "--max-delay", "0s"},
 			want: []string{"--max-delay 0s: want at least one ladder unit"}},
 		{name: "bad order", args: []string{"plan", "--target", "o", "--order", "sideways"},
-			want: []string{"--order sideways: want shortest-first (the default), longest-first, top-first or top-split"}},
+			want: []string{"--order sideways: want top-split (the default), shortest-first, longest-first or top-first"}},
 		{name: "max beyond the TTL limit", args: []string{"apply", "--target", "o:topic", "--max-delay", "100000h"}, want: []string{"Max 100000h0m0s", "allowed"}},
 		{name: "no target", args: []string{"apply"}, want: []string{"no target exchange", "AMQPDELAY_TARGETS", "--target"}},
 		{name: "bad target type", args: []string{"plan", "--target", "o:stream"},
@@ -183,11 +183,11 @@ func TestPlanCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Exchanges) < 14 || len(p.Queues) != 123+105 || len(p.Bindings) < 132+105 || len(p.Existing) != 1 {
+	if len(p.Exchanges) < 14 || len(p.Queues) != 123+105+105 || len(p.Bindings) < 132+105+105 || len(p.Existing) != 1 {
 		t.Errorf("plan: %d exchanges, %d queues, %d bindings, existing %v", len(p.Exchanges), len(p.Queues), len(p.Bindings), p.Existing)
 	}
 	tab := declare(t, e, "plan")
-	for _, want := range []string{"rabbitdelay.ladder.07.15", "rabbitdelay.dispatch", "MUST ALREADY EXIST (not declared): orders", "(8 levels, 120 queues and 105 last-hop queues); 0 buckets"} {
+	for _, want := range []string{"rabbitdelay.ladder.07.15", "rabbitdelay.dispatch", "MUST ALREADY EXIST (not declared): orders", "top-split (8 levels, 120 queues and 105 last-hop queues, 105 first-hop queues); 0 buckets"} {
 		if !strings.Contains(tab.stdout, want) {
 			t.Errorf("plan table lacks %q:\n%s", want, tab.stdout)
 		}

@@ -97,8 +97,8 @@ func running(v bool) *bool { return &v }
 // degraded when every member is online; then a node down: its queues degraded, named offline.
 func TestClusterOfCounts(t *testing.T) {
 	p, qs := clusterPlan(t)
-	if n := len(p.DelayQueues()); n != 16 {
-		t.Fatalf("plan has %d delay queues, want 16 (9 ladder, 6 last-hop, 1 bucket)", n)
+	if n := len(p.DelayQueues()); n != 22 {
+		t.Fatalf("plan has %d delay queues, want 22 (9 ladder, 6 last-hop, 6 first-hop, 1 bucket)", n)
 	}
 	nodes := []ClusterNode{{Name: nodeA, Running: running(true)}, {Name: nodeB, Running: running(true)}, {Name: nodeC, Running: running(true)}}
 	c := clusterOf(p, qs, nodes, nil)
@@ -110,7 +110,7 @@ func TestClusterOfCounts(t *testing.T) {
 			t.Errorf("node %s: %d members, want %d", n.Name, n.Members, len(p.Queues))
 		}
 	}
-	if delay != 16 || lead != len(p.Queues) || len(c.Nodes) != 3 || !c.Balanced || len(c.Degraded) != 0 || c.Waits != nil {
+	if delay != 22 || lead != len(p.Queues) || len(c.Nodes) != 3 || !c.Balanced || len(c.Degraded) != 0 || c.Waits != nil {
 		t.Fatalf("cluster = %+v (delay leaders %d, leaders %d)", c, delay, lead)
 	}
 

@@ -44,18 +44,18 @@ func TestPlanDefaultCounts(t *testing.T) {
 		what      string
 		got, want int
 	}{
-		{"ladder exchanges (8 levels, the last-hop exchanges of levels 0-6, an entry exchange per ladder and last-hop queue)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 7 + 225},
-		{"ladder queues (and last-hop queues on levels 0-6)", countRole(p.Queues, qRole, RoleLadder), 120 + 105},
+		{"ladder exchanges (8 levels, the last-hop exchanges of levels 0-6, an entry exchange per ladder, last-hop and first-hop queue)", countRole(p.Exchanges, exRole, RoleLadder), 8 + 7 + 225 + 105},
+		{"ladder queues (and last-hop queues on levels 0-6, first-hop queues on levels 1-7: the default order is top-split)", countRole(p.Queues, qRole, RoleLadder), 120 + 105 + 105},
 		{"bucket queues", countRole(p.Queues, qRole, RoleBucket), 0},
 		{"bucket exchanges", countRole(p.Exchanges, exRole, RoleBucket), 0},
 		{"plugin exchanges (auto)", countRole(p.Exchanges, exRole, RolePlugin), 1},
-		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, retry)", len(p.Exchanges), 8 + 7 + 225 + 3 + 1 + 1},
-		{"queues (parking, revocation and spec streams, ladder)", len(p.Queues), 123 + 105},
-		{"ladder bindings (digits, pass-through, to the last-hop exchanges, last-hop queues, entry exchanges)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7 + 105 + 225},
+		{"exchanges (ladder, unroutable, due-unroutable, dispatch, plugin, retry)", len(p.Exchanges), 8 + 7 + 225 + 105 + 3 + 1 + 1},
+		{"queues (parking, revocation and spec streams, ladder)", len(p.Queues), 123 + 105 + 105},
+		{"ladder bindings (digits, pass-through, to the last-hop exchanges, last-hop queues, entry exchanges)", countRole(p.Bindings, bRole, RoleLadder), 120 + 8 + 7 + 105 + 225 + 105},
 		{"dispatch bindings", countRole(p.Bindings, bRole, RoleDispatch), 1},
 		{"unroutable bindings (parking, and per target due-unroutable -> parking)", countRole(p.Bindings, bRole, RoleUnroutable), 2},
 		{"retry bindings (D -> retry; no ready queue)", countRole(p.Bindings, bRole, RoleRetry), 1},
-		{"bindings", len(p.Bindings), 240 + 225 + 1 + 2 + 1 + 1},
+		{"bindings", len(p.Bindings), 240 + 225 + 105 + 1 + 2 + 1 + 1},
 		{"policies", len(p.Policies), 3},
 		{"existing", len(p.Existing), 1},
 	}
@@ -605,7 +605,7 @@ func TestPlanEntryExchanges(t *testing.T) {
 			}
 			entries++
 		}
-		if want := shards * 225; entries != want {
+		if want := shards * (225 + 105); entries != want { // ladder, last-hop and first-hop queues
 			t.Errorf("shards %d: %d entry exchanges, want %d", shards, entries, want)
 		}
 		for src := range from {

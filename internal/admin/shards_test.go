@@ -77,7 +77,8 @@ func TestPlanShardsCopies(t *testing.T) {
 			}
 			continue
 		}
-		if suffix := ".s" + string(rune('0'+src.Shard)); !strings.HasSuffix(strings.TrimSuffix(b.Destination, ".last"), suffix) && b.Destination != n.Dispatch() {
+		dest := strings.TrimSuffix(strings.TrimSuffix(b.Destination, ".last"), ".first")
+		if suffix := ".s" + string(rune('0'+src.Shard)); !strings.HasSuffix(dest, suffix) && b.Destination != n.Dispatch() {
 			t.Errorf("binding %s leaves copy %d", b, src.Shard)
 		}
 	}
@@ -104,7 +105,7 @@ func TestPlanShardsCopies(t *testing.T) {
 // leader locator out (Apply places the queues); with one ladder, no slots and balanced.
 func TestPlanShardsPlacement(t *testing.T) {
 	p := mustPlan(t, shardSpec())
-	slots := map[[3]int][]int{} // level, digit, last-hop queue (1) or not (0)
+	slots := map[[3]int][]int{} // level, digit, last-hop queue (1), first-hop queue (2) or neither (0)
 	for _, q := range p.Queues {
 		if q.Role != RoleLadder {
 			if q.Slot != -1 {
@@ -115,6 +116,9 @@ func TestPlanShardsPlacement(t *testing.T) {
 		k := [3]int{q.Level, q.Digit, 0}
 		if q.LastHop {
 			k[2] = 1
+		}
+		if q.FirstHop {
+			k[2] = 2
 		}
 		slots[k] = append(slots[k], q.Slot)
 	}

@@ -213,12 +213,12 @@ func (r *LadderRadix) Decode(s string) error {
 // LadderOrder is a ladder's hop order (AMQPDELAY_LADDER_ORDER, --order).
 type LadderOrder ttlbuckets.Order
 
-// Decode sets *o from "shortest-first", "longest-first", "top-first" or "top-split" (an
-// envconfig.Decoder); "" sets shortest-first, the default.
+// Decode sets *o from "top-split", "shortest-first", "longest-first" or "top-first" (an
+// envconfig.Decoder); "" sets top-split, the default.
 func (o *LadderOrder) Decode(s string) error {
 	v, err := ttlbuckets.ParseOrder(s)
 	if err != nil {
-		return errors.New("want shortest-first (the default), longest-first, top-first or top-split")
+		return errors.New("want top-split (the default), shortest-first, longest-first or top-first")
 	}
 	*o = LadderOrder(v)
 	return nil

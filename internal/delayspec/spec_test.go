@@ -152,6 +152,13 @@ func TestReadEnvEmptyIsUnset(t *testing.T) {
 	if err := ReadEnv(&e); err != nil || !reflect.DeepEqual(e, Env{}) {
 		t.Fatalf("set-but-empty variables: %+v, %v; want the zero Env (defaults) and no error", e, err)
 	}
+	if o := e.Spec().Ladder.Order; o != ttlbuckets.TopSplit {
+		t.Errorf("empty AMQPDELAY_LADDER_ORDER: order %v; want top-split, the default", o)
+	}
+	t.Setenv("AMQPDELAY_LADDER_ORDER", "shortest-first")
+	if err := ReadEnv(&e); err != nil || e.Spec().Ladder.Order != ttlbuckets.ShortestFirst {
+		t.Errorf("AMQPDELAY_LADDER_ORDER=shortest-first: order %v, %v", e.Spec().Ladder.Order, err)
+	}
 	t.Setenv("AMQPDELAY_LADDER_UNIT", "10ms")
 	t.Setenv("AMQPDELAY_LADDER_MAX", "24h")
 	t.Setenv("AMQPDELAY_LADDER_ORDER", "longest-first")
