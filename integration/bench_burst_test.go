@@ -19,7 +19,8 @@ import (
 // (messages arrived per second from the start of the window to the last arrival), lateness
 // p50/p99/max, early, lost and duplicate counts; the raw quorum-queue publish rate of the same run is the limit both rates
 // are compared with (pub_x_raw, drain_x_raw). Cases: raw, then -burst-cases (default: the
-// bucket path, then the radix-16 1 ms quorum ladder in both hop orders), then the plugin when
+// bucket path, then the radix-16 1 ms quorum ladder in the default order, top-split, and
+// shortest-first), then the plugin when
 // AMQP_PLUGIN_URL is set. A case after "bucket" also reports its drain rate and p99 lateness
 // as ratios to the bucket's latest run (drain_x_bucket, p99_x_bucket): the bucket path is one
 // hop, the limit of any TTL design for messages falling due together.

@@ -25,7 +25,8 @@ var steadyBuckets = []time.Duration{1 * time.Second, 2 * time.Second, 3 * time.S
 // (-steady-cases): "raw", the baseline of the same run (a plain publish with a confirm, no delay,
 // to the target exchange: the broker's own publish-to-delivery latency at that rate), "bucket"
 // (delays rounded to whole seconds, one bucket per second), any ladder case of -burst-cases' list
-// (default: the default ladder, radix 16, 1 ms, quorum, in both hop orders) and, when
+// (default: radix 16, 1 ms, quorum, in the default order, top-split ("split"), and
+// shortest-first) and, when
 // AMQP_PLUGIN_URL is set, the plugin. Each case runs alone, in a vhost of its own, with a
 // consumer draining its ready queue as messages arrive. When the broker runs on this machine it
 // also reports the broker's CPU time per message (broker_cpu_ms/msg, from /proc: publish, every

@@ -83,10 +83,10 @@ var burstCatalogue = []delayCase{
 	ladderCase("amo-shortest", ms1, 16, sf, delayspec.Quorum, "amo"),
 	ladderCase("shard3x4-shortest", ms1, 16, sf, delayspec.Quorum, "shard3x4"),
 	ladderCase("shard3x8-shortest", ms1, 16, sf, delayspec.Quorum, "shard3x8"),
-	// The default ladder in three shards (AMQPDELAY_SHARDS=3), spread over a cluster's nodes
+	// The radix-16 1 ms ladder, shortest-first, in three shards (AMQPDELAY_SHARDS=3), spread over a cluster's nodes
 	// when AMQP_URLS lists them: what the shards give a burst's last hop.
 	withShards(ladderCase("shards3-shortest", ms1, 16, sf, delayspec.Quorum, ""), 3),
-	// The default ladder cut to the levels a 1-10 s delay uses (4 instead of 8): what the
+	// The radix-16 1 ms ladder, shortest-first, cut to the levels a 1-10 s delay uses (4 instead of 8): what the
 	// levels a message only passes through (digit 0, exchange to exchange) cost.
 	withMax(ladderCase("max65s-shortest", ms1, 16, sf, delayspec.Quorum, ""), 65535*ms1),
 	// One hop: what a burst's last hop can do on this broker (see declareOneHop).

@@ -33,10 +33,10 @@ var (
 // channel (PublishWithDeferredConfirmWithContext, -pipelined-window in flight) to a plain quorum
 // queue; the Publisher's cases use PublishDeferred with Config.MaxInFlight -pipelined-window:
 // direct publishes (no delay) to the target exchange, whose ready queue is a quorum queue as
-// raw's is; the bucket with 1 h delays (no hop falls inside the run); the default ladder with
-// 1 h delays, whose shortest-first order makes every hop but the last (the 3,145,728 ms level)
-// in the first seconds, inside the run; the same ladder with longest-first order, whose first
-// hop is that long one, so no hop falls inside the run; and the default ladder with delays of
+// raw's is; the bucket with 1 h delays (no hop falls inside the run); the default ladder
+// (top-split) with 1 h delays, whose first hop is most of the highest digit's (the 3,145,728 ms
+// level), so almost no hop falls inside the run; the same ladder with longest-first order,
+// whose first hop is that whole digit; and the default ladder with delays of
 // 1-10 s (the hops share the broker with the publishes). Five more raw cases diagnose the
 // routes: raw-headers-exchange publishes through a headers exchange routed as a ladder level is, with
 // headers of the Publisher's shape (rawHeadersPipelined); raw-fanout-exchange sends the same

@@ -47,7 +47,7 @@ func settledMemory(ctx context.Context, tb testing.TB, br *brokertest.Broker) (i
 }
 
 // BenchmarkPendingScale puts -scale messages (200,000; the full run: -scale=1000000) on
-// the default ladder (radix 16, 1 ms, shortest first, quorum queues), published as fast as
+// the default ladder (radix 16, 1 ms, top-split, quorum queues), published as fast as
 // -scale-workers goroutines calling Publish can (or, with -scale-deferred=W, one goroutine
 // calling PublishDeferred with W in flight), and waits until every one is delivered. So that all of them
 // really wait at the same time, every message is due 60-120 s (uniform) after the moment

@@ -44,9 +44,9 @@ var (
 	burstN   = flag.Int("burst", 100_000, "BenchmarkBurst: messages in the burst")
 	burstDue = flag.Duration("burst-due", 0, "BenchmarkBurst: start of the 1 s window every message is due in, from the start of publishing; "+
 		"0: 30 s, or 3 times as long as the raw case took to publish when that is longer (so the burst is published before it falls due)")
-	burstCases      = flag.String("burst-cases", "bucket,shortest,longest", "BenchmarkBurst: comma-separated ladder cases besides raw (and plugin, when AMQP_PLUGIN_URL is set): "+strings.Join(burstCaseNames(), ", "))
+	burstCases      = flag.String("burst-cases", "bucket,split,shortest", "BenchmarkBurst: comma-separated ladder cases besides raw (and plugin, when AMQP_PLUGIN_URL is set): "+strings.Join(burstCaseNames(), ", "))
 	burstTrace      = flag.Bool("burst-trace", false, "BenchmarkBurst: log, every second of the drain, the messages arrived and the queues that hold the most messages")
-	steadyCases     = flag.String("steady-cases", "raw,shortest,longest,bucket", "BenchmarkLatenessSteady: comma-separated cases: raw, bucket and the ladder cases of -burst-cases; the plugin case runs as well whenever AMQP_PLUGIN_URL is set (naming it here is allowed)")
+	steadyCases     = flag.String("steady-cases", "raw,split,shortest,bucket", "BenchmarkLatenessSteady: comma-separated cases: raw, bucket and the ladder cases of -burst-cases; the plugin case runs as well whenever AMQP_PLUGIN_URL is set (naming it here is allowed)")
 	steadySeconds   = flag.Int("steady-seconds", 20, "BenchmarkLatenessSteady: seconds of publishing")
 	steadyRate      = flag.Int("steady-rate", 1000, "BenchmarkLatenessSteady: messages per second")
 	throughputN     = flag.Int("throughput", 10_000, "BenchmarkPublishThroughput: messages per case and round")

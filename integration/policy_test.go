@@ -503,7 +503,7 @@ func TestPolicyPatternLongPrefix(t *testing.T) {
 	m := topoNeedManagement(t, env)
 	spec := polSpec(delayspec.Quorum)
 	spec.Prefix = env.Prefix + "." + strings.Repeat("p", 150-len(env.Prefix))
-	spec.Ladder = ttlbuckets.Ladder{} // the default: 225 delay queues, about 39 KB of names
+	spec.Ladder = ttlbuckets.Ladder{} // the default: 330 delay queues, about 57 KB of names
 	p, _, err := polApply(t, env, m, spec)
 	if err != nil {
 		t.Fatalf("apply with a 151-byte prefix: %v", err)

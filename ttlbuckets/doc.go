@@ -40,8 +40,9 @@
 //
 // Each hop costs the broker a dead-lettering (see docs/benchmarks.md): a larger radix means
 // fewer hops but more queues. With the default maximum, 2^32-1 ms (the delayed-message
-// plugin's ceiling), radix 16, the default, needs 8 levels, 120 queues and at most 8 hops
-// (top-split: 9); radix 2 needs 32 queues and 32 hops, radix 64 378 queues and 6 hops.
+// plugin's ceiling), radix 16, the default, needs 8 levels, 120 queues and at most 9 hops
+// (8 outside top-split); radix 2 needs 32 queues and 32 hops (33), radix 64 378 queues and
+// 7 hops (6).
 //
 // # Rounding and the maximum
 //

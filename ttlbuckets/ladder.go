@@ -16,8 +16,8 @@ const MaxQueueTTL int64 = 315_360_000_000
 const (
 	// DefaultUnit is the ladder's resolution: 1 ms, the resolution of x-message-ttl.
 	DefaultUnit = time.Millisecond
-	// DefaultRadix is 16: at most 8 hops for DefaultMax with 8 levels of 15 queues (120
-	// queues).
+	// DefaultRadix is 16: 8 levels of 15 queues (120 queues) for DefaultMax, at most 9 hops
+	// in the default order, [TopSplit] (8 in the others).
 	DefaultRadix = 16
 	// DefaultMax is 2^32-1 ms (about 49.7 days), the same ceiling as the delayed-message
 	// plugin's x-delay, and more than 30 days at 1 ms resolution.
@@ -245,7 +245,7 @@ func durationMs(d time.Duration) string {
 
 // Levels returns the number of levels: the smallest L with Radix^L > ceil(Max/Unit), so
 // that Radix^L·Unit > Max and every delay up to Max, rounded up to whole units, can be
-// written with L digits. A message takes at most Levels hops, and the ladder has
+// written with L digits. A message takes at most Levels hops (Levels+1 with [TopSplit]), and the ladder has
 // Levels·(Radix-1) queues. It returns 0 for an invalid ladder. The default ladder has 8.
 func (l Ladder) Levels() int {
 	g, p := l.resolve()

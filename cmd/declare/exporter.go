@@ -33,7 +33,7 @@ func exporterCommand() command {
 			return []option{
 				{name: "listen", arg: "ADDR", def: defaultListen, usage: "address to serve /metrics on (host:port; port 0 picks one, logged)",
 					set: func(v string) error { s.listen = v; return nil }},
-				boolOption("per-queue", "label the delay queues' metrics with the queue (one series per queue, 120 for the default ladder) "+
+				boolOption("per-queue", "label the delay queues' metrics with the queue (one series per queue, 330 for the default ladder) "+
 					"instead of summing them per ladder level and bucket", &s.perQueue),
 			}
 		}, run: cmdExporter}

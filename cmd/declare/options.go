@@ -148,7 +148,7 @@ func commonOptions(s *settings) []option {
 		{name: "unit", env: env("LADDER_UNIT"), arg: "DURATION", def: ttlbuckets.DefaultUnit.String(), set: v.LadderUnit.Decode,
 			usage: "ladder resolution: a whole number of milliseconds, at least 1ms"},
 		{name: "radix", env: env("LADDER_RADIX"), arg: "N", def: strconv.Itoa(ttlbuckets.DefaultRadix), set: v.LadderRadix.Decode,
-			usage: "ladder radix: 2, 4, 8, 16, 32 or 64 (levels·(radix-1) queues, at most one hop per level; top-split: two at the highest)"},
+			usage: "ladder radix: 2, 4, 8, 16, 32 or 64 (levels·(radix-1) queues plus last-hop and first-hop queues, at most one hop per level; top-split: two at the highest)"},
 		{name: "max-delay", env: env("LADDER_MAX"), arg: "DURATION", def: ttlbuckets.DefaultMax.String() + " (2^32-1 ms, 49.7 days)", set: v.LadderMax.Decode,
 			usage: "largest delay the ladder carries: at least one ladder unit"},
 		{name: "order", env: env("LADDER_ORDER"), arg: "ORDER", def: ttlbuckets.TopSplit.String(), set: v.LadderOrder.Decode,

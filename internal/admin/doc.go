@@ -20,7 +20,9 @@
 //     exchange ([route.Next]; D after the last). A level that does not dead-letter
 //     into D also has last-hop queues, dead-lettering straight into D, on an exchange of their
 //     own: a headers exchange tests every binding against every message
-//     (rabbit_exchange_type_headers). Every ladder queue has an entry exchange <queue>.entry,
+//     (rabbit_exchange_type_headers). In the top-split order (the default) and the top-first
+//     order, every level above 0 also has first-hop queues p.ladder.LL.VV.first, same TTLs,
+//     dead-lettering into level 0's exchange. Every ladder queue has an entry exchange <queue>.entry,
 //     where a Publisher sends a message's first hop. TTLs and header names come from packages
 //     ttlbuckets and internal/route; nothing is computed twice.
 //   - With buckets, the headers exchange p.buckets and per bucket the queue p.bucket.<ms>ms,

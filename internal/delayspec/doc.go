@@ -20,7 +20,9 @@
 //	<prefix>.ladder.LL.sK      headers exchange of level LL in shard K >= 1 of the ladder (Spec.Shards)
 //	<prefix>.ladder.LL.DD.sK   ladder queue of level LL, digit DD in shard K >= 1
 //	<prefix>.ladder.LL.sK.last, <prefix>.ladder.LL.DD.sK.last  the same for shard K >= 1
-//	<queue>.entry              fanout exchange bound to the ladder or last-hop queue <queue> alone:
+//	<prefix>.ladder.LL.DD[.sK].first  first-hop queue of level LL >= 1, digit DD (top-split, the
+//	                           default order, and top-first): same TTL, dead-letters to level 0
+//	<queue>.entry              fanout exchange bound to the ladder, last-hop or first-hop queue <queue> alone:
 //	                           a message's first hop is published there (see [Names.LadderEntryExchange])
 //	<prefix>.buckets           headers exchange of the buckets (rabbitdelay-bucket header)
 //	<prefix>.bucket.<ms>ms     bucket queue with x-message-ttl <ms>

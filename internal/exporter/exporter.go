@@ -41,7 +41,7 @@ import (
 // DefaultTimeout.
 type Options struct {
 	// PerQueue adds the label queue to the delay queues' metrics: one series per delay queue
-	// (120 for the default ladder) instead of one per level and bucket.
+	// (330 for the default ladder) instead of one per level and bucket.
 	PerQueue bool
 	// Timeout bounds the management API requests of one scrape; 0 means DefaultTimeout.
 	Timeout time.Duration
