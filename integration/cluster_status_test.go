@@ -133,6 +133,7 @@ func TestClusterStatusDeadLetterWait(t *testing.T) {
 		cmd.Env = append(os.Environ(), "AMQPDELAY_URL="+c.nodeURL(1, env.VHost), "AMQPDELAY_MANAGEMENT_URL="+env.Broker.ManagementURL,
 			"AMQPDELAY_PREFIX="+env.Prefix, "AMQPDELAY_TARGETS="+target+":direct", "AMQPDELAY_PLUGIN=off",
 			"AMQPDELAY_LADDER_UNIT=1ms", "AMQPDELAY_LADDER_RADIX=16", "AMQPDELAY_LADDER_MAX=65535ms",
+			"AMQPDELAY_LADDER_ORDER=shortest-first", // testLadder
 			"AMQPDELAY_READY_QUEUES="+ready+"="+target+":k")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out

@@ -38,6 +38,7 @@ func TestScheduleBrokenChainRepaired(t *testing.T) {
 			defer cancel()
 			vars := []string{"AMQPDELAY_URL=" + f.env.URL, "AMQPDELAY_PREFIX=" + f.env.Prefix, "AMQPDELAY_PLUGIN=off",
 				"AMQPDELAY_QUEUE_TYPE=quorum", "AMQPDELAY_LADDER_UNIT=1ms", "AMQPDELAY_LADDER_RADIX=16", "AMQPDELAY_LADDER_MAX=65535ms",
+				"AMQPDELAY_LADDER_ORDER=shortest-first", // testLadder
 				"AMQPDELAY_TARGETS=" + f.target + ":topic", "AMQPDELAY_READY_QUEUES=" + f.queue + "=" + f.target + ":#",
 				"AMQPDELAY_MANAGEMENT_URL=" + f.env.Broker.ManagementURL}
 			// rabbitdelay apply with the management API sets the policies too: status is clean.
