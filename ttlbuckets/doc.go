@@ -41,8 +41,8 @@
 // Each hop costs the broker a dead-lettering (see docs/benchmarks.md): a larger radix means
 // fewer hops but more queues. With the default maximum, 2^32-1 ms (the delayed-message
 // plugin's ceiling), radix 16, the default, needs 8 levels, 120 queues and at most 9 hops
-// (8 outside top-split); radix 2 needs 32 queues and 32 hops (33), radix 64 378 queues and
-// 7 hops (6).
+// (8 outside top-split); radix 2 needs 32 queues and 32 hops (its digits are all 1, so
+// top-split never splits), radix 64 378 queues and 7 hops (6).
 //
 // # Rounding and the maximum
 //

@@ -245,8 +245,8 @@ func durationMs(d time.Duration) string {
 
 // Levels returns the number of levels: the smallest L with Radix^L > ceil(Max/Unit), so
 // that Radix^L·Unit > Max and every delay up to Max, rounded up to whole units, can be
-// written with L digits. A message takes at most Levels hops (Levels+1 with [TopSplit]), and the ladder has
-// Levels·(Radix-1) queues. It returns 0 for an invalid ladder. The default ladder has 8.
+// written with L digits. A message takes at most Levels hops (with [TopSplit] and a Radix
+// above 2, Levels+1), and the ladder has Levels·(Radix-1) queues. It returns 0 for an invalid ladder. The default ladder has 8.
 func (l Ladder) Levels() int {
 	g, p := l.resolve()
 	if p != 0 {

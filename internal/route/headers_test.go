@@ -233,7 +233,7 @@ func TestEncodeRoute(t *testing.T) {
 			// takes the highest level twice, its digit less u first and u last, or, when that
 			// digit is 1, the top-first route).
 			split := order == ttlbuckets.TopSplit && len(p.Hops) > nonZero
-			firstHop := ((order == ttlbuckets.TopFirst || order == ttlbuckets.TopSplit) && len(p.Hops) > 1) || split
+			firstHop := (order == ttlbuckets.TopFirst || order == ttlbuckets.TopSplit) && len(p.Hops) > 1
 			if firstHop != route.FirstHopQueue(l, p) {
 				t.Errorf("%v %v: FirstHopQueue() = %v, want %v", order, d, !firstHop, firstHop)
 			}
