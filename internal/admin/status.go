@@ -1,11 +1,13 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
@@ -26,7 +28,16 @@ type StatusOptions struct {
 	Management *Management
 	// Logger receives a warning per delay queue with a consumer; the zero value logs nothing.
 	Logger zerolog.Logger
+	// DeadLetterRecheck is how long Status waits, when the management API shows messages in
+	// a queue's dead-letter state, before it reads that queue's statistics again: only
+	// queues that still hold some are reported, since every hop of a busy ladder passes
+	// through that state for a moment. 0 means 6 s, one more than RabbitMQ's default
+	// collect_statistics_interval (5 s), so that the second reading is a new sample.
+	DeadLetterRecheck time.Duration
 }
+
+// defaultDeadLetterRecheck is [StatusOptions.DeadLetterRecheck]'s default.
+const defaultDeadLetterRecheck = 6 * time.Second
 
 // ExchangeStatus is one exchange of the plan and whether it exists.
 type ExchangeStatus struct {
@@ -111,8 +122,10 @@ type StatusReport struct {
 	// queues it dead-letters into is online: at-least-once dead-lettering that has not
 	// completed because nothing routes the message (a target with no binding for it and no
 	// alternate exchange) or the queue it goes to refuses it. Queues waiting on an
-	// unreachable node are in Cluster.Waits instead. A busy ladder shows small counts in
-	// passing; counts that stay make Status fail with ErrUnhealthy.
+	// unreachable node are in Cluster.Waits instead. Only queues that hold such messages at
+	// two readings [StatusOptions.DeadLetterRecheck] apart are listed, with the smaller count:
+	// every hop passes through that state for a moment. They make Status fail with
+	// ErrUnhealthy.
 	DeadLettering []string `json:"dead_lettering,omitempty"`
 	// Policies are the topology's own policies and whether each is set as planned
 	// (management API only).
@@ -208,6 +221,9 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 			return rep, err
 		}
 		rep.fromManagement(p, v)
+		if err := v.recheckDeadLettering(ctx, opts.Management, p, cmp.Or(opts.DeadLetterRecheck, defaultDeadLetterRecheck)); err != nil {
+			return rep, err
+		}
 	}
 	if err := rep.addExchanges(p, l, v); err != nil {
 		return rep, err
@@ -266,6 +282,52 @@ type statusView struct {
 	bindings []Binding
 	cluster  *ClusterStatus
 	delayed  int64 // messages the plugin exchange holds, -1 when unknown
+	// dlxAgain is messages_dlx of the queues that held messages in their dead-letter state at
+	// the first reading, read again after [StatusOptions.DeadLetterRecheck]; nil when none did.
+	dlxAgain map[string]int64
+}
+
+// recheckDeadLettering waits wait, when p's queues hold messages in their dead-letter state at
+// v's reading, and reads their messages_dlx again into v.dlxAgain. It returns ctx's error if
+// ctx ends first.
+func (v *statusView) recheckDeadLettering(ctx context.Context, m *Management, p *Plan, wait time.Duration) error {
+	var held []string
+	for _, q := range p.Queues {
+		if v.queues[q.Name].MessagesDLX > 0 && !slices.Contains(held, q.Name) {
+			held = append(held, q.Name)
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("topology: status: waiting to read the dead-letter state of %s again: %w", strings.Join(held, ", "), ctx.Err())
+	case <-t.C:
+	}
+	again, err := m.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	v.dlxAgain = make(map[string]int64, len(held))
+	for _, name := range held {
+		v.dlxAgain[name] = again[name].MessagesDLX // a queue deleted meanwhile: 0
+	}
+	return nil
+}
+
+// stillDeadLettering is how many messages queue holds in its dead-letter state at both
+// readings (the smaller count); 0 when either reading saw none.
+func (v *statusView) stillDeadLettering(queue string, first int64) int64 {
+	if first <= 0 {
+		return 0
+	}
+	if v.dlxAgain == nil {
+		return first
+	}
+	return max(min(first, v.dlxAgain[queue]), 0)
 }
 
 // statusView reads, at once, the vhost's policies, objects, queue statistics, bindings, the
@@ -388,8 +450,8 @@ func (rep *StatusReport) addQueues(p *Plan, l *lookup, v *statusView, log zerolo
 		if managed {
 			s.Messages, s.MessagesDLX = m.Messages, m.MessagesDLX
 			s.Leader, s.Members, s.Online = m.Leader, m.Members, m.Online
-			if m.MessagesDLX > 0 && !waiting[q.Name] {
-				rep.DeadLettering = append(rep.DeadLettering, fmt.Sprintf("%s (%d)", q.Name, m.MessagesDLX))
+			if n := v.stillDeadLettering(q.Name, m.MessagesDLX); n > 0 && !waiting[q.Name] {
+				rep.DeadLettering = append(rep.DeadLettering, fmt.Sprintf("%s (%d)", q.Name, n))
 			}
 		}
 		if ok && q.IsDelay() && s.Consumers > 0 {

@@ -2,10 +2,15 @@ package admin
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
 // queuesJSON4_3 is what RabbitMQ 4.3.6's GET /api/queues/%2F?columns=... answered (recorded
@@ -142,5 +147,46 @@ func TestParseVersion(t *testing.T) {
 		if got := [3]int{major, minor, map[bool]int{true: 1}[ok]}; got != want {
 			t.Errorf("ParseVersion(%q) = %v, want %v", v, got, want)
 		}
+	}
+}
+
+// TestRecheckDeadLettering: a queue of the plan is reported in its dead-letter state only when
+// both readings show messages there (the smaller count); one that emptied between them (a
+// message in passing), one that filled only at the second reading, and a queue outside the plan
+// are not, and nothing is read again when no queue of the plan held such messages.
+func TestRecheckDeadLettering(t *testing.T) {
+	p := mustPlan(t, delayspec.Spec{Targets: delayspec.Targets{{Name: "orders"}}, Buckets: delayspec.Delays{time.Second, 2 * time.Second, 3 * time.Second}})
+	stuck, passing, later := p.Names.BucketQueue(1000), p.Names.BucketQueue(2000), p.Names.BucketQueue(3000)
+	second := fmt.Sprintf(`[{"name":%q,"messages_dlx":2},{"name":%q,"messages_dlx":0},{"name":%q,"messages_dlx":4},{"name":"other","messages_dlx":9}]`,
+		stuck, passing, later)
+	reads := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reads++
+		_, _ = w.Write([]byte(second))
+	}))
+	defer srv.Close()
+	m, err := NewManagement(srv.URL, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	v := &statusView{queues: map[string]ManagedQueue{stuck: {MessagesDLX: 3}, passing: {MessagesDLX: 1}, later: {MessagesDLX: 0}, "other": {MessagesDLX: 9}}}
+	if err := v.recheckDeadLettering(ctx, m, p, time.Millisecond); err != nil || reads != 1 {
+		t.Fatalf("recheck: %v after %d readings, want one", err, reads)
+	}
+	for q, want := range map[string]int64{stuck: 2, passing: 0, later: 0} {
+		if got := v.stillDeadLettering(q, v.queues[q].MessagesDLX); got != want {
+			t.Errorf("%s: %d still in dead-letter state, want %d", q, got, want)
+		}
+	}
+	quiet := &statusView{queues: map[string]ManagedQueue{stuck: {MessagesDLX: 0}, "other": {MessagesDLX: 9}}}
+	if err := quiet.recheckDeadLettering(ctx, m, p, time.Hour); err != nil || reads != 1 || quiet.dlxAgain != nil {
+		t.Errorf("recheck with no queue of the plan in dead-letter state: %v, %d readings, want none", err, reads)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	v = &statusView{queues: map[string]ManagedQueue{stuck: {MessagesDLX: 1}}}
+	if err := v.recheckDeadLettering(cancelled, m, p, time.Hour); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), stuck) {
+		t.Errorf("recheck with its context ended: %v, want context.Canceled naming %s", err, stuck)
 	}
 }
