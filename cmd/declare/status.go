@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/text"
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
@@ -215,10 +216,11 @@ func printProblems(w io.Writer, v statusView) {
 		fmt.Fprintln(w, "  they take delayed messages BEFORE they are due. Stop them; consume from the target's queues instead.")
 	}
 	if len(rep.DeadLettering) > 0 {
-		fmt.Fprintf(w, "\nDEAD-LETTER STATE: messages whose dead-lettering has not completed (messages_dlx): %s\n", strings.Join(rep.DeadLettering, ", "))
+		fmt.Fprintf(w, "\nDEAD-LETTER STATE: messages whose dead-lettering has not completed (messages_dlx, at two readings 6 s apart): %s\n",
+			text.Join(rep.DeadLettering, ", "))
 		fmt.Fprintln(w, "  cause: every member of these queues and of the queues they dead-letter into is online, so nothing routes them (a target "+
 			"with no binding for their routing key, and no alternate exchange: see the policy problems) or the queue they go to refuses them. "+
-			"RabbitMQ retries them forever; a busy topology shows small counts in passing: run status again.")
+			"RabbitMQ retries them forever.")
 	}
 	for _, l := range rep.RequeueLoops {
 		fmt.Fprintf(w, "\nREQUEUE LOOP in ready %s\n  %s\n", l, l.Advice(v.p.Names.Parking()))

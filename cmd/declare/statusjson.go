@@ -238,18 +238,8 @@ func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vh
 	} else if err != nil {
 		out.Problems = append(out.Problems, err.Error())
 	}
-	waiting := map[string]bool{} // dead-lettering that waits on an unreachable node (cluster.dead_letter_waits)
-	if rep.Cluster != nil {
-		for _, w := range rep.Cluster.Waits {
-			for _, q := range w.Queues {
-				waiting[q.Name] = true
-			}
-		}
-	}
-	for _, q := range rep.Queues {
-		if q.MessagesDLX > 0 && !waiting[q.Name] {
-			out.DeadLettering = append(out.DeadLettering, statusDLXJSON{Queue: q.Name, MessagesDLX: q.MessagesDLX})
-		}
+	for _, q := range rep.DeadLettering {
+		out.DeadLettering = append(out.DeadLettering, statusDLXJSON{Queue: q.Name, MessagesDLX: q.MessagesDLX})
 	}
 	if rep.Management {
 		out.BindingsTotal = len(rep.Bindings)

@@ -77,7 +77,8 @@ type DeadLetterWait struct {
 	Messages int64 `json:"messages"`
 }
 
-// WaitingQueue is a queue of a [DeadLetterWait].
+// WaitingQueue is a queue and the messages it holds in its dead-letter state: a queue of a
+// [DeadLetterWait], or of [StatusReport.DeadLettering].
 type WaitingQueue struct {
 	Name string `json:"name"`
 	// MessagesDLX is the number of messages in its dead-letter state.

@@ -126,7 +126,7 @@ type StatusReport struct {
 	// two readings [StatusOptions.DeadLetterRecheck] apart are listed, with the smaller count:
 	// every hop passes through that state for a moment. They make Status fail with
 	// ErrUnhealthy.
-	DeadLettering []string `json:"dead_lettering,omitempty"`
+	DeadLettering []WaitingQueue `json:"dead_lettering,omitempty"`
 	// Policies are the topology's own policies and whether each is set as planned
 	// (management API only).
 	Policies []PolicyStatus `json:"policies,omitempty"`
@@ -451,7 +451,7 @@ func (rep *StatusReport) addQueues(p *Plan, l *lookup, v *statusView, log zerolo
 			s.Messages, s.MessagesDLX = m.Messages, m.MessagesDLX
 			s.Leader, s.Members, s.Online = m.Leader, m.Members, m.Online
 			if n := v.stillDeadLettering(q.Name, m.MessagesDLX); n > 0 && !waiting[q.Name] {
-				rep.DeadLettering = append(rep.DeadLettering, fmt.Sprintf("%s (%d)", q.Name, n))
+				rep.DeadLettering = append(rep.DeadLettering, WaitingQueue{Name: q.Name, MessagesDLX: n})
 			}
 		}
 		if ok && q.IsDelay() && s.Consumers > 0 {
@@ -534,12 +534,11 @@ func (rep *StatusReport) problems(p *Plan, vhost string, m *Management) []error 
 			"stop them and consume from the targets' queues", ErrUnhealthy, strings.Join(rep.ConsumedDelayQueues, ", ")))
 	}
 	if len(rep.DeadLettering) > 0 {
-		problems = append(problems, fmt.Errorf("%w: messages in dead-letter state (messages_dlx) in %s: their dead-lettering has not "+
+		problems = append(problems, fmt.Errorf("%w: messages in dead-letter state (messages_dlx, at two readings) in %s: their dead-lettering has not "+
 			"completed, and every member of these queues and of the queues they dead-letter into is online, so nothing routes them "+
 			"(a target with no binding for their routing key and no alternate exchange: see the policies) or the queue they go to "+
-			"refuses them; RabbitMQ retries them forever. A busy topology shows small counts in passing: run status again, and if "+
-			"they stay, look at the targets' bindings and the policy problems",
-			ErrUnhealthy, strings.Join(rep.DeadLettering, ", ")))
+			"refuses them; RabbitMQ retries them forever: look at the targets' bindings and the policy problems",
+			ErrUnhealthy, text.Join(rep.DeadLettering, ", ")))
 	}
 	if rep.Cluster != nil {
 		for _, w := range rep.Cluster.Waits {

@@ -47,3 +47,12 @@ func Similar(name string, candidates []string) []string {
 	}
 	return out
 }
+
+// Join is strings.Join of xs' String forms.
+func Join[T fmt.Stringer](xs []T, sep string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = x.String()
+	}
+	return strings.Join(s, sep)
+}

@@ -40,3 +40,17 @@ func TestSimilar(t *testing.T) {
 		}
 	}
 }
+
+type stringer string
+
+func (s stringer) String() string { return "<" + string(s) + ">" }
+
+// TestJoin: Join joins the String forms; no element gives "".
+func TestJoin(t *testing.T) {
+	if got := Join([]stringer{"a", "b"}, ", "); got != "<a>, <b>" {
+		t.Errorf("Join: %q, want %q", got, "<a>, <b>")
+	}
+	if got := Join([]stringer(nil), ", "); got != "" {
+		t.Errorf("Join of none: %q, want empty", got)
+	}
+}
