@@ -17,8 +17,8 @@ const (
 	PathDirect Path = iota
 	// PathBucket: one hop through the bucket queue whose x-message-ttl equals the delay.
 	PathBucket
-	// PathLadder: one hop per non-zero digit of the delay, one more in the top-split order
-	// (ttlbuckets.Plan.Hops), through the ladder's queues.
+	// PathLadder: one hop per non-zero digit of the delay, at most one more in the top-split
+	// order (ttlbuckets.Plan.Hops), through the ladder's queues.
 	PathLadder
 	// PathPlugin: held by the delayed-message plugin's exchange (x-delay header).
 	PathPlugin

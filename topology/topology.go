@@ -52,9 +52,10 @@ func Apply(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL 
 // Check returns nil when the delay topology that spec describes is declared in conn's virtual
 // host and nothing in the broker makes it lose, stall or hurry a message, as when `rabbitdelay
 // status` reports OK: every object exists with the planned arguments, the policies in effect
-// are safe, and no message waits in a dead-letter state. Otherwise its error lists every
-// problem with its fix. It changes nothing. ctx bounds the whole call; the connection stays
-// open.
+// are safe, and no queue holds messages in its dead-letter state at two readings of the
+// management API 6 s apart (Check waits those 6 s only when the first reading shows some).
+// Otherwise its error lists every problem with its fix. It changes nothing. ctx bounds the
+// whole call, the wait included; the connection stays open.
 func Check(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL string) error {
 	p, m, err := prepare(conn, spec, managementURL)
 	if err != nil {

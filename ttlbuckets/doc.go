@@ -25,9 +25,9 @@
 // target. Each queue has one TTL, so no message waits behind a longer one (RabbitMQ expires
 // messages only from a queue's head).
 //
-// A message takes one hop per non-zero digit ([Plan.Hops]; [TopSplit] one more); the hops'
-// TTLs add up to the effective delay ([Plan.Effective]). [Ladder.Levels] is the most hops a
-// message can take ([TopSplit]: one more).
+// A message takes one hop per non-zero digit ([Plan.Hops]; [TopSplit] at most one more); the
+// hops' TTLs add up to the effective delay ([Plan.Effective]). [Ladder.Levels] is the most
+// hops a message can take ([TopSplit]: at most one more).
 //
 // [Ladder.Order] chooses the direction of travel. [TopSplit], the default, takes part of the
 // highest digit first (through a first-hop queue that dead-letters into level 0) and the rest
@@ -40,9 +40,10 @@
 //
 // Each hop costs the broker a dead-lettering (see docs/benchmarks.md): a larger radix means
 // fewer hops but more queues. With the default maximum, 2^32-1 ms (the delayed-message
-// plugin's ceiling), radix 16, the default, needs 8 levels, 120 queues and at most 9 hops
-// (8 outside top-split); radix 2 needs 32 queues and 32 hops (its digits are all 1, so
-// top-split never splits), radix 64 378 queues and 7 hops (6).
+// plugin's ceiling), radix 16, the default, needs 8 levels, 120 queues (and 105 first-hop
+// queues in the top-split and top-first orders) and at most 9 hops (8 outside top-split);
+// radix 2 needs 32 queues (and 31 first-hop queues) and 32 hops (its digits are all 1, so
+// top-split never splits), radix 64 378 queues (and 315) and 7 hops (6).
 //
 // # Rounding and the maximum
 //

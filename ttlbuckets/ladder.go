@@ -16,8 +16,8 @@ const MaxQueueTTL int64 = 315_360_000_000
 const (
 	// DefaultUnit is the ladder's resolution: 1 ms, the resolution of x-message-ttl.
 	DefaultUnit = time.Millisecond
-	// DefaultRadix is 16: 8 levels of 15 queues (120 queues) for DefaultMax, at most 9 hops
-	// in the default order, [TopSplit] (8 in the others).
+	// DefaultRadix is 16: 8 levels of 15 queues (120 queues, and 105 first-hop queues in the
+	// default order, [TopSplit]) for DefaultMax, at most 9 hops in that order (8 in the others).
 	DefaultRadix = 16
 	// DefaultMax is 2^32-1 ms (about 49.7 days), the same ceiling as the delayed-message
 	// plugin's x-delay, and more than 30 days at 1 ms resolution.
@@ -27,8 +27,8 @@ const (
 // Ladder describes a delay ladder: a delay is written as a number of units in base Radix,
 // and level L holds one queue per non-zero digit value v with x-message-ttl v·Radix^L·Unit.
 // The zero value is the default ladder: 1 ms unit, radix 16, maximum 2^32-1 ms,
-// [TopSplit] (8 levels of 15 queues; a message takes at most 9 hops). A Ladder is a
-// small value; its methods are safe for concurrent use.
+// [TopSplit] (8 levels of 15 queues and 105 first-hop queues; a message takes at most 9
+// hops). A Ladder is a small value; its methods are safe for concurrent use.
 //
 // Methods that need a valid ladder report an invalid one as documented on each: [Ladder.Plan]
 // returns [Ladder.Validate]'s error; [Ladder.Levels] returns 0 and [Ladder.Exact] false.
@@ -246,7 +246,9 @@ func durationMs(d time.Duration) string {
 // Levels returns the number of levels: the smallest L with Radix^L > ceil(Max/Unit), so
 // that Radix^L·Unit > Max and every delay up to Max, rounded up to whole units, can be
 // written with L digits. A message takes at most Levels hops (with [TopSplit] and a Radix
-// above 2, Levels+1), and the ladder has Levels·(Radix-1) queues. It returns 0 for an invalid ladder. The default ladder has 8.
+// above 2, Levels+1), and the ladder has Levels·(Radix-1) queues, and (Levels-1)·(Radix-1)
+// first-hop queues more in the [TopSplit] and [TopFirst] orders. It returns 0 for an invalid
+// ladder. The default ladder has 8.
 func (l Ladder) Levels() int {
 	g, p := l.resolve()
 	if p != 0 {

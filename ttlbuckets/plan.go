@@ -32,9 +32,8 @@ type Plan struct {
 	// Digits holds the effective delay in units, written in base Radix: Digits[L] is the
 	// digit of level L, 0..Radix-1. len(Digits) == Levels(); all zero for Requested <= 0.
 	Digits []int
-	// Entry is the level whose exchange the message is published to: the first hop's
-	// level, or -1 when there are no hops (Requested <= 0: publish straight to the
-	// target).
+	// Entry is the level of the first hop, the queue the message enters first, or -1 when
+	// there are no hops (Requested <= 0: publish straight to the target).
 	Entry int
 	// Hops lists one hop per non-zero digit, in travel order: ascending levels for
 	// [ShortestFirst], descending for [LongestFirst], and for [TopFirst] the highest level

@@ -485,9 +485,10 @@ func statusCommand() command {
 			"are missing or a consumer is attached to a delay queue (it takes delayed messages before they are due). With\n" +
 			"--management-url also when an existing exchange or queue has another type, flag or argument than the\n" +
 			"specification's (delete it, then apply declares it again), when messages sit in a queue's dead-letter state\n" +
-			"(messages_dlx), which AMQP cannot see, when a binding on the topology's exchanges or queues is not in the\n" +
-			"specification, when a policy is missing or a policy in effect breaks a guarantee, or when a ready queue's consumer\n" +
-			"requeues a message in a loop that no delivery limit ends (on RabbitMQ 4.3 basic.nack requeues do not count).\n" +
+			"(messages_dlx, which AMQP cannot see) at two readings 6 s apart, when a binding on the topology's exchanges or\n" +
+			"queues is not in the specification, when a policy is missing or a policy in effect breaks a guarantee, or when\n" +
+			"a ready queue's consumer requeues a message in a loop that no delivery limit ends (on RabbitMQ 4.3 basic.nack\n" +
+			"requeues do not count).\n" +
 			"--json prints everything, one line per queue included.",
 		extra: func(s *settings) []option {
 			return []option{outputOption(s), jsonOption(s),

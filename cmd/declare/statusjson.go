@@ -38,8 +38,8 @@ type statusJSON struct {
 	BindingsPresent     int      `json:"bindings_present"`
 	BindingsTotal       int      `json:"bindings_total"`
 	ConsumedDelayQueues []string `json:"consumed_delay_queues"`
-	// DeadLettering are the queues holding messages in dead-letter state while every node
-	// involved is online (nothing routes them).
+	// DeadLettering are the queues holding messages in dead-letter state at two readings
+	// (StatusOptions.DeadLetterRecheck apart) while every node involved is online.
 	DeadLettering     []statusDLXJSON `json:"dead_lettering"`
 	UnplannedBindings []string        `json:"unplanned_bindings"`
 	// RetryBindings are the consumers' retry bindings for queues outside the specification:
