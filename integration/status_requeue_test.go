@@ -23,7 +23,9 @@ import (
 //     delivery limit does not count nacks, rabbitmq-server PR #15387), status fails naming the
 //     queue and what to do; before 4.3 the limit parks the message and status reports no loop;
 //   - quorum, basic.reject: parked at the limit on every version, no loop;
-//   - classic (no delivery limit), basic.nack: a loop on every version (cause classic).
+//   - classic (no delivery limit), basic.nack: a loop on every version (cause classic);
+//   - a reader of the parking queue (quorum), basic.nack: a loop on every version (cause
+//     parking: that queue has no delivery limit, so that nothing parked is dropped).
 //
 // What the management API shows for the loop, checked on 4.3.6 and 3.10.8 before the rule
 // was written: redeliver rate = deliver rate (hundreds to thousands a second), ack rate 0, the
@@ -32,13 +34,15 @@ import (
 func TestStatusRequeueLoop(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name   string
-		qt     delayspec.QueueType
-		reject bool
+		name    string
+		qt      delayspec.QueueType
+		reject  bool
+		parking bool // the reader reads the parking queue, not the ready queue
 	}{
-		{"quorum-nack", delayspec.Quorum, false},
-		{"quorum-reject", delayspec.Quorum, true},
-		{"classic-nack", delayspec.Classic, false},
+		{"quorum-nack", delayspec.Quorum, false, false},
+		{"quorum-reject", delayspec.Quorum, true, false},
+		{"classic-nack", delayspec.Classic, false, false},
+		{"parking-nack", delayspec.Quorum, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -57,14 +61,21 @@ func TestStatusRequeueLoop(t *testing.T) {
 			conn := env.Dial(t)
 			version := admin.ServerVersion(conn)
 			ch := env.Channel(t)
-			if err := ch.Publish(env.Name("orders"), "k", false, false, amqp.Publishing{Body: []byte("poison")}); err != nil {
+			looped := ready
+			if c.parking { // a parked message, put straight into the parking queue
+				looped = p.Names.Parking()
+				err = ch.Publish("", looped, false, false, amqp.Publishing{Body: []byte("parked")})
+			} else {
+				err = ch.Publish(env.Name("orders"), "k", false, false, amqp.Publishing{Body: []byte("poison")})
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			// The plain consumer: every delivery goes back with requeue.
 			cctx, stop := context.WithCancel(context.Background())
 			defer stop()
 			cch := env.Channel(t)
-			dels, err := cch.Consume(ready, "", false, false, false, false, nil)
+			dels, err := cch.Consume(looped, "", false, false, false, false, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,6 +99,8 @@ func TestStatusRequeueLoop(t *testing.T) {
 
 			wantLoop := ""
 			switch {
+			case c.parking:
+				wantLoop = admin.CauseParking
 			case c.qt == delayspec.Classic:
 				wantLoop = admin.CauseClassic
 			case !c.reject && strings.HasPrefix(version, "4.") && !strings.HasPrefix(version, "4.0") &&
@@ -128,12 +141,16 @@ func TestStatusRequeueLoop(t *testing.T) {
 				}
 				return
 			}
-			if len(rep.RequeueLoops) != 1 || rep.RequeueLoops[0].Queue != ready || rep.RequeueLoops[0].Cause != wantLoop {
-				t.Fatalf("RabbitMQ %s, %s: requeue loops %+v, want %s with cause %s", version, c.name, rep.RequeueLoops, ready, wantLoop)
+			if len(rep.RequeueLoops) != 1 || rep.RequeueLoops[0].Queue != looped || rep.RequeueLoops[0].Cause != wantLoop {
+				t.Fatalf("RabbitMQ %s, %s: requeue loops %+v, want %s with cause %s", version, c.name, rep.RequeueLoops, looped, wantLoop)
 			}
-			if want := fmt.Sprintf("requeue loop in ready queue %s", ready); err == nil || !strings.Contains(err.Error(), want) ||
-				!strings.Contains(err.Error(), p.Names.Parking()) {
-				t.Errorf("RabbitMQ %s, %s: status error %v, want %q with the advice", version, c.name, err, want)
+			kind, advice := "ready", p.Names.Parking()
+			if c.parking {
+				kind, advice = "parking", "cancel the reader's consumer"
+			}
+			if want := fmt.Sprintf("requeue loop in %s queue %s", kind, looped); err == nil || !strings.Contains(err.Error(), want) ||
+				!strings.Contains(err.Error(), advice) {
+				t.Errorf("RabbitMQ %s, %s: status error %v, want %q with the advice (%q)", version, c.name, err, want, advice)
 			}
 		})
 	}

@@ -28,7 +28,7 @@
 //	0  success; for status: no problem found
 //	1  runtime failure: broker unreachable or refusing, the topology not declared, incomplete
 //	   or unhealthy, a policy in effect that breaks a guarantee, a requeue loop on a ready
-//	   queue, the plugin required but missing, teardown refused
+//	   queue or the parking queue, the plugin required but missing, teardown refused
 //	2  usage: unknown command or flag, invalid value or specification, a missing target
 //	   exchange, or a topology conflict (an object exists with other arguments)
 //

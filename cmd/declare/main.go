@@ -223,8 +223,8 @@ Exit codes (docs/operations.md):
   0  success; for status: no problem found
   1  runtime failure: broker unreachable or refusing (password, vhost, permissions), the topology
      not declared, incomplete or unhealthy (status), a policy in effect that breaks a guarantee
-     (apply, status), a requeue loop on a ready queue (status), the plugin required (--plugin on)
-     but missing, teardown refused because queues hold messages
+     (apply, status), a requeue loop on a ready queue or the parking queue (status), the plugin
+     required (--plugin on) but missing, teardown refused because queues hold messages
   2  usage: unknown command or flag, invalid value or specification, a missing target exchange
      (one given without a type that does not exist), or a topology conflict (an object exists
      with other arguments)

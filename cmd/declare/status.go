@@ -223,7 +223,7 @@ func printProblems(w io.Writer, v statusView) {
 			"RabbitMQ retries them forever.")
 	}
 	for _, l := range rep.RequeueLoops {
-		fmt.Fprintf(w, "\nREQUEUE LOOP in ready %s\n  %s\n", l, l.Advice(v.p.Names.Parking()))
+		fmt.Fprintf(w, "\nREQUEUE LOOP in %s %s\n  %s\n", l.Kind(), l, l.Advice(v.p.Names.Parking()))
 	}
 	printMismatched(w, rep.Mismatched)
 	if len(rep.UnplannedBindings) > 0 {
@@ -487,8 +487,8 @@ func statusCommand() command {
 			"specification's (delete it, then apply declares it again), when messages sit in a queue's dead-letter state\n" +
 			"(messages_dlx, which AMQP cannot see) at two readings 6 s apart, when a binding on the topology's exchanges or\n" +
 			"queues is not in the specification, when a policy is missing or a policy in effect breaks a guarantee, or when\n" +
-			"a ready queue's consumer requeues a message in a loop that no delivery limit ends (on RabbitMQ 4.3 basic.nack\n" +
-			"requeues do not count).\n" +
+			"a consumer of a ready queue or of the parking queue requeues a message in a loop that no delivery limit ends (on\n" +
+			"RabbitMQ 4.3 basic.nack requeues do not count; the parking queue has no limit).\n" +
 			"--json prints everything, one line per queue included.",
 		extra: func(s *settings) []option {
 			return []option{outputOption(s), jsonOption(s),

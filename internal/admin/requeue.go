@@ -11,9 +11,9 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-// RequeueLoop is a ready queue that redelivers the messages it holds over and over, with no
-// delivery limit that will end it: a consumer that gives back (requeues) a message it cannot
-// handle, forever. The management API shows it as a high redeliver rate equal to the deliver
+// RequeueLoop is a ready queue, or the parking queue, that redelivers the messages it holds
+// over and over, with no delivery limit that will end it: a consumer that gives back
+// (requeues) a message it cannot handle, forever. The management API shows it as a high redeliver rate equal to the deliver
 // rate, no acknowledgements, and the message counted as held (ready or unacknowledged). See
 // [RequeueLoopOf] for the rule.
 type RequeueLoop struct {
@@ -23,8 +23,8 @@ type RequeueLoop struct {
 	DeliverRate   float64 `json:"deliver_rate"`
 	// Messages is every message the queue holds.
 	Messages int64 `json:"messages"`
-	// Cause is why no delivery limit ends the loop: CauseNackNotCounted, CauseClassic or
-	// CauseNoLimit.
+	// Cause is why no delivery limit ends the loop: CauseNackNotCounted, CauseClassic,
+	// CauseNoLimit or CauseParking.
 	Cause string `json:"cause"`
 }
 
@@ -39,6 +39,9 @@ const (
 	// CauseNoLimit: a quorum queue on RabbitMQ 3.x without x-delivery-limit (3.x has no
 	// default limit; AMQPDELAY_READY_DELIVERY_LIMIT=-1).
 	CauseNoLimit = "no-delivery-limit"
+	// CauseParking: the parking queue, which has no delivery limit on any version and queue
+	// type so that no parked message is ever dropped ([Plan.ForBroker]).
+	CauseParking = "parking"
 )
 
 // requeueLoopMinRate is the redeliver rate (per second) from which a ready queue's
@@ -47,7 +50,8 @@ const (
 // below.
 const requeueLoopMinRate = 1.0
 
-// RequeueLoopOf reports whether the ready queue q, as the management API shows it (mq), on
+// RequeueLoopOf reports whether the ready queue or parking queue q, as the management API
+// shows it (mq), on
 // RabbitMQ version (e.g. "4.3.6"), is in a requeue loop that no delivery limit ends: the
 // redeliver rate is at least 1 a second and at least half the deliver rate (most deliveries
 // are messages coming back), the queue holds messages, and either it is a classic queue (no
@@ -62,6 +66,10 @@ func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool)
 		return RequeueLoop{}, false
 	}
 	loop := RequeueLoop{Queue: q.Name, RedeliverRate: mq.RedeliverRate, DeliverRate: mq.DeliverRate, Messages: mq.Messages}
+	if q.Role == RoleParking {
+		loop.Cause = CauseParking
+		return loop, true
+	}
 	typ := mq.Type
 	if typ == "" {
 		typ, _ = q.Args["x-queue-type"].(string)
@@ -85,6 +93,10 @@ func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool)
 // Advice is what to do about the loop, in one sentence; parking is the parking queue's name.
 func (l RequeueLoop) Advice(parking string) string {
 	switch l.Cause {
+	case CauseParking:
+		return "the parking queue has no delivery limit, so that no parked message is ever dropped, and a reader that gives a " +
+			"message back with requeue gets it again at once, forever: ack a message once it is republished or saved elsewhere, " +
+			"and to leave messages parked, cancel the reader's consumer (or close its channel) instead of requeueing them"
 	case CauseNackNotCounted:
 		return "RabbitMQ 4.3 does not count a basic.nack with requeue toward a quorum queue's delivery limit (rabbitmq-server " +
 			"PR #15387), so the limit never parks the message: give a message the consumer cannot handle back with basic.reject " +
@@ -100,6 +112,14 @@ func (l RequeueLoop) Advice(parking string) string {
 			"back forever: give it one (AMQPDELAY_READY_DELIVERY_LIMIT, default 20: at the limit it is parked in " + parking +
 			"), or reject the message without requeue"
 	}
+}
+
+// Kind is "parking" for the parking queue's loop, "ready" for a ready queue's.
+func (l RequeueLoop) Kind() string {
+	if l.Cause == CauseParking {
+		return "parking"
+	}
+	return "ready"
 }
 
 // String is "queue Q: N redeliveries a second (of M deliveries), K messages held".

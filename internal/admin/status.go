@@ -150,8 +150,8 @@ type StatusReport struct {
 	// policy's effect on objects that do not exist, or on targets no delay topology feeds,
 	// breaks nothing.
 	NotDeclared bool `json:"not_declared,omitempty"`
-	// RequeueLoops are the ready queues whose consumers keep getting the same messages back
-	// and that no delivery limit will stop (management API only; see [RequeueLoop]).
+	// RequeueLoops are the ready queues, and the parking queue, whose consumers keep getting
+	// the same messages back and that no delivery limit will stop (management API only; see [RequeueLoop]).
 	RequeueLoops []RequeueLoop `json:"requeue_loops,omitempty"`
 	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
 	// plan's plugin exchange ([Management.MessagesDelayed]); -1 when unknown (no plugin
@@ -360,7 +360,7 @@ func (rep *StatusReport) addQueues(p *Plan, l *lookup, v *statusView, log zerolo
 				Msg("a consumer is attached to a delay queue: it takes delayed messages before they are due; stop it")
 		}
 		rep.Queues = append(rep.Queues, s)
-		if managed && ok && q.Role == RoleReady && !loopSeen[q.Name] {
+		if managed && ok && (q.Role == RoleReady || q.Role == RoleParking) && !loopSeen[q.Name] {
 			loopSeen[q.Name] = true // a ready queue with several bindings is in the plan once per binding
 			if loop, is := RequeueLoopOf(q, m, rep.Version); is {
 				rep.RequeueLoops = append(rep.RequeueLoops, loop)
@@ -455,7 +455,7 @@ func (rep *StatusReport) problems(p *Plan, vhost string, m *Management) []error 
 			ErrUnhealthy, text.Plural(len(rep.UnplannedBindings), "binding"), rep.UnplannedBindings[0]))
 	}
 	for _, l := range rep.RequeueLoops {
-		problems = append(problems, fmt.Errorf("%w: requeue loop in ready %s: %s", ErrUnhealthy, l, l.Advice(p.Names.Parking())))
+		problems = append(problems, fmt.Errorf("%w: requeue loop in %s %s: %s", ErrUnhealthy, l.Kind(), l, l.Advice(p.Names.Parking())))
 	}
 	if failing := Failing(rep.PolicyProblems); len(failing) > 0 {
 		problems = append(problems, policyError(failing))

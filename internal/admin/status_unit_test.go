@@ -47,11 +47,14 @@ func TestQueuesRates(t *testing.T) {
 	}
 }
 
-// TestRequeueLoopOf: each member of the kind "a ready queue redelivers in a loop that no
-// delivery limit ends" is reported with its cause, and the cases a limit ends are not.
+// TestRequeueLoopOf: each member of the kind "a ready queue, or the parking queue, redelivers
+// in a loop that no delivery limit ends" is reported with its cause, and the cases a limit
+// ends are not.
 func TestRequeueLoopOf(t *testing.T) {
 	quorum := Queue{Name: "r", Role: RoleReady, Args: map[string]any{"x-queue-type": "quorum", "x-delivery-limit": int64(20)}}
 	classic := Queue{Name: "r", Role: RoleReady, Args: map[string]any{"x-queue-type": "classic"}}
+	parkingQuorum := Queue{Name: "r", Role: RoleParking, Args: map[string]any{"x-queue-type": "quorum"}}
+	parkingClassic := Queue{Name: "r", Role: RoleParking, Args: map[string]any{"x-queue-type": "classic"}}
 	looping := func(typ string, limit bool) ManagedQueue {
 		mq := ManagedQueue{Type: typ, Messages: 1, RedeliverRate: 700, DeliverRate: 700, AckRate: 0, Arguments: map[string]any{}}
 		if limit {
@@ -81,13 +84,26 @@ func TestRequeueLoopOf(t *testing.T) {
 		{"empty queue (the loop ended)", quorum, ManagedQueue{Type: "quorum", Messages: 0, RedeliverRate: 700, DeliverRate: 700}, "4.3.6", ""},
 		{"no statistics", quorum, ManagedQueue{Type: "quorum", Messages: -1, RedeliverRate: -1, DeliverRate: -1}, "4.3.6", ""},
 		{"unknown version, quorum with a limit", quorum, looping("quorum", true), "", ""},
+		// The parking queue has no delivery limit (Plan.ForBroker: delivery-limit -1 on 4.x), on any version.
+		{"parking, quorum, 3.10", parkingQuorum, looping("quorum", false), "3.10.8", CauseParking},
+		{"parking, quorum, 4.0", parkingQuorum, looping("quorum", false), "4.0.5", CauseParking},
+		{"parking, quorum, 4.3", parkingQuorum, looping("quorum", false), "4.3.6", CauseParking},
+		{"parking, classic, 4.3", parkingClassic, looping("classic", false), "4.3.6", CauseParking},
+		{"parking, slow redeliveries", parkingQuorum, ManagedQueue{Type: "quorum", Messages: 5, RedeliverRate: 0.4, DeliverRate: 0.4}, "4.3.6", ""},
+		{"parking, empty", parkingQuorum, ManagedQueue{Type: "quorum", Messages: 0, RedeliverRate: 700, DeliverRate: 700}, "4.3.6", ""},
 	} {
 		loop, ok := RequeueLoopOf(c.q, c.mq, c.version)
 		if ok != (c.cause != "") || loop.Cause != c.cause {
 			t.Errorf("%s: loop %v cause %q, want cause %q", c.name, ok, loop.Cause, c.cause)
 		}
-		if ok && (loop.Queue != "r" || !strings.Contains(loop.Advice("p.parking"), "p.parking")) {
+		if ok && loop.Cause != CauseParking && (loop.Queue != "r" || !strings.Contains(loop.Advice("p.parking"), "p.parking")) {
 			t.Errorf("%s: %+v, advice %q: want the queue and the parking queue named", c.name, loop, loop.Advice("p.parking"))
+		}
+		if want := map[bool]string{true: "parking", false: "ready"}[c.q.Role == RoleParking]; ok && loop.Kind() != want {
+			t.Errorf("%s: Kind %q, want %q", c.name, loop.Kind(), want)
+		}
+		if ok && loop.Cause == CauseParking && (loop.Queue != "r" || !strings.Contains(loop.Advice("p.parking"), "cancel the reader's consumer")) {
+			t.Errorf("%s: %+v, advice %q: want the queue named and how to leave messages parked", c.name, loop, loop.Advice("p.parking"))
 		}
 	}
 }
