@@ -13,9 +13,9 @@ import (
 
 // RequeueLoop is a ready queue, or the parking queue, that redelivers the messages it holds
 // over and over, with no delivery limit that will end it: a consumer that gives back
-// (requeues) a message it cannot handle, forever. The management API shows it as a high redeliver rate equal to the deliver
-// rate, no acknowledgements, and the message counted as held (ready or unacknowledged). See
-// [RequeueLoopOf] for the rule.
+// (requeues) a message it cannot handle, forever. The management API shows it as a high
+// redeliver rate equal to the deliver rate, no acknowledgements, and the message counted as
+// held (ready or unacknowledged). See [RequeueLoopOf] for the rule.
 type RequeueLoop struct {
 	Queue string `json:"queue"`
 	// RedeliverRate and DeliverRate are the management API's rates, per second.
@@ -51,12 +51,12 @@ const (
 const requeueLoopMinRate = 1.0
 
 // RequeueLoopOf reports whether the ready queue or parking queue q, as the management API
-// shows it (mq), on
-// RabbitMQ version (e.g. "4.3.6"), is in a requeue loop that no delivery limit ends: the
-// redeliver rate is at least 1 a second and at least half the deliver rate (most deliveries
-// are messages coming back), the queue holds messages, and either it is a classic queue (no
-// delivery limit), a quorum queue on 3.x without x-delivery-limit, or a quorum queue on 4.3
-// or later (basic.nack requeues do not count there). A quorum queue with a limit on 3.x and
+// shows it (mq), on RabbitMQ version (e.g. "4.3.6"), is in a requeue loop that no delivery
+// limit ends: the redeliver rate is at least 1 a second and at least half the deliver rate
+// (most deliveries are messages coming back), the queue holds messages, and either it is the
+// parking queue (no limit on any version), a classic queue (no delivery limit), a quorum
+// queue on 3.x without x-delivery-limit, or a quorum queue on 4.3 or later (basic.nack
+// requeues do not count there). A quorum queue with a limit on 3.x and
 // 4.0-4.2 counts every requeue and parks (or, without a dead-letter exchange, drops) the
 // message at its limit: not a loop. The rates are averages over the management API's last
 // statistics samples (collect_statistics_interval, 5 s by default), so a loop shows a few

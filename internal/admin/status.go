@@ -151,7 +151,8 @@ type StatusReport struct {
 	// breaks nothing.
 	NotDeclared bool `json:"not_declared,omitempty"`
 	// RequeueLoops are the ready queues, and the parking queue, whose consumers keep getting
-	// the same messages back and that no delivery limit will stop (management API only; see [RequeueLoop]).
+	// the same messages back and that no delivery limit will stop (management API only; see
+	// [RequeueLoop]).
 	RequeueLoops []RequeueLoop `json:"requeue_loops,omitempty"`
 	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
 	// plan's plugin exchange ([Management.MessagesDelayed]); -1 when unknown (no plugin

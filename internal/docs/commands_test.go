@@ -91,7 +91,7 @@ func TestBuiltinCommandPattern(t *testing.T) {
 	code, lines := shellCode("a `declare apply` b\n```sh\nrabbitdelay plan\n```\nrun `declare\nrebalance` now\n\n`x\n\ny`\n")
 	if len(code) != 3 || code[0] != "declare apply" || lines[0] != 1 || lines[1] != 3 || !strings.HasPrefix(code[1], "rabbitdelay") ||
 		code[2] != "declare rebalance" || lines[2] != 5 {
-		t.Errorf("shellCode = %q at lines %v", code, lines)
+		t.Fatalf("shellCode = %q at lines %v", code, lines)
 	}
 	if !builtinCommand.MatchString(code[2]) {
 		t.Errorf("a span split by a line break, %q, is not caught", code[2])
