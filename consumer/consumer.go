@@ -17,17 +17,14 @@ import (
 	"github.com/delaykit/rabbitdelay/revoke"
 )
 
-// Handler handles one delivery. It returns nil when the message is done (the Consumer acks
-// it), an error to have it retried after the back-off, or an error wrapped with [Permanent] to
-// have it parked at once. ctx ends when the handler timeout passes or when the shutdown's
-// grace period is over; [InfoFrom] reads the delivery's attempt, due time and lateness from it.
-// A panic counts as an error: a [*PanicError] with the stack trace (see PanicError for where it
-// is reported). The handler must not ack, nack or reject d itself.
+// Handler handles one delivery: nil when the message is done (acked), an error to have it
+// retried after the back-off, or one wrapped with [Permanent] to have it parked at once. ctx
+// ends with the handler timeout or the shutdown's grace period; [InfoFrom] reads the delivery's
+// [Info] from it. A panic is a [*PanicError]. The handler must not ack, nack or reject d.
 type Handler func(ctx context.Context, d amqp.Delivery) error
 
-// Consumer consumes one queue and runs a Handler for each message, N at a time, with delayed
-// retries, a parking queue and, through a [Store], an exactly-once effect per message id.
-// Create it with [New] and run it with [Consumer.Run].
+// Consumer consumes one queue and runs a Handler for each message: see the package
+// documentation. Create it with [New] and run it with [Consumer.Run].
 type Consumer struct {
 	cfg   amqpdelay.Config
 	queue string
@@ -39,15 +36,12 @@ type Consumer struct {
 	ran   atomic.Bool
 	pub   *amqpdelay.Publisher // the retry Publisher, set by Run
 	revs  *revoke.Revocations  // set by Run unless Options.NoRevocations
-	m     *consumerMetrics     // Options.Metrics (metrics.go); nil records nothing
+	m     *consumerMetrics     // nil records nothing
 }
 
-// New returns a Consumer of queue that runs h, with the connection settings of cfg (dialled
-// with amqpdelay.Dial), the delay topology of cfg.Prefix (through which retries wait: the
-// topology's ladder and buckets, and the retry exchange that `rabbitdelay apply` declares) and
-// opts (Options{}: every default). It does no I/O. Errors wrap ErrInvalidConfig and name every
-// unusable value; waits longer than the topology's ladder carries are found by Run, which reads
-// the topology.
+// New returns a Consumer of queue that runs h, with the connection settings and delay topology
+// (cfg.Prefix) of cfg, and opts. It does no I/O. Errors wrap ErrInvalidConfig and name every
+// unusable value; Run finds waits longer than the topology's ladder carries.
 func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer, error) {
 	o, err := opts.resolve()
 	errs := []error{err}
@@ -61,29 +55,22 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer
 	if err := errors.Join(append(errs, err)...); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: delayspec.Names{Prefix: cfg.Prefix}, log: o.logger, m: m, store: o.store}
 	m.start(queue)
-	if !o.storeSet {
-		c.store = &MemoryStore{}
-	}
-	return c, nil
+	return &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: delayspec.Names{Prefix: cfg.Prefix}, log: o.logger, m: m, store: o.store}, nil
 }
 
 // Queue returns the name of the queue the Consumer consumes.
 func (c *Consumer) Queue() string { return c.queue }
 
-// Run consumes until ctx ends, then shuts down gracefully and returns nil: it stops taking
-// messages, lets running handlers finish for up to [Options.ShutdownTimeout], then cancels
-// their contexts, gives their messages back (nack with requeue) and returns once every handler
-// has returned. After a connection loss it reconnects with back-off until ctx ends.
+// Run consumes until ctx ends, then stops taking messages, lets running handlers finish for up
+// to [Options.ShutdownTimeout], gives the rest back (nack with requeue) and returns nil once
+// every handler has returned. After a connection loss it reconnects with back-off.
 //
 // At start (within 60 s) it pings the store (a [RedisStore], or a Store with a method
-// Ping(ctx) error), opens the retry Publisher and the consuming connection, checks the queue,
-// binds it to the retry exchange (unless [Options.NoRetryBinding]) and reads the revocation
-// stream (unless [Options.NoRevocations]). A failure there is returned: ErrStore,
-// ErrInvalidConfig (an Options.Backoff or BusyDelay wait beyond the ladder's maximum),
-// ErrQueueNotFound, amqpdelay.ErrTopologyMissing (run `rabbitdelay apply`), a dial error, or
-// ctx's error. Later, a failed claim defers only its delivery. Run may be called once (ErrRunning).
+// Ping(ctx) error), opens the retry Publisher and the connection, checks the queue, binds it
+// to the retry exchange and reads the revocation stream. A failure there is returned: ErrStore,
+// ErrInvalidConfig (a Backoff or BusyDelay beyond the ladder's maximum), ErrQueueNotFound,
+// amqpdelay.ErrTopologyMissing, a dial error, or ctx's error. A second call: ErrRunning.
 func (c *Consumer) Run(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)
@@ -126,8 +113,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// start runs Run's start-up steps, within 60 s: the store's ping, the retry Publisher (c.pub),
-// the revocation reader (c.revs) and the first session.
+// start runs Run's start-up steps, within 60 s.
 func (c *Consumer) start(ctx context.Context) (*session, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -135,7 +121,6 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("consumer: the store of handled ids does not answer, so no delivery could be claimed "+
 			"(is Redis running, and are the address and password of its client right?): %w", err)
 	}
-	// The retry Publisher: cfg's connection and prefix only, with the Consumer's settings.
 	cfg, o := c.cfg, c.o
 	pub, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: cfg.URL, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey,
 		Prefix: cfg.Prefix, Logger: o.logger, Channels: 1, ConnectionName: o.name + "-retry", ReconnectMin: o.reconnectMin, ReconnectMax: o.reconnectMax})
@@ -157,7 +142,7 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 	return c.open(ctx, false)
 }
 
-// unreadableError explains lost, a connection the client closed on a delivery it could not read.
+// unreadableError explains lost, a connection closed on a delivery the client could not read.
 func (c *Consumer) unreadableError(lost error) error {
 	return fmt.Errorf("%w: the client library (amqp091-go) could not read a delivery of %q and closed the connection; "+
 		"such a message (typically a header table nested more than 32 deep or with more than 8,192 entries, from a "+
@@ -168,8 +153,7 @@ func (c *Consumer) unreadableError(lost error) error {
 		"back with it and charged a delivery attempt", lost, c.queue, carefulDeliveries(c.o.concurrency))
 }
 
-// reconnect opens a new session (careful: see open) with exponential back-off and jitter,
-// waiting before each attempt; nil once ctx has ended.
+// reconnect opens a new session with back-off, waiting before each attempt; nil once ctx ended.
 func (c *Consumer) reconnect(ctx context.Context, careful bool) *session {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = c.o.reconnectMin, c.o.reconnectMax, 0.5, 0

@@ -15,15 +15,15 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
-// MaxIDLen is the longest id, in bytes, the Consumer puts in a [Store]'s key: 255, the
-// longest MessageId AMQP 0-9-1 carries (a short string). A longer id (only an id function of
-// [Options.IDFunc] returns one) is replaced by "id-sha256:" and the hex SHA-256 of the id.
+// MaxIDLen is the longest id, in bytes, the Consumer puts in a [Store]'s key: the longest
+// MessageId AMQP 0-9-1 carries (a short string). A longer id from [Options.IDFunc] is replaced
+// by HashedIDPrefix and its hex SHA-256.
 const MaxIDLen = 255
 
 // Prefixes of the ids the Consumer derives ([IDDerived]).
 const (
-	// ContentIDPrefix begins the id of a delivery without one: "content-sha256:" and the hex
-	// SHA-256 of its content (see [IDDerived]).
+	// ContentIDPrefix begins the id of a delivery without one, before the hex SHA-256 of its
+	// content (see [IDDerived]).
 	ContentIDPrefix = "content-sha256:"
 	// HashedIDPrefix begins the id that replaces one longer than MaxIDLen.
 	HashedIDPrefix = "id-sha256:"
@@ -37,11 +37,9 @@ const (
 	DerivedTooLong = "too-long"
 )
 
-// derivedReasons are the values of DerivedMissing and DerivedTooLong.
 var derivedReasons = []string{DerivedMissing, DerivedTooLong}
 
-// identify returns d's id for deduplication and, when the Consumer derived it, why
-// (DerivedMissing, DerivedTooLong; "" when the id function's answer is used as it is).
+// identify returns d's id for deduplication and, when the Consumer derived it, why.
 func (c *Consumer) identify(d amqp.Delivery) (id, derived string) {
 	id = c.o.idFunc(d)
 	switch {
@@ -54,7 +52,6 @@ func (c *Consumer) identify(d amqp.Delivery) (id, derived string) {
 	return id, ""
 }
 
-// derivedError is Event.Err of an IDDerived event.
 func derivedError(why string, id string) error {
 	if why == DerivedTooLong {
 		return fmt.Errorf("consumer: the delivery's id is longer than %d bytes, the longest a store key holds, so it was "+
@@ -65,18 +62,14 @@ func derivedError(why string, id string) error {
 		"(the amqpdelay Publisher always sets one) to tell them apart", id)
 }
 
-// contentID is ContentIDPrefix and the SHA-256 of what a delivery's every copy has in common:
-// the routing key it first arrived with, its properties but MessageId, Expiration, UserId and
-// DeliveryMode (which the Consumer's copies drop or may set), its application headers (all
-// but those beginning with "x-", which RabbitMQ adds on redelivery and dead-lettering, such as
-// x-delivery-count, x-acquired-count and x-death; "rabbitdelay-", which the
-// delay paths and the Consumer write; CC and BCC) and its body. A redelivery of the same
-// message has the same id on every RabbitMQ version.
+// contentID is ContentIDPrefix and the SHA-256 of what every copy of a delivery has in common:
+// the first routing key, the properties the copies keep, the application headers but x-*
+// (RabbitMQ's, on redelivery and dead-lettering), rabbitdelay-*, CC and BCC, and the body.
 func contentID(d amqp.Delivery) string {
 	h := sha256.New()
 	key := d.RoutingKey
 	if rk, ok := d.Headers[HeaderRoutingKey].(string); ok {
-		key = rk // a copy of the Consumer's: the key the message first arrived with
+		key = rk
 	}
 	for _, s := range []string{key, d.ContentType, d.ContentEncoding, d.CorrelationId, d.ReplyTo, d.Type, d.AppId} {
 		hashValue(h, s)
@@ -94,8 +87,7 @@ func contentID(d amqp.Delivery) string {
 	return ContentIDPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
-// hashValue writes v to h unambiguously (a type tag, lengths, table keys in order), for every
-// type amqp091-go decodes a field value to.
+// hashValue writes v, any type amqp091-go decodes a field value to, to h unambiguously.
 func hashValue(h hash.Hash, v any) {
 	switch v := v.(type) {
 	case amqp.Table:

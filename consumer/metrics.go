@@ -20,8 +20,7 @@ type consumerMetrics struct {
 	derived    *prometheus.CounterVec
 }
 
-// newConsumerMetrics registers the collectors on reg, or finds those already there (nil reg:
-// none).
+// newConsumerMetrics registers the collectors on reg, or shares those already there.
 func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 	if reg == nil {
 		return nil, nil
@@ -49,15 +48,15 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 		return nil, fmt.Errorf("%w: Options.Metrics: %w", ErrInvalidConfig, err)
 	}
 	m := &consumerMetrics{}
-	var ok [6]bool
-	m.messages, ok[0] = in[0].(*prometheus.CounterVec)
-	m.failures, ok[1] = in[1].(*prometheus.CounterVec)
-	m.duration, ok[2] = in[2].(*prometheus.HistogramVec)
-	m.lateness, ok[3] = in[3].(*prometheus.HistogramVec)
-	m.reconnects, ok[4] = in[4].(*prometheus.CounterVec)
-	m.derived, ok[5] = in[5].(*prometheus.CounterVec)
-	for i, good := range ok {
-		if !good {
+	for i, dst := range []any{&m.messages, &m.failures, &m.duration, &m.lateness, &m.reconnects, &m.derived} {
+		ok := false
+		switch p := dst.(type) {
+		case **prometheus.CounterVec:
+			*p, ok = in[i].(*prometheus.CounterVec)
+		case **prometheus.HistogramVec:
+			*p, ok = in[i].(*prometheus.HistogramVec)
+		}
+		if !ok {
 			return nil, fmt.Errorf("%w: Options.Metrics: the registry already has a collector of another kind for metric %d of the consumer's",
 				ErrInvalidConfig, i+1)
 		}
@@ -65,11 +64,9 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 	return m, nil
 }
 
-// outcomes are the outcome label values of messages_total, one per Event kind of a delivery
-// (observe).
+// outcomes are the Event kinds of messages_total's outcome label.
 var outcomes = []EventKind{Handled, Retried, Parked, Skipped, Deferred, Requeued, Unsettled, Revoked, Rejected}
 
-// outcome is the outcome label value of the Event kind k.
 func outcome(k EventKind) string {
 	if k == Skipped {
 		return "duplicate"
@@ -80,7 +77,7 @@ func outcome(k EventKind) string {
 // paths are the path label values of lateness_seconds.
 var paths = []amqpdelay.Path{amqpdelay.PathDirect, amqpdelay.PathBucket, amqpdelay.PathLadder, amqpdelay.PathPlugin}
 
-// start creates every series of queue at 0 (nil m: nothing).
+// start creates every series of queue at 0.
 func (m *consumerMetrics) start(queue string) {
 	if m == nil {
 		return
@@ -101,7 +98,6 @@ func (m *consumerMetrics) start(queue string) {
 	}
 }
 
-// observe records the Event e of the Consumer of queue.
 func (m *consumerMetrics) observe(queue string, e Event) {
 	if m == nil {
 		return
@@ -112,7 +108,7 @@ func (m *consumerMetrics) observe(queue string, e Event) {
 		return
 	case Disconnected:
 		return
-	case IDDerived: // not an outcome: the delivery's outcome comes as an event of its own
+	case IDDerived: // not an outcome
 		m.derived.WithLabelValues(queue, e.Info.IDDerived).Inc()
 		return
 	}
@@ -122,8 +118,7 @@ func (m *consumerMetrics) observe(queue string, e Event) {
 	}
 }
 
-// handlerRan records one handler run of the Consumer of queue, whatever becomes of its delivery
-// afterwards (settled, given back, or the shutdown had given it back already).
+// handlerRan records one handler run, whatever becomes of its delivery.
 func (m *consumerMetrics) handlerRan(queue string, err error, took time.Duration) {
 	if m == nil {
 		return

@@ -12,28 +12,25 @@ import (
 // MaxPanicLen is the longest text, in bytes, the [HeaderPanic] header carries.
 const MaxPanicLen = 400
 
-// panicFrames is how many frames below a panic its summary names.
-const panicFrames = 4
+// A summary names panicFrames frames below the panic and maxPanicValueLen bytes of its value.
+const (
+	panicFrames      = 4
+	maxPanicValueLen = 120
+)
 
-// maxPanicValueLen bounds the panic value's text in a summary, so that the frames fit.
-const maxPanicValueLen = 120
-
-// callFunc is the function name of Consumer.run, which calls the handler: a summary's frames
-// stop there.
+// callFunc is the function that calls the handler: a summary's frames stop there.
 var callFunc = reflect.TypeFor[Consumer]().PkgPath() + ".(*Consumer).run"
 
-// newPanicError turns the value v recovered in Consumer.run's deferred function into a
-// *PanicError. It must be called from that deferred function directly: it skips its own frame,
-// that function's and the runtime's panic frames.
+// newPanicError turns v, recovered in Consumer.run's deferred function, into a *PanicError. It
+// must be called from that function directly.
 func newPanicError(v any) *PanicError {
 	pcs := make([]uintptr, 64)
 	n := runtime.Callers(2, pcs) // from the deferred function
 	return &PanicError{Value: v, Stack: debug.Stack(), Summary: panicSummary(v, pcs[:n])}
 }
 
-// panicSummary is v's text and the first panicFrames frames of pcs below the runtime's panic
-// frames (the panicking function first), up to Consumer.run, as "panic: <v>; at <func>
-// (<dir>/<file>:<line>); at ...", cut to MaxPanicLen bytes.
+// panicSummary is "panic: <v>; at <func> (<dir>/<file>:<line>); at ..." for the frames of pcs
+// below the runtime's panic frames, cut to MaxPanicLen bytes.
 func panicSummary(v any, pcs []uintptr) string {
 	var b strings.Builder
 	b.WriteString("panic: ")
@@ -61,8 +58,7 @@ func panicSummary(v any, pcs []uintptr) string {
 	return truncate(b.String(), MaxPanicLen)
 }
 
-// shortFunc drops the import path before a function's package name:
-// "github.com/a/b/pkg.(*T).m" becomes "pkg.(*T).m".
+// shortFunc drops the import path: "github.com/a/b/pkg.(*T).m" becomes "pkg.(*T).m".
 func shortFunc(f string) string {
 	if i := strings.LastIndexByte(f, '/'); i >= 0 {
 		return f[i+1:]
@@ -70,8 +66,7 @@ func shortFunc(f string) string {
 	return f
 }
 
-// shortFile keeps the last directory and the file name: "/src/app/handlers/order.go" becomes
-// "handlers/order.go".
+// shortFile keeps the last directory and the file name.
 func shortFile(f string) string {
 	dir, file := path.Split(f)
 	return path.Join(path.Base(dir), file)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,16 +35,12 @@ type flight struct {
 // settle moves f from handling to settling; false when shutdown gave it back meanwhile.
 func (f *flight) settle() bool { return f.state.CompareAndSwap(stateHandling, stateSettling) }
 
-// EarlyHold is the longest a Consumer holds a delivery that arrives before its due time
-// (Info.Due, by this machine's clock): it checks revocations, claims the id and calls the
-// handler at the due time, so a handler never runs early by the clock it reads. A held
-// delivery takes a concurrency slot; a shutdown gives it back unhandled. A delivery due
-// further ahead is not held: a copy goes back through the delay topology for the time left,
-// and the delivery is acked once the copy is confirmed (Event kind Deferred, Err wrapping
-// ErrEarly; no attempt counted). Broker timers can end early: a RabbitMQ 3.x node runs Erlang
-// in no_time_warp mode, where after the system clock steps forward time correction runs the
-// node's clock up to 1 % fast until it catches up, and message TTLs end up to 1 % early
-// (https://www.erlang.org/doc/apps/erts/time_correction.html).
+// EarlyHold is the longest a Consumer holds, in a concurrency slot, a delivery that arrives
+// before its due time (Info.Due, by this machine's clock), to handle it at that time. One due
+// further ahead goes back through the delay topology for the time left (Deferred, Err wrapping
+// ErrEarly). Broker timers can end early: Erlang's time correction in no_time_warp mode (the
+// mode of RabbitMQ 3.x) runs a node's clock up to 1 % fast after the system clock steps
+// forward (https://www.erlang.org/doc/apps/erts/time_correction.html).
 const EarlyHold = 2 * time.Second
 
 // process runs the whole protocol for one delivery: claim, handle, then ack, retry or park.
@@ -53,9 +50,6 @@ func (c *Consumer) process(base context.Context, s *session, d amqp.Delivery) {
 	defer s.remove(f)
 	if f.in.IDDerived != "" {
 		c.emit(Event{Kind: IDDerived, Info: f.in, Err: derivedError(f.in.IDDerived, f.in.ID), At: time.Now()})
-	}
-	if f.orig == nil {
-		f.orig = amqp.Table{}
 	}
 	if d.Headers == nil {
 		d.Headers = amqp.Table{}
@@ -86,9 +80,7 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 	in.Path, _ = amqpdelay.DeliveryPath(*d)
 	if due, ok := amqpdelay.Due(*d); ok {
 		in.Due, in.HasDue = due, true
-		// A copy sent back early, for at most the ladder's maximum (holdUntilDue), is due at
-		// the first delivery's due time, which it keeps in HeaderDue; a retry's own due time
-		// is the later one.
+		// A copy sent back early keeps the first delivery's due time in HeaderDue.
 		if ms, ok, fits := route.HeaderInt(d.Headers[HeaderDue]); ok && fits && time.UnixMilli(ms).After(due) {
 			in.Due = time.UnixMilli(ms)
 		}
@@ -97,8 +89,7 @@ func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
 	return in
 }
 
-// restore gives the handler the routing key and target the message first arrived with (a retry
-// travels with the queue's name as routing key and the retry exchange as target).
+// restore gives the handler the routing key and target the message first arrived with.
 func restore(d *amqp.Delivery) {
 	if rk, ok := d.Headers[HeaderRoutingKey].(string); ok {
 		d.RoutingKey = rk
@@ -112,11 +103,9 @@ func restore(d *amqp.Delivery) {
 	}
 }
 
-// holdUntilDue waits until the due time when the delivery arrived before it by at most
-// EarlyHold, before the revocation check (which then sees the revocations sent meanwhile), the
-// claim and the handler's own timeout. It returns false when the delivery is done with: due
-// further ahead than EarlyHold (a copy was sent through the delay topology for the time left),
-// or base ended first (shutting down: the delivery is given back, unless shutdown already did).
+// holdUntilDue waits until the due time, up to EarlyHold, before the revocation check (which
+// then sees the revocations sent meanwhile). False: the delivery is done with (deferred, or
+// given back as base ended).
 func (c *Consumer) holdUntilDue(base context.Context, f *flight) bool {
 	in := f.in
 	wait := time.Until(in.Due)
@@ -143,17 +132,13 @@ func (c *Consumer) holdUntilDue(base context.Context, f *flight) bool {
 	return false
 }
 
-// settleCtx bounds the store calls and publishes of one delivery's steps before its handler
-// runs (revocation check, claim, deferred copy), and, a new one, those that settle it after the
-// handler returned (done mark, release, retry or parked copy).
+// settleCtx bounds the steps before the handler, and, a new one, those that settle it after.
 func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.o.settleTimeout)
 }
 
-// claim runs the steps before the handler, the revocation check and the claim, within a settle
-// timeout of their own, so a handler's run time never uses it up. It returns the lease token
-// ("" without a store), or false when the delivery is done with (revoked, handled before, or
-// deferred: its id busy or the store failing).
+// claim checks revocations and claims the id; it returns the lease token ("" without a
+// store), or false when the delivery is done with (revoked, skipped or deferred).
 func (c *Consumer) claim(f *flight) (string, bool) {
 	ctx, cancel := c.settleCtx()
 	defer cancel()
@@ -180,20 +165,17 @@ func (c *Consumer) claim(f *flight) (string, bool) {
 	return "", false
 }
 
-// handle runs the handler for d, under the handler timeout and renewing the lease of token
-// meanwhile, and returns how long it took and its error.
+// handle runs the handler for d, renewing the lease of token meanwhile.
 func (c *Consumer) handle(base context.Context, d amqp.Delivery, in Info, token string) (time.Duration, error) {
 	hctx, hcancel := context.WithCancel(base)
 	if c.o.handlerTimeout > 0 {
 		hctx, hcancel = context.WithTimeout(base, c.o.handlerTimeout)
 	}
 	hctx = context.WithValue(hctx, infoKey{}, in)
-	renewed := make(chan struct{})
 	stopRenew := make(chan struct{})
+	var renewing sync.WaitGroup
 	if token != "" {
-		go c.renew(in.ID, token, hcancel, stopRenew, renewed)
-	} else {
-		close(renewed)
+		renewing.Go(func() { c.renew(in.ID, token, hcancel, stopRenew) })
 	}
 	start := time.Now()
 	err := c.call(hctx, d)
@@ -205,12 +187,12 @@ func (c *Consumer) handle(base context.Context, d amqp.Delivery, in Info, token 
 	c.m.handlerRan(c.queue, err, took)
 	hcancel()
 	close(stopRenew)
-	<-renewed
+	renewing.Wait()
 	return took, err
 }
 
 // settleOutcome settles f after its handler returned err: done mark and ack, or release and a
-// retry or parked copy. When shutdown gave f back meanwhile it only records the outcome.
+// retry or parked copy; only the store's part when shutdown gave f back meanwhile.
 func (c *Consumer) settleOutcome(f *flight, token string, took time.Duration, err error) {
 	ctx, cancel := c.settleCtx()
 	defer func() { cancel() }() // cancel is replaced below
@@ -236,7 +218,7 @@ func (c *Consumer) settleOutcome(f *flight, token string, took time.Duration, er
 	h := c.failureHeaders(f.orig, f.origKey, in, err, now)
 	if token != "" {
 		c.release(in.ID, token) // a retry copy must be able to claim it
-		// The release has a budget of its own: the copy's publish gets the whole settle timeout.
+		// The copy's publish gets a whole settle timeout of its own.
 		cancel()
 		ctx, cancel = c.settleCtx()
 	}
@@ -256,27 +238,23 @@ func (c *Consumer) settleOutcome(f *flight, token string, took time.Duration, er
 			c.nack(f, fmt.Errorf("consumer: publish the retry: %w", perr), failed)
 			return
 		}
-		// No retry copy of this delivery can ever be published (it carries more than the
-		// copy can hold): retrying it means requeueing it without end. Park it.
+		// No retry copy can ever be published: requeueing would loop without end. Park it.
 		reason = ParkRetryRefused
 		h[HeaderError] = truncate(fmt.Sprintf("%s (its retry copy was refused: %v)", h[HeaderError], perr), MaxErrorLen)
 	}
 	c.park(ctx, f, h, reason, now, took, err)
 }
 
-// call runs the handler on a goroutine of its own ([Consumer.run]) and returns its result: a
-// handler that ends its goroutine with runtime.Goexit (t.FailNow does) fails the delivery
-// instead of ending the worker and leaving the delivery unacknowledged until the channel closes.
+// call runs the handler on a goroutine of its own, so that a handler calling runtime.Goexit
+// (t.FailNow does) fails the delivery instead of ending the worker with it unacked.
 func (c *Consumer) call(ctx context.Context, d amqp.Delivery) error {
 	out := make(chan error, 1)
 	go c.run(ctx, d, out)
 	return <-out
 }
 
-// run calls the handler and sends its result on out, turning a panic into a *PanicError (with
-// its stack trace), runtime.Goexit into an error that says so, and an error whose Error method
-// panics (a typed nil pointer returned as the error, typically) into one that does not: the
-// Consumer reads the text for the failure record and the logs.
+// run sends the handler's result on out: a panic as a *PanicError, runtime.Goexit as an error,
+// and an error whose Error method panics (a typed nil pointer) as one that does not.
 func (c *Consumer) run(ctx context.Context, d amqp.Delivery, out chan<- error) {
 	returned := false
 	defer func() {
@@ -294,7 +272,6 @@ func (c *Consumer) run(ctx context.Context, d amqp.Delivery, out chan<- error) {
 	out <- err
 }
 
-// readableError returns err, or, when err.Error() panics, an error saying so that names err's type.
 func readableError(err error) (out error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -306,10 +283,9 @@ func readableError(err error) (out error) {
 	return err
 }
 
-// renew extends the lease every third of it until stop is closed; when the lease is found lost
-// (another holder has it, or it was marked done), it cancels the handler's context.
-func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+// renew extends the lease every third of it until stop is closed; it cancels the handler's
+// context when the lease is lost.
+func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-chan struct{}) {
 	t := time.NewTicker(c.o.lease / 3)
 	defer t.Stop()
 	for {

@@ -16,18 +16,15 @@ import (
 // HeaderReplayed (int64, Unix ms) is when [Replay] sent a parked message back to its queue.
 const HeaderReplayed = "rabbitdelay-replayed"
 
-// Replay moves up to n messages that a Consumer of queue parked (header HeaderQueue) from the
-// parking queue back to queue (n <= 0: all), and returns how many it moved. A moved message
-// loses its failure record, starts again at attempt 1, keeps its body, properties (but UserId)
-// and other headers (but CC and BCC, which would route it to more queues), and gets
-// HeaderReplayed. Each is published with a confirm before its parked copy is acked, so a
-// failure midway loses nothing (a message may then be in both queues). Other parked messages
-// go to the back of the parking queue the same way: a nack would count toward a quorum queue's
-// delivery limit on RabbitMQ 4.0 to 4.2. Run one Replay at a time per parking queue.
+// Replay moves up to n messages that a Consumer of queue parked from the parking queue back to
+// queue (n <= 0: all), and returns how many it moved. A moved message loses its failure record
+// (attempt 1 again), UserId, CC and BCC, and gets HeaderReplayed. Each is confirmed before its
+// parked copy is acked, so a failure midway loses nothing (a message may be in both queues).
+// Other parked messages go to the back of the parking queue the same way (a nack would count
+// toward the delivery limit on RabbitMQ 4.0 to 4.2). Run one Replay at a time per parking queue.
 //
 // ctx bounds the call. Errors: ErrQueueNotFound, a dial error, a refused or unconfirmed
-// publish, a parked message the client library cannot read (the error says how to take it
-// out), or ctx's error.
+// publish, an unreadable parked message (the error says how to take it out), or ctx's error.
 func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (moved int, err error) {
 	if ctx == nil {
 		return 0, fmt.Errorf("%w: nil context", ErrInvalidConfig)
@@ -85,8 +82,7 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 	return moved, nil
 }
 
-// getError explains err, a failed basic.get from parking, by the connection's close reason
-// when it was the connection that closed.
+// getError explains err, a failed basic.get, by the connection's close reason, if any.
 func getError(err error, closed <-chan *amqp.Error, parking string) error {
 	select {
 	case e := <-closed:
@@ -104,11 +100,9 @@ func getError(err error, closed <-chan *amqp.Error, parking string) error {
 	return fmt.Errorf("consumer: replay: get from %q: %w", parking, err)
 }
 
-// replayOne publishes d, a parked message, to queue when a Consumer of queue parked it and else
-// to the back of parking, with a confirm, then acks d; it returns where d went. A failure gives
-// d back with a nack (requeue): not its failure, so RabbitMQ 4.3+ does not count it toward the
-// parking queue's delivery limit (4.x's default of 20 would drop it), as closing the
-// connection with it unacked would.
+// replayOne publishes d to queue when a Consumer of queue parked it, else to the back of
+// parking, with a confirm, then acks d; it returns where d went. A failure nacks d: not counted
+// toward the parking queue's delivery limit on 4.3+, as closing with it unacked would be.
 func replayOne(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return, d amqp.Delivery, queue, parking string) (string, error) {
 	dest, h := parking, d.Headers
 	if q, _ := d.Headers[HeaderQueue].(string); q == queue && d.Headers[HeaderParked] != nil {
@@ -141,7 +135,6 @@ func replayOne(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return
 	return dest, nil
 }
 
-// replayHeaders drops the failure record from a parked message's headers.
 func replayHeaders(h amqp.Table) amqp.Table {
 	out := maps.Clone(h)
 	for _, k := range []string{HeaderAttempt, HeaderFirstFailure, HeaderLastFailure, HeaderError, HeaderPanic, HeaderParked, HeaderParkReason, HeaderQueue} {

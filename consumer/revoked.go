@@ -9,12 +9,9 @@ import (
 	"github.com/delaykit/rabbitdelay/revoke"
 )
 
-// revoked reports whether f's delivery is done with before its handler: revoked (acked, Event
-// Revoked), or of unknown standing. When the stream cannot answer within ctx (missing, its
-// connection lost), the delivery is deferred for the busy delay, with a settle timeout of its
-// own, and acked: trouble with the stream must not count toward the queue's delivery limit as
-// a give-back would. It is given back only when the Consumer is closing, or when the copy
-// cannot be published either.
+// revoked reports whether f's delivery is done with before its handler: revoked (acked), or of
+// unknown standing. When the stream cannot answer within ctx, the delivery is deferred, not
+// given back: trouble with the stream must not count toward the queue's delivery limit.
 func (c *Consumer) revoked(ctx context.Context, f *flight) bool {
 	gone, err := c.revs.Revoked(ctx, f.d)
 	switch {

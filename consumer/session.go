@@ -26,21 +26,17 @@ type session struct {
 	mu      sync.Mutex
 	flights map[*flight]struct{}
 
-	// careful counts down the deliveries to read, with a prefetch of 1, before the prefetch
-	// goes back to the concurrency (after a delivery the client could not read; 0: not careful).
+	// careful counts down the deliveries to read with a prefetch of 1 after an unreadable one.
 	careful atomic.Int64
 }
 
-// carefulDeliveries is how many deliveries a session opened after an unreadable delivery reads
-// with a prefetch of 1: twice the prefetch the lost connection had, so the deliveries that
-// were in flight with the unreadable one have come back first.
+// carefulDeliveries is how many deliveries a session opened after an unreadable one reads with
+// a prefetch of 1: twice the lost prefetch, so those in flight with it have come back first.
 func carefulDeliveries(concurrency int) int { return 2 * concurrency }
 
-// isUnreadable reports whether err says that the client closed the connection because it could
-// not parse a frame: a delivery whose content header it cannot read. amqp091-go closes the
-// connection with a FrameError (not from the server) on every read error, a reset or EOF too,
-// whose reason is the read error's text: only its two parse errors (ErrSyntax, ErrFrame)
-// count.
+// isUnreadable reports whether the client closed the connection as it could not parse a frame.
+// amqp091-go closes it with a client FrameError on every read error, a reset or EOF too: only
+// its two parse errors (ErrSyntax, ErrFrame) count.
 func isUnreadable(err error) bool {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Server || (ae.Code != amqp.FrameError && ae.Code != amqp.SyntaxError) {
@@ -61,13 +57,12 @@ func (s *session) remove(f *flight) {
 	s.mu.Unlock()
 }
 
-// closeConn closes conn, waiting at most 5 s for the broker.
 func closeConn(conn *amqp.Connection) error {
 	return conn.CloseDeadline(time.Now().Add(5 * time.Second))
 }
 
 // open dials, checks the queue, binds it to the retry exchange and starts consuming; careful
-// starts with a prefetch of 1 (see carefulDeliveries).
+// starts with a prefetch of 1.
 func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 	conn, err := amqpdelay.Dial(ctx, c.cfg, c.o.name)
 	if err != nil {
@@ -76,15 +71,12 @@ func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 	s, err := c.consume(conn, careful)
 	if err != nil {
 		_ = closeConn(conn)
-		return nil, err
 	}
-	return s, nil
+	return s, err
 }
 
-// consume opens the consuming channel of conn: see open.
 func (c *Consumer) consume(conn *amqp.Connection, careful bool) (*session, error) {
-	// Before the consume: a delivery the client cannot read may close the connection at once,
-	// and a listener registered after that gets no reason (see isUnreadable).
+	// Before the consume: an unreadable delivery may close the connection at once.
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
@@ -122,8 +114,8 @@ func (c *Consumer) consume(conn *amqp.Connection, careful bool) (*session, error
 	return s, nil
 }
 
-// serve runs the workers of session s until ctx ends (then it shuts down gracefully and returns
-// nil) or the session's deliveries end (it returns why: a connection or channel loss).
+// serve runs the workers of s until ctx ends (then it shuts down and returns nil) or the
+// deliveries end (it returns why).
 func (c *Consumer) serve(ctx context.Context, s *session) error {
 	// Handlers' contexts end at the hard deadline of a shutdown, not when ctx ends.
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -138,7 +130,6 @@ func (c *Consumer) serve(ctx context.Context, s *session) error {
 
 	select {
 	case <-workers:
-		// The deliveries ended: the channel or the connection is gone.
 		var why error = errors.New("the broker closed the consuming channel")
 		select {
 		case e := <-s.closed:
@@ -156,7 +147,6 @@ func (c *Consumer) serve(ctx context.Context, s *session) error {
 	return nil
 }
 
-// work is one worker of serve: it processes s's deliveries until they end or stop is closed.
 func (c *Consumer) work(base context.Context, s *session, stop <-chan struct{}) {
 	for {
 		select {
@@ -182,15 +172,11 @@ func (c *Consumer) work(base context.Context, s *session, stop <-chan struct{}) 
 	}
 }
 
-// shutdown is serve's graceful end, once stop is closed: it takes nothing more, lets running
-// handlers finish within the shutdown timeout, then gives the rest back and cancels their
-// contexts (cancelBase), and closes the session once workers is closed.
+// shutdown lets running handlers finish within the shutdown timeout, then gives the rest back
+// and cancels their contexts, and closes the session once workers is closed.
 func (c *Consumer) shutdown(s *session, workers <-chan struct{}, cancelBase context.CancelFunc) {
-	// Deliveries the broker sent before the cancel and no worker took are given back with a
-	// nack: closing the channel with them unacked would count toward a quorum queue's delivery
-	// limit on RabbitMQ 4.3 (a channel closed with unacked deliveries counts as failed ones).
-	// The deliveries channel ends once the broker has confirmed the cancel (or the channel
-	// closed).
+	// Deliveries sent before the cancel are nacked: closing the channel with them unacked would
+	// count toward a quorum queue's delivery limit on RabbitMQ 4.3.
 	_ = s.ch.Cancel(s.tag, false)
 	drained := make(chan struct{})
 	go func() {
@@ -224,8 +210,7 @@ func (c *Consumer) shutdown(s *session, workers <-chan struct{}, cancelBase cont
 	}
 }
 
-// giveBack returns d to the queue at shutdown, with a nack with requeue: not the message's
-// failure, which RabbitMQ 4.3+ does not count toward a quorum queue's delivery limit.
+// giveBack returns d to the queue at shutdown with a nack (not counted as a failure).
 func (c *Consumer) giveBack(d amqp.Delivery, why string) {
 	err := d.Nack(false, true)
 	kind := Requeued

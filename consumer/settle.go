@@ -14,28 +14,23 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
-// The back-off of retryUntil.
+// The back-off of retryUntil, and the budget of release: best effort, as the lease expires.
 const (
 	settleBackoffMin = 100 * time.Millisecond
 	settleBackoffMax = 5 * time.Second
+	releaseBudget    = 2 * time.Second
 )
 
-// releaseBudget bounds release: best effort, since the lease expires by itself (a retry copy
-// that arrives before then is deferred as a busy one is).
-const releaseBudget = 2 * time.Second
-
 // The two ways nack gives a delivery back (package documentation, "Giving a delivery back"):
-// failed, the message's own failure (basic.reject with requeue, which RabbitMQ 4.3+ counts
-// toward a quorum queue's delivery limit, so the ready queue still parks it in the end), and
-// notFailed, the Consumer cannot work on it now (basic.nack with requeue, not counted).
+// failed, the message's own failure (basic.reject, counted toward the delivery limit on 4.3+),
+// and notFailed, the Consumer cannot work on it now (basic.nack, not counted).
 const (
 	failed    = true
 	notFailed = false
 )
 
 // park publishes a copy of f's delivery with the failure record h and reason to the parking
-// queue, then acks the delivery; it rejects the delivery when no copy can be parked, and gives
-// it back (failed) when the publish fails until ctx ends.
+// queue, then acks the delivery; it rejects it when no copy can be parked.
 func (c *Consumer) park(ctx context.Context, f *flight, h amqp.Table, reason string, now time.Time, took time.Duration, err error) {
 	h[HeaderAttempt] = int64(f.in.Attempt)
 	h[HeaderParked] = now.UnixMilli()
@@ -54,8 +49,8 @@ func (c *Consumer) park(ctx context.Context, f *flight, h amqp.Table, reason str
 	}
 }
 
-// deferFor sends a copy of f's delivery back through the delay topology to come back after
-// delay, without counting an attempt, then acks the delivery (Event kind Deferred, Err why).
+// deferFor sends a copy of f's delivery back through the delay topology for delay, without
+// counting an attempt, then acks the delivery (Deferred, Err why).
 func (c *Consumer) deferFor(ctx context.Context, f *flight, delay time.Duration, why error) {
 	if !f.settle() {
 		return
@@ -69,8 +64,7 @@ func (c *Consumer) deferFor(ctx context.Context, f *flight, delay time.Duration,
 	c.ack(f, Event{Kind: Deferred, Info: f.in, Err: why, Delay: r.Delay, Due: r.Due, At: time.Now()})
 }
 
-// publishCopy publishes a copy of f's delivery with headers h through the retry Publisher (see
-// settlePublish).
+// publishCopy publishes a copy of f's delivery with headers h through the retry Publisher.
 func (c *Consumer) publishCopy(ctx context.Context, f *flight, exchange, key string, h amqp.Table, delay time.Duration) (amqpdelay.Receipt, error) {
 	msg := copyOf(f.d, h, f.in)
 	return c.settlePublish(ctx, f.in, func() (amqpdelay.Receipt, error) {
@@ -78,11 +72,9 @@ func (c *Consumer) publishCopy(ctx context.Context, f *flight, exchange, key str
 	})
 }
 
-// settlePublish runs publish (a copy of a delivery the Consumer holds) until it is confirmed,
-// with retryUntil, stopping at an error that publishing again cannot mend (ErrInvalidInput,
-// ErrUnknownTarget, ErrClosed). The delivery stays unacked meanwhile, so a failing publish
-// does not give it back again and again: every give-back counts toward the quorum queue's
-// delivery limit.
+// settlePublish runs publish until it is confirmed, with retryUntil, stopping at an error that
+// publishing again cannot mend. The delivery stays unacked meanwhile rather than given back
+// again and again: every give-back counts toward the quorum queue's delivery limit.
 func (c *Consumer) settlePublish(ctx context.Context, in Info, publish func() (amqpdelay.Receipt, error)) (amqpdelay.Receipt, error) {
 	var r amqpdelay.Receipt
 	err := retryUntil(ctx, func() error {
@@ -97,14 +89,11 @@ func (c *Consumer) settlePublish(ctx context.Context, in Info, publish func() (a
 	return r, err
 }
 
-// retryUntil runs op until it succeeds, stop(its error) is true or ctx ends, with back-off
-// (settleBackoffMin doubling to settleBackoffMax). When ctx ended, the error wraps both the
-// last error of op's own (one that is not ctx's) and ctx's.
+// retryUntil runs op with back-off until it succeeds, stop(its error) is true or ctx ends; then
+// the error wraps both op's last error that is not ctx's and ctx's.
 func retryUntil(ctx context.Context, op func() error, stop func(error) bool) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = settleBackoffMin, settleBackoffMax, 0
-	// The last error that is not ctx's own: why op failed, when ctx ends while op runs or while
-	// backoff.Retry waits (it then returns ctx's error).
 	var last error
 	err := backoff.Retry(func() error {
 		err := op()
@@ -122,9 +111,8 @@ func retryUntil(ctx context.Context, op func() error, stop func(error) bool) err
 	return err
 }
 
-// done marks id handled with retryUntil until the store takes it or ctx (the settle timeout)
-// ends. The delivery stays unacked meanwhile: a mark given up on leaves the id unremembered
-// once the lease expires, and a copy arriving after that runs the handler again.
+// done marks id handled, retrying until ctx (the settle timeout) ends; the delivery stays
+// unacked meanwhile.
 func (c *Consumer) done(ctx context.Context, id, token string) error {
 	err := retryUntil(ctx, func() error { return c.store.Done(ctx, c.queue, id, token, c.o.keep) }, neverStop)
 	if err != nil {
@@ -134,8 +122,7 @@ func (c *Consumer) done(ctx context.Context, id, token string) error {
 	return err
 }
 
-// release gives up the lease so that a retry copy can claim the id, with retryUntil for at most
-// releaseBudget (or the lease, when shorter), on a context of its own.
+// release gives up the lease so that a retry copy can claim the id.
 func (c *Consumer) release(id, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(releaseBudget, c.o.lease))
 	defer cancel()
@@ -154,35 +141,31 @@ func (c *Consumer) ack(f *flight, e Event) {
 	c.emit(e)
 }
 
-// reject rejects f's delivery without requeue (its queue dead-letters it, or drops it) when no
-// copy of it can be parked, and reports it as Rejected.
+// reject rejects f's delivery without requeue (its queue dead-letters or drops it).
 func (c *Consumer) reject(f *flight, why error) {
 	c.log.Error().Err(why).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: rejected a message that cannot be parked")
-	kind := Rejected
-	if err := f.d.Reject(false); err != nil {
-		kind, why = Unsettled, errors.Join(why, err)
-	}
-	c.emit(Event{Kind: kind, Info: f.in, Err: why, At: time.Now()})
+	c.report(f, Rejected, why, f.d.Reject(false))
 }
 
-// nack gives f's delivery back to the queue: see failed. Both ways count before RabbitMQ 4.3.
+// nack gives f's delivery back to the queue: see failed.
 func (c *Consumer) nack(f *flight, why error, failedMsg bool) {
 	c.log.Warn().Err(why).Str("id", f.in.ID).Bool("failed", failedMsg).Msg("consumer: giving the message back to the queue")
-	kind := Requeued
-	var err error
 	if failedMsg {
-		err = f.d.Reject(true)
+		c.report(f, Requeued, why, f.d.Reject(true))
 	} else {
-		err = f.d.Nack(false, true)
+		c.report(f, Requeued, why, f.d.Nack(false, true))
 	}
+}
+
+// report emits kind for f, or Unsettled when err, the settling's error, is not nil.
+func (c *Consumer) report(f *flight, kind EventKind, why, err error) {
 	if err != nil {
 		kind, why = Unsettled, errors.Join(why, err)
 	}
 	c.emit(Event{Kind: kind, Info: f.in, Err: why, At: time.Now()})
 }
 
-// keepHeaders returns a copy of the delivered headers with the original routing key, target
-// and first due time recorded (once) in the Consumer's own headers.
+// keepHeaders returns a copy of orig with the first routing key, target and due time recorded.
 func keepHeaders(orig amqp.Table, origKey string) amqp.Table {
 	h := make(amqp.Table, len(orig)+8)
 	maps.Copy(h, orig)
@@ -217,12 +200,9 @@ func (c *Consumer) failureHeaders(orig amqp.Table, origKey string, in Info, err 
 	return h
 }
 
-// publishingOf is the copy of d to publish, with headers h less CC and BCC. Expiration and
-// UserId are left out: a per-message TTL would expire the copy inside the delay topology, and
-// RabbitMQ refuses a UserId other than the publishing connection's user. CC and BCC are left
-// out because RabbitMQ routes a message with its CC and BCC keys too: through the retry exchange
-// or the default exchange (parking, Replay), the CC header a delivery still carries from its
-// first publish would send the copy to every queue it names, not to its own queue alone.
+// publishingOf is the copy of d to publish, with headers h. Left out: Expiration (it would
+// expire the copy in the delay topology), UserId (RabbitMQ refuses one other than the
+// connection's user), and CC and BCC (RabbitMQ would route the copy to the queues they name).
 func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
 	_, cc := h["CC"]
 	if _, bcc := h["BCC"]; cc || bcc {
@@ -237,9 +217,8 @@ func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
 	}
 }
 
-// copyOf is publishingOf(d, h) with, for a delivery without a MessageId, its derived id
-// (Info.ID) as MessageId: the amqpdelay Publisher would give the copy a random one, and every
-// copy of the message must keep its id.
+// copyOf is publishingOf(d, h), with the derived id as MessageId when d has none (the
+// Publisher would set a random one, and every copy must keep the id).
 func copyOf(d amqp.Delivery, h amqp.Table, in Info) amqp.Publishing {
 	p := publishingOf(d, h)
 	if p.MessageId == "" && in.IDDerived == DerivedMissing {
@@ -248,7 +227,6 @@ func copyOf(d amqp.Delivery, h amqp.Table, in Info) amqp.Publishing {
 	return p
 }
 
-// truncate cuts s to at most n bytes.
 func truncate(s string, n int) string {
 	if len(s) > n {
 		return s[:n]

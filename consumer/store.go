@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"crypto/rand"
@@ -22,36 +23,30 @@ const (
 	Busy
 )
 
-// Store remembers which message ids have been handled, so that a Consumer runs its handler at
-// most once per id while the id is remembered (the exactly-once effect). Keys are a queue and a
-// message id: two queues bound to the same exchange each handle their own copy.
+// Store remembers which message ids have been handled, per queue and id, so that a Consumer
+// runs its handler to success at most once per id while it is remembered.
 //
-// The protocol: Claim takes an expiring lease on the key before the handler runs (Redis: SET NX
-// PX); Extend renews it while the handler runs; Done marks the key handled, with a longer TTL,
-// after the handler succeeded; Release drops the lease after the handler failed, so that a
-// retry can claim it. Extend, Done and Release take the token Claim returned, so that a holder
-// whose lease expired never touches another holder's lease (Done overwrites it: the handler has
-// run, which is what the mark records).
+// Claim takes an expiring lease before the handler runs (Redis: SET NX PX); Extend renews it
+// while the handler runs; Done marks the key handled, for the longer keep time; Release drops
+// the lease after a failure, so that a retry can claim it. Extend, Done and Release take
+// Claim's token, so a holder whose lease expired never touches another's (Done overwrites it).
 //
-// Implementations must be safe for concurrent use. Every method is bounded by its context.
+// Implementations must be safe for concurrent use; every method is bounded by its context.
 type Store interface {
-	// Claim tries to take a lease of length lease on (queue, id). It returns Claimed and a
-	// token, AlreadyHandled, or Busy.
+	// Claim tries to take a lease of length lease on (queue, id): Claimed and a token,
+	// AlreadyHandled, or Busy.
 	Claim(ctx context.Context, queue, id string, lease time.Duration) (ClaimState, string, error)
-	// Extend renews the lease held with token for lease more. It returns false when the lease
-	// is no longer the caller's (another holder claimed the key, or it was marked done); a
-	// lease that expired or was lost with the store's data while nobody else claimed the key is
-	// taken again (true), so a store restart does not cut running handlers off.
+	// Extend renews the lease held with token. False when another holder claimed the key or it
+	// was marked done; a lease that expired or was lost while nobody claimed the key is taken
+	// again (true), so a store restart does not cut running handlers off.
 	Extend(ctx context.Context, queue, id, token string, lease time.Duration) (bool, error)
 	// Done marks (queue, id) handled for keep.
 	Done(ctx context.Context, queue, id, token string, keep time.Duration) error
-	// Release drops the lease held with token; a lease held by another token, or a done mark,
-	// is left alone.
+	// Release drops the lease held with token; another token's lease, or a done mark, stays.
 	Release(ctx context.Context, queue, id, token string) error
 }
 
-// ping asks s whether it answers, when it can tell: a RedisStore, or a Store with a method
-// Ping(ctx) error. [Consumer.Run] pings its store at start.
+// ping asks s whether it answers, when it can tell (a RedisStore, or a Ping(ctx) error method).
 func ping(ctx context.Context, s Store) error {
 	switch p := s.(type) {
 	case *RedisStore:
@@ -62,7 +57,6 @@ func ping(ctx context.Context, s Store) error {
 	return nil
 }
 
-// newToken returns a random lease token.
 func newToken() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -72,16 +66,13 @@ func newToken() string {
 // DefaultMemoryWindow is how many keys a [MemoryStore] remembers by default.
 const DefaultMemoryWindow = 100_000
 
-// MemoryStore is a [Store] in this process's memory: it deduplicates between the Consumers of
-// one process only, and remembers at most a bounded window of keys. When the window is full,
-// the oldest done marks are forgotten first (a copy of such a message arriving later is handled
-// again), then expired leases; a window full of live leases refuses new claims with Busy.
-// The zero value is ready to use: &MemoryStore{} remembers DefaultMemoryWindow keys. A
-// MemoryStore must not be copied after first use.
+// MemoryStore is a [Store] in this process's memory, for the Consumers of one process. When
+// its window of keys is full, it forgets the oldest done marks first (a later copy of such a
+// message is handled again), then expired leases; a window full of live leases refuses claims
+// with Busy. The zero value is ready to use. A MemoryStore must not be copied after first use.
 type MemoryStore struct {
 	// Window is how many keys the store remembers at most, done marks and live leases
-	// together (<= 0: DefaultMemoryWindow). Set it before the first use; later changes are
-	// ignored.
+	// together (<= 0: DefaultMemoryWindow). Changes after the first use are ignored.
 	Window int
 
 	mu     sync.Mutex
@@ -99,23 +90,24 @@ type memEntry struct {
 	expires time.Time
 }
 
-// init prepares m at its first use; m.mu is held.
-func (m *MemoryStore) init() {
-	if m.keys != nil {
-		return
-	}
-	m.max = m.Window
-	if m.max <= 0 {
-		m.max = DefaultMemoryWindow
-	}
-	if m.now == nil {
-		m.now = time.Now
-	}
-	m.keys, m.order = map[memKey]*list.Element{}, list.New()
-}
-
-// memKey is a MemoryStore's key: a queue and a message id, kept apart.
 type memKey struct{ queue, id string }
+
+// lock checks ctx, then locks m (the caller unlocks it), prepares it at its first use and
+// returns the time.
+func (m *MemoryStore) lock(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	m.mu.Lock()
+	if m.keys == nil {
+		m.max = cmp.Or(max(m.Window, 0), DefaultMemoryWindow)
+		if m.now == nil {
+			m.now = time.Now
+		}
+		m.keys, m.order = map[memKey]*list.Element{}, list.New()
+	}
+	return m.now(), nil
+}
 
 // get returns the live entry of key, dropping it when it has expired.
 func (m *MemoryStore) get(key memKey, now time.Time) *memEntry {
@@ -151,8 +143,8 @@ func (m *MemoryStore) put(e *memEntry) {
 	}
 }
 
-// room makes room for one more key: it forgets expired entries, then the oldest done marks.
-// It reports false when only live leases are left.
+// room makes room for one more key, forgetting expired entries and the oldest done marks;
+// false when only live leases are left.
 func (m *MemoryStore) room(now time.Time) bool {
 	if len(m.keys) < m.max {
 		return true
@@ -169,13 +161,11 @@ func (m *MemoryStore) room(now time.Time) bool {
 
 // Claim implements [Store].
 func (m *MemoryStore) Claim(ctx context.Context, queue, id string, lease time.Duration) (ClaimState, string, error) {
-	if err := ctx.Err(); err != nil {
+	now, err := m.lock(ctx)
+	if err != nil {
 		return Busy, "", err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	now := m.now()
 	key := memKey{queue, id}
 	if e := m.get(key, now); e != nil {
 		if e.done {
@@ -193,13 +183,11 @@ func (m *MemoryStore) Claim(ctx context.Context, queue, id string, lease time.Du
 
 // Extend implements [Store].
 func (m *MemoryStore) Extend(ctx context.Context, queue, id, token string, lease time.Duration) (bool, error) {
-	if err := ctx.Err(); err != nil {
+	now, err := m.lock(ctx)
+	if err != nil {
 		return false, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	now := m.now()
 	e := m.get(memKey{queue, id}, now)
 	if e == nil {
 		if !m.room(now) {
@@ -217,13 +205,11 @@ func (m *MemoryStore) Extend(ctx context.Context, queue, id, token string, lease
 
 // Done implements [Store].
 func (m *MemoryStore) Done(ctx context.Context, queue, id, token string, keep time.Duration) error {
-	if err := ctx.Err(); err != nil {
+	now, err := m.lock(ctx)
+	if err != nil {
 		return err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	now := m.now()
 	key := memKey{queue, id}
 	if m.get(key, now) == nil && !m.room(now) {
 		return nil // only live leases left: the mark is forgotten at once
@@ -234,12 +220,10 @@ func (m *MemoryStore) Done(ctx context.Context, queue, id, token string, keep ti
 
 // Release implements [Store].
 func (m *MemoryStore) Release(ctx context.Context, queue, id, token string) error {
-	if err := ctx.Err(); err != nil {
+	if _, err := m.lock(ctx); err != nil {
 		return err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
 	if el, ok := m.keys[memKey{queue, id}]; ok {
 		if e := el.Value.(*memEntry); !e.done && e.token == token {
 			m.remove(el)
