@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -225,7 +224,7 @@ func (o *options) fitWaits(m time.Duration) error {
 	} else if o.backoff.longest() > float64(m) {
 		errs = append(errs, fmt.Errorf("%w: Options.Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
 			"the topology's ladder carries (retries wait in it): want Backoff.Max from Backoff.Initial (%v) to %v",
-			ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, floatDuration(o.backoff.longest()), m, o.backoff.Initial, fit))
+			ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, time.Duration(o.backoff.longest()), m, o.backoff.Initial, fit))
 	}
 	if o.busyDelay > m {
 		errs = append(errs, fmt.Errorf("%w: Options.BusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
@@ -236,12 +235,4 @@ func (o *options) fitWaits(m time.Duration) error {
 		o.busyDelay = min(max(o.lease/4, time.Second), m)
 	}
 	return errors.Join(errs...)
-}
-
-// floatDuration formats d nanoseconds, also beyond the largest time.Duration.
-func floatDuration(d float64) string {
-	if d >= math.MaxInt64 {
-		return fmt.Sprintf("%.0f years", d/float64(365*24*time.Hour))
-	}
-	return time.Duration(d).String()
 }

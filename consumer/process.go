@@ -196,21 +196,21 @@ func (c *Consumer) handle(base context.Context, d amqp.Delivery, in Info, token 
 func (c *Consumer) settleOutcome(f *flight, token string, took time.Duration, err error) {
 	ctx, cancel := c.settleCtx()
 	defer func() { cancel() }() // cancel is replaced below
-	in := f.in
-	if !f.settle() {
-		if token != "" && err == nil {
-			c.done(ctx, in.ID, token)
-		} else if token != "" {
-			c.release(in.ID, token)
-		}
-		return
-	}
+	in, settling := f.in, f.settle()
 	if err == nil {
 		var serr error
 		if token != "" {
 			serr = c.done(ctx, in.ID, token)
 		}
-		c.ack(f, Event{Kind: Handled, Info: in, Err: serr, Duration: took, At: time.Now()})
+		if settling {
+			c.ack(f, Event{Kind: Handled, Info: in, Err: serr, Duration: took, At: time.Now()})
+		}
+		return
+	}
+	if !settling {
+		if token != "" {
+			c.release(in.ID, token)
+		}
 		return
 	}
 	c.log.Debug().Err(err).Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Msg("consumer: handler failed")

@@ -68,31 +68,26 @@ func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: dial: %w", err)
 	}
-	s, err := c.consume(conn, careful)
-	if err != nil {
+	fail := func(err error) (*session, error) {
 		_ = closeConn(conn)
+		return nil, err
 	}
-	return s, err
-}
-
-func (c *Consumer) consume(conn *amqp.Connection, careful bool) (*session, error) {
 	// Before the consume: an unreadable delivery may close the connection at once.
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("consumer: open a channel: %w", err)
+		return fail(fmt.Errorf("consumer: open a channel: %w", err))
 	}
-	if _, err := ch.QueueDeclarePassive(c.queue, true, false, false, false, nil); err != nil {
-		if amqpconn.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: queue %q does not exist in this vhost (RabbitMQ's passive declare answered 404): declare it "+
-				"(a ready queue of `rabbitdelay apply`, AMQPDELAY_READY_QUEUES) or correct the name: %w", ErrQueueNotFound, c.queue, err)
-		}
-		return nil, fmt.Errorf("consumer: check queue %q: %w", c.queue, err)
+	if _, err := ch.QueueDeclarePassive(c.queue, true, false, false, false, nil); amqpconn.IsNotFound(err) {
+		return fail(fmt.Errorf("%w: queue %q does not exist in this vhost (RabbitMQ's passive declare answered 404): declare it "+
+			"(a ready queue of `rabbitdelay apply`, AMQPDELAY_READY_QUEUES) or correct the name: %w", ErrQueueNotFound, c.queue, err))
+	} else if err != nil {
+		return fail(fmt.Errorf("consumer: check queue %q: %w", c.queue, err))
 	}
 	if c.o.bind {
 		if err := ch.QueueBind(c.queue, c.queue, c.names.Retry(), false, nil); err != nil {
-			return nil, fmt.Errorf("consumer: bind queue %q to the retry exchange %q with key %q (run `rabbitdelay apply`, or pass "+
-				"Options.NoRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err)
+			return fail(fmt.Errorf("consumer: bind queue %q to the retry exchange %q with key %q (run `rabbitdelay apply`, or pass "+
+				"Options.NoRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err))
 		}
 	}
 	prefetch := c.o.concurrency
@@ -100,12 +95,12 @@ func (c *Consumer) consume(conn *amqp.Connection, careful bool) (*session, error
 		prefetch = 1
 	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
-		return nil, fmt.Errorf("consumer: set prefetch %d: %w", prefetch, err)
+		return fail(fmt.Errorf("consumer: set prefetch %d: %w", prefetch, err))
 	}
 	tag := fmt.Sprintf("%s-%s", c.o.name, newToken()[:8])
 	deliveries, err := ch.Consume(c.queue, tag, false, false, false, false, nil)
 	if err != nil {
-		return nil, fmt.Errorf("consumer: consume queue %q: %w", c.queue, err)
+		return fail(fmt.Errorf("consumer: consume queue %q: %w", c.queue, err))
 	}
 	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, closed: closed, flights: map[*flight]struct{}{}}
 	if careful {

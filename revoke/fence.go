@@ -17,8 +17,7 @@ type fenceReq struct {
 	seq uint64
 }
 
-// fenceRead takes a fence record sent at at (Unix ms) into covered, and into ownRead when it is
-// one of this reader's.
+// fenceRead takes a fence record sent at at (Unix ms) into covered, and ownRead if it is ours.
 func (r *Revocations) fenceRead(d *amqp.Delivery, at int64) {
 	r.fmu.Lock()
 	defer r.fmu.Unlock()
@@ -32,28 +31,29 @@ func (r *Revocations) fenceRead(d *amqp.Delivery, at int64) {
 		}
 	}
 	if grew {
-		close(r.progress)
-		r.progress = make(chan struct{})
+		r.wake()
 	}
 }
 
-// setTrouble records why the stream cannot be read or written now.
+// wake wakes the waiters; r.fmu is held.
+func (r *Revocations) wake() {
+	close(r.progress)
+	r.progress = make(chan struct{})
+}
+
 func (r *Revocations) setTrouble(err error) { r.trouble.Store(&err) }
 
 // fenceFailed forgets the fence in flight and wakes the waiters, which send another.
 func (r *Revocations) fenceFailed() {
 	r.fmu.Lock()
 	r.sent, r.sentSeq = 0, 0
-	close(r.progress)
-	r.progress = make(chan struct{})
+	r.wake()
 	r.fmu.Unlock()
 }
 
-// fencer publishes the fences asked for (their send time), one at a time. Without a fence
-// channel (the connection lost, a reconnect under way) it drops the request: the waiters wait
-// until reconnect wakes them. After a failed fence it waits (exponential back-off, 100 ms
-// doubling to 5 s) before it wakes the waiters to ask again, so that a stream that refuses
-// fences does not make them ask in a busy loop.
+// fencer publishes the fences asked for, one at a time. Without a fence channel it drops the
+// request: reconnect wakes the waiters. After a failed fence it backs off before it wakes them
+// to ask again, so that a stream that refuses fences does not make them ask in a busy loop.
 func (r *Revocations) fencer() {
 	b := newBackOff()
 	for {
@@ -66,7 +66,7 @@ func (r *Revocations) fencer() {
 		ch := r.fch.Load()
 		if ch == nil {
 			r.fencesFailed.Add(1)
-			continue // reconnect wakes the waiters once it has a channel again
+			continue
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 		err := publishConfirmed(ctx, ch, r.stream, false, amqp.Publishing{
@@ -91,8 +91,8 @@ func (r *Revocations) fencer() {
 }
 
 // wait returns once a fence sent at or after need (Unix ms, any reader's) and this reader's
-// fence number seq (0: none needed) have been read back, sending a fence when none that would
-// do is on its way; ctx bounds it.
+// fence number seq (0: none) have been read back, sending a fence when none that would do is
+// on its way.
 func (r *Revocations) wait(ctx context.Context, need int64, seq uint64) error {
 	for {
 		r.fmu.Lock()
@@ -101,14 +101,13 @@ func (r *Revocations) wait(ctx context.Context, need int64, seq uint64) error {
 			return nil
 		}
 		if r.sent < need || r.sentSeq < seq {
-			// The fence's time is taken before it is sent: every record confirmed before that
-			// time precedes it in the stream. Its number is given now, so it is sent after
-			// every moment at which a waiter took seqGen + 1 as the number it needs.
+			// Time and number taken before the send: every record confirmed before that time,
+			// and every nextFence answer so far, precede it.
 			req := fenceReq{at: max(time.Now().UnixMilli(), need), seq: r.seqGen + 1}
 			select {
 			case r.fenceReq <- req:
 				r.sent, r.sentSeq, r.seqGen = req.at, req.seq, req.seq
-			default: // the fencer is busy with another: wait for its outcome and look again
+			default: // the fencer is busy: wait for its outcome and look again
 			}
 		}
 		progress := r.progress
@@ -127,7 +126,7 @@ func (r *Revocations) wait(ctx context.Context, need int64, seq uint64) error {
 	}
 }
 
-// nextFence returns the number of the next fence this reader will send: one sent after the call.
+// nextFence returns the number of a fence this reader will send after the call.
 func (r *Revocations) nextFence() uint64 {
 	r.fmu.Lock()
 	defer r.fmu.Unlock()

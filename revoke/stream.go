@@ -27,7 +27,7 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 		_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
 		return nil, nil, err
 	}
-	if r.retention == 0 { // the first open, before the reader starts: the retention of the applied topology
+	if r.retention == 0 { // the first open: the applied topology's retention
 		spec, err := delayspec.ReadRecord(ctx, conn, r.cfg.Prefix)
 		if errors.Is(err, delayspec.ErrNoRecord) {
 			err = fmt.Errorf("%w: %w", amqpdelay.ErrTopologyMissing, err)
@@ -49,11 +49,9 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 		return fail(fmt.Errorf("revoke: check stream %q: %w", r.stream, err))
 	}
 	if last, resume := offset.(int64); resume {
-		// Resuming at the last record read, to check it is the same record (read): the stream
-		// may have been deleted and declared again since (a consumer cancelled by the broker,
-		// or a connection lost meanwhile). A new stream starts at offset 0, and RabbitMQ holds
-		// a consumer at an offset past the end until the stream reaches it, so first make sure
-		// the stream reaches that offset.
+		// Resuming at the last record read, to check the stream was not declared again since.
+		// RabbitMQ holds a consumer at an offset past the end until the stream reaches it, so
+		// first make sure it reaches that offset.
 		end, err := r.probeEnd(ctx, conn)
 		if err != nil {
 			return fail(err)
@@ -70,8 +68,7 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fail(fmt.Errorf("revoke: set prefetch: %w", err))
 	}
-	// A stream is read with manual acks and a prefetch; x-stream-offset says where to start
-	// (https://www.rabbitmq.com/docs/streams#consuming).
+	// Manual acks, a prefetch, and x-stream-offset (https://www.rabbitmq.com/docs/streams#consuming).
 	deliveries, err := ch.Consume(r.stream, "", false, false, false, false, amqp.Table{"x-stream-offset": offset})
 	if err != nil {
 		return fail(fmt.Errorf("revoke: read stream %q: %w", r.stream, err))
@@ -88,8 +85,7 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 	return deliveries, conn.NotifyClose(make(chan *amqp.Error, 1)), nil
 }
 
-// fingerprint identifies a record of the stream by its content: type, headers of the format
-// (revlog), message id and body.
+// fingerprint identifies a record by its type, revlog headers, message id and body.
 func fingerprint(d *amqp.Delivery) uint64 {
 	h := fnv.New64a()
 	at, _ := d.Headers[revlog.AtHeader].(int64)
@@ -100,9 +96,8 @@ func fingerprint(d *amqp.Delivery) uint64 {
 	return h.Sum64()
 }
 
-// probeEnd returns the offset of a fence it writes at the stream's end (a fence record like
-// any: every reader may take it as one), read back through a consumer starting at "last" (the
-// last chunk). Errors: the broker's, or ctx's.
+// probeEnd returns the offset of a fence it writes at the stream's end, read back through a
+// consumer starting at "last" (the last chunk).
 func (r *Revocations) probeEnd(ctx context.Context, conn *amqp.Connection) (int64, error) {
 	pch, err := conn.Channel()
 	if err != nil {
@@ -182,7 +177,7 @@ func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Er
 			if r.verify {
 				r.verify = false
 				if off, _ := d.Headers["x-stream-offset"].(int64); off == r.next-1 && fingerprint(&d) == r.last {
-					n++ // the last record read before: the same stream, read on from here
+					n++ // the same stream: read on
 					continue
 				}
 				r.o.logger.Warn().Str("stream", r.stream).Int64("offset", r.next-1).
@@ -225,8 +220,7 @@ func (r *Revocations) apply(d *amqp.Delivery) {
 			r.set[string(id)] = entry{keep: string(keep), forget: forget}
 			return
 		}
-		// Reschedule's first record: the new copy's tag is kept by the revocation in force, if
-		// any (an id without one revokes nothing). Its retention is that revocation's.
+		// An allow record: the revocation in force, if any, keeps the new copy's tag too.
 		e, ok := r.set[string(id)]
 		if !ok || len(keep) == 0 || e.keeps(string(keep)) {
 			return
@@ -256,8 +250,7 @@ func (r *Revocations) sweep(now int64) {
 	r.mu.Unlock()
 }
 
-// reconnect opens the stream again at the next offset, with exponential back-off and jitter;
-// nil once closed.
+// reconnect opens the stream again at the next offset, with back-off; nil once closed.
 func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
 	if r.conn != nil {
 		_ = r.conn.CloseDeadline(time.Now().Add(time.Second))
@@ -285,8 +278,7 @@ func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
 	return nil, nil
 }
 
-// newBackOff returns the back-off of reconnects and failed fences: 100 ms doubling to 5 s,
-// each wait randomized by ±50 %.
+// newBackOff: 100 ms doubling to 5 s, each wait randomized by ±50 %.
 func newBackOff() *backoff.ExponentialBackOff {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0.5, 0
@@ -294,8 +286,7 @@ func newBackOff() *backoff.ExponentialBackOff {
 	return b
 }
 
-// publishConfirmed publishes msg to stream on ch, a channel in confirm mode, and waits for the
-// broker's confirm; a nack is an error.
+// publishConfirmed publishes msg to stream on ch, in confirm mode, and waits for the confirm.
 func publishConfirmed(ctx context.Context, ch *amqp.Channel, stream string, mandatory bool, msg amqp.Publishing) error {
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", stream, mandatory, false, msg)
 	if err != nil {

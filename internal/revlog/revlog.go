@@ -1,15 +1,13 @@
 // Package revlog is the format of the records of the revocation stream <prefix>.revoked,
-// shared by the writer (amqpdelay's Publisher.Revoke and Reschedule) and the readers (package
-// revoke). A record is one message, published to the default exchange with the stream's name
-// as routing key, with the header [AtHeader] (when it was written), of one of three types:
+// written by amqpdelay's Publisher.Revoke and Reschedule and read by package revoke. A record
+// is one message with the header [AtHeader], of one of three types:
 //
-//   - [TypeRevocation]: the body is a list of entries, each a byte n (1 to 255), n bytes of
-//     message id, a byte k (0 to 255) and k bytes of copy tag to keep ("" keeps none).
-//   - [TypeAllow]: entries as a revocation's, each naming a copy tag to keep in addition to
-//     those the id's latest record keeps; it revokes nothing. Reschedule writes it before it
-//     publishes the new copy ([RescheduledPrefix]).
-//   - [TypeFence]: no body. A reader that reads a fence back has read every record confirmed
-//     before the fence was sent; [ReaderHeader] and [SeqHeader] let a reader recognise its own.
+//   - [TypeRevocation]: a body of entries, each a byte n (1 to 255), n bytes of message id, a
+//     byte k (0 to 255) and k bytes of copy tag to keep ("" keeps none).
+//   - [TypeAllow]: entries as a revocation's, each a copy tag to keep in addition to those the
+//     id's latest record keeps. Reschedule writes it before it publishes the new copy.
+//   - [TypeFence]: no body; a reader that reads one back has read every record confirmed
+//     before it was sent. [ReaderHeader] and [SeqHeader] let a reader recognise its own.
 package revlog
 
 import (
@@ -28,8 +26,8 @@ const (
 	ReaderHeader = "rabbitdelay-reader"
 	// SeqHeader holds a fence's number among its reader's fences (int64, from 1).
 	SeqHeader = "rabbitdelay-seq"
-	// RescheduledPrefix starts the copy tag of a copy that Reschedule published (and only
-	// those): a reader makes sure it has read that copy's allow record before it drops it.
+	// RescheduledPrefix starts the copy tag of a copy that Reschedule published, and only
+	// those.
 	RescheduledPrefix = 'r'
 	// AtHeader is the header holding a record's write time (Unix ms, int64).
 	AtHeader = "rabbitdelay-at"
@@ -37,8 +35,7 @@ const (
 	CopyHeader = "rabbitdelay-copy"
 	// MaxTagLen is the longest copy tag, in bytes.
 	MaxTagLen = 64
-	// MaxBody is the largest record body the writer makes (1 MiB); more entries go in more
-	// records.
+	// MaxBody is the largest record body, in bytes.
 	MaxBody = 1 << 20
 )
 
@@ -55,8 +52,7 @@ func Rescheduled(tag string) bool { return tag != "" && tag[0] == RescheduledPre
 // Size is the number of bytes e takes in a body.
 func (e Entry) Size() int { return 2 + len(e.ID) + len(e.Keep) }
 
-// Encode appends the entries to b and returns it; the caller has checked each ID (1 to 255
-// bytes) and Keep (0 to MaxTagLen bytes).
+// Encode appends the entries to b; the caller checked each ID (1 to 255 bytes) and Keep.
 func Encode(b []byte, entries []Entry) []byte {
 	for _, e := range entries {
 		b = append(b, byte(len(e.ID)))
@@ -84,11 +80,10 @@ func Split(entries []Entry) [][]Entry {
 	return out
 }
 
-// errCorrupt reports a body that does not follow the format.
 var errCorrupt = errors.New("revlog: corrupt revocation record")
 
-// Decode calls f for every entry of body, in order. It returns an error for a body that ends
-// inside an entry or has an empty id (the entries before it were passed to f).
+// Decode calls f for every entry of body, in order, until an entry is cut short or has an
+// empty id (an error).
 func Decode(body []byte, f func(id, keep []byte)) error {
 	for i := 0; i < len(body); {
 		n := int(body[i])
