@@ -12,12 +12,8 @@ import (
 
 // consumerMetrics are the collectors shared by the Consumers of one registry.
 type consumerMetrics struct {
-	messages   *prometheus.CounterVec
-	failures   *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
-	lateness   *prometheus.HistogramVec
-	reconnects *prometheus.CounterVec
-	derived    *prometheus.CounterVec
+	messages, failures, reconnects, derived *prometheus.CounterVec
+	duration, lateness                      *prometheus.HistogramVec
 }
 
 // newConsumerMetrics registers the collectors on reg, or shares those already there.
@@ -25,25 +21,22 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	const sub = "consumer"
-	cs := []prometheus.Collector{
-		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "messages_total",
-			Help: "Deliveries by outcome: handled, retried, parked, duplicate, deferred, requeued, unsettled, revoked, rejected."},
-			[]string{"queue", "outcome"}),
-		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "handler_failures_total",
-			Help: "Handler runs that returned an error or panicked."}, []string{"queue"}),
-		prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "handler_duration_seconds",
-			Help: "Handler run time, by result (ok or error).", Buckets: metrics.DurationBuckets}, []string{"queue", "result"}),
-		prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "lateness_seconds",
-			Help:    "How long after its rabbitdelay-due time a handled delivery's handling began, by the delay path it came through.",
-			Buckets: metrics.LatenessBuckets}, []string{"queue", "path"}),
-		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "reconnects_total",
-			Help: "Reconnections of the Consumer after a connection loss."}, []string{"queue"}),
-		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "derived_ids_total",
-			Help: "Deliveries whose id the Consumer derived, by reason: missing (no MessageId: a hash of the content) or too-long."},
-			[]string{"queue", "reason"}),
+	counter := func(name, help string, labels ...string) prometheus.Collector {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "consumer", Name: name, Help: help},
+			append([]string{"queue"}, labels...))
 	}
-	in, _, err := metrics.Register(reg, true, cs...)
+	histogram := func(name, help string, buckets []float64, label string) prometheus.Collector {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: "consumer", Name: name,
+			Help: help, Buckets: buckets}, []string{"queue", label})
+	}
+	in, _, err := metrics.Register(reg, true,
+		counter("messages_total", "Deliveries by outcome: handled, retried, parked, duplicate, deferred, requeued, unsettled, revoked, rejected.", "outcome"),
+		counter("handler_failures_total", "Handler runs that returned an error or panicked."),
+		histogram("handler_duration_seconds", "Handler run time, by result (ok or error).", metrics.DurationBuckets, "result"),
+		histogram("lateness_seconds", "How long after its rabbitdelay-due time a handled delivery's handling began, by the delay path it came through.",
+			metrics.LatenessBuckets, "path"),
+		counter("reconnects_total", "Reconnections of the Consumer after a connection loss."),
+		counter("derived_ids_total", "Deliveries whose id the Consumer derived, by reason: missing (no MessageId: a hash of the content) or too-long.", "reason"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: Options.Metrics: %w", ErrInvalidConfig, err)
 	}

@@ -32,42 +32,22 @@ func newPanicError(v any) *PanicError {
 // panicSummary is "panic: <v>; at <func> (<dir>/<file>:<line>); at ..." for the frames of pcs
 // below the runtime's panic frames, cut to MaxPanicLen bytes.
 func panicSummary(v any, pcs []uintptr) string {
-	var b strings.Builder
-	b.WriteString("panic: ")
-	b.WriteString(truncate(fmt.Sprint(v), maxPanicValueLen))
+	b := strings.Builder{}
+	b.WriteString("panic: " + truncate(fmt.Sprint(v), maxPanicValueLen))
 	frames := runtime.CallersFrames(pcs)
-	inRuntime, below := false, 0
-	for below < panicFrames {
-		fr, more := frames.Next()
-		if fr.Function == callFunc {
+	for inRuntime, below, more := false, 0, true; more && below < panicFrames; {
+		var fr runtime.Frame
+		if fr, more = frames.Next(); fr.Function == callFunc {
 			break
 		}
-		isRuntime := strings.HasPrefix(fr.Function, "runtime.")
-		switch {
-		case !inRuntime && !isRuntime: // the deferred function, above the runtime's frames
-		case isRuntime:
+		if strings.HasPrefix(fr.Function, "runtime.") {
 			inRuntime = true
-		default:
-			fmt.Fprintf(&b, "; at %s (%s:%d)", shortFunc(fr.Function), shortFile(fr.File), fr.Line)
+		} else if inRuntime { // below the runtime's frames; above them is the deferred function
+			dir, file := path.Split(fr.File)
+			fn := fr.Function[strings.LastIndexByte(fr.Function, '/')+1:] // without the import path
+			fmt.Fprintf(&b, "; at %s (%s:%d)", fn, path.Join(path.Base(dir), file), fr.Line)
 			below++
-		}
-		if !more {
-			break
 		}
 	}
 	return truncate(b.String(), MaxPanicLen)
-}
-
-// shortFunc drops the import path: "github.com/a/b/pkg.(*T).m" becomes "pkg.(*T).m".
-func shortFunc(f string) string {
-	if i := strings.LastIndexByte(f, '/'); i >= 0 {
-		return f[i+1:]
-	}
-	return f
-}
-
-// shortFile keeps the last directory and the file name.
-func shortFile(f string) string {
-	dir, file := path.Split(f)
-	return path.Join(path.Base(dir), file)
 }

@@ -98,34 +98,25 @@ type Revocations struct {
 	// given, sentSeq on its way, ownRead read back), so that a fence sent after a moment can be
 	// awaited without comparing clocks. progress is closed and replaced when either grows or a
 	// fence fails.
-	self                 string // this reader's random id, in its fences' revlog.ReaderHeader
-	fmu                  sync.Mutex
-	covered              int64
-	sent                 int64
-	seqGen               uint64
-	sentSeq              uint64
-	ownRead              uint64
-	progress             chan struct{}
-	fenceReq             chan fenceReq
-	fences, fencesFailed atomic.Uint64
-
-	// The reader goroutine's: the next offset, a fingerprint of the last record read, whether
-	// a resumed consumer's first record must be that one (verify), and whether to read from the
-	// start at the next connection (restart: the stream was declared again).
-	next    int64
-	last    uint64
-	verify  bool
-	restart bool
-	records atomic.Uint64
+	self                     string // this reader's random id, in its fences' revlog.ReaderHeader
+	fmu                      sync.Mutex
+	covered, sent            int64
+	seqGen, sentSeq, ownRead uint64
+	progress                 chan struct{}
+	fenceReq                 chan fenceReq
+	fences, fencesFailed     atomic.Uint64
+	fch                      atomic.Pointer[amqp.Channel] // the fence channel of the current connection
+	trouble                  atomic.Pointer[error]        // why the stream cannot be read or written now
+	records                  atomic.Uint64
+	next                     int64  // the reader goroutine's: the next offset,
+	last                     uint64 // the last record's fingerprint,
+	verify, restart          bool   // a resumed consumer's first must be last; read from the start
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	fch    atomic.Pointer[amqp.Channel] // the fence channel of the current connection
-	// trouble is why the stream cannot be read or written now (nil while it can).
-	trouble atomic.Pointer[error]
-	conn    *amqp.Connection
-	once    sync.Once
+	conn   *amqp.Connection
+	once   sync.Once
 }
 
 // New connects to the broker of cfg, reads the revocation stream "<prefix>.revoked" from its
