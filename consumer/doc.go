@@ -12,22 +12,14 @@
 //
 // # How a delivery is handled
 //
-// The prefetch equals the concurrency; copies go through an amqpdelay.Publisher, which returns
-// only after the broker's confirm.
-//
-//  1. Claim the id ([Options.IDFunc]) in the [Store] with an expiring lease. Handled before:
-//     ack ([Skipped]). Leased elsewhere: send it back for the busy delay, ack ([Deferred]).
-//  2. Run the handler with a context carrying [Info], renewing the lease. A panic fails.
-//  3. nil: mark the id done, ack ([Handled]).
-//  4. An error with attempts left: publish a copy to <prefix>.retry, keyed by the queue's
-//     name, for the back-off, then ack ([Retried]).
-//  5. The last attempt failed, or [Permanent]: publish to <prefix>.parking with the reason
-//     ([HeaderParkReason]), then ack ([Parked]). [Replay] moves parked messages back.
-//
-// A delivery is acked only once its outcome is safe (done mark written, or copy confirmed);
-// retries never requeue; no handler runs before the rabbitdelay-due time by this machine's
-// clock ([EarlyHold]); revoked messages are acked unhandled ([Revoked], package revoke). The
-// guarantees, limits and metrics are in docs/consuming.md and docs/operations.md.
+// The Consumer claims the delivery's id ([Options.IDFunc]) in the [Store] with an expiring
+// lease, runs the handler with a context carrying [Info], then marks the id done and acks; or,
+// after a failure, publishes a copy through the delay topology to <prefix>.retry (keyed by the
+// queue's name) for the back-off, or, after the last attempt or a [Permanent] error, to
+// <prefix>.parking ([Replay] moves it back), and acks once the copy is confirmed. Each outcome
+// is an [Event]. No handler runs before the rabbitdelay-due time by this machine's clock
+// ([EarlyHold]); revoked messages are acked unhandled ([Revoked], package revoke).
+// docs/consuming.md has the guarantees and limits, docs/operations.md the metrics.
 //
 // # Giving a delivery back
 //

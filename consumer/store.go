@@ -75,12 +75,11 @@ type MemoryStore struct {
 	// together (<= 0: DefaultMemoryWindow). Changes after the first use are ignored.
 	Window int
 
-	mu     sync.Mutex
-	max    int // Window, fixed at the first use
-	now    func() time.Time
-	keys   map[memKey]*list.Element
-	order  *list.List // of *memEntry, oldest first (by last write)
-	leases int
+	mu    sync.Mutex
+	max   int // Window, fixed at the first use
+	now   func() time.Time
+	keys  map[memKey]*list.Element
+	order *list.List // of *memEntry, oldest first (by last write)
 }
 
 type memEntry struct {
@@ -124,11 +123,7 @@ func (m *MemoryStore) get(key memKey, now time.Time) *memEntry {
 }
 
 func (m *MemoryStore) remove(el *list.Element) {
-	e := el.Value.(*memEntry)
-	if !e.done {
-		m.leases--
-	}
-	delete(m.keys, e.key)
+	delete(m.keys, el.Value.(*memEntry).key)
 	m.order.Remove(el)
 }
 
@@ -138,9 +133,6 @@ func (m *MemoryStore) put(e *memEntry) {
 		m.remove(el)
 	}
 	m.keys[e.key] = m.order.PushBack(e)
-	if !e.done {
-		m.leases++
-	}
 }
 
 // room makes room for one more key, forgetting expired entries and the oldest done marks;
