@@ -71,19 +71,13 @@ func contentID(d amqp.Delivery) string {
 	if rk, ok := d.Headers[HeaderRoutingKey].(string); ok {
 		key = rk
 	}
-	for _, s := range []string{key, d.ContentType, d.ContentEncoding, d.CorrelationId, d.ReplyTo, d.Type, d.AppId} {
-		hashValue(h, s)
+	app := maps.Clone(d.Headers)
+	maps.DeleteFunc(app, func(k string, _ any) bool {
+		return strings.HasPrefix(k, "x-") || strings.HasPrefix(k, route.HeaderPrefix) || k == "CC" || k == "BCC"
+	})
+	for _, v := range []any{key, d.ContentType, d.ContentEncoding, d.CorrelationId, d.ReplyTo, d.Type, d.AppId, d.Timestamp, d.Priority, app, d.Body} {
+		hashValue(h, v)
 	}
-	hashValue(h, d.Timestamp)
-	hashValue(h, d.Priority)
-	app := amqp.Table{}
-	for k, v := range d.Headers {
-		if !strings.HasPrefix(k, "x-") && !strings.HasPrefix(k, route.HeaderPrefix) && k != "CC" && k != "BCC" {
-			app[k] = v
-		}
-	}
-	hashValue(h, app)
-	hashValue(h, d.Body)
 	return ContentIDPrefix + hex.EncodeToString(h.Sum(nil))
 }
 

@@ -66,7 +66,10 @@ func (c *Consumer) deferFor(ctx context.Context, f *flight, delay time.Duration,
 
 // publishCopy publishes a copy of f's delivery with headers h through the retry Publisher.
 func (c *Consumer) publishCopy(ctx context.Context, f *flight, exchange, key string, h amqp.Table, delay time.Duration) (amqpdelay.Receipt, error) {
-	msg := copyOf(f.d, h, f.in)
+	msg := publishingOf(f.d, h)
+	if msg.MessageId == "" && f.in.IDDerived == DerivedMissing {
+		msg.MessageId = f.in.ID // the Publisher would set a random one; every copy keeps the id
+	}
 	return c.settlePublish(ctx, f.in, func() (amqpdelay.Receipt, error) {
 		return c.pub.Publish(ctx, exchange, key, msg, delay)
 	})
@@ -89,8 +92,8 @@ func (c *Consumer) settlePublish(ctx context.Context, in Info, publish func() (a
 	return r, err
 }
 
-// retryUntil runs op with back-off until it succeeds, stop(its error) is true or ctx ends; then
-// the error wraps both op's last error that is not ctx's and ctx's.
+// retryUntil runs op with back-off until it succeeds, stop (if any) is true of its error or ctx
+// ends; then the error wraps both op's last error that is not ctx's and ctx's.
 func retryUntil(ctx context.Context, op func() error, stop func(error) bool) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = settleBackoffMin, settleBackoffMax, 0
@@ -100,7 +103,7 @@ func retryUntil(ctx context.Context, op func() error, stop func(error) bool) err
 		if err != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
 			last = err
 		}
-		if err != nil && (ctx.Err() != nil || stop(err)) {
+		if err != nil && (ctx.Err() != nil || stop != nil && stop(err)) {
 			return backoff.Permanent(err)
 		}
 		return err
@@ -114,7 +117,7 @@ func retryUntil(ctx context.Context, op func() error, stop func(error) bool) err
 // done marks id handled, retrying until ctx (the settle timeout) ends; the delivery stays
 // unacked meanwhile.
 func (c *Consumer) done(ctx context.Context, id, token string) error {
-	err := retryUntil(ctx, func() error { return c.store.Done(ctx, c.queue, id, token, c.o.keep) }, neverStop)
+	err := retryUntil(ctx, func() error { return c.store.Done(ctx, c.queue, id, token, c.o.keep) }, nil)
 	if err != nil {
 		c.log.Warn().Err(err).Str("id", id).Msg("consumer: mark handled failed until the settle timeout; a copy arriving " +
 			"once the lease expired may run the handler again")
@@ -126,12 +129,10 @@ func (c *Consumer) done(ctx context.Context, id, token string) error {
 func (c *Consumer) release(id, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(releaseBudget, c.o.lease))
 	defer cancel()
-	if err := retryUntil(ctx, func() error { return c.store.Release(ctx, c.queue, id, token) }, neverStop); err != nil {
+	if err := retryUntil(ctx, func() error { return c.store.Release(ctx, c.queue, id, token) }, nil); err != nil {
 		c.log.Warn().Err(err).Str("id", id).Msg("consumer: release the lease (it expires by itself)")
 	}
 }
-
-func neverStop(error) bool { return false }
 
 // ack acks f's delivery and reports e (Unsettled when the ack fails).
 func (c *Consumer) ack(f *flight, e Event) {
@@ -167,20 +168,13 @@ func (c *Consumer) report(f *flight, kind EventKind, why, err error) {
 
 // keepHeaders returns a copy of orig with the first routing key, target and due time recorded.
 func keepHeaders(orig amqp.Table, origKey string) amqp.Table {
+	t, _ := orig[route.TargetHeader].(string) // "" when the first delivery had none
 	h := make(amqp.Table, len(orig)+8)
-	maps.Copy(h, orig)
-	if _, ok := h[HeaderRoutingKey]; !ok {
-		h[HeaderRoutingKey] = origKey
+	h[HeaderRoutingKey], h[HeaderTarget] = origKey, t
+	if ms, ok, fits := route.HeaderInt(orig[route.DueHeader]); ok && fits {
+		h[HeaderDue] = ms
 	}
-	if _, ok := h[HeaderTarget]; !ok {
-		t, _ := orig[route.TargetHeader].(string)
-		h[HeaderTarget] = t // "" when the first delivery had none
-	}
-	if _, ok := h[HeaderDue]; !ok {
-		if ms, ok, fits := route.HeaderInt(orig[route.DueHeader]); ok && fits {
-			h[HeaderDue] = ms
-		}
-	}
+	maps.Copy(h, orig) // an earlier copy's records win
 	return h
 }
 
@@ -217,19 +211,4 @@ func publishingOf(d amqp.Delivery, h amqp.Table) amqp.Publishing {
 	}
 }
 
-// copyOf is publishingOf(d, h), with the derived id as MessageId when d has none (the
-// Publisher would set a random one, and every copy must keep the id).
-func copyOf(d amqp.Delivery, h amqp.Table, in Info) amqp.Publishing {
-	p := publishingOf(d, h)
-	if p.MessageId == "" && in.IDDerived == DerivedMissing {
-		p.MessageId = in.ID
-	}
-	return p
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
+func truncate(s string, n int) string { return s[:min(len(s), n)] }
