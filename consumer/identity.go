@@ -37,8 +37,6 @@ const (
 	DerivedTooLong = "too-long"
 )
 
-var derivedReasons = []string{DerivedMissing, DerivedTooLong}
-
 // identify returns d's id for deduplication and, when the Consumer derived it, why.
 func (c *Consumer) identify(d amqp.Delivery) (id, derived string) {
 	id = c.o.idFunc(d)

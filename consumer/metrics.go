@@ -57,9 +57,6 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 	return m, nil
 }
 
-// outcomes are the Event kinds of messages_total's outcome label.
-var outcomes = []EventKind{Handled, Retried, Parked, Skipped, Deferred, Requeued, Unsettled, Revoked, Rejected}
-
 func outcome(k EventKind) string {
 	if k == Skipped {
 		return "duplicate"
@@ -75,10 +72,10 @@ func (m *consumerMetrics) start(queue string) {
 	if m == nil {
 		return
 	}
-	for _, k := range outcomes {
+	for _, k := range []EventKind{Handled, Retried, Parked, Skipped, Deferred, Requeued, Unsettled, Revoked, Rejected} {
 		m.messages.WithLabelValues(queue, outcome(k))
 	}
-	for _, r := range derivedReasons {
+	for _, r := range []string{DerivedMissing, DerivedTooLong} {
 		m.derived.WithLabelValues(queue, r)
 	}
 	m.failures.WithLabelValues(queue)
@@ -116,10 +113,10 @@ func (m *consumerMetrics) handlerRan(queue string, err error, took time.Duration
 	if m == nil {
 		return
 	}
-	if err == nil {
-		m.duration.WithLabelValues(queue, "ok").Observe(took.Seconds())
-		return
+	result := "ok"
+	if err != nil {
+		result = "error"
+		m.failures.WithLabelValues(queue).Inc()
 	}
-	m.failures.WithLabelValues(queue).Inc()
-	m.duration.WithLabelValues(queue, "error").Observe(took.Seconds())
+	m.duration.WithLabelValues(queue, result).Observe(took.Seconds())
 }

@@ -137,10 +137,9 @@ func (b Backoff) delay(attempt int) time.Duration {
 		}
 		d = next
 	}
-	jitter := &backoff.ExponentialBackOff{InitialInterval: d, RandomizationFactor: b.Jitter, Multiplier: 1, MaxInterval: d,
-		Stop: backoff.Stop, Clock: backoff.SystemClock}
-	jitter.Reset()
-	return max(jitter.NextBackOff(), time.Millisecond)
+	grow.InitialInterval, grow.RandomizationFactor = d, b.Jitter
+	grow.Reset()
+	return max(grow.NextBackOff(), time.Millisecond)
 }
 
 // clamp brings each field of b into the range validate accepts.
