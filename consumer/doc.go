@@ -19,7 +19,15 @@
 // <prefix>.parking ([Replay] moves it back), and acks once the copy is confirmed. Each outcome
 // is an [Event]. No handler runs before the rabbitdelay-due time by this machine's clock
 // ([EarlyHold]); revoked messages are acked unhandled ([Revoked], package revoke).
-// docs/consuming.md has the guarantees and limits, docs/operations.md the metrics.
+// docs/consuming.md has the guarantees and limits.
+//
+// # Metrics
+//
+// With [Options.Metrics], every series below exists from New, at 0, with the label queue:
+// rabbitdelay_consumer_messages_total{outcome} (the [EventKind] that settled a delivery;
+// "duplicate" for [Skipped]), _handler_failures_total, _handler_duration_seconds{result} (ok or
+// error), _lateness_seconds{path} ([Info.Late] of handled deliveries with a due time, less
+// those [Replay] moved), _reconnects_total and _derived_ids_total{reason} ([IDDerived]).
 //
 // # Giving a delivery back
 //

@@ -34,8 +34,9 @@ type Options struct {
 	// NoStore turns deduplication off. With a Store as well: ErrInvalidConfig.
 	NoStore bool
 
-	// Lease is how long a claim on an id lasts; renewed every third of it while the handler
-	// runs. 0: DefaultLease; else at least 100 ms.
+	// Lease is how long a claim on an id lasts, renewed every third of it while the handler
+	// runs; a handler whose lease is lost has its context cancelled. 0: DefaultLease; else at
+	// least 100 ms.
 	Lease time.Duration
 	// Keep is how long a handled id is remembered. 0: DefaultKeep, or Lease when longer; else
 	// at least Lease.
