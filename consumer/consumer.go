@@ -67,10 +67,10 @@ func (c *Consumer) Queue() string { return c.queue }
 // every handler has returned. After a connection loss it reconnects with back-off.
 //
 // At start (within 60 s) it pings the store (a [RedisStore], or a Store with a method
-// Ping(ctx) error), opens the retry Publisher and the connection, checks the queue, binds it
-// to the retry exchange and reads the revocation stream. A failure there is returned: ErrStore,
-// ErrInvalidConfig (a Backoff or BusyDelay beyond the ladder's maximum), ErrQueueNotFound,
-// amqpdelay.ErrTopologyMissing, a dial error, or ctx's error. A second call: ErrRunning.
+// Ping(ctx) error), opens the retry Publisher and the connection, checks and binds the queue
+// and reads the revocation stream; it returns a failure there: ErrStore, ErrInvalidConfig (a
+// wait beyond the ladder's maximum), ErrQueueNotFound, amqpdelay.ErrTopologyMissing, a dial
+// error, or ctx's error. A second call: ErrRunning.
 func (c *Consumer) Run(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidConfig)

@@ -14,6 +14,7 @@ import (
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/route"
+	"github.com/delaykit/rabbitdelay/revoke"
 )
 
 // flight states: a handler may be running; the worker settles it; shutdown gave it back.
@@ -142,7 +143,7 @@ func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
 func (c *Consumer) claim(f *flight) (string, bool) {
 	ctx, cancel := c.settleCtx()
 	defer cancel()
-	if c.revs != nil && c.revoked(ctx, f) { // revoked.go
+	if c.revs != nil && c.revoked(ctx, f) {
 		return "", false
 	}
 	if c.store == nil {
@@ -163,6 +164,33 @@ func (c *Consumer) claim(f *flight) (string, bool) {
 		return token, true
 	}
 	return "", false
+}
+
+// revoked reports whether f's delivery is done with before its handler: revoked (acked), or of
+// unknown standing. When the stream cannot answer within ctx, the delivery is deferred, not
+// given back: trouble with the stream must not count toward the queue's delivery limit.
+func (c *Consumer) revoked(ctx context.Context, f *flight) bool {
+	gone, err := c.revs.Revoked(ctx, f.d)
+	switch {
+	case err == nil && !gone:
+		return false
+	case err != nil && !errors.Is(err, revoke.ErrClosed):
+		err = fmt.Errorf("consumer: cannot tell whether the message is revoked, so it was deferred: %w", err)
+		c.log.Warn().Err(err).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: revocation check failed")
+		dctx, cancel := c.settleCtx()
+		defer cancel()
+		c.deferFor(dctx, f, c.o.busyDelay, err)
+		return true
+	}
+	if !f.settle() {
+		return true // shutdown gave it back meanwhile
+	}
+	if err != nil {
+		c.nack(f, fmt.Errorf("consumer: cannot tell whether the message is revoked: %w", err), notFailed)
+		return true
+	}
+	c.ack(f, Event{Kind: Revoked, Info: f.in, At: time.Now()})
+	return true
 }
 
 // handle runs the handler for d, renewing the lease of token meanwhile.

@@ -93,11 +93,10 @@ type Revocations struct {
 	mu  sync.RWMutex
 	set map[string]entry
 
-	// Fences: covered is the send time (Unix ms) of the latest fence read back, any reader's;
-	// sent that of the fence on its way (0: none). Own fences are numbered (seqGen the last
-	// given, sentSeq on its way, ownRead read back), so that a fence sent after a moment can be
-	// awaited without comparing clocks. progress is closed and replaced when either grows or a
-	// fence fails.
+	// Fences: covered and sent are the send times (Unix ms) of the latest fence read back (any
+	// reader's) and of ours on its way (0: none); our fences' numbers (seqGen the last given)
+	// let a fence sent after a moment be awaited without comparing clocks. progress is closed
+	// and replaced when covered or ownRead grows or a fence fails.
 	self                     string // this reader's random id, in its fences' revlog.ReaderHeader
 	fmu                      sync.Mutex
 	covered, sent            int64
