@@ -99,7 +99,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		unreadable := isUnreadable(lost)
 		if unreadable {
-			lost = c.unreadableError(lost)
+			lost = fmt.Errorf("%w: the client library (amqp091-go) could not read a delivery of %q and closed the connection; "+
+				"such a message (typically a header table nested more than 32 deep or with more than 8,192 entries, from a "+
+				"publisher other than amqpdelay's) is delivered again after each reconnect, first in line: a quorum queue's "+
+				"delivery limit dead-letters it (a ready queue of `rabbitdelay apply`: to the parking queue), a classic queue "+
+				"keeps it, so take it out by hand (management UI, Get messages, Ack mode \"Reject requeue false\"); until "+
+				"%d deliveries have been read, the Consumer takes one at a time, so the messages behind it are not given "+
+				"back with it and charged a delivery attempt", lost, c.queue, carefulDeliveries(c.o.concurrency))
 			c.log.Error().Err(lost).Str("queue", c.queue).Msg("consumer: an unreadable delivery closed the connection; reconnecting")
 		} else {
 			c.log.Warn().Err(lost).Str("queue", c.queue).Msg("consumer: connection lost; reconnecting")
@@ -140,17 +146,6 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 		c.revs = r
 	}
 	return c.open(ctx, false)
-}
-
-// unreadableError explains lost, a connection closed on a delivery the client could not read.
-func (c *Consumer) unreadableError(lost error) error {
-	return fmt.Errorf("%w: the client library (amqp091-go) could not read a delivery of %q and closed the connection; "+
-		"such a message (typically a header table nested more than 32 deep or with more than 8,192 entries, from a "+
-		"publisher other than amqpdelay's) is delivered again after each reconnect, first in line: a quorum queue's "+
-		"delivery limit dead-letters it (a ready queue of `rabbitdelay apply`: to the parking queue), a classic queue "+
-		"keeps it, so take it out by hand (management UI, Get messages, Ack mode \"Reject requeue false\"); until "+
-		"%d deliveries have been read, the Consumer takes one at a time, so the messages behind it are not given "+
-		"back with it and charged a delivery attempt", lost, c.queue, carefulDeliveries(c.o.concurrency))
 }
 
 // reconnect opens a new session with back-off, waiting before each attempt; nil once ctx ended.

@@ -66,7 +66,20 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 		}
 		d, ok, err := ch.Get(parking, false)
 		if err != nil {
-			return moved, getError(err, closed, parking)
+			select { // the connection's close reason, when it was the connection that closed
+			case e := <-closed:
+				if e != nil {
+					err = e
+				}
+			case <-time.After(time.Second):
+			}
+			if isUnreadable(err) {
+				return moved, fmt.Errorf("%w: consumer: replay: the message at the head of %q cannot be read by the client library "+
+					"(amqp091-go), which closed the connection (typically a header table nested more than 32 deep or with more "+
+					"than 8,192 entries, from a publisher other than amqpdelay's); it stays first in line: take it out by hand "+
+					"(management UI, %s, Get messages, Ack mode \"Reject requeue false\"), then replay again", err, parking, parking)
+			}
+			return moved, fmt.Errorf("consumer: replay: get from %q: %w", parking, err)
 		}
 		if !ok {
 			break
@@ -80,24 +93,6 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 		}
 	}
 	return moved, nil
-}
-
-// getError explains err, a failed basic.get, by the connection's close reason, if any.
-func getError(err error, closed <-chan *amqp.Error, parking string) error {
-	select {
-	case e := <-closed:
-		if e != nil {
-			err = e
-		}
-	case <-time.After(time.Second):
-	}
-	if isUnreadable(err) {
-		return fmt.Errorf("%w: consumer: replay: the message at the head of %q cannot be read by the client library "+
-			"(amqp091-go), which closed the connection (typically a header table nested more than 32 deep or with more "+
-			"than 8,192 entries, from a publisher other than amqpdelay's); it stays first in line: take it out by hand "+
-			"(management UI, %s, Get messages, Ack mode \"Reject requeue false\"), then replay again", err, parking, parking)
-	}
-	return fmt.Errorf("consumer: replay: get from %q: %w", parking, err)
 }
 
 // replayOne publishes d to queue when a Consumer of queue parked it, else to the back of
