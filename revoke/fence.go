@@ -25,10 +25,9 @@ func (r *Revocations) fenceRead(d *amqp.Delivery, at int64) {
 	if at > r.covered {
 		r.covered, grew = at, true
 	}
-	if who, _ := d.Headers[revlog.ReaderHeader].(string); who == r.self {
-		if seq, ok := d.Headers[revlog.SeqHeader].(int64); ok && seq > 0 && uint64(seq) > r.ownRead {
-			r.ownRead, grew = uint64(seq), true
-		}
+	seq, _ := d.Headers[revlog.SeqHeader].(int64)
+	if who, _ := d.Headers[revlog.ReaderHeader].(string); who == r.self && seq > 0 && uint64(seq) > r.ownRead {
+		r.ownRead, grew = uint64(seq), true
 	}
 	if grew {
 		r.wake()
@@ -102,7 +101,7 @@ func (r *Revocations) wait(ctx context.Context, need int64, seq uint64) error {
 		}
 		if r.sent < need || r.sentSeq < seq {
 			// Time and number taken before the send: every record confirmed before that time,
-			// and every nextFence answer so far, precede it.
+			// and every number a waiter took as seqGen + 1 so far, precede it.
 			req := fenceReq{at: max(time.Now().UnixMilli(), need), seq: r.seqGen + 1}
 			select {
 			case r.fenceReq <- req:
@@ -124,11 +123,4 @@ func (r *Revocations) wait(ctx context.Context, need int64, seq uint64) error {
 			return fmt.Errorf("revoke: context ended while waiting for the revocation stream %q: %w", r.stream, ctx.Err())
 		}
 	}
-}
-
-// nextFence returns the number of a fence this reader will send after the call.
-func (r *Revocations) nextFence() uint64 {
-	r.fmu.Lock()
-	defer r.fmu.Unlock()
-	return r.seqGen + 1
 }

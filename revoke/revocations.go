@@ -171,8 +171,10 @@ func (r *Revocations) Revoked(ctx context.Context, d amqp.Delivery) (bool, error
 	// A rescheduled copy's allow record precedes a fence of this reader sent now.
 	tag, _ := d.Headers[revlog.CopyHeader].(string)
 	var after uint64
-	if revlog.Rescheduled(tag) {
-		after = r.nextFence()
+	if revlog.Rescheduled(tag) { // the number of a fence this reader sends after now
+		r.fmu.Lock()
+		after = r.seqGen + 1
+		r.fmu.Unlock()
 	}
 	if err := r.wait(ctx, need, 0); err != nil {
 		return false, err
