@@ -180,16 +180,12 @@ func (c *Consumer) revoked(ctx context.Context, f *flight) bool {
 		dctx, cancel := c.settleCtx()
 		defer cancel()
 		c.deferFor(dctx, f, c.o.busyDelay, err)
-		return true
-	}
-	if !f.settle() {
-		return true // shutdown gave it back meanwhile
-	}
-	if err != nil {
+	case !f.settle(): // shutdown gave it back meanwhile
+	case err != nil:
 		c.nack(f, fmt.Errorf("consumer: cannot tell whether the message is revoked: %w", err), notFailed)
-		return true
+	default:
+		c.ack(f, Event{Kind: Revoked, Info: f.in, At: time.Now()})
 	}
-	c.ack(f, Event{Kind: Revoked, Info: f.in, At: time.Now()})
 	return true
 }
 
