@@ -207,12 +207,7 @@ func (c *Consumer) shutdown(s *session, workers <-chan struct{}, cancelBase cont
 
 // giveBack returns d to the queue at shutdown with a nack (not counted as a failure).
 func (c *Consumer) giveBack(d amqp.Delivery, why string) {
-	err := d.Nack(false, true)
-	kind := Requeued
-	if err != nil {
-		kind = Unsettled
-	}
 	in := Info{Queue: c.queue}
 	in.ID, in.IDDerived = c.identify(d)
-	c.emit(Event{Kind: kind, Info: in, Err: errors.Join(errors.New(why), err), At: time.Now()})
+	c.report(in, Requeued, errors.New(why), d.Nack(false, true))
 }

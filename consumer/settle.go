@@ -145,25 +145,25 @@ func (c *Consumer) ack(f *flight, e Event) {
 // reject rejects f's delivery without requeue (its queue dead-letters or drops it).
 func (c *Consumer) reject(f *flight, why error) {
 	c.log.Error().Err(why).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: rejected a message that cannot be parked")
-	c.report(f, Rejected, why, f.d.Reject(false))
+	c.report(f.in, Rejected, why, f.d.Reject(false))
 }
 
 // nack gives f's delivery back to the queue: see failed.
 func (c *Consumer) nack(f *flight, why error, failedMsg bool) {
 	c.log.Warn().Err(why).Str("id", f.in.ID).Bool("failed", failedMsg).Msg("consumer: giving the message back to the queue")
 	if failedMsg {
-		c.report(f, Requeued, why, f.d.Reject(true))
+		c.report(f.in, Requeued, why, f.d.Reject(true))
 	} else {
-		c.report(f, Requeued, why, f.d.Nack(false, true))
+		c.report(f.in, Requeued, why, f.d.Nack(false, true))
 	}
 }
 
-// report emits kind for f, or Unsettled when err, the settling's error, is not nil.
-func (c *Consumer) report(f *flight, kind EventKind, why, err error) {
+// report emits kind, or Unsettled when err, the settling's error, is not nil.
+func (c *Consumer) report(in Info, kind EventKind, why, err error) {
 	if err != nil {
 		kind, why = Unsettled, errors.Join(why, err)
 	}
-	c.emit(Event{Kind: kind, Info: f.in, Err: why, At: time.Now()})
+	c.emit(Event{Kind: kind, Info: in, Err: why, At: time.Now()})
 }
 
 // keepHeaders returns a copy of orig with the first routing key, target and due time recorded.
