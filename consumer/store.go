@@ -164,13 +164,9 @@ func (m *MemoryStore) Claim(ctx context.Context, queue, id string, lease time.Du
 	}
 	defer m.mu.Unlock()
 	key := memKey{queue, id}
-	if e := m.get(key, now); e != nil {
-		if e.done {
-			return AlreadyHandled, "", nil
-		}
-		return Busy, "", nil
-	}
-	if !m.room(now) {
+	if e := m.get(key, now); e != nil && e.done {
+		return AlreadyHandled, "", nil
+	} else if e != nil || !m.room(now) {
 		return Busy, "", nil
 	}
 	tok := newToken()
@@ -185,15 +181,13 @@ func (m *MemoryStore) Extend(ctx context.Context, queue, id, token string, lease
 		return false, err
 	}
 	defer m.mu.Unlock()
-	e := m.get(memKey{queue, id}, now)
-	if e == nil {
-		if !m.room(now) {
-			return false, nil
-		}
-		m.put(&memEntry{key: memKey{queue, id}, token: token, expires: now.Add(lease)}) // expired, unclaimed: take it again
+	key := memKey{queue, id}
+	e := m.get(key, now)
+	if e == nil && m.room(now) {
+		m.put(&memEntry{key: key, token: token, expires: now.Add(lease)}) // expired, unclaimed: take it again
 		return true, nil
 	}
-	if e.done || e.token != token {
+	if e == nil || e.done || e.token != token {
 		return false, nil
 	}
 	e.expires = now.Add(lease)
