@@ -95,16 +95,14 @@ func (m *consumerMetrics) observe(queue string, e Event) {
 	switch e.Kind {
 	case Reconnected:
 		m.reconnects.WithLabelValues(queue).Inc()
-		return
 	case Disconnected:
-		return
 	case IDDerived: // not an outcome
 		m.derived.WithLabelValues(queue, e.Info.IDDerived).Inc()
-		return
-	}
-	m.messages.WithLabelValues(queue, outcome(e.Kind)).Inc()
-	if e.Kind == Handled && e.Info.HasDue && !e.Info.Replayed {
-		m.lateness.WithLabelValues(queue, e.Info.Path.String()).Observe(e.Info.Late.Seconds())
+	default:
+		m.messages.WithLabelValues(queue, outcome(e.Kind)).Inc()
+		if e.Kind == Handled && e.Info.HasDue && !e.Info.Replayed {
+			m.lateness.WithLabelValues(queue, e.Info.Path.String()).Observe(e.Info.Late.Seconds())
+		}
 	}
 }
 

@@ -139,11 +139,9 @@ func (opts Options) resolve() (options, error) {
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
-	switch n := opts.Concurrency; {
-	case n == 0:
-	case n < 1 || n > 10_000:
+	if n := opts.Concurrency; n < 0 || n > 10_000 {
 		bad("Options.Concurrency %d: want 1 to 10,000 (0: the default %d)", n, DefaultConcurrency)
-	default:
+	} else if n != 0 {
 		o.concurrency = n
 	}
 	if opts.Backoff != (Backoff{}) {
