@@ -7,12 +7,10 @@ import (
 	"strings"
 )
 
-// The naming rule of the delay queues and the ladder's exchanges, written once: each form below
-// is what follows "<prefix>." in a name. [Names] formats names from them, [IsDelayQueueName]
-// and [Names.OwnsQueue] parse names with them, and [Names.DelayQueuesPattern] builds the
-// policy's PCRE pattern from them, so the three cannot disagree.
+// The naming rule of the delay queues and the ladder's exchanges, written once: each form is
+// what follows "<prefix>.". [Names] formats, [IsDelayQueueName] parses and
+// [Names.DelayQueuesPattern] matches names with them, so the three cannot disagree.
 
-// fieldKind is what a part of a form holds after its literal text.
 type fieldKind uint8
 
 const (
@@ -21,32 +19,25 @@ const (
 	digits                     // a number written in decimal, one digit or more
 )
 
-// part is literal text followed by an optional field. An optional part is written only when
-// its value is not 0 (for a part without a field: when it is 1, "present").
+// part is literal text and a field; an optional part is written only when its value is not 0
+// (without a field: 1, present).
 type part struct {
 	lit   string
 	field fieldKind
 	opt   bool
 }
 
-// form is a name's shape after "<prefix>.": its parts in order, one value each.
+// form is a name's parts in order, one value each.
 type form []part
 
-// The forms of the naming rule.
 var (
-	// ladderQueueForm is ladder.LL.DD[.sK][.last][.first]: level, digit, shard (0: the ladder
-	// itself, no .sK), last hop (1: .last), first hop of the top-first and top-split orders
-	// (1: .first).
+	// ladderQueueForm is ladder.LL.DD[.sK][.last][.first]: level, digit, shard, last hop, first hop.
 	ladderQueueForm = form{{lit: "ladder.", field: twoDigits}, {lit: ".", field: twoDigits}, {lit: ".s", field: digits, opt: true},
 		{lit: ".last", opt: true}, {lit: ".first", opt: true}}
-	// ladderExchangeForm is ladder.LL[.sK][.last]: level, shard, last hop.
 	ladderExchangeForm = form{{lit: "ladder.", field: twoDigits}, {lit: ".s", field: digits, opt: true}, {lit: ".last", opt: true}}
-	// bucketQueueForm is bucket.<ms>ms: the bucket's TTL in milliseconds.
-	bucketQueueForm = form{{lit: "bucket.", field: digits}, {lit: "ms"}}
-	// parkingForm is parking.
-	parkingForm = form{{lit: "parking"}}
-	// delayQueueForms are the forms of the delay queues.
-	delayQueueForms = []form{ladderQueueForm, bucketQueueForm}
+	bucketQueueForm    = form{{lit: "bucket.", field: digits}, {lit: "ms"}}
+	parkingForm        = form{{lit: "parking"}}
+	delayQueueForms    = []form{ladderQueueForm, bucketQueueForm}
 )
 
 // name formats prefix, a dot and f with vals, one per part (missing values are 0).
@@ -139,10 +130,8 @@ func (f form) pattern() string {
 	return b.String()
 }
 
-// IsDelayQueueName reports whether name has the shape of a delay queue of any prefix's topology
-// (a ladder, last-hop or bucket queue of any shard: [Names.LadderQueueShard],
-// [Names.LadderLastHopQueueShard], [Names.BucketQueue]); a vhost may hold the topologies of
-// several prefixes.
+// IsDelayQueueName reports whether name has the shape of a delay queue (ladder, last-hop,
+// first-hop or bucket queue of any shard) of any prefix's topology.
 func IsDelayQueueName(name string) bool {
 	for i := strings.IndexByte(name, '.'); i >= 0; {
 		for _, f := range delayQueueForms {

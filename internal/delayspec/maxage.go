@@ -6,12 +6,10 @@ import (
 	"time"
 )
 
-// maxAgeUnits are the units of a stream's max-age (x-max-age argument or policy key), in ms:
-// rabbit_amqqueue:check_max_age, 3.10.8 and 4.0.5 (Y is 365 days, M 30 days).
+// maxAgeUnits are a stream max-age's units in ms (rabbit_amqqueue:check_max_age: Y 365 days, M 30).
 var maxAgeUnits = map[string]int64{"Y": 365 * 86_400_000, "M": 30 * 86_400_000, "D": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
 
-// ParseMaxAge reads a max-age value ("<n><unit>", n > 0, unit one of Y M D h m s), false when it
-// is not one.
+// ParseMaxAge reads a max-age value ("<n><unit>", n > 0, unit Y M D h m or s), false if it is not.
 func ParseMaxAge(v any) (time.Duration, bool) {
 	s, ok := v.(string)
 	if !ok {

@@ -13,36 +13,28 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// The spec record: `rabbitdelay apply` writes the Spec it declared, after every object and
-// policy, as the last record of the stream <prefix>.spec ([Names.SpecStream]). Publishers,
-// consumers and schedulers read it back with a URL and a prefix, so the CLI and every client
-// agree on the topology by construction instead of each reading the AMQPDELAY_* variables.
-//
-// A stream keeps its records for every reader (https://www.rabbitmq.com/docs/streams;
-// RabbitMQ 3.9 and later). A consumer that starts at offset "last" receives the stream's last
-// chunk first; WriteRecord publishes one record at a time and reads it back, so that chunk
-// starts with the newest record.
+// The spec record: apply writes the Spec it declared, last, as the last record of the stream
+// [Names.SpecStream]; clients read it back, so the CLI and every client agree on the topology.
+// A consumer at offset "last" gets the stream's last chunk first
+// (https://www.rabbitmq.com/docs/streams): WriteRecord publishes one record at a time and reads
+// it back, so that chunk starts with the newest record.
 
-// recordFormat is the version of the record's JSON shape.
 const recordFormat = 1
 
-// recordWait bounds how long ReadRecord waits for the first record of a stream that exists
-// when its context has no earlier deadline: a stream with no record is one an apply declared
-// and did not finish writing.
+// recordWait bounds ReadRecord's wait for a record (none: an apply that did not finish).
 const recordWait = 15 * time.Second
 
-// ErrNoRecord is wrapped by ReadRecord's error when the prefix has no spec record: the stream
-// does not exist, or it holds no record. The fix is `rabbitdelay apply` for that prefix.
+// ErrNoRecord is wrapped by ReadRecord's error when the prefix has no spec record (no stream or
+// no record): the fix is `rabbitdelay apply` for that prefix.
 var ErrNoRecord = errors.New("no spec record")
 
-// record is the JSON of one spec record.
 type record struct {
 	Format int  `json:"format"`
 	Spec   Spec `json:"spec"`
 }
 
-// SpecStreamArgs are the arguments of the spec stream: a stream whose old segments go once it
-// holds over 1 MB (its last segment, holding the newest record, is never deleted).
+// SpecStreamArgs are the arguments of the spec stream: old segments go beyond 1 MB (the last
+// one, with the newest record, never does).
 func SpecStreamArgs() amqp.Table {
 	return amqp.Table{"x-queue-type": "stream", "x-max-length-bytes": int64(1_000_000), "x-stream-max-segment-size-bytes": int64(100_000)}
 }
@@ -52,7 +44,6 @@ func EncodeRecord(s Spec) ([]byte, error) {
 	return json.Marshal(record{Format: recordFormat, Spec: s.WithDefaults()})
 }
 
-// decodeRecord reads a record body of stream and validates its spec.
 func decodeRecord(stream string, body []byte) (Spec, error) {
 	var r record
 	if err := json.Unmarshal(body, &r); err != nil {
@@ -69,10 +60,10 @@ func decodeRecord(stream string, body []byte) (Spec, error) {
 	return s, nil
 }
 
-// WriteRecord appends s as the last record of its spec stream, which must exist (apply declares
-// it with [SpecStreamArgs]), and reads the stream back until its last chunk starts with this
-// record (a record written by a concurrent apply in the same chunk is written over again, up to
-// three times). ctx bounds the whole call. Errors are the broker's, wrapped.
+// WriteRecord appends s to its spec stream, which must exist ([SpecStreamArgs]), and reads the
+// stream back until its last chunk starts with this record (written again, up to three times,
+// when a concurrent apply shares the chunk). ctx bounds the call. Errors are the broker's,
+// wrapped.
 func WriteRecord(ctx context.Context, conn *amqp.Connection, s Spec) error {
 	s = s.WithDefaults()
 	stream := s.Names().SpecStream()
@@ -89,7 +80,9 @@ func WriteRecord(ctx context.Context, conn *amqp.Connection, s Spec) error {
 		return fmt.Errorf("write the spec record: %w", err)
 	}
 	for range 3 {
-		id := randomID()
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		id := hex.EncodeToString(b[:])
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", stream, true, false, amqp.Publishing{
 			MessageId: id, ContentType: "application/json", DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Body: body,
 		})
@@ -114,11 +107,10 @@ func WriteRecord(ctx context.Context, conn *amqp.Connection, s Spec) error {
 	return fmt.Errorf("write the spec record to stream %q: another apply writes to it at the same time; run one apply at a time", stream)
 }
 
-// ReadRecord reads the spec that `rabbitdelay apply` last recorded for prefix ("" means
-// [DefaultPrefix]) from its spec stream, on a channel of its own that it closes. ctx bounds the
-// call; without an earlier deadline it waits at most 15 s for a record. Errors wrap
-// [ErrNoRecord] (no stream or no record: run apply), ErrInvalidSpec (a record this version
-// cannot read), or are the broker's (403 ACCESS_REFUSED when the user may not read the stream).
+// ReadRecord reads the spec apply last recorded for prefix ("" means [DefaultPrefix]), on a
+// channel of its own. ctx bounds the call; it waits at most 15 s for a record. Errors wrap
+// [ErrNoRecord] (run apply), ErrInvalidSpec (a record this version cannot read), or are the
+// broker's (403 ACCESS_REFUSED when the user may not read the stream).
 func ReadRecord(ctx context.Context, conn *amqp.Connection, prefix string) (Spec, error) {
 	stream := Names{Prefix: prefix}.SpecStream()
 	d, err := lastRecord(ctx, conn, stream)
@@ -128,7 +120,6 @@ func ReadRecord(ctx context.Context, conn *amqp.Connection, prefix string) (Spec
 	return decodeRecord(stream, d.Body)
 }
 
-// lastRecord returns the first delivery of stream's last chunk.
 func lastRecord(ctx context.Context, conn *amqp.Connection, stream string) (amqp.Delivery, error) {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -168,8 +159,7 @@ func lastRecord(ctx context.Context, conn *amqp.Connection, stream string) (amqp
 	}
 }
 
-// readError describes the broker's refusal to let this client read stream: a user without read
-// permission on it gets the fix (403 ACCESS_REFUSED: https://www.rabbitmq.com/docs/access-control).
+// readError gives a user without read permission on stream the fix (403 ACCESS_REFUSED).
 func readError(stream string, err error) error {
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
@@ -180,11 +170,4 @@ func readError(stream string, err error) error {
 		return fmt.Errorf("read stream %q: the channel closed", stream)
 	}
 	return fmt.Errorf("read stream %q: %w", stream, err)
-}
-
-// randomID returns 16 random bytes in hex.
-func randomID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
