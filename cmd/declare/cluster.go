@@ -1,30 +1,27 @@
 package declare
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/delaykit/rabbitdelay/internal/admin"
+	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-// clustered reports whether the status has a cluster of more than one node to show.
 func clustered(rep *admin.StatusReport) bool {
 	return rep.Cluster != nil && len(rep.Cluster.Nodes) > 1
 }
 
-// leaderText is a quorum queue's leader and how many of its members are online:
-// "rabbit@b (2/3)", "NONE (1/3)", or "-" for a queue without members (classic, missing).
+// leaderText is "rabbit@b (2/3)", "NONE (1/3)", or "-" for a queue without members.
 func leaderText(q admin.QueueStatus) string {
 	if len(q.Members) == 0 {
 		return "-"
 	}
-	l := q.Leader
-	if l == "" {
-		l = "NONE"
-	}
-	s := fmt.Sprintf("%s (%d/%d)", l, len(q.Online), len(q.Members))
+	s := fmt.Sprintf("%s (%d/%d)", cmp.Or(q.Leader, "NONE"), len(q.Online), len(q.Members))
 	if len(q.Online) < len(q.Members) {
 		s += "  <-- members offline"
 	}
@@ -41,20 +38,17 @@ func runningText(r *bool) string {
 	return "DOWN"
 }
 
-// printCluster prints, for a cluster, the leaders per node, the queues with members offline or
-// without a leader, and dead-lettering waiting on an unreachable node.
+// printCluster prints the leaders per node, the queues with members offline or no leader, and
+// dead-lettering waiting on an unreachable node.
 func printCluster(w io.Writer, rep *admin.StatusReport, vhost string) {
 	if !clustered(rep) {
 		return
 	}
 	c := rep.Cluster
 	fmt.Fprintf(w, "\nCLUSTER: %d nodes; leaders of the topology's quorum queues per node\n", len(c.Nodes))
-	t := newTable(w)
-	fmt.Fprintln(t, "NODE\tSTATE\tDELAY QUEUES LED\tQUORUM QUEUES LED\tMEMBER OF")
-	for _, n := range c.Nodes {
-		fmt.Fprintf(t, "%s\t%s\t%d\t%d\t%d\n", n.Name, runningText(n.Running), n.DelayQueues, n.Leaders, n.Members)
-	}
-	_ = t.Flush()
+	table(w, "NODE\tSTATE\tDELAY QUEUES LED\tQUORUM QUEUES LED\tMEMBER OF", c.Nodes, func(n admin.NodeLeaders) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%d\t%d", n.Name, runningText(n.Running), n.DelayQueues, n.Leaders, n.Members)
+	})
 	if c.Balanced {
 		fmt.Fprintln(w, "leaders: balanced over the running nodes")
 	} else {
@@ -77,12 +71,7 @@ func printCluster(w io.Writer, rep *admin.StatusReport, vhost string) {
 		}
 	}
 	if len(c.Degraded) > 0 {
-		var noLeader int
-		for _, d := range c.Degraded {
-			if d.NoLeader() {
-				noLeader++
-			}
-		}
+		noLeader := count(c.Degraded, admin.DegradedQueue.NoLeader)
 		fmt.Fprintf(w, "\nMEMBERS OFFLINE: %d of the topology's quorum queues have fewer members online than members", len(c.Degraded))
 		if noLeader > 0 {
 			fmt.Fprintf(w, ", %d of them NO LEADER (they move nothing until one is elected)", noLeader)
@@ -90,10 +79,8 @@ func printCluster(w io.Writer, rep *admin.StatusReport, vhost string) {
 		fmt.Fprintln(w, ":")
 		for n, k := range c.Offline() {
 			state := "its replicas are not running"
-			for _, cn := range c.Nodes {
-				if cn.Name == n && cn.Running != nil && !*cn.Running {
-					state = "node down"
-				}
+			if slices.ContainsFunc(c.Nodes, func(cn admin.NodeLeaders) bool { return cn.Name == n && cn.Running != nil && !*cn.Running }) {
+				state = "node down"
 			}
 			fmt.Fprintf(w, "  %s (%s): offline member of %d queues\n", n, state, k)
 		}
@@ -102,12 +89,8 @@ func printCluster(w io.Writer, rep *admin.StatusReport, vhost string) {
 			"and add a replacement (`rabbitmq-queues grow`). Once it is back, run `rabbitdelay rebalance`.")
 	}
 	for _, wt := range c.Waits {
-		var qs []string
-		for _, q := range wt.Queues {
-			qs = append(qs, q.String())
-		}
 		fmt.Fprintf(w, "\nDEAD-LETTERING WAITING ON AN UNREACHABLE NODE: %s (%s): %d messages in dead-letter state in %s\n",
-			wt.Node, runningText(wt.Running), wt.Messages, strings.Join(qs, ", "))
+			wt.Node, runningText(wt.Running), wt.Messages, text.Join(wt.Queues, ", "))
 		fmt.Fprintf(w, "  they cannot move on while %s, a member of these queues or of the queues they dead-letter into, is unreachable. "+
 			"Bring the node back: they then move on by themselves. If it is gone for good, remove it properly: "+
 			"`rabbitmq-queues delete_member -p %s <queue> %s` per quorum queue, then `rabbitmqctl forget_cluster_node %s` "+
@@ -116,8 +99,6 @@ func printCluster(w io.Writer, rep *admin.StatusReport, vhost string) {
 	}
 }
 
-// cmdRebalance spreads the leaders of quorum queues over the running nodes through the
-// management API and prints the topology's leaders per node before and after.
 func cmdRebalance(ctx context.Context, e *invocation) error {
 	p, m, err := e.managed(func(p *admin.Plan) string {
 		return "rebalance needs the management API: pass --management-url (a user with the administrator tag), " +
@@ -157,24 +138,17 @@ func cmdRebalance(ctx context.Context, e *invocation) error {
 
 func printLeaders(w io.Writer, when string, nodes []admin.NodeLeaders) {
 	fmt.Fprintf(w, "\nleaders %s:\n", when)
-	t := newTable(w)
-	fmt.Fprintln(t, "NODE\tSTATE\tDELAY QUEUES LED\tQUORUM QUEUES LED")
-	for _, n := range nodes {
-		fmt.Fprintf(t, "%s\t%s\t%d\t%d\n", n.Name, runningText(n.Running), n.DelayQueues, n.Leaders)
-	}
-	_ = t.Flush()
+	table(w, "NODE\tSTATE\tDELAY QUEUES LED\tQUORUM QUEUES LED", nodes, func(n admin.NodeLeaders) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%d", n.Name, runningText(n.Running), n.DelayQueues, n.Leaders)
+	})
 }
 
-// rebalanceCommand is the rebalance subcommand (registered in commands()).
-func rebalanceCommand() command {
-	return command{name: "rebalance", summary: "spread the leaders of quorum queues over the cluster's running nodes (management API)",
-		help: "Reads where the leaders of the topology's quorum queues are (management API) and, when the delay queues'\n" +
-			"leaders are unbalanced, asks RabbitMQ to rebalance (POST /api/rebalance/queues, a user with the administrator\n" +
-			"tag), then prints the leaders per node before and after. RabbitMQ's endpoint moves the leaders of every\n" +
-			"replicated queue of every vhost, not only the topology's; to move only the topology's, run the printed\n" +
-			"`rabbitmq-queues rebalance quorum` command on a cluster node instead. Leaders stay where they moved after a\n" +
-			"node failure or restart: run it once the node is back. --dry-run only shows the leaders and the command.",
-		extra: func(s *settings) []option {
-			return []option{boolOption("dry-run", "show the leaders per node and the command; move nothing", &s.dryRun), outputOption(s)}
-		}, run: cmdRebalance}
-}
+var rebalanceCommand = command{name: "rebalance", summary: "spread the leaders of quorum queues over the cluster's running nodes (management API)",
+	help: "Reads where the leaders of the topology's quorum queues are (management API) and, when the delay queues'\n" +
+		"leaders are unbalanced, asks RabbitMQ to rebalance (POST /api/rebalance/queues, a user with the administrator\n" +
+		"tag), then prints the leaders per node before and after. That moves the leaders of every replicated queue of\n" +
+		"every vhost; to move only the topology's, run the printed `rabbitmq-queues rebalance quorum` command on a\n" +
+		"cluster node instead. Run it once a failed node is back. --dry-run only shows the leaders and the command.",
+	extra: func(s *settings) []option {
+		return []option{boolOption("dry-run", "show the leaders per node and the command; move nothing", flagOf(&s.dryRun)), outputOption(s)}
+	}, run: cmdRebalance}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,6 +22,16 @@ import (
 )
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 8, 2, ' ', 0) }
+
+// table writes header and one row per item, aligned; row gives an item's tab-separated cells.
+func table[T any](w io.Writer, header string, items []T, row func(T) string) error {
+	t := newTable(w)
+	fmt.Fprintln(t, header)
+	for _, it := range items {
+		fmt.Fprintln(t, row(it))
+	}
+	return t.Flush()
+}
 
 // writeJSON writes v as indented JSON and returns the write's error, else err (the command's
 // result, which the JSON describes).
@@ -62,14 +73,9 @@ func specLine(p *admin.Plan) string {
 		plural(len(p.Spec.Buckets), "bucket"), p.Spec.QueueType, p.Spec.Plugin)
 }
 
-// planCommand is the plan subcommand (registered in commands()).
-func planCommand() command {
-	return command{name: "plan", summary: "print every object the topology declares (no connection needed)",
-		help: "Prints every exchange, queue and binding with its arguments, in declaration order.",
-		extra: func(s *settings) []option {
-			return []option{outputOption(s)}
-		}, run: cmdPlan}
-}
+var planCommand = command{name: "plan", summary: "print every object the topology declares (no connection needed)",
+	help:  "Prints every exchange, queue and binding with its arguments, in declaration order.",
+	extra: func(s *settings) []option { return []option{outputOption(s)} }, run: cmdPlan}
 
 func cmdPlan(_ context.Context, e *invocation) error {
 	p, err := e.plan()
@@ -85,67 +91,44 @@ func cmdPlan(_ context.Context, e *invocation) error {
 		fmt.Fprintf(w, "# plugin auto: %s and its binding are declared only when the broker has the delayed-message plugin\n", p.Names.PluginExchange())
 	}
 	fmt.Fprintf(w, "\nEXCHANGES (%d)\n", len(p.Exchanges))
-	t := newTable(w)
-	fmt.Fprintln(t, "NAME\tTYPE\tROLE\tARGUMENTS")
-	for _, x := range p.Exchanges {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", x.Name, x.Type, x.Role, admin.FormatArgs(x.Args))
-	}
-	_ = t.Flush()
+	table(w, "NAME\tTYPE\tROLE\tARGUMENTS", p.Exchanges, func(x admin.Exchange) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s", x.Name, x.Type, x.Role, admin.FormatArgs(x.Args))
+	})
 	fmt.Fprintf(w, "\nQUEUES (%d, all durable)\n", len(p.Queues))
-	t = newTable(w)
-	fmt.Fprintln(t, "NAME\tROLE\tTTL\tDEAD-LETTER EXCHANGE\tARGUMENTS")
-	for _, q := range p.Queues {
-		dlx := q.DeadLetterExchange
-		if dlx == "" {
-			dlx = "-"
-		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), dlx, admin.FormatArgs(q.Args))
-	}
-	_ = t.Flush()
+	table(w, "NAME\tROLE\tTTL\tDEAD-LETTER EXCHANGE\tARGUMENTS", p.Queues, func(q admin.Queue) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", q.Name, q.Role, ttlText(q.TTL), cmp.Or(q.DeadLetterExchange, "-"), admin.FormatArgs(q.Args))
+	})
 	fmt.Fprintf(w, "\nBINDINGS (%d, in declaration order)\n", len(p.Bindings))
-	t = newTable(w)
-	fmt.Fprintln(t, "SOURCE\tDESTINATION\tTYPE\tKEY\tARGUMENTS")
-	for _, b := range p.Bindings {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", b.Source, b.Destination, b.DestinationType, b.RoutingKey, admin.FormatArgs(b.Args))
-	}
-	_ = t.Flush()
+	table(w, "SOURCE\tDESTINATION\tTYPE\tKEY\tARGUMENTS", p.Bindings, func(b admin.Binding) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", b.Source, b.Destination, b.DestinationType, b.RoutingKey, admin.FormatArgs(b.Args))
+	})
 	fmt.Fprintf(w, "\nPOLICIES (%d, set through the management API)\n", len(p.Policies))
-	t = newTable(w)
-	fmt.Fprintln(t, "NAME\tAPPLY-TO\tPRIORITY\tDEFINITION\tPATTERN")
-	for _, pol := range p.Policies {
+	table(w, "NAME\tAPPLY-TO\tPRIORITY\tDEFINITION\tPATTERN", p.Policies, func(pol admin.Policy) string {
 		pattern := pol.Pattern
 		if len(pattern) > 80 {
 			pattern = pattern[:77] + "..."
 		}
-		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\n", pol.Name, pol.ApplyTo, pol.Priority, admin.FormatArgs(pol.Definition), pattern)
-	}
-	_ = t.Flush()
+		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s", pol.Name, pol.ApplyTo, pol.Priority, admin.FormatArgs(pol.Definition), pattern)
+	})
 	if len(p.Existing) > 0 {
 		fmt.Fprintf(w, "\nMUST ALREADY EXIST (not declared): %s\n", strings.Join(p.Existing, ", "))
 	}
 	return nil
 }
 
-// applyCommand is the apply subcommand (registered in commands()).
-func applyCommand() command {
-	return command{name: "apply", summary: "declare the topology (idempotent)",
-		help: "Declares the plan and prints each object it created or found in conflict, and how many were unchanged\n" +
-			"(--verbose lists those too). Running it again changes nothing.\n" +
-			"When an object exists with other arguments it stops (exit 2) naming the object, the argument, the\n" +
-			"existing and wanted values; it never deletes or re-creates an exchange, queue or binding. Exchanges the\n" +
-			"topology binds to must exist (or be given as name:type) before anything is declared. With --management-url it sets the three\n" +
-			"policies <prefix>.delay-queues, <prefix>.targets and <prefix>.revoked-retention and exits 1 when a policy in\n" +
-			"effect breaks a guarantee (naming policy, key, value, object and effect); without it, it prints the\n" +
-			"rabbitmqctl commands to set them.",
-		extra: func(s *settings) []option {
-			verbose := boolOption("verbose", "also list the objects that are unchanged", &s.verbose)
-			verbose.short = "v"
-			return []option{
-				boolOption("dry-run", "check everything (targets, conflicts) and show what would be created (and, with --management-url, removed); change nothing", &s.dryRun),
-				verbose,
-			}
-		}, run: cmdApply}
-}
+var applyCommand = command{name: "apply", summary: "declare the topology (idempotent)",
+	help: "Declares the plan and prints each object it created or found in conflict, and how many were unchanged\n" +
+		"(--verbose lists those too); running it again changes nothing. When an object exists with other arguments\n" +
+		"it stops (exit 2) naming it; it never deletes or re-creates one. Exchanges the topology binds to must exist\n" +
+		"(or be given as name:type). With --management-url it sets the three policies <prefix>.delay-queues,\n" +
+		"<prefix>.targets and <prefix>.revoked-retention and exits 1 when a policy in effect breaks a guarantee;\n" +
+		"without it, it prints the rabbitmqctl commands to set them.",
+	extra: func(s *settings) []option {
+		verbose := boolOption("verbose", "also list the objects that are unchanged", flagOf(&s.verbose))
+		verbose.short = "v"
+		return []option{boolOption("dry-run", "check everything (targets, conflicts) and show what would be created "+
+			"(and, with --management-url, removed); change nothing", flagOf(&s.dryRun)), verbose}
+	}, run: cmdApply}
 
 func cmdApply(ctx context.Context, e *invocation) error {
 	p, m, conn, err := e.connect(ctx)
@@ -153,8 +136,7 @@ func cmdApply(ctx context.Context, e *invocation) error {
 		return err
 	}
 	defer conn.Close()
-	// Missing targets are bad input: report them before the plugin probe declares its
-	// temporary exchange, so nothing at all is declared.
+	// Missing targets are bad input: report them before the plugin probe declares anything.
 	if err := admin.Preflight(ctx, conn, p, m); err != nil {
 		return err
 	}
@@ -213,9 +195,8 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	return nil
 }
 
-// policyCounts returns how many of rep's policies are in place (created, updated or
-// unchanged) and how many were skipped (no management API), so that apply's last line, the one
-// a script keeps, says whether the topology's policies are set.
+// policyCounts returns how many of rep's policies are in place and how many were skipped (no
+// management API), for apply's last line, the one a script keeps.
 func policyCounts(rep *admin.Report) (set, skipped int) {
 	for _, r := range rep.Results {
 		if r.Kind != admin.KindPolicy {
@@ -231,10 +212,9 @@ func policyCounts(rep *admin.Report) (set, skipped int) {
 	return set, skipped
 }
 
-// printReport prints a row per object of rep; unless all, the objects left as they were
-// (unchanged, or not declared because apply stopped at a conflict) only as counts, and the
-// ladder's objects (names starting with ladder, <prefix>.ladder.: hundreds on a first apply)
-// created, bound or to be created as a count per state and kind.
+// printReport prints a row per object of rep; unless all, the objects left as they were only
+// as counts, and the ladder's routine ones (hundreds on a first apply) as counts per state and
+// kind.
 func printReport(w io.Writer, rep *admin.Report, dryRun, all bool, ladder string) {
 	if rep == nil || len(rep.Results) == 0 {
 		return
@@ -252,8 +232,6 @@ func printReport(w io.Writer, rep *admin.Report, dryRun, all bool, ladder string
 		}
 		return string(r.State)
 	}
-	// The states counted, not listed, for the ladder's objects; a conflict, an error or a
-	// skip is always listed.
 	routine := map[admin.State]bool{admin.StateCreated: true, admin.StateBound: true, admin.StateMissing: true,
 		admin.StateUnknown: true}
 	var rows []admin.Result
@@ -292,33 +270,23 @@ func printReport(w io.Writer, rep *admin.Report, dryRun, all bool, ladder string
 		}
 		defer fmt.Fprintf(w, "%s: %s of the ladder (%s*; --verbose lists them)\n", st, strings.Join(parts, ", "), ladder)
 	}
-	if len(rows) == 0 {
-		return
+	if len(rows) > 0 {
+		table(w, "STATE\tKIND\tNAME\tDETAIL", rows, func(r admin.Result) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s", state(r), r.Kind, r.Name, r.Detail)
+		})
 	}
-	t := newTable(w)
-	fmt.Fprintln(t, "STATE\tKIND\tNAME\tDETAIL")
-	for _, r := range rows {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", state(r), r.Kind, r.Name, r.Detail)
-	}
-	_ = t.Flush()
 }
 
-// teardownCommand is the teardown subcommand (registered in commands()).
-func teardownCommand() command {
-	return command{name: "teardown", summary: "delete the delay topology (never the target exchanges)",
-		help: "Deletes the delay queues, the parking queue and the topology's exchanges, and lists what it deleted.\n" +
-			"Refuses (exit 1, nothing deleted) while any of these queues holds messages, unless --force.\n" +
-			"Target exchanges are never touched; ready queues only with --ready-queues.\n" +
-			"Messages already held by the delayed-message plugin are not removed by deleting its exchange: they are\n" +
-			"still delivered if an exchange of that name exists when they fall due.",
-		extra: func(s *settings) []option {
-			return []option{
-				boolOption("force", "delete queues that hold messages, with their messages", &s.force),
-				boolOption("ready-queues", "also delete the ready queues (same emptiness rule)", &s.readyQueues),
-				boolOption("dry-run", "show what would be deleted; delete nothing", &s.dryRun),
-			}
-		}, run: cmdTeardown}
-}
+var teardownCommand = command{name: "teardown", summary: "delete the delay topology (never the target exchanges)",
+	help: "Deletes the delay queues, the parking queue and the topology's exchanges, and lists what it deleted.\n" +
+		"Refuses (exit 1, nothing deleted) while any of these queues holds messages, unless --force.\n" +
+		"Target exchanges are never touched; ready queues only with --ready-queues. Messages the plugin holds are\n" +
+		"still delivered if an exchange of its name exists when they fall due.",
+	extra: func(s *settings) []option {
+		return []option{boolOption("force", "delete queues that hold messages, with their messages", flagOf(&s.force)),
+			boolOption("ready-queues", "also delete the ready queues (same emptiness rule)", flagOf(&s.readyQueues)),
+			boolOption("dry-run", "show what would be deleted; delete nothing", flagOf(&s.dryRun))}
+	}, run: cmdTeardown}
 
 func cmdTeardown(ctx context.Context, e *invocation) error {
 	p, m, conn, err := e.connect(ctx)
@@ -332,10 +300,7 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	if err != nil {
 		return err
 	}
-	var targets []string
-	for _, t := range p.Spec.Targets {
-		targets = append(targets, t.Name)
-	}
+	targets := mapList(p.Spec.Targets, func(t delayspec.Target) string { return t.Name })
 	verb, deleted := "teardown", "deleted"
 	if e.s.dryRun {
 		verb, deleted = "teardown --dry-run (nothing deleted)", "to delete"
@@ -356,8 +321,7 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	return nil
 }
 
-// printPolicyProblems prints the policy problems, one line per policy, key, value and effect,
-// with the objects it touches.
+// printPolicyProblems prints one line per policy, key, value and effect, with the objects.
 func printPolicyProblems(w io.Writer, problems []admin.PolicyProblem) {
 	if len(problems) == 0 {
 		return
@@ -396,21 +360,17 @@ func printPolicyProblems(w io.Writer, problems []admin.PolicyProblem) {
 	}
 }
 
-// printMismatched lists the properties of existing exchanges and queues that differ from the
-// specification, and what to do about them (nothing when there are none).
+// printMismatched lists the properties of existing objects that differ from the
+// specification, and what to do.
 func printMismatched(w io.Writer, mm []admin.Mismatch) {
 	if len(mm) == 0 {
 		return
-	}
-	queues := false
-	for _, m := range mm {
-		queues = queues || m.Kind == admin.KindQueue
 	}
 	fmt.Fprintf(w, "\nNOT AS SPECIFIED: %s of existing exchanges and queues %s from the specification (typically an object deleted and "+
 		"declared again with another type, flag or argument); it changes how messages are routed, kept or dead-lettered, and RabbitMQ "+
 		"cannot change it in place: delete the object (management UI or API) and run apply, which declares it again as specified",
 		plural(len(mm), "property"), map[bool]string{true: "differs", false: "differ"}[len(mm) == 1])
-	if queues {
+	if slices.ContainsFunc(mm, func(m admin.Mismatch) bool { return m.Kind == admin.KindQueue }) {
 		fmt.Fprint(w, " (deleting a queue deletes the messages it holds: move them elsewhere first)")
 	}
 	fmt.Fprintln(w, ":")
@@ -420,9 +380,8 @@ func printMismatched(w io.Writer, mm []admin.Mismatch) {
 }
 
 // printUnplanned lists objects with the topology's prefix that the specification does not
-// name (from the management API), saying what to do about them. live is status's case: the
-// objects sit beside a topology in use, so tearing down the specification that declared them
-// would also delete the objects the two share (the ladder, the dispatch exchange).
+// name, and what to do. live is status's case: tearing down the specification that declared
+// them would also delete the objects it shares with the topology in use.
 func printUnplanned(w io.Writer, names delayspec.Names, objs []admin.Unplanned, what string, live bool) {
 	if len(objs) == 0 {
 		return
@@ -443,8 +402,8 @@ func printUnplanned(w io.Writer, names delayspec.Names, objs []admin.Unplanned, 
 	}
 }
 
-// connect builds the plan, the optional management API client and the broker connection that
-// apply, status and teardown share. The caller closes the connection.
+// connect returns the plan for the broker, the optional management API client and the
+// connection (the caller closes it).
 func (e *invocation) connect(ctx context.Context) (*admin.Plan, *admin.Management, *amqp.Connection, error) {
 	p, err := e.plan()
 	if err != nil {
@@ -452,21 +411,17 @@ func (e *invocation) connect(ctx context.Context) (*admin.Plan, *admin.Managemen
 	}
 	m, err := e.management()
 	if err != nil {
-		return nil, nil, nil, usageError{err}
+		return nil, nil, nil, err
 	}
 	conn, err := e.dial(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// The plan for this broker's version, for what the CLI prints from it too (the
-	// rabbitmqctl set_policy commands of an apply without the management API).
 	return p.ForBroker(admin.ServerMajor(conn)), m, conn, nil
 }
 
-// dialNodes opens one connection per URL of the address list, for apply to place the shards of
-// the ladder's queues on different nodes (admin.ApplyOptions.Nodes), when the plan has
-// copies and the list names more than one node. A node that does not answer is left out
-// (logged); nil when there is nothing to place.
+// dialNodes opens one connection per URL of the address list, for apply to place the ladder's
+// shards on different nodes; a node that does not answer is left out (logged).
 func (e *invocation) dialNodes(ctx context.Context, p *admin.Plan) []*amqp.Connection {
 	if p.Spec.Shards <= 1 || e.s.dryRun {
 		return nil

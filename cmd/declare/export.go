@@ -11,34 +11,28 @@ import (
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
-// exportCommand is the export subcommand (registered in commands()).
-func exportCommand() command {
-	return command{name: "export", summary: "print the topology as RabbitMQ definitions JSON for the broker's version",
-		help: "Prints the topology in the format of `rabbitmqctl export_definitions`, for `rabbitmqctl\n" +
-			"import_definitions` or the management API (POST /api/definitions). Importing it gives what apply declares.\n" +
-			"The definitions depend on the RabbitMQ that imports them (on 4.x the delay-queue policy also sets\n" +
-			"delivery-limit -1, which 3.x refuses): export asks the broker its version (the management API's overview with\n" +
-			"--management-url, else the AMQP connection's server properties); --rabbitmq-version says it instead, and\n" +
-			"must when the broker cannot be reached (else 4 is assumed, with a warning). With --management-url and\n" +
-			"--plugin auto the plugin exchange is included when the broker has the plugin; otherwise --plugin auto leaves\n" +
-			"it out (--plugin on includes it; RabbitMQ 4.3+ cannot load the plugin, so export refuses that there). Target\n" +
-			"exchanges given without a type are not included: they must exist before the import.",
-		extra: func(s *settings) []option {
-			return []option{{name: "vhost", arg: "VHOST", def: "the URL's vhost, or /", usage: "vhost written into the definitions",
-				set: func(v string) error { s.vhost = v; return nil }},
-				{name: "rabbitmq-version", arg: "VERSION", def: "the broker's", usage: "version of the RabbitMQ that imports the definitions " +
-					"(3, 4, or e.g. 3.10 or 4.3.6): skips asking the broker",
-					set: func(v string) error {
-						major, _, ok := admin.ParseVersion(v)
-						if !ok || major < 3 || major > 4 {
-							return errors.New("want the version of the RabbitMQ that imports the definitions: 3 or 4, or " +
-								"MAJOR.MINOR such as 3.10 or 4.3")
-						}
-						s.exportVersion = v
-						return nil
-					}}}
-		}, run: cmdExport}
-}
+var exportCommand = command{name: "export", summary: "print the topology as RabbitMQ definitions JSON for the broker's version",
+	help: "Prints the topology in the format of `rabbitmqctl export_definitions`, for `rabbitmqctl\n" +
+		"import_definitions` or the management API (POST /api/definitions): importing it gives what apply declares.\n" +
+		"The definitions depend on the RabbitMQ that imports them (3.x refuses 4.x's delivery-limit -1): export asks\n" +
+		"the broker its version (management API, else AMQP); --rabbitmq-version says it instead, and must when the\n" +
+		"broker cannot be reached (else 4 is assumed, with a warning). --plugin auto includes the plugin exchange only\n" +
+		"when the management API says the broker has the plugin; --plugin on includes it (refused on RabbitMQ 4.3+).\n" +
+		"Target exchanges given without a type are not included: they must exist before the import.",
+	extra: func(s *settings) []option {
+		return []option{{name: "vhost", arg: "VHOST", def: "the URL's vhost, or /", usage: "vhost written into the definitions",
+			set: func(v string) error { s.vhost = v; return nil }},
+			{name: "rabbitmq-version", arg: "VERSION", def: "the broker's", usage: "version of the RabbitMQ that imports the definitions " +
+				"(3, 4, or e.g. 3.10 or 4.3.6): skips asking the broker",
+				set: func(v string) error {
+					if major, _, ok := admin.ParseVersion(v); !ok || major < 3 || major > 4 {
+						return errors.New("want the version of the RabbitMQ that imports the definitions: 3 or 4, or " +
+							"MAJOR.MINOR such as 3.10 or 4.3")
+					}
+					s.exportVersion = v
+					return nil
+				}}}
+	}, run: cmdExport}
 
 func cmdExport(ctx context.Context, e *invocation) error {
 	p, err := e.plan()
@@ -47,7 +41,7 @@ func cmdExport(ctx context.Context, e *invocation) error {
 	}
 	vhost := e.s.vhost
 	if vhost == "" {
-		// The vhost comes from the URL: one that does not parse must not become "/" silently.
+		// A URL that does not parse must not become "/" silently.
 		if err := e.s.vars.Conn().Validate(); err != nil {
 			return usageError{fmt.Errorf("%w (export takes the vhost from the URL, or from --vhost)", err)}
 		}
@@ -55,7 +49,7 @@ func cmdExport(ctx context.Context, e *invocation) error {
 	}
 	m, err := e.management()
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	version := e.s.exportVersion
 	if version == "" {
@@ -102,13 +96,11 @@ func cmdExport(ctx context.Context, e *invocation) error {
 	return err
 }
 
-// versionTimeout bounds export's question about the broker's version, so that an export for a
-// broker it cannot reach (written in CI, say) waits no longer than that.
+// versionTimeout bounds export's question about the broker's version (an unreachable broker).
 const versionTimeout = 10 * time.Second
 
-// askVersion asks the broker its RabbitMQ version: the management API's overview when m is
-// set, else (or when that fails) the server properties of an AMQP connection. from says which
-// answered.
+// askVersion asks the broker its version: the management API when m is set, else (or when
+// that fails) the AMQP server properties; from says which answered.
 func (e *invocation) askVersion(ctx context.Context, m *admin.Management) (version, from string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()

@@ -16,28 +16,22 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/exporter"
 )
 
-// defaultListen is where `rabbitdelay exporter` listens unless --listen says otherwise.
 const defaultListen = ":9531"
 
-// exporterCommand is the exporter subcommand (registered in commands()).
-func exporterCommand() command {
-	return command{name: "exporter", summary: "serve the topology's state as Prometheus metrics on /metrics (management API)",
-		help: "Serves /metrics (Prometheus exposition format) until interrupted (SIGINT, SIGTERM). Each scrape reads the management\n" +
-			"API (--management-url, required): messages per ladder level and bucket, messages in dead-letter state\n" +
-			"(messages_dlx), consumers on delay queues, the parking and ready queues, policy problems, and leaders and\n" +
-			"members per cluster node; every name starts with rabbitdelay_ (the exporter package documents each).\n" +
-			"--timeout bounds each scrape's requests (default 10 s here), not the command; so do the scrape's request and\n" +
-			"Prometheus's X-Prometheus-Scrape-Timeout-Seconds, and at most 2 scrapes run at once. Grafana: docs/grafana/rabbitdelay.json.",
-		long: true,
-		extra: func(s *settings) []option {
-			return []option{
-				{name: "listen", arg: "ADDR", def: defaultListen, usage: "address to serve /metrics on (host:port; port 0 picks one, logged)",
-					set: func(v string) error { s.listen = v; return nil }},
-				boolOption("per-queue", "label the delay queues' metrics with the queue (one series per queue, 330 for the default ladder) "+
-					"instead of summing them per ladder level and bucket", &s.perQueue),
-			}
-		}, run: cmdExporter}
-}
+var exporterCommand = command{name: "exporter", summary: "serve the topology's state as Prometheus metrics on /metrics (management API)",
+	help: "Serves /metrics (Prometheus exposition format) until interrupted (SIGINT, SIGTERM). Each scrape reads the management\n" +
+		"API (--management-url, required): messages per ladder level and bucket, messages in dead-letter state, consumers\n" +
+		"on delay queues, the parking and ready queues, policy problems, and leaders and members per cluster node; every\n" +
+		"name starts with rabbitdelay_ (the exporter package documents each). --timeout bounds each scrape's requests\n" +
+		"(default 10 s here), not the command; so do the scrape's request and Prometheus's\n" +
+		"X-Prometheus-Scrape-Timeout-Seconds, and at most 2 scrapes run at once. Grafana: docs/grafana/rabbitdelay.json.",
+	long: true,
+	extra: func(s *settings) []option {
+		return []option{{name: "listen", arg: "ADDR", def: defaultListen, usage: "address to serve /metrics on (host:port; port 0 picks one, logged)",
+			set: func(v string) error { s.listen = v; return nil }},
+			boolOption("per-queue", "label the delay queues' metrics with the queue (one series per queue, 330 for the default ladder) "+
+				"instead of summing them per ladder level and bucket", flagOf(&s.perQueue))}
+	}, run: cmdExporter}
 
 func cmdExporter(ctx context.Context, e *invocation) error {
 	p, m, err := e.managed(func(*admin.Plan) string {
@@ -53,8 +47,7 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	// A scrape's bound, not the command's: Prometheus waits 10 s by default.
 	scrape := cmp.Or(time.Duration(e.s.vars.Timeout), exporter.DefaultTimeout)
 	exp := exporter.New(m, p, exporter.Options{PerQueue: e.s.perQueue, Timeout: scrape, OnScrape: scrapeLogger(e)})
-	// One scrape before serving, so that a wrong management URL or password is in the log at
-	// once, not only as rabbitdelay_up 0 on the first Prometheus scrape.
+	// One scrape before serving puts a wrong management URL or password in the log at once.
 	first := prometheus.NewRegistry()
 	first.MustRegister(exp)
 	_, _ = first.Gather()
@@ -62,10 +55,7 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	if err != nil {
 		return err
 	}
-	addr := e.s.listen
-	if addr == "" {
-		addr = defaultListen
-	}
+	addr := cmp.Or(e.s.listen, defaultListen)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return usageError{fmt.Errorf("--listen %s: %w", addr, err)}
@@ -98,10 +88,9 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	return nil
 }
 
-// scrapeLogger returns the exporter's OnScrape: it logs the error of the first scrape that
-// fails after one that did not (or the first scrape), then at most one a minute while scrapes
-// keep failing (an error's text changes from scrape to scrape: client ports, API paths), so that
-// a scrape every few seconds does not flood the log; and the management API answering again.
+// scrapeLogger returns the exporter's OnScrape: it logs the first failing scrape, then at most
+// one a minute while scrapes keep failing (so frequent scrapes do not flood the log), and the
+// management API answering again.
 func scrapeLogger(e *invocation) func(error) {
 	var mu sync.Mutex
 	failing, first := false, true

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -22,16 +23,15 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-// Exit codes, documented in docs/operations.md, doc.go and the help.
+// Exit codes, documented in docs/operations.md and the help.
 const (
 	exitOK      = 0
-	exitRuntime = 1 // broker unreachable or refusing, incomplete topology, teardown refused
-	exitUsage   = 2 // bad flags or specification, missing target exchange, topology conflict
+	exitRuntime = 1
+	exitUsage   = 2
 )
 
 // Main runs the CLI with the process's arguments and environment and exits with its exit code
-// (0, 1 or 2, see the package comment). An interrupt or SIGTERM cancels the running command.
-// cmd/rabbitdelay, the installed binary, is a call of Main.
+// (0, 1 or 2, docs/operations.md). An interrupt or SIGTERM cancels the running command.
 func Main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -39,50 +39,26 @@ func Main() {
 	os.Exit(code)
 }
 
-// command is one subcommand.
 type command struct {
-	name    string
-	summary string
-	usage   string // after "rabbitdelay <name>"
-	help    string
-	extra   func(s *settings) []option
-	run     func(ctx context.Context, e *invocation) error
-	long    bool // runs until interrupted: --timeout bounds each of its steps, not the command
-	args    bool // takes positional arguments (invocation.args)
+	name, summary string
+	usage         string // after "rabbitdelay <name> [flags]"
+	help          string
+	extra         func(s *settings) []option
+	run           func(ctx context.Context, e *invocation) error
+	long          bool // runs until interrupted: --timeout bounds each of its steps, not the command
+	args          bool // takes positional arguments (invocation.args)
 }
 
-// invocation is one run of a command.
 type invocation struct {
-	s      settings
-	stdout io.Writer
-	stderr io.Writer
-	log    zerolog.Logger
-	args   []string // positional arguments, for a command with args set
+	s              settings
+	stdout, stderr io.Writer
+	log            zerolog.Logger
+	args           []string
 }
 
 func commands() []command {
-	return []command{
-		planCommand(),
-		applyCommand(),
-		statusCommand(),
-		exportCommand(),
-		teardownCommand(),
-		rebalanceCommand(), // cluster.go
-		exporterCommand(),  // exporter.go
-		schedulesCommand(), // schedule.go
-		scheduleCommand(),  // schedule.go
-	}
-}
-
-func outputOption(s *settings) option {
-	return option{name: "output", arg: "FORMAT", def: "table", usage: "table or json",
-		set: func(v string) error {
-			if v != "table" && v != "json" {
-				return fmt.Errorf("want table or json, not %q", v)
-			}
-			s.output = v
-			return nil
-		}}
+	return []command{planCommand, applyCommand, statusCommand, exportCommand, teardownCommand, rebalanceCommand,
+		exporterCommand, schedulesCommand, scheduleCommand}
 }
 
 // usageError is bad input: exit code 2.
@@ -91,42 +67,41 @@ type usageError struct{ err error }
 func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
-// run is the whole CLI: it returns the exit code. It reads the AMQPDELAY_* variables of the
-// process (delayspec.ReadEnv), then args.
+// run is the whole CLI, reading the process's AMQPDELAY_* variables and args: it returns the
+// exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
-		if len(args) > 1 && args[0] == "help" {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help":
+		if len(args) > 1 {
 			return run(ctx, []string{args[1], "--help"}, stdout, stderr)
 		}
-		w := stdout
-		if len(args) == 0 {
-			w = stderr
-		}
-		printUsage(w)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		fallthrough
+	case "-h", "--help", "-help":
+		printUsage(stdout)
 		return exitOK
 	}
-	var cmd *command
-	var names []string
-	for _, c := range commands() {
-		names = append(names, c.name)
-		if c.name == args[0] {
-			cmd = &c
+	cmds := commands()
+	i := slices.IndexFunc(cmds, func(c command) bool { return c.name == args[0] })
+	if i < 0 {
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = c.name
 		}
-	}
-	if cmd == nil {
 		fmt.Fprintf(stderr, "rabbitdelay: unknown command %q (want %s or %s; see rabbitdelay --help)\n",
 			args[0], strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 		return exitUsage
 	}
-	inv := &invocation{stdout: stdout, stderr: stderr}
-	inv.s = settings{output: "table"}
+	cmd := &cmds[i]
+	inv := &invocation{stdout: stdout, stderr: stderr, s: settings{output: "table"}}
 	opts := append(commonOptions(&inv.s), cmd.extra(&inv.s)...)
 	rest, err := parse(cmd.name, opts, args[1:], &inv.s)
 	if errors.Is(err, flag.ErrHelp) {
-		printCommandUsage(stdout, cmd, opts)
+		fmt.Fprintf(stdout, "Usage: rabbitdelay %s [flags]%s\n\n%s\n\nFlags:\n", cmd.name, strings.TrimRight(" "+cmd.usage, " "), cmd.help)
+		printOptions(stdout, opts)
 		return exitOK
 	}
 	inv.args = rest
@@ -138,13 +113,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	inv.log = newLogger(string(inv.s.vars.LogFormat), string(inv.s.vars.LogLevel), stderr)
-	cancel := func() {}
 	if !cmd.long {
+		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cmp.Or(time.Duration(inv.s.vars.Timeout), defaultTimeout))
+		defer cancel()
 	}
-	defer cancel()
-	err = cmd.run(ctx, inv)
-	if err == nil {
+	if err = cmd.run(ctx, inv); err == nil {
 		return exitOK
 	}
 	code := exitCode(err)
@@ -160,40 +134,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // exitCode maps an error to the documented exit codes.
 func exitCode(err error) int {
 	var u usageError
-	switch {
-	case errors.As(err, &u),
-		errors.Is(err, delayspec.ErrInvalidSpec),
-		errors.Is(err, amqpconn.ErrConfig),
-		errors.Is(err, admin.ErrConflict),
-		errors.Is(err, admin.ErrTargetMissing):
-		return exitUsage
-	default:
-		return exitRuntime
+	for _, target := range []error{delayspec.ErrInvalidSpec, amqpconn.ErrConfig, admin.ErrConflict, admin.ErrTargetMissing} {
+		if errors.Is(err, target) {
+			return exitUsage
+		}
 	}
+	if errors.As(err, &u) {
+		return exitUsage
+	}
+	return exitRuntime
 }
 
 // hint adds advice for broker refusals at connection time.
 func hint(err error) string {
 	var ae *amqp.Error
-	if !errors.As(err, &ae) {
-		return ""
-	}
-	switch ae.Code {
-	case amqp.AccessRefused:
-		if strings.Contains(ae.Reason, "username or password") {
-			return " (check the user name and password of --url / AMQPDELAY_URL)"
-		}
-	case amqp.NotAllowed:
-		if strings.Contains(ae.Reason, "vhost") {
-			return " (the vhost is the URL's path: it does not exist, or the user has no permissions on it: " +
-				"rabbitmqctl add_vhost / set_permissions -p <vhost> <user> '.*' '.*' '.*', or fix --url / AMQPDELAY_URL)"
-		}
+	switch {
+	case !errors.As(err, &ae):
+	case ae.Code == amqp.AccessRefused && strings.Contains(ae.Reason, "username or password"):
+		return " (check the user name and password of --url / AMQPDELAY_URL)"
+	case ae.Code == amqp.NotAllowed && strings.Contains(ae.Reason, "vhost"):
+		return " (the vhost is the URL's path: it does not exist, or the user has no permissions on it: " +
+			"rabbitmqctl add_vhost / set_permissions -p <vhost> <user> '.*' '.*' '.*', or fix --url / AMQPDELAY_URL)"
 	}
 	return ""
 }
 
-// newLogger returns the logger of format (console, the default, or json) and level (a zerolog
-// level name; default info), writing to w; the settings' Decode methods have checked both.
+// newLogger returns the logger of format (console or json) and level (default info) on w.
 func newLogger(format, level string, w io.Writer) zerolog.Logger {
 	lvl, _ := zerolog.ParseLevel(cmp.Or(level, "info"))
 	if format != "json" {
@@ -216,8 +182,7 @@ Commands:
 Every flag can also be set by its environment variable; a flag given on the command line wins.
 Flags common to every command:
 `)
-	var s settings
-	printOptions(w, commonOptions(&s))
+	printOptions(w, commonOptions(&settings{}))
 	fmt.Fprint(w, `
 Exit codes (docs/operations.md):
   0  success; for status: no problem found
@@ -233,12 +198,6 @@ Run rabbitdelay <command> --help for a command's own flags.
 `)
 }
 
-func printCommandUsage(w io.Writer, c *command, opts []option) {
-	fmt.Fprintf(w, "Usage: rabbitdelay %s [flags]%s\n\n%s\n\nFlags:\n", c.name, strings.TrimRight(" "+c.usage, " "), c.help)
-	printOptions(w, opts)
-}
-
-// dial connects with the command's settings.
 func (e *invocation) dial(ctx context.Context) (*amqp.Connection, error) {
 	conn, err := amqpconn.Dial(ctx, e.s.vars.Conn(), "rabbitdelay-declare")
 	if err != nil {
@@ -248,7 +207,7 @@ func (e *invocation) dial(ctx context.Context) (*amqp.Connection, error) {
 	return conn, nil
 }
 
-// vhost is the vhost of the URL.
+// vhost is the vhost of the URL, "/" when it has none.
 func (e *invocation) vhost() string {
 	u, err := amqp.ParseURI(e.s.vars.Conn().URLOrDefault())
 	if err != nil || u.Vhost == "" {
@@ -257,33 +216,31 @@ func (e *invocation) vhost() string {
 	return u.Vhost
 }
 
-// management returns the management API client, or nil without --management-url.
+// management returns the management API client, or nil without --management-url; its error
+// is a usage error.
 func (e *invocation) management() (*admin.Management, error) {
 	if e.s.vars.ManagementURL == "" {
 		return nil, nil
 	}
 	m, err := admin.NewManagement(e.s.vars.ManagementURL, e.vhost())
 	if err != nil {
-		return nil, fmt.Errorf("AMQPDELAY_MANAGEMENT_URL (--management-url): %w", err)
+		return nil, usageError{fmt.Errorf("AMQPDELAY_MANAGEMENT_URL (--management-url): %w", err)}
 	}
 	return m, nil
 }
 
-// managed returns the plan and the management API client of a command that cannot run without
-// the latter; without --management-url it returns a usage error saying missing(plan).
+// managed returns the plan and the management API client of a command that needs the latter;
+// without --management-url, a usage error saying missing(plan).
 func (e *invocation) managed(missing func(p *admin.Plan) string) (*admin.Plan, *admin.Management, error) {
 	p, err := e.plan()
 	if err != nil {
 		return nil, nil, err
 	}
 	m, err := e.management()
-	if err != nil {
-		return nil, nil, usageError{err}
+	if err == nil && m == nil {
+		err = usageError{errors.New(missing(p))}
 	}
-	if m == nil {
-		return nil, nil, usageError{errors.New(missing(p))}
-	}
-	return p, m, nil
+	return p, m, err
 }
 
 // plan validates the specification and computes the plan: usage errors.
@@ -312,9 +269,9 @@ func (e *invocation) resolvePlugin(ctx context.Context, p *admin.Plan, m *admin.
 	return p.ForPlugin(avail)
 }
 
-// probePlugin reports whether the broker has the delayed-message plugin: from the exchange
-// types the management API lists when m is set (it declares nothing, so it suits read-only
-// users), else with an AMQP probe that declares and deletes a temporary exchange.
+// probePlugin reports whether the broker has the delayed-message plugin: from the management
+// API's exchange types when m is set (declaring nothing), else with an AMQP probe that declares
+// and deletes a temporary exchange.
 func (e *invocation) probePlugin(ctx context.Context, p *admin.Plan, m *admin.Management) (bool, error) {
 	if m != nil {
 		return admin.ProbePluginManagement(ctx, m)
@@ -322,5 +279,4 @@ func (e *invocation) probePlugin(ctx context.Context, p *admin.Plan, m *admin.Ma
 	return admin.ProbePlugin(ctx, e.dial, p.Spec.Prefix)
 }
 
-// plural gives "1 object" or "n objects" (text.Plural).
 func plural(n int, noun string) string { return text.Plural(n, noun) }

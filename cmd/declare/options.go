@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,9 +15,9 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// variables are the AMQPDELAY_* variables declare reads: the library's ([delayspec.Env]) and
-// its own. delayspec.ReadEnv reads them all; the flags then set the same fields with the same
-// Decode methods, so a flag and its variable take the same values.
+// variables are the AMQPDELAY_* variables declare reads: the library's and its own. The flags
+// set the same fields with the same Decode methods, so a flag and its variable take the same
+// values.
 type variables struct {
 	delayspec.Env
 	ManagementURL string    `envconfig:"AMQPDELAY_MANAGEMENT_URL"`
@@ -28,80 +29,63 @@ type variables struct {
 // defaultTimeout bounds a whole command when AMQPDELAY_TIMEOUT and --timeout are unset.
 const defaultTimeout = time.Minute
 
-// timeout is how long a command may take: a positive Go duration; 0 means defaultTimeout.
+// timeout is a positive duration; 0 means defaultTimeout.
 type timeout time.Duration
 
 func (t *timeout) Decode(s string) error {
-	if s == "" {
-		*t = 0
-		return nil
-	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
+	if s != "" && (err != nil || d <= 0) {
 		return errors.New("want a positive duration, e.g. 30s or 5m")
 	}
 	*t = timeout(d)
 	return nil
 }
 
-// logFormat is console or json; "" means console.
-type logFormat string
+type logFormat string // console ("") or json
 
 func (f *logFormat) Decode(s string) error {
-	switch s {
-	case "", "console", "json":
-		*f = logFormat(s)
-		return nil
-	}
-	return errors.New("want console (the default) or json")
+	return oneOf(f, s, "want console (the default) or json", "console", "json")
 }
 
-// logLevel is a zerolog level name; "" means info.
-type logLevel string
+type logLevel string // a zerolog level name; "" means info
 
 func (l *logLevel) Decode(s string) error {
-	switch s {
-	case "", "trace", "debug", "info", "warn", "error":
-		*l = logLevel(s)
-		return nil
+	return oneOf(l, s, "want trace, debug, info (the default), warn or error", "trace", "debug", "info", "warn", "error")
+}
+
+// oneOf sets *dst to s when s is "" or one of ok, else returns want.
+func oneOf[T ~string](dst *T, s, want string, ok ...string) error {
+	if s != "" && !slices.Contains(ok, s) {
+		return errors.New(want)
 	}
-	return errors.New("want trace, debug, info (the default), warn or error")
+	*dst = T(s)
+	return nil
 }
 
-// settings is everything a command reads from the AMQPDELAY_* variables and its flags.
+// settings is everything a command reads from the variables and its flags.
 type settings struct {
-	vars variables // the variables, then the flags over them: the one form of the configuration
-
-	// exportVersion is export's --rabbitmq-version ("": ask the broker).
-	exportVersion string
-
-	// Command-specific flags.
-	output      string
-	dryRun      bool
-	verbose     bool
-	vhost       string
-	force       bool
-	readyQueues bool
-	listen      string // exporter (exporter.go)
-	perQueue    bool   // exporter
-	queues      bool   // status --queues
+	vars                                                  variables // the variables, then the flags over them
+	exportVersion                                         string    // export --rabbitmq-version ("": ask the broker)
+	output                                                string
+	vhost                                                 string
+	listen                                                string
+	dryRun, verbose, force, readyQueues, perQueue, queues bool
 }
 
-// option is one flag, with the environment variable that sets the same field (for the help).
+// option is one flag, with the variable that sets the same field (for the help).
 type option struct {
-	name  string // flag name, used as --name
-	short string // one-letter alias, used as -v; "" when none
-	env   string // variable name, "" when none
+	name  string
+	short string // one-letter alias, "" when none
+	env   string // "" when none
 	arg   string // placeholder in the help, "" for booleans
 	def   string // default shown in the help
 	usage string
-	set   func(string) error // parses the flag's value into its field
+	set   func(string) error
 	bool  bool
 }
 
 // listOption is a repeatable flag over a list variable: the first flag given replaces the
-// variable's list (flags win), later ones add to it. Each flag may itself be a
-// comma-separated list.
+// variable's list, later ones add to it; each may itself be comma-separated.
 func listOption[L ~[]E, E any, P interface {
 	*L
 	Decode(string) error
@@ -121,7 +105,6 @@ func listOption[L ~[]E, E any, P interface {
 		}}
 }
 
-// commonOptions are the connection, specification and logging options every command takes.
 func commonOptions(s *settings) []option {
 	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
 	v := &s.vars
@@ -182,13 +165,8 @@ func commonOptions(s *settings) []option {
 	}
 }
 
-// boolOption is a command-specific switch without a variable.
-func boolOption(name, usage string, p *bool) option {
-	return switchOption(name, usage, func(b bool) { *p = b })
-}
-
-// switchOption is a command-specific switch without a variable that calls set with its value.
-func switchOption(name, usage string, set func(bool)) option {
+// boolOption is a command-specific switch without a variable that calls set with its value.
+func boolOption(name, usage string, set func(bool)) option {
 	return option{name: name, usage: usage, bool: true, set: func(v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -199,9 +177,11 @@ func switchOption(name, usage string, set func(bool)) option {
 	}}
 }
 
-// parse reads the variables into s.vars (delayspec.ReadEnv), then applies the flags of args
-// over them. A value that does not parse is reported as a *delayspec.ValueError naming the
-// variable or the flag.
+// flagOf is the set of a boolOption that sets *p.
+func flagOf(p *bool) func(bool) { return func(b bool) { *p = b } }
+
+// parse reads the variables into s.vars, then the flags of args over them. A value that does
+// not parse is a *delayspec.ValueError naming the variable or the flag.
 func parse(name string, opts []option, args []string, s *settings) ([]string, error) {
 	envErr := delayspec.ReadEnv(&s.vars)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -252,8 +232,7 @@ func flagError(err error) error {
 	return err
 }
 
-// printOptions writes the options' help: flag and placeholder, then the meaning, the
-// variable and the default on the next line.
+// printOptions writes each option's flag and placeholder, then its meaning, variable and default.
 func printOptions(w io.Writer, opts []option) {
 	for _, o := range opts {
 		flagText := "  --" + o.name
@@ -276,4 +255,24 @@ func printOptions(w io.Writer, opts []option) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+func outputOption(s *settings) option {
+	return option{name: "output", arg: "FORMAT", def: "table", usage: "table or json",
+		set: func(v string) error {
+			if v != "table" && v != "json" {
+				return fmt.Errorf("want table or json, not %q", v)
+			}
+			s.output = v
+			return nil
+		}}
+}
+
+// jsonOption is --json, the same as --output json.
+func jsonOption(s *settings) option {
+	return boolOption("json", "the same as --output json: the documented JSON shape (schema 1)", func(b bool) {
+		if b {
+			s.output = "json"
+		}
+	})
 }

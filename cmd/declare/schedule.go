@@ -1,6 +1,7 @@
 package declare
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,31 +13,23 @@ import (
 	"github.com/delaykit/rabbitdelay/schedule"
 )
 
-// Schedules (package schedule): `rabbitdelay schedules` lists them from the stream
-// <prefix>.schedules alone; `rabbitdelay schedule pause|resume|remove NAME` changes one.
+var schedulesCommand = command{name: "schedules", summary: "list the periodic schedules of the prefix, from the broker alone",
+	help: "Reads the stream <prefix>.schedules (writing one marker record to find its end) and prints every schedule:\n" +
+		"its definition, state, next occurrence (its pending link), the last occurrence fired and by which instance.\n" +
+		"A schedule whose chain is broken (active, occurrences left, and no pending link: none recorded, or the one\n" +
+		"recorded more than " + schedule.DefaultLinkGrace.String() + " past due and the links queue empty) is flagged, with the reason, and the\n" +
+		"exit code is 1: declaring it again (schedule.Scheduler.Declare, as every instance does at start) repairs it.",
+	extra: func(s *settings) []option { return []option{outputOption(s)} },
+	run:   cmdSchedules}
 
-func schedulesCommand() command {
-	return command{name: "schedules", summary: "list the periodic schedules of the prefix, from the broker alone",
-		help: "Reads the stream <prefix>.schedules (writing one marker record to find its end) and prints every schedule:\n" +
-			"its definition, state, next occurrence (its pending link), the last occurrence fired and by which instance.\n" +
-			"A schedule whose chain is broken (active, occurrences left, and no pending link: none recorded, or the one\n" +
-			"recorded more than " + schedule.DefaultLinkGrace.String() + " past due and the links queue empty, e.g. purged or deleted) is flagged, with the\n" +
-			"reason, and the exit code is 1: declaring it again (schedule.Scheduler.Declare, as every instance does at start)\n" +
-			"repairs it.",
-		extra: func(s *settings) []option { return []option{outputOption(s)} },
-		run:   cmdSchedules}
-}
-
-func scheduleCommand() command {
-	return command{name: "schedule", summary: "pause, resume or remove a periodic schedule: schedule pause|resume|remove NAME",
-		usage: "pause|resume|remove NAME",
-		help: "pause: links that arrive are dropped until resume. resume: the schedule restarts with its first occurrence\n" +
-			"after now. remove: no occurrence fires after it returns, and the pending link is revoked; an instance that\n" +
-			"declares the schedule again at start brings it back, so remove it from the code too.",
-		extra: func(s *settings) []option { return nil },
-		args:  true,
-		run:   cmdSchedule}
-}
+var scheduleCommand = command{name: "schedule", summary: "pause, resume or remove a periodic schedule: schedule pause|resume|remove NAME",
+	usage: "pause|resume|remove NAME",
+	help: "pause: links that arrive are dropped until resume. resume: the schedule restarts with its first occurrence\n" +
+		"after now. remove: no occurrence fires after it returns, and the pending link is revoked; an instance that\n" +
+		"declares the schedule again at start brings it back, so remove it from the code too.",
+	extra: func(s *settings) []option { return nil },
+	args:  true,
+	run:   cmdSchedule}
 
 func (e *invocation) scheduleConfig() amqpdelay.Config {
 	v := e.s.vars
@@ -61,11 +54,10 @@ func cmdSchedules(ctx context.Context, e *invocation) error {
 			Problem   string `json:"problem,omitempty"`
 			Ended     bool   `json:"ended"`
 		}
-		rows := []row{}
-		for _, i := range infos {
-			rows = append(rows, row{Name: i.Schedule.Name, Timing: i.Schedule.String(), Hash: i.Hash, State: i.State,
-				Next: tfmt(i.Next), LastFired: tfmt(i.LastFired), LastBy: i.LastBy, Broken: i.Broken, Problem: i.Problem, Ended: i.Ended})
-		}
+		rows := mapList(infos, func(i schedule.Info) row {
+			return row{Name: i.Schedule.Name, Timing: i.Schedule.String(), Hash: i.Hash, State: i.State,
+				Next: tfmt(i.Next), LastFired: tfmt(i.LastFired), LastBy: i.LastBy, Broken: i.Broken, Problem: i.Problem, Ended: i.Ended}
+		})
 		if err := writeJSON(e.stdout, rows, nil); err != nil {
 			return err
 		}
@@ -74,9 +66,7 @@ func cmdSchedules(ctx context.Context, e *invocation) error {
 			fmt.Fprintf(e.stdout, "no schedules under prefix %q\n", e.s.vars.Spec().Names().Prefix)
 			return nil
 		}
-		w := newTable(e.stdout)
-		fmt.Fprintln(w, "NAME\tSTATE\tNEXT\tLAST FIRED\tBY\tDEFINITION")
-		for _, i := range infos {
+		err := table(e.stdout, "NAME\tSTATE\tNEXT\tLAST FIRED\tBY\tDEFINITION", infos, func(i schedule.Info) string {
 			st := i.State
 			switch {
 			case i.Broken:
@@ -84,16 +74,17 @@ func cmdSchedules(ctx context.Context, e *invocation) error {
 			case i.Ended:
 				st += " (ended)"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", i.Schedule.Name, st, dash(tfmt(i.Next)), dash(tfmt(i.LastFired)), dash(i.LastBy), i.Schedule.String())
-		}
-		if err := w.Flush(); err != nil {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", i.Schedule.Name, st, cmp.Or(tfmt(i.Next), "-"), cmp.Or(tfmt(i.LastFired), "-"),
+				cmp.Or(i.LastBy, "-"), i.Schedule.String())
+		})
+		if err != nil {
 			return err
 		}
 	}
 	return brokenSchedules(infos)
 }
 
-// brokenSchedules is ErrUnhealthy naming each schedule whose chain is broken and why, or nil.
+// brokenSchedules is ErrUnhealthy naming each broken schedule and why, or nil.
 func brokenSchedules(infos []schedule.Info) error {
 	var broken []string
 	for _, i := range infos {
@@ -109,7 +100,7 @@ func brokenSchedules(infos []schedule.Info) error {
 		admin.ErrUnhealthy, strings.Join(broken, "; "))
 }
 
-// scheduleStatus is `rabbitdelay status`'s check of the schedules (nil when there are none).
+// scheduleStatus is status's check of the schedules.
 func (e *invocation) scheduleStatus(ctx context.Context) error {
 	infos, err := schedule.Inspect(ctx, e.scheduleConfig(), schedule.Options{})
 	if err != nil {
@@ -152,11 +143,4 @@ func tfmt(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339Nano)
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -17,18 +17,18 @@ import (
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
-// statusView is what the table form of `rabbitdelay status` prints from.
+// statusView is what the table form of status prints from.
 type statusView struct {
 	p      *admin.Plan
 	rep    *admin.StatusReport
-	err    error  // Status's error: the problems (nil when none)
-	plugin string // the plugin line's text
+	err    error // the problems, nil when none
+	plugin string
 	vhost  string
-	queues bool // --queues: the per-queue table instead of one line per ladder level
+	queues bool // --queues: one line per queue
 }
 
-// pluginText is the plugin line of status: whether the broker has the delayed-message plugin,
-// and on RabbitMQ 4.3 or later, which cannot load it, that the ladder carries every delay.
+// pluginText is the plugin line of status; on RabbitMQ 4.3 or later, which cannot load the
+// plugin, it says the ladder carries every delay.
 func pluginText(mode delayspec.PluginMode, avail bool, probeErr error, version string) string {
 	noPlugin := plugin.ErrUnsupported(version)
 	switch {
@@ -49,17 +49,12 @@ func pluginText(mode delayspec.PluginMode, avail bool, probeErr error, version s
 }
 
 // printStatus prints the table form of status: the problems first, then the parking queue,
-// one line per ladder level (or, with --queues, one per queue), the buckets, the targets, the
-// ready queues and the rest, and a last line saying OK or NOT OK.
+// the ladder levels and buckets (or every queue), targets, ready queues and the rest, and a last
+// line saying OK or NOT OK.
 func printStatus(w io.Writer, v statusView) {
 	p, rep := v.p, v.rep
 	fmt.Fprintf(w, "# %s\n", specLine(p))
-	version := rep.Version
-	if version == "" {
-		version = "unknown version"
-	}
-	fmt.Fprintf(w, "# RabbitMQ %s, vhost %s; plugin: %s\n", version, v.vhost, v.plugin)
-
+	fmt.Fprintf(w, "# RabbitMQ %s, vhost %s; plugin: %s\n", cmp.Or(rep.Version, "unknown version"), v.vhost, v.plugin)
 	printProblems(w, v)
 
 	if rep.NotDeclared {
@@ -69,7 +64,7 @@ func printStatus(w io.Writer, v statusView) {
 		return
 	}
 
-	unknown := false // a count the management API has no figure for yet
+	unknown := false // a count without a figure yet
 	count := func(n int64) string {
 		if n < 0 {
 			unknown = true
@@ -92,9 +87,8 @@ func printStatus(w io.Writer, v statusView) {
 	}
 	printTargets(w, p, rep)
 	printReady(w, rep, count)
-
 	printObjects(w, rep)
-	printCluster(w, rep, v.vhost) // leaders per node; members offline and waits are problems, printed there too
+	printCluster(w, rep, v.vhost)
 	printUnplanned(w, p.Names, rep.Unplanned, "not in this specification", true)
 	printRecord(w, p, rep)
 	if v.err == nil {
@@ -104,8 +98,7 @@ func printStatus(w io.Writer, v statusView) {
 	}
 }
 
-// printParking prints the parking queue's count, what a message there means, and the
-// messages the plugin holds.
+// printParking prints the parking queue's count, what a message there means, and the plugin's.
 func printParking(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	park := rep.Parking()
 	parked := strconv.Itoa(park.Ready) + " ready"
@@ -127,11 +120,9 @@ func printParking(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 		fmt.Fprintf(w, "plugin exchange %s: holds %s (the plugin's messages_delayed; they live in no queue)\n",
 			p.Names.PluginExchange(), plural(int(rep.PluginMessagesDelayed), "delayed message"))
 	}
-
 }
 
-// printObjects prints how many of the exchanges and bindings exist, the consumers' retry
-// bindings and the policies' states.
+// printObjects prints how many exchanges and bindings exist, the retry bindings and the policies.
 func printObjects(w io.Writer, rep *admin.StatusReport) {
 	present := count(rep.Exchanges, func(x admin.ExchangeStatus) bool { return x.Exists })
 	fmt.Fprintf(w, "\nexchanges: %d of %d present\n", present, len(rep.Exchanges))
@@ -163,7 +154,6 @@ func printObjects(w io.Writer, rep *admin.StatusReport) {
 	}
 }
 
-// printRecord prints how the spec record differs from this specification, if it does.
 func printRecord(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	if !rep.RecordDiffers {
 		return
@@ -176,8 +166,7 @@ func printRecord(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	}
 }
 
-// printProblems prints every problem Status found, each with what to do, before anything
-// else; "problems: none" when there are none.
+// printProblems prints every problem Status found, each with what to do.
 func printProblems(w io.Writer, v statusView) {
 	rep := v.rep
 	if v.err == nil {
@@ -247,9 +236,8 @@ func printProblems(w io.Writer, v statusView) {
 	}
 }
 
-// otherProblems are the lines of Status's error that no section of printProblems covers
-// (members offline, dead-lettering waiting on a node: printCluster prints those later, with
-// the leaders), so that every problem is in the first screen.
+// otherProblems are the problems printCluster details later, so that every problem is in the
+// first screen.
 func otherProblems(err error, rep *admin.StatusReport) []string {
 	if err == nil || rep.Cluster == nil {
 		return nil
@@ -269,7 +257,7 @@ func otherProblems(err error, rep *admin.StatusReport) []string {
 // level is one line of the compact table: a ladder level, or a bucket.
 type level struct {
 	name                       string
-	rank                       int64 // ladder levels first, by level, then buckets, by TTL
+	rank                       int64 // ladder levels by level, then buckets by TTL
 	queues, missing, consumers int
 	messages, dlx              int64 // -1: unknown
 	minTTL, maxTTL             int64
@@ -312,8 +300,7 @@ func ttlRange(lo, hi int64) string {
 	return d(lo) + " - " + d(hi)
 }
 
-// printLevels prints one line per ladder level and per bucket: queues (and how many are
-// missing), messages held, messages in dead-letter state, consumers, TTLs.
+// printLevels prints one line per ladder level and per bucket.
 func printLevels(w io.Writer, rep *admin.StatusReport, count func(int64) string) {
 	var order []string
 	levels := map[string]*level{}
@@ -341,13 +328,11 @@ func printLevels(w io.Writer, rep *admin.StatusReport, count func(int64) string)
 	}
 	slices.SortStableFunc(order, func(a, b string) int { return cmp.Compare(levels[a].rank, levels[b].rank) })
 	fmt.Fprintln(w)
-	t := newTable(w)
+	header := "DELAY QUEUES\tQUEUES\tREADY\tCONSUMERS\tTTL"
 	if rep.Management {
-		fmt.Fprintln(t, "DELAY QUEUES\tQUEUES\tMESSAGES\tDEAD-LETTER STATE\tCONSUMERS\tTTL")
-	} else {
-		fmt.Fprintln(t, "DELAY QUEUES\tQUEUES\tREADY\tCONSUMERS\tTTL")
+		header = "DELAY QUEUES\tQUEUES\tMESSAGES\tDEAD-LETTER STATE\tCONSUMERS\tTTL"
 	}
-	for _, k := range order {
+	table(w, header, order, func(k string) string {
 		l := levels[k]
 		qs := strconv.Itoa(l.queues)
 		if l.missing > 0 {
@@ -357,30 +342,27 @@ func printLevels(w io.Writer, rep *admin.StatusReport, count func(int64) string)
 		if l.consumers > 0 {
 			cons += "  <-- WARNING: consumer on a delay queue"
 		}
+		cells := []string{l.name, qs, count(l.messages)}
 		if rep.Management {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", l.name, qs, count(l.messages), count(l.dlx), cons, ttlRange(l.minTTL, l.maxTTL))
-		} else {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", l.name, qs, count(l.messages), cons, ttlRange(l.minTTL, l.maxTTL))
+			cells = append(cells, count(l.dlx))
 		}
-	}
-	_ = t.Flush()
+		return strings.Join(append(cells, cons, ttlRange(l.minTTL, l.maxTTL)), "\t")
+	})
 	fmt.Fprintln(w, "(--queues: one line per queue)")
 }
 
 // printQueueTable prints one line per queue of the topology (--queues).
 func printQueueTable(w io.Writer, rep *admin.StatusReport, count func(int64) string) {
 	fmt.Fprintln(w)
-	t := newTable(w)
 	leaders := clustered(rep) // a LEADER column: the node and the members online
-	switch {
-	case leaders:
-		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)\tLEADER (ONLINE/MEMBERS)")
-	case rep.Management:
-		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)")
-	default:
-		fmt.Fprintln(t, "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS")
+	header := "QUEUE\tROLE\tTTL\tREADY\tCONSUMERS"
+	if leaders || rep.Management {
+		header += "\tMESSAGES\tDEAD-LETTER STATE (messages_dlx)"
 	}
-	for _, q := range rep.Queues {
+	if leaders {
+		header += "\tLEADER (ONLINE/MEMBERS)"
+	}
+	table(w, header, rep.Queues, func(q admin.QueueStatus) string {
 		ready, cons := strconv.Itoa(q.Ready), strconv.Itoa(q.Consumers)
 		if !q.Exists {
 			ready, cons = "MISSING", "-"
@@ -391,20 +373,18 @@ func printQueueTable(w io.Writer, rep *admin.StatusReport, count func(int64) str
 		if q.Role != admin.RoleRevoked {
 			dlx = count(q.MessagesDLX)
 		}
-		switch {
-		case leaders:
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), dlx, leaderText(q))
-		case rep.Management:
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons, count(q.Messages), dlx)
-		default:
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", q.Name, q.Role, ttlText(q.TTL), ready, cons)
+		cells := []string{q.Name, string(q.Role), ttlText(q.TTL), ready, cons}
+		if leaders || rep.Management {
+			cells = append(cells, count(q.Messages), dlx)
 		}
-	}
-	_ = t.Flush()
+		if leaders {
+			cells = append(cells, leaderText(q))
+		}
+		return strings.Join(cells, "\t")
+	})
 }
 
-// printTargets prints one line per target exchange: whether it exists and, with the
-// management API, whether it is bound to the dispatch exchange.
+// printTargets prints whether each target exists and, with the management API, is bound.
 func printTargets(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	if len(p.Spec.Targets) == 0 {
 		return
@@ -426,11 +406,9 @@ func printTargets(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	fmt.Fprintln(w)
 	for _, t := range p.Spec.Targets {
 		st := "exists"
-		if missing[t.Name] || (t.Type != "" && !exists[t.Name]) {
-			st = "MISSING"
-		}
 		switch {
-		case st == "MISSING":
+		case missing[t.Name] || (t.Type != "" && !exists[t.Name]):
+			st = "MISSING"
 		case !rep.Management:
 			st += "; binding to " + p.Names.Dispatch() + " not checked (needs --management-url)"
 		case bound[t.Name]:
@@ -442,7 +420,6 @@ func printTargets(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	}
 }
 
-// printReady prints one line per ready queue and the revocation stream.
 func printReady(w io.Writer, rep *admin.StatusReport, count func(int64) string) {
 	seen := map[string]bool{}
 	for _, q := range rep.Queues {
@@ -470,31 +447,24 @@ func printReady(w io.Writer, rep *admin.StatusReport, count func(int64) string) 
 	}
 }
 
-// statusProblem reports whether err is one of the problems Status reports (the topology
-// incomplete or unhealthy, a policy problem), as opposed to a failure to look.
+// statusProblem reports whether err is a problem Status found, not a failure to look.
 func statusProblem(err error) bool {
 	return errors.Is(err, admin.ErrIncomplete) || errors.Is(err, admin.ErrUnhealthy) || errors.Is(err, admin.ErrPolicy)
 }
 
-// statusCommand is the status subcommand (registered in commands()).
-func statusCommand() command {
-	return command{name: "status", summary: "show problems, the parking queue, messages per ladder level and bucket, targets, plugin",
-		help: "Inspects the topology without declaring anything and prints, first, every problem with what to do; then the\n" +
-			"parking queue's count, one line per ladder level and bucket (queues, messages held, TTLs; --queues: one line per\n" +
-			"queue), the targets and the ready queues. Exit 1, naming the state, when the topology is not declared, objects\n" +
-			"are missing or a consumer is attached to a delay queue (it takes delayed messages before they are due). With\n" +
-			"--management-url also when an existing exchange or queue has another type, flag or argument than the\n" +
-			"specification's (delete it, then apply declares it again), when messages sit in a queue's dead-letter state\n" +
-			"(messages_dlx, which AMQP cannot see) at two readings 6 s apart, when a binding on the topology's exchanges or\n" +
-			"queues is not in the specification, when a policy is missing or a policy in effect breaks a guarantee, or when\n" +
-			"a consumer of a ready queue or of the parking queue requeues a message in a loop that no delivery limit ends (on\n" +
-			"RabbitMQ 4.3 basic.nack requeues do not count; the parking queue has no limit).\n" +
-			"--json prints everything, one line per queue included.",
-		extra: func(s *settings) []option {
-			return []option{outputOption(s), jsonOption(s),
-				boolOption("queues", "one line per queue (the default: one per ladder level and bucket)", &s.queues)}
-		}, run: cmdStatus}
-}
+var statusCommand = command{name: "status", summary: "show problems, the parking queue, messages per ladder level and bucket, targets, plugin",
+	help: "Inspects the topology without declaring anything and prints, first, every problem with what to do; then the\n" +
+		"parking queue's count, one line per ladder level and bucket (--queues: per queue), the targets and the ready\n" +
+		"queues. Exit 1 when the topology is not declared, objects are missing or a consumer is attached to a delay\n" +
+		"queue. With --management-url also when an object has another type, flag or argument than specified, messages\n" +
+		"stay in a queue's dead-letter state (messages_dlx) at two readings 6 s apart, a binding on the topology is not\n" +
+		"in the specification, a policy is missing or breaks a guarantee, or a consumer of a ready queue or of the\n" +
+		"parking queue requeues a message in a loop that no delivery limit ends.\n" +
+		"--json prints everything, one line per queue included.",
+	extra: func(s *settings) []option {
+		return []option{outputOption(s), jsonOption(s),
+			boolOption("queues", "one line per queue (the default: one per ladder level and bucket)", flagOf(&s.queues))}
+	}, run: cmdStatus}
 
 func cmdStatus(ctx context.Context, e *invocation) error {
 	p, m, conn, err := e.connect(ctx)
@@ -522,41 +492,37 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 			p = p.WithoutPlugin()
 		}
 	}
-	plugin := pluginText(p.Spec.Plugin, avail, pluginErr, admin.ServerVersion(conn)) // status.go
+	plugin := pluginText(p.Spec.Plugin, avail, pluginErr, admin.ServerVersion(conn))
 	rep, err := admin.Status(ctx, conn, p, admin.StatusOptions{Management: m, Logger: e.log})
 	if rep == nil || (err != nil && !statusProblem(err)) {
 		e.statusFailedJSON(p, err)
 		return err
 	}
-	if serr := e.scheduleStatus(ctx); serr != nil { // schedule.go: broken schedule chains
+	if serr := e.scheduleStatus(ctx); serr != nil { // broken schedule chains
 		err = errors.Join(err, serr)
 	}
 	if e.s.output == "json" {
-		return writeJSON(e.stdout, newStatusJSON(p, rep, err, pluginState, e.vhost()), err) // statusjson.go
+		return writeJSON(e.stdout, newStatusJSON(p, rep, err, pluginState, e.vhost()), err)
 	}
-	printStatus(e.stdout, statusView{p: p, rep: rep, err: err, plugin: plugin, vhost: e.vhost(), queues: e.s.queues}) // status.go
+	printStatus(e.stdout, statusView{p: p, rep: rep, err: err, plugin: plugin, vhost: e.vhost(), queues: e.s.queues})
 	return err
 }
 
-// statusFailedJSON prints, for --json, the object of a status that could not look (the broker
-// or the management API unreachable, a refusal): ok false and the error as its problem, so a
-// script reading the JSON sees every exit 1. Usage errors (exit 2) print nothing.
+// statusFailedJSON prints, for --json, the object of a status that could not look (ok false,
+// the error as its problem), so a script sees every exit 1; a usage error prints nothing.
 func (e *invocation) statusFailedJSON(p *admin.Plan, err error) {
 	if e.s.output != "json" || exitCode(err) != exitRuntime {
 		return
 	}
 	if p == nil {
-		var perr error
-		if p, perr = e.plan(); perr != nil {
+		if p, _ = e.plan(); p == nil {
 			return
 		}
 	}
 	_ = writeJSON(e.stdout, newStatusJSON(p, &admin.StatusReport{PluginMessagesDelayed: -1}, err, "unknown", e.vhost()), nil)
 }
 
-// statusUnknownNote explains a "?" count: the management API reports a queue's message counts
-// only once it has collected statistics for it, every collect_statistics_interval (RabbitMQ's
-// default 5,000 ms; https://www.rabbitmq.com/docs/management#statistics-interval), so a queue
-// declared moments ago has none yet.
+// statusUnknownNote explains a "?" count: statistics come every collect_statistics_interval
+// (https://www.rabbitmq.com/docs/management#statistics-interval).
 const statusUnknownNote = "?: the management API has no figure for this queue yet (it collects statistics every " +
 	"collect_statistics_interval, 5 s by default): run status again in a few seconds"

@@ -6,59 +6,46 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/admin"
 )
 
-// statusSchema is the version of the JSON that `rabbitdelay status --json` prints. It changes
-// only when a field changes meaning or is removed; new fields may appear in any version.
+// statusSchema is the version of status --json's shape: it changes only when a field changes
+// meaning or is removed.
 const statusSchema = 1
 
-// statusJSON is the documented shape of `rabbitdelay status --json`: docs/status-json.md
-// says what each field holds. Counts from the management API are -1 when it has none yet (the
-// queue's statistics are collected every collect_statistics_interval, 5 s by default) or
-// without --management-url. Lists are [] when empty, never null; objects that need the
-// management API are null without it.
+// statusJSON is the shape of status --json; docs/status-json.md says what each field holds.
+// Counts the management API has no figure for are -1; lists are [] when empty, never null;
+// objects that need the management API are null without it.
 type statusJSON struct {
-	Schema int `json:"schema"`
-	// OK is false exactly when status exits 1; Problems are the reasons, one sentence each.
-	OK       bool     `json:"ok"`
-	Problems []string `json:"problems"`
-	Prefix   string   `json:"prefix"`
-	VHost    string   `json:"vhost"`
-	// Plugin is available, not_available, off (--plugin off) or unknown (the probe failed).
-	Plugin     string            `json:"plugin"`
-	Management bool              `json:"management"`
-	Queues     []statusQueueJSON `json:"queues"`
-	Parking    statusQueueJSON   `json:"parking"`
-	// MissingObjects are "queue NAME", "policy NAME", ...: the specification's objects the
-	// broker lacks.
-	MissingObjects   []string                    `json:"missing_objects"`
-	MissingExchanges []statusMissingExchangeJSON `json:"missing_exchanges"`
-	Mismatched       []statusMismatchJSON        `json:"mismatched"`
-	ExchangesPresent int                         `json:"exchanges_present"`
-	ExchangesTotal   int                         `json:"exchanges_total"`
-	// BindingsPresent and BindingsTotal are -1 without --management-url.
-	BindingsPresent     int      `json:"bindings_present"`
-	BindingsTotal       int      `json:"bindings_total"`
-	ConsumedDelayQueues []string `json:"consumed_delay_queues"`
-	// DeadLettering are the queues holding messages in dead-letter state at two readings
-	// (StatusOptions.DeadLetterRecheck apart) while every node involved is online.
-	DeadLettering     []statusDLXJSON `json:"dead_lettering"`
-	UnplannedBindings []string        `json:"unplanned_bindings"`
-	// RetryBindings are the consumers' retry bindings for queues outside the specification:
-	// expected, not a problem.
-	RetryBindings         []string                `json:"retry_bindings"`
-	Unplanned             []statusUnplannedJSON   `json:"unplanned"`
-	Policies              []statusPolicyJSON      `json:"policies"`
-	PolicyProblems        []statusProblemJSON     `json:"policy_problems"`
-	Cluster               *statusClusterJSON      `json:"cluster"`
-	RabbitMQVersion       string                  `json:"rabbitmq_version"`
-	NotDeclared           bool                    `json:"not_declared"`
-	RequeueLoops          []statusRequeueLoopJSON `json:"requeue_loops"`
-	RecordDiffers         bool                    `json:"record_differs"`
-	RecordOnlyTargets     []string                `json:"record_only_targets"`
-	PluginMessagesDelayed int64                   `json:"plugin_messages_delayed"`
+	Schema                int                         `json:"schema"`
+	OK                    bool                        `json:"ok"` // false exactly when status exits 1
+	Problems              []string                    `json:"problems"`
+	Prefix                string                      `json:"prefix"`
+	VHost                 string                      `json:"vhost"`
+	Plugin                string                      `json:"plugin"`
+	Management            bool                        `json:"management"`
+	Queues                []statusQueueJSON           `json:"queues"`
+	Parking               statusQueueJSON             `json:"parking"`
+	MissingObjects        []string                    `json:"missing_objects"`
+	MissingExchanges      []statusMissingExchangeJSON `json:"missing_exchanges"`
+	Mismatched            []statusMismatchJSON        `json:"mismatched"`
+	ExchangesPresent      int                         `json:"exchanges_present"`
+	ExchangesTotal        int                         `json:"exchanges_total"`
+	BindingsPresent       int                         `json:"bindings_present"` // -1 without --management-url
+	BindingsTotal         int                         `json:"bindings_total"`
+	ConsumedDelayQueues   []string                    `json:"consumed_delay_queues"`
+	DeadLettering         []statusDLXJSON             `json:"dead_lettering"`
+	UnplannedBindings     []string                    `json:"unplanned_bindings"`
+	RetryBindings         []string                    `json:"retry_bindings"`
+	Unplanned             []statusUnplannedJSON       `json:"unplanned"`
+	Policies              []statusPolicyJSON          `json:"policies"`
+	PolicyProblems        []statusProblemJSON         `json:"policy_problems"`
+	Cluster               *statusClusterJSON          `json:"cluster"`
+	RabbitMQVersion       string                      `json:"rabbitmq_version"`
+	NotDeclared           bool                        `json:"not_declared"`
+	RequeueLoops          []statusRequeueLoopJSON     `json:"requeue_loops"`
+	RecordDiffers         bool                        `json:"record_differs"`
+	RecordOnlyTargets     []string                    `json:"record_only_targets"`
+	PluginMessagesDelayed int64                       `json:"plugin_messages_delayed"`
 }
 
-// statusRequeueLoopJSON is one admin.RequeueLoop: the rates per second, the cause
-// (nack-not-counted, classic, no-delivery-limit) and what to do.
 type statusRequeueLoopJSON struct {
 	Queue         string  `json:"queue"`
 	RedeliverRate float64 `json:"redeliver_rate"`
@@ -68,9 +55,6 @@ type statusRequeueLoopJSON struct {
 	Advice        string  `json:"advice"`
 }
 
-// statusQueueJSON is one admin.QueueStatus. Level and Digit are -1 for a queue that is not a
-// ladder queue; TTLMs is 0 for a queue that is not a delay queue. Ready and Consumers come
-// from AMQP, the rest from the management API.
 type statusQueueJSON struct {
 	Name        string   `json:"name"`
 	Role        string   `json:"role"`
@@ -87,14 +71,13 @@ type statusQueueJSON struct {
 	Online      []string `json:"online"`
 }
 
-// statusMismatchJSON is one admin.Mismatch; Existing and Wanted are printed ("none" for an
-// absent argument).
+// statusMismatchJSON and statusUnplannedJSON are conversions of admin.Mismatch and admin.Unplanned.
 type statusMismatchJSON struct {
-	Kind     string `json:"kind"`
-	Name     string `json:"name"`
-	Property string `json:"property"`
-	Existing string `json:"existing"`
-	Wanted   string `json:"wanted"`
+	Kind     admin.Kind `json:"kind"`
+	Name     string     `json:"name"`
+	Property string     `json:"property"`
+	Existing string     `json:"existing"`
+	Wanted   string     `json:"wanted"`
 }
 
 type statusDLXJSON struct {
@@ -108,9 +91,9 @@ type statusMissingExchangeJSON struct {
 }
 
 type statusUnplannedJSON struct {
-	Kind     string `json:"kind"`
-	Name     string `json:"name"`
-	Messages int64  `json:"messages"`
+	Kind     admin.Kind `json:"kind"`
+	Name     string     `json:"name"`
+	Messages int64      `json:"messages"`
 }
 
 type statusPolicyJSON struct {
@@ -121,7 +104,6 @@ type statusPolicyJSON struct {
 	Current  bool   `json:"current"`
 }
 
-// statusProblemJSON is one admin.PolicyProblem; Severity is error (status exits 1) or warning.
 type statusProblemJSON struct {
 	Severity string `json:"severity"`
 	Breaks   string `json:"breaks"`
@@ -142,10 +124,9 @@ type statusClusterJSON struct {
 	SharedLeaders  []admin.SharedLeader `json:"shared_leaders"`
 }
 
-// statusNodeJSON is one node; Running is null when unknown (the user lacks the monitoring tag).
 type statusNodeJSON struct {
 	Name              string `json:"name"`
-	Running           *bool  `json:"running"`
+	Running           *bool  `json:"running"` // null when unknown (no monitoring tag)
 	Leaders           int    `json:"leaders"`
 	DelayQueueLeaders int    `json:"delay_queue_leaders"`
 	Members           int    `json:"members"`
@@ -174,17 +155,14 @@ func mapList[T, U any](in []T, f func(T) U) []U {
 	return out
 }
 
-// strs returns the String of each element of in.
 func strs[T fmt.Stringer](in []T) []string { return mapList(in, T.String) }
 
-// queueJSON is q in the JSON shape.
 func queueJSON(q admin.QueueStatus) statusQueueJSON {
 	return statusQueueJSON{Name: q.Name, Role: string(q.Role), Level: q.Level, Digit: q.Digit, TTLMs: q.TTL, Exists: q.Exists,
 		Ready: q.Ready, Consumers: q.Consumers, Messages: q.Messages, MessagesDLX: q.MessagesDLX,
 		Leader: q.Leader, Members: orEmpty(q.Members), Online: orEmpty(q.Online)}
 }
 
-// count returns how many elements of in satisfy ok.
 func count[T any](in []T, ok func(T) bool) int {
 	n := 0
 	for _, v := range in {
@@ -195,15 +173,15 @@ func count[T any](in []T, ok func(T) bool) int {
 	return n
 }
 
-// newStatusJSON builds the JSON of rep, whose Status call returned err, with the plugin's
-// state and the vhost.
+// newStatusJSON builds the JSON of rep, whose Status call returned err.
 func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vhost string) statusJSON {
 	out := statusJSON{Schema: statusSchema, OK: err == nil, Problems: []string{}, Prefix: p.Spec.Prefix, VHost: vhost,
 		Plugin: plugin, Management: rep.Management, MissingObjects: orEmpty(rep.Missing),
 		ExchangesTotal: len(rep.Exchanges), BindingsPresent: -1, BindingsTotal: -1,
 		ExchangesPresent:    count(rep.Exchanges, func(x admin.ExchangeStatus) bool { return x.Exists }),
-		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues), DeadLettering: []statusDLXJSON{},
-		RabbitMQVersion: rep.Version, NotDeclared: rep.NotDeclared,
+		ConsumedDelayQueues: orEmpty(rep.ConsumedDelayQueues),
+		DeadLettering:       mapList(rep.DeadLettering, dlxJSON),
+		RabbitMQVersion:     rep.Version, NotDeclared: rep.NotDeclared,
 		RecordDiffers: rep.RecordDiffers, RecordOnlyTargets: orEmpty(rep.RecordOnlyTargets),
 		PluginMessagesDelayed: rep.PluginMessagesDelayed,
 		Queues:                mapList(rep.Queues, queueJSON),
@@ -217,12 +195,8 @@ func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vh
 		MissingExchanges: mapList(rep.MissingExchanges, func(x admin.MissingExchange) statusMissingExchangeJSON {
 			return statusMissingExchangeJSON{Name: x.Name, Similar: orEmpty(x.Similar)}
 		}),
-		Mismatched: mapList(rep.Mismatched, func(m admin.Mismatch) statusMismatchJSON {
-			return statusMismatchJSON{Kind: string(m.Kind), Name: m.Name, Property: m.Property, Existing: m.Existing, Wanted: m.Wanted}
-		}),
-		Unplanned: mapList(rep.Unplanned, func(u admin.Unplanned) statusUnplannedJSON {
-			return statusUnplannedJSON{Kind: string(u.Kind), Name: u.Name, Messages: u.Messages}
-		}),
+		Mismatched: mapList(rep.Mismatched, func(m admin.Mismatch) statusMismatchJSON { return statusMismatchJSON(m) }),
+		Unplanned:  mapList(rep.Unplanned, func(u admin.Unplanned) statusUnplannedJSON { return statusUnplannedJSON(u) }),
 		Policies: mapList(rep.Policies, func(ps admin.PolicyStatus) statusPolicyJSON {
 			return statusPolicyJSON{Name: ps.Name, ApplyTo: ps.ApplyTo, Priority: ps.Priority, Exists: ps.Exists, Current: ps.Current}
 		}),
@@ -238,9 +212,6 @@ func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vh
 	} else if err != nil {
 		out.Problems = append(out.Problems, err.Error())
 	}
-	for _, q := range rep.DeadLettering {
-		out.DeadLettering = append(out.DeadLettering, statusDLXJSON{Queue: q.Name, MessagesDLX: q.MessagesDLX})
-	}
 	if rep.Management {
 		out.BindingsTotal = len(rep.Bindings)
 		out.BindingsPresent = count(rep.Bindings, func(b admin.BindingStatus) bool { return b.Exists })
@@ -248,13 +219,13 @@ func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vh
 	return out
 }
 
-// clusterJSON is c in the JSON shape, nil without the management API.
+func dlxJSON(q admin.WaitingQueue) statusDLXJSON {
+	return statusDLXJSON{Queue: q.Name, MessagesDLX: q.MessagesDLX}
+}
+
 func clusterJSON(c *admin.ClusterStatus) *statusClusterJSON {
 	if c == nil {
 		return nil
-	}
-	dlx := func(q admin.WaitingQueue) statusDLXJSON {
-		return statusDLXJSON{Queue: q.Name, MessagesDLX: q.MessagesDLX}
 	}
 	return &statusClusterJSON{Balanced: c.Balanced, SharedLeaders: orEmpty(c.SharedLeaders),
 		Nodes: mapList(c.Nodes, func(n admin.NodeLeaders) statusNodeJSON {
@@ -262,16 +233,7 @@ func clusterJSON(c *admin.ClusterStatus) *statusClusterJSON {
 		}),
 		DegradedQueues: mapList(c.Degraded, func(d admin.DegradedQueue) string { return d.Queue }),
 		Waits: mapList(c.Waits, func(w admin.DeadLetterWait) statusWaitJSON {
-			return statusWaitJSON{Node: w.Node, Messages: w.Messages, Queues: mapList(w.Queues, dlx)}
+			return statusWaitJSON{Node: w.Node, Messages: w.Messages, Queues: mapList(w.Queues, dlxJSON)}
 		}),
 	}
-}
-
-// jsonOption is --json, the same as --output json.
-func jsonOption(s *settings) option {
-	return switchOption("json", "the same as --output json: the documented JSON shape (schema 1)", func(b bool) {
-		if b {
-			s.output = "json"
-		}
-	})
 }
