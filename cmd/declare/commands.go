@@ -21,11 +21,9 @@ import (
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
-func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 8, 2, ' ', 0) }
-
 // table writes header and one row per item, aligned; row gives an item's tab-separated cells.
 func table[T any](w io.Writer, header string, items []T, row func(T) string) error {
-	t := newTable(w)
+	t := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(t, header)
 	for _, it := range items {
 		fmt.Fprintln(t, row(it))
@@ -41,11 +39,20 @@ func writeJSON(w io.Writer, v any, err error) error {
 	return cmp.Or(enc.Encode(v), err)
 }
 
+// printList writes each of xs (strings, Stringers or errors) on a line of its own after indent.
+func printList[T any](w io.Writer, indent string, xs []T) {
+	for _, x := range xs {
+		fmt.Fprintf(w, indent+"%s\n", x)
+	}
+}
+
+func msText(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+
 func ttlText(ms int64) string {
 	if ms == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%dms (%s)", ms, time.Duration(ms)*time.Millisecond)
+	return fmt.Sprintf("%dms (%s)", ms, msText(ms))
 }
 
 func specLine(p *admin.Plan) string {
@@ -163,9 +170,7 @@ func cmdApply(ctx context.Context, e *invocation) error {
 			fmt.Fprintf(e.stdout, "\nWARNING: the topology's policies are NOT set: AMQP cannot set policies. Without them a due message that a target "+
 				"routes to no queue is not parked (it stalls its delay queue), and other policies can make delays early or delete queues. "+
 				"Pass --management-url (a user with the policymaker tag), or run:\n")
-			for _, c := range p.PolicyCommands(e.vhost()) {
-				fmt.Fprintf(e.stdout, "  %s\n", c)
-			}
+			printList(e.stdout, "  ", p.PolicyCommands(e.vhost()))
 		}
 	}
 	if err != nil {
@@ -374,9 +379,7 @@ func printMismatched(w io.Writer, mm []admin.Mismatch) {
 		fmt.Fprint(w, " (deleting a queue deletes the messages it holds: move them elsewhere first)")
 	}
 	fmt.Fprintln(w, ":")
-	for _, m := range mm {
-		fmt.Fprintf(w, "  %s\n", m)
-	}
+	printList(w, "  ", mm)
 }
 
 // printUnplanned lists objects with the topology's prefix that the specification does not
@@ -386,10 +389,7 @@ func printUnplanned(w io.Writer, names delayspec.Names, objs []admin.Unplanned, 
 	if len(objs) == 0 {
 		return
 	}
-	verb := "are"
-	if len(objs) == 1 {
-		verb = "is"
-	}
+	verb := map[bool]string{true: "is", false: "are"}[len(objs) == 1]
 	fix := "run `rabbitdelay teardown` with the specification that declared them, or delete them by hand once their queues are empty"
 	if live {
 		fix = "delete them by hand (management UI or API; rabbitmqctl delete_queue for a queue) once their queues are empty, " +
@@ -397,9 +397,7 @@ func printUnplanned(w io.Writer, names delayspec.Names, objs []admin.Unplanned, 
 	}
 	fmt.Fprintf(w, "\n%s named like this topology's own %s %s (an earlier specification's, e.g. another ladder or bucket list, "+
 		"or a target no longer named): %s:\n", plural(len(objs), "object"), verb, what, fix)
-	for _, o := range objs {
-		fmt.Fprintf(w, "  %s\n", o)
-	}
+	printList(w, "  ", objs)
 }
 
 // connect returns the plan for the broker, the optional management API client and the

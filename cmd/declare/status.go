@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
@@ -183,9 +182,7 @@ func printProblems(w io.Writer, v statusView) {
 		fmt.Fprintf(w, "\nMISSING EXCHANGES: %s that the topology binds to but does not declare (targets given without a type, "+
 			"ready queues' exchanges); declare them, give a target as name:type so apply declares it, or correct a mistyped name "+
 			"in the specification; apply declares nothing until they exist:\n", plural(len(rep.MissingExchanges), "exchange"))
-		for _, x := range rep.MissingExchanges {
-			fmt.Fprintf(w, "  %s\n", x)
-		}
+		printList(w, "  ", rep.MissingExchanges)
 	}
 	if len(rep.Missing) > 0 && !rep.NotDeclared {
 		fmt.Fprintf(w, "\nINCOMPLETE: %s missing (run `rabbitdelay apply`):\n", plural(len(rep.Missing), "object"))
@@ -193,9 +190,7 @@ func printProblems(w io.Writer, v statusView) {
 		if len(shown) > 20 && !v.queues {
 			shown = shown[:20]
 		}
-		for _, x := range shown {
-			fmt.Fprintf(w, "  %s\n", x)
-		}
+		printList(w, "  ", shown)
 		if n := len(rep.Missing) - len(shown); n > 0 {
 			fmt.Fprintf(w, "  ... %d more (--queues or --json lists them all)\n", n)
 		}
@@ -219,9 +214,7 @@ func printProblems(w io.Writer, v statusView) {
 		fmt.Fprintf(w, "\nUNPLANNED BINDINGS: %s on this topology's exchanges and queues not in the specification "+
 			"(an earlier specification's, e.g. a ready queue's old key, or added by hand); they change where messages go: unbind them "+
 			"(management UI or API) or add them to the specification:\n", plural(len(rep.UnplannedBindings), "binding"))
-		for _, b := range rep.UnplannedBindings {
-			fmt.Fprintf(w, "  %s\n", b)
-		}
+		printList(w, "  ", rep.UnplannedBindings)
 	}
 	printPolicyProblems(w, rep.PolicyProblems)
 	if rep.StatsDisabled {
@@ -230,9 +223,7 @@ func printProblems(w io.Writer, v statusView) {
 	}
 	if other := otherProblems(v.err, rep); len(other) > 0 {
 		fmt.Fprintln(w)
-		for _, o := range other {
-			fmt.Fprintf(w, "%s\n", o)
-		}
+		printList(w, "", other)
 	}
 }
 
@@ -274,14 +265,11 @@ func (l *level) add(q admin.QueueStatus, management bool) {
 		return
 	}
 	l.consumers += q.Consumers
-	msgs := int64(q.Ready)
-	if management {
-		msgs = q.Messages
+	if !management {
+		l.messages = addCount(l.messages, int64(q.Ready))
+		return
 	}
-	l.messages = addCount(l.messages, msgs)
-	if management {
-		l.dlx = addCount(l.dlx, q.MessagesDLX)
-	}
+	l.messages, l.dlx = addCount(l.messages, q.Messages), addCount(l.dlx, q.MessagesDLX)
 }
 
 // addCount adds b to a, where -1 is unknown and makes the sum unknown.
@@ -290,14 +278,6 @@ func addCount(a, b int64) int64 {
 		return -1
 	}
 	return a + b
-}
-
-func ttlRange(lo, hi int64) string {
-	d := func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
-	if lo == hi {
-		return d(lo)
-	}
-	return d(lo) + " - " + d(hi)
 }
 
 // printLevels prints one line per ladder level and per bucket.
@@ -311,7 +291,7 @@ func printLevels(w io.Writer, rep *admin.StatusReport, count func(int64) string)
 		case admin.RoleLadder:
 			key, rank = fmt.Sprintf("ladder level %d", q.Level), int64(q.Level)-1<<40
 		case admin.RoleBucket:
-			key, rank = "bucket "+(time.Duration(q.TTL)*time.Millisecond).String(), q.TTL
+			key, rank = "bucket "+msText(q.TTL), q.TTL
 		default:
 			continue
 		}
@@ -346,7 +326,11 @@ func printLevels(w io.Writer, rep *admin.StatusReport, count func(int64) string)
 		if rep.Management {
 			cells = append(cells, count(l.dlx))
 		}
-		return strings.Join(append(cells, cons, ttlRange(l.minTTL, l.maxTTL)), "\t")
+		ttl := msText(l.minTTL)
+		if l.minTTL != l.maxTTL {
+			ttl += " - " + msText(l.maxTTL)
+		}
+		return strings.Join(append(cells, cons, ttl), "\t")
 	})
 	fmt.Fprintln(w, "(--queues: one line per queue)")
 }

@@ -268,35 +268,6 @@ func (s Spec) Validate() error {
 		add("no target exchange: set AMQPDELAY_TARGETS (the rabbitdelay CLI also takes --target), e.g. orders, or orders:topic to declare it")
 	}
 	names := s.Names()
-	s.validateTargets(names, add)
-	if err := s.Ladder.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: ladder: %w", ErrInvalidSpec, err))
-	}
-	if _, err := ttlbuckets.NewBuckets(s.Buckets...); err != nil {
-		errs = append(errs, fmt.Errorf("%w: buckets: %w", ErrInvalidSpec, err))
-	}
-	if !slices.Contains([]PluginMode{PluginAuto, PluginOff, PluginOn}, s.Plugin) {
-		add("plugin mode %q: want off, auto or on", s.Plugin)
-	}
-	if s.QueueType != Quorum && s.QueueType != Classic {
-		add("queue type %q: want quorum or classic", s.QueueType)
-	}
-	if s.ReadyDeliveryLimit < NoReadyDeliveryLimit {
-		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
-	}
-	if s.Shards < 1 || s.Shards > MaxShards {
-		add("shards %d: want 1 (one ladder, the default) to %d shards of the ladder", s.Shards, MaxShards)
-	}
-	if s.PolicyPriority < 0 {
-		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)
-	}
-	s.validateReadyQueues(names, add)
-	return errors.Join(errs...)
-}
-
-type problemFunc func(format string, args ...any)
-
-func (s Spec) validateTargets(names Names, add problemFunc) {
 	seen := map[string]bool{}
 	for _, t := range s.Targets {
 		if t.Name == "" {
@@ -324,16 +295,34 @@ func (s Spec) validateTargets(names Names, add problemFunc) {
 			add("target %q: exchange type %q: want direct, fanout, topic or headers", t.Name, t.Type)
 		}
 	}
-}
-
-func (s Spec) validateReadyQueues(names Names, add problemFunc) {
-	seen := map[ReadyQueue]bool{}
+	if err := s.Ladder.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: ladder: %w", ErrInvalidSpec, err))
+	}
+	if _, err := ttlbuckets.NewBuckets(s.Buckets...); err != nil {
+		errs = append(errs, fmt.Errorf("%w: buckets: %w", ErrInvalidSpec, err))
+	}
+	if !slices.Contains([]PluginMode{PluginAuto, PluginOff, PluginOn}, s.Plugin) {
+		add("plugin mode %q: want off, auto or on", s.Plugin)
+	}
+	if s.QueueType != Quorum && s.QueueType != Classic {
+		add("queue type %q: want quorum or classic", s.QueueType)
+	}
+	if s.ReadyDeliveryLimit < NoReadyDeliveryLimit {
+		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
+	}
+	if s.Shards < 1 || s.Shards > MaxShards {
+		add("shards %d: want 1 (one ladder, the default) to %d shards of the ladder", s.Shards, MaxShards)
+	}
+	if s.PolicyPriority < 0 {
+		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)
+	}
+	seenReady := map[ReadyQueue]bool{}
 	for _, r := range s.ReadyQueues {
 		rs := shorten(r.String())
-		if seen[r] {
+		if seenReady[r] {
 			add("ready queue %q is listed twice", rs)
 		}
-		seen[r] = true
+		seenReady[r] = true
 		if r.Queue == "" || r.Exchange == "" {
 			add("ready queue %q: want queue=exchange:bindingkey", rs)
 		}
@@ -363,6 +352,7 @@ func (s Spec) validateReadyQueues(names Names, add problemFunc) {
 				"bind ready queues to a target or another exchange of yours", shorten(r.Queue), shorten(r.Exchange), s.Prefix)
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // NameProblem says what makes name unusable as an exchange or queue name, or "". RabbitMQ

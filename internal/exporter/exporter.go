@@ -1,29 +1,9 @@
 // Package exporter serves the delay topology's state as Prometheus metrics, read from the
-// RabbitMQ management API at every scrape: what `rabbitdelay status --management-url` shows,
-// as numbers an alert can watch. `rabbitdelay exporter --listen ADDR` serves it on /metrics;
-// docs/operations.md gives alerts on them.
-//
-// # Metrics
-//
-// Every name starts with rabbitdelay_ and each metric's HELP text says what it counts (numbers
-// of messages, queues or policy keys):
-//
-//   - up, scrape_duration_seconds, queue_statistics (0: the management API collects no queue
-//     statistics and the message gauges are absent);
-//   - delay_messages, delay_messages_dlx, delay_queue_consumers{path,level,bucket}: the delay
-//     queues summed per ladder level (path "ladder") and per bucket (as Go prints the delay,
-//     "30s"; path "bucket"); [Options.PerQueue] adds a queue label;
-//   - parking_messages, ready_queue_messages{queue}, ready_queue_requeue_loop{queue},
-//     revocation_stream_messages{queue}, missing_queues;
-//   - policy_problems{breaks,severity};
-//   - node_running, node_leaders, node_delay_queue_leaders, node_members,
-//     dead_letter_waiting_messages{node}; leaders_balanced, degraded_queues.
-//
-// Every series the specification configures is in every scrape, at 0 where nothing happened,
-// so an alert sees 0 rather than nothing; a queue that does not exist counts 0, and one the
-// management API has no figures for yet is left out of its sums. The figures lag the broker by
-// up to the management API's collect_statistics_interval
-// (https://www.rabbitmq.com/docs/management#statistics-interval).
+// management API at every scrape: what `rabbitdelay status --management-url` shows, as numbers
+// an alert can watch (`rabbitdelay exporter`). docs/operations.md lists the metrics and alerts.
+// Every series the specification configures is in every scrape, at 0 where nothing happened; a
+// queue the management API has no figures for yet is left out of its sums. The figures lag by
+// up to collect_statistics_interval (https://www.rabbitmq.com/docs/management#statistics-interval).
 package exporter
 
 import (
@@ -37,29 +17,23 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/metrics"
 )
 
-// Options tune an [Exporter]. The zero value sums per level and bucket and gives a scrape
-// DefaultTimeout.
+// Options tune an [Exporter]; the zero value sums per level and bucket.
 type Options struct {
 	// PerQueue adds the label queue to the delay queues' metrics: one series per delay queue
-	// (330 for the default ladder) instead of one per level and bucket.
+	// instead of one per level and bucket.
 	PerQueue bool
 	// Timeout bounds the management API requests of one scrape; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// OnScrape, when set, is called after every scrape with the error that made it report
-	// rabbitdelay_up 0 (it names the management API's URL without a password, and, for a
-	// refusal, what to check), or nil when the scrape read the management API. The Exporter
-	// logs nothing itself: this is where its user learns why a scrape failed. It runs on the
-	// scraping goroutine; keep it quick.
+	// OnScrape, when set, is called on the scraping goroutine after every scrape with the error
+	// that made it report rabbitdelay_up 0 (no password in it), or nil. The Exporter logs nothing.
 	OnScrape func(err error)
 }
 
-// DefaultTimeout is how long one scrape waits for the management API unless Options.Timeout
-// says otherwise.
+// DefaultTimeout is how long one scrape waits for the management API by default.
 const DefaultTimeout = 10 * time.Second
 
 // Exporter is a prometheus.Collector of one plan's topology, read through one management
-// API client at every Collect. Register it on a prometheus.Registry and serve that with
-// promhttp. It is safe for concurrent use.
+// API client at every Collect. It is safe for concurrent use.
 type Exporter struct {
 	m    *admin.Management
 	p    *admin.Plan
@@ -70,7 +44,7 @@ type Exporter struct {
 	ready, policyProblems                                     *prometheus.Desc
 	nodeRunning, nodeLeaders, nodeDelayLeaders                *prometheus.Desc
 	nodeMembers, waiting, revocations, requeueLoop            *prometheus.Desc
-	descs                                                     []*prometheus.Desc // all of the above
+	descs                                                     []*prometheus.Desc
 }
 
 // New returns the Exporter of plan p, read through m (whose vhost is the topology's).
@@ -130,6 +104,8 @@ type group struct{ path, level, bucket, queue string }
 // sums are a group's totals; -1 while no queue of the group has a figure.
 type sums struct{ messages, dlx, consumers int64 }
 
+// add adds v to *to unless v is unknown (-1).
+
 func add(to *int64, v int64) {
 	if v < 0 {
 		return
@@ -141,11 +117,8 @@ func add(to *int64, v int64) {
 }
 
 // Collect reads the management API (bounded by Options.Timeout) and sends the metrics.
-// [Handler] also bounds each scrape by its request (the client gone, or Prometheus's
-// X-Prometheus-Scrape-Timeout-Seconds).
 func (e *Exporter) Collect(ch chan<- prometheus.Metric) { e.collect(context.Background(), ch) }
 
-// collect is Collect bounded by ctx too.
 func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
@@ -165,15 +138,32 @@ func (e *Exporter) collect(ctx context.Context, ch chan<- prometheus.Metric) {
 	gauge(e.stats, one(!s.StatsDisabled))
 	e.collectQueues(s, gauge)
 	collectPolicyProblems(e.policyProblems, s.PolicyProblems, gauge)
-	if s.Cluster != nil {
-		e.collectCluster(s.Cluster, gauge)
+	c := s.Cluster
+	if c == nil {
+		return
+	}
+	waiting := map[string]int64{} // every node's series present, at 0 when nothing waits on it
+	for _, n := range c.Nodes {
+		if n.Running != nil {
+			gauge(e.nodeRunning, one(*n.Running), n.Name)
+		}
+		gauge(e.nodeLeaders, int64(n.Leaders), n.Name)
+		gauge(e.nodeDelayLeaders, int64(n.DelayQueues), n.Name)
+		gauge(e.nodeMembers, int64(n.Members), n.Name)
+		waiting[n.Name] = 0
+	}
+	gauge(e.balanced, one(c.Balanced))
+	gauge(e.degraded, int64(len(c.Degraded)))
+	for _, w := range c.Waits {
+		waiting[w.Node] += w.Messages
+	}
+	for n, v := range waiting {
+		gauge(e.waiting, v, n)
 	}
 }
 
-// gaugeFunc sends one gauge of d with labels.
 type gaugeFunc func(d *prometheus.Desc, v int64, labels ...string)
 
-// one is 1 for true, 0 for false.
 func one(b bool) int64 {
 	if b {
 		return 1
@@ -181,8 +171,6 @@ func one(b bool) int64 {
 	return 0
 }
 
-// collectQueues sends the queues' metrics of s: the delay queues' sums per group, the parking,
-// ready and revocation queues, and how many queues of the plan are missing.
 func (e *Exporter) collectQueues(s *admin.Snapshot, gauge gaugeFunc) {
 	var order []group
 	groups := map[group]*sums{}
@@ -195,8 +183,7 @@ func (e *Exporter) collectQueues(s *admin.Snapshot, gauge gaugeFunc) {
 		seen[q.Name] = true
 		mq, ok := s.Queues[q.Name]
 		if !ok {
-			// A missing queue holds nothing: its series are 0, present from the first scrape
-			// (rabbitdelay_missing_queues counts it).
+			// A missing queue holds nothing: its series are 0 (rabbitdelay_missing_queues counts it).
 			missing++
 			mq = admin.ManagedQueue{Name: q.Name, RedeliverRate: -1, DeliverRate: -1, AckRate: -1}
 		}
@@ -250,8 +237,8 @@ func (e *Exporter) collectQueues(s *admin.Snapshot, gauge gaugeFunc) {
 	gauge(e.missing, int64(missing))
 }
 
-// collectPolicyProblems sends the count of policy problems per breakage and severity, every
-// series present, at 0 when none.
+// collectPolicyProblems sends the policy problems per breakage and severity, every series
+// present.
 func collectPolicyProblems(d *prometheus.Desc, pps []admin.PolicyProblem, gauge gaugeFunc) {
 	type problem struct{ breaks, severity string }
 	problems := map[problem]int64{}
@@ -268,27 +255,5 @@ func collectPolicyProblems(d *prometheus.Desc, pps []admin.PolicyProblem, gauge 
 	}
 	for k, n := range problems {
 		gauge(d, n, k.breaks, k.severity)
-	}
-}
-
-// collectCluster sends the per-node, balance, degraded and dead-letter-wait metrics of c.
-func (e *Exporter) collectCluster(c *admin.ClusterStatus, gauge gaugeFunc) {
-	waiting := map[string]int64{} // every node's series present, at 0 when nothing waits on it
-	for _, n := range c.Nodes {
-		if n.Running != nil {
-			gauge(e.nodeRunning, one(*n.Running), n.Name)
-		}
-		gauge(e.nodeLeaders, int64(n.Leaders), n.Name)
-		gauge(e.nodeDelayLeaders, int64(n.DelayQueues), n.Name)
-		gauge(e.nodeMembers, int64(n.Members), n.Name)
-		waiting[n.Name] = 0
-	}
-	gauge(e.balanced, one(c.Balanced))
-	gauge(e.degraded, int64(len(c.Degraded)))
-	for _, w := range c.Waits {
-		waiting[w.Node] += w.Messages
-	}
-	for n, v := range waiting {
-		gauge(e.waiting, v, n)
 	}
 }

@@ -11,17 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// MaxScrapesInFlight is how many scrapes [Handler] serves at once; more get 503 Service
-// Unavailable at once, so a management API that hangs cannot pile up scrapes.
+// MaxScrapesInFlight is how many scrapes [Handler] serves at once; more get 503 at once, so a
+// management API that hangs cannot pile up scrapes.
 const MaxScrapesInFlight = 2
 
-// Handler returns an http.Handler that serves e's metrics, with the Go runtime's and the
-// process's (go_*, process_*), in Prometheus's text or protobuf exposition format: mount it on
-// /metrics. It uses registries of its own, never the global one. Each scrape is bounded by
-// e's Options.Timeout, by its request (it ends when the client goes away) and by Prometheus's
-// X-Prometheus-Scrape-Timeout-Seconds header (less half a second, so that rabbitdelay_up 0
-// reaches Prometheus before it gives up); at most MaxScrapesInFlight run at once. The error is
-// a collector's registration error.
+// Handler returns an http.Handler serving e's metrics with the Go runtime's and the process's,
+// on registries of its own: mount it on /metrics. Each scrape is bounded by e's
+// Options.Timeout, by its request and by X-Prometheus-Scrape-Timeout-Seconds less half a second
+// (so that rabbitdelay_up 0 arrives before Prometheus gives up). The error is a collector's
+// registration error.
 func Handler(e *Exporter) (http.Handler, error) {
 	gc, pc := collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
 	check := prometheus.NewRegistry()
@@ -51,7 +49,6 @@ func Handler(e *Exporter) (http.Handler, error) {
 	}), nil
 }
 
-// scrape is e's collector for one request.
 type scrape struct {
 	e   *Exporter
 	ctx context.Context

@@ -1,7 +1,5 @@
-// Package metrics holds what rabbitdelay's Prometheus metrics share: the histogram buckets of
-// its durations and the registration of a set of collectors on a caller's
-// prometheus.Registerer. The metrics themselves belong to the packages that measure them
-// (amqpdelay, consumer, exporter).
+// Package metrics holds what rabbitdelay's Prometheus metrics share: histogram buckets and the
+// registration of a set of collectors. The metrics belong to the packages that measure them.
 package metrics
 
 import (
@@ -14,21 +12,18 @@ import (
 // Namespace is the first part of every metric name: rabbitdelay_.
 const Namespace = "rabbitdelay"
 
-// LatenessBuckets are the upper bounds, in seconds, of a lateness histogram: from 1 ms (the
-// ladder's default unit) to 5 min (a broker outage). docs/benchmarks.md has the lateness they
-// are sized for.
+// LatenessBuckets are the upper bounds, in seconds, of a lateness histogram: 1 ms (the
+// ladder's default unit) to 5 min (a broker outage).
 var LatenessBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 
 // DurationBuckets are the upper bounds, in seconds, of a histogram of calls (a publisher
 // confirm, a handler run): 0.5 ms to 1 min.
 var DurationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60}
 
-// Register registers every collector of cs on reg, all or none: when one fails, those
-// registered before it are unregistered again and the error names the collector's metric.
-// With share, a collector already registered with the same descriptors (another instance of
-// the same component on the same registry) is used in its place: the returned slice holds, at
-// each index, the collector in effect. Without share, that is an error too. unregister undoes
-// the registration of the collectors that Register added (not of the shared ones).
+// Register registers every collector of cs on reg, all or none; the error names the failing
+// collector's metric. With share, a collector already registered with the same descriptors is
+// used in its place (inEffect holds, at each index, the collector in effect); without, that is
+// an error too. unregister undoes what Register added (not the shared ones).
 func Register(reg prometheus.Registerer, share bool, cs ...prometheus.Collector) (inEffect []prometheus.Collector, unregister func(), err error) {
 	inEffect = make([]prometheus.Collector, len(cs))
 	var added []prometheus.Collector
@@ -55,17 +50,14 @@ func Register(reg prometheus.Registerer, share bool, cs ...prometheus.Collector)
 	return inEffect, unregister, nil
 }
 
-// name returns the metric name of c's first descriptor.
+// name returns c's first descriptor.
 func name(c prometheus.Collector) string {
 	ch := make(chan *prometheus.Desc, 16)
 	go func() { c.Describe(ch); close(ch) }()
-	var first *prometheus.Desc
-	for d := range ch {
-		if first == nil {
-			first = d
-		}
+	first, ok := <-ch
+	for range ch {
 	}
-	if first == nil {
+	if !ok {
 		return "(no descriptor)"
 	}
 	return first.String()
