@@ -147,13 +147,23 @@ func cmdApply(ctx context.Context, e *invocation) error {
 	if err := admin.Preflight(ctx, conn, p, m); err != nil {
 		return err
 	}
-	if p, err = e.resolvePlugin(ctx, p, m); err != nil {
+	if p.Spec.Plugin != delayspec.PluginOff {
+		avail, err := e.probePlugin(ctx, p, m)
+		if err == nil {
+			msg := "delayed-message plugin: not available on this broker (the ladder and buckets work without it)"
+			if avail {
+				msg = "delayed-message plugin: available"
+			}
+			e.log.Info().Msg(msg)
+			p, err = p.ForPlugin(avail)
+		}
 		// On RabbitMQ 4.3 or later "enable the plugin" cannot be done: say why.
 		if why := plugin.ErrUnsupported(admin.ServerVersion(conn)); why != nil && errors.Is(err, admin.ErrPluginUnavailable) {
 			return fmt.Errorf("%w: --plugin on, but %v: use --plugin auto or off (the ladder and buckets carry every delay)",
 				admin.ErrPluginUnavailable, why)
+		} else if err != nil {
+			return err
 		}
-		return err
 	}
 	e.log.Info().Str("spec", specLine(p)).Msg("applying")
 	nodes := e.dialNodes(ctx, p)
@@ -237,22 +247,24 @@ func printReport(w io.Writer, rep *admin.Report, dryRun, all bool, ladder string
 		}
 		return string(r.State)
 	}
-	routine := map[admin.State]bool{admin.StateCreated: true, admin.StateBound: true, admin.StateMissing: true,
-		admin.StateUnknown: true}
+	routine := []admin.State{admin.StateCreated, admin.StateBound, admin.StateMissing, admin.StateUnknown}
+	type stateKind struct {
+		state string
+		kind  admin.Kind
+	}
 	var rows []admin.Result
-	var ladderStates []string                       // in order of appearance
-	ladderCounts := map[string]map[admin.Kind]int{} // state -> kind -> count
+	var ladderStates []string // in order of appearance
+	ladderCounts := map[stateKind]int{}
 	for _, r := range rep.Results {
-		if !all && (r.State == admin.StateUnchanged || r.State == admin.StateNotDeclared) {
+		switch {
+		case all:
+		case r.State == admin.StateUnchanged || r.State == admin.StateNotDeclared:
 			continue
-		}
-		if !all && ladder != "" && strings.HasPrefix(r.Name, ladder) && routine[r.State] {
-			st := state(r)
-			if ladderCounts[st] == nil {
-				ladderCounts[st] = map[admin.Kind]int{}
+		case ladder != "" && strings.HasPrefix(r.Name, ladder) && slices.Contains(routine, r.State):
+			if st := state(r); !slices.Contains(ladderStates, st) {
 				ladderStates = append(ladderStates, st)
 			}
-			ladderCounts[st][r.Kind]++
+			ladderCounts[stateKind{state(r), r.Kind}]++
 			continue
 		}
 		rows = append(rows, r)
@@ -269,7 +281,7 @@ func printReport(w io.Writer, rep *admin.Report, dryRun, all bool, ladder string
 	for _, st := range ladderStates {
 		var parts []string
 		for _, k := range []admin.Kind{admin.KindExchange, admin.KindQueue, admin.KindBinding} {
-			if n := ladderCounts[st][k]; n > 0 {
+			if n := ladderCounts[stateKind{st, k}]; n > 0 {
 				parts = append(parts, plural(n, string(k)))
 			}
 		}

@@ -252,23 +252,6 @@ func (e *invocation) plan() (*admin.Plan, error) {
 	return p, nil
 }
 
-// resolvePlugin asks the broker about the plugin (unless off) and returns the plan to use.
-func (e *invocation) resolvePlugin(ctx context.Context, p *admin.Plan, m *admin.Management) (*admin.Plan, error) {
-	if p.Spec.Plugin == delayspec.PluginOff {
-		return p, nil
-	}
-	avail, err := e.probePlugin(ctx, p, m)
-	if err != nil {
-		return nil, err
-	}
-	if avail {
-		e.log.Info().Msg("delayed-message plugin: available")
-	} else {
-		e.log.Info().Msg("delayed-message plugin: not available on this broker (the ladder and buckets work without it)")
-	}
-	return p.ForPlugin(avail)
-}
-
 // probePlugin reports whether the broker has the delayed-message plugin: from the management
 // API's exchange types when m is set (declaring nothing), else with an AMQP probe that declares
 // and deletes a temporary exchange.

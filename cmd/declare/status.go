@@ -373,32 +373,24 @@ func printTargets(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	if len(p.Spec.Targets) == 0 {
 		return
 	}
-	exists := map[string]bool{}
-	for _, x := range rep.Exchanges {
-		exists[x.Name] = x.Exists
-	}
-	missing := map[string]bool{}
-	for _, m := range rep.MissingExchanges {
-		missing[m.Name] = true
-	}
-	bound := map[string]bool{}
-	for _, b := range rep.Bindings {
-		if b.Source == p.Names.Dispatch() && b.DestinationType == admin.DestExchange && b.Exists {
-			bound[b.Destination] = true
-		}
-	}
+	d := p.Names.Dispatch()
 	fmt.Fprintln(w)
 	for _, t := range p.Spec.Targets {
+		exists := slices.ContainsFunc(rep.Exchanges, func(x admin.ExchangeStatus) bool { return x.Name == t.Name && x.Exists })
+		bound := slices.ContainsFunc(rep.Bindings, func(b admin.BindingStatus) bool {
+			return b.Source == d && b.DestinationType == admin.DestExchange && b.Exists && b.Destination == t.Name
+		})
 		st := "exists"
 		switch {
-		case missing[t.Name] || (t.Type != "" && !exists[t.Name]):
+		case slices.ContainsFunc(rep.MissingExchanges, func(m admin.MissingExchange) bool { return m.Name == t.Name }) ||
+			(t.Type != "" && !exists):
 			st = "MISSING"
 		case !rep.Management:
-			st += "; binding to " + p.Names.Dispatch() + " not checked (needs --management-url)"
-		case bound[t.Name]:
-			st += ", bound to " + p.Names.Dispatch()
+			st += "; binding to " + d + " not checked (needs --management-url)"
+		case bound:
+			st += ", bound to " + d
 		default:
-			st += ", NOT bound to " + p.Names.Dispatch()
+			st += ", NOT bound to " + d
 		}
 		fmt.Fprintf(w, "target %s: %s\n", t.Name, st)
 	}
@@ -458,19 +450,14 @@ func cmdStatus(ctx context.Context, e *invocation) error {
 	}
 	defer conn.Close()
 
-	pluginState := "off" // --json's value
-	var avail bool
+	pluginState, avail := "off", false // pluginState is --json's value
 	var pluginErr error
 	if p.Spec.Plugin != delayspec.PluginOff {
 		avail, pluginErr = e.probePlugin(ctx, p, m)
-		switch {
-		case pluginErr != nil:
+		pluginState = map[bool]string{true: "available", false: "not_available"}[avail]
+		if pluginErr != nil {
 			pluginState = "unknown"
 			e.log.Warn().Err(pluginErr).Msg("cannot tell whether the broker has the delayed-message plugin")
-		case avail:
-			pluginState = "available"
-		default:
-			pluginState = "not_available"
 		}
 		if (pluginErr != nil || !avail) && p.Spec.Plugin == delayspec.PluginAuto {
 			p = p.WithoutPlugin()
