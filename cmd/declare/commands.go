@@ -39,7 +39,6 @@ func writeJSON(w io.Writer, v any, err error) error {
 	return cmp.Or(enc.Encode(v), err)
 }
 
-// printList writes each of xs (strings, Stringers or errors) on a line of its own after indent.
 func printList[T any](w io.Writer, indent string, xs []T) {
 	for _, x := range xs {
 		fmt.Fprintf(w, indent+"%s\n", x)
@@ -338,7 +337,6 @@ func cmdTeardown(ctx context.Context, e *invocation) error {
 	return nil
 }
 
-// printPolicyProblems prints one line per policy, key, value and effect, with the objects.
 func printPolicyProblems(w io.Writer, problems []admin.PolicyProblem) {
 	if len(problems) == 0 {
 		return
@@ -377,8 +375,6 @@ func printPolicyProblems(w io.Writer, problems []admin.PolicyProblem) {
 	}
 }
 
-// printMismatched lists the properties of existing objects that differ from the
-// specification, and what to do.
 func printMismatched(w io.Writer, mm []admin.Mismatch) {
 	if len(mm) == 0 {
 		return
@@ -412,8 +408,6 @@ func printUnplanned(w io.Writer, names delayspec.Names, objs []admin.Unplanned, 
 	printList(w, "  ", objs)
 }
 
-// connect returns the plan for the broker, the optional management API client and the
-// connection (the caller closes it).
 func (e *invocation) connect(ctx context.Context) (*admin.Plan, *admin.Management, *amqp.Connection, error) {
 	p, err := e.plan()
 	if err != nil {

@@ -131,7 +131,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// exitCode maps an error to the documented exit codes.
 func exitCode(err error) int {
 	var u usageError
 	for _, target := range []error{delayspec.ErrInvalidSpec, amqpconn.ErrConfig, admin.ErrConflict, admin.ErrTargetMissing} {
@@ -145,7 +144,6 @@ func exitCode(err error) int {
 	return exitRuntime
 }
 
-// hint adds advice for broker refusals at connection time.
 func hint(err error) string {
 	var ae *amqp.Error
 	switch {
@@ -159,7 +157,6 @@ func hint(err error) string {
 	return ""
 }
 
-// newLogger returns the logger of format (console or json) and level (default info) on w.
 func newLogger(format, level string, w io.Writer) zerolog.Logger {
 	lvl, _ := zerolog.ParseLevel(cmp.Or(level, "info"))
 	if format != "json" {
@@ -243,7 +240,6 @@ func (e *invocation) managed(missing func(p *admin.Plan) string) (*admin.Plan, *
 	return p, m, err
 }
 
-// plan validates the specification and computes the plan: usage errors.
 func (e *invocation) plan() (*admin.Plan, error) {
 	p, err := admin.NewPlan(e.s.vars.Spec())
 	if err != nil {

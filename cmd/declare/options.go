@@ -62,7 +62,6 @@ func oneOf[T ~string](dst *T, s, want string, ok ...string) error {
 	return nil
 }
 
-// settings is everything a command reads from the variables and its flags.
 type settings struct {
 	vars                                                  variables // the variables, then the flags over them
 	exportVersion                                         string    // export --rabbitmq-version ("": ask the broker)
@@ -72,7 +71,6 @@ type settings struct {
 	dryRun, verbose, force, readyQueues, perQueue, queues bool
 }
 
-// option is one flag, with the variable that sets the same field (for the help).
 type option struct {
 	name  string
 	short string // one-letter alias, "" when none
@@ -177,7 +175,6 @@ func boolOption(name, usage string, set func(bool)) option {
 	}}
 }
 
-// flagOf is the set of a boolOption that sets *p.
 func flagOf(p *bool) func(bool) { return func(b bool) { *p = b } }
 
 // parse reads the variables into s.vars, then the flags of args over them. A value that does
@@ -232,7 +229,6 @@ func flagError(err error) error {
 	return err
 }
 
-// printOptions writes each option's flag and placeholder, then its meaning, variable and default.
 func printOptions(w io.Writer, opts []option) {
 	for _, o := range opts {
 		flagText := "  --" + o.name
@@ -268,7 +264,6 @@ func outputOption(s *settings) option {
 		}}
 }
 
-// jsonOption is --json, the same as --output json.
 func jsonOption(s *settings) option {
 	return boolOption("json", "the same as --output json: the documented JSON shape (schema 1)", func(b bool) {
 		if b {

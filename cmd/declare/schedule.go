@@ -100,7 +100,6 @@ func brokenSchedules(infos []schedule.Info) error {
 		admin.ErrUnhealthy, strings.Join(broken, "; "))
 }
 
-// scheduleStatus is status's check of the schedules.
 func (e *invocation) scheduleStatus(ctx context.Context) error {
 	infos, err := schedule.Inspect(ctx, e.scheduleConfig(), schedule.Options{})
 	if err != nil {

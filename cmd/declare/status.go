@@ -16,7 +16,6 @@ import (
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
-// statusView is what the table form of status prints from.
 type statusView struct {
 	p      *admin.Plan
 	rep    *admin.StatusReport
@@ -47,9 +46,6 @@ func pluginText(mode delayspec.PluginMode, avail bool, probeErr error, version s
 	return "not available (the ladder and buckets work without it)"
 }
 
-// printStatus prints the table form of status: the problems first, then the parking queue,
-// the ladder levels and buckets (or every queue), targets, ready queues and the rest, and a last
-// line saying OK or NOT OK.
 func printStatus(w io.Writer, v statusView) {
 	p, rep := v.p, v.rep
 	fmt.Fprintf(w, "# %s\n", specLine(p))
@@ -97,7 +93,6 @@ func printStatus(w io.Writer, v statusView) {
 	}
 }
 
-// printParking prints the parking queue's count, what a message there means, and the plugin's.
 func printParking(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	park := rep.Parking()
 	parked := strconv.Itoa(park.Ready) + " ready"
@@ -121,7 +116,6 @@ func printParking(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	}
 }
 
-// printObjects prints how many exchanges and bindings exist, the retry bindings and the policies.
 func printObjects(w io.Writer, rep *admin.StatusReport) {
 	present := count(rep.Exchanges, func(x admin.ExchangeStatus) bool { return x.Exists })
 	fmt.Fprintf(w, "\nexchanges: %d of %d present\n", present, len(rep.Exchanges))
@@ -165,7 +159,6 @@ func printRecord(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	}
 }
 
-// printProblems prints every problem Status found, each with what to do.
 func printProblems(w io.Writer, v statusView) {
 	rep := v.rep
 	if v.err == nil {
@@ -245,7 +238,6 @@ func otherProblems(err error, rep *admin.StatusReport) []string {
 	return out
 }
 
-// level is one line of the compact table: a ladder level, or a bucket.
 type level struct {
 	name                       string
 	rank                       int64 // ladder levels by level, then buckets by TTL
@@ -280,7 +272,6 @@ func addCount(a, b int64) int64 {
 	return a + b
 }
 
-// printLevels prints one line per ladder level and per bucket.
 func printLevels(w io.Writer, rep *admin.StatusReport, count func(int64) string) {
 	var order []string
 	levels := map[string]*level{}
@@ -335,7 +326,6 @@ func printLevels(w io.Writer, rep *admin.StatusReport, count func(int64) string)
 	fmt.Fprintln(w, "(--queues: one line per queue)")
 }
 
-// printQueueTable prints one line per queue of the topology (--queues).
 func printQueueTable(w io.Writer, rep *admin.StatusReport, count func(int64) string) {
 	fmt.Fprintln(w)
 	leaders := clustered(rep) // a LEADER column: the node and the members online
@@ -368,7 +358,6 @@ func printQueueTable(w io.Writer, rep *admin.StatusReport, count func(int64) str
 	})
 }
 
-// printTargets prints whether each target exists and, with the management API, is bound.
 func printTargets(w io.Writer, p *admin.Plan, rep *admin.StatusReport) {
 	if len(p.Spec.Targets) == 0 {
 		return

@@ -146,7 +146,6 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-// mapList returns f of each element of in: [] rather than null in JSON when in is empty.
 func mapList[T, U any](in []T, f func(T) U) []U {
 	out := make([]U, 0, len(in))
 	for _, v := range in {
@@ -173,7 +172,6 @@ func count[T any](in []T, ok func(T) bool) int {
 	return n
 }
 
-// newStatusJSON builds the JSON of rep, whose Status call returned err.
 func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vhost string) statusJSON {
 	out := statusJSON{Schema: statusSchema, OK: err == nil, Problems: []string{}, Prefix: p.Spec.Prefix, VHost: vhost,
 		Plugin: plugin, Management: rep.Management, MissingObjects: orEmpty(rep.Missing),

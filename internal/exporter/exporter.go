@@ -98,11 +98,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// group is the label values of one delay queue's series.
 type group struct{ path, level, bucket, queue string }
-
-// sums are a group's totals; -1 while no queue of the group has a figure.
-type sums struct{ messages, dlx, consumers int64 }
 
 // add adds v to *to unless v is unknown (-1).
 
@@ -173,7 +169,7 @@ func one(b bool) int64 {
 
 func (e *Exporter) collectQueues(s *admin.Snapshot, gauge gaugeFunc) {
 	var order []group
-	groups := map[group]*sums{}
+	groups := map[group]*[3]int64{} // messages, dlx, consumers; -1 while no queue has a figure
 	missing := 0
 	seen := map[string]bool{} // a ready queue with several bindings is in the plan once per binding
 	for _, q := range e.p.Queues {
@@ -200,13 +196,13 @@ func (e *Exporter) collectQueues(s *admin.Snapshot, gauge gaugeFunc) {
 			}
 			t, seen := groups[g]
 			if !seen {
-				t = &sums{-1, -1, -1}
+				t = &[3]int64{-1, -1, -1}
 				groups[g] = t
 				order = append(order, g)
 			}
-			add(&t.messages, mq.Messages)
-			add(&t.dlx, mq.MessagesDLX)
-			add(&t.consumers, mq.Consumers)
+			for i, v := range []int64{mq.Messages, mq.MessagesDLX, mq.Consumers} {
+				add(&t[i], v)
+			}
 		case q.Role == admin.RoleParking && mq.Messages >= 0:
 			gauge(e.parking, mq.Messages)
 		case q.Role == admin.RoleRevoked && mq.Messages >= 0:
@@ -225,12 +221,9 @@ func (e *Exporter) collectQueues(s *admin.Snapshot, gauge gaugeFunc) {
 		if e.opts.PerQueue {
 			labels = append(labels, g.queue)
 		}
-		for _, m := range []struct {
-			d *prometheus.Desc
-			v int64
-		}{{e.delayMessages, t.messages}, {e.delayDLX, t.dlx}, {e.delayConsumers, t.consumers}} {
-			if m.v >= 0 {
-				gauge(m.d, m.v, labels...)
+		for i, d := range []*prometheus.Desc{e.delayMessages, e.delayDLX, e.delayConsumers} {
+			if t[i] >= 0 {
+				gauge(d, t[i], labels...)
 			}
 		}
 	}
