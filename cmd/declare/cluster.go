@@ -12,9 +12,7 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-func clustered(rep *admin.StatusReport) bool {
-	return rep.Cluster != nil && len(rep.Cluster.Nodes) > 1
-}
+func clustered(rep *admin.StatusReport) bool { return rep.Cluster != nil && len(rep.Cluster.Nodes) > 1 }
 
 // leaderText is "rabbit@b (2/3)", "NONE (1/3)", or "-" for a queue without members.
 func leaderText(q admin.QueueStatus) string {

@@ -214,28 +214,18 @@ func printProblems(w io.Writer, v statusView) {
 		fmt.Fprintln(w, "\nNO QUEUE STATISTICS: the management API collects none (rabbitmq_management_agent.disable_metrics_collector is true), "+
 			"so status cannot see messages stuck in a delay queue's dead-letter state; set the collector back on")
 	}
-	if other := otherProblems(v.err, rep); len(other) > 0 {
+	// Problems printCluster details later, so that every problem is in the first screen.
+	if c := rep.Cluster; c != nil && (len(c.Degraded) > 0 || len(c.Waits) > 0) {
 		fmt.Fprintln(w)
-		printList(w, "", other)
+		if n := len(c.Degraded); n > 0 {
+			fmt.Fprintf(w, "MEMBERS OFFLINE: %s of the topology have fewer members online than members (CLUSTER, below)\n",
+				plural(n, "quorum queue"))
+		}
+		for _, wt := range c.Waits {
+			fmt.Fprintf(w, "DEAD-LETTERING WAITING ON AN UNREACHABLE NODE: %s: %s (CLUSTER, below)\n", wt.Node,
+				plural(int(wt.Messages), "message"))
+		}
 	}
-}
-
-// otherProblems are the problems printCluster details later, so that every problem is in the
-// first screen.
-func otherProblems(err error, rep *admin.StatusReport) []string {
-	if err == nil || rep.Cluster == nil {
-		return nil
-	}
-	var out []string
-	if n := len(rep.Cluster.Degraded); n > 0 {
-		out = append(out, fmt.Sprintf("MEMBERS OFFLINE: %s of the topology have fewer members online than members (CLUSTER, below)",
-			plural(n, "quorum queue")))
-	}
-	for _, wt := range rep.Cluster.Waits {
-		out = append(out, fmt.Sprintf("DEAD-LETTERING WAITING ON AN UNREACHABLE NODE: %s: %s (CLUSTER, below)", wt.Node,
-			plural(int(wt.Messages), "message")))
-	}
-	return out
 }
 
 type level struct {

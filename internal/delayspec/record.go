@@ -44,22 +44,6 @@ func EncodeRecord(s Spec) ([]byte, error) {
 	return json.Marshal(record{Format: recordFormat, Spec: s.WithDefaults()})
 }
 
-func decodeRecord(stream string, body []byte) (Spec, error) {
-	var r record
-	if err := json.Unmarshal(body, &r); err != nil {
-		return Spec{}, fmt.Errorf("%w: the last record of stream %q is not a spec record (%v): run `rabbitdelay apply` for this prefix", ErrInvalidSpec, stream, err)
-	}
-	if r.Format != recordFormat {
-		return Spec{}, fmt.Errorf("%w: the last record of stream %q has format %d, and this version reads format %d: run this version's `rabbitdelay apply`",
-			ErrInvalidSpec, stream, r.Format, recordFormat)
-	}
-	s := r.Spec.WithDefaults()
-	if err := s.Validate(); err != nil {
-		return Spec{}, fmt.Errorf("the record of stream %q: %w", stream, err)
-	}
-	return s, nil
-}
-
 // WriteRecord appends s to its spec stream, which must exist ([SpecStreamArgs]), and reads the
 // stream back until its last chunk starts with this record (written again, up to three times,
 // when a concurrent apply shares the chunk). ctx bounds the call. Errors are the broker's,
@@ -117,7 +101,19 @@ func ReadRecord(ctx context.Context, conn *amqp.Connection, prefix string) (Spec
 	if err != nil {
 		return Spec{}, err
 	}
-	return decodeRecord(stream, d.Body)
+	var r record
+	if err := json.Unmarshal(d.Body, &r); err != nil {
+		return Spec{}, fmt.Errorf("%w: the last record of stream %q is not a spec record (%v): run `rabbitdelay apply` for this prefix", ErrInvalidSpec, stream, err)
+	}
+	if r.Format != recordFormat {
+		return Spec{}, fmt.Errorf("%w: the last record of stream %q has format %d, and this version reads format %d: run this version's `rabbitdelay apply`",
+			ErrInvalidSpec, stream, r.Format, recordFormat)
+	}
+	s := r.Spec.WithDefaults()
+	if err := s.Validate(); err != nil {
+		return Spec{}, fmt.Errorf("the record of stream %q: %w", stream, err)
+	}
+	return s, nil
 }
 
 func lastRecord(ctx context.Context, conn *amqp.Connection, stream string) (amqp.Delivery, error) {
