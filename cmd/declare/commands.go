@@ -60,15 +60,8 @@ func specLine(p *admin.Plan) string {
 	if p.Spec.Shards > 1 {
 		shards = fmt.Sprintf(" x %d shards", p.Spec.Shards)
 	}
-	lastHop, firstHop := 0, 0
-	for _, q := range p.Queues {
-		if q.LastHop && q.Shard == 0 {
-			lastHop++
-		}
-		if q.FirstHop && q.Shard == 0 {
-			firstHop++
-		}
-	}
+	lastHop := count(p.Queues, func(q admin.Queue) bool { return q.LastHop && q.Shard == 0 })
+	firstHop := count(p.Queues, func(q admin.Queue) bool { return q.FirstHop && q.Shard == 0 })
 	hopQueues := plural(lastHop, "last-hop queue")
 	if firstHop > 0 {
 		hopQueues += ", " + plural(firstHop, "first-hop queue")
@@ -200,30 +193,17 @@ func cmdApply(ctx context.Context, e *invocation) error {
 		fmt.Fprintf(e.stdout, ", %d to declare", n)
 	}
 	fmt.Fprintf(e.stdout, " in %s", rep.Elapsed.Round(time.Millisecond))
-	if set, skipped := policyCounts(rep); skipped > 0 {
+	// Policies in place and skipped (no management API), for the line a script keeps.
+	policies := func(states ...admin.State) int {
+		return count(rep.Results, func(r admin.Result) bool { return r.Kind == admin.KindPolicy && slices.Contains(states, r.State) })
+	}
+	if set, skipped := policies(admin.StateCreated, admin.StateUpdated, admin.StateUnchanged), policies(admin.StateSkipped); skipped > 0 {
 		fmt.Fprintf(e.stdout, "; %s NOT set (see the WARNING above)", plural(skipped, "policy"))
 	} else if set > 0 && !e.s.dryRun {
 		fmt.Fprintf(e.stdout, "; %s in place", plural(set, "policy"))
 	}
 	fmt.Fprintln(e.stdout)
 	return nil
-}
-
-// policyCounts returns how many of rep's policies are in place and how many were skipped (no
-// management API), for apply's last line, the one a script keeps.
-func policyCounts(rep *admin.Report) (set, skipped int) {
-	for _, r := range rep.Results {
-		if r.Kind != admin.KindPolicy {
-			continue
-		}
-		switch r.State {
-		case admin.StateCreated, admin.StateUpdated, admin.StateUnchanged:
-			set++
-		case admin.StateSkipped:
-			skipped++
-		}
-	}
-	return set, skipped
 }
 
 // printReport prints a row per object of rep; unless all, the objects left as they were only

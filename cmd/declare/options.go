@@ -231,19 +231,15 @@ func flagError(err error) error {
 
 func printOptions(w io.Writer, opts []option) {
 	for _, o := range opts {
-		flagText := "  --" + o.name
+		flagText := strings.TrimSuffix("  --"+o.name+" "+o.arg, " ")
 		if o.short != "" {
-			flagText = "  -" + o.short + ", --" + o.name
-		}
-		if o.arg != "" {
-			flagText += " " + o.arg
+			flagText = "  -" + o.short + "," + flagText[1:]
 		}
 		var extra []string
-		if o.env != "" {
-			extra = append(extra, "env "+o.env)
-		}
-		if o.def != "" {
-			extra = append(extra, "default "+o.def)
+		for _, e := range [][2]string{{"env ", o.env}, {"default ", o.def}} {
+			if e[1] != "" {
+				extra = append(extra, e[0]+e[1])
+			}
 		}
 		fmt.Fprintf(w, "%s\n        %s", flagText, o.usage)
 		if len(extra) > 0 {

@@ -103,13 +103,9 @@ type group struct{ path, level, bucket, queue string }
 // add adds v to *to unless v is unknown (-1).
 
 func add(to *int64, v int64) {
-	if v < 0 {
-		return
+	if v >= 0 {
+		*to = max(*to, 0) + v
 	}
-	if *to < 0 {
-		*to = 0
-	}
-	*to += v
 }
 
 // Collect reads the management API (bounded by Options.Timeout) and sends the metrics.
