@@ -87,10 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	i := slices.IndexFunc(cmds, func(c command) bool { return c.name == args[0] })
 	if i < 0 {
-		names := make([]string, len(cmds))
-		for i, c := range cmds {
-			names[i] = c.name
-		}
+		names := mapList(cmds, func(c command) string { return c.name })
 		fmt.Fprintf(stderr, "rabbitdelay: unknown command %q (want %s or %s; see rabbitdelay --help)\n",
 			args[0], strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 		return exitUsage

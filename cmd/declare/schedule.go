@@ -114,15 +114,9 @@ func cmdSchedule(ctx context.Context, e *invocation) error {
 		return usageError{errors.New("want: rabbitdelay schedule pause|resume|remove NAME")}
 	}
 	verb, name := e.args[0], e.args[1]
-	var op func(*schedule.Scheduler, context.Context, string) error
-	switch verb {
-	case "pause":
-		op = (*schedule.Scheduler).Pause
-	case "resume":
-		op = (*schedule.Scheduler).Resume
-	case "remove":
-		op = (*schedule.Scheduler).Remove
-	default:
+	op, ok := map[string]func(*schedule.Scheduler, context.Context, string) error{
+		"pause": (*schedule.Scheduler).Pause, "resume": (*schedule.Scheduler).Resume, "remove": (*schedule.Scheduler).Remove}[verb]
+	if !ok {
 		return usageError{fmt.Errorf("unknown action %q: want pause, resume or remove", verb)}
 	}
 	s, err := schedule.New(ctx, e.scheduleConfig(), schedule.Options{Instance: "declare-cli", ConnectionName: "rabbitdelay-declare-schedule"})
