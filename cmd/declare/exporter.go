@@ -62,11 +62,7 @@ func cmdExporter(ctx context.Context, e *invocation) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", h)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "rabbitdelay exporter: metrics on /metrics")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

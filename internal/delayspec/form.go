@@ -117,12 +117,7 @@ func (f form) pattern() string {
 			b.WriteString("(?:")
 		}
 		b.WriteString(regexp.QuoteMeta(p.lit))
-		switch p.field {
-		case twoDigits:
-			b.WriteString("[0-9]{2}")
-		case digits:
-			b.WriteString("[0-9]+")
-		}
+		b.WriteString([...]string{noField: "", twoDigits: "[0-9]{2}", digits: "[0-9]+"}[p.field])
 		if p.opt {
 			b.WriteString(")?")
 		}
