@@ -8,25 +8,23 @@ import (
 	"time"
 )
 
-// Bucket is one fixed delay served by its own queue, whose x-message-ttl is TTL
-// milliseconds (Delay in ms). A message takes one hop through it, and arrives exactly
-// Delay later (as exact as the broker's TTL timer).
+// Bucket is one fixed delay served by its own queue with x-message-ttl TTL ms (Delay in ms):
+// one hop, exact (as exact as the broker's TTL timer).
 type Bucket struct {
 	Delay time.Duration
 	TTL   int64 // ms
 }
 
-// Buckets is a set of fixed delays with exact-match lookup. The zero value is the empty
-// set. A Buckets value is immutable and safe for concurrent use.
+// Buckets is a set of fixed delays with exact-match lookup. The zero value is the empty set.
+// A Buckets value is immutable and safe for concurrent use.
 type Buckets struct {
 	list []Bucket // ascending Delay, no duplicates
 }
 
-// NewBuckets returns the set of the given delays. Each must be a whole number of
-// milliseconds (x-message-ttl's resolution), greater than 0 and at most [MaxQueueTTL] ms,
-// and appear once. Every problem is reported at once, joined with [errors.Join]; each
-// wraps [ErrInvalidBuckets] and names the delay, its position in the arguments and the
-// allowed range. On error the returned set is empty. No delays give the empty set.
+// NewBuckets returns the set of the given delays. Each must be a whole number of milliseconds
+// (x-message-ttl's resolution), in 1 ms to [MaxQueueTTL] ms, and appear once. Every problem is
+// reported, joined with [errors.Join], each wrapping [ErrInvalidBuckets] and naming the delay,
+// its position and the allowed range; the set is then empty. No delays give the empty set.
 func NewBuckets(delays ...time.Duration) (Buckets, error) {
 	var errs []error
 	first := make(map[time.Duration]int, len(delays))
@@ -60,18 +58,9 @@ func NewBuckets(delays ...time.Duration) (Buckets, error) {
 // List returns the buckets in ascending order of delay. The slice is a copy.
 func (b Buckets) List() []Bucket { return slices.Clone(b.list) }
 
-// Lookup returns the bucket whose Delay is exactly d. There is no rounding: a d that is
-// not one of the set's delays returns false. It does not allocate.
+// Lookup returns the bucket whose Delay is exactly d (no rounding). It does not allocate.
 func (b Buckets) Lookup(d time.Duration) (Bucket, bool) {
-	i, ok := slices.BinarySearchFunc(b.list, d, func(x Bucket, d time.Duration) int {
-		switch {
-		case x.Delay < d:
-			return -1
-		case x.Delay > d:
-			return 1
-		}
-		return 0
-	})
+	i, ok := slices.BinarySearchFunc(b.list, d, func(x Bucket, d time.Duration) int { return cmp.Compare(x.Delay, d) })
 	if !ok {
 		return Bucket{}, false
 	}
