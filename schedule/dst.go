@@ -6,23 +6,16 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// Daylight-saving time. robfig/cron/v3 (v3.0.1) walks wall-clock fields hour by hour, which
-// gives, for an expression with particular hours (a "fixed-time" job):
-//   - a skipped hour (spring forward): the occurrence whose wall time does not exist is dropped
-//     for that day;
-//   - a repeated hour (fall back): the occurrence fires twice, once per offset.
-//
-// nextCron makes both fire once, as Vixie cron and cronie do for fixed-time jobs: a wall time
-// in a skipped hour fires at the first instant after the gap (the transition itself), and a
-// repeated wall time fires at its first instance only. An expression that matches every hour
-// (a "wildcard" job: "*/10 * * * *", "0 * * * *") follows real time, as robfig/cron does:
-// it fires every period of elapsed time across a change.
+// Daylight-saving time: robfig/cron/v3 walks wall-clock fields hour by hour, so for an
+// expression with particular hours it drops an occurrence in a skipped hour and fires one in a
+// repeated hour twice. nextCron fires both once, as Vixie cron and cronie do: a skipped wall
+// time at the end of the gap, a repeated one at its first instance. An expression matching
+// every hour follows elapsed time, as robfig/cron does (docs/schedules.md has the table).
 
-// starBit is robfig/cron's marker of a field written as "*" (bit 63 of its field masks).
-const starBit = 1 << 63
-
-// everyHour is the mask of the 24 hours.
-const everyHour = 1<<24 - 1
+const (
+	starBit   = 1 << 63   // robfig/cron's marker of a field written as "*"
+	everyHour = 1<<24 - 1 // the mask of the 24 hours
+)
 
 // nextCron returns the first occurrence of spec strictly after t, with the rules above.
 func nextCron(spec *cron.SpecSchedule, loc *time.Location, t time.Time) time.Time {

@@ -36,12 +36,9 @@ func newMetrics(reg prometheus.Registerer) (*schedMetrics, error) {
 		return nil, fmt.Errorf("%w: Options.Metrics: %w", ErrInvalidConfig, err)
 	}
 	m := &schedMetrics{}
-	var ok [3]bool
-	m.firedC, ok[0] = in[0].(*prometheus.CounterVec)
-	m.lateC, ok[1] = in[1].(*prometheus.CounterVec)
-	m.missedC, ok[2] = in[2].(*prometheus.CounterVec)
-	for i, good := range ok {
-		if !good {
+	for i, c := range []**prometheus.CounterVec{&m.firedC, &m.lateC, &m.missedC} {
+		var ok bool
+		if *c, ok = in[i].(*prometheus.CounterVec); !ok {
 			return nil, fmt.Errorf("%w: Options.Metrics: the registry already has a collector of another kind for metric %d of the scheduler's",
 				ErrInvalidConfig, i+1)
 		}
@@ -51,12 +48,11 @@ func newMetrics(reg prometheus.Registerer) (*schedMetrics, error) {
 
 // init makes the counters of schedule name exist, at 0.
 func (m *schedMetrics) init(name string) {
-	if m == nil {
-		return
+	if m != nil {
+		m.firedC.WithLabelValues(name)
+		m.lateC.WithLabelValues(name)
+		m.missedC.WithLabelValues(name)
 	}
-	m.firedC.WithLabelValues(name)
-	m.lateC.WithLabelValues(name)
-	m.missedC.WithLabelValues(name)
 }
 
 // fired counts one occurrence fired late by late (late < 0: none fired) and missed dropped.

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -15,78 +16,65 @@ import (
 var ErrInvalidConfig = errors.New("schedule: invalid configuration")
 
 // Options configure a Scheduler; pass them to [New] (and to [Inspect], which uses LinkGrace
-// only). The zero value of each field means its default, so Options{} gives a Scheduler with
-// every default. New refuses a value out of its range with an error wrapping ErrInvalidConfig
-// that names the field and the range, one error per field, joined.
+// only). The zero value of each field means its default. New refuses a value out of its range
+// with an error wrapping ErrInvalidConfig that names the field and the range, one per field,
+// joined.
 type Options struct {
 	// Instance names this instance in the fired records ([InstanceHeader]) and in `rabbitdelay
 	// schedules`. "": <hostname>-<pid>-<4 random hex digits>; else at most 200 bytes.
 	Instance string
 
 	// LinkGrace is how long after its due time a pending link may stay out of the links queue
-	// before the chain counts as broken ([Info.Broken]) and the next Declare repairs it.
-	// 0: DefaultLinkGrace; else at least 1 s.
+	// before the chain counts as broken ([Info.Broken]). 0: DefaultLinkGrace; else at least 1 s.
 	LinkGrace time.Duration
 
-	// Retention is the schedules stream's x-max-age when the Scheduler declares it, in
-	// RabbitMQ's syntax: a positive integer and a unit of Y, M, D, h, m or s, such as 7D or
-	// 12h. "": DefaultRetention. Every instance must give the same value: RabbitMQ refuses to
-	// redeclare a queue with other arguments (406 PRECONDITION_FAILED). Another value is refused
-	// with ErrInvalidConfig. A definition record older than half of it is written again, so an
-	// active schedule never ages out of the stream.
+	// Retention is the schedules stream's x-max-age, in RabbitMQ's syntax: a positive integer
+	// and a unit of Y, M, D, h, m or s, such as 7D or 12h. "": DefaultRetention. Every instance
+	// must give the same value: RabbitMQ refuses to redeclare a queue with other arguments (406
+	// PRECONDITION_FAILED).
 	Retention string
 
-	// ConnectionName is the name of the Scheduler's connection in the management UI; its
-	// links Publisher's connection gets the same name plus "-links". "":
-	// "rabbitdelay-schedule".
+	// ConnectionName names the Scheduler's connection in the management UI, and with "-links"
+	// its links Publisher's. "": "rabbitdelay-schedule".
 	ConnectionName string
 
-	// Logger receives the Scheduler's logs: connection losses, links dropped or given back.
-	// The zero Logger logs nothing; the Scheduler never uses a global logger.
+	// Logger receives the Scheduler's logs (connection losses, links dropped or given back).
+	// The zero Logger logs nothing; no global logger is used.
 	Logger zerolog.Logger
 
-	// Metrics, when set, is the Prometheus registry the Scheduler records its counters on,
-	// each with the label schedule and starting at 0 when a schedule is declared:
-	// rabbitdelay_schedule_occurrences_fired_total (occurrences this instance published),
-	// rabbitdelay_schedule_occurrences_late_total (published more than [LateThreshold] after
-	// their due time) and rabbitdelay_schedule_occurrences_missed_total (dropped by the missed
-	// policy). Schedulers may share one registry: they share the counters. The global registry
-	// is never touched. A registry that refuses the counters (names registered with other
-	// labels): ErrInvalidConfig.
+	// Metrics, when set, is the Prometheus registry of the Scheduler's counters, labelled by
+	// schedule and at 0 from its Declare: rabbitdelay_schedule_occurrences_fired_total,
+	// ..._late_total (published more than [LateThreshold] after due) and ..._missed_total
+	// (dropped by the missed policy). Schedulers may share a registry and its counters; the
+	// global registry is never touched. A registry that refuses them (names registered with
+	// other labels): ErrInvalidConfig.
 	Metrics prometheus.Registerer
 }
 
-// DefaultLinkGrace is how long after its due time a pending link may stay out of the links
-// queue before the chain counts as broken ([Info.Broken]): the delay topology delivers a link
+// DefaultLinkGrace is the default Options.LinkGrace: the delay topology delivers a link
 // milliseconds after its time, seconds on a busy cluster.
 const DefaultLinkGrace = 10 * time.Second
 
-// DefaultRetention is the schedules stream's default x-max-age: 7 days. A definition record is
-// written again by the instance handling the schedule's links when its last one is older than
-// half of this, so an active schedule never ages out of the stream.
+// DefaultRetention is the schedules stream's default x-max-age: 7 days. An active schedule's
+// definition record is written again when older than half of it, so it never ages out.
 const DefaultRetention = "7D"
-
-// defaultName is the default of Options.ConnectionName.
-const defaultName = "rabbitdelay-schedule"
 
 // options are Options resolved: defaults filled in, ranges checked.
 type options struct {
-	log      zerolog.Logger
-	instance string
-	maxAge   string
-	// retention is maxAge as a duration: a definition record older than half of it is written
-	// again, so an active schedule never ages out of the stream.
-	retention time.Duration
+	log       zerolog.Logger
+	instance  string
+	maxAge    string
+	retention time.Duration // maxAge as a duration
 	name      string
 	metrics   *schedMetrics
 	grace     time.Duration
 }
 
-// resolve fills in the defaults of the zero fields of opts and checks the others; the error
-// joins one error per unusable field, each wrapping ErrInvalidConfig. It registers the
-// counters on opts.Metrics when withMetrics is set.
+// resolve fills in the defaults and checks the other fields (one error per unusable field). It
+// registers the counters on opts.Metrics when withMetrics is set.
 func (opts Options) resolve(withMetrics bool) (options, error) {
-	o := options{log: opts.Logger, instance: opts.Instance, maxAge: DefaultRetention, name: defaultName, grace: DefaultLinkGrace}
+	o := options{log: opts.Logger, instance: opts.Instance, maxAge: cmp.Or(opts.Retention, DefaultRetention),
+		name: cmp.Or(opts.ConnectionName, "rabbitdelay-schedule"), grace: DefaultLinkGrace}
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
@@ -101,17 +89,10 @@ func (opts Options) resolve(withMetrics bool) (options, error) {
 	default:
 		o.grace = d
 	}
-	if opts.Retention != "" {
-		o.maxAge = opts.Retention
-	}
-	// The age is needed here too: definition records are rewritten before half of it.
 	if age, ok := delayspec.ParseMaxAge(o.maxAge); ok {
 		o.retention = age
 	} else {
 		bad("Options.Retention %q: want a whole number and a unit of RabbitMQ's x-max-age (Y, M, D, h, m or s), e.g. 7D or 12h", o.maxAge)
-	}
-	if opts.ConnectionName != "" {
-		o.name = opts.ConnectionName
 	}
 	if withMetrics && len(errs) == 0 {
 		m, err := newMetrics(opts.Metrics)

@@ -14,34 +14,32 @@ import (
 )
 
 // Header names. None begins with "x-": a headers exchange ignores binding arguments whose names
-// begin with "x-" (https://www.rabbitmq.com/docs/exchanges#headers), and the fire exchange binds
-// on TargetHeader. Integer values are int64.
+// do (https://www.rabbitmq.com/docs/exchanges#headers), and the fire exchange binds on
+// TargetHeader. Integer values are int64.
 const (
 	headerPrefix = "rabbitdelay-schedule"
 	// ScheduleHeader (string) names the schedule, on every occurrence and record.
 	ScheduleHeader = "rabbitdelay-schedule"
-	// OccurrenceHeader (string) names the schedule and the occurrence: "<name>@<RFC 3339 UTC
-	// time>", the same as the occurrence's MessageId ([OccurrenceID]).
+	// OccurrenceHeader (string) is the occurrence's MessageId, "<name>@<RFC 3339 UTC time>"
+	// ([OccurrenceID]).
 	OccurrenceHeader = "rabbitdelay-occurrence"
-	// LateHeader (int64) is how late the occurrence was published, in milliseconds after its
-	// due time (its time plus its jitter); 0 when on time.
+	// LateHeader (int64) is how late the occurrence was published, in ms after its due time
+	// (its time plus its jitter); 0 when on time.
 	LateHeader = "rabbitdelay-schedule-late-ms"
 	// MissedHeader (int64) is how many earlier occurrences the missed policy dropped just before
 	// this one (MissedLatest) or in its place (a skipped record).
 	MissedHeader = "rabbitdelay-schedule-missed"
-	// InstanceHeader (string) is the instance that published the occurrence or record
-	// (Options.Instance).
+	// InstanceHeader (string) is the instance that published the occurrence or record.
 	InstanceHeader = "rabbitdelay-schedule-instance"
-	// TargetHeader (string) is the target exchange; the fire exchange's binding to that
-	// exchange matches it.
+	// TargetHeader (string) is the target exchange, matched by the fire exchange's binding to it.
 	TargetHeader = "rabbitdelay-schedule-target"
-	// RecordHeader (string) is the kind of a record in the schedules stream: definition,
-	// fired (an occurrence), skipped, link or marker.
+	// RecordHeader (string) is a stream record's kind: definition, fired (an occurrence),
+	// skipped, link or marker.
 	RecordHeader = "rabbitdelay-schedule-record"
 	// HashHeader (string) is the digest of the definition an occurrence or record belongs to.
 	HashHeader = "rabbitdelay-schedule-hash"
 	// NextHeader (string, RFC 3339 UTC) is the occurrence whose link was published before this
-	// occurrence fired; absent when the schedule has no later occurrence.
+	// one fired; absent when there is no later occurrence.
 	NextHeader = "rabbitdelay-schedule-next"
 
 	definitionHeader = "rabbitdelay-schedule-definition" // JSON: definition
@@ -49,17 +47,14 @@ const (
 	markerHeader     = "rabbitdelay-schedule-marker"     // a sync marker's id
 )
 
-// Record kinds (RecordHeader).
+// Record kinds (RecordHeader) and definition states.
 const (
 	recDefinition = "definition"
 	recFired      = "fired"
 	recSkipped    = "skipped"
 	recLink       = "link"
 	recMarker     = "marker"
-)
 
-// Definition states.
-const (
 	stateActive  = "active"
 	statePaused  = "paused"
 	stateRemoved = "removed"
@@ -69,23 +64,20 @@ func isOwnHeader(k string) bool {
 	return strings.HasPrefix(k, headerPrefix) || strings.HasPrefix(k, OccurrenceHeader)
 }
 
-// objectNames are the broker objects of the schedules of one prefix.
+// objectNames are the broker objects of the schedules of one prefix (default prefix when empty).
 type objectNames struct{ Prefix string }
 
-// namesOf returns the names for prefix (the default prefix when empty).
 func namesOf(prefix string) objectNames {
 	return objectNames{Prefix: delayspec.Spec{Prefix: prefix}.WithDefaults().Prefix}
 }
 
-// stream is the stream of schedule records: <prefix>.schedules.
+// stream is the stream of schedule records.
 func (n objectNames) stream() string { return n.Prefix + ".schedules" }
 
-// links is the exchange (fanout, a target of the delay topology) and the quorum queue
-// (single active consumer) of the links: <prefix>.schedules.links.
+// links is the links exchange (fanout, a delay topology target) and quorum queue.
 func (n objectNames) links() string { return n.Prefix + ".schedules.links" }
 
-// fire is the headers exchange occurrences are published to: <prefix>.schedules.fire, bound
-// to the stream and to every schedule's target exchange.
+// fire is the headers exchange of occurrences, bound to the stream and every target exchange.
 func (n objectNames) fire() string { return n.Prefix + ".schedules.fire" }
 
 // link is the body of a link message (JSON: the Publisher replaces rabbitdelay-* headers on
@@ -167,15 +159,10 @@ func parseRecord(d amqp.Delivery) (r record, ok bool, err error) {
 // userMessage returns the user's message a definition record carries: its body, properties
 // and headers without the package's own.
 func userMessage(d amqp.Delivery) amqp.Publishing {
-	var h amqp.Table
-	for k, v := range d.Headers {
-		if isOwnHeader(k) {
-			continue
-		}
-		if h == nil {
-			h = amqp.Table{}
-		}
-		h[k] = v
+	h := maps.Clone(d.Headers)
+	maps.DeleteFunc(h, func(k string, _ any) bool { return isOwnHeader(k) })
+	if len(h) == 0 {
+		h = nil
 	}
 	return amqp.Publishing{Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode,
 		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, Expiration: d.Expiration, Type: d.Type,
@@ -185,42 +172,30 @@ func userMessage(d amqp.Delivery) amqp.Publishing {
 // definitionRecord is the record of s (with hash h) in state st.
 func definitionRecord(s Schedule, h, st, instance string, now time.Time) amqp.Publishing {
 	js, _ := json.Marshal(s.definition())
-	m := s.Message
-	headers := amqp.Table{}
-	maps.Copy(headers, m.Headers)
-	headers[RecordHeader] = recDefinition
-	headers[ScheduleHeader] = s.Name
-	headers[HashHeader] = h
-	headers[definitionHeader] = string(js)
-	headers[stateHeader] = st
-	headers[InstanceHeader] = instance
-	m.Headers = headers
-	m.DeliveryMode = normMode(m.DeliveryMode)
-	m.Timestamp = now
+	m := withHeaders(s.Message, now, amqp.Table{RecordHeader: recDefinition, ScheduleHeader: s.Name, HashHeader: h,
+		definitionHeader: string(js), stateHeader: st, InstanceHeader: instance})
 	m.MessageId = ""
 	return m
 }
 
 // occurrenceMessage is the message of occurrence at of c, which also is its fired record.
 func occurrenceMessage(c *compiled, at, next time.Time, late time.Duration, missed int64, instance string, now time.Time) amqp.Publishing {
-	m := c.Message
-	headers := amqp.Table{}
-	maps.Copy(headers, m.Headers)
-	headers[RecordHeader] = recFired
-	headers[ScheduleHeader] = c.Name
-	headers[OccurrenceHeader] = OccurrenceID(c.Name, at)
-	headers[HashHeader] = c.hash
-	headers[InstanceHeader] = instance
-	headers[TargetHeader] = c.Exchange
-	headers[LateHeader] = late.Milliseconds()
-	headers[MissedHeader] = missed
+	m := withHeaders(c.Message, now, amqp.Table{RecordHeader: recFired, ScheduleHeader: c.Name, OccurrenceHeader: OccurrenceID(c.Name, at),
+		HashHeader: c.hash, InstanceHeader: instance, TargetHeader: c.Exchange, LateHeader: late.Milliseconds(), MissedHeader: missed})
 	if !next.IsZero() {
-		headers[NextHeader] = fmtTime(next)
+		m.Headers[NextHeader] = fmtTime(next)
 	}
-	m.Headers = headers
 	m.MessageId = OccurrenceID(c.Name, at)
-	m.Timestamp = now
-	m.DeliveryMode = normMode(m.DeliveryMode)
+	return m
+}
+
+// withHeaders returns m at now, persistent unless DeliveryMode says transient, with a copy of its
+// headers plus own.
+func withHeaders(m amqp.Publishing, now time.Time, own amqp.Table) amqp.Publishing {
+	h := amqp.Table{}
+	maps.Copy(h, m.Headers)
+	maps.Copy(h, own)
+	m.Headers, m.Timestamp, m.DeliveryMode = h, now, normMode(m.DeliveryMode)
 	return m
 }
 

@@ -8,7 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,11 +41,11 @@ type Scheduler struct {
 	sess   *session
 }
 
-// New declares the schedule objects under cfg.Prefix (the stream <prefix>.schedules,
-// the exchanges <prefix>.schedules.fire and .links, the links queue, and the dispatch
-// exchange's binding to the links exchange; idempotent), starts a Publisher for links (the
-// delay topology of cfg.Prefix must exist: `rabbitdelay apply`), and reads the stream. ctx bounds
-// the start. Errors: ErrInvalidConfig for a bad Options field (one per field, joined), the
+// New declares the schedule objects under cfg.Prefix (idempotent: the stream
+// <prefix>.schedules, the exchanges <prefix>.schedules.fire and .links, the links queue, the
+// dispatch exchange's binding to the links exchange), starts a Publisher for links (the delay
+// topology of cfg.Prefix must exist: `rabbitdelay apply`), and reads the stream. ctx bounds the
+// start. Errors: ErrInvalidConfig for a bad Options field (one per field, joined), the
 // Publisher's errors (amqpdelay.ErrTopologyMissing, ...), the connection's.
 func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Scheduler, error) {
 	o, err := opts.resolve(true)
@@ -52,13 +53,12 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Scheduler, e
 		return nil, err
 	}
 	s := &Scheduler{cfg: cfg, names: namesOf(cfg.Prefix), opts: o}
-	sess, err := dialSession(ctx, cfg, o.name, s.names, true, o.maxAge, o.log)
+	sess, err := s.session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.sess, s.unit = sess, sess.unit
-	// The links exchange is a target the spec record does not list: the session declared it
-	// and bound it to the dispatch exchange.
+	s.unit = sess.unit
+	// The links exchange is a target the spec record does not list; the session declared it.
 	pcfg := amqpdelay.Config{URL: cfg.URL, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, Prefix: cfg.Prefix,
 		ConnectionName: o.name + "-links", Logger: o.log, Channels: 1}
 	pubhook.ExtraTargets(s.names.links()).(func(*amqpdelay.Config))(&pcfg)
@@ -87,7 +87,7 @@ func (s *Scheduler) session(ctx context.Context) (*session, error) {
 	if s.sess != nil && s.sess.alive() {
 		return s.sess, nil
 	}
-	sess, err := dialSession(ctx, s.cfg, s.opts.name, s.names, true, s.opts.maxAge, s.opts.log)
+	sess, err := dialSession(ctx, s.cfg, s.names, s.opts, true)
 	if err != nil {
 		return nil, err
 	}
@@ -131,8 +131,8 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	if err := s.bindTarget(sess, c.Exchange); err != nil {
 		return err
 	}
-	queued := sess.queued(s.names.links()) // before the sync: a link handled in between is then known
-	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
+	queued := sess.queued() // before the sync: a link handled in between is then known
+	if err := sess.sync(ctx); err != nil {
 		return err
 	}
 	s.opts.metrics.init(c.Name)
@@ -163,12 +163,11 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	}
 	switch {
 	case !same:
-		if err := sess.record(ctx, s.names.stream(), definitionRecord(c.Schedule, c.hash, stateActive, s.opts.instance, now)); err != nil {
+		if err := sess.record(ctx, definitionRecord(c.Schedule, c.hash, stateActive, s.opts.instance, now)); err != nil {
 			return err
 		}
 		next = c.Next(now)
 	case lost:
-		// The pending link is gone: publish it again (the missed policy decides what fires).
 		s.opts.log.Warn().Str("schedule", c.Name).Time("link", next).Msg("schedule: pending link lost; publishing it again")
 	case from.IsZero():
 		next = c.Next(now)
@@ -178,15 +177,15 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	if next.IsZero() {
 		return nil // no occurrence left
 	}
-	return s.startChain(ctx, sess, c, next)
-}
-
-// startChain publishes the link for occurrence at of c, then its link record.
-func (s *Scheduler) startChain(ctx context.Context, sess *session, c *compiled, at time.Time) error {
-	if err := s.publishLink(ctx, c, at); err != nil {
+	if err := s.publishLink(ctx, c, next); err != nil {
 		return err
 	}
-	return sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, at, time.Time{}, 0, s.opts.instance, time.Now()))
+	return s.recordLink(ctx, sess, c, next)
+}
+
+// recordLink writes the link record of occurrence at of c.
+func (s *Scheduler) recordLink(ctx context.Context, sess *session, c *compiled, at time.Time) error {
+	return sess.record(ctx, plainRecord(recLink, c.Name, c.hash, at, time.Time{}, 0, s.opts.instance, time.Now()))
 }
 
 // publishLink publishes the link for occurrence at of c, due when it fires.
@@ -253,7 +252,7 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	if err != nil {
 		return entry{}, err
 	}
-	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
+	if err := sess.sync(ctx); err != nil {
 		return entry{}, err
 	}
 	var e entry
@@ -271,12 +270,15 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	case e.state == stateRemoved && st == stateActive:
 		return e, fmt.Errorf("%w: %q was removed: declare it again to restart it", ErrUnknownSchedule, name)
 	}
-	if err := sess.record(ctx, s.names.stream(), definitionRecord(*e.def, e.hash, st, s.opts.instance, time.Now())); err != nil {
+	if err := sess.record(ctx, definitionRecord(*e.def, e.hash, st, s.opts.instance, time.Now())); err != nil {
 		return e, err
 	}
 	if st == stateActive && e.comp != nil {
 		if next := e.comp.Next(time.Now()); !next.IsZero() {
-			return e, s.startChain(ctx, sess, e.comp, next)
+			if err := s.publishLink(ctx, e.comp, next); err != nil {
+				return e, err
+			}
+			return e, s.recordLink(ctx, sess, e.comp, next)
 		}
 	}
 	return e, nil
@@ -284,13 +286,10 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 
 // Info is what the stream says about one schedule.
 type Info struct {
-	// Schedule is the latest definition.
-	Schedule Schedule
-	// Hash is the definition's digest ([HashHeader]).
-	Hash string
-	// State is active, paused or removed.
-	State string
-	// Next is the pending link's occurrence: the next one to fire (zero: none pending).
+	Schedule Schedule // the latest definition
+	Hash     string   // the definition's digest ([HashHeader])
+	State    string   // active, paused or removed
+	// Next is the pending link's occurrence, the next to fire (zero: none pending).
 	Next time.Time
 	// LastFired is the latest occurrence fired, by LastBy (an instance id) at LastAt.
 	LastFired time.Time
@@ -299,14 +298,11 @@ type Info struct {
 	// Fired counts the occurrences fired that the stream still holds.
 	Fired int64
 	// Broken reports an active schedule with occurrences left but no pending link: none
-	// recorded, or the one recorded is more than the link grace (Options.LinkGrace) past due and
-	// the links queue holds no message. Nothing will fire until the schedule is declared again
-	// (which repairs it).
-	Broken bool
-	// Problem says why Broken is set.
-	Problem string
-	// Ended reports an active schedule with no occurrence left (past End).
-	Ended bool
+	// recorded, or the one recorded more than Options.LinkGrace past due while the links queue
+	// holds no message. Nothing fires until the schedule is declared again, which repairs it.
+	Broken  bool
+	Problem string // why Broken is set
+	Ended   bool   // an active schedule with no occurrence left (past End)
 }
 
 func infos(st *state, now time.Time, grace time.Duration, queued int) []Info {
@@ -334,7 +330,7 @@ func infos(st *state, now time.Time, grace time.Duration, queued int) []Info {
 		}
 		out = append(out, i)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Schedule.Name < out[b].Schedule.Name })
+	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Schedule.Name, b.Schedule.Name) })
 	return out
 }
 
@@ -346,14 +342,14 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	return list(ctx, sess, s.names, s.opts.instance, s.opts.grace)
+	return list(ctx, sess, s.opts.grace)
 }
 
 // list returns the schedules sess reads once it has read every record confirmed before the
 // call, sorted by name.
-func list(ctx context.Context, sess *session, n objectNames, instance string, grace time.Duration) ([]Info, error) {
-	queued := sess.queued(n.links()) // before the sync: a link handled in between is then known
-	if err := sess.sync(ctx, n.stream(), instance); err != nil {
+func list(ctx context.Context, sess *session, grace time.Duration) ([]Info, error) {
+	queued := sess.queued() // before the sync: a link handled in between is then known
+	if err := sess.sync(ctx); err != nil {
 		return nil, err
 	}
 	var out []Info
@@ -371,8 +367,8 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, e
 	if err != nil {
 		return nil, err
 	}
-	n := namesOf(cfg.Prefix)
-	sess, err := dialSession(ctx, cfg, "rabbitdelay-schedules-inspect", n, false, DefaultRetention, zerolog.Nop())
+	o = options{name: "rabbitdelay-schedules-inspect", maxAge: DefaultRetention, log: zerolog.Nop(), instance: "inspect", grace: o.grace}
+	sess, err := dialSession(ctx, cfg, namesOf(cfg.Prefix), o, false)
 	if errors.Is(err, errNoStream) {
 		return nil, nil
 	}
@@ -380,14 +376,13 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, e
 		return nil, err
 	}
 	defer sess.kill(errors.New("done"))
-	return list(ctx, sess, n, "inspect", o.grace)
+	return list(ctx, sess, o.grace)
 }
 
 // Run handles links until ctx ends: it consumes the links queue (one instance of all those
 // running Run at a time is its active consumer) and, for each link, fires the occurrence at its
 // time. After a connection loss it connects again, with back-off, and logs why
-// (Options.Logger).
-// It returns nil when ctx ends, and never an error.
+// (Options.Logger). It returns nil when ctx ends, and never an error.
 func (s *Scheduler) Run(ctx context.Context) error {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for ctx.Err() == nil {
@@ -441,20 +436,31 @@ func (s *Scheduler) consume(ctx context.Context, sess *session) error {
 	}
 }
 
-// handle handles one link: see the package documentation for the steps and why each crash
-// point is safe.
+// handle handles one link: the package documentation gives the steps and why each crash point
+// is safe.
 func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) error {
 	var l link
 	if err := json.Unmarshal(d.Body, &l); err != nil || l.Name == "" {
 		s.opts.log.Warn().Str("message_id", d.MessageId).Msg("schedule: unreadable link dropped")
 		return d.Ack(false)
 	}
-	if err := waitDue(ctx, sess, l); err != nil {
-		return err
+	// Wait for the occurrence's due time (its time plus its jitter): nothing fires early.
+	due := l.At
+	sess.view(func(st *state) {
+		if e := st.entries[l.Name]; e != nil && e.comp != nil {
+			due = e.comp.due(l.At)
+		}
+	})
+	if left := time.Until(due); left > 0 {
+		t := time.NewTimer(left)
+		defer t.Stop()
+		if err := wait(ctx, sess, t.C); err != nil {
+			return err
+		}
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	if err := sess.sync(ctx, s.names.stream(), s.opts.instance); err != nil {
+	if err := sess.sync(ctx); err != nil {
 		return err
 	}
 	var (
@@ -477,12 +483,11 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		return d.Ack(false)
 	}
 	if defOld && e.def != nil {
-		if err := sess.record(ctx, s.names.stream(), definitionRecord(*e.def, e.hash, e.state, s.opts.instance, now)); err != nil {
+		if err := sess.record(ctx, definitionRecord(*e.def, e.hash, e.state, s.opts.instance, now)); err != nil {
 			return err
 		}
 	}
-	// 1. The next link, confirmed, before anything else: a crash from here on leaves at most a
-	// duplicate link, which is dropped when it arrives.
+	// 1. The next link, confirmed, first: a crash from here on leaves at most a duplicate link.
 	if !v.next.IsZero() {
 		if err := s.publishLink(ctx, c, v.next); err != nil {
 			return err
@@ -493,33 +498,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 	if err := s.fire(ctx, sess, c, v); err != nil {
 		return err
 	}
-	// 3. Done with the link.
-	return d.Ack(false)
-}
-
-// waitDue returns at the due time of link l's occurrence (its time plus its jitter), so that
-// nothing fires early, or with ctx's error or the session's loss.
-func waitDue(ctx context.Context, sess *session, l link) error {
-	due := l.At
-	sess.view(func(st *state) {
-		if e := st.entries[l.Name]; e != nil && e.comp != nil {
-			due = e.comp.due(l.At)
-		}
-	})
-	wait := time.Until(due)
-	if wait <= 0 {
-		return nil
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-sess.dead:
-		return sess.err()
-	}
+	return d.Ack(false) // 3. done with the link
 }
 
 // fire publishes what verdict v of a link of c says: the occurrence, the record of the
@@ -534,12 +513,12 @@ func (s *Scheduler) fire(ctx context.Context, sess *session, c *compiled, v verd
 		s.opts.metrics.fired(c.Name, v.late, v.missed)
 		s.opts.log.Debug().Str("occurrence", m.MessageId).Dur("late", v.late).Int64("missed", v.missed).Time("next", v.next).Msg("schedule: fired")
 	case !v.skip.IsZero():
-		if err := sess.record(ctx, s.names.stream(), plainRecord(recSkipped, c.Name, c.hash, v.skip, v.next, v.missed, s.opts.instance, time.Now())); err != nil {
+		if err := sess.record(ctx, plainRecord(recSkipped, c.Name, c.hash, v.skip, v.next, v.missed, s.opts.instance, time.Now())); err != nil {
 			return err
 		}
 		s.opts.metrics.fired(c.Name, -1, v.missed)
 	case !v.next.IsZero():
-		return sess.record(ctx, s.names.stream(), plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now()))
+		return s.recordLink(ctx, sess, c, v.next)
 	}
 	return nil
 }

@@ -25,10 +25,12 @@ var ErrConnectionLost = errors.New("schedule: connection lost")
 // session is one connection: a channel in confirm mode that publishes records and occurrences
 // and consumes links, and a channel that reads the stream from its first record into st.
 type session struct {
-	conn *amqp.Connection
-	ch   *amqp.Channel
-	log  zerolog.Logger
-	unit time.Duration // the ladder's unit, from the spec record
+	conn     *amqp.Connection
+	ch       *amqp.Channel
+	log      zerolog.Logger
+	unit     time.Duration // the ladder's unit, from the spec record
+	n        objectNames
+	instance string // in the marker records
 
 	mu      sync.Mutex
 	st      *state
@@ -58,46 +60,40 @@ func (s *session) alive() bool {
 	}
 }
 
-// streamArgs are the schedules stream's arguments.
-func streamArgs(maxAge string) amqp.Table {
-	return amqp.Table{"x-queue-type": "stream", "x-max-age": maxAge}
-}
-
-// declareObjects declares the stream, the fire exchange and its binding to the stream, and the
-// links exchange, queue and bindings (the dispatch exchange's binding to the links exchange, as
-// `rabbitdelay apply` makes it for a target), all idempotent.
+// declareObjects declares, idempotently, the stream, the fire exchange bound to it, and the links
+// exchange and queue, bound to each other and the links exchange to the dispatch exchange (as
+// `rabbitdelay apply` binds a target).
 func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, maxAge string) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
 	defer ch.Close()
-	tn := spec.Names()
-	steps := []struct {
+	queue := func(name string, args amqp.Table) func() error {
+		return func() error { _, err := ch.QueueDeclare(name, true, false, false, false, args); return err }
+	}
+	exchange := func(name, kind string) func() error {
+		return func() error { return ch.ExchangeDeclare(name, kind, true, false, false, false, nil) }
+	}
+	dispatch := spec.Names().Dispatch()
+	// The links queue: quorum (replicated), a single active consumer so one instance at a time
+	// handles links, and a delivery limit far above what connection losses cause (RabbitMQ 4.x
+	// would otherwise drop a link after 20 returns).
+	linksArgs := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": int64(1_000_000)}
+	for _, s := range []struct {
 		what string
 		do   func() error
 	}{
-		{"stream " + n.stream(), func() error {
-			_, err := ch.QueueDeclare(n.stream(), true, false, false, false, streamArgs(maxAge))
-			return err
-		}},
-		{"exchange " + n.fire(), func() error {
-			return ch.ExchangeDeclare(n.fire(), amqp.ExchangeHeaders, true, false, false, false, nil)
-		}},
+		{"stream " + n.stream(), queue(n.stream(), amqp.Table{"x-queue-type": "stream", "x-max-age": maxAge})},
+		{"exchange " + n.fire(), exchange(n.fire(), amqp.ExchangeHeaders)},
 		{"binding " + n.fire() + " -> " + n.stream(), func() error { return ch.QueueBind(n.stream(), "", n.fire(), false, nil) }},
-		{"exchange " + n.links(), func() error {
-			return ch.ExchangeDeclare(n.links(), amqp.ExchangeFanout, true, false, false, false, nil)
-		}},
-		{"queue " + n.links(), func() error {
-			_, err := ch.QueueDeclare(n.links(), true, false, false, false, linksArgs())
-			return err
-		}},
+		{"exchange " + n.links(), exchange(n.links(), amqp.ExchangeFanout)},
+		{"queue " + n.links(), queue(n.links(), linksArgs)},
 		{"binding " + n.links() + " -> queue " + n.links(), func() error { return ch.QueueBind(n.links(), "", n.links(), false, nil) }},
-		{"binding " + tn.Dispatch() + " -> " + n.links(), func() error {
-			return ch.ExchangeBind(n.links(), "", tn.Dispatch(), false, amqp.Table{"x-match": "all", route.TargetHeader: n.links()})
+		{"binding " + dispatch + " -> " + n.links(), func() error {
+			return ch.ExchangeBind(n.links(), "", dispatch, false, amqp.Table{"x-match": "all", route.TargetHeader: n.links()})
 		}},
-	}
-	for _, s := range steps {
+	} {
 		if err := s.do(); err != nil {
 			if amqpconn.IsNotFound(err) {
 				return fmt.Errorf("schedule: declare %s: %w (run `rabbitdelay apply` for prefix %q first)", s.what, err, spec.WithDefaults().Prefix)
@@ -108,21 +104,13 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, m
 	return nil
 }
 
-// linksArgs are the links queue's arguments: a quorum queue (replicated) read by a single
-// active consumer, so one instance at a time handles links. Its delivery limit is far above
-// what connection losses cause: RabbitMQ 4.x would otherwise drop a link after 20 returns.
-func linksArgs() amqp.Table {
-	return amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": int64(1_000_000)}
-}
-
 // errNoStream: dialSession without declare found no schedules stream.
 var errNoStream = errors.New("schedule: no schedules stream")
 
 // dialSession connects, declares the schedule objects (declare) or checks that the stream
-// exists, and starts reading the stream. The ladder's unit, from the spec record, is the
-// session's rounding of occurrences.
-func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n objectNames, declare bool, maxAge string, log zerolog.Logger) (*session, error) {
-	conn, err := amqpdelay.Dial(ctx, cfg, name)
+// exists, and starts reading the stream.
+func dialSession(ctx context.Context, cfg amqpdelay.Config, n objectNames, o options, declare bool) (*session, error) {
+	conn, err := amqpdelay.Dial(ctx, cfg, o.name)
 	if err != nil {
 		return nil, err
 	}
@@ -151,9 +139,8 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n objec
 	if err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	unit := spec.Ladder.Unit
 	if declare {
-		if err := declareObjects(conn, spec, n, maxAge); err != nil {
+		if err := declareObjects(conn, spec, n, o.maxAge); err != nil {
 			return nil, err
 		}
 	}
@@ -175,7 +162,8 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, name string, n objec
 	if err != nil {
 		return nil, fmt.Errorf("schedule: read stream %q: %w", n.stream(), err)
 	}
-	s := &session{conn: conn, ch: ch, log: log, st: newState(unit), markers: map[string]chan struct{}{}, dead: make(chan struct{})}
+	s := &session{conn: conn, ch: ch, log: o.log, unit: spec.Ladder.Unit, n: n, instance: o.instance, st: newState(spec.Ladder.Unit),
+		markers: map[string]chan struct{}{}, dead: make(chan struct{})}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
@@ -200,15 +188,11 @@ func (s *session) read(deliveries <-chan amqp.Delivery) {
 			s.log.Warn().Err(err).Msg("schedule: unreadable record in the schedules stream, skipped")
 		}
 		s.mu.Lock()
-		if ok {
-			if r.kind == recMarker {
-				if c := s.markers[r.marker]; c != nil {
-					close(c)
-					delete(s.markers, r.marker)
-				}
-			} else {
-				s.st.apply(r)
-			}
+		if ok && r.kind != recMarker {
+			s.st.apply(r)
+		} else if c := s.markers[r.marker]; ok && c != nil {
+			close(c)
+			delete(s.markers, r.marker)
 		}
 		s.mu.Unlock()
 		_ = d.Ack(false)
@@ -222,12 +206,8 @@ func (s *session) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 	if err != nil {
 		return fmt.Errorf("%w: publish: %v", ErrConnectionLost, err)
 	}
-	select {
-	case <-dc.Done():
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.dead:
-		return s.err()
+	if err := wait(ctx, s, dc.Done()); err != nil {
+		return err
 	}
 	if !dc.Acked() {
 		if !s.alive() {
@@ -236,6 +216,18 @@ func (s *session) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 		return errors.New("schedule: the broker nacked a publish")
 	}
 	return nil
+}
+
+// wait returns nil when done delivers or is closed, or ctx's error, or s's loss.
+func wait[T any](ctx context.Context, s *session, done <-chan T) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.dead:
+		return s.err()
+	}
 }
 
 func (s *session) err() error {
@@ -248,13 +240,13 @@ func (s *session) err() error {
 }
 
 // record publishes a record to the stream (through the default exchange).
-func (s *session) record(ctx context.Context, stream string, msg amqp.Publishing) error {
-	return s.publish(ctx, "", stream, msg)
+func (s *session) record(ctx context.Context, msg amqp.Publishing) error {
+	return s.publish(ctx, "", s.n.stream(), msg)
 }
 
 // sync returns once every record the broker confirmed before the call is in st: it publishes a
 // marker record and waits until the reader has read it (a stream keeps publish order).
-func (s *session) sync(ctx context.Context, stream, instance string) error {
+func (s *session) sync(ctx context.Context) error {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
@@ -262,40 +254,32 @@ func (s *session) sync(ctx context.Context, stream, instance string) error {
 	s.mu.Lock()
 	s.markers[id] = seen
 	s.mu.Unlock()
-	m := plainRecord(recMarker, "", "", time.Time{}, time.Time{}, 0, instance, time.Now())
+	m := plainRecord(recMarker, "", "", time.Time{}, time.Time{}, 0, s.instance, time.Now())
 	m.Headers[markerHeader] = id
-	if err := s.record(ctx, stream, m); err != nil {
+	if err := s.record(ctx, m); err != nil {
 		s.mu.Lock()
 		delete(s.markers, id)
 		s.mu.Unlock()
 		return err
 	}
-	select {
-	case <-seen:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.dead:
-		return s.err()
-	}
+	return wait(ctx, s, seen)
 }
 
-// queued returns the ready messages of queue (a passive declare on a channel of its own): 0 when
-// the queue does not exist, -1 when the broker did not answer.
-func (s *session) queued(queue string) int {
+// queued returns the links queue's ready messages (a passive declare on a channel of its own):
+// 0 when the queue does not exist, -1 when the broker did not answer.
+func (s *session) queued() int {
 	ch, err := s.conn.Channel()
 	if err != nil {
 		return -1
 	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	q, err := ch.QueueDeclarePassive(s.n.links(), true, false, false, false, nil)
+	_ = ch.Close()
 	switch {
 	case amqpconn.IsNotFound(err):
 		return 0
 	case err != nil:
-		_ = ch.Close()
 		return -1
 	}
-	_ = ch.Close()
 	return q.Messages
 }
 

@@ -25,28 +25,26 @@ type Schedule struct {
 	// Name identifies the schedule in its prefix: 1 to [MaxNameLen] bytes of letters, digits
 	// and . _ - (it is part of every occurrence's message id, "<name>@<time>").
 	Name string
-	// Cron is a cron expression with an optional seconds field ("0 0 1 28 * *" or
-	// "0 1 28 * *"), or a descriptor (@daily, @hourly, @monthly, ...; not @every: use
-	// Interval), read by github.com/robfig/cron/v3 in Zone. Exactly one of Cron and Interval.
+	// Cron is a cron expression with an optional seconds field ("0 0 1 28 * *" or "0 1 28 * *"),
+	// or a descriptor (@daily, @monthly, ...; not @every: use Interval), read by
+	// github.com/robfig/cron/v3 in Zone. Exactly one of Cron and Interval.
 	Cron string
 	// Interval is a fixed period: occurrences at Start + k*Interval (Start zero: the Unix
-	// epoch), so every instance computes the same times. At least the ladder's unit (1 ms by
-	// default). Exactly one of Cron and Interval.
+	// epoch), the same on every instance; at least the ladder's unit. Exactly one of Cron and
+	// Interval.
 	Interval time.Duration
 	// Zone is the IANA time zone Cron is read in ("Europe/Berlin"); empty means UTC.
-	// Daylight-saving rules: see the package documentation.
 	Zone string
-	// Exchange is the target exchange each occurrence is published to (it must exist; not "").
+	// Exchange is the target exchange of each occurrence (it must exist; not "").
 	Exchange string
-	// RoutingKey is the routing key each occurrence is published with (at most 255 bytes).
+	// RoutingKey is each occurrence's routing key (at most 255 bytes).
 	RoutingKey string
-	// Message is each occurrence's body, headers and properties. MessageId and Timestamp
-	// are set per occurrence; DeliveryMode 0 means persistent. Header names starting with
+	// Message is each occurrence's body, headers and properties. MessageId and Timestamp are set
+	// per occurrence; DeliveryMode 0 means persistent. Header names starting with
 	// "rabbitdelay-schedule" or "rabbitdelay-occurrence" are the package's own and refused.
 	Message amqp.Publishing
 	// Jitter delays each occurrence by a pseudo-random amount in [0, Jitter), the same on every
-	// instance (derived from the name and the occurrence time); 0 means none. The message id
-	// keeps the occurrence's own time.
+	// instance; 0 means none. The message id keeps the occurrence's own time.
 	Jitter time.Duration
 	// Start and End bound the occurrences (inclusive); zero means unbounded.
 	Start, End time.Time
@@ -63,39 +61,35 @@ const MaxNameLen = 100
 type MissedPolicy int
 
 const (
-	// MissedLatest fires the latest missed occurrence once, late; the earlier ones are counted
-	// as missed. The default.
+	// MissedLatest (the default) fires the latest missed occurrence once, late; the earlier
+	// ones are counted as missed.
 	MissedLatest MissedPolicy = iota
 	// MissedAll fires every missed occurrence, oldest first, each late.
 	MissedAll
-	// MissedSkip fires none of the missed occurrences; the chain resumes with the first
-	// occurrence after now.
+	// MissedSkip fires none; the chain resumes with the first occurrence after now.
 	MissedSkip
 )
 
+var missedNames = [...]string{MissedLatest: "latest", MissedAll: "all", MissedSkip: "skip"}
+
+func (p MissedPolicy) valid() bool { return p >= MissedLatest && p <= MissedSkip }
+
 // String returns "latest", "all" or "skip".
 func (p MissedPolicy) String() string {
-	switch p {
-	case MissedLatest:
-		return "latest"
-	case MissedAll:
-		return "all"
-	case MissedSkip:
-		return "skip"
+	if !p.valid() {
+		return fmt.Sprintf("MissedPolicy(%d)", int(p))
 	}
-	return fmt.Sprintf("MissedPolicy(%d)", int(p))
+	return missedNames[p]
 }
 
 // ParseMissedPolicy reads "latest", "all" or "skip"; "" gives [MissedLatest]. Other text
 // returns an error wrapping [ErrInvalidSchedule] that quotes it.
 func ParseMissedPolicy(s string) (MissedPolicy, error) {
-	switch s {
-	case "latest", "":
+	if s == "" {
 		return MissedLatest, nil
-	case "all":
-		return MissedAll, nil
-	case "skip":
-		return MissedSkip, nil
+	}
+	if i := slices.Index(missedNames[:], s); i >= 0 {
+		return MissedPolicy(i), nil
 	}
 	return 0, fmt.Errorf("%w: missed policy %q: want latest, all or skip", ErrInvalidSchedule, s)
 }
@@ -105,7 +99,6 @@ var ErrInvalidSchedule = errors.New("schedule: invalid schedule")
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
-// cronParser reads cron expressions with an optional leading seconds field, and descriptors.
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Validate checks s without touching the network. unit is the delay ladder's unit (the
@@ -134,18 +127,6 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSchedule}, args...)...))
 	}
 	c := &compiled{Schedule: s}
-	s.checkName(add)
-	c.loc, c.spec = s.checkTiming(unit, add)
-	s.checkTarget(add)
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	c.hash = s.hash()
-	return c, nil
-}
-
-// checkName reports through add what is wrong with s.Name.
-func (s Schedule) checkName(add func(format string, args ...any)) {
 	switch {
 	case s.Name == "":
 		add("Name is empty: give the schedule a name of letters, digits and . _ -")
@@ -154,6 +135,13 @@ func (s Schedule) checkName(add func(format string, args ...any)) {
 	case !nameRE.MatchString(s.Name):
 		add("Name %q: use only letters, digits and . _ - (it is part of each occurrence's message id, <name>@<time>)", short(s.Name))
 	}
+	c.loc, c.spec = s.checkTiming(unit, add)
+	s.checkTarget(add)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c.hash = s.hash()
+	return c, nil
 }
 
 // checkTiming reports through add what is wrong with s's timing fields, and returns its zone
@@ -173,27 +161,22 @@ func (s Schedule) checkTiming(unit time.Duration, add func(format string, args .
 		add("neither Cron nor Interval is set: give a cron expression (\"0 1 28 * *\") or an interval")
 	case s.Cron != "" && s.Interval != 0:
 		add("both Cron %q and Interval %v are set: keep one", s.Cron, s.Interval)
+	case strings.HasPrefix(strings.TrimSpace(s.Cron), "@every"):
+		add("Cron %q: @every counts from each instance's start, so instances would disagree on the times; use Interval instead", s.Cron)
+	case strings.Contains(s.Cron, "TZ="):
+		add("Cron %q names a zone: put it in Zone instead", s.Cron)
 	case s.Cron != "":
-		if strings.HasPrefix(strings.TrimSpace(s.Cron), "@every") {
-			add("Cron %q: @every counts from each instance's start, so instances would disagree on the times; use Interval instead", s.Cron)
-			break
-		}
-		if strings.Contains(s.Cron, "TZ=") {
-			add("Cron %q names a zone: put it in Zone instead", s.Cron)
-			break
-		}
 		sched, err := cronParser.Parse(s.Cron)
-		if err != nil {
-			add("Cron %q is not a valid cron expression (fields: [second] minute hour day-of-month month day-of-week, or a descriptor like @daily): %v", s.Cron, err)
-			break
-		}
 		spec, ok := sched.(*cron.SpecSchedule)
-		if !ok {
+		switch {
+		case err != nil:
+			add("Cron %q is not a valid cron expression (fields: [second] minute hour day-of-month month day-of-week, or a descriptor like @daily): %v", s.Cron, err)
+		case !ok:
 			add("Cron %q: only fixed expressions and @yearly/@monthly/@weekly/@daily/@hourly are supported", s.Cron)
-			break
+		default:
+			spec.Location = loc
+			cs = spec
 		}
-		spec.Location = loc
-		cs = spec
 	case s.Interval < 0:
 		add("Interval %v is negative: give a positive period", s.Interval)
 	case s.Interval < unit:
@@ -209,17 +192,14 @@ func (s Schedule) checkTiming(unit time.Duration, add func(format string, args .
 	if !s.Start.IsZero() && !s.End.IsZero() && s.End.Before(s.Start) {
 		add("End %s is before Start %s: swap them or move End later", s.End.Format(time.RFC3339), s.Start.Format(time.RFC3339))
 	}
-	switch s.Missed {
-	case MissedLatest, MissedAll, MissedSkip:
-	default:
+	if !s.Missed.valid() {
 		add("Missed %d: want MissedLatest, MissedAll or MissedSkip", int(s.Missed))
 	}
 	return loc, cs
 }
 
-// checkTarget reports through add what is wrong with s's target and message. These are checked
-// here, not left to the broker: an occurrence refused when it fires, long after Declare, would
-// stall the schedule's chain.
+// checkTarget reports through add what is wrong with s's target and message: checked here, as
+// an occurrence refused when it fires, long after Declare, would stall the chain.
 func (s Schedule) checkTarget(add func(format string, args ...any)) {
 	switch {
 	case s.Exchange == "":

@@ -1,13 +1,11 @@
 package schedule
 
-import (
-	"time"
-)
+import "time"
 
 // entry is what the stream says about one schedule.
 type entry struct {
-	def     *Schedule // latest definition record's
-	comp    *compiled // def compiled (nil when it no longer compiles here, e.g. an unknown zone)
+	def     *Schedule // the latest definition record's
+	comp    *compiled // def compiled (nil when it does not compile here, e.g. an unknown zone)
 	hash    string
 	state   string
 	defAt   time.Time // the latest definition record's Timestamp
@@ -16,17 +14,15 @@ type entry struct {
 	lastFired time.Time
 	lastBy    string
 	lastAt    time.Time
-	// link is the latest link recorded (a link record, or the next of a fired or skipped
-	// record) of the current definition, whose digest linkHash then is; zero and "" when
-	// the current definition has none.
+	// link is the latest link recorded of the current definition (a link record, or the next
+	// of a fired or skipped record), linkHash then its digest; zero and "" when there is none.
 	link     time.Time
 	linkHash string
 	// links is the latest link recorded per definition digest: records of instances writing at
 	// the same moment may arrive in any order.
 	links map[string]time.Time
 	fired int64
-	// lastHandled is the latest occurrence fired or skipped (by occurrence time) under
-	// definition lastHandledHash.
+	// lastHandled is the latest occurrence fired or skipped under definition lastHandledHash.
 	lastHandled     time.Time
 	lastHandledHash string
 }
@@ -47,21 +43,16 @@ type state struct {
 
 func newState(unit time.Duration) *state { return &state{entries: map[string]*entry{}, unit: unit} }
 
-func (s *state) entry(name string) *entry {
-	e := s.entries[name]
-	if e == nil {
-		e = &entry{handled: map[int64]bool{}, links: map[string]time.Time{}}
-		s.entries[name] = e
-	}
-	return e
-}
-
 // apply adds one record to s.
 func (s *state) apply(r record) {
 	if r.name == "" {
 		return
 	}
-	e := s.entry(r.name)
+	e := s.entries[r.name]
+	if e == nil {
+		e = &entry{handled: map[int64]bool{}, links: map[string]time.Time{}}
+		s.entries[r.name] = e
+	}
 	switch r.kind {
 	case recDefinition:
 		e.def, e.hash, e.state, e.defAt = r.def, r.hash, r.state, r.written
@@ -69,17 +60,14 @@ func (s *state) apply(r record) {
 		if e.comp != nil {
 			e.comp.hash = r.hash // the declarer's digest (a header's integer width may differ after the round trip)
 		}
-	case recFired:
+	case recFired, recSkipped:
 		e.handle(r.at, r.hash)
-		e.fired++
-		if !r.at.Before(e.lastFired) {
-			e.lastFired, e.lastBy, e.lastAt = r.at, r.instance, r.written
+		if r.kind == recFired {
+			e.fired++
+			if !r.at.Before(e.lastFired) {
+				e.lastFired, e.lastBy, e.lastAt = r.at, r.instance, r.written
+			}
 		}
-		if !r.next.IsZero() {
-			e.setLink(r.hash, r.next)
-		}
-	case recSkipped:
-		e.handle(r.at, r.hash)
 		if !r.next.IsZero() {
 			e.setLink(r.hash, r.next)
 		}
@@ -178,11 +166,9 @@ func decide(e *entry, l link, now time.Time) verdict {
 	return verdict{fire: latest, late: max(now.Sub(c.due(latest)), 0), missed: n - 1, next: following}
 }
 
-// lost reports whether e's pending link is lost: e is active and pending, the link's due time
-// passed more than grace ago, and queued (the links queue's ready messages, negative when
-// unknown) is 0. A link past its due time is in the links queue (ready while no instance runs,
-// or held for milliseconds by the one that handles it) or handled; grace covers the delay
-// topology's lateness.
+// lost reports whether e's pending link is lost: e is active and pending, the link is more than
+// grace past due, and queued (the links queue's ready messages; negative: unknown) is 0. A link
+// past due is in the links queue or handled; grace covers the delay topology's lateness.
 func (e *entry) lost(now time.Time, grace time.Duration, queued int) bool {
 	if queued != 0 || e.state != stateActive || e.comp == nil || !e.pending() {
 		return false
