@@ -1,31 +1,28 @@
 // Package plugin holds what a program needs that publishes to RabbitMQ's community
-// delayed-message plugin (rabbitmq_delayed_message_exchange): the plugin's exchange type and
-// arguments, its x-delay header, that header's limits, and the RabbitMQ versions that cannot
-// load it.
+// delayed-message plugin (rabbitmq_delayed_message_exchange): its exchange type and arguments,
+// its x-delay header and that header's limits, and the RabbitMQ versions that cannot load it.
 //
-// The plugin adds the exchange type "x-delayed-message". A message published to such an
-// exchange with an integer header x-delay (milliseconds) is held by the plugin and routed, as
-// the exchange's x-delayed-type would route it, once the delay has passed. rabbitdelay
-// declares one such exchange per topology and binds it to the dispatch exchange. [Delay]
-// turns a time.Duration into the x-delay value and [SetDelay] writes it.
+// A message published to an exchange of type "x-delayed-message" with an integer header
+// x-delay (ms) is held by the plugin and routed, as the exchange's x-delayed-type would route
+// it, once the delay has passed. rabbitdelay declares one such exchange per topology, bound to
+// the dispatch exchange. [Delay] turns a time.Duration into the x-delay value, [SetDelay]
+// writes it.
 //
 // # Limits
 //
-//   - x-delay must be an integer with 0 < x-delay <= 2^32-1 ms ([MaxDelay]). Anything else
-//     makes the plugin route the message at once, silently; [Delay] refuses such values.
-//   - The value is always an int64: amqp091-go sends a Go int in a Table as a signed 32-bit
-//     integer, which wraps negative above about 24.8 days.
+//   - x-delay must be an integer with 0 < x-delay <= 2^32-1 ms ([MaxDelay]); the plugin routes
+//     anything else at once, silently. [Delay] refuses such values.
+//   - The value is always an int64: amqp091-go sends a Go int as a signed 32-bit integer,
+//     which wraps negative above about 24.8 days.
 //   - A delayed message published with the mandatory flag is returned NO_ROUTE although the
 //     plugin holds it: publish to the plugin exchange without mandatory.
 //   - The plugin keeps one copy of each delayed message, on the node that received it.
-//   - The plugin's last release supports RabbitMQ up to 4.2; it cannot run on RabbitMQ 4.3
-//     and later ([ErrUnsupported]).
-//   - A delivery keeps its x-delay header: a consumer that re-publishes it must strip it
-//     (the amqpdelay Publisher strips it from a message it delays).
-//   - Without the plugin, a declare of an exchange of type [ExchangeType] fails as an unknown
-//     exchange type: on RabbitMQ 3.x with 503 COMMAND_INVALID, which closes the whole
-//     connection; from 4.0 with 406 PRECONDITION_FAILED, which closes the channel. Declare or
-//     probe on a connection of its own.
+//   - Its last release supports RabbitMQ up to 4.2 ([ErrUnsupported]).
+//   - A delivery keeps its x-delay header: a consumer that re-publishes it must strip it (the
+//     amqpdelay Publisher strips it from a message it delays).
+//   - Without the plugin, declaring an exchange of type [ExchangeType] fails: on RabbitMQ 3.x
+//     with 503 COMMAND_INVALID, which closes the whole connection; from 4.0 with 406
+//     PRECONDITION_FAILED, which closes the channel. Declare or probe on a connection of its own.
 //
 // # Sources
 //

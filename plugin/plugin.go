@@ -38,11 +38,9 @@ var (
 	ErrDelayOutOfRange = errors.New("plugin: delay out of the plugin's range")
 )
 
-// Delay returns the x-delay value for d: d in whole milliseconds, rounded up (a message is
-// never early), as an int64. rounded reports that d was not a whole number of milliseconds.
-// It returns an error wrapping [ErrDelayOutOfRange] when d <= 0 (publish such a message
-// directly: the plugin would route it at once anyway) or when the rounded value is above
-// [MaxDelayMs]; the message states the range.
+// Delay returns the x-delay value for d: whole milliseconds, rounded up (never early), and
+// whether it rounded. It returns an error wrapping [ErrDelayOutOfRange], stating the range, when
+// d <= 0 (publish such a message directly) or the rounded value is above [MaxDelayMs].
 func Delay(d time.Duration) (ms int64, rounded bool, err error) {
 	if d <= 0 {
 		return 0, false, fmt.Errorf("%w: %v: the plugin takes 1 ms to %d ms (about 49.7 days)", ErrDelayOutOfRange, d, MaxDelayMs)
@@ -58,6 +56,6 @@ func Delay(d time.Duration) (ms int64, rounded bool, err error) {
 	return ms, rounded, nil
 }
 
-// SetDelay sets h[DelayHeader] to ms as an int64 (never a Go int, which amqp091-go would send
-// as a signed 32-bit value that wraps for delays above about 24.8 days). h must not be nil.
+// SetDelay sets h[DelayHeader] to ms as an int64 (a Go int would go out as a signed 32-bit
+// value and wrap above about 24.8 days). h must not be nil.
 func SetDelay(h amqp.Table, ms int64) { h[DelayHeader] = ms }

@@ -1,6 +1,6 @@
 // Package topology declares and checks rabbitdelay's delay topology from Go, for a service that
 // declares its own topology when it starts: the work of `rabbitdelay apply` and `rabbitdelay
-// status`, with the specification given as a [Spec] instead of AMQPDELAY_* variables. Operators use the CLI; the machinery behind both lives in an internal package.
+// status`, with the specification given as a [Spec] instead of AMQPDELAY_* variables.
 //
 // RabbitMQ sets policies only through its management API (https://www.rabbitmq.com/docs/policies),
 // so both functions need its URL. [NewManagement] gives a Publisher the same API's checks
@@ -8,6 +8,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -36,10 +37,10 @@ type ReadyQueue = delayspec.ReadyQueue
 // apply` does: the exchanges, queues and bindings that do not exist yet, and the policies, set
 // through the management API at managementURL (http://user:password@host:15672). Objects that
 // exist with the same arguments are left as they are; Apply never deletes anything. The error
-// wraps a spec error naming the setting and its fix for a bad spec, and otherwise names the object RabbitMQ
-// refused, a conflicting object already declared, a target exchange that does not exist, or a
-// policy that makes delays early or drops messages, each with its fix. ctx bounds the whole
-// call. The connection stays open.
+// wraps a spec error naming the setting and its fix for a bad spec, and otherwise names the
+// object RabbitMQ refused, a conflicting object already declared, a target exchange that does not
+// exist, or a policy that makes delays early or drops messages, each with its fix. ctx bounds the
+// whole call. The connection stays open.
 func Apply(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL string) error {
 	p, m, err := prepare(conn, spec, managementURL)
 	if err != nil {
@@ -70,12 +71,9 @@ func Check(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL 
 // amqpdelay.Config.Management. It does no I/O; the error names a URL that does not parse, without
 // its password.
 func NewManagement(managementURL, vhost string) (amqpdelay.ManagementCheck, error) {
-	if vhost == "" {
-		vhost = "/"
-	}
-	m, err := admin.NewManagement(managementURL, vhost)
+	m, err := admin.NewManagement(managementURL, cmp.Or(vhost, "/"))
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *admin.Management in a non-nil interface
 	}
 	return m, nil
 }
@@ -93,11 +91,7 @@ func prepare(conn *amqp.Connection, spec delayspec.Spec, managementURL string) (
 	if err != nil {
 		return nil, nil, err
 	}
-	vhost := conn.Config.Vhost
-	if vhost == "" {
-		vhost = "/"
-	}
-	m, err := admin.NewManagement(managementURL, vhost)
+	m, err := admin.NewManagement(managementURL, cmp.Or(conn.Config.Vhost, "/"))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -83,17 +83,10 @@ func EdgeLadders() []EdgeCase {
 		for _, o := range Orders {
 			for _, unit := range []time.Duration{time.Millisecond, 7 * time.Millisecond} {
 				allDigits := time.Duration(math.Pow(float64(r), 3)-1) * unit // every digit r-1 over three levels
-				for _, mx := range []struct {
-					name string
-					max  time.Duration
-				}{
-					{"default max", 0},
-					{"max all digits r-1", allDigits},
-					{"max not whole units", allDigits - unit/2},
-					{"max one unit", unit},
-				} {
-					out = append(out, EdgeCase{Name: fmt.Sprintf("radix %d/%v/unit %v/%s", r, o, unit, mx.name),
-						Ladder: ttlbuckets.Ladder{Unit: unit, Radix: r, Max: mx.max, Order: o}})
+				for i, mx := range []time.Duration{0, allDigits, allDigits - unit/2, unit} {
+					name := [...]string{"default max", "max all digits r-1", "max not whole units", "max one unit"}[i]
+					out = append(out, EdgeCase{Name: fmt.Sprintf("radix %d/%v/unit %v/%s", r, o, unit, name),
+						Ladder: ttlbuckets.Ladder{Unit: unit, Radix: r, Max: mx, Order: o}})
 				}
 			}
 		}

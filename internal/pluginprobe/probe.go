@@ -1,14 +1,11 @@
 // Package pluginprobe finds out, on a connection of its own, whether a broker has the
 // delayed-message plugin and whether the topology's plugin exchange exists: the plumbing of
-// amqpdelay's plugin path and of `rabbitdelay apply`. What a user publishing to a plugin
-// exchange needs is in the public package plugin.
+// amqpdelay's plugin path and of `rabbitdelay apply` (what a publisher needs is in package
+// plugin). A declare of an unknown exchange type closes the whole connection on RabbitMQ 3.x
+// ([IsUnknownExchangeType]), so [Probe] and [ExchangeExists] dial their own and close it.
 //
-// Declaring an exchange of an unknown type fails, in a way that depends on the RabbitMQ
-// version ([IsUnknownExchangeType]); on RabbitMQ 3.x it closes the whole connection. [Probe]
-// and [ExchangeExists] therefore work on a connection of their own, which they close.
-//
-// Sources: the refusal of an unknown exchange type is rabbit_exchange.erl, check_type; the
-// passive declare is https://www.rabbitmq.com/docs/amqp-0-9-1-reference#exchange.declare.passive.
+// Sources: rabbit_exchange.erl, check_type (the refusal of an unknown exchange type);
+// https://www.rabbitmq.com/docs/amqp-0-9-1-reference#exchange.declare.passive.
 package pluginprobe
 
 import (
@@ -25,16 +22,12 @@ import (
 // Dialer opens a new connection to the broker; the probes close what it returns.
 type Dialer func(ctx context.Context) (*amqp.Connection, error)
 
-// ExchangeExists reports whether the exchange named exchange exists, with a passive declare
-// on a connection of its own (a passive declare of a missing exchange fails with 404
-// NOT_FOUND and closes the channel). rabbitdelay's plugin exchange exists only where
-// `rabbitdelay apply` found the plugin, so its existence says the plugin path can be used. A
-// dial error or any other broker error is returned (the *amqp091.Error reachable with
-// errors.As); ctx bounds the whole probe.
+// ExchangeExists reports whether exchange exists, with a passive declare on a connection of
+// its own (a 404 NOT_FOUND means no). rabbitdelay's plugin exchange exists only where
+// `rabbitdelay apply` found the plugin, so it says the plugin path can be used. A dial error or
+// any other broker error is returned (the *amqp091.Error reachable with errors.As); ctx bounds
+// the whole probe.
 func ExchangeExists(ctx context.Context, dial Dialer, exchange string) (bool, error) {
-	if ctx == nil {
-		return false, errors.New("plugin: nil context")
-	}
 	var exists bool
 	err := withChannel(ctx, dial, func(ch *amqp.Channel) error {
 		err := ch.ExchangeDeclarePassive(exchange, plugin.ExchangeType, true, false, false, false, nil)
@@ -42,29 +35,21 @@ func ExchangeExists(ctx context.Context, dial Dialer, exchange string) (bool, er
 		switch {
 		case err == nil:
 			exists = true
-			return nil
-		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-			return nil
-		default:
+		case !errors.As(err, &ae) || ae.Code != amqp.NotFound:
 			return fmt.Errorf("plugin: passive declare of exchange %q: %w", exchange, err)
 		}
+		return nil
 	})
 	return exists, err
 }
 
 // Probe reports whether the broker has the plugin enabled, by declaring an auto-delete
-// exchange of type plugin.ExchangeType named name (give a name nobody else uses, e.g.
-// "<prefix>.plugin-probe.<random>") on a connection of its own, and deleting it again.
-//
-// Without the plugin RabbitMQ refuses the declare as an unknown exchange type, in a way that
-// depends on its version (see [IsUnknownExchangeType]); Probe returns (false, nil) for every
-// one of them. It needs the configure permission on name; a refusal (403 ACCESS_REFUSED),
-// a dial error and any other broker error are returned, the *amqp091.Error reachable with
-// errors.As. ctx bounds the whole probe, dial included.
+// exchange of type plugin.ExchangeType named name (a name nobody else uses, e.g.
+// "<prefix>.plugin-probe.<random>") on a connection of its own, and deleting it again. Every
+// version's refusal of an unknown exchange type gives (false, nil). It needs the configure
+// permission on name; a refusal (403 ACCESS_REFUSED), a dial error and any other broker error
+// are returned, the *amqp091.Error reachable with errors.As. ctx bounds the whole probe.
 func Probe(ctx context.Context, dial Dialer, name string) (bool, error) {
-	if ctx == nil {
-		return false, errors.New("plugin: nil context")
-	}
 	var has bool
 	err := withChannel(ctx, dial, func(ch *amqp.Channel) error {
 		err := ch.ExchangeDeclare(name, plugin.ExchangeType, false, true, false, false, amqp.Table{plugin.DelayedTypeArg: "direct"})
@@ -72,29 +57,23 @@ func Probe(ctx context.Context, dial Dialer, name string) (bool, error) {
 		case err == nil:
 			has = true
 			_ = ch.ExchangeDelete(name, false, false)
-			return nil
-		case IsUnknownExchangeType(err):
-			return nil
-		default:
+		case !IsUnknownExchangeType(err):
 			return fmt.Errorf("plugin: declare probe exchange %q of type %s: %w", name, plugin.ExchangeType, err)
 		}
+		return nil
 	})
 	return has, err
 }
 
-// IsUnknownExchangeType reports whether err is RabbitMQ's refusal to declare an exchange of a
-// type it does not know, which is how a broker without the plugin answers a declare of type
-// plugin.ExchangeType (rabbit_exchange.erl, check_type):
+// IsUnknownExchangeType reports whether err is RabbitMQ's refusal to declare an exchange of an
+// unknown type (rabbit_exchange.erl, check_type), a broker without the plugin's answer:
 //
-//   - RabbitMQ 3.x: 503 COMMAND_INVALID "unknown exchange type", a connection error that
-//     closes the whole connection. Every 503 counts, and so does [amqp.ErrClosed], which
-//     amqp091-go may report to the channel's caller when the connection closes first.
-//   - RabbitMQ 4.0 and later: 406 PRECONDITION_FAILED "unknown exchange type", a channel
-//     error. A 406, 405 or 540 counts when its reason mentions "exchange type" (so does
-//     "invalid exchange type", for a type whose module is not registered).
+//   - RabbitMQ 3.x: 503 COMMAND_INVALID, a connection error. Every 503 counts, and so does
+//     [amqp.ErrClosed], which the channel's caller may see when the connection closes first.
+//   - RabbitMQ 4.0 and later: 406 PRECONDITION_FAILED, a channel error. A 406, 405 or 540
+//     counts when its reason mentions "exchange type" (also "invalid exchange type").
 func IsUnknownExchangeType(err error) bool {
 	if errors.Is(err, amqp.ErrClosed) {
-		// The 3.x connection-level 503 can reach the caller as a closed channel.
 		return true
 	}
 	var ae *amqp.Error
@@ -112,6 +91,9 @@ func IsUnknownExchangeType(err error) bool {
 
 // withChannel dials, opens a channel, runs f and closes everything, all bounded by ctx.
 func withChannel(ctx context.Context, dial Dialer, f func(*amqp.Channel) error) error {
+	if ctx == nil {
+		return errors.New("plugin: nil context")
+	}
 	conn, err := dial(ctx)
 	if err != nil {
 		return err
