@@ -464,25 +464,22 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 		return err
 	}
 	var (
-		v      verdict
-		c      *compiled
-		defOld bool
-		e      entry
+		v verdict
+		e entry
 	)
 	now := time.Now()
 	sess.view(func(st *state) {
 		x := st.entries[l.Name]
-		v = decide(x, l, now)
-		if x != nil {
-			c, e = x.comp, *x
-			defOld = now.Sub(x.defAt) > s.opts.retention/2
+		if v = decide(x, l, now); x != nil {
+			e = *x
 		}
 	})
 	if v.drop != "" {
 		s.opts.log.Debug().Str("schedule", l.Name).Time("at", l.At).Str("why", v.drop).Msg("schedule: link dropped")
 		return d.Ack(false)
 	}
-	if defOld && e.def != nil {
+	c := e.comp
+	if e.def != nil && now.Sub(e.defAt) > s.opts.retention/2 {
 		if err := sess.record(ctx, definitionRecord(*e.def, e.hash, e.state, s.opts.instance, now)); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -233,10 +234,7 @@ func wait[T any](ctx context.Context, s *session, done <-chan T) error {
 func (s *session) err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.readErr != nil {
-		return s.readErr
-	}
-	return ErrConnectionLost
+	return cmp.Or(s.readErr, ErrConnectionLost)
 }
 
 // record publishes a record to the stream (through the default exchange).

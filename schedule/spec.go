@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -147,11 +148,7 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 // checkTiming reports through add what is wrong with s's timing fields, and returns its zone
 // and parsed cron expression (nil for Interval).
 func (s Schedule) checkTiming(unit time.Duration, add func(format string, args ...any)) (loc *time.Location, cs *cron.SpecSchedule) {
-	zone := s.Zone
-	if zone == "" {
-		zone = "UTC"
-	}
-	loc, err := time.LoadLocation(zone)
+	loc, err := time.LoadLocation(s.Zone) // "" is UTC
 	if err != nil {
 		add("Zone %q is not a known IANA time zone (like Europe/Berlin or America/New_York): %v", s.Zone, err)
 		loc = time.UTC
@@ -230,51 +227,31 @@ func short(s string) string {
 	return s
 }
 
-// definition is the part of a Schedule stored as JSON in a definition record; the message is
-// the record's own body, headers and properties.
+// definition is the part of a Schedule stored as JSON in a definition record (times in UTC,
+// RFC 3339); the message is the record's own body, headers and properties.
 type definition struct {
-	Cron       string `json:"cron,omitempty"`
-	IntervalMs int64  `json:"interval_ms,omitempty"`
-	IntervalNs int64  `json:"interval_ns,omitempty"`
-	Zone       string `json:"zone,omitempty"`
-	Exchange   string `json:"exchange"`
-	RoutingKey string `json:"routing_key"`
-	JitterNs   int64  `json:"jitter_ns,omitempty"`
-	Start      string `json:"start,omitempty"`
-	End        string `json:"end,omitempty"`
-	Missed     string `json:"missed"`
+	Cron       string    `json:"cron,omitempty"`
+	IntervalMs int64     `json:"interval_ms,omitempty"`
+	IntervalNs int64     `json:"interval_ns,omitempty"`
+	Zone       string    `json:"zone,omitempty"`
+	Exchange   string    `json:"exchange"`
+	RoutingKey string    `json:"routing_key"`
+	JitterNs   int64     `json:"jitter_ns,omitempty"`
+	Start      time.Time `json:"start,omitzero"`
+	End        time.Time `json:"end,omitzero"`
+	Missed     string    `json:"missed"`
 }
 
 func (s Schedule) definition() definition {
-	d := definition{Cron: s.Cron, IntervalNs: int64(s.Interval), IntervalMs: s.Interval.Milliseconds(), Zone: s.Zone,
-		Exchange: s.Exchange, RoutingKey: s.RoutingKey, JitterNs: int64(s.Jitter), Missed: s.Missed.String()}
-	if !s.Start.IsZero() {
-		d.Start = s.Start.UTC().Format(time.RFC3339Nano)
-	}
-	if !s.End.IsZero() {
-		d.End = s.End.UTC().Format(time.RFC3339Nano)
-	}
-	return d
+	return definition{Cron: s.Cron, IntervalNs: int64(s.Interval), IntervalMs: s.Interval.Milliseconds(), Zone: s.Zone,
+		Exchange: s.Exchange, RoutingKey: s.RoutingKey, JitterNs: int64(s.Jitter), Start: s.Start.UTC(), End: s.End.UTC(),
+		Missed: s.Missed.String()}
 }
 
 func (d definition) schedule(name string, msg amqp.Publishing) (Schedule, error) {
-	s := Schedule{Name: name, Cron: d.Cron, Interval: time.Duration(d.IntervalNs), Zone: d.Zone, Exchange: d.Exchange,
-		RoutingKey: d.RoutingKey, Jitter: time.Duration(d.JitterNs), Message: msg}
-	var err error
-	if s.Missed, err = ParseMissedPolicy(d.Missed); err != nil {
-		return s, err
-	}
-	if d.Start != "" {
-		if s.Start, err = time.Parse(time.RFC3339Nano, d.Start); err != nil {
-			return s, err
-		}
-	}
-	if d.End != "" {
-		if s.End, err = time.Parse(time.RFC3339Nano, d.End); err != nil {
-			return s, err
-		}
-	}
-	return s, nil
+	missed, err := ParseMissedPolicy(d.Missed)
+	return Schedule{Name: name, Cron: d.Cron, Interval: time.Duration(d.IntervalNs), Zone: d.Zone, Exchange: d.Exchange,
+		RoutingKey: d.RoutingKey, Jitter: time.Duration(d.JitterNs), Start: d.Start, End: d.End, Message: msg, Missed: missed}, err
 }
 
 // String describes the schedule's timing in one line: "cron 0 1 28 * * (Europe/Berlin)" or
@@ -282,11 +259,7 @@ func (d definition) schedule(name string, msg amqp.Publishing) (Schedule, error)
 func (s Schedule) String() string {
 	var b strings.Builder
 	if s.Cron != "" {
-		zone := s.Zone
-		if zone == "" {
-			zone = "UTC"
-		}
-		fmt.Fprintf(&b, "cron %q (%s)", s.Cron, zone)
+		fmt.Fprintf(&b, "cron %q (%s)", s.Cron, cmp.Or(s.Zone, "UTC"))
 	} else {
 		fmt.Fprintf(&b, "every %v", s.Interval)
 	}
