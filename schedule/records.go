@@ -17,7 +17,6 @@ import (
 // do (https://www.rabbitmq.com/docs/exchanges#headers), and the fire exchange binds on
 // TargetHeader. Integer values are int64.
 const (
-	headerPrefix = "rabbitdelay-schedule"
 	// ScheduleHeader (string) names the schedule, on every occurrence and record.
 	ScheduleHeader = "rabbitdelay-schedule"
 	// OccurrenceHeader (string) is the occurrence's MessageId, "<name>@<RFC 3339 UTC time>"
@@ -61,7 +60,7 @@ const (
 )
 
 func isOwnHeader(k string) bool {
-	return strings.HasPrefix(k, headerPrefix) || strings.HasPrefix(k, OccurrenceHeader)
+	return strings.HasPrefix(k, ScheduleHeader) || strings.HasPrefix(k, OccurrenceHeader)
 }
 
 // objectNames are the broker objects of the schedules of one prefix (default prefix when empty).

@@ -316,16 +316,13 @@ func infos(st *state, now time.Time, grace time.Duration, queued int) []Info {
 		switch {
 		case e.state != stateActive:
 		case e.lost(now, grace, queued):
-			i.Broken = true
-			i.Problem = fmt.Sprintf("its link for %s is %v past due and not in the links queue (purged, deleted or revoked)",
+			i.Broken, i.Problem = true, fmt.Sprintf("its link for %s is %v past due and not in the links queue (purged, deleted or revoked)",
 				fmtTime(e.link), now.Sub(e.comp.due(e.link)).Round(time.Second))
 		case e.pending():
 			i.Next = e.link
 		default:
-			i.Ended = e.ended(now)
-			if !i.Ended {
-				i.Broken = true
-				i.Problem = "no link is pending"
+			if i.Ended = e.ended(now); !i.Ended {
+				i.Broken, i.Problem = true, "no link is pending"
 			}
 		}
 		out = append(out, i)
@@ -414,7 +411,7 @@ func (s *Scheduler) consume(ctx context.Context, sess *session) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-sess.dead:
+		case <-sess.life.Done():
 			return sess.err()
 		case d, ok := <-deliveries:
 			if !ok {

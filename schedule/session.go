@@ -36,30 +36,17 @@ type session struct {
 	mu      sync.Mutex
 	st      *state
 	markers map[string]chan struct{}
-	readErr error
 
-	dead     chan struct{}
-	deadOnce sync.Once
+	life context.Context         // done when the session died, its cause why
+	die  context.CancelCauseFunc // the first cause wins
 }
 
 func (s *session) kill(err error) {
-	s.deadOnce.Do(func() {
-		s.mu.Lock()
-		s.readErr = err
-		s.mu.Unlock()
-		close(s.dead)
-		_ = s.conn.Close()
-	})
+	s.die(err)
+	_ = s.conn.Close()
 }
 
-func (s *session) alive() bool {
-	select {
-	case <-s.dead:
-		return false
-	default:
-		return true
-	}
-}
+func (s *session) alive() bool { return s.life.Err() == nil }
 
 // declareObjects declares, idempotently, the stream, the fire exchange bound to it, and the links
 // exchange and queue, bound to each other and the links exchange to the dispatch exchange (as
@@ -164,7 +151,8 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, n objectNames, o opt
 		return nil, fmt.Errorf("schedule: read stream %q: %w", n.stream(), err)
 	}
 	s := &session{conn: conn, ch: ch, log: o.log, unit: spec.Ladder.Unit, n: n, instance: o.instance, st: newState(spec.Ladder.Unit),
-		markers: map[string]chan struct{}{}, dead: make(chan struct{})}
+		markers: map[string]chan struct{}{}}
+	s.life, s.die = context.WithCancelCause(context.Background())
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
@@ -173,7 +161,7 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, n objectNames, o opt
 			s.kill(fmt.Errorf("%w: %v", ErrConnectionLost, e))
 		case e := <-chClosed:
 			s.kill(fmt.Errorf("%w: channel: %v", ErrConnectionLost, e))
-		case <-s.dead:
+		case <-s.life.Done():
 		}
 	}()
 	go s.read(deliveries)
@@ -226,16 +214,13 @@ func wait[T any](ctx context.Context, s *session, done <-chan T) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-s.dead:
+	case <-s.life.Done():
 		return s.err()
 	}
 }
 
-func (s *session) err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return cmp.Or(s.readErr, ErrConnectionLost)
-}
+// err is why the session died, or ErrConnectionLost.
+func (s *session) err() error { return cmp.Or(context.Cause(s.life), ErrConnectionLost) }
 
 // record publishes a record to the stream (through the default exchange).
 func (s *session) record(ctx context.Context, msg amqp.Publishing) error {

@@ -212,7 +212,7 @@ func (s Schedule) checkTarget(add func(format string, args ...any)) {
 	}
 	for k := range s.Message.Headers {
 		if isOwnHeader(k) {
-			add("Message.Headers[%q]: header names starting with %q or %q are the schedule package's own; rename it", k, headerPrefix, OccurrenceHeader)
+			add("Message.Headers[%q]: header names starting with %q or %q are the schedule package's own; rename it", k, ScheduleHeader, OccurrenceHeader)
 		}
 	}
 	if err := s.Message.Headers.Validate(); err != nil {

@@ -7,9 +7,24 @@ import (
 	"time"
 )
 
-// MaxQueueTTL is the largest x-message-ttl, in ms, RabbitMQ accepts on a queue (3,650 days);
-// a larger one fails the declaration with PRECONDITION_FAILED value_too_large
-// (rabbit_amqqueue.erl, check_message_ttl_arg). Every ladder queue and bucket stays at or below it.
+// Sentinel errors. Every error this package returns wraps exactly one of them (test with
+// [errors.Is]); the message adds the field, the bad value and the allowed range.
+var (
+	// ErrInvalidLadder is wrapped by [Ladder.Validate]'s problems, by [Ladder.Plan] for an
+	// invalid ladder, and by [ParseOrder], [Order.UnmarshalText] and [Order.MarshalText].
+	ErrInvalidLadder = errors.New("ttlbuckets: invalid ladder")
+	// ErrDelayTooLong is wrapped by [Ladder.Plan] for a delay above [Ladder.Max].
+	ErrDelayTooLong = errors.New("ttlbuckets: delay too long")
+	// ErrNotWholeUnit is wrapped by [Ladder.Plan] in [Strict] mode for a delay that is not a
+	// whole number of [Ladder.Unit].
+	ErrNotWholeUnit = errors.New("ttlbuckets: delay not a whole number of units")
+	// ErrInvalidBuckets is wrapped by every problem [NewBuckets] reports.
+	ErrInvalidBuckets = errors.New("ttlbuckets: invalid buckets")
+)
+
+// MaxQueueTTL is the largest x-message-ttl, in ms, RabbitMQ accepts on a queue (3,650 days); a
+// larger one fails the declaration with PRECONDITION_FAILED value_too_large (rabbit_amqqueue.erl,
+// check_message_ttl_arg). Every ladder queue and bucket stays at or below it.
 const MaxQueueTTL int64 = 315_360_000_000
 
 // Defaults for the zero fields of a [Ladder].
@@ -31,17 +46,14 @@ const (
 type Ladder struct {
 	// Unit is the resolution: whole milliseconds, at least 1 ms; 0 means [DefaultUnit].
 	Unit time.Duration
-
 	// Radix is the number base: a power of two from 2 to 64; 0 means [DefaultRadix]. Each
 	// level has Radix-1 queues.
 	Radix int
-
 	// Max is the largest delay accepted, at least one Unit; 0 means [DefaultMax]. The ladder
 	// is sized for ceil(Max/Unit) units, so when Max is not a whole number of units a delay
 	// just below Max may round up above Max (by less than one Unit). A delay above Max is
 	// rejected ([ErrDelayTooLong]) even when the ladder could carry it.
 	Max time.Duration
-
 	// Order is the travel order through the levels; the zero value is [TopSplit].
 	Order Order
 }

@@ -14,25 +14,20 @@ import (
 type Order int
 
 const (
-	// TopSplit (the default) splits the hop of the highest non-zero digit d, at level T, in two
-	// when d >= 2 and other digits are non-zero: d-u units of level T first, through level T's
-	// first-hop queue as [TopFirst] does, then the other digits from level 0 up and u units of
-	// level T last ([Plan.Hops] gives u). The broker does little while a message is published
-	// and only the last hop ends just before due, at the price of one hop more; u varies with
-	// the lower digits, so a burst due at once leaves through up to d-1 queues. A highest digit
-	// of 1 takes [TopFirst]'s route. Its queues are [TopFirst]'s.
+	// TopSplit (the default) splits the highest non-zero digit d's hop in two when d >= 2 and
+	// other digits are non-zero: d-u units first, through its first-hop queue as [TopFirst]
+	// does, then the other digits ascending, then u units ([Plan.Hops]). The broker does little
+	// at publish time and only the last hop ends just before due, for one hop more; u spreads a
+	// burst due at once over up to d-1 queues. A highest digit of 1 takes [TopFirst]'s route.
 	TopSplit Order = iota
-
 	// ShortestFirst enters at the lowest level with a non-zero digit and climbs (level L hands
 	// to L+1, the top level to the dispatch exchange): only the last, longest hop ends just
 	// before due, so a burst due at once costs one dead-lettering each in that window.
 	ShortestFirst
-
 	// LongestFirst enters at the highest level with a non-zero digit and descends (level L
 	// hands to L-1, level 0 to the dispatch exchange), the textbook ladder: every hop but the
 	// first falls into the last Radix^top units before due.
 	LongestFirst
-
 	// TopFirst takes the highest non-zero digit's hop first (at least half the delay, through
 	// a first-hop queue per digit of every level but 0, dead-lettering into level 0), then the
 	// others as [ShortestFirst] does.

@@ -32,12 +32,10 @@ type Plan struct {
 	// Entry is the level of the first hop, or -1 when there are none (Requested <= 0: publish
 	// straight to the target).
 	Entry int
-	// Hops lists one hop per non-zero digit, in travel order: ascending levels for
-	// [ShortestFirst], descending for [LongestFirst], the highest level first then the others
-	// ascending for [TopFirst]. [TopSplit], for a highest digit d >= 2 with other non-zero
-	// digits, has one more: the highest level with digit d-u first, the others ascending, then
-	// the highest level with digit u = 1 + (the units below the highest level) mod (d-1);
-	// with a highest digit of 1, [TopFirst]'s order.
+	// Hops lists one hop per non-zero digit in travel order: levels ascending ([ShortestFirst]),
+	// descending ([LongestFirst]), or the highest first, then the others ascending ([TopFirst]).
+	// A split [TopSplit] route has the highest level twice, digit d-u first and u last, where
+	// u = 1 + (the units below the highest level) mod (d-1); an unsplit one is [TopFirst]'s.
 	Hops []Hop
 }
 
