@@ -16,39 +16,30 @@ import (
 // ErrInvalidConfig is wrapped by every error about an [Options] field.
 var ErrInvalidConfig = errors.New("schedule: invalid configuration")
 
-// Options configure a Scheduler; pass them to [New] (and to [Inspect], which uses LinkGrace
-// only). The zero value of each field means its default. New refuses a value out of its range
-// with an error wrapping ErrInvalidConfig that names the field and the range, one per field,
-// joined.
+// Options configure a Scheduler ([New]; [Inspect] uses LinkGrace only). A zero field means its
+// default; a value out of range is refused with an error wrapping ErrInvalidConfig that names
+// the field and the range, one per field, joined.
 type Options struct {
 	// Instance names this instance in the fired records ([InstanceHeader]) and in `rabbitdelay
 	// schedules`. "": <hostname>-<pid>-<4 random hex digits>; else at most 200 bytes.
 	Instance string
-
 	// LinkGrace is how long after its due time a pending link may stay out of the links queue
 	// before the chain counts as broken ([Info.Broken]). 0: DefaultLinkGrace; else at least 1 s.
 	LinkGrace time.Duration
-
-	// Retention is the schedules stream's x-max-age, in RabbitMQ's syntax: a positive integer
-	// and a unit of Y, M, D, h, m or s, such as 7D or 12h. "": DefaultRetention. Every instance
-	// must give the same value: RabbitMQ refuses to redeclare a queue with other arguments (406
-	// PRECONDITION_FAILED).
+	// Retention is the schedules stream's x-max-age, such as 7D or 12h (an integer and Y, M, D,
+	// h, m or s). "": DefaultRetention. Every instance must give the same: RabbitMQ refuses to
+	// redeclare a queue with other arguments (406 PRECONDITION_FAILED).
 	Retention string
-
 	// ConnectionName names the Scheduler's connection in the management UI, and with "-links"
 	// its links Publisher's. "": "rabbitdelay-schedule".
 	ConnectionName string
-
 	// Logger receives the Scheduler's logs (connection losses, links dropped or given back).
 	// The zero Logger logs nothing; no global logger is used.
 	Logger zerolog.Logger
-
-	// Metrics, when set, is the Prometheus registry of the Scheduler's counters, labelled by
-	// schedule and at 0 from its Declare: rabbitdelay_schedule_occurrences_fired_total,
-	// ..._late_total (published more than [LateThreshold] after due) and ..._missed_total
-	// (dropped by the missed policy). Schedulers may share a registry and its counters; the
-	// global registry is never touched. A registry that refuses them (names registered with
-	// other labels): ErrInvalidConfig.
+	// Metrics, when set, is the Prometheus registry (never the global one; Schedulers may share
+	// it) of rabbitdelay_schedule_occurrences_fired_total, ..._late_total (more than
+	// [LateThreshold] late) and ..._missed_total, labelled by schedule, at 0 from its Declare. A
+	// registry that refuses them (names registered with other labels): ErrInvalidConfig.
 	Metrics prometheus.Registerer
 }
 
@@ -57,7 +48,7 @@ type Options struct {
 const DefaultLinkGrace = 10 * time.Second
 
 // DefaultRetention is the schedules stream's default x-max-age: 7 days. An active schedule's
-// definition record is written again when older than half of it, so it never ages out.
+// definition record is rewritten when older than half the retention, so it never ages out.
 const DefaultRetention = "7D"
 
 // options are Options resolved: defaults filled in, ranges checked.
@@ -108,12 +99,10 @@ func (opts Options) resolve(withMetrics bool) (options, error) {
 	return o, errors.Join(errs...)
 }
 
-// LateThreshold is how late an occurrence must be published, after its due time, to count as
-// late in the metrics (the message's [LateHeader] always says how late it is).
+// LateThreshold is how late after its due time an occurrence counts as late in the metrics.
 const LateThreshold = time.Second
 
-// schedMetrics are the counters of Options.Metrics, shared by the Schedulers of one registry.
-// A nil *schedMetrics counts nothing.
+// schedMetrics are the counters of Options.Metrics; a nil *schedMetrics counts nothing.
 type schedMetrics struct {
 	firedC, lateC, missedC *prometheus.CounterVec
 }

@@ -25,9 +25,8 @@ import (
 // ErrUnknownSchedule: no schedule of that name was ever declared under the prefix.
 var ErrUnknownSchedule = errors.New("schedule: unknown schedule")
 
-// Scheduler declares schedules and, while [Scheduler.Run] runs, takes its turn at firing their
-// occurrences. Every instance of a service may run one: the links queue's single active
-// consumer makes one of them handle the links at a time. Safe for concurrent use.
+// Scheduler declares schedules and, in [Scheduler.Run], takes its turn at firing their
+// occurrences; every instance of a service may run one. Safe for concurrent use.
 type Scheduler struct {
 	cfg   amqpdelay.Config
 	names objectNames
@@ -41,12 +40,10 @@ type Scheduler struct {
 	sess   *session
 }
 
-// New declares the schedule objects under cfg.Prefix (idempotent: the stream
-// <prefix>.schedules, the exchanges <prefix>.schedules.fire and .links, the links queue, the
-// dispatch exchange's binding to the links exchange), starts a Publisher for links (the delay
-// topology of cfg.Prefix must exist: `rabbitdelay apply`), and reads the stream. ctx bounds the
-// start. Errors: ErrInvalidConfig for a bad Options field (one per field, joined), the
-// Publisher's errors (amqpdelay.ErrTopologyMissing, ...), the connection's.
+// New declares the schedule objects under cfg.Prefix (idempotent), starts a Publisher for links
+// (the delay topology must exist: `rabbitdelay apply`), and reads the stream; ctx bounds it.
+// Errors: ErrInvalidConfig (one per bad Options field, joined), the Publisher's
+// (amqpdelay.ErrTopologyMissing, ...), the connection's.
 func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Scheduler, error) {
 	o, err := opts.resolve(true)
 	if err != nil {
@@ -106,17 +103,13 @@ func (s *Scheduler) Close() error {
 	return s.pub.Close()
 }
 
-// Declare makes sch exist as given, and returns once the broker confirmed what it wrote.
-// Every instance may call it at start with the same schedule:
-//   - same definition as the stream's latest, chain pending (or paused): nothing is written;
-//   - same definition, no pending link (the chain broke: [Info.Broken]): a link for the
-//     occurrence after the last one handled repairs it (the missed policy decides what fires);
-//   - new, changed or removed before: a definition record, then a link for the first occurrence
-//     after now; the earlier definition's links are dropped when they arrive.
-//
-// Instances declaring at once make at most duplicate links, which are dropped. Errors:
-// ErrInvalidSchedule (every problem of sch, joined), amqpdelay.ErrExchangeNotFound (the target
-// exchange does not exist), ErrConnectionLost, the links Publisher's errors, ctx's.
+// Declare makes sch exist as given, once the broker confirmed what it wrote; every instance may
+// call it at start. The same definition with a pending link (or paused) writes nothing; with
+// none ([Info.Broken]) a link for the occurrence after the last handled repairs it. A new,
+// changed or removed one writes a definition record and a link for the first occurrence after
+// now; the earlier definition's links, and duplicates, are dropped when they arrive. Errors:
+// ErrInvalidSchedule (every problem, joined), amqpdelay.ErrExchangeNotFound (no target
+// exchange), ErrConnectionLost, the links Publisher's, ctx's.
 func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	c, err := sch.compile(s.unit)
 	if err != nil {
@@ -198,8 +191,7 @@ func (s *Scheduler) publishLink(ctx context.Context, c *compiled, at time.Time) 
 	return nil
 }
 
-// bindTarget binds the fire exchange to exchange (idempotent), on a channel of its own: a
-// missing exchange closes it (404).
+// bindTarget binds exchange to the fire exchange on a channel of its own (a 404 closes it).
 func (s *Scheduler) bindTarget(sess *session, exchange string) error {
 	ch, err := sess.conn.Channel()
 	if err != nil {
@@ -223,17 +215,16 @@ func (s *Scheduler) Pause(ctx context.Context, name string) error {
 	return err
 }
 
-// Resume restarts a paused schedule with its first occurrence after now (the occurrences due
-// while it was paused do not fire). Resuming an active schedule changes nothing; a removed one
-// must be declared again. Errors: ErrUnknownSchedule, ErrConnectionLost, ctx's.
+// Resume restarts a paused schedule from its first occurrence after now; an active one is left
+// as is, a removed one must be declared again. Errors: as [Scheduler.Pause]'s.
 func (s *Scheduler) Resume(ctx context.Context, name string) error {
 	_, err := s.setState(ctx, name, stateActive)
 	return err
 }
 
-// Remove ends schedule name: no occurrence fires after it returns (a link that arrives later
-// is dropped), and its pending link is revoked (amqpdelay.Publisher.Revoke). Declaring it
-// again starts it anew. Errors: ErrUnknownSchedule, ErrConnectionLost, ctx's.
+// Remove ends schedule name: no occurrence fires after it returns, and its pending link is
+// revoked (amqpdelay.Publisher.Revoke). Declaring it again starts it anew. Errors:
+// ErrUnknownSchedule, ErrConnectionLost, ctx's.
 func (s *Scheduler) Remove(ctx context.Context, name string) error {
 	e, err := s.setState(ctx, name, stateRemoved)
 	if err != nil || e.link.IsZero() {
@@ -331,9 +322,8 @@ func infos(st *state, now time.Time, grace time.Duration, queued int) []Info {
 	return out
 }
 
-// List returns every schedule of the prefix as the stream says, sorted by name, once it has
-// read every record confirmed before the call. Errors: those of connecting again after a
-// connection loss (as [New]'s), of writing or reading the sync record, or ctx's.
+// List returns every schedule of the prefix, sorted by name, as the stream says once read up to
+// every record confirmed before the call. Errors: reconnecting's (as [New]'s), the sync's, ctx's.
 func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	sess, err := s.session(ctx)
 	if err != nil {
@@ -342,8 +332,6 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	return list(ctx, sess, s.opts.grace)
 }
 
-// list returns the schedules sess reads once it has read every record confirmed before the
-// call, sorted by name.
 func list(ctx context.Context, sess *session, grace time.Duration) ([]Info, error) {
 	queued := sess.queued() // before the sync: a link handled in between is then known
 	if err := sess.sync(ctx); err != nil {
@@ -355,10 +343,9 @@ func list(ctx context.Context, sess *session, grace time.Duration) ([]Info, erro
 }
 
 // Inspect lists the schedules of cfg.Prefix from the stream alone, declaring nothing and
-// starting no Publisher (it writes one marker record to the stream to know where its end is).
-// No stream (no schedule ever declared): no schedules and no error. Of opts, only LinkGrace
-// counts; a bad field is refused as by [New] (ErrInvalidConfig). Other errors: the
-// connection's, the broker's, ctx's.
+// starting no Publisher (it writes one marker record). No stream: no schedules, no error. Of
+// opts only LinkGrace counts; a bad field: ErrInvalidConfig. Other errors: the connection's,
+// the broker's, ctx's.
 func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, error) {
 	o, err := opts.resolve(false)
 	if err != nil {
@@ -376,10 +363,9 @@ func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, e
 	return list(ctx, sess, o.grace)
 }
 
-// Run handles links until ctx ends: it consumes the links queue (one instance of all those
-// running Run at a time is its active consumer) and, for each link, fires the occurrence at its
-// time. After a connection loss it connects again, with back-off, and logs why
-// (Options.Logger). It returns nil when ctx ends, and never an error.
+// Run handles links until ctx ends, then returns nil (never an error): as the links queue's
+// active consumer when its turn comes, it fires each link's occurrence at its time. After a
+// connection loss it connects again, with back-off, and logs why (Options.Logger).
 func (s *Scheduler) Run(ctx context.Context) error {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for ctx.Err() == nil {
@@ -433,8 +419,7 @@ func (s *Scheduler) consume(ctx context.Context, sess *session) error {
 	}
 }
 
-// handle handles one link: the package documentation gives the steps and why each crash point
-// is safe.
+// handle handles one link as the package documentation describes.
 func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) error {
 	var l link
 	if err := json.Unmarshal(d.Body, &l); err != nil || l.Name == "" {
@@ -495,8 +480,7 @@ func (s *Scheduler) handle(ctx context.Context, sess *session, d amqp.Delivery) 
 	return d.Ack(false) // 3. done with the link
 }
 
-// fire publishes what verdict v of a link of c says: the occurrence, the record of the
-// occurrences skipped, or the record of the next link alone.
+// fire publishes what verdict v says: the occurrence, a skipped record, or a link record.
 func (s *Scheduler) fire(ctx context.Context, sess *session, c *compiled, v verdict) error {
 	switch {
 	case !v.fire.IsZero():

@@ -137,7 +137,28 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 		add("Name %q: use only letters, digits and . _ - (it is part of each occurrence's message id, <name>@<time>)", short(s.Name))
 	}
 	c.loc, c.spec = s.checkTiming(unit, add)
-	s.checkTarget(add)
+	// Target and message are checked here: an occurrence refused when it fires, long after
+	// Declare, would stall the chain.
+	switch {
+	case s.Exchange == "":
+		add("Exchange is empty: name the target exchange each occurrence is published to (the default exchange cannot be bound)")
+	case len(s.Exchange) > 255:
+		add("Exchange is %d bytes: at most 255 (an AMQP short string)", len(s.Exchange))
+	}
+	if len(s.RoutingKey) > 255 {
+		add("RoutingKey is %d bytes: at most 255 (an AMQP short string)", len(s.RoutingKey))
+	}
+	if s.Message.DeliveryMode > 2 {
+		add("Message.DeliveryMode %d: want 0 (persistent), 1 (transient) or 2 (persistent)", s.Message.DeliveryMode)
+	}
+	for k := range s.Message.Headers {
+		if isOwnHeader(k) {
+			add("Message.Headers[%q]: header names starting with %q or %q are the schedule package's own; rename it", k, ScheduleHeader, OccurrenceHeader)
+		}
+	}
+	if err := s.Message.Headers.Validate(); err != nil {
+		add("Message.Headers: %v", err)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -193,31 +214,6 @@ func (s Schedule) checkTiming(unit time.Duration, add func(format string, args .
 		add("Missed %d: want MissedLatest, MissedAll or MissedSkip", int(s.Missed))
 	}
 	return loc, cs
-}
-
-// checkTarget reports through add what is wrong with s's target and message: checked here, as
-// an occurrence refused when it fires, long after Declare, would stall the chain.
-func (s Schedule) checkTarget(add func(format string, args ...any)) {
-	switch {
-	case s.Exchange == "":
-		add("Exchange is empty: name the target exchange each occurrence is published to (the default exchange cannot be bound)")
-	case len(s.Exchange) > 255:
-		add("Exchange is %d bytes: at most 255 (an AMQP short string)", len(s.Exchange))
-	}
-	if len(s.RoutingKey) > 255 {
-		add("RoutingKey is %d bytes: at most 255 (an AMQP short string)", len(s.RoutingKey))
-	}
-	if s.Message.DeliveryMode > 2 {
-		add("Message.DeliveryMode %d: want 0 (persistent), 1 (transient) or 2 (persistent)", s.Message.DeliveryMode)
-	}
-	for k := range s.Message.Headers {
-		if isOwnHeader(k) {
-			add("Message.Headers[%q]: header names starting with %q or %q are the schedule package's own; rename it", k, ScheduleHeader, OccurrenceHeader)
-		}
-	}
-	if err := s.Message.Headers.Validate(); err != nil {
-		add("Message.Headers: %v", err)
-	}
 }
 
 func short(s string) string {
@@ -303,9 +299,8 @@ func writeCanonical(w interface{ Write([]byte) (int, error) }, v any) {
 	case nil:
 		fmt.Fprint(w, "n")
 	case map[string]any:
-		keys := slices.Sorted(maps.Keys(x))
 		fmt.Fprint(w, "{")
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			fmt.Fprintf(w, "%q:", k)
 			writeCanonical(w, x[k])
 			fmt.Fprint(w, ",")
@@ -331,11 +326,10 @@ func writeCanonical(w interface{ Write([]byte) (int, error) }, v any) {
 	case float32, float64:
 		fmt.Fprintf(w, "f%v", x)
 	default:
-		rv := reflect.ValueOf(v)
-		switch rv.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		switch rv := reflect.ValueOf(v); {
+		case rv.CanInt():
 			fmt.Fprintf(w, "i%d", rv.Int())
-		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		case rv.CanUint() && rv.Kind() != reflect.Uintptr:
 			fmt.Fprintf(w, "i%d", rv.Uint())
 		default:
 			fmt.Fprintf(w, "?%T%v", v, v)
