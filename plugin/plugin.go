@@ -8,25 +8,20 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// ExchangeType is the exchange type the plugin adds.
-const ExchangeType = "x-delayed-message"
+// Names the plugin defines (its README).
+const (
+	ExchangeType   = "x-delayed-message"                 // the exchange type the plugin adds
+	DelayedTypeArg = "x-delayed-type"                    // exchange argument: how a due message is routed
+	DelayHeader    = "x-delay"                           // message header: the delay in ms, an integer
+	PluginName     = "rabbitmq_delayed_message_exchange" // as rabbitmq-plugins enables it
+)
 
-// DelayedTypeArg is the exchange argument that names how a delayed-message exchange routes a
-// message once it is due (rabbitdelay uses "headers").
-const DelayedTypeArg = "x-delayed-type"
-
-// DelayHeader is the message header that carries the delay, in milliseconds, as an integer.
-const DelayHeader = "x-delay"
-
-// PluginName is the name of the plugin, as rabbitmq-plugins enables it.
-const PluginName = "rabbitmq_delayed_message_exchange"
-
-// MaxDelayMs is the largest x-delay the plugin honours, in milliseconds: 2^32-1 ms (about
-// 49.7 days). The plugin routes a message with a larger value at once.
-const MaxDelayMs int64 = 1<<32 - 1
-
-// MaxDelay is [MaxDelayMs] as a time.Duration.
-const MaxDelay = time.Duration(MaxDelayMs) * time.Millisecond
+// MaxDelayMs is the largest x-delay the plugin honours: 2^32-1 ms (about 49.7 days); it routes
+// a message with a larger value at once. MaxDelay is the same as a time.Duration.
+const (
+	MaxDelayMs int64 = 1<<32 - 1
+	MaxDelay         = time.Duration(MaxDelayMs) * time.Millisecond
+)
 
 var (
 	// ErrUnavailable is wrapped when the broker does not have the plugin, or the topology's

@@ -19,11 +19,9 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// Spec is the delay topology to declare, one field per AMQPDELAY_* variable that `rabbitdelay
-// apply` reads (docs/configuration.md gives each one's meaning, range and default): Prefix,
-// Targets, Buckets (whole milliseconds), Ladder, Plugin ("off", "auto", "on"), QueueType
-// ("quorum", "classic"), ReadyQueues, ReadyDeliveryLimit, PolicyPriority, Shards. Zero fields
-// take their defaults; Apply and Check validate it.
+// Spec is the delay topology to declare, one field per AMQPDELAY_* variable of `rabbitdelay
+// apply` (docs/configuration.md gives each one's meaning, range and default; Buckets in whole
+// ms). Zero fields take their defaults; Apply and Check validate it.
 type Spec = delayspec.Spec
 
 // Target is a target exchange of a [Spec]: Name, and Type ("topic", "direct", ...) for Apply to
@@ -33,14 +31,12 @@ type Target = delayspec.Target
 // ReadyQueue is a queue a [Spec] declares (Queue) and binds to Exchange with BindingKey.
 type ReadyQueue = delayspec.ReadyQueue
 
-// Apply declares the delay topology that spec describes in conn's virtual host, as `rabbitdelay
-// apply` does: the exchanges, queues and bindings that do not exist yet, and the policies, set
-// through the management API at managementURL (http://user:password@host:15672). Objects that
-// exist with the same arguments are left as they are; Apply never deletes anything. The error
-// wraps a spec error naming the setting and its fix for a bad spec, and otherwise names the
-// object RabbitMQ refused, a conflicting object already declared, a target exchange that does not
-// exist, or a policy that makes delays early or drops messages, each with its fix. ctx bounds the
-// whole call. The connection stays open.
+// Apply declares the delay topology of spec in conn's virtual host as `rabbitdelay apply` does:
+// the missing exchanges, queues and bindings, and the policies, through the management API at
+// managementURL (http://user:password@host:15672). It never deletes anything. The error names,
+// with its fix, the bad setting of spec, or the object RabbitMQ refused, a conflicting object, a
+// missing target exchange, or a policy that makes delays early or drops messages. ctx bounds
+// the whole call; the connection stays open.
 func Apply(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL string) error {
 	p, m, err := prepare(conn, spec, managementURL)
 	if err != nil {
@@ -50,12 +46,11 @@ func Apply(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL 
 	return err
 }
 
-// Check returns nil when the delay topology that spec describes is declared in conn's virtual
-// host and nothing in the broker makes it lose, stall or hurry a message, as when `rabbitdelay
-// status` reports OK: every object exists with the planned arguments, the policies in effect
-// are safe, and no queue holds messages in its dead-letter state at two readings of the
-// management API 6 s apart (Check waits those 6 s only when the first reading shows some).
-// Otherwise its error lists every problem with its fix. It changes nothing. ctx bounds the
+// Check returns nil when spec's delay topology is declared in conn's virtual host and nothing
+// makes it lose, stall or hurry a message, as when `rabbitdelay status` reports OK: every object
+// exists with the planned arguments, the policies are safe, and no queue holds dead-lettering
+// messages at two management API readings 6 s apart (waited only when the first shows some).
+// Otherwise the error lists every problem with its fix. It changes nothing. ctx bounds the
 // whole call, the wait included; the connection stays open.
 func Check(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL string) error {
 	p, m, err := prepare(conn, spec, managementURL)
@@ -66,10 +61,9 @@ func Check(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL 
 	return err
 }
 
-// NewManagement returns the checks a Publisher asks of the management API at managementURL
-// (http://user:password@host:15672) for vhost ("/" when empty): set it as
-// amqpdelay.Config.Management. It does no I/O; the error names a URL that does not parse, without
-// its password.
+// NewManagement returns the management API checks (managementURL
+// http://user:password@host:15672, vhost "/" when empty) for amqpdelay.Config.Management. It
+// does no I/O; the error names a URL that does not parse, without its password.
 func NewManagement(managementURL, vhost string) (amqpdelay.ManagementCheck, error) {
 	m, err := admin.NewManagement(managementURL, cmp.Or(vhost, "/"))
 	if err != nil {

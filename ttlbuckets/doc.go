@@ -3,13 +3,6 @@
 // a [Plan]: the delay it applies and the queues, one hop each, the message passes through. It
 // does no I/O and imports only the standard library; docs/how-it-works.md describes the ladder.
 //
-// # Units
-//
-// Delays are [time.Duration] values. Queue TTLs ([Hop.TTL], [Bucket.TTL]) are int64
-// milliseconds, the unit of RabbitMQ's x-message-ttl.
-//
-// # The ladder
-//
 // A delay d, in units u ([Ladder.Unit]), is written in radix r ([Ladder.Radix]):
 //
 //	d = sum over levels L of digit_L · r^L · u,   0 <= digit_L < r
@@ -18,18 +11,14 @@
 // parks in the queue of each non-zero digit; on expiry the broker dead-letters it, with its
 // routing key and headers, to the next level, and after the last to its target. Each queue has
 // one TTL, so no message waits behind a longer one (RabbitMQ expires only from a queue's head).
-// Each hop costs the broker a dead-lettering (docs/benchmarks.md): a larger radix means fewer
-// hops but more queues. [Ladder.Order] chooses the direction of travel.
+// Each hop costs a dead-lettering: a larger radix means fewer hops but more queues.
 //
-// # Rounding and the maximum
+// # Units and limits
 //
-// A delay is never shortened: a positive delay that is not a whole number of units is rounded
-// up ([RoundUp]) or rejected with [ErrNotWholeUnit] ([Strict]), so d <= effective < d+u. A delay
-// above [Ladder.Max] is rejected with [ErrDelayTooLong]. A delay d <= 0 has a Plan with no hops
-// and Entry -1: the message is published straight to its target.
-//
-// # Limits
-//
+//   - Delays are [time.Duration] values; queue TTLs ([Hop.TTL], [Bucket.TTL]) are int64 ms,
+//     the unit of x-message-ttl.
+//   - A delay is never shortened: it is rounded up to whole units ([RoundUp]) or refused
+//     ([Strict]), so d <= effective < d+u.
 //   - Unit: whole milliseconds, at least 1 ms. Radix: 2, 4, 8, 16, 32 or 64.
 //   - Queue TTL and bucket delay: at most [MaxQueueTTL] ms; [Ladder.Validate] states the
 //     largest Max for a Unit and Radix.

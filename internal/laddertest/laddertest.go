@@ -27,8 +27,7 @@ func Seed(f *testing.F) {
 }
 
 // Ladder builds a ladder from fuzz inputs: unitMs 0 and maxNs 0 give the defaults, order picks
-// one of [Orders]; a negative maxNs or an order byte from 0xF0 up give an invalid
-// ladder, which must be reported as such.
+// one of [Orders]; a negative maxNs or an order byte from 0xF0 up give an invalid ladder.
 func Ladder(unitMs uint32, radixExp uint8, maxNs int64, order uint8) ttlbuckets.Ladder {
 	l := ttlbuckets.Ladder{
 		Unit:  time.Duration(unitMs) * time.Millisecond,
@@ -60,14 +59,12 @@ func Delays(l ttlbuckets.Ladder, d int64) []time.Duration {
 	return append(delays, time.Duration(uint64(d)%span)-lw.Unit, near, near+1)
 }
 
-// Radixes are the radixes a ladder may have.
-var Radixes = []int{2, 4, 8, 16, 32, 64}
-
-// Orders are the hop orders.
-var Orders = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst, ttlbuckets.TopSplit}
-
-// Modes are the roundings.
-var Modes = []ttlbuckets.Rounding{ttlbuckets.RoundUp, ttlbuckets.Strict}
+// The radixes, hop orders and roundings a ladder may have.
+var (
+	Radixes = []int{2, 4, 8, 16, 32, 64}
+	Orders  = []ttlbuckets.Order{ttlbuckets.ShortestFirst, ttlbuckets.LongestFirst, ttlbuckets.TopFirst, ttlbuckets.TopSplit}
+	Modes   = []ttlbuckets.Rounding{ttlbuckets.RoundUp, ttlbuckets.Strict}
+)
 
 // EdgeCase is one ladder of [EdgeLadders] and its subtest name.
 type EdgeCase struct {
@@ -109,8 +106,7 @@ func EdgeDelays(l ttlbuckets.Ladder) []time.Duration {
 	}
 }
 
-// UnwrapAll returns the errors joined in err (errors.Join), err itself when it joins none, nil
-// for nil.
+// UnwrapAll returns the errors joined in err, err itself when it joins none, nil for nil.
 func UnwrapAll(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		return j.Unwrap()
@@ -121,8 +117,7 @@ func UnwrapAll(err error) []error {
 	return []error{err}
 }
 
-// Pow returns r^n as a big.Int: the tests recompute the ladder with math/big, an independent
-// method, to compare with the package's shifts.
+// Pow returns r^n as a big.Int, to check the package's shifts by an independent method.
 func Pow(r, n int) *big.Int {
 	return new(big.Int).Exp(big.NewInt(int64(r)), big.NewInt(int64(n)), nil)
 }

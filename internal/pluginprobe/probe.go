@@ -22,11 +22,10 @@ import (
 // Dialer opens a new connection to the broker; the probes close what it returns.
 type Dialer func(ctx context.Context) (*amqp.Connection, error)
 
-// ExchangeExists reports whether exchange exists, with a passive declare on a connection of
-// its own (a 404 NOT_FOUND means no). rabbitdelay's plugin exchange exists only where
-// `rabbitdelay apply` found the plugin, so it says the plugin path can be used. A dial error or
-// any other broker error is returned (the *amqp091.Error reachable with errors.As); ctx bounds
-// the whole probe.
+// ExchangeExists reports whether exchange exists (a passive declare; 404 means no) on a
+// connection of its own: the plugin exchange exists only where `rabbitdelay apply` found the
+// plugin. A dial error or other broker error is returned (*amqp091.Error reachable with
+// errors.As); ctx bounds the whole probe.
 func ExchangeExists(ctx context.Context, dial Dialer, exchange string) (bool, error) {
 	var exists bool
 	err := withChannel(ctx, dial, func(ch *amqp.Channel) error {
@@ -43,12 +42,11 @@ func ExchangeExists(ctx context.Context, dial Dialer, exchange string) (bool, er
 	return exists, err
 }
 
-// Probe reports whether the broker has the plugin enabled, by declaring an auto-delete
-// exchange of type plugin.ExchangeType named name (a name nobody else uses, e.g.
-// "<prefix>.plugin-probe.<random>") on a connection of its own, and deleting it again. Every
-// version's refusal of an unknown exchange type gives (false, nil). It needs the configure
-// permission on name; a refusal (403 ACCESS_REFUSED), a dial error and any other broker error
-// are returned, the *amqp091.Error reachable with errors.As. ctx bounds the whole probe.
+// Probe reports whether the broker has the plugin enabled by declaring, on a connection of its
+// own, an auto-delete exchange of type plugin.ExchangeType named name (unique, e.g.
+// "<prefix>.plugin-probe.<random>") and deleting it. An unknown-type refusal gives (false, nil);
+// a 403 (it needs configure permission on name), dial or other broker error is returned
+// (*amqp091.Error reachable with errors.As). ctx bounds the whole probe.
 func Probe(ctx context.Context, dial Dialer, name string) (bool, error) {
 	var has bool
 	err := withChannel(ctx, dial, func(ch *amqp.Channel) error {
