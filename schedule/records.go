@@ -10,7 +10,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
-	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // Header names. None begins with "x-": a headers exchange ignores binding arguments whose names
@@ -92,19 +91,13 @@ func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // record is one parsed record of the schedules stream.
 type record struct {
-	kind     string
-	name     string
-	hash     string
-	at       time.Time // occurrence (fired, skipped, link)
-	next     time.Time // fired, skipped: the link published before
-	instance string
-	late     time.Duration
-	missed   int64
-	written  time.Time // the record's Timestamp
-	marker   string
-	// definition records
-	state string
-	def   *Schedule
+	kind, name, hash, instance string
+	at                         time.Time // occurrence (fired, skipped, link)
+	next                       time.Time // fired, skipped: the link published before
+	written                    time.Time // the record's Timestamp
+	marker                     string
+	state                      string    // definition records
+	def                        *Schedule // definition records
 }
 
 // parseRecord reads a delivery of the schedules stream. Messages that are no record of this
@@ -119,9 +112,6 @@ func parseRecord(d amqp.Delivery) (r record, ok bool, err error) {
 	r.hash, _ = h[HashHeader].(string)
 	r.instance, _ = h[InstanceHeader].(string)
 	r.written = d.Timestamp
-	late, _, _ := route.HeaderInt(h[LateHeader])
-	r.late = time.Duration(late) * time.Millisecond
-	r.missed, _, _ = route.HeaderInt(h[MissedHeader])
 	if s, _ := h[NextHeader].(string); s != "" {
 		if r.next, err = time.Parse(time.RFC3339Nano, s); err != nil {
 			return r, false, fmt.Errorf("schedule: record %s of %q: %s: %w", r.kind, r.name, NextHeader, err)

@@ -49,8 +49,7 @@ func (s *session) kill(err error) {
 func (s *session) alive() bool { return s.life.Err() == nil }
 
 // declareObjects declares, idempotently, the stream, the fire exchange bound to it, and the links
-// exchange and queue, bound to each other and the links exchange to the dispatch exchange (as
-// `rabbitdelay apply` binds a target).
+// exchange (bound to the dispatch exchange as `rabbitdelay apply` binds a target) and queue.
 func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, maxAge string) error {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -95,8 +94,7 @@ func declareObjects(conn *amqp.Connection, spec delayspec.Spec, n objectNames, m
 // errNoStream: dialSession without declare found no schedules stream.
 var errNoStream = errors.New("schedule: no schedules stream")
 
-// dialSession connects, declares the schedule objects (declare) or checks that the stream
-// exists, and starts reading the stream.
+// dialSession connects, declares the objects (or checks that the stream exists), reads the stream.
 func dialSession(ctx context.Context, cfg amqpdelay.Config, n objectNames, o options, declare bool) (*session, error) {
 	conn, err := amqpdelay.Dial(ctx, cfg, o.name)
 	if err != nil {
