@@ -140,8 +140,7 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 			return
 		}
 		same, paused, pending = true, e.state == statePaused, e.pending()
-		lost = e.lost(now, s.opts.grace, queued)
-		if lost {
+		if lost = e.lost(now, s.opts.grace, queued); lost {
 			next = e.link
 		}
 		if e.linkHash == e.hash { // else the links recorded are an earlier definition's: start after now
@@ -170,14 +169,14 @@ func (s *Scheduler) Declare(ctx context.Context, sch Schedule) error {
 	if next.IsZero() {
 		return nil // no occurrence left
 	}
-	if err := s.publishLink(ctx, c, next); err != nil {
-		return err
-	}
-	return s.recordLink(ctx, sess, c, next)
+	return s.startChain(ctx, sess, c, next)
 }
 
-// recordLink writes the link record of occurrence at of c.
-func (s *Scheduler) recordLink(ctx context.Context, sess *session, c *compiled, at time.Time) error {
+// startChain publishes the link for occurrence at of c, then its link record.
+func (s *Scheduler) startChain(ctx context.Context, sess *session, c *compiled, at time.Time) error {
+	if err := s.publishLink(ctx, c, at); err != nil {
+		return err
+	}
 	return sess.record(ctx, plainRecord(recLink, c.Name, c.hash, at, time.Time{}, 0, s.opts.instance, time.Now()))
 }
 
@@ -246,15 +245,14 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	if err := sess.sync(ctx); err != nil {
 		return entry{}, err
 	}
-	var e entry
-	found := false
+	var e entry // e.def stays nil when name is unknown
 	sess.view(func(stt *state) {
 		if x := stt.entries[name]; x != nil && x.def != nil {
-			e, found = *x, true
+			e = *x
 		}
 	})
 	switch {
-	case !found:
+	case e.def == nil:
 		return e, fmt.Errorf("%w: %q under prefix %q (`rabbitdelay schedules` lists them)", ErrUnknownSchedule, name, s.names.Prefix)
 	case e.state == st:
 		return e, nil
@@ -266,10 +264,7 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 	}
 	if st == stateActive && e.comp != nil {
 		if next := e.comp.Next(time.Now()); !next.IsZero() {
-			if err := s.publishLink(ctx, e.comp, next); err != nil {
-				return e, err
-			}
-			return e, s.recordLink(ctx, sess, e.comp, next)
+			return e, s.startChain(ctx, sess, e.comp, next)
 		}
 	}
 	return e, nil
@@ -496,7 +491,7 @@ func (s *Scheduler) fire(ctx context.Context, sess *session, c *compiled, v verd
 		}
 		s.opts.metrics.fired(c.Name, -1, v.missed)
 	case !v.next.IsZero():
-		return s.recordLink(ctx, sess, c, v.next)
+		return sess.record(ctx, plainRecord(recLink, c.Name, c.hash, v.next, time.Time{}, 0, s.opts.instance, time.Now()))
 	}
 	return nil
 }

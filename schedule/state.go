@@ -149,11 +149,7 @@ func decide(e *entry, l link, now time.Time) verdict {
 	}
 	// Missed: later occurrences' times have passed too.
 	latest, n := l.At, int64(1)
-	for n < maxCatchUp {
-		t := c.Next(latest)
-		if t.IsZero() || t.After(now) {
-			break
-		}
+	for t := c.Next(latest); n < maxCatchUp && !t.IsZero() && !t.After(now); t = c.Next(latest) {
 		latest, n = t, n+1
 	}
 	following := c.Next(latest)

@@ -94,7 +94,8 @@ const (
 	badLevelTTL // the top level's longest queue TTL above MaxQueueTTL
 )
 
-// resolve checks l (with defaults) without allocating and returns its geometry and problem bits.
+// resolve checks l (with defaults) without allocating and returns its geometry (partial when
+// there are problems) and problem bits.
 // Nothing overflows: Max/Unit < 2^44 units, radix^levels < 2^50, every TTL < 2^51 ms.
 func (l Ladder) resolve() (geometry, uint) {
 	l = l.WithDefaults()
@@ -117,10 +118,10 @@ func (l Ladder) resolve() (geometry, uint) {
 	g := geometry{unit: l.Unit, unitMs: int64(l.Unit / time.Millisecond), shift: uint(bits.TrailingZeros(uint(l.Radix))),
 		mask: int64(l.Radix - 1), max: l.Max, order: l.Order}
 	if g.mask*g.unitMs > MaxQueueTTL {
-		return geometry{}, p | badUnitTTL
+		return g, p | badUnitTTL
 	}
 	if p&badMax != 0 {
-		return geometry{}, p
+		return g, p
 	}
 	units := int64(l.Max / l.Unit)
 	if l.Max%l.Unit != 0 {
@@ -131,12 +132,9 @@ func (l Ladder) resolve() (geometry, uint) {
 		g.levels++
 	}
 	if g.ttl(g.levels-1, int(g.mask)) > MaxQueueTTL {
-		return g, p | badLevelTTL // g filled in for Validate's message
+		p |= badLevelTTL
 	}
-	if p != 0 {
-		return geometry{}, p
-	}
-	return g, 0
+	return g, p
 }
 
 // ttl is the TTL in ms of the queue for digit at level.

@@ -70,16 +70,12 @@ func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 		units++
 	}
 	digits := make([]int, g.levels)
-	n := 0
+	n, top := 0, 0 // non-zero digits, the highest one's level
 	for level, u := 0, units; u != 0; level, u = level+1, u>>g.shift {
 		if v := int(u & g.mask); v != 0 {
-			digits[level] = v
+			digits[level], top = v, level
 			n++
 		}
-	}
-	top := g.levels - 1
-	for digits[top] == 0 {
-		top--
 	}
 	split := g.order == TopSplit && n > 1 && digits[top] > 1
 	// With split, the units of level top taken last: 1 + (units below level top) mod (d-1), so a
