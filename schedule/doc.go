@@ -31,10 +31,7 @@
 //   - A broker node failure can store one publish twice: an occurrence can then be delivered
 //     twice with the same MessageId ([OccurrenceID]); deduplicate by id.
 //   - Links are serial across all schedules of a prefix.
-//   - An active schedule's definition record is rewritten when older than half the stream's
-//     retention; a paused or removed one older than the retention disappears from the listing.
-//   - Remove revokes the pending link; an instance that declares the schedule at start brings it
-//     back.
+//   - A paused or removed schedule older than the stream's retention disappears from the listing.
 //
 // # Sources
 //

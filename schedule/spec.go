@@ -30,9 +30,8 @@ type Schedule struct {
 	// or a descriptor (@daily, @monthly, ...; not @every: use Interval), read by
 	// github.com/robfig/cron/v3 in Zone. Exactly one of Cron and Interval.
 	Cron string
-	// Interval is a fixed period: occurrences at Start + k*Interval (Start zero: the Unix
-	// epoch), the same on every instance; at least the ladder's unit. Exactly one of Cron and
-	// Interval.
+	// Interval is a fixed period, at least the ladder's unit: occurrences at Start + k*Interval
+	// (Start zero: the Unix epoch). Exactly one of Cron and Interval.
 	Interval time.Duration
 	// Zone is the IANA time zone Cron is read in ("Europe/Berlin"); empty means UTC.
 	Zone string
@@ -49,8 +48,7 @@ type Schedule struct {
 	Jitter time.Duration
 	// Start and End bound the occurrences (inclusive); zero means unbounded.
 	Start, End time.Time
-	// Missed is what happens to occurrences whose time passed while no instance ran the
-	// scheduler; the zero value is [MissedLatest].
+	// Missed is what fires of the occurrences missed while no instance ran; zero: [MissedLatest].
 	Missed MissedPolicy
 }
 
@@ -58,7 +56,7 @@ type Schedule struct {
 const MaxNameLen = 100
 
 // MissedPolicy says which occurrences fire when the chain resumes after its next occurrence's
-// time has passed too (every instance was down across occurrence times).
+// time has passed too (every instance was down).
 type MissedPolicy int
 
 const (
@@ -102,9 +100,9 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// Validate checks s without touching the network. unit is the delay ladder's unit (the
-// smallest Interval; 0 means 1 ms). It returns every problem at once, joined, each wrapping
-// ErrInvalidSchedule and naming the field and the fix.
+// Validate checks s without touching the network; unit is the ladder's unit, the smallest
+// Interval (0: 1 ms). It returns every problem, joined, each wrapping ErrInvalidSchedule and
+// naming the field and the fix.
 func (s Schedule) Validate(unit time.Duration) error {
 	_, err := s.compile(unit)
 	return err

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -174,10 +177,8 @@ func (l Ladder) Validate() error {
 		add("Order %d: allowed %s", int(l.Order), allowedOrders)
 	}
 	if p&badUnitTTL != 0 {
-		r := int64(l.Radix)
-		unitMs := int64(l.Unit / time.Millisecond)
 		add("Unit %v: level 0's queue for digit %d would have x-message-ttl %d ms, above RabbitMQ's limit of %d ms; allowed with Radix %d: 1ms to %v",
-			l.Unit, r-1, (r-1)*unitMs, MaxQueueTTL, r, durationMs(time.Duration(MaxQueueTTL/(r-1))*time.Millisecond))
+			l.Unit, g.mask, g.mask*g.unitMs, MaxQueueTTL, l.Radix, durationMs(time.Duration(MaxQueueTTL/g.mask)*time.Millisecond))
 	}
 	if p&badLevelTTL != 0 {
 		most := 1 // the most levels whose longest queue fits: Max up to (Radix^most - 1) units
@@ -209,4 +210,198 @@ func (l Ladder) Levels() int {
 		return 0
 	}
 	return g.levels
+}
+
+// Order is the order in which a message travels through the ladder's levels: it decides the
+// level a message enters at ([Plan.Entry]), the order of [Plan.Hops], and so where each level's
+// queues hand a message on. Publisher and topology must agree on it. The zero value is
+// [TopSplit]; the text forms are "top-split", "shortest-first", "longest-first" and "top-first".
+type Order int
+
+const (
+	// TopSplit (the default) splits the highest non-zero digit d's hop in two when d >= 2 and
+	// other digits are non-zero: d-u units first, through its first-hop queue as [TopFirst]
+	// does, then the other digits ascending, then u units ([Plan.Hops]). The broker does little
+	// at publish time and only the last hop ends just before due, for one hop more; u spreads a
+	// burst due at once over up to d-1 queues. A highest digit of 1 takes [TopFirst]'s route.
+	TopSplit Order = iota
+	// ShortestFirst enters at the lowest level with a non-zero digit and climbs (level L hands
+	// to L+1, the top level to the dispatch exchange): only the last, longest hop ends just
+	// before due, so a burst due at once costs one dead-lettering each in that window.
+	ShortestFirst
+	// LongestFirst enters at the highest level with a non-zero digit and descends (level L
+	// hands to L-1, level 0 to the dispatch exchange), the textbook ladder: every hop but the
+	// first falls into the last Radix^top units before due.
+	LongestFirst
+	// TopFirst takes the highest non-zero digit's hop first (at least half the delay, through
+	// a first-hop queue per digit of every level but 0, dead-lettering into level 0), then the
+	// others as [ShortestFirst] does.
+	TopFirst
+)
+
+// orderNames are the text forms, indexed by Order.
+var orderNames = [...]string{TopSplit: "top-split", ShortestFirst: "shortest-first", LongestFirst: "longest-first",
+	TopFirst: "top-first"}
+
+// String returns the text form, or "Order(N)" for an unknown value.
+func (o Order) String() string {
+	if !o.valid() {
+		return "Order(" + strconv.Itoa(int(o)) + ")"
+	}
+	return orderNames[o]
+}
+
+// allowedOrders lists the orders with their numbers, for error messages.
+var allowedOrders = fmt.Sprintf("0 (%s), 1 (%s), 2 (%s) or 3 (%s)", orderNames[0], orderNames[1], orderNames[2], orderNames[3])
+
+func (o Order) valid() bool { return o >= TopSplit && o <= TopFirst }
+
+// ParseOrder parses a text form (ASCII case and surrounding space ignored); "" gives [TopSplit].
+// Other text returns an error wrapping [ErrInvalidLadder] that quotes it and lists the names.
+func ParseOrder(s string) (Order, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "" {
+		return TopSplit, nil
+	}
+	if i := slices.Index(orderNames[:], t); i >= 0 {
+		return Order(i), nil
+	}
+	return TopSplit, fmt.Errorf("%w: Order %q: allowed %q (default), %q, %q or %q",
+		ErrInvalidLadder, s, orderNames[0], orderNames[1], orderNames[2], orderNames[3])
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler] with [ParseOrder], so configuration
+// loaders (envconfig, encoding/json, flag.TextVar) accept the names. On error *o is unchanged.
+func (o *Order) UnmarshalText(text []byte) error {
+	v, err := ParseOrder(string(text))
+	if err != nil {
+		return err
+	}
+	*o = v
+	return nil
+}
+
+// MarshalText implements [encoding.TextMarshaler]: the [Order.String] name, or an error
+// wrapping [ErrInvalidLadder] for an unknown value.
+func (o Order) MarshalText() ([]byte, error) {
+	if !o.valid() {
+		return nil, fmt.Errorf("%w: Order %d: allowed %s", ErrInvalidLadder, int(o), allowedOrders)
+	}
+	return []byte(o.String()), nil
+}
+
+// Rounding says what [Ladder.Plan] does with a delay that is not a whole number of
+// [Ladder.Unit].
+type Rounding int
+
+const (
+	// RoundUp (the default) rounds it up to the next whole unit, so a message is never early;
+	// [Plan.Rounded] reports it.
+	RoundUp Rounding = iota
+	// Strict rejects it with an error wrapping [ErrNotWholeUnit]. Any Rounding value other
+	// than RoundUp behaves as Strict.
+	Strict
+)
+
+// Plan is the route of one delayed message through a ladder.
+type Plan struct {
+	// Requested is the delay asked for.
+	Requested time.Duration
+	// Effective is the sum of the hops' TTLs: Requested <= Effective < Requested+Unit for a
+	// positive Requested, 0 otherwise.
+	Effective time.Duration
+	// Rounded reports Effective > Requested for a positive Requested.
+	Rounded bool
+	// Digits[L] is level L's digit (0..Radix-1) of Effective in units; len(Digits) == Levels().
+	Digits []int
+	// Entry is the level of the first hop, or -1 when there are none (Requested <= 0: publish
+	// straight to the target).
+	Entry int
+	// Hops lists one hop per non-zero digit in travel order: levels ascending ([ShortestFirst]),
+	// descending ([LongestFirst]), or the highest first, then the others ascending ([TopFirst]).
+	// A split [TopSplit] route has the highest level twice, digit d-u first and u last, where
+	// u = 1 + (the units below the highest level) mod (d-1); an unsplit one is [TopFirst]'s.
+	Hops []Hop
+}
+
+// Hop is one stay in the ladder queue of digit Digit at level Level, x-message-ttl TTL ms.
+type Hop struct {
+	Level, Digit int
+	TTL          int64 // ms
+}
+
+// Plan computes the route of a message delayed by d. A d <= 0 is no error: no hops, Entry -1,
+// Effective 0, all-zero Digits. A d that is not a whole number of units is rounded up with
+// [RoundUp], and with [Strict] an error wrapping [ErrNotWholeUnit]; a d above [Ladder.Max] an
+// error wrapping [ErrDelayTooLong]; an invalid ladder returns [Ladder.Validate]'s error. On error
+// the Plan is the zero value. Plan allocates twice (Digits and Hops).
+func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
+	g, p := l.resolve()
+	if p != 0 {
+		return Plan{}, l.Validate()
+	}
+	if d <= 0 {
+		return Plan{Requested: d, Digits: make([]int, g.levels), Entry: -1}, nil
+	}
+	if d > g.max {
+		return Plan{}, fmt.Errorf("%w: %v is above the ladder's maximum (Max) of %v", ErrDelayTooLong, d, durationMs(g.max))
+	}
+	units := int64(d / g.unit)
+	rounded := d%g.unit != 0
+	if rounded {
+		if mode != RoundUp {
+			return Plan{}, fmt.Errorf("%w: %v is not a whole number of the ladder's Unit %v (Strict rounding)", ErrNotWholeUnit, d, g.unit)
+		}
+		units++
+	}
+	digits := make([]int, g.levels)
+	n, top := 0, 0 // non-zero digits, the highest one's level
+	for level, u := 0, units; u != 0; level, u = level+1, u>>g.shift {
+		if v := int(u & g.mask); v != 0 {
+			digits[level], top = v, level
+			n++
+		}
+	}
+	split := g.order == TopSplit && n > 1 && digits[top] > 1
+	// With split, the units of level top taken last: 1 + (units below level top) mod (d-1), so a
+	// burst's last hops spread over the top level's queues 1 to d-1, not all through one.
+	last := 0
+	if split {
+		last = 1 + int((units&(int64(1)<<(g.shift*uint(top))-1))%int64(digits[top]-1))
+	}
+	hops := make([]Hop, 0, n+1)
+	if g.order == LongestFirst {
+		for level := g.levels - 1; level >= 0; level-- {
+			if v := digits[level]; v != 0 {
+				hops = append(hops, Hop{Level: level, Digit: v, TTL: g.ttl(level, v)})
+			}
+		}
+	} else {
+		first := -1 // the level taken first, out of ascending order
+		switch {
+		case (g.order == TopFirst || (g.order == TopSplit && !split)) && n > 1:
+			first = top
+			hops = append(hops, Hop{Level: top, Digit: digits[top], TTL: g.ttl(top, digits[top])})
+		case split:
+			hops = append(hops, Hop{Level: top, Digit: digits[top] - last, TTL: g.ttl(top, digits[top]-last)})
+		}
+		for level, v := range digits {
+			if level == top && split {
+				v = last
+			}
+			if v != 0 && level != first {
+				hops = append(hops, Hop{Level: level, Digit: v, TTL: g.ttl(level, v)})
+			}
+		}
+	}
+	return Plan{Requested: d, Effective: time.Duration(units) * g.unit, Rounded: rounded, Digits: digits,
+		Entry: hops[0].Level, Hops: hops}, nil
+}
+
+// Exact reports whether the ladder carries d without rounding: 0 <= d <= [Ladder.Max] and d a
+// whole number of [Ladder.Unit]; for d > 0, exactly when [Ladder.Plan](d, [Strict]) succeeds.
+// It is false for an invalid ladder. It does not allocate.
+func (l Ladder) Exact(d time.Duration) bool {
+	g, p := l.resolve()
+	return p == 0 && d >= 0 && d%g.unit == 0 && d <= g.max
 }
