@@ -12,8 +12,6 @@
 //
 //   - x-delay must be an integer with 0 < x-delay <= 2^32-1 ms ([MaxDelay]); the plugin routes
 //     anything else at once, silently. [Delay] refuses such values.
-//   - The value is always an int64: amqp091-go sends a Go int as a signed 32-bit integer,
-//     which wraps negative above about 24.8 days.
 //   - A delayed message published with the mandatory flag is returned NO_ROUTE although the
 //     plugin holds it: publish to the plugin exchange without mandatory.
 //   - The plugin keeps one copy of each delayed message, on the node that received it.
@@ -30,5 +28,5 @@
 //     (x-delay in ms, x-delayed-type, the single-node copy, supported RabbitMQ versions).
 //   - The refusal of an unknown exchange type: rabbit_exchange.erl, check_type.
 //   - AMQP 0-9-1 field types: https://www.rabbitmq.com/docs/amqp-0-9-1-reference, and
-//     amqp091-go's types.go for its encoding of a Go int.
+//     amqp091-go's types.go, which sends a Go int as a signed 32-bit integer ([SetDelay]).
 package plugin

@@ -54,7 +54,7 @@ func New(ctx context.Context, cfg amqpdelay.Config, opts Options) (*Scheduler, e
 	if err != nil {
 		return nil, err
 	}
-	s.unit = sess.unit
+	s.unit = sess.st.unit // the ladder's, from the spec record
 	// The links exchange is a target the spec record does not list; the session declared it.
 	pcfg := amqpdelay.Config{URL: cfg.URL, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, Prefix: cfg.Prefix,
 		ConnectionName: o.name + "-links", Logger: o.log, Channels: 1}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -29,7 +28,6 @@ type session struct {
 	conn     *amqp.Connection
 	ch       *amqp.Channel
 	log      zerolog.Logger
-	unit     time.Duration // the ladder's unit, from the spec record
 	n        objectNames
 	instance string // in the marker records
 
@@ -148,7 +146,7 @@ func dialSession(ctx context.Context, cfg amqpdelay.Config, n objectNames, o opt
 	if err != nil {
 		return nil, fmt.Errorf("schedule: read stream %q: %w", n.stream(), err)
 	}
-	s := &session{conn: conn, ch: ch, log: o.log, unit: spec.Ladder.Unit, n: n, instance: o.instance, st: newState(spec.Ladder.Unit),
+	s := &session{conn: conn, ch: ch, log: o.log, n: n, instance: o.instance, st: newState(spec.Ladder.Unit),
 		markers: map[string]chan struct{}{}}
 	s.life, s.die = context.WithCancelCause(context.Background())
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
@@ -228,9 +226,7 @@ func (s *session) record(ctx context.Context, msg amqp.Publishing) error {
 // sync returns once every record the broker confirmed before the call is in st: it publishes a
 // marker record and waits until the reader has read it (a stream keeps publish order).
 func (s *session) sync(ctx context.Context) error {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	id := rand.Text()
 	seen := make(chan struct{})
 	s.mu.Lock()
 	s.markers[id] = seen

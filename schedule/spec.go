@@ -84,10 +84,7 @@ func (p MissedPolicy) String() string {
 // ParseMissedPolicy reads "latest", "all" or "skip"; "" gives [MissedLatest]. Other text
 // returns an error wrapping [ErrInvalidSchedule] that quotes it.
 func ParseMissedPolicy(s string) (MissedPolicy, error) {
-	if s == "" {
-		return MissedLatest, nil
-	}
-	if i := slices.Index(missedNames[:], s); i >= 0 {
+	if i := slices.Index(missedNames[:], cmp.Or(s, "latest")); i >= 0 {
 		return MissedPolicy(i), nil
 	}
 	return 0, fmt.Errorf("%w: missed policy %q: want latest, all or skip", ErrInvalidSchedule, s)

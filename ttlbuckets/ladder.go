@@ -1,6 +1,7 @@
 package ttlbuckets
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -41,11 +42,9 @@ const (
 	DefaultMax = (1<<32 - 1) * time.Millisecond
 )
 
-// Ladder describes a delay ladder: a delay is written as a number of units in base Radix, and
-// level L holds one queue per non-zero digit value v with x-message-ttl v·Radix^L·Unit. The
-// zero value is the default ladder. A Ladder is a small value; its methods are safe for
-// concurrent use. On an invalid ladder [Ladder.Plan] returns [Ladder.Validate]'s error,
-// [Ladder.Levels] 0 and [Ladder.Exact] false.
+// Ladder describes a delay ladder (see the package documentation); the zero value is the
+// default ladder. Its methods are safe for concurrent use. On an invalid ladder [Ladder.Plan]
+// returns [Ladder.Validate]'s error, [Ladder.Levels] 0 and [Ladder.Exact] false.
 type Ladder struct {
 	// Unit is the resolution: whole milliseconds, at least 1 ms; 0 means [DefaultUnit].
 	Unit time.Duration
@@ -225,17 +224,14 @@ const (
 	// at publish time and only the last hop ends just before due, for one hop more; u spreads a
 	// burst due at once over up to d-1 queues. A highest digit of 1 takes [TopFirst]'s route.
 	TopSplit Order = iota
-	// ShortestFirst enters at the lowest level with a non-zero digit and climbs (level L hands
-	// to L+1, the top level to the dispatch exchange): only the last, longest hop ends just
-	// before due, so a burst due at once costs one dead-lettering each in that window.
+	// ShortestFirst climbs from the lowest non-zero level (the top hands to the dispatch
+	// exchange): only the last, longest hop ends just before due.
 	ShortestFirst
-	// LongestFirst enters at the highest level with a non-zero digit and descends (level L
-	// hands to L-1, level 0 to the dispatch exchange), the textbook ladder: every hop but the
-	// first falls into the last Radix^top units before due.
+	// LongestFirst descends from the highest non-zero level (level 0 hands to the dispatch
+	// exchange), the textbook ladder: all hops but the first fall in the last Radix^top units.
 	LongestFirst
-	// TopFirst takes the highest non-zero digit's hop first (at least half the delay, through
-	// a first-hop queue per digit of every level but 0, dead-lettering into level 0), then the
-	// others as [ShortestFirst] does.
+	// TopFirst takes the highest digit's hop first (through a first-hop queue that dead-letters
+	// into level 0), then the others as [ShortestFirst] does.
 	TopFirst
 )
 
@@ -259,11 +255,7 @@ func (o Order) valid() bool { return o >= TopSplit && o <= TopFirst }
 // ParseOrder parses a text form (ASCII case and surrounding space ignored); "" gives [TopSplit].
 // Other text returns an error wrapping [ErrInvalidLadder] that quotes it and lists the names.
 func ParseOrder(s string) (Order, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	if t == "" {
-		return TopSplit, nil
-	}
-	if i := slices.Index(orderNames[:], t); i >= 0 {
+	if i := slices.Index(orderNames[:], cmp.Or(strings.ToLower(strings.TrimSpace(s)), orderNames[TopSplit])); i >= 0 {
 		return Order(i), nil
 	}
 	return TopSplit, fmt.Errorf("%w: Order %q: allowed %q (default), %q, %q or %q",

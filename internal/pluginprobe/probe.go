@@ -1,10 +1,7 @@
-// Package pluginprobe finds out, on a connection of its own, whether a broker has the
-// delayed-message plugin and whether the topology's plugin exchange exists: the plumbing of
-// amqpdelay's plugin path and of `rabbitdelay apply` (what a publisher needs is in package
-// plugin). A declare of an unknown exchange type closes the whole connection on RabbitMQ 3.x
-// ([IsUnknownExchangeType]), so [Probe] and [ExchangeExists] dial their own and close it.
-//
-// Sources: rabbit_exchange.erl, check_type (the refusal of an unknown exchange type);
+// Package pluginprobe finds out whether a broker has the delayed-message plugin and whether the
+// topology's plugin exchange exists, for amqpdelay's plugin path and `rabbitdelay apply`. A
+// declare of an unknown exchange type closes the whole connection on RabbitMQ 3.x, so [Probe]
+// and [ExchangeExists] dial their own. Sources: rabbit_exchange.erl, check_type;
 // https://www.rabbitmq.com/docs/amqp-0-9-1-reference#exchange.declare.passive.
 package pluginprobe
 
@@ -64,12 +61,9 @@ func Probe(ctx context.Context, dial Dialer, name string) (bool, error) {
 }
 
 // IsUnknownExchangeType reports whether err is RabbitMQ's refusal to declare an exchange of an
-// unknown type (rabbit_exchange.erl, check_type), a broker without the plugin's answer:
-//
-//   - RabbitMQ 3.x: 503 COMMAND_INVALID, a connection error. Every 503 counts, and so does
-//     [amqp.ErrClosed], which the channel's caller may see when the connection closes first.
-//   - RabbitMQ 4.0 and later: 406 PRECONDITION_FAILED, a channel error. A 406, 405 or 540
-//     counts when its reason mentions "exchange type" (also "invalid exchange type").
+// unknown type (rabbit_exchange.erl, check_type): on 3.x a 503 connection error (every 503
+// counts, and [amqp.ErrClosed], which the caller may see first); from 4.0 a 406 channel error
+// (a 406, 405 or 540 counts when its reason mentions "exchange type").
 func IsUnknownExchangeType(err error) bool {
 	if errors.Is(err, amqp.ErrClosed) {
 		return true
