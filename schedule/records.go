@@ -187,9 +187,7 @@ func withHeaders(m amqp.Publishing, now time.Time, own amqp.Table) amqp.Publishi
 func plainRecord(kind, name, h string, at, next time.Time, missed int64, instance string, now time.Time) amqp.Publishing {
 	headers := amqp.Table{RecordHeader: kind, InstanceHeader: instance}
 	if name != "" {
-		headers[ScheduleHeader] = name
-		headers[HashHeader] = h
-		headers[OccurrenceHeader] = OccurrenceID(name, at)
+		maps.Copy(headers, amqp.Table{ScheduleHeader: name, HashHeader: h, OccurrenceHeader: OccurrenceID(name, at)})
 	}
 	if !next.IsZero() {
 		headers[NextHeader] = fmtTime(next)

@@ -72,7 +72,7 @@ func NewManagement(managementURL, vhost string) (amqpdelay.ManagementCheck, erro
 	return m, nil
 }
 
-// prepare checks the arguments and builds the plan and the management client.
+// prepare checks the arguments and builds the plan and the management client (check err first).
 func prepare(conn *amqp.Connection, spec delayspec.Spec, managementURL string) (*admin.Plan, *admin.Management, error) {
 	if conn == nil {
 		return nil, nil, errors.New("topology: conn is nil: pass an open AMQP connection to the broker")
@@ -86,8 +86,5 @@ func prepare(conn *amqp.Connection, spec delayspec.Spec, managementURL string) (
 		return nil, nil, err
 	}
 	m, err := admin.NewManagement(managementURL, cmp.Or(conn.Config.Vhost, "/"))
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, m, nil
+	return p, m, err
 }
