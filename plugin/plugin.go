@@ -24,9 +24,8 @@ const (
 )
 
 var (
-	// ErrUnavailable is wrapped when the broker does not have the plugin, or the topology's
-	// plugin exchange has not been declared. It is rabbitdelay's one sentinel for this:
-	// topology.ErrPluginUnavailable and amqpdelay.ErrPluginUnavailable are the same value.
+	// ErrUnavailable is wrapped when the broker lacks the plugin or the topology's plugin
+	// exchange; amqpdelay.ErrPluginUnavailable is the same value.
 	ErrUnavailable = errors.New("plugin: the delayed-message plugin is not available")
 	// ErrDelayOutOfRange is wrapped by [Delay] for a delay the plugin cannot take: not above 0,
 	// or above [MaxDelay] once rounded up to whole milliseconds.

@@ -18,8 +18,7 @@ import (
 const (
 	// ScheduleHeader (string) names the schedule, on every occurrence and record.
 	ScheduleHeader = "rabbitdelay-schedule"
-	// OccurrenceHeader (string) is the occurrence's MessageId, "<name>@<RFC 3339 UTC time>"
-	// ([OccurrenceID]).
+	// OccurrenceHeader (string) is the occurrence's MessageId ([OccurrenceID]).
 	OccurrenceHeader = "rabbitdelay-occurrence"
 	// LateHeader (int64) is how late the occurrence was published, in ms after its due time
 	// (its time plus its jitter); 0 when on time.
@@ -31,8 +30,7 @@ const (
 	InstanceHeader = "rabbitdelay-schedule-instance"
 	// TargetHeader (string) is the target exchange, matched by the fire exchange's binding to it.
 	TargetHeader = "rabbitdelay-schedule-target"
-	// RecordHeader (string) is a stream record's kind: definition, fired (an occurrence),
-	// skipped, link or marker.
+	// RecordHeader (string) is a record's kind: definition, fired, skipped, link or marker.
 	RecordHeader = "rabbitdelay-schedule-record"
 	// HashHeader (string) is the digest of the definition an occurrence or record belongs to.
 	HashHeader = "rabbitdelay-schedule-hash"
@@ -78,8 +76,7 @@ func (n objectNames) links() string { return n.Prefix + ".schedules.links" }
 // fire is the headers exchange of occurrences, bound to the stream and every target exchange.
 func (n objectNames) fire() string { return n.Prefix + ".schedules.fire" }
 
-// link is the body of a link message (JSON: the Publisher replaces rabbitdelay-* headers on
-// the delay paths, so a link carries its data in its body).
+// link is a link message's JSON body (the Publisher replaces rabbitdelay-* headers on delay paths).
 type link struct {
 	Name string    `json:"name"`
 	At   time.Time `json:"at"`
@@ -203,7 +200,7 @@ type entry struct {
 	def     *Schedule // the latest definition record's
 	comp    *compiled // def compiled (nil when it does not compile here, e.g. an unknown zone)
 	hash    string
-	state   string
+	state   string    // active, paused or removed
 	defAt   time.Time // the latest definition record's Timestamp
 	handled map[int64]bool
 	// lastFired is the latest occurrence fired (by occurrence time), by lastBy at lastAt.

@@ -505,18 +505,17 @@ type Options struct {
 	// Instance names this instance in the fired records ([InstanceHeader]) and in `rabbitdelay
 	// schedules`. "": <hostname>-<pid>-<4 random hex digits>; else at most 200 bytes.
 	Instance string
-	// LinkGrace is how long after its due time a pending link may stay out of the links queue
-	// before the chain counts as broken ([Info.Broken]). 0: DefaultLinkGrace; else at least 1 s.
+	// LinkGrace is how long past due a pending link may be missing from the links queue before
+	// the chain counts as broken ([Info.Broken]). 0: DefaultLinkGrace; else at least 1 s.
 	LinkGrace time.Duration
 	// Retention is the schedules stream's x-max-age, such as 7D or 12h (an integer and Y, M, D,
 	// h, m or s). "": DefaultRetention. Every instance must give the same: RabbitMQ refuses to
 	// redeclare a queue with other arguments (406 PRECONDITION_FAILED).
 	Retention string
-	// ConnectionName names the Scheduler's connection in the management UI, and with "-links"
-	// its links Publisher's. "": "rabbitdelay-schedule".
+	// ConnectionName names the connection ("": "rabbitdelay-schedule"); links add "-links".
 	ConnectionName string
-	// Logger receives the Scheduler's logs (connection losses, links dropped or given back).
-	// The zero Logger logs nothing; no global logger is used.
+	// Logger receives the logs (connection losses, links dropped or given back); zero: none (a
+	// global logger is never used).
 	Logger zerolog.Logger
 	// Metrics, when set, is the Prometheus registry (never the global one; Schedulers may share
 	// it) of rabbitdelay_schedule_occurrences_fired_total, ..._late_total (more than

@@ -26,9 +26,8 @@ type Schedule struct {
 	// Name identifies the schedule in its prefix: 1 to [MaxNameLen] bytes of letters, digits
 	// and . _ - (it is part of every occurrence's message id, "<name>@<time>").
 	Name string
-	// Cron is a cron expression with an optional seconds field ("0 0 1 28 * *" or "0 1 28 * *"),
-	// or a descriptor (@daily, @monthly, ...; not @every: use Interval), read by
-	// github.com/robfig/cron/v3 in Zone. Exactly one of Cron and Interval.
+	// Cron is a cron expression, seconds field optional ("0 1 28 * *"), or a descriptor (@daily;
+	// not @every: use Interval), read by robfig/cron/v3 in Zone. Exactly one of Cron and Interval.
 	Cron string
 	// Interval is a fixed period, at least the ladder's unit: occurrences at Start + k*Interval
 	// (Start zero: the Unix epoch). Exactly one of Cron and Interval.
@@ -39,12 +38,11 @@ type Schedule struct {
 	Exchange string
 	// RoutingKey is each occurrence's routing key (at most 255 bytes).
 	RoutingKey string
-	// Message is each occurrence's body, headers and properties. MessageId and Timestamp are set
-	// per occurrence; DeliveryMode 0 means persistent. Header names starting with
-	// "rabbitdelay-schedule" or "rabbitdelay-occurrence" are the package's own and refused.
+	// Message is each occurrence's body, headers and properties (MessageId and Timestamp set per
+	// occurrence; DeliveryMode 0: persistent; header names rabbitdelay-schedule* and
+	// rabbitdelay-occurrence* refused, they are the package's own).
 	Message amqp.Publishing
-	// Jitter delays each occurrence by a pseudo-random amount in [0, Jitter), the same on every
-	// instance; 0 means none. The message id keeps the occurrence's own time.
+	// Jitter delays each occurrence by [0, Jitter), the same on every instance; the id keeps its time.
 	Jitter time.Duration
 	// Start and End bound the occurrences (inclusive); zero means unbounded.
 	Start, End time.Time

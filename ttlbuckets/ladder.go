@@ -52,9 +52,8 @@ type Ladder struct {
 	// level has Radix-1 queues.
 	Radix int
 	// Max is the largest delay accepted, at least one Unit; 0 means [DefaultMax]. The ladder
-	// is sized for ceil(Max/Unit) units, so when Max is not a whole number of units a delay
-	// just below Max may round up above Max (by less than one Unit). A delay above Max is
-	// rejected ([ErrDelayTooLong]) even when the ladder could carry it.
+	// holds ceil(Max/Unit) units, so a delay just below a Max of partial units may round up
+	// above Max (by less than one Unit); a delay above Max is refused ([ErrDelayTooLong]).
 	Max time.Duration
 	// Order is the travel order through the levels; the zero value is [TopSplit].
 	Order Order
@@ -199,9 +198,8 @@ func durationMs(d time.Duration) string {
 	return d.String()
 }
 
-// Levels returns the number of levels, the smallest L with Radix^L > ceil(Max/Unit), or 0 for
-// an invalid ladder (the default ladder has 8). A message takes at most Levels hops ([TopSplit]
-// with a Radix above 2: Levels+1); the ladder has Levels·(Radix-1) queues, and
+// Levels returns the smallest L with Radix^L > ceil(Max/Unit) (8 by default), or 0 for an invalid
+// ladder: at most Levels hops ([TopSplit], Radix > 2: Levels+1), Levels·(Radix-1) queues, and
 // (Levels-1)·(Radix-1) first-hop queues more in the [TopSplit] and [TopFirst] orders.
 func (l Ladder) Levels() int {
 	g, p := l.resolve()
@@ -322,11 +320,10 @@ type Hop struct {
 	TTL          int64 // ms
 }
 
-// Plan computes the route of a message delayed by d. A d <= 0 is no error: no hops, Entry -1,
-// Effective 0, all-zero Digits. A d that is not a whole number of units is rounded up with
-// [RoundUp], and with [Strict] an error wrapping [ErrNotWholeUnit]; a d above [Ladder.Max] an
-// error wrapping [ErrDelayTooLong]; an invalid ladder returns [Ladder.Validate]'s error. On error
-// the Plan is the zero value. Plan allocates twice (Digits and Hops).
+// Plan computes the route of a message delayed by d; d <= 0 gives no hops, Entry -1, Effective
+// 0. A d of partial units is rounded up ([RoundUp]) or refused ([Strict], [ErrNotWholeUnit]); a
+// d above [Ladder.Max] is refused with [ErrDelayTooLong]; an invalid ladder returns
+// [Ladder.Validate]'s error. On error the Plan is the zero value. It allocates Digits and Hops.
 func (l Ladder) Plan(d time.Duration, mode Rounding) (Plan, error) {
 	g, p := l.resolve()
 	if p != 0 {
@@ -411,10 +408,9 @@ type Buckets struct {
 	list []Bucket // ascending Delay, no duplicates
 }
 
-// NewBuckets returns the set of the given delays. Each must be a whole number of milliseconds
-// (x-message-ttl's resolution), in 1 ms to [MaxQueueTTL] ms, and appear once. Every problem is
-// reported, joined with [errors.Join], each wrapping [ErrInvalidBuckets] and naming the delay,
-// its position and the allowed range; the set is then empty. No delays give the empty set.
+// NewBuckets returns the set of the given delays: each whole ms, 1 ms to [MaxQueueTTL] ms, once.
+// Every problem is reported, joined, each wrapping [ErrInvalidBuckets] and naming the delay, its
+// position and the allowed range; the set is then empty. No delays give the empty set.
 func NewBuckets(delays ...time.Duration) (Buckets, error) {
 	var errs []error
 	first := make(map[time.Duration]int, len(delays))

@@ -12,8 +12,8 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// Seed adds the seed corpus of a fuzz target whose arguments are (unitMs uint32, radixExp uint8,
-// maxNs int64, order uint8, d int64), as [Ladder] and [Delays] read them.
+// Seed adds the seed corpus of a fuzz target of (unitMs, radixExp, maxNs, order, d) as [Ladder]
+// and [Delays] read them.
 func Seed(f *testing.F) {
 	f.Add(uint32(0), uint8(3), int64(0), uint8(0), int64(90*time.Minute))
 	f.Add(uint32(0), uint8(3), int64(0), uint8(1), int64(ttlbuckets.DefaultMax))
@@ -46,8 +46,7 @@ func Ladder(unitMs uint32, radixExp uint8, maxNs int64, order uint8) ttlbuckets.
 	return l
 }
 
-// Delays returns d and, for a valid ladder l, d folded into [-Unit, Max+Unit) and next to Max,
-// where the edges are.
+// Delays returns d and, for a valid ladder l, d folded into [-Unit, Max+Unit) and next to Max.
 func Delays(l ttlbuckets.Ladder, d int64) []time.Duration {
 	delays := []time.Duration{time.Duration(d)}
 	if l.Validate() != nil {
@@ -72,8 +71,7 @@ type EdgeCase struct {
 	Ladder ttlbuckets.Ladder
 }
 
-// EdgeLadders are ladders of every radix and order, units of 1 and 7 ms, and maxima at their
-// edges: the default, every digit r-1 over three levels, that less half a unit, one unit.
+// EdgeLadders are ladders of every radix and order, units of 1 and 7 ms, and edge maxima.
 func EdgeLadders() []EdgeCase {
 	var out []EdgeCase
 	for _, r := range Radixes {
@@ -91,8 +89,7 @@ func EdgeLadders() []EdgeCase {
 	return out
 }
 
-// EdgeDelays are the delays at the edges of the valid ladder l: around 0, one unit, one digit,
-// the maximum, every digit r-1, and the extremes of time.Duration.
+// EdgeDelays are the delays at the edges of the valid ladder l, and time.Duration's extremes.
 func EdgeDelays(l ttlbuckets.Ladder) []time.Duration {
 	lw := l.WithDefaults()
 	u, r, levels := lw.Unit, lw.Radix, l.Levels()

@@ -19,10 +19,9 @@ import (
 // Dialer opens a new connection to the broker; the probes close what it returns.
 type Dialer func(ctx context.Context) (*amqp.Connection, error)
 
-// ExchangeExists reports whether exchange exists (a passive declare; 404 means no) on a
-// connection of its own: the plugin exchange exists only where `rabbitdelay apply` found the
-// plugin. A dial error or other broker error is returned (*amqp091.Error reachable with
-// errors.As); ctx bounds the whole probe.
+// ExchangeExists reports whether exchange exists (a passive declare, 404: no) on a connection of
+// its own; the plugin exchange exists only where `rabbitdelay apply` found the plugin. Dial and
+// other broker errors are returned (*amqp091.Error reachable with errors.As); ctx bounds it.
 func ExchangeExists(ctx context.Context, dial Dialer, exchange string) (bool, error) {
 	var exists bool
 	err := withChannel(ctx, dial, func(ch *amqp.Channel) error {
