@@ -67,7 +67,6 @@ func namesOf(prefix string) objectNames {
 	return objectNames{Prefix: delayspec.Spec{Prefix: prefix}.WithDefaults().Prefix}
 }
 
-// stream is the stream of schedule records.
 func (n objectNames) stream() string { return n.Prefix + ".schedules" }
 
 // links is the links exchange (fanout, a delay topology target) and quorum queue.
@@ -86,7 +85,6 @@ type link struct {
 // fmtTime formats an occurrence time as in OccurrenceID.
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// record is one parsed record.
 type record struct {
 	kind, name, hash, instance string
 	at                         time.Time // occurrence (fired, skipped, link)
@@ -220,7 +218,6 @@ type entry struct {
 	lastHandledHash string
 }
 
-// handle records occurrence at of definition h as handled.
 func (e *entry) handle(at time.Time, h string) {
 	e.handled[at.UnixNano()] = true
 	if h != e.lastHandledHash || at.After(e.lastHandled) {
@@ -236,7 +233,6 @@ type state struct {
 
 func newState(unit time.Duration) *state { return &state{entries: map[string]*entry{}, unit: unit} }
 
-// apply adds one record to s.
 func (s *state) apply(r record) {
 	if r.name == "" {
 		return

@@ -339,10 +339,9 @@ func list(ctx context.Context, sess *session, grace time.Duration) ([]Info, erro
 	return out, nil
 }
 
-// Inspect lists the schedules of cfg.Prefix from the stream alone, declaring nothing and
-// starting no Publisher (it writes one marker record). No stream: no schedules, no error. Of
-// opts only LinkGrace counts; a bad field: ErrInvalidConfig. Other errors: the connection's,
-// the broker's, ctx's.
+// Inspect lists the schedules of cfg.Prefix from the stream alone (it writes one marker record,
+// declares nothing). No stream: none, no error. Of opts only LinkGrace counts (bad:
+// ErrInvalidConfig). Other errors: the connection's, the broker's, ctx's.
 func Inspect(ctx context.Context, cfg amqpdelay.Config, opts Options) ([]Info, error) {
 	o, err := opts.resolve(false)
 	if err != nil {

@@ -111,7 +111,6 @@ type compiled struct {
 	hash string
 }
 
-// compile checks s (see Validate) and parses its cron expression and zone.
 func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 	if unit <= 0 {
 		unit = time.Millisecond

@@ -31,12 +31,11 @@ type Target = delayspec.Target
 // ReadyQueue is a queue a [Spec] declares (Queue) and binds to Exchange with BindingKey.
 type ReadyQueue = delayspec.ReadyQueue
 
-// Apply declares the delay topology of spec in conn's virtual host as `rabbitdelay apply` does:
-// the missing exchanges, queues and bindings, and the policies, through the management API at
-// managementURL (http://user:password@host:15672). It never deletes anything. The error names,
-// with its fix, the bad setting of spec, or the object RabbitMQ refused, a conflicting object, a
-// missing target exchange, or a policy that makes delays early or drops messages. ctx bounds
-// the whole call; the connection stays open.
+// Apply declares spec's delay topology in conn's virtual host as `rabbitdelay apply` does: the
+// missing exchanges, queues and bindings, and the policies, through the management API at
+// managementURL (http://user:password@host:15672); it deletes nothing. The error names, with its
+// fix, a bad setting, a refused or conflicting object, a missing target exchange, or a policy
+// that makes delays early or drops messages. ctx bounds the call; the connection stays open.
 func Apply(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL string) error {
 	p, m, err := prepare(conn, spec, managementURL)
 	if err != nil {
@@ -47,11 +46,10 @@ func Apply(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL 
 }
 
 // Check returns nil when spec's delay topology is declared in conn's virtual host and nothing
-// makes it lose, stall or hurry a message, as when `rabbitdelay status` reports OK: every object
-// exists with the planned arguments, the policies are safe, and no queue holds dead-lettering
-// messages at two management API readings 6 s apart (waited only when the first shows some).
-// Otherwise the error lists every problem with its fix. It changes nothing. ctx bounds the
-// whole call, the wait included; the connection stays open.
+// makes it lose, stall or hurry a message, as when `rabbitdelay status` reports OK: the objects
+// have the planned arguments, the policies are safe, and no queue holds dead-lettering messages
+// at two management API readings 6 s apart (waited only when the first shows some); else the
+// error lists every problem with its fix. It changes nothing; ctx bounds it, wait included.
 func Check(ctx context.Context, conn *amqp.Connection, spec Spec, managementURL string) error {
 	p, m, err := prepare(conn, spec, managementURL)
 	if err != nil {

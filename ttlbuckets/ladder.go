@@ -233,7 +233,6 @@ const (
 	TopFirst
 )
 
-// orderNames are the text forms, indexed by Order.
 var orderNames = [...]string{TopSplit: "top-split", ShortestFirst: "shortest-first", LongestFirst: "longest-first",
 	TopFirst: "top-first"}
 
@@ -245,7 +244,6 @@ func (o Order) String() string {
 	return orderNames[o]
 }
 
-// allowedOrders lists the orders with their numbers, for error messages.
 var allowedOrders = fmt.Sprintf("0 (%s), 1 (%s), 2 (%s) or 3 (%s)", orderNames[0], orderNames[1], orderNames[2], orderNames[3])
 
 func (o Order) valid() bool { return o >= TopSplit && o <= TopFirst }

@@ -41,8 +41,8 @@ func ExchangeExists(ctx context.Context, dial Dialer, exchange string) (bool, er
 // Probe reports whether the broker has the plugin enabled by declaring, on a connection of its
 // own, an auto-delete exchange of type plugin.ExchangeType named name (unique, e.g.
 // "<prefix>.plugin-probe.<random>") and deleting it. An unknown-type refusal gives (false, nil);
-// a 403 (it needs configure permission on name), dial or other broker error is returned
-// (*amqp091.Error reachable with errors.As). ctx bounds the whole probe.
+// a 403 (configure permission on name needed), dial or other error is returned (*amqp091.Error
+// reachable with errors.As); ctx bounds the whole probe.
 func Probe(ctx context.Context, dial Dialer, name string) (bool, error) {
 	var has bool
 	err := withChannel(ctx, dial, func(ch *amqp.Channel) error {
