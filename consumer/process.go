@@ -191,9 +191,12 @@ func (c *Consumer) revoked(ctx context.Context, f *flight) bool {
 
 // handle runs the handler for d, renewing the lease of token meanwhile.
 func (c *Consumer) handle(base context.Context, d amqp.Delivery, in Info, token string) (time.Duration, error) {
-	hctx, hcancel := context.WithCancel(base)
+	var hctx context.Context
+	var hcancel context.CancelFunc
 	if c.o.handlerTimeout > 0 {
 		hctx, hcancel = context.WithTimeout(base, c.o.handlerTimeout)
+	} else {
+		hctx, hcancel = context.WithCancel(base)
 	}
 	hctx = context.WithValue(hctx, infoKey{}, in)
 	stopRenew := make(chan struct{})
