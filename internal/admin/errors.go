@@ -12,14 +12,13 @@ import (
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
-// Sentinel errors. Errors from this package wrap one of them (or ErrInvalidSpec, see spec.go)
-// with %w; a broker refusal stays reachable with errors.As(err, **amqp091.Error).
+// Sentinel errors, wrapped with %w; a broker refusal stays reachable with
+// errors.As(err, **amqp091.Error).
 var (
-	// ErrConflict: an object exists with other arguments than the plan's (the broker answered
-	// 406 PRECONDITION_FAILED). See [ConflictError] for the details.
+	// ErrConflict: an object exists with other arguments than the plan's (406
+	// PRECONDITION_FAILED); see [ConflictError].
 	ErrConflict = errors.New("topology: object exists with different arguments")
-	// ErrTargetMissing: an exchange the topology binds to (a target given without a type, or
-	// a ready queue's exchange) does not exist.
+	// ErrTargetMissing: an exchange the topology binds to but does not declare does not exist.
 	ErrTargetMissing = errors.New("topology: exchange does not exist")
 	// ErrNotEmpty: teardown refused because delay or parking queues hold messages.
 	ErrNotEmpty = errors.New("topology: queues hold messages")
@@ -28,37 +27,28 @@ var (
 	ErrCannotCount = errors.New("topology: cannot count every message without the management API")
 	// ErrIncomplete: status found objects of the plan missing.
 	ErrIncomplete = errors.New("topology: topology incomplete")
-	// ErrPluginUnavailable: plugin mode is on and the broker has no delayed-message plugin.
-	// It is [plugin.ErrUnavailable] (one sentinel for the whole module).
+	// ErrPluginUnavailable: plugin mode is on and the broker has no delayed-message plugin
+	// (it is [plugin.ErrUnavailable]).
 	ErrPluginUnavailable = plugin.ErrUnavailable
-	// ErrPolicy: a policy (or operator policy) in effect on the topology's queues or exchanges
-	// breaks a guarantee; see [PolicyProblem].
+	// ErrPolicy: a policy in effect on the topology breaks a guarantee; see [PolicyProblem].
 	ErrPolicy = errors.New("topology: a policy in effect breaks a guarantee")
-	// ErrUnhealthy: status found the topology in a state that breaks a guarantee: an existing
-	// exchange or queue with another type, flag or argument than the plan's (see [Mismatch]),
-	// a consumer on a delay queue, messages held in a quorum queue's dead-letter state, or a
-	// binding the plan does not have on the topology's exchanges or queues.
+	// ErrUnhealthy: status found a state that breaks a guarantee ([Mismatch], consumers on
+	// delay queues, messages stuck in dead-letter state, unplanned bindings, ...).
 	ErrUnhealthy = errors.New("topology: topology unhealthy")
-	// ErrAccessRefused: the broker refused an operation (403 ACCESS_REFUSED), typically a
-	// user without configure permission on the vhost for the topology's names.
+	// ErrAccessRefused: the broker refused an operation (403 ACCESS_REFUSED).
 	ErrAccessRefused = errors.New("topology: access refused")
 )
 
-// ConflictError reports an object that exists with different properties than the plan
-// wants, as the broker reported it (406 PRECONDITION_FAILED "inequivalent arg"). The broker
-// names only the first argument that differs. It wraps ErrConflict and the *amqp091.Error.
+// ConflictError is a 406 PRECONDITION_FAILED "inequivalent arg" answer: an object exists with
+// another value of Argument (the first that differs) than the plan's. It wraps ErrConflict
+// and the *amqp091.Error.
 type ConflictError struct {
-	// Kind is "queue" or "exchange".
-	Kind string
-	// Name is the object's name.
-	Name string
-	// Argument is the differing argument (x-message-ttl, x-queue-type, type, durable, ...).
-	Argument string
-	// Existing and Wanted are the values as the broker describes them ("2000 (long)",
-	// "none" when the argument is absent).
+	Kind     string // "queue" or "exchange"
+	Name     string
+	Argument string // x-message-ttl, x-queue-type, type, durable, ...
+	// Existing and Wanted are as the broker describes them ("2000 (long)"; "none" if absent).
 	Existing, Wanted string
-	// Err is the broker's answer.
-	Err *amqp.Error
+	Err              *amqp.Error
 }
 
 func (e *ConflictError) Error() string {
@@ -75,12 +65,9 @@ func (e *ConflictError) Error() string {
 // Unwrap returns ErrConflict and the broker's error.
 func (e *ConflictError) Unwrap() []error { return []error{ErrConflict, e.Err} }
 
-// inequivalentRE, receivedRE and valueRE read the broker's 406 text, which RabbitMQ 3.10
-// words as "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'q' in vhost 'v':
-// received the value '1000' of type 'long' but current is the value '2000' of type 'long'".
-// The broker cuts the text at 255 bytes (an AMQP short string) and ends it with "...", so with
-// long names the values can be missing: they are then filled in from what Apply sent and,
-// when possible, from the management API.
+// inequivalentRE, receivedRE and valueRE read the broker's 406 text ("inequivalent arg 'x' for
+// queue 'q' in vhost 'v': received the value '1000' of type 'long' but current is ..."), which
+// is cut at 255 bytes: missing values are filled in by [ConflictError.fill].
 var inequivalentRE = regexp.MustCompile(`inequivalent arg '([^']*)' for (queue|exchange) '([^']*)'`)
 var receivedRE = regexp.MustCompile(`in vhost '[^']*': received (.*) but current is (.*)$`)
 var valueRE = regexp.MustCompile(`^the value '(.*)' of type '([^']*)'$`)
@@ -105,9 +92,8 @@ func parseConflict(err error) *ConflictError {
 	return c
 }
 
-// fill completes a conflict whose values the broker's message did not hold: the wanted value
-// from what was declared, the existing one from the management API's view of the object
-// (nil: unknown).
+// fill completes values the broker's message lacked: the wanted one from what was declared,
+// the existing one from the management API's view (nil: unknown).
 func (c *ConflictError) fill(wanted amqp.Table, typ string, existing map[string]any) {
 	if c.Wanted == unknownValue {
 		switch {
@@ -130,8 +116,7 @@ func (c *ConflictError) fill(wanted amqp.Table, typ string, existing map[string]
 	}
 }
 
-// brokerValue rewrites "the value '2000' of type 'long'" as "2000 (long)" and "'true'" as
-// "true".
+// brokerValue rewrites "the value '2000' of type 'long'" as "2000 (long)", "'true'" as "true".
 func brokerValue(s string) string {
 	if m := valueRE.FindStringSubmatch(s); m != nil {
 		return m[1] + " (" + m[2] + ")"
@@ -148,8 +133,7 @@ func code(err error) int {
 	return 0
 }
 
-// wrapBroker wraps a broker refusal with the matching sentinel and a hint: 403 with
-// ErrAccessRefused. what says what was being done ("declare queue \"x\"").
+// wrapBroker wraps a broker refusal with its sentinel and a hint; what says what was being done.
 func wrapBroker(err error, what string) error {
 	if c := parseConflict(err); c != nil {
 		return c

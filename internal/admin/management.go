@@ -8,15 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
-	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
@@ -24,30 +23,25 @@ import (
 var ErrManagement = errors.New("topology: management API")
 
 // Management reads what AMQP cannot see from RabbitMQ's management HTTP API
-// (https://www.rabbitmq.com/docs/management#http-api): the bindings of a vhost (so Apply can
-// tell a created binding from an unchanged one), the messages held in quorum queues'
-// dead-letter state (messages_dlx), the broker's exchange types, and the policies in effect
-// ([Management.PolicyProblems]). It writes only the topology's own policies, when Apply
-// ([Management.SetPolicies]) or Teardown ([Management.DeletePolicies]) is given one; that needs
-// a user with the policymaker (or administrator) tag.
+// (https://www.rabbitmq.com/docs/management#http-api): bindings, messages_dlx, exchange types
+// and the policies in effect. It writes only the topology's own policies
+// ([Management.SetPolicies], [Management.DeletePolicies]), which needs the policymaker tag.
 type Management struct {
 	base  *url.URL // without user information
 	user  *url.Userinfo
 	vhost string
-	// Client is the HTTP client; nil means http.DefaultClient. Each request is bounded by its
-	// context, and by requestTimeout when the context has no deadline.
+	// Client is the HTTP client; nil means http.DefaultClient. A request is bounded by its
+	// context, or by requestTimeout when the context has no deadline.
 	Client *http.Client
 }
 
 // NewManagement returns a client of the management API at rawURL
-// (http://user:password@host:15672/, the credentials being the broker user's) for vhost
-// ("/" when empty). It returns an error wrapping ErrManagement when rawURL does not parse or is
-// not http(s); the error never contains the password.
+// (http://user:password@host:15672/) for vhost ("/" when empty). It returns an error wrapping
+// ErrManagement when rawURL does not parse or is not http(s); the error never shows the password.
 func NewManagement(rawURL, vhost string) (*Management, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || amqpconn.MisplacedAt(rawURL) {
-		// Never the parser's message: net/url quotes a prefix of the URL that can end inside
-		// the password.
+		// Not the parser's message: it can quote part of the password.
 		shown := "URL"
 		if strings.Contains(rawURL, "://") {
 			shown = fmt.Sprintf("URL %q", amqpconn.RedactUserinfo(rawURL))
@@ -57,8 +51,7 @@ func NewManagement(rawURL, vhost string) (*Management, error) {
 			"user name and password)", ErrManagement, shown)
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery || strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/api") {
-		// The API's paths are appended to the URL's: a query or fragment would end up in the
-		// middle of every request (and in error messages), and ".../api/" doubles "api".
+		// API paths are appended: a query or fragment would land mid-request; ".../api/" doubles "api".
 		return nil, fmt.Errorf("%w: management API URL %q: give the root of the management UI, without a query, fragment "+
 			"or /api path (e.g. http://user:password@host:15672/, or http://user:password@host/rabbitmq/ behind a proxy path)",
 			ErrManagement, amqpconn.Redact((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String()))
@@ -87,8 +80,7 @@ func (m *Management) advice(status int) string {
 			return " (the management URL has no user: give one with the monitoring or management tag, " +
 				"http://user:password@host:15672/, or leave the management URL out)"
 		}
-		// RabbitMQ answers 401 both to a wrong password and to a user without a management
-		// tag ("Not management user").
+		// 401 is both a wrong password and a user without a management tag.
 		return fmt.Sprintf(" (check the password of %s in the URL, and that %s has a management tag: "+
 			"`rabbitmqctl set_user_tags <user> monitoring` suffices; or leave the management URL out)", user, user)
 	case http.StatusForbidden:
@@ -106,13 +98,12 @@ func (m *Management) get(ctx context.Context, path string, out any) error {
 	return m.do(ctx, http.MethodGet, path, nil, out)
 }
 
-// requestTimeout bounds a management API request whose context has no deadline. A context
-// with one bounds the request alone (the CLI's AMQPDELAY_TIMEOUT), however long: a busy broker
-// can take more than 30 s to answer a policy change.
+// requestTimeout bounds a request whose context has no deadline (a context deadline alone
+// bounds the others: a busy broker can take over 30 s to answer a policy change).
 var requestTimeout = 30 * time.Second
 
-// do calls the management API: method on path (relative to the base URL), with body sent as
-// JSON when not nil, decoding a JSON answer into out when not nil. 2xx answers succeed.
+// do sends method on path (relative to the base URL) with body as JSON (if not nil) and
+// decodes a 2xx answer into out (if not nil).
 func (m *Management) do(ctx context.Context, method, path string, body, out any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -174,9 +165,6 @@ type managementStatusError struct {
 }
 
 func (e *managementStatusError) Error() string {
-	if e.method == http.MethodGet {
-		return fmt.Sprintf("%v: GET %s: %s: %s", ErrManagement, e.url, e.status, e.text)
-	}
 	return fmt.Sprintf("%v: %s %s: %s: %s", ErrManagement, e.method, e.url, e.status, e.text)
 }
 
@@ -191,43 +179,33 @@ func httpStatus(err error) int {
 	return 0
 }
 
-// ManagedQueue is what the management API says about one queue. Counts are -1 when the
-// broker has not published statistics for the queue yet (it does every few seconds, see
-// collect_statistics_interval).
+// ManagedQueue is what the management API says about one queue. Counts are -1 until the
+// broker publishes the queue's statistics (collect_statistics_interval).
 type ManagedQueue struct {
 	Name string
-	// Messages is every message the queue holds: ready, unacknowledged and (quorum queues)
-	// held in the dead-letter state.
+	// Messages is every message held: ready, unacknowledged and in dead-letter state.
 	Messages int64
-	// MessagesDLX is the number of messages a quorum queue with at-least-once
-	// dead-lettering holds because their dead-lettering has not completed (for example no
-	// queue took them); RabbitMQ retries them forever. -1 for classic queues.
+	// MessagesDLX counts messages whose at-least-once dead-lettering has not completed
+	// (RabbitMQ retries them forever); -1 for classic queues.
 	MessagesDLX int64
 	Consumers   int64
 	Arguments   map[string]any
-	// Type is the queue type: quorum, classic or stream.
+	// Type is quorum, classic or stream.
 	Type string
-	// Leader is the node of a quorum queue's leader, "" when the node recorded as leader is
-	// unreachable (no leader until the election and the queue record catch up) or the queue
-	// is not a quorum queue.
+	// Leader is a quorum queue's leader node, "" when unreachable or not a quorum queue.
 	Leader string
-	// Members are the nodes with a replica of a quorum queue; Online those of them whose
-	// replica runs (see the package documentation's Clusters notes in cluster.go).
+	// Members are the nodes with a replica; Online those whose replica runs.
 	Members []string
 	Online  []string
-	// Unacked is the number of messages delivered and not yet acknowledged (the management
-	// API's messages_unacknowledged); -1 when unknown.
+	// Unacked is messages_unacknowledged; -1 when unknown.
 	Unacked int64
-	// RedeliverRate, DeliverRate and AckRate are the management API's message rates (per
-	// second, over its last statistics samples) of redeliveries, deliveries (deliver_get:
-	// redeliveries included) and acknowledgements; -1 when it reports none (no delivery
-	// since the queue was declared, or statistics not collected yet).
+	// RedeliverRate, DeliverRate (deliver_get) and AckRate are per-second rates over the last
+	// statistics samples; -1 when none is reported.
 	RedeliverRate, DeliverRate, AckRate float64
 }
 
-// managedQueueColumns are the fields [Management.Queues] asks for: dotted names pick one
-// field of a nested object (message_stats.redeliver_details.rate), as the management API's
-// columns parameter allows (RabbitMQ 3.10 and 4.3).
+// managedQueueColumns are the fields [Management.Queues] asks for (dotted names pick a nested
+// field; RabbitMQ 3.10 and 4.3).
 const managedQueueColumns = "name,messages,messages_dlx,messages_unacknowledged,consumers,arguments,type,leader,members,online," +
 	"message_stats.redeliver_details.rate,message_stats.deliver_get_details.rate,message_stats.ack_details.rate"
 
@@ -269,8 +247,9 @@ func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error
 		return *p
 	}
 	for _, q := range raw {
+		leader, _ := q.Leader.(string) // some versions give null or [] for none
 		mq := ManagedQueue{Name: q.Name, Messages: val(q.Messages), MessagesDLX: val(q.MessagesDLX), Consumers: val(q.Consumers),
-			Arguments: q.Arguments, Type: q.Type, Leader: nodeName(q.Leader), Members: nodeNames(q.Members), Online: nodeNames(q.Online),
+			Arguments: q.Arguments, Type: q.Type, Leader: leader, Members: nodeNames(q.Members), Online: nodeNames(q.Online),
 			Unacked: val(q.Unacked), RedeliverRate: -1, DeliverRate: -1, AckRate: -1}
 		var st struct {
 			Redeliver  *rateJSON `json:"redeliver_details"`
@@ -303,12 +282,9 @@ func (m *Management) bindings(ctx context.Context) ([]Binding, error) {
 	return slices.DeleteFunc(all, func(b Binding) bool { return b.Source == "" }), nil
 }
 
-// unplannedBindings picks, from the vhost's bindings, those that lead from or to the plan's
-// exchanges (targets excepted: their other bindings are the applications') or to the plan's
-// queues (ready queues included) and that the plan does not have: left by an earlier
-// specification (a ready queue's old binding key, say), or added by hand. They change where
-// messages go. A consumer's retry binding ([Plan.ConsumerRetryBinding]) is not one of them:
-// retry lists those the plan does not have.
+// unplannedBindings picks the vhost's bindings from or to the plan's exchanges (targets
+// excepted) or to its queues that the plan does not have; consumers' retry bindings
+// ([Plan.ConsumerRetryBinding]) go to retry instead.
 func unplannedBindings(p *Plan, all []Binding) (unplanned, retry []Binding) {
 	ownX, ownQ, planned := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, e := range p.Exchanges {
@@ -329,7 +305,7 @@ func unplannedBindings(p *Plan, all []Binding) (unplanned, retry []Binding) {
 		case !ours || planned[b.key()]:
 		case p.ConsumerRetryBinding(b):
 			retry = append(retry, b)
-		case p.scheduleLinksBinding(b): // package schedule's own (see scheduleLinks)
+		case p.scheduleLinksBinding(b):
 		default:
 			unplanned = append(unplanned, b)
 		}
@@ -350,13 +326,10 @@ func (m *Management) Version(ctx context.Context) (string, error) {
 	return raw.Version, nil
 }
 
-// MessagesDelayed returns how many messages the delayed-message plugin holds for the exchange
-// name (of type x-delayed-message): the messages_delayed field the plugin adds to the
-// exchange's information (rabbit_exchange_type_delayed_message:info/2), which the management
-// API shows in the exchange's own view (GET /api/exchanges/<vhost>/<name>; the management UI
-// shows it as "messages delayed"). found is false when the exchange does not exist or its
-// view has no such field (another exchange type, or a plugin release without the counter).
-// Errors wrap ErrManagement.
+// MessagesDelayed returns how many messages the delayed-message plugin holds for exchange
+// name: the messages_delayed field of GET /api/exchanges/<vhost>/<name>
+// (rabbit_exchange_type_delayed_message:info/2). found is false when the exchange does not
+// exist or has no such field. Errors wrap ErrManagement.
 func (m *Management) MessagesDelayed(ctx context.Context, name string) (n int64, found bool, err error) {
 	var raw json.RawMessage
 	err = m.get(ctx, "api/exchanges/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(name), &raw)
@@ -392,43 +365,27 @@ func parseMessagesDelayed(data []byte) (int64, bool, error) {
 	return n, true, nil
 }
 
-// bindingKey identifies a binding by everything that makes it distinct for the broker.
-// Argument values are compared by their printed value, so an int64 7 from the plan equals
-// the JSON number 7 from the management API.
-func bindingKey(src, dst, dstType, key string, args map[string]any) string {
-	keys := make([]string, 0, len(args))
-	for k := range args {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+// key identifies a binding by everything that makes it distinct for the broker. Argument
+// values compare by their printed value: the plan's int64 7 equals the API's JSON number 7.
+func (b Binding) key() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%q %q %q %q", src, dst, dstType, key)
-	for _, k := range keys {
-		fmt.Fprintf(&sb, " %q=%v", k, args[k])
+	fmt.Fprintf(&sb, "%q %q %q %q", b.Source, b.Destination, b.DestinationType, b.RoutingKey)
+	for _, k := range slices.Sorted(maps.Keys(b.Args)) {
+		fmt.Fprintf(&sb, " %q=%v", k, b.Args[k])
 	}
 	return sb.String()
 }
 
-func (b Binding) key() string {
-	return bindingKey(b.Source, b.Destination, b.DestinationType, b.RoutingKey, b.Args)
-}
-
 // vhostObject is what the management API says about one exchange or queue.
 type vhostObject struct {
-	// Type is an exchange's type (headers, fanout, ...) or a queue's (quorum, classic,
-	// stream; "" when the broker did not say).
-	Type                string
+	Type                string // "" when the broker did not say
 	Durable, AutoDelete bool
-	// Internal is an exchange's flag, Exclusive a queue's (false for the other kind).
-	Internal, Exclusive bool
-	// Arguments are the object's arguments as the JSON decoder gives them (numbers as
-	// json.Number), nil when none.
-	Arguments map[string]any
+	Internal, Exclusive bool           // an exchange's flag, a queue's flag
+	Arguments           map[string]any // numbers as json.Number
 }
 
-// props returns o's properties keyed as RabbitMQ names them in a 406 "inequivalent arg"
-// answer: "type" (exchanges), "durable", "auto_delete", "internal" (exchanges) or "exclusive"
-// (queues), and the arguments. nil for a nil o (unknown).
+// props returns o's properties keyed as a 406 "inequivalent arg" answer names them; nil for a
+// nil o (unknown).
 func (o *vhostObject) props(kind Kind) map[string]any {
 	if o == nil {
 		return nil
@@ -439,21 +396,16 @@ func (o *vhostObject) props(kind Kind) map[string]any {
 	} else {
 		out["exclusive"] = o.Exclusive
 	}
-	for k, v := range o.Arguments {
-		out[k] = v
-	}
+	maps.Copy(out, o.Arguments)
 	return out
 }
 
-// Unplanned is an exchange or queue named by the plan's naming rule but not in the plan:
-// typically left by an earlier specification with the same prefix (another ladder unit,
-// radix or order, a bucket no longer listed).
+// Unplanned is an exchange or queue named by the plan's naming rule but not in the plan,
+// typically left by an earlier specification with the same prefix.
 type Unplanned struct {
 	Kind Kind   `json:"kind"`
 	Name string `json:"name"`
-	// Messages is every message a queue holds (-1 for an exchange). Messages in a queue of
-	// an earlier ladder still reach their target when due, as long as that ladder's
-	// exchanges exist.
+	// Messages is every message a queue holds (-1 for an exchange).
 	Messages int64 `json:"messages"`
 }
 
@@ -465,7 +417,6 @@ func (u Unplanned) String() string {
 	return string(u.Kind) + " " + u.Name
 }
 
-// exchangeNames lists the names of the vhost's exchanges.
 func (m *Management) exchangeNames(ctx context.Context) ([]string, error) {
 	var exchanges []struct {
 		Name string `json:"name"`
@@ -480,24 +431,17 @@ func (m *Management) exchangeNames(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// unplannedOf picks, from the vhost's exchange names and queues, the objects of p's naming
-// rule that p does not have, sorted by kind and name.
+// unplannedOf picks the vhost's objects of p's naming rule that p does not have, sorted by
+// kind and name.
 func unplannedOf(p *Plan, exchanges []string, queues map[string]ManagedQueue) []Unplanned {
-	planned := map[string]bool{}
-	for _, e := range p.Exchanges {
-		planned["exchange "+e.Name] = true
-	}
-	for _, q := range p.Queues {
-		planned["queue "+q.Name] = true
-	}
 	var out []Unplanned
 	for _, name := range exchanges {
-		if p.Names.Reserved(name) && !planned["exchange "+name] {
+		if _, ok := p.Exchange(name); p.Names.Reserved(name) && !ok {
 			out = append(out, Unplanned{Kind: KindExchange, Name: name, Messages: -1})
 		}
 	}
 	for name, q := range queues {
-		if p.Names.Reserved(name) && !planned["queue "+name] {
+		if _, ok := p.Queue(name); p.Names.Reserved(name) && !ok {
 			out = append(out, Unplanned{Kind: KindQueue, Name: name, Messages: max(q.Messages, 0)})
 		}
 	}
@@ -505,13 +449,6 @@ func unplannedOf(p *Plan, exchanges []string, queues map[string]ManagedQueue) []
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
 	return out
-}
-
-// nodeName reads a node name field of the management API: a string, or "" for the JSON null,
-// an empty string or an empty list some versions give for none.
-func nodeName(v any) string {
-	s, _ := v.(string)
-	return s
 }
 
 // nodeNames reads a list of node names; anything else (null, "", a missing field) is none.
@@ -526,12 +463,8 @@ func nodeNames(v any) []string {
 	return out
 }
 
-// scheduleLinks is the links exchange of package schedule, <prefix>.schedules.links: a target of
-// the delay topology that schedule.New declares and binds to the dispatch exchange itself, so the
-// status of the topology expects it.
-func scheduleLinks(n delayspec.Names) string { return prefixOf(n) + ".schedules.links" }
-
-// scheduleLinksBinding reports whether b is the dispatch exchange's binding to scheduleLinks.
+// scheduleLinksBinding reports whether b binds the dispatch exchange to package schedule's
+// <prefix>.schedules.links, which schedule.New declares and binds itself.
 func (p *Plan) scheduleLinksBinding(b Binding) bool {
-	return b.Source == p.Names.Dispatch() && b.DestinationType == DestExchange && b.Destination == scheduleLinks(p.Names)
+	return b.Source == p.Names.Dispatch() && b.DestinationType == DestExchange && b.Destination == prefixOf(p.Names)+".schedules.links"
 }

@@ -2,30 +2,24 @@ package admin
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-// Mismatch is one property of an existing exchange or queue that differs from what the plan
-// declares: typically the object was deleted and declared again by hand or by another program
-// with another type, flag or argument. RabbitMQ answers a passive declare without comparing
-// these, and cannot change them in place: the object has to be deleted and declared again
-// (declare apply does that once it is gone).
+// Mismatch is one property of an existing exchange or queue that differs from the plan's,
+// typically an object deleted and declared again with another type, flag or argument. A
+// passive declare does not compare them, and RabbitMQ cannot change them in place.
 type Mismatch struct {
-	// Kind is KindExchange or KindQueue.
-	Kind Kind `json:"kind"`
-	// Name is the object's name.
+	Kind Kind   `json:"kind"`
 	Name string `json:"name"`
-	// Property is what differs: "type" (an exchange's type, or a queue's type: quorum,
-	// classic or stream, which a queue declares with its x-queue-type argument),
-	// "durable", "auto_delete", "internal" (exchanges), "exclusive" (queues), or an
-	// argument's name (x-message-ttl, alternate-exchange, ...).
+	// Property is "type" (a queue's is its x-queue-type), "durable", "auto_delete",
+	// "internal", "exclusive", or an argument's name.
 	Property string `json:"property"`
-	// Existing is the broker's value and Wanted the plan's, printed: numbers in decimal
-	// (x-message-ttl in milliseconds), "none" for an argument the object lacks. When both
-	// print alike they differ in type, and each is followed by its type ("2000 (string)").
+	// Existing is the broker's value and Wanted the plan's, printed (numbers in decimal, "none"
+	// for an absent argument; each followed by its type when both print alike).
 	Existing string `json:"existing"`
 	Wanted   string `json:"wanted"`
 }
@@ -35,74 +29,55 @@ func (m Mismatch) String() string {
 	return fmt.Sprintf("%s %q has %s = %s, the plan wants %s", m.Kind, m.Name, m.Property, m.Existing, m.Wanted)
 }
 
-// countedQueueArgs are the queue arguments that change what happens to a queue's messages:
-// one that a queue has and the plan lacks is a mismatch. Others (x-queue-leader-locator,
-// x-quorum-initial-group-size, ...) place the queue or are added by the broker, and are not
-// compared unless the plan has them. x-queue-type is compared as the queue's type.
+// countedQueueArgs change what happens to a queue's messages: one that a queue has and the plan
+// lacks is a mismatch (others, such as x-queue-leader-locator, only place the queue).
 var countedQueueArgs = map[string]bool{
 	"x-message-ttl": true, "x-expires": true, "x-max-length": true, "x-max-length-bytes": true, "x-overflow": true,
 	"x-dead-letter-exchange": true, "x-dead-letter-routing-key": true, "x-dead-letter-strategy": true,
 	"x-delivery-limit": true, "x-max-age": true,
 }
 
-// exchangeMismatches compares an existing exchange (as the management API reports it) with
-// the plan's e: its type; durable (true), auto_delete and internal (false); every argument
-// of e, and every argument the exchange has that e lacks, except on a target exchange (an
-// application's own exchange, whose alternate-exchange, say, is its business: the policy
-// checks report what one does to due messages). Nil when they agree.
+// exchangeMismatches compares an existing exchange with the plan's e: type, flags, and
+// arguments both ways except extra ones on a target (the application's own business). Nil when
+// they agree.
 func exchangeMismatches(e Exchange, have *vhostObject) []Mismatch {
 	var out []Mismatch
-	add := func(prop string, existing, wanted any, present bool) {
-		out = append(out, newMismatch(KindExchange, e.Name, prop, existing, wanted, present, true))
-	}
 	if have.Type != e.Type {
-		add("type", have.Type, e.Type, true)
+		out = append(out, newMismatch(KindExchange, e.Name, "type", have.Type, e.Type, true, true))
 	}
-	if !have.Durable {
-		add("durable", false, true, true)
-	}
-	if have.AutoDelete {
-		add("auto_delete", true, false, true)
-	}
-	if have.Internal {
-		add("internal", true, false, true)
-	}
+	out = append(out, flagMismatches(KindExchange, e.Name, have, "internal", have.Internal)...)
 	extra := e.Role != RoleTarget
 	return append(out, argMismatches(KindExchange, e.Name, e.Args, have.Arguments, func(string) bool { return extra })...)
 }
 
-// queueMismatches compares an existing queue (as the management API reports it) with the
-// plan's q: durable (true), auto_delete and exclusive (false), the queue type (q's
-// x-queue-type argument, classic when it has none), every argument of q, and the arguments
-// of countedQueueArgs that the queue has and q lacks. Nil when they agree.
+// queueMismatches compares an existing queue with the plan's q: flags, type, q's arguments and
+// the countedQueueArgs it lacks. Nil when they agree.
 func queueMismatches(q Queue, have *vhostObject) []Mismatch {
-	var out []Mismatch
-	add := func(prop string, existing, wanted any) {
-		out = append(out, newMismatch(KindQueue, q.Name, prop, existing, wanted, true, true))
-	}
-	if !have.Durable {
-		add("durable", false, true)
-	}
-	if have.AutoDelete {
-		add("auto_delete", true, false)
-	}
-	if have.Exclusive {
-		add("exclusive", true, false)
-	}
+	out := flagMismatches(KindQueue, q.Name, have, "exclusive", have.Exclusive)
 	if got, want := queueType(have.Type, have.Arguments), queueType("", q.Args); got != want {
-		add("type", got, want)
+		out = append(out, newMismatch(KindQueue, q.Name, "type", got, want, true, true))
 	}
-	wanted := make(map[string]any, len(q.Args))
-	for k, v := range q.Args {
-		if k != "x-queue-type" {
-			wanted[k] = v
-		}
-	}
+	wanted := maps.Clone(q.Args)
+	delete(wanted, "x-queue-type")
 	return append(out, argMismatches(KindQueue, q.Name, wanted, have.Arguments, func(k string) bool { return countedQueueArgs[k] })...)
 }
 
-// queueType is a queue's type: typ when set (the management API's type column), else its
-// x-queue-type argument, else classic (RabbitMQ's default).
+// flagMismatches compares durable (wanted true), auto_delete and the flag last (wanted false).
+func flagMismatches(kind Kind, name string, have *vhostObject, last string, lastSet bool) []Mismatch {
+	var out []Mismatch
+	for _, f := range []struct {
+		prop string
+		have bool
+		bad  bool
+	}{{"durable", have.Durable, !have.Durable}, {"auto_delete", have.AutoDelete, have.AutoDelete}, {last, lastSet, lastSet}} {
+		if f.bad {
+			out = append(out, newMismatch(kind, name, f.prop, f.have, !f.have, true, true))
+		}
+	}
+	return out
+}
+
+// queueType is typ when set, else the x-queue-type argument, else classic (RabbitMQ's default).
 func queueType(typ string, args map[string]any) string {
 	if typ != "" {
 		return typ
@@ -113,14 +88,10 @@ func queueType(typ string, args map[string]any) string {
 	return "classic"
 }
 
-// argMismatches compares the arguments an object has with the ones it should have: every
-// wanted key must be there with an equal value ([sameValue]); a key only the object has is a
-// mismatch when counted says so. In key order.
+// argMismatches compares arguments in key order: every wanted key must be there with an equal
+// value ([sameValue]); a key only the object has counts when counted says so.
 func argMismatches(kind Kind, name string, wanted, have map[string]any, counted func(string) bool) []Mismatch {
-	keys := make([]string, 0, len(wanted)+len(have))
-	for k := range wanted {
-		keys = append(keys, k)
-	}
+	keys := slices.Collect(maps.Keys(wanted))
 	for k := range have {
 		if _, ok := wanted[k]; !ok && counted(k) {
 			keys = append(keys, k)
@@ -143,8 +114,7 @@ func argMismatches(kind Kind, name string, wanted, have map[string]any, counted 
 	return out
 }
 
-// newMismatch prints the existing and wanted values ("none" for one that is absent), with
-// their types when they print alike.
+// newMismatch prints both values ("none" when absent), with their types when they print alike.
 func newMismatch(kind Kind, name, prop string, existing, wanted any, hasExisting, hasWanted bool) Mismatch {
 	e, w := "none", "none"
 	if hasExisting {
@@ -182,9 +152,8 @@ func valueType(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// sameValue reports whether an argument value as the management API gives it (numbers as
-// json.Number) equals the plan's (numbers as int64): numbers by value ([numeric]), strings
-// and bools as they are, anything else by its printed form.
+// sameValue compares an argument value from the management API with the plan's: numbers by
+// value, strings and bools as they are, anything else by its printed form.
 func sameValue(have, want any) bool {
 	a, haveNum := numeric(have)
 	b, wantNum := numeric(want)
@@ -202,8 +171,7 @@ func sameValue(have, want any) bool {
 	return fmt.Sprint(have) == fmt.Sprint(want)
 }
 
-// mismatchError is ErrUnhealthy naming the first of the mismatched properties and what to do,
-// or nil when there are none.
+// mismatchError is ErrUnhealthy naming the first mismatch and the fix; nil when none.
 func mismatchError(mm []Mismatch) error {
 	if len(mm) == 0 {
 		return nil

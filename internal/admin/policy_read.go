@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/big"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -23,14 +25,12 @@ type managedObject struct {
 	Exclusive      bool            `json:"exclusive"` // queues
 	Policy         json.RawMessage `json:"policy"`
 	OperatorPolicy json.RawMessage `json:"operator_policy"`
-	// Effective is effective_policy_definition, which a queue row read with disable_stats
-	// carries from RabbitMQ 4.3 on (rabbit_quorum_queue, rabbit_classic_queue and
-	// rabbit_stream_queue:format_policy_fields); it tells that OperatorPolicy is current.
+	// Effective is in a disable_stats queue row from RabbitMQ 4.3 on
+	// (format_policy_fields); it tells that OperatorPolicy is current.
 	Effective json.RawMessage `json:"effective_policy_definition"`
 }
 
-// rawName reads a policy name field, which RabbitMQ gives as a string, or null / "" / [] for
-// none.
+// rawName reads a policy name field: a string, or null / "" / [] for none.
 func rawName(r json.RawMessage) string {
 	var s string
 	if json.Unmarshal(r, &s) == nil {
@@ -56,20 +56,18 @@ func numeric(v any) (float64, bool) {
 }
 
 // effective merges a queue's policy definition with its operator policy's as RabbitMQ does
-// (rabbit_policy: numeric keys take the lower value; operator policies may only set numeric
-// keys on 3.x), remembering which policy each key came from: a problem names the policy to
-// change. Kept: before 4.3 the management API reports the names, not the merged definition.
+// (rabbit_policy: numeric keys take the lower value), noting which keys the operator policy
+// sets. Needed before 4.3, whose management API gives only the policies' names.
 func effective(user, op map[string]any) (def map[string]any, fromOp map[string]bool) {
-	def, fromOp = map[string]any{}, map[string]bool{}
-	for k, v := range user {
-		def[k] = v
+	def, fromOp = maps.Clone(user), map[string]bool{}
+	if def == nil {
+		def = map[string]any{}
 	}
 	for k, v := range op {
 		if u, ok := def[k]; ok {
 			a, okA := numeric(u)
 			b, okB := numeric(v)
-			// delivery-limit -1 is "none" (RabbitMQ 4.x): any limit is stricter (an operator
-			// policy's 2 over a policy's -1 is in effect).
+			// delivery-limit -1 is "none" (4.x): any limit is stricter.
 			noneA := k == "delivery-limit" && okA && a < 0
 			if okA && okB && a <= b && !noneA {
 				continue // the user policy's value is the stricter one
@@ -83,12 +81,10 @@ func effective(user, op map[string]any) (def map[string]any, fromOp map[string]b
 	return def, fromOp
 }
 
-// delayOverflow is the overflow behaviour in effect on a delay queue whose policies in effect
-// are def: on a quorum queue a policy's overflow wins over the queue's x-overflow
-// reject-publish, and reject-publish-dlx, which quorum queues do not support, counts as their
-// default, drop-head (rabbit_quorum_queue:gather_policy_config and overflow/3, 3.10-4.x); a
-// classic delay queue has no x-overflow argument, so a policy's overflow applies, else
-// drop-head (rabbit_amqqueue_process).
+// delayOverflow is the overflow in effect on a delay queue under policy definition def: a
+// policy's overflow wins over a quorum queue's x-overflow, and quorum queues take
+// reject-publish-dlx as drop-head (rabbit_quorum_queue:overflow/3); classic delay queues
+// default to drop-head.
 func delayOverflow(def map[string]any, quorum bool) string {
 	v, ok := def["overflow"].(string)
 	switch {
@@ -102,17 +98,11 @@ func delayOverflow(def map[string]any, quorum bool) string {
 	return v
 }
 
-// PolicyProblems reads, through the management API, the policies in effect on p's delay
-// queues, parking queue, ready queues, revocation stream, exchanges and target exchanges, and
-// returns every key that breaks a guarantee (and warnings; see [PolicyProblem.Warning]),
-// sorted by object and key: a key that makes delays early, deletes or drops messages, stalls
-// dead-lettering, or routes due messages wrong. Each [PolicyProblem] names the key, the value
-// and the fix.
-//
-// How a policy and an argument combine is RabbitMQ's rule (RabbitMQ 3.10 to 4.x:
-// rabbit_amqqueue_process, rabbit_quorum_queue:ra_machine_config, rabbit_policy:get_arg), and
-// the policy in effect on each object is the one the broker reports. Objects that do not exist
-// are skipped ([Status] reports them missing). Errors wrap ErrManagement.
+// PolicyProblems reads the policies in effect on p's queues and exchanges through the
+// management API and returns every key that breaks a guarantee, and warnings
+// ([PolicyProblem.Warning]), sorted by object and key. How a policy and an argument combine is
+// RabbitMQ's rule (rabbit_quorum_queue:ra_machine_config, rabbit_policy:get_arg); objects that
+// do not exist are skipped. Errors wrap ErrManagement.
 func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProblem, error) {
 	v, err := m.policyView(ctx, p)
 	if err != nil {
@@ -127,8 +117,8 @@ type overview struct {
 	DisableStats bool   `json:"disable_stats"`
 }
 
-// policyRead is one reading of the vhost's policies, objects and overview, and the policy
-// problems of a plan found in it.
+// policyRead is one reading of the vhost's policies, objects and overview, and a plan's
+// policy problems in it.
 type policyRead struct {
 	problems          []PolicyProblem
 	overview          overview
@@ -138,13 +128,11 @@ type policyRead struct {
 }
 
 // policyView reads the vhost's policies, operator policies, overview, queues and exchanges at
-// once and finds p's policy problems in them.
+// once and finds p's policy problems in them. Policy names come from the object records
+// (disable_stats), current when a declare returns, unlike the statistics.
 func (m *Management) policyView(ctx context.Context, p *Plan) (*policyRead, error) {
 	var v policyRead
-	// The policy names come from the queue and exchange records (disable_stats), which
-	// RabbitMQ updates before a declare or a policy change returns; the statistics name a
-	// policy up to collect_statistics_interval late.
-	err := parallel(append(m.objectRequests(ctx, &v), // snapshot.go
+	err := parallel(append(m.objectRequests(ctx, &v),
 		func() (err error) { v.policies, err = m.policies(ctx, false); return err },
 		func() (err error) { v.ops, err = m.policies(ctx, true); return err },
 		func() error { return m.get(ctx, "api/overview", &v.overview) })...)
@@ -157,12 +145,8 @@ func (m *Management) policyView(ctx context.Context, p *Plan) (*policyRead, erro
 	if err != nil {
 		return nil, err
 	}
-	exists := make(map[string]bool, len(v.queues))
-	for _, q := range v.queues {
-		exists[q.Name] = true
-	}
 	for _, q := range p.Queues {
-		if !exists[q.Name] {
+		if !slices.ContainsFunc(v.queues, func(o managedObject) bool { return o.Name == q.Name }) {
 			v.missing = append(v.missing, q.Name)
 		}
 	}
@@ -170,8 +154,7 @@ func (m *Management) policyView(ctx context.Context, p *Plan) (*policyRead, erro
 	return &v, nil
 }
 
-// objectRequests are the requests that read the vhost's queues (their records: disable_stats)
-// and exchanges, with their properties and policies, into v.
+// objectRequests read the vhost's queue records (disable_stats) and exchanges into v.
 func (m *Management) objectRequests(ctx context.Context, v *policyRead) []func() error {
 	vh := url.PathEscape(m.vhost)
 	return []func() error{
@@ -185,7 +168,7 @@ func (m *Management) objectRequests(ctx context.Context, v *policyRead) []func()
 	}
 }
 
-// objects returns every exchange and queue of the vhost, keyed as [policyRead.objects] keys them.
+// objects returns every exchange and queue of the vhost, keyed by rowKey.
 func (m *Management) objects(ctx context.Context) (map[string]*vhostObject, error) {
 	var v policyRead
 	if err := parallel(m.objectRequests(ctx, &v)...); err != nil {
@@ -194,8 +177,7 @@ func (m *Management) objects(ctx context.Context) (map[string]*vhostObject, erro
 	return v.objects(), nil
 }
 
-// objects keys the exchanges and queues read as "exchange NAME" and "queue NAME"
-// (planObject.key's form).
+// objects keys the exchanges and queues read by rowKey.
 func (v *policyRead) objects() map[string]*vhostObject {
 	out := make(map[string]*vhostObject, len(v.queues)+len(v.exchanges))
 	for kind, rows := range map[Kind][]managedObject{KindExchange: v.exchanges, KindQueue: v.queues} {
@@ -207,12 +189,10 @@ func (v *policyRead) objects() map[string]*vhostObject {
 	return out
 }
 
-// fillOperatorPolicies sets the operator policy of p's queues whose rows lack it: before 4.3,
-// a queue row read with disable_stats names only the policy. It takes the operator policy
-// from the operator policies' patterns (operatorPolicyOf), and from the queue statistics only
-// where a pattern is one Go's regexp cannot run and the statistics name the same policy as the
-// record.
-// It returns a warning for each operator policy whose pattern Go's regexp cannot run.
+// fillOperatorPolicies sets the operator policy of p's queues whose rows lack it (before 4.3):
+// from the operator policies' patterns (operatorPolicyOf), or, where Go's regexp cannot run a
+// pattern, from the queue statistics when they name the record's policy. It returns a warning
+// for each pattern still undecided.
 func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues []managedObject, ops map[string]managedPolicy) ([]PolicyProblem, error) {
 	var need []int
 	for i, q := range queues {
@@ -223,10 +203,8 @@ func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues [
 	if len(need) == 0 {
 		return nil, nil
 	}
-	// The patterns first: the statistics lag a policy change by up to their interval (an
-	// operator policy replaced a moment ago is still named there), and an expires policy can
-	// delete the queue within that lag. The statistics, read only then, decide for a pattern
-	// Go's regexp cannot run.
+	// Patterns first: the statistics lag a policy change, and an expires policy can delete the
+	// queue within that lag.
 	unsure := map[int][]string{} // queue index -> the operator policies whose pattern Go cannot run
 	for _, i := range need {
 		q := &queues[i]
@@ -268,11 +246,9 @@ func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues [
 	return out, nil
 }
 
-// operatorPolicyOf returns the operator policy RabbitMQ applies to queue q: of those whose
-// apply-to takes q and whose pattern Go's regexp finds in q's name, the one with the highest
-// priority (a tie goes to the name that sorts first; RabbitMQ documents no order). Patterns Go
-// cannot compile are skipped and returned. Kept because before 4.3 an operator policy with
-// expires can delete a new delay queue, with its messages, before any statistics name it.
+// operatorPolicyOf returns the operator policy RabbitMQ applies to queue q: the highest
+// priority of those whose apply-to takes q and whose pattern matches (ties: the first name).
+// Patterns Go cannot compile are skipped and returned.
 func operatorPolicyOf(ops map[string]managedPolicy, q managedObject) (name string, unrunnable []string) {
 	var best *big.Int
 	for _, pol := range ops {
@@ -294,23 +270,15 @@ func operatorPolicyOf(ops map[string]managedPolicy, q managedObject) (name strin
 		if !ok || !re.MatchString(q.Name) {
 			continue
 		}
-		if c := prio.Cmp(orZero(best)); best == nil || c > 0 || c == 0 && pol.Name < name {
+		if best == nil || prio.Cmp(best) > 0 || prio.Cmp(best) == 0 && pol.Name < name {
 			name, best = pol.Name, prio
 		}
 	}
 	return name, unrunnable
 }
 
-func orZero(n *big.Int) *big.Int {
-	if n == nil {
-		return new(big.Int)
-	}
-	return n
-}
-
-// definitionOf is the policy definition in effect on queue mq, and which of its keys the
-// operator policy sets. RabbitMQ 4.3 reports the merged definition
-// (effective_policy_definition); before, it is merged here as the broker does ([effective]).
+// definitionOf is the policy definition in effect on queue mq (4.3 reports it merged; before,
+// [effective] merges it), and which of its keys the operator policy sets.
 func definitionOf(mq managedObject, pols, ops map[string]managedPolicy) (def map[string]any, fromOp map[string]bool) {
 	user, op := pols[rawName(mq.Policy)].Definition, ops[rawName(mq.OperatorPolicy)].Definition
 	dec := json.NewDecoder(bytes.NewReader(mq.Effective))
@@ -327,10 +295,8 @@ func definitionOf(mq managedObject, pols, ops map[string]managedPolicy) (def map
 	return def, fromOp
 }
 
-// DispatchBound reports whether the dispatch exchange of p is bound to target with the plan's
-// binding ({x-match: all, rabbitdelay-target: target}), reading the broker's bindings through
-// the management API. It returns false for a target the plan does not have. Errors wrap
-// ErrManagement (a missing dispatch exchange answers 404).
+// DispatchBound reports whether p's dispatch exchange has the plan's binding to target, by the
+// management API; false for a target the plan does not have. Errors wrap ErrManagement.
 func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) (bool, error) {
 	want, ok := p.dispatchBinding(target)
 	if !ok {
@@ -350,7 +316,7 @@ func (p *Plan) dispatchBinding(target string) (Binding, bool) {
 	return Binding{}, false
 }
 
-// dispatchBindings returns the keys (see bindingKey) of the dispatch exchange's bindings.
+// dispatchBindings returns the keys of the dispatch exchange's bindings.
 func (m *Management) dispatchBindings(ctx context.Context, p *Plan) (map[string]bool, error) {
 	var have []Binding
 	path := "api/exchanges/" + url.PathEscape(m.vhost) + "/" + url.PathEscape(p.Names.Dispatch()) + "/bindings/source"
