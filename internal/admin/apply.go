@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // Kind is the kind of a topology object in a report.
 type Kind string
 
-// Kinds.
+// Kinds of objects.
 const (
 	KindExchange Kind = "exchange"
 	KindQueue    Kind = "queue"
@@ -29,33 +30,22 @@ type State string
 
 // States.
 const (
-	// StateCreated: Apply declared the object and it did not exist before.
-	StateCreated State = "created"
-	// StateUnchanged: the object existed with the plan's arguments; nothing changed.
-	StateUnchanged State = "unchanged"
-	// StateBound: Apply declared the binding; without the management API it cannot tell
-	// whether it existed (AMQP has no passive bind). Declaring a binding twice is harmless.
-	StateBound State = "bound"
-	// StateUpdated: Apply rewrote a policy of the topology that had another pattern,
-	// priority or definition.
-	StateUpdated State = "updated"
-	// StateMissing: the object does not exist (Apply with DryRun: it would be created).
-	StateMissing State = "missing"
-	// StateUnknown: a binding whose existence cannot be checked without the management API.
-	StateUnknown State = "unknown"
-	// StateConflict: the object exists with other arguments (see [ConflictError]).
-	StateConflict State = "conflict"
-	// StateNotDeclared: not declared because an earlier step failed.
-	StateNotDeclared State = "not declared"
-	// StateSkipped: a policy not set (Apply) or not deleted (Teardown) because there is no
-	// management API client: AMQP cannot set policies. Detail gives the rabbitmqctl command.
-	StateSkipped State = "skipped"
-	// StateDeleted: Teardown deleted the object; with DryRun, it would do so.
-	StateDeleted State = "deleted"
-	// StateAbsent: Teardown found nothing to delete.
-	StateAbsent State = "absent"
-	// StateNotDeleted: Teardown did not delete the object because an earlier step failed.
-	StateNotDeleted State = "not deleted"
+	StateCreated   State = "created"   // Apply declared it; it did not exist
+	StateUnchanged State = "unchanged" // it existed with the plan's arguments
+	// StateBound: Apply declared the binding without the management API, which alone tells
+	// whether it existed (AMQP has no passive bind).
+	StateBound       State = "bound"
+	StateUpdated     State = "updated"      // Apply rewrote a policy that differed
+	StateMissing     State = "missing"      // it does not exist (DryRun: would be created)
+	StateUnknown     State = "unknown"      // a binding, without the management API
+	StateConflict    State = "conflict"     // it exists with other arguments ([ConflictError])
+	StateNotDeclared State = "not declared" // an earlier step failed
+	// StateSkipped: a policy not set or deleted without the management API (AMQP cannot);
+	// Detail gives the rabbitmqctl command.
+	StateSkipped    State = "skipped"
+	StateDeleted    State = "deleted"     // Teardown deleted it (DryRun: would)
+	StateAbsent     State = "absent"      // Teardown found nothing to delete
+	StateNotDeleted State = "not deleted" // an earlier Teardown step failed
 )
 
 // Result is the outcome for one object.
@@ -63,19 +53,17 @@ type Result struct {
 	Kind  Kind   `json:"kind"`
 	Name  string `json:"name"`
 	State State  `json:"state"`
-	// Detail is extra information: the conflict, the error, the messages a queue holds.
+	// Detail is the conflict, the error or the messages a queue holds.
 	Detail string `json:"detail,omitempty"`
 }
 
 // Report lists the outcome for every object, in plan order (exchanges, queues, bindings).
 type Report struct {
 	Results []Result `json:"results"`
-	// Unplanned (Teardown with the management API only) are the exchanges and queues with
-	// the plan's prefix that the plan does not have, left in place: Teardown deletes only
-	// what its plan names.
+	// Unplanned (Teardown with the management API) are objects of the plan's naming rule that
+	// the plan does not have, left in place.
 	Unplanned []Unplanned `json:"unplanned,omitempty"`
-	// PolicyProblems (Apply with the management API only) are the policy keys in effect on
-	// the topology's objects once it is applied (see [Management.PolicyProblems]).
+	// PolicyProblems (Apply with the management API) are as [Management.PolicyProblems].
 	PolicyProblems []PolicyProblem `json:"policy_problems,omitempty"`
 	// Elapsed is the wall-clock time of the whole operation.
 	Elapsed time.Duration `json:"elapsed_ns"`
@@ -95,36 +83,28 @@ func (r *Report) Count(s State) int {
 // ApplyOptions tune [Apply]. The zero value declares with DefaultWorkers channels and no
 // management API.
 type ApplyOptions struct {
-	// DryRun checks everything Apply checks (exchanges the plan needs, conflicts with existing
-	// objects) and reports what would be created, without creating anything.
+	// DryRun checks everything and reports what would be created, creating nothing.
 	DryRun bool
 	// Workers is the number of channels to declare on in parallel; 0 means DefaultWorkers.
 	Workers int
-	// Management, when set, lets Apply tell created bindings from unchanged ones (AMQP cannot;
-	// without it bindings are reported as StateBound), set the plan's policies
-	// ([Plan.Policies]; without it they are reported as StateSkipped, with the rabbitmqctl
-	// command to run) and check the policies in effect ([Management.PolicyProblems]).
+	// Management lets Apply tell created bindings from unchanged ones (else StateBound), set
+	// the plan's policies (else StateSkipped) and check the policies in effect.
 	Management *Management
 	// Logger receives debug lines for every declaration; the zero value logs nothing.
 	Logger zerolog.Logger
-	// Nodes are connections to the cluster's nodes, one per node, for a topology with shards
-	// of the ladder (Spec.Shards > 1): Apply declares each missing ladder queue through
-	// Nodes[Queue.Slot mod len(Nodes)], so that its leader is on that node (client-local) and
-	// the shards of one queue lead from different nodes; with Management as well, through a node
-	// that leads no other shard of the same queue (matched by local port in the management
-	// API's connection list). Without them every new queue leads from the node of Apply's own
-	// connection. Existing queues keep their leaders. Apply leaves the connections open.
+	// Nodes are connections, one per cluster node, for Spec.Shards > 1: each missing ladder
+	// queue is declared through Nodes[Queue.Slot mod len(Nodes)] (client-local leader), or,
+	// with Management, through a node leading no other shard of that queue. Existing queues
+	// keep their leaders. Apply leaves the connections open.
 	Nodes []*amqp.Connection
 }
 
 // Preflight checks, with passive declarations only, that no target, ready queue or ready
-// queue's exchange of p is an object of another prefix's topology in the vhost (an error
-// wrapping ErrInvalidSpec that names it), and that every exchange in p.Existing exists. It
-// returns an error wrapping ErrTargetMissing that names every missing exchange and the fixes,
-// or the broker's error. With m (nil for none), the error also names the vhost's
-// exchanges whose names look like a mistyping of a missing one.
+// queue's exchange of p is an object of another prefix's topology (ErrInvalidSpec), and that
+// every exchange in p.Existing exists (else ErrTargetMissing naming them and the fixes, with m
+// also the vhost's similar names). Other errors are the broker's.
 func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Management) error {
-	if err := foreignObjects(ctx, conn, p); err != nil { // foreign.go
+	if err := foreignObjects(ctx, conn, p); err != nil {
 		return err
 	}
 	missing, err := missingExchanges(ctx, conn, p)
@@ -163,21 +143,15 @@ func missingExchanges(ctx context.Context, conn *amqp.Connection, p *Plan) ([]st
 }
 
 // missingAdvice is what to do about the missing exchanges, by where the specification has
-// them, with the similar names among the targets and (with m) in the vhost.
+// them (amq.* ones only the broker creates), with similar names among the targets and (with m)
+// in the vhost.
 func missingAdvice(ctx context.Context, p *Plan, m *Management, missing []string) []string {
-	// amq.*: RabbitMQ refuses to declare them (403), only the broker creates them. The others
-	// are named by where the specification has them: a target given without a type, or the
-	// exchange of a ready queue that is no target.
 	var own, targets, readyOnly []string
-	isTarget := map[string]bool{}
-	for _, t := range p.Spec.Targets {
-		isTarget[t.Name] = true
-	}
 	for _, name := range missing {
 		switch {
 		case delayspec.BrokerReserved(name):
 			own = append(own, name)
-		case isTarget[name]:
+		case p.Spec.HasTarget(name):
 			targets = append(targets, name)
 		default:
 			readyOnly = append(readyOnly, name)
@@ -199,9 +173,7 @@ func missingAdvice(ctx context.Context, p *Plan, m *Management, missing []string
 			"is mistyped, correct it in the ready queues (AMQPDELAY_READY_QUEUES, --ready-queue); if it is another exchange of "+
 			"yours, declare it first", quoteList(queues), name, quoteList(targetNames(p.Spec.Targets))))
 	}
-	// Names like a missing one: among the targets this apply declares, and (with the management
-	// API) in the vhost. A failure to list the vhost's leaves those out: the missing exchanges
-	// are the error.
+	// A failure to list the vhost's exchanges leaves those out: the missing ones are the error.
 	var declaring []string
 	for _, t := range p.Spec.Targets {
 		if t.Type != "" {
@@ -227,20 +199,16 @@ func missingAdvice(ctx context.Context, p *Plan, m *Management, missing []string
 	return advice
 }
 
-// Apply declares the plan on conn, idempotently, and reports every object as created or
-// unchanged (the package documentation gives the order and why). It runs [Preflight], finds
-// what exists, declares every existing object again with the plan's arguments and, if any
-// conflicts (406), stops before creating anything. With opts.Management it sets the plan's
-// policies ([Management.SetPolicies]) before creating anything, creates what is missing,
-// writes the spec record last (delayspec.WriteRecord: publishers read it, so an apply that fails
-// half way leaves the record of the last complete apply), then checks the policies in effect
-// ([Management.PolicyProblems]).
-// Apply never deletes an object nor re-declares one with other arguments; conn stays open.
+// Apply declares the plan on conn idempotently (order and reasons: package documentation):
+// [Preflight], then every existing object again with the plan's arguments, stopping before
+// creating anything on a conflict (406); then the policies (with opts.Management), the missing
+// objects, and last the spec record (so a failed apply leaves the last complete one), then a
+// check of the policies in effect. It never deletes an object; conn stays open.
 //
 // The report lists what was done even when Apply fails. Errors wrap ErrTargetMissing,
-// ErrConflict (the first [ConflictError]), ErrAccessRefused (403: no configure permission),
-// ErrPolicy (the topology is declared all the same), ErrManagement or the broker's
-// *amqp091.Error; when ctx ends, Apply returns ctx.Err() at once.
+// ErrConflict (the first [ConflictError]), ErrAccessRefused, ErrPolicy (the topology is
+// declared all the same), ErrManagement or the broker's *amqp091.Error; when ctx ends, Apply
+// returns ctx.Err() at once.
 func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOptions) (*Report, error) {
 	start := time.Now()
 	rep := &Report{}
@@ -269,8 +237,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 		// The report lists every conflict; the error keeps the first one in full.
 		return rep, fmt.Errorf("%w\n(and %d more objects exist with different arguments: see the report)", conflicts[0], len(conflicts)-1)
 	}
-	// The policies, before any object is created, so new queues never run under another
-	// policy; AMQP cannot set them.
+	// Policies first, so new queues never run under another policy.
 	policyResults, err := applyPolicies(ctx, conn, p, opts)
 	if err != nil || opts.DryRun {
 		rep.Results = append(rep.Results, policyResults...)
@@ -279,9 +246,6 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	if opts.Management != nil && len(opts.Nodes) > 1 && p.Spec.Shards > 1 {
 		placeNewShards(ctx, p, opts, objects, exists)
 	}
-	// Create what is missing, phase by phase: exchanges, queues, the bindings tier by tier;
-	// then write the spec record, once every object has been declared with this plan's
-	// arguments and the policies are set.
 	for _, ph := range r.createPhases(p, objects, bindings != nil) {
 		if err := r.run(ph.steps, ph.done, declareFailed); err != nil {
 			markNotDeclared(rep)
@@ -305,8 +269,8 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	return rep, nil
 }
 
-// existingBindings returns the keys of the vhost's bindings (see bindingKey), or nil without
-// the management API or when it cannot list them (bindings are then reported as bound).
+// existingBindings returns the keys of the vhost's bindings, or nil without the management API
+// or when it cannot list them (bindings are then reported as bound).
 func existingBindings(ctx context.Context, opts ApplyOptions) map[string]bool {
 	if opts.Management == nil {
 		return nil
@@ -319,8 +283,8 @@ func existingBindings(ctx context.Context, opts ApplyOptions) map[string]bool {
 	return bindingKeys(all)
 }
 
-// reportExisting adds a row per object and binding of p: unchanged, in conflict, or missing
-// (a binding is unknown without the management API's bindings).
+// reportExisting adds a row per object and binding of p: unchanged, conflict, missing or
+// unknown.
 func (r *runner) reportExisting(p *Plan, objects []planObject, exists map[string]bool, conflictOf map[string]*ConflictError, bindings map[string]bool) {
 	for _, o := range objects {
 		row := Result{Kind: o.kind, Name: o.name, State: StateMissing}
@@ -352,8 +316,7 @@ func markNotDeclared(rep *Report) {
 	}
 }
 
-// applyPolicies sets p's policies through the management API, or, without it, reports each
-// as skipped with the rabbitmqctl command that sets it.
+// applyPolicies sets p's policies, or without the management API reports each as skipped.
 func applyPolicies(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOptions) ([]Result, error) {
 	if opts.Management != nil {
 		return opts.Management.SetPolicies(ctx, p, opts.DryRun)
@@ -367,8 +330,7 @@ func applyPolicies(ctx context.Context, conn *amqp.Connection, p *Plan, opts App
 	return out, nil
 }
 
-// placeNewShards makes each new ladder queue of objects lead from a node that leads no other
-// shard of the same queue (placeShards), when the management API tells the nodes apart.
+// placeNewShards declares each new ladder queue through the node placeShards picks.
 func placeNewShards(ctx context.Context, p *Plan, opts ApplyOptions, objects []planObject, exists map[string]bool) {
 	place, err := placeShards(ctx, opts.Management, p, opts.Nodes, exists)
 	if err != nil {
@@ -385,15 +347,14 @@ func placeNewShards(ctx context.Context, p *Plan, opts ApplyOptions, objects []p
 	}
 }
 
-// phase is a set of declarations Apply runs together, and the state of what it declared.
+// phase is a set of declarations Apply runs together, and the state of what they declare.
 type phase struct {
 	steps []step
 	done  State
 }
 
-// createPhases are the declarations of what is missing: the exchanges, the queues, then the
-// bindings tier by tier. Bindings are reported as bound when knownBindings is false (AMQP
-// cannot tell a created binding from an existing one).
+// createPhases declare what is missing: exchanges, queues, then bindings tier by tier (bound
+// rather than created unless knownBindings).
 func (r *runner) createPhases(p *Plan, objects []planObject, knownBindings bool) []phase {
 	var exchanges, queues []step
 	for _, o := range objects {
@@ -427,13 +388,20 @@ func (r *runner) createPhases(p *Plan, objects []planObject, knownBindings bool)
 	return phases
 }
 
-// findConflicts declares the existing objects again with the plan's arguments: equal
-// arguments change nothing, different ones make the broker answer 406 PRECONDITION_FAILED. It
-// returns every conflict (each a *ConflictError, completed from the management API when
-// opts.Management is set) in plan order, and the same keyed by planObject.key, or the first
-// other error.
+// findConflicts declares the existing objects again with the plan's arguments (different ones
+// answer 406) and returns every conflict in plan order, completed from the management API,
+// and keyed by planObject.key; or the first other error.
 func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts ApplyOptions) ([]error, map[string]*ConflictError, error) {
-	ctx, log := r.ctx, r.log
+	var current map[string]*vhostObject // from the management API, read once when needed
+	read := func(what string) {
+		if current == nil {
+			var err error
+			if current, err = opts.Management.objects(r.ctx); err != nil {
+				r.log.Warn().Err(err).Msg("cannot read " + what + " through the management API")
+				current = map[string]*vhostObject{}
+			}
+		}
+	}
 	var existing []planObject
 	var redeclare []step
 	for _, o := range objects {
@@ -447,7 +415,6 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 	}
 	var conflicts []error
 	conflictOf := map[string]*ConflictError{}
-	var current map[string]*vhostObject // from the management API, when a message was cut
 	for i, err := range errs {
 		if err == nil {
 			continue
@@ -457,30 +424,20 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 		if !errors.As(wrapBroker(err, ""), &c) {
 			return nil, nil, wrapBroker(err, fmt.Sprintf("declare %s %q", o.kind, o.name))
 		}
-		if c.Existing == unknownValue && current == nil && opts.Management != nil {
-			if current, err = opts.Management.objects(ctx); err != nil {
-				log.Warn().Err(err).Msg("cannot read the existing arguments through the management API")
-				current = map[string]*vhostObject{}
-			}
+		if c.Existing == unknownValue && opts.Management != nil {
+			read("the existing arguments")
 		}
 		c.fill(o.args, o.typ, current[o.key()].props(o.kind))
 		conflicts = append(conflicts, c)
 		conflictOf[o.key()] = c
 	}
-	// A redeclare of an x-delayed-message exchange compares none of the plugin's own arguments
-	// (the plugin hands the check to the delayed type, which looks at alternate-exchange only;
-	// RabbitMQ 3.10 and later): an existing plugin exchange with another x-delayed-type would take every
-	// plugin publish and route it nowhere. The management API shows its arguments.
+	// A redeclare of the plugin exchange does not compare x-delayed-type (the plugin checks
+	// alternate-exchange only): another value would route every plugin publish nowhere.
 	for _, o := range existing {
 		if !o.plugin || conflictOf[o.key()] != nil || opts.Management == nil {
 			continue
 		}
-		if current == nil {
-			if current, err = opts.Management.objects(ctx); err != nil {
-				log.Warn().Err(err).Msg("cannot read the plugin exchange's arguments through the management API")
-				current = map[string]*vhostObject{}
-			}
-		}
+		read("the plugin exchange's arguments")
 		got, ok := current[o.key()]
 		if !ok {
 			continue
@@ -498,8 +455,7 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 	return conflicts, conflictOf, nil
 }
 
-// declareFailed records the first failed declaration of a phase in its row and returns the
-// error Apply returns.
+// declareFailed records a phase's first failed declaration in its row and returns Apply's error.
 func declareFailed(row *Result, err error) error {
 	werr := wrapBroker(err, fmt.Sprintf("declare %s %q", row.Kind, row.Name))
 	var c *ConflictError
@@ -524,7 +480,6 @@ func quoteList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// targetNames returns the names of ts.
 func targetNames(ts []delayspec.Target) []string {
 	out := make([]string, 0, len(ts))
 	for _, t := range ts {
@@ -533,11 +488,10 @@ func targetNames(ts []delayspec.Target) []string {
 	return out
 }
 
-// checkPolicies returns the policy problems of p once its objects are declared. A queue gone
-// by then was deleted right after Apply declared it (an expires policy deletes an idle queue
-// a second after it applies), so it is declared again and read at once, twice at most: the
-// policy that deletes it is named while the queue exists. Errors wrap ErrManagement, or
-// ErrPolicy when a queue is deleted every time.
+// checkPolicies returns p's policy problems once its objects are declared. A queue deleted
+// right after (an expires policy) is declared again and read at once, twice at most, so the
+// policy is named while the queue exists. Errors wrap ErrManagement, or ErrPolicy when a queue
+// is deleted every time.
 func checkPolicies(r *runner, m *Management, p *Plan, objects []planObject) ([]PolicyProblem, error) {
 	for attempt := 1; ; attempt++ {
 		v, err := m.policyView(r.ctx, p)
@@ -552,13 +506,9 @@ func checkPolicies(r *runner, m *Management, p *Plan, objects []planObject) ([]P
 			return probs, fmt.Errorf("%w: queue %q is deleted right after declare apply declares it (%d times): an expires "+
 				"policy in effect on it, or another client; see the policies of the vhost", ErrPolicy, missing[0], attempt)
 		}
-		gone := make(map[string]bool, len(missing))
-		for _, name := range missing {
-			gone[name] = true
-		}
 		var steps []step
 		for _, o := range objects {
-			if o.kind == KindQueue && gone[o.name] {
+			if o.kind == KindQueue && slices.Contains(missing, o.name) {
 				steps = append(steps, o.declare())
 			}
 		}

@@ -21,18 +21,14 @@ import (
 type StatusOptions struct {
 	// Workers is the number of channels to inspect on in parallel; 0 means DefaultWorkers.
 	Workers int
-	// Management, when set, adds what AMQP cannot see: the type, flags and arguments of the
-	// existing exchanges and queues (compared with the plan's), messages held in quorum
-	// queues' dead-letter state (messages_dlx), unacknowledged messages, the bindings
-	// (planned and unplanned), the topology's policies and the policies in effect.
+	// Management adds what AMQP cannot see: types, flags and arguments, messages_dlx,
+	// unacknowledged messages, bindings, policies and the policies in effect.
 	Management *Management
 	// Logger receives a warning per delay queue with a consumer; the zero value logs nothing.
 	Logger zerolog.Logger
-	// DeadLetterRecheck is how long Status waits, when the management API shows messages in
-	// a queue's dead-letter state, before it reads that queue's statistics again: only
-	// queues that still hold some are reported, since every hop of a busy ladder passes
-	// through that state for a moment. 0 means 6 s, one more than RabbitMQ's default
-	// collect_statistics_interval (5 s), so that the second reading is a new sample.
+	// DeadLetterRecheck is how long Status waits before reading again the queues that hold
+	// messages in dead-letter state (every hop passes through it for a moment); 0 means 6 s,
+	// one more than the default collect_statistics_interval.
 	DeadLetterRecheck time.Duration
 }
 
@@ -46,22 +42,14 @@ type ExchangeStatus struct {
 type QueueStatus struct {
 	Queue
 	Exists bool `json:"exists"`
-	// Ready is the number of messages ready for delivery (what a passive queue.declare
-	// returns). For a delay queue these are the messages waiting for their TTL.
+	// Ready is what a passive queue.declare returns: messages ready for delivery.
 	Ready int `json:"ready"`
-	// Consumers is the number of consumers. A delay queue must have none: a consumer takes
-	// messages before they are due.
+	// Consumers is the number of consumers (a delay queue must have none).
 	Consumers int `json:"consumers"`
-	// Messages is every message the queue holds (ready, unacknowledged, dead-letter state),
-	// from the management API; -1 when unknown.
-	Messages int64 `json:"messages"`
-	// MessagesDLX is the number of messages a quorum queue holds in its dead-letter state
-	// (at-least-once dead-lettering that has not completed, retried forever), from the
-	// management API; -1 when unknown.
+	// Messages and MessagesDLX are as [ManagedQueue]'s; -1 when unknown.
+	Messages    int64 `json:"messages"`
 	MessagesDLX int64 `json:"messages_dlx"`
-	// Leader is the node of a quorum queue's leader ("" when none is reachable), Members the
-	// nodes with a replica and Online those whose replica runs (management API only; empty
-	// for classic queues and without the management API).
+	// Leader, Members and Online are as [ManagedQueue]'s (management API only).
 	Leader  string   `json:"leader,omitempty"`
 	Members []string `json:"members,omitempty"`
 	Online  []string `json:"online,omitempty"`
@@ -73,98 +61,61 @@ type BindingStatus struct {
 	Exists bool `json:"exists"`
 }
 
-// StatusReport is what [Status] found.
+// StatusReport is what [Status] found (docs/status-json.md describes each field). Fields
+// marked "management" are empty without the management API.
 type StatusReport struct {
 	Exchanges []ExchangeStatus `json:"exchanges"`
 	Queues    []QueueStatus    `json:"queues"`
-	// Bindings is nil without the management API (AMQP cannot list bindings).
-	Bindings []BindingStatus `json:"bindings,omitempty"`
+	Bindings  []BindingStatus  `json:"bindings,omitempty"` // management
 	// Missing names every object of the plan that does not exist ("queue x", ...).
 	Missing []string `json:"missing,omitempty"`
-	// MissingExchanges are the exchanges the plan binds to but does not declare
-	// ([Plan.Existing]: targets given without a type, ready queues' exchanges) that do not
-	// exist. Apply refuses to run until they do ([Preflight]), so they are not in Missing.
+	// MissingExchanges are the exchanges of [Plan.Existing] that do not exist (not in Missing).
 	MissingExchanges []MissingExchange `json:"missing_exchanges,omitempty"`
-	// Mismatched are the properties of existing exchanges and queues that differ from the
-	// plan's (see [Mismatch]), in plan order (exchanges, then queues), typically an object
-	// deleted and declared again with another type, flag or argument. Such an object routes,
-	// keeps or dead-letters the messages that reach it otherwise than planned, so Status
-	// fails with ErrUnhealthy. Management API only, except for a queue exclusive to another
-	// connection, which a passive declare reveals too (405 RESOURCE_LOCKED).
+	// Mismatched are properties of existing objects that differ from the plan's, in plan order
+	// (management, except a queue exclusive to another connection: 405 RESOURCE_LOCKED).
 	Mismatched []Mismatch `json:"mismatched,omitempty"`
 	// ConsumedDelayQueues names the delay queues that have consumers.
 	ConsumedDelayQueues []string `json:"consumed_delay_queues,omitempty"`
 	// Management says whether the management API was read.
 	Management bool `json:"management"`
-	// StatsDisabled: the management API collects no queue statistics (its overview's
-	// disable_stats, rabbitmq_management_agent.disable_metrics_collector = true): message
-	// counts and messages_dlx are unknown, so Status cannot see messages stuck in dead-letter
-	// state and fails with ErrUnhealthy.
+	// StatsDisabled: the overview says disable_stats, so messages_dlx cannot be seen.
 	StatsDisabled bool `json:"stats_disabled,omitempty"`
-	// Unplanned are the exchanges and queues with the plan's prefix that the plan does not
-	// have (management API only): left by an earlier specification. They do not make the
-	// status incomplete.
+	// Unplanned are objects of the plan's naming rule that the plan does not have (management).
 	Unplanned []Unplanned `json:"unplanned,omitempty"`
-	// UnplannedBindings are bindings from or to the topology's exchanges (targets excepted)
-	// or to its queues (ready queues included) that the plan does not have (management API
-	// only): left by an earlier specification (a ready queue's old binding key) or added by
-	// hand. They change where messages go, so Status fails with ErrUnhealthy.
+	// UnplannedBindings change where messages go (management; see unplannedBindings).
 	UnplannedBindings []Binding `json:"unplanned_bindings,omitempty"`
-	// RetryBindings are the consumers' retry bindings for queues that are not ready queues of
-	// the specification ([Plan.ConsumerRetryBinding]; management API only): expected, they do
-	// not make Status fail.
+	// RetryBindings are consumers' retry bindings ([Plan.ConsumerRetryBinding]), expected.
 	RetryBindings []Binding `json:"retry_bindings,omitempty"`
-	// DeadLettering names the queues holding messages in their dead-letter state
-	// (messages_dlx > 0, management API only) while every member of the queue and of the
-	// queues it dead-letters into is online: at-least-once dead-lettering that has not
-	// completed because nothing routes the message (a target with no binding for it and no
-	// alternate exchange) or the queue it goes to refuses it. Queues waiting on an
-	// unreachable node are in Cluster.Waits instead. Only queues that hold such messages at
-	// two readings [StatusOptions.DeadLetterRecheck] apart are listed, with the smaller count:
-	// every hop passes through that state for a moment. They make Status fail with
-	// ErrUnhealthy.
+	// DeadLettering are queues holding messages in dead-letter state at two readings
+	// [StatusOptions.DeadLetterRecheck] apart (the smaller count) while every member involved
+	// is online (management; waits on an unreachable node are in Cluster.Waits).
 	DeadLettering []WaitingQueue `json:"dead_lettering,omitempty"`
-	// Policies are the topology's own policies and whether each is set as planned
-	// (management API only).
+	// Policies are the topology's own policies and whether each is set as planned (management).
 	Policies []PolicyStatus `json:"policies,omitempty"`
-	// PolicyProblems are the policy keys in effect that break a guarantee, and warnings
-	// (management API only; see [Management.PolicyProblems]).
+	// PolicyProblems are as [Management.PolicyProblems] (management).
 	PolicyProblems []PolicyProblem `json:"policy_problems,omitempty"`
-	// Cluster is where the quorum queues live: leaders per node, queues with members offline
-	// or without a leader, dead-lettering waiting on an unreachable node (management API
-	// only; nil without it). Members offline, a missing leader and such waits make Status
-	// fail with ErrUnhealthy; unbalanced leaders do not (run [Management.Rebalance]).
+	// Cluster is where the quorum queues live (management); unbalanced leaders do not make
+	// Status fail (run [Management.Rebalance]).
 	Cluster *ClusterStatus `json:"cluster,omitempty"`
-	// Version is the RabbitMQ version the broker announced on the connection (its "version"
-	// server property, e.g. "4.3.6"); "" when it did not say.
+	// Version is the connection's "version" server property ("" when it did not say).
 	Version string `json:"rabbitmq_version,omitempty"`
-	// RecordDiffers: the spec record (delayspec.ReadRecord), which publishers and consumers
-	// use, is not this specification: the topology in use was applied with another one.
+	// RecordDiffers: the spec record publishers use is another specification's.
 	RecordDiffers bool `json:"record_differs,omitempty"`
-	// RecordOnlyTargets are the targets of the spec record that this specification lacks:
-	// publishers send delayed messages to them; a left-out or mistyped name?
+	// RecordOnlyTargets are the spec record's targets this specification lacks.
 	RecordOnlyTargets []string `json:"record_only_targets,omitempty"`
-	// NotDeclared: none of the topology's own exchanges and queues exist (target exchanges
-	// and ready queues, the application's, may): it was never applied in this vhost, or it was
-	// torn down. Missing still lists every object; PolicyProblems is then empty, since a
-	// policy's effect on objects that do not exist, or on targets no delay topology feeds,
-	// breaks nothing.
+	// NotDeclared: none of the topology's own objects exist; PolicyProblems is then empty.
 	NotDeclared bool `json:"not_declared,omitempty"`
-	// RequeueLoops are the ready queues, and the parking queue, whose consumers keep getting
-	// the same messages back and that no delivery limit will stop (management API only; see
-	// [RequeueLoop]).
+	// RequeueLoops are ready queues and the parking queue in a [RequeueLoop] (management).
 	RequeueLoops []RequeueLoop `json:"requeue_loops,omitempty"`
-	// PluginMessagesDelayed is how many messages the delayed-message plugin holds for the
-	// plan's plugin exchange ([Management.MessagesDelayed]); -1 when unknown (no plugin
-	// exchange in the plan, no management API, or a plugin release that does not report it).
+	// PluginMessagesDelayed is [Management.MessagesDelayed] of the plugin exchange; -1 when
+	// unknown.
 	PluginMessagesDelayed int64 `json:"plugin_messages_delayed"`
 }
 
 // MissingExchange is an exchange of [Plan.Existing] that does not exist.
 type MissingExchange struct {
 	Name string `json:"name"`
-	// Similar are the vhost's exchanges whose names look like a mistyping of Name (the same
-	// name in another case, or one or two letters apart; management API only).
+	// Similar are the vhost's exchange names that look like a mistyping of Name (management).
 	Similar []string `json:"similar,omitempty"`
 }
 
@@ -179,10 +130,8 @@ func (m MissingExchange) String() string {
 // PolicyStatus is one policy of the plan and whether the broker has it as planned.
 type PolicyStatus struct {
 	Policy
-	// Exists: a policy of that name exists.
-	Exists bool `json:"exists"`
-	// Current: it exists with the plan's pattern, apply-to, priority and definition.
-	Current bool `json:"current"`
+	Exists  bool `json:"exists"`  // a policy of that name exists
+	Current bool `json:"current"` // with the plan's pattern, apply-to, priority and definition
 }
 
 // Parking returns the parking queue's status.
@@ -195,17 +144,14 @@ func (r *StatusReport) Parking() QueueStatus {
 	return QueueStatus{}
 }
 
-// Status inspects the plan's objects on conn with passive declarations (it declares nothing):
-// which exist, the messages waiting and consumers of every queue and, with opts.Management,
-// each object's type, flags and arguments, messages in dead-letter state, bindings, policies
-// and policy problems. It logs a warning for every delay queue with a consumer.
+// Status inspects the plan's objects on conn with passive declarations (it declares nothing)
+// and, with opts.Management, what the management API tells. It logs a warning for every delay
+// queue with a consumer.
 //
-// It returns the report and an error joining, as found: ErrIncomplete (missing objects, or
-// missing exchanges the plan binds to), ErrUnhealthy (objects that differ from the plan, delay
-// queues with consumers, messages held in dead-letter state or waiting on an unreachable node,
-// queues without leader or with members offline, unplanned bindings) and ErrPolicy (policy
-// problems, warnings excepted); errors.Is tells them apart. Other errors are the broker's, or
-// wrap ErrManagement.
+// It returns the report and an error joining, as found: ErrIncomplete (missing objects or
+// exchanges), ErrUnhealthy (mismatches, consumed delay queues, messages stuck in dead-letter
+// state, degraded quorum queues, unplanned bindings, requeue loops) and ErrPolicy (failing
+// policy problems). Other errors are the broker's, or wrap ErrManagement.
 func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOptions) (*StatusReport, error) {
 	rep := &StatusReport{Version: ServerVersion(conn), PluginMessagesDelayed: -1}
 	p = p.ForBroker(ServerMajor(conn))
@@ -244,8 +190,8 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	return rep, errors.Join(rep.problems(p, conn.Config.Vhost, opts.Management)...)
 }
 
-// lookup is what the passive declarations of [Status] found: the error of each (p's exchanges,
-// then queues) and the queues' counts.
+// lookup is what Status's passive declarations found: the error of each (p's exchanges, then
+// queues) and the queues' counts.
 type lookup struct {
 	errs   []error
 	queues []amqp.Queue
@@ -290,8 +236,7 @@ func (rep *StatusReport) fromManagement(p *Plan, v *statusView) {
 	rep.PluginMessagesDelayed = v.delayed
 }
 
-// found reads the passive declaration of the i-th object: whether it exists (a queue
-// exclusive to another connection does), a missing one added to rep.Missing.
+// found reads the i-th passive declaration; a missing object is added to rep.Missing.
 func (rep *StatusReport) found(l *lookup, i int, kind Kind, name string) (exists, locked bool, err error) {
 	switch e := l.errs[i]; {
 	case e == nil:
@@ -321,8 +266,8 @@ func (rep *StatusReport) addExchanges(p *Plan, l *lookup, v *statusView) error {
 	return nil
 }
 
-// addQueues reports p's queues with what they hold, their mismatches, consumers on delay
-// queues (logged as warnings), dead-lettering that does not complete and requeue loops.
+// addQueues reports p's queues with what they hold, mismatches, consumers on delay queues,
+// stuck dead-lettering and requeue loops.
 func (rep *StatusReport) addQueues(p *Plan, l *lookup, v *statusView, log zerolog.Logger) error {
 	loopSeen := map[string]bool{} // ready queues checked for a requeue loop
 	waiting := map[string]bool{}  // queues whose dead-lettering waits on an unreachable node
@@ -371,18 +316,17 @@ func (rep *StatusReport) addQueues(p *Plan, l *lookup, v *statusView, log zerolo
 	return nil
 }
 
-// addMissingExchanges reports the exchanges of p.Existing that do not exist, with similar
-// names in the vhost.
+// addMissingExchanges reports the missing exchanges of p.Existing, with similar names.
 func (rep *StatusReport) addMissingExchanges(ctx context.Context, conn *amqp.Connection, p *Plan, v *statusView) error {
-	missing, err := missingExchanges(ctx, conn, p) // apply.go
+	missing, err := missingExchanges(ctx, conn, p)
 	for _, name := range missing {
 		rep.MissingExchanges = append(rep.MissingExchanges, MissingExchange{Name: name, Similar: text.Similar(name, v.exchangeNames(p))})
 	}
 	return err
 }
 
-// addMissingBindingsAndPolicies reports p's bindings (management API only) and adds the
-// missing ones, and the policies missing or set otherwise, to rep.Missing.
+// addMissingBindingsAndPolicies reports p's bindings (management API only) and adds missing
+// bindings and policies to rep.Missing.
 func (rep *StatusReport) addMissingBindingsAndPolicies(p *Plan, v *statusView) {
 	if v.policy != nil {
 		have := bindingKeys(v.bindings)
@@ -464,8 +408,7 @@ func (rep *StatusReport) problems(p *Plan, vhost string, m *Management) []error 
 	return problems
 }
 
-// missingExchangesError is ErrIncomplete naming the exchanges of Plan.Existing that do not
-// exist, and the fixes.
+// missingExchangesError is ErrIncomplete naming the missing exchanges and the fixes.
 func missingExchangesError(missing []MissingExchange) error {
 	names := make([]string, len(missing))
 	for i, m := range missing {
@@ -476,8 +419,7 @@ func missingExchangesError(missing []MissingExchange) error {
 		"until it exists apply declares nothing", ErrIncomplete, strings.Join(names, ", "))
 }
 
-// own reports whether an exchange or queue role is the topology's own (what teardown deletes),
-// not the application's: target exchanges and ready queues.
+// own reports whether a role is the topology's own, not the application's.
 func own(r Role) bool { return r != RoleTarget && r != RoleReady }
 
 // ownObjects counts the plan's own exchanges and queues.
@@ -520,9 +462,8 @@ func notDeclared(rep *StatusReport) bool {
 	return n > 0
 }
 
-// checkRecord reads the spec record and compares it with p's specification: no record is a
-// missing object (publishers cannot start without one); another specification's is reported in
-// RecordDiffers and RecordOnlyTargets.
+// checkRecord compares the spec record with p's specification: no record is a missing object
+// (publishers cannot start without one).
 func (rep *StatusReport) checkRecord(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 	rec, err := delayspec.ReadRecord(ctx, conn, p.Spec.Prefix)
 	if errors.Is(err, delayspec.ErrNoRecord) {

@@ -17,36 +17,31 @@ import (
 type TeardownOptions struct {
 	// Force deletes queues that hold messages (the messages are lost).
 	Force bool
-	// ReadyQueues also deletes the plan's ready queues (with the same emptiness rule). By
-	// default they are left: they belong to the applications that consume them.
+	// ReadyQueues also deletes the plan's ready queues (same emptiness rule); by default they
+	// are left to the applications that consume them.
 	ReadyQueues bool
 	// DryRun deletes nothing; the report gives StateDeleted to what would be deleted.
 	DryRun bool
 	// Workers is the number of channels to work on in parallel; 0 means DefaultWorkers.
 	Workers int
-	// Management, when set, counts every message a queue holds (unacknowledged and quorum
-	// dead-letter state included); without it only ready messages are seen, and the
-	// broker's if-empty check on delete catches the rest.
+	// Management counts every message a queue holds; without it only ready ones are seen.
 	Management *Management
 	// Logger receives a debug line per deletion; the zero value logs nothing.
 	Logger zerolog.Logger
 }
 
-// Teardown deletes the delay topology of p: its queues (the parking queue last), then its
-// exchanges, with opts.ReadyQueues the ready queues, and with opts.Management its policies
-// (else StateSkipped). It never touches target exchanges.
+// Teardown deletes p's delay topology: queues (parking last), then exchanges, with
+// opts.ReadyQueues the ready queues, and with opts.Management its policies (else
+// StateSkipped). It never touches target exchanges.
 //
-// Unless opts.Force is set, a queue that holds messages makes it delete nothing and return an
-// error wrapping ErrNotEmpty that names the queues; without opts.Management it cannot count a
-// quorum queue's unacknowledged and dead-letter-state messages and returns ErrCannotCount.
-// Quorum queues do not support queue.delete's if-empty flag, so a message published between
-// the count and the delete is lost: stop publishers first. Messages held by the
-// delayed-message plugin are in no queue: those that fall due before the topology is applied
-// again are lost.
+// Unless opts.Force is set, a queue holding messages makes it delete nothing and return
+// ErrNotEmpty naming the queues; without opts.Management, quorum queues return ErrCannotCount.
+// Quorum queues have no if-empty delete, so a message published between count and delete is
+// lost: stop publishers first. Messages the plugin holds and that fall due before the next
+// apply are lost too.
 //
-// The report lists every object as deleted or absent and, with opts.Management, objects with
-// the plan's prefix that the plan does not name (Report.Unplanned). Errors are the broker's,
-// wrapped (ErrAccessRefused for 403).
+// The report lists every object as deleted or absent, and Report.Unplanned. Errors are the
+// broker's, wrapped (ErrAccessRefused for 403).
 func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts TeardownOptions) (*Report, error) {
 	start := time.Now()
 	rep := &Report{}
@@ -60,7 +55,6 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	if err := refuseUnsafe(all, opts); err != nil {
 		return rep, err
 	}
-	// The report, and the deletions.
 	for _, d := range all {
 		row := Result{Kind: d.kind, Name: d.name, State: StateAbsent}
 		if d.exists {
@@ -97,41 +91,32 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 }
 
 // doomedOf lists what Teardown deletes, in order: queues (delay, ready, the streams), the
-// parking queue, then exchanges from where messages enter (plugin, buckets, ladder) to where
-// they leave (D, unroutable).
+// parking queue, then exchanges from where messages enter to where they leave.
 func doomedOf(p *Plan, opts TeardownOptions) (queues []*doomed, parking *doomed, exchanges []*doomed) {
-	// classic marks the plan's classic queues: only they support queue.delete's if-empty.
-	classic := map[string]bool{}
-	for _, q := range p.Queues {
-		if t, _ := q.Args["x-queue-type"].(string); t == "" || t == string(delayspec.Classic) {
-			classic[q.Name] = true
-		}
-	}
-	for _, q := range p.Queues {
-		if q.IsDelay() {
-			queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
-		}
-	}
-	if opts.ReadyQueues {
-		for _, q := range p.Queues {
-			if q.Role == RoleReady {
-				queues = append(queues, doomedQueue(q.Name, classic[q.Name], opts))
-			}
-		}
-	}
-	// The revocation and spec streams hold no delayed message, only records about them and the
-	// topology, which mean nothing once the delay queues are gone: they are deleted whatever
+	// The streams hold only records, meaningless without the delay queues: deleted whatever
 	// they hold.
 	forced := opts
 	forced.Force = true
-	for _, q := range p.Queues {
-		if q.Role == RoleRevoked || q.Role == RoleSpec {
-			d := doomedQueue(q.Name, classic[q.Name], forced)
-			d.records = true
+	for _, pass := range []func(Queue) bool{
+		Queue.IsDelay,
+		func(q Queue) bool { return opts.ReadyQueues && q.Role == RoleReady },
+		func(q Queue) bool { return q.Role == RoleRevoked || q.Role == RoleSpec },
+	} {
+		for _, q := range p.Queues {
+			if !pass(q) {
+				continue
+			}
+			o, stream := opts, q.Role == RoleRevoked || q.Role == RoleSpec
+			if stream {
+				o = forced
+			}
+			d := doomedQueue(q, o)
+			d.records = stream
 			queues = append(queues, d)
 		}
 	}
-	parking = doomedQueue(p.Names.Parking(), classic[p.Names.Parking()], opts)
+	pq, _ := p.Queue(p.Names.Parking())
+	parking = doomedQueue(pq, opts)
 	exchanges = []*doomed{doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange())}
 	for _, e := range p.Exchanges {
 		if e.Role == RoleLadder {
@@ -144,8 +129,8 @@ func doomedOf(p *Plan, opts TeardownOptions) (queues []*doomed, parking *doomed,
 	return queues, parking, exchanges
 }
 
-// lookUpDoomed finds which of all exist and what each queue holds (with opts.Management, every
-// message it holds), and, with opts.Management, the unplanned objects of p's naming rule.
+// lookUpDoomed finds which of all exist and what each queue holds, and, with opts.Management,
+// the unplanned objects of p's naming rule.
 func (r *runner) lookUpDoomed(p *Plan, all []*doomed, opts TeardownOptions) error {
 	lookups := make([]step, len(all))
 	for i, d := range all {
@@ -213,21 +198,22 @@ func refuseUnsafe(all []*doomed, opts TeardownOptions) error {
 	return nil
 }
 
-// doomed is one queue or exchange that Teardown deletes when it exists: how to look it up,
-// what the look-up found, and how to delete it.
+// doomed is one queue or exchange that Teardown deletes when it exists.
 type doomed struct {
-	kind    Kind
-	name    string
-	classic bool // a classic queue: queue.delete's if-empty works
-	lookup  step
-	del     step
-	exists  bool
-	found   amqp.Queue // the passive declaration's answer (queues)
-	held    int64      // messages the queue holds
-	records bool       // the revocation stream: deleted whatever it holds
+	kind        Kind
+	name        string
+	classic     bool // queue.delete's if-empty works
+	lookup, del step
+	exists      bool
+	found       amqp.Queue // the passive declaration's answer (queues)
+	held        int64      // messages the queue holds
+	records     bool       // a stream: deleted whatever it holds
 }
 
-func doomedQueue(name string, classic bool, opts TeardownOptions) *doomed {
+func doomedQueue(q Queue, opts TeardownOptions) *doomed {
+	name := q.Name
+	t, _ := q.Args["x-queue-type"].(string)
+	classic := t == "" || t == string(delayspec.Classic)
 	d := &doomed{kind: KindQueue, name: name, classic: classic}
 	d.lookup = step{KindQueue, name, func(ch *amqp.Channel) error {
 		var err error
@@ -237,9 +223,8 @@ func doomedQueue(name string, classic bool, opts TeardownOptions) *doomed {
 	d.del = step{KindQueue, name, func(ch *amqp.Channel) error {
 		ifEmpty := !opts.Force
 		if ifEmpty && !classic {
-			// Quorum queues refuse queue.delete's if-empty with 540 NOT_IMPLEMENTED, a
-			// connection error that ends every job in flight. Look again just before
-			// deleting instead.
+			// Quorum queues refuse if-empty with 540 NOT_IMPLEMENTED, a connection error that
+			// ends every job in flight: look again just before deleting instead.
 			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 			if err != nil {
 				return err
@@ -269,7 +254,7 @@ func doomedExchange(name string) *doomed {
 	}
 }
 
-// deleteFailed returns the error Teardown returns for the first failed deletion of a phase.
+// deleteFailed returns Teardown's error for a phase's first failed deletion.
 func deleteFailed(row *Result, err error) error {
 	if code(err) == amqp.PreconditionFailed {
 		return fmt.Errorf("%w: %s %q received messages during teardown and was not deleted (%v); run teardown again, or with --force",
@@ -278,8 +263,7 @@ func deleteFailed(row *Result, err error) error {
 	return wrapBroker(err, fmt.Sprintf("delete %s %q", row.Kind, row.Name))
 }
 
-// teardownPolicies deletes the plan's policies (the management API is needed) and adds
-// their results to rep.
+// teardownPolicies deletes the plan's policies (management API only) and adds their results.
 func teardownPolicies(ctx context.Context, p *Plan, opts TeardownOptions, rep *Report) error {
 	if opts.Management == nil {
 		for _, pol := range p.Policies {
