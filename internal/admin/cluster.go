@@ -4,85 +4,58 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-// Clusters. A quorum queue has members (replicas) on several nodes and one leader among them,
-// which takes every publish, expiry and dead-lettering of the queue. The management API's
-// queue view names them: leader (the node of the leader, "" while the node recorded as
-// leader is unreachable), members (every node with a replica) and online (the members whose
-// replica process is alive); rabbit_quorum_queue:format/1 and leader/1 compute them when the
-// queue is listed (RabbitMQ 3.10 and 4.0).
-
 // ClusterNode is one node of the broker's cluster, as GET /api/nodes lists it.
 type ClusterNode struct {
-	// Name is the Erlang node name, rabbit@host.
-	Name string `json:"name"`
-	// Running is false for a node the cluster knows but cannot reach (stopped, crashed, cut
-	// off). Nil when unknown: /api/nodes needs the monitoring (or administrator) user tag, and
-	// without it the nodes are taken from the queues' members.
+	Name string `json:"name"` // rabbit@host
+	// Running is false for a node the cluster cannot reach; nil when unknown (/api/nodes
+	// needs the monitoring tag).
 	Running *bool `json:"running,omitempty"`
 }
 
-// NodeLeaders is what one node does for the topology's quorum queues.
+// NodeLeaders is what one node does for the plan's quorum queues.
 type NodeLeaders struct {
 	ClusterNode
-	// DelayQueues is how many delay queues (ladder and bucket queues) have their leader on
-	// this node.
-	DelayQueues int `json:"delay_queue_leaders"`
-	// Leaders is how many of the plan's quorum queues (delay, parking and ready queues) have
-	// their leader on this node.
-	Leaders int `json:"leaders"`
-	// Members is how many of the plan's quorum queues have a member (replica) on this node.
-	Members int `json:"members"`
+	DelayQueues int `json:"delay_queue_leaders"` // delay queues it leads
+	Leaders     int `json:"leaders"`             // quorum queues it leads
+	Members     int `json:"members"`             // quorum queues with a replica on it
 }
 
-// DegradedQueue is a quorum queue of the plan with fewer online members than members, or with
-// no leader. A quorum queue keeps working while a majority of its members is online; without
-// a leader it takes no publish, expires nothing and dead-letters nothing.
+// DegradedQueue is a quorum queue of the plan with members offline or no leader (then it takes
+// no publish, expires and dead-letters nothing).
 type DegradedQueue struct {
-	Queue string `json:"queue"`
-	// Leader is the leader's node, "" when there is none.
-	Leader string `json:"leader"`
-	// Members are the nodes with a replica; Offline those of them whose replica is not online.
+	Queue   string   `json:"queue"`
+	Leader  string   `json:"leader"` // "" when none
 	Members []string `json:"members"`
-	Offline []string `json:"offline"`
+	Offline []string `json:"offline"` // members not online
 }
 
 // NoLeader reports whether the queue has no reachable leader.
 func (d DegradedQueue) NoLeader() bool { return d.Leader == "" }
 
 // DeadLetterWait is dead-lettering waiting on an unreachable node: queues holding messages in
-// their dead-letter state (messages_dlx) while Node, a member of the queue or of a queue it
-// dead-letters into, is offline. On RabbitMQ 3.10, when the node leading a quorum queue with
-// at-least-once dead-lettering dies, the new leader does not take over the messages already in
-// its dead-letter state: they stay until that node comes back (forget_cluster_node alone does
-// not release them). A dead-letter target without a majority online confirms nothing, so its
-// sources keep their messages too.
+// dead-letter state while Node, a member of theirs or of a queue they dead-letter into, is
+// offline (on 3.10 a new leader does not take over messages already in that state).
 type DeadLetterWait struct {
-	// Node is the unreachable node.
 	Node string `json:"node"`
-	// Running is false when the cluster reports the node down, nil when unknown (see
-	// [ClusterNode.Running]); true means the node runs but the queues' replicas on it do not.
-	Running *bool `json:"running,omitempty"`
-	// Queues are the queues holding messages in dead-letter state, in plan order.
-	Queues []WaitingQueue `json:"queues"`
-	// Messages is the sum of their messages_dlx.
-	Messages int64 `json:"messages"`
+	// Running is as [ClusterNode.Running]; true means only the replicas on it are down.
+	Running  *bool          `json:"running,omitempty"`
+	Queues   []WaitingQueue `json:"queues"`   // in plan order
+	Messages int64          `json:"messages"` // the sum of their messages_dlx
 }
 
-// WaitingQueue is a queue and the messages it holds in its dead-letter state: a queue of a
-// [DeadLetterWait], or of [StatusReport.DeadLettering].
+// WaitingQueue is a queue and the messages it holds in its dead-letter state.
 type WaitingQueue struct {
-	Name string `json:"name"`
-	// MessagesDLX is the number of messages in its dead-letter state.
-	MessagesDLX int64 `json:"messages_dlx"`
+	Name        string `json:"name"`
+	MessagesDLX int64  `json:"messages_dlx"`
 }
 
 func (q WaitingQueue) String() string { return fmt.Sprintf("%s (%d)", q.Name, q.MessagesDLX) }
@@ -109,28 +82,17 @@ func deadLetterWaitText(w DeadLetterWait, vhost string) string {
 
 // ClusterStatus is where the plan's quorum queues live in the cluster (management API only).
 type ClusterStatus struct {
-	// Nodes are the cluster's nodes, sorted by name, with what each leads.
-	Nodes []NodeLeaders `json:"nodes"`
-	// Balanced says the delay queues' leaders are spread over the running nodes: no two
-	// running nodes lead a number of delay queues differing by more than the larger of 2
-	// and a tenth of the delay queues (see [LeadersBalanced]).
-	Balanced bool `json:"balanced"`
-	// Degraded are the plan's quorum queues with members offline or no leader.
-	Degraded []DegradedQueue `json:"degraded,omitempty"`
-	// Waits are dead-lettering waiting on an unreachable node, by node.
-	Waits []DeadLetterWait `json:"dead_letter_waits,omitempty"`
-	// SharedLeaders are the ladder queues (Spec.Shards > 1) two or more of whose shards have
-	// their leader on the same node: that node dead-letters those shards' share of a burst
-	// too. Unavoidable when Shards exceeds the running nodes; otherwise the shards were
-	// declared without [ApplyOptions.Nodes], existed before, or their leaders moved (a node
-	// restart, a rebalance). It does not make Status fail.
+	Nodes    []NodeLeaders    `json:"nodes"`    // sorted by name
+	Balanced bool             `json:"balanced"` // see [LeadersBalanced]
+	Degraded []DegradedQueue  `json:"degraded,omitempty"`
+	Waits    []DeadLetterWait `json:"dead_letter_waits,omitempty"` // by node
+	// SharedLeaders are ladder queues (Spec.Shards > 1) two or more of whose shards have their
+	// leader on one node (unavoidable when Shards exceeds the running nodes); not a failure.
 	SharedLeaders []SharedLeader `json:"shared_leaders,omitempty"`
-	// Shards is the plan's number of shards of the ladder (Spec.Shards).
-	Shards int `json:"shards"`
+	Shards        int            `json:"shards"` // Spec.Shards
 }
 
-// SharedLeader is one ladder queue whose shards share a leader node: the shards (queue names,
-// by shard) that Node leads.
+// SharedLeader is one ladder queue whose shards (queue names, by shard) Node leads.
 type SharedLeader struct {
 	Level  int      `json:"level"`
 	Digit  int      `json:"digit"`
@@ -138,8 +100,7 @@ type SharedLeader struct {
 	Queues []string `json:"queues"`
 }
 
-// Offline returns the nodes that are members of a degraded queue and offline, sorted, with how
-// many of the plan's quorum queues have a member offline there.
+// Offline returns the offline members of degraded queues, with how many queues each.
 func (c *ClusterStatus) Offline() map[string]int {
 	out := map[string]int{}
 	for _, d := range c.Degraded {
@@ -150,9 +111,8 @@ func (c *ClusterStatus) Offline() map[string]int {
 	return out
 }
 
-// Nodes returns the vhost's cluster nodes from GET /api/nodes. A refusal for lack of the
-// monitoring tag (401, 403) returns nil and no error: callers then take the nodes from the
-// queues' members. Other errors wrap ErrManagement.
+// Nodes returns the cluster's nodes from GET /api/nodes, sorted; nil, nil without the
+// monitoring tag (401, 403). Errors wrap ErrManagement.
 func (m *Management) Nodes(ctx context.Context) ([]ClusterNode, error) {
 	var out []ClusterNode
 	if err := m.get(ctx, "api/nodes?columns=name,running", &out); err != nil {
@@ -165,7 +125,6 @@ func (m *Management) Nodes(ctx context.Context) ([]ClusterNode, error) {
 	return out, nil
 }
 
-// isQuorum reports whether the management API's view of a queue is a quorum queue's.
 func (q ManagedQueue) isQuorum() bool { return q.Type == string(delayspec.Quorum) }
 
 // offline returns the queue's members that are not online, in member order.
@@ -179,8 +138,8 @@ func (q ManagedQueue) offline() []string {
 	return out
 }
 
-// clusterOf works out the [ClusterStatus] of p from the vhost's queues, the cluster's nodes
-// (nil when unknown) and the vhost's bindings (for the queues a queue dead-letters into).
+// clusterOf works out p's [ClusterStatus] from the queues, nodes (nil when unknown) and
+// bindings.
 func clusterOf(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bindings []Binding) *ClusterStatus {
 	c := &ClusterStatus{}
 	byNode := map[string]*NodeLeaders{}
@@ -225,8 +184,7 @@ func clusterOf(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bin
 	return c
 }
 
-// sharedLeaders finds the ladder queues whose shards share a leader node, in plan order of the
-// shard-0 queues (none for a plan with one ladder).
+// sharedLeaders finds the ladder queues whose shards share a leader node, in plan order.
 func sharedLeaders(p *Plan, queues map[string]ManagedQueue) []SharedLeader {
 	if p.Spec.Shards <= 1 {
 		return nil
@@ -261,13 +219,10 @@ func sharedLeaders(p *Plan, queues map[string]ManagedQueue) []SharedLeader {
 	return out
 }
 
-// LeadersBalanced reports whether the delay queues' leaders are spread over the running
-// nodes (nodes whose state is unknown count as running): the most and the fewest leaders on
-// one running node differ by at most the larger of 2 and a tenth of all delay queues with a
-// leader. RabbitMQ's own rebalance aims at no node leading more than ceil(queues / running
-// nodes) (rabbit_amqqueue:maybe_rebalance), and "balanced" placement at declaration time
-// (see [LeaderLocatorBalanced]) races between declarations made in parallel, so a spread of a
-// few queues is normal. A single running node is always balanced.
+// LeadersBalanced reports whether the delay queues' leaders are spread over the running nodes
+// (unknown counts as running): the most and fewest on one node differ by at most the larger of
+// 2 and a tenth of the delay queues with a leader (parallel "balanced" placement races, so a
+// few is normal). A single running node is always balanced.
 func LeadersBalanced(nodes []NodeLeaders) bool {
 	lo, hi, total, running := -1, 0, 0, 0
 	for _, n := range nodes {
@@ -287,9 +242,8 @@ func LeadersBalanced(nodes []NodeLeaders) bool {
 	return hi-lo <= max(2, total/10)
 }
 
-// deadLetterWaits finds, for every queue of the vhost holding messages in its dead-letter state,
-// the offline members of that queue and of the quorum queues it dead-letters into, and groups
-// the queues by offline node.
+// deadLetterWaits groups the queues holding messages in dead-letter state by the offline
+// members of theirs and of the quorum queues they dead-letter into.
 func deadLetterWaits(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bindings []Binding) []DeadLetterWait {
 	running := map[string]*bool{}
 	for _, n := range nodes {
@@ -335,9 +289,7 @@ func deadLetterWaits(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNod
 }
 
 // deadLetterTargets returns the queues a message dead-lettered to exchange dlx can reach,
-// sorted: through the vhost's bindings (exchange-to-exchange ones followed), the plan's
-// alternate-exchange arguments (the dispatch exchange's) and the targets policy's alternate
-// exchange. nil when dlx is "".
+// sorted: through bindings and the alternate exchanges of the plan and its targets policy.
 func deadLetterTargets(p *Plan, bindings []Binding, dlx string) []string {
 	if dlx == "" {
 		return nil
@@ -377,25 +329,17 @@ func deadLetterTargets(p *Plan, bindings []Binding, dlx string) []string {
 			visit(a)
 		}
 	}
-	out := make([]string, 0, len(found))
-	for q := range found {
-		out = append(out, q)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(found))
 }
 
-// Cluster returns where p's quorum queues live: the leaders per node, the queues with members
-// offline or without a leader, and dead-lettering waiting on an unreachable node. It reads
-// /api/queues, /api/nodes (skipped without the monitoring tag) and /api/bindings of the
-// client's vhost. Errors wrap ErrManagement.
+// Cluster returns where p's quorum queues live, from /api/queues, /api/nodes and
+// /api/bindings. Errors wrap ErrManagement.
 func (m *Management) Cluster(ctx context.Context, p *Plan) (*ClusterStatus, error) {
-	_, c, _, err := m.clusterView(ctx, p) // snapshot.go
+	_, c, _, err := m.clusterView(ctx, p)
 	return c, err
 }
 
-// degradedError describes the queues with members offline or without a leader, by node, for
-// Status (ErrUnhealthy); nil when there are none.
+// degradedError is ErrUnhealthy describing the degraded queues by node; nil when none.
 func degradedError(c *ClusterStatus) error {
 	if len(c.Degraded) == 0 {
 		return nil
@@ -407,17 +351,12 @@ func degradedError(c *ClusterStatus) error {
 		}
 	}
 	off := c.Offline()
-	names := make([]string, 0, len(off))
-	for n := range off {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	running := map[string]*bool{}
 	for _, n := range c.Nodes {
 		running[n.Name] = n.Running
 	}
 	var parts []string
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(off)) {
 		state := "replicas not running"
 		if r := running[n]; r != nil && !*r {
 			state = "node down"

@@ -1,10 +1,10 @@
 package admin
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
@@ -14,64 +14,37 @@ type Breakage string
 
 // What a policy key can break.
 const (
-	// BreaksEarly: delayed messages arrive before they are due (a message-ttl below a delay
-	// queue's x-message-ttl: RabbitMQ applies the lower of the two).
-	BreaksEarly Breakage = "early"
-	// BreaksDeletes: the queue is deleted with its messages (expires: a delay queue never has
-	// a consumer, so it always counts as unused).
-	BreaksDeletes Breakage = "deletes"
-	// BreaksDrops: messages can be lost (a length limit that drops, a TTL on the parking
-	// queue, an overflow that downgrades quorum dead-lettering to at-most-once).
-	BreaksDrops Breakage = "drops"
-	// BreaksStalls: messages stop moving (a full queue refusing dead-lettered messages, which
-	// then sit in the upstream queue's dead-letter state; a due message no binding takes and
-	// no alternate exchange parks).
-	BreaksStalls Breakage = "stalls"
-	// BreaksRevocations: revocations are deleted from the revocation stream before the
-	// messages they name are due, so revoked messages reach handlers (a max-age below the
-	// stream's retention, a max-length-bytes).
-	BreaksRevocations Breakage = "revocations lost"
-	// BreaksRouting: messages go somewhere they should not (a dead-letter routing key that
-	// replaces the message's own, an alternate exchange on one of the topology's exchanges).
-	BreaksRouting Breakage = "wrong routing"
-	// BreaksUnknown: where an operator policy applies could not be worked out: before
-	// RabbitMQ 4.3 the management API names it only with a queue's statistics, which a new
-	// queue lacks for up to collect_statistics_interval, and its pattern is beyond Go's regexp.
+	BreaksEarly       Breakage = "early"            // delayed messages arrive before they are due
+	BreaksDeletes     Breakage = "deletes"          // the queue is deleted with its messages
+	BreaksDrops       Breakage = "drops"            // messages can be lost
+	BreaksStalls      Breakage = "stalls"           // messages stop moving (stuck in dead-letter state)
+	BreaksRevocations Breakage = "revocations lost" // revoked messages reach handlers
+	BreaksRouting     Breakage = "wrong routing"    // messages go somewhere they should not
+	// BreaksUnknown: before 4.3, an operator policy whose pattern Go cannot run and that a new
+	// queue's statistics do not name yet.
 	BreaksUnknown Breakage = "not checked"
 )
 
-// PolicyProblem is one policy key in effect on a queue or exchange of the topology that breaks
-// (or, with Warning, may break) one of rabbitdelay's guarantees. It is an error: Error
-// describes the policy, the key, the value, the object and what it breaks, and what to do.
+// PolicyProblem is one policy key in effect on an object of the topology that breaks (or, with
+// Warning, may break) a guarantee. Error names the policy, key, value, object, effect and fix.
 type PolicyProblem struct {
-	// Kind is KindQueue or KindExchange.
-	Kind Kind `json:"kind"`
-	// Object is the queue or exchange name.
+	Kind   Kind   `json:"kind"`
 	Object string `json:"object"`
-	// Policy is the name of the policy that sets Key, or "" when the value is the object's
-	// own argument, or when no policy applies where one should (the topology's policy is not
-	// set).
+	// Policy sets Key; "" for the object's own argument or when no policy applies where one
+	// should.
 	Policy string `json:"policy"`
-	// Operator is set when Policy is an operator policy (rabbitmqctl set_operator_policy):
-	// RabbitMQ merges those with the applying policy, the stricter value winning, so no
-	// policy of the topology can shadow them.
-	Operator bool `json:"operator,omitempty"`
-	// Key is the policy key (message-ttl, expires, max-length, ...) or argument.
-	Key string `json:"key"`
-	// Value is the value in effect (JSON numbers as json.Number), nil when missing.
-	Value any `json:"value"`
-	// Breaks is what it breaks.
+	// Operator: Policy is an operator policy, which no policy of the topology can shadow.
+	Operator bool   `json:"operator,omitempty"`
+	Key      string `json:"key"`
+	// Value is the value in effect (numbers as json.Number), nil when missing.
+	Value  any      `json:"value"`
 	Breaks Breakage `json:"breaks"`
-	// Warning is set for what does not break a guarantee by itself (a target's own alternate
-	// exchange; a delivery limit on the parking queue). Status and Apply do not fail on
-	// warnings.
-	Warning bool `json:"warning,omitempty"`
-	// Why explains the effect.
-	Why string `json:"why"`
+	// Warning: not a broken guarantee by itself; Status and Apply do not fail on it.
+	Warning bool   `json:"warning,omitempty"`
+	Why     string `json:"why"`
 }
 
-// Error describes the problem: `operator policy "p" sets message-ttl = 1000 on queue "q":
-// early: ...; fix: ...`.
+// Error is `operator policy "p" sets message-ttl = 1000 on queue "q": early: ...`.
 func (pp PolicyProblem) Error() string {
 	var src string
 	switch {
@@ -134,42 +107,46 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 			out = append(out, pp)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Object != out[j].Object {
-			return out[i].Object < out[j].Object
-		}
-		return out[i].Key < out[j].Key
+	slices.SortStableFunc(out, func(a, b PolicyProblem) int {
+		return cmp.Or(cmp.Compare(a.Object, b.Object), cmp.Compare(a.Key, b.Key))
 	})
 	return out
 }
 
-// delayQueueProblems are the policy problems of delay or parking queue q (see
-// [Management.PolicyProblems]), without their fix.
-func delayQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int) []PolicyProblem {
-	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
+// inEffect returns the policy definition in effect on queue mq and a function giving the
+// problem of key k, named after the policy that sets it.
+func inEffect(mq managedObject, pols, ops map[string]managedPolicy) (map[string]any, func(k string) PolicyProblem) {
 	def, fromOp := definitionOf(mq, pols, ops)
+	return def, func(k string) PolicyProblem {
+		pp := PolicyProblem{Kind: KindQueue, Object: mq.Name, Policy: rawName(mq.Policy), Key: k, Value: def[k]}
+		if fromOp[k] {
+			pp.Policy, pp.Operator = rawName(mq.OperatorPolicy), true
+		}
+		return pp
+	}
+}
+
+// delayQueueProblems are the policy problems of delay or parking queue q, without their fix.
+func delayQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int) []PolicyProblem {
+	def, problem := inEffect(mq, pols, ops)
 	quorum := mq.Type == string(delayspec.Quorum)
 	var out []PolicyProblem
 	if _, argLimit := mq.Arguments["x-delivery-limit"]; q.Role == RoleParking && quorum && major >= 4 && !argLimit {
 		if _, ok := def["delivery-limit"]; !ok {
 			// Kept (warning): 4.x's default limit of 20 drops a parked message given back 21 times.
-			out = append(out, parkingDefaultLimit(p, q.Name, userName))
+			out = append(out, parkingDefaultLimit(p, q.Name, rawName(mq.Policy)))
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(def)) {
-		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: def[k]}
-		if fromOp[k] {
-			pp.Policy, pp.Operator = opName, true
-		}
-		if delayKeyProblem(&pp, q, delayOverflow(def, quorum), quorum) {
+		if pp := problem(k); delayKeyProblem(&pp, q, delayOverflow(def, quorum), quorum) {
 			out = append(out, pp)
 		}
 	}
 	return out
 }
 
-// delayKeyProblem fills in what policy key pp.Key, of value pp.Value, breaks on delay or parking
-// queue q, where overflow is in effect, and reports whether it breaks anything.
+// delayKeyProblem fills in what pp.Key breaks on delay or parking queue q under overflow, and
+// reports whether it breaks anything.
 func delayKeyProblem(pp *PolicyProblem, q Queue, overflow string, quorum bool) bool {
 	k, v := pp.Key, pp.Value
 	n, isNum := numeric(v)
@@ -229,8 +206,7 @@ func delayKeyProblem(pp *PolicyProblem, q Queue, overflow string, quorum bool) b
 	return true
 }
 
-// stallOrDrop is what a due message nothing routes suffers: quorum delay queues stall on it,
-// classic ones drop it.
+// stallOrDrop is what a due message nothing routes suffers (classic delay queues drop it).
 func stallOrDrop(p *Plan) Breakage {
 	if p.Spec.QueueType == delayspec.Classic {
 		return BreaksDrops
@@ -239,8 +215,7 @@ func stallOrDrop(p *Plan) Breakage {
 }
 
 // exchangeProblem is the policy problem of exchange mx, if any: a target whose unroutable due
-// messages are not parked, or an exchange of the topology with a policy's alternate exchange.
-// exists is the set of the vhost's exchanges.
+// messages are not parked, or a topology exchange with a policy's alternate exchange.
 func exchangeProblem(p *Plan, mx managedObject, pols map[string]managedPolicy, exists map[string]bool) (PolicyProblem, bool) {
 	userName := rawName(mx.Policy)
 	if p.Spec.HasTarget(mx.Name) {
@@ -260,7 +235,7 @@ func exchangeProblem(p *Plan, mx managedObject, pols map[string]managedPolicy, e
 }
 
 // targetProblem is the problem of target exchange mx, if any: a due message it routes to no
-// queue must reach the parking queue through the targets policy's alternate exchange.
+// queue must be parked through the targets policy's alternate exchange.
 func targetProblem(p *Plan, mx managedObject, pols map[string]managedPolicy, exists map[string]bool) (PolicyProblem, bool) {
 	userName := rawName(mx.Policy)
 	argAE, hasArg := mx.Arguments["alternate-exchange"]
@@ -305,9 +280,8 @@ func targetProblem(p *Plan, mx managedObject, pols map[string]managedPolicy, exi
 	return pp, true
 }
 
-// missingAE turns a warning about a target's own alternate exchange into an error when that
-// exchange does not exist: RabbitMQ then routes the message nowhere, and at-least-once
-// dead-lettering retries it forever (classic delay queues drop it).
+// missingAE turns a warning about a target's alternate exchange into an error when that
+// exchange does not exist (the message then goes nowhere).
 func missingAE(p *Plan, pp *PolicyProblem, ae any, exists map[string]bool) {
 	if name := fmt.Sprint(ae); !exists[name] {
 		pp.Warning = false
@@ -317,18 +291,11 @@ func missingAE(p *Plan, pp *PolicyProblem, ae any, exists map[string]bool) {
 	}
 }
 
-// readyQueueProblems are the policy problems of ready queue q (see [Management.PolicyProblems]).
-// The topology sets no policy on ready queues: they belong to the application that consumes
-// them, whose own policies (a length limit, a TTL for messages nobody wants late, a leader
-// locator) are its business, and a policy of the topology would shadow them all. What is
-// reported is what loses or misroutes due messages. A quorum ready queue that `rabbitdelay apply`
-// declared with a delivery limit has x-dead-letter-exchange <prefix>.unroutable (an argument,
-// which wins over a policy's), so what it expires, drops at its length limit or returns past
-// its limit is parked: a warning. Without it (classic ready queues, or ReadyDeliveryLimit -1)
-// the same is lost, unless the policy in effect gives a dead-letter-exchange of its own.
+// readyQueueProblems are the policy problems of ready queue q: the topology sets no policy on
+// the application's queues, but reports what loses or misroutes due messages (a warning when
+// they are parked through the queue's x-dead-letter-exchange, which wins over a policy's).
 func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy, major int, exchanges map[string]bool) []PolicyProblem {
-	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
-	def, fromOp := definitionOf(mq, pols, ops)
+	def, problem := inEffect(mq, pols, ops)
 	dlxValue, ownDLX := def["dead-letter-exchange"]
 	r := readyQueue{p: p, parks: q.Args["x-dead-letter-exchange"] == p.Names.Unroutable(), ownDLX: ownDLX, dlx: fmt.Sprint(dlxValue),
 		exchanges: exchanges, overflow: fmt.Sprint(def["overflow"])}
@@ -344,10 +311,7 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 				"policy with delivery-limit -1 (none) on it"})
 	}
 	for _, k := range slices.Sorted(maps.Keys(def)) {
-		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: def[k]}
-		if fromOp[k] {
-			pp.Policy, pp.Operator = opName, true
-		}
+		pp := problem(k)
 		if !r.keyProblem(&pp) {
 			continue
 		}
@@ -372,8 +336,8 @@ type readyQueue struct {
 	overflow  string // the policy's overflow
 }
 
-// keyProblem fills in what policy key pp.Key, of value pp.Value, breaks, and reports whether
-// it breaks anything (warnings included).
+// keyProblem fills in what pp.Key breaks, and reports whether it breaks anything (warnings
+// included).
 func (r readyQueue) keyProblem(pp *PolicyProblem) bool {
 	v := pp.Value
 	switch pp.Key {
@@ -414,8 +378,8 @@ func (r readyQueue) keyProblem(pp *PolicyProblem) bool {
 	return true
 }
 
-// lost says where the due messages the queue takes out (what) go: parked (a warning),
-// dead-lettered by the policy (a warning), or lost.
+// lost says where the due messages the queue takes out (what) go: parked or dead-lettered by
+// the policy (warnings), or lost.
 func (r readyQueue) lost(pp *PolicyProblem, what string) {
 	switch {
 	case r.parks:
@@ -425,8 +389,7 @@ func (r readyQueue) lost(pp *PolicyProblem, what string) {
 		pp.Breaks, pp.Warning = BreaksRouting, true
 		pp.Why = what + fmt.Sprintf(": they are dead-lettered to the policy's dead-letter-exchange %q", r.dlx)
 	case r.ownDLX:
-		// RabbitMQ drops a message dead-lettered to an exchange that does not exist
-		// (rabbit_dead_letter: no route), so this loses due messages as surely as none.
+		// RabbitMQ drops what it dead-letters to a missing exchange (rabbit_dead_letter).
 		pp.Breaks = BreaksDrops
 		pp.Why = what + fmt.Sprintf(": the policy dead-letters them to exchange %q, which does not exist, so they are lost", r.dlx)
 	default:
@@ -444,18 +407,11 @@ func exchangeNames(exchanges []managedObject) map[string]bool {
 	return set
 }
 
-// revokedProblems are the policy problems of the revocation stream q (see
-// [Management.PolicyProblems]). For a stream, RabbitMQ takes a policy's max-age and
-// max-length-bytes over the stream's own x-max-age and x-max-length-bytes
-// (rabbit_stream_queue:policy_precedence/2, 3.10.8 and 4.0.5), merging a policy's
-// max-length-bytes with an operator policy's by the lower value (rabbit_policies; operator
-// policies cannot set max-age). The other keys a policy on a stream may hold
-// (stream-max-segment-size-bytes, queue-leader-locator, initial-cluster-size, 4.x's
-// stream-filter-size-bytes) drop no record: retention deletes whole segments, and only once
-// every record in one is past the retention.
+// revokedProblems are the policy problems of the revocation stream q: a policy's max-age and
+// max-length-bytes win over the stream's arguments (rabbit_stream_queue:policy_precedence/2);
+// no other stream key drops a record.
 func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]managedPolicy) []PolicyProblem {
-	userName, opName := rawName(mq.Policy), rawName(mq.OperatorPolicy)
-	def, fromOp := definitionOf(mq, pols, ops)
+	def, problem := inEffect(mq, pols, ops)
 	retention := p.Spec.RevocationRetention()
 	var out []PolicyProblem
 	for _, k := range []string{"max-age", "max-length-bytes"} {
@@ -463,10 +419,8 @@ func revokedProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string]ma
 		if !ok {
 			continue
 		}
-		pp := PolicyProblem{Kind: KindQueue, Object: q.Name, Policy: userName, Key: k, Value: v, Breaks: BreaksRevocations}
-		if fromOp[k] {
-			pp.Policy, pp.Operator = opName, true
-		}
+		pp := problem(k)
+		pp.Breaks = BreaksRevocations
 		const lost = "revoked messages due after that reach handlers"
 		switch k {
 		// Kept: revocations are deleted before their messages are due, which then reach handlers.
@@ -494,7 +448,7 @@ func stallText(t delayspec.QueueType) string {
 		"than the dead-letter worker's prefetch (dead_letter_worker_consumer_prefetch, 32 by default) the whole delay queue stalls"
 }
 
-// Failing returns the problems that are not warnings.
+// Failing returns the problems that are not warnings (nil when none).
 func Failing(problems []PolicyProblem) []PolicyProblem {
 	var out []PolicyProblem
 	for _, pp := range problems {
@@ -505,11 +459,8 @@ func Failing(problems []PolicyProblem) []PolicyProblem {
 	return out
 }
 
-// parkingDefaultLimit is the warning for a quorum parking queue on RabbitMQ 4.x that no
-// delivery limit is set on: neither the delay-queue policy's delivery-limit -1 ([Plan.ForBroker];
-// policy userName applies instead, or none does) nor an argument. RabbitMQ 4.x then gives the
-// queue its default limit of 20 (rabbit_quorum_queue; 3.x has none), so a parked message that a
-// reader gives back as failed more often is dropped: the same reader loses nothing on 3.x.
+// parkingDefaultLimit is the warning for a quorum parking queue on 4.x without delivery limit
+// (policy userName, or none, applies instead of ours), which then gets 4.x's default of 20.
 func parkingDefaultLimit(p *Plan, parking, userName string) PolicyProblem {
 	ours := p.Names.DelayQueuesPolicy()
 	pp := PolicyProblem{Kind: KindQueue, Object: parking, Policy: userName, Key: "delivery-limit", Value: "none (RabbitMQ 4.x default: 20)",
