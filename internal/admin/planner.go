@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"slices"
 	"sort"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -10,8 +11,7 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// planner builds a [Plan]: the spec (targets without the retry exchange), and the ladder's
-// levels in declaration order with the delay queues of each.
+// planner builds a [Plan] from the spec (targets without the retry exchange) and the ladder.
 type planner struct {
 	p       *Plan
 	s       delayspec.Spec
@@ -62,10 +62,8 @@ func (b *planner) nextExchange(l, k int) string {
 	return b.n.Dispatch()
 }
 
-// slot is the Slot of digit d's queue of level l in shard k, in the block-th block of ladder
-// queues (0: the ladder's, 1: last-hop, 2: first-hop): with shards, the i-th queue (by block,
-// level, then digit) of shard k gets slot i+k, so Apply places it on node (i+k) mod nodes
-// (see Queue.Slot); -1 with one ladder.
+// slot is the Slot of digit d's queue of level l in shard k, in block 0 (ladder), 1 (last-hop)
+// or 2 (first-hop): the i-th queue of shard k gets slot i+k; -1 with one ladder.
 func (b *planner) slot(block, l, d, k int) int {
 	if b.s.Shards <= 1 {
 		return -1
@@ -73,9 +71,7 @@ func (b *planner) slot(block, l, d, k int) int {
 	return (block*b.levels+l)*b.radix1 + d - 1 + k
 }
 
-// addExchanges plans D, its alternate exchanges, the targets given with a type, the ladder
-// levels' and last-hop exchanges, the bucket and plugin exchanges, and lists in Existing the
-// exchanges the plan binds to without declaring them.
+// addExchanges plans every exchange but the entry ones, and lists p.Existing.
 func (b *planner) addExchanges() {
 	p, s, n := b.p, b.s, b.n
 	p.Exchanges = append(p.Exchanges,
@@ -84,18 +80,21 @@ func (b *planner) addExchanges() {
 		Exchange{Name: n.Dispatch(), Type: amqp.ExchangeHeaders, Args: amqp.Table{"alternate-exchange": n.Unroutable()}, Role: RoleDispatch, Level: -1},
 	)
 	declared := map[string]bool{}
+	existing := func(name string) {
+		if !declared[name] && !slices.Contains(p.Existing, name) {
+			p.Existing = append(p.Existing, name)
+		}
+	}
 	for _, t := range s.Targets {
 		if t.Type != "" {
 			p.Exchanges = append(p.Exchanges, Exchange{Name: t.Name, Type: t.Type, Role: RoleTarget, Level: -1})
 			declared[t.Name] = true
 		} else {
-			p.Existing = appendOnce(p.Existing, t.Name)
+			existing(t.Name)
 		}
 	}
 	for _, r := range s.ReadyQueues {
-		if !declared[r.Exchange] {
-			p.Existing = appendOnce(p.Existing, r.Exchange)
-		}
+		existing(r.Exchange)
 	}
 	for k := range s.Shards {
 		for _, l := range b.order {
@@ -114,12 +113,11 @@ func (b *planner) addExchanges() {
 	}
 }
 
-// addQueues plans the parking queue, the revocation and spec streams, the ready queues, the
-// ladder's queues (with its last-hop and first-hop queues) and the bucket queues.
+// addQueues plans every queue.
 func (b *planner) addQueues() {
 	p, s, n := b.p, b.s, b.n
 	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: plainArgs(s.QueueType), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
-	p.addRevoked() // revoked.go: the revocation stream
+	p.addRevoked()
 	p.Queues = append(p.Queues, Queue{Name: n.SpecStream(), Args: delayspec.SpecStreamArgs(), Role: RoleSpec, Level: -1, Digit: -1, Slot: -1})
 	for _, r := range s.ReadyQueues {
 		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
@@ -141,8 +139,8 @@ func (b *planner) addQueues() {
 	}
 }
 
-// addLastHopQueues plans, per level that does not dead-letter into D already, a queue per digit
-// with the same TTL that does, for the messages whose last hop is there.
+// addLastHopQueues plans, per level that does not dead-letter into D, a queue per digit with the
+// same TTL that does, for messages whose last hop is there.
 func (b *planner) addLastHopQueues() {
 	p, s, n := b.p, b.s, b.n
 	for k := range s.Shards {
@@ -158,9 +156,8 @@ func (b *planner) addLastHopQueues() {
 	}
 }
 
-// addFirstHopQueues plans, for the top-first and top-split orders, per level above 0 a queue per digit with
-// the same TTL that dead-letters into level 0's exchange, for the first hop of the messages
-// whose highest digit is there.
+// addFirstHopQueues plans, for the top-first and top-split orders, per level above 0 a queue per
+// digit with the same TTL that dead-letters into level 0's exchange, for a message's first hop.
 func (b *planner) addFirstHopQueues() {
 	p, s, n := b.p, b.s, b.n
 	if p.Ladder.Order != ttlbuckets.TopFirst && p.Ladder.Order != ttlbuckets.TopSplit {
@@ -180,10 +177,8 @@ func (b *planner) addFirstHopQueues() {
 	}
 }
 
-// addEntryExchanges plans a fanout exchange per ladder, last-hop and first-hop queue, bound to
-// it alone, for a message's first hop (Names.LadderEntryExchange). Its binding has the tier of
-// the level's bindings into the queue (1 for a last-hop queue, which dead-letters into D):
-// declared once the queue's downstream routes.
+// addEntryExchanges plans a fanout exchange per ladder queue, bound to it alone, for a
+// message's first hop, with the tier of the level's bindings into the queue.
 func (b *planner) addEntryExchanges() {
 	p := b.p
 	for _, q := range p.Queues {
@@ -203,8 +198,7 @@ func (b *planner) addEntryExchanges() {
 	}
 }
 
-// addBindings plans the bindings of the parking queue, D, the ready queues, the buckets and
-// the plugin exchange.
+// addBindings plans every binding but the ladder's and the entry exchanges'.
 func (b *planner) addBindings() {
 	p, s, n := b.p, b.s, b.n
 	p.Bindings = append(p.Bindings, Binding{Source: n.Unroutable(), Destination: n.Parking(), DestinationType: DestQueue, Role: RoleUnroutable})
@@ -231,12 +225,8 @@ func (b *planner) addBindings() {
 }
 
 // addLadderBindings plans each level's bindings: digit d to its queue, 0 to the next level (or
-// D), and a last hop through the level's last-hop exchange. A message whose last hop is digit
-// d of level l goes into the last-hop queue, which dead-letters straight to D
-// (route.EncodeRoute): a headers exchange tests every one of its bindings against every
-// message, so the level's exchange keeps radix + 1 bindings instead of 2 x radix - 1. The
-// last-hop exchange's bindings lead to queues that dead-letter to D: tier 1, with the
-// buckets', before the binding that routes into it.
+// D), and a last hop through the level's last-hop exchange, so the level's exchange, which
+// tests every binding against every message, keeps radix + 1 bindings instead of 2 x radix - 1.
 func (b *planner) addLadderBindings() {
 	p, n := b.p, b.n
 	for k := range b.s.Shards {
