@@ -16,8 +16,8 @@ type planObject struct {
 	decl   job
 }
 
-// objectsOf lists the exchanges, then the queues, of p in plan order. A queue with a Slot is
-// declared through nodes[Slot mod len(nodes)] when nodes are given.
+// objectsOf lists p's exchanges, then queues; a queue with a Slot is declared through
+// nodes[Slot mod len(nodes)] when nodes are given.
 func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
 	var objects []planObject
 	for _, e := range p.Exchanges {
@@ -37,7 +37,7 @@ func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
 func (o planObject) key() string   { return rowKey(o.kind, o.name) }
 func (o planObject) declare() step { return step{o.kind, o.name, o.decl} }
 
-// lookup is a passive declaration: it fails with 404 NOT_FOUND when the object does not exist.
+// lookup is a passive declaration (404 NOT_FOUND when the object does not exist).
 func (o planObject) lookup() step {
 	if o.kind == KindExchange {
 		return step{o.kind, o.name, func(ch *amqp.Channel) error {
@@ -87,8 +87,7 @@ func declareQueue(q Queue) job {
 	}
 }
 
-// declareQueueOn declares q on a channel of its own on conn (a connection to the node that is to
-// lead q), not on the worker's channel.
+// declareQueueOn declares q on a channel of its own on conn, the node that is to lead q.
 func declareQueueOn(q Queue, conn *amqp.Connection) job {
 	return func(*amqp.Channel) error {
 		ch, err := conn.Channel()

@@ -5,10 +5,8 @@ import (
 	"fmt"
 )
 
-// Definitions is the subset of RabbitMQ's definitions format
-// (https://www.rabbitmq.com/docs/definitions, what `rabbitmqctl export_definitions` writes and
-// `rabbitmqctl import_definitions` and the management API's POST /api/definitions read) that
-// a topology needs.
+// Definitions is the part of RabbitMQ's definitions format
+// (https://www.rabbitmq.com/docs/definitions) that a topology needs.
 type Definitions struct {
 	VHosts    []DefVHost    `json:"vhosts"`
 	Exchanges []DefExchange `json:"exchanges"`
@@ -62,11 +60,9 @@ type DefBinding struct {
 	Arguments       map[string]any `json:"arguments"`
 }
 
-// Definitions returns p as RabbitMQ definitions for vhost ("/" when empty): every exchange,
-// queue, binding and policy Apply would declare, with the same arguments. The vhost is listed, so
-// `rabbitmqctl import_definitions` creates it on an empty broker (it grants no permissions).
-// Exchanges in p.Existing (targets given without a type) are not included: they must exist
-// before the definitions are imported, as for Apply.
+// Definitions returns p as RabbitMQ definitions for vhost ("/" when empty): what Apply would
+// declare, and the vhost (created by an import, without permissions). Exchanges of
+// p.Existing must exist before an import.
 func (p *Plan) Definitions(vhost string) Definitions {
 	if vhost == "" {
 		vhost = "/"
@@ -95,10 +91,8 @@ func (p *Plan) Definitions(vhost string) Definitions {
 	return d
 }
 
-// Export returns p as RabbitMQ definitions JSON for vhost (see [Plan.Definitions]), indented.
-// Integer arguments (x-message-ttl, digit and bucket header values) are JSON numbers, which
-// RabbitMQ imports as AMQP long integers, the type Apply declares them with, so Apply after an
-// import reports everything unchanged.
+// Export returns [Plan.Definitions] as indented JSON. Integers are JSON numbers, which RabbitMQ
+// imports as longs as Apply declares them, so Apply after an import changes nothing.
 func Export(p *Plan, vhost string) ([]byte, error) {
 	out, err := json.MarshalIndent(p.Definitions(vhost), "", "  ")
 	if err != nil {

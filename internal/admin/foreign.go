@@ -10,11 +10,9 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// foreignObjects returns an error wrapping ErrInvalidSpec when a target, a ready queue's exchange
-// or a ready queue of p is an object of another prefix's topology that exists in the vhost
-// (ForeignPrefixes, then a passive declare of that prefix's parking queue): binding it into this
-// topology would send this topology's messages into the other's delay queues, parking queue or
-// exchanges.
+// foreignObjects returns an error wrapping ErrInvalidSpec when a target, ready queue or its
+// exchange is an object of another prefix's topology whose parking queue exists: binding it
+// would send this topology's messages into the other's.
 func foreignObjects(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 	type candidate struct{ what, name, prefix string }
 	var cands []candidate

@@ -11,17 +11,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// connListWait bounds how long placeShards waits for its connections to appear in the
-// management API's connection list: RabbitMQ lists a connection once its first statistics are
-// emitted (collect_statistics_interval, 5 s by default), later on a node that just restarted.
+// connListWait bounds the wait for connections to appear in the management API's list (once
+// their first statistics are emitted).
 const connListWait = 60 * time.Second
 
-// connNodes returns the node each of conns is attached to, by index. Where every node listens
-// on a port of its own (the overview's listeners), the server port of each connection names
-// its node at once. Otherwise it matches the client's local port with the peer_port of the
-// management API's connection list (GET /api/vhosts/<vhost>/connections), asking every second
-// until all are listed or connListWait has passed. ok is false when one of them is still not
-// found (a proxy between client and broker): the caller then places by slot alone.
+// connNodes returns the node of each of conns: by server port when each node listens on its
+// own (listenerNodes), else by matching the local port with the connection list's peer_port,
+// asked every second up to connListWait. ok is false when one is not found (a proxy).
 func (m *Management) connNodes(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool, err error) {
 	if nodes, ok := m.listenerNodes(ctx, conns); ok {
 		return nodes, true, nil
@@ -47,8 +43,8 @@ func (m *Management) connNodes(ctx context.Context, conns []*amqp.Connection) (n
 	return nodes, true, nil
 }
 
-// listenerNodes names the node of each of conns by its server port, when the overview's AMQP
-// listeners give each port to one node only (nodes on one host); ok is false otherwise.
+// listenerNodes names each conn's node by server port, when the overview's AMQP listeners give
+// each port to one node only; ok is false otherwise.
 func (m *Management) listenerNodes(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool) {
 	var raw struct {
 		Listeners []struct {
@@ -106,13 +102,9 @@ func (m *Management) connNodesOnce(ctx context.Context, conns []*amqp.Connection
 	return nodes, true, nil
 }
 
-// placeShards chooses, for each ladder queue of p that does not exist yet (exists: by the
-// report's row key), the connection of conns to declare it through, so that it leads from a
-// node that leads no other shard of the same queue (level and digit): the leaders of the shards
-// that exist are read from the management API, and each missing shard takes the first node
-// from its slot on (Queue.Slot, then Slot+1, ...) that none of its shards leads yet, or its
-// slot's node when every node leads one (more shards than nodes). It returns nil, to place by
-// slot alone, when the nodes of conns cannot be told (see connNodes).
+// placeShards picks, for each missing ladder queue of p, the index of the conn to declare it
+// through: the first from its slot on whose node leads no other shard of the same queue, or
+// its slot's when all do. nil (place by slot) when the nodes cannot be told apart.
 func placeShards(ctx context.Context, m *Management, p *Plan, conns []*amqp.Connection, exists map[string]bool) (map[string]int, error) {
 	nodes, ok, err := m.connNodes(ctx, conns)
 	if err != nil || !ok {
@@ -123,9 +115,8 @@ func placeShards(ctx context.Context, m *Management, p *Plan, conns []*amqp.Conn
 		return nil, err
 	}
 	type ld struct {
-		level, digit int
-		lastHop      bool
-		firstHop     bool
+		level, digit      int
+		lastHop, firstHop bool
 	}
 	used := map[ld]map[string]bool{}
 	for _, q := range p.Queues {

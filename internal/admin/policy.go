@@ -13,8 +13,7 @@ import (
 // KindPolicy is the kind of a policy in a [Report].
 const KindPolicy Kind = "policy"
 
-// managedPolicy is a policy as GET /api/policies/<vhost> (or /api/operator-policies/<vhost>)
-// lists it.
+// managedPolicy is a policy as GET /api/policies/<vhost> lists it.
 type managedPolicy struct {
 	Name       string         `json:"name"`
 	Pattern    string         `json:"pattern"`
@@ -40,8 +39,7 @@ func (m *Management) policies(ctx context.Context, operator bool) (map[string]ma
 	return out, nil
 }
 
-// samePolicy reports whether the broker's policy has the plan policy's pattern, apply-to,
-// priority and definition (values compared by their printed form: JSON numbers).
+// samePolicy reports whether have matches want (values compared printed: JSON numbers).
 func samePolicy(have managedPolicy, want Policy) bool {
 	if have.Pattern != want.Pattern || have.ApplyTo != want.ApplyTo || have.Priority.String() != strconv.Itoa(want.Priority) ||
 		len(have.Definition) != len(want.Definition) {
@@ -65,12 +63,9 @@ func policyAdvice(err error) string {
 	return ""
 }
 
-// SetPolicies creates or updates p's policies ([Plan.Policies]) in the client's vhost and
-// reports each as StateCreated, StateUnchanged or StateUpdated (with dryRun: StateMissing or
-// StateUpdated, nothing written). A policy of the same name with another pattern, priority or
-// definition is overwritten: the names are the topology's own ([Names.DelayQueuesPolicy],
-// [Names.TargetsPolicy]). Errors wrap ErrManagement; a refusal (401/403) says which user tag
-// is needed.
+// SetPolicies creates or overwrites p's policies in the client's vhost and reports each as
+// StateCreated, StateUnchanged or StateUpdated (dryRun: StateMissing or StateUpdated, nothing
+// written). Errors wrap ErrManagement; a refusal (401/403) names the user tag needed.
 func (m *Management) SetPolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
 	have, err := m.policies(ctx, false)
 	if err != nil {
@@ -102,9 +97,8 @@ func (m *Management) SetPolicies(ctx context.Context, p *Plan, dryRun bool) ([]R
 	return out, nil
 }
 
-// DeletePolicies deletes p's policies and reports each as StateDeleted or StateAbsent (with
-// dryRun nothing is deleted; what exists is reported as StateDeleted). Errors wrap
-// ErrManagement.
+// DeletePolicies deletes p's policies and reports each as StateDeleted or StateAbsent (dryRun:
+// nothing deleted). Errors wrap ErrManagement.
 func (m *Management) DeletePolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
 	have, err := m.policies(ctx, false)
 	if err != nil {
@@ -129,8 +123,7 @@ func (m *Management) DeletePolicies(ctx context.Context, p *Plan, dryRun bool) (
 	return out, nil
 }
 
-// PolicyCommands returns the rabbitmqctl commands that set p's policies in vhost, for
-// operators who apply without the management API (AMQP cannot set policies).
+// PolicyCommands returns the rabbitmqctl commands that set p's policies in vhost.
 func (p *Plan) PolicyCommands(vhost string) []string {
 	if vhost == "" {
 		vhost = "/"

@@ -10,20 +10,15 @@ import (
 )
 
 // DefaultWorkers is the number of channels Apply, Status and Teardown use in parallel when
-// their options say 0. Declaring a quorum queue costs the broker noticeable work; several
-// channels overlap it (docs/benchmarks.md).
+// their options say 0 (docs/benchmarks.md).
 const DefaultWorkers = 8
 
-// job is one AMQP operation on a channel. A job whose error closed the channel (any broker
-// refusal does) gets the next job a fresh channel.
+// job is one AMQP operation on a channel.
 type job func(ch *amqp.Channel) error
 
-// runJobs runs jobs on up to workers channels of conn and returns each job's error, by
-// index. When stopOnError is set, no job starts after one has failed (those are reported
-// with errSkipped). It returns ctx.Err() as soon as ctx ends, and when ctx ended before every
-// job ran: amqp091's declare methods take
-// no context, so an operation in flight then finishes (or fails) in the background when the
-// broker answers or the connection closes.
+// runJobs runs jobs on up to workers channels of conn and returns each job's error, by index.
+// With stopOnError no job starts after one failed (errSkipped). It returns ctx.Err() as soon
+// as ctx ends; operations in flight then finish in the background (amqp091 takes no context).
 func runJobs(ctx context.Context, conn *amqp.Connection, workers int, stopOnError bool, jobs []job) ([]error, error) {
 	errs := make([]error, len(jobs))
 	if workers <= 0 {
@@ -31,7 +26,6 @@ func runJobs(ctx context.Context, conn *amqp.Connection, workers int, stopOnErro
 	}
 	var mu sync.Mutex
 	next, failed := 0, false
-	// take returns the next job to run, marking those skipped on the way; false when none is left.
 	take := func() (int, bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -92,7 +86,7 @@ func runJobs(ctx context.Context, conn *amqp.Connection, workers int, stopOnErro
 // errSkipped marks a job that did not run because an earlier one failed or ctx ended.
 var errSkipped = errors.New("topology: skipped after an earlier failure")
 
-// firstErr returns the first error of errs that is not errSkipped, with its index.
+// firstErr returns the first error of errs, preferring one that is not errSkipped, and its index.
 func firstErr(errs []error) (int, error) {
 	for i, err := range errs {
 		if err != nil && err != errSkipped {

@@ -7,13 +7,9 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// What amqpdelay.Config.Management asks at every Publisher connection (amqpdelay.ManagementCheck):
-// the checks of the management API whose absence would lose or stall delayed messages, for a
-// specification rather than a plan, so that the client never needs this package.
-
-// UnboundTargets returns the targets of spec that the dispatch exchange is not bound to, as
-// the management API lists its bindings now (one request; see [Management.DispatchBound]). Errors
-// wrap ErrInvalidSpec for a spec that does not validate, or are the management API's.
+// UnboundTargets returns the targets of spec that the dispatch exchange is not bound to (one
+// request), for amqpdelay.Config.Management. Errors wrap ErrInvalidSpec for an invalid spec,
+// or are the management API's.
 func (m *Management) UnboundTargets(ctx context.Context, spec delayspec.Spec) ([]string, error) {
 	p, err := NewPlan(spec)
 	if err != nil {
@@ -32,10 +28,8 @@ func (m *Management) UnboundTargets(ctx context.Context, spec delayspec.Spec) ([
 	return unbound, nil
 }
 
-// UnsafePolicies returns one line per policy or operator policy in effect on the topology of
-// spec in m's vhost that breaks a guarantee ([Management.PolicyProblems], the failing ones:
-// [Failing]), each naming the key, the object and the fix. Errors wrap ErrInvalidSpec for a
-// spec that does not validate, or are the management API's.
+// UnsafePolicies returns the [Failing] [Management.PolicyProblems] of spec's topology, one line
+// each. Errors wrap ErrInvalidSpec for an invalid spec, or are the management API's.
 func (m *Management) UnsafePolicies(ctx context.Context, spec delayspec.Spec) ([]string, error) {
 	p, err := NewPlan(spec)
 	if err != nil {

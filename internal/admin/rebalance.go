@@ -15,35 +15,26 @@ type RebalanceOptions struct {
 	DryRun bool
 	// Poll is how often the leaders are read while RabbitMQ moves them; 0 means 1 s.
 	Poll time.Duration
-	// Settle is how long the leaders must stay unchanged, once the rebalance was asked for,
-	// before Rebalance considers RabbitMQ done; 0 means 10 s. Rebalance also returns as soon
-	// as the leaders are balanced ([LeadersBalanced]) after a move, and when ctx ends.
+	// Settle is how long the leaders must stay unchanged before Rebalance returns; 0 means
+	// 10 s. It also returns once they are balanced after a move, and when ctx ends.
 	Settle time.Duration
 }
 
 // RebalanceReport is what [Management.Rebalance] did.
 type RebalanceReport struct {
-	// Before and After are the leaders per node before the rebalance and when Rebalance
-	// returned (After equals Before when nothing was asked for).
-	Before []NodeLeaders `json:"before"`
-	After  []NodeLeaders `json:"after"`
-	// Requested says whether POST /api/rebalance/queues was sent.
-	Requested bool `json:"requested"`
-	// Reason says why it was not (already balanced, dry run, a single running node).
-	Reason string `json:"reason,omitempty"`
-	// Moved is how many of the plan's quorum queues have another leader afterwards.
-	Moved int `json:"moved"`
-	// Command is the rabbitmq-queues command that rebalances only the plan's quorum queues,
-	// to run on a cluster node (the HTTP API cannot restrict a rebalance).
+	// Before and After are the leaders per node before and when Rebalance returned.
+	Before    []NodeLeaders `json:"before"`
+	After     []NodeLeaders `json:"after"`
+	Requested bool          `json:"requested"`        // POST /api/rebalance/queues was sent
+	Reason    string        `json:"reason,omitempty"` // why it was not
+	Moved     int           `json:"moved"`            // quorum queues with another leader after
+	// Command is [Plan.RebalanceCommand] (the HTTP API cannot restrict a rebalance).
 	Command string `json:"command"`
 }
 
-// RebalanceCommand returns the rabbitmq-queues command that moves the leaders of p's quorum
-// queues in vhost, and only theirs, for an operator on a cluster node: `rabbitmq-queues
-// rebalance quorum` with a vhost pattern matching exactly vhost and a queue pattern (PCRE,
-// rabbit_amqqueue:rebalance matches it with re:run) matching the parking and delay queues by
-// the naming rule ([Names.DelayQueuesPattern], the delay-queue policy's pattern; an earlier
-// ladder's queues under the same prefix match too) and the other queues by name.
+// RebalanceCommand returns the `rabbitmq-queues rebalance quorum` command that moves only the
+// leaders of p's quorum queues in vhost, to run on a cluster node: its queue pattern (PCRE)
+// matches the delay and parking queues by [Names.DelayQueuesPattern], the others by name.
 func (p *Plan) RebalanceCommand(vhost string) string {
 	if vhost == "" {
 		vhost = "/"
@@ -71,19 +62,12 @@ func leaders(p *Plan, queues map[string]ManagedQueue) map[string]string {
 	return out
 }
 
-// Rebalance moves the leaders of quorum queues so that each running node leads about as
-// many, through the management API, and reports the leaders of p's quorum queues per node
-// before and after. When p's delay queues are already balanced ([LeadersBalanced]), or with
-// opts.DryRun, it moves nothing.
-//
-// RabbitMQ's endpoint, POST /api/rebalance/queues (rabbit_mgmt_wm_rebalance_queues), takes no
-// filter: it rebalances every replicated queue of every vhost and needs the administrator tag.
-// Each move is a Raft leadership transfer, no message lost. To move only the topology's
-// queues, run [RebalanceReport.Command] on a cluster node instead.
-//
-// Rebalance then reads the leaders every opts.Poll until they are balanced, stay unchanged for
-// opts.Settle, or ctx ends (it returns the report so far and ctx's error). Errors wrap
-// ErrManagement; a refusal (401/403) says the administrator tag is needed.
+// Rebalance asks RabbitMQ (POST /api/rebalance/queues, administrator tag) to spread the quorum
+// queues' leaders of every vhost over the running nodes (Raft leadership transfers, no message
+// lost), unless p's delay queues are balanced ([LeadersBalanced]) or with opts.DryRun, and
+// reports p's leaders per node before and after, polling as [RebalanceOptions] say. When ctx
+// ends it returns the report so far and ctx's error. Errors wrap ErrManagement; a refusal
+// (401/403) names the administrator tag.
 func (m *Management) Rebalance(ctx context.Context, p *Plan, opts RebalanceOptions) (*RebalanceReport, error) {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
@@ -130,9 +114,8 @@ func (m *Management) Rebalance(ctx context.Context, p *Plan, opts RebalanceOptio
 	return rep, m.waitSettled(ctx, p, opts, rep, start)
 }
 
-// waitSettled reads the leaders of p's quorum queues every opts.Poll, into rep, until they are
-// balanced after a move, stay unchanged for opts.Settle, or ctx ends; start are the leaders
-// before the rebalance.
+// waitSettled reads p's leaders into rep every opts.Poll until they settle; start are the
+// leaders before.
 func (m *Management) waitSettled(ctx context.Context, p *Plan, opts RebalanceOptions, rep *RebalanceReport, start map[string]string) error {
 	last, lastChange := start, time.Now()
 	t := time.NewTicker(opts.Poll)

@@ -11,56 +11,35 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
-// RequeueLoop is a ready queue, or the parking queue, that redelivers the messages it holds
-// over and over, with no delivery limit that will end it: a consumer that gives back
-// (requeues) a message it cannot handle, forever. The management API shows it as a high
-// redeliver rate equal to the deliver rate, no acknowledgements, and the message counted as
-// held (ready or unacknowledged). See [RequeueLoopOf] for the rule.
+// RequeueLoop is a ready queue, or the parking queue, whose consumer requeues a message it
+// cannot handle over and over, with no delivery limit to end it (see [RequeueLoopOf]).
 type RequeueLoop struct {
-	Queue string `json:"queue"`
-	// RedeliverRate and DeliverRate are the management API's rates, per second.
-	RedeliverRate float64 `json:"redeliver_rate"`
-	DeliverRate   float64 `json:"deliver_rate"`
-	// Messages is every message the queue holds.
-	Messages int64 `json:"messages"`
-	// Cause is why no delivery limit ends the loop: CauseNackNotCounted, CauseClassic,
-	// CauseNoLimit or CauseParking.
-	Cause string `json:"cause"`
+	Queue         string  `json:"queue"`
+	RedeliverRate float64 `json:"redeliver_rate"` // per second
+	DeliverRate   float64 `json:"deliver_rate"`   // per second
+	Messages      int64   `json:"messages"`
+	Cause         string  `json:"cause"` // why no delivery limit ends it: a Cause constant
 }
 
 // Causes of a [RequeueLoop].
 const (
-	// CauseNackNotCounted: a quorum queue on RabbitMQ 4.3 or later, where basic.nack with
-	// requeue=true is a plain return that does not count toward the delivery limit
-	// (rabbitmq-server PR #15387, rabbit_channel); basic.reject with requeue=true does.
+	// CauseNackNotCounted: a quorum queue on 4.3+, where basic.nack with requeue does not count
+	// toward the delivery limit (rabbitmq-server PR #15387); basic.reject does.
 	CauseNackNotCounted = "nack-not-counted"
-	// CauseClassic: a classic queue, which has no delivery limit.
-	CauseClassic = "classic"
-	// CauseNoLimit: a quorum queue on RabbitMQ 3.x without x-delivery-limit (3.x has no
-	// default limit; AMQPDELAY_READY_DELIVERY_LIMIT=-1).
-	CauseNoLimit = "no-delivery-limit"
-	// CauseParking: the parking queue, which has no delivery limit on any version and queue
-	// type so that no parked message is ever dropped ([Plan.ForBroker]).
-	CauseParking = "parking"
+	CauseClassic        = "classic"           // classic queues have no delivery limit
+	CauseNoLimit        = "no-delivery-limit" // a quorum queue on 3.x without x-delivery-limit
+	CauseParking        = "parking"           // the parking queue never drops a message
 )
 
-// requeueLoopMinRate is the redeliver rate (per second) from which a ready queue's
-// redeliveries count as a loop. A poison message requeued in a loop comes back hundreds of
-// times a second or more; a consumer that requeues now and then (at shutdown, say) stays far
-// below.
+// requeueLoopMinRate is the redeliver rate (per second) from which redeliveries count as a
+// loop: a poison message comes back hundreds of times a second, an occasional requeue far less.
 const requeueLoopMinRate = 1.0
 
-// RequeueLoopOf reports whether the ready queue or parking queue q, as the management API
-// shows it (mq), on RabbitMQ version (e.g. "4.3.6"), is in a requeue loop that no delivery
-// limit ends: the redeliver rate is at least 1 a second and at least half the deliver rate
-// (most deliveries are messages coming back), the queue holds messages, and either it is the
-// parking queue (no limit on any version), a classic queue (no delivery limit), a quorum
-// queue on 3.x without x-delivery-limit, or a quorum queue on 4.3 or later (basic.nack
-// requeues do not count there). A quorum queue with a limit on 3.x and
-// 4.0-4.2 counts every requeue and parks (or, without a dead-letter exchange, drops) the
-// message at its limit: not a loop. The rates are averages over the management API's last
-// statistics samples (collect_statistics_interval, 5 s by default), so a loop shows a few
-// seconds after it starts.
+// RequeueLoopOf reports whether ready or parking queue q, as the management API shows it (mq)
+// on RabbitMQ version, is in a requeue loop no delivery limit ends: redeliver rate at least 1/s
+// and half the deliver rate, messages held, and a Cause applies (a quorum queue with a limit
+// on 3.x-4.2 parks the message at its limit). Rates average the last statistics samples, so a
+// loop shows a few seconds after it starts.
 func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool) {
 	if mq.RedeliverRate < requeueLoopMinRate || mq.RedeliverRate < mq.DeliverRate/2 || mq.Messages <= 0 {
 		return RequeueLoop{}, false
@@ -114,7 +93,7 @@ func (l RequeueLoop) Advice(parking string) string {
 	}
 }
 
-// Kind is "parking" for the parking queue's loop, "ready" for a ready queue's.
+// Kind is "parking" or "ready".
 func (l RequeueLoop) Kind() string {
 	if l.Cause == CauseParking {
 		return "parking"
@@ -128,8 +107,7 @@ func (l RequeueLoop) String() string {
 		text.Plural(int(l.Messages), "message"))
 }
 
-// versionAtLeast reports whether the RabbitMQ version v ("4.3.6", "3.10.8") is at least
-// major.minor; an unknown version ("") is not.
+// versionAtLeast reports whether version v is at least major.minor ("" is not).
 func versionAtLeast(v string, major, minor int) bool {
 	maj, mino, ok := ParseVersion(v)
 	if !ok {
@@ -138,8 +116,8 @@ func versionAtLeast(v string, major, minor int) bool {
 	return maj > major || (maj == major && mino >= minor)
 }
 
-// ParseVersion reads the major and minor number of a RabbitMQ version ("4.3.6", "3.10",
-// "4"; a missing minor is 0). ok is false when v does not start with a number.
+// ParseVersion reads the major and minor of a RabbitMQ version ("4.3.6", "3.10", "4": minor
+// 0). ok is false when v does not start with a number.
 func ParseVersion(v string) (major, minor int, ok bool) {
 	parts := strings.SplitN(v, ".", 3)
 	major, err := strconv.Atoi(parts[0])
@@ -155,8 +133,7 @@ func ParseVersion(v string) (major, minor int, ok bool) {
 	return major, minor, true
 }
 
-// ServerVersion is the RabbitMQ version conn's server announces (its "version" property,
-// e.g. "4.3.6"), or "" when it does not say (or conn is nil).
+// ServerVersion is conn's "version" server property, "" when absent (or conn is nil).
 func ServerVersion(conn *amqp.Connection) string {
 	if conn == nil {
 		return ""

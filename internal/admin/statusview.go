@@ -16,14 +16,11 @@ type statusView struct {
 	queues   map[string]ManagedQueue
 	bindings []Binding
 	cluster  *ClusterStatus
-	delayed  int64 // messages the plugin exchange holds, -1 when unknown
-	// dlxAgain is messages_dlx of the queues that held messages in their dead-letter state at
-	// the first reading, read again after [StatusOptions.DeadLetterRecheck]; nil when none did.
-	dlxAgain map[string]int64
+	delayed  int64            // messages the plugin exchange holds, -1 when unknown
+	dlxAgain map[string]int64 // messages_dlx read again (recheckDeadLettering); nil when not
 }
 
-// statusView reads, at once, the vhost's policies, objects, queue statistics, bindings, the
-// cluster's nodes and, when p has a plugin exchange, the messages it holds.
+// statusView reads, in parallel, policyView, clusterView and the plugin's messages.
 func (m *Management) statusView(ctx context.Context, p *Plan) (*statusView, error) {
 	v := &statusView{delayed: -1}
 	reads := []func() error{
@@ -46,8 +43,7 @@ func (m *Management) statusView(ctx context.Context, p *Plan) (*statusView, erro
 	return v, nil
 }
 
-// exchangeNames are the names of the vhost's exchanges that p's naming rule does not reserve,
-// sorted (nil without the management API).
+// exchangeNames are the vhost's exchanges outside p's naming rule, sorted.
 func (v *statusView) exchangeNames(p *Plan) []string {
 	if v.policy == nil {
 		return nil
@@ -62,12 +58,10 @@ func (v *statusView) exchangeNames(p *Plan) []string {
 	return out
 }
 
-// defaultDeadLetterRecheck is [StatusOptions.DeadLetterRecheck]'s default.
 const defaultDeadLetterRecheck = 6 * time.Second
 
-// recheckDeadLettering waits wait, when p's queues hold messages in their dead-letter state at
-// v's reading, and reads their messages_dlx again into v.dlxAgain. It returns ctx's error if
-// ctx ends first.
+// recheckDeadLettering waits wait when p's queues hold messages in dead-letter state, and reads
+// their messages_dlx again into v.dlxAgain.
 func (v *statusView) recheckDeadLettering(ctx context.Context, m *Management, p *Plan, wait time.Duration) error {
 	var held []string
 	for _, q := range p.Queues {
@@ -96,8 +90,7 @@ func (v *statusView) recheckDeadLettering(ctx context.Context, m *Management, p 
 	return nil
 }
 
-// stillDeadLettering is how many messages queue holds in its dead-letter state at both
-// readings (the smaller count); 0 when either reading saw none.
+// stillDeadLettering is the smaller messages_dlx of queue's two readings.
 func (v *statusView) stillDeadLettering(queue string, first int64) int64 {
 	if first <= 0 {
 		return 0
