@@ -50,11 +50,10 @@ const (
 
 // Result is the outcome for one object.
 type Result struct {
-	Kind  Kind   `json:"kind"`
-	Name  string `json:"name"`
-	State State  `json:"state"`
-	// Detail is the conflict, the error or the messages a queue holds.
-	Detail string `json:"detail,omitempty"`
+	Kind   Kind   `json:"kind"`
+	Name   string `json:"name"`
+	State  State  `json:"state"`
+	Detail string `json:"detail,omitempty"` // conflict, the error or the messages a queue holds
 }
 
 // Report lists the outcome for every object, in plan order (exchanges, queues, bindings).
@@ -65,8 +64,7 @@ type Report struct {
 	Unplanned []Unplanned `json:"unplanned,omitempty"`
 	// PolicyProblems (Apply with the management API) are as [Management.PolicyProblems].
 	PolicyProblems []PolicyProblem `json:"policy_problems,omitempty"`
-	// Elapsed is the wall-clock time of the whole operation.
-	Elapsed time.Duration `json:"elapsed_ns"`
+	Elapsed        time.Duration   `json:"elapsed_ns"` // wall-clock time of the whole operation
 }
 
 // Count returns how many results have state s.
@@ -83,10 +81,8 @@ func (r *Report) Count(s State) int {
 // ApplyOptions tune [Apply]. The zero value declares with DefaultWorkers channels and no
 // management API.
 type ApplyOptions struct {
-	// DryRun checks everything and reports what would be created, creating nothing.
-	DryRun bool
-	// Workers is the number of channels to declare on in parallel; 0 means DefaultWorkers.
-	Workers int
+	DryRun  bool // checks everything and reports what would be created, creating nothing
+	Workers int  // number of channels to declare on in parallel; 0 means DefaultWorkers
 	// Management lets Apply tell created bindings from unchanged ones (else StateBound), set
 	// the plan's policies (else StateSkipped) and check the policies in effect.
 	Management *Management
@@ -219,7 +215,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	}
 	r := newRunner(ctx, conn, opts.Workers, opts.Logger, "declare", rep)
 	objects := objectsOf(p, opts.Nodes)
-	exists, err := survey(r, objects)
+	exists, err := survey(r, p, objects)
 	if err != nil {
 		return rep, err
 	}

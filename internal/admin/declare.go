@@ -37,38 +37,21 @@ func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
 func (o planObject) key() string   { return rowKey(o.kind, o.name) }
 func (o planObject) declare() step { return step{o.kind, o.name, o.decl} }
 
-// lookup is a passive declaration (404 NOT_FOUND when the object does not exist).
-func (o planObject) lookup() step {
-	if o.kind == KindExchange {
-		return step{o.kind, o.name, func(ch *amqp.Channel) error {
-			return ch.ExchangeDeclarePassive(o.name, o.typ, true, false, false, false, nil)
-		}}
-	}
-	return step{o.kind, o.name, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclarePassive(o.name, true, false, false, false, nil)
-		return err
-	}}
-}
-
-// survey finds, with passive declarations, which of objects exist (by planObject.key).
-func survey(r *runner, objects []planObject) (map[string]bool, error) {
-	steps := make([]step, len(objects))
-	for i, o := range objects {
-		steps[i] = o.lookup()
-	}
-	errs, err := r.look(steps)
+// survey finds, with passive declarations, which of p's objects (objectsOf) exist, by key.
+func survey(r *runner, p *Plan, objects []planObject) (map[string]bool, error) {
+	l, err := lookUp(r.ctx, r.conn, p, r.workers)
 	if err != nil {
 		return nil, fmt.Errorf("topology: look up existing objects: %w", err)
 	}
 	exists := map[string]bool{}
-	for i, e := range errs {
-		s := steps[i]
+	for i, e := range l.errs {
+		o := objects[i]
 		switch {
 		case e == nil:
-			exists[s.key()] = true
+			exists[o.key()] = true
 		case code(e) == amqp.NotFound:
 		default:
-			return nil, wrapBroker(e, fmt.Sprintf("look up %s %q", s.kind, s.name))
+			return nil, wrapBroker(e, fmt.Sprintf("look up %s %q", o.kind, o.name))
 		}
 	}
 	return exists, nil

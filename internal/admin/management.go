@@ -51,7 +51,7 @@ func NewManagement(rawURL, vhost string) (*Management, error) {
 			"user name and password)", ErrManagement, shown)
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery || strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/api") {
-		// API paths are appended: a query or fragment would land mid-request; ".../api/" doubles "api".
+		// API paths are appended: a query or fragment would land mid-request; "/api/" doubles "api".
 		return nil, fmt.Errorf("%w: management API URL %q: give the root of the management UI, without a query, fragment "+
 			"or /api path (e.g. http://user:password@host:15672/, or http://user:password@host/rabbitmq/ behind a proxy path)",
 			ErrManagement, amqpconn.Redact((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String()))
@@ -182,23 +182,18 @@ func httpStatus(err error) int {
 // ManagedQueue is what the management API says about one queue. Counts are -1 until the
 // broker publishes the queue's statistics (collect_statistics_interval).
 type ManagedQueue struct {
-	Name string
-	// Messages is every message held: ready, unacknowledged and in dead-letter state.
-	Messages int64
+	Name     string
+	Messages int64 // every message held: ready, unacknowledged and in dead-letter state
 	// MessagesDLX counts messages whose at-least-once dead-lettering has not completed
 	// (RabbitMQ retries them forever); -1 for classic queues.
 	MessagesDLX int64
 	Consumers   int64
 	Arguments   map[string]any
-	// Type is quorum, classic or stream.
-	Type string
-	// Leader is a quorum queue's leader node, "" when unreachable or not a quorum queue.
-	Leader string
-	// Members are the nodes with a replica; Online those whose replica runs.
-	Members []string
-	Online  []string
-	// Unacked is messages_unacknowledged; -1 when unknown.
-	Unacked int64
+	Type        string   // quorum, classic or stream
+	Leader      string   // a quorum queue's leader node, "" when unreachable or not a quorum queue
+	Members     []string // nodes with a replica; Online those whose replica runs
+	Online      []string
+	Unacked     int64 // messages_unacknowledged; -1 when unknown
 	// RedeliverRate, DeliverRate (deliver_get) and AckRate are per-second rates over the last
 	// statistics samples; -1 when none is reported.
 	RedeliverRate, DeliverRate, AckRate float64
@@ -224,17 +219,18 @@ func (r *rateJSON) value() float64 {
 // Queues returns the vhost's queues by name.
 func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error) {
 	var raw []struct {
-		Name        string          `json:"name"`
-		Messages    *int64          `json:"messages"`
-		MessagesDLX *int64          `json:"messages_dlx"`
-		Unacked     *int64          `json:"messages_unacknowledged"`
-		Consumers   *int64          `json:"consumers"`
-		Arguments   map[string]any  `json:"arguments"`
-		Type        string          `json:"type"`
-		Leader      any             `json:"leader"`
-		Members     any             `json:"members"`
-		Online      any             `json:"online"`
-		Stats       json.RawMessage `json:"message_stats"` // an object, or [] for a queue without statistics (4.3.6)
+		Name        string         `json:"name"`
+		Messages    *int64         `json:"messages"`
+		MessagesDLX *int64         `json:"messages_dlx"`
+		Unacked     *int64         `json:"messages_unacknowledged"`
+		Consumers   *int64         `json:"consumers"`
+		Arguments   map[string]any `json:"arguments"`
+		Type        string         `json:"type"`
+		Leader      any            `json:"leader"`
+		Members     any            `json:"members"`
+		Online      any            `json:"online"`
+		// an object, or [] for a queue without statistics (4.3.6)
+		Stats json.RawMessage `json:"message_stats"`
 	}
 	if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns="+managedQueueColumns, &raw); err != nil {
 		return nil, err
@@ -403,10 +399,9 @@ func (o *vhostObject) props(kind Kind) map[string]any {
 // Unplanned is an exchange or queue named by the plan's naming rule but not in the plan,
 // typically left by an earlier specification with the same prefix.
 type Unplanned struct {
-	Kind Kind   `json:"kind"`
-	Name string `json:"name"`
-	// Messages is every message a queue holds (-1 for an exchange).
-	Messages int64 `json:"messages"`
+	Kind     Kind   `json:"kind"`
+	Name     string `json:"name"`
+	Messages int64  `json:"messages"` // every message a queue holds (-1 for an exchange)
 }
 
 // String is "queue NAME (N messages)" or "exchange NAME".

@@ -33,12 +33,12 @@ const (
 
 // Exchange is one exchange of a [Plan]: durable, not auto-delete, not internal.
 type Exchange struct {
-	Name string     `json:"name"`
-	Type string     `json:"type"`                // headers, fanout, direct, topic or x-delayed-message
-	Args amqp.Table `json:"arguments,omitempty"` // alternate-exchange, x-delayed-type, or nil
-	Role Role       `json:"role"`
-	// Level is the ladder level of a RoleLadder exchange, -1 otherwise.
-	Level int `json:"level"`
+	Name string `json:"name"`
+	// Type is headers, fanout, direct, topic or x-delayed-message.
+	Type  string     `json:"type"`
+	Args  amqp.Table `json:"arguments,omitempty"` // alternate-exchange, x-delayed-type, or nil
+	Role  Role       `json:"role"`
+	Level int        `json:"level"` // ladder level of a RoleLadder exchange, -1 otherwise
 	// Shard is the ladder shard (0 to Spec.Shards-1) of a ladder exchange, 0 otherwise.
 	Shard int `json:"shard,omitempty"`
 }
@@ -46,25 +46,22 @@ type Exchange struct {
 // Queue is one queue of a [Plan]: durable, not exclusive, not auto-delete, and never with
 // x-expires (an unused queue would be deleted with its messages).
 type Queue struct {
-	Name string     `json:"name"`
-	Args amqp.Table `json:"arguments,omitempty"`
-	Role Role       `json:"role"`
-	// Level and Digit place a ladder queue; both are -1 for other queues.
-	Level int `json:"level"`
-	Digit int `json:"digit"`
+	Name  string     `json:"name"`
+	Args  amqp.Table `json:"arguments,omitempty"`
+	Role  Role       `json:"role"`
+	Level int        `json:"level"` // Level and Digit place a ladder queue; -1 for other queues
+	Digit int        `json:"digit"`
 	// LastHop marks a last-hop queue ([Names.LadderLastHopQueueShard]), dead-lettering into D.
 	LastHop bool `json:"last_hop,omitempty"`
 	// FirstHop marks a first-hop queue ([Names.LadderFirstHopQueueShard]), dead-lettering into
 	// level 0's exchange.
 	FirstHop bool `json:"first_hop,omitempty"`
-	// Shard is the ladder shard of a ladder queue, 0 otherwise.
-	Shard int `json:"shard,omitempty"`
+	Shard    int  `json:"shard,omitempty"` // ladder shard of a ladder queue, 0 otherwise
 	// Slot places the leader with Spec.Shards > 1: Apply declares the queue through
 	// ApplyOptions.Nodes[Slot mod len(Nodes)], so the shards of one ladder queue (consecutive
 	// slots) lead from different nodes; -1 otherwise.
-	Slot int `json:"slot"`
-	// TTL is a delay queue's x-message-ttl in ms, 0 otherwise.
-	TTL int64 `json:"ttl_ms,omitempty"`
+	Slot int   `json:"slot"`
+	TTL  int64 `json:"ttl_ms,omitempty"` // a delay queue's x-message-ttl in ms, 0 otherwise
 	// DeadLetterExchange is where a delay queue dead-letters, "" otherwise.
 	DeadLetterExchange string `json:"dead_letter_exchange,omitempty"`
 }

@@ -14,10 +14,11 @@ type Breakage string
 
 // What a policy key can break.
 const (
-	BreaksEarly       Breakage = "early"            // delayed messages arrive before they are due
-	BreaksDeletes     Breakage = "deletes"          // the queue is deleted with its messages
-	BreaksDrops       Breakage = "drops"            // messages can be lost
-	BreaksStalls      Breakage = "stalls"           // messages stop moving (stuck in dead-letter state)
+	BreaksEarly   Breakage = "early"   // delayed messages arrive before they are due
+	BreaksDeletes Breakage = "deletes" // the queue is deleted with its messages
+	BreaksDrops   Breakage = "drops"   // messages can be lost
+	// BreaksStalls: messages stop moving (stuck in dead-letter state)
+	BreaksStalls      Breakage = "stalls"
 	BreaksRevocations Breakage = "revocations lost" // revoked messages reach handlers
 	BreaksRouting     Breakage = "wrong routing"    // messages go somewhere they should not
 	// BreaksUnknown: before 4.3, an operator policy whose pattern Go cannot run and that a new
@@ -34,11 +35,10 @@ type PolicyProblem struct {
 	// should.
 	Policy string `json:"policy"`
 	// Operator: Policy is an operator policy, which no policy of the topology can shadow.
-	Operator bool   `json:"operator,omitempty"`
-	Key      string `json:"key"`
-	// Value is the value in effect (numbers as json.Number), nil when missing.
-	Value  any      `json:"value"`
-	Breaks Breakage `json:"breaks"`
+	Operator bool     `json:"operator,omitempty"`
+	Key      string   `json:"key"`
+	Value    any      `json:"value"` // value in effect (numbers as json.Number), nil when missing
+	Breaks   Breakage `json:"breaks"`
 	// Warning: not a broken guarantee by itself; Status and Apply do not fail on it.
 	Warning bool   `json:"warning,omitempty"`
 	Why     string `json:"why"`

@@ -11,10 +11,8 @@ import (
 
 // RebalanceOptions tune [Management.Rebalance].
 type RebalanceOptions struct {
-	// DryRun reports the leaders per node and the commands, and moves nothing.
-	DryRun bool
-	// Poll is how often the leaders are read while RabbitMQ moves them; 0 means 1 s.
-	Poll time.Duration
+	DryRun bool          // reports the leaders per node and the commands, and moves nothing
+	Poll   time.Duration // how often the leaders are read while RabbitMQ moves them; 0 means 1 s
 	// Settle is how long the leaders must stay unchanged before Rebalance returns; 0 means
 	// 10 s. It also returns once they are balanced after a move, and when ctx ends.
 	Settle time.Duration

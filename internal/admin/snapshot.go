@@ -10,16 +10,12 @@ import (
 // `rabbitdelay exporter` serves), read without AMQP: unlike [Status], it cannot see missing
 // exchanges.
 type Snapshot struct {
-	// Queues are all the vhost's queues by name.
-	Queues map[string]ManagedQueue
-	// Cluster is where the plan's quorum queues live.
-	Cluster *ClusterStatus
-	// PolicyProblems are as [Management.PolicyProblems] returns them.
-	PolicyProblems []PolicyProblem
-	// StatsDisabled: the overview says disable_stats, so message counts are unknown.
+	Queues         map[string]ManagedQueue // all the vhost's queues by name
+	Cluster        *ClusterStatus          // where the plan's quorum queues live
+	PolicyProblems []PolicyProblem         // as [Management.PolicyProblems] returns them
+	// StatsDisabled: the overview says disable_stats, so message counts are unknown
 	StatsDisabled bool
-	// Version is the overview's rabbitmq_version ("" when it does not say).
-	Version string
+	Version       string // overview's rabbitmq_version ("" when it does not say)
 }
 
 // Snapshot reads, in parallel and once, what [Management.Cluster] and

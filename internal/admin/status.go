@@ -19,8 +19,7 @@ import (
 // StatusOptions tune [Status]. The zero value uses DefaultWorkers channels and no
 // management API.
 type StatusOptions struct {
-	// Workers is the number of channels to inspect on in parallel; 0 means DefaultWorkers.
-	Workers int
+	Workers int // number of channels to inspect on in parallel; 0 means DefaultWorkers
 	// Management adds what AMQP cannot see: types, flags and arguments, messages_dlx,
 	// unacknowledged messages, bindings, policies and the policies in effect.
 	Management *Management
@@ -42,11 +41,10 @@ type ExchangeStatus struct {
 type QueueStatus struct {
 	Queue
 	Exists bool `json:"exists"`
-	// Ready is what a passive queue.declare returns: messages ready for delivery.
-	Ready int `json:"ready"`
-	// Consumers is the number of consumers (a delay queue must have none).
-	Consumers int `json:"consumers"`
-	// Messages and MessagesDLX are as [ManagedQueue]'s; -1 when unknown.
+	// Ready is what a passive queue.declare returns: messages ready for delivery
+	Ready     int `json:"ready"`
+	Consumers int `json:"consumers"` // number of consumers (a delay queue must have none)
+	// Messages and MessagesDLX are as in [ManagedQueue]; -1 when unknown
 	Messages    int64 `json:"messages"`
 	MessagesDLX int64 `json:"messages_dlx"`
 	// Leader, Members and Online are as [ManagedQueue]'s (management API only).
@@ -76,8 +74,7 @@ type StatusReport struct {
 	Mismatched []Mismatch `json:"mismatched,omitempty"`
 	// ConsumedDelayQueues names the delay queues that have consumers.
 	ConsumedDelayQueues []string `json:"consumed_delay_queues,omitempty"`
-	// Management says whether the management API was read.
-	Management bool `json:"management"`
+	Management          bool     `json:"management"` // says whether the management API was read
 	// StatsDisabled: the overview says disable_stats, so messages_dlx cannot be seen.
 	StatsDisabled bool `json:"stats_disabled,omitempty"`
 	// Unplanned are objects of the plan's naming rule that the plan does not have (management).

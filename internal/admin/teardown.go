@@ -15,19 +15,15 @@ import (
 
 // TeardownOptions tune [Teardown].
 type TeardownOptions struct {
-	// Force deletes queues that hold messages (the messages are lost).
-	Force bool
+	Force bool // deletes queues that hold messages (the messages are lost)
 	// ReadyQueues also deletes the plan's ready queues (same emptiness rule); by default they
 	// are left to the applications that consume them.
 	ReadyQueues bool
-	// DryRun deletes nothing; the report gives StateDeleted to what would be deleted.
-	DryRun bool
-	// Workers is the number of channels to work on in parallel; 0 means DefaultWorkers.
-	Workers int
+	DryRun      bool // deletes nothing; the report gives StateDeleted to what would be deleted
+	Workers     int  // number of channels to work on in parallel; 0 means DefaultWorkers
 	// Management counts every message a queue holds; without it only ready ones are seen.
 	Management *Management
-	// Logger receives a debug line per deletion; the zero value logs nothing.
-	Logger zerolog.Logger
+	Logger     zerolog.Logger // receives a debug line per deletion; the zero value logs nothing
 }
 
 // Teardown deletes p's delay topology: queues (parking last), then exchanges, with
