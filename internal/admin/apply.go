@@ -125,17 +125,14 @@ func missingExchanges(ctx context.Context, conn *amqp.Connection, p *Plan) ([]st
 	if err != nil {
 		return nil, fmt.Errorf("topology: check target exchanges: %w", err)
 	}
+	ok, err := found(errs, func(i int) string { return fmt.Sprintf("check that exchange %q exists", p.Existing[i]) })
 	var missing []string
-	for i, err := range errs {
-		switch {
-		case err == nil:
-		case code(err) == amqp.NotFound:
-			missing = append(missing, p.Existing[i])
-		default:
-			return nil, wrapBroker(err, fmt.Sprintf("check that exchange %q exists", p.Existing[i]))
+	for i, name := range p.Existing {
+		if err == nil && !ok[i] {
+			missing = append(missing, name)
 		}
 	}
-	return missing, nil
+	return missing, err
 }
 
 // missingAdvice is what to do about the missing exchanges, by where the specification has

@@ -43,18 +43,12 @@ func survey(r *runner, p *Plan, objects []planObject) (map[string]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("topology: look up existing objects: %w", err)
 	}
+	ok, err := found(l.errs, func(i int) string { return fmt.Sprintf("look up %s %q", objects[i].kind, objects[i].name) })
 	exists := map[string]bool{}
-	for i, e := range l.errs {
-		o := objects[i]
-		switch {
-		case e == nil:
-			exists[o.key()] = true
-		case code(e) == amqp.NotFound:
-		default:
-			return nil, wrapBroker(e, fmt.Sprintf("look up %s %q", o.kind, o.name))
-		}
+	for i, o := range objects {
+		exists[o.key()] = err == nil && ok[i]
 	}
-	return exists, nil
+	return exists, err
 }
 
 func declareExchange(e Exchange) job {

@@ -133,6 +133,18 @@ func code(err error) int {
 	return 0
 }
 
+// found reads the answers of passive declarations: true for none, false for 404 NOT_FOUND;
+// another refusal is returned wrapped with what(i).
+func found(errs []error, what func(i int) string) ([]bool, error) {
+	out := make([]bool, len(errs))
+	for i, e := range errs {
+		if out[i] = e == nil; e != nil && code(e) != amqp.NotFound {
+			return nil, wrapBroker(e, what(i))
+		}
+	}
+	return out, nil
+}
+
 // wrapBroker wraps a broker refusal with its sentinel and a hint; what says what was being done.
 func wrapBroker(err error, what string) error {
 	if c := parseConflict(err); c != nil {

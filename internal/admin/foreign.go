@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,17 +46,14 @@ func foreignObjects(ctx context.Context, conn *amqp.Connection, p *Plan) error {
 	if err != nil {
 		return fmt.Errorf("topology: check for other prefixes' topologies: %w", err)
 	}
-	var found []error
+	exists, err := found(errs, func(i int) string { return fmt.Sprintf("check whether prefix %q has a topology", cands[i].prefix) })
+	var foreign []error
 	for i, c := range cands {
-		switch {
-		case errs[i] == nil:
-			found = append(found, fmt.Errorf("%w: %s %q is an object of the delay topology of prefix %q in this vhost (its "+
+		if err == nil && exists[i] {
+			foreign = append(foreign, fmt.Errorf("%w: %s %q is an object of the delay topology of prefix %q in this vhost (its "+
 				"parking queue %q exists): binding it into this topology would send this topology's messages into that one's; "+
 				"choose another name", delayspec.ErrInvalidSpec, c.what, c.name, c.prefix, delayspec.Names{Prefix: c.prefix}.Parking()))
-		case code(errs[i]) == amqp.NotFound:
-		default:
-			return wrapBroker(errs[i], fmt.Sprintf("check whether prefix %q has a topology", c.prefix))
 		}
 	}
-	return errors.Join(found...)
+	return cmp.Or(err, errors.Join(foreign...))
 }

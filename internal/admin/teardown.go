@@ -147,15 +147,12 @@ func (r *runner) lookUpDoomed(p *Plan, all []*doomed, opts TeardownOptions) erro
 		}
 		r.rep.Unplanned = unplannedOf(p, names, managed)
 	}
-	for i, e := range errs {
-		d := all[i]
-		switch {
-		case e == nil:
-			d.exists = true
-		case code(e) == amqp.NotFound:
-		default:
-			return wrapBroker(e, fmt.Sprintf("look up %s %q", d.kind, d.name))
-		}
+	ok, err := found(errs, func(i int) string { return fmt.Sprintf("look up %s %q", all[i].kind, all[i].name) })
+	if err != nil {
+		return err
+	}
+	for i, d := range all {
+		d.exists = ok[i]
 		if d.kind == KindQueue && d.exists && !d.records {
 			d.held = int64(d.found.Messages)
 			if m, ok := managed[d.name]; ok {
