@@ -110,7 +110,6 @@ func Preflight(ctx context.Context, conn *amqp.Connection, p *Plan, m *Managemen
 	return fmt.Errorf("%w: %s (nothing was declared): %s", ErrTargetMissing, quoteList(missing), strings.Join(missingAdvice(ctx, p, m, missing), "; "))
 }
 
-// missingExchanges returns the exchanges of p.Existing that do not exist.
 func missingExchanges(ctx context.Context, conn *amqp.Connection, p *Plan) ([]string, error) {
 	if len(p.Existing) == 0 {
 		return nil, nil
@@ -300,7 +299,6 @@ func (r *runner) reportExisting(p *Plan, objects []planObject, exists map[string
 	}
 }
 
-// markNotDeclared marks what is still to be declared as not declared, when Apply stops.
 func markNotDeclared(rep *Report) {
 	for i := range rep.Results {
 		if s := rep.Results[i].State; s == StateMissing || s == StateUnknown {
@@ -340,7 +338,6 @@ func placeNewShards(ctx context.Context, p *Plan, opts ApplyOptions, objects []p
 	}
 }
 
-// phase is a set of declarations Apply runs together, and the state of what they declare.
 type phase struct {
 	steps []step
 	done  State
@@ -460,7 +457,6 @@ func declareFailed(row *Result, err error) error {
 	return werr
 }
 
-// conflictDetail is the Detail of a conflict's row.
 func conflictDetail(c *ConflictError) string {
 	return fmt.Sprintf("%s = %s, wanted %s", c.Argument, c.Existing, c.Wanted)
 }

@@ -127,7 +127,6 @@ func (m *Management) Nodes(ctx context.Context) ([]ClusterNode, error) {
 
 func (q ManagedQueue) isQuorum() bool { return q.Type == string(delayspec.Quorum) }
 
-// offline returns the queue's members that are not online, in member order.
 func (q ManagedQueue) offline() []string {
 	var out []string
 	for _, n := range q.Members {
@@ -184,7 +183,6 @@ func clusterOf(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bin
 	return c
 }
 
-// sharedLeaders finds the ladder queues whose shards share a leader node, in plan order.
 func sharedLeaders(p *Plan, queues map[string]ManagedQueue) []SharedLeader {
 	if p.Spec.Shards <= 1 {
 		return nil

@@ -6,7 +6,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// planObject is one exchange or queue of a plan, as Apply looks it up and declares it.
 type planObject struct {
 	kind   Kind
 	name   string

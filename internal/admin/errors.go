@@ -72,7 +72,6 @@ var inequivalentRE = regexp.MustCompile(`inequivalent arg '([^']*)' for (queue|e
 var receivedRE = regexp.MustCompile(`in vhost '[^']*': received (.*) but current is (.*)$`)
 var valueRE = regexp.MustCompile(`^the value '(.*)' of type '([^']*)'$`)
 
-// unknownValue stands for a value the broker's message did not include.
 const unknownValue = "(not in the broker's message, which RabbitMQ cuts at 255 bytes)"
 
 // parseConflict turns a 406 "inequivalent arg" answer into a ConflictError (nil otherwise).
@@ -124,7 +123,6 @@ func brokerValue(s string) string {
 	return strings.Trim(s, "'")
 }
 
-// code returns the AMQP reply code of err, or 0.
 func code(err error) int {
 	var ae *amqp.Error
 	if errors.As(err, &ae) {

@@ -170,7 +170,6 @@ func (e *managementStatusError) Error() string {
 
 func (e *managementStatusError) Unwrap() error { return ErrManagement }
 
-// httpStatus returns the HTTP status code of a management API refusal, or 0.
 func httpStatus(err error) int {
 	var se *managementStatusError
 	if errors.As(err, &se) {
@@ -204,7 +203,6 @@ type ManagedQueue struct {
 const managedQueueColumns = "name,messages,messages_dlx,messages_unacknowledged,consumers,arguments,type,leader,members,online," +
 	"message_stats.redeliver_details.rate,message_stats.deliver_get_details.rate,message_stats.ack_details.rate"
 
-// rateJSON is one of the management API's <counter>_details objects.
 type rateJSON struct {
 	Rate *float64 `json:"rate"`
 }
@@ -260,7 +258,6 @@ func (m *Management) Queues(ctx context.Context) (map[string]ManagedQueue, error
 	return out, nil
 }
 
-// bindingKeys is the set of the keys of bindings (see bindingKey).
 func bindingKeys(bindings []Binding) map[string]bool {
 	out := make(map[string]bool, len(bindings))
 	for _, b := range bindings {
@@ -342,7 +339,6 @@ func (m *Management) MessagesDelayed(ctx context.Context, name string) (n int64,
 	return n, found, nil
 }
 
-// parseMessagesDelayed reads messages_delayed from the management API's view of one exchange.
 func parseMessagesDelayed(data []byte) (int64, bool, error) {
 	var raw struct {
 		Type            string       `json:"type"`
@@ -372,7 +368,6 @@ func (b Binding) key() string {
 	return sb.String()
 }
 
-// vhostObject is what the management API says about one exchange or queue.
 type vhostObject struct {
 	Type                string // "" when the broker did not say
 	Durable, AutoDelete bool

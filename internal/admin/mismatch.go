@@ -130,7 +130,6 @@ func newMismatch(kind Kind, name, prop string, existing, wanted any, hasExisting
 	return Mismatch{Kind: kind, Name: name, Property: prop, Existing: e, Wanted: w}
 }
 
-// showValue prints an argument value: numbers in decimal whatever their Go type.
 func showValue(v any) string {
 	if f, ok := numeric(v); ok {
 		return strconv.FormatFloat(f, 'f', -1, 64)
@@ -138,7 +137,6 @@ func showValue(v any) string {
 	return fmt.Sprint(v)
 }
 
-// valueType names the kind of an argument value: number, string, bool, or its Go type.
 func valueType(v any) string {
 	if _, ok := numeric(v); ok {
 		return "number"

@@ -77,7 +77,6 @@ func (m *Management) listenerNodes(ctx context.Context, conns []*amqp.Connection
 	return nodes, true
 }
 
-// errNotListed: a connection is not in the management API's connection list yet.
 var errNotListed = errors.New("connection not listed")
 
 func (m *Management) connNodesOnce(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool, err error) {

@@ -138,7 +138,6 @@ const (
 	ApplyToExchanges = "exchanges"
 )
 
-// exactPattern returns a PCRE pattern matching exactly the given names.
 func exactPattern(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {

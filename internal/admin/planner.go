@@ -48,13 +48,11 @@ func newPlanner(p *Plan, s delayspec.Spec, buckets ttlbuckets.Buckets) *planner 
 	return b
 }
 
-// hasNext reports whether level l hands its messages to another level (not to D).
 func (b *planner) hasNext(l int) bool {
 	_, ok := route.Next(b.p.Ladder, l)
 	return ok
 }
 
-// nextExchange is where level l of shard k hands its messages to.
 func (b *planner) nextExchange(l, k int) string {
 	if next, ok := route.Next(b.p.Ladder, l); ok {
 		return b.n.LadderExchangeShard(next, k)
@@ -113,7 +111,6 @@ func (b *planner) addExchanges() {
 	}
 }
 
-// addQueues plans every queue.
 func (b *planner) addQueues() {
 	p, s, n := b.p, b.s, b.n
 	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: plainArgs(s.QueueType), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
@@ -252,7 +249,6 @@ func (b *planner) addLadderBindings() {
 	}
 }
 
-// policiesOf is [Plan.Policies] of s.
 func policiesOf(s delayspec.Spec, n delayspec.Names) []Policy {
 	return []Policy{
 		{Name: n.DelayQueuesPolicy(), Pattern: n.DelayQueuesPattern(), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,

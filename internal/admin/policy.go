@@ -22,7 +22,6 @@ type managedPolicy struct {
 	Definition map[string]any `json:"definition"`
 }
 
-// policies returns the vhost's policies (operator: its operator policies) by name.
 func (m *Management) policies(ctx context.Context, operator bool) (map[string]managedPolicy, error) {
 	kind := "policies"
 	if operator {
@@ -53,7 +52,6 @@ func samePolicy(have managedPolicy, want Policy) bool {
 	return true
 }
 
-// policyAdvice is what to do when the management API refuses to write a policy.
 func policyAdvice(err error) string {
 	switch httpStatus(err) {
 	case http.StatusUnauthorized, http.StatusForbidden:

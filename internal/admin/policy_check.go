@@ -76,7 +76,6 @@ func (pp PolicyProblem) fix(ours string, priority int) string {
 	}
 }
 
-// policyProblemsOf is PolicyProblems on what the management API returned.
 func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, exchanges []managedObject, major int) []PolicyProblem {
 	var out []PolicyProblem
 	add := func(pp PolicyProblem, ourPolicy string) {
@@ -326,7 +325,6 @@ func readyQueueProblems(p *Plan, q Queue, mq managedObject, pols, ops map[string
 	return out
 }
 
-// readyQueue is what decides the effect of a policy key on a ready queue.
 type readyQueue struct {
 	p         *Plan
 	parks     bool   // the queue dead-letters to <prefix>.unroutable (its argument, which wins over a policy's)
@@ -398,7 +396,6 @@ func (r readyQueue) lost(pp *PolicyProblem, what string) {
 	}
 }
 
-// exchangeNames is the set of the names of exchanges.
 func exchangeNames(exchanges []managedObject) map[string]bool {
 	set := make(map[string]bool, len(exchanges))
 	for _, x := range exchanges {

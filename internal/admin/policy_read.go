@@ -39,7 +39,6 @@ func rawName(r json.RawMessage) string {
 	return ""
 }
 
-// numeric returns v as a float64 when it is a number.
 func numeric(v any) (float64, bool) {
 	switch x := v.(type) {
 	case json.Number:
@@ -111,7 +110,6 @@ func (m *Management) PolicyProblems(ctx context.Context, p *Plan) ([]PolicyProbl
 	return v.problems, nil
 }
 
-// overview is what the management API's overview says of the broker.
 type overview struct {
 	Version      string `json:"rabbitmq_version"`
 	DisableStats bool   `json:"disable_stats"`
@@ -177,7 +175,6 @@ func (m *Management) objects(ctx context.Context) (map[string]*vhostObject, erro
 	return v.objects(), nil
 }
 
-// objects keys the exchanges and queues read by rowKey.
 func (v *policyRead) objects() map[string]*vhostObject {
 	out := make(map[string]*vhostObject, len(v.queues)+len(v.exchanges))
 	for kind, rows := range map[Kind][]managedObject{KindExchange: v.exchanges, KindQueue: v.queues} {
@@ -306,7 +303,6 @@ func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) 
 	return have[want.key()], err
 }
 
-// dispatchBinding is the plan's binding of the dispatch exchange to target.
 func (p *Plan) dispatchBinding(target string) (Binding, bool) {
 	for _, b := range p.Bindings {
 		if b.Role == RoleDispatch && b.Source == p.Names.Dispatch() && b.Destination == target && b.DestinationType == DestExchange {
@@ -316,7 +312,6 @@ func (p *Plan) dispatchBinding(target string) (Binding, bool) {
 	return Binding{}, false
 }
 
-// dispatchBindings returns the keys of the dispatch exchange's bindings.
 func (m *Management) dispatchBindings(ctx context.Context, p *Plan) (map[string]bool, error) {
 	var have []Binding
 	path := "api/exchanges/" + url.PathEscape(m.vhost) + "/" + url.PathEscape(p.Names.Dispatch()) + "/bindings/source"

@@ -13,7 +13,6 @@ import (
 // their options say 0 (docs/benchmarks.md).
 const DefaultWorkers = 8
 
-// job is one AMQP operation on a channel.
 type job func(ch *amqp.Channel) error
 
 // runJobs runs jobs on up to workers channels of conn and returns each job's error, by index.

@@ -49,7 +49,6 @@ func (p *Plan) RebalanceCommand(vhost string) string {
 		shellQuote(exactPattern([]string{vhost})), shellQuote("^(?:"+strings.Join(alts, "|")+")$"))
 }
 
-// leaders returns the leader node of each of p's quorum queues ("" when none).
 func leaders(p *Plan, queues map[string]ManagedQueue) map[string]string {
 	out := map[string]string{}
 	for _, q := range p.Queues {

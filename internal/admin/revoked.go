@@ -19,7 +19,6 @@ func revokedMaxAge(s delayspec.Spec) string {
 	return fmt.Sprintf("%dh", int64(s.RevocationRetention()/time.Hour))
 }
 
-// addRevoked adds the revocation stream to p.
 func (p *Plan) addRevoked() {
 	args := amqp.Table{"x-queue-type": "stream", "x-max-age": revokedMaxAge(p.Spec)}
 	p.Queues = append(p.Queues, Queue{Name: p.Names.Revoked(), Args: args, Role: RoleRevoked, Level: -1, Digit: -1, Slot: -1})

@@ -48,7 +48,6 @@ func (m *Management) clusterView(ctx context.Context, p *Plan) (map[string]Manag
 	return queues, clusterOf(p, queues, nodes, bindings), bindings, nil
 }
 
-// parallel runs every f at once and returns the first error.
 func parallel(fs ...func() error) error {
 	var g errgroup.Group
 	for _, f := range fs {

@@ -194,7 +194,6 @@ type lookup struct {
 	queues []amqp.Queue
 }
 
-// lookUp declares p's exchanges and queues passively, on up to workers channels.
 func lookUp(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (*lookup, error) {
 	l := &lookup{queues: make([]amqp.Queue, len(p.Queues))}
 	var jobs []job
@@ -214,7 +213,6 @@ func lookUp(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (*
 	return l, err
 }
 
-// fromManagement fills in what only the management API tells.
 func (rep *StatusReport) fromManagement(p *Plan, v *statusView) {
 	rep.Management = true
 	rep.StatsDisabled = v.policy.overview.DisableStats
@@ -248,7 +246,6 @@ func (rep *StatusReport) found(l *lookup, i int, kind Kind, name string) (exists
 	}
 }
 
-// addExchanges reports p's exchanges and their mismatches.
 func (rep *StatusReport) addExchanges(p *Plan, l *lookup, v *statusView) error {
 	for i, e := range p.Exchanges {
 		ok, _, err := rep.found(l, i, KindExchange, e.Name)
@@ -416,10 +413,8 @@ func missingExchangesError(missing []MissingExchange) error {
 		"until it exists apply declares nothing", ErrIncomplete, strings.Join(names, ", "))
 }
 
-// own reports whether a role is the topology's own, not the application's.
 func own(r Role) bool { return r != RoleTarget && r != RoleReady }
 
-// ownObjects counts the plan's own exchanges and queues.
 func ownObjects(p *Plan) int {
 	n := 0
 	for _, e := range p.Exchanges {
@@ -437,7 +432,6 @@ func ownObjects(p *Plan) int {
 	return n
 }
 
-// notDeclared reports whether none of the topology's own exchanges and queues exist.
 func notDeclared(rep *StatusReport) bool {
 	n := 0
 	for _, e := range rep.Exchanges {

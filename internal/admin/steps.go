@@ -41,7 +41,6 @@ func (r *runner) add(res Result) {
 
 func (r *runner) row(s step) *Result { return &r.rep.Results[r.rows[s.key()]] }
 
-// look runs every step, whatever the others return, and returns each step's error.
 func (r *runner) look(steps []step) ([]error, error) {
 	return runJobs(r.ctx, r.conn, r.workers, false, jobsOf(steps))
 }

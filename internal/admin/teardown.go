@@ -247,7 +247,6 @@ func doomedExchange(name string) *doomed {
 	}
 }
 
-// deleteFailed returns Teardown's error for a phase's first failed deletion.
 func deleteFailed(row *Result, err error) error {
 	if code(err) == amqp.PreconditionFailed {
 		return fmt.Errorf("%w: %s %q received messages during teardown and was not deleted (%v); run teardown again, or with --force",
