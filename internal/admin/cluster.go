@@ -68,16 +68,12 @@ func deadLetterWaitText(w DeadLetterWait, vhost string) string {
 	if w.Running != nil && !*w.Running {
 		state = "down"
 	}
-	queues := make([]string, len(w.Queues))
-	for i, q := range w.Queues {
-		queues[i] = q.String()
-	}
 	return fmt.Sprintf("dead-lettering waiting on unreachable node %s (%s): %s in dead-letter state (messages_dlx) in %s "+
 		"cannot move on while this node, a member of these queues or of the queues they dead-letter into, is unreachable. "+
 		"Bring the node back (the messages then move on by themselves); if it is gone for good, remove it properly: "+
 		"`rabbitmq-queues delete_member -p %s <queue> %s` for each quorum queue it was a member of, then `rabbitmqctl forget_cluster_node %s` "+
 		"on a running node (on 3.10.8 forget_cluster_node alone did not release messages already in dead-letter state)",
-		w.Node, state, text.Plural(int(w.Messages), "message"), strings.Join(queues, ", "), shellQuote(vhost), w.Node, w.Node)
+		w.Node, state, text.Plural(int(w.Messages), "message"), text.Join(w.Queues, ", "), shellQuote(vhost), w.Node, w.Node)
 }
 
 // ClusterStatus is where the plan's quorum queues live in the cluster (management API only).
@@ -143,12 +139,10 @@ func clusterOf(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bin
 	c := &ClusterStatus{}
 	byNode := map[string]*NodeLeaders{}
 	node := func(name string) *NodeLeaders {
-		if n, ok := byNode[name]; ok {
-			return n
+		if byNode[name] == nil {
+			byNode[name] = &NodeLeaders{ClusterNode: ClusterNode{Name: name}}
 		}
-		n := &NodeLeaders{ClusterNode: ClusterNode{Name: name}}
-		byNode[name] = n
-		return n
+		return byNode[name]
 	}
 	for _, n := range nodes {
 		node(n.Name).Running = n.Running
@@ -172,10 +166,9 @@ func clusterOf(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNode, bin
 			c.Degraded = append(c.Degraded, DegradedQueue{Queue: q.Name, Leader: mq.Leader, Members: mq.Members, Offline: off})
 		}
 	}
-	for _, n := range byNode {
-		c.Nodes = append(c.Nodes, *n)
+	for _, name := range slices.Sorted(maps.Keys(byNode)) {
+		c.Nodes = append(c.Nodes, *byNode[name])
 	}
-	slices.SortFunc(c.Nodes, func(a, b NodeLeaders) int { return cmp.Compare(a.Name, b.Name) })
 	c.Balanced = LeadersBalanced(c.Nodes)
 	c.Waits = deadLetterWaits(p, queues, nodes, bindings)
 	c.SharedLeaders = sharedLeaders(p, queues)
@@ -266,22 +259,16 @@ func deadLetterWaits(p *Plan, queues map[string]ManagedQueue, nodes []ClusterNod
 			}
 		}
 		for n := range down {
-			w, ok := byNode[n]
-			if !ok {
-				w = &DeadLetterWait{Node: n, Running: running[n]}
-				byNode[n] = w
+			if byNode[n] == nil {
+				byNode[n] = &DeadLetterWait{Node: n, Running: running[n]}
 			}
-			w.Queues = append(w.Queues, WaitingQueue{Name: q.Name, MessagesDLX: mq.MessagesDLX})
-			w.Messages += mq.MessagesDLX
+			byNode[n].Queues = append(byNode[n].Queues, WaitingQueue{Name: q.Name, MessagesDLX: mq.MessagesDLX})
+			byNode[n].Messages += mq.MessagesDLX
 		}
 	}
-	out := make([]DeadLetterWait, 0, len(byNode))
-	for _, w := range byNode {
-		out = append(out, *w)
-	}
-	slices.SortFunc(out, func(a, b DeadLetterWait) int { return cmp.Compare(a.Node, b.Node) })
-	if len(out) == 0 {
-		return nil
+	var out []DeadLetterWait
+	for _, n := range slices.Sorted(maps.Keys(byNode)) {
+		out = append(out, *byNode[n])
 	}
 	return out
 }

@@ -172,7 +172,8 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	if err := rep.addQueues(p, l, v, opts.Logger); err != nil {
 		return rep, err
 	}
-	if rep.NotDeclared = notDeclared(rep); rep.NotDeclared {
+	if all, exist := ownObjects(rep); all > 0 && exist == 0 {
+		rep.NotDeclared = true
 		rep.PolicyProblems = nil
 	}
 	if err := rep.addMissingExchanges(ctx, conn, p, v); err != nil {
@@ -348,10 +349,10 @@ func (rep *StatusReport) problems(p *Plan, vhost string, m *Management) []error 
 	if len(rep.MissingExchanges) > 0 {
 		problems = append(problems, missingExchangesError(rep.MissingExchanges))
 	}
-	if rep.NotDeclared {
+	if n, _ := ownObjects(rep); rep.NotDeclared {
 		problems = append(problems, fmt.Errorf("%w: the topology is not declared in vhost %q: none of its own %d exchanges and queues exist (%s missing in "+
 			"all; target exchanges and ready queues are the application's and may remain): declare it with `rabbitdelay apply` and the "+
-			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, vhost, ownObjects(p), text.Plural(len(rep.Missing), "object")))
+			"same settings (AMQPDELAY_* variables or flags)", ErrIncomplete, vhost, n, text.Plural(len(rep.Missing), "object")))
 	} else if len(rep.Missing) > 0 {
 		apply := "run rabbitdelay apply"
 		if len(rep.MissingExchanges) > 0 {
@@ -404,53 +405,33 @@ func (rep *StatusReport) problems(p *Plan, vhost string, m *Management) []error 
 
 // missingExchangesError is ErrIncomplete naming the missing exchanges and the fixes.
 func missingExchangesError(missing []MissingExchange) error {
-	names := make([]string, len(missing))
-	for i, m := range missing {
-		names[i] = m.String()
-	}
 	return fmt.Errorf("%w: %s, which the topology binds to but does not declare: declare it, give a target as name:type "+
 		"(AMQPDELAY_TARGETS, --target) so apply declares it, or, if the name is mistyped, correct it in the specification; "+
-		"until it exists apply declares nothing", ErrIncomplete, strings.Join(names, ", "))
+		"until it exists apply declares nothing", ErrIncomplete, text.Join(missing, ", "))
 }
 
 func own(r Role) bool { return r != RoleTarget && r != RoleReady }
 
-func ownObjects(p *Plan) int {
-	n := 0
-	for _, e := range p.Exchanges {
-		if own(e.Role) {
-			n++
-		}
-	}
+// ownObjects counts the topology's own exchanges and queues in rep (each once) and those that
+// exist.
+func ownObjects(rep *StatusReport) (all, exist int) {
 	seen := map[string]bool{}
-	for _, q := range p.Queues {
-		if own(q.Role) && !seen[q.Name] {
-			seen[q.Name] = true
-			n++
+	count := func(r Role, key string, exists bool) {
+		if own(r) && !seen[key] {
+			seen[key] = true
+			all++
+			if exists {
+				exist++
+			}
 		}
 	}
-	return n
-}
-
-func notDeclared(rep *StatusReport) bool {
-	n := 0
 	for _, e := range rep.Exchanges {
-		if own(e.Role) {
-			if e.Exists {
-				return false
-			}
-			n++
-		}
+		count(e.Role, rowKey(KindExchange, e.Name), e.Exists)
 	}
 	for _, q := range rep.Queues {
-		if own(q.Role) {
-			if q.Exists {
-				return false
-			}
-			n++
-		}
+		count(q.Role, rowKey(KindQueue, q.Name), q.Exists)
 	}
-	return n > 0
+	return all, exist
 }
 
 // checkRecord compares the spec record with p's specification: no record is a missing object
