@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -191,20 +190,14 @@ func (v *policyRead) objects() map[string]*vhostObject {
 // pattern, from the queue statistics when they name the record's policy. It returns a warning
 // for each pattern still undecided.
 func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues []managedObject, ops map[string]managedPolicy) ([]PolicyProblem, error) {
-	var need []int
-	for i, q := range queues {
-		if _, ours := p.Queue(q.Name); ours && q.Effective == nil && len(ops) > 0 {
-			need = append(need, i)
-		}
-	}
-	if len(need) == 0 {
-		return nil, nil
-	}
 	// Patterns first: the statistics lag a policy change, and an expires policy can delete the
 	// queue within that lag.
 	unsure := map[int][]string{} // queue index -> the operator policies whose pattern Go cannot run
-	for _, i := range need {
+	for i := range queues {
 		q := &queues[i]
+		if _, ours := p.Queue(q.Name); !ours || q.Effective != nil || len(ops) == 0 {
+			continue
+		}
 		name, unrunnable := operatorPolicyOf(ops, *q)
 		q.OperatorPolicy, _ = json.Marshal(name)
 		if len(unrunnable) > 0 {
@@ -217,13 +210,10 @@ func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues [
 		if err := m.get(ctx, "api/queues/"+url.PathEscape(m.vhost)+"?columns=name,policy,operator_policy", &stats); err != nil {
 			return nil, err
 		}
-		reported := make(map[string]managedObject, len(stats))
-		for _, s := range stats {
-			reported[s.Name] = s
-		}
 		for i, unrunnable := range unsure {
-			if s, ok := reported[queues[i].Name]; ok && s.OperatorPolicy != nil && rawName(s.Policy) == rawName(queues[i].Policy) {
-				queues[i].OperatorPolicy = s.OperatorPolicy
+			j := slices.IndexFunc(stats, func(s managedObject) bool { return s.Name == queues[i].Name })
+			if j >= 0 && stats[j].OperatorPolicy != nil && rawName(stats[j].Policy) == rawName(queues[i].Policy) {
+				queues[i].OperatorPolicy = stats[j].OperatorPolicy
 				continue
 			}
 			for _, n := range unrunnable {
@@ -232,14 +222,13 @@ func (m *Management) fillOperatorPolicies(ctx context.Context, p *Plan, queues [
 		}
 	}
 	var out []PolicyProblem
-	for name := range bad {
+	for _, name := range slices.Sorted(maps.Keys(bad)) {
 		out = append(out, PolicyProblem{Kind: KindPolicy, Object: name, Policy: name, Operator: true, Key: "pattern",
 			Value: ops[name].Pattern, Breaks: BreaksUnknown, Warning: true,
 			Why: "before RabbitMQ 4.3 the management API names a queue's operator policy only with its statistics, which a queue " +
 				"declared a moment ago has not got yet, and this pattern uses a PCRE construct Go's regexp cannot run, so whether " +
 				"it applies is not known; run status again after collect_statistics_interval (5 s by default)"})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Object < out[j].Object })
 	return out, nil
 }
 

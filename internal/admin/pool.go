@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -87,15 +88,12 @@ var errSkipped = errors.New("topology: skipped after an earlier failure")
 
 // firstErr returns the first error of errs, preferring one that is not errSkipped, and its index.
 func firstErr(errs []error) (int, error) {
-	for i, err := range errs {
-		if err != nil && err != errSkipped {
-			return i, err
-		}
+	i := slices.IndexFunc(errs, func(e error) bool { return e != nil && e != errSkipped })
+	if i < 0 {
+		i = slices.IndexFunc(errs, func(e error) bool { return e != nil })
 	}
-	for i, err := range errs {
-		if err != nil {
-			return i, err
-		}
+	if i < 0 {
+		return -1, nil
 	}
-	return -1, nil
+	return i, errs[i]
 }
