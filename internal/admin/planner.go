@@ -119,58 +119,34 @@ func (b *planner) addQueues() {
 	for _, r := range s.ReadyQueues {
 		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
 	}
-	for k := range s.Shards {
-		for _, l := range b.order {
-			for _, q := range b.byLevel[l] {
-				dlx := b.nextExchange(l, k)
-				p.Queues = append(p.Queues, Queue{Name: n.LadderQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
-					Role: RoleLadder, Level: l, Digit: q.Digit, Shard: k, Slot: b.slot(0, l, q.Digit, k), TTL: q.TTL, DeadLetterExchange: dlx})
+	// Block 0: the levels' queues; 1: last-hop queues, dead-lettering into D, of the levels
+	// that do not already; 2 (top-first and top-split orders): first-hop queues of the levels
+	// above 0, dead-lettering into level 0's exchange.
+	firstHops := p.Ladder.Order == ttlbuckets.TopFirst || p.Ladder.Order == ttlbuckets.TopSplit
+	for block := range 3 {
+		for k := range s.Shards {
+			for _, l := range b.order {
+				if block == 1 && !b.hasNext(l) || block == 2 && (!firstHops || l == 0) {
+					continue
+				}
+				for _, q := range b.byLevel[l] {
+					name, dlx := n.LadderQueueShard(l, q.Digit, k), b.nextExchange(l, k)
+					switch block {
+					case 1:
+						name, dlx = n.LadderLastHopQueueShard(l, q.Digit, k), n.Dispatch()
+					case 2:
+						name, dlx = n.LadderFirstHopQueueShard(l, q.Digit, k), n.LadderExchangeShard(0, k)
+					}
+					p.Queues = append(p.Queues, Queue{Name: name, Args: delayArgs(s.QueueType, q.TTL, dlx), Role: RoleLadder, Level: l,
+						Digit: q.Digit, LastHop: block == 1, FirstHop: block == 2, Shard: k, Slot: b.slot(block, l, q.Digit, k), TTL: q.TTL,
+						DeadLetterExchange: dlx})
+				}
 			}
 		}
 	}
-	b.addLastHopQueues()
-	b.addFirstHopQueues()
 	for _, q := range b.buckets {
 		p.Queues = append(p.Queues, Queue{Name: n.BucketQueue(q.TTL), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
 			Role: RoleBucket, Level: -1, Digit: -1, Slot: -1, TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
-	}
-}
-
-// addLastHopQueues plans, per level that does not dead-letter into D, a queue per digit with the
-// same TTL that does, for messages whose last hop is there.
-func (b *planner) addLastHopQueues() {
-	p, s, n := b.p, b.s, b.n
-	for k := range s.Shards {
-		for _, l := range b.order {
-			if !b.hasNext(l) {
-				continue
-			}
-			for _, q := range b.byLevel[l] {
-				p.Queues = append(p.Queues, Queue{Name: n.LadderLastHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, n.Dispatch()),
-					Role: RoleLadder, Level: l, Digit: q.Digit, LastHop: true, Shard: k, Slot: b.slot(1, l, q.Digit, k), TTL: q.TTL, DeadLetterExchange: n.Dispatch()})
-			}
-		}
-	}
-}
-
-// addFirstHopQueues plans, for the top-first and top-split orders, per level above 0 a queue per
-// digit with the same TTL that dead-letters into level 0's exchange, for a message's first hop.
-func (b *planner) addFirstHopQueues() {
-	p, s, n := b.p, b.s, b.n
-	if p.Ladder.Order != ttlbuckets.TopFirst && p.Ladder.Order != ttlbuckets.TopSplit {
-		return
-	}
-	for k := range s.Shards {
-		for _, l := range b.order {
-			if l == 0 {
-				continue
-			}
-			for _, q := range b.byLevel[l] {
-				dlx := n.LadderExchangeShard(0, k)
-				p.Queues = append(p.Queues, Queue{Name: n.LadderFirstHopQueueShard(l, q.Digit, k), Args: delayArgs(s.QueueType, q.TTL, dlx),
-					Role: RoleLadder, Level: l, Digit: q.Digit, FirstHop: true, Shard: k, Slot: b.slot(2, l, q.Digit, k), TTL: q.TTL, DeadLetterExchange: dlx})
-			}
-		}
 	}
 }
 
