@@ -279,17 +279,12 @@ func (m *Management) bindings(ctx context.Context) ([]Binding, error) {
 // excepted) or to its queues that the plan does not have; consumers' retry bindings
 // ([Plan.ConsumerRetryBinding]) go to retry instead.
 func unplannedBindings(p *Plan, all []Binding) (unplanned, retry []Binding) {
-	ownX, ownQ, planned := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	ownX, ownQ, planned := map[string]bool{}, map[string]bool{}, bindingKeys(p.Bindings)
 	for _, e := range p.Exchanges {
-		if e.Role != RoleTarget {
-			ownX[e.Name] = true
-		}
+		ownX[e.Name] = e.Role != RoleTarget
 	}
 	for _, q := range p.Queues {
 		ownQ[q.Name] = true
-	}
-	for _, b := range p.Bindings {
-		planned[b.key()] = true
 	}
 	for _, b := range all {
 		ours := ownX[b.Source] || (b.DestinationType == DestQueue && ownQ[b.Destination]) ||
