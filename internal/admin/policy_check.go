@@ -66,9 +66,7 @@ func (pp PolicyProblem) fix(ours string, priority int) string {
 	case pp.Operator:
 		return fmt.Sprintf("change the operator policy's pattern so it does not match %q, or remove %s from it "+
 			"(operator policies are merged with every policy, the stricter value winning: no policy can shadow them)", pp.Object, pp.Key)
-	case pp.Policy == "":
-		return ""
-	case pp.Policy == ours:
+	case pp.Policy == "" || pp.Policy == ours:
 		return ""
 	default:
 		return fmt.Sprintf("policy %q has a priority at or above %d, so it applies instead of %q: lower its priority, "+
@@ -84,7 +82,10 @@ func policyProblemsOf(p *Plan, pols, ops map[string]managedPolicy, queues, excha
 		}
 		out = append(out, pp)
 	}
-	exists := exchangeNames(exchanges)
+	exists := make(map[string]bool, len(exchanges)) // the vhost's exchanges
+	for _, x := range exchanges {
+		exists[x.Name] = true
+	}
 	for _, mq := range queues {
 		q, ok := p.Queue(mq.Name)
 		switch {
@@ -394,14 +395,6 @@ func (r readyQueue) lost(pp *PolicyProblem, what string) {
 		pp.Breaks = BreaksDrops
 		pp.Why = what + ": this ready queue has no dead-letter exchange, so they are lost"
 	}
-}
-
-func exchangeNames(exchanges []managedObject) map[string]bool {
-	set := make(map[string]bool, len(exchanges))
-	for _, x := range exchanges {
-		set[x.Name] = true
-	}
-	return set
 }
 
 // revokedProblems are the policy problems of the revocation stream q: a policy's max-age and
