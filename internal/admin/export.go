@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 )
@@ -64,9 +65,7 @@ type DefBinding struct {
 // declare, and the vhost (created by an import, without permissions). Exchanges of
 // p.Existing must exist before an import.
 func (p *Plan) Definitions(vhost string) Definitions {
-	if vhost == "" {
-		vhost = "/"
-	}
+	vhost = cmp.Or(vhost, "/")
 	args := func(t map[string]any) map[string]any {
 		if t == nil {
 			return map[string]any{}

@@ -56,9 +56,7 @@ func NewManagement(rawURL, vhost string) (*Management, error) {
 			"or /api path (e.g. http://user:password@host:15672/, or http://user:password@host/rabbitmq/ behind a proxy path)",
 			ErrManagement, amqpconn.Redact((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String()))
 	}
-	if vhost == "" {
-		vhost = "/"
-	}
+	vhost = cmp.Or(vhost, "/")
 	m := &Management{user: u.User, vhost: vhost}
 	u.User = nil
 	if !strings.HasSuffix(u.Path, "/") {
@@ -130,11 +128,7 @@ func (m *Management) do(ctx context.Context, method, path string, body, out any)
 		pw, _ := m.user.Password()
 		req.SetBasicAuth(m.user.Username(), pw)
 	}
-	c := m.Client
-	if c == nil {
-		c = http.DefaultClient
-	}
-	resp, err := c.Do(req)
+	resp, err := cmp.Or(m.Client, http.DefaultClient).Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %s %s: %v", ErrManagement, method, full, err)
 	}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -123,9 +124,7 @@ func (m *Management) DeletePolicies(ctx context.Context, p *Plan, dryRun bool) (
 
 // PolicyCommands returns the rabbitmqctl commands that set p's policies in vhost.
 func (p *Plan) PolicyCommands(vhost string) []string {
-	if vhost == "" {
-		vhost = "/"
-	}
+	vhost = cmp.Or(vhost, "/")
 	var out []string
 	for _, pol := range p.Policies {
 		def, _ := json.Marshal(pol.Definition)

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,8 +48,5 @@ func ProbePluginManagement(ctx context.Context, m *Management) (bool, error) {
 
 // prefixOf is n's prefix, delayspec.DefaultPrefix when empty.
 func prefixOf(n delayspec.Names) string {
-	if n.Prefix == "" {
-		return delayspec.DefaultPrefix
-	}
-	return n.Prefix
+	return cmp.Or(n.Prefix, delayspec.DefaultPrefix)
 }

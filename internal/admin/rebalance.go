@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -34,9 +35,7 @@ type RebalanceReport struct {
 // leaders of p's quorum queues in vhost, to run on a cluster node: its queue pattern (PCRE)
 // matches the delay and parking queues by [Names.DelayQueuesPattern], the others by name.
 func (p *Plan) RebalanceCommand(vhost string) string {
-	if vhost == "" {
-		vhost = "/"
-	}
+	vhost = cmp.Or(vhost, "/")
 	delay := p.Names.DelayQueuesPattern()
 	alts := []string{strings.TrimSuffix(strings.TrimPrefix(delay, "^"), "$")}
 	re := regexp.MustCompile(delay)
