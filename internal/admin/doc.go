@@ -41,22 +41,13 @@
 // # Policies
 //
 // With the management API ([Management]) Apply sets three policies ([Plan.Policies]) at
-// [Spec.PolicyPriority]; RabbitMQ applies only the highest-priority matching policy, so each
-// shadows the vhost's lower ones:
-//
-//   - p.delay-queues on the delay queues and p.parking: a catch-all message-ttl or expires
-//     would make delays early or delete queues with their messages.
-//   - p.targets on the target exchanges: alternate-exchange p.due-unroutable, so a due message
-//     a target routes nowhere is parked rather than stalling its quorum delay queue. A
-//     target's own alternate-exchange argument wins (rabbit_policy:get_arg) and is reported.
-//   - p.revoked-retention on the stream p.revoked: max-age [Spec.RevocationRetention] (for a
-//     stream the policy's max-age wins: rabbit_stream_queue:policy_precedence/2).
-//
-// What a policy cannot prevent, [Management.PolicyProblems] reports (Apply and Status fail
-// with ErrPolicy): operator policies (merged with the applying policy:
-// rabbit_policies:merge_policy_value), user policies at or above the topology's priority, and
-// policies on ready queues that take due messages out. Without the management API Apply reports
-// the policies as skipped and the CLI prints the rabbitmqctl set_policy commands.
+// [Spec.PolicyPriority] (RabbitMQ applies only the highest-priority match): p.delay-queues
+// (delay queues and p.parking), p.targets (alternate-exchange p.due-unroutable on the targets;
+// a target's own argument wins: rabbit_policy:get_arg) and p.revoked-retention (max-age on
+// p.revoked; for a stream the policy wins: rabbit_stream_queue:policy_precedence/2). What they
+// cannot shadow (operator policies, merged: rabbit_policies:merge_policy_value; policies at or
+// above that priority; policies on ready queues) [Management.PolicyProblems] reports, and Apply
+// and Status fail with ErrPolicy. docs/guarantees.md#policies says what each key breaks.
 //
 // # Declaring safely
 //
