@@ -182,20 +182,16 @@ func mismatchError(mm []Mismatch) error {
 		}
 		objects[key] = true
 	}
-	first := mm[0]
-	it, tool := "it", "management UI or API"
+	it, tool, warn := "it", "management UI or API", ""
 	if len(objects) > 1 {
 		it = "them"
 	}
 	if queues > 0 {
-		tool += ", or rabbitmqctl delete_queue"
+		tool, warn = tool+", or rabbitmqctl delete_queue", "; deleting a queue deletes the messages it holds: move them elsewhere first"
 	}
-	fix := fmt.Sprintf("delete %s (%s) and run rabbitdelay apply, which declares %s again as planned", it, tool, it)
-	if queues > 0 {
-		fix += "; deleting a queue deletes the messages it holds: move them elsewhere first"
-	}
+	fix := fmt.Sprintf("delete %s (%s) and run rabbitdelay apply, which declares %s again as planned", it, tool, it) + warn
 	return fmt.Errorf("%w: %s of %s %s from the plan's (first: %s): such an object routes, keeps or "+
 		"dead-letters messages otherwise than planned, and RabbitMQ cannot change it in place; %s",
 		ErrUnhealthy, text.Plural(len(mm), "property"), text.Plural(len(objects), "existing object"),
-		map[bool]string{true: "differs", false: "differ"}[len(mm) == 1], first, fix)
+		map[bool]string{true: "differs", false: "differ"}[len(mm) == 1], mm[0], fix)
 }
