@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -45,16 +46,12 @@ func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool)
 		return RequeueLoop{}, false
 	}
 	loop := RequeueLoop{Queue: q.Name, RedeliverRate: mq.RedeliverRate, DeliverRate: mq.DeliverRate, Messages: mq.Messages}
-	if q.Role == RoleParking {
-		loop.Cause = CauseParking
-		return loop, true
-	}
-	typ := mq.Type
-	if typ == "" {
-		typ, _ = q.Args["x-queue-type"].(string)
-	}
+	argType, _ := q.Args["x-queue-type"].(string)
+	typ := cmp.Or(mq.Type, argType)
 	_, limit := mq.Arguments["x-delivery-limit"]
 	switch {
+	case q.Role == RoleParking:
+		loop.Cause = CauseParking
 	case typ == string(delayspec.Classic):
 		loop.Cause = CauseClassic
 	case typ != string(delayspec.Quorum):
