@@ -57,10 +57,8 @@ func numeric(v any) (float64, bool) {
 // (rabbit_policy: numeric keys take the lower value), noting which keys the operator policy
 // sets. Needed before 4.3, whose management API gives only the policies' names.
 func effective(user, op map[string]any) (def map[string]any, fromOp map[string]bool) {
-	def, fromOp = maps.Clone(user), map[string]bool{}
-	if def == nil {
-		def = map[string]any{}
-	}
+	def, fromOp = map[string]any{}, map[string]bool{}
+	maps.Copy(def, user)
 	for k, v := range op {
 		if u, ok := def[k]; ok {
 			a, okA := numeric(u)

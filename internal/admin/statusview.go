@@ -72,12 +72,10 @@ func (v *statusView) recheckDeadLettering(ctx context.Context, m *Management, p 
 	if len(held) == 0 {
 		return nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("topology: status: waiting to read the dead-letter state of %s again: %w", strings.Join(held, ", "), ctx.Err())
-	case <-t.C:
+	case <-time.After(wait):
 	}
 	again, err := m.Queues(ctx)
 	if err != nil {
