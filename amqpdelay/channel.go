@@ -9,32 +9,23 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// pubChan is one AMQP channel in confirm mode shared by many publishing goroutines.
-//
-// Publishes are serialized only around the write (sem); each then waits for its own
-// confirmation, so confirms are pipelined. One dispatcher goroutine receives basic.return
-// (unbuffered) and the confirmations (buffered, confirmBuffer) in wire order. RabbitMQ sends a
-// mandatory message's basic.return before its basic.ack
-// (https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed), so a publish's return
-// is recorded before the publish completes. A return carries no delivery tag, only the
-// properties, so at most one publish per message ID is in flight on a channel.
+// pubChan is one channel in confirm mode shared by many goroutines: publishes are serialized
+// around the write only, so confirms are pipelined. One dispatcher receives returns and
+// confirms in wire order; RabbitMQ sends a mandatory message's basic.return before its
+// basic.ack. A return names only the message ID: one publish per ID is in flight on a channel.
 type pubChan struct {
 	ch  *amqp.Channel
-	sem chan struct{} // capacity 1: held while writing a publish
-	// serial, when not nil (capacity 1), is held from before the write until the confirm: one
-	// publish at a time, so a refusal that closes the channel (403, 404, 406) can only be
-	// the answer to the one publish in flight, and costs no other publish its confirm.
-	serial chan struct{}
-	// frameMax is the connection's negotiated frame_max in bytes (0: unknown): the content
-	// header of a publish must fit in one frame.
-	frameMax int
+	sem chan struct{} // held while writing a publish
+	// serial, when not nil, is held from before the write until the confirm, so that a refusal
+	// closing the channel (403, 404, 406) answers that one publish alone.
+	serial   chan struct{}
+	frameMax int // negotiated, in bytes (0: unknown)
 
 	pmu     sync.Mutex // guards the maps; never held while calling into amqp091
 	pending map[uint64]*inflight
 	byID    map[string]*inflight
-	deadErr error // set (under pmu) when the channel is gone; then dead is closed
-
-	dead chan struct{}
+	deadErr error // set under pmu when the channel is gone; then dead is closed
+	dead    chan struct{}
 }
 
 // inflight is one publish waiting for its confirmation.
@@ -47,12 +38,10 @@ type inflight struct {
 	lostErr  error // non-nil: the channel closed first
 }
 
-// errNotSent reports that the channel was unusable before the message was written: the
-// publish can be retried on another channel without risk of a duplicate.
+// errNotSent: the channel was unusable before the write; retrying risks no duplicate.
 var errNotSent = errors.New("amqpdelay: channel unusable, message not sent")
 
-// openPubChan opens a channel in confirm mode on conn; serial makes it carry one publish at
-// a time (pubChan.serial). onDead is called once the channel is gone.
+// openPubChan opens a channel in confirm mode; onDead is called once it is gone.
 func openPubChan(conn *amqp.Connection, onDead func(), serial bool) (*pubChan, error) {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -112,7 +101,7 @@ func (pc *pubChan) dispatch(confirms <-chan amqp.Confirmation, returns <-chan am
 			}
 		}
 	}
-	// The channel is closed: its close error (if any) was queued before the listeners closed.
+	// The close error, if any, was queued before the listeners closed.
 	var cause error = amqp.ErrClosed
 	select {
 	case e, ok := <-closes:
@@ -145,22 +134,16 @@ func (pc *pubChan) isDead() bool {
 	}
 }
 
-// publish writes m and waits for its confirmation; size is m's contentHeaderSize in bytes and
-// reserve the header room in bytes to leave free in the frame (deadLetterReserve). An error
-// wrapping errNotSent means nothing was written and the caller may use another channel; an
-// error amqp091 gives for a message it cannot encode wraps ErrInvalidInput and must not be
-// retried.
+// publish writes m and waits for its confirmation; size is m's contentHeaderSize and reserve
+// the header room to leave free in the frame (deadLetterReserve), in bytes. errNotSent: nothing
+// was written; ErrInvalidInput for a message amqp091 cannot encode: never retry.
 func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing, size, reserve int) error {
 	if problem := headerTooLarge(size, pc.frameMax, reserve); problem != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidInput, problem)
 	}
 	if pc.serial != nil {
-		select {
-		case pc.serial <- struct{}{}:
-		case <-pc.dead:
-			return errNotSent
-		case <-ctx.Done():
-			return ctxErr(ctx, "waiting to publish alone on the channel for publishes the broker may refuse")
+		if err := pc.takeSerial(ctx); err != nil {
+			return err
 		}
 		defer func() { <-pc.serial }()
 	}
@@ -180,22 +163,15 @@ func (pc *pubChan) publish(ctx context.Context, exchange, key string, mandatory 
 	case f.returned:
 		return fmt.Errorf("%w: the broker returned it: %d %s (exchange %q, routing key %q)", ErrUnroutable, f.retCode, f.retText, exchange, key)
 	case !dc.Acked():
-		// The answer is the deferred confirmation's, not the listener's Ack: amqp091 settles
-		// the deferred confirmation of a tag before any listener hears of it
-		// (confirms.One and confirms.Multiple), and amqp091-go v1.16 hands a listener the Ack
-		// of a later basic.ack with multiple=true for a tag it had already received a
-		// basic.nack for out of order (confirms.Multiple ignores the nack it holds for
-		// resequencing). RabbitMQ sends that order (rabbit_channel's coalesce_and_send: a nack
-		// of a higher tag while a lower one is unconfirmed, then a multiple ack). The listener
-		// is used for its order only: the publish's basic.return, if any, came before.
+		// The deferred confirmation, not the listener's Ack, which amqp091-go v1.16 gets wrong
+		// for a nack before a multiple ack (RabbitMQ's coalesce_and_send sends that order).
 		return fmt.Errorf("%w (exchange %q, routing key %q)", ErrNacked, exchange, key)
 	}
 	return nil
 }
 
-// write sends m as the publish f, once no other publish of the same message ID is in flight on
-// pc (a return names only the message ID), and returns amqp091's record of its answer. An
-// error wrapping errNotSent means nothing was written.
+// write sends m as f, once no other publish of its message ID is in flight on pc. errNotSent:
+// nothing was written.
 func (pc *pubChan) write(ctx context.Context, exchange, key string, mandatory bool, m *amqp.Publishing, f *inflight) (*amqp.DeferredConfirmation, error) {
 	for {
 		select {
@@ -205,9 +181,8 @@ func (pc *pubChan) write(ctx context.Context, exchange, key string, mandatory bo
 		case <-ctx.Done():
 			return nil, ctxErr(ctx, "waiting to publish")
 		}
-		// Read the tag before taking pmu: amqp091's reader goroutine holds the lock behind
-		// GetNextPublishSeqNo while it hands a confirmation to the dispatcher, which may be
-		// waiting for pmu. Holding sem, no other publish can change the tag meanwhile.
+		// The tag before pmu: amqp091's reader holds GetNextPublishSeqNo's lock while it hands
+		// a confirm to the dispatcher, which may wait for pmu. sem keeps the tag.
 		tag := pc.ch.GetNextPublishSeqNo()
 		pc.pmu.Lock()
 		if pc.deadErr != nil {
@@ -243,8 +218,7 @@ func (pc *pubChan) write(ctx context.Context, exchange, key string, mandatory bo
 				return nil, ctxErr(ctx, "publishing")
 			}
 			if !isIOError(err) {
-				// amqp091 could not encode the message and has closed the connection because
-				// of it; the same message would close the next connection too: never retry.
+				// amqp091 closed the connection over it; it would close the next one too.
 				return nil, fmt.Errorf("%w: amqp091 could not encode the message (exchange %s, routing key %s) and closed the connection; "+
 					"the Publisher reconnects: %w", ErrInvalidInput, preview(exchange), preview(key), err)
 			}
@@ -259,17 +233,22 @@ func ctxErr(ctx context.Context, doing string) error {
 	return fmt.Errorf("amqpdelay: context ended while %s: %w", doing, ctx.Err())
 }
 
-// serialTurn waits until no publish holds pc's serial slot (if pc has one), without keeping
-// the slot: a publish queued behind others can then see whether what made it risky was settled
-// by the publishes before it (refusals.go) and take a shared channel instead. An error wrapping
-// errNotSent means the channel is gone.
+// serialTurn waits for pc's serial slot without keeping it, so that a publish queued there can
+// see whether the publishes before it settled what made it risky. errNotSent: pc is gone.
 func (pc *pubChan) serialTurn(ctx context.Context) error {
 	if pc.serial == nil {
-		return nil // a broker with too few channels: the serial slot shares a channel
+		return nil
 	}
+	if err := pc.takeSerial(ctx); err != nil {
+		return err
+	}
+	<-pc.serial
+	return nil
+}
+
+func (pc *pubChan) takeSerial(ctx context.Context) error {
 	select {
 	case pc.serial <- struct{}{}:
-		<-pc.serial
 		return nil
 	case <-pc.dead:
 		return errNotSent
@@ -278,6 +257,5 @@ func (pc *pubChan) serialTurn(ctx context.Context) error {
 	}
 }
 
-// confirmBuffer is the capacity of the Go channel that receives a pubChan's confirmations, so
-// that amqp091's reader goroutine hands them over without waiting for the dispatcher.
+// confirmBuffer lets amqp091's reader hand confirms over without waiting for the dispatcher.
 const confirmBuffer = 4096

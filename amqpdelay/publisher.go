@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,84 +20,74 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// Receipt tells how a published message travels; Publish returns it with a nil error once
-// the broker has confirmed the message. With an error it is the zero Receipt, whose Path
-// reads PathDirect: check the error first.
+// Receipt tells how a confirmed message travels. With an error it is the zero Receipt.
 type Receipt struct {
-	// Path is the way the message was sent.
 	Path Path
-	// Due is when the message becomes due (publish time plus Delay), truncated to the
-	// millisecond as in the rabbitdelay-due header that [Due] reads.
+	// Due is when the message becomes due, truncated to the millisecond (the rabbitdelay-due
+	// header).
 	Due time.Time
-	// Delay is the effective delay: the requested one, rounded up when Rounded, 0 on the
-	// direct path.
+	// Delay is the effective delay: the requested one, rounded up when Rounded; 0 on
+	// PathDirect.
 	Delay time.Duration
 	// Requested is the delay asked for.
 	Requested time.Duration
-	// Rounded reports that Delay is longer than Requested: the ladder's unit (or the plugin's
-	// millisecond) is coarser than the request. Never shorter: a message is never early.
+	// Rounded reports that Delay is longer than Requested (never shorter).
 	Rounded bool
-	// Hops is the number of ladder queues the message passes through (PathLadder), 1 for
-	// PathBucket and PathPlugin, 0 for PathDirect.
+	// Hops is the number of delay queues passed: 0 for PathDirect, 1 for PathBucket and
+	// PathPlugin.
 	Hops int
-	// MessageID is the message's ID: the caller's, or a UUID the Publisher generated ([Receipt.ID]).
+	// MessageID is the caller's MessageId or the UUID the Publisher generated ([Receipt.ID]).
 	MessageID string
-	// Exchange is the exchange the message was published to: the target itself (direct); for
-	// a ladder message its first queue's entry exchange (<queue>.entry);
-	// the bucket exchange; the plugin exchange.
+	// Exchange is the exchange published to: the target (direct), the ladder's entry exchange
+	// of the first queue, the bucket exchange or the plugin exchange.
 	Exchange string
 }
 
 // Publisher publishes delayed messages with publisher confirms over its own connection,
-// which it re-establishes after a loss. It is safe for concurrent use; create it with
-// [NewPublisher] and end it with [Publisher.Close].
+// re-established after a loss. Safe for concurrent use; [NewPublisher], [Publisher.Close].
 type Publisher struct {
 	cfg      Config
-	spec     delayspec.Spec // the spec record read at start, with Config.extraTargets
+	spec     delayspec.Spec // with Config.extraTargets
 	names    delayspec.Names
 	targets  map[string]struct{}
 	ladder   ttlbuckets.Ladder
 	buckets  ttlbuckets.Buckets
-	park     parkRoute // the dead-lettering that can park a message after its path
+	park     parkRoute
 	opts     options
 	log      zerolog.Logger
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
-	// pluginLost is set when a publish found the plugin exchange gone (404); while it is set,
-	// publishes re-probe for the exchange at most every pluginReprobe (nextProbe: Unix ns).
+	// pluginLost: a publish found the plugin exchange gone (404); publishes re-probe at most
+	// every pluginReprobe (nextProbe: Unix ns).
 	pluginLost atomic.Bool
 	nextProbe  atomic.Int64
 
-	checkSem chan struct{} // capacity 1: one check on the check channel at a time (askOnCheckChannel)
-	permSem  chan struct{} // capacity 1: one first permission check at a time (permission.go)
-	// refusals holds what the broker has refused by closing a channel (refusal.go).
+	checkSem chan struct{} // one check on the check channel at a time
+	permSem  chan struct{} // one first permission check at a time
 	refusals refusals
-	// user is the user name of the connection's URL: a UserId property that differs goes
-	// on the serial channel (RabbitMQ refuses it unless the user has the impersonator tag).
-	user string
+	user     string // the URL's user: another UserId goes on the serial channel
 
 	sess    atomic.Pointer[session]
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever sess or one of its channels changes
 
-	// closeCtx is the one notion of "closed": Close cancels it (under mu), which ends waits for
-	// a connection, reconnection attempts and probes, and makes new publishes fail.
+	// closeCtx is cancelled (under mu) by Close: it ends waits, reconnects and probes.
 	closeCtx  context.Context
 	cancel    context.CancelFunc
 	active    publishes     // publishes in progress, which Close waits for
-	inFlight  chan struct{} // one slot per deferred publish in progress (Config.MaxInFlight)
+	inFlight  chan struct{} // one slot per deferred publish (Config.MaxInFlight)
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup // the supervisor and background probes
-	metrics   *pubMetrics    // Config.Metrics (metrics.go); nil records nothing
+	metrics   *pubMetrics    // nil records nothing
 }
 
-// publishes counts the publishes in progress; Close waits for them on a signal (drained).
+// publishes counts the publishes in progress; drained is closed once closing and n is 0.
 type publishes struct {
 	mu      sync.Mutex
 	n       int
 	closing bool
-	drained chan struct{} // closed once closing and n is 0
+	drained chan struct{}
 }
 
 // enter counts a publish in; false once Close has begun.
@@ -110,7 +101,6 @@ func (c *publishes) enter() bool {
 	return true
 }
 
-// leave counts a publish out.
 func (c *publishes) leave() {
 	c.mu.Lock()
 	c.n--
@@ -120,7 +110,6 @@ func (c *publishes) leave() {
 	c.mu.Unlock()
 }
 
-// close refuses new publishes and returns a channel closed once the last one has left.
 func (c *publishes) close() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -131,20 +120,13 @@ func (c *publishes) close() <-chan struct{} {
 	return c.drained
 }
 
-// isClosed reports whether Close has begun.
 func (p *Publisher) isClosed() bool { return p.closeCtx.Err() != nil }
 
-// NewPublisher connects to the broker of cfg, reads the delay topology that `rabbitdelay apply`
-// recorded for cfg.Prefix (the stream <prefix>.spec), checks that its dispatch exchange, targets
-// and bucket queues exist (passive declares), probes for the delayed-message plugin's exchange,
-// and opens its publishing channels. ctx bounds all of that; the Publisher keeps running after
-// ctx ends.
-//
-// Errors: ErrInvalidConfig (a Config field it cannot use: every problem at once, each naming
-// its field; or a broker whose channel_max is below Config.Channels + 2), ErrTopologyMissing (no record or a
-// missing object: run `rabbitdelay apply`), ErrPluginUnavailable (strategy PluginOnly and no
-// plugin exchange), or the connection's error (never containing the password; a broker refusal
-// reachable as *amqp091.Error).
+// NewPublisher connects, reads the topology recorded for cfg.Prefix, checks that its objects
+// exist (passive declares), probes for the plugin exchange and opens its channels; ctx bounds
+// only that. Errors: ErrInvalidConfig (every problem at once; or channel_max below
+// Config.Channels+2), ErrTopologyMissing, ErrPluginUnavailable (PluginOnly without the plugin),
+// or the connection's error (never holding the password; *amqp091.Error reachable).
 func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidInput)
@@ -157,21 +139,19 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
+	fail := func(err error) (*Publisher, error) { _ = conn.Close(); return nil, err }
 	spec, err := cfg.readSpec(ctx, conn)
 	if err != nil {
-		_ = conn.Close()
-		return nil, err
+		return fail(err)
 	}
 	spec.Targets = append(spec.Targets, o.extraTargets...)
 	if o.strategy == PluginOnly && spec.Plugin == delayspec.PluginOff {
-		_ = conn.Close()
-		return nil, fmt.Errorf("%w: strategy PluginOnly, and prefix %q was applied with AMQPDELAY_PLUGIN=off: the topology has no plugin exchange",
-			ErrInvalidConfig, spec.Prefix)
+		return fail(fmt.Errorf("%w: strategy PluginOnly, and prefix %q was applied with AMQPDELAY_PLUGIN=off: the topology has no plugin exchange",
+			ErrInvalidConfig, spec.Prefix))
 	}
 	ladder, buckets, err := spec.LadderOrBuckets()
 	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return fail(fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	cfg.Prefix = spec.Prefix
 	p := &Publisher{
@@ -191,20 +171,16 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 		inFlight: make(chan struct{}, o.maxInFlight),
 		user:     urlUser(cfg.conn().URLOrDefault()),
 	}
-	// The retry exchange is a target of every topology: the consumer package's retries go
-	// through it (its binding to the dispatch exchange is part of the applied topology).
+	// The retry exchange (package consumer's retries) is a target of every topology.
 	p.targets[p.names.Retry()] = struct{}{}
 	for _, t := range spec.Targets {
 		p.targets[t.Name] = struct{}{}
 	}
-	// Room among the exchanges trusted after a confirm for every exchange of the delay topology
-	// (per shard: the ladder's levels and last-hop exchanges, an entry exchange per ladder,
-	// last-hop and first-hop queue; the buckets' exchange), beside maxNames targets of direct
-	// publishes. A name beyond the limit is only checked again, never refused.
+	// Room for every exchange of the topology (per shard: levels, last-hop and entry
+	// exchanges; the bucket exchange) beside maxNames direct targets.
 	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*3*(len(route.Queues(ladder))+ladder.Levels()) + 1
 	if p.metrics, err = newPubMetrics(o.metricsReg, p); err != nil {
-		_ = conn.Close()
-		return nil, err
+		return fail(err)
 	}
 	p.closeCtx, p.cancel = context.WithCancel(context.Background())
 	s, err := p.setUp(ctx, conn)
@@ -225,26 +201,18 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
-// MaxDelay returns the longest delay the topology's ladder carries (AMQPDELAY_LADDER_MAX as
-// applied). A longer delay takes the plugin when the broker has it, and otherwise fails with
-// ErrDelayTooLong.
+// MaxDelay returns the longest delay the ladder carries; a longer one takes the plugin or
+// fails with ErrDelayTooLong.
 func (p *Publisher) MaxDelay() time.Duration { return p.ladder.WithDefaults().Max }
 
-// Publish sends msg to exchange with routingKey, due after delay, by the path the strategy
-// chooses (see the package documentation), and returns once the broker has confirmed it.
+// Publish sends msg to exchange with routingKey, due after delay, and returns once the broker
+// has confirmed it. A delay <= 0 publishes at once (PathDirect); a positive one needs a target
+// exchange. msg is not modified: the copy sent gets the delay headers, a random MessageId when
+// it has none, a copy tag (CopyHeader) and persistent delivery mode when DeliveryMode is 0.
 //
-// A delay <= 0 publishes to exchange at once (PathDirect); a positive delay needs exchange to
-// be one of the topology's targets. msg is not modified: the Publisher sends a copy with its
-// own delay headers, a random MessageId when msg has none, its copy tag (CopyHeader) and
-// persistent delivery mode when msg.DeliveryMode is 0.
-//
-// Errors: ErrInvalidInput (input that amqp091 or RabbitMQ would answer by closing the
-// connection or channel, such as a short string over 255 bytes, a NaN header, headers over the
-// frame_max, a body over Config.MaxMessageSize, msg.Expiration on a delayed message, a direct
-// publish into the delay topology), ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable
-// (nothing sent for any of these), ErrExchangeNotFound, ErrAccessRefused (nothing stored; see
-// refusal.go and permission.go), ErrUnroutable, ErrNacked, ErrConnectionLost (outcome unknown), ErrClosed, or
-// ctx's error, wrapped, when ctx ends first.
+// Errors: ErrInvalidInput, ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable (nothing
+// sent), ErrExchangeNotFound, ErrAccessRefused (nothing stored), ErrUnroutable, ErrNacked,
+// ErrConnectionLost (outcome unknown), ErrClosed, or ctx's error, wrapped.
 func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
 	if ctx == nil {
 		err := fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
@@ -259,9 +227,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 	return p.publish(ctx, exchange, routingKey, msg, delay)
 }
 
-// publish is Publish for a caller that has counted itself in p.active.
+// publish is Publish for a caller counted in p.active.
 func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (_ Receipt, err error) {
-	metricPath := pathNone // metrics.go: the path label, once a path is chosen
+	metricPath := pathNone
 	defer func(done func(string, error)) { done(metricPath, err) }(p.metrics.begin())
 	c, err := p.prepare(ctx, exchange, routingKey, &msg, delay)
 	if err != nil {
@@ -274,16 +242,13 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	if out.DeliveryMode == 0 {
 		out.DeliveryMode = amqp.Persistent
 	}
-	tag := copyTag(msg.Headers)                    // revoke.go
-	shard := shardOf(out.MessageId, p.spec.Shards) // the shard of the ladder (PathLadder)
+	tag := copyTag(msg.Headers)
+	shard := shardOf(out.MessageId, p.spec.Shards)
 	dest, hops, mandatory := p.destination(c, exchange, shard)
-	// alone: sent again on the serial channel because a refusal closed the shared channel it
-	// was in flight on (closedByRefusal).
-	alone := false
+	alone := false // sent again alone: a refusal closed the shared channel (closedByRefusal)
 	for {
 		if c.path == PathPlugin && !p.pluginOK.Load() {
-			// A publish found the plugin exchange gone (404) since this path was chosen; this
-			// message was not stored (pluginGone): choose again without the plugin.
+			// The plugin exchange is gone (pluginGone): choose again without it.
 			if c, err = p.withoutPlugin(delay, dest); err != nil {
 				return Receipt{}, err
 			}
@@ -295,8 +260,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 			return Receipt{}, err
 		}
 		if kind == serialSlot {
-			// Many publishes to a new exchange may queue here at once: the first one's confirm
-			// makes the exchange trusted, and the rest then go on the shared channels.
+			// Once the first publish to a new exchange is confirmed, the rest go shared.
 			if err := pc.serialTurn(ctx); errors.Is(err, errNotSent) {
 				continue
 			} else if err != nil {
@@ -323,8 +287,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 		if err != nil {
 			err = p.learn(err, kind == serialSlot, c.path, dest, routingKey, &out)
 			if kind != serialSlot && closedByRefusal(err) {
-				// The broker closed a shared channel because of one publish in flight there,
-				// maybe another's: send this one again alone, where a refusal is its own answer.
+				// Maybe another's refusal: send this one again alone.
 				alone = true
 				continue
 			}
@@ -339,8 +302,8 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	}
 }
 
-// prepare makes the checks of a publish before it is sent (precheck, then the ones that ask
-// the broker) and chooses its path. An error means nothing may be sent.
+// prepare makes the checks before a publish, the broker's included, and chooses its path. An
+// error means nothing may be sent.
 func (p *Publisher) prepare(ctx context.Context, exchange, routingKey string, msg *amqp.Publishing, delay time.Duration) (choice, error) {
 	if err := ctx.Err(); err != nil {
 		return choice{}, fmt.Errorf("amqpdelay: context ended before publishing: %w", err)
@@ -357,21 +320,16 @@ func (p *Publisher) prepare(ctx context.Context, exchange, routingKey string, ms
 	}
 	switch {
 	case c.path == PathDirect:
-		// A missing or forbidden exchange needs no check here: the first publish to an
-		// exchange goes alone on the serial channel (mayBeRefused), where the broker's 404 or
-		// 403 is the answer to that publish only (refusal.go).
+		// A 404 or 403 answers the serial channel's publish alone (mayBeRefused).
 		err = p.intoForeignTopology(ctx, exchange, routingKey, msg.Headers) // stays: a stalled foreign topology
 	case !p.names.Reserved(exchange):
-		// Stays: dead-lettering into the target is not checked by the broker (permission.go).
-		// A target of the topology's own (the consumer's retry exchange) is covered by the
-		// write permission on the topology's exchanges.
+		// Stays: the broker does not check dead-lettering into the target (permission.go).
 		err = p.checkPermitted(ctx, exchange, routingKey, msg.Headers)
 	}
 	return c, err
 }
 
-// slotFor returns the kind of channel a publish on path to dest goes on: the serial channel
-// when it is sent again alone or may be refused (mayBeRefused), else its path's own.
+// slotFor returns the kind of channel a publish on path to dest goes on.
 func (p *Publisher) slotFor(path Path, dest string, out *amqp.Publishing, alone bool) slotKind {
 	switch {
 	case alone || p.mayBeRefused(path, dest, out):
@@ -384,11 +342,9 @@ func (p *Publisher) slotFor(path Path, dest string, out *amqp.Publishing, alone 
 	return generalSlots
 }
 
-// deadLetterReserve is the room to leave in out's content header (its size) for the
-// dead-letter headers RabbitMQ adds on path c through dest in shard, and when a ready queue
-// parks it (deadletter.go).
+// deadLetterReserve is the header room for what dead-lettering adds on path c (deadletter.go).
 func (p *Publisher) deadLetterReserve(c *choice, out *amqp.Publishing, size int, routingKey, dest string, shard int) int {
-	hops, last := deadLetterHops(p.names, p.ladder, c, dest, shard) // none on the plugin and direct paths
+	hops, last := deadLetterHops(p.names, p.ladder, c, dest, shard)
 	var park *deadLetterHop
 	if h, ok := p.park.hop(last); ok {
 		park = &h
@@ -396,9 +352,7 @@ func (p *Publisher) deadLetterReserve(c *choice, out *amqp.Publishing, size int,
 	return deadLetterReserve(out, size, routingKey, hops, park)
 }
 
-// precheck makes the checks of publish that need no channel: the target, a TTL on a delayed
-// message, the body size and the headers and properties (validateMessage). An error means
-// nothing may be sent.
+// precheck makes the checks of publish that need no channel. An error means nothing may be sent.
 func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, delay time.Duration) error {
 	if delay > 0 {
 		if exchange == "" {
@@ -424,15 +378,11 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 			return fmt.Errorf("%w: msg.Headers: %v", ErrInvalidInput, err)
 		}
 	}
-	if err := validateMessage(exchange, routingKey, msg); err != nil {
-		return err
-	}
-	return nil
+	return validateMessage(exchange, routingKey, msg)
 }
 
 // destination returns the exchange a publish on path c goes to, its hops, and whether it is
-// mandatory; a ladder publish enters shard of the ladder (AMQPDELAY_SHARDS as applied) through
-// its first queue's entry exchange.
+// mandatory.
 func (p *Publisher) destination(c choice, target string, shard int) (dest string, hops int, mandatory bool) {
 	switch c.path {
 	case PathBucket:
@@ -441,16 +391,13 @@ func (p *Publisher) destination(c choice, target string, shard int) (dest string
 		first, _ := hopQueue(p.names, p.ladder, &c.plan, 0, shard)
 		return p.names.LadderEntryExchange(first), len(c.plan.Hops), true
 	case PathPlugin:
-		// The plugin answers every delayed publish with NO_ROUTE when mandatory is set.
+		// The plugin answers every mandatory publish with NO_ROUTE.
 		return p.names.PluginExchange(), 1, false
 	}
 	return target, 0, true
 }
 
-// shardOf returns the shard of the ladder (0 to shards-1) a message with this id travels
-// through: the FNV-1a hash of the id modulo shards, so that messages spread evenly over the
-// shards (ids are random UUIDs unless the caller sets them) and a message published again
-// with the same id takes the same shard. 0 when shards <= 1.
+// shardOf returns the ladder shard of a message id: FNV-1a modulo shards (0 when shards <= 1).
 func shardOf(id string, shards int) int {
 	if shards <= 1 {
 		return 0
@@ -467,8 +414,7 @@ func (p *Publisher) PublishAt(ctx context.Context, exchange, routingKey string, 
 	return r, atError(err, at)
 }
 
-// atError names at in an ErrDelayTooLong of a publish at that time: the delay it states is
-// time.Until(at), which saturates at about 292 years.
+// atError names at in an ErrDelayTooLong (time.Until saturates at about 292 years).
 func atError(err error, at time.Time) error {
 	if !errors.Is(err, ErrDelayTooLong) {
 		return err
@@ -476,13 +422,10 @@ func atError(err error, at time.Time) error {
 	return fmt.Errorf("publish at %s: %w", at.Format(time.RFC3339Nano), err)
 }
 
-// Close stops the Publisher: new publishes fail with ErrClosed at once, publishes waiting
-// for a connection end with ErrClosed, and publishes waiting for their confirmation get up to
-// 5 s to receive it before the connection is closed (they then fail with ErrConnectionLost).
-// It then waits for its goroutines and closes the Publisher's connection, giving the broker up
-// to 5 s more to answer (a broker that blocks the connection, in a memory or disk alarm, does
-// not: the socket is then closed anyway and Close returns the error). Close is idempotent:
-// later calls return the first call's result.
+// Close stops the Publisher: new publishes and those waiting for a connection fail with
+// ErrClosed; those waiting for a confirm get up to 5 s (then ErrConnectionLost). It then closes
+// the connection, giving the broker up to 5 s to answer (the socket is closed either way, and
+// the error returned). Idempotent: later calls return the first call's result.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
@@ -509,17 +452,14 @@ func (p *Publisher) Close() error {
 }
 
 func (p *Publisher) targetList() string {
-	s := ""
-	for _, t := range p.spec.Targets {
-		if s != "" {
-			s += ", "
-		}
-		s += strconv.Quote(t.Name)
+	q := make([]string, len(p.spec.Targets))
+	for i, t := range p.spec.Targets {
+		q[i] = strconv.Quote(t.Name)
 	}
-	return s
+	return strings.Join(q, ", ")
 }
 
-// brokerVersion is the RabbitMQ version of the current connection's broker ("" when unknown).
+// brokerVersion is the current broker's RabbitMQ version ("" when unknown).
 func (p *Publisher) brokerVersion() string {
 	if s := p.sess.Load(); s != nil {
 		return s.brokerVersion

@@ -2,7 +2,6 @@ package amqpdelay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -14,28 +13,18 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// The Publisher's connection and channels: dialing and checking the topology (connect), the
-// channels of a session and which publish uses which (pick), and the supervisor that replaces
-// dead channels and reconnects after a connection loss. Publishing itself is publisher.go.
-
 // session is one connection and its publishing channels.
 type session struct {
 	conn *amqp.Connection
-	// slots are the publishing channels: general of them for the bucket and ladder paths,
-	// then, when present (their index >= 0), one for the plugin path, one for direct
-	// publishes, and one serial channel (one publish at a time) for publishes the broker may
-	// refuse (refusal.go). A publish the broker refuses by closing the channel (403, 404,
-	// 406) fails every publish still waiting for a confirm on that channel, so the kinds of
-	// publish that can meet such a refusal never share a channel with the delay paths.
-	slots      []atomic.Pointer[pubChan]
-	general    int
-	pluginSlot int
-	directSlot int
-	serialSlot int
-	chanDied   chan struct{} // a channel of this session died (buffered, coalescing)
-	connClose  chan *amqp.Error
-	// brokerVersion is the server property "version" of the connection ("" when absent).
-	brokerVersion string
+	// slots: general channels for the bucket and ladder paths, then the kinds' own (own, by
+	// slotKind; -1: none). A refusal closes its channel and fails every publish in flight
+	// there, so the publishes that may meet one never share the delay paths' channels.
+	slots         []atomic.Pointer[pubChan]
+	general       int
+	own           [4]int
+	chanDied      chan struct{} // buffered, coalescing
+	connClose     chan *amqp.Error
+	brokerVersion string // "" when unknown
 }
 
 // slotKind says which channels of a session a publish may use.
@@ -43,13 +32,12 @@ type slotKind int
 
 const (
 	generalSlots slotKind = iota // the bucket and ladder paths
-	pluginSlot                   // the plugin path
-	directSlot                   // direct publishes to exchanges that took one before
-	serialSlot                   // publishes the broker may refuse (Publisher.mayBeRefused)
+	pluginSlot
+	directSlot // direct publishes to exchanges that took one before
+	serialSlot // publishes the broker may refuse (Publisher.mayBeRefused), one at a time
 )
 
-// connect dials again after a connection loss, reads the spec record, which must still be the
-// one the Publisher started with, and sets the connection up.
+// connect dials again after a connection loss; the spec record must not have changed.
 func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	conn, err := amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name)
 	if err != nil {
@@ -67,8 +55,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	return p.setUp(ctx, conn)
 }
 
-// sameSpec reports whether the record read is the one a Publisher started with (which has
-// extra appended to its targets).
+// sameSpec reports whether read, with extra targets, is the record the Publisher started with.
 func sameSpec(read, started delayspec.Spec, extra []delayspec.Target) bool {
 	read.Targets = append(read.Targets, extra...)
 	a, errA := delayspec.EncodeRecord(read)
@@ -77,7 +64,7 @@ func sameSpec(read, started delayspec.Spec, extra []delayspec.Target) bool {
 }
 
 // setUp checks the topology on conn, probes the plugin and opens the channels; it closes conn
-// when it fails.
+// on failure.
 func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session, error) {
 	fail := func(err error) (*session, error) {
 		_ = conn.Close()
@@ -86,11 +73,10 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 	if err := p.checkTopology(ctx, conn); err != nil {
 		return fail(err)
 	}
-	p.refusals.forget() // a new connection, maybe to another node: learn its limits anew
+	p.refusals.forget() // maybe another node: learn its limits anew
 	if err := p.checkManaged(ctx); err != nil {
 		return fail(err)
 	}
-	// The plugin was in use before this (re)connection, or was being looked for.
 	hadPlugin := p.pluginOK.Load() || p.pluginLost.Load()
 	pluginOK := false
 	if p.opts.strategy != LadderOnly && p.spec.Plugin != delayspec.PluginOff {
@@ -100,70 +86,48 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 		}
 	}
 	p.pluginOK.Store(pluginOK)
-	// A plugin exchange that was in use and that this probe misses (deleted during the outage,
-	// or found gone by a publish) is looked for again every pluginReprobe; a broker that never
-	// had it is not.
+	// A plugin exchange in use and now missing is looked for again every pluginReprobe.
 	p.pluginLost.Store(hadPlugin && !pluginOK)
-	// The broker caps the channels of a connection (channel_max, negotiated at connection
-	// tuning; RabbitMQ's default 2,047). The Publisher needs its publishing channels, one for
-	// the checks before a publish (askOnCheckChannel) and the serial channel: without it a
-	// publish the broker may refuse would share a general channel, whose closing by a 404 or
-	// 403 would fail the other publishes in flight there and could be taken for theirs.
+	// Without the check and serial channels a refusal would fail other publishes in flight.
 	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels+2 {
 		return fail(fmt.Errorf("%w: the broker allows %d channels per connection (channel_max) and the Publisher needs %d "+
 			"(Config.Channels %d, one to check exchanges and one for publishes the broker may refuse): lower Config.Channels to at most %d, or raise channel_max in rabbitmq.conf",
 			ErrInvalidConfig, limit, p.opts.channels+2, p.opts.channels, max(limit-2, 0)))
 	}
-	// The direct publishes get a channel of their own, and so does the plugin path when this
-	// connection can use the plugin (it has the exchange, or had it and a re-probe may find it
-	// again), as far as channel_max permits; without one, such publishes share the general
-	// channels.
+	// Direct and plugin publishes get channels of their own as far as channel_max permits.
 	brokerVersion, _ := conn.Properties["version"].(string)
 	s := &session{
 		conn:          conn,
 		brokerVersion: brokerVersion,
 		general:       p.opts.channels,
-		pluginSlot:    -1,
-		directSlot:    -1,
-		serialSlot:    -1,
+		own:           [4]int{-1, -1, -1, p.opts.channels},
 		chanDied:      make(chan struct{}, 1),
 		connClose:     conn.NotifyClose(make(chan *amqp.Error, 1)),
 	}
-	s.serialSlot = p.opts.channels
 	nslots, room := p.opts.channels+1, int(conn.Config.ChannelMax)-p.opts.channels-2
 	if room > 0 {
-		s.directSlot, nslots, room = nslots, nslots+1, room-1
+		s.own[directSlot], nslots, room = nslots, nslots+1, room-1
 	}
 	if room > 0 && (pluginOK || p.pluginLost.Load()) {
-		s.pluginSlot, nslots = nslots, nslots+1
+		s.own[pluginSlot], nslots = nslots, nslots+1
 	}
 	s.slots = make([]atomic.Pointer[pubChan], nslots)
 	for i := range s.slots {
-		pc, err := openPubChan(conn, s.onChanDied, i == s.serialSlot)
+		pc, err := openPubChan(conn, s.onChanDied, i == s.own[serialSlot])
 		if err != nil {
 			return fail(fmt.Errorf("amqpdelay: %w", err))
 		}
 		s.slots[i].Store(pc)
 	}
 	p.log.Info().Str("urls", p.cfg.conn().Redacted()).Str("node", conn.RemoteAddr().String()).Bool("plugin", pluginOK).
-		Int("channels", p.opts.channels).Bool("plugin_channel", s.pluginSlot >= 0).Bool("direct_channel", s.directSlot >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
+		Int("channels", p.opts.channels).Bool("plugin_channel", s.own[pluginSlot] >= 0).Bool("direct_channel", s.own[directSlot] >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
 }
 
-// pick returns a live channel of s for a publish of kind k (round robin from start among the
-// general channels), or nil when none is live. A kind without a channel of its own in s uses
-// the general ones.
+// pick returns a live channel for kind k, its own or the general ones' round robin from start;
+// nil when none is live.
 func (s *session) pick(k slotKind, start uint32) *pubChan {
-	own := -1
-	switch k {
-	case pluginSlot:
-		own = s.pluginSlot
-	case directSlot:
-		own = s.directSlot
-	case serialSlot:
-		own = s.serialSlot
-	}
-	if own >= 0 {
+	if own := s.own[k]; k != generalSlots && own >= 0 {
 		if pc := s.slots[own].Load(); pc != nil && !pc.isDead() {
 			return pc
 		}
@@ -185,12 +149,9 @@ func (s *session) onChanDied() {
 	}
 }
 
-// checkTopology passive-declares the dispatch exchange on a channel of its own (a missing
-// exchange closes only that channel with 404 NOT_FOUND).
+// checkTopology passive-declares the dispatch exchange, the targets and the bucket queues,
+// each on a channel of its own (a missing one closes it with 404): what was deleted since apply.
 func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) error {
-	// Each check is a passive declare on a channel of its own: a missing object closes the
-	// channel (404 NOT_FOUND). The spec record says what apply declared; these find what was
-	// deleted since.
 	type check struct {
 		exchange, queue string
 		missing         func() error
@@ -233,12 +194,10 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 			} else {
 				err = ch.ExchangeDeclarePassive(c.exchange, amqp.ExchangeHeaders, true, false, false, false, nil)
 			}
-			var ae *amqp.Error
-			notFound := errors.As(err, &ae) && ae.Code == amqp.NotFound
 			switch {
 			case err == nil:
 				_ = ch.Close()
-			case notFound:
+			case amqpconn.IsNotFound(err):
 				done <- fmt.Errorf("%w: %w", c.missing(), err)
 				return
 			default:
@@ -290,7 +249,7 @@ func (p *Publisher) supervise(s *session) {
 	}
 }
 
-// reopenChannels replaces every dead channel of s (the connection is alive).
+// reopenChannels replaces every dead channel of s, whose connection is alive.
 func (p *Publisher) reopenChannels(s *session) error {
 	for i := range s.slots {
 		pc := s.slots[i].Load()
@@ -301,7 +260,7 @@ func (p *Publisher) reopenChannels(s *session) error {
 		if pc != nil {
 			cause = pc.deadErr
 		}
-		npc, err := openPubChan(s.conn, s.onChanDied, i == s.serialSlot)
+		npc, err := openPubChan(s.conn, s.onChanDied, i == s.own[serialSlot])
 		if err != nil {
 			return err
 		}
@@ -312,10 +271,8 @@ func (p *Publisher) reopenChannels(s *session) error {
 	return nil
 }
 
-// reconnect retries connect with exponential back-off and jitter (cenkalti/backoff: from
-// Config.ReconnectMin, doubling up to Config.ReconnectMax, each wait randomized by ±50 % so
-// that many publishers that lost one node do not dial the others in step) until it succeeds
-// (the new session) or the Publisher is closed (nil). Each attempt dials the whole address list.
+// reconnect retries connect with exponential back-off, randomized by ±50 % so that publishers
+// do not dial in step, until it succeeds or the Publisher is closed (nil).
 func (p *Publisher) reconnect() *session {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.Multiplier = p.opts.backoffMin, p.opts.backoffMax, 2
@@ -343,14 +300,13 @@ func (p *Publisher) reconnect() *session {
 	}
 }
 
-// event reports e to the reconnect handler, unless Close has begun: a reconnection attempt
-// that Close cancels is not an event of the Publisher's connection.
+// event reports e, unless Close has begun (an attempt Close cancels is no event).
 func (p *Publisher) event(e ReconnectEvent) {
 	if !p.isClosed() {
 		p.metrics.connection(e.Kind)
-	}
-	if p.opts.onReconnect != nil && !p.isClosed() {
-		p.opts.onReconnect(e)
+		if p.opts.onReconnect != nil {
+			p.opts.onReconnect(e)
+		}
 	}
 }
 
@@ -362,15 +318,13 @@ func (p *Publisher) broadcast() {
 	p.mu.Unlock()
 }
 
-// acquire returns a live channel for a publish of kind k (session.pick), waiting through an
-// outage until ctx ends or Close.
+// acquire returns a live channel for kind k, waiting through an outage until ctx ends or Close.
 func (p *Publisher) acquire(ctx context.Context, k slotKind) (*pubChan, error) {
 	for {
 		p.mu.Lock()
 		changed := p.changed
 		p.mu.Unlock()
-		// A publish counted in before Close began may still use a live channel: Close waits
-		// for it. Only a publish that would wait for a connection ends with ErrClosed.
+		// A publish counted in before Close may use a live channel; only waiting ends in ErrClosed.
 		if s := p.sess.Load(); s != nil {
 			if pc := s.pick(k, p.rr.Add(1)); pc != nil {
 				return pc, nil
@@ -387,4 +341,69 @@ func (p *Publisher) acquire(ctx context.Context, k slotKind) (*pubChan, error) {
 			return nil, fmt.Errorf("amqpdelay: context ended while waiting for a connection to the broker: %w", ctx.Err())
 		}
 	}
+}
+
+// askOnCheckChannel runs ask on a channel of its own, for the checks before a publish, waiting
+// through an outage. One check at a time (checkSem), released when the broker answers, not when
+// ctx ends: a blocked broker would otherwise collect a channel per timed-out publish. skip, if
+// set, is asked once the turn has come: true gives an empty answer. Errors: ErrClosed or ctx's.
+func (p *Publisher) askOnCheckChannel(ctx context.Context, doing string, skip func() bool, ask func(*amqp.Channel) error) (checkAnswer, error) {
+	var s *session
+	for s == nil {
+		if _, err := p.acquire(ctx, generalSlots); err != nil { // waits through an outage
+			return checkAnswer{}, err
+		}
+		s = p.sess.Load()
+	}
+	select {
+	case p.checkSem <- struct{}{}:
+	case <-p.closeCtx.Done():
+		return checkAnswer{}, ErrClosed
+	case <-ctx.Done():
+		return checkAnswer{}, fmt.Errorf("amqpdelay: context ended while waiting to %s: %w", doing, ctx.Err())
+	}
+	if skip != nil && skip() {
+		<-p.checkSem
+		return checkAnswer{}, nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() { <-p.checkSem }()
+		ch, err := s.conn.Channel()
+		if err != nil {
+			done <- err
+			return
+		}
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		if err = ask(ch); err == nil {
+			_ = ch.Close()
+			done <- nil
+			return
+		}
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case e, ok := <-closed:
+			if ok && e != nil {
+				err = e
+			}
+		case <-t.C:
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return checkAnswer{err: err, lost: err != nil && s.conn.IsClosed()}, nil
+	case <-p.closeCtx.Done():
+		return checkAnswer{}, ErrClosed
+	case <-ctx.Done():
+		return checkAnswer{}, fmt.Errorf("amqpdelay: context ended while waiting to %s: %w", doing, ctx.Err())
+	}
+}
+
+// checkAnswer is a check's answer: err nil passed; else the channel's close reason when the
+// broker closed it (a later call gets only 504); lost: the connection closed, ask again.
+type checkAnswer struct {
+	err  error
+	lost bool
 }
