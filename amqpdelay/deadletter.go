@@ -12,38 +12,21 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// What dead-lettering adds to a message's headers (rabbit_dead_letter.erl make_msg on 3.10,
-// which quorum queues' rabbit_fifo_dlx_worker.erl calls too; mc.erl record_death and
-// mc_amqpl.erl death_table on 4.x): an x-death entry per (queue, reason), the table {count,
-// reason, queue, time, exchange, routing-keys} plus original-expiration when the message had a
-// per-message TTL (the Expiration property is removed); x-first-death-reason, -queue and
-// -exchange at the first death; on 3.13 and later also x-last-death-* at every death. exchange
-// is the exchange the message was last published to (an exchange-to-exchange binding does not
-// change it); routing-keys is the routing key and the CC list (BCC is stripped on publish).
-//
-// A consumer receives properties and headers in one content-header frame, which must fit in its
-// connection's frame_max (AMQP 0-9-1 allows no continuation): amqp091-go closes the connection
-// when it does not, and the message, back in the queue, closes the next consumer's too. So the
-// Publisher refuses a message whose headers would outgrow the Publisher's own negotiated
-// frame_max after its path's dead-letterings and a park (deadLetterReserve, headerTooLarge); a
-// consumer that asks for a smaller frame_max is not protected.
+// Dead-lettering adds an x-death entry per (queue, reason), x-first-death-* and, since 3.13,
+// x-last-death-* (rabbit_dead_letter.erl, mc.erl); a consumer gets properties and headers in
+// one frame of its frame_max, and amqp091-go closes the connection when they do not fit. So the
+// Publisher refuses a message whose headers would outgrow its own frame_max after its path's
+// dead-letterings and a park (docs/guarantees.md, "Headers that grow on every hop").
 
-// deadLetterMargin is room left beyond the computed size of a dead-lettered message's
-// headers: 26 bytes for the x-delivery-count header (key 1+16, type 1, long 8) that a quorum
-// ready queue adds when it redelivers the message (after a failed return, or a consumer that
-// went away), 26 bytes for x-acquired-count (the same size), which RabbitMQ 4.3 and later add
-// at every return and keep when they park the message (rabbit_fifo.erl), or the 25-byte
-// x-stream-offset a stream adds instead, and 6 bytes spare.
+// deadLetterMargin is room beyond the computed size: x-delivery-count and x-acquired-count (26
+// bytes each; or a stream's 25-byte x-stream-offset) that a ready queue adds, and 6 spare.
 const deadLetterMargin = 26 + 26 + 6
 
 // deadLetterReason is the reason RabbitMQ records when a delay queue's TTL expires a message.
 const deadLetterReason = "expired"
 
-// parkReason is the longest reason a ready queue that `rabbitdelay apply` declared records when it
-// dead-letters a message to <prefix>.unroutable, and so to the parking queue: "delivery_limit"
-// (returned more often than its x-delivery-limit; rabbit_fifo.erl on 3.10 and 4.0), longer
-// than "rejected" (a reject or nack without requeue), "maxlen" and "expired" (which only a
-// policy on the ready queue can cause; topology/policy.go reports those).
+// parkReason is the longest reason a ready queue records when it dead-letters a message to the
+// parking queue (rabbit_fifo.erl).
 const parkReason = "delivery_limit"
 
 // deadLetterHop is one dead-lettering on a message's way: the queue it leaves, the exchange
@@ -52,25 +35,16 @@ type deadLetterHop struct {
 	queue, exchange, reason string
 }
 
-// parkRoute is the one dead-lettering a message can get after it reached its target's queues:
-// a quorum ready queue declared by `rabbitdelay apply` dead-letters it to <prefix>.unroutable,
-// bound to the parking queue, when a consumer rejects it or returns it more often than the
-// delivery limit (delayspec.Spec.ReadyDeliveryLimit). The other routes to the parking queue add
-// no x-death entry: an alternate exchange (<prefix>.unroutable of the dispatch exchange,
-// <prefix>.due-unroutable of the targets) routes without dead-lettering, and package
-// consumer's parking and consumer.Replay publish a copy, which the Publisher (or Replay's
-// own size check) measures as it is. The parking queue has no dead-letter exchange: a parked
-// message gains nothing more. queue is a name as long as the longest ready queue name of the
-// specification; ok is false when ready queues do not dead-letter (classic queue type, or
-// ReadyDeliveryLimit -1).
+// parkRoute is the one dead-lettering after the target's queues: a quorum ready queue
+// dead-letters a rejected message to the parking queue (the other routes there add no x-death).
+// ok is false when ready queues do not dead-letter.
 type parkRoute struct {
 	ok    bool
-	queue string // a name of the longest ready queue's length (only its length counts)
+	queue string // as long as the longest ready queue's name (only its length counts)
 }
 
-// newParkRoute returns the park route of spec (defaults applied). When spec lists no ready
-// queues, the Publisher cannot know the queues `rabbitdelay apply` declared elsewhere, and counts
-// a name of delayspec.MaxNameLen bytes, the longest RabbitMQ takes.
+// newParkRoute returns the park route of spec; without ready queues listed it counts the
+// longest name RabbitMQ takes.
 func newParkRoute(spec delayspec.Spec) parkRoute {
 	if spec.QueueType != delayspec.Quorum || spec.ReadyDeliveryLimit == delayspec.NoReadyDeliveryLimit {
 		return parkRoute{}
@@ -85,9 +59,7 @@ func newParkRoute(spec delayspec.Spec) parkRoute {
 	return parkRoute{ok: true, queue: strings.Repeat("q", n)}
 }
 
-// hop returns the park route's dead-lettering of a message whose last exchange (the one
-// x-death records: the exchange it was last published to, by a client or as a dead-letter
-// exchange) is exchange, with a queue name of the longest length; ok false when there is none.
+// hop returns the park route's dead-lettering of a message last published to exchange.
 func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 	if !r.ok {
 		return deadLetterHop{}, false
@@ -95,17 +67,9 @@ func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
 	return deadLetterHop{queue: r.queue, exchange: exchange, reason: parkReason}, true
 }
 
-// deadLetterHops returns the dead-letterings of a message published to dest on path c, in
-// order, with the queue and exchange names of names in shard of the ladder: a bucket's one hop (the bucket queue,
-// entered by dest, the buckets exchange); a ladder's one hop per non-zero digit (each queue
-// entered by the exchange the message was last published to: dest for the first, then the
-// previous queue's dead-letter exchange, the next level's exchange; the last hop may be a
-// last-hop queue, which dead-letters into the dispatch exchange). Other paths: none. last
-// is the exchange the message was last published to when it reaches its target's queues,
-// which x-death records if a ready queue parks it: the last delay queue's dead-letter exchange
-// (the dispatch exchange after a bucket; after a ladder, the next level's exchange, from which
-// exchange-to-exchange bindings pass it down without changing it), or dest on the direct and
-// plugin paths.
+// deadLetterHops returns the dead-letterings, in order, of a message published to dest on path
+// c in shard (none on the direct and plugin paths), and last, the exchange it was last
+// published to when it reaches its target's queues.
 func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest string, shard int) (hops []deadLetterHop, last string) {
 	switch c.path {
 	case PathBucket:
@@ -135,11 +99,8 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 	return nil, dest
 }
 
-// hopQueue returns the queue of hop i of plan in shard of the ladder, as
-// route.EncodeRoute's headers route it: the last hop at a level whose queues
-// dead-letter into a next level takes the last-hop queue of its digit (lastHopQueue true);
-// a first hop that route.FirstHopQueue sends through a first-hop queue that queue; every
-// other hop the level's queue of its digit.
+// hopQueue returns the queue of hop i of plan in shard, as route.EncodeRoute routes it: a
+// last-hop queue (lastHopQueue), a first-hop queue, or the level's queue of its digit.
 func hopQueue(names delayspec.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i, shard int) (queue string, lastHopQueue bool) {
 	h := plan.Hops[i]
 	if _, more := route.Next(l, h.Level); more && i == len(plan.Hops)-1 {
@@ -151,31 +112,20 @@ func hopQueue(names delayspec.Names, l ttlbuckets.Ladder, plan *ttlbuckets.Plan,
 	return names.LadderQueueShard(h.Level, h.Digit, shard), false
 }
 
-// Encoded sizes (AMQP 0-9-1 field tables as RabbitMQ writes them): a field is its key (a
-// length octet and the name), a type octet and the value; a longstr value is a 4-byte length
-// and the bytes, a long or timestamp 8 bytes, an array or table a 4-byte length and its
-// contents (an array element: type octet and value).
+// Encoded sizes of field-table parts, as RabbitMQ writes them.
 const (
-	// longstrOverhead is what a longstr field adds to its key's and value's bytes.
 	longstrOverhead = 1 + 1 + 4 // key length, type, value length
-	// xDeathEntryFixed is one x-death table without its reason, queue and exchange names and
-	// routing keys: 'F' 1 + length 4, count 1+5+1+8, reason 1+6+1+4, queue 1+5+1+4,
-	// time 1+4+1+8, exchange 1+8+1+4, routing-keys 1+12+1+4.
+	// xDeathEntryFixed is an x-death table without its names and routing keys: 'F' 1 + length
+	// 4, count 1+5+1+8, reason 1+6+1+4, queue 1+5+1+4, time 1+4+1+8, exchange 1+8+1+4,
+	// routing-keys 1+12+1+4.
 	xDeathEntryFixed = 5 + 15 + 12 + 11 + 14 + 14 + 18
-	// xDeathHeader is the x-death field without its entries: key 1+7, 'A' 1, length 4.
-	xDeathHeader = 1 + 7 + 1 + 4
+	xDeathHeader     = 1 + 7 + 1 + 4 // key 1+7, 'A' 1, length 4
 )
 
-// deadLetteredHeaderSize returns the size in bytes of the content-header frame payload
-// (contentHeaderSize) that a consumer receives for m, whose contentHeaderSize is size,
-// published with routingKey, after the dead-letterings hops: m's properties and headers without BCC (stripped on publish), plus an
-// x-death entry per hop (its queue and exchange names, the routing key and m's CC list, and
-// original-expiration in the first one when m has an Expiration, which leaves the properties),
-// x-first-death-* (the first hop's) and x-last-death-* (the last hop's). x-last-death-* is always counted, although 3.10
-// does not add it: a message can wait for weeks, through an upgrade, and the node that
-// delivers it may not be the one it was published to. m's own x-death and x-*-death-* headers
-// (the Publisher strips them from delayed messages) are counted as kept. Without hops it is
-// size.
+// deadLetteredHeaderSize returns the content-header size a consumer receives for m (of size
+// size, published with routingKey) after the dead-letterings hops: BCC stripped, an x-death
+// entry per hop, x-first-death-* and x-last-death-* (counted on 3.10 too: a message may be
+// delivered after an upgrade).
 func deadLetteredHeaderSize(m *amqp.Publishing, size int, routingKey string, hops []deadLetterHop) int {
 	n := size
 	if len(hops) == 0 {
@@ -210,19 +160,14 @@ func deadLetteredHeaderSize(m *amqp.Publishing, size int, routingKey string, hop
 	return n
 }
 
-// deathSummarySize is the size of the three longstr headers prefix+reason, +queue, +exchange.
+// deathSummarySize is the size of the headers prefix+reason, +queue and +exchange.
 func deathSummarySize(prefix string, h deadLetterHop) int {
 	return 3*(longstrOverhead+len(prefix)) + len("reason") + len(h.reason) +
 		len("queue") + len(h.queue) + len("exchange") + len(h.exchange)
 }
 
-// deadLetterReserve is the room, in bytes, to leave free in the content-header frame of m
-// (published with routingKey, headers already final, contentHeaderSize size) for what
-// RabbitMQ adds at the dead-letterings hops (deadLetterHops) and, when park is set, at the
-// park route's one more (parkRoute.hop), whichever is larger (x-last-death-* names the last
-// one only): the growth that deadLetteredHeaderSize computes, plus deadLetterMargin; never
-// below 0 (a large BCC list, stripped on publish, can make the delivered header smaller than
-// the published one, which must fit by itself). 0 without hops and without park.
+// deadLetterReserve is the room in bytes to leave in m's content header for the growth of hops
+// and, when set, park, plus deadLetterMargin; never below 0 (a stripped BCC can shrink it).
 func deadLetterReserve(m *amqp.Publishing, size int, routingKey string, hops []deadLetterHop, park *deadLetterHop) int {
 	worst := 0
 	if len(hops) > 0 {
@@ -237,9 +182,8 @@ func deadLetterReserve(m *amqp.Publishing, size int, routingKey string, hops []d
 	return max(0, worst+deadLetterMargin-size)
 }
 
-// headerTooLarge describes a message whose content-header frame (its contentHeaderSize is
-// size), with reserve bytes more (see deadLetterReserve), would exceed frameMax, or returns "".
-// frameMax is the Publisher's connection's negotiated frame_max, taken to be the consumers' too.
+// headerTooLarge describes a content header of size bytes that, with reserve more, would
+// exceed frameMax (taken to be the consumers' too), or returns "".
 func headerTooLarge(size, frameMax, reserve int) string {
 	if frameMax <= 0 {
 		return ""
@@ -263,8 +207,7 @@ func headerTooLarge(size, frameMax, reserve int) string {
 		"(501 FRAME_ERROR) when they do not fit; move large values from msg.Headers into the body", n, frameMax)
 }
 
-// firstHopQueue reports whether hop i of plan goes through a first-hop queue, which
-// dead-letters back into level 0 (route.FirstHopQueue: the first hop only).
+// firstHopQueue reports whether hop i of plan goes through a first-hop queue (into level 0).
 func firstHopQueue(l ttlbuckets.Ladder, plan *ttlbuckets.Plan, i int) bool {
 	return i == 0 && route.FirstHopQueue(l, *plan)
 }

@@ -14,25 +14,19 @@ import (
 	"github.com/delaykit/rabbitdelay/plugin"
 )
 
-// publishOutcome names what a Publish call came to, as the outcome label of
-// rabbitdelay_publisher_publishes_total says it (listed in Config.Metrics).
+// publishOutcome is the outcome label of a Publish call (Config.Metrics).
 type publishOutcome string
 
-// The outcomes of a Publish call, from its error (errors.Is).
 const (
-	outcomeConfirmed  publishOutcome = "confirmed"  // nil: the broker confirmed it
-	outcomeNacked     publishOutcome = "nacked"     // ErrNacked
-	outcomeUnroutable publishOutcome = "unroutable" // ErrUnroutable: a mandatory publish came back
-	// outcomeInvalid: ErrInvalidInput, ErrUnknownTarget, ErrDelayTooLong, ErrPluginUnavailable
-	// (nothing sent).
-	outcomeInvalid publishOutcome = "invalid"
-	outcomeRefused publishOutcome = "refused" // ErrAccessRefused, ErrExchangeNotFound: the broker refused it, nothing stored
-	outcomeLost    publishOutcome = "lost"    // ErrConnectionLost: closed before the confirm, outcome unknown
-	// outcomeCanceled: the caller's context ended first (context.Canceled, DeadlineExceeded),
-	// including while the broker was unreachable.
-	outcomeCanceled publishOutcome = "canceled"
-	outcomeClosed   publishOutcome = "closed" // ErrClosed
-	outcomeFailed   publishOutcome = "failed" // any other error
+	outcomeConfirmed  publishOutcome = "confirmed"
+	outcomeNacked     publishOutcome = "nacked"
+	outcomeUnroutable publishOutcome = "unroutable"
+	outcomeInvalid    publishOutcome = "invalid"
+	outcomeRefused    publishOutcome = "refused"
+	outcomeLost       publishOutcome = "lost"
+	outcomeCanceled   publishOutcome = "canceled"
+	outcomeClosed     publishOutcome = "closed"
+	outcomeFailed     publishOutcome = "failed"
 )
 
 // outcomeOf returns the outcome of a Publish call that returned err.
@@ -95,8 +89,6 @@ func newPubMetrics(reg prometheus.Registerer, p *Publisher) (*pubMetrics, error)
 			Help: "Reconnections of the Publisher after a connection loss."}),
 		reconnFails: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub, Name: "reconnect_failures_total",
 			Help: "Failed reconnection attempts of the Publisher."}),
-		// Publisher.Revoke counts here, by outcome, through revoked. A CounterVec
-		// with no label values yet shows nothing on a scrape.
 		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "revocations_total",
 			Help: "Revocations recorded by the Publisher, by outcome (confirmed: the broker's publisher confirm)."},
 			[]string{"outcome"}),
@@ -131,14 +123,12 @@ func (m *pubMetrics) begin() func(path string, err error) {
 	}
 }
 
-// confirmed records the confirm latency of a publish on path.
 func (m *pubMetrics) confirmed(path Path, took time.Duration) {
 	if m != nil {
 		m.confirm.WithLabelValues(path.String()).Observe(took.Seconds())
 	}
 }
 
-// connection records a connection event.
 func (m *pubMetrics) connection(k ReconnectKind) {
 	if m == nil {
 		return
@@ -153,41 +143,31 @@ func (m *pubMetrics) connection(k ReconnectKind) {
 	}
 }
 
-// revoked counts n revocations (message ids) of the given outcome (Publisher.Revoke and
-// Reschedule).
 func (m *pubMetrics) revoked(outcome publishOutcome, n int) {
 	if m != nil {
 		m.revocations.WithLabelValues(string(outcome)).Add(float64(n))
 	}
 }
 
-// close unregisters the collectors.
 func (m *pubMetrics) close() {
 	if m != nil {
 		m.unregister()
 	}
 }
 
-// DeliveryPath returns the delay path a delivery travelled, read from the headers the
-// Publisher set: PathBucket (the bucket header), PathLadder (the last-level header or level 0's
-// digit header), PathPlugin (the
-// plugin's x-delay), PathDirect (none of them). ok is false for a delivery without the
-// rabbitdelay-due header (not published through amqpdelay). A consumer package retry travels
-// again, and reports the path of its last trip.
+// DeliveryPath returns the delay path a delivery last travelled, read from the Publisher's
+// headers (none of them: PathDirect); ok is false without the rabbitdelay-due header.
 func DeliveryPath(d amqp.Delivery) (path Path, ok bool) {
 	if _, ok := dueFromHeaders(d.Headers); !ok {
 		return PathDirect, false
 	}
-	if _, ok := d.Headers[route.BucketHeader]; ok {
+	has := func(k string) bool { _, ok := d.Headers[k]; return ok }
+	switch {
+	case has(route.BucketHeader):
 		return PathBucket, true
-	}
-	if _, ok := d.Headers[route.LastLevelHeader]; ok {
+	case has(route.LastLevelHeader), has(route.DigitHeader(0)):
 		return PathLadder, true
-	}
-	if _, ok := d.Headers[route.DigitHeader(0)]; ok {
-		return PathLadder, true
-	}
-	if _, ok := d.Headers[plugin.DelayHeader]; ok {
+	case has(plugin.DelayHeader):
 		return PathPlugin, true
 	}
 	return PathDirect, true

@@ -13,21 +13,20 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/pubhook"
 )
 
-// options are the Publisher's settings of a Config, with the defaults filled in (resolve).
+// options are the Publisher's settings of a Config, defaults filled in.
 type options struct {
-	logger      zerolog.Logger
-	strategy    Strategy
-	channels    int
-	name        string
-	backoffMin  time.Duration
-	backoffMax  time.Duration
-	onReconnect func(ReconnectEvent)
-	maxBody     int
-	management  ManagementCheck       // Config.Management (managed.go)
-	metricsReg  prometheus.Registerer // Config.Metrics (metrics.go)
-	maxInFlight int
-	// extraTargets are targets beside the spec record's (pubhook.ExtraTargets).
-	extraTargets []delayspec.Target
+	logger       zerolog.Logger
+	strategy     Strategy
+	channels     int
+	name         string
+	backoffMin   time.Duration
+	backoffMax   time.Duration
+	onReconnect  func(ReconnectEvent)
+	maxBody      int
+	management   ManagementCheck
+	metricsReg   prometheus.Registerer
+	maxInFlight  int
+	extraTargets []delayspec.Target // pubhook.ExtraTargets
 }
 
 func init() {
@@ -36,51 +35,36 @@ func init() {
 	}
 }
 
-// The defaults of Config.ConnectionName, ReconnectMin and ReconnectMax.
-const (
-	defaultName         = "rabbitdelay-publisher"
-	defaultReconnectMin = amqpconn.DefaultReconnectMin
-	defaultReconnectMax = amqpconn.DefaultReconnectMax
-)
-
 func defaultOptions() options {
 	return options{
 		logger:      zerolog.Nop(),
 		strategy:    Auto,
 		channels:    DefaultChannels,
-		name:        defaultName,
-		backoffMin:  defaultReconnectMin,
-		backoffMax:  defaultReconnectMax,
+		name:        "rabbitdelay-publisher",
+		backoffMin:  amqpconn.DefaultReconnectMin,
+		backoffMax:  amqpconn.DefaultReconnectMax,
 		maxBody:     DefaultMaxMessageSize,
 		maxInFlight: DefaultMaxInFlight,
 	}
 }
 
-// DefaultChannels is the number of AMQP channels a Publisher publishes on when
-// Config.Channels is 0.
-const DefaultChannels = 4
+const (
+	// DefaultChannels is the Publisher's channels when Config.Channels is 0.
+	DefaultChannels = 4
+	// MaxReconnectBackoff is the largest Config.ReconnectMax: 1 hour (±50 % around a much
+	// larger one overflows time.Duration).
+	MaxReconnectBackoff = amqpconn.MaxReconnect
+	// DefaultMaxMessageSize is the largest body in bytes when Config.MaxMessageSize is 0: 16
+	// MiB, RabbitMQ 4.x's default max_message_size (https://www.rabbitmq.com/docs/configure).
+	DefaultMaxMessageSize = 16 << 20
+	// MaxMessageSizeLimit is the largest Config.MaxMessageSize: RabbitMQ's ceiling, 512 MiB.
+	MaxMessageSizeLimit = 512 << 20
+	// DefaultMaxInFlight is the deferred publishes at once when Config.MaxInFlight is 0.
+	DefaultMaxInFlight = 4096
+)
 
-// MaxReconnectBackoff is the largest Config.ReconnectMax: 1 hour. A wait randomized by ±50 %
-// around a much larger one overflows time.Duration.
-const MaxReconnectBackoff = amqpconn.MaxReconnect
-
-// DefaultMaxMessageSize is the largest body, in bytes (16 MiB), a Publisher sends when
-// Config.MaxMessageSize is 0: RabbitMQ's default max_message_size since 4.0
-// (https://www.rabbitmq.com/docs/configure, max_message_size; 128 MiB on 3.x). RabbitMQ
-// answers a larger body by closing the channel (406 PRECONDITION_FAILED); Publish refuses it
-// first, naming the limit.
-const DefaultMaxMessageSize = 16 << 20
-
-// MaxMessageSizeLimit is the largest Config.MaxMessageSize: RabbitMQ's own ceiling for
-// max_message_size, 512 MiB.
-const MaxMessageSizeLimit = 512 << 20
-
-// DefaultMaxInFlight is the number of deferred publishes a Publisher runs at once when
-// Config.MaxInFlight is 0.
-const DefaultMaxInFlight = 4096
-
-// resolve fills in the defaults of c's zero Publisher fields and checks the others; the error
-// joins one error per unusable field, each wrapping ErrInvalidConfig and naming the field.
+// resolve fills in the defaults of c's zero fields and checks the others, every unusable field
+// an error wrapping ErrInvalidConfig.
 func (c Config) resolve() (options, error) {
 	o := defaultOptions()
 	var errs []error
@@ -141,12 +125,11 @@ func (c Config) resolve() (options, error) {
 
 // ReconnectEvent describes one change of the Publisher's connection (Config.OnReconnect).
 type ReconnectEvent struct {
-	// Kind says what happened.
 	Kind ReconnectKind
-	// Err is why the connection was lost or the attempt failed (nil for Reconnected); it
-	// never contains a password.
+	// Err is why the connection was lost or the attempt failed (nil for Reconnected), without
+	// a password.
 	Err error
-	// Attempt counts the attempts since the connection was lost (1 for the first).
+	// Attempt counts the attempts since the connection was lost, from 1.
 	Attempt int
 	// PluginAvailable is the plugin probe's answer after a reconnection.
 	PluginAvailable bool
@@ -166,13 +149,5 @@ const (
 
 // String returns "disconnected", "reconnect-failed" or "reconnected".
 func (k ReconnectKind) String() string {
-	switch k {
-	case Disconnected:
-		return "disconnected"
-	case ReconnectFailed:
-		return "reconnect-failed"
-	case Reconnected:
-		return "reconnected"
-	}
-	return fmt.Sprintf("ReconnectKind(%d)", int(k))
+	return enumName([]string{"disconnected", "reconnect-failed", "reconnected"}, int(k), "ReconnectKind")
 }

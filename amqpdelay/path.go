@@ -2,14 +2,17 @@ package amqpdelay
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/plugin"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// Path is the way a message travels to its target exchange. [Receipt.Path] reports the one
-// the Publisher chose.
+// Path is the way a message travels to its target exchange ([Receipt.Path]).
 type Path int
 
 const (
@@ -17,67 +20,52 @@ const (
 	PathDirect Path = iota
 	// PathBucket: one hop through the bucket queue whose x-message-ttl equals the delay.
 	PathBucket
-	// PathLadder: one hop per non-zero digit of the delay, at most one more in the top-split
-	// order (ttlbuckets.Plan.Hops), through the ladder's queues.
+	// PathLadder: one hop per non-zero digit of the delay (ttlbuckets.Plan.Hops).
 	PathLadder
 	// PathPlugin: held by the delayed-message plugin's exchange (x-delay header).
 	PathPlugin
 )
 
 // String returns "direct", "bucket", "ladder" or "plugin" ("Path(N)" for other values).
-func (p Path) String() string {
-	switch p {
-	case PathDirect:
-		return "direct"
-	case PathBucket:
-		return "bucket"
-	case PathLadder:
-		return "ladder"
-	case PathPlugin:
-		return "plugin"
+func (p Path) String() string { return enumName(pathNames, int(p), "Path") }
+
+var pathNames = []string{"direct", "bucket", "ladder", "plugin"}
+
+// enumName returns names[v], or typ(v) when v is out of range.
+func enumName(names []string, v int, typ string) string {
+	if v >= 0 && v < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("Path(%d)", int(p))
+	return fmt.Sprintf("%s(%d)", typ, v)
 }
 
-// Strategy says how the Publisher chooses between the ladder and the plugin for a delay that
-// no bucket matches. Delays <= 0 always go direct, whatever the strategy.
+// Strategy says how the Publisher chooses between the ladder and the plugin for a delay no
+// bucket matches (package documentation). Delays <= 0 always go direct.
 type Strategy int
 
 const (
-	// Auto (the default): the ladder when it carries the delay as exactly as the plugin would
-	// (at most its maximum, and rounded up to its unit it lands on the delay rounded up to the
-	// millisecond: always so with a 1 ms unit); else the plugin when the broker has it and the
-	// delay fits x-delay (<= 2^32-1 ms); else the ladder, rounded up to its unit; else
-	// ErrDelayTooLong. A bucket that matches the delay exactly is used first.
+	// Auto (the default): an exact bucket; else the ladder when it is as exact as the plugin
+	// (the delay rounded up to its unit is the delay rounded up to the ms); else the plugin
+	// when the broker has it and the delay is <= 2^32-1 ms; else the ladder, rounded up; else
+	// ErrDelayTooLong.
 	Auto Strategy = iota
-	// PreferPlugin: the plugin whenever it is available and can take the delay; else as Auto.
-	// A bucket that matches the delay exactly is used first.
+	// PreferPlugin: an exact bucket; else the plugin whenever it can take the delay; else as
+	// Auto.
 	PreferPlugin
-	// PluginOnly: every positive delay through the plugin (no buckets, no ladder); an error
-	// wrapping ErrPluginUnavailable when the broker has no plugin exchange, ErrDelayTooLong
-	// above 2^32-1 ms.
+	// PluginOnly: the plugin only (ErrPluginUnavailable without it, ErrDelayTooLong above
+	// 2^32-1 ms).
 	PluginOnly
-	// LadderOnly: never the plugin: a bucket that matches exactly, else the ladder (rounded up
-	// to its unit); ErrDelayTooLong above the ladder's maximum.
+	// LadderOnly: an exact bucket, else the ladder, rounded up; ErrDelayTooLong above its
+	// maximum.
 	LadderOnly
 )
 
 // String returns "auto", "prefer-plugin", "plugin-only" or "ladder-only".
 func (s Strategy) String() string {
-	switch s {
-	case Auto:
-		return "auto"
-	case PreferPlugin:
-		return "prefer-plugin"
-	case PluginOnly:
-		return "plugin-only"
-	case LadderOnly:
-		return "ladder-only"
-	}
-	return fmt.Sprintf("Strategy(%d)", int(s))
+	return enumName([]string{"auto", "prefer-plugin", "plugin-only", "ladder-only"}, int(s), "Strategy")
 }
 
-// choice is the outcome of choosePath: where a delay goes and what it becomes.
+// choice is where a delay goes and what it becomes.
 type choice struct {
 	path      Path
 	effective time.Duration // the delay actually applied (>= requested for positive delays)
@@ -87,20 +75,17 @@ type choice struct {
 	pluginMs  int64           // PathPlugin only
 }
 
-// chooser holds what the path choice depends on besides the delay. It is a value: the
-// Publisher keeps one per connection (pluginOK changes with each probe).
+// chooser holds what the path choice depends on besides the delay.
 type chooser struct {
-	ladder   ttlbuckets.Ladder // with defaults, valid
-	buckets  ttlbuckets.Buckets
-	strategy Strategy
-	pluginOK bool // the broker has the plugin exchange
-	// brokerVersion is the RabbitMQ version the connection's server properties name ("" when
-	// unknown): an error for a missing plugin names 4.3 where that is why.
-	brokerVersion string
+	ladder        ttlbuckets.Ladder // with defaults, valid
+	buckets       ttlbuckets.Buckets
+	strategy      Strategy
+	pluginOK      bool
+	brokerVersion string // names 4.3 in the error for a missing plugin
 }
 
-// choose is the path rule of the package doc and docs/how-it-works.md, as a pure function of the delay: no I/O, no clock.
-// Errors wrap ErrDelayTooLong (stating the maximum) or ErrPluginUnavailable.
+// choose is the path rule of docs/how-it-works.md, without I/O or clock. Errors wrap
+// ErrDelayTooLong (stating the maximum) or ErrPluginUnavailable.
 func (c chooser) choose(d time.Duration) (choice, error) {
 	if d <= 0 {
 		return choice{path: PathDirect}, nil
@@ -126,10 +111,7 @@ func (c chooser) choose(d time.Duration) (choice, error) {
 	case LadderOnly:
 		return c.viaLadder(d)
 	default: // Auto
-		// The plugin counts whole milliseconds too (x-delay), so where the ladder, rounded up to
-		// its unit, lands on the same millisecond, it is as exact and it is replicated: a sub-ms
-		// rest (90.5 s) takes the ladder, and only a ladder coarser than 1 ms leaves the plugin
-		// a delay to carry more exactly.
+		// The plugin counts whole ms too: the ladder, replicated, wins when as exact.
 		lc, lerr := c.viaLadder(d)
 		if lerr == nil && lc.effective == ceilMs(d) {
 			return lc, nil
@@ -143,7 +125,7 @@ func (c chooser) choose(d time.Duration) (choice, error) {
 	}
 }
 
-// ceilMs rounds d (positive, at most the ladder's maximum) up to a whole millisecond.
+// ceilMs rounds d up to a whole millisecond.
 func ceilMs(d time.Duration) time.Duration {
 	t := d.Truncate(time.Millisecond)
 	if t < d {
@@ -173,8 +155,8 @@ func (c chooser) viaLadder(d time.Duration) (choice, error) {
 	return choice{path: PathLadder, effective: p.Effective, rounded: p.Rounded, plan: p}, nil
 }
 
-// delayTooLongError is ErrDelayTooLong with the cause from package ttlbuckets or plugin, both
-// reachable with errors.Is, and a message that states the limit once.
+// delayTooLongError is ErrDelayTooLong and the cause from ttlbuckets or plugin, its message
+// stating the limit once.
 type delayTooLongError struct {
 	msg   string
 	cause error
@@ -183,7 +165,6 @@ type delayTooLongError struct {
 func (e *delayTooLongError) Error() string   { return e.msg }
 func (e *delayTooLongError) Unwrap() []error { return []error{ErrDelayTooLong, e.cause} }
 
-// tooLong returns the error for a delay d above max, the longest delay the path how carries.
 func tooLong(d, max time.Duration, how string, cause error) error {
 	return &delayTooLongError{cause: cause, msg: fmt.Sprintf("%v: %v is above %v (%d ms), the longest delay this topology carries "+
 		"(through %s); publish it again later, when the rest is within reach, or declare a ladder with a larger maximum",
@@ -197,4 +178,54 @@ func errPluginMissing(brokerVersion string) error {
 	return fmt.Errorf("%w: the broker has no delayed-message plugin exchange: the plugin (%s) is missing, "+
 		"or `rabbitdelay apply --plugin on` was not run; use strategy Auto or LadderOnly to do without it",
 		ErrPluginUnavailable, plugin.PluginName)
+}
+
+// copyHeaders returns a copy of h, with room for extra more, without the headers that decide or
+// record a delay (route.IsDelayHeader); direct keeps those beginning with "x-" (a direct
+// publish is the caller's message as given, less a stale due time or digit).
+func copyHeaders(h amqp.Table, extra int, direct bool) amqp.Table {
+	out := make(amqp.Table, len(h)+extra)
+	for k, v := range h {
+		if !route.IsDelayHeader(k) || direct && strings.HasPrefix(k, "x-") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// buildHeaders returns the headers of the copy sent for choice c to target, due at due.
+func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, target string, due time.Time) amqp.Table {
+	var out amqp.Table
+	switch c.path {
+	case PathDirect:
+		out = copyHeaders(h, 1, true)
+	case PathLadder:
+		out = copyHeaders(h, len(c.plan.Digits)+3, false)
+		route.EncodeRoute(l, c.plan, out)
+		out[route.TargetHeader] = target
+	case PathBucket:
+		out = copyHeaders(h, 3, false)
+		out[route.BucketHeader] = c.bucketTTL
+		out[route.TargetHeader] = target
+	case PathPlugin:
+		out = copyHeaders(h, 3, false)
+		plugin.SetDelay(out, c.pluginMs)
+		out[route.TargetHeader] = target
+	}
+	out[route.DueHeader] = due.UnixMilli()
+	return out
+}
+
+// Due returns the time a delivery was due, from the rabbitdelay-due header (Unix ms, truncated)
+// the Publisher sets on every path; ok is false without it.
+func Due(delivery amqp.Delivery) (due time.Time, ok bool) {
+	return dueFromHeaders(delivery.Headers)
+}
+
+func dueFromHeaders(h amqp.Table) (time.Time, bool) {
+	ms, isInt, fits := route.HeaderInt(h[route.DueHeader])
+	if !isInt || !fits {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -18,21 +19,15 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/revlog"
 )
 
-// Revoking and rescheduling: records in the revocation stream <prefix>.revoked (see
-// delayspec.Names.Revoked and package revoke, which reads them).
-
-// ID returns the message's id, the one [Publisher.Revoke] and [Publisher.Reschedule] take: the
-// caller's MessageId, or the UUID the Publisher generated and set on the copy it sent.
+// ID returns the message's id, which [Publisher.Revoke] and [Publisher.Reschedule] take.
 func (r Receipt) ID() string { return r.MessageID }
 
-// CopyHeader is the header naming one copy of a message (a string of 1 to 64 bytes): every
-// message the Publisher sends carries one, a new random tag unless the message already has one
-// (a delivery re-published for a retry keeps its tag, so a revocation covers its retries too).
-// [Publisher.Reschedule] revokes every copy of an id but the one whose tag its revocation
-// names.
+// CopyHeader names one copy of a message (a string of 1 to 64 bytes): the Publisher sets a
+// random one unless the message has one (a retry keeps its tag). [Publisher.Reschedule]
+// revokes every copy of an id but its own.
 const CopyHeader = revlog.CopyHeader
 
-// copyTag returns the copy tag of h (a string of 1 to revlog.MaxTagLen bytes), or a new one.
+// copyTag returns the copy tag of h, or a new one.
 func copyTag(h amqp.Table) string {
 	if s, ok := h[CopyHeader].(string); ok && s != "" && len(s) <= revlog.MaxTagLen {
 		return s
@@ -40,23 +35,20 @@ func copyTag(h amqp.Table) string {
 	return newCopyTag()
 }
 
-// newCopyTag returns 64 random bits as 16 hex digits (math/rand/v2's generator, seeded from the
-// operating system: a tag needs to be unique, not secret). The fixed length keeps a message's
-// header size the same from one publish to the next, which the frame_max checks rely on.
+// newCopyTag returns 64 random bits (unique, not secret) as 16 hex digits: a fixed length keeps
+// the header size, which the frame_max checks measure, the same from one publish to the next.
 func newCopyTag() string {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], rand.Uint64())
 	return hex.EncodeToString(b[:])
 }
 
-// newRescheduledTag returns the copy tag of a copy Reschedule publishes: revlog.RescheduledPrefix
-// and 60 random bits as 15 hex digits, as long as newCopyTag's.
+// newRescheduledTag returns revlog.RescheduledPrefix and 15 hex digits, as long as newCopyTag's.
 func newRescheduledTag() string {
 	return string(revlog.RescheduledPrefix) + fmt.Sprintf("%015x", rand.Uint64()>>4)
 }
 
-// newMessageID returns a new message id: a random (version 4) UUID from crypto/rand, read
-// through idRandom.
+// newMessageID returns a random (version 4) UUID from crypto/rand.
 func newMessageID() string {
 	idRandom.Lock()
 	u, err := uuid.NewRandomFromReader(idRandom.r)
@@ -67,28 +59,21 @@ func newMessageID() string {
 	return u.String()
 }
 
-// idRandom buffers crypto/rand for newMessageID, 4 KiB (256 UUIDs) per read, sparing a
-// getrandom call per UUID (docs/benchmarks.md). uuid.EnableRandPool does the same but for the
-// whole process, which a library must not change.
+// idRandom buffers crypto/rand for 256 UUIDs per read (uuid.EnableRandPool would change the
+// whole process).
 var idRandom = struct {
 	sync.Mutex
 	r *bufio.Reader
 }{r: bufio.NewReaderSize(crand.Reader, 4096)}
 
-// Revoke records that the messages with these ids must not reach a handler, and returns nil once
-// the broker has confirmed the record in the revocation stream <prefix>.revoked. Every copy of
-// each id published before is revoked, and so is a copy of the id that a plain Publish sends
-// later (use [Publisher.Reschedule] to send an id again); the record is kept for the topology's
-// longest delay plus a day.
-//
-// Readers (package revoke) drop a revoked delivery: a revocation confirmed at least the reader's
-// bound (revoke.DefaultBound, 100 ms) before a copy's due time never lets that copy reach a
-// handler. An id nobody published is recorded all the same. Revoke many ids in one call rather
-// than one at a time (one record per MiB of ids).
+// Revoke records in the stream <prefix>.revoked that the messages with these ids, every copy
+// sent before or by a later Publish, must not reach a handler, and returns once the broker has
+// confirmed it (docs/revoke.md). A revocation confirmed at least revoke.DefaultBound (100 ms)
+// before a copy's due time keeps it from every handler.
 //
 // Errors: ErrInvalidInput (nil ctx, no ids, an empty id or one over 255 bytes; nothing
-// recorded), ErrTopologyMissing (run `rabbitdelay apply`), ErrNacked, ErrConnectionLost (outcome
-// unknown: revoke again, which is harmless), ErrClosed, or ctx's error.
+// recorded), ErrTopologyMissing, ErrNacked, ErrConnectionLost (revoke again), ErrClosed, or
+// ctx's error.
 func (p *Publisher) Revoke(ctx context.Context, ids ...string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
@@ -117,19 +102,14 @@ func checkID(id string) error {
 	return nil
 }
 
-// Reschedule replaces the message with id msg.MessageId by msg, due after delay, the id kept.
-// It writes, each confirmed before the next: an allow record for the new copy's tag (so no
-// earlier revocation of the id drops it), the new copy (as [Publisher.Publish], the tag in
-// CopyHeader), then the revocation of every other copy of the id. Only the old copies are
-// dropped, as Revoke says; if the new copy is not published, the old ones are not revoked.
+// Reschedule replaces the message with id msg.MessageId by msg, due after delay. It writes,
+// each confirmed before the next: an allow record for the new copy's tag, the new copy (as
+// [Publisher.Publish]), then the revocation of every other copy of the id.
 //
-// It returns the new copy's Receipt once all three are confirmed. Errors, by step:
-//   - before the first: ErrInvalidInput (msg.MessageId empty or over 255 bytes, or Publish's
-//     checks), ErrUnknownTarget; nothing written.
-//   - allow record: Revoke's errors; nothing published, nothing revoked.
-//   - new copy: Publish's errors, wrapped; the old copies are not revoked.
-//   - revocation: the new copy's Receipt and an error wrapping ErrNotRevoked: the old copies
-//     will arrive too. Call Reschedule again, or Revoke the id to drop all.
+// Errors, by step: ErrInvalidInput (MessageId empty or over 255 bytes, or Publish's checks) or
+// ErrUnknownTarget, nothing written; Revoke's errors, nothing published; Publish's errors,
+// wrapped, nothing revoked; ErrNotRevoked with the new copy's Receipt: the old copies arrive
+// too (Reschedule again, or Revoke the id).
 func (p *Publisher) Reschedule(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (Receipt, error) {
 	if ctx == nil {
 		return Receipt{}, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
@@ -139,13 +119,10 @@ func (p *Publisher) Reschedule(ctx context.Context, exchange, routingKey string,
 	}
 	tag := newRescheduledTag()
 	h := make(amqp.Table, len(msg.Headers)+1)
-	for k, v := range msg.Headers {
-		h[k] = v
-	}
+	maps.Copy(h, msg.Headers)
 	h[CopyHeader] = tag
-	msg.Headers = h // msg is a copy: the caller's headers are untouched
-	// The checks Publish makes before it sends, so that a message it would refuse writes
-	// nothing; Publish makes them again (and those that need a channel, such as frame_max).
+	msg.Headers = h
+	// So that a message Publish would refuse writes nothing.
 	if err := p.precheck(exchange, routingKey, &msg, delay); err != nil {
 		return Receipt{}, err
 	}
@@ -169,9 +146,8 @@ func (p *Publisher) RescheduleAt(ctx context.Context, exchange, routingKey strin
 	return p.Reschedule(ctx, exchange, routingKey, msg, time.Until(at))
 }
 
-// record writes entries to the revocation stream as records of type typ (revlog.TypeRevocation
-// or revlog.TypeAllow), one record per revlog.MaxBody, each confirmed. Revocations count in the
-// metrics; allow records do not.
+// record writes entries to the revocation stream as records of type typ, each confirmed;
+// revocations count in the metrics.
 func (p *Publisher) record(ctx context.Context, typ string, entries []revlog.Entry) (err error) {
 	if !p.active.enter() {
 		return ErrClosed
@@ -192,9 +168,7 @@ func (p *Publisher) record(ctx context.Context, typ string, entries []revlog.Ent
 			if err != nil {
 				return err
 			}
-			// The default exchange routes to the queue named by the routing key; a missing
-			// stream makes the mandatory publish come back (312 NO_ROUTE) without closing the
-			// channel.
+			// A missing stream returns the mandatory publish (312 NO_ROUTE).
 			err = pc.publish(ctx, "", stream, true, &m, contentHeaderSize(&m), 0)
 			if errors.Is(err, errNotSent) {
 				continue

@@ -17,45 +17,37 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// maxShortstr is the longest AMQP 0-9-1 short string, in bytes (not runes): an exchange
-// name, a routing key, a table (header) key and the string properties of a message (Type,
-// MessageId, CorrelationId, ReplyTo, AppId, UserId, ContentType, ContentEncoding, Expiration)
-// are short strings, a length octet and at most 255 bytes (AMQP 0-9-1 specification, 4.2.5.3
-// "shortstr"). amqp091-go refuses to encode a longer one and closes the whole connection
-// (501 FRAME_ERROR), so Publish refuses it first.
+// maxShortstr is the longest AMQP short string in bytes (AMQP 0-9-1 specification, 4.2.5.3):
+// amqp091-go closes the whole connection on a longer one.
 const maxShortstr = 255
 
-// maxExpirationMs is the largest per-message TTL (the expiration property) RabbitMQ takes:
-// 10 years in milliseconds (rabbit_misc:check_expiry, 3.10 and 4.0); a larger one closes the
-// channel with 406 PRECONDITION_FAILED "invalid expiration ... value_too_large".
+// maxExpirationMs is RabbitMQ's largest per-message TTL, 10 years (rabbit_misc:check_expiry);
+// a larger one closes the channel with 406.
 const maxExpirationMs = 315_360_000_000
 
-// maxFieldDepth and maxContainerElements are what amqp091-go reads (read.go, v1.16.0): tables
-// and arrays nested at most 32 deep below the headers table, and at most 8,192 entries in any
-// one table or array. RabbitMQ takes and confirms a message beyond them, but every amqp091-go
-// consumer it is delivered to loses its connection on it (501 FRAME_ERROR from the client), and
-// so does the Publisher's own connection when the broker returns it; Publish refuses it first.
+// What amqp091-go reads (read.go, v1.16.0): RabbitMQ confirms a message beyond these, and
+// every amqp091-go consumer it reaches loses its connection.
 const (
 	maxFieldDepth        = 32
 	maxContainerElements = 8192
 )
 
-// headerRoom is how many of the headers table's maxContainerElements entries a message must
-// leave free: the Publisher adds its own (target, due time, copy tag, a ladder digit header per
-// level: at most 40 with a radix-2 ladder), and each dead-lettering adds RabbitMQ's (x-death,
-// x-first-death-* and x-last-death-*, 7 in all).
+// headerRoom is the header entries left free for the Publisher's and dead-lettering's own.
 const headerRoom = 64
 
-// validateMessage checks what amqp091 would fail to encode or silently change, or the broker
-// would answer by closing the connection or channel, before anything is sent: msg.Expiration
-// that is not digits and msg.DeliveryMode above 2 (RabbitMQ 3.10 closes the channel with
-// 406), Go int header values outside 32 bits (amqp091 writes an int as a 32-bit field,
-// truncating it), the byte length of every short string (exchange, routing key, the string
-// properties, header keys at any depth), the float header values NaN and ±Inf (RabbitMQ 3.10
-// closes the connection with 541 INTERNAL_ERROR), and header tables and arrays that
-// amqp091-go cannot read back (maxFieldDepth, maxContainerElements, headerRoom). The value
-// types must already have passed amqp.Table.Validate. It returns nil or an error wrapping
-// ErrInvalidInput that lists every problem.
+// stringNames are the short-string properties, in the order stringProps returns them.
+var stringNames = [...]string{"msg.ContentType", "msg.ContentEncoding", "msg.CorrelationId", "msg.ReplyTo", "msg.Expiration",
+	"msg.MessageId", "msg.Type", "msg.UserId", "msg.AppId"}
+
+func stringProps(m *amqp.Publishing) [9]string {
+	return [9]string{m.ContentType, m.ContentEncoding, m.CorrelationId, m.ReplyTo, m.Expiration, m.MessageId, m.Type, m.UserId, m.AppId}
+}
+
+// validateMessage checks, before anything is sent, what amqp091 would fail to encode or change
+// (short strings, int headers beyond 32 bits, nesting amqp091-go cannot read back) or the broker
+// would answer by closing the connection or channel (NaN or ±Inf floats: 541; expiration,
+// delivery mode, CC/BCC: 406). The header types must have passed amqp.Table.Validate. The error
+// wraps ErrInvalidInput and lists every problem.
 func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 	var problems []string
 	short := func(field, s string) {
@@ -64,30 +56,21 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 				field, preview(s), len(s), maxShortstr))
 		}
 	}
-	// Stays: a short string over 255 bytes makes amqp091 close the whole connection.
 	short("exchange", exchange)
-	// Stays: a name that is not UTF-8 closes the whole connection; one with CR or LF is
-	// declared without them and published to with them on 3.10.
+	// Stays: a name that is not UTF-8 closes the connection; CR or LF are dropped on declare.
 	if problem := delayspec.NameProblem(exchange); problem != "" {
 		problems = append(problems, fmt.Sprintf("exchange %s %s: correct the name (RabbitMQ would close the connection, "+
 			"or declare the name one way and publish to it another)", preview(exchange), problem))
 	}
 	short("routing key", routingKey)
-	short("msg.ContentType", msg.ContentType)
-	short("msg.ContentEncoding", msg.ContentEncoding)
-	short("msg.CorrelationId", msg.CorrelationId)
-	short("msg.ReplyTo", msg.ReplyTo)
-	short("msg.Expiration", msg.Expiration)
-	short("msg.MessageId", msg.MessageId)
-	short("msg.Type", msg.Type)
-	short("msg.UserId", msg.UserId)
-	short("msg.AppId", msg.AppId)
-	// Stay: the broker's 406 for these (channel closed) names neither the field nor the limit.
+	for i, s := range stringProps(msg) {
+		short(stringNames[i], s)
+	}
+	// Stay: the broker's 406 for these names neither the field nor the limit.
 	if e := msg.Expiration; e != "" && strings.Trim(e, "0123456789") != "" {
 		problems = append(problems, fmt.Sprintf("msg.Expiration %s is not a whole number of milliseconds: RabbitMQ closes the channel "+
 			"(406 PRECONDITION_FAILED, failing every publish in flight on it); write it as digits, e.g. \"60000\"", preview(e)))
-	}
-	if e := msg.Expiration; e != "" && strings.Trim(e, "0123456789") == "" {
+	} else if e != "" {
 		if v, err := strconv.ParseUint(e, 10, 64); err != nil || v > maxExpirationMs {
 			problems = append(problems, fmt.Sprintf("msg.Expiration %s is above RabbitMQ's maximum of %d ms (10 years): RabbitMQ closes "+
 				"the channel (406 PRECONDITION_FAILED value_too_large); use at most %d", preview(e), maxExpirationMs, maxExpirationMs))
@@ -105,7 +88,6 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 		problems = append(problems, fmt.Sprintf("msg.DeliveryMode %d: want 0 (the Publisher's default, persistent), 1 (amqp.Transient) "+
 			"or 2 (amqp.Persistent); RabbitMQ closes the channel on any other value", msg.DeliveryMode))
 	}
-	// Stay: RabbitMQ confirms these, and no amqp091-go consumer could read them.
 	if n := len(msg.Headers); n > maxContainerElements-headerRoom {
 		problems = append(problems, fmt.Sprintf("msg.Headers has %d entries, more than the %d a message may carry: amqp091-go reads at "+
 			"most %d per table, and the Publisher and RabbitMQ add up to %d of their own (consumers would lose their connection on it); "+
@@ -120,10 +102,7 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 	return fmt.Errorf("%w: %s", ErrInvalidInput, strings.Join(problems, "; "))
 }
 
-// tableProblems walks t (and the tables and arrays inside it) in key order and describes
-// every key longer than maxShortstr, every NaN or infinite float, every table or array nested
-// deeper than maxFieldDepth below the headers table (t is at depth; the headers table at 0)
-// and every one below it with more than maxContainerElements entries.
+// tableProblems describes the problems in t, at depth (the headers table: 0), in key order.
 func tableProblems(path string, t amqp.Table, depth int) []string {
 	keys := make([]string, 0, len(t))
 	for k := range t {
@@ -135,24 +114,21 @@ func tableProblems(path string, t amqp.Table, depth int) []string {
 		if len(k) > maxShortstr {
 			out = append(out, fmt.Sprintf("%s key %s is %d bytes long, more than the AMQP short-string limit of %d bytes for a table key: shorten it",
 				path, preview(k), len(k), maxShortstr))
-			// Go on into the value: name it by the shortened key.
 		}
 		out = append(out, valueProblems(path+"["+preview(k)+"]", t[k], depth)...)
 	}
 	return out
 }
 
-// valueProblems describes what is wrong with v, a value inside a table or array at depth.
 func valueProblems(path string, v any, depth int) []string {
 	switch v := v.(type) {
 	case float64:
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return []string{floatProblem(path, v)}
+			return []string{fmt.Sprintf("%s is %v: RabbitMQ closes the whole connection (541 INTERNAL_ERROR) on a NaN or "+
+				"infinite float; send a finite number, or the value as a string", path, v)}
 		}
 	case float32:
-		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
-			return []string{floatProblem(path, f)}
-		}
+		return valueProblems(path, float64(v), depth)
 	case int:
 		if v > math.MaxInt32 || v < math.MinInt32 {
 			return []string{fmt.Sprintf("%s is the int %d, outside the 32-bit range amqp091 sends a Go int in: it would arrive "+
@@ -176,8 +152,7 @@ func valueProblems(path string, v any, depth int) []string {
 	return nil
 }
 
-// containerProblem describes a table or array of n entries at depth (1: a value of the
-// headers table) that amqp091-go cannot read, or returns "".
+// containerProblem describes a table or array of n entries at depth amqp091-go cannot read.
 func containerProblem(path, kind string, n, depth int) string {
 	switch {
 	case depth > maxFieldDepth:
@@ -192,13 +167,7 @@ func containerProblem(path, kind string, n, depth int) string {
 	return ""
 }
 
-func floatProblem(path string, f float64) string {
-	return fmt.Sprintf("%s is %v: RabbitMQ closes the whole connection (541 INTERNAL_ERROR) on a NaN or infinite float; "+
-		"send a finite number, or the value as a string", path, f)
-}
-
-// preview quotes s, cut to its first 40 bytes when longer (a 300-byte key in full would
-// bury the message).
+// preview quotes s, cut to its first 40 bytes.
 func preview(s string) string {
 	if len(s) <= 40 {
 		return strconv.Quote(s)
@@ -210,11 +179,8 @@ func preview(s string) string {
 	return strconv.Quote(s[:cut]) + "..."
 }
 
-// isIOError reports whether err, from amqp091's publish, is a failure of the connection
-// itself (closed, reset, broken pipe, timed out) rather than of encoding the message. After
-// an I/O error the broker has not received the whole message; after an encoding error
-// amqp091 closes the connection, and sending the same message again would close the next
-// one too.
+// isIOError reports whether err, from amqp091's publish, is a connection failure rather than
+// an encoding error (which would close the next connection too).
 func isIOError(err error) bool {
 	if errors.Is(err, amqp.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) {
@@ -225,19 +191,14 @@ func isIOError(err error) bool {
 	return errors.As(err, &ne) || errors.As(err, &errno)
 }
 
-// frameOverhead is what an AMQP 0-9-1 frame adds around its payload: type (1 byte), channel
-// (2), payload size (4) and the frame-end octet (1). A frame, overhead included, must not
-// exceed the connection's negotiated frame_max (AMQP 0-9-1 specification, 4.2.3).
+// frameOverhead is a frame's type, channel, size and end octet (AMQP 0-9-1, 4.2.3).
 const frameOverhead = 8
 
-// contentHeaderSize returns the size in bytes of the content-header frame payload that
-// amqp091 writes for m: class id, weight, body size and property flags (14 bytes), then each
-// property that is set. AMQP 0-9-1 allows no continuation for it: properties and headers
-// together must fit in one frame, and RabbitMQ closes the whole connection (501 FRAME_ERROR)
-// when they do not.
+// contentHeaderSize returns the bytes of the content-header frame payload amqp091 writes for
+// m, which must fit in one frame (else 501 FRAME_ERROR closes the connection).
 func contentHeaderSize(m *amqp.Publishing) int {
-	n := 14
-	for _, s := range []string{m.ContentType, m.ContentEncoding, m.CorrelationId, m.ReplyTo, m.Expiration, m.MessageId, m.Type, m.UserId, m.AppId} {
+	n := 14 // class id, weight, body size, property flags
+	for _, s := range stringProps(m) {
 		if s != "" {
 			n += 1 + len(s)
 		}
@@ -257,7 +218,7 @@ func contentHeaderSize(m *amqp.Publishing) int {
 	return n
 }
 
-// tableSize is the encoded size of t's fields (without the table's own 4-byte length).
+// tableSize is the encoded size of t's fields, without the table's 4-byte length.
 func tableSize(t amqp.Table) int {
 	n := 0
 	for k, v := range t {
@@ -266,8 +227,7 @@ func tableSize(t amqp.Table) int {
 	return n
 }
 
-// fieldSize is the encoded size of one field value, its type octet included, as amqp091
-// writes it. A type amqp091 does not encode (amqp.Table.Validate refuses it first) counts 9.
+// fieldSize is the encoded size of a field value with its type octet, as amqp091 writes it.
 func fieldSize(v any) int {
 	switch v := v.(type) {
 	case nil:
