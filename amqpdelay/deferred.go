@@ -9,23 +9,19 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Deferred is a publish started by [Publisher.PublishDeferred]. Its outcome is the one
-// [Publisher.Publish] would have returned for the same call: a nil error only once the broker
-// has confirmed the message. A Deferred is safe for use by several goroutines.
+// Deferred is a publish started by [Publisher.PublishDeferred]; its outcome is what
+// [Publisher.Publish] would have returned. Safe for concurrent use.
 type Deferred struct {
 	done    chan struct{}
 	receipt Receipt
 	err     error
 }
 
-// Done returns a channel closed once the outcome is known (confirmed, refused, or the publish's
-// context ended).
+// Done returns a channel closed once the outcome is known.
 func (d *Deferred) Done() <-chan struct{} { return d.done }
 
-// Wait waits for the outcome and returns it; ctx bounds only the waiting (the publish itself is
-// bounded by the context given to PublishDeferred). Errors: those of [Publisher.Publish],
-// ctx's error (wrapped) when ctx ends first, the publish then still running, or
-// ErrInvalidInput for a nil ctx (the publish goes on; Wait again with a context).
+// Wait returns the outcome; ctx bounds only the waiting. Errors: [Publisher.Publish]'s, ctx's
+// (wrapped; the publish goes on), or ErrInvalidInput for a nil ctx.
 func (d *Deferred) Wait(ctx context.Context) (Receipt, error) {
 	if ctx == nil {
 		return Receipt{}, fmt.Errorf("%w: Deferred.Wait: nil context (use context.Background(), or a context with a deadline); "+
@@ -39,26 +35,16 @@ func (d *Deferred) Wait(ctx context.Context) (Receipt, error) {
 	}
 }
 
-// PublishDeferred starts what [Publisher.Publish] does with the same arguments and returns at
-// once, without waiting for the broker's confirm: the returned Deferred tells the outcome. It
-// lets one goroutine keep many publishes in flight (amqp091-go's deferred confirmations are the
-// model), each with the guarantee of Publish. ctx bounds the publish as it bounds Publish,
-// including after PublishDeferred has returned: cancel it only to give up on the publishes.
-//
-// msg's top-level header table is copied before PublishDeferred returns; msg.Body and the
-// values inside nested header tables and arrays must not be modified until Done is closed.
-//
-// While Config.MaxInFlight deferred publishes are outstanding, PublishDeferred waits for one to
-// end. It returns an error only when it starts nothing: ErrInvalidInput for a nil ctx,
-// ErrClosed after Close, or ctx's error (wrapped) when ctx ends while it waits. Every other
-// error, bad input included, comes from Deferred.Wait. Close waits for the deferred publishes
-// as it waits for Publish calls.
+// PublishDeferred starts [Publisher.Publish] and returns at once; the Deferred tells the
+// outcome. ctx bounds the publish after the return too. The top-level header table is copied;
+// msg.Body and nested header values must not change until Done is closed. It waits while
+// Config.MaxInFlight are outstanding, and returns an error only when it starts nothing:
+// ErrInvalidInput (nil ctx), ErrClosed, or ctx's error (wrapped). Close waits for them.
 func (p *Publisher) PublishDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration) (*Deferred, error) {
 	return p.publishDeferred(ctx, exchange, routingKey, msg, delay, time.Time{})
 }
 
-// publishDeferred is PublishDeferred; at, when not zero, is the time PublishAtDeferred was
-// given, which an ErrDelayTooLong names.
+// publishDeferred is PublishDeferred; a non-zero at is named in an ErrDelayTooLong.
 func (p *Publisher) publishDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, delay time.Duration, at time.Time) (*Deferred, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background(), or a context with a deadline)", ErrInvalidInput)
@@ -91,8 +77,7 @@ func (p *Publisher) publishDeferred(ctx context.Context, exchange, routingKey st
 	return d, nil
 }
 
-// PublishAtDeferred is PublishDeferred with the delay until at (time.Until(at), taken when it
-// is called); a time not in the future publishes at once (PathDirect).
+// PublishAtDeferred is PublishDeferred with the delay time.Until(at), taken at the call.
 func (p *Publisher) PublishAtDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing, at time.Time) (*Deferred, error) {
 	return p.publishDeferred(ctx, exchange, routingKey, msg, time.Until(at), at)
 }

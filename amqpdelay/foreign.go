@@ -13,16 +13,12 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// intoTopology refuses a direct publish (no delay) into the delay topology's own objects: an
-// exchange of the topology that is not a target, or, through the default exchange, a queue of
-// the topology or a delay queue of another prefix (delayspec.Names.OwnsQueue,
-// delayspec.IsDelayQueueName) by the routing key or a CC or BCC key. Stays: such a message
-// lacks the headers that route it on, and RabbitMQ's at-least-once dead-lettering keeps it;
-// once a queue holds more of them than the dead-letter worker's prefetch
-// (dead_letter_worker_consumer_prefetch, 32) every delayed message behind them stalls. The
-// parking queue stays open (the consumer package parks messages there). A direct reply-to
-// address ("amq.rabbitmq.reply-to.") through the default exchange is refused too: RabbitMQ
-// closes the whole connection over one it cannot decode. The error wraps ErrInvalidInput.
+// intoTopology refuses a direct publish into the topology's own objects: an exchange that is
+// not a target, or through the default exchange (routing, CC or BCC key) a queue of the
+// topology or any prefix's delay queue. Stays: without the routing headers such messages stall
+// every delayed message behind them once they outnumber the dead-letter worker's prefetch (32).
+// A direct reply-to key is refused too: RabbitMQ closes the connection over one it cannot
+// decode. The error wraps ErrInvalidInput.
 func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table) error {
 	const directReplyTo = "amq.rabbitmq.reply-to." // https://www.rabbitmq.com/docs/direct-reply-to
 	if exchange != "" {
@@ -49,16 +45,9 @@ func (p *Publisher) intoTopology(exchange, routingKey string, headers amqp.Table
 	return nil
 }
 
-// intoForeignTopology refuses a direct publish (no delay) into the topology of another prefix
-// in the vhost, as intoTopology does for the Publisher's own: to an exchange that is not one of
-// the Publisher's targets, or through the default exchange by a routing key, CC or BCC key,
-// that is one of another prefix's objects (delayspec.ForeignPrefixes; its delay queues are
-// refused by their names' shape in intoTopology) when that prefix has a topology
-// (hasTopology). Its entry exchanges lead straight into its delay queues, where a message
-// without the Publisher's headers stalls every delayed message behind it; its dispatch
-// exchange routes to its targets on a header, past the user's permissions on them (RabbitMQ
-// checks the exchange published to, not those an exchange-to-exchange binding leads to); its
-// revocation stream would take forged revocations. The error wraps ErrInvalidInput.
+// intoForeignTopology refuses, as intoTopology does, a direct publish into an object of
+// another prefix that has a topology in the vhost: it would stall its delay queues, reach its
+// targets past their permissions, or forge revocations. The error wraps ErrInvalidInput.
 func (p *Publisher) intoForeignTopology(ctx context.Context, exchange, routingKey string, headers amqp.Table) error {
 	names := []string{exchange}
 	if exchange == "" {
@@ -88,8 +77,7 @@ func (p *Publisher) intoForeignTopology(ctx context.Context, exchange, routingKe
 	return nil
 }
 
-// directKeys returns the routing keys of a publish: its routing key and those of its CC and
-// BCC headers.
+// directKeys returns a publish's routing key and those of its CC and BCC headers.
 func directKeys(routingKey string, headers amqp.Table) []string {
 	keys := []string{routingKey}
 	for _, h := range []string{"CC", "BCC"} {
@@ -104,12 +92,10 @@ func directKeys(routingKey string, headers amqp.Table) []string {
 	return keys
 }
 
-// topologyMemory is how long the Publisher keeps the answer to whether another prefix has a
-// topology: a topology declared or torn down meanwhile is seen after at most this long.
+// topologyMemory is how long an answer of hasTopology is kept.
 const topologyMemory = 10 * time.Second
 
-// topologyAnswers are the answers of hasTopology, by prefix, each kept for topologyMemory (at
-// most maxNames of them).
+// topologyAnswers are hasTopology's answers by prefix, at most maxNames.
 type topologyAnswers struct {
 	mu sync.Mutex
 	m  map[string]topologyAnswer
@@ -134,7 +120,7 @@ func (a *topologyAnswers) set(prefix string, has bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil || len(a.m) >= maxNames {
-		a.m = make(map[string]topologyAnswer) // forget them all rather than grow without bound
+		a.m = make(map[string]topologyAnswer) // forget all rather than grow without bound
 	}
 	a.m[prefix] = topologyAnswer{has: has, until: time.Now().Add(topologyMemory)}
 }
@@ -145,20 +131,16 @@ func (a *topologyAnswers) clear() {
 	a.mu.Unlock()
 }
 
-// hasTopology reports whether the topology of prefix exists in the vhost: whether its parking
-// queue does (a passive declare on the check channel). Every topology has one, and
-// delayspec.Names.OwnsQueue never counts it, so an exchange of the user's that merely has the
-// shape of another prefix's object (say "shop.dispatch") does not count as that prefix's
-// topology by its own existence. An answer is kept for topologyMemory (and forgotten at a
-// reconnection). A check the broker refuses for another reason than 404 counts as no
-// topology, and is not kept (the publish goes ahead, and meets the broker's own refusal).
+// hasTopology reports whether prefix has a topology in the vhost: whether its parking queue
+// exists (which no user object merely shaped like one is). Another refusal than 404 counts as
+// none and is not kept: the publish meets the broker's own refusal.
 func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error) {
 	for {
 		if has, ok := p.refusals.topologies.get(prefix); ok {
 			return has, nil
 		}
 		parking := delayspec.Names{Prefix: prefix}.Parking()
-		asked := false // set before the answer is sent back: read after it
+		asked := false
 		answer, err := p.askOnCheckChannel(ctx, fmt.Sprintf("check whether prefix %q has a delay topology", prefix),
 			func() bool { _, ok := p.refusals.topologies.get(prefix); return ok },
 			func(ch *amqp.Channel) error {
@@ -171,13 +153,13 @@ func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error
 		}
 		var ae *amqp.Error
 		switch {
-		case !asked && answer.err == nil: // skipped: another publish's check answered meanwhile
+		case !asked && answer.err == nil: // skipped: another check answered meanwhile
 			continue
 		case answer.err == nil:
 			p.refusals.topologies.set(prefix, true)
 			return true, nil
 		case answer.lost:
-			continue // the connection went during the check: check again on the next one
+			continue
 		case errors.As(answer.err, &ae) && ae.Code == amqp.NotFound:
 			p.refusals.topologies.set(prefix, false)
 			return false, nil

@@ -8,29 +8,19 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// A delayed message reaches its target exchange by dead-lettering, which RabbitMQ does not
-// check against any user's permissions: the Publisher's user needs write permission on the
-// delay topology's exchanges only. So that a delayed publish is allowed exactly when the same
-// publish made directly would be, the Publisher asks the broker before the first delayed
-// publish to each target on a connection (the write permission on the target, and the topic
-// permission on that routing key) and before every delayed publish to a target on which the
-// user has a topic permission (refusal.go, check 5: read through the management API, or learnt
-// from a refusal, this probe's included).
+// RabbitMQ does not check dead-lettering against permissions, so that a delayed publish is
+// allowed exactly when the same direct one would be, the Publisher asks the broker before the
+// first delayed publish to each target on a connection, and before every one to a topic-guarded
+// target.
 
-// checkPermitted returns nil when a delayed publish to target with routingKey and headers'
-// CC and BCC keys may go ahead: the first on this connection asks the broker (permitted) with
-// those keys and, when they are allowed, once more with the empty key (probeKey), so that a
-// topic permission on target is found even when the user's first key passes it; later ones ask
-// again only when target is topicGuarded. A topic permission that allows the empty key but
-// refuses others (a deny-list pattern such as ^(?!secret\.)) is found only through the
-// management API (Config.Management) or a direct publish's refusal, and one set while the
-// Publisher runs only at its next connection.
+// checkPermitted returns nil when a delayed publish to target may go ahead. The first asks with
+// the message's keys and then the empty key (probeKey), to find a topic permission the first key
+// passes; a deny-list pattern is found only through Config.Management or a refusal.
 func (p *Publisher) checkPermitted(ctx context.Context, target, routingKey string, headers amqp.Table) error {
 	if p.refusals.permitted.has(target) && !p.refusals.topicGuarded.has(target) {
 		return nil
 	}
-	// One first check at a time: the publishes that wait here find the target permitted by
-	// the first, instead of asking again each.
+	// One first check at a time: those waiting find the target permitted by the first.
 	select {
 	case p.permSem <- struct{}{}:
 		defer func() { <-p.permSem }()
@@ -56,23 +46,13 @@ func (p *Publisher) checkPermitted(ctx context.Context, target, routingKey strin
 	return nil
 }
 
-// probeKey is the routing key checkPermitted asks about to find a topic permission: the empty
-// key, which an allow-list pattern (one that names the keys it allows, like ^orders\. or
-// ^[^.]+\.[^.]+$) refuses, while a pattern that allows every key (.*) allows it too.
+// probeKey is refused by an allow-list topic pattern (^orders\.) and allowed by .* .
 const probeKey = ""
 
-// permitted asks the broker whether the Publisher's user may publish to exchange with
-// routingKey and the CC and BCC routing keys of headers (RabbitMQ 4.x checks those too): on a
-// channel of its own in transaction mode it publishes an empty message with those keys and
-// rolls the transaction back. RabbitMQ checks the write permission on the exchange and the
-// topic permission on the keys when it takes a basic.publish, and a channel in transaction
-// mode holds what it took until tx.commit, so tx.rollback discards the message unstored
-// (rabbit_channel.erl: handle_method basic.publish, check_write_permitted,
-// check_topic_authorisation; the tx field). It returns nil when allowed, an error wrapping
-// ErrAccessRefused when refused, ErrExchangeNotFound when exchange is missing, or ctx's
-// error; when the broker cannot be asked for another reason (four tries), an error: it never
-// lets a publish go unchecked. It asks on the check channel (askOnCheckChannel), which reads
-// the refusal from the channel's close when the broker closed it before tx.rollback.
+// permitted asks the broker whether the user may publish to exchange with routingKey and the
+// CC and BCC keys of headers: in a transaction it publishes an empty message, checked on
+// receipt, and rolls it back unstored (rabbit_channel.erl). Errors: ErrAccessRefused,
+// ErrExchangeNotFound, ctx's, or after four failed tries an error: never unchecked.
 func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, headers amqp.Table) error {
 	probe := amqp.Publishing{}
 	for _, h := range []string{"CC", "BCC"} {
@@ -104,7 +84,7 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 			return nil
 		case errors.As(err, &ae) && ae.Code == amqp.AccessRefused:
 			if topicRefusal.MatchString(ae.Reason) {
-				p.refusals.topicGuarded.add(exchange) // from now on, every delayed publish to it is checked
+				p.refusals.topicGuarded.add(exchange)
 			}
 			return fmt.Errorf("%w: RabbitMQ refuses the user a publish to exchange %q with routing key %q (%s), and a delayed "+
 				"message would reach it by dead-lettering, which RabbitMQ does not check, so the Publisher refuses it; nothing was "+
@@ -114,14 +94,13 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 			return fmt.Errorf("%w: target exchange %q does not exist (RabbitMQ answered 404 NOT_FOUND); nothing was sent: run "+
 				"`rabbitdelay apply`: %w", ErrExchangeNotFound, exchange, err)
 		case answer.lost:
-			continue // the connection went during the check: check again on the next one
+			continue
 		case tries < 3:
 			tries++
 			p.log.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check the permission to publish; asking again")
 			continue
 		default:
-			// Never publish unchecked: a refusal whose reason was lost would let a forbidden
-			// message through.
+			// Never publish unchecked: a lost refusal would let a forbidden message through.
 			return fmt.Errorf("amqpdelay: could not ask the broker whether the user may publish to exchange %q with routing "+
 				"key %q (nothing was sent; publish again): %w", exchange, routingKey, err)
 		}

@@ -13,18 +13,13 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/pluginprobe"
 )
 
-// PluginAvailable reports the last probe's answer: whether the topology's delayed-message
-// plugin exchange exists (probed at start and after each reconnection). It is always false
-// under [LadderOnly] and with the topology's Plugin set to off, which never probe. When a
-// publish finds the exchange gone (RabbitMQ's 404), it turns false at once, that message takes
-// the path the strategy chooses without the plugin (PluginOnly: ErrPluginUnavailable), and
-// later publishes look for the exchange again every 5 s until it is back.
+// PluginAvailable reports whether the plugin exchange exists, as probed at start and after each
+// reconnection (never under [LadderOnly] or with the plugin off). A publish that finds it gone
+// turns it false and takes another path; publishes look for it again every 5 s.
 func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
 
-// withoutPlugin chooses a path for delay again after the plugin exchange dest was found gone:
-// RabbitMQ drops a publish to a missing exchange and closes the channel, and a plugin publish
-// processed before the exchange went had its ack sent before that close, so the message was
-// not stored. Under PluginOnly it returns ErrPluginUnavailable.
+// withoutPlugin chooses a path again after the plugin exchange dest was found gone (the message
+// was not stored); ErrPluginUnavailable under PluginOnly.
 func (p *Publisher) withoutPlugin(delay time.Duration, dest string) (choice, error) {
 	if p.opts.strategy == PluginOnly {
 		return choice{}, fmt.Errorf("%w: the plugin exchange %q no longer exists (RabbitMQ answered 404 NOT_FOUND; this message "+
@@ -36,9 +31,8 @@ func (p *Publisher) withoutPlugin(delay time.Duration, dest string) (choice, err
 // pluginReprobe is how often publishes look for a plugin exchange that a publish found gone.
 const pluginReprobe = 5 * time.Second
 
-// pluginGone reports whether err is the broker's 404 for the plugin exchange (deleted since the
-// last probe). It then marks the plugin unavailable, so that paths are chosen without it, until
-// a re-probe (reprobePlugin, or the next reconnection) finds the exchange again.
+// pluginGone reports whether err is the 404 for the plugin exchange, and then marks the plugin
+// unavailable until a re-probe finds it.
 func (p *Publisher) pluginGone(err error) bool {
 	if !isExchangeNotFound(err, p.names.PluginExchange()) {
 		return false
@@ -52,12 +46,8 @@ func (p *Publisher) pluginGone(err error) bool {
 	return true
 }
 
-// isExchangeNotFound reports whether err carries RabbitMQ's 404 NOT_FOUND for the exchange named
-// exchange ("NOT_FOUND - no exchange 'NAME' in vhost 'V'").
-//
-// RabbitMQ cuts a long reply text off to fit an AMQP short string (255 bytes), ending it
-// with "..." (RabbitMQ 3.10 and later), so for a long name the reason may end inside the name: a reason
-// of that length whose rest, less the "...", begins the name counts too.
+// isExchangeNotFound reports whether err is RabbitMQ's 404 "no exchange 'NAME' in vhost 'V'"
+// for exchange; a reply cut to 255 bytes with "..." counts when its rest begins the name.
 func isExchangeNotFound(err error, exchange string) bool {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
@@ -76,8 +66,7 @@ func isExchangeNotFound(err error, exchange string) bool {
 	return ok && len(ae.Reason) >= maxShortstr-8 && cut != "" && strings.HasPrefix(exchange+"' in vhost '", cut)
 }
 
-// probePlugin reports whether the topology's plugin exchange exists, with a passive declare on
-// a connection of its own (pluginprobe.ExchangeExists), bounded by ctx.
+// probePlugin reports whether the plugin exchange exists, on a connection of its own.
 func (p *Publisher) probePlugin(ctx context.Context) (bool, error) {
 	dial := func(ctx context.Context) (*amqp.Connection, error) {
 		return amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name+"-probe")
@@ -85,17 +74,14 @@ func (p *Publisher) probePlugin(ctx context.Context) (bool, error) {
 	return pluginprobe.ExchangeExists(ctx, dial, p.names.PluginExchange())
 }
 
-// reprobePlugin starts a look for the plugin exchange in the background, at most once per
-// pluginReprobe across all publishes; no publish waits for it. The probe uses a connection of
-// its own, bounded by pluginReprobe and by Close.
+// reprobePlugin starts a background probe at most once per pluginReprobe; no publish waits.
 func (p *Publisher) reprobePlugin() {
 	next := p.nextProbe.Load()
 	now := time.Now()
 	if now.UnixNano() < next || !p.nextProbe.CompareAndSwap(next, now.Add(pluginReprobe).UnixNano()) {
 		return
 	}
-	// Under mu, so that Close (which cancels closeCtx under mu before it waits) never waits on
-	// a WaitGroup that is being added to.
+	// Under mu, so that Close never waits on a WaitGroup being added to.
 	p.mu.Lock()
 	if p.isClosed() {
 		p.mu.Unlock()

@@ -4,46 +4,30 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// RabbitMQ checks every basic.publish before routing it (rabbit_channel.erl,
-// handle_method(#'basic.publish'{})) and answers a failed check by closing the channel (403 no
-// write or topic permission, or an internal exchange; 404 no such exchange; 406 a body over
-// max_message_size, a user_id of another user, an invalid expiration, delivery mode, CC or BCC),
-// which fails every publish in flight there, outcome unknown. So a publish that may be refused
-// (mayBeRefused) goes alone on the serial channel, where the refusal answers it alone (learn:
-// ErrAccessRefused, ErrExchangeNotFound or ErrInvalidInput; nothing stored). A refusal that
-// still closes a shared channel (an exchange deleted, or a permission taken away, after it took
-// publishes) fails no publish either: every publish in flight there is sent again alone
-// (closedByRefusal); one the broker had stored is then stored twice, with the same MessageId.
-// What would close the whole connection (501 for a frame over frame_max or a short string over
-// 255 bytes, 541 for a header value RabbitMQ cannot read) is refused before sending
-// (validateMessage, headerTooLarge), and so are the 406s whose error should name the field.
+// RabbitMQ answers a failed basic.publish check by closing the channel (403, 404, 406), which
+// fails every publish in flight there (rabbit_channel.erl). So a publish that may be refused
+// goes alone on the serial channel, where the refusal is its own answer (learn); one that still
+// closes a shared channel sends every publish in flight there again alone (closedByRefusal),
+// maybe storing one twice. What would close the connection is refused before sending.
 
-// refusals is what the broker refused or accepted, learnt from confirmed and refused
-// publishes.
+// refusals is what the broker refused or accepted.
 type refusals struct {
 	trusted nameSet // exchanges a publish was confirmed on, on this connection
-	// topicGuarded holds the exchanges on which the user has a topic permission (read through
-	// the management API, or learnt from a topic refusal): every direct publish to one goes
-	// alone on the serial channel. Kept across reconnections (permissions rarely change; a
-	// guarded exchange costs only speed).
+	// topicGuarded: exchanges with a topic permission, whose direct publishes go alone; kept
+	// across reconnections.
 	topicGuarded nameSet
-	// permitted holds the targets a delayed publish was permitted to on this connection
-	// (permission.go): later delayed publishes to one ask again only when it is topicGuarded.
-	permitted nameSet
-	// topologies holds whether prefixes other than the Publisher's were found to have a delay
-	// topology in the vhost (foreign.go), each answer for a while.
-	topologies topologyAnswers
-
-	bodyOK atomic.Int64 // the largest body, in bytes, the broker has confirmed
+	permitted    nameSet         // targets a delayed publish was permitted to (permission.go)
+	topologies   topologyAnswers // whether other prefixes have a topology (foreign.go)
+	bodyOK       atomic.Int64    // the largest body, in bytes, the broker has confirmed
 }
 
-// forget drops what was learnt on a connection (trusted exchanges, the largest body taken):
-// after a reconnection the broker, or the node, may have other permissions or limits.
+// forget drops what was learnt on a connection: another node may have other limits.
 func (r *refusals) forget() {
 	r.trusted.clear()
 	r.permitted.clear()
@@ -51,11 +35,9 @@ func (r *refusals) forget() {
 	r.bodyOK.Store(0)
 }
 
-// mayBeRefused reports whether a publish of out to dest on path may meet a refusal that
-// closes the channel and so must go on the serial channel: a publish to an exchange no publish
-// was confirmed on yet on this connection, a body larger than any confirmed on it, or a
-// UserId other than the connection's user, or a direct publish to an exchange on which the
-// user has a topic permission.
+// mayBeRefused reports whether a publish of out to dest on path must go on the serial channel:
+// an exchange not yet trusted, a topic-guarded direct target, a body larger than any
+// confirmed, or a UserId other than the connection's user (refused without impersonator).
 func (p *Publisher) mayBeRefused(path Path, dest string, out *amqp.Publishing) bool {
 	return !p.refusals.trusted.has(dest) ||
 		path == PathDirect && p.refusals.topicGuarded.has(dest) ||
@@ -63,7 +45,7 @@ func (p *Publisher) mayBeRefused(path Path, dest string, out *amqp.Publishing) b
 		out.UserId != "" && out.UserId != p.user
 }
 
-// accepted records a confirmed publish: its body size and its exchange.
+// accepted records a confirmed publish.
 func (p *Publisher) accepted(dest string, bodyLen int) {
 	p.refusals.trusted.add(dest)
 	for n := int64(bodyLen); ; {
@@ -74,9 +56,8 @@ func (p *Publisher) accepted(dest string, bodyLen int) {
 	}
 }
 
-// checkBodySize returns an error wrapping ErrInvalidInput when a body of n bytes is above
-// Config.MaxMessageSize. A lower max_message_size of the broker's is its own refusal (406, on
-// the serial channel: mayBeRefused).
+// checkBodySize refuses a body above Config.MaxMessageSize (the broker's own lower limit is its
+// 406 on the serial channel).
 func (p *Publisher) checkBodySize(n int) error {
 	if limit := p.opts.maxBody; n > limit {
 		return fmt.Errorf("%w: msg.Body is %d bytes, more than Config.MaxMessageSize of %d bytes (default 16 MiB: RabbitMQ 4.x's "+
@@ -88,11 +69,9 @@ func (p *Publisher) checkBodySize(n int) error {
 
 var sizeRefusal = regexp.MustCompile(`message size (\d+) is larger than (?:configured )?max size (\d+)`)
 
-// learn turns the error of a publish into what the caller gets, and learns from a refusal.
-// On the serial channel a channel closed by a 403, 404 or 406 is the broker's answer to that
-// publish alone (nothing was stored); elsewhere the outcome stays unknown (ErrConnectionLost),
-// but a 403 naming an exchange makes the next direct publish to it go on the serial channel.
-// An unroutable delayed publish's error names the damaged topology.
+// learn turns a publish's error into the caller's, and learns from a refusal: on the serial
+// channel a 403, 404 or 406 answers that publish alone (nothing stored); elsewhere it stays
+// ErrConnectionLost, and the exchange named goes on the serial channel next.
 func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, out *amqp.Publishing) error {
 	if errors.Is(err, ErrUnroutable) && (path == PathLadder || path == PathBucket) {
 		return fmt.Errorf("%w; the delay topology routes it to no queue, so it is incomplete or damaged (a queue, binding "+
@@ -108,7 +87,7 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 		if !ok {
 			name = dest
 		}
-		p.refusals.topicGuarded.add(name) // from now on, direct publishes to it go alone
+		p.refusals.topicGuarded.add(name)
 	}
 	if !serial {
 		switch ae.Code {
@@ -118,7 +97,7 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 			}
 		case amqp.NotFound:
 			if path == PathDirect {
-				p.refusals.trusted.remove(dest) // deleted since it took a publish: the next goes alone
+				p.refusals.trusted.remove(dest)
 			}
 		}
 		return err
@@ -142,12 +121,9 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 	return err
 }
 
-// closedByRefusal reports whether err is a publish's ErrConnectionLost because RabbitMQ closed
-// its channel (not the connection) with a soft error: a refusal of a basic.publish (403, 404,
-// 406; AMQP 0-9-1's soft-error codes, which amqp091 marks Recover). The broker handles a
-// channel's frames in order and ignores the publishes after the refused one, so any publish
-// in flight on it may be the refused one, stored (sent before it, its confirm lost with the
-// channel), or dropped (sent after it).
+// closedByRefusal reports whether err is ErrConnectionLost from a channel closed by a soft error
+// (403, 404, 406: amqp091's Recover); any publish in flight there may be refused, stored or
+// dropped.
 func closedByRefusal(err error) bool {
 	var ae *amqp.Error
 	return errors.Is(err, ErrConnectionLost) && errors.As(err, &ae) && ae.Server && ae.Recover
@@ -158,8 +134,7 @@ var (
 	exchangeInReason = regexp.MustCompile(`exchange '((?:[^']|'[^ ])*)' in vhost`)
 )
 
-// urlUser returns the user name of an AMQP URL (amqp091's default, guest, when it has none),
-// or "" when the URL does not parse.
+// urlUser returns the user name of an AMQP URL ("" when it does not parse).
 func urlUser(raw string) string {
 	u, err := amqp.ParseURI(raw)
 	if err != nil {
@@ -168,11 +143,51 @@ func urlUser(raw string) string {
 	return u.Username
 }
 
-// quotedExchange returns the exchange a broker's reply text names ("exchange 'X' in vhost").
+// quotedExchange returns the exchange a reply text names ("exchange 'X' in vhost").
 func quotedExchange(reason string) (string, bool) {
 	m := exchangeInReason.FindStringSubmatch(reason)
 	if m == nil {
 		return "", false
 	}
 	return m[1], true
+}
+
+// maxNames bounds a nameSet; a name beyond is not remembered, only checked again.
+const maxNames = 1024
+
+// nameSet is a concurrent set of at most max(limit, maxNames) names; the zero value is ready.
+type nameSet struct {
+	mu    sync.RWMutex
+	names map[string]struct{}
+	limit int // set before first use
+}
+
+func (s *nameSet) add(name string) {
+	s.mu.Lock()
+	if s.names == nil {
+		s.names = make(map[string]struct{})
+	}
+	if len(s.names) < max(s.limit, maxNames) {
+		s.names[name] = struct{}{}
+	}
+	s.mu.Unlock()
+}
+
+func (s *nameSet) has(name string) bool {
+	s.mu.RLock()
+	_, ok := s.names[name]
+	s.mu.RUnlock()
+	return ok
+}
+
+func (s *nameSet) remove(name string) {
+	s.mu.Lock()
+	delete(s.names, name)
+	s.mu.Unlock()
+}
+
+func (s *nameSet) clear() {
+	s.mu.Lock()
+	s.names = nil
+	s.mu.Unlock()
 }
