@@ -1,7 +1,5 @@
-// Package amqpconn dials RabbitMQ for the rabbitdelay CLI and the amqpdelay client from one
-// configuration shape (the AMQPDELAY_URL and AMQPDELAY_TLS_* variables, read by
-// delayspec.ReadEnv), and shows URLs without their passwords ([Redact]): every message of this
-// package that names a URL is built from the redacted form, never from the URL as given.
+// Package amqpconn dials RabbitMQ for the CLI and the amqpdelay client from one configuration
+// (AMQPDELAY_URL, AMQPDELAY_TLS_*), and names URLs only in their redacted form ([Redact]).
 package amqpconn
 
 import (
@@ -21,36 +19,28 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// DefaultURL is the broker URL used when none is configured: a local broker with RabbitMQ's
-// default guest user, which RabbitMQ only accepts from loopback.
+// DefaultURL is the broker URL when none is configured (guest works from loopback only).
 const DefaultURL = "amqp://guest:guest@localhost:5672/"
 
-// Config says where the broker is and how to reach it. The zero value dials DefaultURL.
-// The vhost comes from the URL path (https://www.rabbitmq.com/docs/uri-spec).
+// Config says where the broker is (https://www.rabbitmq.com/docs/uri-spec); the zero value
+// dials DefaultURL.
 type Config struct {
-	// URL is an amqp:// or amqps:// URL, or several URLs of one cluster separated by commas
-	// (an address list: each with its own credentials, all with the same user name and vhost;
-	// percent-encode a comma in a password as %2C). Dial tries them in a random order, so that
-	// many clients spread over the nodes, and a client that loses its connection dials again
-	// through the whole list. Empty means DefaultURL. AMQPDELAY_URL.
+	// URL is an amqp:// or amqps:// URL, or a comma-separated list of one cluster's (same user
+	// and vhost; a comma in a password as %2C), dialed in a random order. Empty: DefaultURL.
 	URL string
-	// TLSCA is a PEM file of CA certificates to verify the broker with (amqps:// only).
-	// Empty means the system roots. AMQPDELAY_TLS_CA.
+	// TLSCA is a PEM file of CA certificates (amqps:// only); empty: the system roots.
 	TLSCA string
-	// TLSCert and TLSKey are PEM files of a client certificate and its key, for brokers that
-	// require one (amqps:// only). Both or neither. AMQPDELAY_TLS_CERT, AMQPDELAY_TLS_KEY.
+	// TLSCert and TLSKey are PEM files of a client certificate and its key: both or neither.
 	TLSCert, TLSKey string
 }
 
-// ErrConfig is wrapped by every error about the configuration itself (as opposed to the broker).
+// ErrConfig is wrapped by every error about the configuration itself.
 var ErrConfig = errors.New("amqpconn: invalid connection configuration")
 
-// URLOrDefault returns the first URL of c.URL (see [Config.URLs]), or DefaultURL when it is
-// empty: the vhost and user name, which every URL of the list shares.
+// URLOrDefault returns the first URL of [Config.URLs], whose user and vhost all share.
 func (c Config) URLOrDefault() string { return c.URLs()[0] }
 
-// URLs returns the URLs of c.URL's address list, in the order given, spaces around each
-// trimmed and empty entries dropped; [DefaultURL] alone when there is none.
+// URLs returns c.URL's address list, trimmed, empty entries dropped; [DefaultURL] when none.
 func (c Config) URLs() []string {
 	var out []string
 	for _, u := range strings.Split(c.URL, ",") {
@@ -73,10 +63,8 @@ func (c Config) Redacted() string {
 	return strings.Join(urls, ",")
 }
 
-// Validate checks the URL and the TLS files without touching the network. Every problem is
-// returned, joined; each wraps ErrConfig. A URL that does not parse, or whose user information
-// is cut short by an unescaped # ? or / (see [MisplacedAt]), is named by [Redact] (without its
-// user information) and never with the parser's message, which quotes the URL.
+// Validate checks the URL and the TLS files offline; every problem is joined, each wrapping
+// ErrConfig. A bad URL is named by [Redact], never by the parser's message, which quotes it.
 func (c Config) Validate() error {
 	var errs []error
 	var first amqp.URI
@@ -120,9 +108,7 @@ const urlHelp = `want "amqp://" or "amqps://", then user:password@host:port/vhos
 	`characters such as # ? / @ : %% and space in the user name and password (%%23 for #, %%3F for ?, %%2F for /, ` +
 	`%%40 for @, %%3A for :, %%25 for %%, %%20 for space)`
 
-// urlError reports a URL that is not a valid amqp:// URL. It never quotes the parser's error
-// (net/url quotes a prefix of the URL that can end inside the password) nor any part of the
-// user information.
+// urlError reports an invalid URL without any part of its user information.
 func urlError(raw string) error {
 	i := strings.Index(raw, "://")
 	if i < 0 {
@@ -137,11 +123,9 @@ func urlError(raw string) error {
 
 var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
 
-// MisplacedAt reports whether an '@' of the URL raw lies after its host, in the path, query or
-// fragment. Either an unescaped # ? or / in the user name or password cut the user information
-// short (amqp://user:pa/ss@host parses as host "user", port "pa", path "/ss@host"), or the
-// path holds an unescaped '@'. Such a URL would be dialed at a host and port taken from the
-// password, so [Config.Validate] rejects it; write '@' in a vhost as %40.
+// MisplacedAt reports whether an '@' of raw lies after its host: an unescaped # ? or / in the
+// password cut it short (amqp://user:pa/ss@host would dial host "user"), or the path holds one
+// (write %40).
 func MisplacedAt(raw string) bool {
 	i := strings.Index(raw, "://")
 	if i < 0 {
@@ -153,10 +137,8 @@ func MisplacedAt(raw string) bool {
 	return at >= 0 && end >= 0 && end < at
 }
 
-// TLSConfig builds the TLS configuration for an amqps:// URL from the CA, certificate and key
-// files, for the host of the first URL. It returns nil, nil for amqp:// URLs. Its errors wrap
-// [ErrConfig]: a CA file that cannot be read or holds no PEM certificate, or a certificate and
-// key that do not load.
+// TLSConfig builds the TLS configuration for the first URL's host (nil, nil for amqp://).
+// Errors wrap [ErrConfig]: an unreadable CA file or one without PEM, a key pair that fails.
 func (c Config) TLSConfig() (*tls.Config, error) { return c.tlsConfigFor(c.URLOrDefault()) }
 
 func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
@@ -186,12 +168,9 @@ func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
 	return tc, nil
 }
 
-// Dial opens a connection named name (shown in the management UI's connection list) to the
-// first URL of c's address list, in a random order, that accepts it. The context bounds the
-// whole dial; a context without a deadline gets 30 s, and each URL gets an even share of what
-// is left of it (so a node that does not answer cannot use up the time of the others). Errors
-// name URLs by [Redact], never with their passwords; the error of the last URL tried keeps the
-// broker's refusal reachable with errors.As(err, **amqp091.Error), and names every URL tried.
+// Dial opens a connection named name to the first of c's URLs, in a random order, that
+// accepts it. ctx bounds the dial (30 s without a deadline), each URL getting an even share of
+// the rest. Errors name URLs by [Redact]; a broker refusal is reachable as *amqp091.Error.
 func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrConfig)
@@ -227,7 +206,6 @@ func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) 
 	return nil, fmt.Errorf("no node of the address list answered (%d URLs): %w", len(urls), errors.Join(errs...))
 }
 
-// dialOne dials the URL raw of c, bounded by ctx and deadline.
 func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time) (*amqp.Connection, error) {
 	tc, err := c.tlsConfigFor(raw)
 	if err != nil {
@@ -248,7 +226,7 @@ func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time
 			if err != nil {
 				return nil, err
 			}
-			// The handshake must also end with the context; amqp091 clears the deadline after it.
+			// The handshake too; amqp091 clears the deadline after it.
 			if err := conn.SetDeadline(deadline); err != nil {
 				conn.Close()
 				return nil, err
@@ -268,8 +246,7 @@ func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time
 	select {
 	case r := <-done:
 		if r.err != nil {
-			// amqp091's dial errors name the host and port, never the URL (Validate has parsed
-			// the URL, so DialConfig's own parse cannot fail and quote it).
+			// amqp091's dial errors name the host and port, never the URL.
 			return nil, fmt.Errorf("connect to %q: %w", Redact(raw), r.err)
 		}
 		return r.conn, nil
@@ -283,12 +260,9 @@ func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time
 	}
 }
 
-// Redact returns the URL raw as it may be shown in a message or a log line, without its
-// password. A URL that parses is shown from its parts, with the password (when it has one)
-// replaced by "***": amqp://user:***@host:5672/vhost, and the value of every query parameter
-// amqp091-go does not read (heartbeat, certfile and the like are shown) replaced by "***"
-// too, and a fragment as "***". A URL that does not parse, or that [MisplacedAt] reports, is
-// shown by [RedactUserinfo], as which part of it is the password is unknown.
+// Redact returns raw without its password (amqp://user:***@host:5672/vhost), the values of
+// query parameters amqp091-go does not read and a fragment as "***". A URL that does not parse,
+// or that [MisplacedAt] reports, is shown by [RedactUserinfo].
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || MisplacedAt(raw) || u.Opaque != "" {
@@ -301,13 +275,10 @@ func Redact(raw string) string {
 	if u.Fragment != "" {
 		u.Fragment, u.RawFragment = "***", ""
 	}
-	// url.URL.Redacted writes the password as "xxxxx"; the user name before it holds no
-	// unescaped ':'.
-	return strings.Replace(u.Redacted(), ":xxxxx@", ":***@", 1)
+	return strings.Replace(u.Redacted(), ":xxxxx@", ":***@", 1) // Redacted writes "xxxxx"
 }
 
-// redactTail returns s, the host and what follows it, with its query shown by [redactQuery]
-// and its fragment as "***".
+// redactTail returns s, the host on, with its query redacted and its fragment as "***".
 func redactTail(s string) string {
 	s, frag, hasFrag := strings.Cut(s, "#")
 	if hasFrag && frag != "" {
@@ -321,18 +292,15 @@ func redactTail(s string) string {
 	return s + frag
 }
 
-// uriParams are the query parameters amqp091-go reads from a URL (its ParseURI), whose values
-// are settings and file names, not secrets.
+// uriParams are the query parameters amqp091-go reads: settings, not secrets.
 var uriParams = map[string]bool{
 	"heartbeat": true, "connection_timeout": true, "channel_max": true, "frame_max": true,
 	"auth_mechanism": true, "certfile": true, "keyfile": true, "cacertfile": true,
 	"server_name_indication": true,
 }
 
-// redactQuery returns the raw query q with the value of every parameter that amqp091-go does
-// not read replaced by "***" (a "password=" there is a mistake, and its value a secret all the
-// same), and every part that is not a key=value pair, or whose key does not unescape, replaced
-// by "***" whole; the parts keep their order.
+// redactQuery replaces in q the value of every parameter not in uriParams, and every part that
+// is no key=value pair, by "***".
 func redactQuery(q string) string {
 	if q == "" {
 		return ""
@@ -351,12 +319,9 @@ func redactQuery(q string) string {
 	return strings.Join(parts, "&")
 }
 
-// RedactUserinfo shows raw, a URL that may not parse, with everything up to its host that
-// could hold a password replaced by "***": its scheme and "://", then "***" and what follows
-// the last '@' (amqp://***@host:5672/vhost), whose query and fragment are shown as [Redact]
-// shows them. Without an '@' it shows the scheme and what follows "://" up to the first ':' (a
-// port that is not a number may be a password cut short: amqp://user:secret), and without
-// "://" nothing of raw but what follows its last '@'.
+// RedactUserinfo shows raw, which may not parse, with everything before its host replaced by
+// "***" (amqp://***@host:5672/vhost). Without an '@' it shows what precedes the first ':'
+// after "://" (what follows may be a password), without "://" only what follows the last '@'.
 func RedactUserinfo(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
@@ -376,18 +341,16 @@ func RedactUserinfo(raw string) string {
 	return scheme + redactTail(rest)
 }
 
-// The reconnect back-off that the Publisher and the Consumer share: the defaults of a zero
-// minimum and maximum, and the largest maximum (a wait randomized by ±50 % around a much larger
-// one overflows time.Duration).
+// The Publisher's and the Consumer's reconnect back-off: defaults and the largest maximum (±50 %
+// around a much larger one overflows time.Duration).
 const (
 	DefaultReconnectMin = 100 * time.Millisecond
 	DefaultReconnectMax = 5 * time.Second
 	MaxReconnect        = time.Hour
 )
 
-// ReconnectRange resolves the reconnect back-off bounds lo and hi of the settings struct
-// owner ("Config", "Options"; 0 takes the default) and checks 0 < lo <= hi <= MaxReconnect.
-// The error names both fields and the range; the caller wraps its ErrInvalidConfig around it.
+// ReconnectRange resolves the back-off bounds lo and hi of owner ("Config", "Options"; 0: the
+// default) and checks 0 < lo <= hi <= MaxReconnect; the caller wraps the error.
 func ReconnectRange(owner string, lo, hi time.Duration) (time.Duration, time.Duration, error) {
 	rmin, rmax := lo, hi
 	if rmin == 0 {

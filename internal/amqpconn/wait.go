@@ -20,8 +20,7 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// IsNotFound reports whether err is, or wraps, the broker's 404 NOT_FOUND channel error
-// (for example a passive declare of a queue that does not exist).
+// IsNotFound reports whether err wraps the broker's 404 NOT_FOUND.
 func IsNotFound(err error) bool {
 	var ae *amqp.Error
 	return errors.As(err, &ae) && ae.Code == amqp.NotFound

@@ -1,32 +1,15 @@
-// Package route is rabbitdelay's plumbing around the delay arithmetic of package ttlbuckets:
-// the headers that route a message through the ladder and the buckets (their names, the
-// codec that writes and reads them, and the set a publisher strips before a new delay), and
-// the list of delay queues the topology declares with the exchange each level hands a
-// message on to. The publisher, the consumer and the declare command use it; a user plans
-// delays with ttlbuckets alone. It does no I/O.
+// Package route is the plumbing around ttlbuckets' delay arithmetic: the headers that route a
+// message through the ladder and the buckets (names, codec, and the set stripped before a new
+// delay), and the delay queues the topology declares with the exchange each level hands a
+// message on to. It does no I/O.
 //
-// # Units
+// Queue TTLs are int64 milliseconds (x-message-ttl); header values are int64, as a Go int in an
+// amqp091 Table goes on the wire as 32 bits. Level L has a headers exchange and, per digit v in
+// 1..r-1, a queue of TTL v·r^L·u ([Queues]) bound on [DigitHeader] = v; digit 0 passes straight
+// on. An expired message is dead-lettered, routing key and headers kept, to the next level
+// ([Next]), then to the dispatch exchange ([TargetHeader]); a last-hop queue dead-letters
+// straight into the dispatch exchange ([EncodeRoute]).
 //
-// Queue TTLs ([LadderQueue.TTL], [DelayQueue.TTL]) are int64 milliseconds, the unit of
-// RabbitMQ's x-message-ttl. Header values are int64: a Go int in an amqp091 Table goes on
-// the wire as a signed 32-bit value.
-//
-// # Routing
-//
-// Level L of a ladder has a headers exchange and, for every digit value v in 1..r-1, a
-// queue whose x-message-ttl is v·r^L·u ([Queues]), bound on the level's [DigitHeader] equal
-// to v; a second binding passes a message whose digit is 0 straight on. When the TTL
-// expires the broker dead-letters the message, with its routing key and headers, to the
-// next exchange ([Next]); after the last level the dispatch exchange hands it to its target
-// ([TargetHeader]). [EncodeRoute] also sends the last hop through the level's last-hop
-// queue, which dead-letters straight into the dispatch exchange instead of through every
-// remaining level's exchange.
-//
-// # Sources
-//
-//   - Dead-lettering on expiry, keeping the routing key and headers and adding x-death:
-//     https://www.rabbitmq.com/docs/dlx
-//   - A headers exchange ignores binding arguments beginning with "x-", and matches integer
-//     values across AMQP integer types: https://www.rabbitmq.com/docs/exchanges#headers
-//     and rabbit_exchange_type_headers.erl.
+// Sources: https://www.rabbitmq.com/docs/dlx; a headers exchange ignores "x-" arguments and
+// matches integers across AMQP types: https://www.rabbitmq.com/docs/exchanges#headers.
 package route

@@ -6,7 +6,7 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// geometry is a valid ladder resolved to the integers the codec and the queue list work with.
+// geometry is a valid ladder as integers.
 type geometry struct {
 	levels int
 	shift  uint  // log2(radix)
@@ -15,8 +15,7 @@ type geometry struct {
 	order  ttlbuckets.Order
 }
 
-// resolve returns l's geometry, and false for an invalid ladder (its Levels is 0). It does
-// not allocate.
+// resolve returns l's geometry, or false for an invalid ladder.
 func resolve(l ttlbuckets.Ladder) (geometry, bool) {
 	levels := l.Levels()
 	if levels == 0 {
@@ -32,14 +31,12 @@ func resolve(l ttlbuckets.Ladder) (geometry, bool) {
 	}, true
 }
 
-// ttl is the TTL in ms of the queue for digit at level: digit·Radix^level·Unit. It cannot
-// overflow for a valid ladder, whose longest queue is at most ttlbuckets.MaxQueueTTL.
+// ttl is the TTL in ms of digit's queue at level (at most ttlbuckets.MaxQueueTTL).
 func (g geometry) ttl(level, digit int) int64 {
 	return int64(digit) << (g.shift * uint(level)) * g.unitMs
 }
 
-// ends reports whether level is where the travel order ends (the top level for ShortestFirst,
-// TopFirst and TopSplit, level 0 for LongestFirst): its queues dead-letter into the dispatch exchange.
+// ends reports whether level is where the travel order ends (into the dispatch exchange).
 func (g geometry) ends(level int) bool {
 	if g.order == ttlbuckets.LongestFirst {
 		return level == 0
@@ -47,8 +44,7 @@ func (g geometry) ends(level int) bool {
 	return level == g.levels-1
 }
 
-// beyond reports whether level comes after last in travel order: a message whose last hop is
-// at level last never reaches it.
+// beyond reports whether level comes after last in travel order.
 func (g geometry) beyond(level, last int) bool {
 	if g.order == ttlbuckets.LongestFirst {
 		return level < last
@@ -56,8 +52,7 @@ func (g geometry) beyond(level, last int) bool {
 	return level > last
 }
 
-// before reports whether level comes before entry in travel order: a message that enters the
-// ladder at level entry never reaches it.
+// before reports whether level comes before entry in travel order.
 func (g geometry) before(level, entry int) bool {
 	if g.order == ttlbuckets.LongestFirst {
 		return level > entry

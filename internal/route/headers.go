@@ -11,40 +11,31 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// Header names. None begins with "x-": a headers exchange ignores binding arguments whose
-// names begin with "x-" (https://www.rabbitmq.com/docs/exchanges#headers), so a binding on
-// such a header would match every message. Integer values are always int64: a Go int in
-// an amqp091 Table goes on the wire as a signed 32-bit value.
+// Header names. None begins with "x-", which a headers exchange's bindings ignore
+// (https://www.rabbitmq.com/docs/exchanges#headers). Integer values are int64.
 const (
-	// HeaderPrefix begins every header name rabbitdelay writes: this package's routing headers
-	// below, and the headers other packages write (the consumer package's retry record, the
-	// copy tag). Only the routing headers are stripped on a new delay ([IsDelayHeader]).
+	// HeaderPrefix begins every header name rabbitdelay writes; only the routing headers are
+	// stripped on a new delay ([IsDelayHeader]).
 	HeaderPrefix = "rabbitdelay-"
-	// TargetHeader (string) is the target exchange's name, matched by the dispatch
-	// exchange's bindings.
+	// TargetHeader (string) is the target exchange, matched by the dispatch exchange.
 	TargetHeader = "rabbitdelay-target"
 	// DueHeader (int64) is the due time, in Unix milliseconds.
 	DueHeader = "rabbitdelay-due"
-	// BucketHeader (int64) is a bucket's TTL in milliseconds, matched by the bucket
-	// exchange's bindings.
+	// BucketHeader (int64) is a bucket's TTL in milliseconds, matched by the bucket exchange.
 	BucketHeader = "rabbitdelay-bucket"
-	// LastLevelHeader (int64) is the level of a ladder message's last hop ([LastLevel]), set
-	// by [EncodeRoute], whose digit header at that level holds [LastHopValue] of the digit.
-	// The level's exchange routes the message on it to the level's last-hop exchange, whose
-	// bindings on the last-hop value send it into the digit's last-hop queue, which
+	// LastLevelHeader (int64) is the level of a ladder message's last hop ([LastLevel]), whose
+	// digit header holds [LastHopValue]: it routes the message into a last-hop queue, which
 	// dead-letters straight to the dispatch exchange.
 	LastLevelHeader = "rabbitdelay-last-level"
 )
 
-// ErrInvalidHeaders is wrapped by every problem [DecodeDigits] reports: a digit header that
-// is missing, not an integer, or outside 0..Radix-1, or a [LastLevelHeader] that is no level
-// of the ladder.
+// ErrInvalidHeaders is wrapped by every problem [DecodeDigits] reports.
 var ErrInvalidHeaders = errors.New("route: invalid delay headers")
 
 const digitHeaderPrefix = HeaderPrefix + "digit-"
 
-// digitHeaders caches DigitHeader for the levels a valid ladder can have (at most 39: radix
-// 2, 1 ms unit, Max 2^39-1 ms), so EncodeDigits does not allocate names.
+// digitHeaders caches DigitHeader for a valid ladder's levels (at most 39), so that encoding
+// does not allocate names.
 var digitHeaders = func() (names [64]string) {
 	for i := range names {
 		names[i] = digitHeaderPrefix + strconv.Itoa(i)
@@ -52,9 +43,8 @@ var digitHeaders = func() (names [64]string) {
 	return names
 }()
 
-// DigitHeader returns the name of the header carrying the digit of level, for example
-// "rabbitdelay-digit-3" for level 3. Its value is an int64 from 0 to Radix-1, matched by
-// level's ladder bindings.
+// DigitHeader returns the name of level's digit header ("rabbitdelay-digit-3"), an int64 from
+// 0 to Radix-1.
 func DigitHeader(level int) string {
 	if level >= 0 && level < len(digitHeaders) {
 		return digitHeaders[level]
@@ -62,37 +52,20 @@ func DigitHeader(level int) string {
 	return digitHeaderPrefix + strconv.Itoa(level)
 }
 
-// IsDelayHeader reports whether name is a header that decides or records a delay: this
-// package's routing headers ([TargetHeader], [DueHeader], [BucketHeader], [LastLevelHeader]
-// and every [DigitHeader]), the delayed-message plugin's "x-delay", and the broker's
-// dead-lettering record "x-death", "x-first-death-*" and "x-last-death-*". A publisher
-// strips exactly this set from a message (a copy of a delivery, say) before sending it into
-// a delay path: a stale digit or "x-delay" must not decide the new delay, and "x-death"
-// entries for the ladder's queues can make the broker's dead-letter cycle detection drop the
-// message (https://www.rabbitmq.com/docs/dlx). Other headers beginning with [HeaderPrefix]
-// travel with the message. Names are compared exactly (AMQP header names are case-sensitive).
+// IsDelayHeader reports whether name decides or records a delay: this package's routing
+// headers, "x-delay", "x-death", "x-first-death-*" and "x-last-death-*". A publisher strips
+// them before a delay path: a stale one must not decide the delay, and x-death entries can make
+// dead-letter cycle detection drop the message (https://www.rabbitmq.com/docs/dlx).
 func IsDelayHeader(name string) bool {
-	return isRoutingHeader(name) ||
-		name == "x-delay" ||
-		name == "x-death" ||
-		strings.HasPrefix(name, "x-first-death-") ||
+	switch name {
+	case TargetHeader, DueHeader, BucketHeader, LastLevelHeader, "x-delay", "x-death":
+		return true
+	}
+	return strings.HasPrefix(name, digitHeaderPrefix) || strings.HasPrefix(name, "x-first-death-") ||
 		strings.HasPrefix(name, "x-last-death-")
 }
 
-// isRoutingHeader reports whether name is one of this package's routing headers.
-func isRoutingHeader(name string) bool {
-	switch name {
-	case TargetHeader, DueHeader, BucketHeader, LastLevelHeader:
-		return true
-	}
-	return strings.HasPrefix(name, digitHeaderPrefix)
-}
-
-// LastLevel returns the level of p's last hop (p.Hops[len(p.Hops)-1].Level): the highest level
-// with a non-zero digit for [ttlbuckets.ShortestFirst] and [ttlbuckets.TopSplit] (whose highest
-// digit is 2 or more), the lowest for [ttlbuckets.LongestFirst], the second highest for
-// [ttlbuckets.TopFirst] and a top-split plan whose highest digit is 1 (the highest when it is
-// the only one). It returns -1 for a plan without hops.
+// LastLevel returns the level of p's last hop, or -1 for a plan without hops.
 func LastLevel(p ttlbuckets.Plan) int {
 	if len(p.Hops) == 0 {
 		return -1
@@ -100,18 +73,15 @@ func LastLevel(p ttlbuckets.Plan) int {
 	return p.Hops[len(p.Hops)-1].Level
 }
 
-// FirstHopQueue reports whether p's first hop goes through its level's first-hop queue, which
-// dead-letters into level 0's exchange: for a [ttlbuckets.TopFirst] or [ttlbuckets.TopSplit]
-// plan of several hops. p should come from l.Plan.
+// FirstHopQueue reports whether p's first hop goes through a first-hop queue, which
+// dead-letters into level 0: a [ttlbuckets.TopFirst] or [ttlbuckets.TopSplit] plan of several
+// hops.
 func FirstHopQueue(l ttlbuckets.Ladder, p ttlbuckets.Plan) bool {
 	return (l.Order == ttlbuckets.TopFirst || l.Order == ttlbuckets.TopSplit) && len(p.Hops) > 1
 }
 
-// EncodeDigits sets, in h, the digit header ([DigitHeader]) of every level of l, zeros
-// included, to int64(p.Digits[level]) (0 for a level p.Digits lacks), so that whichever
-// ladder exchange the message reaches can route it. p should come from l.Plan. h must not
-// be nil. It sets nothing for an invalid ladder. It does not allocate for ladders of up to
-// 64 levels beyond the map's own growth.
+// EncodeDigits sets in h the digit header of every level of l, zeros included, from p (from
+// l.Plan). Nothing for an invalid ladder.
 func EncodeDigits(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 	levels := l.Levels()
 	for level := range levels {
@@ -123,9 +93,8 @@ func EncodeDigits(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 	}
 }
 
-// LastHopValue returns the value of the digit header that sends a message with digit (1 to
-// Radix-1) at its last hop's level of l into that level's last-hop queue: digit + Radix,
-// which no other binding of the level matches. It returns digit for an invalid ladder.
+// LastHopValue returns the digit header value that sends digit into its level's last-hop
+// queue: digit + Radix, which no other binding matches (digit for an invalid ladder).
 func LastHopValue(l ttlbuckets.Ladder, digit int) int64 {
 	g, ok := resolve(l)
 	if !ok {
@@ -134,17 +103,11 @@ func LastHopValue(l ttlbuckets.Ladder, digit int) int64 {
 	return int64(digit) + g.mask + 1
 }
 
-// EncodeRoute sets, in h, the headers of a message whose last hop goes through a last-hop
-// queue (same TTL as the level's queue of that digit, dead-lettering straight to the dispatch
-// exchange, as a bucket does): the digit header of every level of l from p.Entry to the last
-// hop's level in travel order, zeros included (after a first hop through a first-hop queue
-// ([FirstHopQueue]), the entry level's and those of levels 0 to the last hop's); [LastHopValue]
-// of the last hop's digit (the plain digit at the level where the order ends, which
-// dead-letters to the dispatch exchange already);
-// and that level in [LastLevelHeader]. Levels the message never reaches get no header. The
-// topology must have the last-hop queues; for one without them use [EncodeDigits]. For a
-// plan without hops it does what EncodeDigits does. p should come from l.Plan. h must not be
-// nil; it sets nothing for an invalid ladder.
+// EncodeRoute sets in h the headers of a message whose last hop goes through a last-hop queue:
+// the digit header of every level it reaches from p.Entry (or, after a first-hop queue, from
+// level 0) to the last hop's, zeros included; [LastHopValue] of the last digit (the plain digit
+// where the order ends); that level in [LastLevelHeader]. Without hops it is [EncodeDigits].
+// Nothing for an invalid ladder.
 func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 	g, ok := resolve(l)
 	if !ok {
@@ -155,8 +118,6 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 		EncodeDigits(l, p, h)
 		return
 	}
-	// A message whose first hop goes through a first-hop queue comes back to level 0 after it,
-	// and climbs from there to its last.
 	from := p.Entry
 	if FirstHopQueue(l, p) {
 		from = 0
@@ -171,8 +132,7 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 		}
 		if level == last {
 			v = int64(p.Hops[len(p.Hops)-1].Digit) // a TopSplit plan's last hop is less than the level's digit
-			// The level where the order ends dead-letters into the dispatch exchange already: it
-			// has no last-hop queues.
+			// Where the order ends there are no last-hop queues.
 			if !g.ends(last) {
 				v += g.mask + 1
 			}
@@ -182,16 +142,12 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 	h[LastLevelHeader] = int64(last)
 }
 
-// DecodeDigits reads the digits that [EncodeDigits] or [EncodeRoute] wrote for l, for
-// diagnostics: one per level, len == l.Levels(). Values may have any Go integer type, as
-// amqp091 decodes AMQP's integer types. At the [LastLevelHeader] level, [LastHopValue] of a
-// digit reads as that digit (for a [ttlbuckets.TopSplit] plan that takes that level twice,
-// the last hop's digit), and digit headers that EncodeRoute leaves out read as 0.
-// Every problem is reported, joined, each wrapping [ErrInvalidHeaders]: a digit header that
-// is missing, not an integer, or outside 0..Radix-1; a non-zero digit for a level the ladder
-// does not have; a LastLevelHeader that is not a level of the ladder. The returned digits
-// hold what could be read (0 where a header was bad) even on error. An invalid ladder
-// returns nil and l.Validate's error (wrapping [ttlbuckets.ErrInvalidLadder]).
+// DecodeDigits reads, for diagnostics, the digit per level of l that [EncodeDigits] or
+// [EncodeRoute] wrote (any Go integer type; a [LastHopValue] reads as its digit, a header
+// EncodeRoute leaves out as 0). Every problem is joined, each wrapping [ErrInvalidHeaders]:
+// a digit header missing, not an integer or out of range, a non-zero digit for a level l lacks,
+// a LastLevelHeader that is no level. The digits hold what could be read even on error. An
+// invalid ladder returns nil and l.Validate's error.
 func DecodeDigits(l ttlbuckets.Ladder, h map[string]any) ([]int, error) {
 	g, ok := resolve(l)
 	if !ok {
@@ -264,16 +220,14 @@ func DecodeDigits(l ttlbuckets.Ladder, h map[string]any) ([]int, error) {
 	return digits, errors.Join(errs...)
 }
 
-// digitValue converts an integer header value. isInt is false for a non-integer type;
-// inRange is false for a value outside 0..max.
+// digitValue converts an integer header value; inRange is false outside 0..max.
 func digitValue(raw any, max int64) (v int64, isInt, inRange bool) {
 	v, isInt, fits := HeaderInt(raw)
 	return v, isInt, fits && v >= 0 && v <= max
 }
 
-// HeaderInt reads an integer header value of any Go integer type that amqp091 may decode a
-// table value into (int8..int64, uint8..uint64, int, uint). isInt is false for any other type;
-// fits is false for an unsigned value above math.MaxInt64.
+// HeaderInt reads a header value of any Go integer type; isInt is false for another type, fits
+// for an unsigned value above math.MaxInt64.
 func HeaderInt(raw any) (v int64, isInt, fits bool) {
 	var u uint64 // for unsigned types
 	switch x := raw.(type) {

@@ -6,17 +6,14 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// LadderQueue is one ladder queue: the queue of digit value Digit (1..Radix-1) at level
-// Level, whose x-message-ttl is TTL milliseconds (Digit·Radix^Level·Unit).
+// LadderQueue is the queue of Digit (1..Radix-1) at Level, with x-message-ttl TTL.
 type LadderQueue struct {
 	Level, Digit int
 	TTL          int64 // ms
 }
 
-// Queues returns every queue of l, l.Levels()·(Radix-1) of them, ordered by level then
-// digit, both ascending. Every digit of the top level is included, even when Max needs only
-// smaller ones there, so the set of queues depends only on Unit, Radix and l.Levels(). It
-// returns nil for an invalid ladder. The slice is new on every call.
+// Queues returns every queue of l by level then digit, ascending: every digit of every level,
+// so the set depends only on Unit, Radix and l.Levels(). Nil for an invalid ladder.
 func Queues(l ttlbuckets.Ladder) []LadderQueue {
 	g, ok := resolve(l)
 	if !ok {
@@ -31,12 +28,9 @@ func Queues(l ttlbuckets.Ladder) []LadderQueue {
 	return qs
 }
 
-// Next returns the level to which level's queues and pass-through binding hand a message on
-// l: with [ttlbuckets.ShortestFirst], [ttlbuckets.TopFirst] and [ttlbuckets.TopSplit], level+1
-// (and ok false at the top level: the dispatch exchange; a first-hop queue hands to level 0
-// instead);
-// with [ttlbuckets.LongestFirst], level-1 (ok false at level 0). When ok is false next is -1;
-// so it is for a level outside 0..l.Levels()-1 and for an invalid ladder.
+// Next returns the level level's queues hand a message on to: level+1, or level-1 with
+// [ttlbuckets.LongestFirst]. At the last level (the dispatch exchange follows), outside the
+// ladder and for an invalid ladder it returns -1, false.
 func Next(l ttlbuckets.Ladder, level int) (next int, ok bool) {
 	g, valid := resolve(l)
 	if !valid || level < 0 || level >= g.levels || g.ends(level) {
@@ -52,34 +46,28 @@ func Next(l ttlbuckets.Ladder, level int) (next int, ok bool) {
 type QueueKind int
 
 const (
-	// LadderKind is a queue of the ladder: one digit value at one level.
-	LadderKind QueueKind = iota
-	// BucketKind is the queue of one fixed-delay bucket.
-	BucketKind
+	LadderKind QueueKind = iota // one digit at one level
+	BucketKind                  // one fixed-delay bucket
 )
 
 // String returns "ladder" or "bucket", or "QueueKind(N)".
 func (k QueueKind) String() string {
-	switch k {
-	case LadderKind:
-		return "ladder"
-	case BucketKind:
-		return "bucket"
+	if k == LadderKind || k == BucketKind {
+		return [...]string{"ladder", "bucket"}[k]
 	}
 	return "QueueKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// DelayQueue is one queue to declare: a ladder queue (Level, Digit) or a bucket (Level and
-// Digit are -1), with its x-message-ttl, TTL, in milliseconds.
+// DelayQueue is one queue to declare: a ladder queue, or a bucket (Level and Digit -1), with
+// its x-message-ttl TTL in milliseconds.
 type DelayQueue struct {
 	Kind         QueueKind
 	Level, Digit int
 	TTL          int64 // ms
 }
 
-// DelayQueues returns every delay queue to declare, in a stable order: l's queues ([Queues]:
-// level, then digit, ascending), then the buckets (b.List: ascending delay). An invalid
-// ladder contributes no queues; check l.Validate first.
+// DelayQueues returns l's [Queues], then the buckets by ascending delay (b.List). An invalid
+// ladder contributes none.
 func DelayQueues(l ttlbuckets.Ladder, b ttlbuckets.Buckets) []DelayQueue {
 	lq := Queues(l)
 	bs := b.List()
