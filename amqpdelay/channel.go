@@ -185,14 +185,13 @@ func (pc *pubChan) write(ctx context.Context, exchange, key string, mandatory bo
 		// a confirm to the dispatcher, which may wait for pmu. sem keeps the tag.
 		tag := pc.ch.GetNextPublishSeqNo()
 		pc.pmu.Lock()
-		if pc.deadErr != nil {
+		if prev := pc.byID[f.id]; pc.deadErr != nil || prev != nil {
+			dead := pc.deadErr != nil
 			pc.pmu.Unlock()
 			<-pc.sem
-			return nil, errNotSent
-		}
-		if prev := pc.byID[f.id]; prev != nil {
-			pc.pmu.Unlock()
-			<-pc.sem
+			if dead {
+				return nil, errNotSent
+			}
 			select {
 			case <-prev.done:
 				continue

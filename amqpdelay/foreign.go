@@ -2,7 +2,6 @@ package amqpdelay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
@@ -151,7 +151,6 @@ func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error
 		if err != nil {
 			return false, err
 		}
-		var ae *amqp.Error
 		switch {
 		case !asked && answer.err == nil: // skipped: another check answered meanwhile
 			continue
@@ -160,7 +159,7 @@ func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error
 			return true, nil
 		case answer.lost:
 			continue
-		case errors.As(answer.err, &ae) && ae.Code == amqp.NotFound:
+		case amqpconn.IsNotFound(answer.err):
 			p.refusals.topologies.set(prefix, false)
 			return false, nil
 		default:

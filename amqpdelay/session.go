@@ -153,31 +153,26 @@ func (s *session) onChanDied() {
 // each on a channel of its own (a missing one closes it with 404): what was deleted since apply.
 func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) error {
 	type check struct {
-		exchange, queue string
-		missing         func() error
+		name    string
+		queue   bool
+		missing error
 	}
-	checks := []check{
-		{exchange: p.names.Dispatch(), missing: func() error {
-			return fmt.Errorf("%w: exchange %q does not exist in this vhost, though prefix %q has a spec record: run `rabbitdelay apply` again",
-				ErrTopologyMissing, p.names.Dispatch(), p.spec.Prefix)
-		}},
-	}
+	checks := []check{{name: p.names.Dispatch(), missing: fmt.Errorf("%w: exchange %q does not exist in this vhost, though prefix %q "+
+		"has a spec record: run `rabbitdelay apply` again", ErrTopologyMissing, p.names.Dispatch(), p.spec.Prefix)}}
 	for _, t := range p.spec.Targets {
-		checks = append(checks, check{exchange: t.Name, missing: func() error {
-			if delayspec.BrokerReserved(t.Name) {
-				return fmt.Errorf("%w: target exchange %q does not exist, and names starting with \"amq.\" are RabbitMQ's own: only the broker "+
-					"creates them; enable what creates it, or apply again without it", ErrTopologyMissing, t.Name)
-			}
-			return fmt.Errorf("%w: target exchange %q of the applied topology does not exist (deleted since `rabbitdelay apply`?): "+
-				"declare it again (AMQPDELAY_TARGETS=%s:topic, or another type, then `rabbitdelay apply`), or apply again without it",
-				ErrTopologyMissing, t.Name, t.Name)
-		}})
+		missing := fmt.Errorf("%w: target exchange %q of the applied topology does not exist (deleted since `rabbitdelay apply`?): "+
+			"declare it again (AMQPDELAY_TARGETS=%s:topic, or another type, then `rabbitdelay apply`), or apply again without it",
+			ErrTopologyMissing, t.Name, t.Name)
+		if delayspec.BrokerReserved(t.Name) {
+			missing = fmt.Errorf("%w: target exchange %q does not exist, and names starting with \"amq.\" are RabbitMQ's own: only the broker "+
+				"creates them; enable what creates it, or apply again without it", ErrTopologyMissing, t.Name)
+		}
+		checks = append(checks, check{name: t.Name, missing: missing})
 	}
 	for _, b := range p.buckets.List() {
-		checks = append(checks, check{queue: p.names.BucketQueue(b.TTL), missing: func() error {
-			return fmt.Errorf("%w: bucket %v (queue %q) of the applied topology does not exist (deleted since `rabbitdelay apply`?): run `rabbitdelay apply` again",
-				ErrTopologyMissing, b.Delay, p.names.BucketQueue(b.TTL))
-		}})
+		q := p.names.BucketQueue(b.TTL)
+		checks = append(checks, check{name: q, queue: true, missing: fmt.Errorf("%w: bucket %v (queue %q) of the applied topology "+
+			"does not exist (deleted since `rabbitdelay apply`?): run `rabbitdelay apply` again", ErrTopologyMissing, b.Delay, q)})
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -187,23 +182,21 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 				done <- fmt.Errorf("amqpdelay: open channel: %w", err)
 				return
 			}
-			name := c.exchange
-			if c.queue != "" {
-				name = c.queue
-				_, err = ch.QueueDeclarePassive(c.queue, true, false, false, false, nil)
+			if c.queue {
+				_, err = ch.QueueDeclarePassive(c.name, true, false, false, false, nil)
 			} else {
-				err = ch.ExchangeDeclarePassive(c.exchange, amqp.ExchangeHeaders, true, false, false, false, nil)
+				err = ch.ExchangeDeclarePassive(c.name, amqp.ExchangeHeaders, true, false, false, false, nil)
 			}
 			switch {
 			case err == nil:
 				_ = ch.Close()
+				continue
 			case amqpconn.IsNotFound(err):
-				done <- fmt.Errorf("%w: %w", c.missing(), err)
-				return
+				done <- fmt.Errorf("%w: %w", c.missing, err)
 			default:
-				done <- fmt.Errorf("amqpdelay: check %q: %w", name, err)
-				return
+				done <- fmt.Errorf("amqpdelay: check %q: %w", c.name, err)
 			}
+			return
 		}
 		done <- nil
 	}()
