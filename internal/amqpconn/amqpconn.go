@@ -68,12 +68,12 @@ func (c Config) Redacted() string {
 func (c Config) Validate() error {
 	var errs []error
 	var first amqp.URI
-	var err error
+	badURL := false
 	for i, raw := range c.URLs() {
-		u, uerr := amqp.ParseURI(raw)
-		if uerr != nil || MisplacedAt(raw) {
+		u, err := amqp.ParseURI(raw)
+		if err != nil || MisplacedAt(raw) {
 			errs = append(errs, urlError(raw))
-			err = ErrConfig
+			badURL = true
 			continue
 		}
 		if i == 0 {
@@ -85,18 +85,14 @@ func (c Config) Validate() error {
 				"the URLs of a list name the nodes of one cluster, with one user and one vhost", ErrConfig, Redact(raw), Redact(c.URLOrDefault())))
 		}
 	}
-	u := first
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, fmt.Errorf("%w: TLS client certificate and key go together: set both AMQPDELAY_TLS_CERT and AMQPDELAY_TLS_KEY (--tls-cert, --tls-key), or neither", ErrConfig))
 	}
-	if err == nil && u.Scheme != "amqps" && (c.TLSCA != "" || c.TLSCert != "") {
-		errs = append(errs, fmt.Errorf("%w: TLS files are set (AMQPDELAY_TLS_*) but the URL scheme (AMQPDELAY_URL, --url) is %q: use amqps://", ErrConfig, u.Scheme))
+	if !badURL && first.Scheme != "amqps" && (c.TLSCA != "" || c.TLSCert != "") {
+		errs = append(errs, fmt.Errorf("%w: TLS files are set (AMQPDELAY_TLS_*) but the URL scheme (AMQPDELAY_URL, --url) is %q: use amqps://", ErrConfig, first.Scheme))
 	}
 	for _, f := range []struct{ name, path string }{{"AMQPDELAY_TLS_CA (--tls-ca)", c.TLSCA}, {"AMQPDELAY_TLS_CERT (--tls-cert)", c.TLSCert}, {"AMQPDELAY_TLS_KEY (--tls-key)", c.TLSKey}} {
-		if f.path == "" {
-			continue
-		}
-		if _, err := os.Stat(f.path); err != nil {
+		if _, err := os.Stat(f.path); f.path != "" && err != nil {
 			errs = append(errs, fmt.Errorf("%w: %s file: %v", ErrConfig, f.name, err))
 		}
 	}
@@ -137,11 +133,9 @@ func MisplacedAt(raw string) bool {
 	return at >= 0 && end >= 0 && end < at
 }
 
-// TLSConfig builds the TLS configuration for the first URL's host (nil, nil for amqp://).
-// Errors wrap [ErrConfig]: an unreadable CA file or one without PEM, a key pair that fails.
-func (c Config) TLSConfig() (*tls.Config, error) { return c.tlsConfigFor(c.URLOrDefault()) }
-
-func (c Config) tlsConfigFor(raw string) (*tls.Config, error) {
+// tlsConfig builds the TLS configuration for raw's host (nil, nil for amqp://). Errors wrap
+// [ErrConfig]: an unreadable CA file or one without PEM, a key pair that fails.
+func (c Config) tlsConfig(raw string) (*tls.Config, error) {
 	u, err := amqp.ParseURI(raw)
 	if err != nil || u.Scheme != "amqps" {
 		return nil, nil
@@ -207,7 +201,7 @@ func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) 
 }
 
 func dialOne(ctx context.Context, c Config, raw, name string, deadline time.Time) (*amqp.Connection, error) {
-	tc, err := c.tlsConfigFor(raw)
+	tc, err := c.tlsConfig(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -364,4 +358,22 @@ func ReconnectRange(owner string, lo, hi time.Duration) (time.Duration, time.Dur
 			owner, lo, hi, MaxReconnect, DefaultReconnectMin, DefaultReconnectMax)
 	}
 	return rmin, rmax, nil
+}
+
+// Sleep waits d and reports true, or returns false as soon as ctx ends.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// IsNotFound reports whether err wraps the broker's 404 NOT_FOUND.
+func IsNotFound(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound
 }
