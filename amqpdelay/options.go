@@ -71,45 +71,32 @@ func (c Config) resolve() (options, error) {
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
-
-	switch s := c.Strategy; s {
-	case Auto, PreferPlugin, PluginOnly, LadderOnly:
-		o.strategy = s
-	default:
+	if s := c.Strategy; s < Auto || s > LadderOnly {
 		bad("Config.Strategy %d: want Auto (the zero value), PreferPlugin, PluginOnly or LadderOnly", int(s))
+	} else {
+		o.strategy = s
 	}
-
-	switch n := c.Channels; {
-	case n == 0:
-	case n < 1 || n > 64:
+	if n := c.Channels; n < 0 || n > 64 {
 		bad("Config.Channels %d: want 1 to 64 (0: the default %d)", n, DefaultChannels)
-	default:
+	} else if n > 0 {
 		o.channels = n
 	}
-
-	switch n := c.MaxMessageSize; {
-	case n == 0:
-	case n < 1 || n > MaxMessageSizeLimit:
+	if n := c.MaxMessageSize; n < 0 || n > MaxMessageSizeLimit {
 		bad("Config.MaxMessageSize %d bytes: want 1 to %d, RabbitMQ's ceiling for max_message_size (0: the default %d)",
 			n, MaxMessageSizeLimit, DefaultMaxMessageSize)
-	default:
+	} else if n > 0 {
 		o.maxBody = n
 	}
-
-	switch n := c.MaxInFlight; {
-	case n == 0:
-	case n < 1:
+	if n := c.MaxInFlight; n < 0 {
 		bad("Config.MaxInFlight %d: want at least 1 (0: the default %d)", n, DefaultMaxInFlight)
-	default:
+	} else if n > 0 {
 		o.maxInFlight = n
 	}
-
 	if rmin, rmax, err := amqpconn.ReconnectRange("Config", c.ReconnectMin, c.ReconnectMax); err != nil {
 		bad("%w", err)
 	} else {
 		o.backoffMin, o.backoffMax = rmin, rmax
 	}
-
 	if c.ConnectionName != "" {
 		o.name = c.ConnectionName
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,33 +230,14 @@ func digitValue(raw any, max int64) (v int64, isInt, inRange bool) {
 // HeaderInt reads a header value of any Go integer type; isInt is false for another type, fits
 // for an unsigned value above math.MaxInt64.
 func HeaderInt(raw any) (v int64, isInt, fits bool) {
-	var u uint64 // for unsigned types
-	switch x := raw.(type) {
-	case int:
-		return int64(x), true, true
-	case int8:
-		return int64(x), true, true
-	case int16:
-		return int64(x), true, true
-	case int32:
-		return int64(x), true, true
-	case int64:
-		return x, true, true
-	case uint:
-		u = uint64(x)
-	case uint8:
-		u = uint64(x)
-	case uint16:
-		u = uint64(x)
-	case uint32:
-		u = uint64(x)
-	case uint64:
-		u = x
-	default:
-		return 0, false, false
-	}
-	if u > math.MaxInt64 {
+	switch raw.(type) {
+	case int, int8, int16, int32, int64:
+		return reflect.ValueOf(raw).Int(), true, true
+	case uint, uint8, uint16, uint32, uint64:
+		if u := reflect.ValueOf(raw).Uint(); u <= math.MaxInt64 {
+			return int64(u), true, true
+		}
 		return 0, true, false
 	}
-	return int64(u), true, true
+	return 0, false, false
 }
