@@ -120,25 +120,6 @@ func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) 
 	return amqpconn.Dial(ctx, c.conn(), name)
 }
 
-// check resolves cfg's options, or returns every problem, each wrapping ErrInvalidConfig.
-func (cfg Config) check() (options, error) {
-	o, err := cfg.resolve()
-	errs := []error{err}
-	if err := delayspec.ValidatePrefix(cfg.Prefix); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
-	}
-	if err := cfg.conn().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
-	}
-	if o.management != nil {
-		if have, want := o.management.VHost(), vhostOf(cfg.conn().URLOrDefault()); have != want {
-			errs = append(errs, fmt.Errorf("%w: Config.Management reads vhost %q, but Config.URL names vhost %q: "+
-				"give the management check the URL's vhost (topology.NewManagement(url, %q))", ErrInvalidConfig, have, want, want))
-		}
-	}
-	return o, errors.Join(errs...)
-}
-
 // ManagementCheck asks the broker's management API, for one vhost, what AMQP cannot see;
 // topology.NewManagement returns one. Each check stays because without it messages are lost,
 // stalled or let through at runtime.

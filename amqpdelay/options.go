@@ -64,7 +64,7 @@ const (
 )
 
 // resolve fills in the defaults of c's zero fields and checks the others, every unusable field
-// an error wrapping ErrInvalidConfig.
+// an error wrapping ErrInvalidConfig and naming it.
 func (c Config) resolve() (options, error) {
 	o := defaultOptions()
 	var errs []error
@@ -106,6 +106,18 @@ func (c Config) resolve() (options, error) {
 	o.metricsReg = c.Metrics
 	for _, n := range c.extraTargets {
 		o.extraTargets = append(o.extraTargets, delayspec.Target{Name: n})
+	}
+	if err := delayspec.ValidatePrefix(c.Prefix); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+	}
+	if err := c.conn().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+	}
+	if o.management != nil {
+		if have, want := o.management.VHost(), vhostOf(c.conn().URLOrDefault()); have != want {
+			errs = append(errs, fmt.Errorf("%w: Config.Management reads vhost %q, but Config.URL names vhost %q: "+
+				"give the management check the URL's vhost (topology.NewManagement(url, %q))", ErrInvalidConfig, have, want, want))
+		}
 	}
 	return o, errors.Join(errs...)
 }

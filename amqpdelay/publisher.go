@@ -131,7 +131,7 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidInput)
 	}
-	o, err := cfg.check()
+	o, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
