@@ -22,10 +22,9 @@ import (
 // cannot use with ErrInvalidConfig naming it, every field at once. JSON leaves out Management,
 // OnReconnect, Logger and Metrics.
 type Config struct {
-	// URL is an amqp:// or amqps:// URL (https://www.rabbitmq.com/docs/uri-spec), or the
-	// comma-separated URLs of one cluster's nodes (same user and vhost; a comma in a password
-	// as %2C), dialed in a random order. Empty: amqp://guest:guest@localhost:5672/.
-	// AMQPDELAY_URL.
+	// URL is an amqp:// or amqps:// URL (https://www.rabbitmq.com/docs/uri-spec), or one
+	// cluster's comma-separated (same user and vhost; a comma in a password as %2C), dialed in
+	// a random order. Empty: amqp://guest:guest@localhost:5672/. AMQPDELAY_URL.
 	URL string
 	// TLSCA is a PEM file of CA certificates (amqps:// only); empty: the system roots.
 	// AMQPDELAY_TLS_CA.
@@ -56,28 +55,24 @@ type Config struct {
 	// reads another vhost than URL's: ErrInvalidConfig.
 	Management ManagementCheck `json:"-"`
 
-	// ConnectionName is the connection's name in the management UI; "":
-	// "rabbitdelay-publisher".
+	// ConnectionName is the name in the management UI; "": "rabbitdelay-publisher".
 	ConnectionName string
 	// ReconnectMin and ReconnectMax bound the exponential back-off between reconnection
 	// attempts, each wait randomized by ±50 %. 0: 100 ms and 5 s; else 0 < ReconnectMin <=
 	// ReconnectMax <= [MaxReconnectBackoff].
 	ReconnectMin, ReconnectMax time.Duration
-	// OnReconnect, when set, is called on every connection event, on the reconnecting
-	// goroutine: it must return quickly and not call [Publisher.Close]. Not called once Close
-	// has begun.
+	// OnReconnect, when set, is called on every connection event until Close, on the
+	// reconnecting goroutine: it must return quickly and not call [Publisher.Close].
 	OnReconnect func(ReconnectEvent) `json:"-"`
 	// Logger receives the Publisher's connection logs (never a body, header or password); the
 	// zero Logger logs nothing.
 	Logger zerolog.Logger `json:"-"`
-	// Metrics, when set, is the registry the Publisher registers its metrics on; Close
-	// unregisters them. Names already registered: ErrInvalidConfig (wrap each Publisher's with
-	// prometheus.WrapRegistererWith). Besides those of docs/operations.md:
-	// rabbitdelay_publisher_publishes_total{path,outcome}, path direct, bucket, ladder, plugin or
-	// none (refused before a path was chosen), outcome confirmed, nacked (ErrNacked), unroutable
-	// (ErrUnroutable), invalid (refused before sending), refused (ErrAccessRefused,
-	// ErrExchangeNotFound), lost (ErrConnectionLost), canceled (the context ended), closed
-	// (ErrClosed) or failed.
+	// Metrics, when set, is the registry for the metrics of docs/operations.md; Close
+	// unregisters them. Names already registered: ErrInvalidConfig (label each Publisher with
+	// prometheus.WrapRegistererWith). The outcome of publishes_total is nacked (ErrNacked),
+	// unroutable (ErrUnroutable), invalid (refused before sending), refused (ErrAccessRefused,
+	// ErrExchangeNotFound), lost (ErrConnectionLost), canceled (ctx), closed (ErrClosed),
+	// failed, or confirmed.
 	Metrics prometheus.Registerer `json:"-"`
 
 	extraTargets []string // pubhook.ExtraTargets

@@ -113,7 +113,7 @@ func (c chooser) choose(d time.Duration) (choice, error) {
 	default: // Auto
 		// The plugin counts whole ms too: the ladder, replicated, wins when as exact.
 		lc, lerr := c.viaLadder(d)
-		if lerr == nil && lc.effective == ceilMs(d) {
+		if lerr == nil && lc.effective == (d+time.Millisecond-1).Truncate(time.Millisecond) { // d rounded up to the ms
 			return lc, nil
 		}
 		if c.pluginOK {
@@ -123,15 +123,6 @@ func (c chooser) choose(d time.Duration) (choice, error) {
 		}
 		return lc, lerr
 	}
-}
-
-// ceilMs rounds d up to a whole millisecond.
-func ceilMs(d time.Duration) time.Duration {
-	t := d.Truncate(time.Millisecond)
-	if t < d {
-		t += time.Millisecond
-	}
-	return t
 }
 
 func (c chooser) viaPlugin(d time.Duration) (choice, error) {
