@@ -31,11 +31,6 @@ func resolve(l ttlbuckets.Ladder) (geometry, bool) {
 	}, true
 }
 
-// ttl is the TTL in ms of digit's queue at level (at most ttlbuckets.MaxQueueTTL).
-func (g geometry) ttl(level, digit int) int64 {
-	return int64(digit) << (g.shift * uint(level)) * g.unitMs
-}
-
 // ends reports whether level is where the travel order ends (into the dispatch exchange).
 func (g geometry) ends(level int) bool {
 	if g.order == ttlbuckets.LongestFirst {
@@ -44,18 +39,10 @@ func (g geometry) ends(level int) bool {
 	return level == g.levels-1
 }
 
-// beyond reports whether level comes after last in travel order.
-func (g geometry) beyond(level, last int) bool {
+// after reports whether level a comes after level b in travel order.
+func (g geometry) after(a, b int) bool {
 	if g.order == ttlbuckets.LongestFirst {
-		return level < last
+		return a < b
 	}
-	return level > last
-}
-
-// before reports whether level comes before entry in travel order.
-func (g geometry) before(level, entry int) bool {
-	if g.order == ttlbuckets.LongestFirst {
-		return level > entry
-	}
-	return level < entry
+	return a > b
 }

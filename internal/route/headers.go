@@ -124,7 +124,7 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 		from = 0
 	}
 	for level := range g.levels {
-		if level != p.Entry && (g.beyond(level, last) || g.before(level, from)) {
+		if level != p.Entry && (g.after(level, last) || g.after(from, level)) {
 			continue
 		}
 		var v int64
@@ -170,7 +170,7 @@ func DecodeDigits(l ttlbuckets.Ladder, h map[string]any) ([]int, error) {
 	first := -1 // with LastLevelHeader: the first level in travel order that has a digit header
 	if last >= 0 {
 		for level := range g.levels {
-			if _, ok := h[DigitHeader(level)]; ok && (first < 0 || g.before(level, first)) {
+			if _, ok := h[DigitHeader(level)]; ok && (first < 0 || g.after(first, level)) {
 				first = level
 			}
 		}
@@ -179,7 +179,7 @@ func DecodeDigits(l ttlbuckets.Ladder, h map[string]any) ([]int, error) {
 		name := DigitHeader(level)
 		raw, ok := h[name]
 		if !ok {
-			if last >= 0 && (g.beyond(level, last) || (first >= 0 && g.before(level, first))) {
+			if last >= 0 && (g.after(level, last) || (first >= 0 && g.after(first, level))) {
 				continue // left out by EncodeRoute: the message enters the ladder after, or leaves it before, this level
 			}
 			bad(name, "missing; want an integer from 0 to %d", g.mask)
