@@ -154,10 +154,7 @@ func deadLetteredHeaderSize(m *amqp.Publishing, size int, routingKey string, hop
 	if m.Expiration != "" {
 		n -= 1 + len(m.Expiration) // the Expiration property is removed at the first hop
 	}
-	first, last := hops[0], hops[len(hops)-1]
-	n += deathSummarySize("x-first-death-", first)
-	n += deathSummarySize("x-last-death-", last)
-	return n
+	return n + deathSummarySize("x-first-death-", hops[0]) + deathSummarySize("x-last-death-", hops[len(hops)-1])
 }
 
 // deathSummarySize is the size of the headers prefix+reason, +queue and +exchange.
