@@ -28,7 +28,6 @@ type pubChan struct {
 	dead    chan struct{}
 }
 
-// inflight is one publish waiting for its confirmation.
 type inflight struct {
 	id       string
 	done     chan struct{}

@@ -91,8 +91,7 @@ func ConfigFromEnv() (Config, error) {
 		TLSKey: os.Getenv("AMQPDELAY_TLS_KEY"), Prefix: os.Getenv("AMQPDELAY_PREFIX")}, nil
 }
 
-// readSpec reads the spec record of c's prefix, wrapping ErrTopologyMissing when there is
-// none or this version cannot read it.
+// readSpec reads c's spec record; ErrTopologyMissing when there is none or it is unreadable.
 func (c Config) readSpec(ctx context.Context, conn *amqp.Connection) (delayspec.Spec, error) {
 	s, err := delayspec.ReadRecord(ctx, conn, c.Prefix)
 	if errors.Is(err, delayspec.ErrNoRecord) || errors.Is(err, delayspec.ErrInvalidSpec) {
@@ -133,8 +132,7 @@ type ManagementCheck interface {
 	TopicPermissionExchanges(ctx context.Context, user string) ([]string, error)
 }
 
-// checkManaged asks Config.Management, if any, at every connection. Errors wrap
-// ErrTopologyMissing or ErrTopologyUnsafe, or are the management API's.
+// checkManaged asks Config.Management, if set: ErrTopologyMissing, ErrTopologyUnsafe.
 func (p *Publisher) checkManaged(ctx context.Context) error {
 	m := p.opts.management
 	if m == nil {
@@ -175,7 +173,6 @@ func vhostOf(url string) string {
 	return "/"
 }
 
-// options are the Publisher's settings of a Config, defaults filled in.
 type options struct {
 	logger       zerolog.Logger
 	strategy     Strategy

@@ -77,7 +77,6 @@ func (p *Publisher) intoForeignTopology(ctx context.Context, exchange, routingKe
 	return nil
 }
 
-// directKeys returns a publish's routing key and those of its CC and BCC headers.
 func directKeys(routingKey string, headers amqp.Table) []string {
 	keys := []string{routingKey}
 	for _, h := range []string{"CC", "BCC"} {
@@ -92,8 +91,7 @@ func directKeys(routingKey string, headers amqp.Table) []string {
 	return keys
 }
 
-// topologyMemory is how long an answer of hasTopology is kept.
-const topologyMemory = 10 * time.Second
+const topologyMemory = 10 * time.Second // how long an answer of hasTopology is kept
 
 // topologyAnswers are hasTopology's answers by prefix, at most maxNames.
 type topologyAnswers struct {

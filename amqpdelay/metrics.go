@@ -29,7 +29,6 @@ const (
 	outcomeFailed     publishOutcome = "failed"
 )
 
-// outcomeOf returns the outcome of a Publish call that returned err.
 func outcomeOf(err error) publishOutcome {
 	switch {
 	case err == nil:
@@ -53,8 +52,7 @@ func outcomeOf(err error) publishOutcome {
 	return outcomeFailed
 }
 
-// pathNone is the path label of a publish refused before a path was chosen.
-const pathNone = "none"
+const pathNone = "none" // the path label of a publish refused before a path was chosen
 
 // pubMetrics are a Publisher's collectors; a nil *pubMetrics records nothing.
 type pubMetrics struct {

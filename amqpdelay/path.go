@@ -69,7 +69,6 @@ func (s Strategy) String() string {
 	return enumName([]string{"auto", "prefer-plugin", "plugin-only", "ladder-only"}, int(s), "Strategy")
 }
 
-// choice is where a delay goes and what it becomes.
 type choice struct {
 	path      Path
 	effective time.Duration // the delay actually applied (>= requested for positive delays)
@@ -79,7 +78,6 @@ type choice struct {
 	pluginMs  int64           // PathPlugin only
 }
 
-// chooser holds what the path choice depends on besides the delay.
 type chooser struct {
 	ladder        ttlbuckets.Ladder // with defaults, valid
 	buckets       ttlbuckets.Buckets
@@ -150,8 +148,7 @@ func (c chooser) viaLadder(d time.Duration) (choice, error) {
 	return choice{path: PathLadder, effective: p.Effective, rounded: p.Rounded, plan: p}, nil
 }
 
-// delayTooLongError is ErrDelayTooLong and the cause from ttlbuckets or plugin, its message
-// stating the limit once.
+// delayTooLongError is ErrDelayTooLong and the cause from ttlbuckets or plugin.
 type delayTooLongError struct {
 	msg   string
 	cause error
@@ -230,8 +227,7 @@ func dueFromHeaders(h amqp.Table) (time.Time, bool) {
 // turns it false and takes another path; publishes look for it again every 5 s.
 func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
 
-// withoutPlugin chooses a path again after the plugin exchange dest was found gone (the message
-// was not stored); ErrPluginUnavailable under PluginOnly.
+// withoutPlugin chooses again once the plugin exchange dest is gone; PluginOnly: an error.
 func (p *Publisher) withoutPlugin(delay time.Duration, dest string) (choice, error) {
 	if p.opts.strategy == PluginOnly {
 		return choice{}, fmt.Errorf("%w: the plugin exchange %q no longer exists (RabbitMQ answered 404 NOT_FOUND; this message "+
@@ -240,11 +236,9 @@ func (p *Publisher) withoutPlugin(delay time.Duration, dest string) (choice, err
 	return chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}.choose(delay)
 }
 
-// pluginReprobe is how often publishes look for a plugin exchange that a publish found gone.
-const pluginReprobe = 5 * time.Second
+const pluginReprobe = 5 * time.Second // how often publishes look for a plugin exchange found gone
 
-// pluginGone reports whether err is the 404 for the plugin exchange, and then marks the plugin
-// unavailable until a re-probe finds it.
+// pluginGone reports whether err is the plugin exchange's 404, and marks the plugin unavailable.
 func (p *Publisher) pluginGone(err error) bool {
 	if !isExchangeNotFound(err, p.names.PluginExchange()) {
 		return false

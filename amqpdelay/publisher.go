@@ -303,8 +303,7 @@ func (p *Publisher) publish(ctx context.Context, exchange, routingKey string, ms
 	}
 }
 
-// prepare makes the checks before a publish, the broker's included, and chooses its path. An
-// error means nothing may be sent.
+// prepare makes every check before a publish and chooses its path; on error nothing is sent.
 func (p *Publisher) prepare(ctx context.Context, exchange, routingKey string, msg *amqp.Publishing, delay time.Duration) (choice, error) {
 	if err := ctx.Err(); err != nil {
 		return choice{}, fmt.Errorf("amqpdelay: context ended before publishing: %w", err)
@@ -330,7 +329,6 @@ func (p *Publisher) prepare(ctx context.Context, exchange, routingKey string, ms
 	return c, err
 }
 
-// slotFor returns the kind of channel a publish on path to dest goes on.
 func (p *Publisher) slotFor(path Path, dest string, out *amqp.Publishing, alone bool) slotKind {
 	switch {
 	case alone || p.mayBeRefused(path, dest, out):
@@ -382,8 +380,7 @@ func (p *Publisher) precheck(exchange, routingKey string, msg *amqp.Publishing, 
 	return validateMessage(exchange, routingKey, msg)
 }
 
-// destination returns the exchange a publish on path c goes to, its hops, and whether it is
-// mandatory.
+// destination returns the exchange a publish on path c goes to, its hops, and mandatory.
 func (p *Publisher) destination(c choice, target string, shard int) (dest string, hops int, mandatory bool) {
 	switch c.path {
 	case PathBucket:

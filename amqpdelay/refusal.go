@@ -17,7 +17,6 @@ import (
 // closes a shared channel sends every publish in flight there again alone (closedByRefusal),
 // maybe storing one twice. What would close the connection is refused before sending.
 
-// refusals is what the broker refused or accepted.
 type refusals struct {
 	trusted nameSet // exchanges a publish was confirmed on, on this connection
 	// topicGuarded: exchanges with a topic permission, whose direct publishes go alone; kept
@@ -46,7 +45,6 @@ func (p *Publisher) mayBeRefused(path Path, dest string, out *amqp.Publishing) b
 		out.UserId != "" && out.UserId != p.user
 }
 
-// accepted records a confirmed publish.
 func (p *Publisher) accepted(dest string, bodyLen int) {
 	p.refusals.trusted.add(dest)
 	for n := int64(bodyLen); ; {
@@ -57,8 +55,7 @@ func (p *Publisher) accepted(dest string, bodyLen int) {
 	}
 }
 
-// checkBodySize refuses a body above Config.MaxMessageSize (the broker's own lower limit is its
-// 406 on the serial channel).
+// checkBodySize refuses a body above Config.MaxMessageSize (a lower broker limit: its 406).
 func (p *Publisher) checkBodySize(n int) error {
 	if limit := p.opts.maxBody; n > limit {
 		return fmt.Errorf("%w: msg.Body is %d bytes, more than Config.MaxMessageSize of %d bytes (default 16 MiB: RabbitMQ 4.x's "+
@@ -153,8 +150,7 @@ func quotedExchange(reason string) (string, bool) {
 	return m[1], true
 }
 
-// maxNames bounds a nameSet; a name beyond is not remembered, only checked again.
-const maxNames = 1024
+const maxNames = 1024 // bounds a nameSet: a name beyond is not remembered, only checked again
 
 // nameSet is a concurrent set of at most max(limit, maxNames) names; the zero value is ready.
 type nameSet struct {

@@ -27,7 +27,6 @@ func (r Receipt) ID() string { return r.MessageID }
 // revokes every copy of an id but its own.
 const CopyHeader = revlog.CopyHeader
 
-// copyTag returns the copy tag of h, or a new one.
 func copyTag(h amqp.Table) string {
 	if s, ok := h[CopyHeader].(string); ok && s != "" && len(s) <= revlog.MaxTagLen {
 		return s
@@ -91,7 +90,6 @@ func (p *Publisher) Revoke(ctx context.Context, ids ...string) error {
 	return p.record(ctx, revlog.TypeRevocation, entries)
 }
 
-// checkID refuses an id that no message can carry.
 func checkID(id string) error {
 	switch {
 	case id == "":
@@ -146,8 +144,7 @@ func (p *Publisher) RescheduleAt(ctx context.Context, exchange, routingKey strin
 	return p.Reschedule(ctx, exchange, routingKey, msg, time.Until(at))
 }
 
-// record writes entries to the revocation stream as records of type typ, each confirmed;
-// revocations count in the metrics.
+// record writes entries to the revocation stream as confirmed records of type typ.
 func (p *Publisher) record(ctx context.Context, typ string, entries []revlog.Entry) (err error) {
 	if !p.active.enter() {
 		return ErrClosed

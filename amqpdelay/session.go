@@ -13,7 +13,6 @@ import (
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 )
 
-// session is one connection and its publishing channels.
 type session struct {
 	conn *amqp.Connection
 	// slots: general channels for the bucket and ladder paths, then the kinds' own (own, by
@@ -27,7 +26,6 @@ type session struct {
 	brokerVersion string // "" when unknown
 }
 
-// slotKind says which channels of a session a publish may use.
 type slotKind int
 
 const (
@@ -63,8 +61,7 @@ func sameSpec(read, started delayspec.Spec, extra []delayspec.Target) bool {
 	return errA == nil && errB == nil && string(a) == string(b)
 }
 
-// setUp checks the topology on conn, probes the plugin and opens the channels; it closes conn
-// on failure.
+// setUp checks the topology, probes the plugin and opens the channels; it closes conn on failure.
 func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session, error) {
 	fail := func(err error) (*session, error) {
 		_ = conn.Close()
@@ -124,8 +121,7 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 	return s, nil
 }
 
-// pick returns a live channel for kind k, its own or the general ones' round robin from start;
-// nil when none is live.
+// pick returns a live channel for kind k (round robin from start among the general ones) or nil.
 func (s *session) pick(k slotKind, start uint32) *pubChan {
 	if own := s.own[k]; k != generalSlots && own >= 0 {
 		if pc := s.slots[own].Load(); pc != nil && !pc.isDead() {

@@ -32,8 +32,7 @@ const (
 	maxContainerElements = 8192
 )
 
-// headerRoom is the header entries left free for the Publisher's and dead-lettering's own.
-const headerRoom = 64
+const headerRoom = 64 // header entries left free for the Publisher's and dead-lettering's own
 
 // stringNames are the short-string properties, in the order stringProps returns them.
 var stringNames = [...]string{"msg.ContentType", "msg.ContentEncoding", "msg.CorrelationId", "msg.ReplyTo", "msg.Expiration",
@@ -179,8 +178,7 @@ func preview(s string) string {
 	return strconv.Quote(s[:cut]) + "..."
 }
 
-// isIOError reports whether err, from amqp091's publish, is a connection failure rather than
-// an encoding error (which would close the next connection too).
+// isIOError tells a connection failure from an encoding error (which would close the next one).
 func isIOError(err error) bool {
 	if errors.Is(err, amqp.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) {
@@ -191,8 +189,7 @@ func isIOError(err error) bool {
 	return errors.As(err, &ne) || errors.As(err, &errno)
 }
 
-// frameOverhead is a frame's type, channel, size and end octet (AMQP 0-9-1, 4.2.3).
-const frameOverhead = 8
+const frameOverhead = 8 // a frame's type, channel, size and end octet (AMQP 0-9-1, 4.2.3)
 
 // contentHeaderSize returns the bytes of the content-header frame payload amqp091 writes for
 // m, which must fit in one frame (else 501 FRAME_ERROR closes the connection).

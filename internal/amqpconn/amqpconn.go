@@ -99,7 +99,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// urlHelp describes the URL form.
 const urlHelp = `want "amqp://" or "amqps://", then user:password@host:port/vhost; percent-encode special ` +
 	`characters such as # ? / @ : %% and space in the user name and password (%%23 for #, %%3F for ?, %%2F for /, ` +
 	`%%40 for @, %%3A for :, %%25 for %%, %%20 for space)`

@@ -6,7 +6,6 @@ import (
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
 
-// geometry is a valid ladder as integers.
 type geometry struct {
 	levels int
 	shift  uint  // log2(radix)
