@@ -48,19 +48,14 @@ func enumName(names []string, v int, typ string) string {
 type Strategy int
 
 const (
-	// Auto (the default): an exact bucket; else the ladder when it is as exact as the plugin
-	// (the delay rounded up to its unit is the delay rounded up to the ms); else the plugin
-	// when the broker has it and the delay is <= 2^32-1 ms; else the ladder, rounded up; else
-	// ErrDelayTooLong.
+	// Auto (the default): an exact bucket; the ladder when as exact as the plugin; the plugin;
+	// the ladder, rounded up; else ErrDelayTooLong.
 	Auto Strategy = iota
-	// PreferPlugin: an exact bucket; else the plugin whenever it can take the delay; else as
-	// Auto.
+	// PreferPlugin: an exact bucket; the plugin whenever it can take the delay; else as Auto.
 	PreferPlugin
-	// PluginOnly: the plugin only (ErrPluginUnavailable without it, ErrDelayTooLong above
-	// 2^32-1 ms).
+	// PluginOnly: the plugin only (ErrPluginUnavailable; ErrDelayTooLong above 2^32-1 ms).
 	PluginOnly
-	// LadderOnly: an exact bucket, else the ladder, rounded up; ErrDelayTooLong above its
-	// maximum.
+	// LadderOnly: an exact bucket, else the ladder, rounded up (ErrDelayTooLong above its max).
 	LadderOnly
 )
 

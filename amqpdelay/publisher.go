@@ -24,18 +24,15 @@ import (
 // Receipt tells how a confirmed message travels. With an error it is the zero Receipt.
 type Receipt struct {
 	Path Path
-	// Due is when the message becomes due, truncated to the millisecond (the rabbitdelay-due
-	// header).
+	// Due is when the message is due, truncated to the ms as in the rabbitdelay-due header.
 	Due time.Time
-	// Delay is the effective delay: the requested one, rounded up when Rounded; 0 on
-	// PathDirect.
+	// Delay is the effective delay: Requested, rounded up when Rounded; 0 on PathDirect.
 	Delay time.Duration
 	// Requested is the delay asked for.
 	Requested time.Duration
 	// Rounded reports that Delay is longer than Requested (never shorter).
 	Rounded bool
-	// Hops is the number of delay queues passed: 0 for PathDirect, 1 for PathBucket and
-	// PathPlugin.
+	// Hops is the number of delay queues passed (PathDirect 0, PathBucket and PathPlugin 1).
 	Hops int
 	// MessageID is the caller's MessageId or the UUID the Publisher generated ([Receipt.ID]).
 	MessageID string
