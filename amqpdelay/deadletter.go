@@ -80,17 +80,13 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 		for i, h := range c.plan.Hops {
 			queue, lastHopQueue := hopQueue(names, l, &c.plan, i, shard)
 			hops[i] = deadLetterHop{queue: queue, exchange: exchange, reason: deadLetterReason}
-			if lastHopQueue {
-				exchange = names.Dispatch() // the last-hop queue dead-letters into D
-				break
-			}
-			if firstHopQueue(l, &c.plan, i) {
-				exchange = names.LadderExchangeShard(0, shard) // the first-hop queue dead-letters into level 0
-				continue
-			}
-			if next, ok := route.Next(l, h.Level); ok {
+			next, more := route.Next(l, h.Level)
+			switch {
+			case firstHopQueue(l, &c.plan, i):
+				exchange = names.LadderExchangeShard(0, shard)
+			case more && !lastHopQueue:
 				exchange = names.LadderExchangeShard(next, shard)
-			} else {
+			default: // the top level, or a last-hop queue
 				exchange = names.Dispatch()
 			}
 		}

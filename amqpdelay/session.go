@@ -359,24 +359,21 @@ func (p *Publisher) askOnCheckChannel(ctx context.Context, doing string, skip fu
 	go func() {
 		defer func() { <-p.checkSem }()
 		ch, err := s.conn.Channel()
-		if err != nil {
-			done <- err
-			return
-		}
-		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-		if err = ask(ch); err == nil {
-			_ = ch.Close()
-			done <- nil
-			return
-		}
-		t := time.NewTimer(5 * time.Second)
-		defer t.Stop()
-		select {
-		case e, ok := <-closed:
-			if ok && e != nil {
-				err = e
+		if err == nil {
+			closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+			if err = ask(ch); err == nil {
+				_ = ch.Close()
+			} else {
+				t := time.NewTimer(5 * time.Second)
+				defer t.Stop()
+				select {
+				case e, ok := <-closed:
+					if ok && e != nil {
+						err = e
+					}
+				case <-t.C:
+				}
 			}
-		case <-t.C:
 		}
 		done <- err
 	}()
