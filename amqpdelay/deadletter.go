@@ -86,7 +86,7 @@ func deadLetterHops(names delayspec.Names, l ttlbuckets.Ladder, c *choice, dest 
 				exchange = names.LadderExchangeShard(0, shard)
 			case more && !lastHopQueue:
 				exchange = names.LadderExchangeShard(next, shard)
-			default: // the top level, or a last-hop queue
+			default: // where the order ends, or a last-hop queue
 				exchange = names.Dispatch()
 			}
 		}

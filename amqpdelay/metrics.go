@@ -128,16 +128,8 @@ func (m *pubMetrics) confirmed(path Path, took time.Duration) {
 }
 
 func (m *pubMetrics) connection(k ReconnectKind) {
-	if m == nil {
-		return
-	}
-	switch k {
-	case Disconnected:
-		m.disconnects.Inc()
-	case Reconnected:
-		m.reconnects.Inc()
-	case ReconnectFailed:
-		m.reconnFails.Inc()
+	if m != nil {
+		[...]prometheus.Counter{Disconnected: m.disconnects, ReconnectFailed: m.reconnFails, Reconnected: m.reconnects}[k].Inc()
 	}
 }
 

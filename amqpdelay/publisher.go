@@ -182,16 +182,14 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	p.closeCtx, p.cancel = context.WithCancel(context.Background())
 	s, err := p.setUp(ctx, conn)
+	if err == nil && o.strategy == PluginOnly && !p.pluginOK.Load() {
+		_ = s.conn.Close()
+		err = errPluginMissing(s.brokerVersion)
+	}
 	if err != nil {
 		p.cancel()
 		p.metrics.close()
 		return nil, err
-	}
-	if o.strategy == PluginOnly && !p.pluginOK.Load() {
-		_ = s.conn.Close()
-		p.cancel()
-		p.metrics.close()
-		return nil, errPluginMissing(s.brokerVersion)
 	}
 	p.sess.Store(s)
 	p.wg.Add(1)

@@ -84,8 +84,7 @@ func FirstHopQueue(l ttlbuckets.Ladder, p ttlbuckets.Plan) bool {
 // EncodeDigits sets in h the digit header of every level of l, zeros included, from p (from
 // l.Plan). Nothing for an invalid ladder.
 func EncodeDigits(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
-	levels := l.Levels()
-	for level := range levels {
+	for level := range l.Levels() {
 		var v int64
 		if level < len(p.Digits) {
 			v = int64(p.Digits[level])
