@@ -217,9 +217,8 @@ func (p *Publisher) checkPermitted(ctx context.Context, target, routingKey strin
 		return err
 	}
 	if !p.refusals.permitted.has(target) && !p.refusals.topicGuarded.has(target) {
-		if err := p.permitted(ctx, target, probeKey, nil); errors.Is(err, ErrAccessRefused) && !p.refusals.topicGuarded.has(target) {
-			return err // not a topic refusal: the write permission was taken away meanwhile
-		} else if err != nil && !errors.Is(err, ErrAccessRefused) {
+		// A topic refusal guards target; another means the write permission was taken meanwhile.
+		if err := p.permitted(ctx, target, probeKey, nil); err != nil && !(errors.Is(err, ErrAccessRefused) && p.refusals.topicGuarded.has(target)) {
 			return err
 		}
 	}
