@@ -294,10 +294,7 @@ func (p *Publisher) reprobePlugin() {
 		defer p.wg.Done()
 		ctx, cancel := context.WithTimeout(p.closeCtx, pluginReprobe)
 		defer cancel()
-		if ok, err := p.probePlugin(ctx); err != nil || !ok {
-			return
-		}
-		if p.pluginLost.CompareAndSwap(true, false) {
+		if ok, err := p.probePlugin(ctx); err == nil && ok && p.pluginLost.CompareAndSwap(true, false) {
 			p.pluginOK.Store(true)
 			p.log.Info().Str("exchange", p.names.PluginExchange()).Msg("amqpdelay: the plugin exchange is back")
 		}

@@ -424,13 +424,10 @@ func (p *Publisher) Close() error {
 		p.mu.Lock()
 		p.cancel()
 		p.mu.Unlock()
-		drained := p.active.close()
-		timer := time.NewTimer(5 * time.Second)
 		select {
-		case <-drained:
-		case <-timer.C:
+		case <-p.active.close():
+		case <-time.After(5 * time.Second):
 		}
-		timer.Stop()
 		p.wg.Wait()
 		if s := p.sess.Load(); s != nil {
 			// amqp091's Close waits for the broker's close-ok without a bound.
@@ -512,9 +509,7 @@ func (p *Publisher) publishDeferred(ctx context.Context, exchange, routingKey st
 		<-p.inFlight
 		return nil, ErrClosed
 	}
-	if msg.Headers != nil {
-		msg.Headers = maps.Clone(msg.Headers)
-	}
+	msg.Headers = maps.Clone(msg.Headers) // nil stays nil
 	d := &Deferred{done: make(chan struct{})}
 	go func() {
 		defer p.active.leave()
