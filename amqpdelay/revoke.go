@@ -160,24 +160,21 @@ func (p *Publisher) record(ctx context.Context, typ string, entries []revlog.Ent
 			Headers: amqp.Table{revlog.AtHeader: time.Now().UnixMilli()},
 			Body:    revlog.Encode(make([]byte, 0, 64), group),
 		}
-		for {
+		sendErr := errNotSent
+		for errors.Is(sendErr, errNotSent) {
 			pc, err := p.acquire(ctx, generalSlots)
 			if err != nil {
 				return err
 			}
 			// A missing stream returns the mandatory publish (312 NO_ROUTE).
-			err = pc.publish(ctx, "", stream, true, &m, contentHeaderSize(&m), 0)
-			if errors.Is(err, errNotSent) {
-				continue
-			}
-			if errors.Is(err, ErrUnroutable) {
-				return fmt.Errorf("%w: the revocation stream %q does not exist (the broker returned the record): run `rabbitdelay apply` "+
-					"for this prefix (RabbitMQ 3.9 or later, feature flag stream_queue): %w", ErrTopologyMissing, stream, err)
-			}
-			if err != nil {
-				return fmt.Errorf("amqpdelay: write %d %s entr(ies) to %q: %w", len(group), typ, stream, err)
-			}
-			break
+			sendErr = pc.publish(ctx, "", stream, true, &m, contentHeaderSize(&m), 0)
+		}
+		if errors.Is(sendErr, ErrUnroutable) {
+			return fmt.Errorf("%w: the revocation stream %q does not exist (the broker returned the record): run `rabbitdelay apply` "+
+				"for this prefix (RabbitMQ 3.9 or later, feature flag stream_queue): %w", ErrTopologyMissing, stream, sendErr)
+		}
+		if sendErr != nil {
+			return fmt.Errorf("amqpdelay: write %d %s entr(ies) to %q: %w", len(group), typ, stream, sendErr)
 		}
 	}
 	return nil

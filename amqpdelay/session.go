@@ -269,10 +269,8 @@ func (p *Publisher) reconnect() *session {
 	bo.Reset()
 	wait := bo.NextBackOff()
 	for attempt := 1; ; attempt++ {
-		select {
-		case <-p.closeCtx.Done():
+		if !amqpconn.Sleep(p.closeCtx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
 		ctx, cancel := context.WithTimeout(p.closeCtx, 30*time.Second)
 		s, err := p.connect(ctx)
@@ -283,8 +281,7 @@ func (p *Publisher) reconnect() *session {
 			return s
 		}
 		wait = bo.NextBackOff()
-		p.log.Warn().Int("attempt", attempt).Dur("next_in", wait).
-			Err(err).Msg("amqpdelay: reconnect failed")
+		p.log.Warn().Int("attempt", attempt).Dur("next_in", wait).Err(err).Msg("amqpdelay: reconnect failed")
 		p.event(ReconnectEvent{Kind: ReconnectFailed, Err: err, Attempt: attempt})
 	}
 }
