@@ -234,12 +234,9 @@ const probeKey = ""
 // receipt, and rolls it back unstored (rabbit_channel.erl). Errors: ErrAccessRefused,
 // ErrExchangeNotFound, ctx's, or after four failed tries an error: never unchecked.
 func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, headers amqp.Table) error {
-	probe := amqp.Publishing{}
+	probe := amqp.Publishing{Headers: amqp.Table{}} // amqp091 sends no empty table
 	for _, h := range []string{"CC", "BCC"} {
 		if v, ok := headers[h]; ok {
-			if probe.Headers == nil {
-				probe.Headers = amqp.Table{}
-			}
 			probe.Headers[h] = v
 		}
 	}
