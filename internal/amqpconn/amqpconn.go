@@ -122,13 +122,8 @@ var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
 // password cut it short (amqp://user:pa/ss@host would dial host "user"), or the path holds one
 // (write %40).
 func MisplacedAt(raw string) bool {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		return false
-	}
-	rest := raw[i+3:]
-	at := strings.LastIndexByte(rest, '@')
-	end := strings.IndexAny(rest, "/?#")
+	_, rest, _ := strings.Cut(raw, "://") // none: rest is "", no '@'
+	at, end := strings.LastIndexByte(rest, '@'), strings.IndexAny(rest, "/?#")
 	return at >= 0 && end >= 0 && end < at
 }
 
@@ -189,11 +184,11 @@ func Dial(ctx context.Context, c Config, name string) (*amqp.Connection, error) 
 			break
 		}
 	}
+	if strings.TrimSpace(c.URL) == "" { // DefaultURL alone was tried
+		return nil, fmt.Errorf("%w (no broker URL was set, so RabbitMQ's default %s was tried: set AMQPDELAY_URL, "+
+			"or the configuration's URL, to your broker's)", errs[0], Redact(DefaultURL))
+	}
 	if len(errs) == 1 {
-		if len(c.URLs()) == 1 && c.URLs()[0] == DefaultURL && strings.TrimSpace(c.URL) == "" {
-			return nil, fmt.Errorf("%w (no broker URL was set, so RabbitMQ's default %s was tried: set AMQPDELAY_URL, "+
-				"or the configuration's URL, to your broker's)", errs[0], Redact(DefaultURL))
-		}
 		return nil, errs[0]
 	}
 	return nil, fmt.Errorf("no node of the address list answered (%d URLs): %w", len(urls), errors.Join(errs...))
