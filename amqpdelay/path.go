@@ -108,9 +108,10 @@ func (c chooser) choose(d time.Duration) (choice, error) {
 	case LadderOnly:
 		return c.viaLadder(d)
 	default: // Auto
-		// The plugin counts whole ms too: the ladder, replicated, wins when as exact.
+		// The plugin counts whole ms too: the ladder, replicated, wins when it lands on d rounded
+		// up to the ms.
 		lc, lerr := c.viaLadder(d)
-		if lerr == nil && lc.effective == (d+time.Millisecond-1).Truncate(time.Millisecond) { // d rounded up to the ms
+		if lerr == nil && lc.effective == (d+time.Millisecond-1).Truncate(time.Millisecond) {
 			return lc, nil
 		}
 		if c.pluginOK {

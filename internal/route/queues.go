@@ -22,7 +22,7 @@ func Queues(l ttlbuckets.Ladder) []LadderQueue {
 	qs := make([]LadderQueue, 0, g.levels*int(g.mask))
 	for level := range g.levels {
 		for digit := 1; digit <= int(g.mask); digit++ {
-			ttl := int64(digit) << (g.shift * uint(level)) * g.unitMs // digit·Radix^level·Unit, no overflow
+			ttl := int64(digit) << (g.shift * uint(level)) * g.unitMs // digit·Radix^level·Unit
 			qs = append(qs, LadderQueue{Level: level, Digit: digit, TTL: ttl})
 		}
 	}
