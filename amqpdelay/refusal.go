@@ -119,9 +119,8 @@ func (p *Publisher) learn(err error, serial bool, path Path, dest, key string, o
 	return err
 }
 
-// closedByRefusal reports whether err is ErrConnectionLost from a channel closed by a soft error
-// (403, 404, 406: amqp091's Recover); any publish in flight there may be refused, stored or
-// dropped.
+// closedByRefusal reports whether err is ErrConnectionLost from a channel a soft error (403,
+// 404, 406: amqp091's Recover) closed: a publish in flight there may be refused, stored or lost.
 func closedByRefusal(err error) bool {
 	var ae *amqp.Error
 	return errors.Is(err, ErrConnectionLost) && errors.As(err, &ae) && ae.Server && ae.Recover
@@ -189,14 +188,10 @@ func (s *nameSet) clear() {
 	s.mu.Unlock()
 }
 
-// RabbitMQ does not check dead-lettering against permissions, so that a delayed publish is
-// allowed exactly when the same direct one would be, the Publisher asks the broker before the
-// first delayed publish to each target on a connection, and before every one to a topic-guarded
-// target.
-
-// checkPermitted returns nil when a delayed publish to target may go ahead. The first asks with
-// the message's keys and then the empty key (probeKey), to find a topic permission the first key
-// passes; a deny-list pattern is found only through Config.Management or a refusal.
+// checkPermitted returns nil when a delayed publish to target may go ahead as a direct one would
+// (RabbitMQ does not check dead-lettering): it asks before the first to target on a connection,
+// with the message's keys then probeKey, and before every one to a topic-guarded target. A
+// deny-list pattern is found only through Config.Management or a refusal.
 func (p *Publisher) checkPermitted(ctx context.Context, target, routingKey string, headers amqp.Table) error {
 	if p.refusals.permitted.has(target) && !p.refusals.topicGuarded.has(target) {
 		return nil
