@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delaykit/rabbitdelay/integration/brokertest"
+	"github.com/delaykit/rabbitdelay/internal/admin"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/route"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
@@ -184,7 +185,7 @@ func TestStatusMismatchCLI(t *testing.T) {
 	}
 	js := declare(t, e, "status", "--json")
 	var parsed statusJSON
-	want := []statusMismatchJSON{{Kind: "exchange", Name: entry, Property: "type", Existing: "direct", Wanted: "fanout"}}
+	want := []admin.Mismatch{{Kind: "exchange", Name: entry, Property: "type", Existing: "direct", Wanted: "fanout"}}
 	if err := json.Unmarshal([]byte(js.stdout), &parsed); err != nil || js.code != 1 || parsed.OK || !slices.Equal(parsed.Mismatched, want) {
 		t.Errorf("status --json: exit %d, %v, mismatched %+v, want %+v\n%s", js.code, err, parsed.Mismatched, want, js.stdout)
 	}

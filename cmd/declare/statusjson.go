@@ -25,7 +25,7 @@ type statusJSON struct {
 	Parking               statusQueueJSON             `json:"parking"`
 	MissingObjects        []string                    `json:"missing_objects"`
 	MissingExchanges      []statusMissingExchangeJSON `json:"missing_exchanges"`
-	Mismatched            []statusMismatchJSON        `json:"mismatched"`
+	Mismatched            []admin.Mismatch            `json:"mismatched"`
 	ExchangesPresent      int                         `json:"exchanges_present"`
 	ExchangesTotal        int                         `json:"exchanges_total"`
 	BindingsPresent       int                         `json:"bindings_present"` // -1 without --management-url
@@ -34,7 +34,7 @@ type statusJSON struct {
 	DeadLettering         []statusDLXJSON             `json:"dead_lettering"`
 	UnplannedBindings     []string                    `json:"unplanned_bindings"`
 	RetryBindings         []string                    `json:"retry_bindings"`
-	Unplanned             []statusUnplannedJSON       `json:"unplanned"`
+	Unplanned             []admin.Unplanned           `json:"unplanned"`
 	Policies              []statusPolicyJSON          `json:"policies"`
 	PolicyProblems        []statusProblemJSON         `json:"policy_problems"`
 	Cluster               *statusClusterJSON          `json:"cluster"`
@@ -47,12 +47,8 @@ type statusJSON struct {
 }
 
 type statusRequeueLoopJSON struct {
-	Queue         string  `json:"queue"`
-	RedeliverRate float64 `json:"redeliver_rate"`
-	DeliverRate   float64 `json:"deliver_rate"`
-	Messages      int64   `json:"messages"`
-	Cause         string  `json:"cause"`
-	Advice        string  `json:"advice"`
+	admin.RequeueLoop
+	Advice string `json:"advice"`
 }
 
 type statusQueueJSON struct {
@@ -71,15 +67,6 @@ type statusQueueJSON struct {
 	Online      []string `json:"online"`
 }
 
-// statusMismatchJSON and statusUnplannedJSON are conversions of admin.Mismatch and admin.Unplanned.
-type statusMismatchJSON struct {
-	Kind     admin.Kind `json:"kind"`
-	Name     string     `json:"name"`
-	Property string     `json:"property"`
-	Existing string     `json:"existing"`
-	Wanted   string     `json:"wanted"`
-}
-
 type statusDLXJSON struct {
 	Queue       string `json:"queue"`
 	MessagesDLX int64  `json:"messages_dlx"`
@@ -88,12 +75,6 @@ type statusDLXJSON struct {
 type statusMissingExchangeJSON struct {
 	Name    string   `json:"name"`
 	Similar []string `json:"similar"`
-}
-
-type statusUnplannedJSON struct {
-	Kind     admin.Kind `json:"kind"`
-	Name     string     `json:"name"`
-	Messages int64      `json:"messages"`
 }
 
 type statusPolicyJSON struct {
@@ -187,14 +168,12 @@ func newStatusJSON(p *admin.Plan, rep *admin.StatusReport, err error, plugin, vh
 		UnplannedBindings:     strs(rep.UnplannedBindings),
 		RetryBindings:         strs(rep.RetryBindings),
 		RequeueLoops: mapList(rep.RequeueLoops, func(l admin.RequeueLoop) statusRequeueLoopJSON {
-			return statusRequeueLoopJSON{Queue: l.Queue, RedeliverRate: l.RedeliverRate, DeliverRate: l.DeliverRate,
-				Messages: l.Messages, Cause: l.Cause, Advice: l.Advice(p.Names.Parking())}
+			return statusRequeueLoopJSON{l, l.Advice(p.Names.Parking())}
 		}),
 		MissingExchanges: mapList(rep.MissingExchanges, func(x admin.MissingExchange) statusMissingExchangeJSON {
 			return statusMissingExchangeJSON{Name: x.Name, Similar: orEmpty(x.Similar)}
 		}),
-		Mismatched: mapList(rep.Mismatched, func(m admin.Mismatch) statusMismatchJSON { return statusMismatchJSON(m) }),
-		Unplanned:  mapList(rep.Unplanned, func(u admin.Unplanned) statusUnplannedJSON { return statusUnplannedJSON(u) }),
+		Mismatched: orEmpty(rep.Mismatched), Unplanned: orEmpty(rep.Unplanned),
 		Policies: mapList(rep.Policies, func(ps admin.PolicyStatus) statusPolicyJSON {
 			return statusPolicyJSON{Name: ps.Name, ApplyTo: ps.ApplyTo, Priority: ps.Priority, Exists: ps.Exists, Current: ps.Current}
 		}),

@@ -40,7 +40,7 @@ var statusJSONKeys = []string{
 }
 
 // jsonKeys returns the key paths of the JSON encoding of t (struct fields by their json tag,
-// through pointers, slices and nested structs).
+// through pointers, slices and nested structs; an embedded struct's keys are inlined).
 func jsonKeys(t reflect.Type, prefix string) []string {
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
 		t = t.Elem()
@@ -53,6 +53,10 @@ func jsonKeys(t reflect.Type, prefix string) []string {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" && f.Anonymous { // an embedded struct's keys are its container's
+			out = append(out, jsonKeys(f.Type, prefix)...)
 			continue
 		}
 		if name == "" {
