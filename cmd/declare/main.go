@@ -129,13 +129,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func exitCode(err error) int {
-	var u usageError
 	for _, target := range []error{delayspec.ErrInvalidSpec, amqpconn.ErrConfig, admin.ErrConflict, admin.ErrTargetMissing} {
 		if errors.Is(err, target) {
 			return exitUsage
 		}
 	}
-	if errors.As(err, &u) {
+	if errors.As(err, new(usageError)) {
 		return exitUsage
 	}
 	return exitRuntime

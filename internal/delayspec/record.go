@@ -70,14 +70,14 @@ func WriteRecord(ctx context.Context, conn *amqp.Connection, s Spec) error {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", stream, true, false, amqp.Publishing{
 			MessageId: id, ContentType: "application/json", DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Body: body,
 		})
-		if err != nil {
-			return fmt.Errorf("write the spec record to stream %q: %w", stream, err)
+		ok := false
+		if err == nil {
+			ok, err = dc.WaitContext(ctx)
 		}
-		ok, err := dc.WaitContext(ctx)
-		if err != nil {
+		switch {
+		case err != nil:
 			return fmt.Errorf("write the spec record to stream %q: %w", stream, err)
-		}
-		if !ok {
+		case !ok:
 			return fmt.Errorf("write the spec record to stream %q: the broker refused it (basic.nack)", stream)
 		}
 		d, err := lastRecord(ctx, conn, stream)

@@ -100,14 +100,6 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 
 type group struct{ path, level, bucket, queue string }
 
-// add adds v to *to unless v is unknown (-1).
-
-func add(to *int64, v int64) {
-	if v >= 0 {
-		*to = max(*to, 0) + v
-	}
-}
-
 // Collect reads the management API (bounded by Options.Timeout) and sends the metrics.
 func (e *Exporter) Collect(ch chan<- prometheus.Metric) { e.collect(context.Background(), ch) }
 
@@ -197,7 +189,9 @@ func (e *Exporter) collectQueues(s *admin.Snapshot, gauge gaugeFunc) {
 				order = append(order, g)
 			}
 			for i, v := range []int64{mq.Messages, mq.MessagesDLX, mq.Consumers} {
-				add(&t[i], v)
+				if v >= 0 { // a queue without a figure (-1) leaves the sum as it is
+					t[i] = max(t[i], 0) + v
+				}
 			}
 		case q.Role == admin.RoleParking && mq.Messages >= 0:
 			gauge(e.parking, mq.Messages)
