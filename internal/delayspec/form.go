@@ -128,17 +128,15 @@ func (f form) pattern() string {
 // IsDelayQueueName reports whether name has the shape of a delay queue (ladder, last-hop,
 // first-hop or bucket queue of any shard) of any prefix's topology.
 func IsDelayQueueName(name string) bool {
-	for i := strings.IndexByte(name, '.'); i >= 0; {
+	for i := range len(name) {
+		if name[i] != '.' {
+			continue
+		}
 		for _, f := range delayQueueForms {
 			if _, ok := f.parse(name[i+1:]); ok {
 				return true
 			}
 		}
-		j := strings.IndexByte(name[i+1:], '.')
-		if j < 0 {
-			break
-		}
-		i += j + 1
 	}
 	return false
 }

@@ -145,18 +145,16 @@ func (n Names) OwnsQueue(name string) bool {
 // parking queue too). Whether that topology exists is for the caller to find out.
 func ForeignPrefixes(name, own string, queue, parking bool) []string {
 	var out []string
-	for i := strings.IndexByte(name, '.'); i > 0; {
+	for i := strings.IndexByte(name, '.'); i > 0 && i < len(name); i++ { // none when name starts with a dot
+		if name[i] != '.' {
+			continue
+		}
 		prefix := name[:i]
 		n := Names{Prefix: prefix}
 		owned := queue && (n.OwnsQueue(name) || parking && name == n.Parking()) || !queue && n.OwnsExchange(name)
 		if prefix != own && owned {
 			out = append(out, prefix)
 		}
-		j := strings.IndexByte(name[i+1:], '.')
-		if j < 0 {
-			break
-		}
-		i += j + 1
 	}
 	return out
 }
