@@ -333,7 +333,7 @@ func placeNewShards(ctx context.Context, p *Plan, opts ApplyOptions, objects []p
 	for i, o := range objects {
 		if idx, ok := place[o.name]; ok && o.kind == KindQueue {
 			q, _ := p.Queue(o.name)
-			objects[i].decl = declareQueueOn(q, opts.Nodes[idx])
+			objects[i].do = declareQueueOn(q, opts.Nodes[idx])
 		}
 	}
 }
@@ -349,11 +349,11 @@ func (r *runner) createPhases(p *Plan, objects []planObject, knownBindings bool)
 	var exchanges, queues []step
 	for _, o := range objects {
 		switch {
-		case r.row(o.declare()).State != StateMissing:
+		case r.row(o.step).State != StateMissing:
 		case o.kind == KindExchange:
-			exchanges = append(exchanges, o.declare())
+			exchanges = append(exchanges, o.step)
 		default:
-			queues = append(queues, o.declare())
+			queues = append(queues, o.step)
 		}
 	}
 	phases := []phase{{steps: exchanges, done: StateCreated}, {steps: queues, done: StateCreated}}
@@ -382,13 +382,13 @@ func (r *runner) createPhases(p *Plan, objects []planObject, knownBindings bool)
 // answer 406) and returns every conflict in plan order, completed from the management API,
 // and keyed by planObject.key; or the first other error.
 func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts ApplyOptions) ([]error, map[string]*ConflictError, error) {
-	var current map[string]*vhostObject // from the management API, read once when needed
+	var current map[string]*managedObject // from the management API, read once when needed
 	read := func(what string) {
 		if current == nil {
 			var err error
 			if current, err = opts.Management.objects(r.ctx); err != nil {
 				r.log.Warn().Err(err).Msg("cannot read " + what + " through the management API")
-				current = map[string]*vhostObject{}
+				current = map[string]*managedObject{}
 			}
 		}
 	}
@@ -396,7 +396,7 @@ func findConflicts(r *runner, objects []planObject, exists map[string]bool, opts
 	var redeclare []step
 	for _, o := range objects {
 		if exists[o.key()] {
-			existing, redeclare = append(existing, o), append(redeclare, o.declare())
+			existing, redeclare = append(existing, o), append(redeclare, o.step)
 		}
 	}
 	errs, err := r.look(redeclare)
@@ -498,7 +498,7 @@ func checkPolicies(r *runner, m *Management, p *Plan, objects []planObject) ([]P
 		var steps []step
 		for _, o := range objects {
 			if o.kind == KindQueue && slices.Contains(missing, o.name) {
-				steps = append(steps, o.declare())
+				steps = append(steps, o.step)
 			}
 		}
 		if len(steps) == 0 { // not Apply's queues

@@ -6,13 +6,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// planObject is an exchange or queue of a plan; its step declares it.
 type planObject struct {
-	kind   Kind
-	name   string
+	step
 	typ    string // the exchange type
 	args   amqp.Table
 	plugin bool // the delayed-message plugin's exchange
-	decl   job
 }
 
 // objectsOf lists p's exchanges, then queues; a queue with a Slot is declared through
@@ -20,21 +19,17 @@ type planObject struct {
 func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
 	var objects []planObject
 	for _, e := range p.Exchanges {
-		objects = append(objects, planObject{kind: KindExchange, name: e.Name, typ: e.Type, args: e.Args,
-			plugin: e.Role == RolePlugin, decl: declareExchange(e)})
+		objects = append(objects, planObject{step{KindExchange, e.Name, declareExchange(e)}, e.Type, e.Args, e.Role == RolePlugin})
 	}
 	for _, q := range p.Queues {
 		decl := declareQueue(q)
 		if q.Slot >= 0 && len(nodes) > 0 {
 			decl = declareQueueOn(q, nodes[q.Slot%len(nodes)])
 		}
-		objects = append(objects, planObject{kind: KindQueue, name: q.Name, args: q.Args, decl: decl})
+		objects = append(objects, planObject{step: step{KindQueue, q.Name, decl}, args: q.Args})
 	}
 	return objects
 }
-
-func (o planObject) key() string   { return rowKey(o.kind, o.name) }
-func (o planObject) declare() step { return step{o.kind, o.name, o.decl} }
 
 // survey finds, with passive declarations, which of p's objects (objectsOf) exist, by key.
 func survey(r *runner, p *Plan, objects []planObject) (map[string]bool, error) {

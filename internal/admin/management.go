@@ -357,16 +357,9 @@ func (b Binding) key() string {
 	return sb.String()
 }
 
-type vhostObject struct {
-	Type                string // "" when the broker did not say
-	Durable, AutoDelete bool
-	Internal, Exclusive bool           // an exchange's flag, a queue's flag
-	Arguments           map[string]any // numbers as json.Number
-}
-
 // props returns o's properties keyed as a 406 "inequivalent arg" answer names them; nil for a
 // nil o (unknown).
-func (o *vhostObject) props(kind Kind) map[string]any {
+func (o *managedObject) props(kind Kind) map[string]any {
 	if o == nil {
 		return nil
 	}

@@ -40,7 +40,7 @@ var countedQueueArgs = map[string]bool{
 // exchangeMismatches compares an existing exchange with the plan's e: type, flags, and
 // arguments both ways except extra ones on a target (the application's own business). Nil when
 // they agree.
-func exchangeMismatches(e Exchange, have *vhostObject) []Mismatch {
+func exchangeMismatches(e Exchange, have *managedObject) []Mismatch {
 	var out []Mismatch
 	if have.Type != e.Type {
 		out = append(out, newMismatch(KindExchange, e.Name, "type", have.Type, e.Type, true, true))
@@ -52,7 +52,7 @@ func exchangeMismatches(e Exchange, have *vhostObject) []Mismatch {
 
 // queueMismatches compares an existing queue with the plan's q: flags, type, q's arguments and
 // the countedQueueArgs it lacks. Nil when they agree.
-func queueMismatches(q Queue, have *vhostObject) []Mismatch {
+func queueMismatches(q Queue, have *managedObject) []Mismatch {
 	out := flagMismatches(KindQueue, q.Name, have, "exclusive", have.Exclusive)
 	if got, want := queueType(have.Type, have.Arguments), queueType("", q.Args); got != want {
 		out = append(out, newMismatch(KindQueue, q.Name, "type", got, want, true, true))
@@ -63,7 +63,7 @@ func queueMismatches(q Queue, have *vhostObject) []Mismatch {
 }
 
 // flagMismatches compares durable (wanted true), auto_delete and the flag last (wanted false).
-func flagMismatches(kind Kind, name string, have *vhostObject, last string, lastSet bool) []Mismatch {
+func flagMismatches(kind Kind, name string, have *managedObject, last string, lastSet bool) []Mismatch {
 	var out []Mismatch
 	for _, f := range []struct {
 		prop string

@@ -20,13 +20,13 @@ func TestExchangeMismatches(t *testing.T) {
 	plugin := Exchange{Name: "p.plugin", Type: PluginExchangeType, Args: amqp.Table{"x-delayed-type": "headers"}}
 	numbered := Exchange{Name: "p.n", Type: amqp.ExchangeFanout, Args: amqp.Table{"x-n": int64(7)}}
 	target := Exchange{Name: "orders", Type: amqp.ExchangeTopic, Role: RoleTarget}
-	ok := func(typ string, args map[string]any) *vhostObject {
-		return &vhostObject{Type: typ, Durable: true, Arguments: args}
+	ok := func(typ string, args map[string]any) *managedObject {
+		return &managedObject{Type: typ, Durable: true, Arguments: args}
 	}
 	tests := []struct {
 		name string
 		e    Exchange
-		have *vhostObject
+		have *managedObject
 		want []Mismatch
 	}{
 		{"as planned", entry, ok("fanout", nil), nil},
@@ -37,11 +37,11 @@ func TestExchangeMismatches(t *testing.T) {
 			[]Mismatch{{KindExchange, entry.Name, "type", "direct", "fanout"}}},
 		{"topic", entry, ok("topic", nil),
 			[]Mismatch{{KindExchange, entry.Name, "type", "topic", "fanout"}}},
-		{"internal", entry, &vhostObject{Type: "fanout", Durable: true, Internal: true},
+		{"internal", entry, &managedObject{Type: "fanout", Durable: true, Internal: true},
 			[]Mismatch{{KindExchange, entry.Name, "internal", "true", "false"}}},
-		{"not durable", entry, &vhostObject{Type: "fanout"},
+		{"not durable", entry, &managedObject{Type: "fanout"},
 			[]Mismatch{{KindExchange, entry.Name, "durable", "false", "true"}}},
-		{"auto_delete", entry, &vhostObject{Type: "fanout", Durable: true, AutoDelete: true},
+		{"auto_delete", entry, &managedObject{Type: "fanout", Durable: true, AutoDelete: true},
 			[]Mismatch{{KindExchange, entry.Name, "auto_delete", "true", "false"}}},
 		{"argument missing", dispatch, ok("headers", nil),
 			[]Mismatch{{KindExchange, dispatch.Name, "alternate-exchange", "none", "p.unroutable"}}},
@@ -56,7 +56,7 @@ func TestExchangeMismatches(t *testing.T) {
 			[]Mismatch{{KindExchange, numbered.Name, "x-n", "8", "7"}}},
 		{"number as a string", numbered, ok("fanout", map[string]any{"x-n": "7"}),
 			[]Mismatch{{KindExchange, numbered.Name, "x-n", "7 (string)", "7 (number)"}}},
-		{"everything", dispatch, &vhostObject{Type: "direct", AutoDelete: true, Internal: true, Arguments: map[string]any{"x-other": true}},
+		{"everything", dispatch, &managedObject{Type: "direct", AutoDelete: true, Internal: true, Arguments: map[string]any{"x-other": true}},
 			[]Mismatch{
 				{KindExchange, dispatch.Name, "type", "direct", "headers"},
 				{KindExchange, dispatch.Name, "durable", "false", "true"},
@@ -106,14 +106,14 @@ func TestQueueMismatches(t *testing.T) {
 		}
 		return out
 	}
-	as := func(typ string, args map[string]any) *vhostObject {
-		return &vhostObject{Type: typ, Durable: true, Arguments: args}
+	as := func(typ string, args map[string]any) *managedObject {
+		return &managedObject{Type: typ, Durable: true, Arguments: args}
 	}
 	ttlStr := showValue(ttl)
 	tests := []struct {
 		name string
 		q    Queue
-		have *vhostObject
+		have *managedObject
 		want []Mismatch
 	}{
 		{"quorum as planned", delay, as("quorum", asJSON(delay, nil)), nil},
@@ -143,11 +143,11 @@ func TestQueueMismatches(t *testing.T) {
 			[]Mismatch{{KindQueue, parking.Name, "type", "quorum", "classic"}}},
 		{"x-queue-type argument without a type column", parking, as("", map[string]any{"x-queue-type": "stream"}),
 			[]Mismatch{{KindQueue, parking.Name, "type", "stream", "classic"}}},
-		{"not durable", parking, &vhostObject{Type: "classic"},
+		{"not durable", parking, &managedObject{Type: "classic"},
 			[]Mismatch{{KindQueue, parking.Name, "durable", "false", "true"}}},
-		{"auto_delete", parking, &vhostObject{Type: "classic", Durable: true, AutoDelete: true},
+		{"auto_delete", parking, &managedObject{Type: "classic", Durable: true, AutoDelete: true},
 			[]Mismatch{{KindQueue, parking.Name, "auto_delete", "true", "false"}}},
-		{"exclusive", parking, &vhostObject{Type: "classic", Durable: true, Exclusive: true},
+		{"exclusive", parking, &managedObject{Type: "classic", Durable: true, Exclusive: true},
 			[]Mismatch{{KindQueue, parking.Name, "exclusive", "true", "false"}}},
 	}
 	for _, tt := range tests {

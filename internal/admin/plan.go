@@ -286,20 +286,21 @@ func (p *Plan) DelayQueues() []Queue {
 
 // Queue returns the plan's queue named name.
 func (p *Plan) Queue(name string) (Queue, bool) {
-	i := slices.IndexFunc(p.Queues, func(q Queue) bool { return q.Name == name })
-	if i < 0 {
-		return Queue{}, false
-	}
-	return p.Queues[i], true
+	return find(p.Queues, func(q Queue) bool { return q.Name == name })
 }
 
 // Exchange returns the plan's exchange named name.
 func (p *Plan) Exchange(name string) (Exchange, bool) {
-	i := slices.IndexFunc(p.Exchanges, func(e Exchange) bool { return e.Name == name })
-	if i < 0 {
-		return Exchange{}, false
+	return find(p.Exchanges, func(e Exchange) bool { return e.Name == name })
+}
+
+// find returns the first of xs that match takes.
+func find[T any](xs []T, match func(T) bool) (T, bool) {
+	if i := slices.IndexFunc(xs, match); i >= 0 {
+		return xs[i], true
 	}
-	return p.Exchanges[i], true
+	var zero T
+	return zero, false
 }
 
 // FormatArgs formats a table as {k=v, ...} with sorted keys, for tables and messages.

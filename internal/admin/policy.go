@@ -66,6 +66,16 @@ func policyAdvice(err error) string {
 // StateCreated, StateUnchanged or StateUpdated (dryRun: StateMissing or StateUpdated, nothing
 // written). Errors wrap ErrManagement; a refusal (401/403) names the user tag needed.
 func (m *Management) SetPolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
+	return m.writePolicies(ctx, p, dryRun, false)
+}
+
+// DeletePolicies deletes p's policies and reports each as StateDeleted or StateAbsent (dryRun:
+// nothing deleted). Errors wrap ErrManagement.
+func (m *Management) DeletePolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
+	return m.writePolicies(ctx, p, dryRun, true)
+}
+
+func (m *Management) writePolicies(ctx context.Context, p *Plan, dryRun, del bool) ([]Result, error) {
 	have, err := m.policies(ctx, false)
 	if err != nil {
 		return nil, err
@@ -74,7 +84,13 @@ func (m *Management) SetPolicies(ctx context.Context, p *Plan, dryRun bool) ([]R
 	for _, pol := range p.Policies {
 		r := Result{Kind: KindPolicy, Name: pol.Name, State: StateCreated}
 		old, exists := have[pol.Name]
+		method, verb, failed, body := http.MethodPut, "set", StateNotDeclared, any(nil)
 		switch {
+		case del:
+			method, verb, failed, r.State = http.MethodDelete, "delete", StateNotDeleted, StateAbsent
+			if exists {
+				r.State = StateDeleted
+			}
 		case exists && samePolicy(old, pol):
 			r.State = StateUnchanged
 		case exists:
@@ -83,38 +99,14 @@ func (m *Management) SetPolicies(ctx context.Context, p *Plan, dryRun bool) ([]R
 		case dryRun:
 			r.State = StateMissing
 		}
-		if !dryRun && r.State != StateUnchanged {
-			body := map[string]any{"pattern": pol.Pattern, "apply-to": pol.ApplyTo, "priority": pol.Priority, "definition": pol.Definition}
-			if err := m.do(ctx, http.MethodPut, "api/policies/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(pol.Name), body, nil); err != nil {
-				r.State, r.Detail = StateNotDeclared, err.Error()
-				out = append(out, r)
-				return out, fmt.Errorf("topology: set policy %q: %w%s", pol.Name, err, policyAdvice(err))
-			}
+		if !del {
+			body = map[string]any{"pattern": pol.Pattern, "apply-to": pol.ApplyTo, "priority": pol.Priority, "definition": pol.Definition}
 		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// DeletePolicies deletes p's policies and reports each as StateDeleted or StateAbsent (dryRun:
-// nothing deleted). Errors wrap ErrManagement.
-func (m *Management) DeletePolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
-	have, err := m.policies(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	var out []Result
-	for _, pol := range p.Policies {
-		r := Result{Kind: KindPolicy, Name: pol.Name, State: StateAbsent}
-		if _, ok := have[pol.Name]; ok {
-			r.State = StateDeleted
-			if !dryRun {
-				err := m.do(ctx, http.MethodDelete, "api/policies/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(pol.Name), nil, nil)
-				if err != nil && httpStatus(err) != http.StatusNotFound {
-					r.State, r.Detail = StateNotDeleted, err.Error()
-					out = append(out, r)
-					return out, fmt.Errorf("topology: delete policy %q: %w%s", pol.Name, err, policyAdvice(err))
-				}
+		if !dryRun && r.State != StateUnchanged && r.State != StateAbsent {
+			err := m.do(ctx, method, "api/policies/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(pol.Name), body, nil)
+			if err != nil && (!del || httpStatus(err) != http.StatusNotFound) {
+				r.State, r.Detail = failed, err.Error()
+				return append(out, r), fmt.Errorf("topology: %s policy %q: %w%s", verb, pol.Name, err, policyAdvice(err))
 			}
 		}
 		out = append(out, r)

@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-// managedObject is a queue or exchange with what the management API says about its policies.
+// managedObject is a queue or exchange as the management API lists it, with its policies.
 type managedObject struct {
 	Name           string          `json:"name"`
 	Type           string          `json:"type"`
@@ -164,7 +164,7 @@ func (m *Management) objectRequests(ctx context.Context, v *policyRead) []func()
 }
 
 // objects returns every exchange and queue of the vhost, keyed by rowKey.
-func (m *Management) objects(ctx context.Context) (map[string]*vhostObject, error) {
+func (m *Management) objects(ctx context.Context) (map[string]*managedObject, error) {
 	var v policyRead
 	if err := parallel(m.objectRequests(ctx, &v)...); err != nil {
 		return nil, err
@@ -172,12 +172,11 @@ func (m *Management) objects(ctx context.Context) (map[string]*vhostObject, erro
 	return v.objects(), nil
 }
 
-func (v *policyRead) objects() map[string]*vhostObject {
-	out := make(map[string]*vhostObject, len(v.queues)+len(v.exchanges))
+func (v *policyRead) objects() map[string]*managedObject {
+	out := make(map[string]*managedObject, len(v.queues)+len(v.exchanges))
 	for kind, rows := range map[Kind][]managedObject{KindExchange: v.exchanges, KindQueue: v.queues} {
-		for _, o := range rows {
-			out[rowKey(kind, o.Name)] = &vhostObject{Type: o.Type, Durable: o.Durable, AutoDelete: o.AutoDelete,
-				Internal: o.Internal, Exclusive: o.Exclusive, Arguments: o.Arguments}
+		for i := range rows {
+			out[rowKey(kind, rows[i].Name)] = &rows[i]
 		}
 	}
 	return out
@@ -291,12 +290,9 @@ func (m *Management) DispatchBound(ctx context.Context, p *Plan, target string) 
 }
 
 func (p *Plan) dispatchBinding(target string) (Binding, bool) {
-	for _, b := range p.Bindings {
-		if b.Role == RoleDispatch && b.Source == p.Names.Dispatch() && b.Destination == target && b.DestinationType == DestExchange {
-			return b, true
-		}
-	}
-	return Binding{}, false
+	return find(p.Bindings, func(b Binding) bool {
+		return b.Role == RoleDispatch && b.Source == p.Names.Dispatch() && b.Destination == target && b.DestinationType == DestExchange
+	})
 }
 
 func (m *Management) dispatchBindings(ctx context.Context, p *Plan) (map[string]bool, error) {

@@ -158,7 +158,7 @@ func Status(ctx context.Context, conn *amqp.Connection, p *Plan, opts StatusOpti
 	}
 	v := &statusView{}
 	if opts.Management != nil {
-		if v, err = opts.Management.statusView(ctx, p); err != nil {
+		if v, err = opts.Management.statusView(ctx, p, true); err != nil {
 			return rep, err
 		}
 		rep.fromManagement(p, v)

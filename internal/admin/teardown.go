@@ -89,30 +89,18 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 // doomedOf lists what Teardown deletes, in order: queues (delay, ready, the streams), the
 // parking queue, then exchanges from where messages enter to where they leave.
 func doomedOf(p *Plan, opts TeardownOptions) (queues []*doomed, parking *doomed, exchanges []*doomed) {
-	// The streams hold only records, meaningless without the delay queues: deleted whatever
-	// they hold.
-	forced := opts
-	forced.Force = true
-	for _, pass := range []func(Queue) bool{
-		Queue.IsDelay,
-		func(q Queue) bool { return opts.ReadyQueues && q.Role == RoleReady },
-		func(q Queue) bool { return q.Role == RoleRevoked || q.Role == RoleSpec },
-	} {
+	stream := func(q Queue) bool { return q.Role == RoleRevoked || q.Role == RoleSpec }
+	for _, pass := range []func(Queue) bool{Queue.IsDelay, func(q Queue) bool { return opts.ReadyQueues && q.Role == RoleReady }, stream} {
 		for _, q := range p.Queues {
-			if !pass(q) {
-				continue
+			if pass(q) {
+				// The streams hold only records, meaningless without the delay queues: deleted
+				// whatever they hold.
+				queues = append(queues, doomedQueue(q, opts.Force || stream(q), stream(q), opts.Logger))
 			}
-			o, stream := opts, q.Role == RoleRevoked || q.Role == RoleSpec
-			if stream {
-				o = forced
-			}
-			d := doomedQueue(q, o)
-			d.records = stream
-			queues = append(queues, d)
 		}
 	}
 	pq, _ := p.Queue(p.Names.Parking())
-	parking = doomedQueue(pq, opts)
+	parking = doomedQueue(pq, opts.Force, false, opts.Logger)
 	exchanges = []*doomed{doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange())}
 	for _, e := range p.Exchanges {
 		if e.Role == RoleLadder {
@@ -203,18 +191,18 @@ type doomed struct {
 	records     bool       // a stream: deleted whatever it holds
 }
 
-func doomedQueue(q Queue, opts TeardownOptions) *doomed {
+func doomedQueue(q Queue, force, records bool, log zerolog.Logger) *doomed {
 	name := q.Name
 	t, _ := q.Args["x-queue-type"].(string)
 	classic := t == "" || t == string(delayspec.Classic)
-	d := &doomed{kind: KindQueue, name: name, classic: classic}
+	d := &doomed{kind: KindQueue, name: name, classic: classic, records: records}
 	d.lookup = step{KindQueue, name, func(ch *amqp.Channel) error {
 		var err error
 		d.found, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
 		return err
 	}}
 	d.del = step{KindQueue, name, func(ch *amqp.Channel) error {
-		ifEmpty := !opts.Force
+		ifEmpty := !force
 		if ifEmpty && !classic {
 			// Quorum queues refuse if-empty with 540 NOT_IMPLEMENTED, a connection error that
 			// ends every job in flight: look again just before deleting instead.
@@ -229,7 +217,7 @@ func doomedQueue(q Queue, opts TeardownOptions) *doomed {
 		}
 		n, err := ch.QueueDelete(name, false, ifEmpty, false)
 		if err == nil && n > 0 {
-			opts.Logger.Warn().Str("queue", name).Int("messages", n).Msg("deleted a queue with its messages")
+			log.Warn().Str("queue", name).Int("messages", n).Msg("deleted a queue with its messages")
 		}
 		return err
 	}}
