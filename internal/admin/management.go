@@ -12,10 +12,12 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
+	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/text"
 )
 
@@ -439,4 +441,67 @@ func nodeNames(v any) []string {
 // <prefix>.schedules.links, which schedule.New declares and binds itself.
 func (p *Plan) scheduleLinksBinding(b Binding) bool {
 	return b.Source == p.Names.Dispatch() && b.DestinationType == DestExchange && b.Destination == prefixOf(p.Names)+".schedules.links"
+}
+
+// TopicPermissionExchanges returns the exchanges of the client's vhost on which user has a
+// topic permission (GET /api/topic-permissions/<vhost>/<user>), sorted: RabbitMQ closes the
+// channel (403) when a publish's routing key does not match its write pattern on a topic
+// exchange (rabbit_channel check_topic_authorisation). Another user's need the administrator
+// tag. Errors wrap ErrManagement.
+func (m *Management) TopicPermissionExchanges(ctx context.Context, user string) ([]string, error) {
+	var raw []struct {
+		Exchange string `json:"exchange"`
+	}
+	err := m.get(ctx, "api/topic-permissions/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(user), &raw)
+	if httpStatus(err) == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(raw))
+	for _, tp := range raw {
+		out = append(out, tp.Exchange)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// UnboundTargets returns the targets of spec that the dispatch exchange is not bound to (one
+// request), for amqpdelay.Config.Management. Errors wrap ErrInvalidSpec for an invalid spec,
+// or are the management API's.
+func (m *Management) UnboundTargets(ctx context.Context, spec delayspec.Spec) ([]string, error) {
+	p, err := NewPlan(spec)
+	if err != nil {
+		return nil, err
+	}
+	have, err := m.dispatchBindings(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("topology: check the bindings of the dispatch exchange %q: %w", p.Names.Dispatch(), err)
+	}
+	var unbound []string
+	for _, t := range p.Spec.Targets {
+		if want, ok := p.dispatchBinding(t.Name); !ok || !have[want.key()] {
+			unbound = append(unbound, t.Name)
+		}
+	}
+	return unbound, nil
+}
+
+// UnsafePolicies returns the [Failing] [Management.PolicyProblems] of spec's topology, one line
+// each. Errors wrap ErrInvalidSpec for an invalid spec, or are the management API's.
+func (m *Management) UnsafePolicies(ctx context.Context, spec delayspec.Spec) ([]string, error) {
+	p, err := NewPlan(spec)
+	if err != nil {
+		return nil, err
+	}
+	pps, err := m.PolicyProblems(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	for _, pp := range Failing(pps) {
+		lines = append(lines, pp.Error())
+	}
+	return lines, nil
 }
