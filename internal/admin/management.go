@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -392,17 +391,20 @@ func (u Unplanned) String() string {
 }
 
 func (m *Management) exchangeNames(ctx context.Context) ([]string, error) {
-	var exchanges []struct {
-		Name string `json:"name"`
-	}
-	if err := m.get(ctx, "api/exchanges/"+url.PathEscape(m.vhost)+"?columns=name", &exchanges); err != nil {
+	return m.column(ctx, "api/exchanges/"+url.PathEscape(m.vhost)+"?columns=name", "name")
+}
+
+// column reads field (a string) of each row that GET path answers.
+func (m *Management) column(ctx context.Context, path, field string) ([]string, error) {
+	var rows []map[string]any
+	if err := m.get(ctx, path, &rows); err != nil {
 		return nil, err
 	}
-	names := make([]string, len(exchanges))
-	for i, x := range exchanges {
-		names[i] = x.Name
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i], _ = r[field].(string)
 	}
-	return names, nil
+	return out, nil
 }
 
 // unplannedOf picks the vhost's objects of p's naming rule that p does not have, sorted by
@@ -449,22 +451,12 @@ func (p *Plan) scheduleLinksBinding(b Binding) bool {
 // exchange (rabbit_channel check_topic_authorisation). Another user's need the administrator
 // tag. Errors wrap ErrManagement.
 func (m *Management) TopicPermissionExchanges(ctx context.Context, user string) ([]string, error) {
-	var raw []struct {
-		Exchange string `json:"exchange"`
-	}
-	err := m.get(ctx, "api/topic-permissions/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(user), &raw)
+	out, err := m.column(ctx, "api/topic-permissions/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(user), "exchange")
 	if httpStatus(err) == http.StatusNotFound {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(raw))
-	for _, tp := range raw {
-		out = append(out, tp.Exchange)
-	}
-	sort.Strings(out)
-	return out, nil
+	slices.Sort(out)
+	return out, err
 }
 
 // UnboundTargets returns the targets of spec that the dispatch exchange is not bound to (one

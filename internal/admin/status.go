@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,12 +136,8 @@ type PolicyStatus struct {
 
 // Parking returns the parking queue's status.
 func (r *StatusReport) Parking() QueueStatus {
-	for _, q := range r.Queues {
-		if q.Role == RoleParking {
-			return q
-		}
-	}
-	return QueueStatus{}
+	q, _ := find(r.Queues, func(q QueueStatus) bool { return q.Role == RoleParking })
+	return q
 }
 
 // Status inspects the plan's objects on conn with passive declarations (it declares nothing)
@@ -218,11 +216,7 @@ func lookUp(ctx context.Context, conn *amqp.Connection, p *Plan, workers int) (*
 func (rep *StatusReport) fromManagement(p *Plan, v *statusView) {
 	rep.Management = true
 	rep.StatsDisabled = v.policy.overview.DisableStats
-	names := make([]string, len(v.policy.exchanges))
-	for i, x := range v.policy.exchanges {
-		names[i] = x.Name
-	}
-	rep.Unplanned = unplannedOf(p, names, v.queues)
+	rep.Unplanned = unplannedOf(p, v.names, v.queues)
 	rep.UnplannedBindings, rep.RetryBindings = unplannedBindings(p, v.bindings)
 	for _, pol := range p.Policies {
 		old, ok := v.policy.policies[pol.Name]
@@ -411,14 +405,12 @@ func missingExchangesError(missing []MissingExchange) error {
 		"until it exists apply declares nothing", ErrIncomplete, text.Join(missing, ", "))
 }
 
-func own(r Role) bool { return r != RoleTarget && r != RoleReady }
-
 // ownObjects counts the topology's own exchanges and queues in rep (each once) and those that
 // exist.
 func ownObjects(rep *StatusReport) (all, exist int) {
 	seen := map[string]bool{}
 	count := func(r Role, key string, exists bool) {
-		if own(r) && !seen[key] {
+		if r != RoleTarget && r != RoleReady && !seen[key] {
 			seen[key] = true
 			all++
 			if exists {
@@ -469,6 +461,7 @@ func (rep *StatusReport) checkRecord(ctx context.Context, conn *amqp.Connection,
 type statusView struct {
 	policy   *policyRead
 	objects  map[string]*managedObject
+	names    []string // the vhost's exchanges
 	queues   map[string]ManagedQueue
 	bindings []Binding
 	cluster  *ClusterStatus
@@ -496,20 +489,15 @@ func (m *Management) statusView(ctx context.Context, p *Plan, plugin bool) (*sta
 		return nil, err
 	}
 	v.objects = v.policy.objects()
+	for _, x := range v.policy.exchanges {
+		v.names = append(v.names, x.Name)
+	}
 	return v, nil
 }
 
 // exchangeNames are the vhost's exchanges outside p's naming rule, sorted.
 func (v *statusView) exchangeNames(p *Plan) []string {
-	if v.policy == nil {
-		return nil
-	}
-	var out []string
-	for _, x := range v.policy.exchanges {
-		if !p.Names.Reserved(x.Name) {
-			out = append(out, x.Name)
-		}
-	}
+	out := slices.DeleteFunc(slices.Clone(v.names), p.Names.Reserved)
 	slices.Sort(out)
 	return out
 }
@@ -599,4 +587,318 @@ func parallel(fs ...func() error) error {
 		g.Go(f)
 	}
 	return g.Wait()
+}
+
+// Mismatch is one property of an existing exchange or queue that differs from the plan's,
+// typically an object deleted and declared again with another type, flag or argument. A
+// passive declare does not compare them, and RabbitMQ cannot change them in place.
+type Mismatch struct {
+	Kind Kind   `json:"kind"`
+	Name string `json:"name"`
+	// Property is "type" (a queue's is its x-queue-type), "durable", "auto_delete",
+	// "internal", "exclusive", or an argument's name.
+	Property string `json:"property"`
+	// Existing is the broker's value and Wanted the plan's, printed (numbers in decimal, "none"
+	// for an absent argument; each followed by its type when both print alike).
+	Existing string `json:"existing"`
+	Wanted   string `json:"wanted"`
+}
+
+// String is `exchange "NAME" has type = direct, the plan wants fanout`.
+func (m Mismatch) String() string {
+	return fmt.Sprintf("%s %q has %s = %s, the plan wants %s", m.Kind, m.Name, m.Property, m.Existing, m.Wanted)
+}
+
+// countedQueueArgs change what happens to a queue's messages: one that a queue has and the plan
+// lacks is a mismatch (others, such as x-queue-leader-locator, only place the queue).
+var countedQueueArgs = map[string]bool{
+	"x-message-ttl": true, "x-expires": true, "x-max-length": true, "x-max-length-bytes": true, "x-overflow": true,
+	"x-dead-letter-exchange": true, "x-dead-letter-routing-key": true, "x-dead-letter-strategy": true,
+	"x-delivery-limit": true, "x-max-age": true,
+}
+
+// exchangeMismatches compares an existing exchange with the plan's e: type, flags, and
+// arguments both ways except extra ones on a target (the application's own business). Nil when
+// they agree.
+func exchangeMismatches(e Exchange, have *managedObject) []Mismatch {
+	var out []Mismatch
+	if have.Type != e.Type {
+		out = append(out, newMismatch(KindExchange, e.Name, "type", have.Type, e.Type, true, true))
+	}
+	out = append(out, flagMismatches(KindExchange, e.Name, have, "internal", have.Internal)...)
+	extra := e.Role != RoleTarget
+	return append(out, argMismatches(KindExchange, e.Name, e.Args, have.Arguments, func(string) bool { return extra })...)
+}
+
+// queueMismatches compares an existing queue with the plan's q: flags, type, q's arguments and
+// the countedQueueArgs it lacks. Nil when they agree.
+func queueMismatches(q Queue, have *managedObject) []Mismatch {
+	out := flagMismatches(KindQueue, q.Name, have, "exclusive", have.Exclusive)
+	if got, want := queueType(have.Type, have.Arguments), queueType("", q.Args); got != want {
+		out = append(out, newMismatch(KindQueue, q.Name, "type", got, want, true, true))
+	}
+	wanted := maps.Clone(q.Args)
+	delete(wanted, "x-queue-type")
+	return append(out, argMismatches(KindQueue, q.Name, wanted, have.Arguments, func(k string) bool { return countedQueueArgs[k] })...)
+}
+
+// flagMismatches compares durable (wanted true), auto_delete and the flag last (wanted false).
+func flagMismatches(kind Kind, name string, have *managedObject, last string, lastSet bool) []Mismatch {
+	var out []Mismatch
+	for _, f := range []struct {
+		prop string
+		have bool
+		bad  bool
+	}{{"durable", have.Durable, !have.Durable}, {"auto_delete", have.AutoDelete, have.AutoDelete}, {last, lastSet, lastSet}} {
+		if f.bad {
+			out = append(out, newMismatch(kind, name, f.prop, f.have, !f.have, true, true))
+		}
+	}
+	return out
+}
+
+// queueType is typ when set, else the x-queue-type argument, else classic (RabbitMQ's default).
+func queueType(typ string, args map[string]any) string {
+	if typ != "" {
+		return typ
+	}
+	if t, ok := args["x-queue-type"].(string); ok && t != "" {
+		return t
+	}
+	return "classic"
+}
+
+// argMismatches compares arguments in key order: every wanted key must be there with an equal
+// value ([sameValue]); a key only the object has counts when counted says so.
+func argMismatches(kind Kind, name string, wanted, have map[string]any, counted func(string) bool) []Mismatch {
+	keys := slices.Collect(maps.Keys(wanted))
+	for k := range have {
+		if _, ok := wanted[k]; !ok && counted(k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out []Mismatch
+	for _, k := range keys {
+		w, inPlan := wanted[k]
+		h, exists := have[k]
+		switch {
+		case !inPlan:
+			out = append(out, newMismatch(kind, name, k, h, nil, true, false))
+		case !exists:
+			out = append(out, newMismatch(kind, name, k, nil, w, false, true))
+		case !sameValue(h, w):
+			out = append(out, newMismatch(kind, name, k, h, w, true, true))
+		}
+	}
+	return out
+}
+
+// newMismatch prints both values ("none" when absent), with their types when they print alike.
+func newMismatch(kind Kind, name, prop string, existing, wanted any, hasExisting, hasWanted bool) Mismatch {
+	e, w := "none", "none"
+	if hasExisting {
+		e = showValue(existing)
+	}
+	if hasWanted {
+		w = showValue(wanted)
+	}
+	if e == w && hasExisting && hasWanted {
+		e += " (" + valueType(existing) + ")"
+		w += " (" + valueType(wanted) + ")"
+	}
+	return Mismatch{Kind: kind, Name: name, Property: prop, Existing: e, Wanted: w}
+}
+
+func showValue(v any) string {
+	if f, ok := numeric(v); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+func valueType(v any) string {
+	if _, ok := numeric(v); ok {
+		return "number"
+	}
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// sameValue compares an argument value from the management API with the plan's: numbers by
+// value, strings and bools as they are, anything else by its printed form.
+func sameValue(have, want any) bool {
+	a, haveNum := numeric(have)
+	b, wantNum := numeric(want)
+	if haveNum || wantNum {
+		return haveNum && wantNum && a == b
+	}
+	switch w := want.(type) {
+	case string:
+		h, ok := have.(string)
+		return ok && h == w
+	case bool:
+		h, ok := have.(bool)
+		return ok && h == w
+	}
+	return fmt.Sprint(have) == fmt.Sprint(want)
+}
+
+// mismatchError is ErrUnhealthy naming the first mismatch and the fix; nil when none.
+func mismatchError(mm []Mismatch) error {
+	if len(mm) == 0 {
+		return nil
+	}
+	objects, queues := map[string]bool{}, 0
+	for _, m := range mm {
+		key := string(m.Kind) + " " + m.Name
+		if !objects[key] && m.Kind == KindQueue {
+			queues++
+		}
+		objects[key] = true
+	}
+	it, tool, warn := "it", "management UI or API", ""
+	if len(objects) > 1 {
+		it = "them"
+	}
+	if queues > 0 {
+		tool, warn = tool+", or rabbitmqctl delete_queue", "; deleting a queue deletes the messages it holds: move them elsewhere first"
+	}
+	fix := fmt.Sprintf("delete %s (%s) and run rabbitdelay apply, which declares %s again as planned", it, tool, it) + warn
+	return fmt.Errorf("%w: %s of %s %s from the plan's (first: %s): such an object routes, keeps or "+
+		"dead-letters messages otherwise than planned, and RabbitMQ cannot change it in place; %s",
+		ErrUnhealthy, text.Plural(len(mm), "property"), text.Plural(len(objects), "existing object"),
+		map[bool]string{true: "differs", false: "differ"}[len(mm) == 1], mm[0], fix)
+}
+
+// RequeueLoop is a ready queue, or the parking queue, whose consumer requeues a message it
+// cannot handle over and over, with no delivery limit to end it (see [RequeueLoopOf]).
+type RequeueLoop struct {
+	Queue         string  `json:"queue"`
+	RedeliverRate float64 `json:"redeliver_rate"` // per second
+	DeliverRate   float64 `json:"deliver_rate"`   // per second
+	Messages      int64   `json:"messages"`
+	Cause         string  `json:"cause"` // why no delivery limit ends it: a Cause constant
+}
+
+// Causes of a [RequeueLoop].
+const (
+	// CauseNackNotCounted: a quorum queue on 4.3+, where basic.nack with requeue does not count
+	// toward the delivery limit (rabbitmq-server PR #15387); basic.reject does.
+	CauseNackNotCounted = "nack-not-counted"
+	CauseClassic        = "classic"           // classic queues have no delivery limit
+	CauseNoLimit        = "no-delivery-limit" // a quorum queue on 3.x without x-delivery-limit
+	CauseParking        = "parking"           // the parking queue never drops a message
+)
+
+// requeueLoopMinRate is the redeliver rate (per second) from which redeliveries count as a
+// loop: a poison message comes back hundreds of times a second, an occasional requeue far less.
+const requeueLoopMinRate = 1.0
+
+// RequeueLoopOf reports whether ready or parking queue q, as the management API shows it (mq)
+// on RabbitMQ version, is in a requeue loop no delivery limit ends: redeliver rate at least 1/s
+// and half the deliver rate, messages held, and a Cause applies (a quorum queue with a limit
+// on 3.x-4.2 parks the message at its limit). Rates average the last statistics samples, so a
+// loop shows a few seconds after it starts.
+func RequeueLoopOf(q Queue, mq ManagedQueue, version string) (RequeueLoop, bool) {
+	if mq.RedeliverRate < requeueLoopMinRate || mq.RedeliverRate < mq.DeliverRate/2 || mq.Messages <= 0 {
+		return RequeueLoop{}, false
+	}
+	loop := RequeueLoop{Queue: q.Name, RedeliverRate: mq.RedeliverRate, DeliverRate: mq.DeliverRate, Messages: mq.Messages}
+	argType, _ := q.Args["x-queue-type"].(string)
+	typ := cmp.Or(mq.Type, argType)
+	_, limit := mq.Arguments["x-delivery-limit"]
+	switch {
+	case q.Role == RoleParking:
+		loop.Cause = CauseParking
+	case typ == string(delayspec.Classic):
+		loop.Cause = CauseClassic
+	case typ != string(delayspec.Quorum):
+		return RequeueLoop{}, false
+	case versionAtLeast(version, 4, 3):
+		loop.Cause = CauseNackNotCounted
+	case !limit && !versionAtLeast(version, 4, 0):
+		loop.Cause = CauseNoLimit
+	default:
+		return RequeueLoop{}, false
+	}
+	return loop, true
+}
+
+// Advice is what to do about the loop, in one sentence; parking is the parking queue's name.
+func (l RequeueLoop) Advice(parking string) string {
+	switch l.Cause {
+	case CauseParking:
+		return "the parking queue has no delivery limit, so that no parked message is ever dropped, and a reader that gives a " +
+			"message back with requeue gets it again at once, forever: ack a message once it is republished or saved elsewhere, " +
+			"and to leave messages parked, cancel the reader's consumer (or close its channel) instead of requeueing them"
+	case CauseNackNotCounted:
+		return "RabbitMQ 4.3 does not count a basic.nack with requeue toward a quorum queue's delivery limit (rabbitmq-server " +
+			"PR #15387), so the limit never parks the message: give a message the consumer cannot handle back with basic.reject " +
+			"(requeue true counts; at the limit the queue parks it in " + parking + "), or reject it without requeue to park it at " +
+			"once; or give the queue a delayed retry (policy keys delayed-retry-type returned, delayed-retry-min, delayed-retry-max; " +
+			"RabbitMQ 4.3.1+), which makes the loop slow instead of hot"
+	case CauseClassic:
+		return "a classic queue has no delivery limit, so a message its consumer keeps requeueing comes back forever: reject it " +
+			"without requeue (with a dead-letter exchange set it is dead-lettered), or use quorum ready queues " +
+			"(AMQPDELAY_QUEUE_TYPE=quorum), whose delivery limit parks it in " + parking
+	default:
+		return "the queue has no delivery limit (RabbitMQ 3.x has no default), so a message its consumer keeps requeueing comes " +
+			"back forever: give it one (AMQPDELAY_READY_DELIVERY_LIMIT, default 20: at the limit it is parked in " + parking +
+			"), or reject the message without requeue"
+	}
+}
+
+// Kind is "parking" or "ready".
+func (l RequeueLoop) Kind() string {
+	if l.Cause == CauseParking {
+		return "parking"
+	}
+	return "ready"
+}
+
+// String is "queue Q: N redeliveries a second (of M deliveries), K messages held".
+func (l RequeueLoop) String() string {
+	return fmt.Sprintf("queue %s: %.0f redeliveries a second (of %.0f deliveries), %s held", l.Queue, l.RedeliverRate, l.DeliverRate,
+		text.Plural(int(l.Messages), "message"))
+}
+
+// versionAtLeast reports whether version v is at least major.minor ("" is not).
+func versionAtLeast(v string, major, minor int) bool {
+	maj, mino, ok := ParseVersion(v)
+	if !ok {
+		return false
+	}
+	return maj > major || (maj == major && mino >= minor)
+}
+
+// ParseVersion reads the major and minor of a RabbitMQ version ("4.3.6", "3.10", "4": minor
+// 0). ok is false when v does not start with a number.
+func ParseVersion(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(v, ".", 3)
+	major, err := strconv.Atoi(parts[0])
+	if err != nil || major < 0 {
+		return 0, 0, false
+	}
+	if len(parts) > 1 {
+		digits := strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+		if minor, err = strconv.Atoi(digits); err != nil {
+			return 0, 0, false
+		}
+	}
+	return major, minor, true
+}
+
+// ServerVersion is conn's "version" server property, "" when absent (or conn is nil).
+func ServerVersion(conn *amqp.Connection) string {
+	if conn == nil {
+		return ""
+	}
+	v, _ := conn.Properties["version"].(string)
+	return v
 }
