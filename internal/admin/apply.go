@@ -311,7 +311,7 @@ func markNotDeclared(rep *Report) {
 // applyPolicies sets p's policies, or without the management API reports each as skipped.
 func applyPolicies(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOptions) ([]Result, error) {
 	if opts.Management != nil {
-		return opts.Management.SetPolicies(ctx, p, opts.DryRun)
+		return opts.Management.writePolicies(ctx, p, opts.DryRun, false)
 	}
 	var out []Result
 	cmds := p.PolicyCommands(conn.Config.Vhost) // the vhost the connection opened

@@ -25,8 +25,8 @@ var ErrManagement = errors.New("topology: management API")
 
 // Management reads what AMQP cannot see from RabbitMQ's management HTTP API
 // (https://www.rabbitmq.com/docs/management#http-api): bindings, messages_dlx, exchange types
-// and the policies in effect. It writes only the topology's own policies
-// ([Management.SetPolicies], [Management.DeletePolicies]), which needs the policymaker tag.
+// and the policies in effect. It writes only the topology's own policies (Apply and Teardown
+// do), which needs the policymaker tag.
 type Management struct {
 	base  *url.URL // without user information
 	user  *url.Userinfo

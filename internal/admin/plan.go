@@ -414,15 +414,13 @@ func Export(p *Plan, vhost string) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
-// DialFunc opens a new connection to the broker; ProbePlugin closes what it returns.
-type DialFunc = pluginprobe.Dialer
-
 // ProbePlugin reports whether the broker has the delayed-message plugin, with
-// [pluginprobe.Probe] on a connection of its own: it declares and deletes a temporary
-// x-delayed-message exchange "<prefix>.plugin-probe.<random>" (without the plugin 3.x closes
-// the connection with 503, 4.x the channel with 406: both are false, nil). Errors are
-// ErrAccessRefused (no configure permission) or the dial error; it returns when ctx ends.
-func ProbePlugin(ctx context.Context, dial DialFunc, prefix string) (bool, error) {
+// [pluginprobe.Probe] on a connection of its own (dial opens it, ProbePlugin closes it): it
+// declares and deletes a temporary x-delayed-message exchange "<prefix>.plugin-probe.<random>"
+// (without the plugin 3.x closes the connection with 503, 4.x the channel with 406: both are
+// false, nil). Errors are ErrAccessRefused (no configure permission) or the dial error; it
+// returns when ctx ends.
+func ProbePlugin(ctx context.Context, dial pluginprobe.Dialer, prefix string) (bool, error) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	name := prefixOf(delayspec.Names{Prefix: prefix}) + ".plugin-probe." + hex.EncodeToString(rnd[:])

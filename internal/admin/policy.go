@@ -360,19 +360,10 @@ func policyAdvice(err error) string {
 	return ""
 }
 
-// SetPolicies creates or overwrites p's policies in the client's vhost and reports each as
-// StateCreated, StateUnchanged or StateUpdated (dryRun: StateMissing or StateUpdated, nothing
-// written). Errors wrap ErrManagement; a refusal (401/403) names the user tag needed.
-func (m *Management) SetPolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
-	return m.writePolicies(ctx, p, dryRun, false)
-}
-
-// DeletePolicies deletes p's policies and reports each as StateDeleted or StateAbsent (dryRun:
-// nothing deleted). Errors wrap ErrManagement.
-func (m *Management) DeletePolicies(ctx context.Context, p *Plan, dryRun bool) ([]Result, error) {
-	return m.writePolicies(ctx, p, dryRun, true)
-}
-
+// writePolicies sets p's policies in the client's vhost and reports each as StateCreated,
+// StateUnchanged or StateUpdated (dryRun: StateMissing or StateUpdated, nothing written), or
+// with del deletes them and reports each as StateDeleted or StateAbsent (dryRun: nothing
+// deleted). Errors wrap ErrManagement; a refusal (401/403) names the user tag needed.
 func (m *Management) writePolicies(ctx context.Context, p *Plan, dryRun, del bool) ([]Result, error) {
 	have, err := m.policies(ctx, false)
 	if err != nil {

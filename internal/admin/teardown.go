@@ -252,7 +252,7 @@ func teardownPolicies(ctx context.Context, p *Plan, opts TeardownOptions, rep *R
 		}
 		return nil
 	}
-	res, err := opts.Management.DeletePolicies(ctx, p, opts.DryRun)
+	res, err := opts.Management.writePolicies(ctx, p, opts.DryRun, true)
 	rep.Results = append(rep.Results, res...)
 	return err
 }
