@@ -210,7 +210,7 @@ func Apply(ctx context.Context, conn *amqp.Connection, p *Plan, opts ApplyOption
 	if err := Preflight(ctx, conn, p, opts.Management); err != nil {
 		return rep, err
 	}
-	r := newRunner(ctx, conn, opts.Workers, opts.Logger, "declare", rep)
+	r := &runner{ctx: ctx, conn: conn, workers: opts.Workers, log: opts.Logger, op: "declare", rep: rep, rows: map[string]int{}}
 	objects := objectsOf(p, opts.Nodes)
 	exists, err := survey(r, p, objects)
 	if err != nil {
@@ -366,7 +366,12 @@ func (r *runner) createPhases(p *Plan, objects []planObject, knownBindings bool)
 		if i == 0 || b.Tier != p.Bindings[i-1].Tier {
 			phases = append(phases, phase{done: bound})
 		}
-		s := step{KindBinding, b.String(), declareBinding(b)}
+		s := step{KindBinding, b.String(), func(ch *amqp.Channel) error {
+			if b.DestinationType == DestExchange {
+				return ch.ExchangeBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
+			}
+			return ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
+		}}
 		switch row := r.row(s); row.State {
 		case StateUnknown:
 			row.State = StateMissing // declared below, reported as bound

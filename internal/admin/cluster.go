@@ -528,12 +528,24 @@ func (m *Management) connNodes(ctx context.Context, conns []*amqp.Connection) (n
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.Multiplier, b.RandomizationFactor, b.MaxElapsedTime = time.Second, 1, 0, connListWait
 	err = backoff.Retry(func() error {
-		nodes, ok, err = m.connNodesOnce(ctx, conns)
-		switch {
-		case err != nil:
+		var raw []struct {
+			Node     string `json:"node"`
+			PeerPort int    `json:"peer_port"`
+		}
+		if err := m.get(ctx, "api/vhosts/"+url.PathEscape(m.vhost)+"/connections?columns=node,peer_port", &raw); err != nil {
 			return backoff.Permanent(err)
-		case !ok:
-			return errNotListed
+		}
+		byPort := map[int][]string{}
+		for _, c := range raw {
+			byPort[c.PeerPort] = append(byPort[c.PeerPort], c.Node)
+		}
+		nodes = nil
+		for _, c := range conns {
+			a, isTCP := c.LocalAddr().(*net.TCPAddr)
+			if !isTCP || len(byPort[a.Port]) != 1 {
+				return errNotListed
+			}
+			nodes = append(nodes, byPort[a.Port][0])
 		}
 		return nil
 	}, backoff.WithContext(b, ctx))
@@ -581,28 +593,6 @@ func (m *Management) listenerNodes(ctx context.Context, conns []*amqp.Connection
 }
 
 var errNotListed = errors.New("connection not listed")
-
-func (m *Management) connNodesOnce(ctx context.Context, conns []*amqp.Connection) (nodes []string, ok bool, err error) {
-	var raw []struct {
-		Node     string `json:"node"`
-		PeerPort int    `json:"peer_port"`
-	}
-	if err := m.get(ctx, "api/vhosts/"+url.PathEscape(m.vhost)+"/connections?columns=node,peer_port", &raw); err != nil {
-		return nil, false, err
-	}
-	byPort := map[int][]string{}
-	for _, c := range raw {
-		byPort[c.PeerPort] = append(byPort[c.PeerPort], c.Node)
-	}
-	for _, c := range conns {
-		a, isTCP := c.LocalAddr().(*net.TCPAddr)
-		if !isTCP || len(byPort[a.Port]) != 1 {
-			return nil, false, nil
-		}
-		nodes = append(nodes, byPort[a.Port][0])
-	}
-	return nodes, true, nil
-}
 
 // placeShards picks, for each missing ladder queue of p, the index of the conn to declare it
 // through: the first from its slot on whose node leads no other shard of the same queue, or

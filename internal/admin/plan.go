@@ -178,7 +178,14 @@ func NewPlan(s delayspec.Spec) (*Plan, error) {
 	b.addLadderBindings()
 	p.addRetry()
 	slices.SortStableFunc(p.Bindings, func(a, b Binding) int { return cmp.Compare(a.Tier, b.Tier) })
-	p.Policies = policiesOf(s, n)
+	p.Policies = []Policy{
+		{Name: n.DelayQueuesPolicy(), Pattern: n.DelayQueuesPattern(), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+			Definition: policyDefinition(s.QueueType, s.Shards), Role: RoleLadder},
+		{Name: n.TargetsPolicy(), Pattern: exactPattern(targetNames(s.Targets)), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
+			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
+		{Name: n.RevokedPolicy(), Pattern: exactPattern([]string{n.Revoked()}), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
+			Definition: map[string]any{"max-age": revokedMaxAge(s)}, Role: RoleRevoked},
+	}
 	return p, nil
 }
 
@@ -554,7 +561,8 @@ func (b *planner) addExchanges() {
 func (b *planner) addQueues() {
 	p, s, n := b.p, b.s, b.n
 	p.Queues = append(p.Queues, Queue{Name: n.Parking(), Args: plainArgs(s.QueueType), Role: RoleParking, Level: -1, Digit: -1, Slot: -1})
-	p.addRevoked()
+	p.Queues = append(p.Queues, Queue{Name: n.Revoked(), Args: amqp.Table{"x-queue-type": "stream", "x-max-age": revokedMaxAge(s)},
+		Role: RoleRevoked, Level: -1, Digit: -1, Slot: -1})
 	p.Queues = append(p.Queues, Queue{Name: n.SpecStream(), Args: delayspec.SpecStreamArgs(), Role: RoleSpec, Level: -1, Digit: -1, Slot: -1})
 	for _, r := range s.ReadyQueues {
 		p.Queues = append(p.Queues, Queue{Name: r.Queue, Args: readyArgs(s, n), Role: RoleReady, Level: -1, Digit: -1, Slot: -1})
@@ -665,17 +673,6 @@ func (b *planner) addLadderBindings() {
 	}
 }
 
-func policiesOf(s delayspec.Spec, n delayspec.Names) []Policy {
-	return []Policy{
-		{Name: n.DelayQueuesPolicy(), Pattern: n.DelayQueuesPattern(), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
-			Definition: policyDefinition(s.QueueType, s.Shards), Role: RoleLadder},
-		{Name: n.TargetsPolicy(), Pattern: exactPattern(targetNames(s.Targets)), ApplyTo: ApplyToExchanges, Priority: s.PolicyPriority,
-			Definition: map[string]any{"alternate-exchange": n.DueUnroutable()}, Role: RoleTarget},
-		{Name: n.RevokedPolicy(), Pattern: exactPattern([]string{n.Revoked()}), ApplyTo: ApplyToQueues, Priority: s.PolicyPriority,
-			Definition: map[string]any{"max-age": revokedMaxAge(s)}, Role: RoleRevoked},
-	}
-}
-
 // addRetry adds the consumer package's retry routing, which sends a failed message back after
 // a delay to the one queue Q it came from: the direct exchange <prefix>.retry (alternate
 // exchange <prefix>.unroutable), D's binding to it, and a binding with key Q per ready queue
@@ -712,9 +709,4 @@ const RoleRevoked Role = "revoked"
 // revokedMaxAge is the stream's retention as a max-age value: whole hours, "<n>h".
 func revokedMaxAge(s delayspec.Spec) string {
 	return fmt.Sprintf("%dh", int64(s.RevocationRetention()/time.Hour))
-}
-
-func (p *Plan) addRevoked() {
-	args := amqp.Table{"x-queue-type": "stream", "x-max-age": revokedMaxAge(p.Spec)}
-	p.Queues = append(p.Queues, Queue{Name: p.Names.Revoked(), Args: args, Role: RoleRevoked, Level: -1, Digit: -1, Slot: -1})
 }

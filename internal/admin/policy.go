@@ -351,15 +351,6 @@ func samePolicy(have managedPolicy, want Policy) bool {
 	return true
 }
 
-func policyAdvice(err error) string {
-	switch httpStatus(err) {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return ": setting policies needs a user with the policymaker (or administrator) tag and configure permission on the vhost " +
-			"(rabbitmqctl set_user_tags <user> policymaker), or set them yourself with the rabbitmqctl commands of [Plan.PolicyCommands]"
-	}
-	return ""
-}
-
 // writePolicies sets p's policies in the client's vhost and reports each as StateCreated,
 // StateUnchanged or StateUpdated (dryRun: StateMissing or StateUpdated, nothing written), or
 // with del deletes them and reports each as StateDeleted or StateAbsent (dryRun: nothing
@@ -395,7 +386,12 @@ func (m *Management) writePolicies(ctx context.Context, p *Plan, dryRun, del boo
 			err := m.do(ctx, method, "api/policies/"+url.PathEscape(m.vhost)+"/"+url.PathEscape(pol.Name), body, nil)
 			if err != nil && (!del || httpStatus(err) != http.StatusNotFound) {
 				r.State, r.Detail = failed, err.Error()
-				return append(out, r), fmt.Errorf("topology: %s policy %q: %w%s", verb, pol.Name, err, policyAdvice(err))
+				advice := ""
+				if s := httpStatus(err); s == http.StatusUnauthorized || s == http.StatusForbidden {
+					advice = ": setting policies needs a user with the policymaker (or administrator) tag and configure permission on the vhost " +
+						"(rabbitmqctl set_user_tags <user> policymaker), or set them yourself with the rabbitmqctl commands of [Plan.PolicyCommands]"
+				}
+				return append(out, r), fmt.Errorf("topology: %s policy %q: %w%s", verb, pol.Name, err, advice)
 			}
 		}
 		out = append(out, r)

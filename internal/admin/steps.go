@@ -33,10 +33,6 @@ type runner struct {
 	rows    map[string]int // rowKey → index in rep.Results
 }
 
-func newRunner(ctx context.Context, conn *amqp.Connection, workers int, log zerolog.Logger, op string, rep *Report) *runner {
-	return &runner{ctx: ctx, conn: conn, workers: workers, log: log, op: op, rep: rep, rows: map[string]int{}}
-}
-
 func (r *runner) add(res Result) {
 	r.rows[rowKey(res.Kind, res.Name)] = len(r.rep.Results)
 	r.rep.Results = append(r.rep.Results, res)
@@ -112,10 +108,16 @@ type planObject struct {
 func objectsOf(p *Plan, nodes []*amqp.Connection) []planObject {
 	var objects []planObject
 	for _, e := range p.Exchanges {
-		objects = append(objects, planObject{step{KindExchange, e.Name, declareExchange(e)}, e.Type, e.Args, e.Role == RolePlugin})
+		decl := func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, e.Args)
+		}
+		objects = append(objects, planObject{step{KindExchange, e.Name, decl}, e.Type, e.Args, e.Role == RolePlugin})
 	}
 	for _, q := range p.Queues {
-		decl := declareQueue(q)
+		decl := func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
+			return err
+		}
 		if q.Slot >= 0 && len(nodes) > 0 {
 			decl = declareQueueOn(q, nodes[q.Slot%len(nodes)])
 		}
@@ -138,19 +140,6 @@ func survey(r *runner, p *Plan, objects []planObject) (map[string]bool, error) {
 	return exists, err
 }
 
-func declareExchange(e Exchange) job {
-	return func(ch *amqp.Channel) error {
-		return ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, e.Args)
-	}
-}
-
-func declareQueue(q Queue) job {
-	return func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
-		return err
-	}
-}
-
 // declareQueueOn declares q on a channel of its own on conn, the node that is to lead q.
 func declareQueueOn(q Queue, conn *amqp.Connection) job {
 	return func(*amqp.Channel) error {
@@ -161,15 +150,6 @@ func declareQueueOn(q Queue, conn *amqp.Connection) job {
 		defer ch.Close()
 		_, err = ch.QueueDeclare(q.Name, true, false, false, false, q.Args)
 		return err
-	}
-}
-
-func declareBinding(b Binding) job {
-	return func(ch *amqp.Channel) error {
-		if b.DestinationType == DestExchange {
-			return ch.ExchangeBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
-		}
-		return ch.QueueBind(b.Destination, b.RoutingKey, b.Source, false, b.Args)
 	}
 }
 

@@ -42,7 +42,7 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	start := time.Now()
 	rep := &Report{}
 	defer func() { rep.Elapsed = time.Since(start) }()
-	r := newRunner(ctx, conn, opts.Workers, opts.Logger, "teardown", rep)
+	r := &runner{ctx: ctx, conn: conn, workers: opts.Workers, log: opts.Logger, op: "teardown", rep: rep, rows: map[string]int{}}
 	queues, parking, exchanges := doomedOf(p, opts)
 	all := append(append(append([]*doomed{}, queues...), parking), exchanges...)
 	if err := r.lookUpDoomed(p, all, opts); err != nil {
