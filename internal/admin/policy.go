@@ -133,8 +133,8 @@ type policyRead struct {
 func (m *Management) policyView(ctx context.Context, p *Plan) (*policyRead, error) {
 	var v policyRead
 	err := parallel(append(m.objectRequests(ctx, &v),
-		func() (err error) { v.policies, err = m.policies(ctx, false); return err },
-		func() (err error) { v.ops, err = m.policies(ctx, true); return err },
+		func() (err error) { v.policies, err = m.policies(ctx, "policies"); return err },
+		func() (err error) { v.ops, err = m.policies(ctx, "operator-policies"); return err },
 		func() error { return m.get(ctx, "api/overview", &v.overview) })...)
 	if err != nil {
 		return nil, err
@@ -321,11 +321,8 @@ type managedPolicy struct {
 	Definition map[string]any `json:"definition"`
 }
 
-func (m *Management) policies(ctx context.Context, operator bool) (map[string]managedPolicy, error) {
-	kind := "policies"
-	if operator {
-		kind = "operator-policies"
-	}
+// policies lists the vhost's policies of kind "policies" or "operator-policies", by name.
+func (m *Management) policies(ctx context.Context, kind string) (map[string]managedPolicy, error) {
 	var raw []managedPolicy
 	if err := m.get(ctx, "api/"+kind+"/"+url.PathEscape(m.vhost), &raw); err != nil {
 		return nil, err
@@ -339,16 +336,8 @@ func (m *Management) policies(ctx context.Context, operator bool) (map[string]ma
 
 // samePolicy reports whether have matches want (values compared printed: JSON numbers).
 func samePolicy(have managedPolicy, want Policy) bool {
-	if have.Pattern != want.Pattern || have.ApplyTo != want.ApplyTo || have.Priority.String() != strconv.Itoa(want.Priority) ||
-		len(have.Definition) != len(want.Definition) {
-		return false
-	}
-	for k, v := range want.Definition {
-		if fmt.Sprint(have.Definition[k]) != fmt.Sprint(v) {
-			return false
-		}
-	}
-	return true
+	return have.Pattern == want.Pattern && have.ApplyTo == want.ApplyTo && have.Priority.String() == strconv.Itoa(want.Priority) &&
+		maps.EqualFunc(have.Definition, want.Definition, func(h, w any) bool { return fmt.Sprint(h) == fmt.Sprint(w) })
 }
 
 // writePolicies sets p's policies in the client's vhost and reports each as StateCreated,
@@ -356,7 +345,7 @@ func samePolicy(have managedPolicy, want Policy) bool {
 // with del deletes them and reports each as StateDeleted or StateAbsent (dryRun: nothing
 // deleted). Errors wrap ErrManagement; a refusal (401/403) names the user tag needed.
 func (m *Management) writePolicies(ctx context.Context, p *Plan, dryRun, del bool) ([]Result, error) {
-	have, err := m.policies(ctx, false)
+	have, err := m.policies(ctx, "policies")
 	if err != nil {
 		return nil, err
 	}

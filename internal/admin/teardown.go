@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,8 +44,8 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	rep := &Report{}
 	defer func() { rep.Elapsed = time.Since(start) }()
 	r := &runner{ctx: ctx, conn: conn, workers: opts.Workers, log: opts.Logger, op: "teardown", rep: rep, rows: map[string]int{}}
-	queues, parking, exchanges := doomedOf(p, opts)
-	all := append(append(append([]*doomed{}, queues...), parking), exchanges...)
+	phases := doomedOf(p, opts)
+	all := slices.Concat(phases...)
 	if err := r.lookUpDoomed(p, all, opts); err != nil {
 		return rep, err
 	}
@@ -67,11 +68,6 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	if opts.DryRun {
 		return rep, teardownPolicies(ctx, p, opts, rep)
 	}
-	// Delay and ready queues, then the parking queue, then the exchanges one by one in order.
-	phases := [][]*doomed{queues, {parking}}
-	for _, d := range exchanges {
-		phases = append(phases, []*doomed{d})
-	}
 	for _, ph := range phases {
 		var steps []step
 		for _, d := range ph {
@@ -86,9 +82,10 @@ func Teardown(ctx context.Context, conn *amqp.Connection, p *Plan, opts Teardown
 	return rep, teardownPolicies(ctx, p, opts, rep)
 }
 
-// doomedOf lists what Teardown deletes, in order: queues (delay, ready, the streams), the
-// parking queue, then exchanges from where messages enter to where they leave.
-func doomedOf(p *Plan, opts TeardownOptions) (queues []*doomed, parking *doomed, exchanges []*doomed) {
+// doomedOf lists what Teardown deletes, by phase: queues (delay, ready, the streams), the
+// parking queue, then the exchanges one by one from where messages enter to where they leave.
+func doomedOf(p *Plan, opts TeardownOptions) [][]*doomed {
+	var queues []*doomed
 	stream := func(q Queue) bool { return q.Role == RoleRevoked || q.Role == RoleSpec }
 	for _, pass := range []func(Queue) bool{Queue.IsDelay, func(q Queue) bool { return opts.ReadyQueues && q.Role == RoleReady }, stream} {
 		for _, q := range p.Queues {
@@ -100,17 +97,17 @@ func doomedOf(p *Plan, opts TeardownOptions) (queues []*doomed, parking *doomed,
 		}
 	}
 	pq, _ := p.Queue(p.Names.Parking())
-	parking = doomedQueue(pq, opts.Force, false, opts.Logger)
-	exchanges = []*doomed{doomedExchange(p.Names.PluginExchange()), doomedExchange(p.Names.BucketExchange())}
+	phases := [][]*doomed{queues, {doomedQueue(pq, opts.Force, false, opts.Logger)}}
+	names := []string{p.Names.PluginExchange(), p.Names.BucketExchange()}
 	for _, e := range p.Exchanges {
 		if e.Role == RoleLadder {
-			exchanges = append(exchanges, doomedExchange(e.Name))
+			names = append(names, e.Name)
 		}
 	}
-	for _, name := range []string{p.Names.Dispatch(), p.Names.Retry(), p.Names.DueUnroutable(), p.Names.Unroutable()} {
-		exchanges = append(exchanges, doomedExchange(name))
+	for _, name := range append(names, p.Names.Dispatch(), p.Names.Retry(), p.Names.DueUnroutable(), p.Names.Unroutable()) {
+		phases = append(phases, []*doomed{doomedExchange(name)})
 	}
-	return queues, parking, exchanges
+	return phases
 }
 
 // lookUpDoomed finds which of all exist and what each queue holds, and, with opts.Management,
