@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 )
 
 // pubChan is one channel in confirm mode shared by many goroutines: publishes are serialized
@@ -101,14 +103,7 @@ func (pc *pubChan) dispatch(confirms <-chan amqp.Confirmation, returns <-chan am
 		}
 	}
 	// The close error, if any, was queued before the listeners closed.
-	var cause error = amqp.ErrClosed
-	select {
-	case e, ok := <-closes:
-		if ok && e != nil {
-			cause = e
-		}
-	default:
-	}
+	cause := amqpconn.CloseReason(closes, 0, amqp.ErrClosed)
 	pc.pmu.Lock()
 	pc.deadErr = cause
 	lost := pc.pending

@@ -1,6 +1,7 @@
 package amqpdelay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,7 +77,7 @@ type Config struct {
 	// failed, or confirmed.
 	Metrics prometheus.Registerer `json:"-"`
 
-	extraTargets []string // pubhook.ExtraTargets
+	extraTargets []delayspec.Target // pubhook.ExtraTargets
 }
 
 func (c Config) conn() amqpconn.Config {
@@ -134,7 +135,7 @@ type ManagementCheck interface {
 
 // checkManaged asks Config.Management, if set: ErrTopologyMissing, ErrTopologyUnsafe.
 func (p *Publisher) checkManaged(ctx context.Context) error {
-	m := p.opts.management
+	m := p.cfg.Management
 	if m == nil {
 		return nil
 	}
@@ -173,37 +174,13 @@ func vhostOf(url string) string {
 	return "/"
 }
 
-type options struct {
-	logger       zerolog.Logger
-	strategy     Strategy
-	channels     int
-	name         string
-	backoffMin   time.Duration
-	backoffMax   time.Duration
-	onReconnect  func(ReconnectEvent)
-	maxBody      int
-	management   ManagementCheck
-	metricsReg   prometheus.Registerer
-	maxInFlight  int
-	extraTargets []delayspec.Target // pubhook.ExtraTargets
-}
-
 func init() {
 	pubhook.ExtraTargets = func(names ...string) any {
-		return func(c *Config) { c.extraTargets = append(c.extraTargets, names...) }
-	}
-}
-
-func defaultOptions() options {
-	return options{
-		logger:      zerolog.Nop(),
-		strategy:    Auto,
-		channels:    DefaultChannels,
-		name:        "rabbitdelay-publisher",
-		backoffMin:  amqpconn.DefaultReconnectMin,
-		backoffMax:  amqpconn.DefaultReconnectMax,
-		maxBody:     DefaultMaxMessageSize,
-		maxInFlight: DefaultMaxInFlight,
+		return func(c *Config) {
+			for _, n := range names {
+				c.extraTargets = append(c.extraTargets, delayspec.Target{Name: n})
+			}
+		}
 	}
 }
 
@@ -222,49 +199,32 @@ const (
 	DefaultMaxInFlight = 4096
 )
 
-// resolve fills in the defaults of c's zero fields and checks the others, every unusable field
-// an error wrapping ErrInvalidConfig and naming it.
-func (c Config) resolve() (options, error) {
-	o := defaultOptions()
+// resolve returns c with the defaults of its zero fields filled in, and checks the others: every
+// unusable field an error wrapping ErrInvalidConfig and naming it.
+func (c Config) resolve() (Config, error) {
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
 	if s := c.Strategy; s < Auto || s > LadderOnly {
 		bad("Config.Strategy %d: want Auto (the zero value), PreferPlugin, PluginOnly or LadderOnly", int(s))
-	} else {
-		o.strategy = s
 	}
 	if n := c.Channels; n < 0 || n > 64 {
 		bad("Config.Channels %d: want 1 to 64 (0: the default %d)", n, DefaultChannels)
-	} else if n > 0 {
-		o.channels = n
 	}
 	if n := c.MaxMessageSize; n < 0 || n > MaxMessageSizeLimit {
 		bad("Config.MaxMessageSize %d bytes: want 1 to %d, RabbitMQ's ceiling for max_message_size (0: the default %d)",
 			n, MaxMessageSizeLimit, DefaultMaxMessageSize)
-	} else if n > 0 {
-		o.maxBody = n
 	}
 	if n := c.MaxInFlight; n < 0 {
 		bad("Config.MaxInFlight %d: want at least 1 (0: the default %d)", n, DefaultMaxInFlight)
-	} else if n > 0 {
-		o.maxInFlight = n
 	}
+	c.Channels, c.MaxMessageSize = cmp.Or(c.Channels, DefaultChannels), cmp.Or(c.MaxMessageSize, DefaultMaxMessageSize)
+	c.MaxInFlight, c.ConnectionName = cmp.Or(c.MaxInFlight, DefaultMaxInFlight), cmp.Or(c.ConnectionName, "rabbitdelay-publisher")
 	if rmin, rmax, err := amqpconn.ReconnectRange("Config", c.ReconnectMin, c.ReconnectMax); err != nil {
 		bad("%w", err)
 	} else {
-		o.backoffMin, o.backoffMax = rmin, rmax
-	}
-	if c.ConnectionName != "" {
-		o.name = c.ConnectionName
-	}
-	o.logger = c.Logger
-	o.onReconnect = c.OnReconnect
-	o.management = c.Management
-	o.metricsReg = c.Metrics
-	for _, n := range c.extraTargets {
-		o.extraTargets = append(o.extraTargets, delayspec.Target{Name: n})
+		c.ReconnectMin, c.ReconnectMax = rmin, rmax
 	}
 	if err := delayspec.ValidatePrefix(c.Prefix); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
@@ -272,13 +232,13 @@ func (c Config) resolve() (options, error) {
 	if err := c.conn().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
-	if o.management != nil {
-		if have, want := o.management.VHost(), vhostOf(c.conn().URLOrDefault()); have != want {
+	if c.Management != nil {
+		if have, want := c.Management.VHost(), vhostOf(c.conn().URLOrDefault()); have != want {
 			errs = append(errs, fmt.Errorf("%w: Config.Management reads vhost %q, but Config.URL names vhost %q: "+
 				"give the management check the URL's vhost (topology.NewManagement(url, %q))", ErrInvalidConfig, have, want, want))
 		}
 	}
-	return o, errors.Join(errs...)
+	return c, errors.Join(errs...)
 }
 
 // ReconnectEvent describes one change of the Publisher's connection (Config.OnReconnect).

@@ -225,11 +225,11 @@ func (p *Publisher) PluginAvailable() bool { return p.pluginOK.Load() }
 
 // withoutPlugin chooses again once the plugin exchange dest is gone; PluginOnly: an error.
 func (p *Publisher) withoutPlugin(delay time.Duration, dest string) (choice, error) {
-	if p.opts.strategy == PluginOnly {
+	if p.cfg.Strategy == PluginOnly {
 		return choice{}, fmt.Errorf("%w: the plugin exchange %q no longer exists (RabbitMQ answered 404 NOT_FOUND; this message "+
 			"was not stored): run `rabbitdelay apply` with the plugin on, then publish again", ErrPluginUnavailable, dest)
 	}
-	return chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy}.choose(delay)
+	return chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.cfg.Strategy}.choose(delay)
 }
 
 const pluginReprobe = 5 * time.Second // how often publishes look for a plugin exchange found gone
@@ -271,7 +271,7 @@ func isExchangeNotFound(err error, exchange string) bool {
 // probePlugin reports whether the plugin exchange exists, on a connection of its own.
 func (p *Publisher) probePlugin(ctx context.Context) (bool, error) {
 	dial := func(ctx context.Context) (*amqp.Connection, error) {
-		return amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name+"-probe")
+		return amqpconn.Dial(ctx, p.cfg.conn(), p.cfg.ConnectionName+"-probe")
 	}
 	return pluginprobe.ExchangeExists(ctx, dial, p.names.PluginExchange())
 }

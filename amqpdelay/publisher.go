@@ -51,7 +51,6 @@ type Publisher struct {
 	ladder   ttlbuckets.Ladder
 	buckets  ttlbuckets.Buckets
 	park     parkRoute
-	opts     options
 	log      zerolog.Logger
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
@@ -129,11 +128,11 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context (use context.Background())", ErrInvalidInput)
 	}
-	o, err := cfg.resolve()
+	cfg, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := amqpconn.Dial(ctx, cfg.conn(), o.name)
+	conn, err := amqpconn.Dial(ctx, cfg.conn(), cfg.ConnectionName)
 	if err != nil {
 		return nil, err
 	}
@@ -142,8 +141,8 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if err != nil {
 		return fail(err)
 	}
-	spec.Targets = append(spec.Targets, o.extraTargets...)
-	if o.strategy == PluginOnly && spec.Plugin == delayspec.PluginOff {
+	spec.Targets = append(spec.Targets, cfg.extraTargets...)
+	if cfg.Strategy == PluginOnly && spec.Plugin == delayspec.PluginOff {
 		return fail(fmt.Errorf("%w: strategy PluginOnly, and prefix %q was applied with AMQPDELAY_PLUGIN=off: the topology has no plugin exchange",
 			ErrInvalidConfig, spec.Prefix))
 	}
@@ -160,13 +159,12 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 		ladder:   ladder,
 		buckets:  buckets,
 		park:     newParkRoute(spec),
-		opts:     o,
-		log:      o.logger,
+		log:      cfg.Logger,
 		changed:  make(chan struct{}),
 		active:   publishes{drained: make(chan struct{})},
 		checkSem: make(chan struct{}, 1),
 		permSem:  make(chan struct{}, 1),
-		inFlight: make(chan struct{}, o.maxInFlight),
+		inFlight: make(chan struct{}, cfg.MaxInFlight),
 		user:     urlUser(cfg.conn().URLOrDefault()),
 	}
 	// The retry exchange (package consumer's retries) is a target of every topology.
@@ -177,12 +175,12 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	// Room for every exchange of the topology (per shard: levels, last-hop and entry
 	// exchanges; the bucket exchange) beside maxNames direct targets.
 	p.refusals.trusted.limit = maxNames + max(spec.Shards, 1)*3*(len(route.Queues(ladder))+ladder.Levels()) + 1
-	if p.metrics, err = newPubMetrics(o.metricsReg, p); err != nil {
+	if p.metrics, err = newPubMetrics(cfg.Metrics, p); err != nil {
 		return fail(err)
 	}
 	p.closeCtx, p.cancel = context.WithCancel(context.Background())
 	s, err := p.setUp(ctx, conn)
-	if err == nil && o.strategy == PluginOnly && !p.pluginOK.Load() {
+	if err == nil && cfg.Strategy == PluginOnly && !p.pluginOK.Load() {
 		_ = s.conn.Close()
 		err = errPluginMissing(s.brokerVersion)
 	}
@@ -309,7 +307,7 @@ func (p *Publisher) prepare(ctx context.Context, exchange, routingKey string, ms
 	if p.pluginLost.Load() {
 		p.reprobePlugin()
 	}
-	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.opts.strategy, pluginOK: p.pluginOK.Load(), brokerVersion: p.brokerVersion()}.choose(delay)
+	c, err := chooser{ladder: p.ladder, buckets: p.buckets, strategy: p.cfg.Strategy, pluginOK: p.pluginOK.Load(), brokerVersion: p.brokerVersion()}.choose(delay)
 	if err != nil {
 		return choice{}, err
 	}
@@ -431,7 +429,7 @@ func (p *Publisher) Close() error {
 		p.wg.Wait()
 		if s := p.sess.Load(); s != nil {
 			// amqp091's Close waits for the broker's close-ok without a bound.
-			if err := s.conn.CloseDeadline(time.Now().Add(5 * time.Second)); err != nil && !errors.Is(err, amqp.ErrClosed) {
+			if err := amqpconn.Close(s.conn); err != nil && !errors.Is(err, amqp.ErrClosed) {
 				p.closeErr = fmt.Errorf("amqpdelay: close connection (the socket is closed either way): %w", err)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/ttlbuckets"
 )
@@ -82,15 +83,15 @@ func TestConfigResolve(t *testing.T) {
 		}
 	}
 	o, err := Config{}.resolve()
-	d := defaultOptions()
-	if err != nil || o.channels != d.channels || o.strategy != d.strategy || o.backoffMin != d.backoffMin || o.backoffMax != d.backoffMax ||
-		o.maxBody != d.maxBody || o.maxInFlight != d.maxInFlight || o.name != d.name {
-		t.Errorf("the zero Config resolves to %+v, %v; want the defaults %+v", o, err, d)
+	if err != nil || o.Channels != DefaultChannels || o.Strategy != Auto || o.ReconnectMin != amqpconn.DefaultReconnectMin ||
+		o.ReconnectMax != amqpconn.DefaultReconnectMax || o.MaxMessageSize != DefaultMaxMessageSize || o.MaxInFlight != DefaultMaxInFlight ||
+		o.ConnectionName != "rabbitdelay-publisher" {
+		t.Errorf("the zero Config resolves to %+v, %v; want the defaults", o, err)
 	}
 	o, err = Config{Channels: 64, ReconnectMin: time.Millisecond, ReconnectMax: MaxReconnectBackoff, MaxMessageSize: MaxMessageSizeLimit,
 		MaxInFlight: 1, Strategy: LadderOnly, ConnectionName: "pub"}.resolve()
-	if err != nil || o.channels != 64 || o.backoffMin != time.Millisecond || o.backoffMax != MaxReconnectBackoff || o.maxBody != MaxMessageSizeLimit ||
-		o.maxInFlight != 1 || o.strategy != LadderOnly || o.name != "pub" {
+	if err != nil || o.Channels != 64 || o.ReconnectMin != time.Millisecond || o.ReconnectMax != MaxReconnectBackoff || o.MaxMessageSize != MaxMessageSizeLimit ||
+		o.MaxInFlight != 1 || o.Strategy != LadderOnly || o.ConnectionName != "pub" {
 		t.Errorf("in-range fields resolve to %+v, %v", o, err)
 	}
 }

@@ -57,7 +57,7 @@ func (p *Publisher) accepted(dest string, bodyLen int) {
 
 // checkBodySize refuses a body above Config.MaxMessageSize (a lower broker limit: its 406).
 func (p *Publisher) checkBodySize(n int) error {
-	if limit := p.opts.maxBody; n > limit {
+	if limit := p.cfg.MaxMessageSize; n > limit {
 		return fmt.Errorf("%w: msg.Body is %d bytes, more than Config.MaxMessageSize of %d bytes (default 16 MiB: RabbitMQ 4.x's "+
 			"default max_message_size): send a smaller body, or raise the limit (Config.MaxMessageSize, and max_message_size in "+
 			"rabbitmq.conf)", ErrInvalidInput, n, limit)

@@ -65,7 +65,7 @@ func TestLearn(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &Publisher{opts: defaultOptions()}
+			p := &Publisher{}
 			p.refusals.trusted.add("y")
 			err := p.learn(tc.err, tc.serial, tc.path, "x", "k", &amqp.Publishing{Body: make([]byte, 10)})
 			if !errors.Is(err, tc.want) {

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
@@ -37,12 +36,12 @@ const (
 
 // connect dials again after a connection loss; the spec record must not have changed.
 func (p *Publisher) connect(ctx context.Context) (*session, error) {
-	conn, err := amqpconn.Dial(ctx, p.cfg.conn(), p.opts.name)
+	conn, err := amqpconn.Dial(ctx, p.cfg.conn(), p.cfg.ConnectionName)
 	if err != nil {
 		return nil, err
 	}
 	spec, err := p.cfg.readSpec(ctx, conn)
-	if err == nil && !sameSpec(spec, p.spec, p.opts.extraTargets) {
+	if err == nil && !sameSpec(spec, p.spec, p.cfg.extraTargets) {
 		err = fmt.Errorf("%w: prefix %q was applied again with another topology since this Publisher started: "+
 			"start a new Publisher, which reads the new one", ErrTopologyMissing, p.spec.Prefix)
 	}
@@ -76,7 +75,7 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 	}
 	hadPlugin := p.pluginOK.Load() || p.pluginLost.Load()
 	pluginOK := false
-	if p.opts.strategy != LadderOnly && p.spec.Plugin != delayspec.PluginOff {
+	if p.cfg.Strategy != LadderOnly && p.spec.Plugin != delayspec.PluginOff {
 		var err error
 		if pluginOK, err = p.probePlugin(ctx); err != nil {
 			return fail(fmt.Errorf("amqpdelay: probe for the delayed-message plugin: %w", err))
@@ -86,22 +85,22 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 	// A plugin exchange in use and now missing is looked for again every pluginReprobe.
 	p.pluginLost.Store(hadPlugin && !pluginOK)
 	// Without the check and serial channels a refusal would fail other publishes in flight.
-	if limit := int(conn.Config.ChannelMax); limit < p.opts.channels+2 {
+	if limit := int(conn.Config.ChannelMax); limit < p.cfg.Channels+2 {
 		return fail(fmt.Errorf("%w: the broker allows %d channels per connection (channel_max) and the Publisher needs %d "+
 			"(Config.Channels %d, one to check exchanges and one for publishes the broker may refuse): lower Config.Channels to at most %d, or raise channel_max in rabbitmq.conf",
-			ErrInvalidConfig, limit, p.opts.channels+2, p.opts.channels, max(limit-2, 0)))
+			ErrInvalidConfig, limit, p.cfg.Channels+2, p.cfg.Channels, max(limit-2, 0)))
 	}
 	// Direct and plugin publishes get channels of their own as far as channel_max permits.
 	brokerVersion, _ := conn.Properties["version"].(string)
 	s := &session{
 		conn:          conn,
 		brokerVersion: brokerVersion,
-		general:       p.opts.channels,
-		own:           [4]int{-1, -1, -1, p.opts.channels},
+		general:       p.cfg.Channels,
+		own:           [4]int{-1, -1, -1, p.cfg.Channels},
 		chanDied:      make(chan struct{}, 1),
 		connClose:     conn.NotifyClose(make(chan *amqp.Error, 1)),
 	}
-	nslots, room := p.opts.channels+1, int(conn.Config.ChannelMax)-p.opts.channels-2
+	nslots, room := p.cfg.Channels+1, int(conn.Config.ChannelMax)-p.cfg.Channels-2
 	if room > 0 {
 		s.own[directSlot], nslots, room = nslots, nslots+1, room-1
 	}
@@ -117,7 +116,7 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 		s.slots[i].Store(pc)
 	}
 	p.log.Info().Str("urls", p.cfg.conn().Redacted()).Str("node", conn.RemoteAddr().String()).Bool("plugin", pluginOK).
-		Int("channels", p.opts.channels).Bool("plugin_channel", s.own[pluginSlot] >= 0).Bool("direct_channel", s.own[directSlot] >= 0).Str("strategy", p.opts.strategy.String()).Msg("amqpdelay: publisher connected")
+		Int("channels", p.cfg.Channels).Bool("plugin_channel", s.own[pluginSlot] >= 0).Bool("direct_channel", s.own[directSlot] >= 0).Str("strategy", p.cfg.Strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
 }
 
@@ -263,10 +262,7 @@ func (p *Publisher) reopenChannels(s *session) error {
 // reconnect retries connect with exponential back-off, randomized by ±50 % so that publishers
 // do not dial in step, until it succeeds or the Publisher is closed (nil).
 func (p *Publisher) reconnect() *session {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.Multiplier = p.opts.backoffMin, p.opts.backoffMax, 2
-	bo.RandomizationFactor, bo.MaxElapsedTime = 0.5, 0
-	bo.Reset()
+	bo := amqpconn.NewBackOff(p.cfg.ReconnectMin, p.cfg.ReconnectMax, 2)
 	wait := bo.NextBackOff()
 	for attempt := 1; ; attempt++ {
 		if !amqpconn.Sleep(p.closeCtx, wait) {
@@ -290,8 +286,8 @@ func (p *Publisher) reconnect() *session {
 func (p *Publisher) event(e ReconnectEvent) {
 	if !p.isClosed() {
 		p.metrics.connection(e.Kind)
-		if p.opts.onReconnect != nil {
-			p.opts.onReconnect(e)
+		if p.cfg.OnReconnect != nil {
+			p.cfg.OnReconnect(e)
 		}
 	}
 }

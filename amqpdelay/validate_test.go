@@ -176,7 +176,7 @@ func TestIsIOError(t *testing.T) {
 // "context canceled"), the reconnect handler hears nothing.
 func TestNoEventAfterClose(t *testing.T) {
 	var got []ReconnectEvent
-	p := &Publisher{opts: options{onReconnect: func(e ReconnectEvent) { got = append(got, e) }}}
+	p := &Publisher{cfg: Config{OnReconnect: func(e ReconnectEvent) { got = append(got, e) }}}
 	p.closeCtx, p.cancel = context.WithCancel(context.Background())
 	p.event(ReconnectEvent{Kind: Disconnected})
 	p.cancel()

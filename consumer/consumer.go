@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
@@ -150,9 +149,7 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 
 // reconnect opens a new session with back-off, waiting before each attempt; nil once ctx ended.
 func (c *Consumer) reconnect(ctx context.Context, careful bool) *session {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = c.o.reconnectMin, c.o.reconnectMax, 0.5, 0
-	b.Reset()
+	b := amqpconn.NewBackOff(c.o.reconnectMin, c.o.reconnectMax, 1.5)
 	for attempt := 1; amqpconn.Sleep(ctx, b.NextBackOff()); attempt++ {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		s, err := c.open(dctx, careful)

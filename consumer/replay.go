@@ -37,7 +37,7 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 	if err != nil {
 		return 0, fmt.Errorf("consumer: replay: dial: %w", err)
 	}
-	defer func() { _ = closeConn(conn) }()
+	defer func() { _ = amqpconn.Close(conn) }()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
@@ -66,13 +66,7 @@ func Replay(ctx context.Context, cfg amqpdelay.Config, queue string, n int) (mov
 		}
 		d, ok, err := ch.Get(parking, false)
 		if err != nil {
-			select { // the connection's close reason, when it was the connection that closed
-			case e := <-closed:
-				if e != nil {
-					err = e
-				}
-			case <-time.After(time.Second):
-			}
+			err = amqpconn.CloseReason(closed, time.Second, err) // when it was the connection that closed
 			if isUnreadable(err) {
 				return moved, fmt.Errorf("%w: consumer: replay: the message at the head of %q cannot be read by the client library "+
 					"(amqp091-go), which closed the connection (typically a header table nested more than 32 deep or with more "+

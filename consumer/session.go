@@ -57,10 +57,6 @@ func (s *session) remove(f *flight) {
 	s.mu.Unlock()
 }
 
-func closeConn(conn *amqp.Connection) error {
-	return conn.CloseDeadline(time.Now().Add(5 * time.Second))
-}
-
 // open dials, checks the queue, binds it to the retry exchange and starts consuming; careful
 // starts with a prefetch of 1.
 func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
@@ -69,7 +65,7 @@ func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 		return nil, fmt.Errorf("consumer: dial: %w", err)
 	}
 	fail := func(err error) (*session, error) {
-		_ = closeConn(conn)
+		_ = amqpconn.Close(conn)
 		return nil, err
 	}
 	// Before the consume: an unreadable delivery may close the connection at once.
@@ -125,15 +121,8 @@ func (c *Consumer) serve(ctx context.Context, s *session) error {
 
 	select {
 	case <-workers:
-		var why error = errors.New("the broker closed the consuming channel")
-		select {
-		case e := <-s.closed:
-			if e != nil {
-				why = e
-			}
-		default:
-		}
-		_ = closeConn(s.conn)
+		why := amqpconn.CloseReason(s.closed, 0, errors.New("the broker closed the consuming channel"))
+		_ = amqpconn.Close(s.conn)
 		return fmt.Errorf("consumer: consuming %q ended: %w", c.queue, why)
 	case <-ctx.Done():
 	}
@@ -200,7 +189,7 @@ func (c *Consumer) shutdown(s *session, workers <-chan struct{}, cancelBase cont
 	case <-time.After(5 * time.Second): // the channel then returns the rest as it closes
 	}
 	_ = s.ch.Close()
-	if err := closeConn(s.conn); err != nil && !errors.Is(err, amqp.ErrClosed) {
+	if err := amqpconn.Close(s.conn); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		c.log.Warn().Err(err).Msg("consumer: close connection")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
 	"github.com/delaykit/rabbitdelay/internal/revlog"
 )
@@ -228,7 +229,7 @@ func (r *Revocations) Close() error {
 		r.cancel()
 		r.wg.Wait()
 		if r.conn != nil {
-			_ = r.conn.CloseDeadline(time.Now().Add(5 * time.Second))
+			_ = amqpconn.Close(r.conn)
 		}
 	})
 	return nil

@@ -24,7 +24,7 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 		return nil, nil, err
 	}
 	fail := func(err error) (<-chan amqp.Delivery, chan *amqp.Error, error) {
-		_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
+		_ = amqpconn.Close(conn)
 		return nil, nil, err
 	}
 	if r.retention == 0 { // the first open: the applied topology's retention
@@ -156,14 +156,7 @@ func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Er
 			r.sweep(time.Now().UnixMilli())
 		case d, ok := <-deliveries:
 			if !ok {
-				var err error = amqp.ErrClosed
-				select { // the connection's close reason, when it was the connection that closed
-				case e := <-closed:
-					if e != nil {
-						err = e
-					}
-				case <-time.After(time.Second):
-				}
+				err := amqpconn.CloseReason(closed, time.Second, amqp.ErrClosed) // when it was the connection that closed
 				r.o.logger.Warn().Err(err).Str("stream", r.stream).Msg("revoke: reading the revocation stream ended; reconnecting")
 				r.setTrouble(fmt.Errorf("reading it ended: %w", err))
 				r.fch.Store(nil)
@@ -278,12 +271,9 @@ func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
 	return nil, nil
 }
 
-// newBackOff: 100 ms doubling to 5 s, each wait randomized by ±50 %.
+// newBackOff: 100 ms growing by half to 5 s, each wait randomized by ±50 %.
 func newBackOff() *backoff.ExponentialBackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0.5, 0
-	b.Reset()
-	return b
+	return amqpconn.NewBackOff(100*time.Millisecond, 5*time.Second, 1.5)
 }
 
 // publishConfirmed publishes msg to stream on ch, in confirm mode, and waits for the confirm.

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -371,3 +372,35 @@ func IsNotFound(err error) bool {
 	var ae *amqp.Error
 	return errors.As(err, &ae) && ae.Code == amqp.NotFound
 }
+
+// NewBackOff returns an exponential back-off from lo to hi by mult, each wait randomized by
+// ±50 % (so that clients do not dial in step), without an end.
+func NewBackOff(lo, hi time.Duration, mult float64) *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.Multiplier, b.RandomizationFactor, b.MaxElapsedTime = lo, hi, mult, 0.5, 0
+	b.Reset()
+	return b
+}
+
+// CloseReason returns the close reason closed holds, or receives within wait (0: none), else dflt.
+func CloseReason(closed <-chan *amqp.Error, wait time.Duration, dflt error) error {
+	var e *amqp.Error
+	if wait <= 0 {
+		select {
+		case e = <-closed:
+		default:
+		}
+	} else {
+		select {
+		case e = <-closed:
+		case <-time.After(wait):
+		}
+	}
+	if e != nil {
+		return e
+	}
+	return dflt
+}
+
+// Close closes conn, giving the broker up to 5 s to answer (amqp091's Close waits without bound).
+func Close(conn *amqp.Connection) error { return conn.CloseDeadline(time.Now().Add(5 * time.Second)) }
