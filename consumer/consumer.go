@@ -50,12 +50,12 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer
 	if h == nil {
 		errs = append(errs, fmt.Errorf("%w: nil handler", ErrInvalidConfig))
 	}
-	m, err := newConsumerMetrics(o.metricsReg)
+	m, err := newConsumerMetrics(o.Metrics)
 	if err := errors.Join(append(errs, err)...); err != nil {
 		return nil, err
 	}
 	m.start(queue)
-	return &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: delayspec.Names{Prefix: cfg.Prefix}, log: o.logger, m: m, store: o.store}, nil
+	return &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: delayspec.Names{Prefix: cfg.Prefix}, log: o.Logger, m: m, store: o.Store}, nil
 }
 
 // Queue returns the name of the queue the Consumer consumes.
@@ -104,7 +104,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				"delivery limit dead-letters it (a ready queue of `rabbitdelay apply`: to the parking queue), a classic queue "+
 				"keeps it, so take it out by hand (management UI, Get messages, Ack mode \"Reject requeue false\"); until "+
 				"%d deliveries have been read, the Consumer takes one at a time, so the messages behind it are not given "+
-				"back with it and charged a delivery attempt", lost, c.queue, carefulDeliveries(c.o.concurrency))
+				"back with it and charged a delivery attempt", lost, c.queue, carefulDeliveries(c.o.Concurrency))
 			c.log.Error().Err(lost).Str("queue", c.queue).Msg("consumer: an unreadable delivery closed the connection; reconnecting")
 		} else {
 			c.log.Warn().Err(lost).Str("queue", c.queue).Msg("consumer: connection lost; reconnecting")
@@ -128,7 +128,7 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 	}
 	cfg, o := c.cfg, c.o
 	pub, err := amqpdelay.NewPublisher(ctx, amqpdelay.Config{URL: cfg.URL, TLSCA: cfg.TLSCA, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey,
-		Prefix: cfg.Prefix, Logger: o.logger, Channels: 1, ConnectionName: o.name + "-retry", ReconnectMin: o.reconnectMin, ReconnectMax: o.reconnectMax})
+		Prefix: cfg.Prefix, Logger: o.Logger, Channels: 1, ConnectionName: o.ConnectionName + "-retry", ReconnectMin: o.ReconnectMin, ReconnectMax: o.ReconnectMax})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: start the retry Publisher (retries go through the delay topology to the retry exchange %q, "+
 			"which `rabbitdelay apply` declares): %w", c.names.Retry(), err)
@@ -137,8 +137,8 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 	if err := c.o.fitWaits(pub.MaxDelay()); err != nil {
 		return nil, err
 	}
-	if c.o.revocations {
-		r, err := revoke.New(ctx, c.cfg, revoke.Options{Logger: c.log, ConnectionName: c.o.name + "-revocations"})
+	if !c.o.NoRevocations {
+		r, err := revoke.New(ctx, c.cfg, revoke.Options{Logger: c.log, ConnectionName: c.o.ConnectionName + "-revocations"})
 		if err != nil {
 			return nil, fmt.Errorf("consumer: read the revocation stream (or set Options.NoRevocations): %w", err)
 		}
@@ -149,7 +149,7 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 
 // reconnect opens a new session with back-off, waiting before each attempt; nil once ctx ended.
 func (c *Consumer) reconnect(ctx context.Context, careful bool) *session {
-	b := amqpconn.NewBackOff(c.o.reconnectMin, c.o.reconnectMax, 1.5)
+	b := amqpconn.NewBackOff(c.o.ReconnectMin, c.o.ReconnectMax, 1.5)
 	for attempt := 1; amqpconn.Sleep(ctx, b.NextBackOff()); attempt++ {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		s, err := c.open(dctx, careful)
@@ -167,7 +167,7 @@ func (c *Consumer) reconnect(ctx context.Context, careful bool) *session {
 
 func (c *Consumer) emit(e Event) {
 	c.m.observe(c.queue, e)
-	if c.o.observer != nil {
-		c.o.observer(e)
+	if c.o.Observer != nil {
+		c.o.Observer(e)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
+	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
@@ -41,28 +42,28 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.o.settleTimeout != DefaultSettleTimeout {
-		t.Errorf("default settle timeout %v, want %v", c.o.settleTimeout, DefaultSettleTimeout)
+	if c.o.SettleTimeout != DefaultSettleTimeout {
+		t.Errorf("default settle timeout %v, want %v", c.o.SettleTimeout, DefaultSettleTimeout)
 	}
-	if c2, err := newOn(short, Options{SettleTimeout: 2 * time.Second}); err != nil || c2.o.settleTimeout != 2*time.Second {
+	if c2, err := newOn(short, Options{SettleTimeout: 2 * time.Second}); err != nil || c2.o.SettleTimeout != 2*time.Second {
 		t.Errorf("Options.SettleTimeout 2s: err %v", err)
 	}
 	// The zero value of each field is its default; a negative shutdown timeout is none, and
 	// NoStore turns deduplication off.
-	d := defaultOptions()
-	if c.o.concurrency != d.concurrency || c.o.lease != DefaultLease || c.o.keep != DefaultKeep || c.o.shutdownTimeout != DefaultShutdownTimeout ||
-		c.o.name != d.name || c.o.reconnectMin != d.reconnectMin || c.o.reconnectMax != d.reconnectMax || !c.o.bind || !c.o.revocations ||
-		c.o.idFunc == nil || c.o.handlerTimeout != 0 {
+	if c.o.Concurrency != DefaultConcurrency || c.o.Lease != DefaultLease || c.o.Keep != DefaultKeep || c.o.ShutdownTimeout != DefaultShutdownTimeout ||
+		c.o.ConnectionName != "rabbitdelay-consumer" || c.o.ReconnectMin != amqpconn.DefaultReconnectMin ||
+		c.o.ReconnectMax != amqpconn.DefaultReconnectMax || c.o.NoRetryBinding || c.o.NoRevocations ||
+		c.o.IDFunc == nil || c.o.HandlerTimeout != 0 {
 		t.Errorf("Options{} resolved to %+v, want the defaults", c.o)
 	}
 	if _, ok := c.store.(*MemoryStore); !ok {
 		t.Errorf("Options{}: store %T, want a *MemoryStore", c.store)
 	}
 	c3, err := New(cfg, "q", noop, Options{ShutdownTimeout: -1, NoStore: true, Lease: 48 * time.Hour, ReconnectMin: 10 * time.Second})
-	if err != nil || c3.o.shutdownTimeout != 0 || c3.store != nil || c3.o.keep != 48*time.Hour || c3.o.reconnectMax != 10*time.Second {
+	if err != nil || c3.o.ShutdownTimeout != 0 || c3.store != nil || c3.o.Keep != 48*time.Hour || c3.o.ReconnectMax != 10*time.Second {
 		t.Errorf("Options{ShutdownTimeout: -1, NoStore: true, Lease: 48h, ReconnectMin: 10s}: %+v, store %v, %v", c3.o, c3.store, err)
 	}
-	if longest := time.Duration(float64(c.o.backoff.Max) * (1 + c.o.backoff.Jitter)); longest > 65535*time.Millisecond {
+	if longest := time.Duration(float64(c.o.Backoff.Max) * (1 + c.o.Backoff.Jitter)); longest > 65535*time.Millisecond {
 		t.Errorf("default back-off reaches %v beyond the ladder", longest)
 	}
 	if err := c.Run(nil); !errors.Is(err, ErrInvalidConfig) { //nolint:staticcheck // a nil context is refused

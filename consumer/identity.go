@@ -39,7 +39,7 @@ const (
 
 // identify returns d's id for deduplication and, when the Consumer derived it, why.
 func (c *Consumer) identify(d amqp.Delivery) (id, derived string) {
-	id = c.o.idFunc(d)
+	id = c.o.IDFunc(d)
 	switch {
 	case id == "":
 		return contentID(d), DerivedMissing

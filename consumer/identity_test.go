@@ -13,7 +13,7 @@ import (
 // change), an id function returning "", an id longer than MaxIDLen (hashed, no two ids sharing
 // a prefix collide). Contents that differ in anything a publisher set have different ids.
 func TestIdentify(t *testing.T) {
-	c := &Consumer{o: defaultOptions()}
+	c := &Consumer{o: options{Options: Options{IDFunc: defaultID}}}
 	base := amqp.Delivery{RoutingKey: "o.1", ContentType: "text/plain", Timestamp: time.Unix(1700000000, 0), Priority: 3,
 		Headers: amqp.Table{"tenant": "a", "n": int32(7), "nested": amqp.Table{"k": []any{int64(1), "x"}}}, Body: []byte("hello")}
 	id, why := c.identify(base)
@@ -84,15 +84,15 @@ func TestIdentify(t *testing.T) {
 		{func(amqp.Delivery) string { return "" }, DerivedMissing},
 		{func(amqp.Delivery) string { return long + "1" }, DerivedTooLong},
 	} {
-		c := &Consumer{o: defaultOptions()}
-		c.o.idFunc = tc.idf
+		c := &Consumer{o: options{Options: Options{IDFunc: defaultID}}}
+		c.o.IDFunc = tc.idf
 		id, why := c.identify(withID)
 		if why != tc.want || len(id) > MaxIDLen {
 			t.Errorf("identify = %q, %q; want reason %s and at most %d bytes", id, why, tc.want, MaxIDLen)
 		}
 	}
-	c2 := &Consumer{o: defaultOptions()}
-	c2.o.idFunc = func(d amqp.Delivery) string { return long + d.MessageId }
+	c2 := &Consumer{o: options{Options: Options{IDFunc: defaultID}}}
+	c2.o.IDFunc = func(d amqp.Delivery) string { return long + d.MessageId }
 	a, _ := c2.identify(amqp.Delivery{MessageId: "1"})
 	b, _ := c2.identify(amqp.Delivery{MessageId: "2"})
 	a2, _ := c2.identify(amqp.Delivery{MessageId: "1"})

@@ -91,21 +91,12 @@ type Options struct {
 	NoRevocations bool
 }
 
-// options are Options resolved: defaults filled in, ranges checked.
+// options are Options resolved: defaults filled in, ranges checked (ShutdownTimeout 0: none;
+// Store nil: no deduplication).
 type options struct {
-	concurrency                                    int
-	backoff                                        Backoff
-	backoffSet, bind, revocations                  bool
-	store                                          Store
-	lease, keep, busyDelay                         time.Duration
-	maxDelay                                       time.Duration // the topology's ladder maximum (Run)
-	shutdownTimeout, handlerTimeout, settleTimeout time.Duration
-	reconnectMin, reconnectMax                     time.Duration
-	logger                                         zerolog.Logger
-	observer                                       func(Event)
-	name                                           string
-	idFunc                                         func(amqp.Delivery) string
-	metricsReg                                     prometheus.Registerer
+	Options
+	backoffSet bool
+	maxDelay   time.Duration // the topology's ladder maximum (Run)
 }
 
 // Defaults.
@@ -126,77 +117,58 @@ const (
 // time.Duration would overflow with its ±50 % randomization into no wait at all.
 const MaxReconnectBackoff = amqpconn.MaxReconnect
 
-func defaultOptions() options {
-	return options{concurrency: DefaultConcurrency, backoff: DefaultBackoff, lease: DefaultLease, keep: DefaultKeep,
-		shutdownTimeout: DefaultShutdownTimeout, settleTimeout: DefaultSettleTimeout, name: "rabbitdelay-consumer",
-		reconnectMin: amqpconn.DefaultReconnectMin, reconnectMax: amqpconn.DefaultReconnectMax, idFunc: defaultID}
-}
-
 // resolve fills in the defaults of the zero fields of opts and checks the others.
 func (opts Options) resolve() (options, error) {
-	o := defaultOptions()
+	o := options{Options: opts}
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
 	if n := opts.Concurrency; n < 0 || n > 10_000 {
 		bad("Options.Concurrency %d: want 1 to 10,000 (0: the default %d)", n, DefaultConcurrency)
-	} else if n != 0 {
-		o.concurrency = n
 	}
+	o.Concurrency = cmp.Or(opts.Concurrency, DefaultConcurrency)
+	o.Backoff = DefaultBackoff
 	if opts.Backoff != (Backoff{}) {
-		o.backoff, o.backoffSet = opts.Backoff.withDefaults(), true
-		if err := o.backoff.validate(); err != nil {
+		o.Backoff, o.backoffSet = opts.Backoff.withDefaults(), true
+		if err := o.Backoff.validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	switch {
 	case opts.NoStore && opts.Store != nil:
 		bad("Options.NoStore with a Store: set one or the other (NoStore turns deduplication off)")
-	case opts.Store != nil:
-		o.store = opts.Store
-	case !opts.NoStore:
-		o.store = &MemoryStore{}
+	case !opts.NoStore && opts.Store == nil:
+		o.Store = &MemoryStore{}
 	}
-	lease, keep := cmp.Or(opts.Lease, DefaultLease), opts.Keep
-	if keep == 0 {
-		keep = max(DefaultKeep, lease)
+	o.Lease = cmp.Or(opts.Lease, DefaultLease)
+	if o.Keep == 0 {
+		o.Keep = max(DefaultKeep, o.Lease)
 	}
-	if lease < 100*time.Millisecond || keep < lease {
+	if o.Lease < 100*time.Millisecond || o.Keep < o.Lease {
 		bad("Options.Lease %v, Options.Keep %v: want Lease 100ms or more and Keep at least Lease (0: the defaults %v and %v)",
 			opts.Lease, opts.Keep, DefaultLease, DefaultKeep)
-	} else {
-		o.lease, o.keep = lease, keep
 	}
 	if d := opts.BusyDelay; d != 0 && d < time.Millisecond {
 		bad("Options.BusyDelay %v: want 1ms or more (at most the topology's ladder maximum; 0: a quarter of the lease)", d)
-	} else {
-		o.busyDelay = d
 	}
-	if d := opts.ShutdownTimeout; d != 0 {
-		o.shutdownTimeout = max(d, 0)
-	}
+	o.ShutdownTimeout = max(cmp.Or(opts.ShutdownTimeout, DefaultShutdownTimeout), 0)
 	if d := opts.SettleTimeout; d != 0 && d < time.Millisecond {
 		bad("Options.SettleTimeout %v: want 1ms or more (0: the default %v)", d, DefaultSettleTimeout)
-	} else if d != 0 {
-		o.settleTimeout = d
 	}
+	o.SettleTimeout = cmp.Or(opts.SettleTimeout, DefaultSettleTimeout)
 	if d := opts.HandlerTimeout; d < 0 {
 		bad("Options.HandlerTimeout %v: want 0 (none) or more", d)
-	} else {
-		o.handlerTimeout = d
 	}
-	o.logger, o.observer, o.metricsReg = opts.Logger, opts.Observer, opts.Metrics
-	o.name = cmp.Or(opts.ConnectionName, o.name)
+	o.ConnectionName = cmp.Or(opts.ConnectionName, "rabbitdelay-consumer")
 	if rmin, rmax, err := amqpconn.ReconnectRange("Options", opts.ReconnectMin, opts.ReconnectMax); err != nil {
 		bad("%w", err)
 	} else {
-		o.reconnectMin, o.reconnectMax = rmin, rmax
+		o.ReconnectMin, o.ReconnectMax = rmin, rmax
 	}
-	if opts.IDFunc != nil {
-		o.idFunc = opts.IDFunc
+	if o.IDFunc == nil {
+		o.IDFunc = defaultID
 	}
-	o.bind, o.revocations = !opts.NoRetryBinding, !opts.NoRevocations
 	return o, errors.Join(errs...)
 }
 
@@ -217,21 +189,21 @@ func defaultID(d amqp.Delivery) string {
 // shortened to fit; one the caller set is refused.
 func (o *options) fitWaits(m time.Duration) error {
 	var errs []error
-	if fit := time.Duration(float64(m) / (1 + o.backoff.Jitter)); o.backoff.longest() > float64(m) && !o.backoffSet {
-		o.backoff.Max = max(fit, time.Millisecond)
-		o.backoff.Initial = min(o.backoff.Initial, o.backoff.Max)
-	} else if o.backoff.longest() > float64(m) {
+	if fit := time.Duration(float64(m) / (1 + o.Backoff.Jitter)); o.Backoff.longest() > float64(m) && !o.backoffSet {
+		o.Backoff.Max = max(fit, time.Millisecond)
+		o.Backoff.Initial = min(o.Backoff.Initial, o.Backoff.Max)
+	} else if o.Backoff.longest() > float64(m) {
 		errs = append(errs, fmt.Errorf("%w: Options.Backoff.Max %v with Jitter %v waits up to %s, beyond %v, the longest delay "+
 			"the topology's ladder carries (retries wait in it): want Backoff.Max from Backoff.Initial (%v) to %v",
-			ErrInvalidConfig, o.backoff.Max, o.backoff.Jitter, time.Duration(o.backoff.longest()), m, o.backoff.Initial, fit))
+			ErrInvalidConfig, o.Backoff.Max, o.Backoff.Jitter, time.Duration(o.Backoff.longest()), m, o.Backoff.Initial, fit))
 	}
-	if o.busyDelay > m {
+	if o.BusyDelay > m {
 		errs = append(errs, fmt.Errorf("%w: Options.BusyDelay %v: want 1ms to %v, the longest delay the topology's ladder carries",
-			ErrInvalidConfig, o.busyDelay, m))
+			ErrInvalidConfig, o.BusyDelay, m))
 	}
 	o.maxDelay = m
-	if o.busyDelay == 0 {
-		o.busyDelay = min(max(o.lease/4, time.Second), m)
+	if o.BusyDelay == 0 {
+		o.BusyDelay = min(max(o.Lease/4, time.Second), m)
 	}
 	return errors.Join(errs...)
 }

@@ -69,7 +69,7 @@ func (c *Consumer) process(base context.Context, s *session, d amqp.Delivery) {
 
 // info reads what the headers say about d, started at start.
 func (c *Consumer) info(d *amqp.Delivery, start time.Time) Info {
-	in := Info{Queue: c.queue, Attempt: 1, MaxAttempts: c.o.backoff.MaxAttempts}
+	in := Info{Queue: c.queue, Attempt: 1, MaxAttempts: c.o.Backoff.MaxAttempts}
 	in.ID, in.IDDerived = c.identify(*d)
 	if a, ok, fits := route.HeaderInt(d.Headers[HeaderAttempt]); ok && fits && a > 1 {
 		in.Attempt = int(a)
@@ -135,7 +135,7 @@ func (c *Consumer) holdUntilDue(base context.Context, f *flight) bool {
 
 // settleCtx bounds the steps before the handler, and, a new one, those that settle it after.
 func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), c.o.settleTimeout)
+	return context.WithTimeout(context.Background(), c.o.SettleTimeout)
 }
 
 // claim checks revocations and claims the id; it returns the lease token ("" without a
@@ -149,17 +149,17 @@ func (c *Consumer) claim(f *flight) (string, bool) {
 	if c.store == nil {
 		return "", true
 	}
-	st, token, err := c.store.Claim(ctx, c.queue, f.in.ID, c.o.lease)
+	st, token, err := c.store.Claim(ctx, c.queue, f.in.ID, c.o.Lease)
 	switch {
 	case err != nil:
 		c.log.Warn().Err(err).Str("id", f.in.ID).Msg("consumer: claim failed; deferring the message")
-		c.deferFor(ctx, f, c.o.busyDelay, err)
+		c.deferFor(ctx, f, c.o.BusyDelay, err)
 	case st == AlreadyHandled:
 		if f.settle() {
 			c.ack(f, Event{Kind: Skipped, Info: f.in, At: time.Now()})
 		}
 	case st == Busy:
-		c.deferFor(ctx, f, c.o.busyDelay, nil)
+		c.deferFor(ctx, f, c.o.BusyDelay, nil)
 	default:
 		return token, true
 	}
@@ -179,7 +179,7 @@ func (c *Consumer) revoked(ctx context.Context, f *flight) bool {
 		c.log.Warn().Err(err).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: revocation check failed")
 		dctx, cancel := c.settleCtx()
 		defer cancel()
-		c.deferFor(dctx, f, c.o.busyDelay, err)
+		c.deferFor(dctx, f, c.o.BusyDelay, err)
 	case !f.settle(): // shutdown gave it back meanwhile
 	case err != nil:
 		c.nack(f, fmt.Errorf("consumer: cannot tell whether the message is revoked: %w", err), notFailed)
@@ -193,8 +193,8 @@ func (c *Consumer) revoked(ctx context.Context, f *flight) bool {
 func (c *Consumer) handle(base context.Context, d amqp.Delivery, in Info, token string) (time.Duration, error) {
 	var hctx context.Context
 	var hcancel context.CancelFunc
-	if c.o.handlerTimeout > 0 {
-		hctx, hcancel = context.WithTimeout(base, c.o.handlerTimeout)
+	if c.o.HandlerTimeout > 0 {
+		hctx, hcancel = context.WithTimeout(base, c.o.HandlerTimeout)
 	} else {
 		hctx, hcancel = context.WithCancel(base)
 	}
@@ -253,9 +253,9 @@ func (c *Consumer) settleOutcome(f *flight, token string, took time.Duration, er
 	switch {
 	case IsPermanent(err):
 		reason = ParkPermanent
-	case in.Attempt < c.o.backoff.MaxAttempts:
+	case in.Attempt < c.o.Backoff.MaxAttempts:
 		h[HeaderAttempt] = int64(in.Attempt + 1)
-		delay := c.o.backoff.delay(in.Attempt)
+		delay := c.o.Backoff.delay(in.Attempt)
 		r, perr := c.publishCopy(ctx, f, c.names.Retry(), c.queue, h, delay)
 		if perr == nil {
 			c.ack(f, Event{Kind: Retried, Info: in, Err: err, Delay: r.Delay, Due: r.Due, Duration: took, At: time.Now()})
@@ -313,7 +313,7 @@ func readableError(err error) (out error) {
 // renew extends the lease every third of it until stop is closed; it cancels the handler's
 // context when the lease is lost.
 func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-chan struct{}) {
-	t := time.NewTicker(c.o.lease / 3)
+	t := time.NewTicker(c.o.Lease / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -321,8 +321,8 @@ func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-cha
 			return
 		case <-t.C:
 		}
-		ctx, ccancel := context.WithTimeout(context.Background(), c.o.lease/3)
-		ok, err := c.store.Extend(ctx, c.queue, id, token, c.o.lease)
+		ctx, ccancel := context.WithTimeout(context.Background(), c.o.Lease/3)
+		ok, err := c.store.Extend(ctx, c.queue, id, token, c.o.Lease)
 		ccancel()
 		switch {
 		case err != nil:

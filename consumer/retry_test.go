@@ -41,8 +41,8 @@ func TestBackoffValidate(t *testing.T) {
 		}
 	}
 	o, err := Options{Backoff: Backoff{}}.resolve()
-	if err != nil || o.backoff != DefaultBackoff {
-		t.Errorf("zero Backoff = %+v, %v; want the defaults", o.backoff, err)
+	if err != nil || o.Backoff != DefaultBackoff {
+		t.Errorf("zero Backoff = %+v, %v; want the defaults", o.Backoff, err)
 	}
 }
 
@@ -127,8 +127,8 @@ func TestBackoffRefused(t *testing.T) {
 	// A lease so long that the default busy delay (a quarter of it) is beyond a short ladder:
 	// the default is lowered to fit, not refused.
 	c, err := newOn(short, Options{Lease: time.Hour, Keep: 2 * time.Hour})
-	if err != nil || c.o.busyDelay != short {
-		t.Errorf("New with a long lease on a short ladder: busy delay %v, %v; want %v", c.o.busyDelay, err, short)
+	if err != nil || c.o.BusyDelay != short {
+		t.Errorf("New with a long lease on a short ladder: busy delay %v, %v; want %v", c.o.BusyDelay, err, short)
 	}
 }
 

@@ -60,7 +60,7 @@ func (s *session) remove(f *flight) {
 // open dials, checks the queue, binds it to the retry exchange and starts consuming; careful
 // starts with a prefetch of 1.
 func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
-	conn, err := amqpdelay.Dial(ctx, c.cfg, c.o.name)
+	conn, err := amqpdelay.Dial(ctx, c.cfg, c.o.ConnectionName)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: dial: %w", err)
 	}
@@ -80,27 +80,27 @@ func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 	} else if err != nil {
 		return fail(fmt.Errorf("consumer: check queue %q: %w", c.queue, err))
 	}
-	if c.o.bind {
+	if !c.o.NoRetryBinding {
 		if err := ch.QueueBind(c.queue, c.queue, c.names.Retry(), false, nil); err != nil {
 			return fail(fmt.Errorf("consumer: bind queue %q to the retry exchange %q with key %q (run `rabbitdelay apply`, or pass "+
 				"Options.NoRetryBinding when the queue is a ready queue and this user may not bind): %w", c.queue, c.names.Retry(), c.queue, err))
 		}
 	}
-	prefetch := c.o.concurrency
+	prefetch := c.o.Concurrency
 	if careful {
 		prefetch = 1
 	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fail(fmt.Errorf("consumer: set prefetch %d: %w", prefetch, err))
 	}
-	tag := fmt.Sprintf("%s-%s", c.o.name, newToken()[:8])
+	tag := fmt.Sprintf("%s-%s", c.o.ConnectionName, newToken()[:8])
 	deliveries, err := ch.Consume(c.queue, tag, false, false, false, false, nil)
 	if err != nil {
 		return fail(fmt.Errorf("consumer: consume queue %q: %w", c.queue, err))
 	}
 	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, closed: closed, flights: map[*flight]struct{}{}}
 	if careful {
-		s.careful.Store(int64(carefulDeliveries(c.o.concurrency)))
+		s.careful.Store(int64(carefulDeliveries(c.o.Concurrency)))
 	}
 	return s, nil
 }
@@ -113,7 +113,7 @@ func (c *Consumer) serve(ctx context.Context, s *session) error {
 	defer cancelBase()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for range c.o.concurrency {
+	for range c.o.Concurrency {
 		wg.Go(func() { c.work(base, s, stop) })
 	}
 	workers := make(chan struct{})
@@ -147,7 +147,7 @@ func (c *Consumer) work(base context.Context, s *session, stop <-chan struct{}) 
 			default:
 			}
 			if s.careful.Load() > 0 && s.careful.Add(-1) == 0 {
-				if err := s.ch.Qos(c.o.concurrency, 0, false); err != nil {
+				if err := s.ch.Qos(c.o.Concurrency, 0, false); err != nil {
 					c.log.Warn().Err(err).Msg("consumer: set the prefetch back to the concurrency")
 				}
 			}
@@ -169,7 +169,7 @@ func (c *Consumer) shutdown(s *session, workers <-chan struct{}, cancelBase cont
 			c.giveBack(d, "shutting down")
 		}
 	}()
-	grace := time.NewTimer(c.o.shutdownTimeout)
+	grace := time.NewTimer(c.o.ShutdownTimeout)
 	defer grace.Stop()
 	select {
 	case <-workers:

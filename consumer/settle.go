@@ -117,7 +117,7 @@ func retryUntil(ctx context.Context, op func() error, stop func(error) bool) err
 // done marks id handled, retrying until ctx (the settle timeout) ends; the delivery stays
 // unacked meanwhile.
 func (c *Consumer) done(ctx context.Context, id, token string) error {
-	err := retryUntil(ctx, func() error { return c.store.Done(ctx, c.queue, id, token, c.o.keep) }, nil)
+	err := retryUntil(ctx, func() error { return c.store.Done(ctx, c.queue, id, token, c.o.Keep) }, nil)
 	if err != nil {
 		c.log.Warn().Err(err).Str("id", id).Msg("consumer: mark handled failed until the settle timeout; a copy arriving " +
 			"once the lease expired may run the handler again")
@@ -127,7 +127,7 @@ func (c *Consumer) done(ctx context.Context, id, token string) error {
 
 // release gives up the lease so that a retry copy can claim the id.
 func (c *Consumer) release(id, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), min(releaseBudget, c.o.lease))
+	ctx, cancel := context.WithTimeout(context.Background(), min(releaseBudget, c.o.Lease))
 	defer cancel()
 	if err := retryUntil(ctx, func() error { return c.store.Release(ctx, c.queue, id, token) }, nil); err != nil {
 		c.log.Warn().Err(err).Str("id", id).Msg("consumer: release the lease (it expires by itself)")
