@@ -47,8 +47,8 @@ const EarlyHold = 2 * time.Second
 // process runs the whole protocol for one delivery: claim, handle, then ack, retry or park.
 func (c *Consumer) process(base context.Context, s *session, d amqp.Delivery) {
 	f := &flight{d: d, in: c.info(&d, time.Now()), orig: maps.Clone(d.Headers), origKey: d.RoutingKey}
-	s.add(f)
-	defer s.remove(f)
+	s.flights.Store(f, nil)
+	defer s.flights.Delete(f)
 	if f.in.IDDerived != "" {
 		c.emit(Event{Kind: IDDerived, Info: f.in, Err: derivedError(f.in.IDDerived, f.in.ID), At: time.Now()})
 	}

@@ -22,9 +22,7 @@ type session struct {
 	tag        string
 	deliveries <-chan amqp.Delivery
 	closed     chan *amqp.Error
-
-	mu      sync.Mutex
-	flights map[*flight]struct{}
+	flights    sync.Map // of *flight: those in progress
 
 	// careful counts down the deliveries to read with a prefetch of 1 after an unreadable one.
 	careful atomic.Int64
@@ -43,18 +41,6 @@ func isUnreadable(err error) bool {
 		return false
 	}
 	return strings.Contains(ae.Reason, amqp.ErrSyntax.Reason) || strings.Contains(ae.Reason, amqp.ErrFrame.Reason)
-}
-
-func (s *session) add(f *flight) {
-	s.mu.Lock()
-	s.flights[f] = struct{}{}
-	s.mu.Unlock()
-}
-
-func (s *session) remove(f *flight) {
-	s.mu.Lock()
-	delete(s.flights, f)
-	s.mu.Unlock()
 }
 
 // open dials, checks the queue, binds it to the retry exchange and starts consuming; careful
@@ -98,7 +84,7 @@ func (c *Consumer) open(ctx context.Context, careful bool) (*session, error) {
 	if err != nil {
 		return fail(fmt.Errorf("consumer: consume queue %q: %w", c.queue, err))
 	}
-	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, closed: closed, flights: map[*flight]struct{}{}}
+	s := &session{conn: conn, ch: ch, tag: tag, deliveries: deliveries, closed: closed}
 	if careful {
 		s.careful.Store(int64(carefulDeliveries(c.o.Concurrency)))
 	}
@@ -174,13 +160,12 @@ func (c *Consumer) shutdown(s *session, workers <-chan struct{}, cancelBase cont
 	select {
 	case <-workers:
 	case <-grace.C:
-		s.mu.Lock()
-		for f := range s.flights {
-			if f.state.CompareAndSwap(stateHandling, stateReturned) {
+		s.flights.Range(func(k, _ any) bool {
+			if f := k.(*flight); f.state.CompareAndSwap(stateHandling, stateReturned) {
 				c.giveBack(f.d, "shutdown timeout")
 			}
-		}
-		s.mu.Unlock()
+			return true
+		})
 		cancelBase()
 		<-workers
 	}

@@ -74,7 +74,7 @@ func (r *Revocations) fencer() {
 		})
 		cancel()
 		if err != nil {
-			r.o.logger.Warn().Err(err).Msg("revoke: fence not written")
+			r.o.Logger.Warn().Err(err).Msg("revoke: fence not written")
 			r.fencesFailed.Add(1)
 			r.setTrouble(fmt.Errorf("a fence was not written: %w", err))
 			if !amqpconn.Sleep(r.ctx, b.NextBackOff()) {

@@ -14,13 +14,13 @@ import (
 // above a minute is refused with ErrInvalidConfig naming the field.
 func TestOptions(t *testing.T) {
 	o, err := Options{}.resolve()
-	if err != nil || o.bound != DefaultBound || o.name != "rabbitdelay-revocations" {
+	if err != nil || o.Bound != DefaultBound || o.ConnectionName != "rabbitdelay-revocations" {
 		t.Errorf("zero Options: %+v, %v", o, err)
 	}
-	if o, err := (Options{Bound: -1, ConnectionName: "c"}).resolve(); err != nil || o.bound != 0 || o.name != "c" {
+	if o, err := (Options{Bound: -1, ConnectionName: "c"}).resolve(); err != nil || o.Bound != 0 || o.ConnectionName != "c" {
 		t.Errorf("Bound -1: %+v, %v; want bound 0", o, err)
 	}
-	if o, err := (Options{Bound: time.Minute}).resolve(); err != nil || o.bound != time.Minute {
+	if o, err := (Options{Bound: time.Minute}).resolve(); err != nil || o.Bound != time.Minute {
 		t.Errorf("Bound 1m: %+v, %v", o, err)
 	}
 	_, err = New(context.Background(), amqpdelay.Config{}, Options{Bound: time.Minute + 1})

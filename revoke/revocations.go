@@ -52,23 +52,18 @@ type Options struct {
 	Logger zerolog.Logger
 }
 
-type options struct {
-	bound  time.Duration
-	logger zerolog.Logger
-	name   string
-}
-
-func (opts Options) resolve() (options, error) {
-	o := options{bound: DefaultBound, logger: opts.Logger, name: cmp.Or(opts.ConnectionName, "rabbitdelay-revocations")}
+// resolve returns opts with its defaults filled in (Bound 0: none).
+func (opts Options) resolve() (Options, error) {
 	switch b := opts.Bound; {
+	case b == 0:
+		opts.Bound = DefaultBound
 	case b < 0:
-		o.bound = 0
+		opts.Bound = 0
 	case b > time.Minute:
-		return o, fmt.Errorf("%w: Options.Bound %v: want at most 1m (0: the default %v; negative: no bound)", ErrInvalidConfig, b, DefaultBound)
-	case b > 0:
-		o.bound = b
+		return opts, fmt.Errorf("%w: Options.Bound %v: want at most 1m (0: the default %v; negative: no bound)", ErrInvalidConfig, b, DefaultBound)
 	}
-	return o, nil
+	opts.ConnectionName = cmp.Or(opts.ConnectionName, "rabbitdelay-revocations")
+	return opts, nil
 }
 
 // entry is one revocation: every copy of its id but keep ("" none) and those in more (allow
@@ -89,7 +84,7 @@ type Revocations struct {
 	cfg       amqpdelay.Config
 	stream    string
 	retention time.Duration
-	o         options
+	o         Options // resolved
 
 	mu  sync.RWMutex
 	set map[string]entry
@@ -165,9 +160,9 @@ func (r *Revocations) Revoked(ctx context.Context, d amqp.Delivery) (bool, error
 		return false, nil
 	}
 	now := time.Now()
-	need := now.Add(-r.o.bound).UnixMilli() // a delivery without a due time is due at the call
+	need := now.Add(-r.o.Bound).UnixMilli() // a delivery without a due time is due at the call
 	if due, ok := amqpdelay.Due(d); ok {
-		need = min(due.Add(-r.o.bound).UnixMilli(), now.UnixMilli())
+		need = min(due.Add(-r.o.Bound).UnixMilli(), now.UnixMilli())
 	}
 	// A rescheduled copy's allow record precedes a fence of this reader sent now.
 	tag, _ := d.Headers[revlog.CopyHeader].(string)

@@ -19,7 +19,7 @@ import (
 
 // open dials, checks the stream, starts consuming it at offset and opens the fence channel.
 func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Delivery, chan *amqp.Error, error) {
-	conn, err := amqpdelay.Dial(ctx, r.cfg, r.o.name)
+	conn, err := amqpdelay.Dial(ctx, r.cfg, r.o.ConnectionName)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -57,7 +57,7 @@ func (r *Revocations) open(ctx context.Context, offset any) (<-chan amqp.Deliver
 			return fail(err)
 		}
 		if end < last {
-			r.o.logger.Warn().Str("stream", r.stream).Int64("end", end).Int64("last_read", last).
+			r.o.Logger.Warn().Str("stream", r.stream).Int64("end", end).Int64("last_read", last).
 				Msg("revoke: the revocation stream ends before the last record read: it was deleted and declared again; " +
 					"reading it from its start (the revocations read before are kept)")
 			offset = "first"
@@ -157,7 +157,7 @@ func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Er
 		case d, ok := <-deliveries:
 			if !ok {
 				err := amqpconn.CloseReason(closed, time.Second, amqp.ErrClosed) // when it was the connection that closed
-				r.o.logger.Warn().Err(err).Str("stream", r.stream).Msg("revoke: reading the revocation stream ended; reconnecting")
+				r.o.Logger.Warn().Err(err).Str("stream", r.stream).Msg("revoke: reading the revocation stream ended; reconnecting")
 				r.setTrouble(fmt.Errorf("reading it ended: %w", err))
 				r.fch.Store(nil)
 				r.fenceFailed()
@@ -173,7 +173,7 @@ func (r *Revocations) read(deliveries <-chan amqp.Delivery, closed chan *amqp.Er
 					n++ // the same stream: read on
 					continue
 				}
-				r.o.logger.Warn().Str("stream", r.stream).Int64("offset", r.next-1).
+				r.o.Logger.Warn().Str("stream", r.stream).Int64("offset", r.next-1).
 					Msg("revoke: the revocation stream no longer has the last record read at its offset: it was deleted and " +
 						"declared again; reading it from its start (the revocations read before are kept)")
 				r.restart = true
@@ -228,7 +228,7 @@ func (r *Revocations) apply(d *amqp.Delivery) {
 	r.mu.Unlock()
 	r.records.Add(1)
 	if err != nil {
-		r.o.logger.Warn().Err(err).Str("type", d.Type).Msg("revoke: a record of the revocation stream does not decode; its readable entries were taken")
+		r.o.Logger.Warn().Err(err).Str("type", d.Type).Msg("revoke: a record of the revocation stream does not decode; its readable entries were taken")
 	}
 }
 
@@ -260,13 +260,13 @@ func (r *Revocations) reconnect() (<-chan amqp.Delivery, chan *amqp.Error) {
 		cancel()
 		if err == nil {
 			r.restart = false
-			r.o.logger.Info().Str("stream", r.stream).Any("offset", offset).Msg("revoke: reading the revocation stream again")
+			r.o.Logger.Info().Str("stream", r.stream).Any("offset", offset).Msg("revoke: reading the revocation stream again")
 			r.trouble.Store(nil)
 			r.fenceFailed() // wake the waiters: they send a fence on the new connection
 			return d, c
 		}
 		r.setTrouble(fmt.Errorf("reconnect failed: %w", err))
-		r.o.logger.Warn().Err(err).Msg("revoke: reconnect failed")
+		r.o.Logger.Warn().Err(err).Msg("revoke: reconnect failed")
 	}
 	return nil, nil
 }
