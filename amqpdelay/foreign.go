@@ -161,7 +161,7 @@ func (p *Publisher) hasTopology(ctx context.Context, prefix string) (bool, error
 			p.refusals.topologies.set(prefix, false)
 			return false, nil
 		default:
-			p.log.Debug().Str("prefix", prefix).Err(answer.err).Msg("amqpdelay: could not check for another prefix's topology; publishing")
+			p.cfg.Logger.Debug().Str("prefix", prefix).Err(answer.err).Msg("amqpdelay: could not check for another prefix's topology; publishing")
 			return false, nil
 		}
 	}

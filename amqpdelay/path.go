@@ -242,7 +242,7 @@ func (p *Publisher) pluginGone(err error) bool {
 	if p.pluginOK.CompareAndSwap(true, false) {
 		p.nextProbe.Store(time.Now().Add(pluginReprobe).UnixNano())
 		p.pluginLost.Store(true)
-		p.log.Warn().Str("exchange", p.names.PluginExchange()).
+		p.cfg.Logger.Warn().Str("exchange", p.names.PluginExchange()).
 			Msg("amqpdelay: the plugin exchange is gone (404); publishing without the plugin until it is declared again (`rabbitdelay apply`)")
 	}
 	return true
@@ -297,7 +297,7 @@ func (p *Publisher) reprobePlugin() {
 		defer cancel()
 		if ok, err := p.probePlugin(ctx); err == nil && ok && p.pluginLost.CompareAndSwap(true, false) {
 			p.pluginOK.Store(true)
-			p.log.Info().Str("exchange", p.names.PluginExchange()).Msg("amqpdelay: the plugin exchange is back")
+			p.cfg.Logger.Info().Str("exchange", p.names.PluginExchange()).Msg("amqpdelay: the plugin exchange is back")
 		}
 	}()
 }

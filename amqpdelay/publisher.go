@@ -13,7 +13,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
@@ -51,7 +50,6 @@ type Publisher struct {
 	ladder   ttlbuckets.Ladder
 	buckets  ttlbuckets.Buckets
 	park     parkRoute
-	log      zerolog.Logger
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
 	// pluginLost: a publish found the plugin exchange gone (404); publishes re-probe at most
@@ -159,7 +157,6 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 		ladder:   ladder,
 		buckets:  buckets,
 		park:     newParkRoute(spec),
-		log:      cfg.Logger,
 		changed:  make(chan struct{}),
 		active:   publishes{drained: make(chan struct{})},
 		checkSem: make(chan struct{}, 1),
@@ -434,7 +431,7 @@ func (p *Publisher) Close() error {
 			}
 		}
 		p.metrics.close()
-		p.log.Info().Msg("amqpdelay: publisher closed")
+		p.cfg.Logger.Info().Msg("amqpdelay: publisher closed")
 	})
 	return p.closeErr
 }

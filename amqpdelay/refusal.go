@@ -269,7 +269,7 @@ func (p *Publisher) permitted(ctx context.Context, exchange, routingKey string, 
 			continue
 		case tries < 3:
 			tries++
-			p.log.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check the permission to publish; asking again")
+			p.cfg.Logger.Debug().Str("exchange", exchange).Err(err).Msg("amqpdelay: could not check the permission to publish; asking again")
 			continue
 		default:
 			// Never publish unchecked: a lost refusal would let a forbidden message through.

@@ -115,7 +115,7 @@ func (p *Publisher) setUp(ctx context.Context, conn *amqp.Connection) (*session,
 		}
 		s.slots[i].Store(pc)
 	}
-	p.log.Info().Str("urls", p.cfg.conn().Redacted()).Str("node", conn.RemoteAddr().String()).Bool("plugin", pluginOK).
+	p.cfg.Logger.Info().Str("urls", p.cfg.conn().Redacted()).Str("node", conn.RemoteAddr().String()).Bool("plugin", pluginOK).
 		Int("channels", p.cfg.Channels).Bool("plugin_channel", s.own[pluginSlot] >= 0).Bool("direct_channel", s.own[directSlot] >= 0).Str("strategy", p.cfg.Strategy.String()).Msg("amqpdelay: publisher connected")
 	return s, nil
 }
@@ -215,7 +215,7 @@ func (p *Publisher) supervise(s *session) {
 				continue // connClose follows
 			}
 			if err := p.reopenChannels(s); err != nil {
-				p.log.Warn().Err(err).Msg("amqpdelay: reopening a channel failed; reconnecting")
+				p.cfg.Logger.Warn().Err(err).Msg("amqpdelay: reopening a channel failed; reconnecting")
 				_ = s.conn.Close()
 			}
 		case e := <-s.connClose:
@@ -223,7 +223,7 @@ func (p *Publisher) supervise(s *session) {
 			if e != nil {
 				err = e
 			}
-			p.log.Warn().Err(err).Msg("amqpdelay: connection lost; reconnecting")
+			p.cfg.Logger.Warn().Err(err).Msg("amqpdelay: connection lost; reconnecting")
 			p.event(ReconnectEvent{Kind: Disconnected, Err: err})
 			p.sess.Store(nil)
 			p.broadcast()
@@ -253,7 +253,7 @@ func (p *Publisher) reopenChannels(s *session) error {
 			return err
 		}
 		s.slots[i].Store(npc)
-		p.log.Info().Int("slot", i).AnErr("cause", cause).Msg("amqpdelay: channel reopened")
+		p.cfg.Logger.Info().Int("slot", i).AnErr("cause", cause).Msg("amqpdelay: channel reopened")
 	}
 	p.broadcast()
 	return nil
@@ -272,12 +272,12 @@ func (p *Publisher) reconnect() *session {
 		s, err := p.connect(ctx)
 		cancel()
 		if err == nil {
-			p.log.Info().Int("attempt", attempt).Bool("plugin", p.pluginOK.Load()).Msg("amqpdelay: reconnected")
+			p.cfg.Logger.Info().Int("attempt", attempt).Bool("plugin", p.pluginOK.Load()).Msg("amqpdelay: reconnected")
 			p.event(ReconnectEvent{Kind: Reconnected, Attempt: attempt, PluginAvailable: p.pluginOK.Load()})
 			return s
 		}
 		wait = bo.NextBackOff()
-		p.log.Warn().Int("attempt", attempt).Dur("next_in", wait).Err(err).Msg("amqpdelay: reconnect failed")
+		p.cfg.Logger.Warn().Int("attempt", attempt).Dur("next_in", wait).Err(err).Msg("amqpdelay: reconnect failed")
 		p.event(ReconnectEvent{Kind: ReconnectFailed, Err: err, Attempt: attempt})
 	}
 }

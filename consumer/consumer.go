@@ -8,7 +8,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/rs/zerolog"
 
 	"github.com/delaykit/rabbitdelay/amqpdelay"
 	"github.com/delaykit/rabbitdelay/internal/amqpconn"
@@ -30,8 +29,6 @@ type Consumer struct {
 	h     Handler
 	o     options
 	names delayspec.Names
-	store Store
-	log   zerolog.Logger
 	ran   atomic.Bool
 	pub   *amqpdelay.Publisher // the retry Publisher, set by Run
 	revs  *revoke.Revocations  // set by Run unless Options.NoRevocations
@@ -55,7 +52,7 @@ func New(cfg amqpdelay.Config, queue string, h Handler, opts Options) (*Consumer
 		return nil, err
 	}
 	m.start(queue)
-	return &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: delayspec.Names{Prefix: cfg.Prefix}, log: o.Logger, m: m, store: o.Store}, nil
+	return &Consumer{cfg: cfg, queue: queue, h: h, o: o, names: delayspec.Names{Prefix: cfg.Prefix}, m: m}, nil
 }
 
 // Queue returns the name of the queue the Consumer consumes.
@@ -81,7 +78,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.pub != nil {
 		defer func() {
 			if err := c.pub.Close(); err != nil {
-				c.log.Warn().Err(err).Msg("consumer: close the retry publisher")
+				c.o.Logger.Warn().Err(err).Msg("consumer: close the retry publisher")
 			}
 		}()
 	}
@@ -105,15 +102,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 				"keeps it, so take it out by hand (management UI, Get messages, Ack mode \"Reject requeue false\"); until "+
 				"%d deliveries have been read, the Consumer takes one at a time, so the messages behind it are not given "+
 				"back with it and charged a delivery attempt", lost, c.queue, carefulDeliveries(c.o.Concurrency))
-			c.log.Error().Err(lost).Str("queue", c.queue).Msg("consumer: an unreadable delivery closed the connection; reconnecting")
+			c.o.Logger.Error().Err(lost).Str("queue", c.queue).Msg("consumer: an unreadable delivery closed the connection; reconnecting")
 		} else {
-			c.log.Warn().Err(lost).Str("queue", c.queue).Msg("consumer: connection lost; reconnecting")
+			c.o.Logger.Warn().Err(lost).Str("queue", c.queue).Msg("consumer: connection lost; reconnecting")
 		}
 		c.emit(Event{Kind: Disconnected, Err: lost, At: time.Now()})
 		if s = c.reconnect(ctx, unreadable); s == nil {
 			return nil
 		}
-		c.log.Info().Str("queue", c.queue).Msg("consumer: reconnected")
+		c.o.Logger.Info().Str("queue", c.queue).Msg("consumer: reconnected")
 		c.emit(Event{Kind: Reconnected, At: time.Now()})
 	}
 }
@@ -122,7 +119,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) start(ctx context.Context) (*session, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := ping(ctx, c.store); err != nil {
+	if err := ping(ctx, c.o.Store); err != nil {
 		return nil, fmt.Errorf("consumer: the store of handled ids does not answer, so no delivery could be claimed "+
 			"(is Redis running, and are the address and password of its client right?): %w", err)
 	}
@@ -138,7 +135,7 @@ func (c *Consumer) start(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	if !c.o.NoRevocations {
-		r, err := revoke.New(ctx, c.cfg, revoke.Options{Logger: c.log, ConnectionName: c.o.ConnectionName + "-revocations"})
+		r, err := revoke.New(ctx, c.cfg, revoke.Options{Logger: c.o.Logger, ConnectionName: c.o.ConnectionName + "-revocations"})
 		if err != nil {
 			return nil, fmt.Errorf("consumer: read the revocation stream (or set Options.NoRevocations): %w", err)
 		}
@@ -160,7 +157,7 @@ func (c *Consumer) reconnect(ctx context.Context, careful bool) *session {
 		if ctx.Err() != nil {
 			return nil
 		}
-		c.log.Warn().Err(err).Int("attempt", attempt).Msg("consumer: reconnect failed")
+		c.o.Logger.Warn().Err(err).Int("attempt", attempt).Msg("consumer: reconnect failed")
 	}
 	return nil
 }

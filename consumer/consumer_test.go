@@ -56,12 +56,12 @@ func TestNewValidates(t *testing.T) {
 		c.o.IDFunc == nil || c.o.HandlerTimeout != 0 {
 		t.Errorf("Options{} resolved to %+v, want the defaults", c.o)
 	}
-	if _, ok := c.store.(*MemoryStore); !ok {
-		t.Errorf("Options{}: store %T, want a *MemoryStore", c.store)
+	if _, ok := c.o.Store.(*MemoryStore); !ok {
+		t.Errorf("Options{}: store %T, want a *MemoryStore", c.o.Store)
 	}
 	c3, err := New(cfg, "q", noop, Options{ShutdownTimeout: -1, NoStore: true, Lease: 48 * time.Hour, ReconnectMin: 10 * time.Second})
-	if err != nil || c3.o.ShutdownTimeout != 0 || c3.store != nil || c3.o.Keep != 48*time.Hour || c3.o.ReconnectMax != 10*time.Second {
-		t.Errorf("Options{ShutdownTimeout: -1, NoStore: true, Lease: 48h, ReconnectMin: 10s}: %+v, store %v, %v", c3.o, c3.store, err)
+	if err != nil || c3.o.ShutdownTimeout != 0 || c3.o.Store != nil || c3.o.Keep != 48*time.Hour || c3.o.ReconnectMax != 10*time.Second {
+		t.Errorf("Options{ShutdownTimeout: -1, NoStore: true, Lease: 48h, ReconnectMin: 10s}: %+v, store %v, %v", c3.o, c3.o.Store, err)
 	}
 	if longest := time.Duration(float64(c.o.Backoff.Max) * (1 + c.o.Backoff.Jitter)); longest > 65535*time.Millisecond {
 		t.Errorf("default back-off reaches %v beyond the ladder", longest)
@@ -107,7 +107,7 @@ func TestRestoreAndHeaders(t *testing.T) {
 // the publishes failed and the timeout, whether the timeout ended during a back-off wait or
 // during a publish that then returned ctx's error.
 func TestSettlePublishTimeout(t *testing.T) {
-	c := &Consumer{log: zerolog.Nop()}
+	c := &Consumer{o: options{Options: Options{Logger: zerolog.Nop()}}}
 	for _, tc := range []struct {
 		name    string
 		publish func(ctx context.Context, n int) error

@@ -146,13 +146,13 @@ func (c *Consumer) claim(f *flight) (string, bool) {
 	if c.revs != nil && c.revoked(ctx, f) {
 		return "", false
 	}
-	if c.store == nil {
+	if c.o.Store == nil {
 		return "", true
 	}
-	st, token, err := c.store.Claim(ctx, c.queue, f.in.ID, c.o.Lease)
+	st, token, err := c.o.Store.Claim(ctx, c.queue, f.in.ID, c.o.Lease)
 	switch {
 	case err != nil:
-		c.log.Warn().Err(err).Str("id", f.in.ID).Msg("consumer: claim failed; deferring the message")
+		c.o.Logger.Warn().Err(err).Str("id", f.in.ID).Msg("consumer: claim failed; deferring the message")
 		c.deferFor(ctx, f, c.o.BusyDelay, err)
 	case st == AlreadyHandled:
 		if f.settle() {
@@ -176,7 +176,7 @@ func (c *Consumer) revoked(ctx context.Context, f *flight) bool {
 		return false
 	case err != nil && !errors.Is(err, revoke.ErrClosed):
 		err = fmt.Errorf("consumer: cannot tell whether the message is revoked, so it was deferred: %w", err)
-		c.log.Warn().Err(err).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: revocation check failed")
+		c.o.Logger.Warn().Err(err).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: revocation check failed")
 		dctx, cancel := c.settleCtx()
 		defer cancel()
 		c.deferFor(dctx, f, c.o.BusyDelay, err)
@@ -208,7 +208,7 @@ func (c *Consumer) handle(base context.Context, d amqp.Delivery, in Info, token 
 	err := c.call(hctx, d)
 	took := time.Since(start)
 	if pe := (*PanicError)(nil); errors.As(err, &pe) {
-		c.log.Error().Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Str("panic", truncate(fmt.Sprint(pe.Value), MaxErrorLen)).
+		c.o.Logger.Error().Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Str("panic", truncate(fmt.Sprint(pe.Value), MaxErrorLen)).
 			Str("stack", string(pe.Stack)).Msg("consumer: handler panicked")
 	}
 	c.m.handlerRan(c.queue, err, took)
@@ -240,7 +240,7 @@ func (c *Consumer) settleOutcome(f *flight, token string, took time.Duration, er
 		}
 		return
 	}
-	c.log.Debug().Err(err).Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Msg("consumer: handler failed")
+	c.o.Logger.Debug().Err(err).Str("queue", c.queue).Str("id", in.ID).Int("attempt", in.Attempt).Msg("consumer: handler failed")
 	now := time.Now()
 	h := c.failureHeaders(f.orig, f.origKey, in, err, now)
 	if token != "" {
@@ -322,13 +322,13 @@ func (c *Consumer) renew(id, token string, cancel context.CancelFunc, stop <-cha
 		case <-t.C:
 		}
 		ctx, ccancel := context.WithTimeout(context.Background(), c.o.Lease/3)
-		ok, err := c.store.Extend(ctx, c.queue, id, token, c.o.Lease)
+		ok, err := c.o.Store.Extend(ctx, c.queue, id, token, c.o.Lease)
 		ccancel()
 		switch {
 		case err != nil:
-			c.log.Warn().Err(err).Str("id", id).Msg("consumer: extend the lease")
+			c.o.Logger.Warn().Err(err).Str("id", id).Msg("consumer: extend the lease")
 		case !ok:
-			c.log.Warn().Str("id", id).Msg("consumer: lease lost (another handler claimed the id, or it was marked done); cancelling the handler")
+			c.o.Logger.Warn().Str("id", id).Msg("consumer: lease lost (another handler claimed the id, or it was marked done); cancelling the handler")
 			cancel()
 			return
 		}

@@ -134,7 +134,7 @@ func (c *Consumer) work(base context.Context, s *session, stop <-chan struct{}) 
 			}
 			if s.careful.Load() > 0 && s.careful.Add(-1) == 0 {
 				if err := s.ch.Qos(c.o.Concurrency, 0, false); err != nil {
-					c.log.Warn().Err(err).Msg("consumer: set the prefetch back to the concurrency")
+					c.o.Logger.Warn().Err(err).Msg("consumer: set the prefetch back to the concurrency")
 				}
 			}
 			c.process(base, s, d)
@@ -175,7 +175,7 @@ func (c *Consumer) shutdown(s *session, workers <-chan struct{}, cancelBase cont
 	}
 	_ = s.ch.Close()
 	if err := amqpconn.Close(s.conn); err != nil && !errors.Is(err, amqp.ErrClosed) {
-		c.log.Warn().Err(err).Msg("consumer: close connection")
+		c.o.Logger.Warn().Err(err).Msg("consumer: close connection")
 	}
 }
 

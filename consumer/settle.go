@@ -83,7 +83,7 @@ func (c *Consumer) settlePublish(ctx context.Context, in Info, publish func() (a
 	err := retryUntil(ctx, func() error {
 		var err error
 		if r, err = publish(); err != nil {
-			c.log.Debug().Err(err).Str("id", in.ID).Msg("consumer: publishing the copy failed")
+			c.o.Logger.Debug().Err(err).Str("id", in.ID).Msg("consumer: publishing the copy failed")
 		}
 		return err
 	}, func(err error) bool {
@@ -117,9 +117,9 @@ func retryUntil(ctx context.Context, op func() error, stop func(error) bool) err
 // done marks id handled, retrying until ctx (the settle timeout) ends; the delivery stays
 // unacked meanwhile.
 func (c *Consumer) done(ctx context.Context, id, token string) error {
-	err := retryUntil(ctx, func() error { return c.store.Done(ctx, c.queue, id, token, c.o.Keep) }, nil)
+	err := retryUntil(ctx, func() error { return c.o.Store.Done(ctx, c.queue, id, token, c.o.Keep) }, nil)
 	if err != nil {
-		c.log.Warn().Err(err).Str("id", id).Msg("consumer: mark handled failed until the settle timeout; a copy arriving " +
+		c.o.Logger.Warn().Err(err).Str("id", id).Msg("consumer: mark handled failed until the settle timeout; a copy arriving " +
 			"once the lease expired may run the handler again")
 	}
 	return err
@@ -129,8 +129,8 @@ func (c *Consumer) done(ctx context.Context, id, token string) error {
 func (c *Consumer) release(id, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(releaseBudget, c.o.Lease))
 	defer cancel()
-	if err := retryUntil(ctx, func() error { return c.store.Release(ctx, c.queue, id, token) }, nil); err != nil {
-		c.log.Warn().Err(err).Str("id", id).Msg("consumer: release the lease (it expires by itself)")
+	if err := retryUntil(ctx, func() error { return c.o.Store.Release(ctx, c.queue, id, token) }, nil); err != nil {
+		c.o.Logger.Warn().Err(err).Str("id", id).Msg("consumer: release the lease (it expires by itself)")
 	}
 }
 
@@ -144,13 +144,13 @@ func (c *Consumer) ack(f *flight, e Event) {
 
 // reject rejects f's delivery without requeue (its queue dead-letters or drops it).
 func (c *Consumer) reject(f *flight, why error) {
-	c.log.Error().Err(why).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: rejected a message that cannot be parked")
+	c.o.Logger.Error().Err(why).Str("id", f.in.ID).Str("queue", c.queue).Msg("consumer: rejected a message that cannot be parked")
 	c.report(f.in, Rejected, why, f.d.Reject(false))
 }
 
 // nack gives f's delivery back to the queue: see failed.
 func (c *Consumer) nack(f *flight, why error, failedMsg bool) {
-	c.log.Warn().Err(why).Str("id", f.in.ID).Bool("failed", failedMsg).Msg("consumer: giving the message back to the queue")
+	c.o.Logger.Warn().Err(why).Str("id", f.in.ID).Bool("failed", failedMsg).Msg("consumer: giving the message back to the queue")
 	if failedMsg {
 		c.report(f.in, Requeued, why, f.d.Reject(true))
 	} else {
