@@ -165,13 +165,13 @@ func (p *Publisher) checkManaged(ctx context.Context) error {
 	return errors.Join(problems...)
 }
 
-// vhostOf is the vhost of the AMQP URL (or the first of an address list), "/" by default.
-func vhostOf(url string) string {
-	first, _, _ := strings.Cut(url, ",")
-	if u, err := amqp.ParseURI(strings.TrimSpace(first)); err == nil && u.Vhost != "" {
-		return u.Vhost
+// uri is c's first URL, parsed; the zero URI when it does not parse.
+func (c Config) uri() amqp.URI {
+	u, err := amqp.ParseURI(c.conn().URLOrDefault())
+	if err != nil {
+		return amqp.URI{}
 	}
-	return "/"
+	return u
 }
 
 func init() {
@@ -233,7 +233,7 @@ func (c Config) resolve() (Config, error) {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	if c.Management != nil {
-		if have, want := c.Management.VHost(), vhostOf(c.conn().URLOrDefault()); have != want {
+		if have, want := c.Management.VHost(), cmp.Or(c.uri().Vhost, "/"); have != want {
 			errs = append(errs, fmt.Errorf("%w: Config.Management reads vhost %q, but Config.URL names vhost %q: "+
 				"give the management check the URL's vhost (topology.NewManagement(url, %q))", ErrInvalidConfig, have, want, want))
 		}

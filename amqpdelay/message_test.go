@@ -134,7 +134,7 @@ func TestDirectHeadersKeepCallerHeaders(t *testing.T) {
 	if _, ok := out[route.DigitHeader(0)]; ok {
 		t.Error("direct path kept a stale digit header")
 	}
-	if due, ok := dueFromHeaders(out); !ok || !due.Equal(now) {
+	if due, ok := Due(amqp.Delivery{Headers: out}); !ok || !due.Equal(now) {
 		t.Errorf("due = %v, %v; want %v", due, ok, now)
 	}
 	if !reflect.DeepEqual(in, retryHeaders()) {

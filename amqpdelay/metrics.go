@@ -148,7 +148,7 @@ func (m *pubMetrics) close() {
 // DeliveryPath returns the delay path a delivery last travelled, read from the Publisher's
 // headers (none of them: PathDirect); ok is false without the rabbitdelay-due header.
 func DeliveryPath(d amqp.Delivery) (path Path, ok bool) {
-	if _, ok := dueFromHeaders(d.Headers); !ok {
+	if _, ok := Due(d); !ok {
 		return PathDirect, false
 	}
 	has := func(k string) bool { _, ok := d.Headers[k]; return ok }

@@ -207,11 +207,7 @@ func buildHeaders(h amqp.Table, c *choice, l ttlbuckets.Ladder, target string, d
 // Due returns the time a delivery was due, from the rabbitdelay-due header (Unix ms, truncated)
 // the Publisher sets on every path; ok is false without it.
 func Due(delivery amqp.Delivery) (due time.Time, ok bool) {
-	return dueFromHeaders(delivery.Headers)
-}
-
-func dueFromHeaders(h amqp.Table) (time.Time, bool) {
-	ms, isInt, fits := route.HeaderInt(h[route.DueHeader])
+	ms, isInt, fits := route.HeaderInt(delivery.Headers[route.DueHeader])
 	if !isInt || !fits {
 		return time.Time{}, false
 	}

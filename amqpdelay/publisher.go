@@ -162,7 +162,7 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 		checkSem: make(chan struct{}, 1),
 		permSem:  make(chan struct{}, 1),
 		inFlight: make(chan struct{}, cfg.MaxInFlight),
-		user:     urlUser(cfg.conn().URLOrDefault()),
+		user:     cfg.uri().Username,
 	}
 	// The retry exchange (package consumer's retries) is a target of every topology.
 	p.targets[p.names.Retry()] = struct{}{}

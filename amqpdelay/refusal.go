@@ -131,15 +131,6 @@ var (
 	exchangeInReason = regexp.MustCompile(`exchange '((?:[^']|'[^ ])*)' in vhost`)
 )
 
-// urlUser returns the user name of an AMQP URL ("" when it does not parse).
-func urlUser(raw string) string {
-	u, err := amqp.ParseURI(raw)
-	if err != nil {
-		return ""
-	}
-	return u.Username
-}
-
 // quotedExchange returns the exchange a reply text names ("exchange 'X' in vhost").
 func quotedExchange(reason string) (string, bool) {
 	m := exchangeInReason.FindStringSubmatch(reason)

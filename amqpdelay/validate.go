@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -103,13 +104,8 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 
 // tableProblems describes the problems in t, at depth (the headers table: 0), in key order.
 func tableProblems(path string, t amqp.Table, depth int) []string {
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var out []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(t)) {
 		if len(k) > maxShortstr {
 			out = append(out, fmt.Sprintf("%s key %s is %d bytes long, more than the AMQP short-string limit of %d bytes for a table key: shorten it",
 				path, preview(k), len(k), maxShortstr))
