@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,32 +30,27 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: "consumer", Name: name,
 			Help: help, Buckets: buckets}, []string{"queue", label})
 	}
-	in, _, err := metrics.Register(reg, true,
+	cs := []prometheus.Collector{
 		counter("messages_total", "Deliveries by outcome: handled, retried, parked, duplicate, deferred, requeued, unsettled, revoked, rejected.", "outcome"),
 		counter("handler_failures_total", "Handler runs that returned an error or panicked."),
 		histogram("handler_duration_seconds", "Handler run time, by result (ok or error).", metrics.DurationBuckets, "result"),
 		histogram("lateness_seconds", "How long after its rabbitdelay-due time a handled delivery's handling began, by the delay path it came through.",
 			metrics.LatenessBuckets, "path"),
 		counter("reconnects_total", "Reconnections of the Consumer after a connection loss."),
-		counter("derived_ids_total", "Deliveries whose id the Consumer derived, by reason: missing (no MessageId: a hash of the content) or too-long.", "reason"))
+		counter("derived_ids_total", "Deliveries whose id the Consumer derived, by reason: missing (no MessageId: a hash of the content) or too-long.", "reason")}
+	in, _, err := metrics.Register(reg, true, cs...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Options.Metrics: %w", ErrInvalidConfig, err)
 	}
-	m := &consumerMetrics{}
-	for i, dst := range []any{&m.messages, &m.failures, &m.duration, &m.lateness, &m.reconnects, &m.derived} {
-		ok := false
-		switch p := dst.(type) {
-		case **prometheus.CounterVec:
-			*p, ok = in[i].(*prometheus.CounterVec)
-		case **prometheus.HistogramVec:
-			*p, ok = in[i].(*prometheus.HistogramVec)
-		}
-		if !ok {
+	for i := range in {
+		if reflect.TypeOf(in[i]) != reflect.TypeOf(cs[i]) {
 			return nil, fmt.Errorf("%w: Options.Metrics: the registry already has a collector of another kind for metric %d of the consumer's",
 				ErrInvalidConfig, i+1)
 		}
 	}
-	return m, nil
+	cv := func(i int) *prometheus.CounterVec { return in[i].(*prometheus.CounterVec) }
+	hv := func(i int) *prometheus.HistogramVec { return in[i].(*prometheus.HistogramVec) }
+	return &consumerMetrics{messages: cv(0), failures: cv(1), duration: hv(2), lateness: hv(3), reconnects: cv(4), derived: cv(5)}, nil
 }
 
 func outcome(k EventKind) string {
