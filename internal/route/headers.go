@@ -3,6 +3,7 @@ package route
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -85,12 +86,16 @@ func FirstHopQueue(l ttlbuckets.Ladder, p ttlbuckets.Plan) bool {
 // l.Plan). Nothing for an invalid ladder.
 func EncodeDigits(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 	for level := range l.Levels() {
-		var v int64
-		if level < len(p.Digits) {
-			v = int64(p.Digits[level])
-		}
-		h[DigitHeader(level)] = v
+		h[DigitHeader(level)] = digitOf(p, level)
 	}
+}
+
+// digitOf is p's digit at level, 0 beyond its digits.
+func digitOf(p ttlbuckets.Plan, level int) int64 {
+	if level < len(p.Digits) {
+		return int64(p.Digits[level])
+	}
+	return 0
 }
 
 // LastHopValue returns the digit header value that sends digit into its level's last-hop
@@ -126,10 +131,7 @@ func EncodeRoute(l ttlbuckets.Ladder, p ttlbuckets.Plan, h map[string]any) {
 		if level != p.Entry && (g.after(level, last) || g.after(from, level)) {
 			continue
 		}
-		var v int64
-		if level < len(p.Digits) {
-			v = int64(p.Digits[level])
-		}
+		v := digitOf(p, level)
 		if level == last {
 			v = int64(p.Hops[len(p.Hops)-1].Digit) // a TopSplit plan's last hop is less than the level's digit
 			// Where the order ends there are no last-hop queues.
@@ -202,20 +204,14 @@ func DecodeDigits(l ttlbuckets.Ladder, h map[string]any) ([]int, error) {
 		}
 	}
 	// Digit headers of levels this ladder does not have, in a stable order.
-	var extra []string
-	for name := range h {
-		if rest, ok := strings.CutPrefix(name, digitHeaderPrefix); ok {
-			if level, err := strconv.Atoi(rest); err != nil || level < 0 || level >= g.levels || DigitHeader(level) != name {
-				extra = append(extra, name)
-			}
-		}
-	}
-	slices.Sort(extra)
-	for _, name := range extra {
-		if v, _, inRange := digitValue(h[name], math.MaxInt64); inRange && v == 0 {
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		rest, ok := strings.CutPrefix(name, digitHeaderPrefix)
+		if level, err := strconv.Atoi(rest); !ok || err == nil && level >= 0 && level < g.levels && DigitHeader(level) == name {
 			continue
 		}
-		bad(name, "value %v for a level this ladder does not have (levels 0 to %d)", h[name], g.levels-1)
+		if v, _, inRange := digitValue(h[name], math.MaxInt64); !(inRange && v == 0) {
+			bad(name, "value %v for a level this ladder does not have (levels 0 to %d)", h[name], g.levels-1)
+		}
 	}
 	return digits, errors.Join(errs...)
 }
