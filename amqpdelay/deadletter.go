@@ -35,19 +35,13 @@ type deadLetterHop struct {
 	queue, exchange, reason string
 }
 
-// parkRoute is the one dead-lettering after the target's queues: a quorum ready queue
+// parkQueue stands for the one dead-lettering after the target's queues: a quorum ready queue
 // dead-letters a rejected message to the parking queue (the other routes there add no x-death).
-// ok is false when ready queues do not dead-letter.
-type parkRoute struct {
-	ok    bool
-	queue string // as long as the longest ready queue's name (only its length counts)
-}
-
-// newParkRoute returns the park route of spec; without ready queues listed it counts the
-// longest name RabbitMQ takes.
-func newParkRoute(spec delayspec.Spec) parkRoute {
+// It is as long as the longest ready queue's name (only its length counts; with none listed, the
+// longest name RabbitMQ takes), or "" when ready queues do not dead-letter.
+func parkQueue(spec delayspec.Spec) string {
 	if spec.QueueType != delayspec.Quorum || spec.ReadyDeliveryLimit == delayspec.NoReadyDeliveryLimit {
-		return parkRoute{}
+		return ""
 	}
 	n := 0
 	for _, q := range spec.ReadyQueues {
@@ -56,15 +50,7 @@ func newParkRoute(spec delayspec.Spec) parkRoute {
 	if n == 0 {
 		n = delayspec.MaxNameLen
 	}
-	return parkRoute{ok: true, queue: strings.Repeat("q", n)}
-}
-
-// hop returns the park route's dead-lettering of a message last published to exchange.
-func (r parkRoute) hop(exchange string) (deadLetterHop, bool) {
-	if !r.ok {
-		return deadLetterHop{}, false
-	}
-	return deadLetterHop{queue: r.queue, exchange: exchange, reason: parkReason}, true
+	return strings.Repeat("q", n)
 }
 
 // deadLetterHops returns the dead-letterings, in order, of a message published to dest on path

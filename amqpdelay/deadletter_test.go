@@ -261,19 +261,18 @@ func TestParkRoute(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		spec delayspec.Spec
-		want parkRoute
+		want string
 	}{
-		{"no ready queues listed", base, parkRoute{ok: true, queue: strings.Repeat("q", delayspec.MaxNameLen)}},
-		{"ready queues", withReady, parkRoute{ok: true, queue: strings.Repeat("q", len("orders.timeouts"))}},
-		{"classic", classic, parkRoute{}},
-		{"no delivery limit", noLimit, parkRoute{}},
+		{"no ready queues listed", base, strings.Repeat("q", delayspec.MaxNameLen)},
+		{"ready queues", withReady, strings.Repeat("q", len("orders.timeouts"))},
+		{"classic", classic, ""},
+		{"no delivery limit", noLimit, ""},
 	} {
-		if got := newParkRoute(tt.spec); got != tt.want {
+		if got := parkQueue(tt.spec); got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
 	}
-	r := newParkRoute(withReady)
-	park, _ := r.hop("rd.dispatch")
+	park := deadLetterHop{queue: parkQueue(withReady), exchange: "rd.dispatch", reason: parkReason}
 	three := ladderHops("rd", 0, 1, 2)
 	m := amqp.Publishing{Headers: amqp.Table{"CC": []any{"c"}}}
 	without, with := deadLetterReserve(&m, contentHeaderSize(&m), "k", three, nil), deadLetterReserve(&m, contentHeaderSize(&m), "k", three, &park)
@@ -281,7 +280,7 @@ func TestParkRoute(t *testing.T) {
 	if with != want || with <= without {
 		t.Errorf("3 hops then parked: reserve %d, want %d (more than the %d without parking)", with, want, without)
 	}
-	direct, _ := r.hop("orders")
+	direct := deadLetterHop{queue: parkQueue(withReady), exchange: "orders", reason: parkReason}
 	if got := deadLetterReserve(&m, contentHeaderSize(&m), "k", nil, &direct); got <= deadLetterMargin {
 		t.Errorf("a direct publish that can be parked reserves %d bytes, want an x-death entry and the margin", got)
 	}

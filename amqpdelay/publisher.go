@@ -49,7 +49,7 @@ type Publisher struct {
 	targets  map[string]struct{}
 	ladder   ttlbuckets.Ladder
 	buckets  ttlbuckets.Buckets
-	park     parkRoute
+	park     string // parkQueue
 	rr       atomic.Uint32
 	pluginOK atomic.Bool
 	// pluginLost: a publish found the plugin exchange gone (404); publishes re-probe at most
@@ -156,7 +156,7 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 		targets:  make(map[string]struct{}, len(spec.Targets)+1),
 		ladder:   ladder,
 		buckets:  buckets,
-		park:     newParkRoute(spec),
+		park:     parkQueue(spec),
 		changed:  make(chan struct{}),
 		active:   publishes{drained: make(chan struct{})},
 		checkSem: make(chan struct{}, 1),
@@ -335,8 +335,8 @@ func (p *Publisher) slotFor(path Path, dest string, out *amqp.Publishing, alone 
 func (p *Publisher) deadLetterReserve(c *choice, out *amqp.Publishing, size int, routingKey, dest string, shard int) int {
 	hops, last := deadLetterHops(p.names, p.ladder, c, dest, shard)
 	var park *deadLetterHop
-	if h, ok := p.park.hop(last); ok {
-		park = &h
+	if p.park != "" {
+		park = &deadLetterHop{queue: p.park, exchange: last, reason: parkReason}
 	}
 	return deadLetterReserve(out, size, routingKey, hops, park)
 }
