@@ -3,6 +3,7 @@
 package amqpconn
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -341,13 +342,8 @@ const (
 // ReconnectRange resolves the back-off bounds lo and hi of owner ("Config", "Options"; 0: the
 // default) and checks 0 < lo <= hi <= MaxReconnect; the caller wraps the error.
 func ReconnectRange(owner string, lo, hi time.Duration) (time.Duration, time.Duration, error) {
-	rmin, rmax := lo, hi
-	if rmin == 0 {
-		rmin = DefaultReconnectMin
-	}
-	if rmax == 0 {
-		rmax = max(DefaultReconnectMax, rmin)
-	}
+	rmin := cmp.Or(lo, DefaultReconnectMin)
+	rmax := cmp.Or(hi, max(DefaultReconnectMax, rmin))
 	if rmin <= 0 || rmax < rmin || rmax > MaxReconnect {
 		return 0, 0, fmt.Errorf("%[1]s.ReconnectMin %[2]v, %[1]s.ReconnectMax %[3]v: want 0 < ReconnectMin <= ReconnectMax <= %[4]v (0: the defaults %[5]v and %[6]v)",
 			owner, lo, hi, MaxReconnect, DefaultReconnectMin, DefaultReconnectMax)
