@@ -1,6 +1,7 @@
 package amqpdelay
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -47,10 +48,7 @@ func parkQueue(spec delayspec.Spec) string {
 	for _, q := range spec.ReadyQueues {
 		n = max(n, len(q.Queue))
 	}
-	if n == 0 {
-		n = delayspec.MaxNameLen
-	}
-	return strings.Repeat("q", n)
+	return strings.Repeat("q", cmp.Or(n, delayspec.MaxNameLen))
 }
 
 // deadLetterHops returns the dead-letterings, in order, of a message published to dest on path
