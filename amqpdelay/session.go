@@ -171,29 +171,27 @@ func (p *Publisher) checkTopology(ctx context.Context, conn *amqp.Connection) er
 	}
 	done := make(chan error, 1)
 	go func() {
-		for _, c := range checks {
-			ch, err := conn.Channel()
-			if err != nil {
-				done <- fmt.Errorf("amqpdelay: open channel: %w", err)
-				return
-			}
-			if c.queue {
-				_, err = ch.QueueDeclarePassive(c.name, true, false, false, false, nil)
-			} else {
-				err = ch.ExchangeDeclarePassive(c.name, amqp.ExchangeHeaders, true, false, false, false, nil)
-			}
-			switch {
-			case err == nil:
+		done <- func() error {
+			for _, c := range checks {
+				ch, err := conn.Channel()
+				if err != nil {
+					return fmt.Errorf("amqpdelay: open channel: %w", err)
+				}
+				if c.queue {
+					_, err = ch.QueueDeclarePassive(c.name, true, false, false, false, nil)
+				} else {
+					err = ch.ExchangeDeclarePassive(c.name, amqp.ExchangeHeaders, true, false, false, false, nil)
+				}
+				switch {
+				case amqpconn.IsNotFound(err):
+					return fmt.Errorf("%w: %w", c.missing, err)
+				case err != nil:
+					return fmt.Errorf("amqpdelay: check %q: %w", c.name, err)
+				}
 				_ = ch.Close()
-				continue
-			case amqpconn.IsNotFound(err):
-				done <- fmt.Errorf("%w: %w", c.missing, err)
-			default:
-				done <- fmt.Errorf("amqpdelay: check %q: %w", c.name, err)
 			}
-			return
-		}
-		done <- nil
+			return nil
+		}()
 	}()
 	select {
 	case err := <-done:
