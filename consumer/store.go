@@ -55,7 +55,9 @@ type Store interface {
 func ping(ctx context.Context, s Store) error {
 	switch p := s.(type) {
 	case *RedisStore:
-		return p.ping(ctx)
+		if err := p.c.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("%w: redis PING: %w", ErrStore, err)
+		}
 	case interface{ Ping(context.Context) error }:
 		return p.Ping(ctx)
 	}
@@ -305,13 +307,6 @@ func (r *RedisStore) Done(ctx context.Context, queue, id, token string, keep tim
 	key := r.key(queue, id)
 	if err := r.c.Set(ctx, key, doneValue, keep).Err(); err != nil {
 		return fmt.Errorf("%w: redis SET %q done: %w", ErrStore, key, err)
-	}
-	return nil
-}
-
-func (r *RedisStore) ping(ctx context.Context) error {
-	if err := r.c.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("%w: redis PING: %w", ErrStore, err)
 	}
 	return nil
 }
