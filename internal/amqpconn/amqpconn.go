@@ -82,6 +82,9 @@ func (c Config) Validate() error {
 			first = u
 			continue
 		}
+		if first.Scheme == "" { // the first URL is bad: nothing to compare with
+			continue
+		}
 		if u.Vhost != first.Vhost || u.Username != first.Username || u.Scheme != first.Scheme {
 			errs = append(errs, fmt.Errorf("%w: URL %q of the address list differs from the first, %q, in its user name, vhost or scheme: "+
 				"the URLs of a list name the nodes of one cluster, with one user and one vhost", ErrConfig, Redact(raw), Redact(c.URLOrDefault())))

@@ -208,6 +208,10 @@ func TestAddressList(t *testing.T) {
 	if r := c.Redacted(); strings.Contains(r, "p1") || strings.Contains(r, "p2") || !strings.Contains(r, "h1") || !strings.Contains(r, "h2") {
 		t.Errorf("Redacted() = %q: want both hosts and no password", r)
 	}
+	// A bad first URL is the one problem: the valid ones after it are not compared with it.
+	if err := (Config{URL: "amqp://u:p@h1:bad/v,amqp://u:p@h2/v"}).Validate(); err == nil || strings.Contains(err.Error(), "differs from the first") {
+		t.Errorf("bad first URL: %v; want its own error only", err)
+	}
 	if got := (Config{}).URLs(); len(got) != 1 || got[0] != DefaultURL {
 		t.Errorf("empty URL: URLs() = %q, want DefaultURL", got)
 	}
