@@ -120,6 +120,10 @@ func TestForeignPrefixes(t *testing.T) {
 		{"b.parking", "a", true, true, []string{"b"}},
 		{"orders", "a", false, false, nil},
 		{"a-b.dispatch", "a", false, false, []string{"a-b"}},
+		{".p.dispatch", "a", false, false, []string{".p"}}, // a prefix may start with a dot
+		{".p.ladder.00.01", "a", true, false, []string{".p"}},
+		{".dispatch", "a", false, false, nil},
+		{"", "a", false, false, nil},
 	} {
 		if got := delayspec.ForeignPrefixes(c.name, c.own, c.queue, c.parking); !slices.Equal(got, c.want) {
 			t.Errorf("ForeignPrefixes(%q, %q, queue %v, parking %v) = %q, want %q", c.name, c.own, c.queue, c.parking, got, c.want)

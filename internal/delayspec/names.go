@@ -145,7 +145,7 @@ func (n Names) OwnsQueue(name string) bool {
 // parking queue too). Whether that topology exists is for the caller to find out.
 func ForeignPrefixes(name, own string, queue, parking bool) []string {
 	var out []string
-	for i := strings.IndexByte(name, '.'); i > 0 && i < len(name); i++ { // none when name starts with a dot
+	for i := 1; i < len(name); i++ { // a prefix is not empty, but may start with a dot
 		if name[i] != '.' {
 			continue
 		}
