@@ -313,7 +313,7 @@ func (p *Publisher) prepare(ctx context.Context, exchange, routingKey string, ms
 		// A 404 or 403 answers the serial channel's publish alone (mayBeRefused).
 		err = p.intoForeignTopology(ctx, exchange, routingKey, msg.Headers) // stays: a stalled foreign topology
 	case !p.names.Reserved(exchange):
-		// Stays: the broker does not check dead-lettering into the target (permission.go).
+		// Stays: the broker does not check dead-lettering into the target (checkPermitted).
 		err = p.checkPermitted(ctx, exchange, routingKey, msg.Headers)
 	}
 	return c, err

@@ -22,7 +22,7 @@ type refusals struct {
 	// topicGuarded: exchanges with a topic permission, whose direct publishes go alone; kept
 	// across reconnections.
 	topicGuarded nameSet
-	permitted    nameSet         // targets a delayed publish was permitted to (permission.go)
+	permitted    nameSet         // targets a delayed publish was permitted to (checkPermitted)
 	topologies   topologyAnswers // whether other prefixes have a topology (foreign.go)
 	bodyOK       atomic.Int64    // the largest body, in bytes, the broker has confirmed
 }
