@@ -243,6 +243,7 @@ func (c Config) resolve() (Config, error) {
 
 // ReconnectEvent describes one change of the Publisher's connection (Config.OnReconnect).
 type ReconnectEvent struct {
+	// Kind is what happened.
 	Kind ReconnectKind
 	// Err is why the connection was lost or the attempt failed (nil for Reconnected), without
 	// a password.

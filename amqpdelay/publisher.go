@@ -22,6 +22,7 @@ import (
 
 // Receipt tells how a confirmed message travels. With an error it is the zero Receipt.
 type Receipt struct {
+	// Path is the way the message was sent.
 	Path Path
 	// Due is when the message is due, truncated to the ms as in the rabbitdelay-due header.
 	Due time.Time

@@ -88,6 +88,7 @@ const (
 
 // Event is one outcome that [Options.Observer] receives.
 type Event struct {
+	// Kind is the outcome.
 	Kind EventKind
 	// Info describes the delivery (empty for Disconnected and Reconnected).
 	Info Info

@@ -58,6 +58,7 @@ type WaitingQueue struct {
 	MessagesDLX int64  `json:"messages_dlx"`
 }
 
+// String is "name (messages)".
 func (q WaitingQueue) String() string { return fmt.Sprintf("%s (%d)", q.Name, q.MessagesDLX) }
 
 // Error describes the wait and what to do, for an operator.

@@ -51,6 +51,7 @@ type ConflictError struct {
 	Err              *amqp.Error
 }
 
+// Error names the object, what differs, and the fix.
 func (e *ConflictError) Error() string {
 	var fix string
 	if e.Kind == "exchange" {
