@@ -268,6 +268,34 @@ func (s Spec) Validate() error {
 		add("no target exchange: set AMQPDELAY_TARGETS (the rabbitdelay CLI also takes --target), e.g. orders, or orders:topic to declare it")
 	}
 	names := s.Names()
+	s.checkTargets(names, add)
+	if err := s.Ladder.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: ladder: %w", ErrInvalidSpec, err))
+	}
+	if _, err := ttlbuckets.NewBuckets(s.Buckets...); err != nil {
+		errs = append(errs, fmt.Errorf("%w: buckets: %w", ErrInvalidSpec, err))
+	}
+	if !slices.Contains([]PluginMode{PluginAuto, PluginOff, PluginOn}, s.Plugin) {
+		add("plugin mode %q: want off, auto or on", s.Plugin)
+	}
+	if s.QueueType != Quorum && s.QueueType != Classic {
+		add("queue type %q: want quorum or classic", s.QueueType)
+	}
+	if s.ReadyDeliveryLimit < NoReadyDeliveryLimit {
+		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
+	}
+	if s.Shards < 1 || s.Shards > MaxShards {
+		add("shards %d: want 1 (one ladder, the default) to %d shards of the ladder", s.Shards, MaxShards)
+	}
+	if s.PolicyPriority < 0 {
+		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)
+	}
+	s.checkReadyQueues(names, add)
+	return errors.Join(errs...)
+}
+
+// checkTargets reports each problem of s.Targets through add.
+func (s Spec) checkTargets(names Names, add func(format string, args ...any)) {
 	seen := map[string]bool{}
 	for _, t := range s.Targets {
 		if t.Name == "" {
@@ -295,27 +323,10 @@ func (s Spec) Validate() error {
 			add("target %q: exchange type %q: want direct, fanout, topic or headers", t.Name, t.Type)
 		}
 	}
-	if err := s.Ladder.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: ladder: %w", ErrInvalidSpec, err))
-	}
-	if _, err := ttlbuckets.NewBuckets(s.Buckets...); err != nil {
-		errs = append(errs, fmt.Errorf("%w: buckets: %w", ErrInvalidSpec, err))
-	}
-	if !slices.Contains([]PluginMode{PluginAuto, PluginOff, PluginOn}, s.Plugin) {
-		add("plugin mode %q: want off, auto or on", s.Plugin)
-	}
-	if s.QueueType != Quorum && s.QueueType != Classic {
-		add("queue type %q: want quorum or classic", s.QueueType)
-	}
-	if s.ReadyDeliveryLimit < NoReadyDeliveryLimit {
-		add("ready-queue delivery limit %d: want a positive number of returns, or -1 for none", s.ReadyDeliveryLimit)
-	}
-	if s.Shards < 1 || s.Shards > MaxShards {
-		add("shards %d: want 1 (one ladder, the default) to %d shards of the ladder", s.Shards, MaxShards)
-	}
-	if s.PolicyPriority < 0 {
-		add("policy priority %d: want a positive number (RabbitMQ applies the highest-priority policy)", s.PolicyPriority)
-	}
+}
+
+// checkReadyQueues reports each problem of s.ReadyQueues through add.
+func (s Spec) checkReadyQueues(names Names, add func(format string, args ...any)) {
 	seenReady := map[ReadyQueue]bool{}
 	for _, r := range s.ReadyQueues {
 		rs := shorten(r.String())
@@ -352,7 +363,6 @@ func (s Spec) Validate() error {
 				"bind ready queues to a target or another exchange of yours", shorten(r.Queue), shorten(r.Exchange), s.Prefix)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // NameProblem says what makes name unusable as an exchange or queue name, or "". RabbitMQ
