@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -84,6 +85,15 @@ func TestScheduleChangeAndRemove(t *testing.T) {
 	infos, err := s.List(ctx)
 	if err != nil || len(infos) != 1 || infos[0].State != "removed" || !infos[0].Next.IsZero() {
 		t.Errorf("List after Remove: %+v, %v", infos, err)
+	}
+	// A removed schedule is not paused or resumed: only a new Declare restarts it.
+	for what, op := range map[string]func(context.Context, string) error{"Pause": s.Pause, "Resume": s.Resume} {
+		if err := op(ctx, "change"); !errors.Is(err, schedule.ErrUnknownSchedule) {
+			t.Errorf("%s after Remove: %v; want ErrUnknownSchedule", what, err)
+		}
+	}
+	if infos, err := s.List(ctx); err != nil || len(infos) != 1 || infos[0].State != "removed" {
+		t.Errorf("List after Pause and Resume of a removed schedule: %+v, %v", infos, err)
 	}
 }
 

@@ -206,7 +206,8 @@ func (s *Scheduler) bindTarget(sess *session, exchange string) error {
 }
 
 // Pause stops schedule name's occurrences until [Scheduler.Resume]: links that arrive while it
-// is paused are dropped. Errors: ErrUnknownSchedule, ErrConnectionLost, ctx's.
+// is paused are dropped. Errors: ErrUnknownSchedule (also for a removed schedule),
+// ErrConnectionLost, ctx's.
 func (s *Scheduler) Pause(ctx context.Context, name string) error {
 	_, err := s.setState(ctx, name, statePaused)
 	return err
@@ -254,7 +255,7 @@ func (s *Scheduler) setState(ctx context.Context, name, st string) (entry, error
 		return e, fmt.Errorf("%w: %q under prefix %q (`rabbitdelay schedules` lists them)", ErrUnknownSchedule, name, s.names.Prefix)
 	case e.state == st:
 		return e, nil
-	case e.state == stateRemoved && st == stateActive:
+	case e.state == stateRemoved: // a pause would make Resume bring it back
 		return e, fmt.Errorf("%w: %q was removed: declare it again to restart it", ErrUnknownSchedule, name)
 	}
 	if err := sess.record(ctx, definitionRecord(*e.def, e.hash, st, s.opts.instance, time.Now())); err != nil {

@@ -101,6 +101,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%w: %s file: %v", ErrConfig, f.name, err))
 		}
 	}
+	if len(errs) == 0 && first.Scheme == "amqps" { // files that exist but hold no PEM or no key pair
+		if _, err := c.tlsConfig(c.URLs()[0]); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 

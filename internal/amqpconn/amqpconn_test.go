@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +208,14 @@ func TestAddressList(t *testing.T) {
 	}
 	if r := c.Redacted(); strings.Contains(r, "p1") || strings.Contains(r, "p2") || !strings.Contains(r, "h1") || !strings.Contains(r, "h2") {
 		t.Errorf("Redacted() = %q: want both hosts and no password", r)
+	}
+	// A CA file that exists but holds no PEM certificate is found offline, as a missing one is.
+	notPEM := filepath.Join(t.TempDir(), "ca.txt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := (Config{URL: "amqps://u:p@h/v", TLSCA: notPEM}).Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("CA file without PEM: %v; want ErrConfig naming it", err)
 	}
 	// A bad first URL is the one problem: the valid ones after it are not compared with it.
 	if err := (Config{URL: "amqp://u:p@h1:bad/v,amqp://u:p@h2/v"}).Validate(); err == nil || strings.Contains(err.Error(), "differs from the first") {
