@@ -4,34 +4,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"math"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaykit/rabbitdelay/internal/delayspec"
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // maxShortstr is the longest AMQP short string in bytes (AMQP 0-9-1 specification, 4.2.5.3):
 // amqp091-go closes the whole connection on a longer one.
-const maxShortstr = 255
+const maxShortstr = route.MaxShortstr
 
 // maxExpirationMs is RabbitMQ's largest per-message TTL, 10 years (rabbit_misc:check_expiry);
 // a larger one closes the channel with 406.
 const maxExpirationMs = 315_360_000_000
 
-// What amqp091-go reads (read.go, v1.16.0): RabbitMQ confirms a message beyond these, and
-// every amqp091-go consumer it reaches loses its connection.
-const (
-	maxFieldDepth        = 32
-	maxContainerElements = 8192
-)
+// maxContainerElements is the most entries amqp091-go reads in one table ([route.TableProblems]).
+const maxContainerElements = route.MaxContainerElements
 
 const headerRoom = 64 // header entries left free for the Publisher's and dead-lettering's own
 
@@ -94,7 +87,7 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 			"send fewer headers, or the values in the body", n, maxContainerElements-headerRoom, maxContainerElements, headerRoom))
 	}
 	if len(msg.Headers) > 0 {
-		problems = append(problems, tableProblems("msg.Headers", msg.Headers, 0)...)
+		problems = append(problems, route.TableProblems("msg.Headers", msg.Headers)...)
 	}
 	if len(problems) == 0 {
 		return nil
@@ -102,77 +95,8 @@ func validateMessage(exchange, routingKey string, msg *amqp.Publishing) error {
 	return fmt.Errorf("%w: %s", ErrInvalidInput, strings.Join(problems, "; "))
 }
 
-// tableProblems describes the problems in t, at depth (the headers table: 0), in key order.
-func tableProblems(path string, t amqp.Table, depth int) []string {
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(t)) {
-		if len(k) > maxShortstr {
-			out = append(out, fmt.Sprintf("%s key %s is %d bytes long, more than the AMQP short-string limit of %d bytes for a table key: shorten it",
-				path, preview(k), len(k), maxShortstr))
-		}
-		out = append(out, valueProblems(path+"["+preview(k)+"]", t[k], depth)...)
-	}
-	return out
-}
-
-func valueProblems(path string, v any, depth int) []string {
-	switch v := v.(type) {
-	case float64:
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return []string{fmt.Sprintf("%s is %v: RabbitMQ closes the whole connection (541 INTERNAL_ERROR) on a NaN or "+
-				"infinite float; send a finite number, or the value as a string", path, v)}
-		}
-	case float32:
-		return valueProblems(path, float64(v), depth)
-	case int:
-		if v > math.MaxInt32 || v < math.MinInt32 {
-			return []string{fmt.Sprintf("%s is the int %d, outside the 32-bit range amqp091 sends a Go int in: it would arrive "+
-				"changed; use int64", path, v)}
-		}
-	case amqp.Table:
-		if p := containerProblem(path, "table", len(v), depth+1); p != "" {
-			return []string{p}
-		}
-		return tableProblems(path, v, depth+1)
-	case []any:
-		if p := containerProblem(path, "array", len(v), depth+1); p != "" {
-			return []string{p}
-		}
-		var out []string
-		for i, e := range v {
-			out = append(out, valueProblems(path+"["+strconv.Itoa(i)+"]", e, depth+1)...)
-		}
-		return out
-	}
-	return nil
-}
-
-// containerProblem describes a table or array of n entries at depth amqp091-go cannot read.
-func containerProblem(path, kind string, n, depth int) string {
-	switch {
-	case depth > maxFieldDepth:
-		return fmt.Sprintf("%s is a %s nested %d deep, deeper than the %d levels amqp091-go reads: RabbitMQ would take it, and "+
-			"every amqp091-go consumer it reaches would lose its connection; flatten the headers, or send the structure in the body",
-			path, kind, depth, maxFieldDepth)
-	case n > maxContainerElements:
-		return fmt.Sprintf("%s is a %s of %d entries, more than the %d amqp091-go reads in one table or array: RabbitMQ would take "+
-			"it, and every amqp091-go consumer it reaches would lose its connection; send fewer, or the values in the body",
-			path, kind, n, maxContainerElements)
-	}
-	return ""
-}
-
 // preview quotes s, cut to its first 40 bytes.
-func preview(s string) string {
-	if len(s) <= 40 {
-		return strconv.Quote(s)
-	}
-	cut := 40
-	for cut > 0 && !utf8.RuneStart(s[cut]) { // never in the middle of a character
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "..."
-}
+func preview(s string) string { return route.Preview(s) }
 
 // isIOError tells a connection failure from an encoding error (which would close the next one).
 func isIOError(err error) bool {

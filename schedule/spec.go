@@ -17,6 +17,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/robfig/cron/v3"
+
+	"github.com/delaykit/rabbitdelay/internal/route"
 )
 
 // Schedule is one periodic schedule: when its occurrences are due (Cron or Interval, in Zone,
@@ -150,6 +152,11 @@ func (s Schedule) compile(unit time.Duration) (*compiled, error) {
 	}
 	if err := s.Message.Headers.Validate(); err != nil {
 		add("Message.Headers: %v", err)
+	} else {
+		// Stays: Declare writes the headers to the schedules stream, and a NaN closes the connection.
+		for _, p := range route.TableProblems("Message.Headers", s.Message.Headers) {
+			add("%s", p)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

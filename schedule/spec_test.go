@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"no exchange", Schedule{Name: "a", Interval: time.Second}, []string{"Exchange is empty"}},
 		{"jitter over interval", Schedule{Name: "a", Interval: time.Second, Jitter: 2 * time.Second, Exchange: "x"}, []string{"Jitter 2s"}},
 		{"own header", Schedule{Name: "a", Interval: time.Second, Exchange: "x", Message: amqp.Publishing{Headers: amqp.Table{"rabbitdelay-schedule-x": 1}}}, []string{"Message.Headers[\"rabbitdelay-schedule-x\"]"}},
+		{"NaN header", Schedule{Name: "a", Interval: time.Second, Exchange: "x", Message: amqp.Publishing{Headers: amqp.Table{"f": math.NaN()}}}, []string{"Message.Headers[\"f\"] is NaN", "541"}},
+		{"infinite nested header", Schedule{Name: "a", Interval: time.Second, Exchange: "x", Message: amqp.Publishing{Headers: amqp.Table{"t": amqp.Table{"g": math.Inf(1)}}}}, []string{"Message.Headers[\"t\"][\"g\"] is +Inf"}},
 		{"missed policy", Schedule{Name: "a", Interval: time.Second, Exchange: "x", Missed: 7}, []string{"Missed 7"}},
 	}
 	for _, tc := range cases {
