@@ -333,12 +333,12 @@ func printQueueTable(w io.Writer, rep *admin.StatusReport, count func(int64) str
 		} else if q.IsDelay() && q.Consumers > 0 {
 			cons += "  <-- WARNING: consumer on a delay queue"
 		}
-		dlx := "-" // a stream (the revocation stream) has no dead-letter state
-		if q.Role != admin.RoleRevoked {
-			dlx = count(q.MessagesDLX)
-		}
 		cells := []string{q.Name, string(q.Role), ttlText(q.TTL), ready, cons}
-		if leaders || rep.Management {
+		if leaders || rep.Management { // only then: count notes each unknown figure it shows
+			dlx := "-" // a stream (the revocation stream) has no dead-letter state
+			if q.Role != admin.RoleRevoked {
+				dlx = count(q.MessagesDLX)
+			}
 			cells = append(cells, count(q.Messages), dlx)
 		}
 		if leaders {

@@ -87,4 +87,17 @@ func TestPrintStatusCompact(t *testing.T) {
 			t.Fatalf("status --queues lacks the line of %s", q.Name)
 		}
 	}
+	// Without the management API the table has no message columns, and so no "?" to explain.
+	noMgmt := *rep
+	noMgmt.Management = false
+	noMgmt.Queues = nil
+	for _, q := range rep.Queues {
+		q.Messages, q.MessagesDLX = -1, -1
+		noMgmt.Queues = append(noMgmt.Queues, q)
+	}
+	out.Reset()
+	printStatus(&out, statusView{p: p, rep: &noMgmt, err: problem, plugin: "available", vhost: "/", queues: true})
+	if strings.Contains(out.String(), statusUnknownNote) || strings.Contains(out.String(), "?") {
+		t.Errorf("status --queues without the management API explains a \"?\" it does not show:\n%s", out.String())
+	}
 }
