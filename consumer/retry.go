@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -90,28 +91,31 @@ func (b Backoff) withDefaults() Backoff {
 	return b
 }
 
-// validate names the first unusable field and its range.
+// validate names every unusable field and its range, joined.
 func (b Backoff) validate() error {
-	switch {
-	case b.MaxAttempts < 1 || b.MaxAttempts > MaxBackoffAttempts:
-		return fmt.Errorf("%w: Options.Backoff.MaxAttempts %d: want 1 to %d (0: the default %d)", ErrInvalidConfig,
-			b.MaxAttempts, MaxBackoffAttempts, DefaultBackoff.MaxAttempts)
-	case b.Initial < time.Millisecond:
-		return fmt.Errorf("%w: Options.Backoff.Initial %v: want 1ms or more (the ladder's resolution; 0: the default %v)",
-			ErrInvalidConfig, b.Initial, DefaultBackoff.Initial)
-	case b.Max < b.Initial:
-		return fmt.Errorf("%w: Options.Backoff.Max %v below Backoff.Initial %v: want Initial <= Max", ErrInvalidConfig, b.Max, b.Initial)
-	case b.Max > maxBackoffMax:
-		return fmt.Errorf("%w: Options.Backoff.Max %v: want at most the topology's ladder maximum (49.7 days by default; "+
-			"never above %v)", ErrInvalidConfig, b.Max, maxBackoffMax)
-	case !(b.Multiplier >= 1) || math.IsInf(b.Multiplier, 0):
-		return fmt.Errorf("%w: Options.Backoff.Multiplier %v: want a finite number, 1 or more (0: the default %v)",
-			ErrInvalidConfig, b.Multiplier, DefaultBackoff.Multiplier)
-	case !(b.Jitter >= 0 && b.Jitter <= 1):
-		return fmt.Errorf("%w: Options.Backoff.Jitter %v: want 0 to 1 (0: the default %v; NoJitter for none)",
-			ErrInvalidConfig, b.Jitter, DefaultBackoff.Jitter)
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	return nil
+	if b.MaxAttempts < 1 || b.MaxAttempts > MaxBackoffAttempts {
+		add("Options.Backoff.MaxAttempts %d: want 1 to %d (0: the default %d)", b.MaxAttempts, MaxBackoffAttempts, DefaultBackoff.MaxAttempts)
+	}
+	if b.Initial < time.Millisecond {
+		add("Options.Backoff.Initial %v: want 1ms or more (the ladder's resolution; 0: the default %v)", b.Initial, DefaultBackoff.Initial)
+	}
+	switch {
+	case b.Max < b.Initial:
+		add("Options.Backoff.Max %v below Backoff.Initial %v: want Initial <= Max", b.Max, b.Initial)
+	case b.Max > maxBackoffMax:
+		add("Options.Backoff.Max %v: want at most the topology's ladder maximum (49.7 days by default; never above %v)", b.Max, maxBackoffMax)
+	}
+	if !(b.Multiplier >= 1) || math.IsInf(b.Multiplier, 0) {
+		add("Options.Backoff.Multiplier %v: want a finite number, 1 or more (0: the default %v)", b.Multiplier, DefaultBackoff.Multiplier)
+	}
+	if !(b.Jitter >= 0 && b.Jitter <= 1) {
+		add("Options.Backoff.Jitter %v: want 0 to 1 (0: the default %v; NoJitter for none)", b.Jitter, DefaultBackoff.Jitter)
+	}
+	return errors.Join(errs...)
 }
 
 // maxBackoffMax bounds Backoff.Max whatever the topology, so that 2 x Max (the largest jitter)

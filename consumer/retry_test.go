@@ -40,6 +40,13 @@ func TestBackoffValidate(t *testing.T) {
 			t.Errorf("Options.Backoff %+v: %v, want ErrInvalidConfig", b, err)
 		}
 	}
+	// Every bad field is named at once.
+	_, err := Options{Backoff: Backoff{MaxAttempts: -1, Initial: -1, Multiplier: math.NaN(), Jitter: 5}}.resolve()
+	for _, want := range []string{"Backoff.MaxAttempts -1", "Backoff.Initial -1ns", "Backoff.Multiplier NaN", "Backoff.Jitter 5"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("four bad Backoff fields: %v; want %q named", err, want)
+		}
+	}
 	o, err := Options{Backoff: Backoff{}}.resolve()
 	if err != nil || o.Backoff != DefaultBackoff {
 		t.Errorf("zero Backoff = %+v, %v; want the defaults", o.Backoff, err)
